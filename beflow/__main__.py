@@ -1,0 +1,3 @@
+from beflow.cli import main
+
+main()

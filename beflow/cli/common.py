@@ -1,0 +1,110 @@
+"""What every command shares: the lazily loaded project, consoles, JSON output, the error handler."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+from rich.console import Console
+from rich.markup import escape
+
+from beflow.config import Project, load_project
+from beflow.errors import BeflowError
+from beflow.paths import beflow_home
+
+T = TypeVar("T")
+
+out = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+@dataclass
+class App:
+    """Per-invocation state: the ``--config`` option and the project loaded from it on first use."""
+
+    config_option: Path | None = None
+    _project: Project | None = field(default=None, repr=False)
+
+    def project(self) -> Project:
+        if self._project is None:
+            self._project = load_project(self.config_option)
+        return self._project
+
+
+def app() -> App:
+    return click.get_current_context().ensure_object(App)
+
+
+pass_app = click.make_pass_decorator(App, ensure=True)
+
+
+def emit_json(value: Any) -> None:
+    """One JSON document (or one event line) on stdout."""
+    click.echo(json.dumps(value, default=_json_default, ensure_ascii=False))
+
+
+def _json_default(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, dt.datetime):
+        return value.isoformat()
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def fail(error: BeflowError) -> NoReturn:
+    """Print an expected error (message, then the fix) and exit with its code."""
+    head, _, rest = error.message.partition("\n")
+    err.print(f"[bold red]error:[/] {escape(head)}")
+    if rest:
+        err.print(escape(rest))
+    if error.fix:
+        err.print(f"[bold]fix:[/] {escape(error.fix)}")
+    sys.exit(error.exit_code)
+
+
+def crash(exc: BaseException) -> NoReturn:
+    """An unexpected error: the traceback goes to a log file under BEFLOW_HOME, its path to the terminal."""
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    log = beflow_home() / "logs" / f"crash-{stamp}.log"
+    try:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+        where = str(log)
+    except OSError:
+        where = "(could not write the log; traceback follows)"
+        traceback.print_exception(exc)
+    err.print(f"[bold red]beflow failed unexpectedly:[/] {escape(f'{type(exc).__name__}: {exc}')}")
+    err.print(f"The traceback is in {where} — please include it when you report this.", markup=False)
+    sys.exit(1)
+
+
+def guarded(fn: Callable[[], T]) -> T:
+    """Run the CLI with the one top-level handler for expected, unexpected and interrupt errors."""
+    try:
+        return fn()
+    except BeflowError as error:
+        fail(error)
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        sys.exit(130)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.exceptions.Abort:
+        err.print("interrupted")
+        sys.exit(130)
+    except click.ClickException as usage:
+        usage.show()
+        sys.exit(usage.exit_code)
+    except (SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:  # the last resort: never a bare traceback on the user's terminal
+        crash(exc)

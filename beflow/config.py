@@ -1,0 +1,205 @@
+"""``config.json``: the models for every key (DESIGN §2), discovery and loading.
+
+Discovery: ``--config PATH``, else ``$BEFLOW_CONFIG``, else ``./config.json``, else ``config.json`` at the git top
+level; no file means defaults. The project directory is the directory holding ``config.json`` (else the git top
+level, else the current directory).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator
+
+from beflow import ACPX_VERSION
+from beflow.errors import ConfigError
+from beflow.git import toplevel as git_toplevel
+from beflow.paths import beflow_home, slug
+from beflow.validation import read_json5, validate
+
+CONFIG_NAME = "config.json"
+
+Permissions = Literal["approve-all", "approve-reads", "deny-all"]
+
+
+class Model(BaseModel):
+    """Strict base: unknown keys are errors, values are checked on assignment too."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, frozen=False)
+
+
+class AgentCommand(Model):
+    """A raw ACP agent command, passed to acpx as ``--agent``."""
+
+    command: str = Field(min_length=1)
+
+
+class LocalTracker(Model):
+    kind: Literal["local"] = "local"
+    dir: str = ".beflow/issues"
+
+
+class GitHubTracker(Model):
+    kind: Literal["github"]
+    repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    labels: list[str] = Field(default_factory=list)
+    token_env: str = "GITHUB_TOKEN"
+    pull_requests: bool = True
+
+
+Tracker = Annotated[LocalTracker | GitHubTracker, Field(discriminator="kind")]
+
+
+class Worktrees(Model):
+    dir: str | None = None
+    base: str = "HEAD"
+    include: list[str] = Field(default_factory=list)
+
+
+class Hook(Model):
+    command: str = Field(min_length=1)
+    timeout: PositiveFloat = 60.0
+
+
+HookSpec = str | Hook
+
+
+class Hooks(Model):
+    after_create: HookSpec | None = None
+    before_run: HookSpec | None = None
+    after_run: HookSpec | None = None
+    before_remove: HookSpec | None = None
+
+    def get(self, name: str) -> Hook | None:
+        spec = getattr(self, name)
+        return Hook(command=spec) if isinstance(spec, str) else spec
+
+
+class AfterRun(Model):
+    commit: bool = True
+    comment: bool = True
+    pull_request: bool = False
+
+
+class Watch(Model):
+    interval: PositiveFloat = 30.0
+    concurrency: PositiveInt = 2
+    max_attempts: PositiveInt = 3
+    backoff: PositiveFloat = 10.0
+    backoff_max: PositiveFloat = 300.0
+
+
+class Attend(Model):
+    permissions: Permissions = "approve-reads"
+
+
+class Mcp(Model):
+    enabled: bool = False
+    self_server: bool = Field(default=False, alias="self")
+
+
+class Config(Model):
+    """Every key of ``config.json``, with the defaults of DESIGN §2."""
+
+    agent: str | AgentCommand = "codex"
+    acpx: list[str] | None = Field(default=None, min_length=1)
+    permissions: Permissions = "approve-all"
+    timeout: PositiveFloat | None = 3600.0
+    tracker: Tracker = Field(default_factory=LocalTracker)
+    worktrees: Worktrees = Field(default_factory=Worktrees)
+    hooks: Hooks = Field(default_factory=Hooks)
+    after_run: AfterRun = Field(default_factory=AfterRun)
+    prompt: str | None = None
+    watch: Watch = Field(default_factory=Watch)
+    open: dict[str, list[str]] = Field(default_factory=dict)
+    attend: Attend = Field(default_factory=Attend)
+    mcp: Mcp = Field(default_factory=Mcp)
+
+    @field_validator("tracker", mode="before")
+    @classmethod
+    def _local_by_default(cls, value: object) -> object:
+        # `{"tracker": {"dir": "issues"}}` means the local tracker, as the default does.
+        if isinstance(value, dict) and "kind" not in value:
+            return {"kind": "local", **value}
+        return value
+
+    def acpx_argv(self) -> list[str]:
+        """The argv prefix that starts acpx: configured, else ``acpx`` on PATH, else the pinned one via npx."""
+        if self.acpx:
+            return list(self.acpx)
+        if shutil.which("acpx"):
+            return ["acpx"]
+        return ["npx", "-y", f"acpx@{ACPX_VERSION}"]
+
+    def agent_label(self) -> str:
+        return self.agent if isinstance(self.agent, str) else self.agent.command
+
+
+class Project(BaseModel):
+    """The loaded configuration and where it came from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    config: Config
+    config_path: Path | None
+    directory: Path
+
+    @property
+    def state_dir(self) -> Path:
+        return self.directory / ".beflow"
+
+    @property
+    def tracker_dir(self) -> Path:
+        tracker = self.config.tracker
+        assert isinstance(tracker, LocalTracker)
+        return (self.directory / tracker.dir).resolve()
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.state_dir / "runs"
+
+    @property
+    def worktrees_dir(self) -> Path:
+        configured = self.config.worktrees.dir
+        if configured:
+            return (self.directory / Path(configured).expanduser()).resolve()
+        return beflow_home() / "worktrees" / slug(self.directory.name + "-" + str(self.directory), max_length=24)
+
+
+def find_config(explicit: Path | None = None, cwd: Path | None = None) -> Path | None:
+    """The config file to use, in discovery order; an explicitly named file must exist."""
+    cwd = cwd or Path.cwd()
+    named = explicit or (Path(os.environ["BEFLOW_CONFIG"]) if os.environ.get("BEFLOW_CONFIG") else None)
+    if named is not None:
+        named = (cwd / named.expanduser()).resolve()
+        if not named.is_file():
+            source = "--config" if explicit else "BEFLOW_CONFIG"
+            raise ConfigError(f"{named}: no such config file (named by {source})")
+        return named
+    local = cwd / CONFIG_NAME
+    if local.is_file():
+        return local.resolve()
+    top = git_toplevel(cwd)
+    if top is not None and (top / CONFIG_NAME).is_file():
+        return (top / CONFIG_NAME).resolve()
+    return None
+
+
+def load_config_file(path: Path) -> Config:
+    """Parse and validate one config file; every problem is reported at once."""
+    text, data = read_json5(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a JSON object at the top level, got {type(data).__name__}")
+    return validate(Config, data, path=path, text=text)
+
+
+def load_project(explicit: Path | None = None, cwd: Path | None = None) -> Project:
+    """Find and load the configuration; the project directory follows from where it was found."""
+    cwd = (cwd or Path.cwd()).resolve()
+    path = find_config(explicit, cwd)
+    if path is None:
+        return Project(config=Config(), config_path=None, directory=git_toplevel(cwd) or cwd)
+    return Project(config=load_config_file(path), config_path=path, directory=path.parent)

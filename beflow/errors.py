@@ -1,0 +1,65 @@
+"""The one error root.
+
+Every expected failure is a :class:`BeflowError`; the CLI prints its message (and fix) without a traceback and
+exits with its ``exit_code``. The MCP server sends the same fields as ``{"code", "message", "fix"}``.
+"""
+
+from __future__ import annotations
+
+
+class BeflowError(Exception):
+    """An expected failure with a message for people and an optional fix."""
+
+    exit_code: int = 1
+    code: str = "error"
+
+    def __init__(self, message: str, *, fix: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"code": self.code, "message": self.message, "fix": self.fix}
+
+
+class UsageError(BeflowError):
+    """Bad usage: wrong arguments or options. Nothing was changed."""
+
+    exit_code = 2
+    code = "usage"
+
+
+class ConfigError(BeflowError):
+    """A configuration or input file is invalid. Nothing was changed."""
+
+    exit_code = 2
+    code = "config"
+
+
+class NotFoundError(BeflowError):
+    """Something named (an issue, a run) does not exist."""
+
+    code = "not_found"
+
+
+class LockedError(BeflowError):
+    """Another beflow process holds what this one needs."""
+
+    code = "locked"
+
+
+class ToolMissingError(BeflowError):
+    """An external program (git, node, acpx, a native agent client) is not installed."""
+
+    code = "tool_missing"
+
+
+class Interrupted(BeflowError):
+    """The user or the system asked beflow to stop (SIGINT, SIGTERM, SIGHUP); cleanup has run."""
+
+    exit_code = 130
+    code = "interrupted"
+
+    def __init__(self, signal_name: str = "SIGINT") -> None:
+        super().__init__(f"interrupted by {signal_name}")
+        self.signal_name = signal_name

@@ -1,0 +1,68 @@
+"""Turning SIGINT, SIGTERM and SIGHUP into cooperative cancellation.
+
+Async work started through :func:`run` is cancelled on the first signal; its ``finally`` blocks (file restore,
+process-group stop) run, then :class:`~beflow.errors.Interrupted` is raised. A second signal marks the stop as
+forced, which shortens every grace period that is still to come.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import anyio
+
+from beflow.errors import Interrupted
+
+T = TypeVar("T")
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class _State:
+    signal_name: str | None = None
+    forced: bool = False
+
+
+state = _State()
+
+
+def grace(default: float) -> float:
+    """The grace period to give a child now: short once the user insisted."""
+    return 0.5 if state.forced else default
+
+
+def run(fn: Callable[[], Awaitable[T]]) -> T:
+    """Run ``fn`` in an event loop; a signal cancels it and, after its cleanup, raises ``Interrupted``."""
+    state.signal_name, state.forced = None, False
+
+    async def main() -> T:
+        work = anyio.CancelScope()
+        result: list[T] = []
+        failure: list[BaseException] = []
+        async with anyio.create_task_group() as tasks:
+
+            async def listen() -> None:
+                with anyio.open_signal_receiver(*SIGNALS) as received:
+                    async for signum in received:
+                        if state.signal_name is None:
+                            state.signal_name = signal.Signals(signum).name
+                            work.cancel()
+                        else:
+                            state.forced = True
+
+            tasks.start_soon(listen)
+            with work:
+                try:
+                    result.append(await fn())
+                except Exception as exc:  # re-raised below, outside the task group (no ExceptionGroup)
+                    failure.append(exc)
+            tasks.cancel_scope.cancel()
+        if failure:
+            raise failure[0]
+        if state.signal_name is not None and not result:
+            raise Interrupted(state.signal_name)
+        return result[0]
+
+    return anyio.run(main)

@@ -1,0 +1,53 @@
+"""Where beflow keeps its state: ``BEFLOW_HOME`` for global files, ``.beflow/`` in the project."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from pathlib import Path
+
+from beflow.files import atomic_write
+
+STATE_DIR = ".beflow"
+
+# Ignores everything beflow keeps in `.beflow/` except the issues of the local tracker, which are the user's to
+# commit. The file ignores itself, so nothing of beflow's ever shows in `git status`.
+_STATE_GITIGNORE = """\
+# Written by beflow: run records, locks and caches stay out of git; the local tracker's issues do not.
+/*
+!/issues/
+"""
+
+
+def beflow_home() -> Path:
+    """``$BEFLOW_HOME``, else ``~/.beflow``."""
+    configured = os.environ.get("BEFLOW_HOME")
+    return Path(configured).expanduser() if configured else Path.home() / ".beflow"
+
+
+def state_dir(project_dir: Path) -> Path:
+    """The project's ``.beflow/`` directory, created and git-ignored (but for ``issues/``) on first use."""
+    directory = project_dir / STATE_DIR
+    ignore = directory / ".gitignore"
+    if not ignore.exists():
+        atomic_write(ignore, _STATE_GITIGNORE)
+    return directory
+
+
+def slug(text: str, *, max_length: int = 48) -> str:
+    """A path- and branch-safe form of ``text``; a hash suffix keeps distinct inputs distinct when it changed."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip(".-_")[:max_length] or "x"
+    cleaned = re.sub(r"\.{2,}", ".", cleaned)
+    if cleaned.endswith(".lock"):
+        cleaned = cleaned[: -len(".lock")] + "-lock"
+    if cleaned == text:
+        return cleaned
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
+    return f"{cleaned}-{digest}"
+
+
+def path_key(path: Path) -> str:
+    """A short stable file name for an absolute path (locks and journals keyed by the path they guard)."""
+    resolved = str(path.resolve())
+    return f"{slug(path.name, max_length=32)}-{hashlib.sha256(resolved.encode()).hexdigest()[:16]}"

@@ -1,0 +1,228 @@
+"""The one subprocess helper. Every program beflow starts (acpx, hooks, native clients, probes) goes through it.
+
+Children start in their own process group, so that a timeout or a cancellation can stop the child *and*
+everything it started (acpx's agent, a hook's tools): SIGTERM to the group, a grace period, then SIGKILL. When a
+child exits on its own, whatever it left behind in its group is stopped the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import subprocess
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from beflow.errors import ToolMissingError
+
+LineHandler = Callable[[bytes], Awaitable[None] | None]
+
+#: Seconds between SIGTERM and SIGKILL when a child is stopped.
+DEFAULT_GRACE = 5.0
+
+
+@dataclass
+class Completed:
+    """What a finished child left: its exit status and, unless streamed to a terminal, its output."""
+
+    argv: list[str]
+    returncode: int | None
+    stdout: bytes = b""
+    stderr: bytes = b""
+    timed_out: bool = False
+    duration: float = 0.0
+    pid: int | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def describe(self) -> str:
+        """``exit 3``, ``killed by SIGKILL`` or ``timed out``, for messages."""
+        if self.timed_out:
+            return "timed out"
+        if self.returncode is not None and self.returncode < 0:
+            return f"killed by {signal.Signals(-self.returncode).name}"
+        return f"exit {self.returncode}"
+
+
+def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for a child: beflow's own, with ``extra`` on top."""
+    env = dict(os.environ)
+    if extra:
+        env.update(extra)
+    return env
+
+
+def _signal_group(pgid: int, signum: int) -> bool:
+    """Send ``signum`` to a process group; False when the group is gone."""
+    try:
+        os.killpg(pgid, signum)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False
+    return True
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group.
+
+    A zombie cannot run and cannot be signalled away; it lingers until its parent, possibly an init that
+    never reaps, collects it, so it does not count as left behind.
+    """
+    proc_root = Path("/proc")
+    if not proc_root.is_dir():  # not Linux: signal 0 cannot tell zombies apart, but it is the best there is
+        return [pgid] if _signal_group(pgid, 0) else []
+    members = []
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+def _group_alive(pgid: int) -> bool:
+    return bool(group_members(pgid))
+
+
+async def stop_group(pgid: int, grace: float = DEFAULT_GRACE, leader: anyio.abc.Process | None = None) -> None:
+    """SIGTERM the group, wait up to ``grace`` seconds for it to empty, then SIGKILL what is left.
+
+    ``leader`` is reaped while waiting: an unreaped child stays in its group as a zombie.
+    """
+    with anyio.CancelScope(shield=True):
+        if not _signal_group(pgid, signal.SIGTERM):
+            return
+        deadline = anyio.current_time() + grace
+        while anyio.current_time() < deadline:
+            if leader is not None and leader.returncode is None:
+                with anyio.move_on_after(0.05):
+                    await leader.wait()
+            if not _group_alive(pgid):
+                return
+            await anyio.sleep(0.02)
+        _signal_group(pgid, signal.SIGKILL)
+
+
+async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: bytearray, handler: LineHandler | None) -> None:
+    if stream is None:
+        return
+    pending = b""
+    async for chunk in stream:
+        sink.extend(chunk)
+        if handler is None:
+            continue
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            result = handler(line)
+            if result is not None:
+                await result
+    if handler is not None and pending:
+        result = handler(pending)
+        if result is not None:
+            await result
+
+
+async def run(
+    argv: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    stdin: bytes | None = None,
+    on_stdout: LineHandler | None = None,
+    on_stderr: LineHandler | None = None,
+    terminal: bool = False,
+    own_group: bool = True,
+    grace: float = DEFAULT_GRACE,
+) -> Completed:
+    """Run ``argv`` to completion, a timeout, or the caller's cancellation.
+
+    ``terminal`` gives the child beflow's own stdin, stdout and stderr (attended and native clients); otherwise
+    output is captured and each line handed to ``on_stdout``/``on_stderr`` as it arrives. ``own_group=False``
+    keeps the child in beflow's process group, so the terminal's Ctrl-C reaches it directly (a native client
+    that owns the terminal). A timeout is reported in the result, not raised; cancellation stops the child's
+    group and propagates.
+    """
+    argv = [str(a) for a in argv]
+    std = None if terminal else subprocess.PIPE
+    started = anyio.current_time()
+    try:
+        process = await anyio.open_process(
+            argv,
+            cwd=cwd,
+            env=child_env(env),
+            stdin=subprocess.PIPE if stdin is not None else (None if terminal else subprocess.DEVNULL),
+            stdout=std,
+            stderr=std,
+            start_new_session=own_group,
+        )
+    except FileNotFoundError:
+        raise ToolMissingError(f"{argv[0]}: command not found") from None
+    except PermissionError:
+        raise ToolMissingError(f"{argv[0]}: not executable") from None
+
+    pgid = process.pid if own_group else None
+    out, err = bytearray(), bytearray()
+    timed_out = False
+    try:
+        with anyio.move_on_after(math.inf if timeout is None else timeout) as deadline:
+            async with anyio.create_task_group() as tasks:
+                if stdin is not None and process.stdin is not None:
+                    await process.stdin.send(stdin)
+                    await process.stdin.aclose()
+                tasks.start_soon(_pump, process.stdout, out, on_stdout)
+                tasks.start_soon(_pump, process.stderr, err, on_stderr)
+                await process.wait()
+        timed_out = deadline.cancelled_caught
+    finally:
+        with anyio.CancelScope(shield=True):
+            if pgid is not None:
+                await stop_group(pgid, grace, process)
+            elif process.returncode is None:
+                process.terminate()
+                with anyio.move_on_after(grace):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+            await process.wait()
+            await process.aclose()
+    return Completed(
+        argv=argv,
+        returncode=process.returncode,
+        stdout=bytes(out),
+        stderr=bytes(err),
+        timed_out=timed_out,
+        duration=anyio.current_time() - started,
+        pid=process.pid,
+    )
+
+
+def run_sync(argv: Sequence[str], **kwargs: object) -> Completed:
+    """:func:`run` from synchronous code (probes such as ``beflow doctor``)."""
+    return anyio.run(lambda: run(argv, **kwargs))  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def ignoring_sigint() -> object:
+    """While a child owns the terminal, Ctrl-C is its business: beflow waits for it to finish."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

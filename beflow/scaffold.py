@@ -1,0 +1,34 @@
+"""``beflow init``: a commented ``config.json`` and beflow's state kept out of git."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from beflow.config import CONFIG_NAME
+from beflow.errors import BeflowError
+from beflow.files import atomic_write
+from beflow.paths import state_dir
+
+
+def example_config() -> str:
+    """The documented example configuration shipped with beflow."""
+    return resources.files("beflow").joinpath("templates/config.example.json").read_text(encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class InitResult:
+    config_path: Path
+    overwritten: bool
+    state_dir: Path
+
+
+def init_project(directory: Path, *, force: bool = False) -> InitResult:
+    """Write ``config.json`` from the example (never over an existing one unless ``force``) and ignore state."""
+    target = directory / CONFIG_NAME
+    existed = target.exists()
+    if existed and not force:
+        raise BeflowError(f"{target} already exists; nothing was changed", fix="Pass --force to overwrite it.")
+    atomic_write(target, example_config())
+    return InitResult(config_path=target, overwritten=existed, state_dir=state_dir(directory))

@@ -1,0 +1,149 @@
+"""Fixtures shared by every test: an isolated home, temporary git repositories, the CLI, the pinned acpx."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from beflow.cli import main
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEST_AGENT = Path(__file__).resolve().parent / "support" / "acp_agent.py"
+
+
+@pytest.fixture(autouse=True)
+def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """BEFLOW_HOME and HOME in the test's temp directory; touching the real home directory fails."""
+    home = tmp_path / "home"
+    home.mkdir()
+    beflow_home = tmp_path / "beflow-home"
+    gitconfig = home / ".gitconfig"
+    gitconfig.write_text("[user]\n\tname = Test User\n\temail = test@example.com\n[init]\n\tdefaultBranch = main\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("BEFLOW_HOME", str(beflow_home))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(gitconfig))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.delenv("BEFLOW_CONFIG", raising=False)
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def forbidden(*_args: object) -> Path:
+        raise AssertionError("tests must not touch the real home directory")
+
+    monkeypatch.setattr(Path, "home", classmethod(forbidden))
+    return beflow_home
+
+
+def git(cwd: Path, *args: str) -> str:
+    """Run git in ``cwd`` and return its stdout (tests only: the product goes through beflow.git)."""
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A git repository with one commit on ``main``; the test runs inside it."""
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("# sample\n")
+    git(path, "add", "README.md")
+    git(path, "commit", "-q", "-m", "initial")
+    monkeypatch.chdir(path)
+    return path
+
+
+@dataclass
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def beflow(capsys: pytest.CaptureFixture[str]):
+    """Call the ``beflow`` CLI in-process, as a user would type it; returns exit code and output."""
+
+    def invoke(*args: str) -> Result:
+        capsys.readouterr()
+        try:
+            main(list(args))
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+        else:  # pragma: no cover - main always exits
+            code = 0
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return invoke
+
+
+@pytest.fixture
+def beflow_process():
+    """Start ``python -m beflow`` as a real process (for signals, locks and crashes)."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "beflow", *args],
+            cwd=cwd,
+            env={**os.environ, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="session")
+def acpx_bin() -> Path:
+    """The pinned acpx that scripts/test installs; its absence is a failure, never a skip."""
+    configured = os.environ.get("BEFLOW_TEST_ACPX")
+    candidates = [Path(configured)] if configured else []
+    candidates.append(REPO_ROOT / "tools" / "acpx" / "node_modules" / ".bin" / "acpx")
+    for candidate in candidates:
+        if candidate.exists():
+            return candidate
+    found = shutil.which("acpx")
+    if found:
+        return Path(found)
+    pytest.fail("the pinned acpx is not installed: run ./scripts/test (it installs it into tools/acpx)")
+
+
+@pytest.fixture
+def test_agent_command() -> str:
+    """The raw ACP agent command (acpx --agent) of the test agent the suite ships."""
+    return f"{sys.executable} {TEST_AGENT}"
+
+
+@pytest.fixture
+def no_leftover_processes() -> Iterator[None]:
+    """Fails the test if a process whose command line mentions the test agent outlives it."""
+    yield
+    leftovers = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if str(TEST_AGENT) in cmdline and state != "Z":
+            leftovers.append(f"{entry.name}: {cmdline}")
+    assert not leftovers, f"processes left behind: {leftovers}"

@@ -1,0 +1,582 @@
+#!/usr/bin/env python3
+"""Scriptable Agent Client Protocol (ACP) agent for beflow's tests.
+
+This is a tiny, dependency-free stand-in for a real coding agent (Codex,
+Claude Code, ...).  It speaks ACP -- JSON-RPC 2.0, one JSON object per line --
+over stdin/stdout, so a real ``acpx`` can drive it end to end::
+
+    acpx --agent "python3 /path/to/acp_agent.py" --cwd DIR --format json \\
+         --approve-all exec "acp-test: write hello.txt hi"
+
+Protocol coverage
+-----------------
+Requests answered (agent side):
+
+``initialize``
+    Protocol version 1, no auth methods.  Advertises ``loadSession`` and
+    ``sessionCapabilities.resume`` / ``.close`` (see ``ACP_TEST_RESUME``).
+``authenticate``
+    Accepted and ignored (never needed: no auth methods are advertised).
+``session/new``
+    Creates a session bound to ``params.cwd`` and remembers ``mcpServers``.
+``session/load`` / ``session/resume``
+    Re-attach to any session id (a fresh process has no history, so nothing
+    is replayed).  acpx uses these when a named session (``prompt -s``) is
+    picked up again by a new agent process.
+``session/close``
+    Forgets the session.
+``session/prompt``
+    Runs the directives found in the prompt (see below) on a worker thread,
+    so ``session/cancel`` and permission answers keep flowing meanwhile.
+
+Notifications handled: ``session/cancel`` (the running prompt stops at the
+next directive boundary, a ``sleep`` is interrupted at once, and the prompt
+is answered with ``stopReason: "cancelled"``).
+
+Requests sent to the client: ``session/request_permission`` (``ask`` verb).
+Notifications sent: ``session/update`` with ``agent_message_chunk``,
+``tool_call`` and ``tool_call_update``.  Any other request gets JSON-RPC
+error -32601 (method not found).
+
+Directive language
+------------------
+Every prompt line of the form ``acp-test: <verb> <args>`` is a directive;
+other lines are ignored.  Directives run in order.  In text arguments the
+escapes ``\\n``, ``\\t`` and ``\\\\`` are decoded.  Relative paths resolve
+against the session cwd.
+
+``say <text>``
+    Send ``<text>`` as one ``agent_message_chunk`` (a newline is appended).
+``write <relpath> <content...>``
+    Write ``<content>`` (exactly; may be empty) to the file, creating parent
+    directories, and report it as a ``tool_call`` + ``tool_call_update`` of
+    kind ``edit`` carrying a ``diff``.
+``ask <relpath> <content...>``
+    Like ``write``, but first send ``session/request_permission`` with the
+    options ``allow`` (allow_once) and ``reject`` (reject_once); the file is
+    written only if allowed.  The outcome is reported in an agent message:
+    ``permission granted: wrote <relpath>``, ``permission denied: <relpath>
+    not written`` or ``permission cancelled: <relpath> not written``.
+``sleep <seconds>``
+    Wait; interrupted by ``session/cancel``.
+``fail [message]``
+    Answer the prompt with JSON-RPC error -32603 (internal error).
+``crash [exitcode]``
+    Exit the process immediately (default code 1) without answering.
+``mcp``
+    Say ``mcp servers: <name>, ...`` (or ``mcp servers: (none)``) listing the
+    ``mcpServers`` names received when the session was created or loaded.
+``mark <abspath>``
+    Not executed in order: wraps the whole prompt, appending
+    ``start <epoch> <pid>`` before the first directive and
+    ``end <epoch> <pid>`` after the last one (also after ``fail`` and
+    cancellation, but not after ``crash``).  Meant for concurrency tests.
+
+Without directives the agent says a short message and changes nothing.  A
+prompt ends with ``stopReason: "end_turn"`` unless it fails, crashes or is
+cancelled.  A malformed directive makes the prompt fail with -32602 before
+anything runs.
+
+Environment
+-----------
+``ACP_TEST_RECORD``
+    If set, append one JSON line per received request or notification:
+    ``{"method": ..., "params": ..., "pid": ..., "time": ...}``.
+``ACP_TEST_RESUME``
+    Which reconnection capabilities to advertise: ``resume`` (default:
+    ``loadSession`` and ``sessionCapabilities.resume``), ``load``
+    (``loadSession`` only) or ``none``.
+
+The process exits on stdin EOF and on SIGTERM/SIGINT/SIGHUP.  Only JSON-RPC
+is written to stdout; diagnostics go to stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+JsonObject = dict[str, Any]
+RequestId = int | str
+
+PROTOCOL_VERSION = 1
+AGENT_NAME = "acp-test-agent"
+AGENT_VERSION = "1.0.0"
+
+# JSON-RPC / ACP error codes.
+INVALID_PARAMS = -32602
+METHOD_NOT_FOUND = -32601
+INTERNAL_ERROR = -32603
+RESOURCE_NOT_FOUND = -32002
+
+DIRECTIVE_RE = re.compile(r"^\s*acp-test:\s*(?P<verb>\S+)(?:\s+(?P<args>.*?))?\s*$")
+ESCAPE_RE = re.compile(r"\\(.)")
+ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
+VERBS = frozenset({"say", "write", "ask", "sleep", "fail", "crash", "mcp", "mark"})
+
+ALLOW_OPTION_ID = "allow"
+REJECT_OPTION_ID = "reject"
+
+
+def log(message: str) -> None:
+    """Write a diagnostic line to stderr (never stdout)."""
+    print(f"[{AGENT_NAME} {os.getpid()}] {message}", file=sys.stderr, flush=True)
+
+
+def unescape(text: str) -> str:
+    r"""Decode ``\n``, ``\t`` and ``\\``; other backslashes are kept as is."""
+    return ESCAPE_RE.sub(lambda m: ESCAPES.get(m.group(1), m.group(0)), text)
+
+
+class DirectiveError(ValueError):
+    """A directive line that cannot be parsed."""
+
+
+class PromptCancelled(Exception):
+    """Raised inside a prompt once ``session/cancel`` was received."""
+
+
+class PromptFailed(Exception):
+    """Raised by the ``fail`` verb; answered as a JSON-RPC error."""
+
+
+@dataclass(frozen=True)
+class Directive:
+    verb: str
+    args: str
+
+    @classmethod
+    def parse(cls, line: str) -> Directive | None:
+        """Return the directive on ``line``, ``None`` if it is plain text."""
+        match = DIRECTIVE_RE.match(line)
+        if match is None:
+            return None
+        directive = cls(match["verb"], match["args"] or "")
+        directive.check()
+        return directive
+
+    def check(self) -> None:
+        """Raise :class:`DirectiveError` unless the arguments fit the verb."""
+        if self.verb not in VERBS:
+            raise DirectiveError(f"unknown verb {self.verb!r}")
+        if self.verb in ("write", "ask") and not self.args:
+            raise DirectiveError(f"{self.verb} needs <relpath> [content]")
+        if self.verb == "mark" and not os.path.isabs(self.args):
+            raise DirectiveError("mark needs an absolute path")
+        if self.verb == "sleep":
+            self.seconds()
+        if self.verb == "crash":
+            self.exit_code()
+
+    def path_and_content(self) -> tuple[str, str]:
+        relpath, _, content = self.args.partition(" ")
+        return relpath, unescape(content)
+
+    def seconds(self) -> float:
+        try:
+            seconds = float(self.args)
+        except ValueError:
+            raise DirectiveError(f"sleep needs seconds, got {self.args!r}") from None
+        if seconds < 0:
+            raise DirectiveError("sleep needs a non-negative number of seconds")
+        return seconds
+
+    def exit_code(self) -> int:
+        try:
+            return int(self.args) if self.args else 1
+        except ValueError:
+            raise DirectiveError(f"crash needs an integer exit code, got {self.args!r}") from None
+
+
+def prompt_text(blocks: list[JsonObject]) -> str:
+    """Concatenate the text of ``text`` blocks and embedded text resources."""
+    parts: list[str] = []
+    for block in blocks:
+        if block.get("type") == "text":
+            parts.append(str(block.get("text", "")))
+        elif block.get("type") == "resource":
+            parts.append(str(block.get("resource", {}).get("text", "")))
+    return "\n".join(parts)
+
+
+@dataclass
+class Session:
+    session_id: str
+    cwd: Path
+    mcp_servers: list[JsonObject]
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class PendingRequest:
+    """An agent-to-client request waiting for its response."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self.result: JsonObject | None = None
+        self.error: JsonObject | None = None
+
+    def resolve(self, message: JsonObject) -> None:
+        self.result = message.get("result")
+        self.error = message.get("error")
+        self._done.set()
+
+    def wait(self) -> None:
+        self._done.wait()
+
+
+class Agent:
+    def __init__(self, record_path: str | None, resume_mode: str) -> None:
+        self._record_path = record_path
+        self._resume_mode = resume_mode
+        self._write_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._sessions: dict[str, Session] = {}
+        self._pending: dict[RequestId, PendingRequest] = {}
+        self._next_request_id = 0
+        self._next_tool_call = 0
+
+    # ------------------------------------------------------------------ I/O
+
+    def send(self, message: JsonObject) -> None:
+        line = json.dumps({"jsonrpc": "2.0", **message}, separators=(",", ":"))
+        with self._write_lock:
+            try:
+                sys.stdout.write(line + "\n")
+                sys.stdout.flush()
+            except BrokenPipeError:
+                exit_now(0, "stdout closed")
+
+    def respond(self, request_id: RequestId, result: JsonObject) -> None:
+        self.send({"id": request_id, "result": result})
+
+    def respond_error(self, request_id: RequestId, code: int, message: str) -> None:
+        self.send({"id": request_id, "error": {"code": code, "message": message}})
+
+    def notify(self, method: str, params: JsonObject) -> None:
+        self.send({"method": method, "params": params})
+
+    def request(self, method: str, params: JsonObject) -> PendingRequest:
+        """Send a request to the client and block until it answers."""
+        pending = PendingRequest()
+        with self._state_lock:
+            self._next_request_id += 1
+            request_id = self._next_request_id
+            self._pending[request_id] = pending
+        self.send({"id": request_id, "method": method, "params": params})
+        pending.wait()
+        return pending
+
+    def record(self, message: JsonObject) -> None:
+        if not self._record_path:
+            return
+        entry = {
+            "method": message["method"],
+            "params": message.get("params"),
+            "pid": os.getpid(),
+            "time": time.time(),
+        }
+        line = (json.dumps(entry) + "\n").encode()
+        # One O_APPEND write per entry keeps lines whole across processes.
+        fd = os.open(self._record_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------ dispatch
+
+    def serve(self) -> None:
+        """Read messages from stdin until EOF."""
+        for raw in sys.stdin.buffer:
+            if not raw.strip():
+                continue
+            try:
+                message = json.loads(raw)
+            except ValueError:
+                log(f"ignoring non-JSON input: {raw[:200]!r}")
+                continue
+            if not isinstance(message, dict):
+                log(f"ignoring non-object message: {message!r}")
+                continue
+            self.dispatch(message)
+
+    def dispatch(self, message: JsonObject) -> None:
+        method = message.get("method")
+        if method is None:
+            self.handle_response(message)
+            return
+        self.record(message)
+        params = message.get("params") or {}
+        if "id" not in message:
+            self.handle_notification(method, params)
+            return
+        request_id = message["id"]
+        if method == "session/prompt":
+            self.start_prompt(request_id, params)
+            return
+        handler = {
+            "initialize": self.on_initialize,
+            "authenticate": lambda _params: {},
+            "session/new": self.on_session_new,
+            "session/load": self.on_session_attach,
+            "session/resume": self.on_session_attach,
+            "session/close": self.on_session_close,
+        }.get(method)
+        if handler is None:
+            self.respond_error(request_id, METHOD_NOT_FOUND, f"Method not found: {method}")
+            return
+        try:
+            self.respond(request_id, handler(params))
+        except KeyError as error:
+            self.respond_error(request_id, INVALID_PARAMS, f"missing parameter {error}")
+
+    def handle_response(self, message: JsonObject) -> None:
+        with self._state_lock:
+            pending = self._pending.pop(message.get("id", ""), None)
+        if pending is None:
+            log(f"ignoring response to unknown request: {message!r}")
+            return
+        pending.resolve(message)
+
+    def handle_notification(self, method: str, params: JsonObject) -> None:
+        if method != "session/cancel":
+            log(f"ignoring notification {method}")
+            return
+        session = self._sessions.get(params.get("sessionId", ""))
+        if session is not None:
+            log(f"cancel requested for {session.session_id}")
+            session.cancelled.set()
+
+    # ------------------------------------------------------ session methods
+
+    def on_initialize(self, _params: JsonObject) -> JsonObject:
+        capabilities: JsonObject = {
+            "loadSession": self._resume_mode in ("resume", "load"),
+            "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
+            "mcpCapabilities": {"http": True, "sse": True},
+            "sessionCapabilities": {"close": {}},
+        }
+        if self._resume_mode == "resume":
+            capabilities["sessionCapabilities"]["resume"] = {}
+        return {
+            "protocolVersion": PROTOCOL_VERSION,
+            "agentCapabilities": capabilities,
+            "agentInfo": {"name": AGENT_NAME, "version": AGENT_VERSION},
+            "authMethods": [],
+        }
+
+    def on_session_new(self, params: JsonObject) -> JsonObject:
+        session_id = f"acp-test-{uuid.uuid4().hex}"
+        self._register(session_id, params)
+        return {"sessionId": session_id}
+
+    def on_session_attach(self, params: JsonObject) -> JsonObject:
+        self._register(params["sessionId"], params)
+        return {}
+
+    def on_session_close(self, params: JsonObject) -> JsonObject:
+        self._sessions.pop(params["sessionId"], None)
+        return {}
+
+    def _register(self, session_id: str, params: JsonObject) -> None:
+        self._sessions[session_id] = Session(
+            session_id=session_id,
+            cwd=Path(params["cwd"]),
+            mcp_servers=list(params.get("mcpServers") or []),
+        )
+
+    # --------------------------------------------------------------- prompt
+
+    def start_prompt(self, request_id: RequestId, params: JsonObject) -> None:
+        """Validate a prompt, then run it on a worker thread.
+
+        Runs on the reader thread, so clearing the cancel flag here cannot race
+        with a ``session/cancel`` that follows the prompt on the wire.
+        """
+        session = self._sessions.get(params.get("sessionId", ""))
+        if session is None:
+            self.respond_error(request_id, RESOURCE_NOT_FOUND, "Session not found")
+            return
+        try:
+            directives = [
+                directive
+                for line in prompt_text(params.get("prompt") or []).splitlines()
+                if (directive := Directive.parse(line)) is not None
+            ]
+        except DirectiveError as error:
+            self.respond_error(request_id, INVALID_PARAMS, f"bad acp-test directive: {error}")
+            return
+        session.cancelled.clear()
+        threading.Thread(target=self.run_prompt, args=(request_id, session, directives), daemon=True).start()
+
+    def run_prompt(self, request_id: RequestId, session: Session, directives: list[Directive]) -> None:
+        marks = [Path(d.args) for d in directives if d.verb == "mark"]
+        append_marks(marks, "start")
+        try:
+            if all(d.verb == "mark" for d in directives):
+                self.say(session, "acp-test agent: no directives, nothing to do")
+            for directive in directives:
+                if session.cancelled.is_set():
+                    raise PromptCancelled
+                self.execute(session, directive)
+            if session.cancelled.is_set():
+                raise PromptCancelled
+        except PromptCancelled:
+            self.respond(request_id, {"stopReason": "cancelled"})
+        except PromptFailed as error:
+            self.respond_error(request_id, INTERNAL_ERROR, str(error))
+        except Exception as error:  # report anything else rather than leave the client hanging
+            log(f"prompt failed unexpectedly: {error!r}")
+            self.respond_error(request_id, INTERNAL_ERROR, f"acp-test agent error: {error}")
+        else:
+            self.respond(request_id, {"stopReason": "end_turn"})
+        finally:
+            append_marks(marks, "end")
+
+    def execute(self, session: Session, directive: Directive) -> None:
+        verb, args = directive.verb, directive.args
+        if verb == "say":
+            self.say(session, unescape(args))
+        elif verb == "write":
+            self.write_file(session, *directive.path_and_content())
+        elif verb == "ask":
+            self.ask_and_write(session, *directive.path_and_content())
+        elif verb == "sleep":
+            if session.cancelled.wait(directive.seconds()):
+                raise PromptCancelled
+        elif verb == "fail":
+            raise PromptFailed(unescape(args) or "acp-test failure")
+        elif verb == "crash":
+            exit_now(directive.exit_code(), "crash directive")
+        elif verb == "mcp":
+            names = [str(server.get("name")) for server in session.mcp_servers]
+            self.say(session, f"mcp servers: {', '.join(names) or '(none)'}")
+        # "mark" is handled around the whole prompt in run_prompt.
+
+    def say(self, session: Session, text: str) -> None:
+        self.update(
+            session,
+            {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text + "\n"}},
+        )
+
+    def update(self, session: Session, update: JsonObject) -> None:
+        self.notify("session/update", {"sessionId": session.session_id, "update": update})
+
+    def new_tool_call_id(self, prefix: str) -> str:
+        with self._state_lock:
+            self._next_tool_call += 1
+            return f"{prefix}-{self._next_tool_call}"
+
+    @staticmethod
+    def edit_tool_call(tool_call_id: str, relpath: str, target: Path, content: str) -> JsonObject:
+        """The ACP ToolCall describing a pending write of ``target``."""
+        return {
+            "toolCallId": tool_call_id,
+            "title": f"Write {relpath}",
+            "kind": "edit",
+            "status": "pending",
+            "locations": [{"path": str(target)}],
+            "rawInput": {"path": str(target), "content": content},
+        }
+
+    def perform_edit(self, session: Session, tool_call_id: str, target: Path, content: str) -> None:
+        """Write the file and report the finished tool call with its diff."""
+        old_text = target.read_text() if target.is_file() else None
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(content)
+        except OSError as error:
+            self.update(
+                session,
+                {"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "status": "failed"},
+            )
+            raise PromptFailed(f"cannot write {target}: {error}") from error
+        self.update(
+            session,
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": tool_call_id,
+                "status": "completed",
+                "content": [{"type": "diff", "path": str(target), "oldText": old_text, "newText": content}],
+            },
+        )
+
+    def write_file(self, session: Session, relpath: str, content: str) -> None:
+        target = session.cwd / relpath
+        tool_call = self.edit_tool_call(self.new_tool_call_id("write"), relpath, target, content)
+        tool_call_id = tool_call["toolCallId"]
+        self.update(session, {"sessionUpdate": "tool_call", **tool_call})
+        self.perform_edit(session, tool_call_id, target, content)
+
+    def ask_and_write(self, session: Session, relpath: str, content: str) -> None:
+        target = session.cwd / relpath
+        tool_call = self.edit_tool_call(self.new_tool_call_id("ask"), relpath, target, content)
+        tool_call_id = tool_call["toolCallId"]
+        self.update(session, {"sessionUpdate": "tool_call", **tool_call})
+        answer = self.request(
+            "session/request_permission",
+            {
+                "sessionId": session.session_id,
+                "toolCall": tool_call,
+                "options": [
+                    {"optionId": ALLOW_OPTION_ID, "name": "Allow", "kind": "allow_once"},
+                    {"optionId": REJECT_OPTION_ID, "name": "Reject", "kind": "reject_once"},
+                ],
+            },
+        )
+        outcome = (answer.result or {}).get("outcome") or {}
+        if outcome.get("outcome") == "selected" and outcome.get("optionId") == ALLOW_OPTION_ID:
+            self.perform_edit(session, tool_call_id, target, content)
+            self.say(session, f"permission granted: wrote {relpath}")
+            return
+        self.update(
+            session,
+            {"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "status": "failed"},
+        )
+        if answer.error is not None:
+            log(f"permission request failed: {answer.error!r}")
+        verdict = "denied" if outcome.get("outcome") == "selected" else "cancelled"
+        self.say(session, f"permission {verdict}: {relpath} not written")
+        if session.cancelled.is_set():
+            raise PromptCancelled
+
+
+def append_marks(paths: list[Path], event: str) -> None:
+    for path in paths:
+        with path.open("a") as handle:
+            handle.write(f"{event} {time.time():.6f} {os.getpid()}\n")
+
+
+def exit_now(code: int, reason: str) -> NoReturn:
+    """Leave immediately, skipping interpreter shutdown (threads may be busy)."""
+    log(f"exiting with code {code}: {reason}")
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    os._exit(code)
+
+
+def main() -> None:
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, lambda num, _frame: exit_now(128 + num, signal.Signals(num).name))
+    resume_mode = os.environ.get("ACP_TEST_RESUME", "resume")
+    if resume_mode not in ("resume", "load", "none"):
+        log(f"unknown ACP_TEST_RESUME={resume_mode!r}; using 'resume'")
+        resume_mode = "resume"
+    agent = Agent(os.environ.get("ACP_TEST_RECORD") or None, resume_mode)
+    log("ready")
+    agent.serve()
+    exit_now(0, "stdin closed")
+
+
+if __name__ == "__main__":
+    main()
