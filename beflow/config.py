@@ -8,11 +8,12 @@ level, else the current directory).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from beflow import ACPX_VERSION
 from beflow.errors import ConfigError
@@ -23,6 +24,12 @@ from beflow.validation import read_json5, validate
 CONFIG_NAME = "config.json"
 
 Permissions = Literal["approve-all", "approve-reads", "deny-all"]
+
+# JSON has real numbers and booleans: `"60"` or `true` for a number, `"no"` or `0` for a boolean are mistakes to
+# report, not values to guess at (pydantic's lax mode would take them).
+Seconds = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+Count = Annotated[int, Field(strict=True, gt=0)]
+Flag = Annotated[bool, Field(strict=True)]
 
 
 class Model(BaseModel):
@@ -44,10 +51,17 @@ class LocalTracker(Model):
 
 class GitHubTracker(Model):
     kind: Literal["github"]
-    repo: str = Field(pattern=r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+    repo: str
     labels: list[str] = Field(default_factory=list)
     token_env: str = "GITHUB_TOKEN"
-    pull_requests: bool = True
+    pull_requests: Flag = True
+
+    @field_validator("repo")
+    @classmethod
+    def _owner_slash_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", value):
+            raise ValueError('expected "owner/name"')
+        return value
 
 
 Tracker = Annotated[LocalTracker | GitHubTracker, Field(discriminator="kind")]
@@ -61,7 +75,7 @@ class Worktrees(Model):
 
 class Hook(Model):
     command: str = Field(min_length=1)
-    timeout: PositiveFloat = 60.0
+    timeout: Seconds = 60.0
 
 
 HookSpec = str | Hook
@@ -79,17 +93,17 @@ class Hooks(Model):
 
 
 class AfterRun(Model):
-    commit: bool = True
-    comment: bool = True
-    pull_request: bool = False
+    commit: Flag = True
+    comment: Flag = True
+    pull_request: Flag = False
 
 
 class Watch(Model):
-    interval: PositiveFloat = 30.0
-    concurrency: PositiveInt = 2
-    max_attempts: PositiveInt = 3
-    backoff: PositiveFloat = 10.0
-    backoff_max: PositiveFloat = 300.0
+    interval: Seconds = 30.0
+    concurrency: Count = 2
+    max_attempts: Count = 3
+    backoff: Seconds = 10.0
+    backoff_max: Seconds = 300.0
 
 
 class Attend(Model):
@@ -97,8 +111,8 @@ class Attend(Model):
 
 
 class Mcp(Model):
-    enabled: bool = False
-    self_server: bool = Field(default=False, alias="self")
+    enabled: Flag = False
+    self_server: Flag = Field(default=False, alias="self")
 
 
 class Config(Model):
@@ -107,7 +121,7 @@ class Config(Model):
     agent: str | AgentCommand = "codex"
     acpx: list[str] | None = Field(default=None, min_length=1)
     permissions: Permissions = "approve-all"
-    timeout: PositiveFloat | None = 3600.0
+    timeout: Seconds | None = 3600.0
     tracker: Tracker = Field(default_factory=LocalTracker)
     worktrees: Worktrees = Field(default_factory=Worktrees)
     hooks: Hooks = Field(default_factory=Hooks)
@@ -174,17 +188,18 @@ def find_config(explicit: Path | None = None, cwd: Path | None = None) -> Path |
     cwd = cwd or Path.cwd()
     named = explicit or (Path(os.environ["BEFLOW_CONFIG"]) if os.environ.get("BEFLOW_CONFIG") else None)
     if named is not None:
-        named = (cwd / named.expanduser()).resolve()
+        # Absolute but not resolved: a config.json that is a symlink belongs to the directory of the link.
+        named = Path(os.path.abspath(cwd / named.expanduser()))
         if not named.is_file():
             source = "--config" if explicit else "BEFLOW_CONFIG"
             raise ConfigError(f"{named}: no such config file (named by {source})")
         return named
-    local = cwd / CONFIG_NAME
+    local = Path(os.path.abspath(cwd / CONFIG_NAME))
     if local.is_file():
-        return local.resolve()
+        return local
     top = git_toplevel(cwd)
     if top is not None and (top / CONFIG_NAME).is_file():
-        return (top / CONFIG_NAME).resolve()
+        return top / CONFIG_NAME
     return None
 
 

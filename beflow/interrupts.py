@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import anyio
+import anyio.abc
 
 from beflow.errors import Interrupted
 
@@ -43,8 +44,9 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
         failure: list[BaseException] = []
         async with anyio.create_task_group() as tasks:
 
-            async def listen() -> None:
+            async def listen(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
                 with anyio.open_signal_receiver(*SIGNALS) as received:
+                    task_status.started()
                     async for signum in received:
                         if state.signal_name is None:
                             state.signal_name = signal.Signals(signum).name
@@ -52,7 +54,9 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
                         else:
                             state.forced = True
 
-            tasks.start_soon(listen)
+            # The handlers are in place before the work starts: a signal that came earlier would kill
+            # beflow without its cleanup.
+            await tasks.start(listen)
             with work:
                 try:
                     result.append(await fn())

@@ -11,6 +11,8 @@ from beflow.files import atomic_write
 
 STATE_DIR = ".beflow"
 
+_HASHED = re.compile(r"-[0-9a-f]{8}$")
+
 # Ignores everything beflow keeps in `.beflow/` except the issues of the local tracker, which are the user's to
 # commit. The file ignores itself, so nothing of beflow's ever shows in `git status`.
 _STATE_GITIGNORE = """\
@@ -41,7 +43,8 @@ def slug(text: str, *, max_length: int = 48) -> str:
     cleaned = re.sub(r"\.{2,}", ".", cleaned)
     if cleaned.endswith(".lock"):
         cleaned = cleaned[: -len(".lock")] + "-lock"
-    if cleaned == text:
+    # Kept as is only when it cannot be mistaken for another text's slug (which ends in a hash).
+    if cleaned == text and not _HASHED.search(text):
         return cleaned
     digest = hashlib.sha256(text.encode("utf-8")).hexdigest()[:8]
     return f"{cleaned}-{digest}"

@@ -26,6 +26,12 @@ LineHandler = Callable[[bytes], Awaitable[None] | None]
 #: Seconds between SIGTERM and SIGKILL when a child is stopped.
 DEFAULT_GRACE = 5.0
 
+#: Seconds to wait for a SIGKILLed group to be gone (a process in uninterruptible sleep can take a while).
+KILL_WAIT = 5.0
+
+#: Seconds to keep reading output after the child and its group are gone (pipes held by escaped processes).
+DRAIN = 2.0
+
 
 @dataclass
 class Completed:
@@ -116,6 +122,18 @@ async def stop_group(pgid: int, grace: float = DEFAULT_GRACE, leader: anyio.abc.
                 return
             await anyio.sleep(0.02)
         _signal_group(pgid, signal.SIGKILL)
+        # SIGKILL takes effect asynchronously: wait (briefly) until the group is gone, so that nothing of it
+        # still runs (writes files, holds a worktree) when the caller goes on.
+        with anyio.move_on_after(KILL_WAIT):
+            while _group_alive(pgid):
+                await anyio.sleep(0.01)
+
+
+async def _feed(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
+    # A child that exits without reading all of its input is not an error of ours.
+    with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+        await stream.send(data)
+        await stream.aclose()
 
 
 async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: bytearray, handler: LineHandler | None) -> None:
@@ -179,17 +197,30 @@ async def run(
 
     pgid = process.pid if own_group else None
     out, err = bytearray(), bytearray()
-    timed_out = False
+    exited = False
     try:
         with anyio.move_on_after(math.inf if timeout is None else timeout) as deadline:
             async with anyio.create_task_group() as tasks:
-                if stdin is not None and process.stdin is not None:
-                    await process.stdin.send(stdin)
-                    await process.stdin.aclose()
+                # Output is read while input is written: a child that answers before it has read everything
+                # would otherwise block on a full pipe while we block on its full stdin.
                 tasks.start_soon(_pump, process.stdout, out, on_stdout)
                 tasks.start_soon(_pump, process.stderr, err, on_stderr)
+                if stdin is not None and process.stdin is not None:
+                    tasks.start_soon(_feed, process.stdin, stdin)
                 await process.wait()
-        timed_out = deadline.cancelled_caught
+                exited = True
+                # Whatever the child left running in its group may hold the output pipes open (`daemon &`):
+                # stop it, so that the pumps see the end of the output; a process that escaped the group
+                # (setsid) gets a short while, not forever.
+                if pgid is not None:
+                    await stop_group(pgid, grace, process)
+                tasks.cancel_scope.deadline = min(tasks.cancel_scope.deadline, anyio.current_time() + DRAIN)
+        timed_out = deadline.cancelled_caught and not exited
+    except BaseExceptionGroup as group:
+        # A failing line handler: raise its own exception, not anyio's group around it.
+        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+            raise group.exceptions[0] from None
+        raise
     finally:
         with anyio.CancelScope(shield=True):
             if pgid is not None:

@@ -57,8 +57,23 @@ def read_json5(path: Path) -> tuple[str, Any]:
         ) from None
 
 
+# Strings (kept: keys are strings) and comments (blanked: a commented-out key is not the key).
+_STRINGS_AND_COMMENTS = re.compile(r""""(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|//[^\n]*|/\*.*?\*/""", re.DOTALL)
+
+
+def _without_comments(text: str) -> str:
+    """``text`` with every comment replaced by spaces, so that positions and line numbers stay the same."""
+
+    def blank(match: re.Match[str]) -> str:
+        token = match.group(0)
+        return token if token[0] in "\"'" else re.sub(r"[^\n]", " ", token)
+
+    return _STRINGS_AND_COMMENTS.sub(blank, text)
+
+
 def line_of(text: str, keys: typing.Sequence[str | int]) -> int | None:
     """Best-effort line of a dotted key in JSON5 text: each key is searched after the previous one."""
+    text = _without_comments(text)
     position, found = 0, False
     for key in keys:
         if isinstance(key, int):
@@ -90,10 +105,13 @@ def problems_of(
 ) -> list[Problem]:
     """Turn pydantic's errors into :class:`Problem` rows, one per key (alternatives of a union joined)."""
     grouped: dict[tuple[str | int, ...], list[str]] = {}
+    missing: set[tuple[str | int, ...]] = set()
     for error in exc.errors():
         keys = _data_keys(error, data)
         if error["type"] == "union_tag_invalid":
             keys = (*keys, error["ctx"]["discriminator"].strip("'"))
+        if error["type"] == "missing":
+            missing.add(keys)
         message = _message(error, model, keys)
         messages = grouped.setdefault(keys, [])
         if message not in messages:
@@ -107,7 +125,11 @@ def problems_of(
     for keys, messages in grouped.items():
         full = (*prefix, *keys)
         dotted = ".".join(str(k) for k in full)
-        problems.append(Problem(path, line_of(text, full), dotted, _join(messages)))
+        # A missing key has no line of its own: the object that lacks it does.
+        line = line_of(text, full[:-1] if keys in missing else full)
+        problems.append(Problem(path, line, dotted, _join(messages)))
+    # In the order a person reads the file; problems without a line last.
+    problems.sort(key=lambda p: (p.line is None, p.line or 0))
     return problems
 
 
@@ -143,8 +165,9 @@ def _data_keys(error: Any, data: Any) -> tuple[str | int, ...]:
 
 def _message(error: Any, model: type[pydantic.BaseModel], keys: tuple[str | int, ...]) -> str:
     kind = error["type"]
+    ctx = error.get("ctx") or {}
     if kind == "extra_forbidden":
-        known = _fields_at(model, keys[:-1])
+        known = _fields_at(model, error["loc"][:-1])
         hint = difflib.get_close_matches(str(keys[-1]), known, n=1)
         if hint:
             return f"unknown key (did you mean {hint[0]!r}?)"
@@ -157,6 +180,25 @@ def _message(error: Any, model: type[pydantic.BaseModel], keys: tuple[str | int,
         return f"required key {error['ctx']['discriminator']} is missing"
     if kind in {"model_type", "dict_type", "model_attributes_type"}:
         return f"expected an object (got {error['input']!r})"
+    # pydantic's wording for the constraints config files use, in the "expected ... (got ...)" form.
+    plural = "s" if ctx.get("min_length") != 1 else ""
+    expected = {
+        "string_too_short": f"expected at least {ctx.get('min_length')} character{plural}",
+        "too_short": f"expected at least {ctx.get('min_length')} item{plural}",
+        "string_pattern_mismatch": f"expected text matching {ctx.get('pattern')}",
+        "int_type": "expected a whole number",
+        "int_parsing": "expected a whole number",
+        "int_from_float": "expected a whole number",
+        "float_type": "expected a number",
+        "float_parsing": "expected a number",
+        "finite_number": "expected a finite number",
+        "bool_type": "expected true or false",
+        "bool_parsing": "expected true or false",
+        "greater_than": f"expected a number greater than {_number(ctx.get('gt'))}",
+        "greater_than_equal": f"expected a number of at least {_number(ctx.get('ge'))}",
+    }.get(kind)
+    if expected is not None:
+        return f"{expected} (got {error['input']!r})"
     message = str(error["msg"])
     message = (
         message.replace("Input should be a valid", "expected a")
@@ -166,13 +208,40 @@ def _message(error: Any, model: type[pydantic.BaseModel], keys: tuple[str | int,
     return f"{message} (got {error['input']!r})"
 
 
-def _fields_at(model: Any, keys: tuple[str | int, ...]) -> list[str]:
-    """Field names (by alias) of the model found at ``keys`` below ``model``; empty when it cannot be told."""
+def _number(value: Any) -> str:
+    """``0`` rather than pydantic's ``0.0`` for a float bound."""
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _fields_at(model: Any, loc: tuple[str | int, ...]) -> list[str]:
+    """Field names (by alias) of the model found at pydantic's ``loc`` below ``model``; empty when unknown.
+
+    ``loc`` holds the data's keys and, for unions, the branch pydantic tried (a discriminator's tag or a model's
+    name): that branch's fields are the right suggestions, not those of every alternative.
+    """
     annotations: list[Any] = [model]
-    for key in keys:
-        annotations = [child for annotation in annotations for child in _children(annotation, key)]
+    for part in loc:
+        branches = [b for a in annotations for b in _branches(a)]
+        chosen = [b for b in branches if _is_model(b) and part in (b.__name__, *_tags(b))]
+        if len(branches) > 1 and chosen:
+            annotations = chosen
+            continue
+        children = [child for branch in branches for child in _children(branch, part)]
+        if children:
+            annotations = children
+        # else: a label pydantic adds (a validator's name): the value is still the one at hand
     names = [f.alias or n for a in annotations for m in _branches(a) if _is_model(m) for n, f in m.model_fields.items()]
     return sorted(dict.fromkeys(names))
+
+
+def _tags(model: type[pydantic.BaseModel]) -> list[Any]:
+    """The literal values of a model's fields: a discriminated union labels a branch with one of them."""
+    return [
+        value
+        for field in model.model_fields.values()
+        if typing.get_origin(field.annotation) is typing.Literal
+        for value in typing.get_args(field.annotation)
+    ]
 
 
 def _branches(annotation: Any) -> list[Any]:
@@ -194,8 +263,8 @@ def _children(annotation: Any, key: str | int) -> list[Any]:
     children = []
     for branch in _branches(annotation):
         origin, args = typing.get_origin(branch), typing.get_args(branch)
-        if _is_model(branch) and isinstance(key, str) and key in branch.model_fields:
-            children.append(branch.model_fields[key].annotation)
+        if _is_model(branch) and isinstance(key, str):
+            children.extend(f.annotation for n, f in branch.model_fields.items() if key in (n, f.alias))
         elif origin is dict and len(args) == 2 and isinstance(key, str):
             children.append(args[1])
         elif origin is list and args and isinstance(key, int):

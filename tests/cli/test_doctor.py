@@ -1,0 +1,97 @@
+"""``beflow doctor`` from the command line: one line a check, a fix for anything wrong, exit 1 when something is."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from beflow import ACPX_VERSION
+
+
+def write_config(repo: Path, text: str) -> Path:
+    path = repo / "config.json"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture
+def acpx_on_path(acpx_bin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pinned acpx found on PATH, for configs that do not name one (never a download through npx)."""
+    monkeypatch.setenv("PATH", f"{acpx_bin.parent}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_all_good_exits_0(repo: Path, beflow, acpx_bin: Path) -> None:
+    config = write_config(repo, json.dumps({"acpx": [str(acpx_bin)]}))
+
+    result = beflow("doctor")
+
+    assert result.exit_code == 0, result.stdout
+    lines = result.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines[:4]] == ["✓ git", "✓ node", "✓ acpx", "✓ config"]
+    assert f"✓ acpx: {ACPX_VERSION} via `{acpx_bin}`" in lines
+    assert f"✓ config: {config}" in lines
+    assert "fix:" not in result.stdout
+
+
+def test_no_config_is_a_warning_not_a_failure(repo: Path, beflow, acpx_on_path: None) -> None:
+    result = beflow("doctor")
+
+    assert result.exit_code == 0
+    assert f"! config: no config.json: defaults for {repo}" in result.stdout
+    assert "    fix: Run `beflow init`." in result.stdout
+
+
+def test_a_missing_acpx_exits_1_with_a_fix(repo: Path, beflow) -> None:
+    write_config(repo, '{"acpx": ["/nonexistent/acpx"]}')
+
+    result = beflow("doctor")
+
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    failing = lines.index("✗ acpx: /nonexistent/acpx: command not found")
+    assert lines[failing + 1].startswith("    fix: Check that `/nonexistent/acpx --version` works")
+
+
+def test_a_broken_config_exits_1_and_the_other_checks_still_run(repo: Path, beflow, acpx_on_path: None) -> None:
+    config = write_config(repo, '{\n  "permissions": "all",\n}')
+
+    result = beflow("doctor")
+
+    assert result.exit_code == 1
+    assert result.stdout.startswith("✓ git: ")
+    assert "\n✓ node: " in result.stdout
+    assert "\n✓ acpx: " in result.stdout
+    assert f"✗ config: {config}:2: permissions: expected 'approve-all', 'approve-reads' or 'deny-all'" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_the_config_option_is_checked(repo: Path, beflow, acpx_on_path: None) -> None:
+    result = beflow("--config", "nope.json", "doctor")
+
+    assert result.exit_code == 1
+    assert f"✗ config: {repo / 'nope.json'}: no such config file (named by --config)" in result.stdout
+
+
+def test_json_output(repo: Path, beflow, acpx_bin: Path) -> None:
+    write_config(repo, json.dumps({"acpx": ["/nonexistent/acpx"]}))
+
+    result = beflow("doctor", "--json")
+
+    assert result.exit_code == 1
+    checks = {check["name"]: check for check in json.loads(result.stdout)}
+    assert list(checks)[:4] == ["git", "node", "acpx", "config"]
+    assert set(checks["acpx"]) == {"name", "ok", "detail", "fix", "warning"}
+    assert checks["acpx"]["ok"] is False and checks["acpx"]["fix"]
+    assert checks["git"]["ok"] is True
+
+
+def test_init_then_doctor_is_all_good(repo: Path, beflow, acpx_on_path: None) -> None:
+    assert beflow("init").exit_code == 0
+
+    result = beflow("doctor")
+
+    assert result.exit_code == 0, result.stdout
+    assert f"✓ config: {repo / 'config.json'}" in result.stdout

@@ -1,0 +1,80 @@
+"""``beflow init`` from the command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from beflow.scaffold import example_config
+
+from ..conftest import git
+
+
+def test_init_writes_config_json_at_the_git_top_level(repo: Path, beflow, monkeypatch) -> None:
+    sub = repo / "src"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+
+    result = beflow("init")
+
+    assert result.exit_code == 0, result.stderr
+    assert f"Wrote {repo / 'config.json'}" in result.stdout
+    assert "beflow doctor" in result.stdout
+    assert (repo / "config.json").read_text() == example_config()
+    assert not (sub / "config.json").exists()
+
+
+def test_init_refuses_to_overwrite_without_force(repo: Path, beflow) -> None:
+    config = repo / "config.json"
+    config.write_text("{agent: 'mine'}")
+
+    result = beflow("init")
+
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"error: {config} already exists; nothing was changed",
+        "fix: Pass --force to overwrite it.",
+    ]
+    assert config.read_text() == "{agent: 'mine'}"
+
+
+def test_init_force_overwrites(repo: Path, beflow) -> None:
+    (repo / "config.json").write_text("{agent: 'mine'}")
+
+    result = beflow("init", "--force")
+
+    assert result.exit_code == 0
+    assert f"Overwrote {repo / 'config.json'}" in result.stdout
+    assert (repo / "config.json").read_text() == example_config()
+
+
+def test_init_in_a_named_directory(tmp_path: Path, beflow) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+
+    result = beflow("init", "--dir", str(project))
+
+    assert result.exit_code == 0
+    assert (project / "config.json").is_file()
+    assert (project / ".beflow" / ".gitignore").is_file()
+
+
+def test_beflow_state_never_shows_in_git_status(repo: Path, beflow) -> None:
+    beflow("init")
+    run = repo / ".beflow" / "runs" / "20240101-issue-1"
+    run.mkdir(parents=True)
+    (run / "record.json").write_text("{}")
+    (run / "acpx.log").write_text("log")
+    issues = repo / ".beflow" / "issues"
+    issues.mkdir()
+    (issues / "1-first.md").write_text("# first\n")
+
+    status = git(repo, "status", "--porcelain", "--untracked-files=all").splitlines()
+
+    assert sorted(status) == ["?? .beflow/issues/1-first.md", "?? config.json"]
+
+
+def test_init_has_help_with_an_example(beflow) -> None:
+    result = beflow("init", "--help")
+
+    assert result.exit_code == 0
+    assert "Example:" in result.stdout and "--force" in result.stdout

@@ -1,0 +1,230 @@
+"""The root command: version, help, exit codes and the one top-level error handler."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from beflow import __version__
+from beflow.cli import cli
+from beflow.errors import BeflowError, ConfigError, Interrupted, NotFoundError
+
+
+@pytest.fixture
+def failing_command() -> Iterator[Callable[[BaseException], str]]:
+    """Registers a hidden command that raises the given exception, as a command's core code would."""
+    added: list[str] = []
+
+    def register(exc: BaseException) -> str:
+        @click.command("fail-now", hidden=True)
+        def fail_now() -> None:
+            raise exc
+
+        cli.add_command(fail_now)
+        added.append("fail-now")
+        return "fail-now"
+
+    yield register
+    for name in added:
+        cli.commands.pop(name, None)
+
+
+# --- version and help -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("flag", ["--version", "-V"])
+def test_version(beflow, flag: str) -> None:
+    result = beflow(flag)
+
+    assert (result.exit_code, result.stdout) == (0, f"beflow {__version__}\n")
+
+
+def test_python_dash_m_beflow_works(beflow_process) -> None:
+    process = beflow_process("--version")
+    stdout, _ = process.communicate(timeout=60)
+
+    assert (process.returncode, stdout) == (0, f"beflow {__version__}\n")
+
+
+@pytest.mark.parametrize("flag", ["--help", "-h"])
+def test_help_lists_the_commands_with_an_example(beflow, flag: str) -> None:
+    result = beflow(flag)
+
+    assert result.exit_code == 0
+    assert "Usage: beflow [--config PATH] COMMAND [ARGS]..." in result.stdout
+    assert "--config" in result.stdout
+    assert "  init " in result.stdout and "  doctor " in result.stdout
+    assert "Example:" in result.stdout
+
+
+def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    found = []
+    for name, command in group.commands.items():
+        if command.hidden:
+            continue
+        found.append((*prefix, name))
+        if isinstance(command, click.Group):
+            found.extend(_commands(command, (*prefix, name)))
+    return found
+
+
+@pytest.mark.parametrize("path", _commands(cli), ids=" ".join)
+def test_every_command_has_help_with_an_example(beflow, path: tuple[str, ...]) -> None:
+    result = beflow(*path, "--help")
+
+    assert result.exit_code == 0
+    assert "Example" in result.stdout, f"`beflow {' '.join(path)} --help` has no example"
+
+
+# --- exit codes ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["no-such-command"], ["doctor", "--no-such-option"], ["--config"]])
+def test_bad_usage_exits_2(beflow, args: list[str]) -> None:
+    result = beflow(*args)
+
+    assert result.exit_code == 2
+    assert "Error:" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_no_command_shows_the_usage(beflow) -> None:
+    result = beflow()
+
+    assert result.exit_code == 2
+    assert "Usage: beflow" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (BeflowError("the run failed"), 1),
+        (NotFoundError("no issue 7"), 1),
+        (ConfigError("config.json:3: timeout: expected a number"), 2),
+        (Interrupted("SIGTERM"), 130),
+    ],
+)
+def test_an_expected_error_is_one_message_with_its_exit_code(
+    beflow, failing_command, error: BeflowError, code: int
+) -> None:
+    result = beflow(failing_command(error))
+
+    assert result.exit_code == code
+    assert result.stderr == f"error: {error.message}\n"
+    assert result.stdout == ""
+
+
+def test_an_expected_error_shows_every_line_and_its_fix(beflow, failing_command) -> None:
+    error = ConfigError("c.json:1: agnt: unknown key\nc.json:2: timeout: expected a number", fix="Edit c.json.")
+
+    result = beflow(failing_command(error))
+
+    assert result.stderr.splitlines() == [
+        "error: c.json:1: agnt: unknown key",
+        "c.json:2: timeout: expected a number",
+        "fix: Edit c.json.",
+    ]
+
+
+def test_markup_in_messages_is_printed_as_is(beflow, failing_command) -> None:
+    result = beflow(failing_command(BeflowError("labels [bold] and [/] stay")))
+
+    assert result.stderr == "error: labels [bold] and [/] stay\n"
+
+
+def test_an_unexpected_error_writes_the_traceback_to_a_log(beflow, failing_command, isolated_home: Path) -> None:
+    result = beflow(failing_command(RuntimeError("boom")))
+
+    assert result.exit_code == 1
+    assert "Traceback" not in result.stderr
+    assert "beflow failed unexpectedly: RuntimeError: boom" in result.stderr
+    logs = list((isolated_home / "logs").glob("crash-*.log"))
+    assert len(logs) == 1
+    assert str(logs[0]) in result.stderr
+    text = logs[0].read_text()
+    assert text.startswith("Traceback (most recent call last):")
+    assert "RuntimeError: boom" in text
+    assert logs[0].stat().st_mode & 0o077 == 0  # tracebacks can hold private details
+
+
+def test_two_crashes_keep_two_logs(beflow, failing_command, isolated_home: Path) -> None:
+    command = failing_command(ValueError("again"))
+
+    beflow(command)
+    beflow(command)
+
+    assert len(list((isolated_home / "logs").glob("crash-*.log"))) == 2
+
+
+def test_when_the_log_cannot_be_written_the_traceback_is_printed(
+    beflow, failing_command, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_text("")
+    monkeypatch.setenv("BEFLOW_HOME", str(blocked))
+
+    result = beflow(failing_command(RuntimeError("boom")))
+
+    assert result.exit_code == 1
+    assert "Traceback (most recent call last):" in result.stderr
+    assert "could not write the log" in result.stderr
+
+
+def test_ctrl_c_exits_130(beflow, failing_command) -> None:
+    result = beflow(failing_command(KeyboardInterrupt()))
+
+    assert result.exit_code == 130
+    assert result.stderr.strip() == "interrupted"
+
+
+def test_ctrl_c_in_a_real_process_stops_its_children_and_exits_130(repo: Path, tmp_path: Path, beflow_process) -> None:
+    # doctor probes acpx; this one hangs with a child of its own, so the probe is still running at the Ctrl-C.
+    pids = tmp_path / "pids"
+    acpx = tmp_path / "slow-acpx"
+    acpx.write_text(f"#!/bin/sh\nsleep 60 &\necho $$ $! > {pids}.tmp && mv {pids}.tmp {pids}\nwait\n")
+    acpx.chmod(0o755)
+    (repo / "config.json").write_text(json.dumps({"acpx": [str(acpx)]}))
+    process = beflow_process("doctor", cwd=repo)
+    deadline = time.monotonic() + 60
+    while not pids.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 130
+    assert "interrupted" in stderr
+    assert "Traceback" not in stderr
+    for pid in map(int, pids.read_text().split()):
+        assert not _alive(pid), f"{pid} was left running"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+def test_an_unexpected_error_in_a_real_process_prints_no_traceback(isolated_home: Path) -> None:
+    process = subprocess.run(
+        [sys.executable, "-c", "from beflow.cli.common import guarded; guarded(lambda: 1 / 0)"],
+        capture_output=True,
+        text=True,
+    )
+
+    assert process.returncode == 1
+    assert "ZeroDivisionError: division by zero" in process.stderr
+    assert "Traceback" not in process.stderr
+    assert len(list((isolated_home / "logs").glob("crash-*.log"))) == 1

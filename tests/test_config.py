@@ -1,0 +1,296 @@
+"""config.json: discovery, the project directory, the defaults of DESIGN §2 and the documented example."""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+import pydantic
+import pytest
+
+from beflow import ACPX_VERSION
+from beflow.config import (
+    AfterRun,
+    Config,
+    GitHubTracker,
+    Hook,
+    LocalTracker,
+    Mcp,
+    Watch,
+    Worktrees,
+    find_config,
+    load_config_file,
+    load_project,
+)
+from beflow.errors import ConfigError
+from beflow.paths import beflow_home
+
+from .conftest import REPO_ROOT
+
+EXAMPLE = REPO_ROOT / "config.example.json"
+TEMPLATE = REPO_ROOT / "beflow" / "templates" / "config.example.json"
+
+
+def write_config(directory: Path, agent: str, name: str = "config.json") -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(f'{{"agent": "{agent}"}}\n')
+    return path
+
+
+# --- discovery -------------------------------------------------------------------------------------------------
+
+
+def test_the_config_option_comes_first(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    named = write_config(tmp_path / "elsewhere", "named")
+    monkeypatch.setenv("BEFLOW_CONFIG", str(write_config(tmp_path / "env", "env")))
+    write_config(repo, "local")
+
+    project = load_project(named)
+
+    assert project.config.agent == "named"
+    assert project.config_path == named
+    assert project.directory == named.parent
+
+
+def test_beflow_config_comes_before_the_current_directory(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from_env = write_config(tmp_path / "env", "env")
+    monkeypatch.setenv("BEFLOW_CONFIG", str(from_env))
+    write_config(repo, "local")
+
+    project = load_project()
+
+    assert project.config.agent == "env"
+    assert project.directory == from_env.parent
+
+
+def test_a_relative_beflow_config_is_relative_to_the_current_directory(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(repo / "conf", "relative", name="beflow.json")
+    monkeypatch.setenv("BEFLOW_CONFIG", "conf/beflow.json")
+
+    assert load_project().config.agent == "relative"
+
+
+def test_the_current_directory_comes_before_the_git_top_level(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(repo, "top")
+    sub = repo / "packages" / "app"
+    write_config(sub, "sub")
+    monkeypatch.chdir(sub)
+
+    project = load_project()
+
+    assert project.config.agent == "sub"
+    assert project.directory == sub
+
+
+def test_the_git_top_level_is_found_from_a_subdirectory(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write_config(repo, "top")
+    sub = repo / "src" / "deep"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+
+    project = load_project()
+
+    assert project.config.agent == "top"
+    assert project.config_path == repo / "config.json"
+    assert project.directory == repo
+    assert project.state_dir == repo / ".beflow"
+
+
+def test_no_file_means_defaults_and_the_git_top_level(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sub = repo / "src"
+    sub.mkdir()
+    monkeypatch.chdir(sub)
+
+    project = load_project()
+
+    assert project.config_path is None
+    assert project.config == Config()
+    assert project.directory == repo
+
+
+def test_outside_git_without_a_file_the_project_is_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    monkeypatch.chdir(plain)
+
+    assert find_config() is None
+    assert load_project().directory == plain
+
+
+def test_a_symlinked_config_belongs_to_the_directory_of_the_link(repo: Path, tmp_path: Path) -> None:
+    shared = write_config(tmp_path / "dotfiles", "shared", name="beflow.json")
+    (repo / "config.json").symlink_to(shared)
+
+    project = load_project()
+
+    assert project.config.agent == "shared"
+    assert project.directory == repo
+    assert load_project(EXAMPLE).directory == REPO_ROOT
+
+
+@pytest.mark.parametrize("source", ["--config", "BEFLOW_CONFIG"])
+def test_a_named_file_must_exist(repo: Path, monkeypatch: pytest.MonkeyPatch, source: str) -> None:
+    write_config(repo, "local")  # not a fallback for a file the user named
+    missing = repo / "nope.json"
+    if source == "BEFLOW_CONFIG":
+        monkeypatch.setenv("BEFLOW_CONFIG", str(missing))
+
+    with pytest.raises(ConfigError) as caught:
+        load_project(missing if source == "--config" else None)
+
+    assert str(missing) in caught.value.message
+    assert source in caught.value.message
+    assert caught.value.exit_code == 2
+
+
+def test_json5_comments_and_trailing_commas_are_fine(repo: Path) -> None:
+    (repo / "config.json").write_text(
+        """
+        // the agent
+        {
+          agent: 'claude',  /* unquoted keys, single quotes */
+          watch: { interval: 5, },
+        }
+        """
+    )
+
+    config = load_project().config
+
+    assert config.agent == "claude"
+    assert config.watch.interval == 5
+
+
+# --- defaults ----------------------------------------------------------------------------------------------------
+
+
+def test_defaults_are_those_of_the_design() -> None:
+    config = Config()
+
+    assert config.agent == "codex"
+    assert config.acpx is None
+    assert config.permissions == "approve-all"
+    assert config.timeout == 3600
+    assert config.tracker == LocalTracker(kind="local", dir=".beflow/issues")
+    assert config.worktrees == Worktrees(dir=None, base="HEAD", include=[])
+    assert all(config.hooks.get(name) is None for name in ("after_create", "before_run", "after_run", "before_remove"))
+    assert config.after_run == AfterRun(commit=True, comment=True, pull_request=False)
+    assert config.prompt is None
+    assert config.watch == Watch(interval=30, concurrency=2, max_attempts=3, backoff=10, backoff_max=300)
+    assert config.open == {}
+    assert config.mcp == Mcp(enabled=False, self_server=False)
+    assert config.model_dump(by_alias=True)["mcp"] == {"enabled": False, "self": False}
+
+
+def test_acpx_is_the_one_on_path_else_the_pinned_one_through_npx(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert Config().acpx_argv() == ["npx", "-y", f"acpx@{ACPX_VERSION}"]
+
+    fake = bin_dir / "acpx"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    assert Config().acpx_argv() == ["acpx"]
+
+    assert Config(acpx=["node", "/opt/acpx.js"]).acpx_argv() == ["node", "/opt/acpx.js"]
+
+
+def test_worktrees_live_under_beflow_home_by_default(repo: Path) -> None:
+    worktrees = load_project().worktrees_dir
+
+    assert worktrees.is_relative_to(beflow_home() / "worktrees")
+    assert not worktrees.is_relative_to(repo)
+
+
+def test_a_tracker_without_kind_is_the_local_one(repo: Path) -> None:
+    (repo / "config.json").write_text('{"tracker": {"dir": "issues"}}')
+
+    project = load_project()
+
+    assert project.config.tracker == LocalTracker(dir="issues")
+    assert project.tracker_dir == repo / "issues"
+
+
+def test_a_github_tracker_and_union_values_load(repo: Path) -> None:
+    (repo / "config.json").write_text(
+        """{
+          "agent": {"command": "python agent.py"},
+          "tracker": {"kind": "github", "repo": "octo/hello", "labels": ["beflow"]},
+          "hooks": {"after_create": "npm ci", "after_run": {"command": "make lint", "timeout": 5}},
+          "timeout": null,
+        }"""
+    )
+
+    config = load_project().config
+
+    assert config.agent_label() == "python agent.py"
+    assert config.tracker == GitHubTracker(kind="github", repo="octo/hello", labels=["beflow"])
+    assert config.hooks.get("after_create") == Hook(command="npm ci", timeout=60)
+    assert config.hooks.get("after_run") == Hook(command="make lint", timeout=5)
+    assert config.timeout is None
+
+
+# --- the example --------------------------------------------------------------------------------------------------
+
+
+def test_the_example_at_the_repository_root_is_the_packaged_template() -> None:
+    assert EXAMPLE.is_symlink()
+    assert EXAMPLE.resolve() == TEMPLATE.resolve()
+
+
+def test_the_example_loads_and_holds_the_defaults() -> None:
+    assert load_config_file(EXAMPLE) == Config()
+
+
+def _keys(model: type[pydantic.BaseModel]) -> set[str]:
+    """Every key a config file can hold, through nested models and unions of models."""
+    keys: set[str] = set()
+    for name, field in model.model_fields.items():
+        keys.add(field.alias or name)
+        pending = [field.annotation]
+        while pending:
+            annotation = pending.pop()
+            if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+                keys |= _keys(annotation)
+            else:
+                pending.extend(typing.get_args(annotation))
+    return keys
+
+
+def test_the_example_documents_every_key() -> None:
+    text = EXAMPLE.read_text()
+    keys = _keys(Config)
+    assert {"agent", "command", "repo", "token_env", "pull_requests", "self", "backoff_max"} <= keys
+
+    undocumented = sorted(key for key in keys if f'"{key}"' not in text)
+
+    assert not undocumented, f"config.example.json does not mention {undocumented}"
+
+
+def test_the_docs_document_every_key() -> None:
+    text = (REPO_ROOT / "docs" / "config.md").read_text()
+
+    undocumented = sorted(key for key in _keys(Config) if f"`{key}`" not in text)
+
+    assert not undocumented, f"docs/config.md does not mention {undocumented}"
+
+
+def test_every_example_in_the_docs_is_a_valid_config(tmp_path: Path) -> None:
+    text = (REPO_ROOT / "docs" / "config.md").read_text()
+    examples = re.findall(r"```json5\n(.*?)```", text, flags=re.DOTALL)
+    assert len(examples) > 10
+
+    for index, example in enumerate(examples):
+        path = tmp_path / f"example-{index}.json"
+        path.write_text(example)
+        load_config_file(path)  # raises, naming the example's line, if it is not valid

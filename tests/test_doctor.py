@@ -1,0 +1,130 @@
+"""The checks of ``beflow doctor``: each one line, with a fix for anything wrong."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from beflow import ACPX_VERSION
+from beflow.config import Config
+from beflow.doctor import check_acpx, check_config, check_git, check_node, run_checks
+
+
+def fake_tool(bin_dir: Path, name: str, script: str) -> Path:
+    bin_dir.mkdir(exist_ok=True)
+    path = bin_dir / name
+    path.write_text(f"#!/bin/sh\n{script}\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def only_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A PATH with git (and sh) but no node, npm or npx."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("git", "sh"):
+        found = shutil.which(tool)
+        assert found
+        (bin_dir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    return bin_dir
+
+
+def test_git_and_node_are_found_with_their_versions() -> None:
+    git, node = check_git(), check_node()
+
+    assert git.ok and git.detail[0].isdigit()
+    assert node.ok and int(node.detail.split(".")[0]) >= 20
+
+
+def test_a_missing_node_fails_with_a_fix(only_git: Path) -> None:
+    node = check_node()
+
+    assert not node.ok
+    assert "node: command not found" in node.detail
+    assert node.fix and "Node.js 20" in node.fix
+
+
+def test_an_old_node_fails_with_a_fix(only_git: Path) -> None:
+    fake_tool(only_git, "node", "echo v18.19.0")
+
+    node = check_node()
+
+    assert (node.ok, node.detail) == (False, "18.19.0 is too old")
+    assert node.fix == "Install Node.js 20 or newer."
+
+
+def test_the_configured_acpx_is_probed(acpx_bin: Path) -> None:
+    acpx = check_acpx(Config(acpx=[str(acpx_bin)]))
+
+    assert acpx.ok and not acpx.warning
+    assert acpx.detail == f"{ACPX_VERSION} via `{acpx_bin}`"
+
+
+def test_another_acpx_release_is_a_warning_with_the_pinned_one_as_fix(tmp_path: Path) -> None:
+    other = fake_tool(tmp_path / "bin", "acpx", "echo 0.18.0")
+
+    acpx = check_acpx(Config(acpx=[str(other)]))
+
+    assert acpx.ok and acpx.warning
+    assert f"beflow is tested with {ACPX_VERSION}" in acpx.detail
+    assert acpx.fix and f"acpx@{ACPX_VERSION}" in acpx.fix
+
+
+def test_a_missing_acpx_fails_with_a_fix() -> None:
+    acpx = check_acpx(Config(acpx=["/nonexistent/acpx"]))
+
+    assert not acpx.ok
+    assert acpx.detail == "/nonexistent/acpx: command not found"
+    assert acpx.fix and "set `acpx` in config.json" in acpx.fix
+
+
+def test_an_acpx_that_fails_shows_its_output(tmp_path: Path) -> None:
+    broken = fake_tool(tmp_path / "bin", "acpx", "echo 'Error: cannot find module' >&2; exit 1")
+
+    acpx = check_acpx(Config(acpx=[str(broken)]))
+
+    assert not acpx.ok
+    assert "exit 1" in acpx.detail and "cannot find module" in acpx.detail
+
+
+def test_without_acpx_and_npx_the_fix_says_how_to_get_it(only_git: Path) -> None:
+    acpx = check_acpx(Config())
+
+    assert not acpx.ok
+    assert "npx" in acpx.detail
+    assert acpx.fix and f"npm install -g acpx@{ACPX_VERSION}" in acpx.fix
+
+
+def test_no_config_file_is_fine_but_worth_a_look(repo: Path) -> None:
+    config, project = check_config(None)
+
+    assert config.ok and config.warning
+    assert config.fix == "Run `beflow init`."
+    assert project is not None and project.directory == repo
+
+
+def test_a_broken_config_fails_with_its_message(repo: Path) -> None:
+    (repo / "config.json").write_text('{"agnt": "codex"}')
+
+    config, project = check_config(None)
+
+    assert not config.ok and project is None
+    assert f"{repo / 'config.json'}:1: agnt: unknown key (did you mean 'agent'?)" in config.detail
+
+
+def test_a_broken_config_still_lets_the_tool_checks_run(
+    repo: Path, acpx_bin: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (repo / "config.json").write_text("{ nope")
+    # The defaults then apply: acpx from PATH (never a download through npx in a test).
+    monkeypatch.setenv("PATH", f"{acpx_bin.parent}{os.pathsep}{os.environ['PATH']}")
+
+    checks = run_checks()
+
+    assert [c.name for c in checks][:4] == ["git", "node", "acpx", "config"]
+    assert [c.ok for c in checks][:4] == [True, True, True, False]

@@ -1,0 +1,215 @@
+"""The one subprocess helper: output, exit codes, timeouts and cancellation that stop the whole process group."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import textwrap
+from pathlib import Path
+
+import anyio
+import pytest
+
+from beflow import proc
+from beflow.errors import ToolMissingError
+
+#: Short grace periods keep these tests fast; the behaviour is the same with the default.
+GRACE = 0.3
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+def alive(pid: int) -> bool:
+    """Running, as opposed to gone or a zombie nobody reaped (which cannot run any more)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] != "Z"
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def spawner(pid_file: Path, *, ignore_term: bool) -> list[str]:
+    """A child that starts a grandchild (`sleep`), writes both pids, says "ready" and waits."""
+    return python(
+        f"""
+        import os, signal, subprocess, time
+        if {ignore_term}:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)  # inherited by the grandchild too
+        grandchild = subprocess.Popen(["sleep", "60"])
+        open({str(pid_file)!r}, "w").write(f"{{os.getpid()}} {{grandchild.pid}}")
+        print("ready", flush=True)
+        time.sleep(60)
+        """
+    )
+
+
+def pids_of(pid_file: Path) -> list[int]:
+    """The child's and the grandchild's pid."""
+    return [int(pid) for pid in pid_file.read_text().split()]
+
+
+@pytest.mark.anyio
+async def test_output_is_captured_separately() -> None:
+    result = await proc.run(["sh", "-c", "echo out; echo err >&2; exit 0"])
+
+    assert (result.stdout, result.stderr) == (b"out\n", b"err\n")
+    assert result.ok
+    assert result.describe() == "exit 0"
+
+
+@pytest.mark.anyio
+async def test_input_is_passed_on_stdin() -> None:
+    result = await proc.run(["cat"], stdin=b"hello\n")
+
+    assert result.stdout == b"hello\n"
+
+
+@pytest.mark.anyio
+async def test_input_and_output_larger_than_a_pipe_do_not_deadlock() -> None:
+    data = b"x" * 1_000_000  # the child writes back before it has read everything
+
+    result = await proc.run(["cat"], stdin=data, timeout=30)
+
+    assert result.stdout == data
+    assert not result.timed_out
+
+
+@pytest.mark.anyio
+async def test_input_the_child_does_not_read_is_not_an_error() -> None:
+    result = await proc.run(["true"], stdin=b"x" * 1_000_000)
+
+    assert result.ok
+
+
+@pytest.mark.anyio
+async def test_lines_are_streamed_as_they_arrive() -> None:
+    out_lines: list[bytes] = []
+    err_lines: list[bytes] = []
+
+    async def on_stderr(line: bytes) -> None:  # async handlers are awaited
+        err_lines.append(line)
+
+    result = await proc.run(
+        ["sh", "-c", "printf 'one\\ntwo\\n'; echo problem >&2; printf 'no newline'"],
+        on_stdout=out_lines.append,
+        on_stderr=on_stderr,
+    )
+
+    assert out_lines == [b"one", b"two", b"no newline"]
+    assert err_lines == [b"problem"]
+    assert result.stdout == b"one\ntwo\nno newline"  # streamed output is captured too
+
+
+@pytest.mark.anyio
+async def test_a_failing_line_handler_raises_its_own_exception() -> None:
+    def reject(line: bytes) -> None:
+        raise ValueError(f"bad line {line!r}")
+
+    with pytest.raises(ValueError, match="bad line"):
+        await proc.run(["echo", "hi"], on_stdout=reject)
+
+
+@pytest.mark.parametrize("code", [1, 3, 127])
+@pytest.mark.anyio
+async def test_exit_codes_are_reported(code: int) -> None:
+    result = await proc.run(["sh", "-c", f"exit {code}"])
+
+    assert result.returncode == code
+    assert not result.ok
+    assert result.describe() == f"exit {code}"
+
+
+@pytest.mark.anyio
+async def test_a_death_by_signal_is_described() -> None:
+    result = await proc.run(["sh", "-c", "kill -9 $$"])
+
+    assert result.returncode == -signal.SIGKILL
+    assert result.describe() == "killed by SIGKILL"
+
+
+@pytest.mark.anyio
+async def test_the_working_directory_and_extra_environment_are_used(tmp_path: Path) -> None:
+    result = await proc.run(["sh", "-c", 'pwd; echo "$GREETING"'], cwd=tmp_path, env={"GREETING": "hi"})
+
+    assert result.stdout.decode().splitlines() == [str(tmp_path), "hi"]
+
+
+@pytest.mark.anyio
+async def test_a_missing_program_is_a_tool_missing_error() -> None:
+    with pytest.raises(ToolMissingError, match="no-such-program-xyz: command not found"):
+        await proc.run(["no-such-program-xyz", "--version"])
+
+
+@pytest.mark.anyio
+async def test_a_file_that_is_not_executable_is_a_tool_missing_error(tmp_path: Path) -> None:
+    script = tmp_path / "script"
+    script.write_text("#!/bin/sh\n")
+
+    with pytest.raises(ToolMissingError, match="not executable"):
+        await proc.run([str(script)])
+
+
+@pytest.mark.anyio
+async def test_a_timeout_is_reported_and_stops_the_whole_group(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+
+    result = await proc.run(spawner(pids, ignore_term=False), timeout=2, grace=GRACE)
+
+    assert result.timed_out
+    assert not result.ok
+    assert result.describe() == "timed out"
+    assert result.stdout == b"ready\n"  # what came before the timeout is kept
+    assert result.returncode == -signal.SIGTERM
+    assert not any(alive(pid) for pid in pids_of(pids))
+
+
+@pytest.mark.anyio
+async def test_a_group_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+
+    result = await proc.run(spawner(pids, ignore_term=True), timeout=2, grace=GRACE)
+
+    assert result.timed_out
+    assert result.returncode == -signal.SIGKILL
+    assert not any(alive(pid) for pid in pids_of(pids))
+
+
+@pytest.mark.anyio
+async def test_cancellation_stops_the_whole_group_and_propagates(tmp_path: Path) -> None:
+    pids = tmp_path / "pids"
+    started: list[int] = []
+
+    with anyio.CancelScope() as scope:
+
+        def on_stdout(line: bytes) -> None:
+            if line == b"ready":
+                scope.cancel()  # as an interrupt or a caller's deadline would
+
+        await proc.run(spawner(pids, ignore_term=True), on_stdout=on_stdout, grace=GRACE)
+        started.append(1)  # never reached: the cancellation propagates out of run()
+
+    assert scope.cancelled_caught
+    assert not started
+    assert not any(alive(pid) for pid in pids_of(pids))
+
+
+@pytest.mark.anyio
+async def test_what_a_child_leaves_running_is_stopped_when_it_exits(tmp_path: Path) -> None:
+    # `sleep &` keeps the output pipe open: without stopping it, run() would wait for it.
+    result = await proc.run(["sh", "-c", "sleep 60 & echo $!"], timeout=30, grace=GRACE)
+
+    assert result.ok
+    assert not alive(int(result.stdout))
+
+
+def test_run_sync_runs_from_synchronous_code() -> None:
+    result = proc.run_sync(["echo", "sync"])
+
+    assert result.stdout == b"sync\n"

@@ -1,0 +1,219 @@
+"""Every kind of config mistake: one message naming the file, the line, the dotted key and what was expected."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from beflow.cli import cli
+from beflow.cli.common import App, out, pass_app
+from beflow.config import load_config_file
+from beflow.errors import ConfigError
+from beflow.validation import line_of
+
+
+def problem(tmp_path: Path, text: str) -> str:
+    """The message loading ``text`` as config.json gives (it must fail)."""
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config_file(path)
+    assert caught.value.exit_code == 2
+    return caught.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # JSON5 syntax: the line of the mistake
+        ('{\n  "agent": "codex",\n  "timeout": 5 5\n}', ':3: invalid JSON5: Unexpected "5"'),
+        ("{\n  agent: 'codex'\n  timeout: 5\n}", ":3: invalid JSON5"),
+        # unknown keys, with a did-you-mean, at every depth
+        ('{\n  "agnt": "codex"\n}', ":2: agnt: unknown key (did you mean 'agent'?)"),
+        ('{\n  "watch": {\n    "intervl": 5\n  }\n}', ":3: watch.intervl: unknown key (did you mean 'interval'?)"),
+        ('{"mcp": {"slf": true}}', ":1: mcp.slf: unknown key (did you mean 'self'?)"),
+        ('{"hooks": {"x": "y"}}', "hooks.x: unknown key (expected one of: after_create, after_run, before_remove"),
+        # wrong types: JSON's own types, no guessing
+        ('{"timeout": "60"}', "timeout: expected a number (got '60')"),
+        ('{"timeout": true}', "timeout: expected a number (got True)"),
+        ('{"watch": {"concurrency": 1.5}}', "watch.concurrency: expected a whole number (got 1.5)"),
+        ('{"after_run": {"commit": "no"}}', "after_run.commit: expected true or false (got 'no')"),
+        ('{"acpx": "acpx"}', "acpx: expected a list (got 'acpx')"),
+        ('{"acpx": ["acpx", 5]}', "acpx.1: expected a string (got 5)"),
+        ('{"acpx": []}', "acpx: expected at least 1 item (got [])"),
+        ('{"open": {"claude": ["claude", 1]}}', "open.claude.1: expected a string (got 1)"),
+        ('{"worktrees": "dir"}', "worktrees: expected an object (got 'dir')"),
+        # constraints
+        ('{"timeout": 0}', "timeout: expected a number greater than 0 (got 0)"),
+        ('{"watch": {"interval": 1e999}}', "watch.interval: expected a finite number (got inf)"),
+        # enums
+        ('{"permissions": "yes"}', "permissions: expected 'approve-all', 'approve-reads' or 'deny-all' (got 'yes')"),
+        ('{"attend": {"permissions": "all"}}', "attend.permissions: expected 'approve-all', 'approve-reads' or"),
+        # unions: a string or an object
+        ('{"agent": 5}', "agent: expected a string or an object (got 5)"),
+        ('{"agent": {"cmd": "x"}}', "agent.cmd: unknown key (did you mean 'command'?)"),
+        ('{"agent": {"command": ""}}', "agent.command: expected at least 1 character (got '')"),
+        ('{"hooks": {"after_create": 5}}', "hooks.after_create: expected a string or an object (got 5)"),
+        (
+            '{"hooks": {"before_run": {"command": "x", "timeot": 3}}}',
+            "hooks.before_run.timeot: unknown key (did you mean",
+        ),
+        (
+            '{"hooks": {"after_run": {"command": "x", "timeout": -1}}}',
+            "hooks.after_run.timeout: expected a number greater",
+        ),
+        ('{"hooks": {"after_run": {"timeout": 1}}}', "hooks.after_run.command: required key is missing"),
+        # the tracker: its kind decides which keys exist
+        ('{"tracker": {"kind": "gitlab"}}', "tracker.kind: expected 'local' or 'github' (got 'gitlab')"),
+        ('{"tracker": {"kind": "github"}}', "tracker.repo: required key is missing"),
+        ('{"tracker": {"kind": "github", "repo": "octo"}}', "tracker.repo: expected \"owner/name\" (got 'octo')"),
+        ('{"tracker": {"kind": "local", "repo": "a/b"}}', "tracker.repo: unknown key (expected one of: dir, kind)"),
+        ('{"tracker": {"kind": "github", "repo": "a/b", "labels": "x"}}', "tracker.labels: expected a list (got 'x')"),
+        # the top level
+        ('["agent"]', "expected a JSON object at the top level, got list"),
+    ],
+)
+def test_each_mistake_names_file_line_key_and_expectation(tmp_path: Path, text: str, expected: str) -> None:
+    message = problem(tmp_path, text)
+
+    assert message.startswith(str(tmp_path / "config.json"))
+    assert expected in message
+
+
+def test_every_problem_is_reported_at_once_in_file_order(tmp_path: Path) -> None:
+    message = problem(
+        tmp_path,
+        """{
+          "watch": {"interval": -1},
+          "agnt": "codex",
+          "permissions": "yes",
+        }""",
+    )
+
+    lines = message.splitlines()
+    assert [line.split(": ")[1] for line in lines] == ["watch.interval", "agnt", "permissions"]
+    assert [line.split(": ")[0].rsplit(":", 1)[1] for line in lines] == ["2", "3", "4"]
+
+
+def test_a_commented_out_key_is_not_the_line_of_the_mistake(tmp_path: Path) -> None:
+    message = problem(
+        tmp_path,
+        """{
+          // "timeout": 60,
+          /* "timeout": 90, */
+          "timeout": "soon",
+        }""",
+    )
+
+    assert ":4: timeout:" in message
+
+
+def test_a_missing_key_points_at_the_object_that_lacks_it(tmp_path: Path) -> None:
+    message = problem(tmp_path, '{\n  // "repo": "octo/hello"\n  "tracker": {\n    "kind": "github"\n  }\n}')
+
+    assert ":3: tracker.repo: required key is missing" in message
+
+
+def test_line_of_follows_the_dotted_key() -> None:
+    text = '{\n  "a": {\n    "x": 1\n  },\n  "b": {\n    x: 2\n  }\n}'
+
+    assert line_of(text, ["b", "x"]) == 6
+    assert line_of(text, ["a", "x"]) == 3
+    assert line_of(text, ["nowhere"]) is None
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_bytes(b'{"agent": "\xff"}')
+
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_config_file(path)
+
+
+# --- through the command line: exit 2, nothing changed ------------------------------------------------------------
+
+
+@pytest.fixture
+def command_loading_config() -> Iterator[str]:
+    """A command that loads the project, as every command using the config does."""
+
+    @click.command("show-agent", hidden=True)
+    @pass_app
+    def show_agent(app: App) -> None:
+        out.print(app.project().config.agent_label())
+
+    cli.add_command(show_agent)
+    yield "show-agent"
+    del cli.commands["show-agent"]
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{\n  "agent": "codex",,\n}', ":2: invalid JSON5"),
+        ('{\n  "agnt": "codex"\n}', ":2: agnt: unknown key (did you mean 'agent'?)"),
+        ('{\n  "timeout": "1h"\n}', ":2: timeout: expected a number (got '1h')"),
+        ('{\n  "tracker": {"kind": "jira"}\n}', ":2: tracker.kind: expected 'local' or 'github' (got 'jira')"),
+    ],
+)
+def test_a_bad_config_exits_2_with_one_message_and_changes_nothing(
+    repo: Path, beflow, command_loading_config: str, text: str, expected: str
+) -> None:
+    config = repo / "config.json"
+    config.write_text(text)
+    before = snapshot(repo)
+
+    result = beflow("--config", str(config), command_loading_config)
+
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ")
+    assert f"{config}{expected}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == ""
+    assert snapshot(repo) == before
+
+
+def test_a_named_config_that_does_not_exist_exits_2(repo: Path, beflow, command_loading_config: str) -> None:
+    result = beflow("--config", "missing.json", command_loading_config)
+
+    assert result.exit_code == 2
+    assert f"{repo / 'missing.json'}: no such config file (named by --config)" in result.stderr
+    assert not (repo / ".beflow").exists()
+
+
+def test_beflow_config_naming_a_missing_file_exits_2(
+    repo: Path, beflow, command_loading_config: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BEFLOW_CONFIG", str(repo / "gone.json"))
+
+    result = beflow(command_loading_config)
+
+    assert result.exit_code == 2
+    assert "no such config file (named by BEFLOW_CONFIG)" in result.stderr
+
+
+def test_a_good_config_is_used(repo: Path, beflow, command_loading_config: str) -> None:
+    (repo / "config.json").write_text('{agent: "claude"}')
+
+    result = beflow(command_loading_config)
+
+    assert (result.exit_code, result.stdout.strip()) == (0, "claude")
+
+
+def test_a_real_command_refuses_a_bad_config_and_changes_nothing(repo: Path, beflow) -> None:
+    config = repo / "config.json"
+    config.write_text('{\n  "tracker": {"kind": "github", "repo": "octo"},\n}')
+    before = snapshot(repo)
+
+    result = beflow("issues", "list")
+
+    assert result.exit_code == 2
+    assert f"error: {config}:2: tracker.repo: expected \"owner/name\" (got 'octo')" in result.stderr
+    assert snapshot(repo) == before
