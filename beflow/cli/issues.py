@@ -1,0 +1,270 @@
+"""``beflow issues list|show|new|comment|close|reopen|set-status``: parse, call the issue operations, render."""
+
+from __future__ import annotations
+
+import getpass
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+import git
+from rich import box
+from rich.markup import escape
+from rich.table import Table
+
+import beflow.issues  # noqa: F401 - registers the issue operations
+from beflow.cli.common import App, emit_json, err, out, pass_app
+from beflow.config import Project
+from beflow.errors import UsageError
+from beflow.issues import Commented, IssueView, StatusChange
+from beflow.operations import Context
+from beflow.operations import get as operation
+from beflow.trackers.base import Issue, Listing, Status, format_time
+
+STATUS_STYLE = {
+    Status.OPEN: "white",
+    Status.READY: "green",
+    Status.IN_PROGRESS: "cyan",
+    Status.REVIEW: "magenta",
+    Status.DONE: "blue",
+    Status.FAILED: "red",
+    Status.CLOSED: "dim",
+}
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+
+
+def author(project: Project) -> str:
+    """Who is typing: git's ``user.name``, else the login name."""
+    try:
+        name = git.Git(str(project.directory)).config("--get", "user.name").strip()
+    except (git.GitCommandError, git.GitCommandNotFound, OSError):
+        name = ""
+    if name:
+        return name
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "user"
+
+
+def call(app: App, name: str, *, actor: str | None = None, **arguments: Any) -> Any:
+    """Run operation ``name`` through the registry, as the CLI's user."""
+    project = app.project()
+    context = Context(project=project, actor=actor or author(project))
+    return operation(name).call(context, {k: v for k, v in arguments.items() if v is not None})
+
+
+def shown_path(path: Path | None) -> str:
+    """A path relative to the current directory when it is below it (what a person would type)."""
+    if path is None:
+        return ""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def short_time(value: Any) -> str:
+    return format_time(value).replace("T", " ")[:16]
+
+
+def styled(status: Status) -> str:
+    return f"[{STATUS_STYLE[status]}]{status.value}[/]"
+
+
+@click.group("issues", epilog='Example:  beflow issues new "Fix the login crash" --label bug && beflow issues list')
+def group() -> None:
+    """Read and write the project's issues (local issues live in .beflow/issues, one Markdown file each)."""
+
+
+@group.command("list", epilog="Example:  beflow issues list --status ready --label bug")
+@click.option("--status", type=click.Choice([s.value for s in Status]), help="Only issues with this status.")
+@click.option("--label", help="Only issues with this label.")
+@json_option
+@pass_app
+def list_command(app: App, status: str | None, label: str | None, as_json: bool) -> None:
+    """List issues by key; files that cannot be read are reported, the others still listed."""
+    listing: Listing = call(app, "issue.list", status=status, label=label)
+    if as_json:
+        emit_json(listing)
+    elif listing.issues:
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+        for name, justify in (("KEY", "right"), ("STATUS", "left"), ("PRI", "right"), ("TITLE", "left")):
+            table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column("LABELS")
+        table.add_column("UPDATED (UTC)", no_wrap=True)
+        for issue in listing.issues:
+            table.add_row(
+                issue.key,
+                styled(issue.status),
+                str(issue.priority),
+                escape(issue.title),
+                escape(", ".join(issue.labels)),
+                short_time(issue.updated),
+            )
+        out.print(table)
+    elif status or label:
+        filters = [f"status {status}" if status else "", f"label {label!r}" if label else ""]
+        wanted = " and ".join(f for f in filters if f)
+        out.print(f"No issues with {escape(wanted)}.")
+    elif not listing.problems:
+        out.print('No issues yet. File one with: beflow issues new "Fix the login crash"')
+    if listing.problems and not as_json:
+        count = len(listing.problems)
+        err.print(f"[yellow]warning:[/] {count} problem{'s' if count > 1 else ''} in issue files (not listed):")
+        for problem in listing.problems:
+            err.print(f"  {escape(problem.render())}")
+        err.print("fix: Fix each file at that line (docs/trackers.md describes the format).")
+
+
+@group.command("show", epilog="Example:  beflow issues show 7")
+@click.argument("key")
+@json_option
+@pass_app
+def show_command(app: App, key: str, as_json: bool) -> None:
+    """Show one issue with its body and comments."""
+    issue: IssueView = call(app, "issue.show", key=key)
+    if as_json:
+        emit_json(issue)
+        return
+    out.print(f"[bold]{escape(issue.key)} · {escape(issue.title)}[/]")
+    facts = [f"status: {styled(issue.status)}", f"priority: {issue.priority}"]
+    if issue.labels:
+        facts.append(f"labels: {escape(', '.join(issue.labels))}")
+    out.print("   ".join(facts))
+    out.print(f"created {short_time(issue.created)} UTC · updated {short_time(issue.updated)} UTC", style="dim")
+    if issue.path:
+        out.print(f"file: {escape(shown_path(issue.path))}", style="dim")
+    if issue.claim:
+        claim = issue.claim
+        out.print(
+            f"claimed by {escape(claim.owner)} (pid {claim.pid} on {escape(claim.host)} "
+            f"since {short_time(claim.since)} UTC)",
+            style="cyan",
+        )
+    elif issue.status == Status.IN_PROGRESS:
+        out.print("in progress, but no run holds it: the run that took it stopped (runs will pick it up again)")
+    out.print()
+    out.print(escape(issue.body) if issue.body else "[dim](no description)[/]")
+    if issue.comments:
+        out.print()
+        out.print(f"[bold]Comments ({len(issue.comments)})[/]")
+        for comment in issue.comments:
+            out.print()
+            out.print(f"[bold]{escape(comment.author)}[/] · {short_time(comment.created)} UTC")
+            out.print(escape(comment.text))
+
+
+@group.command(
+    "new",
+    epilog='Example:  beflow issues new "Fix the login crash" --body-file crash.md --label bug --priority 1',
+)
+@click.argument("title")
+@click.option("--body", help="The description, in Markdown.")
+@click.option(
+    "--body-file",
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True, path_type=Path),
+    help="Read the description from this file ('-' for standard input).",
+)
+@click.option("--label", "-l", "labels", multiple=True, help="A label (repeat for more).")
+@click.option("--priority", type=click.IntRange(min=0), help="Lower runs first: 0 is the most urgent (default 2).")
+@click.option(
+    "--status",
+    type=click.Choice(["open", "ready"]),
+    help="ready (the default): runs may pick it up at once; open: not yet.",
+)
+@json_option
+@pass_app
+def new_command(
+    app: App,
+    title: str,
+    body: str | None,
+    body_file: Path | None,
+    labels: tuple[str, ...],
+    priority: int | None,
+    status: str | None,
+    as_json: bool,
+) -> None:
+    """File a new issue; it is ready for runs unless --status open."""
+    if body is not None and body_file is not None:
+        raise UsageError("give --body or --body-file, not both")
+    if body_file is not None:
+        body = sys.stdin.read() if str(body_file) == "-" else _read(body_file)
+    issue: Issue = call(app, "issue.new", title=title, body=body, labels=list(labels), priority=priority, status=status)
+    if as_json:
+        emit_json(issue)
+        return
+    out.print(f"Created issue [bold]{escape(issue.key)}[/] ({styled(issue.status)}): {escape(shown_path(issue.path))}")
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"{path}: cannot read the body: {exc}") from None
+
+
+@group.command("comment", epilog='Example:  beflow issues comment 7 "The crash only happens on Safari."')
+@click.argument("key")
+@click.argument("text")
+@click.option("--author", help="Who is commenting (default: git's user.name).")
+@json_option
+@pass_app
+def comment_command(app: App, key: str, text: str, author: str | None, as_json: bool) -> None:
+    """Add a comment to an issue (TEXT '-' reads it from standard input)."""
+    if text == "-":
+        text = sys.stdin.read()
+    result: Commented = call(app, "issue.comment", actor=author, key=key, text=text)
+    if as_json:
+        emit_json(result)
+        return
+    out.print(f"Commented on issue [bold]{escape(result.key)}[/] as {escape(result.comment.author)}.")
+
+
+def _status_change(app: App, name: str, key: str, note: str | None, as_json: bool, **extra: Any) -> None:
+    change: StatusChange = call(app, name, key=key, note=note, **extra)
+    if as_json:
+        emit_json(change)
+    elif change.changed:
+        out.print(
+            f"Issue [bold]{escape(change.key)}[/] ({escape(change.title)}): "
+            f"{styled(change.previous)} → {styled(change.status)}"
+        )
+    else:
+        out.print(f"Issue [bold]{escape(change.key)}[/] is already {styled(change.status)}; nothing changed.")
+
+
+note_option = click.option("--note", help="Why, added as a comment.")
+
+
+@group.command("close", epilog='Example:  beflow issues close 7 --note "Duplicate of 5."')
+@click.argument("key")
+@note_option
+@json_option
+@pass_app
+def close_command(app: App, key: str, note: str | None, as_json: bool) -> None:
+    """Close an issue: no run will pick it up (`reopen` undoes it)."""
+    _status_change(app, "issue.close", key, note, as_json)
+
+
+@group.command("reopen", epilog="Example:  beflow issues reopen 7")
+@click.argument("key")
+@note_option
+@json_option
+@pass_app
+def reopen_command(app: App, key: str, note: str | None, as_json: bool) -> None:
+    """Make an issue ready again, so that runs pick it up."""
+    _status_change(app, "issue.reopen", key, note, as_json)
+
+
+@group.command("set-status", epilog='Example:  beflow issues set-status 7 review --note "Looks done; please check."')
+@click.argument("key")
+@click.argument("status", type=click.Choice([s.value for s in Status]))
+@note_option
+@json_option
+@pass_app
+def set_status_command(app: App, key: str, status: str, note: str | None, as_json: bool) -> None:
+    """Move an issue to STATUS (only allowed transitions; see docs/trackers.md)."""
+    _status_change(app, "issue.set_status", key, note, as_json, status=status)

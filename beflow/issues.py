@@ -1,0 +1,211 @@
+"""The issue operations (DESIGN §6): ``beflow issues ...`` and the MCP tools call exactly these.
+
+Every operation works on whatever tracker the project's config names (through ``open_tracker``). Operations an
+agent bound to one issue may use are marked ``agent=True``; for those with an ``issue_field`` the key must name the
+bound issue, which the handlers check too (a tool argument can never pick another issue).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, computed_field
+
+from beflow.errors import UsageError
+from beflow.operations import Context, Input, operation
+from beflow.trackers import open_tracker
+from beflow.trackers.base import DEFAULT_PRIORITY, ClaimInfo, Comment, Issue, Listing, Status, Tracker, normalize_key
+
+#: Bounds on what callers (agents above all) may send: enough for any real issue, not for a flood.
+MAX_TITLE = 200
+MAX_TEXT = 64_000
+MAX_LABELS = 20
+
+KeyField = Field(min_length=1, max_length=100, description="The issue key, as `beflow issues list` shows it (e.g. 7).")
+
+
+def tracker(context: Context) -> Tracker:
+    """The project's tracker, built once per context."""
+    result: Tracker = context.service("tracker", open_tracker)
+    return result
+
+
+def _key(context: Context, key: str) -> str:
+    """``key``, refused when the caller is bound to another issue."""
+    if context.bound_issue is not None and normalize_key(key) != normalize_key(context.bound_issue):
+        raise UsageError(
+            f"this session works on issue {context.bound_issue} only; it cannot act on issue {key}",
+            fix=f"Use key {context.bound_issue!r}.",
+        )
+    return key
+
+
+# --- inputs and results --------------------------------------------------------------------------------------------
+
+
+class ListIssues(Input):
+    status: Status | None = Field(default=None, description="Only issues with this status.")
+    label: str | None = Field(default=None, max_length=100, description="Only issues with this label.")
+
+
+class IssueKey(Input):
+    key: str = KeyField
+
+
+class NewIssue(Input):
+    title: str = Field(min_length=1, max_length=MAX_TITLE, description="One line saying what is to be done.")
+    body: str = Field(default="", max_length=MAX_TEXT, description="The details, in Markdown.")
+    labels: list[str] = Field(default_factory=list, max_length=MAX_LABELS, description="Labels, e.g. ['bug'].")
+    priority: int = Field(
+        default=DEFAULT_PRIORITY, ge=0, le=1000, description="Lower runs first: 0 is the most urgent; 2 is the default."
+    )
+    status: Literal["open", "ready"] | None = Field(
+        default=None,
+        description="'ready' lets runs pick it up at once, 'open' waits for a person. Default: ready for people, "
+        "open (always) for agents.",
+    )
+
+
+class NewComment(Input):
+    key: str = KeyField
+    text: str = Field(min_length=1, max_length=MAX_TEXT, description="The comment, in Markdown.")
+
+
+class SetStatus(Input):
+    key: str = KeyField
+    status: Status = Field(description="The new status; only allowed transitions are accepted.")
+    note: str | None = Field(default=None, max_length=MAX_TEXT, description="Why, added as a comment.")
+
+
+class ChangeStatus(Input):
+    key: str = KeyField
+    note: str | None = Field(default=None, max_length=MAX_TEXT, description="Why, added as a comment.")
+
+
+class IssueView(Issue):
+    """An issue with who holds a claim on it right now (a run working on it), if anyone."""
+
+    claim: ClaimInfo | None = None
+
+
+class Commented(BaseModel):
+    key: str
+    comment: Comment
+
+
+class StatusChange(BaseModel):
+    key: str
+    title: str
+    previous: Status
+    status: Status
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def changed(self) -> bool:
+        return self.previous != self.status
+
+
+# --- the operations ------------------------------------------------------------------------------------------------
+
+
+@operation(
+    "issue.list",
+    title="List issues",
+    description="List the project's issues (key, title, status, labels, priority), optionally only those with one "
+    "status or label. Reads the tracker; cheap. Files that could not be read are reported in `problems`.",
+    safety="read",
+)
+def list_issues(context: Context, payload: ListIssues) -> Listing:
+    return tracker(context).list(status=payload.status, label=payload.label)
+
+
+@operation(
+    "issue.show",
+    title="Read the issue",
+    description="Read your issue: title, status, labels, body and every comment, oldest first. Call it at the start, "
+    "and again to see comments people added while you worked. Reads the tracker; cheap.",
+    safety="read",
+    agent=True,
+    issue_field="key",
+)
+def show_issue(context: Context, payload: IssueKey) -> IssueView:
+    trackers = tracker(context)
+    issue = trackers.get(_key(context, payload.key))
+    return IssueView(**issue.model_dump(), claim=trackers.holder(issue.key))
+
+
+@operation(
+    "issue.new",
+    title="File a follow-up issue",
+    description="File a new issue for work you found but should not do now (a separate bug, a refactoring, a "
+    "missing test). Agents' issues are filed as 'open': a person decides when they are ready. Do not use it for "
+    "progress notes on your own issue — comment instead.",
+    safety="action",
+    agent=True,
+)
+def new_issue(context: Context, payload: NewIssue) -> Issue:
+    body = payload.body
+    if context.bound_issue is not None:
+        if payload.status == "ready":
+            raise UsageError("issues filed by an agent are open; a person makes them ready", fix="Leave out status.")
+        status = Status.OPEN
+        body = f"{body}\n\n_Filed by {context.actor} while working on issue {context.bound_issue}._".strip()
+    else:
+        status = Status(payload.status or "ready")
+    return tracker(context).create(payload.title, body, payload.labels, payload.priority, status)
+
+
+@operation(
+    "issue.comment",
+    title="Comment on the issue",
+    description="Add a comment to your issue: what you found, what you changed, a question for the people who "
+    "read it. Comments are kept forever; keep them short and useful. Writes to the tracker.",
+    safety="action",
+    agent=True,
+    issue_field="key",
+)
+def comment_issue(context: Context, payload: NewComment) -> Commented:
+    key = _key(context, payload.key)
+    comment = tracker(context).comment(key, payload.text, author=context.actor)
+    return Commented(key=normalize_key(key), comment=comment)
+
+
+def _change(context: Context, key: str, status: Status, note: str | None) -> StatusChange:
+    trackers = tracker(context)
+    before = trackers.get(key)
+    after = trackers.set_status(before.key, status, note=note, author=context.actor)
+    return StatusChange(key=after.key, title=after.title, previous=before.status, status=after.status)
+
+
+@operation(
+    "issue.set_status",
+    title="Set the issue's status",
+    description="Move your issue to another status, e.g. 'review' when the work is ready for a person, 'failed' "
+    "when it cannot be done (say why in `note`). Only allowed transitions are accepted; the error lists them.",
+    safety="action",
+    agent=True,
+    issue_field="key",
+)
+def set_status(context: Context, payload: SetStatus) -> StatusChange:
+    return _change(context, _key(context, payload.key), payload.status, payload.note)
+
+
+@operation(
+    "issue.close",
+    title="Close an issue",
+    description="Close an issue nobody will work on (any more). A run working on it is stopped by `beflow watch`. "
+    "`issue.reopen` undoes it.",
+    safety="action",
+)
+def close_issue(context: Context, payload: ChangeStatus) -> StatusChange:
+    return _change(context, _key(context, payload.key), Status.CLOSED, payload.note)
+
+
+@operation(
+    "issue.reopen",
+    title="Reopen an issue",
+    description="Make a closed, done or failed issue ready again, so that runs pick it up.",
+    safety="action",
+)
+def reopen_issue(context: Context, payload: ChangeStatus) -> StatusChange:
+    return _change(context, _key(context, payload.key), Status.READY, payload.note)

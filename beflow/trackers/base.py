@@ -1,0 +1,309 @@
+"""What every tracker speaks: the issue models, the statuses and their transitions, and the :class:`Tracker` protocol.
+
+The runner (DESIGN §4), the dispatcher (§5) and the operations behind ``beflow issues`` and the MCP server (§6)
+only ever talk to a tracker through this protocol, so the local tracker and GitHub are interchangeable.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as dt
+import re
+from enum import StrEnum
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from beflow.errors import UsageError
+
+#: The priority of an issue nobody gave one. Lower numbers are more urgent and run first (0 is the most urgent).
+DEFAULT_PRIORITY = 2
+
+
+class Status(StrEnum):
+    """Where an issue is in its life. Runs pick up ``ready`` issues only."""
+
+    OPEN = "open"  # filed, not for agents yet
+    READY = "ready"  # agents may pick it up
+    IN_PROGRESS = "in_progress"  # a run is working on it
+    REVIEW = "review"  # a run finished; a person should look at the branch
+    DONE = "done"  # the work is accepted
+    FAILED = "failed"  # runs gave up on it (after `max_attempts`)
+    CLOSED = "closed"  # nobody will work on it (any more)
+
+
+S = Status
+
+#: Every allowed ``from -> to`` change of status (docs/trackers.md shows the same table). Setting the status an issue
+#: already has is not a transition: it changes nothing and is always allowed.
+TRANSITIONS: dict[Status, frozenset[Status]] = {
+    S.OPEN: frozenset({S.READY, S.CLOSED}),
+    S.READY: frozenset({S.OPEN, S.IN_PROGRESS, S.CLOSED}),
+    # back to `ready`: a run was cancelled or its process died and the issue is put back in the queue.
+    S.IN_PROGRESS: frozenset({S.READY, S.REVIEW, S.DONE, S.FAILED, S.CLOSED}),
+    # back to `in_progress`: changes were requested and another run continues the branch.
+    S.REVIEW: frozenset({S.READY, S.IN_PROGRESS, S.DONE, S.FAILED, S.CLOSED}),
+    S.DONE: frozenset({S.READY, S.CLOSED}),
+    S.FAILED: frozenset({S.READY, S.CLOSED}),
+    S.CLOSED: frozenset({S.OPEN, S.READY}),
+}
+
+
+def check_transition(key: str, current: Status, target: Status) -> None:
+    """Raise a :class:`UsageError` unless ``current -> target`` is allowed (or changes nothing)."""
+    if current == target or target in TRANSITIONS[current]:
+        return
+    allowed = ", ".join(s.value for s in Status if s in TRANSITIONS[current])
+    raise UsageError(
+        f"issue {key}: cannot go from {current.value} to {target.value} (from {current.value} it can go to: {allowed})",
+        fix="See the transition table in docs/trackers.md.",
+    )
+
+
+def utc_now() -> dt.datetime:
+    """Now, in UTC, to the second (the precision the issue files keep)."""
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
+
+
+def as_utc(value: dt.datetime) -> dt.datetime:
+    """``value`` in UTC to the second; a time without a zone (typed by hand) is taken to be UTC."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC).replace(microsecond=0)
+
+
+def format_time(value: dt.datetime) -> str:
+    """ISO 8601 in UTC with a ``Z``: ``2024-05-01T10:00:00Z``."""
+    return as_utc(value).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def normalize_text(text: str) -> str:
+    """Text as an issue file keeps it: ``\\n`` line ends, no blank lines before, no whitespace after."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return re.sub(r"\A(?:[ \t]*\n)+", "", text).rstrip()
+
+
+def normalize_key(key: str) -> str:
+    """The canonical form of a key as people type it: ``7``, ``#7`` and ``0007`` all name issue 7."""
+    cleaned = str(key).strip().removeprefix("#")
+    return str(int(cleaned)) if cleaned.isdigit() else cleaned
+
+
+def _one_line(value: str, what: str) -> str:
+    value = value.strip()
+    if not value:
+        raise ValueError(f"{what} must not be empty")
+    if len(value.splitlines()) > 1:  # any line break: \n, \r, but also \x85, \u2028 and the like
+        raise ValueError(f"{what} must be one line")
+    return value
+
+
+class Comment(BaseModel):
+    """One comment on an issue, oldest first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    author: str
+    created: dt.datetime
+    text: str
+
+    @field_validator("author")
+    @classmethod
+    def _author(cls, value: str) -> str:
+        return _one_line(value, "the author")
+
+    @field_validator("created")
+    @classmethod
+    def _utc(cls, value: dt.datetime) -> dt.datetime:
+        return as_utc(value)
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, value: str) -> str:
+        value = normalize_text(value)
+        if not value:
+            raise ValueError("a comment must not be empty")
+        return value
+
+
+def normalize_labels(labels: builtins.list[str]) -> builtins.list[str]:
+    """Labels stripped, without empties or repeats, in the order given."""
+    cleaned: builtins.list[str] = []
+    for label in labels:
+        label = _one_line(str(label), "a label")
+        if label not in cleaned:
+            cleaned.append(label)
+    return cleaned
+
+
+class Issue(BaseModel):
+    """An issue as every tracker reports it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    title: str
+    status: Status
+    labels: builtins.list[str] = Field(default_factory=list)
+    priority: int = Field(default=DEFAULT_PRIORITY, ge=0)
+    created: dt.datetime
+    updated: dt.datetime
+    body: str = ""
+    comments: builtins.list[Comment] = Field(default_factory=list)
+    #: Where the issue lives: the file of a local issue (None for remote trackers).
+    path: Path | None = None
+    #: A link a person can open: ``file://`` for local issues, the web page for GitHub.
+    url: str | None = None
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str) -> str:
+        return _one_line(value, "the title")
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, value: builtins.list[str]) -> builtins.list[str]:
+        return normalize_labels(value)
+
+    @field_validator("created", "updated")
+    @classmethod
+    def _utc(cls, value: dt.datetime) -> dt.datetime:
+        return as_utc(value)
+
+    @field_validator("body")
+    @classmethod
+    def _body(cls, value: str) -> str:
+        return normalize_text(value)
+
+    def order(self) -> tuple[int, dt.datetime, int, str]:
+        """The order runs pick issues in: priority (lower first), then age (older first), then key."""
+        number = int(self.key) if self.key.isdigit() else 0
+        return (self.priority, self.created, number, self.key)
+
+
+class ClaimInfo(BaseModel):
+    """Who holds a claim on an issue, for display (the lock itself is the truth)."""
+
+    key: str
+    owner: str
+    pid: int
+    host: str
+    since: dt.datetime
+
+
+class FileProblem(BaseModel):
+    """One issue file that could not be read, and why."""
+
+    path: Path
+    line: int | None = None
+    message: str
+
+    def render(self) -> str:
+        where = f"{self.path}:{self.line}" if self.line else str(self.path)
+        return f"{where}: {self.message}"
+
+
+class Listing(BaseModel):
+    """What ``list`` found: the issues that parsed, and a problem for every file that did not."""
+
+    issues: builtins.list[Issue] = Field(default_factory=list)
+    problems: builtins.list[FileProblem] = Field(default_factory=list)
+
+
+class Claim:
+    """An exclusive hold on one issue across processes; release it (or leave the ``with`` block) when done.
+
+    The hold ends when it is released or when the holding process dies, whichever comes first.
+    """
+
+    def __init__(self, info: ClaimInfo, release: Any) -> None:
+        self.info = info
+        self._release = release
+        self.released = False
+
+    @property
+    def key(self) -> str:
+        return self.info.key
+
+    def release(self) -> None:
+        """Give the issue up; releasing twice is harmless."""
+        if not self.released:
+            self.released = True
+            self._release()
+
+    def __enter__(self) -> Claim:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else "held"
+        return f"<Claim {self.info.key} by {self.info.owner} ({state})>"
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """Where issues live. Every method raises :class:`~beflow.errors.BeflowError` subclasses only."""
+
+    #: A short description for people: ``local issues in /repo/.beflow/issues``.
+    description: str
+
+    def list(self, status: Status | None = None, label: str | None = None) -> Listing:
+        """Every issue (filtered by status and label), by key; files that did not parse are in ``problems``."""
+        ...
+
+    def ready(self) -> builtins.list[Issue]:
+        """Issues a run may start now: ``ready``, not claimed, by priority (lower first), then age."""
+        ...
+
+    def get(self, key: str) -> Issue:
+        """One issue with its comments; :class:`~beflow.errors.NotFoundError` naming close keys when absent."""
+        ...
+
+    def create(
+        self,
+        title: str,
+        body: str = "",
+        labels: builtins.list[str] | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        status: Status = Status.READY,
+    ) -> Issue:
+        """File a new issue and return it with its key."""
+        ...
+
+    def comment(self, key: str, text: str, author: str) -> Comment:
+        """Add a comment; concurrent comments are all kept."""
+        ...
+
+    def set_status(self, key: str, status: Status, note: str | None = None, author: str = "beflow") -> Issue:
+        """Move the issue to ``status`` (an allowed transition), with ``note`` as a comment when given."""
+        ...
+
+    def claim(self, key: str, owner: str) -> Claim:
+        """Hold the issue exclusively; :class:`~beflow.errors.LockedError` naming the holder when taken."""
+        ...
+
+    def release(self, claim: Claim) -> None:
+        """Give up a claim (the same as ``claim.release()``)."""
+        ...
+
+    def holder(self, key: str) -> ClaimInfo | None:
+        """Who holds a live claim on the issue, if anyone."""
+        ...
+
+    def refresh(self, issue: Issue) -> Issue:
+        """The issue as it is now (people edit issues while runs are going)."""
+        ...
+
+    def orphaned(self) -> builtins.list[Issue]:
+        """Issues ``in_progress`` that no live process holds: the run that took them was killed."""
+        ...
+
+    def requeue_orphans(self, author: str = "beflow") -> builtins.list[Issue]:
+        """Put every orphaned issue back to ``ready`` with a comment saying why; returns them."""
+        ...

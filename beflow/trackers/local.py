@@ -1,0 +1,594 @@
+"""The local tracker: one Markdown file per issue in ``tracker.dir`` (default ``.beflow/issues``).
+
+A file is YAML front matter, the body, then the comments after a marker line::
+
+    ---
+    key: 7
+    title: Fix the login crash
+    status: ready
+    priority: 2
+    labels: [bug]
+    created: '2024-05-01T10:00:00Z'
+    updated: '2024-05-01T10:00:00Z'
+    ---
+
+    The body, in Markdown.
+
+    <!-- beflow:comments -->
+
+    ### alice · 2024-05-01T10:05:00Z
+
+    A comment.
+
+Keys are sequential numbers, allocated under a lock so that two concurrent ``new`` never collide. Every write is
+atomic and happens under a per-issue lock after re-reading the file, so concurrent writers (and hand edits made
+before them) are never lost. Claims are OS file locks under ``.beflow/claims/``: the OS drops them when the holder
+dies. docs/trackers.md describes all of it for users.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import datetime as dt
+import difflib
+import json
+import os
+import re
+import socket
+import unicodedata
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+from filelock import FileLock, Timeout
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from beflow.errors import ConfigError, LockedError, NotFoundError, UsageError
+from beflow.files import atomic_write, remove
+from beflow.paths import STATE_DIR, state_dir
+from beflow.trackers.base import (
+    DEFAULT_PRIORITY,
+    Claim,
+    ClaimInfo,
+    Comment,
+    FileProblem,
+    Issue,
+    Listing,
+    Status,
+    as_utc,
+    check_transition,
+    format_time,
+    normalize_key,
+    normalize_text,
+    utc_now,
+)
+from beflow.validation import problems_of
+
+#: The line that starts the comments section. Everything after it is comments under ``### author · time`` headings.
+COMMENTS_MARKER = "<!-- beflow:comments -->"
+FENCE = "---"
+#: How long ``claim`` waits for a lock someone else holds before reporting who holds it. A little more than zero,
+#: because ``holder()`` probes a lock by taking it for an instant.
+CLAIM_WAIT = 0.5
+#: How long a write waits for another write to the same issue (they take milliseconds).
+WRITE_WAIT = 30.0
+
+# A comment heading is any line that starts with "### " after the marker; the marker is that line (trailing blanks
+# aside). Lines of text that would read as either are written with one more backslash in front, and read back
+# without it, so that any text survives the round trip.
+_HEADING = re.compile(r"^### ")
+_ESCAPED_HEADING = re.compile(r"^\\*### ")
+_ESCAPED_MARKER = re.compile(rf"^\\*{re.escape(COMMENTS_MARKER)}[ \t]*$")
+_LEADING_NUMBER = re.compile(r"^(\d+)")
+
+
+class _FrontMatter(BaseModel):
+    """The front matter as a person may write it; unknown keys are errors so that a typo never goes unnoticed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: int = Field(ge=1)
+    title: str
+    status: Status
+    priority: int = Field(default=DEFAULT_PRIORITY, ge=0)
+    labels: list[str] = Field(default_factory=list)
+    created: dt.datetime | None = None
+    updated: dt.datetime | None = None
+
+    @field_validator("key", "priority", mode="before")
+    @classmethod
+    def _whole_number(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("expected a whole number")
+        return value
+
+    @field_validator("title", mode="before")
+    @classmethod
+    def _title(cls, value: Any) -> Any:
+        # YAML reads `title: 2024` as a number; the person meant the text.
+        return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
+
+    @field_validator("labels", mode="before")
+    @classmethod
+    def _labels(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        if isinstance(value, str):  # `labels: bug, ui` reads as one string
+            return [part for part in (p.strip() for p in value.split(",")) if part]
+        if isinstance(value, list):
+            return [str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for v in value]
+        return value
+
+
+class IssueFileError(ConfigError):
+    """An issue file that cannot be read: names the file and the line."""
+
+    def __init__(self, problems: builtins.list[FileProblem]) -> None:
+        super().__init__(
+            "\n".join(p.render() for p in problems),
+            fix="Fix the file at that line (docs/trackers.md describes the format), or `git checkout` it.",
+        )
+        self.problems = problems
+
+
+# --- the file format -----------------------------------------------------------------------------------------------
+
+
+def _escape(text: str, pattern: re.Pattern[str]) -> str:
+    """Add one backslash to every line that would otherwise be read as structure (a heading, the marker)."""
+    return "\n".join("\\" + line if pattern.match(line) else line for line in text.split("\n"))
+
+
+def _unescape(lines: builtins.list[str], pattern: re.Pattern[str]) -> str:
+    """The inverse of :func:`_escape`: one backslash less on every line it escaped."""
+    return "\n".join(line[1:] if line.startswith("\\") and pattern.match(line) else line for line in lines)
+
+
+def render(issue: Issue) -> str:
+    """The text of an issue file; :func:`parse` reads it back to an equal issue."""
+    front = {
+        "key": int(issue.key),
+        "title": issue.title,
+        "status": issue.status.value,
+        "priority": issue.priority,
+        "labels": list(issue.labels),
+        "created": format_time(issue.created),
+        "updated": format_time(issue.updated),
+    }
+    dumped = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, default_flow_style=None, width=2**31)
+    parts = [f"{FENCE}\n{dumped}{FENCE}\n"]
+    if issue.body:
+        parts.append(_escape(issue.body, _ESCAPED_MARKER) + "\n")
+    parts.append(COMMENTS_MARKER + "\n")
+    for comment in issue.comments:
+        parts.append(f"### {comment.author} · {format_time(comment.created)}\n")
+        parts.append(_escape(comment.text, _ESCAPED_HEADING) + "\n")
+    return "\n".join(parts)
+
+
+def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
+    """The issue in ``text`` (read from ``path``); any problem is an :class:`IssueFileError` with its line."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n").removeprefix("\ufeff")
+    lines = text.split("\n")
+
+    def fail(line: int | None, message: str) -> IssueFileError:
+        return IssueFileError([FileProblem(path=path, line=line, message=message)])
+
+    if not lines or lines[0].rstrip() != FENCE:
+        raise fail(1, "expected the file to start with a '---' line (the front matter: key, title, status, ...)")
+    end = next((i for i in range(1, len(lines)) if lines[i].rstrip() in (FENCE, "...")), None)
+    if end is None:
+        raise fail(1, "the front matter that starts here has no closing '---' line")
+    front_lines = lines[1:end]
+    try:
+        data = yaml.safe_load("\n".join(front_lines))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        problem = getattr(exc, "problem", None) or str(exc)
+        hint = " (put quotes around a value that contains ': ')" if "mapping values" in problem else ""
+        context, context_mark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+        if context and context_mark and mark and context_mark.line != mark.line:
+            hint += f" ({context} at line {context_mark.line + 2})"
+        raise fail(mark.line + 2 if mark else 2, f"invalid YAML in the front matter: {problem}{hint}") from None
+    if not isinstance(data, dict):
+        raise fail(2, "the front matter must be 'key: value' lines (key, title, status, ...)")
+    for line in front_lines:  # YAML 1.1 reads `key: 0010` as octal 8; a person copying the file name means 10
+        padded = re.match(r"^key\s*:\s*(0\d+)\s*$", line)
+        if padded:
+            data["key"] = int(padded.group(1), 10)
+    try:
+        front = _FrontMatter.model_validate(data)
+    except pydantic.ValidationError as exc:
+        found = problems_of(exc, model=_FrontMatter, data=data, path=path, text="")
+        raise IssueFileError(
+            [
+                FileProblem(
+                    path=path, line=_line_of_key(front_lines, p.key.split(".")[0]), message=f"{p.key}: {p.message}"
+                )
+                for p in found
+            ]
+        ) from None
+
+    rest = lines[end + 1 :]
+    marker_at = next((i for i, line in enumerate(rest) if line.rstrip(" \t") == COMMENTS_MARKER), None)
+    body_lines = rest if marker_at is None else rest[:marker_at]
+    comments = [] if marker_at is None else _parse_comments(path, rest[marker_at + 1 :], end + 2 + marker_at + 1)
+
+    created = front.created or mtime or dt.datetime.now(dt.UTC)
+    try:
+        return Issue(
+            key=str(front.key),
+            title=front.title,
+            status=front.status,
+            priority=front.priority,
+            labels=front.labels,
+            created=created,
+            updated=front.updated or mtime or created,
+            body=_unescape(body_lines, _ESCAPED_MARKER),
+            comments=comments,
+            path=path,
+            url=path.absolute().as_uri(),
+        )
+    except pydantic.ValidationError as exc:  # a title or label that is empty or spans lines
+        key = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
+        message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
+        raise fail(_line_of_key(front_lines, key) or 2, f"{key}: {message}") from None
+
+
+def _line_of_key(front_lines: builtins.list[str], key: str) -> int:
+    """The file line of a top-level front matter key (1, the opening '---', when it is missing)."""
+    pattern = re.compile(rf"^['\"]?{re.escape(key)}['\"]?\s*:")
+    for index, line in enumerate(front_lines):
+        if pattern.match(line):
+            return index + 2
+    return 1
+
+
+def _parse_comments(path: Path, lines: builtins.list[str], first_line: int) -> builtins.list[Comment]:
+    """Comments from the lines after the marker; ``first_line`` is the file line of ``lines[0]``."""
+    comments: builtins.list[Comment] = []
+    heading: tuple[int, str, dt.datetime] | None = None
+    text: builtins.list[str] = []
+
+    def finish() -> None:
+        if heading is None:
+            return
+        line, author, created = heading
+        body = normalize_text(_unescape(text, _ESCAPED_HEADING))
+        if not body:
+            raise IssueFileError(
+                [FileProblem(path=path, line=line, message="this comment has no text (delete the heading too)")]
+            )
+        comments.append(Comment(author=author, created=created, text=body))
+
+    for offset, line in enumerate(lines):
+        number = first_line + offset
+        if _HEADING.match(line):
+            finish()
+            heading, text = _parse_heading(path, number, line), []
+        elif heading is None:
+            if line.strip():
+                raise IssueFileError(
+                    [
+                        FileProblem(
+                            path=path,
+                            line=number,
+                            message="text after the comments marker must be under a '### <author> · <time>' heading",
+                        )
+                    ]
+                )
+        else:
+            text.append(line)
+    finish()
+    return comments
+
+
+def _parse_heading(path: Path, number: int, line: str) -> tuple[int, str, dt.datetime]:
+    author, sep, stamp = line[4:].rstrip().rpartition(" · ")
+    example = "'### alice · 2024-05-01T10:00:00Z'"
+    if not sep or not author.strip():
+        raise IssueFileError(
+            [FileProblem(path=path, line=number, message=f"a comment heading must look like {example}")]
+        )
+    try:
+        created = as_utc(dt.datetime.fromisoformat(stamp.strip()))
+    except ValueError:
+        raise IssueFileError(
+            [FileProblem(path=path, line=number, message=f"{stamp.strip()!r} is not an ISO 8601 time, as in {example}")]
+        ) from None
+    return number, author.strip(), created
+
+
+def file_name(key: str, title: str) -> str:
+    """``0007-fix-the-login-crash.md``: the key padded to sort, and the title as a person would shorten it."""
+    ascii_title = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode("ascii").lower()
+    words = re.sub(r"[^a-z0-9]+", "-", ascii_title).strip("-")
+    if len(words) > 40:
+        words = words[:40].rsplit("-", 1)[0] if "-" in words[:40] else words[:40]
+    return f"{int(key):04d}-{words or 'issue'}.md"
+
+
+# --- the tracker ---------------------------------------------------------------------------------------------------
+
+
+class LocalTracker:
+    """Issues as Markdown files in ``directory``; locks and claims in the project's ``.beflow/``."""
+
+    def __init__(self, directory: Path, project_dir: Path) -> None:
+        self.directory = directory
+        self.project_dir = project_dir
+        self.description = f"local issues in {directory}"
+
+    # paths -------------------------------------------------------------------------------------------------------
+
+    def _state(self) -> Path:
+        """``.beflow/`` (created, and git-ignored, on first use)."""
+        return state_dir(self.project_dir)
+
+    def _claims_dir(self, *, create: bool) -> Path:
+        return (self._state() if create else self.project_dir / STATE_DIR) / "claims"
+
+    def _lock(self, name: str) -> FileLock:
+        path = self._state() / "tracker" / "locks" / f"{name}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return FileLock(path, timeout=WRITE_WAIT, thread_local=False)
+
+    # reading -----------------------------------------------------------------------------------------------------
+
+    def _files(self) -> builtins.list[Path]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(
+            p
+            for p in self.directory.iterdir()
+            if p.suffix == ".md" and not p.name.startswith(".") and p.name.lower() != "readme.md" and p.is_file()
+        )
+
+    def _read(self, path: Path) -> Issue:
+        try:
+            raw = path.read_bytes()
+            mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC)
+        except OSError as exc:
+            raise IssueFileError([FileProblem(path=path, message=f"cannot read: {exc.strerror}")]) from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw.count(b"\n", 0, exc.start) + 1
+            raise IssueFileError([FileProblem(path=path, line=line, message="not UTF-8 text")]) from None
+        return parse(path, text, mtime=mtime)
+
+    def _scan(self) -> tuple[builtins.list[Issue], builtins.list[FileProblem]]:
+        """Every issue that parses (by key) and a problem per file that does not; a repeated key is a problem."""
+        issues: dict[str, Issue] = {}
+        problems: builtins.list[FileProblem] = []
+        for path in self._files():
+            try:
+                issue = self._read(path)
+            except IssueFileError as error:
+                problems.extend(error.problems)
+                continue
+            if issue.key in issues:
+                first = issues[issue.key].path
+                assert first is not None
+                message = f"key: {issue.key} is also the key of {first.name}; give this issue a new key"
+                problems.append(FileProblem(path=path, line=2, message=message))
+                continue
+            issues[issue.key] = issue
+        return sorted(issues.values(), key=lambda i: (int(i.key), i.key)), problems
+
+    def list(self, status: Status | None = None, label: str | None = None) -> Listing:
+        issues, problems = self._scan()
+        chosen = [i for i in issues if (status is None or i.status == status) and (label is None or label in i.labels)]
+        return Listing(issues=chosen, problems=problems)
+
+    def ready(self) -> builtins.list[Issue]:
+        issues, _ = self._scan()
+        candidates = [i for i in issues if i.status == Status.READY and self.holder(i.key) is None]
+        return sorted(candidates, key=Issue.order)
+
+    def get(self, key: str) -> Issue:
+        wanted = normalize_key(key)
+        issues, problems = self._scan()
+        for issue in issues:
+            if issue.key == wanted:
+                return issue
+        # The file of that key may be the broken one: say what is wrong with it rather than "not found".
+        broken = [p for p in problems if _number_of(p.path) == wanted]
+        if broken:
+            raise IssueFileError(broken)
+        raise NotFoundError(self._not_found(key, issues), fix="`beflow issues list` shows every issue.")
+
+    def _not_found(self, key: str, issues: builtins.list[Issue]) -> str:
+        message = f"no issue {key} in {self.directory}"
+        if not issues:
+            return f"{message} (there are no issues yet)"
+        wanted = normalize_key(key)
+        close = difflib.get_close_matches(wanted, [i.key for i in issues], n=3, cutoff=0.5)
+        if not wanted.isdigit():  # perhaps a word from the title
+            close += [i.key for i in issues if wanted.lower() in i.title.lower() and i.key not in close][:3]
+        if not close:
+            return f"{message}; keys run from {issues[0].key} to {issues[-1].key}"
+        titles = {i.key: i.title for i in issues}
+        return f"{message}; did you mean: " + ", ".join(f"{k} ({titles[k]})" for k in close)
+
+    def refresh(self, issue: Issue) -> Issue:
+        return self.get(issue.key)
+
+    # writing -----------------------------------------------------------------------------------------------------
+
+    def _write(self, issue: Issue) -> None:
+        assert issue.path is not None
+        atomic_write(issue.path, render(issue))
+
+    def _update(self, key: str, change: Callable[[Issue], Issue]) -> Issue:
+        """Read the issue afresh under its lock, change it, write it: concurrent writers never lose each other."""
+        wanted = normalize_key(key)
+        self.get(wanted)  # a clear error before taking any lock
+        with self._lock(f"issue-{wanted}"):
+            current = self.get(wanted)
+            changed = change(current)
+            if changed is not current:
+                self._write(changed)
+            return changed
+
+    def create(
+        self,
+        title: str,
+        body: str = "",
+        labels: builtins.list[str] | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        status: Status = Status.READY,
+    ) -> Issue:
+        if status not in (Status.OPEN, Status.READY):
+            raise UsageError(f"a new issue is open or ready, not {Status(status).value}")
+        now = utc_now()
+        try:
+            draft = Issue(
+                key="0",
+                title=title,
+                status=status,
+                labels=labels or [],
+                priority=priority,
+                created=now,
+                updated=now,
+                body=body,
+            )
+        except pydantic.ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(p) for p in error["loc"])
+            raise UsageError(f"new issue: {field}: {str(error['msg']).removeprefix('Value error, ')}") from None
+        with self._lock("new"):
+            key = str(self._last_key() + 1)
+            path = self.directory / file_name(key, draft.title)
+            issue = draft.model_copy(update={"key": key, "path": path, "url": path.absolute().as_uri()})
+            self._write(issue)
+            atomic_write(self._state() / "tracker" / "last-key", f"{key}\n")
+        return issue
+
+    def _last_key(self) -> int:
+        """The highest key ever given here: in a file, in a file name, or (if its file was deleted) remembered."""
+        numbers = [0]
+        issues, _ = self._scan()
+        numbers += [int(i.key) for i in issues]
+        numbers += [int(n) for p in self._files() if (n := _number_of(p))]
+        with contextlib.suppress(OSError, ValueError):
+            numbers.append(int((self._state() / "tracker" / "last-key").read_text().strip()))
+        return max(numbers)
+
+    def comment(self, key: str, text: str, author: str) -> Comment:
+        try:
+            new = Comment(author=author, created=utc_now(), text=text)
+        except pydantic.ValidationError as exc:
+            raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
+
+        def add(issue: Issue) -> Issue:
+            return issue.model_copy(update={"comments": [*issue.comments, new], "updated": new.created})
+
+        self._update(key, add)
+        return new
+
+    def set_status(self, key: str, status: Status, note: str | None = None, author: str = "beflow") -> Issue:
+        status = Status(status)
+
+        def move(issue: Issue) -> Issue:
+            check_transition(issue.key, issue.status, status)
+            if issue.status == status and not note:
+                return issue  # nothing changes, nothing is written
+            now = utc_now()
+            comments = list(issue.comments)
+            if note and note.strip():
+                comments.append(Comment(author=author, created=now, text=note))
+            return issue.model_copy(update={"status": status, "comments": comments, "updated": now})
+
+        return self._update(key, move)
+
+    # claims ------------------------------------------------------------------------------------------------------
+
+    def claim(self, key: str, owner: str) -> Claim:
+        key = self.get(key).key
+        claims = self._claims_dir(create=True)
+        claims.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(claims / f"{key}.lock", thread_local=False)
+        try:
+            lock.acquire(timeout=CLAIM_WAIT)
+        except Timeout:
+            holder = self._holder_info(key)
+            who = (
+                f"{holder.owner} (pid {holder.pid} on {holder.host} since {format_time(holder.since)})"
+                if holder
+                else "another process"
+            )
+            raise LockedError(
+                f"issue {key} is claimed by {who}",
+                fix="Wait for that run to finish or stop it; a claim ends by itself when its process dies.",
+            ) from None
+        info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
+        info_path = claims / f"{key}.json"
+        try:
+            atomic_write(info_path, info.model_dump_json(indent=2) + "\n")
+        except BaseException:
+            lock.release()
+            raise
+
+        def release() -> None:
+            # The note goes first, while the lock is still ours: never delete the next holder's note.
+            remove(info_path)
+            lock.release()
+
+        return Claim(info, release)
+
+    def release(self, claim: Claim) -> None:
+        claim.release()
+
+    def holder(self, key: str) -> ClaimInfo | None:
+        key = normalize_key(key)
+        path = self._claims_dir(create=False) / f"{key}.lock"
+        if not path.exists():
+            return None
+        probe = FileLock(path, thread_local=False)
+        try:
+            probe.acquire(timeout=0)
+        except Timeout:
+            return self._holder_info(key) or ClaimInfo(key=key, owner="unknown", pid=0, host="unknown", since=utc_now())
+        probe.release()
+        return None
+
+    def _holder_info(self, key: str) -> ClaimInfo | None:
+        """The note the holder left beside its lock (None if it is unreadable or not yet written)."""
+        path = self._claims_dir(create=False) / f"{key}.json"
+        try:
+            return ClaimInfo.model_validate(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError):
+            return None
+
+    def orphaned(self) -> builtins.list[Issue]:
+        issues, _ = self._scan()
+        return [i for i in issues if i.status == Status.IN_PROGRESS and self.holder(i.key) is None]
+
+    def requeue_orphans(self, author: str = "beflow") -> builtins.list[Issue]:
+        requeued = []
+        for issue in self.orphaned():
+            last = self._holder_info(issue.key)  # the dead holder's note, if it left one
+            try:
+                claim = self.claim(issue.key, owner=f"{author} (requeue)")
+            except LockedError:
+                continue  # a run took it in the meantime
+            with claim:
+                if self.get(issue.key).status != Status.IN_PROGRESS:
+                    continue
+                who = f" (it was claimed by {last.owner}, pid {last.pid} on {last.host})" if last else ""
+                note = (
+                    f"The run working on this issue stopped without finishing{who}: no process holds its claim "
+                    "any more. Back to ready, so that a run picks it up again."
+                )
+                requeued.append(self.set_status(issue.key, Status.READY, note=note, author=author))
+        return requeued
+
+
+def _number_of(path: Path) -> str | None:
+    """The key a file name suggests (``0007-x.md`` -> ``7``)."""
+    match = _LEADING_NUMBER.match(path.name)
+    return str(int(match.group(1))) if match else None

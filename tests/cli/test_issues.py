@@ -1,0 +1,180 @@
+"""``beflow issues ...``: every command's output and exit code, as a person and a script see them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def three(repo: Path, beflow) -> Path:
+    """A repository with issues 1 (ready, bug, priority 1), 2 (open) and 3 (ready)."""
+    assert beflow("issues", "new", "Fix the login crash", "--label", "bug", "--priority", "1").exit_code == 0
+    assert beflow("issues", "new", "Add dark mode", "--status", "open").exit_code == 0
+    assert beflow("issues", "new", "Speed up search", "--body", "It takes 3 s.").exit_code == 0
+    return repo
+
+
+def test_new_says_the_key_and_the_file(repo: Path, beflow) -> None:
+    result = beflow("issues", "new", "Fix the login crash", "--label", "bug", "-l", "auth", "--priority", "1")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "Created issue 1 (ready): .beflow/issues/0001-fix-the-login-crash.md\n"
+    text = (repo / ".beflow" / "issues" / "0001-fix-the-login-crash.md").read_text()
+    assert "labels: [bug, auth]\n" in text and "priority: 1\n" in text
+
+
+def test_new_reads_the_body_from_a_file_or_stdin(repo: Path, beflow, monkeypatch: pytest.MonkeyPatch) -> None:
+    (repo / "crash.md").write_text("Steps:\n\n1. log in\n")
+    assert beflow("issues", "new", "Crash", "--body-file", "crash.md").exit_code == 0
+    monkeypatch.setattr("sys.stdin", __import__("io").StringIO("From stdin.\n"))
+    assert beflow("issues", "new", "Other", "--body-file", "-", "--status", "open").exit_code == 0
+    first = json.loads(beflow("issues", "show", "1", "--json").stdout)
+    second = json.loads(beflow("issues", "show", "2", "--json").stdout)
+    assert (first["body"], second["body"], second["status"]) == ("Steps:\n\n1. log in", "From stdin.", "open")
+
+
+def test_new_refuses_bad_usage_and_changes_nothing(repo: Path, beflow) -> None:
+    both = beflow("issues", "new", "X", "--body", "a", "--body-file", "README.md")
+    assert (both.exit_code, both.stderr) == (2, "error: give --body or --body-file, not both\n")
+    assert beflow("issues", "new", "X", "--status", "done").exit_code == 2
+    assert beflow("issues", "new", "X", "--priority", "-1").exit_code == 2
+    assert beflow("issues", "new", "X", "--body-file", "missing.md").exit_code == 2
+    assert not (repo / ".beflow" / "issues").exists()
+
+
+def test_list_shows_a_table_by_key(three: Path, beflow) -> None:
+    result = beflow("issues", "list")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["KEY", "STATUS", "PRI", "TITLE", "LABELS", "UPDATED", "(UTC)"]
+    assert lines[2].split()[:7] == ["1", "ready", "1", "Fix", "the", "login", "crash"]
+    assert "bug" in lines[2]
+    assert lines[3].split()[:3] == ["2", "open", "2"]
+    assert lines[4].split()[:3] == ["3", "ready", "2"]
+    assert result.stderr == ""
+
+
+def test_list_filters_and_says_when_nothing_matches(three: Path, beflow) -> None:
+    ready = beflow("issues", "list", "--status", "ready", "--json")
+    assert [i["key"] for i in json.loads(ready.stdout)["issues"]] == ["1", "3"]
+    bugs = beflow("issues", "list", "--label", "bug", "--json")
+    assert [i["title"] for i in json.loads(bugs.stdout)["issues"]] == ["Fix the login crash"]
+    none = beflow("issues", "list", "--status", "done", "--label", "ui")
+    assert (none.exit_code, none.stdout) == (0, "No issues with status done and label 'ui'.\n")
+    assert beflow("issues", "list", "--status", "finished").exit_code == 2
+
+
+def test_list_in_a_new_project_says_how_to_start(repo: Path, beflow) -> None:
+    result = beflow("issues", "list")
+    assert (result.exit_code, result.stdout) == (
+        0,
+        'No issues yet. File one with: beflow issues new "Fix the login crash"\n',
+    )
+    assert json.loads(beflow("issues", "list", "--json").stdout) == {"issues": [], "problems": []}
+
+
+def test_list_json_is_every_field(three: Path, beflow) -> None:
+    [first, *_] = json.loads(beflow("issues", "list", "--json").stdout)["issues"]
+    assert set(first) == {"key", "title", "status", "labels", "priority", "created", "updated", "body", "comments",
+                          "path", "url"}  # fmt: skip
+    assert first["created"].endswith("Z") and first["url"].startswith("file://")
+
+
+def test_a_broken_file_is_reported_and_the_others_still_list(three: Path, beflow) -> None:
+    broken = three / ".beflow" / "issues" / "0002-add-dark-mode.md"
+    broken.write_text(broken.read_text().replace("status: open", "status: opne"))
+    result = beflow("issues", "list")
+    assert result.exit_code == 0
+    assert [line.split()[0] for line in result.stdout.splitlines()[2:]] == ["1", "3"]
+    assert "warning: 1 problem in issue files (not listed):" in result.stderr
+    assert f"{broken}:4: status: expected 'open', 'ready'" in result.stderr
+    as_json = json.loads(beflow("issues", "list", "--json").stdout)
+    assert as_json["problems"][0]["line"] == 4 and as_json["problems"][0]["path"] == str(broken)
+
+    shown = beflow("issues", "show", "2")
+    assert shown.exit_code == 2
+    assert shown.stderr.startswith(f"error: {broken}:4: status: expected")
+    assert "fix: Fix the file at that line" in shown.stderr
+
+
+def test_show_prints_the_issue_with_its_comments(three: Path, beflow) -> None:
+    assert beflow("issues", "comment", "3", "Profiling shows the index is rebuilt.").exit_code == 0
+    result = beflow("issues", "show", "3")
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0] == "3 · Speed up search"
+    assert lines[1] == "status: ready   priority: 2"
+    assert lines[3] == "file: .beflow/issues/0003-speed-up-search.md"
+    assert lines[5] == "It takes 3 s."
+    assert lines[7] == "Comments (1)"
+    assert lines[9].startswith("Test User · ") and lines[9].endswith(" UTC")
+    assert lines[10] == "Profiling shows the index is rebuilt."
+
+
+def test_show_json_has_the_comments_and_the_claim(three: Path, beflow) -> None:
+    shown = json.loads(beflow("issues", "show", "#1", "--json").stdout)
+    assert (shown["key"], shown["labels"], shown["comments"], shown["claim"]) == ("1", ["bug"], [], None)
+
+
+def test_an_unknown_key_exits_1_and_names_close_keys(three: Path, beflow) -> None:
+    for command in (["show", "13"], ["comment", "13", "hi"], ["close", "13"], ["reopen", "13"]):
+        result = beflow("issues", *command)
+        assert result.exit_code == 1, command
+        assert "no issue 13" in result.stderr
+        assert "did you mean: 3 (Speed up search), 1 (Fix the login crash)" in result.stderr
+    by_title = beflow("issues", "show", "search")
+    assert by_title.exit_code == 1 and "did you mean: 3 (Speed up search)" in by_title.stderr
+
+
+def test_comment_uses_git_user_name_or_author(three: Path, beflow) -> None:
+    result = beflow("issues", "comment", "1", "Seen on Safari too.")
+    assert (result.exit_code, result.stdout) == (0, "Commented on issue 1 as Test User.\n")
+    named = beflow("issues", "comment", "1", "Confirmed.", "--author", "QA bot", "--json")
+    assert json.loads(named.stdout)["comment"]["author"] == "QA bot"
+    authors = [c["author"] for c in json.loads(beflow("issues", "show", "1", "--json").stdout)["comments"]]
+    assert authors == ["Test User", "QA bot"]
+
+
+def test_close_and_reopen(three: Path, beflow) -> None:
+    closed = beflow("issues", "close", "1", "--note", "Duplicate of 3.")
+    assert (closed.exit_code, closed.stdout) == (0, "Issue 1 (Fix the login crash): ready → closed\n")
+    again = beflow("issues", "close", "1")
+    assert (again.exit_code, again.stdout) == (0, "Issue 1 is already closed; nothing changed.\n")
+    reopened = beflow("issues", "reopen", "1", "--json")
+    assert json.loads(reopened.stdout) == {
+        "key": "1",
+        "title": "Fix the login crash",
+        "previous": "closed",
+        "status": "ready",
+        "changed": True,
+    }
+    shown = json.loads(beflow("issues", "show", "1", "--json").stdout)
+    assert [c["text"] for c in shown["comments"]] == ["Duplicate of 3."]
+
+
+def test_set_status_follows_the_transition_table(three: Path, beflow) -> None:
+    moved = beflow("issues", "set-status", "2", "ready")
+    assert (moved.exit_code, moved.stdout) == (0, "Issue 2 (Add dark mode): open → ready\n")
+    refused = beflow("issues", "set-status", "2", "done")
+    assert refused.exit_code == 2
+    assert refused.stderr.splitlines()[0] == (
+        "error: issue 2: cannot go from ready to done (from ready it can go to: open, in_progress, closed)"
+    )
+
+
+def test_every_command_has_help_with_an_example(repo: Path, beflow) -> None:
+    for command in ([], ["list"], ["show"], ["new"], ["comment"], ["close"], ["reopen"], ["set-status"]):
+        result = beflow("issues", *command, "--help")
+        assert result.exit_code == 0, command
+        assert "Example:  beflow issues" in result.stdout, command
+
+
+def test_two_beflow_processes_filing_issues_at_once_get_distinct_keys(repo: Path, beflow_process, beflow) -> None:
+    processes = [beflow_process("issues", "new", f"issue {n}", cwd=repo) for n in range(6)]
+    outputs = [p.communicate(timeout=120) for p in processes]
+    assert all(p.returncode == 0 for p in processes), outputs
+    keys = sorted(int(out.split()[2]) for out, _ in outputs)
+    assert keys == [1, 2, 3, 4, 5, 6]
+    assert json.loads(beflow("issues", "list", "--json").stdout)["problems"] == []

@@ -1,0 +1,152 @@
+"""The issue operations in the one registry: what they declare, and what they do for people and for agents."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import beflow.issues  # noqa: F401 - registers the operations
+from beflow.config import load_project
+from beflow.errors import ConfigError, NotFoundError, UsageError
+from beflow.operations import REGISTRY, Context
+from beflow.operations import get as operation
+from beflow.trackers import LocalTracker, Status, open_tracker
+
+
+@pytest.fixture
+def context(repo: Path) -> Context:
+    return Context(project=load_project(), actor="alice")
+
+
+@pytest.fixture
+def agent(repo: Path) -> Context:
+    """What the MCP server will build for an agent bound to issue 1."""
+    return Context(project=load_project(), actor="agent (run r1)", bound_issue="1")
+
+
+def call(context: Context, name: str, **arguments: object) -> object:
+    return operation(name).call(context, arguments)
+
+
+def test_the_operations_and_what_they_declare() -> None:
+    declared = {
+        name: (op.safety, op.agent, op.issue_field) for name, op in REGISTRY.items() if name.startswith("issue.")
+    }
+    assert declared == {
+        "issue.list": ("read", False, None),
+        "issue.show": ("read", True, "key"),
+        "issue.new": ("action", True, None),
+        "issue.comment": ("action", True, "key"),
+        "issue.set_status": ("action", True, "key"),
+        "issue.close": ("action", False, None),
+        "issue.reopen": ("action", False, None),
+    }
+    for name in declared:
+        op = REGISTRY[name]
+        assert op.description and op.title
+        assert op.input.model_json_schema()["type"] == "object"
+    assert REGISTRY["issue.show"].annotations()["readOnlyHint"] is True
+    assert REGISTRY["issue.comment"].input.model_json_schema()["properties"]["text"]["maxLength"] == 64_000
+
+
+def test_the_project_tracker_is_the_local_one_in_its_configured_directory(repo: Path) -> None:
+    (repo / "config.json").write_text('{"tracker": {"dir": "issues"}}')
+    tracker = open_tracker(load_project())
+    assert isinstance(tracker, LocalTracker)
+    assert tracker.directory == repo / "issues"
+
+
+def test_the_github_tracker_is_not_available_yet(repo: Path) -> None:
+    (repo / "config.json").write_text('{"tracker": {"kind": "github", "repo": "acme/app"}}')
+    with pytest.raises(ConfigError, match=r"GitHub tracker .* is not available yet"):
+        open_tracker(load_project())
+
+
+def test_a_person_files_ready_issues_comments_and_closes_them(context: Context) -> None:
+    issue = call(context, "issue.new", title="Fix the login crash", labels=["bug"], priority=1)
+    assert (issue.key, issue.status) == ("1", Status.READY)
+    commented = call(context, "issue.comment", key="#1", text="Only on Safari.")
+    assert (commented.key, commented.comment.author) == ("1", "alice")
+    change = call(context, "issue.close", key="1", note="Fixed upstream.")
+    assert (change.previous, change.status, change.changed) == (Status.READY, Status.CLOSED, True)
+    again = call(context, "issue.close", key="1")
+    assert again.changed is False
+    assert call(context, "issue.reopen", key="1").status == Status.READY
+    shown = call(context, "issue.show", key="1")
+    assert [c.text for c in shown.comments] == ["Only on Safari.", "Fixed upstream."]
+    assert shown.claim is None
+    assert [i.key for i in call(context, "issue.list", status="ready").issues] == ["1"]
+
+
+def test_show_says_who_holds_the_issue(context: Context) -> None:
+    call(context, "issue.new", title="Fix it")
+    tracker = context.service("tracker", open_tracker)
+    with tracker.claim("1", owner="run r1"):
+        assert call(context, "issue.show", key="1").claim.owner == "run r1"
+
+
+def test_invalid_input_is_a_usage_error_naming_the_operation(context: Context) -> None:
+    with pytest.raises(UsageError, match=r"issue\.new: invalid input"):
+        call(context, "issue.new", title="")
+    with pytest.raises(UsageError, match=r"issue\.set_status: invalid input"):
+        call(context, "issue.set_status", key="1", status="finished")
+    with pytest.raises(UsageError, match=r"issue\.comment: invalid input"):
+        call(context, "issue.comment", key="1", text="x" * 64_001)
+
+
+def test_a_status_change_outside_the_table_is_refused(context: Context) -> None:
+    call(context, "issue.new", title="Fix it", status="open")
+    with pytest.raises(UsageError, match="cannot go from open to review"):
+        call(context, "issue.set_status", key="1", status="review")
+
+
+def test_an_agent_works_on_its_bound_issue_only(context: Context, agent: Context) -> None:
+    call(context, "issue.new", title="Agent's issue")
+    call(context, "issue.new", title="Someone else's")
+    assert call(agent, "issue.show", key="1").title == "Agent's issue"
+    call(agent, "issue.set_status", key="1", status="in_progress")
+    commented = call(agent, "issue.comment", key="1", text="Working on it.")
+    assert commented.comment.author == "agent (run r1)"
+    for name, arguments in [
+        ("issue.show", {}),
+        ("issue.comment", {"text": "hi"}),
+        ("issue.set_status", {"status": "closed"}),
+    ]:
+        with pytest.raises(UsageError, match="works on issue 1 only; it cannot act on issue 2"):
+            call(agent, name, key="2", **arguments)
+    assert call(context, "issue.show", key="2").comments == []
+
+
+def test_an_agent_files_follow_ups_as_open_with_where_they_came_from(agent: Context) -> None:
+    call(agent, "issue.new", title="Agent's issue")  # key 1, which the agent is bound to
+    follow_up = call(agent, "issue.new", title="Flaky test in auth", body="test_login fails 1 in 10.")
+    assert follow_up.status == Status.OPEN
+    assert follow_up.body == "test_login fails 1 in 10.\n\n_Filed by agent (run r1) while working on issue 1._"
+    with pytest.raises(UsageError, match="issues filed by an agent are open"):
+        call(agent, "issue.new", title="Do it now", status="ready")
+
+
+def test_an_unknown_key_is_not_found(context: Context) -> None:
+    with pytest.raises(NotFoundError, match="there are no issues yet"):
+        call(context, "issue.show", key="3")
+
+
+def test_doctor_counts_issues_and_names_every_broken_file_with_its_line(context: Context) -> None:
+    from beflow.doctor import check_tracker
+
+    assert check_tracker(context.project).detail.endswith(": 0 issues")
+    call(context, "issue.new", title="a")
+    call(context, "issue.new", title="b", status="open")
+    check = check_tracker(context.project)
+    assert check.ok and check.detail.endswith(": 2 issues (1 open, 1 ready)")
+
+    broken = context.project.tracker_dir / "0003-broken.md"
+    broken.write_text("---\nkey: 3\ntitle: [unclosed\nstatus: ready\n---\n")
+    check = check_tracker(context.project)
+    assert not check.ok
+    assert (
+        f"{broken}:4: invalid YAML in the front matter: expected ',' or ']', but got ':' "
+        "(while parsing a flow sequence at line 3)" in check.detail
+    )
+    assert check.fix and "docs/trackers.md" in check.fix
