@@ -1,0 +1,141 @@
+"""``beflow mcp show`` and ``beflow mcp check``: the MCP cascade a run would inject."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import click
+from rich.markup import escape
+
+from beflow.cli.common import App, emit_json, err, out, pass_app
+from beflow.errors import ConfigError
+from beflow.mcp.acp import MASK, shadowed_global_servers, translate
+from beflow.mcp.cascade import Entry, RemoteServer, StdioServer, check_cascade, summary
+
+_FIX = "Fix each entry listed; `beflow mcp check` validates the whole cascade."
+
+
+@click.group("mcp", epilog="Example:  beflow mcp check && beflow mcp show")
+def group() -> None:
+    """MCP: the servers beflow gives each agent run (.mcp.json), and beflow's own MCP server."""
+
+
+def _entry_dict(entry: Entry, *, reveal: bool) -> dict[str, Any]:
+    server = entry.server
+    data: dict[str, Any] = {
+        "name": entry.name,
+        "scope": entry.scope,
+        "origin": str(entry.origin),
+        "overrides": str(entry.overrides) if entry.overrides else None,
+        "disabled": entry.disabled,
+        "entry": None,
+    }
+    if server is not None:
+        raw = server.model_dump(mode="json")
+        for secret in ("env", "headers"):
+            if secret in raw and not reveal:
+                raw[secret] = {k: MASK for k in raw[secret]}
+        data["entry"] = raw
+    return data
+
+
+def _pairs(record: dict[str, str], reveal: bool) -> str:
+    return ", ".join(f"{k}={v if reveal else MASK}" for k, v in record.items())
+
+
+def _print_entry(entry: Entry, reveal: bool) -> None:
+    server = entry.server
+    kind = "disabled" if entry.disabled or server is None else server.type
+    note = f"  (replaces the entry in {entry.overrides})" if entry.overrides else ""
+    out.print(f"  [bold]{escape(entry.name)}[/]  {kind}  from {escape(str(entry.origin))}{escape(note)}")
+    if isinstance(server, StdioServer):
+        rows = [("command", server.command), ("args", " ".join(json.dumps(a) for a in server.args))]
+        rows.append(("env", _pairs(server.env, reveal)))
+    elif isinstance(server, RemoteServer):
+        rows = [("url", server.url), ("headers", _pairs(server.headers, reveal))]
+    else:
+        rows = []
+    for label, value in rows:
+        if value:
+            out.print(f"      {label:<8} {escape(value)}")
+
+
+@group.command("show", epilog="Example:  beflow mcp show --json")
+@click.option("--reveal", is_flag=True, help="Show env and header values instead of masking them.")
+@click.option("--json", "as_json", is_flag=True, help="Print the cascade and its translation as JSON.")
+@pass_app
+def show(app: App, reveal: bool, as_json: bool) -> None:
+    """The merged .mcp.json cascade (with the file each server comes from) and what acpx would receive."""
+    project = app.project()
+    checked = check_cascade(project, os.environ)
+    cascade = checked.cascade
+    cascade.raise_problems()  # a file that does not load: nothing sensible to show
+    expansion = [p for p in checked.problems if p not in cascade.problems]
+    shadowed = shadowed_global_servers() if cascade.active else None
+    enabled = project.config.mcp.enabled
+    if as_json:
+        if expansion:
+            raise ConfigError(summary(expansion), fix=_FIX)
+        emit_json(
+            {
+                "enabled": enabled,
+                "files": [s.model_dump(mode="json") for s in cascade.sources],
+                "servers": [_entry_dict(e, reveal=reveal) for e in cascade.entries],
+                "acp": translate(checked.servers, reveal=reveal),
+                "shadowed": shadowed.model_dump(mode="json") if shadowed else None,
+            }
+        )
+        return
+    if enabled:
+        out.print("MCP injection: [green]on[/] (mcp.enabled)")
+    else:
+        out.print('MCP injection: [yellow]off[/] — set "mcp": {"enabled": true} in config.json to inject these')
+    out.print("[bold]Files[/] (later wins per server name):")
+    for source in cascade.sources:
+        state = "" if source.exists else "  (missing)"
+        out.print(f"  {source.scope:<8} {escape(str(source.path))}{state}")
+    if not cascade.entries:
+        out.print("No servers: nothing is injected.")
+        return
+    out.print("[bold]Servers[/]:")
+    for entry in cascade.entries:
+        _print_entry(entry, reveal)
+    if expansion:
+        raise ConfigError(summary(expansion), fix=_FIX)
+    if checked.servers:
+        out.print("[bold]ACP translation[/] (the mcpServers of the managed .acpxrc.json):")
+        out.print(escape(json.dumps(translate(checked.servers, reveal=reveal), indent=2, ensure_ascii=False)))
+    else:
+        out.print("Every server is disabled: nothing is injected.")
+    if shadowed is not None:
+        names = ", ".join(shadowed.names)
+        err.print(
+            f"[yellow]warning:[/] injection shadows the mcpServers of {escape(str(shadowed.path))} ({escape(names)}):"
+            " acpx uses a project list instead of the global one, it does not merge them"
+        )
+
+
+@group.command("check", epilog="Example:  beflow mcp check")
+@click.option("--json", "as_json", is_flag=True, help='Print {"ok", "servers", "problems"} as JSON.')
+@pass_app
+def check(app: App, as_json: bool) -> None:
+    """Validate the cascade (syntax, entries, ${VAR} expansion); exit 2 listing every problem."""
+    checked = check_cascade(app.project(), os.environ)
+    names = [name for name, _ in checked.servers]
+    if as_json:
+        emit_json({"ok": not checked.problems, "servers": names, "problems": [p.render() for p in checked.problems]})
+        if checked.problems:
+            raise SystemExit(2)
+        return
+    if checked.problems:
+        raise ConfigError(summary(checked.problems), fix=_FIX)
+    files = [str(s.path) for s in checked.cascade.sources if s.exists]
+    count = f"{len(names)} server{'s' if len(names) != 1 else ''}"
+    disabled = len(checked.cascade.entries) - len(names)
+    detail = f" ({disabled} disabled)" if disabled else ""
+    source = f" from {', '.join(files)}" if files else " (no .mcp.json found)"
+    out.print(f"[green]✓[/] {count} resolve{'s' if len(names) == 1 else ''}{detail}{escape(source)}")
+    if names:
+        out.print(f"  {escape(', '.join(names))}")

@@ -1,0 +1,47 @@
+"""``beflow restore``: put back every file a killed beflow left managed (and the quiet check every command runs)."""
+
+from __future__ import annotations
+
+import click
+from rich.markup import escape
+
+from beflow.cli.common import emit_json, err, out
+from beflow.errors import BeflowError
+from beflow.mcp.inject import active_entries, recover_orphans
+
+
+@click.command("restore", epilog="Example:  beflow restore --json")
+@click.option("--json", "as_json", is_flag=True, help='Print {"restored", "in_use"} as JSON.')
+def command(as_json: bool) -> None:
+    """Put back every .acpxrc.json a killed beflow left behind; files of running beflows are left alone."""
+    results = recover_orphans()
+    in_use = active_entries()
+    failed = any(r.action == "failed" for r in results)
+    if as_json:
+        emit_json(
+            {
+                "restored": [r.model_dump(mode="json") for r in results],
+                "in_use": [{"target": str(e.target), "pid": e.pid} for e in in_use],
+            }
+        )
+    else:
+        for result in results:
+            mark = "[red]✗[/]" if result.action == "failed" else "[green]✓[/]"
+            out.print(f"{mark} {escape(result.describe())}")
+        for entry in in_use:
+            out.print(f"  left alone: {escape(str(entry.target))} is managed by a running beflow (pid {entry.pid})")
+        if not results and not in_use:
+            out.print("Nothing to restore.")
+    if failed:
+        raise SystemExit(1)
+
+
+def recover_quietly() -> None:
+    """Run at the start of every other command: restore orphans, say only what was restored (on stderr)."""
+    try:
+        results = recover_orphans()
+    except (OSError, BeflowError) as exc:  # never stop the command the user asked for
+        err.print(f"[yellow]warning:[/] could not check for files to restore: {escape(str(exc))}")
+        return
+    for result in results:
+        err.print(f"beflow: {escape(result.describe())}")

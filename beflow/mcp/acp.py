@@ -1,0 +1,121 @@
+"""Translating the cascade to the ACP ``McpServer`` shape that acpx forwards to ``session/new``.
+
+- stdio has no ``type`` (it is the untagged variant of ACP's union) and always carries ``args`` and ``env``:
+  ``{"name", "command", "args", "env"}``;
+- http and sse keep their tag: ``{"type", "name", "url", "headers"}``;
+- ``env`` and ``headers`` records become ``[{"name", "value"}]`` lists.
+
+Order is deterministic: servers sorted by name (code point order, as Python's ``sorted``); ``args``, ``env`` and
+``headers`` in the order the file gives them. Keys inside every object come in the order above.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from beflow.config import Project
+from beflow.mcp.cascade import RemoteServer, Server, StdioServer, resolved_servers
+
+#: What ``beflow mcp show`` prints instead of a secret.
+MASK = "••••"
+
+
+class NameValue(BaseModel):
+    name: str
+    value: str
+
+
+class AcpStdio(BaseModel):
+    """ACP ``McpServerStdio``; field order is the key order on the wire."""
+
+    name: str
+    command: str
+    args: list[str]
+    env: list[NameValue]
+
+
+class AcpRemote(BaseModel):
+    """ACP ``McpServerHttp`` / ``McpServerSse``."""
+
+    type: Literal["http", "sse"]
+    name: str
+    url: str
+    headers: list[NameValue]
+
+
+def _pairs(record: Mapping[str, str], *, reveal: bool) -> list[NameValue]:
+    return [NameValue(name=k, value=v if reveal else MASK) for k, v in record.items()]
+
+
+def to_acp(name: str, server: Server, *, reveal: bool = True) -> dict[str, Any]:
+    """One server in the ACP shape; ``reveal=False`` masks env and header values (for display only)."""
+    model: AcpStdio | AcpRemote
+    if isinstance(server, StdioServer):
+        model = AcpStdio(name=name, command=server.command, args=server.args, env=_pairs(server.env, reveal=reveal))
+    else:
+        assert isinstance(server, RemoteServer)
+        model = AcpRemote(type=server.type, name=name, url=server.url, headers=_pairs(server.headers, reveal=reveal))
+    return model.model_dump(mode="json")
+
+
+def translate(servers: Iterable[tuple[str, Server]], *, reveal: bool = True) -> list[dict[str, Any]]:
+    """The ``mcpServers`` list for ``.acpxrc.json``: every server in the ACP shape, sorted by name."""
+    return [to_acp(name, server, reveal=reveal) for name, server in sorted(servers, key=lambda item: item[0])]
+
+
+def resolve_servers(project: Project, environ: Mapping[str, str] | None = None) -> list[dict[str, Any]] | None:
+    """What a run injects: the translated list, or ``None`` when injection is off or no server resolves.
+
+    ``environ`` (default: beflow's environment) supplies ``${VAR}`` values. A problem anywhere in the cascade is
+    a :class:`~beflow.errors.ConfigError` naming the file, the server and the field, never a value.
+    """
+    if not project.config.mcp.enabled:
+        return None
+    servers = resolved_servers(project, os.environ if environ is None else environ)
+    return translate(servers) or None
+
+
+def server_names(servers: Iterable[Mapping[str, Any]] | None) -> list[str]:
+    """The names of translated servers, for run records and logs (never their values)."""
+    return [str(server["name"]) for server in servers or []]
+
+
+# --- acpx's own global config -------------------------------------------------------------------------------
+
+
+class Shadowed(BaseModel):
+    """Servers of acpx's global config that an injected project list hides (acpx does not merge the two)."""
+
+    path: Path
+    names: list[str]
+
+
+def acpx_global_config(environ: Mapping[str, str] | None = None) -> Path:
+    """``~/.acpx/config.json`` as acpx finds it: Node's ``os.homedir()`` is ``$HOME``, else the passwd entry."""
+    env = os.environ if environ is None else environ
+    home = env.get("HOME") or os.path.expanduser("~")
+    return Path(home) / ".acpx" / "config.json"
+
+
+def shadowed_global_servers(environ: Mapping[str, str] | None = None) -> Shadowed | None:
+    """The servers of acpx's global ``mcpServers`` that injection would hide, or ``None`` when there are none.
+
+    acpx uses the project ``.acpxrc.json``'s ``mcpServers`` whenever that key is present and only otherwise the
+    global list. A global file that does not parse is acpx's error to report; it shadows nothing here.
+    """
+    path = acpx_global_config(environ)
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    servers = data.get("mcpServers") if isinstance(data, dict) else None
+    if not isinstance(servers, list) or not servers:
+        return None
+    names = [str(s.get("name")) if isinstance(s, dict) and s.get("name") else f"#{i}" for i, s in enumerate(servers)]
+    return Shadowed(path=path, names=names)

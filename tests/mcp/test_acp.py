@@ -1,0 +1,111 @@
+"""Translation to the ACP ``McpServer`` shape, the run-facing ``resolve_servers``, and acpx's global config."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from beflow.config import load_project
+from beflow.errors import ConfigError
+from beflow.mcp.acp import MASK, resolve_servers, server_names, shadowed_global_servers, translate
+from beflow.mcp.cascade import RemoteServer, StdioServer, resolved_servers
+from tests.mcp.conftest import SEED_CODEGRAPH, SEED_DOCS, SEED_MCP_JSON, write_mcp
+
+
+def test_the_seed_examples_come_out_exactly_as_the_seed_shows_them(project_dir: Path) -> None:
+    write_mcp(project_dir / ".mcp.json", SEED_MCP_JSON)
+    codegraph, docs = translate(resolved_servers(load_project(), {}))
+    # The seed's JSON, parsed in order, and ours, printed the same way: same keys, same order, same values.
+    assert json.dumps(codegraph, indent=2) == json.dumps(json.loads(SEED_CODEGRAPH), indent=2)
+    assert json.dumps(docs, indent=2) == json.dumps(json.loads(SEED_DOCS), indent=2)
+
+
+def test_stdio_has_no_type_and_always_args_and_env() -> None:
+    assert translate([("s", StdioServer(command="run"))]) == [{"name": "s", "command": "run", "args": [], "env": []}]
+
+
+@pytest.mark.parametrize("kind", ["http", "sse"])
+def test_remote_servers_keep_their_type_and_always_have_headers(kind: str) -> None:
+    (server,) = translate([("r", RemoteServer(type=kind, url="https://x"))])
+    assert list(server) == ["type", "name", "url", "headers"]
+    assert server == {"type": kind, "name": "r", "url": "https://x", "headers": []}
+
+
+def test_servers_are_sorted_by_name_and_records_keep_file_order() -> None:
+    servers = [
+        ("zeta", StdioServer(command="z", env={"B": "2", "A": "1"})),
+        ("Alpha", StdioServer(command="a")),
+        ("beta", RemoteServer(type="sse", url="https://b", headers={"X-Z": "z", "X-A": "a"})),
+    ]
+    translated = translate(servers)
+    assert server_names(translated) == ["Alpha", "beta", "zeta"]  # code point order: capitals first
+    assert translated[2]["env"] == [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}]
+    assert translated[1]["headers"] == [{"name": "X-Z", "value": "z"}, {"name": "X-A", "value": "a"}]
+
+
+def test_masking_hides_env_and_header_values_only() -> None:
+    servers = [
+        ("s", StdioServer(command="c", args=["--flag"], env={"TOKEN": "t"})),
+        ("h", RemoteServer(type="http", url="https://u", headers={"Authorization": "Bearer t"})),
+    ]
+    h, s = translate(servers, reveal=False)
+    assert h["headers"] == [{"name": "Authorization", "value": MASK}]
+    assert s["env"] == [{"name": "TOKEN", "value": MASK}]
+    assert (s["command"], s["args"], h["url"]) == ("c", ["--flag"], "https://u")
+
+
+def test_resolve_servers_is_none_when_injection_is_off(repo: Path) -> None:
+    write_mcp(repo / ".mcp.json", SEED_MCP_JSON)
+    assert resolve_servers(load_project(), {}) is None
+
+
+def test_resolve_servers_is_none_when_nothing_resolves(project_dir: Path) -> None:
+    assert resolve_servers(load_project(), {}) is None
+    write_mcp(project_dir / ".mcp.json", '{"mcpServers": {"s": {"command": "x", "disabled": true}}}')
+    assert resolve_servers(load_project(), {}) is None
+
+
+def test_resolve_servers_expands_with_the_given_environment(project_dir: Path) -> None:
+    write_mcp(project_dir / ".mcp.json", '{"mcpServers": {"s": {"command": "x", "env": {"T": "${TOKEN}"}}}}')
+    servers = resolve_servers(load_project(), {"TOKEN": "abc"})
+    assert servers == [{"name": "s", "command": "x", "args": [], "env": [{"name": "T", "value": "abc"}]}]
+    assert server_names(servers) == ["s"]
+    with pytest.raises(ConfigError, match=r"\$\{TOKEN\} is not set"):
+        resolve_servers(load_project(), {})
+
+
+def test_resolve_servers_reads_beflows_environment_by_default(
+    project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_mcp(project_dir / ".mcp.json", '{"mcpServers": {"s": {"command": "${BIN}"}}}')
+    monkeypatch.setenv("BIN", "/opt/server")
+    assert resolve_servers(load_project())[0]["command"] == "/opt/server"
+
+
+# --- acpx's global config ------------------------------------------------------------------------------------
+
+
+def acpx_global(content: str) -> Path:
+    path = Path(os.environ["HOME"]) / ".acpx" / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(content)
+    return path
+
+
+def test_global_servers_are_found_where_acpx_looks_under_HOME() -> None:
+    path = acpx_global(json.dumps({"mcpServers": [{"name": "a", "command": "x"}, {"name": "b", "url": "u"}]}))
+    shadowed = shadowed_global_servers()
+    assert shadowed is not None and shadowed.path == path and shadowed.names == ["a", "b"]
+
+
+@pytest.mark.parametrize("content", ['{"mcpServers": []}', '{"defaultAgent": "codex"}', "not json", "[1]"])
+def test_nothing_is_shadowed_without_global_servers(content: str) -> None:
+    acpx_global(content)
+    assert shadowed_global_servers() is None
+
+
+def test_no_global_config_shadows_nothing() -> None:
+    assert shadowed_global_servers() is None

@@ -1,0 +1,76 @@
+"""The end-to-end proof: the real acpx forwards beflow's injected servers to the agent's ``session/new``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import anyio
+import pytest
+
+from beflow.config import load_project
+from beflow.mcp.acp import resolve_servers
+from beflow.mcp.inject import ACPXRC, journal_dir, managed_acpxrc
+from tests.mcp.conftest import SEED_MCP_JSON, write_mcp
+
+# A prior acpx config of the user's own: JSON, CRLF, no final newline; its other keys must reach acpx.
+PRIOR = b'{\r\n  "defaultPermissions": "approve-all",\r\n  "mcpServers": [{"name": "users-own", "command": "x"}]\r\n}'
+
+
+def processes_in(directory: Path) -> list[str]:
+    """Live processes working in ``directory`` or naming it (this test's own: other sessions' do not count)."""
+    text = str(directory)
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cwd = os.readlink(entry / "cwd")
+        except OSError:
+            continue
+        if (text in cmdline or cwd == text) and state != "Z":
+            found.append(f"{entry.name}: {cmdline}")
+    return found
+
+
+@pytest.mark.slow
+def test_acpx_hands_the_agent_exactly_the_injected_servers(
+    project_dir: Path, tmp_path: Path, acpx_bin: Path, test_agent_command: str
+) -> None:
+    write_mcp(project_dir / ".mcp.json", SEED_MCP_JSON.replace("Bearer TOKEN", "Bearer ${DOCS_TOKEN}"))
+    servers = resolve_servers(load_project(), {"DOCS_TOKEN": "t-123"})
+    assert servers is not None
+    workdir = tmp_path / "agent-cwd"
+    workdir.mkdir()
+    (workdir / ACPXRC).write_bytes(PRIOR)
+    record = tmp_path / "requests.jsonl"
+    results: list[subprocess.CompletedProcess[str]] = []
+
+    async def main() -> None:
+        async with managed_acpxrc(workdir, servers):
+            argv = [str(acpx_bin), "--agent", test_agent_command, "--cwd", str(workdir), "--format", "json"]
+            argv += ["--approve-all", "exec", "acp-test: mcp"]
+            results.append(
+                await anyio.run_process(argv, check=False, env={**os.environ, "ACP_TEST_RECORD": str(record)})
+            )
+
+    anyio.run(main)
+    (result,) = results
+    assert result.returncode == 0, result.stderr
+    assert b"mcp servers: codegraph, docs" in result.stdout
+
+    requests = [json.loads(line) for line in record.read_text().splitlines()]
+    (new_session,) = [r for r in requests if r["method"] == "session/new"]
+    assert new_session["params"]["mcpServers"] == servers
+    assert json.dumps(new_session["params"]["mcpServers"]) == json.dumps(servers)  # key order too
+    assert servers[1]["headers"] == [{"name": "Authorization", "value": "Bearer t-123"}]
+
+    assert (workdir / ACPXRC).read_bytes() == PRIOR
+    assert sorted(p.name for p in workdir.iterdir()) == [ACPXRC]
+    assert list(journal_dir().glob("*.json")) == []
+    # `exec` is one-shot: no queue owner or agent outlives it.
+    assert processes_in(workdir) == []

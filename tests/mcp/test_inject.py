@@ -1,0 +1,484 @@
+"""The managed ``.acpxrc.json``: what is written, the journal, and exact restore on every way out."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from beflow.errors import BeflowError, LockedError, NotFoundError
+from beflow.mcp.inject import (
+    ACPXRC,
+    Injection,
+    JournalEntry,
+    _proc_stat,
+    journal_dir,
+    managed_acpxrc,
+    recover_orphans,
+)
+from beflow.paths import beflow_home
+
+SERVERS = [
+    {"name": "codegraph", "command": "bunx", "args": ["serve"], "env": [{"name": "T", "value": "secret"}]},
+    {"type": "http", "name": "docs", "url": "https://x", "headers": []},
+]
+
+
+def run(fn: Callable[[], Awaitable[Any]]) -> Any:
+    return anyio.run(fn)
+
+
+def session(directory: Path, body: Callable[[Injection], Awaitable[None]] | None = None, **options: Any) -> Injection:
+    """One managed session around ``body``; returns the handle (after the restore)."""
+    seen: list[Injection] = []
+
+    async def main() -> None:
+        async with managed_acpxrc(directory, SERVERS, **options) as handle:
+            assert handle is not None
+            seen.append(handle)
+            if body is not None:
+                await body(handle)
+
+    run(main)
+    return seen[0]
+
+
+def mode_of(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def journal_files() -> list[Path]:
+    return sorted(journal_dir().glob("*.json")) if journal_dir().is_dir() else []
+
+
+@pytest.fixture
+def work(tmp_path: Path) -> Path:
+    directory = tmp_path / "work"
+    directory.mkdir()
+    return directory
+
+
+# --- nothing to inject ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("servers", [None, []])
+def test_nothing_is_touched_without_servers(work: Path, servers: list | None) -> None:
+    async def main() -> None:
+        async with managed_acpxrc(work, servers) as handle:
+            assert handle is None
+            assert not (work / ACPXRC).exists()
+
+    run(main)
+    assert list(work.iterdir()) == []
+    assert not beflow_home().exists()  # no lock, no journal
+
+
+# --- what a session sees -------------------------------------------------------------------------------------
+
+
+def test_a_new_file_holds_the_servers_with_mode_0600_and_is_removed_after(work: Path) -> None:
+    async def body(handle: Injection) -> None:
+        target = work / ACPXRC
+        assert json.loads(target.read_text()) == {"mcpServers": SERVERS}
+        assert mode_of(target) == 0o600
+        assert handle.names == ["codegraph", "docs"]
+        assert (handle.existed, handle.prior_parsed) == (False, True)
+
+    handle = session(work, body)
+    assert not (work / ACPXRC).exists()
+    assert list(work.iterdir()) == []
+    assert handle.restored is not None and handle.restored.action == "removed"
+    assert journal_files() == []
+
+
+def test_other_keys_of_a_prior_object_are_kept_and_mcp_servers_replaced_in_place(work: Path) -> None:
+    prior = b'{"defaultAgent": "codex", "mcpServers": [{"name": "mine", "command": "m"}], "ttl": 5}'
+    (work / ACPXRC).write_bytes(prior)
+    os.chmod(work / ACPXRC, 0o644)
+
+    async def body(handle: Injection) -> None:
+        document = json.loads((work / ACPXRC).read_text())
+        assert list(document) == ["defaultAgent", "mcpServers", "ttl"]
+        assert document == {"defaultAgent": "codex", "mcpServers": SERVERS, "ttl": 5}
+        assert mode_of(work / ACPXRC) == 0o600
+        assert handle.kept_keys == ["defaultAgent", "ttl"]
+        assert handle.replaced == ["mine"]
+
+    handle = session(work, body)
+    assert (work / ACPXRC).read_bytes() == prior
+    assert mode_of(work / ACPXRC) == 0o644
+    assert handle.restored is not None and handle.restored.action == "restored"
+
+
+@pytest.mark.parametrize(
+    "prior",
+    [
+        b"{not json",
+        b'{"a": 1,}',  # JSON5, not JSON: acpx's JSON.parse refuses it
+        b"\xff\xfe{}",
+        b'{"a": "\xc3"}',
+        b"[1, 2]",
+        b'"text"',
+        b"",
+        b'{"a": NaN}',
+        "\ufeff{}".encode(),
+    ],
+    ids=["invalid", "json5", "not-utf8", "broken-utf8", "array", "string", "empty", "nan", "bom"],
+)
+def test_a_prior_that_does_not_parse_gives_a_fresh_file_and_comes_back_verbatim(work: Path, prior: bytes) -> None:
+    (work / ACPXRC).write_bytes(prior)
+
+    async def body(handle: Injection) -> None:
+        assert json.loads((work / ACPXRC).read_text()) == {"mcpServers": SERVERS}
+        assert (handle.existed, handle.prior_parsed, handle.kept_keys) == (True, False, [])
+
+    session(work, body)
+    assert (work / ACPXRC).read_bytes() == prior
+
+
+@pytest.mark.parametrize(
+    "prior", [b'{\r\n  "ttl": 1\r\n}\r\n', b'{"ttl": 1}', b'{"ttl":1}\n\n\n', b'  {"\\u00e9": "\xc3\xa9"}  ']
+)
+def test_line_endings_and_spacing_come_back_exactly(work: Path, prior: bytes) -> None:
+    (work / ACPXRC).write_bytes(prior)
+    session(work)
+    assert (work / ACPXRC).read_bytes() == prior
+
+
+def test_the_journal_is_written_before_the_session_and_removed_after(work: Path) -> None:
+    prior = b'{"ttl": 1}'
+    (work / ACPXRC).write_bytes(prior)
+    os.chmod(work / ACPXRC, 0o640)
+
+    async def body(handle: Injection) -> None:
+        (path,) = journal_files()
+        assert mode_of(path) == 0o600  # it holds the prior, which may hold secrets
+        entry = JournalEntry.model_validate_json(path.read_bytes())
+        assert entry.target == work.resolve() / ACPXRC
+        assert (entry.pid, entry.existed, entry.mode) == (os.getpid(), True, 0o640)
+        assert entry.pid_start == _proc_stat(os.getpid())[1]
+        assert base64.b64decode(entry.prior or "") == prior
+        assert entry.written_sha256 == hashlib.sha256((work / ACPXRC).read_bytes()).hexdigest()
+
+    session(work, body)
+    assert journal_files() == []
+
+
+def test_a_missing_directory_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(NotFoundError):
+        session(tmp_path / "nowhere")
+
+
+def test_a_directory_in_the_way_is_refused_and_nothing_changes(work: Path) -> None:
+    (work / ACPXRC).mkdir()
+    with pytest.raises(BeflowError, match="not a regular file"):
+        session(work)
+    assert (work / ACPXRC).is_dir()
+    assert journal_files() == []
+
+
+def test_a_symlink_is_put_back_and_what_it_points_to_is_never_written(work: Path, tmp_path: Path) -> None:
+    shared = tmp_path / "shared.json"
+    shared.write_bytes(b'{"ttl": 9}')
+    (work / ACPXRC).symlink_to(shared)
+
+    async def body(handle: Injection) -> None:
+        assert not (work / ACPXRC).is_symlink()
+        assert json.loads((work / ACPXRC).read_text()) == {"ttl": 9, "mcpServers": SERVERS}
+
+    session(work, body)
+    assert (work / ACPXRC).is_symlink() and os.readlink(work / ACPXRC) == str(shared)
+    assert shared.read_bytes() == b'{"ttl": 9}'
+
+
+# --- every way out restores ----------------------------------------------------------------------------------
+
+
+PRIOR = b'{\r\n  "defaultAgent": "codex"\r\n}'
+
+
+def run_and_fail(directory: Path, body: Callable[[], Awaitable[None]]) -> None:
+    async def main() -> None:
+        async with managed_acpxrc(directory, SERVERS):
+            await body()
+
+    run(main)
+
+
+def test_an_exception_restores_and_propagates(work: Path) -> None:
+    (work / ACPXRC).write_bytes(PRIOR)
+
+    async def body() -> None:
+        raise RuntimeError("agent failed")
+
+    with pytest.raises(RuntimeError, match="agent failed"):
+        run_and_fail(work, body)
+    assert (work / ACPXRC).read_bytes() == PRIOR
+    assert journal_files() == []
+
+
+def test_a_timeout_restores(work: Path) -> None:
+    (work / ACPXRC).write_bytes(PRIOR)
+
+    async def body() -> None:
+        with anyio.fail_after(0.05):
+            await anyio.sleep(10)
+
+    with pytest.raises(TimeoutError):
+        run_and_fail(work, body)
+    assert (work / ACPXRC).read_bytes() == PRIOR
+
+
+def test_cancellation_restores(work: Path) -> None:
+    (work / ACPXRC).write_bytes(PRIOR)
+    entered = []
+
+    async def main() -> None:
+        with anyio.move_on_after(0.1) as scope:
+            async with managed_acpxrc(work, SERVERS):
+                entered.append(True)
+                await anyio.sleep(10)
+        assert scope.cancelled_caught
+
+    run(main)
+    assert entered and (work / ACPXRC).read_bytes() == PRIOR
+
+
+def test_keyboard_interrupt_restores(work: Path) -> None:
+    async def body() -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_and_fail(work, body)
+    assert not (work / ACPXRC).exists()
+    assert journal_files() == []
+
+
+# --- a file changed during the session -----------------------------------------------------------------------
+
+
+def test_a_version_changed_during_the_session_is_saved_aside_before_the_prior_comes_back(work: Path) -> None:
+    (work / ACPXRC).write_bytes(PRIOR)
+    reported: list[Path] = []
+
+    async def body(handle: Injection) -> None:
+        (work / ACPXRC).write_bytes(b'{"edited": "by hand"}')
+
+    handle = session(work, body, on_saved=reported.append)
+    assert (work / ACPXRC).read_bytes() == PRIOR
+    assert handle.saved is not None and reported == [handle.saved]
+    assert handle.saved.read_bytes() == b'{"edited": "by hand"}'
+    assert handle.saved.is_relative_to(beflow_home() / "saved")
+    assert mode_of(handle.saved) == 0o600
+
+
+def test_a_changed_file_that_beflow_created_is_saved_then_removed(work: Path) -> None:
+    async def body(handle: Injection) -> None:
+        (work / ACPXRC).write_text("changed")
+
+    handle = session(work, body)
+    assert not (work / ACPXRC).exists()
+    assert handle.saved is not None and handle.saved.read_text() == "changed"
+
+
+def test_a_file_deleted_during_the_session_gets_its_prior_back_and_nothing_is_saved(work: Path) -> None:
+    (work / ACPXRC).write_bytes(PRIOR)
+
+    async def body(handle: Injection) -> None:
+        (work / ACPXRC).unlink()
+
+    handle = session(work, body)
+    assert (work / ACPXRC).read_bytes() == PRIOR
+    assert handle.saved is None
+    assert not (beflow_home() / "saved").exists()
+
+
+def test_an_unchanged_file_saves_nothing(work: Path) -> None:
+    handle = session(work)
+    assert handle.saved is None and not (beflow_home() / "saved").exists()
+
+
+# --- the lock, in one process (two processes: test_faults.py) ------------------------------------------------
+
+
+def test_a_second_manager_waits_says_so_once_and_refuses_after_its_timeout(work: Path) -> None:
+    messages: list[str] = []
+
+    async def main() -> None:
+        async with managed_acpxrc(work, SERVERS):
+            with pytest.raises(LockedError) as raised:
+                async with managed_acpxrc(work, SERVERS, on_wait=messages.append, lock_timeout=0.3, poll_interval=0.02):
+                    pass
+            error = raised.value
+            assert str(work.resolve() / ACPXRC) in error.message and f"pid {os.getpid()}" in error.message
+
+    run(main)
+    assert len(messages) == 1 and str(work.resolve() / ACPXRC) in messages[0]
+    assert not (work / ACPXRC).exists()
+
+
+def test_a_second_manager_goes_ahead_once_the_first_is_done(work: Path) -> None:
+    (work / ACPXRC).write_bytes(PRIOR)
+    order: list[str] = []
+
+    async def first() -> None:
+        async with managed_acpxrc(work, SERVERS):
+            order.append("first in")
+            await anyio.sleep(0.2)
+            order.append("first out")
+
+    async def second() -> None:
+        await anyio.sleep(0.05)
+        async with managed_acpxrc(work, SERVERS, on_wait=lambda m: order.append("waiting"), poll_interval=0.02) as h:
+            assert h is not None and h.kept_keys == ["defaultAgent"]  # it saw the real prior, not the first's file
+            order.append("second in")
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(first)
+            tasks.start_soon(second)
+
+    run(main)
+    assert order == ["first in", "waiting", "first out", "second in"]
+    assert (work / ACPXRC).read_bytes() == PRIOR
+
+
+# --- orphans -------------------------------------------------------------------------------------------------
+
+
+def dead_pid() -> int:
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def orphan(directory: Path, **changes: Any) -> JournalEntry:
+    """Leave ``directory``'s file managed, as a killed beflow would, with the journal entry changed as asked."""
+    snapshot: dict[str, Any] = {}
+
+    async def main() -> None:
+        async with managed_acpxrc(directory, SERVERS):
+            (path,) = journal_files()
+            snapshot["path"] = path
+            snapshot["entry"] = JournalEntry.model_validate_json(path.read_bytes())
+            snapshot["managed"] = (directory / ACPXRC).read_bytes()
+
+    run(main)
+    entry = snapshot["entry"].model_copy(update=changes)
+    snapshot["path"].write_text(entry.model_dump_json())
+    (directory / ACPXRC).write_bytes(snapshot["managed"])
+    return entry
+
+
+def test_an_orphan_of_a_dead_process_is_restored(work: Path) -> None:
+    (work / ACPXRC).write_bytes(PRIOR)
+    orphan(work, pid=dead_pid())
+    (restored,) = recover_orphans()
+    assert restored.action == "restored" and restored.saved is None
+    assert (work / ACPXRC).read_bytes() == PRIOR
+    assert journal_files() == []
+
+
+def test_an_orphan_whose_pid_was_reused_is_restored(work: Path) -> None:
+    entry = orphan(work, pid_start=1)  # this very process, but "started" at another time
+    assert entry.pid == os.getpid()
+    (restored,) = recover_orphans()
+    assert restored.action == "removed"
+    assert not (work / ACPXRC).exists()
+
+
+def test_an_orphan_from_another_boot_is_restored(work: Path) -> None:
+    orphan(work, boot_id="another-boot")
+    assert [r.action for r in recover_orphans()] == ["removed"]
+
+
+def test_an_entry_of_a_live_process_is_left_alone(work: Path) -> None:
+    orphan(work)  # this process, alive
+    assert recover_orphans() == []
+    assert (work / ACPXRC).exists() and len(journal_files()) == 1
+
+
+def test_an_orphan_whose_directory_is_gone_is_dropped(work: Path) -> None:
+    orphan(work, pid=dead_pid())
+    (work / ACPXRC).unlink()
+    work.rmdir()
+    assert [r.action for r in recover_orphans()] == ["gone"]
+    assert not work.exists()  # never recreated
+    assert journal_files() == []
+
+
+def test_an_orphan_changed_after_the_crash_is_saved_aside(work: Path) -> None:
+    orphan(work, pid=dead_pid())
+    (work / ACPXRC).write_text('{"edited": true}')
+    (restored,) = recover_orphans()
+    assert restored.saved is not None and restored.saved.read_text() == '{"edited": true}'
+    assert not (work / ACPXRC).exists()
+
+
+def test_a_new_session_first_restores_an_orphan_for_the_same_path(work: Path) -> None:
+    (work / ACPXRC).write_bytes(PRIOR)
+    orphan(work)  # even of a live process: holding the lock proves its session is over
+
+    async def body(handle: Injection) -> None:
+        assert [r.action for r in handle.recovered] == ["restored"]
+        assert handle.kept_keys == ["defaultAgent"]
+
+    session(work, body)
+    assert (work / ACPXRC).read_bytes() == PRIOR
+
+
+def test_an_unreadable_journal_entry_is_reported_not_guessed(work: Path) -> None:
+    journal_dir().mkdir(parents=True)
+    (journal_dir() / "acpxrc-x.json").write_text("{broken")
+    (failed,) = recover_orphans()
+    assert failed.action == "failed" and "unreadable journal entry" in (failed.detail or "")
+
+
+# --- the property: any prior comes back exactly --------------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    prior=st.one_of(
+        st.binary(max_size=300),
+        st.dictionaries(st.text(max_size=8), st.integers() | st.text(max_size=8), max_size=4).map(
+            lambda d: json.dumps(d).encode()
+        ),
+        st.none(),
+    ),
+    mode=st.sampled_from([0o600, 0o644, 0o640, 0o400, 0o666, 0o755, 0o604, 0o4755]),
+    changed=st.one_of(st.none(), st.binary(max_size=50)),
+)
+def test_restore_gives_back_any_prior_bytes_and_mode(prior: bytes | None, mode: int, changed: bytes | None) -> None:
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch)
+        target = directory / ACPXRC
+        if prior is not None:
+            target.write_bytes(prior)
+            os.chmod(target, mode)
+
+        async def body(handle: Injection) -> None:
+            if changed is not None:
+                target.write_bytes(changed)
+
+        session(directory, body)
+        if prior is None:
+            assert not target.exists()
+        else:
+            assert target.read_bytes() == prior
+            assert mode_of(target) == mode
+        assert sorted(p.name for p in directory.iterdir()) == ([ACPXRC] if prior is not None else [])
+        assert journal_files() == []
