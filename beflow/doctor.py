@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -11,6 +12,9 @@ from pathlib import Path
 from beflow import ACPX_VERSION, proc
 from beflow.config import Config, Project, load_project
 from beflow.errors import BeflowError
+from beflow.mcp.acp import shadowed_global_servers
+from beflow.mcp.cascade import check_cascade
+from beflow.trackers import Status, open_tracker
 
 #: acpx probes may download the pinned release through npx on first use.
 ACPX_PROBE_TIMEOUT = 300.0
@@ -109,6 +113,33 @@ def check_config(explicit: Path | None) -> tuple[Check, Project | None]:
 PROJECT_CHECKS: list[Callable[[Project], Check]] = []
 
 
+def check_mcp(project: Project) -> Check:
+    """The MCP cascade loads and expands; a problem only warns while injection is off."""
+    checked = check_cascade(project, os.environ)
+    enabled = project.config.mcp.enabled
+    state = "on" if enabled else "off"
+    if checked.problems:
+        count = len(checked.problems)
+        detail = f"{count} problem{'s' if count != 1 else ''}: {checked.problems[0].render()}"
+        return Check("mcp", not enabled, detail, "Run `beflow mcp check` to list every problem.", warning=not enabled)
+    names = [name for name, _ in checked.servers]
+    detail = f"injection {state}, {len(names)} server{'s' if len(names) != 1 else ''}"
+    detail += f": {', '.join(names)}" if names else ""
+    shadowed = shadowed_global_servers() if enabled and names else None
+    if shadowed is not None:
+        return Check(
+            "mcp",
+            True,
+            f"{detail}; hides {', '.join(shadowed.names)} of {shadowed.path} during runs",
+            "acpx uses a project mcpServers list instead of its global one: add them to .mcp.json to keep them.",
+            warning=True,
+        )
+    return Check("mcp", True, detail)
+
+
+PROJECT_CHECKS.append(check_mcp)
+
+
 def run_checks(explicit: Path | None = None) -> list[Check]:
     """Every check, in a fixed order; a broken config still lets the tool checks run."""
     config_check, project = check_config(explicit)
@@ -116,3 +147,30 @@ def run_checks(explicit: Path | None = None) -> list[Check]:
     if project is not None:
         checks.extend(check(project) for check in PROJECT_CHECKS)
     return checks
+
+
+def check_tracker(project: Project) -> Check:
+    """The tracker opens; for local issues: the directory, how many by status, and every file that does not parse."""
+    try:
+        tracker = open_tracker(project)
+        listing = tracker.list()
+    except BeflowError as error:
+        return Check("tracker", False, error.message, error.fix)
+    counts = {s.value: sum(1 for i in listing.issues if i.status == s) for s in Status}
+    counts = {status: n for status, n in counts.items() if n}
+    total = len(listing.issues)
+    detail = f"{tracker.description}: {total} issue{'s' if total != 1 else ''}"
+    if counts:
+        detail += " (" + ", ".join(f"{n} {status}" for status, n in counts.items()) + ")"
+    if listing.problems:
+        lines = "\n".join(f"  {p.render()}" for p in listing.problems)
+        return Check(
+            "tracker",
+            False,
+            f"{detail}; {len(listing.problems)} unreadable:\n{lines}",
+            "Fix each file at that line (docs/trackers.md describes the format).",
+        )
+    return Check("tracker", True, detail)
+
+
+PROJECT_CHECKS.append(check_tracker)

@@ -1,10 +1,24 @@
-"""Git through GitPython: finding the repository, worktrees, commits."""
+"""Git through GitPython: the repository, throwaway worktrees on ``beflow/<key>`` branches, and commits."""
 
 from __future__ import annotations
 
+import fnmatch
+import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import git
+
+from beflow.errors import BeflowError, ConfigError, UsageError
+from beflow.paths import slug
+
+#: The file beflow manages in the agent's working directory; it must never be committed by beflow.
+ACPXRC = ".acpxrc.json"
+
+
+class GitError(BeflowError):
+    code = "git"
 
 
 def toplevel(start: Path) -> Path | None:
@@ -14,3 +28,173 @@ def toplevel(start: Path) -> Path | None:
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         return None
     return Path(repo.working_tree_dir) if repo.working_tree_dir else None
+
+
+def open_repo(directory: Path) -> git.Repo:
+    """The repository of the project directory; a clear error when there is none."""
+    try:
+        return git.Repo(directory, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UsageError(f"{directory} is not inside a git repository", fix="Run beflow in a git checkout.") from None
+
+
+def branch_for(key: str) -> str:
+    """``beflow/<key>``, with the key made safe for a branch name."""
+    return f"beflow/{slug(key)}"
+
+
+@dataclass(frozen=True)
+class Worktree:
+    path: Path
+    branch: str
+    base_commit: str  # where this attempt started: the diff of the run is base_commit..commit
+    continued: bool  # the branch existed from an earlier attempt
+
+
+def worktree_path(worktrees_dir: Path, key: str) -> Path:
+    """The worktree path for an issue; it must resolve inside the worktrees directory."""
+    root = worktrees_dir.resolve()
+    path = (root / slug(key)).resolve()
+    if path.parent != root:
+        raise UsageError(f"issue key {key!r} does not give a path inside {root}")
+    return path
+
+
+def _registered_worktrees(repo: git.Repo) -> dict[Path, str | None]:
+    """Registered worktree paths and the branch each has checked out."""
+    found: dict[Path, str | None] = {}
+    current: Path | None = None
+    for line in repo.git.worktree("list", "--porcelain").splitlines():
+        if line.startswith("worktree "):
+            current = Path(line.removeprefix("worktree ")).resolve()
+            found[current] = None
+        elif line.startswith("branch ") and current is not None:
+            found[current] = line.removeprefix("branch refs/heads/")
+    return found
+
+
+def create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Worktree:
+    """A worktree at ``path`` on ``branch``: continued when the branch exists, else new from ``base``.
+
+    A worktree left at ``path`` by an interrupted run of the same branch is reused as it is: it may hold the
+    agent's uncommitted work.
+    """
+    repo.git.worktree("prune")
+    registered = _registered_worktrees(repo)
+    exists = branch in [h.name for h in repo.heads]
+    if path in registered:
+        if registered[path] != branch:
+            raise GitError(f"{path} is a worktree of {registered[path]!r}, not {branch!r}", fix="Remove it with git.")
+        head = git.Repo(path).head.commit.hexsha
+        return Worktree(path, branch, head, continued=True)
+    elsewhere = [p for p, b in registered.items() if b == branch]
+    if elsewhere:
+        raise GitError(
+            f"branch {branch} is checked out in {elsewhere[0]}",
+            fix=f"Finish or remove that checkout first (git worktree remove {elsewhere[0]}).",
+        )
+    if path.exists():
+        raise GitError(f"{path} exists but is not a worktree of this repository", fix="Move it away.")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        if exists:
+            repo.git.worktree("add", str(path), branch)
+        else:
+            try:
+                base_commit = repo.commit(base).hexsha
+            except (git.BadName, ValueError):
+                raise ConfigError(f"worktrees.base: {base!r} is not a commit in {repo.working_tree_dir}") from None
+            repo.git.worktree("add", "-b", branch, str(path), base_commit)
+    except git.GitCommandError as exc:
+        raise GitError(f"git worktree add failed: {exc.stderr.strip()}") from None
+    head = git.Repo(path).head.commit.hexsha
+    return Worktree(path, branch, head, continued=exists)
+
+
+def copy_included(repo_dir: Path, worktree: Path, patterns: list[str]) -> list[str]:
+    """Copy the git-ignored files named by ``patterns`` (and ``.worktreeinclude``) into the new worktree."""
+    globs = [p.strip() for p in patterns]
+    include_file = repo_dir / ".worktreeinclude"
+    if include_file.is_file():
+        globs += [line.strip() for line in include_file.read_text(encoding="utf-8").splitlines()]
+    globs = [g for g in globs if g and not g.startswith("#")]
+    if not globs:
+        return []
+    copied = []
+    root = repo_dir.resolve()
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d != ".git"]
+        for name in filenames:
+            source = Path(dirpath) / name
+            relative = source.relative_to(root).as_posix()
+            if any(fnmatch.fnmatch(relative, g) or fnmatch.fnmatch(name, g) for g in globs):
+                target = worktree / relative
+                if target.exists():
+                    continue  # tracked files come from git; never overwrite the checkout
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(source, target)
+                copied.append(relative)
+    return sorted(copied)
+
+
+def is_tracked(repo: git.Repo, relative: str) -> bool:
+    return bool(repo.git.ls_files("--", relative).strip())
+
+
+def commit_all(worktree: Path, message: str) -> str | None:
+    """Stage and commit everything the agent changed; the sha, or None when nothing changed.
+
+    An untracked ``.acpxrc.json`` is never staged: it can only be beflow's own injection.
+    """
+    repo = git.Repo(worktree)
+    pathspec = ["--", "."] if is_tracked(repo, ACPXRC) else ["--", ".", f":(exclude){ACPXRC}"]
+    repo.git.add("-A", *pathspec)
+    if not repo.index.diff("HEAD"):
+        return None
+    env = {}
+    if not _has_identity(repo):
+        env = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
+        env |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
+    try:
+        with repo.git.custom_environment(**env):
+            repo.git.commit("-q", "--no-verify", "-m", message)
+    except git.GitCommandError as exc:
+        raise GitError(f"git commit failed in {worktree}: {exc.stderr.strip()}") from None
+    return repo.head.commit.hexsha
+
+
+def _has_identity(repo: git.Repo) -> bool:
+    reader = repo.config_reader()
+    return reader.has_option("user", "name") and reader.has_option("user", "email")
+
+
+def is_dirty(worktree: Path) -> bool:
+    """Uncommitted changes besides beflow's own managed file."""
+    repo = git.Repo(worktree)
+    status = repo.git.status("--porcelain", "--untracked-files=all")
+    lines = [line for line in status.splitlines() if line[3:] != ACPXRC]
+    return bool(lines)
+
+
+def changed_files(worktree: Path, base: str, head: str) -> list[str]:
+    """``STATUS\\tpath`` lines of what changed between two commits."""
+    if base == head:
+        return []
+    return git.Repo(worktree).git.diff("--name-status", base, head).splitlines()
+
+
+def diff(directory: Path, base: str, head: str) -> str:
+    return git.Repo(directory).git.diff("--stat", "--patch", base, head)
+
+
+def remove_worktree(repo: git.Repo, path: Path) -> None:
+    """Remove a worktree, keeping its branch."""
+    try:
+        repo.git.worktree("remove", "--force", str(path))
+    except git.GitCommandError as exc:
+        raise GitError(f"could not remove worktree {path}: {exc.stderr.strip()}") from None
+
+
+def changed_in_checkout(directory: Path) -> list[str]:
+    """Porcelain status lines of a checkout (for attended runs, which do not commit)."""
+    return git.Repo(directory).git.status("--porcelain", "--untracked-files=all").splitlines()

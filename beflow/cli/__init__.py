@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from beflow import __version__
-from beflow.cli import doctor, init
+from beflow.cli import demo, doctor, init, issues, mcp, restore, run, runs
 from beflow.cli.common import App, guarded
 
 # `beflow --auto KEY ...`, `beflow --attend KEY`, `beflow --open KEY` are modes of the root command (DESIGN §1);
@@ -53,10 +53,19 @@ def cli(ctx: click.Context, config_path: Path | None) -> None:
     """beflow turns issues into coding-agent runs: it runs an agent on each issue through acpx in a throwaway
     git worktree, with per-run MCP servers, and commits the result to a branch."""
     ctx.obj = App(config_option=config_path)
+    # A beflow killed mid-run (SIGKILL, power loss) left a managed .acpxrc.json: put it back before anything else.
+    if ctx.invoked_subcommand != "restore":
+        restore.recover_quietly()
 
 
 cli.add_command(init.command)
 cli.add_command(doctor.command)
+cli.add_command(issues.group)
+cli.add_command(mcp.group)
+cli.add_command(restore.command)
+cli.add_command(runs.group)
+cli.add_command(run.auto)
+cli.add_command(demo.command)
 
 
 def main(argv: list[str] | None = None) -> None:

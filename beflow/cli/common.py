@@ -17,6 +17,7 @@ from rich.markup import escape
 
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError
+from beflow.files import atomic_write
 from beflow.paths import beflow_home
 
 T = TypeVar("T")
@@ -73,11 +74,11 @@ def fail(error: BeflowError) -> NoReturn:
 
 def crash(exc: BaseException) -> NoReturn:
     """An unexpected error: the traceback goes to a log file under BEFLOW_HOME, its path to the terminal."""
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    # Microseconds: two crashes in one second (parallel beflows) keep both logs.
+    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
     log = beflow_home() / "logs" / f"crash-{stamp}.log"
     try:
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text("".join(traceback.format_exception(exc)), encoding="utf-8")
+        atomic_write(log, "".join(traceback.format_exception(exc)), mode=0o600)
         where = str(log)
     except OSError:
         where = "(could not write the log; traceback follows)"
@@ -108,3 +109,11 @@ def guarded(fn: Callable[[], T]) -> T:
         raise
     except BaseException as exc:  # the last resort: never a bare traceback on the user's terminal
         crash(exc)
+
+
+def call_operation(app: App, name: str, *, actor: str = "user", **arguments: Any) -> Any:
+    """Run operation ``name`` through the one registry, as the CLI's user (``None`` arguments are left out)."""
+    from beflow.operations import Context, get
+
+    context = Context(project=app.project(), actor=actor)
+    return get(name).call(context, {k: v for k, v in arguments.items() if v is not None})

@@ -21,8 +21,9 @@ Requests answered (agent side):
     Creates a session bound to ``params.cwd`` and remembers ``mcpServers``.
 ``session/load`` / ``session/resume``
     Re-attach to any session id (a fresh process has no history, so nothing
-    is replayed).  acpx uses these when a named session (``prompt -s``) is
-    picked up again by a new agent process.
+    is replayed).  When a new agent process picks up a saved acpx session
+    (``prompt -s NAME``, ``sessions new --resume-session ID``), acpx sends
+    ``session/resume`` if advertised, else ``session/load``.
 ``session/close``
     Forgets the session.
 ``session/prompt``
@@ -34,6 +35,8 @@ next directive boundary, a ``sleep`` is interrupted at once, and the prompt
 is answered with ``stopReason: "cancelled"``).
 
 Requests sent to the client: ``session/request_permission`` (``ask`` verb).
+Like real agents, their ids count up from 1, so they can coincide with the
+client's own request ids in acpx's ``--format json`` stream.
 Notifications sent: ``session/update`` with ``agent_message_chunk``,
 ``tool_call`` and ``tool_call_update``.  Any other request gets JSON-RPC
 error -32601 (method not found).
@@ -87,13 +90,14 @@ Environment
     ``loadSession`` and ``sessionCapabilities.resume``), ``load``
     (``loadSession`` only) or ``none``.
 
-The process exits on stdin EOF and on SIGTERM/SIGINT/SIGHUP.  Only JSON-RPC
-is written to stdout; diagnostics go to stderr.
+The process exits with 0 on stdin EOF (acpx's normal shutdown) and with
+128+signum on SIGTERM/SIGINT/SIGHUP, as a real agent sharing acpx's process
+group would on Ctrl-C.  Only JSON-RPC is written to stdout; diagnostics go to
+stderr (acpx shows them only with ``--verbose``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -317,6 +321,11 @@ class Agent:
             return
         self.record(message)
         params = message.get("params") or {}
+        if not isinstance(params, dict):
+            log(f"ignoring {method} with non-object params")
+            if "id" in message:
+                self.respond_error(message["id"], INVALID_PARAMS, "params must be an object")
+            return
         if "id" not in message:
             self.handle_notification(method, params)
             return
@@ -558,10 +567,11 @@ def append_marks(paths: list[Path], event: str) -> None:
 
 
 def exit_now(code: int, reason: str) -> NoReturn:
-    """Leave immediately, skipping interpreter shutdown (threads may be busy)."""
+    """Leave immediately, skipping interpreter shutdown (threads may be busy).
+
+    Nothing is lost: :meth:`Agent.send` flushes stdout after every message.
+    """
     log(f"exiting with code {code}: {reason}")
-    with contextlib.suppress(OSError, ValueError):
-        sys.stdout.flush()
     os._exit(code)
 
 

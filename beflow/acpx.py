@@ -1,0 +1,191 @@
+"""acpx: the command line beflow builds for a run, and reading what acpx streams back.
+
+With ``--format json`` acpx prints the ACP JSON-RPC traffic between itself and the agent, one message a line:
+``initialize``, ``session/new`` (with the ``mcpServers`` it handed over), ``session/prompt``, the agent's
+``session/update`` notifications (message chunks, tool calls), ``session/request_permission`` requests, and the
+prompt's result (``stopReason``) or error. :class:`Transcript` follows that stream for progress and the summary.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from beflow.config import AgentCommand, Config
+
+#: Prompts longer than this go through a file (``exec -f``) instead of argv, which the kernel limits per argument.
+MAX_ARGV_PROMPT = 64 * 1024
+
+
+def agent_args(config: Config) -> list[str]:
+    """How acpx is told which agent to run: a registry name, or ``--agent <command>`` for a raw one."""
+    if isinstance(config.agent, AgentCommand):
+        return ["--agent", config.agent.command]
+    return [config.agent]
+
+
+def exec_argv(
+    config: Config,
+    *,
+    cwd: Path,
+    prompt: str,
+    prompt_file: Path | None = None,
+    permissions: str,
+    timeout: float | None,
+) -> list[str]:
+    """``acpx --cwd <cwd> --format json --<permissions> [--timeout T] <agent> exec <prompt>``."""
+    argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", f"--{permissions}"]
+    if timeout is not None:
+        argv += ["--timeout", f"{timeout:g}"]
+    argv += [*agent_args(config), "exec"]
+    if len(prompt.encode("utf-8")) > MAX_ARGV_PROMPT and prompt_file is not None:
+        argv += ["--file", str(prompt_file)]
+    else:
+        argv.append(prompt)
+    return argv
+
+
+def attend_argv(config: Config, *, cwd: Path, prompt: str, permissions: str) -> list[str]:
+    """Attended: text output on the user's terminal, permission prompts answered there."""
+    return [*config.acpx_argv(), "--cwd", str(cwd), f"--{permissions}", *agent_args(config), "exec", prompt]
+
+
+@dataclass
+class Transcript:
+    """What the JSON-RPC stream of one acpx run said, followed line by line."""
+
+    session_id: str | None = None
+    mcp_servers: list[str] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)  # the agent's text, one entry per turn of chunks
+    tool_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    permission_requests: list[dict[str, Any]] = field(default_factory=list)
+    stop_reason: str | None = None
+    error: str | None = None
+    latest: str | None = None  # the most recent activity, for progress displays
+    _chunks: list[str] = field(default_factory=list)
+    _prompt_ids: set[Any] = field(default_factory=set)
+
+    def feed(self, line: bytes | str) -> dict[str, Any] | None:
+        """Take one line of acpx output; returns the parsed message (None for anything that is not JSON-RPC)."""
+        try:
+            message = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if not isinstance(message, dict):
+            return None
+        method, params = message.get("method"), message.get("params") or {}
+        if method == "session/new":
+            self.mcp_servers = [s.get("name", "?") for s in params.get("mcpServers", []) if isinstance(s, dict)]
+        elif method == "session/prompt":
+            self._prompt_ids.add(message.get("id"))
+            self._flush()
+        elif method == "session/update":
+            self._update(params.get("update") or {})
+        elif method == "session/request_permission":
+            tool = params.get("toolCall") or {}
+            self.permission_requests.append(tool)
+            self.latest = f"permission requested: {tool.get('title') or tool.get('toolCallId', '?')}"
+        elif "result" in message and isinstance(message["result"], dict):
+            result = message["result"]
+            if "sessionId" in result and self.session_id is None:
+                self.session_id = result["sessionId"]
+            if "stopReason" in result:
+                self.stop_reason = result["stopReason"]
+                self._flush()
+        elif "error" in message and message.get("id") in self._prompt_ids:
+            error = message["error"] or {}
+            self.error = str(error.get("message") or error)
+            self._flush()
+        return message
+
+    def _update(self, update: dict[str, Any]) -> None:
+        kind = update.get("sessionUpdate")
+        if kind == "agent_message_chunk":
+            text = (update.get("content") or {}).get("text", "")
+            self._chunks.append(text)
+            current = "".join(self._chunks).strip().splitlines()
+            if current:
+                self.latest = current[-1][:200]
+        elif kind in ("tool_call", "tool_call_update"):
+            call = self.tool_calls.setdefault(update.get("toolCallId", "?"), {})
+            call.update({k: v for k, v in update.items() if k in ("title", "kind", "status")})
+            self.latest = f"{call.get('title', 'tool call')} ({call.get('status', 'pending')})"
+
+    def _flush(self) -> None:
+        if self._chunks:
+            self.messages.append("".join(self._chunks).strip())
+            self._chunks = []
+
+    @property
+    def final_message(self) -> str | None:
+        self._flush()
+        return self.messages[-1] if self.messages else None
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One readable line of a transcript: who (agent, tool, permission, client, error) and what."""
+
+    kind: str
+    text: str
+
+
+def readable(lines: list[str]) -> list[LogLine]:
+    """A transcript as a person reads it: messages whole, tool calls with their final status, permission
+    requests, the MCP servers handed over by name (never their values), and errors."""
+    out: list[LogLine] = []
+    chunks: list[str] = []
+    calls: dict[str, dict[str, Any]] = {}
+
+    def flush() -> None:
+        if chunks:
+            out.append(LogLine("agent", "".join(chunks).strip()))
+            chunks.clear()
+
+    for line in lines:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(message, dict):
+            continue
+        method, params = message.get("method"), message.get("params") or {}
+        if method == "session/new":
+            names = [s.get("name", "?") for s in params.get("mcpServers", []) if isinstance(s, dict)]
+            out.append(LogLine("session", f"session in {params.get('cwd')}; MCP servers: {', '.join(names) or 'none'}"))
+        elif method == "session/prompt":
+            flush()
+            text = "".join(p.get("text", "") for p in params.get("prompt", []) if isinstance(p, dict))
+            out.append(LogLine("prompt", text.strip().splitlines()[0][:120] if text.strip() else "(empty prompt)"))
+        elif method == "session/update":
+            update = params.get("update") or {}
+            kind = update.get("sessionUpdate")
+            if kind == "agent_message_chunk":
+                chunks.append((update.get("content") or {}).get("text", ""))
+            elif kind in ("tool_call", "tool_call_update"):
+                flush()
+                call = calls.setdefault(update.get("toolCallId", "?"), {})
+                call.update({k: v for k, v in update.items() if k in ("title", "kind", "status")})
+                status = call.get("status", "pending")
+                if kind == "tool_call" or status in ("completed", "failed"):
+                    out.append(LogLine("tool", f"{call.get('title', 'tool call')} [{call.get('kind', '?')}] {status}"))
+        elif method == "session/request_permission":
+            flush()
+            tool = params.get("toolCall") or {}
+            options = ", ".join(o.get("name", o.get("optionId", "?")) for o in params.get("options", []))
+            out.append(LogLine("permission", f"{tool.get('title', tool.get('toolCallId', '?'))} ({options})"))
+        elif "result" in message and isinstance(message["result"], dict) and "stopReason" in message["result"]:
+            flush()
+            out.append(LogLine("end", f"stop reason: {message['result']['stopReason']}"))
+        elif "result" in message and isinstance(message["result"], dict) and "outcome" in message["result"]:
+            outcome = message["result"]["outcome"]
+            chosen = outcome.get("optionId") or outcome.get("outcome") if isinstance(outcome, dict) else outcome
+            out.append(LogLine("permission", f"answered: {chosen}"))
+        elif "error" in message:
+            flush()
+            error = message["error"] or {}
+            out.append(LogLine("error", str(error.get("message") or error)))
+    flush()
+    return out

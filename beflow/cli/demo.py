@@ -1,0 +1,51 @@
+"""``beflow demo``: the whole product on a sample repository, in under a minute."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+from rich.markup import escape
+from rich.syntax import Syntax
+
+from beflow import demo, git, interrupts
+from beflow.cli.common import out
+from beflow.cli.progress import OUTCOME_STYLE, Progress
+
+
+@click.command("demo", epilog="Example:  beflow demo --dir /tmp/beflow-demo")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Where to create the sample repository (a new or empty directory; default: a new temporary one).",
+)
+def command(directory: Path | None) -> None:
+    """Create a sample repository with one issue and run a demo agent on it through acpx, with MCP servers
+    injected: you see the branch, the diff and the run record it leaves."""
+    directory = (directory or Path(tempfile.mkdtemp(prefix="beflow-demo-"))).resolve()
+    sample = demo.create(directory)
+    out.print(f"[bold]Sample repository[/] {escape(str(directory))}")
+    out.print(f"Issue {sample.issue_key} is ready; running it with `beflow --auto {sample.issue_key}`…\n")
+    with Progress(as_json=False) as progress:
+        record = interrupts.run(lambda: demo.run(sample, progress))
+    style = OUTCOME_STYLE.get(record.outcome, "white")
+    out.print(f"\n[bold]Outcome[/] [{style}]{record.outcome}[/] — {escape(record.stop_reason or '')}")
+    out.print(f"[bold]MCP servers handed to the agent[/] {', '.join(record.mcp_servers) or 'none'}")
+    for note in record.restored:
+        out.print(f"[bold]Managed file[/] {escape(note)}")
+    if record.commit and record.base_commit:
+        out.print(f"\n[bold]Branch[/] {record.branch} at {record.commit[:12]}")
+        out.print(Syntax(git.diff(directory, record.base_commit, record.commit), "diff", theme="ansi_dark"))
+    if record.final_message:
+        out.print(f"[bold]The agent said[/]\n{escape(record.final_message)}")
+    out.print(f"\n[bold]Run record[/] {escape(str(directory / '.beflow' / 'runs' / record.id))}")
+    out.print("Look around:")
+    out.print(f"  cd {escape(str(directory))}")
+    out.print("  beflow runs show latest   # the summary")
+    out.print("  beflow runs logs latest   # the transcript: messages, tool calls, permissions")
+    out.print(f"  beflow issues show {sample.issue_key}      # the issue, with the run's comment")
+    out.print("  beflow mcp show           # the servers that were injected (values masked)")
+    if record.outcome not in ("succeeded", "no_changes"):
+        raise SystemExit(1)

@@ -1,0 +1,80 @@
+"""Showing runs as they go: a live rich view on a terminal, plain lines elsewhere, JSON lines with ``--json``."""
+
+from __future__ import annotations
+
+import time
+from types import TracebackType
+
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from beflow.cli.common import emit_json, err
+from beflow.runner import RunEvent
+
+OUTCOME_STYLE = {
+    "succeeded": "green",
+    "no_changes": "cyan",
+    "failed": "red",
+    "timeout": "red",
+    "cancelled": "yellow",
+}
+
+
+class Progress:
+    """Receives :class:`RunEvent` s (possibly from several runs at once) and shows them."""
+
+    def __init__(self, *, as_json: bool) -> None:
+        self.as_json = as_json
+        self.running: dict[str, dict[str, object]] = {}
+        self.live: Live | None = None
+        if not as_json and err.is_terminal:
+            self.live = Live(self._table(), console=err, refresh_per_second=4, transient=True)
+
+    def __enter__(self) -> Progress:
+        if self.live is not None:
+            self.live.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.live is not None:
+            self.live.stop()
+
+    def __call__(self, event: RunEvent) -> None:
+        if self.as_json:
+            emit_json(event.to_json())
+            return
+        if event.type == "started":
+            self.running[event.run_id] = {"issue": event.issue, "since": event.time, "latest": "starting"}
+            self._print(f"▶ issue {event.issue}: run {event.run_id} on {event.data.get('branch')}")
+        elif event.type == "activity" and event.run_id in self.running:
+            self.running[event.run_id]["latest"] = event.data.get("latest", "")
+        elif event.type == "notice":
+            self._print(f"  issue {event.issue}: {event.data.get('message')}")
+        elif event.type == "finished":
+            self.running.pop(event.run_id, None)
+            outcome = str(event.data.get("outcome"))
+            style = OUTCOME_STYLE.get(outcome, "white")
+            commit = event.data.get("commit")
+            tail = f" → commit {str(commit)[:12]}" if commit else ""
+            self._print(
+                f"[{style}]■ issue {escape(event.issue)}: {outcome}[/] — {escape(str(event.data.get('reason')))}{tail}",
+                markup=True,
+            )
+        if self.live is not None:
+            self.live.update(self._table())
+
+    def _print(self, text: str, *, markup: bool = False) -> None:
+        (self.live.console if self.live else err).print(text if markup else escape(text), highlight=False)
+
+    def _table(self) -> Table:
+        table = Table(box=None, show_header=bool(self.running), pad_edge=False)
+        table.add_column("issue", style="bold")
+        table.add_column("elapsed", justify="right")
+        table.add_column("latest activity", overflow="ellipsis", no_wrap=True, max_width=80)
+        for row in self.running.values():
+            elapsed = time.time() - float(row["since"])  # type: ignore[arg-type]
+            table.add_row(str(row["issue"]), f"{elapsed:.0f}s", escape(str(row["latest"])))
+        return table

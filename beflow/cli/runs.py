@@ -1,0 +1,99 @@
+"""``beflow runs list|show|logs``: parse, call the run operations, render."""
+
+from __future__ import annotations
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+import beflow.runs  # noqa: F401 - registers the run operations
+from beflow.cli.common import App, call_operation, emit_json, out, pass_app
+from beflow.cli.progress import OUTCOME_STYLE
+from beflow.records import RunRecord
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+
+LOG_STYLE = {"agent": "bold", "tool": "cyan", "permission": "yellow", "error": "red", "session": "dim", "end": "dim"}
+
+
+@click.group("runs", epilog="Example:  beflow runs show latest")
+def group() -> None:
+    """What beflow's runs did: records in .beflow/runs/."""
+
+
+@group.command("list", epilog="Example:  beflow runs list --issue 7")
+@click.option("--issue", help="Only runs of this issue.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@json_option
+@pass_app
+def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None:
+    """List runs, newest first."""
+    records: list[RunRecord] = call_operation(app, "run.list", issue=issue, limit=limit)
+    if as_json:
+        emit_json([r.model_dump(mode="json") for r in records])
+        return
+    if not records:
+        out.print("No runs yet. `beflow --auto` runs the ready issues.")
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("run", "issue", "mode", "outcome", "duration", "branch", "commit"):
+        table.add_column(column)
+    for r in records:
+        style = OUTCOME_STYLE.get(r.outcome, "white")
+        duration = f"{r.duration:.0f}s" if r.duration is not None else "-"
+        table.add_row(
+            r.id, r.issue, r.mode, f"[{style}]{r.outcome}[/]", duration, r.branch or "-", (r.commit or "-")[:12]
+        )
+    out.print(table)
+
+
+@group.command("show", epilog="Example:  beflow runs show latest")
+@click.argument("run_id", metavar="ID")
+@json_option
+@pass_app
+def show_command(app: App, run_id: str, as_json: bool) -> None:
+    """A run's summary: outcome and why, branch, commit, changed files, the agent's final message."""
+    r: RunRecord = call_operation(app, "run.show", id=run_id)
+    if as_json:
+        emit_json(r.model_dump(mode="json"))
+        return
+    style = OUTCOME_STYLE.get(r.outcome, "white")
+    out.print(f"[bold]run {escape(r.id)}[/] — issue {escape(r.issue)}: {escape(r.title)}")
+    out.print(f"outcome   [{style}]{r.outcome}[/] — {escape(r.stop_reason or '')}")
+    out.print(f"mode      {r.mode}, agent {escape(r.agent)}, attempt {r.attempt}")
+    out.print(f"started   {r.started_at:%Y-%m-%d %H:%M:%S} UTC, {r.duration or 0:.1f} s")
+    if r.branch:
+        out.print(f"branch    {escape(r.branch)}" + (f" at {r.commit}" if r.commit else " (no commit)"))
+    if r.worktree_kept:
+        out.print(f"[yellow]worktree kept at {escape(r.worktree or '')}[/]")
+    out.print(f"MCP       {', '.join(r.mcp_servers) or 'none injected'}")
+    if r.mcp_shadowed:
+        out.print(f"          (shadowed acpx global servers: {', '.join(r.mcp_shadowed)})")
+    for note in r.restored:
+        out.print(f"restore   {escape(note)}")
+    if r.changed_files:
+        out.print(f"changed   {len(r.changed_files)} file(s)")
+        for line in r.changed_files:
+            out.print(f"          {escape(line.replace(chr(9), ' '))}")
+    if r.final_message:
+        out.print("[bold]final message[/]")
+        out.print(escape(r.final_message))
+
+
+@group.command("logs", epilog="Example:  beflow runs logs latest")
+@click.argument("run_id", metavar="ID")
+@json_option
+@pass_app
+def logs_command(app: App, run_id: str, as_json: bool) -> None:
+    """The run's transcript, readably: messages, tool calls, permission requests, MCP servers by name."""
+    logs = call_operation(app, "run.logs", id=run_id)
+    if as_json:
+        emit_json(logs.model_dump(mode="json"))
+        return
+    out.print(f"[bold]run {escape(logs.record.id)}[/] — issue {escape(logs.record.issue)} — {logs.record.outcome}")
+    for line in logs.lines:
+        style = LOG_STYLE.get(line.kind, "white")
+        out.print(f"[{style}]{line.kind:>10}[/] {escape(line.text)}")
+    if logs.stderr.strip():
+        out.print("[bold]stderr[/]")
+        out.print(escape(logs.stderr.rstrip()))

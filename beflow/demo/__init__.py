@@ -1,0 +1,91 @@
+"""``beflow demo``: a sample repository, the local tracker with one issue, and a real run through acpx.
+
+The sample is a tiny Python project; its one issue asks for a ``farewell`` function. The demo agent
+(:mod:`beflow.demo.agent`) is a real ACP agent that acpx drives like any other, so the run goes through every
+step a real one does: claim, worktree, MCP injection and restore, acpx, commit, record, tracker update.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import git as gitpython
+
+from beflow.config import Project, load_project
+from beflow.errors import UsageError
+from beflow.files import atomic_write
+from beflow.records import RunRecord
+from beflow.runner import EventSink, run_many
+from beflow.trackers import LocalTracker, open_tracker
+
+GREET = '''"""Greetings."""
+
+
+def greet(name: str) -> str:
+    """Say hello to ``name``."""
+    return f"Hello, {name}!"
+'''
+
+ISSUE_BODY = """We greet people but never say goodbye.
+
+Add a `farewell(name)` function next to `greet` in `greet.py` that returns `Goodbye, <name>!`, with a test.
+"""
+
+MCP_SERVERS = {
+    "mcpServers": {
+        # Handed to the agent by name; the demo agent lists what it received. Values stay masked in output.
+        "docs": {
+            "type": "http",
+            "url": "https://mcp.example.com/mcp",
+            "headers": {"Authorization": "Bearer ${DEMO_DOCS_TOKEN:-demo-token}"},
+        },
+        "search": {"command": "npx", "args": ["-y", "example-search-mcp"], "env": {"SEARCH_KEY": "demo-key"}},
+    }
+}
+
+
+@dataclass(frozen=True)
+class Demo:
+    project: Project
+    issue_key: str
+
+
+def create(directory: Path) -> Demo:
+    """A sample repository in ``directory`` (which must not exist or be empty), ready for ``beflow --auto``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    if any(directory.iterdir()):
+        raise UsageError(f"{directory} is not empty", fix="Pass --dir with a new directory.")
+    repo = gitpython.Repo.init(directory, initial_branch="main")
+    atomic_write(directory / "greet.py", GREET)
+    atomic_write(directory / "README.md", "# greet\n\nA tiny sample project for the beflow demo.\n")
+    atomic_write(directory / ".gitignore", ".acpxrc.json\n__pycache__/\n")
+    config = {
+        "agent": {"command": f"{sys.executable} -m beflow.demo.agent"},
+        "timeout": 120,
+        "mcp": {"enabled": True},
+    }
+    atomic_write(directory / "config.json", json.dumps(config, indent=2) + "\n")
+    atomic_write(directory / ".mcp.json", json.dumps(MCP_SERVERS, indent=2) + "\n")
+    repo.index.add(["greet.py", "README.md", ".gitignore", "config.json", ".mcp.json"])
+    with repo.git.custom_environment(
+        GIT_AUTHOR_NAME="beflow demo",
+        GIT_AUTHOR_EMAIL="demo@beflow.invalid",
+        GIT_COMMITTER_NAME="beflow demo",
+        GIT_COMMITTER_EMAIL="demo@beflow.invalid",
+    ):
+        repo.git.commit("-q", "-m", "A tiny greeting module")
+    project = load_project(directory / "config.json")
+    tracker = open_tracker(project)
+    assert isinstance(tracker, LocalTracker)
+    issue = tracker.create(title="Say goodbye too", body=ISSUE_BODY, labels=["demo"], priority=1)
+    return Demo(project=project, issue_key=issue.key)
+
+
+async def run(demo: Demo, events: EventSink | None = None) -> RunRecord:
+    """Run the demo's issue exactly as ``beflow --auto`` would."""
+    tracker = open_tracker(demo.project)
+    (record,) = await run_many(demo.project, tracker, [demo.issue_key], events=events)
+    return record

@@ -1,0 +1,49 @@
+"""Rendering the agent's prompt: Jinja2, undefined variables are errors, a built-in default."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from beflow.errors import ConfigError
+
+DEFAULT_TEMPLATE = "templates/prompt.md.j2"
+
+
+class PromptError(ConfigError):
+    """The prompt template is missing or does not render: a permanent failure, never retried."""
+
+    code = "prompt"
+
+
+def load_template(setting: str | None, project_dir: Path) -> tuple[str, str]:
+    """``(source, where)`` of the prompt: the configured file or inline text, else the built-in default.
+
+    A setting that is one line without ``{{`` and names an existing file (relative to the project directory) is a
+    file; anything else is an inline template.
+    """
+    if setting is None:
+        return resources.files("beflow").joinpath(DEFAULT_TEMPLATE).read_text(encoding="utf-8"), "built-in prompt"
+    looks_like_path = "\n" not in setting and "{{" not in setting and "{%" not in setting
+    if looks_like_path:
+        path = (project_dir / setting).expanduser()
+        if path.is_file():
+            return path.read_text(encoding="utf-8"), str(path)
+        if Path(setting).suffix:
+            raise PromptError(f"prompt: template file {path} does not exist", fix="Fix `prompt` in config.json.")
+    return setting, "config.json prompt"
+
+
+def render(setting: str | None, project_dir: Path, variables: dict[str, Any]) -> str:
+    """The prompt for one run; a template error names the template and the line."""
+    source, where = load_template(setting, project_dir)
+    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    try:
+        return environment.from_string(source).render(**variables).strip() + "\n"
+    except jinja2.TemplateSyntaxError as exc:
+        raise PromptError(f"{where}:{exc.lineno}: template syntax error: {exc.message}") from None
+    except jinja2.UndefinedError as exc:
+        raise PromptError(f"{where}: {exc.message}", fix="Use only issue, attempt, branch and run_id.") from None

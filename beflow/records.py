@@ -1,0 +1,124 @@
+"""Run records: ``.beflow/runs/<run-id>/`` in the project directory (DESIGN §4).
+
+Each run directory holds ``run.json`` (the :class:`RunRecord`), ``prompt.md``, the acpx transcript
+(``transcript.jsonl``, one acpx JSON event a line), ``stderr.log`` and ``hooks/<name>.log``. No secret value is
+ever written here: MCP servers are recorded by name only.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import difflib
+import os
+import secrets
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from beflow.errors import NotFoundError
+from beflow.files import atomic_write
+from beflow.paths import slug, state_dir
+
+Outcome = Literal["running", "succeeded", "no_changes", "failed", "timeout", "cancelled"]
+Mode = Literal["auto", "watch", "attend", "open"]
+
+
+def now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+class RunRecord(BaseModel):
+    """``run.json``: what ran, where, and how it ended."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    issue: str
+    title: str = ""
+    mode: Mode
+    agent: str
+    attempt: int = 1
+    branch: str | None = None
+    base_commit: str | None = None
+    commit: str | None = None
+    worktree: str | None = None
+    worktree_kept: bool = False
+    started_at: dt.datetime
+    finished_at: dt.datetime | None = None
+    duration: float | None = None
+    outcome: Outcome = "running"
+    stop_reason: str | None = None
+    error: str | None = None
+    exit_code: int | None = None
+    pid: int = Field(default_factory=os.getpid)
+    mcp_servers: list[str] = Field(default_factory=list)
+    mcp_shadowed: list[str] = Field(default_factory=list)
+    changed_files: list[str] = Field(default_factory=list)
+    final_message: str | None = None
+    session: str | None = None
+    restored: list[str] = Field(default_factory=list)
+
+    @property
+    def finished(self) -> bool:
+        return self.outcome != "running"
+
+
+def new_run_id(issue_key: str) -> str:
+    """Sortable by start time, readable, unique: ``20261129-221530-<key>-<4 hex>``."""
+    return f"{now():%Y%m%d-%H%M%S}-{slug(issue_key, max_length=24)}-{secrets.token_hex(2)}"
+
+
+class RunStore:
+    """The run records of one project."""
+
+    def __init__(self, project_dir: Path) -> None:
+        self.project_dir = project_dir
+        self.root = project_dir / ".beflow" / "runs"
+
+    def directory(self, run_id: str) -> Path:
+        return self.root / run_id
+
+    def create(self, record: RunRecord, prompt: str) -> Path:
+        state_dir(self.project_dir)
+        directory = self.directory(record.id)
+        directory.mkdir(parents=True, exist_ok=False)
+        atomic_write(directory / "prompt.md", prompt)
+        self.save(record)
+        return directory
+
+    def save(self, record: RunRecord) -> None:
+        atomic_write(self.directory(record.id) / "run.json", record.model_dump_json(indent=2) + "\n")
+
+    def write(self, run_id: str, name: str, data: str | bytes) -> Path:
+        """An artifact of the run (hook output, stderr)."""
+        path = self.directory(run_id) / name
+        atomic_write(path, data)
+        return path
+
+    def list(self) -> list[RunRecord]:
+        """Every readable record, newest first."""
+        if not self.root.is_dir():
+            return []
+        records = []
+        for directory in sorted(self.root.iterdir(), reverse=True):
+            try:
+                records.append(RunRecord.model_validate_json((directory / "run.json").read_bytes()))
+            except (OSError, ValidationError):
+                continue
+        return records
+
+    def get(self, run_id: str) -> RunRecord:
+        """A record by id or unique id prefix; ``latest`` is the newest run."""
+        ids = sorted(p.name for p in self.root.iterdir()) if self.root.is_dir() else []
+        if run_id == "latest" and ids:
+            run_id = ids[-1]
+        matches = [i for i in ids if i == run_id] or [i for i in ids if i.startswith(run_id)]
+        if len(matches) != 1:
+            if matches:
+                raise NotFoundError(f"run {run_id!r} is ambiguous: {', '.join(matches[:5])}")
+            close = difflib.get_close_matches(run_id, ids, n=3, cutoff=0.4)
+            hint = f" (did you mean {', '.join(close)}?)" if close else ""
+            raise NotFoundError(f"no run {run_id!r}{hint}", fix="`beflow runs list` shows the runs.")
+        path = self.directory(matches[0]) / "run.json"
+        return RunRecord.model_validate_json(path.read_bytes())

@@ -1,0 +1,387 @@
+"""The lifecycle of one run (DESIGN §4): every ``--auto`` run and every ``watch`` dispatch is exactly this.
+
+claim → worktree on ``beflow/<key>`` → include files → ``after_create`` hook → prompt → MCP servers → inject →
+``before_run`` → acpx (supervised) → ``after_run`` → restore → commit → record → tracker update → remove the
+worktree (kept, and said so, when that could lose the agent's work) → release the claim.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from beflow import acpx, git, interrupts, proc, prompt
+from beflow.config import Project
+from beflow.errors import BeflowError, ConfigError
+from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
+from beflow.mcp.inject import managed_acpxrc
+from beflow.records import RunRecord, RunStore, new_run_id, now
+from beflow.trackers import Issue, Status, Tracker
+
+#: Seconds beyond ``timeout`` that beflow gives acpx to stop by itself before stopping it.
+TIMEOUT_MARGIN = 15.0
+
+
+@dataclass(frozen=True)
+class RunEvent:
+    """Progress of a run, for the terminal view and for ``--json`` event streams."""
+
+    type: str  # started, activity, notice, finished
+    run_id: str
+    issue: str
+    data: dict[str, Any] = field(default_factory=dict)
+    time: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.type, "run": self.run_id, "issue": self.issue, "time": self.time, **self.data}
+
+
+EventSink = Callable[[RunEvent], None]
+
+
+class PermanentFailure(BeflowError):
+    """A failure no retry can fix (bad config, a prompt that does not render, an unknown agent)."""
+
+
+@dataclass
+class RunRequest:
+    """What to run and how the tracker is left afterwards."""
+
+    key: str
+    mode: str = "auto"
+    attempt: int = 1
+    #: Whether a failure is the last word (``failed`` on the tracker) or the dispatcher will retry (``ready``).
+    final: bool = True
+    owner: str = field(default_factory=lambda: f"beflow {socket.gethostname()}:{os.getpid()}")
+
+
+def _prompt_variables(issue: Issue, request: RunRequest, branch: str, run_id: str) -> dict[str, Any]:
+    comments = [{"author": c.author, "created": c.created.isoformat(), "body": c.text} for c in issue.comments]
+    return {
+        "issue": {
+            "key": issue.key,
+            "title": issue.title,
+            "body": issue.body,
+            "labels": list(issue.labels),
+            "url": issue.url,
+            "comments": comments,
+        },
+        "attempt": request.attempt,
+        "branch": branch,
+        "run_id": run_id,
+    }
+
+
+class Run:
+    """One run of one issue. Build it, then ``await execute()``; the record says how it ended."""
+
+    def __init__(self, project: Project, tracker: Tracker, request: RunRequest, events: EventSink | None = None):
+        self.project = project
+        self.config = project.config
+        self.tracker = tracker
+        self.request = request
+        self.store = RunStore(project.directory)
+        self._events = events
+        self.record: RunRecord | None = None
+        self.transcript = acpx.Transcript()
+        self.permanent = False
+
+    # -- events ------------------------------------------------------------------------------------------------
+
+    def emit(self, kind: str, **data: Any) -> None:
+        if self._events is not None and self.record is not None:
+            self._events(RunEvent(kind, self.record.id, self.record.issue, data))
+
+    # -- the lifecycle -----------------------------------------------------------------------------------------
+
+    async def execute(self) -> RunRecord:
+        """Run the issue to an outcome; never raises for a failed run (the record says), only for bad usage."""
+        issue = self.tracker.get(self.request.key)
+        if issue.status in (Status.CLOSED,):
+            raise BeflowError(f"issue {issue.key} is {issue.status.value}", fix=f"beflow issues reopen {issue.key}")
+        claim = self.tracker.claim(issue.key, self.request.owner)
+        try:
+            return await self._claimed(issue)
+        finally:
+            claim.release()
+
+    async def _claimed(self, issue: Issue) -> RunRecord:
+        key = issue.key
+        run_id = new_run_id(key)
+        branch = git.branch_for(key)
+        self.record = RunRecord(
+            id=run_id,
+            issue=key,
+            title=issue.title,
+            mode=self.request.mode,  # type: ignore[arg-type]
+            agent=self.config.agent_label(),
+            attempt=self.request.attempt,
+            branch=branch,
+            started_at=now(),
+        )
+        record = self.record
+        try:
+            text = prompt.render(
+                self.config.prompt, self.project.directory, _prompt_variables(issue, self.request, branch, run_id)
+            )
+        except BeflowError as error:
+            text = ""
+            self.store.create(record, text)
+            self.permanent = True
+            return self._finish(issue, "failed", f"the prompt did not render: {error.message}")
+        self.store.create(record, text)
+        self._move_to_in_progress(issue)
+        self.emit("started", attempt=self.request.attempt, branch=branch)
+        outcome, reason = "failed", "the run did not finish"
+        worktree: git.Worktree | None = None
+        repo = git.open_repo(self.project.directory)
+        try:
+            worktree = git.create_worktree(
+                repo, git.worktree_path(self.project.worktrees_dir, key), branch, self.config.worktrees.base
+            )
+            record.worktree = str(worktree.path)
+            record.base_commit = worktree.base_commit
+            self.store.save(record)
+            git.copy_included(self.project.directory, worktree.path, self.config.worktrees.include)
+            await self._hook("after_create", worktree.path, fatal=True)
+            outcome, reason = await self._agent_session(worktree.path, text)
+        except PermanentFailure as error:
+            self.permanent = True
+            outcome, reason = "failed", error.message
+        except ConfigError as error:
+            self.permanent = True
+            outcome, reason = "failed", error.message
+        except BeflowError as error:
+            outcome, reason = "failed", error.message
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                reason = f"cancelled ({interrupts.state.signal_name or 'stopped'})"
+                self._wrap_up(worktree, repo, "cancelled", reason)
+                self._finish(issue, "cancelled", reason)
+            raise
+        with anyio.CancelScope(shield=True):
+            outcome, reason = self._wrap_up(worktree, repo, outcome, reason)
+        return self._finish(issue, outcome, reason)
+
+    def _move_to_in_progress(self, issue: Issue) -> None:
+        if issue.status in (Status.OPEN, Status.FAILED, Status.DONE):
+            self.tracker.set_status(issue.key, Status.READY, author="beflow")
+        self.tracker.set_status(issue.key, Status.IN_PROGRESS, author="beflow")
+
+    async def _agent_session(self, cwd: Path, text: str) -> tuple[str, str]:
+        """Inject, run acpx, restore. Returns the outcome and a reason."""
+        assert self.record is not None
+        record = self.record
+        try:
+            servers = resolve_servers(self.project)
+        except ConfigError as error:
+            raise PermanentFailure(f"MCP servers: {error.message}") from None
+        record.mcp_servers = server_names(servers)
+        shadowed = shadowed_global_servers() if servers else None
+        if shadowed:
+            record.mcp_shadowed = shadowed.names
+            self.emit("notice", message=f"injected MCP servers shadow {', '.join(shadowed.names)} from {shadowed.path}")
+        self.store.save(record)
+        directory = self.store.directory(record.id)
+        timeout = self.config.timeout
+        argv = acpx.exec_argv(
+            self.config,
+            cwd=cwd,
+            prompt=text,
+            prompt_file=directory / "prompt.md",
+            permissions=self.config.permissions,
+            timeout=timeout,
+        )
+        transcript_path = directory / "transcript.jsonl"
+        stderr_path = directory / "stderr.log"
+        with transcript_path.open("ab") as transcript_file, stderr_path.open("ab") as stderr_file:
+
+            def on_stdout(line: bytes) -> None:
+                transcript_file.write(line + b"\n")
+                transcript_file.flush()
+                before = self.transcript.latest
+                self.transcript.feed(line)
+                if self.transcript.latest and self.transcript.latest != before:
+                    self.emit("activity", latest=self.transcript.latest)
+
+            def on_stderr(line: bytes) -> None:
+                stderr_file.write(line + b"\n")
+                stderr_file.flush()
+
+            def on_saved(path: Path) -> None:
+                self.emit("notice", message=f".acpxrc.json was changed during the run; that version is saved at {path}")
+
+            async with managed_acpxrc(
+                cwd, servers, on_wait=lambda m: self.emit("notice", message=m), on_saved=on_saved
+            ) as handle:
+                await self._hook("before_run", cwd, fatal=False)
+                result = await proc.run(
+                    argv,
+                    cwd=cwd,
+                    timeout=None if timeout is None else timeout + TIMEOUT_MARGIN,
+                    on_stdout=on_stdout,
+                    on_stderr=on_stderr,
+                    grace=interrupts.grace(proc.DEFAULT_GRACE),
+                )
+                await self._hook("after_run", cwd, fatal=False)
+            if handle is not None and handle.restored is not None:
+                record.restored.append(handle.restored.describe())
+        record.exit_code = result.returncode
+        record.final_message = self.transcript.final_message
+        record.session = self.transcript.session_id
+        return self._judge(result, stderr_path)
+
+    def _judge(self, result: proc.Completed, stderr_path: Path) -> tuple[str, str]:
+        """The outcome of the agent session from acpx's exit and the transcript."""
+        stderr_tail = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+        if result.timed_out or (self.transcript.stop_reason is None and _mentions_timeout(stderr_tail)):
+            return "timeout", f"the agent did not finish within {self.config.timeout:g} s"
+        finished = self.transcript.stop_reason in ("end_turn", "max_tokens", "max_turn_requests", None)
+        if result.returncode == 0 and finished and self.transcript.error is None:
+            return "succeeded", f"the agent finished ({self.transcript.stop_reason or 'exit 0'})"
+        if self.transcript.stop_reason == "refusal":
+            return "failed", "the agent refused the task"
+        if self.transcript.error:
+            return "failed", f"the agent reported an error: {self.transcript.error}"
+        detail = " / ".join(stderr_tail) if stderr_tail else "no error output"
+        return "failed", f"acpx {result.describe()}: {detail}"
+
+    async def _hook(self, name: str, cwd: Path, *, fatal: bool) -> None:
+        hook = self.config.hooks.get(name)
+        if hook is None or self.record is None:
+            return
+        self.emit("activity", latest=f"hook {name}: {hook.command}")
+        result = await proc.run(["sh", "-c", hook.command], cwd=cwd, timeout=hook.timeout)
+        output = f"$ {hook.command}\n{result.stdout.decode(errors='replace')}{result.stderr.decode(errors='replace')}"
+        output += f"[{result.describe()} after {result.duration:.1f} s]\n"
+        self.store.write(self.record.id, f"hooks/{name}.log", output)
+        if not result.ok:
+            message = f"hook {name} failed ({result.describe()}); its output is in the run record"
+            if fatal:
+                raise BeflowError(message)
+            self.emit("notice", message=message)
+
+    def _wrap_up(self, worktree: git.Worktree | None, repo: Any, outcome: str, reason: str) -> tuple[str, str]:
+        """Commit what the agent changed (whatever the outcome: it is the agent's work) and remove the worktree."""
+        record = self.record
+        assert record is not None
+        if worktree is None:
+            return outcome, reason
+        commit = None
+        if self.config.after_run.commit:
+            message = f"{record.title or record.issue}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
+            try:
+                commit = git.commit_all(worktree.path, message)
+            except BeflowError as error:
+                record.worktree_kept = True
+                self.store.save(record)
+                return "failed", f"{reason}; {error.message}; the work is kept in {worktree.path}"
+        record.commit = commit
+        head = commit or worktree.base_commit
+        record.changed_files = git.changed_files(worktree.path, worktree.base_commit, head)
+        if outcome == "succeeded" and commit is None:
+            outcome, reason = "no_changes", "the agent finished without changing any file"
+        if git.is_dirty(worktree.path):
+            record.worktree_kept = True
+            reason += f"; uncommitted changes are kept in {worktree.path}"
+        else:
+            self._remove(repo, worktree)
+        return outcome, reason
+
+    def _remove(self, repo: Any, worktree: git.Worktree) -> None:
+        hook = self.config.hooks.get("before_remove")
+        if hook is not None:
+            proc.run_sync(["sh", "-c", hook.command], cwd=worktree.path, timeout=hook.timeout)
+        try:
+            git.remove_worktree(repo, worktree.path)
+        except BeflowError as error:
+            assert self.record is not None
+            self.record.worktree_kept = True
+            self.emit("notice", message=error.message)
+
+    def _finish(self, issue: Issue, outcome: str, reason: str) -> RunRecord:
+        record = self.record
+        assert record is not None
+        record.outcome = outcome  # type: ignore[assignment]
+        record.stop_reason = reason
+        record.finished_at = now()
+        record.duration = round((record.finished_at - record.started_at).total_seconds(), 3)
+        self.store.save(record)
+        self._update_tracker(issue, record)
+        self.emit("finished", outcome=outcome, reason=reason, commit=record.commit, changed=len(record.changed_files))
+        return record
+
+    def _update_tracker(self, issue: Issue, record: RunRecord) -> None:
+        current = self.tracker.get(issue.key)
+        if current.status != Status.IN_PROGRESS:
+            return  # someone moved it by hand during the run (closed it, say): theirs is the last word
+        if record.outcome in ("succeeded", "no_changes"):
+            status = Status.REVIEW
+        elif record.outcome == "cancelled" or not (self.request.final or self.permanent):
+            status = Status.READY
+        else:
+            status = Status.FAILED
+        note = summary(record) if self.config.after_run.comment else None
+        self.tracker.set_status(issue.key, status, note=note, author="beflow")
+
+
+def _mentions_timeout(lines: list[str]) -> bool:
+    return any("timed out" in line.lower() or "timeout" in line.lower() for line in lines)
+
+
+def summary(record: RunRecord) -> str:
+    """The comment a finished run leaves on its issue."""
+    lines = [f"beflow run `{record.id}`: **{record.outcome}** — {record.stop_reason}"]
+    lines.append(f"- agent: {record.agent}, attempt {record.attempt}, {record.duration or 0:.1f} s")
+    if record.branch:
+        lines.append(f"- branch: `{record.branch}`" + (f", commit `{record.commit[:12]}`" if record.commit else ""))
+    if record.changed_files:
+        shown = ", ".join(f"`{line.split(chr(9))[-1]}`" for line in record.changed_files[:10])
+        more = f" and {len(record.changed_files) - 10} more" if len(record.changed_files) > 10 else ""
+        lines.append(f"- files changed ({len(record.changed_files)}): {shown}{more}")
+    if record.mcp_servers:
+        lines.append(f"- MCP servers: {', '.join(record.mcp_servers)}")
+    if record.worktree_kept:
+        lines.append(f"- worktree kept at `{record.worktree}`")
+    if record.final_message:
+        lines.append("")
+        lines.append("> " + "\n> ".join(record.final_message.strip().splitlines()[:20]))
+    return "\n".join(lines)
+
+
+async def run_many(
+    project: Project,
+    tracker: Tracker,
+    keys: list[str],
+    *,
+    limit: int | None = None,
+    concurrency: int = 1,
+    events: EventSink | None = None,
+    mode: str = "auto",
+) -> list[RunRecord]:
+    """Run the named issues, or every ready issue once, ``concurrency`` at a time."""
+    if not keys:
+        tracker.requeue_orphans()
+        keys = [issue.key for issue in tracker.ready()]
+    else:
+        keys = [tracker.get(key).key for key in keys]  # unknown keys fail before anything runs
+    if limit is not None:
+        keys = keys[:limit]
+    records: list[RunRecord] = []
+    limiter = anyio.CapacityLimiter(max(1, concurrency))
+
+    async def one(key: str) -> None:
+        async with limiter:
+            records.append(await Run(project, tracker, RunRequest(key=key, mode=mode), events).execute())
+
+    async with anyio.create_task_group() as tasks:
+        for key in keys:
+            tasks.start_soon(one, key)
+    return records
