@@ -106,14 +106,22 @@ def _group_alive(pgid: int) -> bool:
 
 
 async def stop_group(pgid: int, grace: float = DEFAULT_GRACE, leader: anyio.abc.Process | None = None) -> None:
-    """SIGTERM the group, wait up to ``grace`` seconds for it to empty, then SIGKILL what is left.
+    """Stop a process group: SIGTERM to the leader, then to the group, then SIGKILL after ``grace`` seconds.
 
-    ``leader`` is reaped while waiting: an unreaped child stays in its group as a zombie.
+    The leader (acpx, a hook's shell) is asked first and given half the grace period, so that it can shut down
+    what it started in order (acpx cancels the agent's turn and exits 0); what is still left then gets SIGTERM,
+    and SIGKILL when the grace period is over. ``leader`` is reaped while waiting: an unreaped child stays in
+    its group as a zombie.
     """
     with anyio.CancelScope(shield=True):
+        deadline = anyio.current_time() + grace
+        if leader is not None and leader.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                leader.send_signal(signal.SIGTERM)
+            with anyio.move_on_after(grace / 2):
+                await leader.wait()
         if not _signal_group(pgid, signal.SIGTERM):
             return
-        deadline = anyio.current_time() + grace
         while anyio.current_time() < deadline:
             if leader is not None and leader.returncode is None:
                 with anyio.move_on_after(0.05):
