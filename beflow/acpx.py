@@ -62,7 +62,9 @@ class Transcript:
     tool_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
     permission_requests: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str | None = None
-    error: str | None = None
+    error: str | None = None  # the agent's error answer to the prompt
+    acpx_error: str | None = None  # acpx's own error (``"id": null``), e.g. a timeout
+    acpx_code: str | None = None  # its ``data.acpxCode``: TIMEOUT, PERMISSION_PROMPT_UNAVAILABLE, ...
     latest: str | None = None  # the most recent activity, for progress displays
     _chunks: list[str] = field(default_factory=list)
     _prompt_ids: set[Any] = field(default_factory=set)
@@ -94,6 +96,11 @@ class Transcript:
             if "stopReason" in result:
                 self.stop_reason = result["stopReason"]
                 self._flush()
+        elif "error" in message and message.get("id") is None:
+            error = message["error"] or {}
+            self.acpx_error = str(error.get("message") or error)
+            self.acpx_code = (error.get("data") or {}).get("acpxCode")
+            self._flush()
         elif "error" in message and message.get("id") in self._prompt_ids:
             error = message["error"] or {}
             self.error = str(error.get("message") or error)

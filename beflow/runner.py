@@ -25,6 +25,10 @@ from beflow.mcp.inject import managed_acpxrc
 from beflow.records import RunRecord, RunStore, new_run_id, now
 from beflow.trackers import Issue, Status, Tracker
 
+#: acpx's exit codes beyond 0 (success) and 1 (error).
+ACPX_TIMEOUT = 3
+ACPX_PERMISSION_DENIED = 5
+
 #: Seconds beyond ``timeout`` that beflow gives acpx to stop by itself before stopping it.
 TIMEOUT_MARGIN = 15.0
 
@@ -92,6 +96,8 @@ class Run:
         self.record: RunRecord | None = None
         self.transcript = acpx.Transcript()
         self.permanent = False
+        #: Why the run is being cancelled, when whoever cancels it knows (the dispatcher's reconciliation).
+        self.cancel_reason: str | None = None
 
     # -- events ------------------------------------------------------------------------------------------------
 
@@ -162,7 +168,7 @@ class Run:
             outcome, reason = "failed", error.message
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                reason = f"cancelled ({interrupts.state.signal_name or 'stopped'})"
+                reason = self.cancel_reason or f"cancelled by {interrupts.state.signal_name or 'beflow'}"
                 self._wrap_up(worktree, repo, "cancelled", reason)
                 self._finish(issue, "cancelled", reason)
             raise
@@ -239,19 +245,26 @@ class Run:
         return self._judge(result, stderr_path)
 
     def _judge(self, result: proc.Completed, stderr_path: Path) -> tuple[str, str]:
-        """The outcome of the agent session from acpx's exit and the transcript."""
+        """The outcome of the agent session, from acpx's exit code (0 ok, 1 error, 3 timeout, 5 permission
+        denied) and what the transcript says (the prompt's stop reason, the agent's or acpx's error)."""
+        seen = self.transcript
         stderr_tail = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
-        if result.timed_out or (self.transcript.stop_reason is None and _mentions_timeout(stderr_tail)):
+        if result.timed_out or result.returncode == ACPX_TIMEOUT or seen.acpx_code == "TIMEOUT":
             return "timeout", f"the agent did not finish within {self.config.timeout:g} s"
-        finished = self.transcript.stop_reason in ("end_turn", "max_tokens", "max_turn_requests", None)
-        if result.returncode == 0 and finished and self.transcript.error is None:
-            return "succeeded", f"the agent finished ({self.transcript.stop_reason or 'exit 0'})"
-        if self.transcript.stop_reason == "refusal":
-            return "failed", "the agent refused the task"
-        if self.transcript.error:
-            return "failed", f"the agent reported an error: {self.transcript.error}"
+        if seen.stop_reason == "cancelled":
+            return "cancelled", "the agent's turn was cancelled"
+        if result.returncode == 0 and seen.stop_reason is not None and seen.error is None:
+            if seen.stop_reason == "refusal":
+                return "failed", "the agent refused the task"
+            return "succeeded", f"the agent finished ({seen.stop_reason})"
+        if seen.error:
+            return "failed", f"the agent reported an error: {seen.error}"
+        if result.returncode == ACPX_PERMISSION_DENIED:
+            return "failed", f"the agent was denied a permission it asked for (permissions: {self.config.permissions})"
+        if seen.acpx_error:
+            return "failed", f"acpx: {seen.acpx_error}"
         detail = " / ".join(stderr_tail) if stderr_tail else "no error output"
-        return "failed", f"acpx {result.describe()}: {detail}"
+        return "failed", f"the agent stopped before finishing its turn (acpx {result.describe()}; {detail})"
 
     async def _hook(self, name: str, cwd: Path, *, fatal: bool) -> None:
         hook = self.config.hooks.get(name)
@@ -329,11 +342,10 @@ class Run:
         else:
             status = Status.FAILED
         note = summary(record) if self.config.after_run.comment else None
+        if status == Status.FAILED and self.request.mode == "watch":
+            why = "it cannot succeed as configured" if self.permanent else f"{record.attempt} attempt(s)"
+            note = f"{note}\n\nbeflow gives up on this issue: {why}." if note else None
         self.tracker.set_status(issue.key, status, note=note, author="beflow")
-
-
-def _mentions_timeout(lines: list[str]) -> bool:
-    return any("timed out" in line.lower() or "timeout" in line.lower() for line in lines)
 
 
 def summary(record: RunRecord) -> str:
