@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from beflow import __version__
-from beflow.cli import demo, doctor, init, issues, mcp, restore, run, runs
+from beflow.cli import demo, doctor, init, issues, mcp, restore, run, runs, watch
 from beflow.cli.common import App, guarded
 
 # `beflow --auto KEY ...`, `beflow --attend KEY`, `beflow --open KEY` are modes of the root command (DESIGN §1);
@@ -66,6 +66,7 @@ cli.add_command(restore.command)
 cli.add_command(runs.group)
 cli.add_command(run.auto)
 cli.add_command(demo.command)
+cli.add_command(watch.command)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,103 @@
+"""``beflow watch``: the dispatcher, with a live terminal view or a JSON event stream."""
+
+from __future__ import annotations
+
+import time
+
+import click
+from rich.console import Group
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from beflow import interrupts
+from beflow.cli.common import App, emit_json, err, pass_app
+from beflow.cli.progress import OUTCOME_STYLE
+from beflow.dispatcher import Dispatcher, Snapshot, WatchEvent
+from beflow.runner import RunEvent
+
+#: Events worth a line in the scrolling log above the live view.
+LOGGED = {"dispatched", "finished", "retry_scheduled", "cancelled", "error", "failed", "requeued", "config_reloaded"}
+
+
+def render(snapshot: Snapshot, concurrency: int) -> Group:
+    """The live view: running runs, the queue, backoffs and recent outcomes."""
+    now = time.time()
+    running = Table(title=f"running ({len(snapshot.running)}/{concurrency})", title_justify="left", box=None)
+    for column in ("issue", "attempt", "elapsed", "latest activity"):
+        running.add_column(
+            column, no_wrap=True, overflow="ellipsis", max_width=70 if column == "latest activity" else None
+        )
+    for run in snapshot.running:
+        running.add_row(run.key, str(run.attempt), f"{now - run.started:.0f}s", escape(run.latest))
+    parts: list[Table | Text] = [running]
+    if snapshot.queue:
+        queue = Table(title=f"queue ({len(snapshot.queue)})", title_justify="left", box=None)
+        for column in ("issue", "priority", "title"):
+            queue.add_column(column, no_wrap=True, overflow="ellipsis")
+        for issue in snapshot.queue[:10]:
+            queue.add_row(issue.key, str(issue.priority), escape(issue.title))
+        parts.append(queue)
+    if snapshot.backoffs:
+        backoffs = Table(title="backing off", title_justify="left", box=None)
+        for column in ("issue", "next attempt", "due in", "last failure"):
+            backoffs.add_column(column, no_wrap=True, overflow="ellipsis", max_width=60)
+        for backoff in snapshot.backoffs:
+            backoffs.add_row(
+                backoff.key, str(backoff.attempt), f"{max(0, backoff.due - now):.0f}s", escape(backoff.reason)
+            )
+        parts.append(backoffs)
+    if snapshot.recent:
+        recent = Table(title="recent", title_justify="left", box=None)
+        for column in ("issue", "outcome", "run"):
+            recent.add_column(column, no_wrap=True)
+        for record in snapshot.recent[:8]:
+            style = OUTCOME_STYLE.get(record.outcome, "white")
+            recent.add_row(record.issue, f"[{style}]{record.outcome}[/]", record.id)
+        parts.append(recent)
+    parts.append(
+        Text(f"tick {snapshot.tick}; next poll in {max(0, snapshot.next_tick - now):.0f}s — Ctrl-C stops", style="dim")
+    )
+    return Group(*parts)
+
+
+@click.command("watch", epilog="Examples:\n\n  beflow watch\n\n  beflow watch --once --json")
+@click.option("--once", is_flag=True, help="One tick: dispatch what is ready, wait for those runs, exit.")
+@click.option("--json", "as_json", is_flag=True, help="Stream one JSON event per line instead of the live view.")
+@pass_app
+def command(app: App, once: bool, as_json: bool) -> None:
+    """Poll the tracker and run ready issues in parallel, unattended, until stopped (Ctrl-C or SIGTERM: running
+    runs are cancelled, their files restored and recorded, then beflow exits 130)."""
+    project = app.project()
+    live: Live | None = None
+
+    def listener(event: WatchEvent | RunEvent) -> None:
+        if as_json:
+            if isinstance(event, WatchEvent):
+                emit_json(event.to_json())
+            return
+        if isinstance(event, WatchEvent) and event.type in LOGGED:
+            details = ", ".join(f"{k}={v}" for k, v in event.data.items() if v is not None)
+            line = f"{time.strftime('%H:%M:%S')} {event.type:<16} {event.issue or '':<6} {details}"
+            (live.console if live else err).print(escape(line), highlight=False)
+
+    dispatcher = Dispatcher(project, config_option=app.config_option, listener=listener)
+    if not as_json and err.is_terminal:
+        concurrency = project.config.watch.concurrency
+        live = Live(
+            get_renderable=lambda: render(
+                dispatcher.snapshot(), dispatcher.project.config.watch.concurrency or concurrency
+            ),
+            console=err,
+            refresh_per_second=2,
+            transient=True,
+        )
+        live.start()
+    try:
+        records = interrupts.run(lambda: dispatcher.watch(once=once))
+    finally:
+        if live is not None:
+            live.stop()
+    if once and any(r.outcome in ("failed", "timeout", "cancelled") for r in records):
+        raise SystemExit(1)

@@ -1,0 +1,265 @@
+"""``beflow watch``: keep a project's ready issues flowing through agents (DESIGN §5).
+
+Every tick (the first at once, then every ``watch.interval`` seconds) the dispatcher
+
+1. reloads ``config.json`` when it changed (a config that no longer validates is reported, the last good one kept);
+2. puts back issues a killed run left ``in_progress`` (no live claim);
+3. reconciles: a running issue that is no longer ``in_progress`` (closed or moved by hand) or is gone is cancelled;
+4. dispatches ready issues that are not claimed, not running and not backing off, by priority then age, up to
+   ``watch.concurrency`` at once. Each dispatch is exactly an ``--auto`` run (:class:`beflow.runner.Run`).
+
+A failed run is retried with exponential backoff (``backoff`` doubling up to ``backoff_max``) until
+``max_attempts``; then the issue is marked failed. Permanent failures are not retried. Several watchers never run
+the same issue twice: a run holds the issue's claim for its whole life.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from beflow.config import Project, load_project
+from beflow.errors import BeflowError, LockedError
+from beflow.records import RunRecord
+from beflow.runner import Run, RunEvent, RunRequest
+from beflow.trackers import Issue, Status, Tracker, open_tracker
+
+FAILURES = {"failed", "timeout"}
+
+
+@dataclass
+class WatchEvent:
+    """What the dispatcher did, for the live view and ``--json``."""
+
+    type: str  # dispatched, finished, retry_scheduled, cancelled, error, config_reloaded, requeued, stopping
+    issue: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    time: float = field(default_factory=time.time)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.type, "issue": self.issue, "time": self.time, **self.data}
+
+
+@dataclass
+class Running:
+    key: str
+    attempt: int
+    scope: anyio.CancelScope
+    started: float = field(default_factory=time.time)
+    run_id: str | None = None
+    latest: str = "starting"
+    run: Run | None = None
+
+    def cancel(self, reason: str) -> None:
+        if self.run is not None:
+            self.run.cancel_reason = reason
+        self.scope.cancel()
+
+    @property
+    def cancelling(self) -> bool:
+        return self.scope.cancel_called
+
+
+@dataclass
+class Backoff:
+    key: str
+    attempt: int  # the attempt that will run when it is due
+    due: float
+    reason: str
+
+
+@dataclass
+class Snapshot:
+    """What the live view shows."""
+
+    running: list[Running]
+    queue: list[Issue]
+    backoffs: list[Backoff]
+    recent: list[RunRecord]
+    tick: int
+    next_tick: float
+
+
+Listener = Callable[[WatchEvent | RunEvent], None]
+
+
+def backoff_delay(attempt: int, base: float, ceiling: float) -> float:
+    """Seconds to wait before attempt ``attempt + 1``: ``base`` doubling per failed attempt, at most ``ceiling``."""
+    return float(min(base * (2 ** max(0, attempt - 1)), ceiling))
+
+
+class Dispatcher:
+    """One ``beflow watch`` process."""
+
+    def __init__(self, project: Project, *, config_option: Path | None = None, listener: Listener | None = None):
+        self.project = project
+        self.tracker: Tracker = open_tracker(project)
+        self.config_option = config_option
+        self.listener = listener
+        self.running: dict[str, Running] = {}
+        self.backoffs: dict[str, Backoff] = {}
+        self.attempts: dict[str, int] = {}
+        self.recent: deque[RunRecord] = deque(maxlen=20)
+        self.queue: list[Issue] = []
+        self.tick_count = 0
+        self.next_tick = time.time()
+        self.stopping = False
+        self._config_seen = self._config_stamp()
+
+    # -- events ----------------------------------------------------------------------------------------------------
+
+    def emit(self, kind: str, issue: str | None = None, **data: Any) -> None:
+        if self.listener is not None:
+            self.listener(WatchEvent(kind, issue, data))
+
+    def _on_run_event(self, event: RunEvent) -> None:
+        running = self.running.get(event.issue)
+        if running is not None:
+            running.run_id = event.run_id
+            if event.type == "activity":
+                running.latest = str(event.data.get("latest", ""))
+        if self.listener is not None:
+            self.listener(event)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            running=list(self.running.values()),
+            queue=list(self.queue),
+            backoffs=sorted(self.backoffs.values(), key=lambda b: b.due),
+            recent=list(self.recent),
+            tick=self.tick_count,
+            next_tick=self.next_tick,
+        )
+
+    # -- the loop --------------------------------------------------------------------------------------------------
+
+    async def watch(self, *, once: bool = False) -> list[RunRecord]:
+        """Tick until cancelled (or, with ``once``, one tick and its runs). Runs are cancelled on the way out."""
+        finished: list[RunRecord] = []
+        async with anyio.create_task_group() as tasks:
+            try:
+                while True:
+                    self.tick(tasks, finished)
+                    if once:
+                        break
+                    self.next_tick = time.time() + self.project.config.watch.interval
+                    await anyio.sleep(self.project.config.watch.interval)
+            except anyio.get_cancelled_exc_class():
+                self.stopping = True
+                self.emit("stopping", running=len(self.running))
+                raise
+        return finished
+
+    def tick(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
+        self.tick_count += 1
+        self._reload_config()
+        try:
+            for issue in self.tracker.requeue_orphans():
+                self.emit("requeued", issue.key, reason="its run stopped without finishing")
+            self._reconcile()
+            self._dispatch(tasks, finished)
+        except BeflowError as error:
+            self.emit("error", message=error.message)
+
+    def _config_stamp(self) -> tuple[float, int] | None:
+        path = self.project.config_path
+        try:
+            stat = path.stat() if path else None
+        except OSError:
+            return None
+        return (stat.st_mtime, stat.st_size) if stat else None
+
+    def _reload_config(self) -> None:
+        stamp = self._config_stamp()
+        if stamp == self._config_seen:
+            return
+        self._config_seen = stamp
+        try:
+            project = load_project(self.config_option or self.project.config_path, cwd=self.project.directory)
+            tracker = open_tracker(project)
+        except BeflowError as error:
+            self.emit("error", message=f"config not reloaded, keeping the last good one: {error.message}")
+            return
+        if project.config != self.project.config:
+            self.project, self.tracker = project, tracker
+            self.emit("config_reloaded", path=str(project.config_path))
+
+    def _reconcile(self) -> None:
+        for key, running in list(self.running.items()):
+            if running.cancelling:
+                continue
+            try:
+                status = self.tracker.get(key).status
+            except BeflowError:
+                status = None
+            if status is None or (status != Status.IN_PROGRESS and running.run_id is not None):
+                reason = "the issue was removed" if status is None else f"the issue is now {status}"
+                running.cancel(reason)
+                self.emit("cancelled", key, reason=reason)
+
+    def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
+        now = time.time()
+        ready = self.tracker.ready()
+        self.queue = [i for i in ready if i.key not in self.running]
+        free = self.project.config.watch.concurrency - len(self.running)
+        for issue in list(self.queue):
+            if free <= 0 or self.stopping:
+                break
+            backoff = self.backoffs.get(issue.key)
+            if backoff is not None and backoff.due > now:
+                continue
+            self.backoffs.pop(issue.key, None)
+            attempt = self.attempts.get(issue.key, 0) + 1
+            running = Running(issue.key, attempt, anyio.CancelScope())
+            self.running[issue.key] = running
+            self.queue.remove(issue)
+            free -= 1
+            self.emit("dispatched", issue.key, attempt=attempt)
+            tasks.start_soon(self._run, running, finished)
+
+    async def _run(self, running: Running, finished: list[RunRecord]) -> None:
+        key, watch = running.key, self.project.config.watch
+        request = RunRequest(
+            key=key, mode="watch", attempt=running.attempt, final=running.attempt >= watch.max_attempts
+        )
+        run = Run(self.project, self.tracker, request, self._on_run_event)
+        running.run = run
+        record: RunRecord | None = None
+        try:
+            with running.scope:
+                record = await run.execute()
+        except LockedError:
+            self.emit("skipped", key, reason="another process claimed it first")
+        except BeflowError as error:
+            self.emit("error", key, message=error.message)
+        finally:
+            self.running.pop(key, None)
+        if record is None:
+            record = run.record if run.record is not None and run.record.finished else None
+            if record is None:
+                return
+        finished.append(record)
+        self.recent.appendleft(record)
+        self.emit("finished", key, run=record.id, outcome=record.outcome, reason=record.stop_reason)
+        self._after(record, run.permanent)
+
+    def _after(self, record: RunRecord, permanent: bool) -> None:
+        key, watch = record.issue, self.project.config.watch
+        if record.outcome in ("succeeded", "no_changes"):
+            self.attempts.pop(key, None)
+        elif record.outcome in FAILURES:
+            self.attempts[key] = record.attempt
+            if permanent:
+                self.emit("failed", key, reason=f"not retried: {record.stop_reason}")
+            elif record.attempt < watch.max_attempts:
+                delay = backoff_delay(record.attempt, watch.backoff, watch.backoff_max)
+                self.backoffs[key] = Backoff(key, record.attempt + 1, time.time() + delay, record.stop_reason or "")
+                self.emit("retry_scheduled", key, attempt=record.attempt + 1, delay=delay)
+            else:
+                self.emit("failed", key, reason=f"gave up after {record.attempt} attempts")
