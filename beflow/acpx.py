@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from beflow.config import AgentCommand, Config
+from beflow.mcp.acp import MASK
+from beflow.paths import slug
 
 #: Prompts longer than this go through a file (``exec -f``) instead of argv, which the kernel limits per argument.
 MAX_ARGV_PROMPT = 64 * 1024
@@ -47,9 +49,68 @@ def exec_argv(
     return argv
 
 
-def attend_argv(config: Config, *, cwd: Path, prompt: str, permissions: str) -> list[str]:
-    """Attended: text output on the user's terminal, permission prompts answered there."""
-    return [*config.acpx_argv(), "--cwd", str(cwd), f"--{permissions}", *agent_args(config), "exec", prompt]
+def attend_argv(
+    config: Config, *, cwd: Path, prompt: str, permissions: str, prompt_file: Path | None = None
+) -> list[str]:
+    """Attended: text output on the user's terminal, permission prompts answered there (no ``--timeout``: the
+    person decides when to stop)."""
+    argv = [*config.acpx_argv(), "--cwd", str(cwd), f"--{permissions}", *agent_args(config), "exec"]
+    if len(prompt.encode("utf-8")) > MAX_ARGV_PROMPT and prompt_file is not None:
+        return [*argv, "--file", str(prompt_file)]
+    return [*argv, prompt]
+
+
+#: Secret values shorter than this are masked only where they are known to be secrets (``mcpServers``), not in
+#: free text: masking every "1" or "on" in a transcript would make it unreadable.
+MIN_SCRUBBED = 6
+
+
+class Redactor:
+    """Masks the secret values of the injected MCP servers (env and header values) in what goes into a run record.
+
+    acpx's ``--format json`` stream repeats ``session/new`` with the ``mcpServers`` it handed over, values and all;
+    an agent or a hook may also print a value. Every env and header value is masked inside ``mcpServers``, and
+    any value of :data:`MIN_SCRUBBED` characters or more wherever else it appears (raw or JSON-escaped).
+    """
+
+    def __init__(self, servers: list[dict[str, Any]] | None = None) -> None:
+        values = {
+            str(pair.get("value", ""))
+            for server in servers or []
+            for name in ("env", "headers")
+            for pair in server.get(name) or []
+            if isinstance(pair, dict)
+        }
+        scrubbed = sorted((v for v in values if len(v) >= MIN_SCRUBBED), key=len, reverse=True)
+        self._forms = [form for v in scrubbed for form in {v.encode(), json.dumps(v)[1:-1].encode()}]
+
+    def __call__(self, data: bytes) -> bytes:
+        if b'"mcpServers"' in data:
+            data = _mask_servers(data)
+        for form in self._forms:
+            data = data.replace(form, MASK.encode())
+        return data
+
+    def text(self, text: str) -> str:
+        return self(text.encode("utf-8")).decode("utf-8", errors="replace")
+
+
+def _mask_servers(line: bytes) -> bytes:
+    """The JSON-RPC message with every env and header value under ``params.mcpServers`` masked."""
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return line
+    params = message.get("params") if isinstance(message, dict) else None
+    servers = params.get("mcpServers") if isinstance(params, dict) else None
+    if not isinstance(servers, list):
+        return line
+    for server in servers:
+        for name in ("env", "headers"):
+            for pair in server.get(name) or [] if isinstance(server, dict) else []:
+                if isinstance(pair, dict) and "value" in pair:
+                    pair["value"] = MASK
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 @dataclass
@@ -68,6 +129,11 @@ class Transcript:
     latest: str | None = None  # the most recent activity, for progress displays
     _chunks: list[str] = field(default_factory=list)
     _prompt_ids: set[Any] = field(default_factory=set)
+
+    @property
+    def prompted(self) -> bool:
+        """Whether acpx got as far as sending the prompt to the agent."""
+        return bool(self._prompt_ids)
 
     def feed(self, line: bytes | str) -> dict[str, Any] | None:
         """Take one line of acpx output; returns the parsed message (None for anything that is not JSON-RPC)."""
@@ -196,3 +262,70 @@ def readable(lines: list[str]) -> list[LogLine]:
             out.append(LogLine("error", str(error.get("message") or error)))
     flush()
     return out
+
+
+# -- resuming the agent's session on a retry -------------------------------------------------------------------
+#
+# `exec` is one-shot: acpx starts the agent, runs one turn and stops it. To resume an agent's ACP session, acpx
+# needs a named session (`sessions new --name N --resume-session <id>`) and `prompt -s N`, which hands the turn
+# to a detached "queue owner" process that outlives the command for `--ttl` seconds. beflow keeps that owner on a
+# short leash: a tiny TTL, `cancel -s` and `sessions close` when the run ends, and a kill of the owner's process
+# group (found through acpx's queue lock, which names its pid and session) when it still lingers.
+
+#: Seconds the queue owner may idle after the turn before it exits by itself.
+OWNER_TTL = 0.5
+
+
+def session_name(key: str) -> str:
+    """The acpx session name of an issue's runs."""
+    return f"beflow-{slug(key)}"
+
+
+def _session_argv(config: Config, cwd: Path, *rest: str) -> list[str]:
+    return [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", *agent_args(config), *rest]
+
+
+def resume_argv(config: Config, *, cwd: Path, name: str, session_id: str) -> list[str]:
+    """Create the named session ``name`` on top of the agent's earlier session ``session_id``."""
+    return _session_argv(config, cwd, "sessions", "new", "--name", name, "--resume-session", session_id)
+
+
+def prompt_argv(
+    config: Config,
+    *,
+    cwd: Path,
+    name: str,
+    prompt: str,
+    prompt_file: Path | None,
+    permissions: str,
+    timeout: float | None,
+) -> list[str]:
+    """``exec_argv``'s counterpart for a resumed session: ``prompt -s <name>``."""
+    argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", f"--{permissions}", "--ttl", f"{OWNER_TTL:g}"]
+    if timeout is not None:
+        argv += ["--timeout", f"{timeout:g}"]
+    argv += [*agent_args(config), "prompt", "-s", name]
+    if len(prompt.encode("utf-8")) > MAX_ARGV_PROMPT and prompt_file is not None:
+        return [*argv, "--file", str(prompt_file)]
+    return [*argv, prompt]
+
+
+def cancel_argv(config: Config, *, cwd: Path, name: str) -> list[str]:
+    return _session_argv(config, cwd, "cancel", "-s", name)
+
+
+def close_argv(config: Config, *, cwd: Path, name: str) -> list[str]:
+    return _session_argv(config, cwd, "sessions", "close", name)
+
+
+def queue_owner_pids(session_id: str, home: Path) -> list[int]:
+    """Pids of acpx queue owners serving ``session_id``, from acpx's queue locks under ``home/.acpx``."""
+    pids = []
+    for lock in (home / ".acpx" / "queues").glob("*.lock"):
+        try:
+            data = json.loads(lock.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and data.get("sessionId") == session_id and isinstance(data.get("pid"), int):
+            pids.append(data["pid"])
+    return pids

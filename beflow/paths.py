@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from beflow.files import atomic_write
@@ -54,3 +55,9 @@ def path_key(path: Path) -> str:
     """A short stable file name for an absolute path (locks and journals keyed by the path they guard)."""
     resolved = str(path.resolve())
     return f"{slug(path.name, max_length=32)}-{hashlib.sha256(resolved.encode()).hexdigest()[:16]}"
+
+
+def acpx_home(environ: Mapping[str, str] | None = None) -> Path:
+    """The home directory acpx keeps ``.acpx`` in: Node's ``os.homedir()`` is ``$HOME``, else the passwd entry."""
+    env = os.environ if environ is None else environ
+    return Path(env.get("HOME") or os.path.expanduser("~"))

@@ -56,8 +56,17 @@ class RunRecord(BaseModel):
     mcp_shadowed: list[str] = Field(default_factory=list)
     changed_files: list[str] = Field(default_factory=list)
     final_message: str | None = None
-    session: str | None = None
+    session: str | None = None  # the agent's ACP session id (a retry resumes it where acpx can)
+    resumed_session: str | None = None  # the earlier session this run resumed
+    resume_note: str | None = None  # why a retry did not resume, when it did not
     restored: list[str] = Field(default_factory=list)
+    #: ``--attend`` and ``--open``: the checkout the session ran in (no worktree, no commit).
+    checkout: str | None = None
+    #: ``--attend`` and ``--open``: files that were uncommitted before the session and that it left as they were
+    #: (``STATUS\tpath``, like ``changed_files``); never attributed to the agent.
+    dirty_before: list[str] = Field(default_factory=list)
+    #: ``--open``: the native client that was started.
+    client: str | None = None
 
     @property
     def finished(self) -> bool:

@@ -21,7 +21,8 @@ from beflow import acpx, git, interrupts, proc, prompt
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
-from beflow.mcp.inject import managed_acpxrc
+from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.paths import acpx_home
 from beflow.records import RunRecord, RunStore, new_run_id, now
 from beflow.trackers import Issue, Status, Tracker
 
@@ -80,7 +81,65 @@ def _prompt_variables(issue: Issue, request: RunRequest, branch: str, run_id: st
         "attempt": request.attempt,
         "branch": branch,
         "run_id": run_id,
+        "mode": request.mode,
     }
+
+
+# -- what every mode shares (``--auto``, ``watch``, ``--attend``, ``--open``): the prompt, the record, the tracker --
+
+
+def render_prompt(project: Project, issue: Issue, request: RunRequest, *, branch: str, run_id: str) -> str:
+    """The prompt of one run, from the configured template and the same variables in every mode."""
+    return prompt.render(project.config.prompt, project.directory, _prompt_variables(issue, request, branch, run_id))
+
+
+def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: str, branch: str | None) -> RunRecord:
+    """A run record in the state ``running``; ``branch`` is where the run commits (None: it does not)."""
+    return RunRecord(
+        id=run_id,
+        issue=issue.key,
+        title=issue.title,
+        mode=request.mode,  # type: ignore[arg-type]
+        agent=project.config.agent_label(),
+        attempt=request.attempt,
+        branch=branch,
+        started_at=now(),
+    )
+
+
+def move_to_in_progress(tracker: Tracker, issue: Issue, note: str | None = None) -> None:
+    """The tracker says a run works on the issue (through ``ready`` when it cannot go there directly)."""
+    if issue.status in (Status.OPEN, Status.FAILED, Status.DONE):
+        tracker.set_status(issue.key, Status.READY, author="beflow")
+    tracker.set_status(issue.key, Status.IN_PROGRESS, note=note, author="beflow")
+
+
+def close_record(store: RunStore, record: RunRecord, outcome: str, reason: str) -> None:
+    """Give the record its outcome, end time and duration, and save it."""
+    record.outcome = outcome  # type: ignore[assignment]
+    record.stop_reason = reason
+    record.finished_at = now()
+    record.duration = round((record.finished_at - record.started_at).total_seconds(), 3)
+    store.save(record)
+
+
+def status_after(outcome: str, *, retry: bool = False) -> Status:
+    """Where a run leaves its issue: ``review`` when it finished, ``ready`` when cancelled or to be retried,
+    else ``failed``."""
+    if outcome in ("succeeded", "no_changes"):
+        return Status.REVIEW
+    if outcome == "cancelled" or retry:
+        return Status.READY
+    return Status.FAILED
+
+
+def leave_issue(tracker: Tracker, key: str, status: Status, note: str | None) -> bool:
+    """Move the issue on from ``in_progress`` with ``note`` as a comment; False (nothing done) when someone moved it
+    by hand during the run (closed it, say): theirs is the last word."""
+    if tracker.get(key).status != Status.IN_PROGRESS:
+        return False
+    tracker.set_status(key, status, note=note, author="beflow")
+    return True
 
 
 class Run:
@@ -96,6 +155,9 @@ class Run:
         self.record: RunRecord | None = None
         self.transcript = acpx.Transcript()
         self.permanent = False
+        #: Masks the injected servers' secret values in everything written to the record.
+        self.redact = acpx.Redactor()
+        self._injection: Injection | None = None
         #: Why the run is being cancelled, when whoever cancels it knows (the dispatcher's reconciliation).
         self.cancel_reason: str | None = None
 
@@ -122,21 +184,10 @@ class Run:
         key = issue.key
         run_id = new_run_id(key)
         branch = git.branch_for(key)
-        self.record = RunRecord(
-            id=run_id,
-            issue=key,
-            title=issue.title,
-            mode=self.request.mode,  # type: ignore[arg-type]
-            agent=self.config.agent_label(),
-            attempt=self.request.attempt,
-            branch=branch,
-            started_at=now(),
-        )
+        self.record = new_record(self.project, issue, self.request, run_id=run_id, branch=branch)
         record = self.record
         try:
-            text = prompt.render(
-                self.config.prompt, self.project.directory, _prompt_variables(issue, self.request, branch, run_id)
-            )
+            text = render_prompt(self.project, issue, self.request, branch=branch, run_id=run_id)
         except BeflowError as error:
             text = ""
             self.store.create(record, text)
@@ -177,9 +228,7 @@ class Run:
         return self._finish(issue, outcome, reason)
 
     def _move_to_in_progress(self, issue: Issue) -> None:
-        if issue.status in (Status.OPEN, Status.FAILED, Status.DONE):
-            self.tracker.set_status(issue.key, Status.READY, author="beflow")
-        self.tracker.set_status(issue.key, Status.IN_PROGRESS, author="beflow")
+        move_to_in_progress(self.tracker, issue)
 
     async def _agent_session(self, cwd: Path, text: str) -> tuple[str, str]:
         """Inject, run acpx, restore. Returns the outcome and a reason."""
@@ -190,26 +239,19 @@ class Run:
         except ConfigError as error:
             raise PermanentFailure(f"MCP servers: {error.message}") from None
         record.mcp_servers = server_names(servers)
+        self.redact = acpx.Redactor(servers)
         shadowed = shadowed_global_servers() if servers else None
         if shadowed:
             record.mcp_shadowed = shadowed.names
             self.emit("notice", message=f"injected MCP servers shadow {', '.join(shadowed.names)} from {shadowed.path}")
         self.store.save(record)
         directory = self.store.directory(record.id)
-        timeout = self.config.timeout
-        argv = acpx.exec_argv(
-            self.config,
-            cwd=cwd,
-            prompt=text,
-            prompt_file=directory / "prompt.md",
-            permissions=self.config.permissions,
-            timeout=timeout,
-        )
         transcript_path = directory / "transcript.jsonl"
         stderr_path = directory / "stderr.log"
         with transcript_path.open("ab") as transcript_file, stderr_path.open("ab") as stderr_file:
 
             def on_stdout(line: bytes) -> None:
+                line = self.redact(line)
                 transcript_file.write(line + b"\n")
                 transcript_file.flush()
                 before = self.transcript.latest
@@ -218,7 +260,7 @@ class Run:
                     self.emit("activity", latest=self.transcript.latest)
 
             def on_stderr(line: bytes) -> None:
-                stderr_file.write(line + b"\n")
+                stderr_file.write(self.redact(line) + b"\n")
                 stderr_file.flush()
 
             def on_saved(path: Path) -> None:
@@ -227,22 +269,85 @@ class Run:
             async with managed_acpxrc(
                 cwd, servers, on_wait=lambda m: self.emit("notice", message=m), on_saved=on_saved
             ) as handle:
+                self._injection = handle
                 await self._hook("before_run", cwd, fatal=False)
-                result = await proc.run(
-                    argv,
-                    cwd=cwd,
-                    timeout=None if timeout is None else timeout + TIMEOUT_MARGIN,
-                    on_stdout=on_stdout,
-                    on_stderr=on_stderr,
-                    grace=interrupts.grace(proc.DEFAULT_GRACE),
-                )
+                result = await self._run_agent(cwd, text, on_stdout, on_stderr)
                 await self._hook("after_run", cwd, fatal=False)
-            if handle is not None and handle.restored is not None:
-                record.restored.append(handle.restored.describe())
         record.exit_code = result.returncode
         record.final_message = self.transcript.final_message
         record.session = self.transcript.session_id
         return self._judge(result, stderr_path)
+
+    async def _run_agent(
+        self, cwd: Path, text: str, on_stdout: proc.LineHandler, on_stderr: proc.LineHandler
+    ) -> proc.Completed:
+        """acpx for this run: a cold ``exec``, or, on a retry, ``prompt -s`` on the agent's earlier ACP session.
+
+        Resuming needs the earlier run's session id and an agent that supports ``session/resume`` or
+        ``session/load``; when acpx cannot resume, the run goes on cold and the record says why.
+        """
+        record = self.record
+        assert record is not None
+        timeout = self.config.timeout
+        common: dict[str, Any] = {
+            "cwd": cwd,
+            "prompt": text,
+            "prompt_file": self.store.directory(record.id) / "prompt.md",
+            "permissions": self.config.permissions,
+            "timeout": timeout,
+        }
+        supervise: dict[str, Any] = {
+            "cwd": cwd,
+            "timeout": None if timeout is None else timeout + TIMEOUT_MARGIN,
+            "on_stdout": on_stdout,
+            "on_stderr": on_stderr,
+            "grace": interrupts.grace(proc.DEFAULT_GRACE),
+        }
+        earlier = self._resumable_session() if self.request.attempt > 1 else None
+        if earlier is not None:
+            name = acpx.session_name(record.issue)
+            created = await proc.run(
+                acpx.resume_argv(self.config, cwd=cwd, name=name, session_id=earlier), cwd=cwd, timeout=60
+            )
+            if not created.ok:
+                record.resume_note = f"could not name the earlier session: {_tail(created)}; started cold"
+            else:
+                finished = False
+                try:
+                    result = await proc.run(acpx.prompt_argv(self.config, name=name, **common), **supervise)
+                    finished = self.transcript.stop_reason is not None
+                finally:
+                    await self._end_session(cwd, name, earlier, cancel=not finished)
+                if self.transcript.prompted:
+                    record.resumed_session = earlier
+                    self.transcript.session_id = self.transcript.session_id or earlier  # the next retry resumes it too
+                    return result
+                why = self.transcript.acpx_error or _tail(result)
+                record.resume_note = f"acpx could not resume session {earlier}: {why}; started cold"
+                self.transcript = acpx.Transcript()
+            self.emit("notice", message=record.resume_note)
+        return await proc.run(acpx.exec_argv(self.config, **common), **supervise)
+
+    def _resumable_session(self) -> str | None:
+        """The ACP session of this issue's latest earlier run with the same agent, if it recorded one."""
+        assert self.record is not None
+        for earlier in self.store.list():
+            if (
+                earlier.issue == self.record.issue
+                and earlier.id != self.record.id
+                and earlier.agent == self.record.agent
+            ):
+                return earlier.session
+        return None
+
+    async def _end_session(self, cwd: Path, name: str, session_id: str, *, cancel: bool) -> None:
+        """Leave no queue owner behind: cancel an unfinished turn, close the session, stop a lingering owner."""
+        with anyio.CancelScope(shield=True):
+            if cancel:
+                await proc.run(acpx.cancel_argv(self.config, cwd=cwd, name=name), cwd=cwd, timeout=10)
+            await proc.run(acpx.close_argv(self.config, cwd=cwd, name=name), cwd=cwd, timeout=15)
+            for pid in acpx.queue_owner_pids(session_id, acpx_home()):
+                await proc.stop_group(pid, grace=2.0)
 
     def _judge(self, result: proc.Completed, stderr_path: Path) -> tuple[str, str]:
         """The outcome of the agent session, from acpx's exit code (0 ok, 1 error, 3 timeout, 5 permission
@@ -274,7 +379,7 @@ class Run:
         result = await proc.run(["sh", "-c", hook.command], cwd=cwd, timeout=hook.timeout)
         output = f"$ {hook.command}\n{result.stdout.decode(errors='replace')}{result.stderr.decode(errors='replace')}"
         output += f"[{result.describe()} after {result.duration:.1f} s]\n"
-        self.store.write(self.record.id, f"hooks/{name}.log", output)
+        self.store.write(self.record.id, f"hooks/{name}.log", self.redact.text(output))
         if not result.ok:
             message = f"hook {name} failed ({result.describe()}); its output is in the run record"
             if fatal:
@@ -322,30 +427,35 @@ class Run:
     def _finish(self, issue: Issue, outcome: str, reason: str) -> RunRecord:
         record = self.record
         assert record is not None
-        record.outcome = outcome  # type: ignore[assignment]
-        record.stop_reason = reason
-        record.finished_at = now()
-        record.duration = round((record.finished_at - record.started_at).total_seconds(), 3)
-        self.store.save(record)
+        self._note_restore(record)
+        close_record(self.store, record, outcome, reason)
         self._update_tracker(issue, record)
         self.emit("finished", outcome=outcome, reason=reason, commit=record.commit, changed=len(record.changed_files))
         return record
 
+    def _note_restore(self, record: RunRecord) -> None:
+        """What became of the injected ``.acpxrc.json`` (on every path out of the session, Ctrl-C included)."""
+        restored = self._injection.restored if self._injection is not None else None
+        if restored is None:
+            return
+        if restored.pid == os.getpid():  # "left by beflow pid N" is for orphans of another process, not ours
+            restored = restored.model_copy(update={"pid": None})
+        if restored.describe() not in record.restored:
+            record.restored.append(restored.describe())
+
     def _update_tracker(self, issue: Issue, record: RunRecord) -> None:
-        current = self.tracker.get(issue.key)
-        if current.status != Status.IN_PROGRESS:
-            return  # someone moved it by hand during the run (closed it, say): theirs is the last word
-        if record.outcome in ("succeeded", "no_changes"):
-            status = Status.REVIEW
-        elif record.outcome == "cancelled" or not (self.request.final or self.permanent):
-            status = Status.READY
-        else:
-            status = Status.FAILED
+        status = status_after(record.outcome, retry=not (self.request.final or self.permanent))
         note = summary(record) if self.config.after_run.comment else None
         if status == Status.FAILED and self.request.mode == "watch":
             why = "it cannot succeed as configured" if self.permanent else f"{record.attempt} attempt(s)"
             note = f"{note}\n\nbeflow gives up on this issue: {why}." if note else None
-        self.tracker.set_status(issue.key, status, note=note, author="beflow")
+        leave_issue(self.tracker, issue.key, status, note)
+
+
+def _tail(result: proc.Completed) -> str:
+    """The last line a failed acpx call printed, for notes."""
+    lines = (result.stderr or result.stdout).decode("utf-8", "replace").strip().splitlines()
+    return f"{result.describe()}: {lines[-1][:200]}" if lines else result.describe()
 
 
 def summary(record: RunRecord) -> str:
@@ -354,10 +464,15 @@ def summary(record: RunRecord) -> str:
     lines.append(f"- agent: {record.agent}, attempt {record.attempt}, {record.duration or 0:.1f} s")
     if record.branch:
         lines.append(f"- branch: `{record.branch}`" + (f", commit `{record.commit[:12]}`" if record.commit else ""))
+    if record.checkout:
+        lines.append(f"- {record.mode} session in the checkout `{record.checkout}`; nothing was committed")
     if record.changed_files:
-        shown = ", ".join(f"`{line.split(chr(9))[-1]}`" for line in record.changed_files[:10])
-        more = f" and {len(record.changed_files) - 10} more" if len(record.changed_files) > 10 else ""
-        lines.append(f"- files changed ({len(record.changed_files)}): {shown}{more}")
+        lines.append(f"- files changed ({len(record.changed_files)}): {_file_list(record.changed_files)}")
+    if record.dirty_before:
+        lines.append(
+            f"- uncommitted before the run and left as they were ({len(record.dirty_before)}): "
+            + _file_list(record.dirty_before)
+        )
     if record.mcp_servers:
         lines.append(f"- MCP servers: {', '.join(record.mcp_servers)}")
     if record.worktree_kept:
@@ -366,6 +481,11 @@ def summary(record: RunRecord) -> str:
         lines.append("")
         lines.append("> " + "\n> ".join(record.final_message.strip().splitlines()[:20]))
     return "\n".join(lines)
+
+
+def _file_list(lines: list[str], limit: int = 10) -> str:
+    shown = ", ".join(f"`{line.split(chr(9))[-1]}`" for line in lines[:limit])
+    return shown + (f" and {len(lines) - limit} more" if len(lines) > limit else "")
 
 
 async def run_many(

@@ -21,6 +21,7 @@ from pydantic import BaseModel
 
 from beflow.config import Project
 from beflow.mcp.cascade import RemoteServer, Server, StdioServer, resolved_servers
+from beflow.paths import acpx_home
 
 #: What ``beflow mcp show`` prints instead of a secret.
 MASK = "••••"
@@ -98,9 +99,7 @@ class Shadowed(BaseModel):
 
 def acpx_global_config(environ: Mapping[str, str] | None = None) -> Path:
     """``~/.acpx/config.json`` as acpx finds it: Node's ``os.homedir()`` is ``$HOME``, else the passwd entry."""
-    env = os.environ if environ is None else environ
-    home = env.get("HOME") or os.path.expanduser("~")
-    return Path(home) / ".acpx" / "config.json"
+    return acpx_home(environ) / ".acpx" / "config.json"
 
 
 def shadowed_global_servers(environ: Mapping[str, str] | None = None) -> Shadowed | None:
