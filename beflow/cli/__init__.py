@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
 import click
 
 from beflow import __version__
-from beflow.cli import demo, doctor, init, issues, mcp, restore, run, runs, watch
 from beflow.cli.common import App, guarded
 
 # `beflow --auto KEY ...`, `beflow --attend KEY`, `beflow --open KEY` are modes of the root command (DESIGN §1);
@@ -16,22 +16,62 @@ from beflow.cli.common import App, guarded
 MODE_FLAGS = {"--auto": "auto", "--attend": "attend", "--open": "open"}
 
 
+#: Every command, imported only when it is used: `beflow --version` and `beflow issues list` do not pay for
+#: loading the run machinery.
+COMMANDS = {
+    "init": "beflow.cli.init:command",
+    "doctor": "beflow.cli.doctor:command",
+    "issues": "beflow.cli.issues:group",
+    "runs": "beflow.cli.runs:group",
+    "mcp": "beflow.cli.mcp:group",
+    "restore": "beflow.cli.restore:command",
+    "watch": "beflow.cli.watch:command",
+    "demo": "beflow.cli.demo:command",
+    "auto": "beflow.cli.run:auto",
+    "attend": "beflow.cli.run:attend",
+    "open": "beflow.cli.run:open_",
+}
+
+
 class BeflowGroup(click.Group):
-    """The root group: knows the mode flags and lists commands in a useful order."""
+    """The root group: knows the mode flags, and loads each command on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*COMMANDS, *self.commands})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name not in self.commands and name in COMMANDS:
+            module, attribute = COMMANDS[name].split(":")
+            self.add_command(getattr(importlib.import_module(module), attribute), name)
+        return self.commands.get(name)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         args = list(args)
         for index, arg in enumerate(args):
-            if arg in MODE_FLAGS and MODE_FLAGS[arg] in self.commands:
+            if arg in MODE_FLAGS and MODE_FLAGS[arg] in COMMANDS:
                 args[index] = MODE_FLAGS[arg]
                 break
             if not arg.startswith("-") and index and args[index - 1] != "--config":
                 break  # a subcommand came first: its own options are not modes
         return super().parse_args(ctx, args)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Modes"):
+            formatter.write_dl(
+                [
+                    (
+                        "--auto [KEY]...",
+                        "Run issues unattended, each in a throwaway worktree (default: every ready one).",
+                    ),
+                    ("--attend KEY", "Run acpx in your checkout; its permission prompts come to this terminal."),
+                    ("--open KEY", "Open the agent's own client in your checkout with the issue's prompt."),
+                ]
+            )
+        super().format_commands(ctx, formatter)
+
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage("beflow", "[--config PATH] COMMAND [ARGS]...")
-        modes = [f"beflow {flag} ..." for flag, name in MODE_FLAGS.items() if name in self.commands]
+        modes = [f"beflow {flag} ..." for flag, name in MODE_FLAGS.items() if name in COMMANDS]
         for mode in modes:
             formatter.write_usage("", mode, prefix="   or: ")
 
@@ -55,18 +95,9 @@ def cli(ctx: click.Context, config_path: Path | None) -> None:
     ctx.obj = App(config_option=config_path)
     # A beflow killed mid-run (SIGKILL, power loss) left a managed .acpxrc.json: put it back before anything else.
     if ctx.invoked_subcommand != "restore":
-        restore.recover_quietly()
+        from beflow.cli.restore import recover_quietly
 
-
-cli.add_command(init.command)
-cli.add_command(doctor.command)
-cli.add_command(issues.group)
-cli.add_command(mcp.group)
-cli.add_command(restore.command)
-cli.add_command(runs.group)
-cli.add_command(run.auto)
-cli.add_command(demo.command)
-cli.add_command(watch.command)
+        recover_quietly()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -66,10 +66,12 @@ def test_help_lists_the_commands_with_an_example(beflow, flag: str) -> None:
 
 
 def _commands(group: click.Group, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every command and subcommand, the hidden mode commands (`--auto`, ...) included: they are loaded lazily."""
     found = []
-    for name, command in group.commands.items():
-        if command.hidden:
-            continue
+    context = click.Context(group)
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
+        assert command is not None, f"command {name} does not load"
         found.append((*prefix, name))
         if isinstance(command, click.Group):
             found.extend(_commands(command, (*prefix, name)))
