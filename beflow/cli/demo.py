@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -41,11 +43,21 @@ def command(directory: Path | None) -> None:
     if record.final_message:
         out.print(f"[bold]The agent said[/]\n{escape(record.final_message)}")
     out.print(f"\n[bold]Run record[/] {escape(str(directory / '.beflow' / 'runs' / record.id))}")
+    beflow = _invoked_as()
     out.print("Look around:")
     out.print(f"  cd {escape(str(directory))}")
-    out.print("  beflow runs show latest   # the summary")
-    out.print("  beflow runs logs latest   # the transcript: messages, tool calls, permissions")
-    out.print(f"  beflow issues show {sample.issue_key}      # the issue, with the run's comment")
-    out.print("  beflow mcp show           # the servers that were injected (values masked)")
+    out.print(f"  {beflow} runs show latest   # the summary")
+    out.print(f"  {beflow} runs logs latest   # the transcript: messages, tool calls, permissions")
+    out.print(f"  {beflow} issues show {sample.issue_key}      # the issue, with the run's comment")
+    out.print(f"  {beflow} mcp show           # the servers that were injected (values masked)")
     if record.outcome not in ("succeeded", "no_changes"):
         raise SystemExit(1)
+
+
+def _invoked_as() -> str:
+    """``beflow`` when that is what PATH finds, else the full path of this one (e.g. inside a venv)."""
+    this = Path(sys.argv[0]).resolve()
+    if this.name == "__main__.py":
+        return f"{sys.executable} -m beflow"
+    found = shutil.which("beflow")
+    return "beflow" if found and Path(found).resolve() == this else escape(str(this))
