@@ -505,7 +505,8 @@ async def managed_acpxrc(
         try:
             yield handle
         finally:
-            handle.restored = _finish(entry, key)
+            # The session's own restore: there is no "left by" owner to name, as there is for an orphan.
+            handle.restored = _finish(entry, key).model_copy(update={"pid": None})
             if handle.restored.saved is not None and on_saved is not None:
                 on_saved(handle.restored.saved)
     finally:
