@@ -35,7 +35,7 @@ Flag = Annotated[bool, Field(strict=True)]
 class Model(BaseModel):
     """Strict base: unknown keys are errors, values are checked on assignment too."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, populate_by_name=True, frozen=False)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
 
 
 class AgentCommand(Model):

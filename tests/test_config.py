@@ -185,7 +185,7 @@ def test_defaults_are_those_of_the_design() -> None:
     assert config.prompt is None
     assert config.watch == Watch(interval=30, concurrency=2, max_attempts=3, backoff=10, backoff_max=300)
     assert config.open == {}
-    assert config.mcp == Mcp(enabled=False, self_server=False)
+    assert config.mcp == Mcp.model_validate({"enabled": False, "self": False})
     assert config.model_dump(by_alias=True)["mcp"] == {"enabled": False, "self": False}
 
 
@@ -294,3 +294,11 @@ def test_every_example_in_the_docs_is_a_valid_config(tmp_path: Path) -> None:
         path = tmp_path / f"example-{index}.json"
         path.write_text(example)
         load_config_file(path)  # raises, naming the example's line, if it is not valid
+
+
+def test_mcp_self_is_only_spelled_self(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"mcp": {"self_server": true}}')
+
+    with pytest.raises(ConfigError, match=r"mcp\.self_server: unknown key"):
+        load_config_file(path)
