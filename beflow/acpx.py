@@ -182,6 +182,7 @@ class Transcript:
             if current:
                 self.latest = current[-1][:200]
         elif kind in ("tool_call", "tool_call_update"):
+            self._flush()  # text around a tool call is a message of its own, as readable() shows it
             call = self.tool_calls.setdefault(update.get("toolCallId", "?"), {})
             call.update({k: v for k, v in update.items() if k in ("title", "kind", "status")})
             self.latest = f"{call.get('title', 'tool call')} ({call.get('status', 'pending')})"

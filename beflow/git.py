@@ -85,8 +85,7 @@ def create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Workt
     if path in registered:
         if registered[path] != branch:
             raise GitError(f"{path} is a worktree of {registered[path]!r}, not {branch!r}", fix="Remove it with git.")
-        head = git.Repo(path).head.commit.hexsha
-        return Worktree(path, branch, head, continued=True)
+        return Worktree(path, branch, _head(path), continued=True)
     elsewhere = [p for p, b in registered.items() if b == branch]
     if elsewhere:
         raise GitError(
@@ -107,8 +106,14 @@ def create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Workt
             repo.git.worktree("add", "-b", branch, str(path), base_commit)
     except git.GitCommandError as exc:
         raise GitError(f"git worktree add failed: {exc.stderr.strip()}") from None
-    head = git.Repo(path).head.commit.hexsha
-    return Worktree(path, branch, head, continued=exists)
+    return Worktree(path, branch, _head(path), continued=exists)
+
+
+def _head(path: Path) -> str:
+    # Every Repo is closed after use: GitPython keeps `git cat-file` processes per Repo object, which would
+    # otherwise outlive the run (in `watch`, one set per run) and hold removed worktrees as their cwd.
+    with git.Repo(path) as repo:
+        return repo.head.commit.hexsha
 
 
 def copy_included(repo_dir: Path, worktree: Path, patterns: list[str]) -> list[str]:
@@ -146,32 +151,40 @@ def commit_all(worktree: Path, message: str) -> str | None:
 
     An untracked ``.acpxrc.json`` is never staged: it can only be beflow's own injection.
     """
-    repo = git.Repo(worktree)
-    pathspec = ["--", "."] if is_tracked(repo, ACPXRC) else ["--", ".", f":(exclude){ACPXRC}"]
-    repo.git.add("-A", *pathspec)
-    if not repo.index.diff("HEAD"):
-        return None
-    env = {}
-    if not _has_identity(repo):
-        env = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
-        env |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
-    try:
-        with repo.git.custom_environment(**env):
-            repo.git.commit("-q", "--no-verify", "-m", message)
-    except git.GitCommandError as exc:
-        raise GitError(f"git commit failed in {worktree}: {exc.stderr.strip()}") from None
-    return repo.head.commit.hexsha
+    with git.Repo(worktree) as repo:
+        pathspec = ["--", "."] if is_tracked(repo, ACPXRC) else ["--", ".", f":(exclude){ACPXRC}"]
+        try:
+            repo.git.add("-A", *pathspec)
+        except git.GitCommandError as exc:  # e.g. a nested repository without a commit: the work must not be lost
+            raise GitError(f"git add failed in {worktree}: {exc.stderr.strip()}") from None
+        if not repo.index.diff("HEAD"):
+            return None
+        env = {}
+        if not _has_identity(repo):
+            env = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
+            env |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
+        try:
+            with repo.git.custom_environment(**env):
+                repo.git.commit("-q", "--no-verify", "-m", message)
+        except git.GitCommandError as exc:
+            raise GitError(f"git commit failed in {worktree}: {exc.stderr.strip()}") from None
+        return repo.head.commit.hexsha
 
 
 def _has_identity(repo: git.Repo) -> bool:
-    reader = repo.config_reader()
-    return reader.has_option("user", "name") and reader.has_option("user", "email")
+    # Asked of git itself: GitPython's config reader misses GIT_CONFIG_GLOBAL, includes and the like.
+    try:
+        repo.git.var("GIT_AUTHOR_IDENT")
+        repo.git.var("GIT_COMMITTER_IDENT")
+    except git.GitCommandError:
+        return False
+    return True
 
 
 def is_dirty(worktree: Path) -> bool:
     """Uncommitted changes besides beflow's own managed file."""
-    repo = git.Repo(worktree)
-    status = repo.git.status("--porcelain", "--untracked-files=all")
+    with git.Repo(worktree) as repo:
+        status = repo.git.status("--porcelain", "--untracked-files=all")
     lines = [line for line in status.splitlines() if line[3:] != ACPXRC]
     return bool(lines)
 
@@ -180,11 +193,13 @@ def changed_files(worktree: Path, base: str, head: str) -> list[str]:
     """``STATUS\\tpath`` lines of what changed between two commits."""
     if base == head:
         return []
-    return git.Repo(worktree).git.diff("--name-status", base, head).splitlines()
+    with git.Repo(worktree) as repo:
+        return repo.git.diff("--name-status", base, head).splitlines()
 
 
 def diff(directory: Path, base: str, head: str) -> str:
-    return git.Repo(directory).git.diff("--stat", "--patch", base, head)
+    with git.Repo(directory) as repo:
+        return repo.git.diff("--stat", "--patch", base, head)
 
 
 def remove_worktree(repo: git.Repo, path: Path) -> None:
@@ -198,3 +213,44 @@ def remove_worktree(repo: git.Repo, path: Path) -> None:
 def changed_in_checkout(directory: Path) -> list[str]:
     """Porcelain status lines of a checkout (for attended runs, which do not commit)."""
     return git.Repo(directory).git.status("--porcelain", "--untracked-files=all").splitlines()
+
+
+def checkout_status(directory: Path) -> dict[str, str]:
+    """Every path ``git status`` reports in a checkout (untracked files one by one) and its two-letter status.
+
+    Read with ``-z``, so that no path is quoted or mangled; a rename is reported under its new path.
+    """
+    with git.Repo(directory) as repo:
+        output = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all", strip_newline_in_stdout=False)
+    fields = output.split("\0")
+    entries: dict[str, str] = {}
+    index = 0
+    while index < len(fields):
+        entry = fields[index]
+        index += 1
+        if len(entry) < 4:
+            continue
+        code, path = entry[:2], entry[3:]
+        if "R" in code or "C" in code:
+            index += 1  # the original path of a rename or copy follows
+        entries[path] = code
+    return entries
+
+
+def is_ignored(directory: Path, relative: str) -> bool:
+    """Whether git ignores ``relative`` in the checkout (a tracked file is never ignored)."""
+    with git.Repo(directory) as repo:
+        try:
+            repo.git.check_ignore("-q", "--", relative)
+        except git.GitCommandError:
+            return False
+    return True
+
+
+def current_branch(directory: Path) -> str:
+    """The branch checked out in ``directory``, or ``detached at <sha>``."""
+    with git.Repo(directory) as repo:
+        try:
+            return repo.active_branch.name
+        except TypeError:  # a detached HEAD
+            return f"detached at {repo.head.commit.hexsha[:12]}"

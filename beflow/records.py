@@ -110,18 +110,20 @@ class RunStore:
         if not self.root.is_dir():
             return []
         records = []
-        for directory in sorted(self.root.iterdir(), reverse=True):
+        for directory in self.root.iterdir():
             try:
                 records.append(RunRecord.model_validate_json((directory / "run.json").read_bytes()))
             except (OSError, ValidationError):
                 continue
-        return records
+        # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
+        return sorted(records, key=lambda r: (r.started_at, r.id), reverse=True)
 
     def get(self, run_id: str) -> RunRecord:
         """A record by id or unique id prefix; ``latest`` is the newest run."""
         ids = sorted(p.name for p in self.root.iterdir()) if self.root.is_dir() else []
         if run_id == "latest" and ids:
-            run_id = ids[-1]
+            newest = self.list()
+            run_id = newest[0].id if newest else ids[-1]
         matches = [i for i in ids if i == run_id] or [i for i in ids if i.startswith(run_id)]
         if len(matches) != 1:
             if matches:

@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from beflow.cli import main
+from tests.support.projects import auto_project, finished_run  # noqa: F401 - fixtures for every test module
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_AGENT = Path(__file__).resolve().parent / "support" / "acp_agent.py"
@@ -131,19 +133,30 @@ def test_agent_command() -> str:
     return f"{sys.executable} {TEST_AGENT}"
 
 
-@pytest.fixture
-def no_leftover_processes() -> Iterator[None]:
-    """Fails the test if a process whose command line mentions the test agent outlives it."""
-    yield
-    leftovers = []
+def processes_under(directory: Path) -> list[str]:
+    """Live processes (not this one) whose command line names ``directory`` or whose cwd is inside it."""
+    root = str(directory)
+    found = []
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cwd = os.readlink(entry / "cwd")
         except OSError:
             continue
-        if str(TEST_AGENT) in cmdline and state != "Z":
-            leftovers.append(f"{entry.name}: {cmdline}")
+        if state != "Z" and (root in cmdline or cwd == root or cwd.startswith(root + os.sep)):
+            found.append(f"{entry.name}: {cmdline} (in {cwd})")
+    return found
+
+
+@pytest.fixture
+def no_leftover_processes(tmp_path: Path) -> Iterator[None]:
+    """Fails the test if a process it started outlives it: one working in, or naming, the test's own tmp_path
+    (its repository, worktrees and BEFLOW_HOME), so other tests' and sessions' processes never count."""
+    yield
+    deadline = time.monotonic() + 5  # a process that is already stopping may take a moment to be reaped
+    while (leftovers := processes_under(tmp_path)) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert not leftovers, f"processes left behind: {leftovers}"

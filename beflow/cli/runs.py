@@ -36,7 +36,9 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
         out.print("No runs yet. `beflow --auto` runs the ready issues.")
         return
     table = Table(box=None, pad_edge=False)
-    for column in ("run", "issue", "mode", "outcome", "duration", "branch", "commit"):
+    # Run ids are never cut short: they are what `runs show` and `runs logs` take.
+    table.add_column("run", no_wrap=True, min_width=max(len(r.id) for r in records))
+    for column in ("issue", "mode", "outcome", "duration", "branch", "commit"):
         table.add_column(column)
     for r in records:
         style = OUTCOME_STYLE.get(r.outcome, "white")

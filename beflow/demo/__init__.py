@@ -8,6 +8,7 @@ step a real one does: claim, worktree, MCP injection and restore, acpx, commit, 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,7 +64,7 @@ def create(directory: Path) -> Demo:
     atomic_write(directory / "README.md", "# greet\n\nA tiny sample project for the beflow demo.\n")
     atomic_write(directory / ".gitignore", ".acpxrc.json\n__pycache__/\n")
     config = {
-        "agent": {"command": f"{sys.executable} -m beflow.demo.agent"},
+        "agent": {"command": shlex.join([sys.executable, "-m", "beflow.demo.agent"])},
         "timeout": 120,
         "mcp": {"enabled": True},
     }

@@ -1,0 +1,72 @@
+"""``beflow runs list|show|logs``: what a person reads about past runs, and ``--json`` for scripts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from beflow.records import RunRecord
+from tests.support.projects import SECRET_ENV, SECRET_HEADER
+
+
+def test_list_shows_each_run_with_its_outcome_and_branch(finished_run: RunRecord, beflow) -> None:
+    result = beflow("runs", "list")
+
+    assert result.exit_code == 0
+    header, row = result.stdout.splitlines()
+    assert header.split() == ["run", "issue", "mode", "outcome", "duration", "branch", "commit"]
+    assert row.split()[:4] == [finished_run.id, "1", "auto", "succeeded"]
+    assert "beflow/1" in row and (finished_run.commit or "")[:12] in row
+
+
+def test_list_json_is_the_records(finished_run: RunRecord, beflow) -> None:
+    result = beflow("runs", "list", "--json")
+
+    (listed,) = json.loads(result.stdout)
+    assert RunRecord.model_validate(listed) == finished_run
+
+
+def test_list_without_runs_says_how_to_make_one(repo: Path, beflow) -> None:
+    result = beflow("runs", "list")
+
+    assert result.exit_code == 0 and "No runs yet" in result.stdout
+    assert json.loads(beflow("runs", "list", "--json").stdout) == []
+
+
+def test_show_summarizes_the_run(finished_run: RunRecord, beflow) -> None:
+    result = beflow("runs", "show", "latest")
+
+    assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    assert lines[0] == f"run {finished_run.id} — issue 1: Take notes"
+    assert "outcome   succeeded — the agent finished (end_turn)" in lines
+    assert f"branch    beflow/1 at {finished_run.commit}" in lines
+    assert "MCP       docs, tools" in lines
+    assert "changed   1 file(s)" in lines and "          A notes.txt" in lines
+    assert lines[-3:] == ["final message", "permission granted: wrote notes.txt", "mcp servers: docs, tools"]
+    assert json.loads(beflow("runs", "show", finished_run.id, "--json").stdout)["id"] == finished_run.id
+
+
+def test_logs_render_the_transcript_readably_without_secrets(finished_run: RunRecord, beflow) -> None:
+    result = beflow("runs", "logs", "latest")
+
+    assert result.exit_code == 0
+    out = result.stdout
+    assert f"run {finished_run.id} — issue 1 — succeeded" in out
+    assert "MCP servers: docs, tools" in out
+    assert "     agent looking around" in out
+    assert "permission answered: allow" in out
+    assert "       end stop reason: end_turn" in out
+    assert SECRET_ENV not in out and SECRET_HEADER not in out
+    logs = json.loads(beflow("runs", "logs", "latest", "--json").stdout)
+    assert logs["record"]["id"] == finished_run.id and logs["lines"][0]["kind"] == "session"
+
+
+def test_an_unknown_run_exits_1_with_close_ids(finished_run: RunRecord, beflow) -> None:
+    wrong = finished_run.id[:-1] + ("0" if finished_run.id[-1] != "0" else "1")
+
+    for command in ("show", "logs"):
+        result = beflow("runs", command, wrong)
+        assert result.exit_code == 1
+        assert f"no run '{wrong}' (did you mean {finished_run.id}?)" in result.stderr
+        assert "beflow runs list" in result.stderr

@@ -1,0 +1,71 @@
+"""The demo ACP agent, driven by the real pinned acpx as ``beflow demo`` drives it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from beflow.demo import GREET
+
+AGENT = f"{sys.executable} -m beflow.demo.agent"
+
+
+def acpx_exec(acpx_bin: Path, cwd: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    argv = [str(acpx_bin), "--cwd", str(cwd), "--format", "json", *options, "--agent", AGENT, "exec", "Say goodbye"]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+
+def said(stdout: str) -> str:
+    """Everything the agent said in its message chunks."""
+    text = []
+    for line in stdout.splitlines():
+        update = (json.loads(line).get("params") or {}).get("update") or {}
+        if update.get("sessionUpdate") == "agent_message_chunk":
+            text.append(update["content"]["text"])
+    return "".join(text)
+
+
+@pytest.fixture
+def sample(tmp_path: Path) -> Path:
+    directory = tmp_path / "sample"
+    directory.mkdir()
+    (directory / "greet.py").write_text(GREET)
+    return directory
+
+
+def test_it_adds_farewell_with_a_test_and_names_the_servers_it_was_given(sample: Path, acpx_bin: Path) -> None:
+    servers = [{"name": "docs", "type": "http", "url": "https://mcp.example.com/mcp", "headers": []}]
+    (sample / ".acpxrc.json").write_text(json.dumps({"mcpServers": servers}))
+
+    result = acpx_exec(acpx_bin, sample, "--approve-all")
+
+    assert result.returncode == 0, result.stderr
+    assert "MCP servers I was given: docs." in said(result.stdout)
+    namespace: dict[str, object] = {}
+    exec((sample / "greet.py").read_text(), namespace)
+    assert namespace["farewell"]("Ada") == "Goodbye, Ada!"  # type: ignore[operator]
+    assert "def test_farewell" in (sample / "test_greet.py").read_text()
+    assert '"stopReason":"end_turn"' in result.stdout.replace(" ", "")
+
+
+def test_it_changes_nothing_when_the_edit_is_not_allowed(sample: Path, acpx_bin: Path) -> None:
+    result = acpx_exec(acpx_bin, sample, "--deny-all")
+
+    assert "MCP servers I was given: none." in said(result.stdout)
+    assert (sample / "greet.py").read_text() == GREET
+    assert not (sample / "test_greet.py").exists()
+
+
+def test_without_greet_py_it_says_there_is_nothing_to_do(tmp_path: Path, acpx_bin: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+
+    result = acpx_exec(acpx_bin, empty, "--approve-all")
+
+    assert result.returncode == 0, result.stderr
+    assert "nothing for me to change" in said(result.stdout)
+    assert list(empty.iterdir()) == []

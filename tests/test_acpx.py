@@ -1,0 +1,165 @@
+"""The acpx command line of a run, and reading acpx's ``--format json`` stream (the ACP JSON-RPC traffic)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from beflow import acpx
+from beflow.config import Config
+from beflow.mcp.acp import MASK
+
+
+def config(**keys: object) -> Config:
+    return Config.model_validate({"acpx": ["acpx"], **keys})
+
+
+def test_exec_argv_for_a_registry_agent(tmp_path: Path) -> None:
+    argv = acpx.exec_argv(config(agent="claude"), cwd=tmp_path, prompt="Fix it.", permissions="approve-all", timeout=90)
+
+    assert argv == [
+        *["acpx", "--cwd", str(tmp_path), "--format", "json", "--approve-all", "--timeout", "90"],
+        *["claude", "exec", "Fix it."],
+    ]
+    argv = acpx.exec_argv(config(agent="claude"), cwd=tmp_path, prompt="Fix it.", permissions="deny-all", timeout=None)
+    assert argv == ["acpx", "--cwd", str(tmp_path), "--format", "json", "--deny-all", "claude", "exec", "Fix it."]
+
+
+def test_exec_argv_for_a_raw_agent_command_and_a_long_prompt(tmp_path: Path) -> None:
+    long_prompt = "x" * (acpx.MAX_ARGV_PROMPT + 1)
+    prompt_file = tmp_path / "prompt.md"
+
+    argv = acpx.exec_argv(
+        config(agent={"command": "python3 agent.py"}, timeout=1.5),
+        cwd=tmp_path,
+        prompt=long_prompt,
+        prompt_file=prompt_file,
+        permissions="approve-reads",
+        timeout=1.5,
+    )
+
+    assert argv[-6:] == ["1.5", "--agent", "python3 agent.py", "exec", "--file", str(prompt_file)]
+
+
+SERVERS = [
+    {"name": "tools", "command": "t", "args": [], "env": [{"name": "KEY", "value": "env-secret-value"}]},
+    {"type": "http", "name": "docs", "url": "u", "headers": [{"name": "A", "value": "abc"}]},
+]
+
+
+def test_the_redactor_masks_server_values_in_session_new_and_long_values_anywhere() -> None:
+    redact = acpx.Redactor(SERVERS)
+    session_new = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": SERVERS}}
+
+    masked = json.loads(redact(json.dumps(session_new).encode()))
+
+    servers = masked["params"]["mcpServers"]
+    assert servers[0]["env"] == [{"name": "KEY", "value": MASK}]
+    assert servers[1]["headers"] == [{"name": "A", "value": MASK}]  # short, but known to be a secret here
+    assert redact(b"agent said env-secret-value twice: env-secret-value") == f"agent said {MASK} twice: {MASK}".encode()
+    assert redact(b"abc is too short to mask in free text") == b"abc is too short to mask in free text"
+    assert acpx.Redactor()(b"untouched") == b"untouched"
+
+
+def test_the_transcript_follows_messages_tools_permissions_and_errors() -> None:
+    lines = [
+        {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": SERVERS}},
+        {"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s-1"}},
+        {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"prompt": [{"type": "text", "text": "Go"}]}},
+        {
+            "method": "session/update",
+            "params": {"update": {"sessionUpdate": "agent_message_chunk", "content": {"text": "Look"}}},
+        },
+        {
+            "method": "session/update",
+            "params": {"update": {"sessionUpdate": "agent_message_chunk", "content": {"text": "ing.\n"}}},
+        },
+        {
+            "method": "session/update",
+            "params": {
+                "update": {
+                    "sessionUpdate": "tool_call",
+                    "toolCallId": "t1",
+                    "title": "Edit a.py",
+                    "kind": "edit",
+                    "status": "pending",
+                }
+            },
+        },
+        {
+            "id": 9,
+            "method": "session/request_permission",
+            "params": {"toolCall": {"title": "Edit a.py"}, "options": [{"optionId": "allow", "name": "Allow"}]},
+        },
+        {"id": 9, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}},
+        {
+            "method": "session/update",
+            "params": {"update": {"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed"}},
+        },
+        {
+            "method": "session/update",
+            "params": {"update": {"sessionUpdate": "agent_message_chunk", "content": {"text": "Done."}}},
+        },
+        {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}},
+    ]
+    raw = [json.dumps(line) for line in lines] + ["not json", "[1, 2]"]
+    transcript = acpx.Transcript()
+    for line in raw:
+        transcript.feed(line)
+
+    assert transcript.session_id == "s-1" and transcript.mcp_servers == ["tools", "docs"]
+    assert transcript.stop_reason == "end_turn" and transcript.error is None
+    assert transcript.tool_calls["t1"] == {"title": "Edit a.py", "kind": "edit", "status": "completed"}
+    assert transcript.permission_requests == [{"title": "Edit a.py"}]
+    assert transcript.messages == ["Looking.", "Done."]
+    assert transcript.final_message == "Done."  # the text after the last tool call
+
+    assert [(line.kind, line.text) for line in acpx.readable(raw)] == [
+        ("session", "session in /w; MCP servers: tools, docs"),
+        ("prompt", "Go"),
+        ("agent", "Looking."),
+        ("tool", "Edit a.py [edit] pending"),
+        ("permission", "Edit a.py (Allow)"),
+        ("permission", "answered: allow"),
+        ("tool", "Edit a.py [edit] completed"),
+        ("agent", "Done."),
+        ("end", "stop reason: end_turn"),
+    ]
+
+
+def test_an_error_answer_to_the_prompt_is_the_agents_error() -> None:
+    transcript = acpx.Transcript()
+    transcript.feed(json.dumps({"id": 2, "method": "session/prompt", "params": {"prompt": []}}))
+    transcript.feed(json.dumps({"id": 2, "error": {"code": -32603, "message": "out of ideas"}}))
+
+    assert transcript.error == "out of ideas" and transcript.stop_reason is None
+
+
+@pytest.fixture
+def real_stream(tmp_path: Path, acpx_bin: Path, test_agent_command: str) -> list[str]:
+    """What the pinned acpx prints for a short session of the test agent that asks a permission."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    prompt = "acp-test: say reading\nacp-test: ask notes.txt hello\nacp-test: say all done"
+    argv = [str(acpx_bin), "--cwd", str(workdir), "--format", "json", "--approve-all"]
+    result = subprocess.run(
+        [*argv, "--agent", test_agent_command, "exec", prompt], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.splitlines()
+
+
+def test_a_real_acpx_stream_reads_as_messages_tool_calls_and_permissions(real_stream: list[str]) -> None:
+    transcript = acpx.Transcript()
+    for line in real_stream:
+        transcript.feed(line)
+
+    assert transcript.stop_reason == "end_turn" and transcript.session_id
+    assert transcript.final_message is not None and transcript.final_message.endswith("all done")
+    assert transcript.permission_requests
+    kinds = [line.kind for line in acpx.readable(real_stream)]
+    assert kinds[:2] == ["session", "prompt"]
+    assert "permission" in kinds and "agent" in kinds and kinds[-1] == "end"

@@ -1,0 +1,85 @@
+"""Run records in ``.beflow/runs/<run-id>/``: ``run.json`` and its artifacts, listed and found by id."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from beflow.errors import NotFoundError
+from beflow.records import RunRecord, RunStore, new_run_id, now
+
+
+def record(run_id: str, issue: str = "1", **fields: object) -> RunRecord:
+    return RunRecord(id=run_id, issue=issue, mode="auto", agent="codex", started_at=now(), **fields)
+
+
+@pytest.fixture
+def store(repo: Path) -> RunStore:
+    return RunStore(repo)
+
+
+def test_a_run_id_is_sortable_readable_and_safe() -> None:
+    run_id = new_run_id("owner/repo#12")
+
+    assert re.fullmatch(r"\d{8}-\d{6}-owner-repo-12-[0-9a-f]{8}-[0-9a-f]{4}", run_id)
+    assert new_run_id("7") != new_run_id("7")
+
+
+def test_a_record_is_written_with_its_prompt_and_read_back(repo: Path, store: RunStore) -> None:
+    run = record("20260101-000000-1-aaaa", mcp_servers=["docs"], changed_files=["A\tx.txt"])
+
+    directory = store.create(run, "Do the thing.\n")
+    store.write(run.id, "hooks/after_create.log", "$ make\nok\n")
+
+    assert directory == repo / ".beflow" / "runs" / run.id
+    assert (directory / "prompt.md").read_text() == "Do the thing.\n"
+    assert (directory / "hooks" / "after_create.log").read_text() == "$ make\nok\n"
+    assert store.get(run.id) == run
+    assert not store.get(run.id).finished
+    # beflow's state never shows up in the repository's git status.
+    assert (repo / ".beflow" / ".gitignore").exists()
+
+
+def test_runs_are_listed_newest_first_and_unreadable_ones_skipped(store: RunStore) -> None:
+    for run_id in ("20260101-000000-1-aaaa", "20260102-000000-2-bbbb", "20260103-000000-1-cccc"):
+        store.create(record(run_id), "")
+    broken = store.root / "20260104-000000-3-dddd"
+    broken.mkdir()
+    (broken / "run.json").write_text("{not json")
+
+    assert [r.id for r in store.list()] == [
+        "20260103-000000-1-cccc",
+        "20260102-000000-2-bbbb",
+        "20260101-000000-1-aaaa",
+    ]
+
+
+def test_a_run_is_found_by_id_prefix_or_latest(store: RunStore) -> None:
+    for run_id in ("20260101-000000-1-aaaa", "20260102-000000-2-bbbb"):
+        store.create(record(run_id), "")
+
+    assert store.get("20260101").id == "20260101-000000-1-aaaa"
+    assert store.get("latest").id == "20260102-000000-2-bbbb"
+    with pytest.raises(NotFoundError, match="ambiguous: 20260101-000000-1-aaaa, 20260102-000000-2-bbbb"):
+        store.get("2026")
+    with pytest.raises(NotFoundError, match=r"no run '20260102-000000-2-bbbx' \(did you mean 20260102-000000-2-bbbb"):
+        store.get("20260102-000000-2-bbbx")
+
+
+def test_no_runs_yet(store: RunStore) -> None:
+    assert store.list() == []
+    with pytest.raises(NotFoundError, match="no run 'latest'"):
+        store.get("latest")
+
+
+def test_runs_started_within_the_same_second_are_ordered_by_start_time(store: RunStore) -> None:
+    first = record("20260101-000000-1-ffff")
+    second = record("20260101-000000-1-0000")  # sorts first by name, but started later
+    assert second.started_at > first.started_at
+    store.create(first, "")
+    store.create(second, "")
+
+    assert [r.id for r in store.list()] == [second.id, first.id]
+    assert store.get("latest").id == second.id

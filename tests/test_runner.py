@@ -1,0 +1,479 @@
+"""One autonomous run end to end (DESIGN §4): the real pinned acpx drives the test ACP agent in a throwaway
+worktree with the project's MCP servers injected; the run commits, records, updates the tracker and cleans up."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from beflow.config import load_project
+from beflow.runner import Run, RunRequest
+from beflow.trackers import Status
+from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject, git
+
+# -- success -----------------------------------------------------------------------------------------------------
+
+
+def test_a_run_commits_the_change_to_its_branch_records_it_and_moves_the_issue_to_review(
+    auto_project: AutoProject, beflow, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    requests = tmp_path / "agent-requests.jsonl"
+    monkeypatch.setenv("ACP_TEST_RECORD", str(requests))
+    key = auto_project.new_issue("write hello.txt hi\\n", "mcp", title="Say hello")
+    main_head = git(auto_project.directory, "rev-parse", "main").strip()
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    assert f"issue {key}: succeeded" in result.stderr
+    record = auto_project.only_record()
+    branch_head = git(auto_project.directory, "rev-parse", "beflow/1").strip()
+    assert (record.issue, record.title, record.mode, record.attempt) == (key, "Say hello", "auto", 1)
+    assert record.agent == auto_project.config["agent"]["command"]
+    assert (record.branch, record.base_commit, record.commit) == ("beflow/1", main_head, branch_head)
+    assert record.outcome == "succeeded" and "end_turn" in (record.stop_reason or "")
+    assert record.finished_at is not None and record.started_at <= record.finished_at
+    assert record.duration is not None and record.duration >= 0
+    assert record.mcp_servers == ["docs", "tools"]
+    assert record.changed_files == ["A\thello.txt"]
+    assert record.final_message == "mcp servers: docs, tools"
+    assert record.exit_code == 0 and not record.worktree_kept
+
+    # The record directory: run.json, the prompt, acpx's JSON-RPC transcript, its stderr; no secret anywhere.
+    directory = auto_project.run_dir(record)
+    assert sorted(p.name for p in directory.iterdir()) == ["prompt.md", "run.json", "stderr.log", "transcript.jsonl"]
+    assert json.loads((directory / "run.json").read_text())["outcome"] == "succeeded"
+    assert "# Say hello" in (directory / "prompt.md").read_text()
+    methods = [json.loads(line).get("method") for line in (directory / "transcript.jsonl").read_text().splitlines()]
+    assert "session/new" in methods and "session/prompt" in methods
+    assert auto_project.secrets_in_records() == []
+
+    # ... while the agent itself did receive the values: injection happened.
+    (new_session,) = [r for r in map(json.loads, requests.read_text().splitlines()) if r["method"] == "session/new"]
+    handed = {s["name"]: s for s in new_session["params"]["mcpServers"]}
+    assert handed["tools"]["env"] == [{"name": "TOOLS_KEY", "value": SECRET_ENV}]
+    assert handed["docs"]["headers"] == [{"name": "Authorization", "value": SECRET_HEADER}]
+
+    # The tracker: review, with a comment naming outcome, branch, commit, files changed and duration.
+    issue = auto_project.issue(key)
+    assert issue.status == Status.REVIEW
+    comment = issue.comments[-1]
+    assert comment.author == "beflow"
+    for part in ("succeeded", "`beflow/1`", branch_head[:12], "`hello.txt`", f"{record.duration:.1f} s"):
+        assert part in comment.text
+
+    # The branch holds exactly the agent's change (the injected .acpxrc.json never reached it) ...
+    assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", "hello.txt": "hi\n"}
+    # ... the worktree is gone, the branch stays, and the user's checkout was never touched.
+    assert not Path(record.worktree or "").exists()
+    assert auto_project.registered_worktrees() == []
+    assert "beflow/1" in auto_project.branches()
+    assert git(auto_project.directory, "rev-parse", "HEAD").strip() == main_head
+    assert not (auto_project.directory / "hello.txt").exists()
+    status = git(auto_project.directory, "status", "--porcelain", "--untracked-files=all").splitlines()
+    assert sorted(status) == ["?? .beflow/issues/0001-say-hello.md", "?? .mcp.json", "?? config.json"]
+
+
+def test_a_tracked_acpxrc_keeps_its_committed_bytes_on_the_branch(
+    auto_project: AutoProject, beflow, no_leftover_processes: None
+) -> None:
+    prior = b'{\r\n  "defaultPermissions": "approve-all"\r\n}'  # CRLF, no final newline: bytes, not content
+    (auto_project.directory / ".acpxrc.json").write_bytes(prior)
+    git(auto_project.directory, "add", ".acpxrc.json")
+    git(auto_project.directory, "commit", "-q", "-m", "acpx settings")
+    key = auto_project.new_issue("write hello.txt hi", "mcp")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    record = auto_project.only_record()
+    assert record.final_message == "mcp servers: docs, tools"  # the agent ran with the injected list
+    assert record.changed_files == ["A\thello.txt"]
+    on_branch = subprocess.run(
+        ["git", "show", "beflow/1:.acpxrc.json"], cwd=auto_project.directory, capture_output=True, check=True
+    ).stdout
+    assert on_branch == prior  # restored before the commit: the injected version was never staged
+    assert (auto_project.directory / ".acpxrc.json").read_bytes() == prior
+    assert any("restored" in note for note in record.restored)
+
+
+# -- the other outcomes ------------------------------------------------------------------------------------------
+
+OUTCOMES = [
+    # id, directives, config changes, outcome, tracker status, words in the reason, files on the branch
+    pytest.param(["say nothing to change"], {}, "no_changes", Status.REVIEW, "without changing", {}, id="no-changes"),
+    pytest.param(
+        ["write half.txt x", "fail out of ideas"],
+        {},
+        "failed",
+        Status.FAILED,
+        "out of ideas",
+        {"half.txt": "x"},
+        id="agent-error",
+    ),
+    pytest.param(
+        ["write half.txt x", "crash 3"],
+        {},
+        "failed",
+        Status.FAILED,
+        "stopped before finishing",
+        {"half.txt": "x"},
+        id="agent-crash",
+    ),
+    pytest.param(
+        ["write slow.txt x", "sleep 30"],
+        {"timeout": 2},
+        "timeout",
+        Status.FAILED,
+        "within 2 s",
+        {"slow.txt": "x"},
+        id="timeout",
+    ),
+]
+
+
+@pytest.mark.parametrize(("directives", "changes", "outcome", "status", "reason", "files"), OUTCOMES)
+def test_each_way_a_run_ends_is_recorded_committed_and_cleaned_up(
+    auto_project: AutoProject,
+    beflow,
+    no_leftover_processes: None,
+    directives: list[str],
+    changes: dict[str, object],
+    outcome: str,
+    status: Status,
+    reason: str,
+    files: dict[str, str],
+) -> None:
+    auto_project.configure(**changes)
+    key = auto_project.new_issue(*directives)
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == (0 if outcome == "no_changes" else 1), result.stderr
+    record = auto_project.only_record()
+    assert record.outcome == outcome
+    assert reason in (record.stop_reason or "")
+    assert record.finished_at is not None and record.mcp_servers == ["docs", "tools"]
+    assert auto_project.secrets_in_records() == []
+    issue = auto_project.issue(key)
+    assert issue.status == status
+    assert outcome in issue.comments[-1].text and reason in issue.comments[-1].text
+    # Whatever the outcome, the agent's work is on the branch (never .acpxrc.json) and the worktree is gone.
+    assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", **files}
+    assert (record.commit is not None) == bool(files)
+    assert record.restored and "removed" in record.restored[0]
+    assert not Path(record.worktree or "").exists() and auto_project.registered_worktrees() == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_an_interrupted_run_stops_the_agent_restores_commits_records_and_requeues(
+    auto_project: AutoProject, beflow_process, no_leftover_processes: None, signum: signal.Signals
+) -> None:
+    key = auto_project.new_issue("write started.txt x", "sleep 30")
+    process = beflow_process("--auto", key, cwd=auto_project.directory)
+    started = auto_project.worktrees_dir / key / "started.txt"
+    deadline = time.monotonic() + 30
+    while not started.exists():  # the agent is now in its sleep
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the agent never started"
+        time.sleep(0.05)
+
+    process.send_signal(signum)
+    _, stderr = process.communicate(timeout=30)
+
+    assert process.returncode == 130, stderr
+    assert f"interrupted by {signum.name}" in stderr
+    record = auto_project.only_record()
+    assert record.outcome == "cancelled" and signum.name in (record.stop_reason or "")
+    assert auto_project.issue(key).status == Status.READY
+    assert "cancelled" in auto_project.issue(key).comments[-1].text
+    # .acpxrc.json was removed before the commit: the branch has the agent's file and nothing else.
+    assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", "started.txt": "x"}
+    assert record.restored and "removed" in record.restored[0]
+    assert not started.parent.exists() and auto_project.registered_worktrees() == []
+    assert auto_project.secrets_in_records() == []
+
+
+# -- attempts, selection, concurrency ---------------------------------------------------------------------------
+
+
+def test_a_second_attempt_continues_the_branch_of_the_first(auto_project: AutoProject, beflow) -> None:
+    key = auto_project.new_issue("write one.txt 1")
+    assert beflow("--auto", key).exit_code == 0
+    first = auto_project.only_record()
+    # A reviewer asks for more; comments are part of the default prompt, so the agent sees the request.
+    auto_project.tracker.set_status(key, Status.READY, note="acp-test: write two.txt 2", author="reviewer")
+
+    assert beflow("--auto", key).exit_code == 0
+
+    second, _ = auto_project.records(key)
+    assert second.base_commit == first.commit
+    assert second.changed_files == ["A\ttwo.txt"]  # one.txt was already there, as attempt 1 left it
+    assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", "one.txt": "1", "two.txt": "2"}
+    assert git(auto_project.directory, "rev-parse", "beflow/1~1").strip() == first.commit
+
+
+def test_without_keys_every_ready_issue_runs_once_by_priority_then_age(auto_project: AutoProject, beflow) -> None:
+    older = auto_project.new_issue("say older", title="older")
+    urgent = auto_project.new_issue("say urgent", title="urgent", priority=1)
+    newer = auto_project.new_issue("say newer", title="newer")
+    auto_project.new_issue("write no.txt x", title="not ready", status=Status.OPEN)
+
+    result = beflow("--auto")
+
+    assert result.exit_code == 0, result.stderr
+    ran = sorted(auto_project.records(), key=lambda r: r.started_at)
+    assert [r.issue for r in ran] == [urgent, older, newer]
+    assert beflow("--auto").exit_code == 0  # nothing is ready any more: every issue ran once
+    assert len(auto_project.records()) == 3
+
+
+def test_limit_runs_only_the_first_ready_issues(auto_project: AutoProject, beflow) -> None:
+    first = auto_project.new_issue("say one")
+    second = auto_project.new_issue("say two")
+
+    assert beflow("--auto", "--limit", "1").exit_code == 0
+
+    assert [r.issue for r in auto_project.records()] == [first]
+    assert auto_project.issue(second).status == Status.READY
+
+
+def test_concurrency_runs_issues_at_the_same_time(auto_project: AutoProject, beflow, tmp_path: Path) -> None:
+    marks = tmp_path / "marks.log"
+    # Each agent sleeps between its start and end marks long enough for the other one to start.
+    keys = [auto_project.new_issue(f"mark {marks}", "sleep 3", f"write {n}.txt {n}") for n in ("a", "b")]
+
+    result = beflow("--auto", "--concurrency", "2")
+
+    assert result.exit_code == 0, result.stderr
+    kinds = [line.split()[0] for line in marks.read_text().splitlines()]
+    assert kinds == ["start", "start", "end", "end"]  # both had started before either ended
+    assert {r.issue for r in auto_project.records()} == set(keys)
+    assert all(r.outcome == "succeeded" for r in auto_project.records())
+
+
+def test_an_unknown_key_fails_before_anything_runs(auto_project: AutoProject, beflow) -> None:
+    auto_project.new_issue("write a.txt x", title="first")
+    auto_project.new_issue("write b.txt x", title="second")
+
+    result = beflow("--auto", "1", "12")
+
+    assert result.exit_code == 1
+    assert "no issue 12" in result.stderr and "1 (first)" in result.stderr and "2 (second)" in result.stderr
+    assert auto_project.records() == [] and auto_project.branches() == ["main"]
+    assert auto_project.issue("1").status == Status.READY
+
+
+def test_a_closed_issue_is_refused(auto_project: AutoProject, beflow) -> None:
+    key = auto_project.new_issue("write a.txt x")
+    auto_project.tracker.set_status(key, Status.CLOSED)
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 1
+    assert f"issue {key} is closed" in result.stderr
+    assert auto_project.records() == [] and auto_project.branches() == ["main"]
+
+
+def test_a_claimed_issue_is_refused(auto_project: AutoProject, beflow) -> None:
+    key = auto_project.new_issue("write a.txt x")
+    with auto_project.tracker.claim(key, "another run"):
+        result = beflow("--auto", key)
+
+    assert result.exit_code == 1
+    assert f"issue {key} is claimed by another run" in result.stderr
+    assert auto_project.records() == [] and auto_project.issue(key).status == Status.READY
+
+
+def test_a_run_that_cannot_be_retried_fails_the_issue_even_when_a_dispatcher_would_retry(
+    auto_project: AutoProject,
+) -> None:
+    """``final=False`` (watch will retry) puts a failed issue back to ready, but not a permanent failure."""
+    auto_project.configure(prompt="{{ issue.nope }}")
+    broken = auto_project.new_issue("say hi")
+    auto_project.configure(prompt=None)
+    failing = auto_project.new_issue("fail again")
+
+    def run(key: str, prompt: str | None) -> Run:
+        auto_project.configure(prompt=prompt)
+        project = load_project(auto_project.directory / "config.json")
+        runner = Run(project, auto_project.tracker, RunRequest(key=key, final=False))
+        anyio.run(runner.execute)
+        return runner
+
+    assert run(broken, "{{ issue.nope }}").permanent
+    assert auto_project.issue(broken).status == Status.FAILED
+    assert not run(failing, None).permanent
+    assert auto_project.issue(failing).status == Status.READY
+
+
+# -- the prompt --------------------------------------------------------------------------------------------------
+
+
+def test_a_prompt_that_does_not_render_fails_the_run_and_names_the_template(auto_project: AutoProject, beflow) -> None:
+    (auto_project.directory / "prompt.j2").write_text("Fix {{ issue.key }}.\n{{ ticket.title }}\n")
+    auto_project.configure(prompt="prompt.j2")
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 1
+    record = auto_project.only_record()
+    assert record.outcome == "failed"
+    assert "prompt did not render" in (record.stop_reason or "") and "prompt.j2" in (record.stop_reason or "")
+    assert "'ticket' is undefined" in (record.stop_reason or "")
+    assert auto_project.issue(key).status == Status.FAILED
+    assert auto_project.branches() == ["main"]  # nothing else happened
+
+
+def test_a_custom_template_file_is_what_the_agent_is_told(auto_project: AutoProject, beflow) -> None:
+    template = "acp-test: write {{ run_id }}.txt {{ issue.title }} on {{ branch }}, attempt {{ attempt }}\n"
+    (auto_project.directory / "prompt.md.j2").write_text(template)
+    auto_project.configure(prompt="prompt.md.j2")
+    key = auto_project.new_issue(title="Custom")
+
+    assert beflow("--auto", key).exit_code == 0
+
+    record = auto_project.only_record()
+    files = auto_project.branch_files("beflow/1")
+    assert files[f"{record.id}.txt"] == "Custom on beflow/1, attempt 1"
+
+
+# -- worktrees: included files, hooks, keeping the work ----------------------------------------------------------
+
+
+def test_included_ignored_files_are_copied_into_the_worktree(auto_project: AutoProject, beflow) -> None:
+    directory = auto_project.directory
+    (directory / ".gitignore").write_text(".env\nlocal/\n")
+    (directory / ".worktreeinclude").write_text("# secrets for the tests\nlocal/*.ini\n")
+    git(directory, "add", ".gitignore", ".worktreeinclude")
+    git(directory, "commit", "-q", "-m", "ignore local files")
+    (directory / ".env").write_text("TOKEN=from-env\n")
+    (directory / "local").mkdir()
+    (directory / "local" / "settings.ini").write_text("[s]\n")
+    auto_project.configure(worktrees={"include": [".env"]}, hooks={"after_create": "cat .env local/settings.ini"})
+    key = auto_project.new_issue("write a.txt x")
+
+    assert beflow("--auto", key).exit_code == 0
+
+    record = auto_project.only_record()
+    log = (auto_project.run_dir(record) / "hooks" / "after_create.log").read_text()
+    assert "TOKEN=from-env" in log and "[s]" in log
+    assert set(auto_project.branch_files("beflow/1")) == {".gitignore", ".worktreeinclude", "README.md", "a.txt"}
+
+
+def test_a_failing_after_create_hook_aborts_the_run_with_its_output_in_the_record(
+    auto_project: AutoProject, beflow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    requests = tmp_path / "agent-requests.jsonl"
+    monkeypatch.setenv("ACP_TEST_RECORD", str(requests))
+    auto_project.configure(hooks={"after_create": "echo installing dependencies; exit 7"})
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 1
+    record = auto_project.only_record()
+    assert record.outcome == "failed" and "hook after_create failed (exit 7)" in (record.stop_reason or "")
+    log = (auto_project.run_dir(record) / "hooks" / "after_create.log").read_text()
+    assert "installing dependencies" in log and "exit 7" in log
+    assert not requests.exists()  # the agent never started
+    assert auto_project.issue(key).status == Status.FAILED
+    assert auto_project.registered_worktrees() == []
+
+
+def test_a_failing_after_run_hook_is_logged_and_ignored(auto_project: AutoProject, beflow) -> None:
+    auto_project.configure(hooks={"after_run": "echo cleaning up; exit 3"})
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    assert "hook after_run failed (exit 3)" in result.stderr
+    record = auto_project.only_record()
+    assert record.outcome == "succeeded" and record.changed_files == ["A\ta.txt"]
+    assert "cleaning up" in (auto_project.run_dir(record) / "hooks" / "after_run.log").read_text()
+
+
+def test_a_hook_that_outlives_its_timeout_is_stopped(
+    auto_project: AutoProject, beflow, no_leftover_processes: None
+) -> None:
+    auto_project.configure(hooks={"after_create": {"command": "echo waiting; sleep 30", "timeout": 1}})
+    key = auto_project.new_issue("write a.txt x")
+
+    assert beflow("--auto", key).exit_code == 1
+
+    record = auto_project.only_record()
+    assert record.outcome == "failed" and "hook after_create failed" in (record.stop_reason or "")
+    log = (auto_project.run_dir(record) / "hooks" / "after_create.log").read_text()
+    assert "waiting" in log and "timed out" in log
+
+
+def test_when_the_commit_fails_the_worktree_is_kept_and_named(auto_project: AutoProject, beflow) -> None:
+    # The agent's session leaves a nested repository without a commit, which `git add` cannot stage.
+    auto_project.configure(hooks={"after_run": "git init -q vendor/lib"})
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 1
+    record = auto_project.only_record()
+    worktree = Path(record.worktree or "")
+    assert record.outcome == "failed" and record.worktree_kept
+    assert f"the work is kept in {worktree}" in (record.stop_reason or "")
+    assert (worktree / "a.txt").read_text() == "x" and not (worktree / ".acpxrc.json").exists()
+    comment = auto_project.issue(key).comments[-1].text
+    assert f"worktree kept at `{worktree}`" in comment
+
+
+def test_when_the_tree_is_dirty_after_the_commit_the_worktree_is_kept_and_named(
+    auto_project: AutoProject, beflow
+) -> None:
+    # A nested repository with a commit is staged as a gitlink; the file changed inside it stays uncommitted.
+    hook = "git init -q sub && git -C sub commit -q --allow-empty -m x && echo y > sub/f"
+    auto_project.configure(hooks={"after_run": hook})
+    key = auto_project.new_issue("write a.txt x")
+
+    beflow("--auto", key)
+
+    record = auto_project.only_record()
+    worktree = Path(record.worktree or "")
+    assert record.worktree_kept and worktree.is_dir()
+    assert f"uncommitted changes are kept in {worktree}" in (record.stop_reason or "")
+    assert record.commit is not None and "a.txt" in auto_project.branch_files("beflow/1")
+
+
+def test_a_progress_display_that_fails_does_not_break_the_run(auto_project: AutoProject) -> None:
+    """``beflow --auto --json | head -1``: the pipe closes, the run still ends properly."""
+    key = auto_project.new_issue("say hi", "write a.txt x")
+    shown = []
+
+    def closed_pipe(event: object) -> None:
+        shown.append(event)
+        raise BrokenPipeError(32, "Broken pipe")
+
+    project = load_project(auto_project.directory / "config.json")
+    record = anyio.run(Run(project, auto_project.tracker, RunRequest(key=key), closed_pipe).execute)
+
+    assert len(shown) == 1  # the display was dropped after it failed
+    assert record.outcome == "succeeded" and auto_project.issue(key).status == Status.REVIEW
+    assert auto_project.registered_worktrees() == []
+
+
+def test_the_before_remove_hook_runs_in_the_worktree_before_it_goes(auto_project: AutoProject, beflow) -> None:
+    auto_project.configure(hooks={"before_remove": "echo removing; ls"})
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    record = auto_project.only_record()
+    log = (auto_project.run_dir(record) / "hooks" / "before_remove.log").read_text()
+    assert "removing" in log and "a.txt" in log
+    assert auto_project.registered_worktrees() == []
