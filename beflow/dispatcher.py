@@ -26,7 +26,7 @@ import anyio
 
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError, LockedError
-from beflow.records import RunRecord
+from beflow.records import RunRecord, RunStore
 from beflow.runner import Run, RunEvent, RunRequest
 from beflow.trackers import Issue, Status, Tracker, open_tracker
 
@@ -147,6 +147,7 @@ class Dispatcher:
                 while True:
                     self.tick(tasks, finished)
                     if once:
+                        await self._drain()
                         break
                     self.next_tick = time.time() + self.project.config.watch.interval
                     await anyio.sleep(self.project.config.watch.interval)
@@ -155,6 +156,19 @@ class Dispatcher:
                 self.emit("stopping", running=len(self.running))
                 raise
         return finished
+
+    async def _drain(self) -> None:
+        """``--once``: dispatch no more, wait for the runs, still reconciling every ``interval`` (a run whose issue is
+        closed meanwhile is cancelled, as in a long watch)."""
+        due = time.monotonic() + self.project.config.watch.interval
+        while self.running:
+            await anyio.sleep(0.1)
+            if time.monotonic() >= due:
+                due = time.monotonic() + self.project.config.watch.interval
+                try:
+                    self._reconcile()
+                except BeflowError as error:
+                    self.emit("error", message=error.message)
 
     def tick(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         self.tick_count += 1
@@ -208,6 +222,7 @@ class Dispatcher:
         ready = self.tracker.ready()
         self.queue = [i for i in ready if i.key not in self.running]
         free = self.project.config.watch.concurrency - len(self.running)
+        self._recall([i.key for i in self.queue if i.key not in self.attempts])
         for issue in list(self.queue):
             if free <= 0 or self.stopping:
                 break
@@ -223,6 +238,31 @@ class Dispatcher:
             self.emit("dispatched", issue.key, attempt=attempt)
             tasks.start_soon(self._run, running, finished)
 
+    def _recall(self, keys: list[str]) -> None:
+        """Take up the retry count and backoff of issues this process has not run yet from their run records, so that
+        a restarted watcher, another watcher, or ``--once`` from cron goes on counting where the last run stopped."""
+        if not keys:
+            return
+        latest: dict[str, RunRecord] = {}
+        for record in RunStore(self.project.directory).list():  # newest first
+            if record.issue in keys and record.issue not in latest and record.outcome not in ("running", "cancelled"):
+                latest[record.issue] = record
+        watch = self.project.config.watch
+        for key in keys:
+            record = latest.get(key)
+            # A run that gave up (its last attempt) and an issue that is ready again: a person reopened it, and it
+            # gets a fresh round of attempts.
+            if record is None or record.mode != "watch" or record.outcome not in FAILURES:
+                self.attempts[key] = 0
+                continue
+            if record.attempt >= watch.max_attempts:
+                self.attempts[key] = 0
+                continue
+            self.attempts[key] = record.attempt
+            if record.attempt < watch.max_attempts and record.finished_at is not None:
+                due = record.finished_at.timestamp() + backoff_delay(record.attempt, watch.backoff, watch.backoff_max)
+                self.backoffs[key] = Backoff(key, record.attempt + 1, due, record.stop_reason or "")
+
     async def _run(self, running: Running, finished: list[RunRecord]) -> None:
         key, watch = running.key, self.project.config.watch
         request = RunRequest(
@@ -234,25 +274,35 @@ class Dispatcher:
         try:
             with running.scope:
                 record = await run.execute()
-        except LockedError:
-            self.emit("skipped", key, reason="another process claimed it first")
+        except LockedError as error:
+            self.emit("skipped", key, reason=error.message)
         except BeflowError as error:
             self.emit("error", key, message=error.message)
+        except Exception as error:  # one run's unexpected failure (a full disk, say) must not stop the watcher
+            self.emit("error", key, message=f"{type(error).__name__}: {error}")
+        except anyio.get_cancelled_exc_class():
+            # The watch itself is stopping (a signal): the run has recorded itself cancelled; say so, then go on.
+            if run.record is not None and run.record.finished:
+                self._finished(run.record, finished)
+            raise
         finally:
             self.running.pop(key, None)
         if record is None:
             record = run.record if run.record is not None and run.record.finished else None
             if record is None:
                 return
+        self._finished(record, finished)
+        self._after(record, run.permanent)
+
+    def _finished(self, record: RunRecord, finished: list[RunRecord]) -> None:
         finished.append(record)
         self.recent.appendleft(record)
-        self.emit("finished", key, run=record.id, outcome=record.outcome, reason=record.stop_reason)
-        self._after(record, run.permanent)
+        self.emit("finished", record.issue, run=record.id, outcome=record.outcome, reason=record.stop_reason)
 
     def _after(self, record: RunRecord, permanent: bool) -> None:
         key, watch = record.issue, self.project.config.watch
         if record.outcome in ("succeeded", "no_changes"):
-            self.attempts.pop(key, None)
+            self.attempts[key] = 0
         elif record.outcome in FAILURES:
             self.attempts[key] = record.attempt
             if permanent:

@@ -1,0 +1,246 @@
+"""``beflow watch``: the command, its JSON event stream, its exit codes, several watchers, signals."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from rich.console import Console
+
+from beflow.cli.watch import render
+from beflow.dispatcher import Backoff, Running, Snapshot
+from beflow.mcp.inject import ACPXRC, journal_dir
+from beflow.trackers import Status
+from tests.support.projects import AutoProject
+
+FAST = {"interval": 0.1, "concurrency": 2, "max_attempts": 2, "backoff": 0.1, "backoff_max": 1}
+
+#: Every event ``--json`` streams (docs/modes.md documents each).
+EVENTS = {
+    "dispatched",
+    "finished",
+    "retry_scheduled",
+    "failed",
+    "cancelled",
+    "skipped",
+    "requeued",
+    "config_reloaded",
+    "error",
+    "stopping",
+}
+
+
+def events_of(stdout: str) -> list[dict[str, Any]]:
+    """The ``--json`` stream: every line one JSON object with an event name, an issue (or null) and a time."""
+    events = [json.loads(line) for line in stdout.splitlines()]
+    for event in events:
+        assert event["event"] in EVENTS
+        assert "issue" in event and isinstance(event["time"], float)
+    return events
+
+
+def wait_for(path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+# -- --once and --json ------------------------------------------------------------------------------------------
+
+
+def test_once_with_nothing_ready_exits_0_quietly(auto_project: AutoProject, beflow) -> None:
+    auto_project.new_issue("write one.txt 1", status=Status.OPEN)
+
+    result = beflow("watch", "--once", "--json")
+
+    assert result.exit_code == 0
+    assert events_of(result.stdout) == []
+    assert auto_project.records() == []
+
+
+def test_once_runs_what_is_ready_and_exits_0_when_every_run_succeeded(auto_project: AutoProject, beflow) -> None:
+    auto_project.configure(watch=FAST)
+    key = auto_project.new_issue("write one.txt 1")
+
+    result = beflow("watch", "--once", "--json")
+
+    assert result.exit_code == 0, result.stderr
+    events = events_of(result.stdout)
+    assert [(e["event"], e["issue"]) for e in events] == [("dispatched", key), ("finished", key)]
+    dispatched, finished = events
+    assert dispatched["attempt"] == 1
+    record = auto_project.only_record()
+    assert finished["run"] == record.id and finished["outcome"] == "succeeded"
+    assert record.mode == "watch"
+    assert auto_project.branch_files(f"beflow/{key}")["one.txt"] == "1"
+    assert auto_project.issue(key).status == Status.REVIEW
+
+
+def test_once_exits_1_when_a_run_failed_and_does_not_wait_for_its_retry(auto_project: AutoProject, beflow) -> None:
+    auto_project.configure(watch=FAST)
+    good = auto_project.new_issue("write one.txt 1", priority=1)
+    bad = auto_project.new_issue("fail nope", priority=2)
+
+    result = beflow("watch", "--once", "--json")
+
+    assert result.exit_code == 1
+    events = events_of(result.stdout)
+    assert [e["issue"] for e in events if e["event"] == "dispatched"] == [good, bad]  # by priority
+    outcomes = {e["issue"]: e["outcome"] for e in events if e["event"] == "finished"}
+    assert outcomes == {good: "succeeded", bad: "failed"}
+    (retry,) = [e for e in events if e["event"] == "retry_scheduled"]
+    assert (retry["issue"], retry["attempt"], retry["delay"]) == (bad, 2, 0.1)
+    assert len(auto_project.records(bad)) == 1  # one tick: the retry is for the next watch
+    assert auto_project.issue(bad).status == Status.READY
+
+
+def test_once_from_cron_goes_on_counting_attempts_and_honours_the_backoff(auto_project: AutoProject, beflow) -> None:
+    """Each `beflow watch --once` is a new process: the attempt count and the backoff come from the run records."""
+    auto_project.configure(watch={**FAST, "backoff": 3600, "backoff_max": 3600})
+    key = auto_project.new_issue("fail nope")
+
+    assert beflow("watch", "--once", "--json").exit_code == 1
+    waiting = beflow("watch", "--once", "--json")  # within the backoff: nothing to do
+    assert (waiting.exit_code, events_of(waiting.stdout)) == (0, [])
+
+    auto_project.configure(watch={**FAST, "backoff": 0.1})
+    time.sleep(0.2)  # the retry is due now
+    last = beflow("watch", "--once", "--json")
+    assert last.exit_code == 1
+    events = events_of(last.stdout)
+    assert [(e["event"], e.get("attempt")) for e in events][:1] == [("dispatched", 2)]
+    assert events[-1]["event"] == "failed" and events[-1]["reason"] == "gave up after 2 attempts"
+    assert [r.attempt for r in auto_project.records(key)] == [2, 1]
+    assert auto_project.issue(key).status == Status.FAILED
+
+
+def test_once_still_cancels_a_run_whose_issue_is_closed(
+    auto_project: AutoProject, beflow_process, tmp_path: Path
+) -> None:
+    auto_project.configure(watch=FAST)
+    marks = tmp_path / "marks.log"
+    key = auto_project.new_issue("sleep 60", f"mark {marks}")
+
+    process = beflow_process("watch", "--once", "--json", cwd=auto_project.directory)
+    wait_for(marks)
+    auto_project.tracker.set_status(key, Status.CLOSED, author="someone")
+    stdout, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 1, stderr
+    assert [e["event"] for e in events_of(stdout)] == ["dispatched", "cancelled", "finished"]
+    assert auto_project.only_record().outcome == "cancelled"
+    assert auto_project.issue(key).status == Status.CLOSED
+
+
+# -- several watchers -------------------------------------------------------------------------------------------
+
+
+def test_two_watchers_started_together_run_each_issue_exactly_once(
+    auto_project: AutoProject, beflow_process, tmp_path: Path
+) -> None:
+    auto_project.configure(watch={**FAST, "concurrency": 4})
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    keys = [auto_project.new_issue(f"write {n}.txt {n}", "sleep 1", f"mark {marks / str(n)}") for n in range(4)]
+
+    watchers = [beflow_process("watch", "--once", "--json", cwd=auto_project.directory) for _ in range(2)]
+    outputs = [watcher.communicate(timeout=120) for watcher in watchers]
+
+    assert [watcher.returncode for watcher in watchers] == [0, 0], [err for _, err in outputs]
+    events = [event for stdout, _ in outputs for event in events_of(stdout)]
+    assert sorted(e["issue"] for e in events if e["event"] == "finished") == sorted(keys)
+    # Each issue's agent started once, and each issue has one run record.
+    assert sorted(p.name for p in marks.iterdir()) == [str(n) for n in range(4)]
+    for path in marks.iterdir():
+        assert [line.split()[0] for line in path.read_text().splitlines()] == ["start", "end"]
+    assert sorted(r.issue for r in auto_project.records()) == sorted(keys)
+    assert {auto_project.issue(k).status for k in keys} == {Status.REVIEW}
+
+
+# -- signals ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("signals", [["SIGTERM"], ["SIGINT", "SIGINT"]], ids=["sigterm", "sigint-twice"])
+def test_a_signal_mid_run_cancels_restores_records_requeues_and_exits_130(
+    auto_project: AutoProject,
+    beflow_process,
+    tmp_path: Path,
+    signals: list[str],
+    no_leftover_processes: None,
+) -> None:
+    auto_project.configure(watch=FAST)
+    marks = tmp_path / "marks.log"
+    key = auto_project.new_issue("write partial.txt half", "sleep 60", f"mark {marks}")
+
+    process = beflow_process("watch", "--json", cwd=auto_project.directory)
+    wait_for(marks)
+    record = auto_project.only_record()
+    worktree = Path(record.worktree or "")
+    assert (worktree / ACPXRC).exists()  # injected while the agent runs
+    for name in signals:
+        process.send_signal(getattr(signal, name))
+    stdout, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 130, stderr
+    events = events_of(stdout)
+    assert [e["event"] for e in events] == ["dispatched", "stopping", "finished"]
+    assert events[-1]["outcome"] == "cancelled"
+    # Nothing managed is left: no journal entry, no .acpxrc.json (the worktree is gone, its work on the branch).
+    assert not journal_dir().exists() or list(journal_dir().iterdir()) == []
+    assert not (worktree / ACPXRC).exists()
+    assert not worktree.exists()
+    assert auto_project.branch_files(f"beflow/{key}")["partial.txt"] == "half"
+    record = auto_project.only_record()
+    assert record.outcome == "cancelled" and record.stop_reason == f"cancelled by {signals[0]}"
+    assert auto_project.issue(key).status == Status.READY  # for the next watch
+    # (no agent or acpx process is left: the no_leftover_processes fixture checks it)
+
+
+def test_a_watcher_stopped_before_any_issue_is_ready_exits_130(auto_project: AutoProject, beflow_process) -> None:
+    auto_project.configure(watch=FAST)
+    process = beflow_process("watch", "--json", cwd=auto_project.directory)
+    time.sleep(1)  # let it tick a few times (nothing is ready)
+    process.send_signal(signal.SIGTERM)
+    try:
+        stdout, _ = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:  # pragma: no cover - a hang is the failure
+        pytest.fail("beflow watch did not stop on SIGTERM")
+    assert process.returncode == 130
+    assert [e["event"] for e in events_of(stdout)] in (["stopping"], [])
+
+
+# -- the live view ----------------------------------------------------------------------------------------------
+
+
+def test_the_live_view_shows_running_runs_the_queue_and_backoffs(auto_project: AutoProject) -> None:
+    waiting = auto_project.issue(auto_project.new_issue("say hi", title="Waiting its turn"))
+    now = time.time()
+
+    async def running() -> Running:  # a cancel scope belongs to an event loop
+        return Running("7", 2, anyio.CancelScope(), started=now - 42, latest="editing src/app.py")
+
+    snapshot = Snapshot(
+        running=[anyio.run(running)],
+        queue=[waiting],
+        backoffs=[Backoff("9", 3, now + 65, "the agent reported an error: boom")],
+        recent=[],
+        tick=5,
+        next_tick=now + 20,
+    )
+    console = Console(width=160, record=True, color_system=None)
+
+    console.print(render(snapshot, concurrency=2))
+    text = console.export_text()
+
+    assert "running (1/2)" in text
+    assert "42s" in text and "editing src/app.py" in text
+    assert "queue (1)" in text and "Waiting its turn" in text
+    assert "backing off" in text and "the agent reported an error: boom" in text
+    assert "tick 5" in text

@@ -1,0 +1,346 @@
+"""The dispatcher behind ``beflow watch`` (DESIGN §5), run in-process with the real acpx and the test agent.
+
+Timings are never asserted (two shared cores): concurrency is read from the start and end lines the test agent's
+``mark`` directive appends, and everything else from events, run records and the tracker.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from beflow.config import load_project
+from beflow.dispatcher import Dispatcher, WatchEvent, backoff_delay
+from beflow.errors import LockedError
+from beflow.runner import Run, RunRequest
+from beflow.trackers import Status
+from tests.support.projects import AutoProject
+
+#: A watch section that keeps the suite fast: poll often, back off briefly.
+FAST = {"interval": 0.1, "concurrency": 2, "max_attempts": 2, "backoff": 0.1, "backoff_max": 1}
+
+
+def fast(**changes: Any) -> dict[str, Any]:
+    return {**FAST, **changes}
+
+
+@dataclass
+class Watch:
+    """A dispatcher ticking in the background of a test, and the events it emitted."""
+
+    dispatcher: Dispatcher
+    events: list[WatchEvent] = field(default_factory=list)
+
+    def of(self, kind: str, issue: str | None = None) -> list[WatchEvent]:
+        return [e for e in self.events if e.type == kind and (issue is None or e.issue == issue)]
+
+    async def until(self, condition: Callable[[], bool], timeout: float = 90) -> None:
+        """Wait until ``condition`` holds (the timeout only catches a hang; nothing is asserted on time)."""
+        with anyio.fail_after(timeout):
+            while not condition():
+                await anyio.sleep(0.05)
+
+    async def ticks(self, count: int) -> None:
+        """Wait for ``count`` more ticks."""
+        target = self.dispatcher.tick_count + count
+        await self.until(lambda: self.dispatcher.tick_count >= target)
+
+
+@asynccontextmanager
+async def watching(project: AutoProject) -> AsyncIterator[Watch]:
+    """``beflow watch`` on ``project`` for the body of the ``async with``; stopped (runs cancelled) after it."""
+    dispatcher = Dispatcher(load_project(project.directory / "config.json"))
+    watch = Watch(dispatcher)
+    dispatcher.listener = lambda event: watch.events.append(event) if isinstance(event, WatchEvent) else None
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(dispatcher.watch)
+        yield watch
+        tasks.cancel_scope.cancel()
+
+
+def intervals(marks: Path) -> dict[int, tuple[float, float]]:
+    """The [start, end] of each agent process, from the lines ``mark`` appended."""
+    seen: dict[int, dict[str, float]] = {}
+    for line in marks.read_text().splitlines():
+        what, epoch, pid = line.split()
+        seen.setdefault(int(pid), {})[what] = float(epoch)
+    return {pid: (times["start"], times["end"]) for pid, times in seen.items()}
+
+
+def max_overlap(spans: list[tuple[float, float]]) -> int:
+    """The largest number of spans open at one instant (an end at the very instant of a start does not count)."""
+    points = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    best = current = 0
+    for _, step in points:
+        current += step
+        best = max(best, current)
+    return best
+
+
+# -- backoff ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("attempt", "expected"),
+    [(1, 10.0), (2, 20.0), (3, 40.0), (4, 80.0), (5, 160.0), (6, 300.0), (40, 300.0)],
+)
+def test_backoff_doubles_from_the_base_after_each_failed_attempt_up_to_the_ceiling(
+    attempt: int, expected: float
+) -> None:
+    assert backoff_delay(attempt, base=10, ceiling=300) == expected
+
+
+def test_backoff_never_exceeds_a_ceiling_below_the_base() -> None:
+    assert backoff_delay(1, base=10, ceiling=3) == 3.0
+    assert backoff_delay(0, base=10, ceiling=300) == 10.0  # no attempt yet: the base
+
+
+# -- concurrency and claims -------------------------------------------------------------------------------------
+
+
+def test_never_more_than_concurrency_agents_run_at_once_and_that_many_do(
+    auto_project: AutoProject, tmp_path: Path
+) -> None:
+    auto_project.configure(watch=fast(concurrency=2))
+    marks = tmp_path / "marks.log"
+    keys = [auto_project.new_issue("sleep 1", f"mark {marks}", title=f"task {n}") for n in range(5)]
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: len(watch.of("finished")) == 5)
+        return watch
+
+    watch = anyio.run(scenario)
+
+    spans = intervals(marks)
+    assert len(spans) == 5  # five agent processes, one per issue
+    assert max_overlap(list(spans.values())) == 2  # never more than `concurrency`, and parallel for real
+    assert sorted(e.issue for e in watch.of("dispatched")) == sorted(keys)
+    assert {r.outcome for r in auto_project.records()} == {"no_changes"}
+    assert {auto_project.issue(k).status for k in keys} == {Status.REVIEW}
+
+
+def test_a_dispatch_whose_issue_is_no_longer_ready_once_claimed_does_not_run(auto_project: AutoProject) -> None:
+    """Another watcher may run the issue between our poll and our claim: then ours is skipped, not a rerun."""
+    key = auto_project.new_issue("write one.txt 1")
+    auto_project.tracker.set_status(key, Status.IN_PROGRESS)
+    auto_project.tracker.set_status(key, Status.REVIEW)
+    project = load_project(auto_project.directory / "config.json")
+
+    with pytest.raises(LockedError, match=f"issue {key} is no longer ready"):
+        anyio.run(Run(project, auto_project.tracker, RunRequest(key=key, mode="watch")).execute)
+
+    assert auto_project.records() == []
+    assert auto_project.issue(key).status == Status.REVIEW
+
+
+# -- retries ----------------------------------------------------------------------------------------------------
+
+
+def test_a_failing_issue_is_retried_with_backoff_on_its_branch_then_failed_after_max_attempts(
+    auto_project: AutoProject,
+) -> None:
+    auto_project.configure(watch=fast(max_attempts=3, backoff=0.1, backoff_max=0.15))
+    key = auto_project.new_issue("write progress.txt step", "fail out of ideas")
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("failed")))
+            await watch.ticks(3)  # and nothing more happens
+        return watch
+
+    watch = anyio.run(scenario)
+
+    # Delays double from `backoff`, capped by `backoff_max`; each names the attempt it is for.
+    retries = [(e.data["attempt"], e.data["delay"]) for e in watch.of("retry_scheduled", key)]
+    assert retries == [(2, 0.1), (3, 0.15)]
+    assert [e.data["attempt"] for e in watch.of("dispatched", key)] == [1, 2, 3]
+    assert "gave up after 3 attempts" in watch.of("failed", key)[0].data["reason"]
+
+    first, second, third = reversed(auto_project.records(key))
+    assert [r.attempt for r in (first, second, third)] == [1, 2, 3]
+    assert {r.outcome for r in (first, second, third)} == {"failed"}
+    # Every attempt works on the same branch and continues where the previous one left it.
+    assert {r.branch for r in (first, second, third)} == {f"beflow/{key}"}
+    assert first.commit is not None and second.base_commit == third.base_commit == first.commit
+    prompt = (auto_project.run_dir(second) / "prompt.md").read_text()
+    assert "this is attempt 2: earlier work on this branch is already here" in prompt
+
+    issue = auto_project.issue(key)
+    assert issue.status == Status.FAILED
+    assert "beflow gives up on this issue: 3 attempt(s)" in issue.comments[-1].text
+
+
+def test_a_retry_waits_for_its_backoff(auto_project: AutoProject) -> None:
+    """While backing off, the issue is ready on the tracker but not dispatched, and shows as backing off."""
+    auto_project.configure(watch=fast(max_attempts=2, backoff=3600))
+    key = auto_project.new_issue("fail once")
+
+    async def scenario() -> tuple[Watch, list[Any]]:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("retry_scheduled")))
+            await watch.ticks(3)
+            backoffs = watch.dispatcher.snapshot().backoffs
+        return watch, backoffs
+
+    watch, backoffs = anyio.run(scenario)
+
+    assert len(watch.of("dispatched", key)) == 1
+    assert [(b.key, b.attempt) for b in backoffs] == [(key, 2)]
+    assert auto_project.issue(key).status == Status.READY
+
+
+@pytest.mark.parametrize(
+    "break_it",
+    [
+        pytest.param(lambda p: p.configure(prompt="Fix it.\n{{ issue.nope }}\n"), id="prompt-does-not-render"),
+        pytest.param(
+            lambda p: (p.directory / ".mcp.json").write_text(json.dumps({"mcpServers": {"broken": {"args": []}}})),
+            id="invalid-mcp-json",
+        ),
+    ],
+)
+def test_a_permanent_failure_is_not_retried_and_fails_the_issue(
+    auto_project: AutoProject, break_it: Callable[[AutoProject], None]
+) -> None:
+    auto_project.configure(watch=fast(max_attempts=3))
+    break_it(auto_project)
+    key = auto_project.new_issue("write one.txt 1")
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("failed")))
+            await watch.ticks(3)
+        return watch
+
+    watch = anyio.run(scenario)
+
+    assert len(watch.of("dispatched", key)) == 1
+    assert watch.of("retry_scheduled") == []
+    assert watch.of("failed", key)[0].data["reason"].startswith("not retried: ")
+    (record,) = auto_project.records(key)
+    assert record.outcome == "failed"
+    issue = auto_project.issue(key)
+    assert issue.status == Status.FAILED
+    assert "beflow gives up on this issue: it cannot succeed as configured" in issue.comments[-1].text
+
+
+# -- reconciliation ---------------------------------------------------------------------------------------------
+
+
+def test_closing_an_issue_mid_run_cancels_the_run_and_restores_its_worktree(
+    auto_project: AutoProject, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    marks = tmp_path / "marks.log"
+    key = auto_project.new_issue("write partial.txt half", "sleep 60", f"mark {marks}")
+    auto_project.configure(watch=fast())
+    acpxrc_seen: list[bool] = []
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: marks.exists())
+            assert [r.key for r in watch.dispatcher.snapshot().running] == [key]
+            record = auto_project.only_record()
+            acpxrc_seen.append((Path(record.worktree or "") / ".acpxrc.json").exists())
+            auto_project.tracker.set_status(key, Status.CLOSED, note="not needed after all", author="someone")
+            await watch.until(lambda: bool(watch.of("finished")))
+        return watch
+
+    watch = anyio.run(scenario)
+    gc.collect()  # GitPython keeps a `git cat-file` per Repo object until it is collected
+
+    assert acpxrc_seen == [True]  # injected while the agent ran
+    assert "the issue is now closed" in watch.of("cancelled", key)[0].data["reason"]
+    (record,) = auto_project.records(key)
+    assert record.outcome == "cancelled" and record.stop_reason == "the issue is now closed"
+    assert any("removed" in line for line in record.restored)
+    # The agent was stopped before its `sleep` ended (its mark has an end line from the cancellation) ...
+    assert [line.split()[0] for line in marks.read_text().splitlines()] == ["start", "end"]
+    # ... its worktree is gone (nothing managed left in it), its work kept on the branch.
+    assert not Path(record.worktree or "").exists()
+    assert auto_project.branch_files(f"beflow/{key}")["partial.txt"] == "half"
+    # The person's word stands: the issue stays closed, and is not picked up again.
+    issue = auto_project.issue(key)
+    assert issue.status == Status.CLOSED
+    assert watch.of("dispatched", key) and len(watch.of("dispatched", key)) == 1
+
+
+def test_an_issue_moved_out_of_the_ready_set_by_hand_mid_run_is_cancelled(
+    auto_project: AutoProject, tmp_path: Path
+) -> None:
+    marks = tmp_path / "marks.log"
+    key = auto_project.new_issue("sleep 60", f"mark {marks}")
+    auto_project.configure(watch=fast())
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: marks.exists())
+            auto_project.tracker.set_status(key, Status.READY, author="someone")
+            auto_project.tracker.set_status(key, Status.OPEN, author="someone")
+            await watch.until(lambda: bool(watch.of("finished")))
+        return watch
+
+    watch = anyio.run(scenario)
+
+    assert watch.of("cancelled", key)[0].data["reason"] == "the issue is now open"
+    assert auto_project.only_record().outcome == "cancelled"
+    assert auto_project.issue(key).status == Status.OPEN
+
+
+def test_an_issue_a_killed_run_left_in_progress_is_put_back_and_run(auto_project: AutoProject) -> None:
+    key = auto_project.new_issue("write one.txt 1")
+    auto_project.tracker.set_status(key, Status.IN_PROGRESS)  # and nobody holds its claim
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("finished")))
+        return watch
+
+    watch = anyio.run(scenario)
+
+    assert [e.type for e in watch.events if e.issue == key][:2] == ["requeued", "dispatched"]
+    assert auto_project.only_record().outcome == "succeeded"
+
+
+# -- configuration ----------------------------------------------------------------------------------------------
+
+
+def test_config_changes_are_picked_up_between_ticks_and_a_broken_config_keeps_the_last_good_one(
+    auto_project: AutoProject,
+) -> None:
+    auto_project.configure(watch=fast(concurrency=1))
+    tracker = auto_project.tracker
+    dispatcher = Dispatcher(load_project(auto_project.directory / "config.json"))
+    events: list[WatchEvent] = []
+    dispatcher.listener = lambda event: events.append(event) if isinstance(event, WatchEvent) else None
+
+    def tick() -> list[str]:
+        """One tick (and the runs it started); the event types it emitted."""
+        before = len(events)
+        anyio.run(lambda: dispatcher.watch(once=True))
+        return [e.type for e in events[before:]]
+
+    assert tick() == []
+    auto_project.configure(watch=fast(concurrency=3))
+    assert tick() == ["config_reloaded"]
+    assert dispatcher.project.config.watch.concurrency == 3
+
+    (auto_project.directory / "config.json").write_text('{"watch": {"concurrency": "many"}}\n')
+    assert tick() == ["error"]
+    message = events[-1].data["message"]
+    assert message.startswith("config not reloaded, keeping the last good one: ")
+    assert "config.json" in message and "watch.concurrency" in message
+    assert tick() == []  # reported once, not every tick
+
+    # The last good config is the one in force: three issues go out in one tick.
+    keys = [tracker.create(title=f"task {n}", body="acp-test: say done").key for n in range(3)]
+    assert tick()[:3] == ["dispatched"] * 3
+    assert {tracker.get(k).status for k in keys} == {Status.REVIEW}
