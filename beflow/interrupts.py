@@ -7,8 +7,9 @@ forced, which shortens every grace period that is still to come.
 
 from __future__ import annotations
 
+import contextlib
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
 import anyio
@@ -24,9 +25,25 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 class _State:
     signal_name: str | None = None
     forced: bool = False
+    sigint_to_child: bool = False
 
 
 state = _State()
+
+
+@contextlib.contextmanager
+def leaving_sigint_to_child() -> Iterator[None]:
+    """While a child in beflow's process group owns the terminal (a native client), Ctrl-C is its business: the
+    terminal sends it SIGINT directly, and beflow goes on waiting. SIGTERM and SIGHUP still stop beflow.
+
+    Unlike ``SIG_IGN``, this is not inherited: beflow still handles SIGINT (and does nothing), and a handled
+    signal goes back to its default in a child at exec, so the child's Ctrl-C works as usual.
+    """
+    state.sigint_to_child = True
+    try:
+        yield
+    finally:
+        state.sigint_to_child = False
 
 
 def grace(default: float) -> float:
@@ -48,6 +65,8 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
                 with anyio.open_signal_receiver(*SIGNALS) as received:
                     task_status.started()
                     async for signum in received:
+                        if signum == signal.SIGINT and state.sigint_to_child:
+                            continue
                         if state.signal_name is None:
                             state.signal_name = signal.Signals(signum).name
                             work.cancel()

@@ -46,4 +46,4 @@ def render(setting: str | None, project_dir: Path, variables: dict[str, Any]) ->
     except jinja2.TemplateSyntaxError as exc:
         raise PromptError(f"{where}:{exc.lineno}: template syntax error: {exc.message}") from None
     except jinja2.UndefinedError as exc:
-        raise PromptError(f"{where}: {exc.message}", fix="Use only issue, attempt, branch and run_id.") from None
+        raise PromptError(f"{where}: {exc.message}", fix="Use only issue, attempt, branch, run_id and mode.") from None

@@ -19,7 +19,7 @@ import anyio
 
 from beflow import acpx, git, interrupts, proc, prompt
 from beflow.config import Project
-from beflow.errors import BeflowError, ConfigError
+from beflow.errors import BeflowError, ConfigError, LockedError
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
 from beflow.paths import acpx_home
@@ -158,6 +158,7 @@ class Run:
         #: Masks the injected servers' secret values in everything written to the record.
         self.redact = acpx.Redactor()
         self._injection: Injection | None = None
+        self._repo: Any = None  # the project's git.Repo, closed when the run ends (it holds git processes)
         #: Why the run is being cancelled, when whoever cancels it knows (the dispatcher's reconciliation).
         self.cancel_reason: str | None = None
 
@@ -165,7 +166,10 @@ class Run:
 
     def emit(self, kind: str, **data: Any) -> None:
         if self._events is not None and self.record is not None:
-            self._events(RunEvent(kind, self.record.id, self.record.issue, data))
+            try:
+                self._events(RunEvent(kind, self.record.id, self.record.issue, data))
+            except Exception:  # a display that fails (`beflow --auto --json | head`) must not break the run
+                self._events = None
 
     # -- the lifecycle -----------------------------------------------------------------------------------------
 
@@ -176,8 +180,15 @@ class Run:
             raise BeflowError(f"issue {issue.key} is {issue.status.value}", fix=f"beflow issues reopen {issue.key}")
         claim = self.tracker.claim(issue.key, self.request.owner)
         try:
+            if self.request.mode == "watch":
+                # Another watcher may have run it between our poll and our claim: a watch never runs an issue twice.
+                issue = self.tracker.get(issue.key)
+                if issue.status != Status.READY:
+                    raise LockedError(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
             return await self._claimed(issue)
         finally:
+            if self._repo is not None:
+                self._repo.close()
             claim.release()
 
     async def _claimed(self, issue: Issue) -> RunRecord:
@@ -192,13 +203,14 @@ class Run:
             text = ""
             self.store.create(record, text)
             self.permanent = True
+            self._move_to_in_progress(issue)  # so that the tracker is told, and a watch does not pick it up again
             return self._finish(issue, "failed", f"the prompt did not render: {error.message}")
         self.store.create(record, text)
         self._move_to_in_progress(issue)
         self.emit("started", attempt=self.request.attempt, branch=branch)
         outcome, reason = "failed", "the run did not finish"
         worktree: git.Worktree | None = None
-        repo = git.open_repo(self.project.directory)
+        repo = self._repo = git.open_repo(self.project.directory)
         try:
             worktree = git.create_worktree(
                 repo, git.worktree_path(self.project.worktrees_dir, key), branch, self.config.worktrees.base
@@ -220,11 +232,17 @@ class Run:
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 reason = self.cancel_reason or f"cancelled by {interrupts.state.signal_name or 'beflow'}"
-                self._wrap_up(worktree, repo, "cancelled", reason)
+                await self._wrap_up(worktree, repo, "cancelled", reason)
                 self._finish(issue, "cancelled", reason)
             raise
+        except Exception as error:  # a bug in beflow: still record it, restore the tracker and keep the work
+            with anyio.CancelScope(shield=True):
+                reason = f"beflow failed unexpectedly: {type(error).__name__}: {error}"
+                await self._wrap_up(worktree, repo, "failed", reason)
+                self._finish(issue, "failed", reason)
+            raise
         with anyio.CancelScope(shield=True):
-            outcome, reason = self._wrap_up(worktree, repo, outcome, reason)
+            outcome, reason = await self._wrap_up(worktree, repo, outcome, reason)
         return self._finish(issue, outcome, reason)
 
     def _move_to_in_progress(self, issue: Issue) -> None:
@@ -386,7 +404,7 @@ class Run:
                 raise BeflowError(message)
             self.emit("notice", message=message)
 
-    def _wrap_up(self, worktree: git.Worktree | None, repo: Any, outcome: str, reason: str) -> tuple[str, str]:
+    async def _wrap_up(self, worktree: git.Worktree | None, repo: Any, outcome: str, reason: str) -> tuple[str, str]:
         """Commit what the agent changed (whatever the outcome: it is the agent's work) and remove the worktree."""
         record = self.record
         assert record is not None
@@ -410,13 +428,19 @@ class Run:
             record.worktree_kept = True
             reason += f"; uncommitted changes are kept in {worktree.path}"
         else:
-            self._remove(repo, worktree)
+            await self._remove(repo, worktree)
         return outcome, reason
 
-    def _remove(self, repo: Any, worktree: git.Worktree) -> None:
+    async def _remove(self, repo: Any, worktree: git.Worktree) -> None:
         hook = self.config.hooks.get("before_remove")
-        if hook is not None:
-            proc.run_sync(["sh", "-c", hook.command], cwd=worktree.path, timeout=hook.timeout)
+        if hook is not None and self.record is not None:
+            # Awaited, not run_sync: this runs inside the event loop (anyio.run there would raise).
+            result = await proc.run(["sh", "-c", hook.command], cwd=worktree.path, timeout=hook.timeout)
+            output = (
+                f"$ {hook.command}\n{result.stdout.decode(errors='replace')}{result.stderr.decode(errors='replace')}"
+            )
+            output += f"[{result.describe()} after {result.duration:.1f} s]\n"
+            self.store.write(self.record.id, "hooks/before_remove.log", self.redact.text(output))
         try:
             git.remove_worktree(repo, worktree.path)
         except BeflowError as error:
@@ -507,13 +531,21 @@ async def run_many(
     if limit is not None:
         keys = keys[:limit]
     records: list[RunRecord] = []
+    refused: list[BeflowError] = []
     limiter = anyio.CapacityLimiter(max(1, concurrency))
 
     async def one(key: str) -> None:
         async with limiter:
-            records.append(await Run(project, tracker, RunRequest(key=key, mode=mode), events).execute())
+            try:
+                records.append(await Run(project, tracker, RunRequest(key=key, mode=mode), events).execute())
+            except BeflowError as error:  # closed, claimed by another run: the other issues still run
+                refused.append(error)
 
     async with anyio.create_task_group() as tasks:
         for key in keys:
             tasks.start_soon(one, key)
+    if len(refused) == 1:
+        raise refused[0]
+    if refused:
+        raise BeflowError("; ".join(e.message for e in refused), fix=refused[0].fix)
     return records

@@ -1,13 +1,14 @@
-"""The run modes: ``beflow --auto [KEY ...]`` (and, later, ``--attend`` and ``--open``)."""
+"""The run modes: ``beflow --auto [KEY ...]``, ``beflow --attend KEY`` and ``beflow --open KEY``."""
 
 from __future__ import annotations
 
 import click
+from rich.markup import escape
 
-from beflow import interrupts
+from beflow import interrupts, modes
 from beflow.cli.common import App, emit_json, err, pass_app
-from beflow.cli.progress import Progress
-from beflow.runner import run_many
+from beflow.cli.progress import OUTCOME_STYLE, Progress
+from beflow.runner import RunEvent, run_many
 from beflow.trackers import open_tracker
 
 FAILED_OUTCOMES = {"failed", "timeout", "cancelled"}
@@ -39,3 +40,72 @@ def auto(app: App, keys: tuple[str, ...], limit: int | None, concurrency: int, a
             err.print("No ready issues to run. `beflow issues new TITLE` files one.")
     if any(r.outcome in FAILED_OUTCOMES for r in records):
         raise SystemExit(1)
+
+
+class SessionView:
+    """Shows a supervised session's events as plain lines on stderr: the session itself owns the terminal, so
+    there is no live view to fight it."""
+
+    def __call__(self, event: RunEvent) -> None:
+        data = event.data
+        if event.type == "started":
+            if data.get("mode") == "attend":
+                servers = ", ".join(data.get("servers") or []) or "none injected"
+                what = (
+                    f"attended run {event.run_id} in {data.get('checkout')} "
+                    f"(permissions: {data.get('permissions')}; MCP servers: {servers})"
+                )
+            else:
+                what = f"{data.get('client')} in {data.get('checkout')} (run {event.run_id}; {data.get('source')})"
+            err.print(f"▶ issue {escape(event.issue)}: {escape(what)}", highlight=False)
+        elif event.type == "notice":
+            err.print(f"[yellow]![/] {escape(str(data.get('message')))}", highlight=False)
+        elif event.type == "finished":
+            outcome = str(data.get("outcome"))
+            style = OUTCOME_STYLE.get(outcome, "white")
+            reason = escape(str(data.get("reason")))
+            err.print(f"[{style}]■ issue {escape(event.issue)}: {outcome}[/] — {reason}", highlight=False)
+            changed = list(data.get("changed") or [])
+            if changed:
+                err.print(f"  changed in the checkout ({len(changed)}, not committed):", highlight=False)
+                for line in changed:
+                    err.print(f"    {escape(line.replace(chr(9), ' '))}", highlight=False)
+            before = list(data.get("dirty_before") or [])
+            if before:
+                err.print(f"  uncommitted before the session, left as they were: {len(before)}", highlight=False)
+            err.print(f"  record: beflow runs show {event.run_id}", highlight=False)
+
+
+@click.command(
+    "attend",
+    hidden=True,
+    epilog="Example:\n\n  beflow --attend 7",
+)
+@click.argument("key")
+@pass_app
+def attend(app: App, key: str) -> None:
+    """Run the agent on one issue in this checkout, with you: acpx's permission prompts come to this terminal
+    (attend.permissions, default approve-reads). MCP servers are injected into .acpxrc.json for the run and put
+    back afterwards. Nothing is committed; the run record lists the files the run changed."""
+    project = app.project()
+    tracker = open_tracker(project)
+    record = interrupts.run(lambda: modes.attend(project, tracker, key, events=SessionView()))
+    if record.outcome in FAILED_OUTCOMES:
+        raise SystemExit(1)
+
+
+@click.command(
+    "open",
+    hidden=True,
+    epilog="Example:\n\n  beflow --open 7",
+)
+@click.argument("key")
+@pass_app
+def open_(app: App, key: str) -> None:
+    """Start the agent's own interactive client (claude, codex, gemini, opencode, cursor-agent, or `open` in
+    config.json) in this checkout with the issue's prompt as its first message. beflow waits and exits with the
+    client's exit code; .acpxrc.json is not touched (the client reads its own MCP configuration)."""
+    project = app.project()
+    tracker = open_tracker(project)
+    record = interrupts.run(lambda: modes.open_native(project, tracker, key, events=SessionView()))
+    raise SystemExit(modes.exit_status(record))
