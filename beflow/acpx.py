@@ -126,6 +126,7 @@ class Transcript:
     error: str | None = None  # the agent's error answer to the prompt
     acpx_error: str | None = None  # acpx's own error (``"id": null``), e.g. a timeout
     acpx_code: str | None = None  # its ``data.acpxCode``: TIMEOUT, PERMISSION_PROMPT_UNAVAILABLE, ...
+    acpx_detail: str | None = None  # its ``data.detailCode``: AGENT_SPAWN_ENOENT, AGENT_DISCONNECTED, ...
     latest: str | None = None  # the most recent activity, for progress displays
     _chunks: list[str] = field(default_factory=list)
     _prompt_ids: set[Any] = field(default_factory=set)
@@ -166,6 +167,7 @@ class Transcript:
             error = message["error"] or {}
             self.acpx_error = str(error.get("message") or error)
             self.acpx_code = (error.get("data") or {}).get("acpxCode")
+            self.acpx_detail = (error.get("data") or {}).get("detailCode")
             self._flush()
         elif "error" in message and message.get("id") in self._prompt_ids:
             error = message["error"] or {}

@@ -29,6 +29,8 @@ from beflow.trackers import Issue, Status, Tracker
 #: acpx's exit codes beyond 0 (success) and 1 (error).
 ACPX_TIMEOUT = 3
 ACPX_PERMISSION_DENIED = 5
+#: acpx's ``detailCode`` s that mean the agent itself cannot be started.
+AGENT_MISSING = {"AGENT_SPAWN_ENOENT", "AGENT_SPAWN_EACCES"}
 
 #: Seconds beyond ``timeout`` that beflow gives acpx to stop by itself before stopping it.
 TIMEOUT_MARGIN = 15.0
@@ -384,6 +386,10 @@ class Run:
             return "failed", f"the agent reported an error: {seen.error}"
         if result.returncode == ACPX_PERMISSION_DENIED:
             return "failed", f"the agent was denied a permission it asked for (permissions: {self.config.permissions})"
+        if seen.acpx_detail in AGENT_MISSING:
+            # No retry can start an agent that is not installed (or a name acpx does not know): permanent.
+            self.permanent = True
+            return "failed", f"the agent could not be started ({self.config.agent_label()}): {seen.acpx_error}"
         if seen.acpx_error:
             return "failed", f"acpx: {seen.acpx_error}"
         detail = " / ".join(stderr_tail) if stderr_tail else "no error output"

@@ -313,6 +313,21 @@ def test_a_run_that_cannot_be_retried_fails_the_issue_even_when_a_dispatcher_wou
     assert auto_project.issue(failing).status == Status.READY
 
 
+def test_an_agent_that_cannot_be_started_is_a_permanent_failure(auto_project: AutoProject) -> None:
+    """acpx reports AGENT_SPAWN_ENOENT; no retry can fix a missing agent, so a dispatcher would not retry it."""
+    key = auto_project.new_issue("say hi")
+    auto_project.configure(agent={"command": "no-such-agent-binary --acp"})
+    project = load_project(auto_project.directory / "config.json")
+    runner = Run(project, auto_project.tracker, RunRequest(key=key, final=False))
+
+    record = anyio.run(runner.execute)
+
+    assert runner.permanent
+    assert record.outcome == "failed"
+    assert "the agent could not be started (no-such-agent-binary --acp)" in (record.stop_reason or "")
+    assert auto_project.issue(key).status == Status.FAILED
+
+
 # -- the prompt --------------------------------------------------------------------------------------------------
 
 
