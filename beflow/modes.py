@@ -338,7 +338,7 @@ class _Session:
 
 
 def _cancel_reason() -> str:
-    return f"cancelled ({interrupts.state.signal_name or 'stopped'})"
+    return f"cancelled by {interrupts.state.signal_name or 'beflow'}"
 
 
 @contextlib.contextmanager

@@ -255,13 +255,3 @@ async def run(
 def run_sync(argv: Sequence[str], **kwargs: object) -> Completed:
     """:func:`run` from synchronous code (probes such as ``beflow doctor``)."""
     return anyio.run(lambda: run(argv, **kwargs))  # type: ignore[arg-type]
-
-
-@contextlib.contextmanager
-def ignoring_sigint() -> object:
-    """While a child owns the terminal, Ctrl-C is its business: beflow waits for it to finish."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import sys
@@ -64,11 +65,13 @@ def _json_default(value: Any) -> Any:
 def fail(error: BeflowError) -> NoReturn:
     """Print an expected error (message, then the fix) and exit with its code."""
     head, _, rest = error.message.partition("\n")
-    err.print(f"[bold red]error:[/] {escape(head)}")
-    if rest:
-        err.print(escape(rest))
-    if error.fix:
-        err.print(f"[bold]fix:[/] {escape(error.fix)}")
+    # The terminal may be gone (a closed window sent SIGHUP): the exit code must still say what happened.
+    with contextlib.suppress(OSError):
+        err.print(f"[bold red]error:[/] {escape(head)}")
+        if rest:
+            err.print(escape(rest))
+        if error.fix:
+            err.print(f"[bold]fix:[/] {escape(error.fix)}")
     sys.exit(error.exit_code)
 
 
@@ -95,12 +98,14 @@ def guarded(fn: Callable[[], T]) -> T:
     except BeflowError as error:
         fail(error)
     except KeyboardInterrupt:
-        err.print("interrupted")
+        with contextlib.suppress(OSError):
+            err.print("interrupted")
         sys.exit(130)
     except click.exceptions.Exit as done:
         sys.exit(done.exit_code)
     except click.exceptions.Abort:
-        err.print("interrupted")
+        with contextlib.suppress(OSError):
+            err.print("interrupted")
         sys.exit(130)
     except click.ClickException as usage:
         usage.show()

@@ -160,13 +160,13 @@ def test_stopping_mid_run_restores_acpxrc_and_leaves_no_process(
         assert "interrupted by SIGINT" in term.text
     else:
         term.hang_up()
-        term.wait(timeout=30)
+        assert term.wait(timeout=30) == 130
 
     assert_prior_restored(attended)
     assert not (attended.directory / "late.txt").exists()
     record = attended.only_record()
     assert record.outcome == "cancelled"
-    assert record.stop_reason == f"cancelled ({'SIGINT' if stop == 'ctrl-c' else 'SIGHUP'})"
+    assert record.stop_reason == f"cancelled by {'SIGINT' if stop == 'ctrl-c' else 'SIGHUP'}"
     assert attended.issue(key).status == Status.READY  # back in the queue
     assert not list((Path(os.environ["BEFLOW_HOME"]) / "journal").glob("*.json"))
 
