@@ -66,6 +66,16 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
     out.print(f"started   {r.started_at:%Y-%m-%d %H:%M:%S} UTC, {r.duration or 0:.1f} s")
     if r.branch:
         out.print(f"branch    {escape(r.branch)}" + (f" at {r.commit}" if r.commit else " (no commit)"))
+    if r.checkout:
+        out.print(f"checkout  {escape(r.checkout)} (no worktree, nothing committed)")
+    if r.client:
+        out.print(f"client    {escape(r.client)}")
+    if r.exit_code is not None:
+        out.print(f"exit      {r.exit_code}")
+    if r.resumed_session:
+        out.print(f"resumed   ACP session {escape(r.resumed_session)}")
+    elif r.resume_note:
+        out.print(f"resume    {escape(r.resume_note)}")
     if r.worktree_kept:
         out.print(f"[yellow]worktree kept at {escape(r.worktree or '')}[/]")
     out.print(f"MCP       {', '.join(r.mcp_servers) or 'none injected'}")
@@ -77,6 +87,10 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
         out.print(f"changed   {len(r.changed_files)} file(s)")
         for line in r.changed_files:
             out.print(f"          {escape(line.replace(chr(9), ' '))}")
+    if r.dirty_before:
+        out.print(f"already uncommitted before the run: {len(r.dirty_before)} file(s)")
+        for line in r.dirty_before:
+            out.print(f"          {escape(line)}")
     if r.final_message:
         out.print("[bold]final message[/]")
         out.print(escape(r.final_message))
