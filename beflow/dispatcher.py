@@ -25,9 +25,9 @@ from typing import Any
 import anyio
 
 from beflow.config import Project, load_project
-from beflow.errors import BeflowError, LockedError
+from beflow.errors import BeflowError, ConfigError, LockedError
 from beflow.records import RunRecord, RunStore
-from beflow.runner import Run, RunEvent, RunRequest
+from beflow.runner import Run, RunEvent, RunRequest, preflight
 from beflow.trackers import Issue, Status, Tracker, open_tracker
 
 FAILURES = {"failed", "timeout"}
@@ -110,6 +110,8 @@ class Dispatcher:
         self.tick_count = 0
         self.next_tick = time.time()
         self.stopping = False
+        #: Why dispatching is held back (a configuration problem every run would hit), if it is.
+        self.blocked: str | None = None
         self._config_seen = self._config_stamp()
 
     # -- events ----------------------------------------------------------------------------------------------------
@@ -177,9 +179,25 @@ class Dispatcher:
             for issue in self.tracker.requeue_orphans():
                 self.emit("requeued", issue.key, reason="its run stopped without finishing")
             self._reconcile()
-            self._dispatch(tasks, finished)
+            if self._ready_to_dispatch():
+                self._dispatch(tasks, finished)
         except BeflowError as error:
             self.emit("error", message=error.message)
+
+    def _ready_to_dispatch(self) -> bool:
+        """Whether runs can start: a prompt or `.mcp.json` that would fail every run alike holds dispatching back
+        (reported once, and again when the problem changes) instead of failing the issues one by one."""
+        try:
+            preflight(self.project)
+        except ConfigError as error:
+            if error.message != self.blocked:
+                self.blocked = error.message
+                self.emit("error", message=f"not dispatching until this is fixed: {error.message}")
+            return False
+        if self.blocked is not None:
+            self.blocked = None
+            self.emit("config_reloaded", path=str(self.project.config_path), message="dispatching again")
+        return True
 
     def _config_stamp(self) -> tuple[float, int] | None:
         path = self.project.config_path

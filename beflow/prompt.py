@@ -7,10 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+import jinja2.meta
 
 from beflow.errors import ConfigError
 
 DEFAULT_TEMPLATE = "templates/prompt.md.j2"
+
+#: The variables every prompt is rendered with (DESIGN §2, and the mode).
+VARIABLES = frozenset({"issue", "attempt", "branch", "run_id", "mode"})
 
 
 class PromptError(ConfigError):
@@ -37,10 +41,33 @@ def load_template(setting: str | None, project_dir: Path) -> tuple[str, str]:
     return setting, "config.json prompt"
 
 
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+
+
+def check(setting: str | None, project_dir: Path) -> None:
+    """Fail before any run when the template cannot work for any issue: missing, bad syntax, unknown variables.
+
+    What depends on the issue (``{{ issue.labels[0] }}`` on an issue without labels) can only fail its own run.
+    """
+    source, where = load_template(setting, project_dir)
+    environment = _environment()
+    try:
+        parsed = environment.parse(source)
+    except jinja2.TemplateSyntaxError as exc:
+        raise PromptError(f"{where}:{exc.lineno}: template syntax error: {exc.message}") from None
+    unknown = sorted(jinja2.meta.find_undeclared_variables(parsed) - VARIABLES)
+    if unknown:
+        raise PromptError(
+            f"{where}: unknown variable{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
+            fix="Use only issue, attempt, branch, run_id and mode.",
+        )
+
+
 def render(setting: str | None, project_dir: Path, variables: dict[str, Any]) -> str:
     """The prompt for one run; a template error names the template and the line."""
     source, where = load_template(setting, project_dir)
-    environment = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, autoescape=False)
+    environment = _environment()
     try:
         return environment.from_string(source).render(**variables).strip() + "\n"
     except jinja2.TemplateSyntaxError as exc:

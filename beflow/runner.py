@@ -518,6 +518,13 @@ def _file_list(lines: list[str], limit: int = 10) -> str:
     return shown + (f" and {len(lines) - limit} more" if len(lines) > limit else "")
 
 
+def preflight(project: Project) -> None:
+    """What would fail every run alike, checked before any issue is touched: a prompt template that cannot
+    render and MCP servers that do not resolve. A :class:`ConfigError` here means nothing was changed."""
+    prompt.check(project.config.prompt, project.directory)
+    resolve_servers(project)
+
+
 async def run_many(
     project: Project,
     tracker: Tracker,
@@ -529,6 +536,7 @@ async def run_many(
     mode: str = "auto",
 ) -> list[RunRecord]:
     """Run the named issues, or every ready issue once, ``concurrency`` at a time."""
+    preflight(project)
     if not keys:
         tracker.requeue_orphans()
         keys = [issue.key for issue in tracker.ready()]

@@ -202,10 +202,7 @@ def test_a_retry_waits_for_its_backoff(auto_project: AutoProject) -> None:
     "break_it",
     [
         pytest.param(lambda p: p.configure(prompt="Fix it.\n{{ issue.nope }}\n"), id="prompt-does-not-render"),
-        pytest.param(
-            lambda p: (p.directory / ".mcp.json").write_text(json.dumps({"mcpServers": {"broken": {"args": []}}})),
-            id="invalid-mcp-json",
-        ),
+        pytest.param(lambda p: p.configure(agent={"command": "no-such-agent-binary --acp"}), id="agent-not-installed"),
     ],
 )
 def test_a_permanent_failure_is_not_retried_and_fails_the_issue(
@@ -231,6 +228,30 @@ def test_a_permanent_failure_is_not_retried_and_fails_the_issue(
     issue = auto_project.issue(key)
     assert issue.status == Status.FAILED
     assert "beflow gives up on this issue: it cannot succeed as configured" in issue.comments[-1].text
+
+
+def test_a_configuration_every_run_would_fail_on_holds_dispatching_back(auto_project: AutoProject) -> None:
+    """A broken `.mcp.json` would fail every issue alike: nothing is dispatched, the problem is said once, and
+    dispatching resumes when it is fixed; no issue is failed for it."""
+    auto_project.configure(watch=fast())
+    good = (auto_project.directory / ".mcp.json").read_text()
+    (auto_project.directory / ".mcp.json").write_text(json.dumps({"mcpServers": {"broken": {"args": []}}}))
+    key = auto_project.new_issue("write one.txt 1")
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.ticks(3)
+            assert watch.of("dispatched") == []
+            (auto_project.directory / ".mcp.json").write_text(good)
+            await watch.until(lambda: bool(watch.of("finished", key)))
+        return watch
+
+    watch = anyio.run(scenario)
+
+    errors = [e for e in watch.of("error") if "not dispatching until this is fixed" in e.data["message"]]
+    assert len(errors) == 1 and "mcpServers.broken" in errors[0].data["message"]
+    assert watch.of("finished", key)[0].data["outcome"] == "succeeded"
+    assert auto_project.issue(key).status == Status.REVIEW
 
 
 # -- reconciliation ---------------------------------------------------------------------------------------------

@@ -331,10 +331,41 @@ def test_an_agent_that_cannot_be_started_is_a_permanent_failure(auto_project: Au
 # -- the prompt --------------------------------------------------------------------------------------------------
 
 
-def test_a_prompt_that_does_not_render_fails_the_run_and_names_the_template(auto_project: AutoProject, beflow) -> None:
+def test_a_template_with_an_unknown_variable_is_refused_before_anything_changes(
+    auto_project: AutoProject, beflow
+) -> None:
     (auto_project.directory / "prompt.j2").write_text("Fix {{ issue.key }}.\n{{ ticket.title }}\n")
     auto_project.configure(prompt="prompt.j2")
     key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 2
+    assert "prompt.j2: unknown variable 'ticket'" in result.stderr
+    assert auto_project.records() == []
+    assert auto_project.issue(key).status == Status.READY
+    assert auto_project.branches() == ["main"]
+
+
+def test_a_broken_mcp_file_is_refused_before_anything_changes(auto_project: AutoProject, beflow) -> None:
+    (auto_project.directory / ".mcp.json").write_text('{"mcpServers": {"broken": {"args": []}}}')
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 2
+    assert ".mcp.json" in result.stderr and "mcpServers.broken" in result.stderr
+    assert auto_project.records() == []
+    assert auto_project.issue(key).status == Status.READY
+    assert auto_project.branches() == ["main"]
+
+
+def test_a_prompt_that_does_not_render_for_an_issue_fails_its_run_and_names_the_template(
+    auto_project: AutoProject, beflow
+) -> None:
+    (auto_project.directory / "prompt.j2").write_text("Fix {{ issue.key }}.\nFirst label: {{ issue.labels[0] }}\n")
+    auto_project.configure(prompt="prompt.j2")
+    key = auto_project.new_issue("write a.txt x")  # no labels
 
     result = beflow("--auto", key)
 
@@ -342,7 +373,6 @@ def test_a_prompt_that_does_not_render_fails_the_run_and_names_the_template(auto
     record = auto_project.only_record()
     assert record.outcome == "failed"
     assert "prompt did not render" in (record.stop_reason or "") and "prompt.j2" in (record.stop_reason or "")
-    assert "'ticket' is undefined" in (record.stop_reason or "")
     assert auto_project.issue(key).status == Status.FAILED
     assert auto_project.branches() == ["main"]  # nothing else happened
 
