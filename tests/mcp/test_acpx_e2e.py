@@ -13,28 +13,11 @@ import pytest
 from beflow.config import load_project
 from beflow.mcp.acp import resolve_servers
 from beflow.mcp.inject import ACPXRC, journal_dir, managed_acpxrc
+from tests.conftest import processes_under
 from tests.mcp.conftest import SEED_MCP_JSON, write_mcp
 
 # A prior acpx config of the user's own: JSON, CRLF, no final newline; its other keys must reach acpx.
 PRIOR = b'{\r\n  "defaultPermissions": "approve-all",\r\n  "mcpServers": [{"name": "users-own", "command": "x"}]\r\n}'
-
-
-def processes_in(directory: Path) -> list[str]:
-    """Live processes working in ``directory`` or naming it (this test's own: other sessions' do not count)."""
-    text = str(directory)
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            cwd = os.readlink(entry / "cwd")
-        except OSError:
-            continue
-        if (text in cmdline or cwd == text) and state != "Z":
-            found.append(f"{entry.name}: {cmdline}")
-    return found
 
 
 @pytest.mark.slow
@@ -73,4 +56,4 @@ def test_acpx_hands_the_agent_exactly_the_injected_servers(
     assert sorted(p.name for p in workdir.iterdir()) == [ACPXRC]
     assert list(journal_dir().glob("*.json")) == []
     # `exec` is one-shot: no queue owner or agent outlives it.
-    assert processes_in(workdir) == []
+    assert processes_under(workdir) == []
