@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 
 from beflow.config import Project, load_project
-from beflow.errors import BeflowError, ConfigError, LockedError
+from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError
 from beflow.records import RunRecord, RunStore
 from beflow.runner import Run, RunEvent, RunRequest, preflight
 from beflow.trackers import Issue, Status, Tracker, open_tracker
@@ -228,8 +228,10 @@ class Dispatcher:
                 continue
             try:
                 status = self.tracker.get(key).status
-            except BeflowError:
+            except NotFoundError:
                 status = None
+            except BeflowError:
+                continue  # unreadable for a moment (a hand edit, an editor's save): look again next tick
             if status is None or (status != Status.IN_PROGRESS and running.run_id is not None):
                 reason = "the issue was removed" if status is None else f"the issue is now {status}"
                 running.cancel(reason)
@@ -284,7 +286,11 @@ class Dispatcher:
     async def _run(self, running: Running, finished: list[RunRecord]) -> None:
         key, watch = running.key, self.project.config.watch
         request = RunRequest(
-            key=key, mode="watch", attempt=running.attempt, final=running.attempt >= watch.max_attempts
+            key=key,
+            mode="watch",
+            attempt=running.attempt,
+            final=running.attempt >= watch.max_attempts,
+            only_if_ready=True,
         )
         run = Run(self.project, self.tracker, request, self._on_run_event)
         running.run = run

@@ -413,7 +413,15 @@ async def attend(
     )
     _require(argv[0], "acpx", "npm install -g acpx (or set `acpx` in config.json; `beflow doctor` checks it)")
     with checkout_lock(checkout, issue.key, run_id), tracker.claim(issue.key, request.owner):
-        session = _Session(project, tracker, tracker.get(issue.key), request, run_id, checkout, events)
+        current = tracker.get(issue.key)
+        before = Status.READY if current.status == Status.IN_PROGRESS else current.status
+
+        def status_for(outcome: str) -> Status:
+            # A person was there: a session that did not finish leaves the issue where it was (an `open` issue
+            # does not join the queue of unattended runs because someone tried it by hand).
+            return status_after(outcome) if outcome in ("succeeded", "no_changes") else before
+
+        session = _Session(project, tracker, current, request, run_id, checkout, events)
         record = session.record
         record.mcp_servers = server_names(servers)
         session.start(text)
@@ -443,10 +451,10 @@ async def attend(
             outcome, reason = "failed", error.message
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                session.finish("cancelled", _cancel_reason(), status_after)
+                session.finish("cancelled", _cancel_reason(), status_for)
             raise
         with anyio.CancelScope(shield=True):
-            return session.finish(outcome, reason, status_after)
+            return session.finish(outcome, reason, status_for)
 
 
 async def _attended_acpx(session: _Session, argv: list[str], servers: list[dict[str, Any]] | None) -> tuple[str, str]:

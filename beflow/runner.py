@@ -53,6 +53,12 @@ class RunEvent:
 EventSink = Callable[[RunEvent], None]
 
 
+class NoLongerReady(LockedError):
+    """A picked issue was run (or moved) by someone else between the pick and the claim: skip it, quietly."""
+
+    code = "skipped"
+
+
 class PermanentFailure(BeflowError):
     """A failure no retry can fix (bad config, a prompt that does not render, an unknown agent)."""
 
@@ -66,6 +72,9 @@ class RunRequest:
     attempt: int = 1
     #: Whether a failure is the last word (``failed`` on the tracker) or the dispatcher will retry (``ready``).
     final: bool = True
+    #: The issue was picked because it was ready (watch, ``--auto`` without keys): once claimed, it must still be,
+    #: or another beflow ran it meanwhile and this run is skipped.
+    only_if_ready: bool = False
     owner: str = field(default_factory=lambda: f"beflow {socket.gethostname()}:{os.getpid()}")
 
 
@@ -182,11 +191,12 @@ class Run:
             raise BeflowError(f"issue {issue.key} is {issue.status.value}", fix=f"beflow issues reopen {issue.key}")
         claim = self.tracker.claim(issue.key, self.request.owner)
         try:
-            if self.request.mode == "watch":
-                # Another watcher may have run it between our poll and our claim: a watch never runs an issue twice.
-                issue = self.tracker.get(issue.key)
-                if issue.status != Status.READY:
-                    raise LockedError(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
+            # What the issue is now that it is ours: another beflow may have run it between our look and our claim.
+            issue = self.tracker.get(issue.key)
+            if self.request.only_if_ready and issue.status != Status.READY:
+                raise NoLongerReady(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
+            if issue.status == Status.CLOSED:
+                raise BeflowError(f"issue {issue.key} is closed", fix=f"beflow issues reopen {issue.key}")
             return await self._claimed(issue)
         finally:
             if self._repo is not None:
@@ -411,7 +421,23 @@ class Run:
             self.emit("notice", message=message)
 
     async def _wrap_up(self, worktree: git.Worktree | None, repo: Any, outcome: str, reason: str) -> tuple[str, str]:
-        """Commit what the agent changed (whatever the outcome: it is the agent's work) and remove the worktree."""
+        """Commit what the agent changed (whatever the outcome: it is the agent's work) and remove the worktree.
+
+        Whatever goes wrong here (git refusing a tree the agent broke, say), the worktree is kept and named: the
+        agent's work is never lost, and the run is still recorded and reported.
+        """
+        try:
+            return await self._commit_and_clean(worktree, repo, outcome, reason)
+        except Exception as error:
+            assert self.record is not None and worktree is not None
+            self.record.worktree_kept = True
+            self.store.save(self.record)
+            why = error.message if isinstance(error, BeflowError) else f"{type(error).__name__}: {error}"
+            return "failed", f"{reason}; committing the work failed ({why}); the work is kept in {worktree.path}"
+
+    async def _commit_and_clean(
+        self, worktree: git.Worktree | None, repo: Any, outcome: str, reason: str
+    ) -> tuple[str, str]:
         record = self.record
         assert record is not None
         if worktree is None:
@@ -438,15 +464,7 @@ class Run:
         return outcome, reason
 
     async def _remove(self, repo: Any, worktree: git.Worktree) -> None:
-        hook = self.config.hooks.get("before_remove")
-        if hook is not None and self.record is not None:
-            # Awaited, not run_sync: this runs inside the event loop (anyio.run there would raise).
-            result = await proc.run(["sh", "-c", hook.command], cwd=worktree.path, timeout=hook.timeout)
-            output = (
-                f"$ {hook.command}\n{result.stdout.decode(errors='replace')}{result.stderr.decode(errors='replace')}"
-            )
-            output += f"[{result.describe()} after {result.duration:.1f} s]\n"
-            self.store.write(self.record.id, "hooks/before_remove.log", self.redact.text(output))
+        await self._hook("before_remove", worktree.path, fatal=False)
         try:
             git.remove_worktree(repo, worktree.path)
         except BeflowError as error:
@@ -537,11 +555,13 @@ async def run_many(
 ) -> list[RunRecord]:
     """Run the named issues, or every ready issue once, ``concurrency`` at a time."""
     preflight(project)
-    if not keys:
+    picked = not keys
+    if picked:
         tracker.requeue_orphans()
         keys = [issue.key for issue in tracker.ready()]
     else:
-        keys = [tracker.get(key).key for key in keys]  # unknown keys fail before anything runs
+        # Unknown keys fail before anything runs; a key named twice runs once.
+        keys = list(dict.fromkeys(tracker.get(key).key for key in keys))
     if limit is not None:
         keys = keys[:limit]
     records: list[RunRecord] = []
@@ -550,8 +570,11 @@ async def run_many(
 
     async def one(key: str) -> None:
         async with limiter:
+            request = RunRequest(key=key, mode=mode, only_if_ready=picked)
             try:
-                records.append(await Run(project, tracker, RunRequest(key=key, mode=mode), events).execute())
+                records.append(await Run(project, tracker, request, events).execute())
+            except NoLongerReady:
+                pass  # another beflow ran it meanwhile: nothing to do here
             except BeflowError as error:  # closed, claimed by another run: the other issues still run
                 refused.append(error)
 

@@ -171,6 +171,24 @@ def test_stopping_mid_run_restores_acpxrc_and_leaves_no_process(
     assert not list((Path(os.environ["BEFLOW_HOME"]) / "journal").glob("*.json"))
 
 
+def test_an_open_issue_tried_by_hand_and_stopped_stays_open(
+    attended: AutoProject, terminals: list[terminal.Terminal], tmp_path: Path
+) -> None:
+    """Stopping an attended session leaves the issue where it was: an `open` issue does not join the queue of
+    unattended runs because someone tried it by hand."""
+    agent_log = tmp_path / "agent.jsonl"
+    key = attended.new_issue("sleep 60", status=Status.OPEN)
+    term = attend(attended, key, terminals, ACP_TEST_RECORD=str(agent_log))
+    wait_for_prompt_turn(agent_log)
+
+    term.type("\x03")
+
+    assert term.wait(timeout=30) == 130
+    assert attended.only_record().outcome == "cancelled"
+    assert attended.issue(key).status == Status.OPEN
+    assert_prior_restored(attended)
+
+
 def test_a_second_attended_run_in_the_checkout_refuses_at_once(
     attended: AutoProject, terminals: list[terminal.Terminal], tmp_path: Path, beflow
 ) -> None:
