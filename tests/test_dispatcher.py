@@ -136,7 +136,7 @@ def test_a_dispatch_whose_issue_is_no_longer_ready_once_claimed_does_not_run(aut
     project = load_project(auto_project.directory / "config.json")
 
     with pytest.raises(LockedError, match=f"issue {key} is no longer ready"):
-        anyio.run(Run(project, auto_project.tracker, RunRequest(key=key, mode="watch")).execute)
+        anyio.run(Run(project, auto_project.tracker, RunRequest(key=key, mode="watch", only_if_ready=True)).execute)
 
     assert auto_project.records() == []
     assert auto_project.issue(key).status == Status.REVIEW
