@@ -575,6 +575,10 @@ async def run_many(
                 records.append(await Run(project, tracker, request, events).execute())
             except NoLongerReady:
                 pass  # another beflow ran it meanwhile: nothing to do here
+            except LockedError as error:
+                if not picked:
+                    refused.append(error)  # named by the user: say that someone else has it
+                # picked from the ready list: another beflow is running it, which is what the user wants
             except BeflowError as error:  # closed, claimed by another run: the other issues still run
                 refused.append(error)
 

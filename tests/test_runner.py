@@ -234,6 +234,27 @@ def test_without_keys_every_ready_issue_runs_once_by_priority_then_age(auto_proj
     assert len(auto_project.records()) == 3
 
 
+def test_two_beflows_started_together_run_each_issue_once(auto_project: AutoProject, beflow_process) -> None:
+    keys = [auto_project.new_issue(f"write q{n}.txt {n}", "sleep 0.3") for n in range(4)]
+
+    first = beflow_process("--auto", cwd=auto_project.directory)
+    second = beflow_process("--auto", cwd=auto_project.directory)
+    assert first.wait(timeout=120) == 0, first.stderr.read() if first.stderr else ""
+    assert second.wait(timeout=120) == 0, second.stderr.read() if second.stderr else ""
+
+    assert sorted(r.issue for r in auto_project.records()) == sorted(keys)
+    assert all(auto_project.issue(key).status == Status.REVIEW for key in keys)
+
+
+def test_a_key_named_twice_runs_once(auto_project: AutoProject, beflow) -> None:
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key, key, "--concurrency", "2")
+
+    assert result.exit_code == 0, result.stderr
+    assert len(auto_project.records(key)) == 1
+
+
 def test_limit_runs_only_the_first_ready_issues(auto_project: AutoProject, beflow) -> None:
     first = auto_project.new_issue("say one")
     second = auto_project.new_issue("say two")
