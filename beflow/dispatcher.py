@@ -24,10 +24,11 @@ from typing import Any
 
 import anyio
 
+from beflow import preflight
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError
 from beflow.records import RunRecord, RunStore
-from beflow.runner import Run, RunEvent, RunRequest, preflight
+from beflow.runner import Run, RunEvent, RunRequest
 from beflow.trackers import Issue, Status, Tracker, open_tracker
 
 FAILURES = {"failed", "timeout"}
@@ -112,6 +113,7 @@ class Dispatcher:
         self.stopping = False
         #: Why dispatching is held back (a configuration problem every run would hit), if it is.
         self.blocked: str | None = None
+        self.blocked_by: ConfigError | None = None
         self._config_seen = self._config_stamp()
 
     # -- events ----------------------------------------------------------------------------------------------------
@@ -157,6 +159,8 @@ class Dispatcher:
                 self.stopping = True
                 self.emit("stopping", running=len(self.running))
                 raise
+        if once and self.blocked_by is not None:
+            raise self.blocked_by  # a cron job must see it: exit 2, as `--auto` does
         return finished
 
     async def _drain(self) -> None:
@@ -188,12 +192,14 @@ class Dispatcher:
         """Whether runs can start: a prompt or `.mcp.json` that would fail every run alike holds dispatching back
         (reported once, and again when the problem changes) instead of failing the issues one by one."""
         try:
-            preflight(self.project)
+            preflight.check(self.project)
         except ConfigError as error:
+            self.blocked_by = error
             if error.message != self.blocked:
                 self.blocked = error.message
                 self.emit("error", message=f"not dispatching until this is fixed: {error.message}")
             return False
+        self.blocked_by = None
         if self.blocked is not None:
             self.blocked = None
             self.emit("config_reloaded", path=str(self.project.config_path), message="dispatching again")

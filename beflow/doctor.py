@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from beflow import ACPX_VERSION, proc
+from beflow import ACPX_VERSION, preflight, proc
 from beflow.config import Config, Project, load_project
 from beflow.errors import BeflowError
 from beflow.mcp.acp import shadowed_global_servers
@@ -71,12 +71,15 @@ def check_acpx(config: Config) -> Check:
     version, raw = _version(argv, timeout=ACPX_PROBE_TIMEOUT)
     shown = " ".join(argv)
     if version is None:
-        return Check(
-            "acpx",
-            False,
-            raw,
-            f"Check that `{shown} --version` works; set `acpx` in config.json to the argv that starts acpx.",
-        )
+        pinned = f"npm install -g acpx@{ACPX_VERSION}"
+        if config.acpx:
+            fix = (
+                f"Check that `{shown} --version` works; set `acpx` in config.json to the argv that starts acpx "
+                f'(e.g. ["npx", "-y", "acpx@{ACPX_VERSION}"]), or remove it and `{pinned}`.'
+            )
+        else:
+            fix = f"Check that `{shown} --version` works; `{pinned}`, or set `acpx` in config.json."
+        return Check("acpx", False, raw, fix)
     if version != ACPX_VERSION:
         return Check(
             "acpx",
@@ -92,9 +95,14 @@ def check_config(explicit: Path | None) -> tuple[Check, Project | None]:
     try:
         project = load_project(explicit)
     except BeflowError as error:
-        return Check(
-            "config", False, error.message, error.fix or "Fix the file; `beflow init` writes an example."
-        ), None
+        # Never `beflow init` here: it refuses to overwrite the file, or with --force destroys it.
+        if "no such config file (named by BEFLOW_CONFIG)" in error.message:
+            fix = "Fix the path in BEFLOW_CONFIG, or unset BEFLOW_CONFIG."
+        elif "no such config file" in error.message:
+            fix = "Fix the path given to --config."
+        else:
+            fix = error.fix or "Fix the file at the line shown (docs/config.md explains every message)."
+        return Check("config", False, error.message, fix), None
     if project.config_path is None:
         return (
             Check(
@@ -174,3 +182,16 @@ def check_tracker(project: Project) -> Check:
 
 
 PROJECT_CHECKS.append(check_tracker)
+
+
+def check_runs(project: Project) -> Check:
+    """What every run would hit: the git repository, worktrees.base and dir, acpx, the agent, the prompt, MCP."""
+    try:
+        preflight.check(project)
+    except BeflowError as error:
+        return Check("runs", False, error.message, error.fix or "Fix config.json as the message says.")
+    agent = project.config.agent_label()
+    return Check("runs", True, f"ready to run agent {agent!r} in worktrees under {project.worktrees_dir}")
+
+
+PROJECT_CHECKS.append(check_runs)

@@ -73,6 +73,17 @@ def _registered_worktrees(repo: git.Repo) -> dict[Path, str | None]:
     return found
 
 
+def resolve_base(repo: git.Repo, base: str) -> str:
+    """The commit ``worktrees.base`` names; a :class:`ConfigError` when it names none."""
+    try:
+        return repo.commit(base).hexsha
+    except (git.BadName, ValueError, git.GitCommandError):
+        raise ConfigError(
+            f"worktrees.base: {base!r} is not a commit in {repo.working_tree_dir}",
+            fix="Set worktrees.base in config.json to a branch, tag or commit of this repository (default HEAD).",
+        ) from None
+
+
 def create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Worktree:
     """A worktree at ``path`` on ``branch``: continued when the branch exists, else new from ``base``.
 
@@ -99,11 +110,7 @@ def create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Workt
         if exists:
             repo.git.worktree("add", str(path), branch)
         else:
-            try:
-                base_commit = repo.commit(base).hexsha
-            except (git.BadName, ValueError):
-                raise ConfigError(f"worktrees.base: {base!r} is not a commit in {repo.working_tree_dir}") from None
-            repo.git.worktree("add", "-b", branch, str(path), base_commit)
+            repo.git.worktree("add", "-b", branch, str(path), resolve_base(repo, base))
     except git.GitCommandError as exc:
         raise GitError(f"git worktree add failed: {exc.stderr.strip()}") from None
     return Worktree(path, branch, _head(path), continued=exists)

@@ -8,6 +8,7 @@ from typing import Any
 
 import jinja2
 import jinja2.meta
+from jinja2 import nodes
 
 from beflow.errors import ConfigError
 
@@ -15,6 +16,8 @@ DEFAULT_TEMPLATE = "templates/prompt.md.j2"
 
 #: The variables every prompt is rendered with (DESIGN §2, and the mode).
 VARIABLES = frozenset({"issue", "attempt", "branch", "run_id", "mode"})
+#: What ``issue`` has (DESIGN §2).
+ISSUE_FIELDS = frozenset({"key", "title", "body", "labels", "url", "comments"})
 
 
 class PromptError(ConfigError):
@@ -62,6 +65,24 @@ def check(setting: str | None, project_dir: Path) -> None:
             f"{where}: unknown variable{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
             fix="Use only issue, attempt, branch, run_id and mode.",
         )
+    fields = sorted({node.attr for node in parsed.find_all(nodes.Getattr) if _is_issue(node.node)} - ISSUE_FIELDS)
+    fields += sorted(
+        {
+            str(node.arg.value)
+            for node in parsed.find_all(nodes.Getitem)
+            if _is_issue(node.node) and isinstance(node.arg, nodes.Const)
+        }
+        - ISSUE_FIELDS
+    )
+    if fields:
+        raise PromptError(
+            f"{where}: issue has no field {', '.join(map(repr, fields))}",
+            fix=f"The fields of issue are: {', '.join(sorted(ISSUE_FIELDS))}.",
+        )
+
+
+def _is_issue(node: nodes.Node) -> bool:
+    return isinstance(node, nodes.Name) and node.name == "issue"
 
 
 def render(setting: str | None, project_dir: Path, variables: dict[str, Any]) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 import anyio
 
-from beflow import acpx, git, interrupts, proc, prompt
+from beflow import acpx, git, interrupts, preflight, proc, prompt
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
@@ -536,13 +536,6 @@ def _file_list(lines: list[str], limit: int = 10) -> str:
     return shown + (f" and {len(lines) - limit} more" if len(lines) > limit else "")
 
 
-def preflight(project: Project) -> None:
-    """What would fail every run alike, checked before any issue is touched: a prompt template that cannot
-    render and MCP servers that do not resolve. A :class:`ConfigError` here means nothing was changed."""
-    prompt.check(project.config.prompt, project.directory)
-    resolve_servers(project)
-
-
 async def run_many(
     project: Project,
     tracker: Tracker,
@@ -554,7 +547,7 @@ async def run_many(
     mode: str = "auto",
 ) -> list[RunRecord]:
     """Run the named issues, or every ready issue once, ``concurrency`` at a time."""
-    preflight(project)
+    preflight.check(project)
     picked = not keys
     if picked:
         tracker.requeue_orphans()

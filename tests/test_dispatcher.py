@@ -201,8 +201,9 @@ def test_a_retry_waits_for_its_backoff(auto_project: AutoProject) -> None:
 @pytest.mark.parametrize(
     "break_it",
     [
-        pytest.param(lambda p: p.configure(prompt="Fix it.\n{{ issue.nope }}\n"), id="prompt-does-not-render"),
-        pytest.param(lambda p: p.configure(agent={"command": "no-such-agent-binary --acp"}), id="agent-not-installed"),
+        pytest.param(
+            lambda p: p.configure(prompt="Fix it.\nFirst label: {{ issue.labels[0] }}\n"), id="prompt-does-not-render"
+        ),
     ],
 )
 def test_a_permanent_failure_is_not_retried_and_fails_the_issue(

@@ -65,6 +65,18 @@ def test_once_with_nothing_ready_exits_0_quietly(auto_project: AutoProject, befl
     assert auto_project.records() == []
 
 
+def test_once_held_back_by_the_configuration_exits_2_and_changes_nothing(auto_project: AutoProject, beflow) -> None:
+    auto_project.configure(agent="claud")
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("watch", "--once", "--json")
+
+    assert result.exit_code == 2
+    assert "agent: 'claud' is not an agent acpx knows" in result.stderr
+    assert auto_project.records() == []
+    assert auto_project.issue(key).status.value == "ready"
+
+
 def test_once_runs_what_is_ready_and_exits_0_when_every_run_succeeded(auto_project: AutoProject, beflow) -> None:
     auto_project.configure(watch=FAST)
     key = auto_project.new_issue("write one.txt 1")
