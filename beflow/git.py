@@ -217,11 +217,6 @@ def remove_worktree(repo: git.Repo, path: Path) -> None:
         raise GitError(f"could not remove worktree {path}: {exc.stderr.strip()}") from None
 
 
-def changed_in_checkout(directory: Path) -> list[str]:
-    """Porcelain status lines of a checkout (for attended runs, which do not commit)."""
-    return git.Repo(directory).git.status("--porcelain", "--untracked-files=all").splitlines()
-
-
 def checkout_status(directory: Path) -> dict[str, str]:
     """Every path ``git status`` reports in a checkout (untracked files one by one) and its two-letter status.
 

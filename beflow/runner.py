@@ -454,11 +454,16 @@ class Run:
         record.commit = commit
         head = commit or worktree.base_commit
         record.changed_files = git.changed_files(worktree.path, worktree.base_commit, head)
-        if outcome == "succeeded" and commit is None:
+        if not self.config.after_run.commit:
+            # Nothing is committed: what changed is what the worktree's status says, left there for a person.
+            status = git.checkout_status(worktree.path)
+            record.changed_files = [f"{code.strip()}\t{path}" for path, code in status.items() if path != git.ACPXRC]
+        if outcome == "succeeded" and not record.changed_files:
             outcome, reason = "no_changes", "the agent finished without changing any file"
         if git.is_dirty(worktree.path):
             record.worktree_kept = True
-            reason += f"; uncommitted changes are kept in {worktree.path}"
+            why = "after_run.commit is false" if not self.config.after_run.commit else "uncommitted changes"
+            reason += f"; the worktree is kept ({why}): {worktree.path}"
         else:
             await self._remove(repo, worktree)
         return outcome, reason

@@ -511,8 +511,22 @@ def test_when_the_tree_is_dirty_after_the_commit_the_worktree_is_kept_and_named(
     record = auto_project.only_record()
     worktree = Path(record.worktree or "")
     assert record.worktree_kept and worktree.is_dir()
-    assert f"uncommitted changes are kept in {worktree}" in (record.stop_reason or "")
+    assert f"the worktree is kept (uncommitted changes): {worktree}" in (record.stop_reason or "")
     assert record.commit is not None and "a.txt" in auto_project.branch_files("beflow/1")
+
+
+def test_without_commits_the_changes_stay_in_the_kept_worktree(auto_project: AutoProject, beflow) -> None:
+    auto_project.configure(after_run={"commit": False})
+    key = auto_project.new_issue("write c.txt changed")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    record = auto_project.only_record()
+    assert record.outcome == "succeeded" and record.commit is None
+    assert record.changed_files == ["??\tc.txt"]
+    assert record.worktree_kept and "after_run.commit is false" in (record.stop_reason or "")
+    assert (Path(record.worktree or "") / "c.txt").read_text() == "changed"
 
 
 def test_a_progress_display_that_fails_does_not_break_the_run(auto_project: AutoProject) -> None:
