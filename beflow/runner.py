@@ -224,6 +224,7 @@ class Run:
         worktree: git.Worktree | None = None
         repo = self._repo = git.open_repo(self.project.directory)
         try:
+            servers = self._resolve_servers()
             worktree = git.create_worktree(
                 repo, git.worktree_path(self.project.worktrees_dir, key), branch, self.config.worktrees.base
             )
@@ -232,7 +233,7 @@ class Run:
             self.store.save(record)
             git.copy_included(self.project.directory, worktree.path, self.config.worktrees.include)
             await self._hook("after_create", worktree.path, fatal=True)
-            outcome, reason = await self._agent_session(worktree.path, text)
+            outcome, reason = await self._agent_session(worktree.path, text, servers)
         except PermanentFailure as error:
             self.permanent = True
             outcome, reason = "failed", error.message
@@ -260,16 +261,22 @@ class Run:
     def _move_to_in_progress(self, issue: Issue) -> None:
         move_to_in_progress(self.tracker, issue)
 
-    async def _agent_session(self, cwd: Path, text: str) -> tuple[str, str]:
-        """Inject, run acpx, restore. Returns the outcome and a reason."""
+    def _resolve_servers(self) -> list[dict[str, Any]] | None:
+        """The run's MCP servers, resolved before anything runs: from here on their secret values are masked in
+        everything the record keeps (hook output included)."""
         assert self.record is not None
-        record = self.record
         try:
             servers = resolve_servers(self.project)
         except ConfigError as error:
             raise PermanentFailure(f"MCP servers: {error.message}") from None
-        record.mcp_servers = server_names(servers)
+        self.record.mcp_servers = server_names(servers)
         self.redact = acpx.Redactor(servers)
+        return servers
+
+    async def _agent_session(self, cwd: Path, text: str, servers: list[dict[str, Any]] | None) -> tuple[str, str]:
+        """Inject, run acpx, restore. Returns the outcome and a reason."""
+        assert self.record is not None
+        record = self.record
         shadowed = shadowed_global_servers() if servers else None
         if shadowed:
             record.mcp_shadowed = shadowed.names

@@ -454,6 +454,21 @@ def test_a_failing_after_create_hook_aborts_the_run_with_its_output_in_the_recor
     assert auto_project.registered_worktrees() == []
 
 
+def test_hooks_that_print_a_secret_do_not_put_it_in_the_record(auto_project: AutoProject, beflow) -> None:
+    hooks = {
+        name: f"echo {name}: {SECRET_ENV}" for name in ("after_create", "before_run", "after_run", "before_remove")
+    }
+    auto_project.configure(hooks=hooks)
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    logs = sorted((auto_project.run_dir(auto_project.only_record()) / "hooks").iterdir())
+    assert [log.name for log in logs] == [f"{name}.log" for name in sorted(hooks)]
+    assert auto_project.secrets_in_records() == []
+
+
 def test_a_failing_after_run_hook_is_logged_and_ignored(auto_project: AutoProject, beflow) -> None:
     auto_project.configure(hooks={"after_run": "echo cleaning up; exit 3"})
     key = auto_project.new_issue("write a.txt x")
