@@ -119,8 +119,15 @@ class Dispatcher:
     # -- events ----------------------------------------------------------------------------------------------------
 
     def emit(self, kind: str, issue: str | None = None, **data: Any) -> None:
-        if self.listener is not None:
-            self.listener(WatchEvent(kind, issue, data))
+        self._tell(WatchEvent(kind, issue, data))
+
+    def _tell(self, event: WatchEvent | RunEvent) -> None:
+        if self.listener is None:
+            return
+        try:
+            self.listener(event)
+        except Exception:  # a display that is gone (`beflow watch --json | head`) must not stop the runs
+            self.listener = None
 
     def _on_run_event(self, event: RunEvent) -> None:
         running = self.running.get(event.issue)
@@ -128,8 +135,7 @@ class Dispatcher:
             running.run_id = event.run_id
             if event.type == "activity":
                 running.latest = str(event.data.get("latest", ""))
-        if self.listener is not None:
-            self.listener(event)
+        self._tell(event)
 
     def snapshot(self) -> Snapshot:
         return Snapshot(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -110,6 +111,11 @@ def guarded(fn: Callable[[], T]) -> T:
     except click.ClickException as usage:
         usage.show()
         sys.exit(usage.exit_code)
+    except BrokenPipeError:
+        # The reader went away (`beflow ... --json | head`): stop writing, quietly, as a pipeline expects.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
     except (SystemExit, GeneratorExit):
         raise
     except BaseException as exc:  # the last resort: never a bare traceback on the user's terminal
