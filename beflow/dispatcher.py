@@ -186,6 +186,7 @@ class Dispatcher:
         self.tick_count += 1
         self._reload_config()
         try:
+            RunStore(self.project.directory).close_orphans()
             for issue in self.tracker.requeue_orphans():
                 self.emit("requeued", issue.key, reason="its run stopped without finishing")
             self._reconcile()

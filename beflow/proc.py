@@ -10,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,7 +21,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from beflow.errors import ToolMissingError
+from beflow.errors import BeflowError, ToolMissingError
 
 LineHandler = Callable[[bytes], Awaitable[None] | None]
 
@@ -57,6 +59,28 @@ class Completed:
         if self.returncode is not None and self.returncode < 0:
             return f"killed by {signal.Signals(-self.returncode).name}"
         return f"exit {self.returncode}"
+
+
+#: setpriv (util-linux) sets a child's parent-death signal before it starts the program.
+_SETPRIV = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+
+
+def _dying_with_us(argv: list[str], cwd: Path | None) -> list[str]:
+    """``argv``, started so that it gets SIGTERM if beflow itself dies (a SIGKILL gives beflow no chance to stop
+    its children): acpx then cancels its agent and exits instead of working on, orphaned, in a worktree or in the
+    user's checkout. Where setpriv is missing, ``argv`` as it is."""
+    if _SETPRIV is None:
+        return argv
+    program = argv[0]
+    if os.sep in program:
+        path = Path(cwd or ".") / program
+        if not path.is_file():
+            raise ToolMissingError(f"{program}: command not found")
+        if not os.access(path, os.X_OK):
+            raise ToolMissingError(f"{program}: not executable")
+    elif shutil.which(program) is None:
+        raise ToolMissingError(f"{program}: command not found")
+    return [_SETPRIV, "--pdeathsig", "TERM", "--", *argv]
 
 
 def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -190,7 +214,7 @@ async def run(
     started = anyio.current_time()
     try:
         process = await anyio.open_process(
-            argv,
+            _dying_with_us(argv, cwd),
             cwd=cwd,
             env=child_env(env),
             stdin=subprocess.PIPE if stdin is not None else (None if terminal else subprocess.DEVNULL),
@@ -202,6 +226,8 @@ async def run(
         raise ToolMissingError(f"{argv[0]}: command not found") from None
     except PermissionError:
         raise ToolMissingError(f"{argv[0]}: not executable") from None
+    except OSError as exc:  # E2BIG (a prompt too long for argv), ENOEXEC, ...
+        raise BeflowError(f"{argv[0]}: cannot start: {exc.strerror or exc}") from None
 
     pgid = process.pid if own_group else None
     out, err = bytearray(), bytearray()

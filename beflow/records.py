@@ -78,6 +78,20 @@ def new_run_id(issue_key: str) -> str:
     return f"{now():%Y%m%d-%H%M%S}-{slug(issue_key, max_length=24)}-{secrets.token_hex(2)}"
 
 
+def _beflow_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live beflow (a reused pid of another program is not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return b"beflow" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # no /proc to tell: alive, to be safe
+
+
 class RunStore:
     """The run records of one project."""
 
@@ -117,6 +131,20 @@ class RunStore:
                 continue
         # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
         return sorted(records, key=lambda r: (r.started_at, r.id), reverse=True)
+
+    def close_orphans(self) -> list[RunRecord]:
+        """Close the records of runs whose beflow was killed (still ``running``, their process gone): they end
+        ``cancelled``, saying so, instead of looking alive for ever."""
+        closed = []
+        for record in self.list():
+            if record.outcome == "running" and not _beflow_alive(record.pid):
+                record.outcome = "cancelled"
+                record.stop_reason = f"beflow (pid {record.pid}) was killed before the run finished"
+                record.finished_at = now()
+                record.duration = round((record.finished_at - record.started_at).total_seconds(), 3)
+                self.save(record)
+                closed.append(record)
+        return closed
 
     def get(self, run_id: str) -> RunRecord:
         """A record by id or unique id prefix; ``latest`` is the newest run."""

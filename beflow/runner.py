@@ -561,6 +561,7 @@ async def run_many(
     """Run the named issues, or every ready issue once, ``concurrency`` at a time."""
     preflight.check(project)
     picked = not keys
+    RunStore(project.directory).close_orphans()
     if picked:
         tracker.requeue_orphans()
         keys = [issue.key for issue in tracker.ready()]

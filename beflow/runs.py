@@ -5,13 +5,21 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from beflow import acpx
+from beflow.config import Project
 from beflow.errors import NotFoundError
 from beflow.operations import Context, Input, operation
 from beflow.records import RunRecord, RunStore
 
 
 def store(context: Context) -> RunStore:
-    result: RunStore = context.service("runs", lambda project: RunStore(project.directory))
+    """The project's run records, with those of killed beflows closed first."""
+
+    def open_store(project: Project) -> RunStore:
+        runs = RunStore(project.directory)
+        runs.close_orphans()
+        return runs
+
+    result: RunStore = context.service("runs", open_store)
     return result
 
 

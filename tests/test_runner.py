@@ -15,6 +15,7 @@ import pytest
 from beflow.config import load_project
 from beflow.runner import Run, RunRequest
 from beflow.trackers import Status
+from tests.conftest import processes_under
 from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject, git
 
 # -- success -----------------------------------------------------------------------------------------------------
@@ -198,6 +199,42 @@ def test_an_interrupted_run_stops_the_agent_restores_commits_records_and_requeue
     assert record.restored and "removed" in record.restored[0]
     assert not started.parent.exists() and auto_project.registered_worktrees() == []
     assert auto_project.secrets_in_records() == []
+
+
+def test_after_beflow_is_killed_its_agent_stops_and_the_next_run_picks_the_issue_up(
+    auto_project: AutoProject, beflow_process, beflow, no_leftover_processes: None
+) -> None:
+    """SIGKILL gives beflow no chance to clean up: acpx gets SIGTERM from the kernel (its parent-death signal) and
+    stops the agent; the next beflow command restores .acpxrc.json, requeues the issue and closes the stale record."""
+    key = auto_project.new_issue("write started.txt x", "sleep 30", "write late.txt too late")
+    process = beflow_process("--auto", key, cwd=auto_project.directory)
+    worktree = auto_project.worktrees_dir / key
+    deadline = time.monotonic() + 30
+    while not (worktree / "started.txt").exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the agent never started"
+        time.sleep(0.05)
+
+    process.kill()
+    process.wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while processes_under(auto_project.directory.parent) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert processes_under(auto_project.directory.parent) == []  # long before the agent's 30 s sleep is over
+
+    result = beflow("runs", "list", "--json")
+    assert result.exit_code == 0
+    assert "removed" in result.stderr  # the killed run's .acpxrc.json, put back by this very command
+    (stale,) = json.loads(result.stdout)
+    assert stale["outcome"] == "cancelled" and "killed" in stale["stop_reason"]
+    assert not (worktree / "late.txt").exists()
+    assert auto_project.issue(key).status == Status.IN_PROGRESS  # until a run requeues it
+    issue_file = auto_project.issue(key).path
+    assert issue_file is not None
+    issue_file.write_text(issue_file.read_text().replace("sleep 30", "sleep 0"))  # a hand edit, for a quick rerun
+    rerun = beflow("--auto")
+    assert rerun.exit_code == 0, rerun.stderr
+    assert auto_project.issue(key).status == Status.REVIEW
 
 
 # -- attempts, selection, concurrency ---------------------------------------------------------------------------
