@@ -12,10 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from beflow.config import Project
 from beflow.errors import BeflowError, UsageError
+from beflow.validation import messages_of
 
 Safety = Literal["read", "action", "destructive"]
 
@@ -72,8 +73,10 @@ class Operation(Generic[I]):
         else:
             try:
                 payload = self.input.model_validate(arguments)
-            except Exception as exc:  # pydantic.ValidationError, reported in the caller's terms
-                raise UsageError(f"{self.name}: invalid input: {exc}") from None
+            except ValidationError as exc:
+                # In the caller's terms, as config errors are: `issue.new: title: expected at least 1 character`.
+                problems = messages_of(exc, model=self.input, data=arguments)
+                raise UsageError("\n".join(f"{self.name}: {problem}" for problem in problems)) from None
         return self.handler(context, payload)
 
 

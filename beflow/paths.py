@@ -24,9 +24,9 @@ _STATE_GITIGNORE = """\
 
 
 def beflow_home() -> Path:
-    """``$BEFLOW_HOME``, else ``~/.beflow``."""
+    """``$BEFLOW_HOME`` (absolute: a relative one must not change meaning with the directory), else ``~/.beflow``."""
     configured = os.environ.get("BEFLOW_HOME")
-    return Path(configured).expanduser() if configured else Path.home() / ".beflow"
+    return Path(os.path.abspath(Path(configured).expanduser())) if configured else Path.home() / ".beflow"
 
 
 def state_dir(project_dir: Path) -> Path:

@@ -24,9 +24,10 @@ class InitResult:
     state_dir: Path
 
 
-def init_project(directory: Path, *, force: bool = False) -> InitResult:
-    """Write ``config.json`` from the example (never over an existing one unless ``force``) and ignore state."""
-    target = directory / CONFIG_NAME
+def init_project(directory: Path, *, force: bool = False, config_path: Path | None = None) -> InitResult:
+    """Write ``config.json`` (or ``config_path``) from the example, never over an existing file unless ``force``,
+    and keep the state of ``directory`` out of git."""
+    target = config_path or directory / CONFIG_NAME
     existed = target.exists()
     if existed and not force:
         raise BeflowError(f"{target} already exists; nothing was changed", fix="Pass --force to overwrite it.")

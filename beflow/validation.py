@@ -6,7 +6,9 @@ Every problem names the file, the line where one can be found, the dotted key an
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import json
 import re
 import types
 import typing
@@ -20,7 +22,12 @@ from beflow.errors import ConfigError
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
-_JSON5_ERROR = re.compile(r"^<string>:(?P<line>\d+) (?P<message>.*)$", re.DOTALL)
+# json5's messages: a syntax error (the line and column of the first character it could not read, both 1-based)
+# and, with allow_duplicate_keys=False, a key given twice (with neither line nor object).
+_JSON5_ERROR = re.compile(
+    r'^<string>:(?P<line>\d+) Unexpected (?:end of input|"(?P<char>.)") at column (?P<column>\d+)$', re.DOTALL
+)
+_JSON5_DUPLICATE = re.compile(r'^Duplicate key "(?P<key>.*)" found in object$', re.DOTALL)
 
 
 class Problem(typing.NamedTuple):
@@ -37,7 +44,7 @@ class Problem(typing.NamedTuple):
 
 
 def read_json5(path: Path) -> tuple[str, Any]:
-    """The text of ``path`` and its JSON5 value; a syntax error is a :class:`ConfigError` with the line."""
+    """The text of ``path`` and its JSON5 value; a syntax error or a key given twice is a :class:`ConfigError`."""
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
@@ -45,16 +52,107 @@ def read_json5(path: Path) -> tuple[str, Any]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     try:
-        return text, json5.loads(text)
+        # A key given twice would silently mean the last one: the first is then a setting that does nothing.
+        return text, json5.loads(text, allow_duplicate_keys=False)
     except ValueError as exc:
-        match = _JSON5_ERROR.match(str(exc))
-        if match:
-            detail = f"{path}:{match['line']}: invalid JSON5: {match['message']}"
-        else:
-            detail = f"{path}: invalid JSON5: {exc}"
-        raise ConfigError(
-            detail, fix="Fix the syntax at that line (comments and trailing commas are allowed)."
-        ) from None
+        duplicate = _JSON5_DUPLICATE.match(str(exc))
+        if duplicate:
+            raise _duplicate_keys_error(path, text, duplicate["key"]) from None
+        raise _syntax_error(path, text, str(exc)) from None
+
+
+def _syntax_error(path: Path, text: str, message: str) -> ConfigError:
+    """json5's ``<string>:3 Unexpected "t" at column 3`` (columns are 1-based) in the file's terms, with a hint."""
+    fix = "Fix the syntax at that line (comments and trailing commas are allowed)."
+    match = _JSON5_ERROR.match(message)
+    if match is None:
+        return ConfigError(f"{path}: invalid JSON5: {message}", fix=fix)
+    line, column, char = int(match["line"]), int(match["column"]), match["char"]
+    detail = f"{path}:{line}: invalid JSON5: Unexpected {'end of input' if char is None else _visible(char)}"
+    detail += f" at column {column}"
+    hint = _syntax_hint(text, line, column, char)
+    return ConfigError(f"{detail} ({hint})" if hint else detail, fix=fix)
+
+
+def _visible(char: str) -> str:
+    """A character as a person can see it in a one-line message: never a raw line break or control character."""
+    named = {"\n": "newline", "\r": "carriage return", "\t": "tab"}
+    return named.get(char) or json.dumps(char, ensure_ascii=not char.isprintable())
+
+
+def _syntax_hint(text: str, line: int, column: int, char: str | None) -> str | None:
+    """The likely cause of the two mistakes json5 reports past the place they were made, else ``None``."""
+    code = _without_comments(text)
+    lines = code.split("\n")  # json5 counts lines by "\n" alone
+    offset = sum(len(earlier) + 1 for earlier in lines[: line - 1]) + column - 1
+    before = code[: offset + 1] if char == "," else code[:offset]
+    # json5 reads on past the second comma (the character it names is the one after it): say where that is.
+    if re.search(r",\s*,\s*$", before):
+        comma = before.rindex(",")
+        comma_line = code.count("\n", 0, comma) + 1
+        comma_column = comma - code.rfind("\n", 0, comma)
+        where = f"column {comma_column}" if comma_line == line else f"line {comma_line}, column {comma_column}"
+        return f"two commas in a row at {where}?"
+    # A value at the start of a line after a line that ends in a value: the comma between them is missing.
+    if char is None or char.isspace() or char in ",:]}" or code[:offset].rpartition("\n")[2].strip():
+        return None
+    previous = next((n for n in range(line - 1, 0, -1) if lines[n - 1].strip()), None)
+    if previous is not None and lines[previous - 1].rstrip()[-1] not in ",{[:":
+        return f"a missing comma at the end of line {previous}?"
+    return None
+
+
+def _duplicate_keys_error(path: Path, text: str, key: str) -> ConfigError:
+    """Every key given twice in one object, each at the line of its second occurrence."""
+    problems = [
+        Problem(path, line, ".".join(str(k) for k in keys), f"key given twice (first at line {first})")
+        for keys, line, first in _duplicate_keys(text)
+    ]
+    if not problems:  # not found again: still name the key json5 names
+        problems = [Problem(path, line_of(text, [key]), key, "key given twice")]
+    return ConfigError(
+        "\n".join(p.render() for p in problems), fix="Keep one of them: only one value of a key can count."
+    )
+
+
+_TOKEN = re.compile(r""""(?:\\.|[^"\\\n])*"|'(?:\\.|[^'\\\n])*'|[{}\[\]:,]|[^\s{}\[\]:,"']+""")
+
+
+def _duplicate_keys(text: str) -> list[tuple[tuple[str | int, ...], int, int]]:
+    """The keys given twice in one object of ``text`` (json5 found one, but names neither its object nor its line).
+
+    Each as its path, its line and the line of its first occurrence, in file order.
+    """
+    code = _without_comments(text)
+    found: list[tuple[tuple[str | int, ...], int, int]] = []
+    frames: list[_Frame] = []
+    previous = ""
+    for token in _TOKEN.finditer(code):
+        kind = token.group(0)
+        if kind in ("{", "["):
+            frames.append(_Frame({} if kind == "{" else None, "" if kind == "{" else 0))
+        elif kind in ("}", "]") and frames:
+            frames.pop()
+        elif kind == "," and frames and isinstance(frames[-1].at, int):
+            frames[-1].at += 1
+        elif kind == ":" and frames and frames[-1].keys is not None and previous:
+            frame = frames[-1]
+            frame.at = key = json5.loads(previous) if previous[0] in "\"'" else previous
+            line = code.count("\n", 0, token.start()) + 1
+            if key in frame.keys:
+                found.append((tuple(f.at for f in frames), line, frame.keys[key]))
+            else:
+                frame.keys[key] = line
+        previous = kind
+    return found
+
+
+@dataclasses.dataclass
+class _Frame:
+    """An object (the line of each key seen) or an array (``keys`` None) being read, and the key or index open."""
+
+    keys: dict[str, int] | None
+    at: str | int
 
 
 # Strings (kept: keys are strings) and comments (blanked: a commented-out key is not the key).
@@ -104,6 +202,32 @@ def problems_of(
     prefix: tuple[str, ...] = (),
 ) -> list[Problem]:
     """Turn pydantic's errors into :class:`Problem` rows, one per key (alternatives of a union joined)."""
+    grouped, missing = _grouped(exc, model, data)
+    problems = []
+    for keys, messages in grouped.items():
+        full = (*prefix, *keys)
+        dotted = ".".join(str(k) for k in full)
+        # A missing key has no line of its own: the object that lacks it does.
+        line = line_of(text, full[:-1] if keys in missing else full)
+        problems.append(Problem(path, line, dotted, _join(messages)))
+    # In the order a person reads the file; problems without a line last.
+    problems.sort(key=lambda p: (p.line is None, p.line or 0))
+    return problems
+
+
+def messages_of(exc: pydantic.ValidationError, *, model: type[pydantic.BaseModel], data: Any) -> list[str]:
+    """pydantic's errors for input that is not a file (an operation's arguments): one ``dotted.key: message`` each."""
+    grouped, _ = _grouped(exc, model, data)
+    return [
+        f"{'.'.join(str(k) for k in keys)}: {_join(messages)}" if keys else _join(messages)
+        for keys, messages in grouped.items()
+    ]
+
+
+def _grouped(
+    exc: pydantic.ValidationError, model: type[pydantic.BaseModel], data: Any
+) -> tuple[dict[tuple[str | int, ...], list[str]], set[tuple[str | int, ...]]]:
+    """The messages for each key of ``data``, and the keys that are missing."""
     grouped: dict[tuple[str | int, ...], list[str]] = {}
     missing: set[tuple[str | int, ...]] = set()
     for error in exc.errors():
@@ -121,16 +245,7 @@ def problems_of(
     for keys in list(grouped):
         if any(len(other) > len(keys) and other[: len(keys)] == keys for other in grouped):
             del grouped[keys]
-    problems = []
-    for keys, messages in grouped.items():
-        full = (*prefix, *keys)
-        dotted = ".".join(str(k) for k in full)
-        # A missing key has no line of its own: the object that lacks it does.
-        line = line_of(text, full[:-1] if keys in missing else full)
-        problems.append(Problem(path, line, dotted, _join(messages)))
-    # In the order a person reads the file; problems without a line last.
-    problems.sort(key=lambda p: (p.line is None, p.line or 0))
-    return problems
+    return grouped, missing
 
 
 def _join(messages: list[str]) -> str:
@@ -175,16 +290,19 @@ def _message(error: Any, model: type[pydantic.BaseModel], keys: tuple[str | int,
     if kind == "missing":
         return "required key is missing"
     if kind == "union_tag_invalid":
-        return f"expected {error['ctx']['expected_tags'].replace(', ', ' or ')} (got {error['ctx']['tag']!r})"
+        return f"expected {error['ctx']['expected_tags'].replace(', ', ' or ')} (got {shown(error['ctx']['tag'])})"
     if kind == "union_tag_not_found":
         return f"required key {error['ctx']['discriminator']} is missing"
     if kind in {"model_type", "dict_type", "model_attributes_type"}:
-        return f"expected an object (got {error['input']!r})"
+        return f"expected an object (got {shown(error['input'])})"
     # pydantic's wording for the constraints config files use, in the "expected ... (got ...)" form.
     plural = "s" if ctx.get("min_length") != 1 else ""
+    plural_max = "s" if ctx.get("max_length") != 1 else ""
     expected = {
         "string_too_short": f"expected at least {ctx.get('min_length')} character{plural}",
+        "string_too_long": f"expected at most {ctx.get('max_length')} character{plural_max}",
         "too_short": f"expected at least {ctx.get('min_length')} item{plural}",
+        "too_long": f"expected at most {ctx.get('max_length')} item{plural_max}",
         "string_pattern_mismatch": f"expected text matching {ctx.get('pattern')}",
         "int_type": "expected a whole number",
         "int_parsing": "expected a whole number",
@@ -196,16 +314,28 @@ def _message(error: Any, model: type[pydantic.BaseModel], keys: tuple[str | int,
         "bool_parsing": "expected true or false",
         "greater_than": f"expected a number greater than {_number(ctx.get('gt'))}",
         "greater_than_equal": f"expected a number of at least {_number(ctx.get('ge'))}",
+        "less_than": f"expected a number less than {_number(ctx.get('lt'))}",
+        "less_than_equal": f"expected a number of at most {_number(ctx.get('le'))}",
     }.get(kind)
     if expected is not None:
-        return f"{expected} (got {error['input']!r})"
+        return f"{expected} (got {shown(error['input'])})"
     message = str(error["msg"])
     message = (
         message.replace("Input should be a valid", "expected a")
         .replace("Input should be", "expected")
         .replace("Value error, ", "")
     )
-    return f"{message} (got {error['input']!r})"
+    return f"{message} (got {shown(error['input'])})"
+
+
+def shown(value: Any, *, limit: int = 80) -> str:
+    """A value as the file spells it (``true``, ``null``, ``"60"``), else Python's repr; long ones cut short."""
+    try:
+        text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    # An issue's body or a prompt can be pages long: enough to recognise it.
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _number(value: Any) -> str:

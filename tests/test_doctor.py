@@ -81,6 +81,22 @@ def test_a_missing_acpx_fails_with_a_fix() -> None:
     assert not acpx.ok
     assert acpx.detail == "/nonexistent/acpx: command not found"
     assert acpx.fix and "set `acpx` in config.json" in acpx.fix
+    assert f'["npx", "-y", "acpx@{ACPX_VERSION}"]' in acpx.fix
+    assert f"remove it and `npm install -g acpx@{ACPX_VERSION}`" in acpx.fix
+
+
+def test_a_broken_acpx_from_path_names_the_pinned_release_to_install(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_tool(tmp_path / "bin", "acpx", "exit 1")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+
+    acpx = check_acpx(Config())
+
+    assert not acpx.ok
+    assert acpx.fix == (
+        f"Check that `acpx --version` works; `npm install -g acpx@{ACPX_VERSION}`, or set `acpx` in config.json."
+    )
 
 
 def test_an_acpx_that_fails_shows_its_output(tmp_path: Path) -> None:
@@ -115,6 +131,28 @@ def test_a_broken_config_fails_with_its_message(repo: Path) -> None:
 
     assert not config.ok and project is None
     assert f"{repo / 'config.json'}:1: agnt: unknown key (did you mean 'agent'?)" in config.detail
+    # not `beflow init`: it refuses to overwrite the file (or, with --force, destroys it)
+    assert config.fix == "Fix the file at the line shown (docs/config.md explains every message)."
+
+
+def test_a_config_with_a_syntax_error_keeps_its_own_fix(repo: Path) -> None:
+    (repo / "config.json").write_text("{ nope")
+
+    config, _ = check_config(None)
+
+    assert not config.ok
+    assert config.fix == "Fix the syntax at that line (comments and trailing commas are allowed)."
+
+
+def test_a_named_config_that_does_not_exist_says_to_fix_the_path(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    by_option, _ = check_config(Path("nope.json"))
+    monkeypatch.setenv("BEFLOW_CONFIG", str(repo / "gone.json"))
+    by_environment, _ = check_config(None)
+
+    assert not by_option.ok and "no such config file (named by --config)" in by_option.detail
+    assert by_option.fix == "Fix the path given to --config."
+    assert not by_environment.ok and "no such config file (named by BEFLOW_CONFIG)" in by_environment.detail
+    assert by_environment.fix == "Fix the path in BEFLOW_CONFIG, or unset BEFLOW_CONFIG."
 
 
 def test_a_broken_config_still_lets_the_tool_checks_run(

@@ -86,13 +86,34 @@ def test_show_says_who_holds_the_issue(context: Context) -> None:
         assert call(context, "issue.show", key="1").claim.owner == "run r1"
 
 
-def test_invalid_input_is_a_usage_error_naming_the_operation(context: Context) -> None:
-    with pytest.raises(UsageError, match=r"issue\.new: invalid input"):
-        call(context, "issue.new", title="")
-    with pytest.raises(UsageError, match=r"issue\.set_status: invalid input"):
-        call(context, "issue.set_status", key="1", status="finished")
-    with pytest.raises(UsageError, match=r"issue\.comment: invalid input"):
-        call(context, "issue.comment", key="1", text="x" * 64_001)
+def test_invalid_input_is_a_usage_error_naming_the_operation_and_the_field(context: Context) -> None:
+    def message(name: str, **arguments: object) -> str:
+        with pytest.raises(UsageError) as caught:
+            call(context, name, **arguments)
+        assert caught.value.exit_code == 2
+        return caught.value.message
+
+    assert message("issue.new", title="") == 'issue.new: title: expected at least 1 character (got "")'
+    assert message("issue.set_status", key="1", status="finished") == (
+        "issue.set_status: status: expected 'open', 'ready', 'in_progress', 'review', 'done', 'failed' or 'closed'"
+        ' (got "finished")'
+    )
+    # a long value is cut short, not echoed whole
+    assert message("issue.comment", key="1", text="x" * 64_001) == (
+        f'issue.comment: text: expected at most 64000 characters (got "{"x" * 78}…)'
+    )
+
+
+def test_every_invalid_field_is_one_line_and_never_pydantics_own_text(context: Context) -> None:
+    with pytest.raises(UsageError) as caught:
+        call(context, "issue.new", title="Fix it", priority=5000, labels="bug", colour="red")
+
+    assert caught.value.message.splitlines() == [
+        'issue.new: labels: expected a list (got "bug")',
+        "issue.new: priority: expected a number of at most 1000 (got 5000)",
+        "issue.new: colour: unknown key (expected one of: body, labels, priority, status, title)",
+    ]
+    assert "pydantic" not in caught.value.message
 
 
 def test_a_status_change_outside_the_table_is_refused(context: Context) -> None:
@@ -150,3 +171,10 @@ def test_doctor_counts_issues_and_names_every_broken_file_with_its_line(context:
         "(while parsing a flow sequence at line 3)" in check.detail
     )
     assert check.fix and "docs/trackers.md" in check.fix
+
+
+def test_the_command_line_prints_the_same_one_line_message_and_exits_2(repo: Path, beflow) -> None:
+    result = beflow("issues", "new", "")
+
+    assert result.exit_code == 2
+    assert result.stderr == 'error: issue.new: title: expected at least 1 character (got "")\n'

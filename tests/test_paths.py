@@ -92,6 +92,18 @@ def test_beflow_home_is_the_environment_variable_else_home(
     assert beflow_home() == tmp_path / "home" / ".beflow"
 
 
+def test_a_relative_beflow_home_is_made_absolute_where_it_is_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BEFLOW_HOME", "state/beflow")
+    monkeypatch.chdir(tmp_path)
+
+    home = beflow_home()
+
+    assert home.is_absolute()
+    assert home == tmp_path / "state" / "beflow"
+
+
 def test_the_state_directory_ignores_itself_but_for_issues(tmp_path: Path) -> None:
     directory = state_dir(tmp_path)
 

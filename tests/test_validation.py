@@ -12,7 +12,7 @@ from beflow.cli import cli
 from beflow.cli.common import App, out, pass_app
 from beflow.config import load_config_file
 from beflow.errors import ConfigError
-from beflow.validation import line_of
+from beflow.validation import line_of, read_json5
 
 
 def problem(tmp_path: Path, text: str) -> str:
@@ -37,25 +37,28 @@ def problem(tmp_path: Path, text: str) -> str:
         ('{"mcp": {"slf": true}}', ":1: mcp.slf: unknown key (did you mean 'self'?)"),
         ('{"hooks": {"x": "y"}}', "hooks.x: unknown key (expected one of: after_create, after_run, before_remove"),
         # wrong types: JSON's own types, no guessing
-        ('{"timeout": "60"}', "timeout: expected a number (got '60')"),
-        ('{"timeout": true}', "timeout: expected a number (got True)"),
+        ('{"timeout": "60"}', 'timeout: expected a number (got "60")'),
+        ('{"timeout": true}', "timeout: expected a number (got true)"),
+        ('{"timeout": false}', "timeout: expected a number (got false)"),
+        ('{"watch": {"interval": null}}', "watch.interval: expected a number (got null)"),
         ('{"watch": {"concurrency": 1.5}}', "watch.concurrency: expected a whole number (got 1.5)"),
-        ('{"after_run": {"commit": "no"}}', "after_run.commit: expected true or false (got 'no')"),
-        ('{"acpx": "acpx"}', "acpx: expected a list (got 'acpx')"),
+        ('{"after_run": {"commit": "no"}}', 'after_run.commit: expected true or false (got "no")'),
+        ('{"acpx": "acpx"}', 'acpx: expected a list (got "acpx")'),
         ('{"acpx": ["acpx", 5]}', "acpx.1: expected a string (got 5)"),
         ('{"acpx": []}', "acpx: expected at least 1 item (got [])"),
         ('{"open": {"claude": ["claude", 1]}}', "open.claude.1: expected a string (got 1)"),
-        ('{"worktrees": "dir"}', "worktrees: expected an object (got 'dir')"),
+        ('{"worktrees": "dir"}', 'worktrees: expected an object (got "dir")'),
+        ('{"watch": [1, true]}', "watch: expected an object (got [1, true])"),
         # constraints
         ('{"timeout": 0}', "timeout: expected a number greater than 0 (got 0)"),
-        ('{"watch": {"interval": 1e999}}', "watch.interval: expected a finite number (got inf)"),
+        ('{"watch": {"interval": 1e999}}', "watch.interval: expected a finite number (got Infinity)"),
         # enums
-        ('{"permissions": "yes"}', "permissions: expected 'approve-all', 'approve-reads' or 'deny-all' (got 'yes')"),
+        ('{"permissions": "yes"}', "permissions: expected 'approve-all', 'approve-reads' or 'deny-all' (got \"yes\")"),
         ('{"attend": {"permissions": "all"}}', "attend.permissions: expected 'approve-all', 'approve-reads' or"),
         # unions: a string or an object
         ('{"agent": 5}', "agent: expected a string or an object (got 5)"),
         ('{"agent": {"cmd": "x"}}', "agent.cmd: unknown key (did you mean 'command'?)"),
-        ('{"agent": {"command": ""}}', "agent.command: expected at least 1 character (got '')"),
+        ('{"agent": {"command": ""}}', 'agent.command: expected at least 1 character (got "")'),
         ('{"hooks": {"after_create": 5}}', "hooks.after_create: expected a string or an object (got 5)"),
         (
             '{"hooks": {"before_run": {"command": "x", "timeot": 3}}}',
@@ -67,11 +70,11 @@ def problem(tmp_path: Path, text: str) -> str:
         ),
         ('{"hooks": {"after_run": {"timeout": 1}}}', "hooks.after_run.command: required key is missing"),
         # the tracker: its kind decides which keys exist
-        ('{"tracker": {"kind": "gitlab"}}', "tracker.kind: expected 'local' or 'github' (got 'gitlab')"),
+        ('{"tracker": {"kind": "gitlab"}}', "tracker.kind: expected 'local' or 'github' (got \"gitlab\")"),
         ('{"tracker": {"kind": "github"}}', "tracker.repo: required key is missing"),
-        ('{"tracker": {"kind": "github", "repo": "octo"}}', "tracker.repo: expected \"owner/name\" (got 'octo')"),
+        ('{"tracker": {"kind": "github", "repo": "octo"}}', 'tracker.repo: expected "owner/name" (got "octo")'),
         ('{"tracker": {"kind": "local", "repo": "a/b"}}', "tracker.repo: unknown key (expected one of: dir, kind)"),
-        ('{"tracker": {"kind": "github", "repo": "a/b", "labels": "x"}}', "tracker.labels: expected a list (got 'x')"),
+        ('{"tracker": {"kind": "github", "repo": "a/b", "labels": "x"}}', 'tracker.labels: expected a list (got "x")'),
         # the top level
         ('["agent"]', "expected a JSON object at the top level, got list"),
     ],
@@ -133,6 +136,79 @@ def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
         load_config_file(path)
 
 
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        # a line break is named, never printed raw inside the message
+        ('{\n  "agent": "cod\nex"\n}', ":2: invalid JSON5: Unexpected newline at column 16"),
+        ("{agent:\x01}", ':1: invalid JSON5: Unexpected "\\u0001" at column 8'),
+        # a value at the start of a line after one that ends without a comma
+        (
+            '{\n  agent: "claude"\n  timeout: 5\n}',
+            ':3: invalid JSON5: Unexpected "t" at column 3 (a missing comma at the end of line 2?)',
+        ),
+        (
+            '{\n  agent: "claude" // which one\n\n  timeout: 5\n}',
+            ':4: invalid JSON5: Unexpected "t" at column 3 (a missing comma at the end of line 2?)',
+        ),
+        (
+            '{\n  "acpx": [\n    "npx"\n    "acpx"\n  ]\n}',
+            ':4: invalid JSON5: Unexpected "\\"" at column 5 (a missing comma at the end of line 3?)',
+        ),
+        # json5 names the character after a doubled comma (its columns are 1-based): the hint names the comma
+        ('{agent: "claude",, }', ':1: invalid JSON5: Unexpected " " at column 19 (two commas in a row at column 18?)'),
+        (
+            "{\n  timeout: 5,\n  ,\n}",
+            ":3: invalid JSON5: Unexpected newline at column 4 (two commas in a row at column 3?)",
+        ),
+        # no guess where there is nothing to guess
+        ('{\n  "agent": "codex"\n', ":3: invalid JSON5: Unexpected end of input at column 1"),
+        ('{\n  "agent": "codex" "x"\n}', ':2: invalid JSON5: Unexpected "\\"" at column 20'),
+    ],
+)
+def test_a_syntax_error_says_where_and_what_is_likely_wrong(tmp_path: Path, text: str, expected: str) -> None:
+    message = problem(tmp_path, text)
+
+    assert message.startswith(f"{tmp_path / 'config.json'}{expected}")
+    assert "\n" not in message
+
+
+def test_a_key_given_twice_is_an_error_at_its_second_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{\n  "agent": "claude",\n  "timeout": 5,\n  agent: "codex",\n}')
+
+    with pytest.raises(ConfigError) as caught:
+        load_config_file(path)
+
+    assert caught.value.exit_code == 2
+    assert caught.value.message == f"{path}:4: agent: key given twice (first at line 2)"
+    assert caught.value.fix
+
+
+def test_a_key_given_twice_is_found_in_its_own_object(tmp_path: Path) -> None:
+    text = """{
+      hooks: {
+        after_run: {command: "make test"},
+        before_run: {command: "make"},  // the same key in another object is fine
+        after_run: "make lint",
+      },
+      "open": {"a": ["x"], "b": ["x"], 'b': ["y"]},
+    }"""
+
+    assert problem(tmp_path, text).splitlines() == [
+        f"{tmp_path / 'config.json'}:5: hooks.after_run: key given twice (first at line 3)",
+        f"{tmp_path / 'config.json'}:7: open.b: key given twice (first at line 7)",
+    ]
+
+
+def test_mcp_json_refuses_a_key_given_twice_too(tmp_path: Path) -> None:
+    path = tmp_path / ".mcp.json"
+    path.write_text('{"mcpServers": [{"a": {"command": "x"}}, {"a": {"command": "x"},\n "a": {"command": "y"}}]}')
+
+    with pytest.raises(ConfigError, match=r"\.mcp\.json:2: mcpServers\.1\.a: key given twice \(first at line 1\)"):
+        read_json5(path)
+
+
 # --- through the command line: exit 2, nothing changed ------------------------------------------------------------
 
 
@@ -159,8 +235,8 @@ def snapshot(directory: Path) -> dict[str, bytes]:
     [
         ('{\n  "agent": "codex",,\n}', ":2: invalid JSON5"),
         ('{\n  "agnt": "codex"\n}', ":2: agnt: unknown key (did you mean 'agent'?)"),
-        ('{\n  "timeout": "1h"\n}', ":2: timeout: expected a number (got '1h')"),
-        ('{\n  "tracker": {"kind": "jira"}\n}', ":2: tracker.kind: expected 'local' or 'github' (got 'jira')"),
+        ('{\n  "timeout": "1h"\n}', ':2: timeout: expected a number (got "1h")'),
+        ('{\n  "tracker": {"kind": "jira"}\n}', ":2: tracker.kind: expected 'local' or 'github' (got \"jira\")"),
     ],
 )
 def test_a_bad_config_exits_2_with_one_message_and_changes_nothing(
@@ -215,5 +291,5 @@ def test_a_real_command_refuses_a_bad_config_and_changes_nothing(repo: Path, bef
     result = beflow("issues", "list")
 
     assert result.exit_code == 2
-    assert f"error: {config}:2: tracker.repo: expected \"owner/name\" (got 'octo')" in result.stderr
+    assert f'error: {config}:2: tracker.repo: expected "owner/name" (got "octo")' in result.stderr
     assert snapshot(repo) == before

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
-from beflow.cli.common import out
+from beflow.cli.common import App, out, pass_app
+from beflow.errors import UsageError
 from beflow.git import toplevel as git_toplevel
 from beflow.scaffold import init_project
 
@@ -19,11 +21,26 @@ from beflow.scaffold import init_project
     type=click.Path(path_type=Path, file_okay=False, exists=True),
     help="Project directory (default: the git top level, else the current directory).",
 )
-def command(force: bool, directory: Path | None) -> None:
-    """Write a commented config.json and keep beflow's state (.beflow/, but for issues/) out of git."""
-    directory = (directory or git_toplevel(Path.cwd()) or Path.cwd()).resolve()
-    result = init_project(directory, force=force)
+@pass_app
+def command(app: App, force: bool, directory: Path | None) -> None:
+    """Write a commented config.json and keep beflow's state (.beflow/, but for issues/) out of git.
+
+    With `beflow --config PATH init`, the file is written to PATH and its directory is the project's.
+    """
+    config_path = None
+    if app.config_option is not None:
+        if directory is not None:
+            raise UsageError("--config and --dir both say where to write: give one of them")
+        # As the other commands read it: relative to the current directory, the project is where the file is.
+        config_path = Path(os.path.abspath(Path.cwd() / app.config_option.expanduser()))
+        directory = config_path.parent
+    else:
+        directory = (directory or git_toplevel(Path.cwd()) or Path.cwd()).resolve()
+    result = init_project(directory, force=force, config_path=config_path)
     verb = "Overwrote" if result.overwritten else "Wrote"
     out.print(f"{verb} {result.config_path}")
     out.print(f"beflow's state lives in {result.state_dir} (git-ignored, but for issues/)")
-    out.print("Next: edit config.json, then run `beflow doctor`.")
+    if config_path is None:
+        out.print("Next: edit config.json, then run `beflow doctor`.")
+    else:
+        out.print(f"Next: edit {config_path.name}, then run `beflow --config {app.config_option} doctor`.")

@@ -78,3 +78,46 @@ def test_init_has_help_with_an_example(beflow) -> None:
 
     assert result.exit_code == 0
     assert "Example:" in result.stdout and "--force" in result.stdout
+
+
+def test_init_writes_the_file_named_by_config(repo: Path, beflow) -> None:
+    result = beflow("--config", "ci.json", "init")
+
+    assert result.exit_code == 0, result.stderr
+    assert f"Wrote {repo / 'ci.json'}" in result.stdout
+    assert "beflow --config ci.json doctor" in result.stdout
+    assert (repo / "ci.json").read_text() == example_config()
+    assert not (repo / "config.json").exists()
+
+
+def test_init_puts_the_state_next_to_the_file_named_by_config(repo: Path, beflow) -> None:
+    result = beflow("--config", "ci/beflow.json", "init")
+
+    assert result.exit_code == 0, result.stderr
+    assert (repo / "ci" / "beflow.json").read_text() == example_config()
+    assert (repo / "ci" / ".beflow" / ".gitignore").is_file()
+
+
+def test_init_refuses_to_overwrite_the_file_named_by_config_without_force(repo: Path, beflow) -> None:
+    config = repo / "ci.json"
+    config.write_text("{agent: 'mine'}")
+
+    refused = beflow("--config", "ci.json", "init")
+
+    assert refused.exit_code == 1
+    assert refused.stderr.splitlines()[0] == f"error: {config} already exists; nothing was changed"
+    assert config.read_text() == "{agent: 'mine'}"
+
+    forced = beflow("--config", "ci.json", "init", "--force")
+
+    assert forced.exit_code == 0
+    assert f"Overwrote {config}" in forced.stdout
+    assert config.read_text() == example_config()
+
+
+def test_init_refuses_both_config_and_dir(repo: Path, beflow) -> None:
+    result = beflow("--config", "ci.json", "init", "--dir", str(repo))
+
+    assert result.exit_code == 2
+    assert "--config and --dir" in result.stderr
+    assert not (repo / "ci.json").exists()

@@ -100,7 +100,7 @@ def test_a_disabled_entry_with_fields_is_still_validated(project_dir: Path) -> N
         ('{"command": "c", "headers": {}}', "mcpServers.s.headers: unknown key"),
         ('{"type": "ws", "url": "x"}', "mcpServers.s.type: expected 'stdio', 'http' or 'sse' (got 'ws')"),
         ('{"command": "c", "args": ["ok", 3]}', "mcpServers.s.args.1: expected a string (got 3)"),
-        ('{"command": "c", "args": "one"}', "mcpServers.s.args: expected a list (got 'one')"),
+        ('{"command": "c", "args": "one"}', 'mcpServers.s.args: expected a list (got "one")'),
         ('{"command": "c", "env": {"N": 1}}', "mcpServers.s.env.N: expected a string (got 1)"),
         ('{"type": "http", "url": "https://x", "headers": {"H": true}}', "mcpServers.s.headers.H: expected a string"),
         ('{"command": ""}', "mcpServers.s.command: expected at least 1 character"),

@@ -1,0 +1,52 @@
+"""``Operation.call``: arguments are validated against the input model, and bad ones are explained field by field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import Field
+
+from beflow.config import load_project
+from beflow.errors import UsageError
+from beflow.operations import Context, Input, Operation
+
+
+class Greeting(Input):
+    name: str = Field(min_length=1)
+    times: int = Field(default=1, gt=0)
+    loud: bool = False
+
+
+def greet(context: Context, payload: Greeting) -> str:
+    return " ".join([f"hello {payload.name}"] * payload.times)
+
+
+GREET = Operation("demo.greet", "Greet", "Says hello.", Greeting, "read", greet)
+
+
+@pytest.fixture
+def context(repo: Path) -> Context:
+    return Context(project=load_project())
+
+
+def test_valid_arguments_reach_the_handler_validated(context: Context) -> None:
+    assert GREET.call(context, {"name": "  ada ", "times": 2}) == "hello ada hello ada"
+
+
+def test_each_bad_argument_is_one_line_with_its_dotted_field(context: Context) -> None:
+    with pytest.raises(UsageError) as caught:
+        GREET.call(context, {"name": "", "times": 0, "loud": "maybe", "nam": "x"})
+
+    assert caught.value.exit_code == 2
+    assert caught.value.message.splitlines() == [
+        'demo.greet: name: expected at least 1 character (got "")',
+        "demo.greet: times: expected a number greater than 0 (got 0)",
+        'demo.greet: loud: expected true or false (got "maybe")',
+        "demo.greet: nam: unknown key (did you mean 'name'?)",
+    ]
+
+
+def test_a_missing_argument_is_named(context: Context) -> None:
+    with pytest.raises(UsageError, match=r"^demo\.greet: name: required key is missing$"):
+        GREET.call(context, {})
