@@ -332,3 +332,20 @@ def queue_owner_pids(session_id: str, home: Path) -> list[int]:
         if isinstance(data, dict) and data.get("sessionId") == session_id and isinstance(data.get("pid"), int):
             pids.append(data["pid"])
     return pids
+
+
+def forget_session(session_id: str, home: Path) -> list[Path]:
+    """Remove acpx's record of a session beflow named for a retry (``~/.acpx/sessions/<id>.json`` and its
+    ``.stream.ndjson``): it holds the injected MCP servers, secret values included, and serves no later run (a
+    retry names the agent's session afresh)."""
+    if not session_id or "/" in session_id or session_id.startswith("."):
+        return []
+    sessions = home / ".acpx" / "sessions"
+    removed = []
+    for path in (sessions / f"{session_id}.json", sessions / f"{session_id}.stream.ndjson"):
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    return removed

@@ -7,6 +7,8 @@ worktree (kept, and said so, when that could lose the agent's work) → release 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import socket
 import time
@@ -385,6 +387,7 @@ class Run:
             await proc.run(acpx.close_argv(self.config, cwd=cwd, name=name), cwd=cwd, timeout=15)
             for pid in acpx.queue_owner_pids(session_id, acpx_home()):
                 await proc.stop_group(pid, grace=2.0)
+            acpx.forget_session(session_id, acpx_home())
 
     def _judge(self, result: proc.Completed, stderr_path: Path) -> tuple[str, str]:
         """The outcome of the agent session, from acpx's exit code (0 ok, 1 error, 3 timeout, 5 permission
@@ -513,9 +516,14 @@ class Run:
 
 
 def _tail(result: proc.Completed) -> str:
-    """The last line a failed acpx call printed, for notes."""
+    """What a failed acpx call said, for notes: its JSON error's message, else its last line."""
     lines = (result.stderr or result.stdout).decode("utf-8", "replace").strip().splitlines()
-    return f"{result.describe()}: {lines[-1][:200]}" if lines else result.describe()
+    if not lines:
+        return result.describe()
+    last = lines[-1]
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        last = str(json.loads(last)["error"]["message"])
+    return f"{result.describe()}: {last[:300]}"
 
 
 def summary(record: RunRecord) -> str:

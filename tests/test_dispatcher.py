@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -253,6 +254,46 @@ def test_a_configuration_every_run_would_fail_on_holds_dispatching_back(auto_pro
     assert len(errors) == 1 and "mcpServers.broken" in errors[0].data["message"]
     assert watch.of("finished", key)[0].data["outcome"] == "succeeded"
     assert auto_project.issue(key).status == Status.REVIEW
+
+
+@pytest.mark.parametrize(
+    ("capability", "resumed"), [("resume", "session/resume"), ("load", "session/load"), ("none", None)]
+)
+def test_a_retry_resumes_the_agents_session_where_the_agent_can(
+    auto_project: AutoProject,
+    monkeypatch: pytest.MonkeyPatch,
+    no_leftover_processes: None,
+    capability: str,
+    resumed: str | None,
+) -> None:
+    monkeypatch.setenv("ACP_TEST_RESUME", capability)
+    auto_project.configure(watch=fast(max_attempts=2))
+    key = auto_project.new_issue("write progress.txt step", "fail not yet")
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("failed", key)))
+        return watch
+
+    anyio.run(scenario)
+
+    second, first = auto_project.records(key)
+    assert (first.attempt, second.attempt) == (1, 2)
+    assert first.session is not None
+    transcript = (auto_project.run_dir(second) / "transcript.jsonl").read_text()
+    if resumed is None:
+        assert second.resumed_session is None
+        assert "does not support session/resume or session/load" in (second.resume_note or "")
+        assert (second.resume_note or "").endswith("started cold")
+        assert '"method":"session/new"' in transcript  # the retry started cold, in the same run
+    else:
+        assert second.resumed_session == first.session
+        assert f'"method":"{resumed}"' in transcript and first.session in transcript
+        assert second.session == first.session  # so that a third attempt would resume it too
+    # acpx's record of the named session (it held the injected servers' values) is gone, and so is its owner.
+    sessions = Path(os.environ["HOME"]) / ".acpx" / "sessions"
+    assert not list(sessions.glob(f"{first.session}.*")) if sessions.exists() else True
+    assert auto_project.secrets_in_records() == []
 
 
 # -- reconciliation ---------------------------------------------------------------------------------------------
