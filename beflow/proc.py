@@ -161,6 +161,59 @@ async def stop_group(pgid: int, grace: float = DEFAULT_GRACE, leader: anyio.abc.
                 await anyio.sleep(0.01)
 
 
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, their children, ...), from /proc's parent links."""
+    proc_root = Path("/proc")
+    if not proc_root.is_dir():
+        return []
+    children: dict[int, list[int]] = {}
+    for entry in proc_root.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[0] != "Z":
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, queue = [], [pid]
+    while queue:
+        for child in children.get(queue.pop(), []):
+            found.append(child)
+            queue.append(child)
+    return found
+
+
+async def stop_tree(leader: anyio.abc.Process, grace: float = DEFAULT_GRACE) -> None:
+    """Stop a child that shares beflow's process group, and everything it started: the tree is taken before the
+    child goes (its orphans would be lost to init), then SIGTERM, the grace period, SIGKILL."""
+    with anyio.CancelScope(shield=True):
+        tree = [leader.pid, *descendants(leader.pid)]
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = anyio.current_time() + grace
+        while anyio.current_time() < deadline:
+            if leader.returncode is None:
+                with anyio.move_on_after(0.05):
+                    await leader.wait()
+            if not any(_alive(pid) for pid in tree):
+                return
+            await anyio.sleep(0.02)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
 async def _feed(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
     # A child that exits without reading all of its input is not an error of ours.
     with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
@@ -260,11 +313,7 @@ async def run(
             if pgid is not None:
                 await stop_group(pgid, grace, process)
             elif process.returncode is None:
-                process.terminate()
-                with anyio.move_on_after(grace):
-                    await process.wait()
-                if process.returncode is None:
-                    process.kill()
+                await stop_tree(process, grace)
             await process.wait()
             await process.aclose()
     return Completed(

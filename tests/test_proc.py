@@ -201,6 +201,26 @@ async def test_cancellation_stops_the_whole_group_and_propagates(tmp_path: Path)
 
 
 @pytest.mark.anyio
+async def test_cancelling_a_child_in_beflows_own_group_stops_what_it_started(tmp_path: Path) -> None:
+    """A native client shares beflow's process group (so that Ctrl-C is the client's); cancelling it must still
+    stop its children, which the group signal cannot reach without hitting beflow."""
+    pids = tmp_path / "pids"
+
+    with anyio.move_on_after(60) as scope:
+
+        async def cancel_when_ready() -> None:
+            while not pids.exists() or not pids.read_text():
+                await anyio.sleep(0.02)
+            scope.cancel()
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(cancel_when_ready)
+            await proc.run(spawner(pids, ignore_term=True), own_group=False, grace=GRACE)
+
+    assert not any(alive(pid) for pid in pids_of(pids))
+
+
+@pytest.mark.anyio
 async def test_what_a_child_leaves_running_is_stopped_when_it_exits(tmp_path: Path) -> None:
     # `sleep &` keeps the output pipe open: without stopping it, run() would wait for it.
     result = await proc.run(["sh", "-c", "sleep 60 & echo $!"], timeout=30, grace=GRACE)
