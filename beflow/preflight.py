@@ -66,6 +66,11 @@ def check(project: Project) -> None:
             f"{where}mcp.self: beflow's own MCP server is not available yet in this version of beflow",
             fix='Remove "self" from "mcp" in config.json (or set it to false).',
         )
+    if config.after_run.pull_request:
+        raise ConfigError(
+            f"{where}after_run.pull_request: pull requests come with the GitHub tracker, not available yet",
+            fix='Remove "pull_request" from "after_run" in config.json (or set it to false).',
+        )
     repo = git.open_repo(project.directory)
     try:
         git.resolve_base(repo, config.worktrees.base)

@@ -49,7 +49,6 @@ class RunRecord(BaseModel):
     duration: float | None = None
     outcome: Outcome = "running"
     stop_reason: str | None = None
-    error: str | None = None
     exit_code: int | None = None
     pid: int = Field(default_factory=os.getpid)
     mcp_servers: list[str] = Field(default_factory=list)

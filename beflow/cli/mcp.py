@@ -19,7 +19,7 @@ _FIX = "Fix each entry listed; `beflow mcp check` validates the whole cascade."
 
 @click.group("mcp", epilog="Example:  beflow mcp check && beflow mcp show")
 def group() -> None:
-    """MCP: the servers beflow gives each agent run (.mcp.json), and beflow's own MCP server."""
+    """MCP: the servers beflow gives each agent run (.mcp.json, injected as .acpxrc.json)."""
 
 
 def _entry_dict(entry: Entry, *, reveal: bool) -> dict[str, Any]:
@@ -76,17 +76,19 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
     shadowed = shadowed_global_servers() if cascade.active else None
     enabled = project.config.mcp.enabled
     if as_json:
-        if expansion:
-            raise ConfigError(summary(expansion), fix=_FIX)
+        # The cascade as written is always shown; the translation only when every value expands.
         emit_json(
             {
                 "enabled": enabled,
                 "files": [s.model_dump(mode="json") for s in cascade.sources],
                 "servers": [_entry_dict(e, reveal=reveal) for e in cascade.entries],
-                "acp": translate(checked.servers, reveal=reveal),
+                "acp": None if expansion else translate(checked.servers, reveal=reveal),
+                "problems": [p.render() for p in expansion],
                 "shadowed": shadowed.model_dump(mode="json") if shadowed else None,
             }
         )
+        if expansion:
+            raise SystemExit(2)
         return
     if enabled:
         out.print("MCP injection: [green]on[/] (mcp.enabled)")

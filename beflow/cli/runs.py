@@ -38,8 +38,9 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
     table = Table(box=None, pad_edge=False)
     # Run ids are never cut short: they are what `runs show` and `runs logs` take.
     table.add_column("run", no_wrap=True, min_width=max(len(r.id) for r in records))
-    for column in ("issue", "mode", "outcome", "duration", "branch", "commit"):
+    for column in ("issue", "mode", "outcome", "duration", "branch"):
         table.add_column(column)
+    table.add_column("commit", no_wrap=True, min_width=12)
     for r in records:
         style = OUTCOME_STYLE.get(r.outcome, "white")
         duration = f"{r.duration:.0f}s" if r.duration is not None else "-"
@@ -90,7 +91,7 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
     if r.dirty_before:
         out.print(f"already uncommitted before the run: {len(r.dirty_before)} file(s)")
         for line in r.dirty_before:
-            out.print(f"          {escape(line)}")
+            out.print(f"          {escape(line.replace(chr(9), ' '))}")
     if r.final_message:
         out.print("[bold]final message[/]")
         out.print(escape(r.final_message))

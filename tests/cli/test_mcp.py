@@ -113,11 +113,18 @@ def test_show_names_an_unset_variable_and_never_a_value(beflow, repo: Path, monk
     write_mcp(
         repo / ".mcp.json", '{"mcpServers": {"api": {"command": "x", "env": {"K": "${MISSING}${OTHER_SECRET}"}}}}'
     )
-    for args in (("mcp", "show"), ("mcp", "show", "--json"), ("mcp", "show", "--reveal")):
+    problem = "mcpServers.api.env.K: ${MISSING} is not set and has no default (server 'api')"
+    for args in (("mcp", "show"), ("mcp", "show", "--reveal")):
         result = beflow(*args)
         assert result.exit_code == 2
-        assert "mcpServers.api.env.K: ${MISSING} is not set and has no default (server 'api')" in result.stderr
+        assert problem in result.stderr
         assert "do-not-print" not in result.stdout + result.stderr
+    result = beflow("mcp", "show", "--json")  # the cascade as written, the problem, and no translation
+    assert result.exit_code == 2
+    shown = json.loads(result.stdout)
+    assert [s["name"] for s in shown["servers"]] == ["api"] and shown["acp"] is None
+    assert any(problem in line for line in shown["problems"])
+    assert "do-not-print" not in result.stdout + result.stderr
 
 
 def test_show_refuses_a_broken_file(beflow, repo: Path) -> None:
