@@ -39,6 +39,14 @@ class BeflowGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*COMMANDS, *self.commands})
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name, command, rest = super().resolve_command(ctx, args)
+        # Usage and errors say `beflow --auto ...`, as the user typed it, not the hidden command's name.
+        modes = {mode: flag for flag, mode in MODE_FLAGS.items()}
+        return (modes.get(name, name) if name else name), command, rest
+
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
         if name not in self.commands and name in COMMANDS:
             module, attribute = COMMANDS[name].split(":")
@@ -49,6 +57,9 @@ class BeflowGroup(click.Group):
         args = list(args)
         for index, arg in enumerate(args):
             if arg in MODE_FLAGS and MODE_FLAGS[arg] in COMMANDS:
+                others = [a for a in args[index + 1 :] if a in MODE_FLAGS and a != arg]
+                if others:
+                    raise click.UsageError(f"{arg} and {others[0]} are two modes: choose one", ctx)
                 args[index] = MODE_FLAGS[arg]
                 break
             if not arg.startswith("-") and index and args[index - 1] != "--config":

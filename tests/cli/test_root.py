@@ -230,3 +230,17 @@ def test_an_unexpected_error_in_a_real_process_prints_no_traceback(isolated_home
     assert "ZeroDivisionError: division by zero" in process.stderr
     assert "Traceback" not in process.stderr
     assert len(list((isolated_home / "logs").glob("crash-*.log"))) == 1
+
+
+def test_the_modes_are_named_as_typed_in_usage_errors(beflow) -> None:
+    result = beflow("--auto", "--limit", "0")
+
+    assert result.exit_code == 2
+    assert "Usage: beflow --auto [OPTIONS] [KEYS]..." in result.stderr
+
+
+def test_two_modes_at_once_is_bad_usage(beflow) -> None:
+    result = beflow("--auto", "--attend", "1")
+
+    assert result.exit_code == 2
+    assert "--auto and --attend are two modes: choose one" in result.stderr
