@@ -1,8 +1,9 @@
 """The issue operations (DESIGN §6): ``beflow issues ...`` and the MCP tools call exactly these.
 
 Every operation works on whatever tracker the project's config names (through ``open_tracker``). Operations an
-agent bound to one issue may use are marked ``agent=True``; for those with an ``issue_field`` the key must name the
-bound issue, which the handlers check too (a tool argument can never pick another issue).
+agent bound to one issue may use are marked ``agent=True``. Every operation on one issue declares its
+``issue_field``, and :meth:`beflow.operations.Operation.call` refuses a key other than the bound issue's (a tool
+argument can never pick another issue).
 """
 
 from __future__ import annotations
@@ -28,16 +29,6 @@ def tracker(context: Context) -> Tracker:
     """The project's tracker, built once per context."""
     result: Tracker = context.service("tracker", open_tracker)
     return result
-
-
-def _key(context: Context, key: str) -> str:
-    """``key``, refused when the caller is bound to another issue."""
-    if context.bound_issue is not None and normalize_key(key) != normalize_key(context.bound_issue):
-        raise UsageError(
-            f"this session works on issue {context.bound_issue} only; it cannot act on issue {key}",
-            fix=f"Use key {context.bound_issue!r}.",
-        )
-    return key
 
 
 # --- inputs and results --------------------------------------------------------------------------------------------
@@ -130,7 +121,7 @@ def list_issues(context: Context, payload: ListIssues) -> Listing:
 )
 def show_issue(context: Context, payload: IssueKey) -> IssueView:
     trackers = tracker(context)
-    issue = trackers.get(_key(context, payload.key))
+    issue = trackers.get(payload.key)
     return IssueView(**issue.model_dump(), claim=trackers.holder(issue.key))
 
 
@@ -165,7 +156,7 @@ def new_issue(context: Context, payload: NewIssue) -> Issue:
     issue_field="key",
 )
 def comment_issue(context: Context, payload: NewComment) -> Commented:
-    key = _key(context, payload.key)
+    key = payload.key
     comment = tracker(context).comment(key, payload.text, author=context.actor)
     return Commented(key=normalize_key(key), comment=comment)
 
@@ -187,7 +178,7 @@ def _change(context: Context, key: str, status: Status, note: str | None) -> Sta
     issue_field="key",
 )
 def set_status(context: Context, payload: SetStatus) -> StatusChange:
-    return _change(context, _key(context, payload.key), payload.status, payload.note)
+    return _change(context, payload.key, payload.status, payload.note)
 
 
 @operation(
@@ -196,9 +187,10 @@ def set_status(context: Context, payload: SetStatus) -> StatusChange:
     description="Close an issue nobody will work on (any more). A run working on it is stopped by `beflow watch`. "
     "`issue.reopen` undoes it.",
     safety="action",
+    issue_field="key",
 )
 def close_issue(context: Context, payload: ChangeStatus) -> StatusChange:
-    return _change(context, _key(context, payload.key), Status.CLOSED, payload.note)
+    return _change(context, payload.key, Status.CLOSED, payload.note)
 
 
 @operation(
@@ -206,6 +198,7 @@ def close_issue(context: Context, payload: ChangeStatus) -> StatusChange:
     title="Reopen an issue",
     description="Make a closed, done or failed issue ready again, so that runs pick it up.",
     safety="action",
+    issue_field="key",
 )
 def reopen_issue(context: Context, payload: ChangeStatus) -> StatusChange:
-    return _change(context, _key(context, payload.key), Status.READY, payload.note)
+    return _change(context, payload.key, Status.READY, payload.note)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from beflow.config import Project
 from beflow.errors import BeflowError, UsageError
+from beflow.trackers.base import normalize_key
 from beflow.validation import messages_of
 
 Safety = Literal["read", "action", "destructive"]
@@ -77,7 +78,22 @@ class Operation(Generic[I]):
                 # In the caller's terms, as config errors are: `issue.new: title: expected at least 1 character`.
                 problems = messages_of(exc, model=self.input, data=arguments)
                 raise UsageError("\n".join(f"{self.name}: {problem}" for problem in problems)) from None
-        return self.handler(context, payload)
+        return self.handler(context, self._bound(context, payload))
+
+    def _bound(self, context: Context, payload: I) -> I:
+        """For a caller bound to one issue, the issue field names that issue: left out, it is filled in; naming
+        another is refused. Enforced here, once, so that no handler can forget it."""
+        if context.bound_issue is None or self.issue_field is None:
+            return payload
+        named = getattr(payload, self.issue_field)
+        if named is None:
+            return payload.model_copy(update={self.issue_field: context.bound_issue})
+        if normalize_key(str(named)) != normalize_key(context.bound_issue):
+            raise UsageError(
+                f"{self.name}: this session works on issue {context.bound_issue} only; it cannot act on issue {named}",
+                fix=f"Use {self.issue_field} {context.bound_issue!r}.",
+            )
+        return payload
 
 
 REGISTRY: dict[str, Operation[Any]] = {}

@@ -9,6 +9,7 @@ from beflow.config import Project
 from beflow.errors import NotFoundError
 from beflow.operations import Context, Input, operation
 from beflow.records import RunRecord, RunStore
+from beflow.trackers.base import normalize_key
 
 
 def store(context: Context) -> RunStore:
@@ -43,12 +44,12 @@ class RunLogs(BaseModel):
     title="List runs",
     description="The runs beflow recorded in this project, newest first, with issue, outcome and branch. Cheap.",
     safety="read",
+    issue_field="issue",
 )
 def list_runs(context: Context, payload: ListRuns) -> list[RunRecord]:
     records = store(context).list()
-    issue = payload.issue or context.bound_issue
-    if issue is not None:
-        records = [r for r in records if r.issue == issue]
+    if payload.issue is not None:
+        records = [r for r in records if r.issue == normalize_key(payload.issue)]
     return records[: payload.limit]
 
 
@@ -61,9 +62,13 @@ def list_runs(context: Context, payload: ListRuns) -> list[RunRecord]:
     agent=True,
 )
 def show_run(context: Context, payload: RunId) -> RunRecord:
-    record = store(context).get(payload.id)
-    if context.bound_issue is not None and record.issue != context.bound_issue:
-        raise NotFoundError(f"no run {payload.id!r} for issue {context.bound_issue}")
+    return _readable(context, store(context).get(payload.id), payload.id)
+
+
+def _readable(context: Context, record: RunRecord, asked: str) -> RunRecord:
+    """``record``, unless the caller is bound to another issue (then it does not exist for them)."""
+    if context.bound_issue is not None and record.issue != normalize_key(context.bound_issue):
+        raise NotFoundError(f"no run {asked!r} for issue {context.bound_issue}")
     return record
 
 
@@ -75,7 +80,7 @@ def show_run(context: Context, payload: RunId) -> RunRecord:
 )
 def run_logs(context: Context, payload: RunId) -> RunLogs:
     runs = store(context)
-    record = runs.get(payload.id)
+    record = _readable(context, runs.get(payload.id), payload.id)
     directory = runs.directory(record.id)
     transcript = directory / "transcript.jsonl"
     lines = transcript.read_text(encoding="utf-8", errors="replace").splitlines() if transcript.exists() else []

@@ -39,8 +39,8 @@ def test_the_operations_and_what_they_declare() -> None:
         "issue.new": ("action", True, None),
         "issue.comment": ("action", True, "key"),
         "issue.set_status": ("action", True, "key"),
-        "issue.close": ("action", False, None),
-        "issue.reopen": ("action", False, None),
+        "issue.close": ("action", False, "key"),
+        "issue.reopen": ("action", False, "key"),
     }
     for name in declared:
         op = REGISTRY[name]

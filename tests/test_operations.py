@@ -7,9 +7,11 @@ from pathlib import Path
 import pytest
 from pydantic import Field
 
+import beflow.issues
+import beflow.runs  # noqa: F401 - registers the run operations
 from beflow.config import load_project
 from beflow.errors import UsageError
-from beflow.operations import Context, Input, Operation
+from beflow.operations import REGISTRY, Context, Input, Operation
 
 
 class Greeting(Input):
@@ -50,3 +52,27 @@ def test_each_bad_argument_is_one_line_with_its_dotted_field(context: Context) -
 def test_a_missing_argument_is_named(context: Context) -> None:
     with pytest.raises(UsageError, match=r"^demo\.greet: name: required key is missing$"):
         GREET.call(context, {})
+
+
+def test_a_bound_caller_can_never_name_another_issue(repo: Path) -> None:
+    """The binding is enforced by the registry for every operation with an issue field, not by each handler."""
+    import beflow.issues
+    import beflow.runs  # noqa: F401 - registers the run operations
+    from beflow.config import load_project
+    from beflow.errors import UsageError
+    from beflow.operations import Context
+
+    context = Context(project=load_project(), actor="agent", bound_issue="2")
+    REGISTRY["issue.new"].call(Context(project=load_project()), {"title": "one"})
+    REGISTRY["issue.new"].call(Context(project=load_project()), {"title": "two"})
+
+    for name, arguments in [
+        ("issue.show", {"key": "1"}),
+        ("issue.comment", {"key": "#1", "text": "hi"}),
+        ("issue.set_status", {"key": "1", "status": "review"}),
+        ("run.list", {"issue": "1"}),
+    ]:
+        with pytest.raises(UsageError, match="works on issue 2 only"):
+            REGISTRY[name].call(context, arguments)
+    assert REGISTRY["issue.show"].call(context, {"key": "0002"}).key == "2"
+    assert REGISTRY["run.list"].call(context, {}) == []  # left out: the bound issue's runs
