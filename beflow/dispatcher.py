@@ -27,7 +27,7 @@ import anyio
 from beflow import preflight
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError
-from beflow.records import RunRecord, RunStore
+from beflow.records import DONE_OUTCOMES, RunRecord, RunStore
 from beflow.runner import Run, RunEvent, RunRequest
 from beflow.trackers import Issue, Status, Tracker, open_tracker
 
@@ -194,6 +194,8 @@ class Dispatcher:
                 self._dispatch(tasks, finished)
         except BeflowError as error:
             self.emit("error", message=error.message)
+        except OSError as error:  # a full disk, a permission gone: say so and try again next tick
+            self.emit("error", message=f"{type(error).__name__}: {error}")
 
     def _ready_to_dispatch(self) -> bool:
         """Whether runs can start: a prompt or `.mcp.json` that would fail every run alike holds dispatching back
@@ -338,7 +340,7 @@ class Dispatcher:
 
     def _after(self, record: RunRecord, permanent: bool) -> None:
         key, watch = record.issue, self.project.config.watch
-        if record.outcome in ("succeeded", "no_changes"):
+        if record.outcome in DONE_OUTCOMES:
             self.attempts[key] = 0
         elif record.outcome in FAILURES:
             self.attempts[key] = record.attempt

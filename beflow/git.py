@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import fnmatch
+import getpass
 import os
 import shutil
 from dataclasses import dataclass
@@ -11,10 +12,7 @@ from pathlib import Path
 import git
 
 from beflow.errors import BeflowError, ConfigError, UsageError
-from beflow.paths import slug
-
-#: The file beflow manages in the agent's working directory; it must never be committed by beflow.
-ACPXRC = ".acpxrc.json"
+from beflow.paths import ACPXRC, slug
 
 
 class GitError(BeflowError):
@@ -256,3 +254,17 @@ def current_branch(directory: Path) -> str:
             return repo.active_branch.name
         except TypeError:  # a detached HEAD
             return f"detached at {repo.head.commit.hexsha[:12]}"
+
+
+def user_name(directory: Path) -> str:
+    """Who is at the keyboard: git's ``user.name`` for this repository, else the login name."""
+    try:
+        name = git.Git(str(directory)).config("--get", "user.name").strip()
+    except (git.GitCommandError, git.GitCommandNotFound, OSError):
+        name = ""
+    if name:
+        return name
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return "user"

@@ -44,7 +44,7 @@ from beflow.files import atomic_write, remove
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
 from beflow.mcp.inject import ACPXRC, managed_acpxrc
 from beflow.paths import beflow_home, path_key
-from beflow.records import RunRecord, RunStore, new_run_id
+from beflow.records import DONE_OUTCOMES, RunRecord, RunStore, new_run_id
 from beflow.runner import (
     ACPX_PERMISSION_DENIED,
     ACPX_TIMEOUT,
@@ -419,7 +419,7 @@ async def attend(
         def status_for(outcome: str) -> Status:
             # A person was there: a session that did not finish leaves the issue where it was (an `open` issue
             # does not join the queue of unattended runs because someone tried it by hand).
-            return status_after(outcome) if outcome in ("succeeded", "no_changes") else before
+            return status_after(outcome) if outcome in DONE_OUTCOMES else before
 
         session = _Session(project, tracker, current, request, run_id, checkout, events)
         record = session.record

@@ -12,6 +12,9 @@ from beflow.files import atomic_write
 
 STATE_DIR = ".beflow"
 
+#: The file beflow manages in an agent's working directory (never committed by beflow, restored after each run).
+ACPXRC = ".acpxrc.json"
+
 _HASHED = re.compile(r"-[0-9a-f]{8}$")
 
 # Ignores everything beflow keeps in `.beflow/` except the issues of the local tracker, which are the user's to

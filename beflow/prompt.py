@@ -38,7 +38,10 @@ def load_template(setting: str | None, project_dir: Path) -> tuple[str, str]:
     if looks_like_path:
         path = (project_dir / setting).expanduser()
         if path.is_file():
-            return path.read_text(encoding="utf-8"), str(path)
+            try:
+                return path.read_text(encoding="utf-8"), str(path)
+            except (OSError, UnicodeDecodeError) as exc:
+                raise PromptError(f"prompt: cannot read template file {path}: {exc}") from None
         if Path(setting).suffix:
             raise PromptError(f"prompt: template file {path} does not exist", fix="Fix `prompt` in config.json.")
     return setting, "config.json prompt"
@@ -95,3 +98,5 @@ def render(setting: str | None, project_dir: Path, variables: dict[str, Any]) ->
         raise PromptError(f"{where}:{exc.lineno}: template syntax error: {exc.message}") from None
     except jinja2.UndefinedError as exc:
         raise PromptError(f"{where}: {exc.message}", fix="Use only issue, attempt, branch, run_id and mode.") from None
+    except Exception as exc:  # a template can fail in its own ways ({{ 1 / 0 }}, a filter on the wrong type)
+        raise PromptError(f"{where}: the template failed: {type(exc).__name__}: {exc}") from None

@@ -7,6 +7,7 @@ ever written here: MCP servers are recorded by name only.
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
 import difflib
 import os
@@ -21,6 +22,10 @@ from beflow.files import atomic_write
 from beflow.paths import slug, state_dir
 
 Outcome = Literal["running", "succeeded", "no_changes", "failed", "timeout", "cancelled"]
+#: Outcomes of runs that did what they were asked (a finished run that changed nothing included).
+DONE_OUTCOMES = frozenset({"succeeded", "no_changes"})
+#: Outcomes a command reports with exit code 1.
+FAILED_OUTCOMES = frozenset({"failed", "timeout", "cancelled"})
 Mode = Literal["auto", "watch", "attend", "open"]
 
 
@@ -118,7 +123,7 @@ class RunStore:
         atomic_write(path, data)
         return path
 
-    def list(self) -> list[RunRecord]:
+    def list(self) -> builtins.list[RunRecord]:
         """Every readable record, newest first."""
         if not self.root.is_dir():
             return []
@@ -131,7 +136,7 @@ class RunStore:
         # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
         return sorted(records, key=lambda r: (r.started_at, r.id), reverse=True)
 
-    def close_orphans(self) -> list[RunRecord]:
+    def close_orphans(self) -> builtins.list[RunRecord]:
         """Close the records of runs whose beflow was killed (still ``running``, their process gone): they end
         ``cancelled``, saying so, instead of looking alive for ever."""
         closed = []

@@ -25,7 +25,7 @@ from beflow.errors import BeflowError, ConfigError, LockedError
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
 from beflow.paths import acpx_home
-from beflow.records import RunRecord, RunStore, new_run_id, now
+from beflow.records import DONE_OUTCOMES, RunRecord, RunStore, new_run_id, now
 from beflow.trackers import Issue, Status, Tracker
 
 #: acpx's exit codes beyond 0 (success) and 1 (error).
@@ -139,7 +139,7 @@ def close_record(store: RunStore, record: RunRecord, outcome: str, reason: str) 
 def status_after(outcome: str, *, retry: bool = False) -> Status:
     """Where a run leaves its issue: ``review`` when it finished, ``ready`` when cancelled or to be retried,
     else ``failed``."""
-    if outcome in ("succeeded", "no_changes"):
+    if outcome in DONE_OUTCOMES:
         return Status.REVIEW
     if outcome == "cancelled" or retry:
         return Status.READY
@@ -148,10 +148,14 @@ def status_after(outcome: str, *, retry: bool = False) -> Status:
 
 def leave_issue(tracker: Tracker, key: str, status: Status, note: str | None) -> bool:
     """Move the issue on from ``in_progress`` with ``note`` as a comment; False (nothing done) when someone moved it
-    by hand during the run (closed it, say): theirs is the last word."""
-    if tracker.get(key).status != Status.IN_PROGRESS:
+    by hand during the run (closed it, say) — theirs is the last word — or it cannot be read any more (deleted,
+    broken by a hand edit): the run record still says how the run ended."""
+    try:
+        if tracker.get(key).status != Status.IN_PROGRESS:
+            return False
+        tracker.set_status(key, status, note=note, author="beflow")
+    except BeflowError:  # moved between the look and the write, or unreadable
         return False
-    tracker.set_status(key, status, note=note, author="beflow")
     return True
 
 
@@ -395,7 +399,8 @@ class Run:
         seen = self.transcript
         stderr_tail = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
         if result.timed_out or result.returncode == ACPX_TIMEOUT or seen.acpx_code == "TIMEOUT":
-            return "timeout", f"the agent did not finish within {self.config.timeout:g} s"
+            limit = f"within {self.config.timeout:g} s" if self.config.timeout is not None else "in time (acpx said so)"
+            return "timeout", f"the agent did not finish {limit}"
         if seen.stop_reason == "cancelled":
             return "cancelled", "the agent's turn was cancelled"
         if result.returncode == 0 and seen.stop_reason is not None and seen.error is None:

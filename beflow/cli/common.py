@@ -122,9 +122,12 @@ def guarded(fn: Callable[[], T]) -> T:
         crash(exc)
 
 
-def call_operation(app: App, name: str, *, actor: str = "user", **arguments: Any) -> Any:
-    """Run operation ``name`` through the one registry, as the CLI's user (``None`` arguments are left out)."""
+def call_operation(app: App, name: str, *, actor: str | None = None, **arguments: Any) -> Any:
+    """Run operation ``name`` through the one registry, as the CLI's user (git's user.name, else the login name);
+    ``None`` arguments are left out, so the operation's defaults apply."""
+    from beflow.git import user_name
     from beflow.operations import Context, get
 
-    context = Context(project=app.project(), actor=actor)
+    project = app.project()
+    context = Context(project=project, actor=actor or user_name(project.directory))
     return get(name).call(context, {k: v for k, v in arguments.items() if v is not None})

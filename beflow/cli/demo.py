@@ -14,6 +14,7 @@ from rich.syntax import Syntax
 from beflow import demo, git, interrupts
 from beflow.cli.common import out
 from beflow.cli.progress import OUTCOME_STYLE, Progress
+from beflow.records import DONE_OUTCOMES
 
 
 @click.command("demo", epilog="Example:  beflow demo --dir /tmp/beflow-demo")
@@ -50,7 +51,7 @@ def command(directory: Path | None) -> None:
     out.print(f"  {beflow} runs logs latest   # the transcript: messages, tool calls, permissions")
     out.print(f"  {beflow} issues show {sample.issue_key}      # the issue, with the run's comment")
     out.print(f"  {beflow} mcp show           # the servers that were injected (values masked)")
-    if record.outcome not in ("succeeded", "no_changes"):
+    if record.outcome not in DONE_OUTCOMES:
         raise SystemExit(1)
 
 

@@ -2,24 +2,19 @@
 
 from __future__ import annotations
 
-import getpass
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
-import git
 from rich import box
 from rich.markup import escape
 from rich.table import Table
 
 import beflow.issues  # noqa: F401 - registers the issue operations
-from beflow.cli.common import App, emit_json, err, out, pass_app
-from beflow.config import Project
+from beflow.cli.common import App, call_operation, emit_json, err, out, pass_app
 from beflow.errors import UsageError
 from beflow.issues import Commented, IssueView, StatusChange
-from beflow.operations import Context
-from beflow.operations import get as operation
 from beflow.trackers.base import Issue, Listing, Status, format_time
 
 STATUS_STYLE = {
@@ -33,27 +28,6 @@ STATUS_STYLE = {
 }
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-
-
-def author(project: Project) -> str:
-    """Who is typing: git's ``user.name``, else the login name."""
-    try:
-        name = git.Git(str(project.directory)).config("--get", "user.name").strip()
-    except (git.GitCommandError, git.GitCommandNotFound, OSError):
-        name = ""
-    if name:
-        return name
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return "user"
-
-
-def call(app: App, name: str, *, actor: str | None = None, **arguments: Any) -> Any:
-    """Run operation ``name`` through the registry, as the CLI's user."""
-    project = app.project()
-    context = Context(project=project, actor=actor or author(project))
-    return operation(name).call(context, {k: v for k, v in arguments.items() if v is not None})
 
 
 def shown_path(path: Path | None) -> str:
@@ -86,7 +60,7 @@ def group() -> None:
 @pass_app
 def list_command(app: App, status: str | None, label: str | None, as_json: bool) -> None:
     """List issues by key; files that cannot be read are reported, the others still listed."""
-    listing: Listing = call(app, "issue.list", status=status, label=label)
+    listing: Listing = call_operation(app, "issue.list", status=status, label=label)
     if as_json:
         emit_json(listing)
     elif listing.issues:
@@ -125,7 +99,7 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
 @pass_app
 def show_command(app: App, key: str, as_json: bool) -> None:
     """Show one issue with its body and comments."""
-    issue: IssueView = call(app, "issue.show", key=key)
+    issue: IssueView = call_operation(app, "issue.show", key=key)
     if as_json:
         emit_json(issue)
         return
@@ -192,7 +166,9 @@ def new_command(
         raise UsageError("give --body or --body-file, not both")
     if body_file is not None:
         body = sys.stdin.read() if str(body_file) == "-" else _read(body_file)
-    issue: Issue = call(app, "issue.new", title=title, body=body, labels=list(labels), priority=priority, status=status)
+    issue: Issue = call_operation(
+        app, "issue.new", title=title, body=body, labels=list(labels), priority=priority, status=status
+    )
     if as_json:
         emit_json(issue)
         return
@@ -216,7 +192,7 @@ def comment_command(app: App, key: str, text: str, author: str | None, as_json: 
     """Add a comment to an issue (TEXT '-' reads it from standard input)."""
     if text == "-":
         text = sys.stdin.read()
-    result: Commented = call(app, "issue.comment", actor=author, key=key, text=text)
+    result: Commented = call_operation(app, "issue.comment", actor=author, key=key, text=text)
     if as_json:
         emit_json(result)
         return
@@ -224,7 +200,7 @@ def comment_command(app: App, key: str, text: str, author: str | None, as_json: 
 
 
 def _status_change(app: App, name: str, key: str, note: str | None, as_json: bool, **extra: Any) -> None:
-    change: StatusChange = call(app, name, key=key, note=note, **extra)
+    change: StatusChange = call_operation(app, name, key=key, note=note, **extra)
     if as_json:
         emit_json(change)
     elif change.changed:

@@ -15,6 +15,7 @@ from beflow import interrupts
 from beflow.cli.common import App, emit_json, err, pass_app
 from beflow.cli.progress import OUTCOME_STYLE
 from beflow.dispatcher import Dispatcher, Snapshot, WatchEvent
+from beflow.records import FAILED_OUTCOMES
 from beflow.runner import RunEvent
 
 #: Events worth a line in the scrolling log above the live view.
@@ -99,5 +100,5 @@ def command(app: App, once: bool, as_json: bool) -> None:
     finally:
         if live is not None:
             live.stop()
-    if once and any(r.outcome in ("failed", "timeout", "cancelled") for r in records):
+    if once and any(r.outcome in FAILED_OUTCOMES for r in records):
         raise SystemExit(1)

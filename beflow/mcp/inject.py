@@ -40,9 +40,7 @@ from pydantic import BaseModel, ValidationError
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.files import atomic_write, fsync_dir, remove
 from beflow.mcp.acp import server_names
-from beflow.paths import beflow_home, path_key
-
-ACPXRC = ".acpxrc.json"
+from beflow.paths import ACPXRC, beflow_home, path_key
 
 #: Seconds a second run waits for the first to finish with the same ``.acpxrc.json`` before refusing.
 DEFAULT_LOCK_TIMEOUT = 30.0
