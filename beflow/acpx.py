@@ -17,6 +17,12 @@ from beflow.config import AgentCommand, Config
 from beflow.mcp.acp import MASK
 from beflow.paths import slug
 
+#: acpx's exit codes beyond 0 (success) and 1 (error).
+ACPX_TIMEOUT = 3
+ACPX_PERMISSION_DENIED = 5
+#: acpx's ``detailCode`` s that mean the agent itself cannot be started.
+AGENT_MISSING = {"AGENT_SPAWN_ENOENT", "AGENT_SPAWN_EACCES"}
+
 #: Prompts longer than this go through a file (``exec -f``) instead of argv, which the kernel limits per argument.
 MAX_ARGV_PROMPT = 64 * 1024
 

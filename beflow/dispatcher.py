@@ -27,8 +27,9 @@ import anyio
 from beflow import preflight
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError
+from beflow.lifecycle import RunEvent, RunRequest
 from beflow.records import DONE_OUTCOMES, RunRecord, RunStore
-from beflow.runner import Run, RunEvent, RunRequest
+from beflow.runner import Run
 from beflow.trackers import Issue, Status, Tracker, open_tracker
 
 FAILURES = {"failed", "timeout"}
@@ -127,7 +128,7 @@ class Dispatcher:
         try:
             self.listener(event)
         except Exception:  # a display that is gone (`beflow watch --json | head`) must not stop the runs
-            self.listener = None
+            self.listener = None  # (as lifecycle.safe_sink does for a run's own events)
 
     def _on_run_event(self, event: RunEvent) -> None:
         running = self.running.get(event.issue)

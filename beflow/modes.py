@@ -3,7 +3,7 @@
 Both run in the repository's own checkout, with a person at the terminal. There is no worktree and no commit (the
 checkout and its uncommitted work are the user's); the run record lists the files the session changed, told apart
 from files that were already uncommitted before it. The prompt, the record and the tracker update are the ones
-``--auto`` uses (:mod:`beflow.runner`).
+``--auto`` uses (:mod:`beflow.lifecycle`).
 
 - ``--attend``: acpx, attended: ``--<attend.permissions>`` (``approve-reads`` by default, never ``approve-all``
   unless configured) and the user's terminal as its stdin, stdout and stderr, so its permission prompts reach the
@@ -41,24 +41,25 @@ from beflow import acpx, git, interrupts, proc
 from beflow.config import AgentCommand, LocalTracker, Project
 from beflow.errors import BeflowError, ConfigError, LockedError, ToolMissingError, UsageError
 from beflow.files import atomic_write, remove
-from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
-from beflow.mcp.inject import ACPXRC, managed_acpxrc
-from beflow.paths import beflow_home, path_key
-from beflow.records import DONE_OUTCOMES, RunRecord, RunStore, new_run_id
-from beflow.runner import (
-    ACPX_PERMISSION_DENIED,
-    ACPX_TIMEOUT,
+from beflow.lifecycle import (
     EventSink,
     RunEvent,
     RunRequest,
+    cancel_reason,
     close_record,
     leave_issue,
     move_to_in_progress,
     new_record,
+    refuse_closed,
     render_prompt,
+    safe_sink,
     status_after,
     summary,
 )
+from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
+from beflow.mcp.inject import ACPXRC, managed_acpxrc
+from beflow.paths import beflow_home, path_key
+from beflow.records import DONE_OUTCOMES, RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
 
 #: Where ``{prompt}`` goes in a native client's argv.
@@ -270,8 +271,7 @@ def _describe_holder(note: Path) -> str:
 
 def _workable(tracker: Tracker, key: str) -> Issue:
     issue = tracker.get(key)
-    if issue.status == Status.CLOSED:
-        raise BeflowError(f"issue {issue.key} is {issue.status.value}", fix=f"beflow issues reopen {issue.key}")
+    refuse_closed(issue)
     return issue
 
 
@@ -293,7 +293,7 @@ class _Session:
         self.issue = issue
         self.checkout = checkout
         self.store = RunStore(project.directory)
-        self._events = events
+        self._events = safe_sink(events)  # the terminal may be gone (SIGHUP): progress never blocks the cleanup
         self._exclude = _excluded(project)
         # Before the tracker is touched (the local tracker's files live in the checkout, and are excluded anyway).
         self.before = snapshot(checkout, self._exclude)
@@ -301,11 +301,7 @@ class _Session:
         self.record.checkout = str(checkout)
 
     def emit(self, kind: str, **data: Any) -> None:
-        if self._events is None:
-            return
-        # The terminal may be gone (SIGHUP): showing progress must never get in the way of the cleanup.
-        with contextlib.suppress(OSError):
-            self._events(RunEvent(kind, self.record.id, self.record.issue, data))
+        self._events(RunEvent(kind, self.record.id, self.record.issue, data))
 
     def start(self, prompt_text: str, note: str | None = None) -> None:
         self.store.create(self.record, prompt_text)
@@ -335,10 +331,6 @@ class _Session:
             exit_code=record.exit_code,
         )
         return record
-
-
-def _cancel_reason() -> str:
-    return f"cancelled by {interrupts.state.signal_name or 'beflow'}"
 
 
 @contextlib.contextmanager
@@ -451,7 +443,7 @@ async def attend(
             outcome, reason = "failed", error.message
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                session.finish("cancelled", _cancel_reason(), status_for)
+                session.finish("cancelled", cancel_reason(), status_for)
             raise
         with anyio.CancelScope(shield=True):
             return session.finish(outcome, reason, status_for)
@@ -483,9 +475,9 @@ async def _attended_acpx(session: _Session, argv: list[str], servers: list[dict[
     code = result.returncode
     if code == 0:
         return "succeeded", "the agent finished (acpx exit 0)"
-    if code == ACPX_TIMEOUT:
+    if code == acpx.ACPX_TIMEOUT:
         return "timeout", "acpx reported a timeout"
-    if code == ACPX_PERMISSION_DENIED:
+    if code == acpx.ACPX_PERMISSION_DENIED:
         # The person said no at the prompt (or attend.permissions did): their decision, not a failure of the run.
         permissions = session.project.config.attend.permissions
         return (
@@ -548,7 +540,7 @@ async def open_native(
                 return session.finish("failed", error.message, status_for)
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                session.finish("cancelled", _cancel_reason(), status_for)
+                session.finish("cancelled", cancel_reason(), status_for)
             raise
         session.record.exit_code = result.returncode
         outcome = "succeeded" if result.returncode == 0 else "failed"

@@ -72,6 +72,13 @@ class RunRecord(BaseModel):
     #: ``--open``: the native client that was started.
     client: str | None = None
 
+    def close(self, outcome: Outcome, reason: str) -> None:
+        """The run ended: its outcome, why, the end time and the duration."""
+        self.outcome = outcome
+        self.stop_reason = reason
+        self.finished_at = now()
+        self.duration = round((self.finished_at - self.started_at).total_seconds(), 3)
+
     @property
     def finished(self) -> bool:
         return self.outcome != "running"
@@ -142,10 +149,7 @@ class RunStore:
         closed = []
         for record in self.list():
             if record.outcome == "running" and not _beflow_alive(record.pid):
-                record.outcome = "cancelled"
-                record.stop_reason = f"beflow (pid {record.pid}) was killed before the run finished"
-                record.finished_at = now()
-                record.duration = round((record.finished_at - record.started_at).total_seconds(), 3)
+                record.close("cancelled", f"beflow (pid {record.pid}) was killed before the run finished")
                 self.save(record)
                 closed.append(record)
         return closed

@@ -1,4 +1,4 @@
-"""The lifecycle of one run (DESIGN §4): every ``--auto`` run and every ``watch`` dispatch is exactly this.
+"""One unattended run (DESIGN §4): every ``--auto`` run and every ``watch`` dispatch is exactly this.
 
 claim → worktree on ``beflow/<key>`` → include files → ``after_create`` hook → prompt → MCP servers → inject →
 ``before_run`` → acpx (supervised) → ``after_run`` → restore → commit → record → tracker update → remove the
@@ -10,49 +10,37 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
-import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from beflow import acpx, git, interrupts, preflight, proc, prompt
+from beflow import acpx, git, interrupts, preflight, proc
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError
+from beflow.lifecycle import (
+    EventSink,
+    RunEvent,
+    RunRequest,
+    cancel_reason,
+    close_record,
+    leave_issue,
+    move_to_in_progress,
+    new_record,
+    refuse_closed,
+    render_prompt,
+    safe_sink,
+    status_after,
+    summary,
+)
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
 from beflow.paths import acpx_home
-from beflow.records import DONE_OUTCOMES, RunRecord, RunStore, new_run_id, now
+from beflow.records import RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
-
-#: acpx's exit codes beyond 0 (success) and 1 (error).
-ACPX_TIMEOUT = 3
-ACPX_PERMISSION_DENIED = 5
-#: acpx's ``detailCode`` s that mean the agent itself cannot be started.
-AGENT_MISSING = {"AGENT_SPAWN_ENOENT", "AGENT_SPAWN_EACCES"}
 
 #: Seconds beyond ``timeout`` that beflow gives acpx to stop by itself before stopping it.
 TIMEOUT_MARGIN = 15.0
-
-
-@dataclass(frozen=True)
-class RunEvent:
-    """Progress of a run, for the terminal view and for ``--json`` event streams."""
-
-    type: str  # started, activity, notice, finished
-    run_id: str
-    issue: str
-    data: dict[str, Any] = field(default_factory=dict)
-    time: float = field(default_factory=time.time)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"event": self.type, "run": self.run_id, "issue": self.issue, "time": self.time, **self.data}
-
-
-EventSink = Callable[[RunEvent], None]
 
 
 class NoLongerReady(LockedError):
@@ -65,100 +53,6 @@ class PermanentFailure(BeflowError):
     """A failure no retry can fix (bad config, a prompt that does not render, an unknown agent)."""
 
 
-@dataclass
-class RunRequest:
-    """What to run and how the tracker is left afterwards."""
-
-    key: str
-    mode: str = "auto"
-    attempt: int = 1
-    #: Whether a failure is the last word (``failed`` on the tracker) or the dispatcher will retry (``ready``).
-    final: bool = True
-    #: The issue was picked because it was ready (watch, ``--auto`` without keys): once claimed, it must still be,
-    #: or another beflow ran it meanwhile and this run is skipped.
-    only_if_ready: bool = False
-    owner: str = field(default_factory=lambda: f"beflow {socket.gethostname()}:{os.getpid()}")
-
-
-def _prompt_variables(issue: Issue, request: RunRequest, branch: str, run_id: str) -> dict[str, Any]:
-    comments = [{"author": c.author, "created": c.created.isoformat(), "body": c.text} for c in issue.comments]
-    return {
-        "issue": {
-            "key": issue.key,
-            "title": issue.title,
-            "body": issue.body,
-            "labels": list(issue.labels),
-            "url": issue.url,
-            "comments": comments,
-        },
-        "attempt": request.attempt,
-        "branch": branch,
-        "run_id": run_id,
-        "mode": request.mode,
-    }
-
-
-# -- what every mode shares (``--auto``, ``watch``, ``--attend``, ``--open``): the prompt, the record, the tracker --
-
-
-def render_prompt(project: Project, issue: Issue, request: RunRequest, *, branch: str, run_id: str) -> str:
-    """The prompt of one run, from the configured template and the same variables in every mode."""
-    return prompt.render(project.config.prompt, project.directory, _prompt_variables(issue, request, branch, run_id))
-
-
-def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: str, branch: str | None) -> RunRecord:
-    """A run record in the state ``running``; ``branch`` is where the run commits (None: it does not)."""
-    return RunRecord(
-        id=run_id,
-        issue=issue.key,
-        title=issue.title,
-        mode=request.mode,  # type: ignore[arg-type]
-        agent=project.config.agent_label(),
-        attempt=request.attempt,
-        branch=branch,
-        started_at=now(),
-    )
-
-
-def move_to_in_progress(tracker: Tracker, issue: Issue, note: str | None = None) -> None:
-    """The tracker says a run works on the issue (through ``ready`` when it cannot go there directly)."""
-    if issue.status in (Status.OPEN, Status.FAILED, Status.DONE):
-        tracker.set_status(issue.key, Status.READY, author="beflow")
-    tracker.set_status(issue.key, Status.IN_PROGRESS, note=note, author="beflow")
-
-
-def close_record(store: RunStore, record: RunRecord, outcome: str, reason: str) -> None:
-    """Give the record its outcome, end time and duration, and save it."""
-    record.outcome = outcome  # type: ignore[assignment]
-    record.stop_reason = reason
-    record.finished_at = now()
-    record.duration = round((record.finished_at - record.started_at).total_seconds(), 3)
-    store.save(record)
-
-
-def status_after(outcome: str, *, retry: bool = False) -> Status:
-    """Where a run leaves its issue: ``review`` when it finished, ``ready`` when cancelled or to be retried,
-    else ``failed``."""
-    if outcome in DONE_OUTCOMES:
-        return Status.REVIEW
-    if outcome == "cancelled" or retry:
-        return Status.READY
-    return Status.FAILED
-
-
-def leave_issue(tracker: Tracker, key: str, status: Status, note: str | None) -> bool:
-    """Move the issue on from ``in_progress`` with ``note`` as a comment; False (nothing done) when someone moved it
-    by hand during the run (closed it, say) — theirs is the last word — or it cannot be read any more (deleted,
-    broken by a hand edit): the run record still says how the run ended."""
-    try:
-        if tracker.get(key).status != Status.IN_PROGRESS:
-            return False
-        tracker.set_status(key, status, note=note, author="beflow")
-    except BeflowError:  # moved between the look and the write, or unreadable
-        return False
-    return True
-
-
 class Run:
     """One run of one issue. Build it, then ``await execute()``; the record says how it ended."""
 
@@ -168,7 +62,7 @@ class Run:
         self.tracker = tracker
         self.request = request
         self.store = RunStore(project.directory)
-        self._events = events
+        self._events = safe_sink(events)
         self.record: RunRecord | None = None
         self.transcript = acpx.Transcript()
         self.permanent = False
@@ -182,27 +76,22 @@ class Run:
     # -- events ------------------------------------------------------------------------------------------------
 
     def emit(self, kind: str, **data: Any) -> None:
-        if self._events is not None and self.record is not None:
-            try:
-                self._events(RunEvent(kind, self.record.id, self.record.issue, data))
-            except Exception:  # a display that fails (`beflow --auto --json | head`) must not break the run
-                self._events = None
+        if self.record is not None:
+            self._events(RunEvent(kind, self.record.id, self.record.issue, data))
 
     # -- the lifecycle -----------------------------------------------------------------------------------------
 
     async def execute(self) -> RunRecord:
         """Run the issue to an outcome; never raises for a failed run (the record says), only for bad usage."""
         issue = self.tracker.get(self.request.key)
-        if issue.status in (Status.CLOSED,):
-            raise BeflowError(f"issue {issue.key} is {issue.status.value}", fix=f"beflow issues reopen {issue.key}")
+        refuse_closed(issue)
         claim = self.tracker.claim(issue.key, self.request.owner)
         try:
             # What the issue is now that it is ours: another beflow may have run it between our look and our claim.
             issue = self.tracker.get(issue.key)
             if self.request.only_if_ready and issue.status != Status.READY:
                 raise NoLongerReady(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
-            if issue.status == Status.CLOSED:
-                raise BeflowError(f"issue {issue.key} is closed", fix=f"beflow issues reopen {issue.key}")
+            refuse_closed(issue)
             return await self._claimed(issue)
         finally:
             if self._repo is not None:
@@ -250,7 +139,7 @@ class Run:
             outcome, reason = "failed", error.message
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                reason = self.cancel_reason or f"cancelled by {interrupts.state.signal_name or 'beflow'}"
+                reason = cancel_reason(self.cancel_reason)
                 await self._wrap_up(worktree, repo, "cancelled", reason)
                 self._finish(issue, "cancelled", reason)
             raise
@@ -398,7 +287,7 @@ class Run:
         denied) and what the transcript says (the prompt's stop reason, the agent's or acpx's error)."""
         seen = self.transcript
         stderr_tail = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
-        if result.timed_out or result.returncode == ACPX_TIMEOUT or seen.acpx_code == "TIMEOUT":
+        if result.timed_out or result.returncode == acpx.ACPX_TIMEOUT or seen.acpx_code == "TIMEOUT":
             limit = f"within {self.config.timeout:g} s" if self.config.timeout is not None else "in time (acpx said so)"
             return "timeout", f"the agent did not finish {limit}"
         if seen.stop_reason == "cancelled":
@@ -409,9 +298,9 @@ class Run:
             return "succeeded", f"the agent finished ({seen.stop_reason})"
         if seen.error:
             return "failed", f"the agent reported an error: {seen.error}"
-        if result.returncode == ACPX_PERMISSION_DENIED:
+        if result.returncode == acpx.ACPX_PERMISSION_DENIED:
             return "failed", f"the agent was denied a permission it asked for (permissions: {self.config.permissions})"
-        if seen.acpx_detail in AGENT_MISSING:
+        if seen.acpx_detail in acpx.AGENT_MISSING:
             # No retry can start an agent that is not installed (or a name acpx does not know): permanent.
             self.permanent = True
             return "failed", f"the agent could not be started ({self.config.agent_label()}): {seen.acpx_error}"
@@ -529,36 +418,6 @@ def _tail(result: proc.Completed) -> str:
     with contextlib.suppress(ValueError, KeyError, TypeError):
         last = str(json.loads(last)["error"]["message"])
     return f"{result.describe()}: {last[:300]}"
-
-
-def summary(record: RunRecord) -> str:
-    """The comment a finished run leaves on its issue."""
-    lines = [f"beflow run `{record.id}`: **{record.outcome}** — {record.stop_reason}"]
-    lines.append(f"- agent: {record.agent}, attempt {record.attempt}, {record.duration or 0:.1f} s")
-    if record.branch:
-        lines.append(f"- branch: `{record.branch}`" + (f", commit `{record.commit[:12]}`" if record.commit else ""))
-    if record.checkout:
-        lines.append(f"- {record.mode} session in the checkout `{record.checkout}`; nothing was committed")
-    if record.changed_files:
-        lines.append(f"- files changed ({len(record.changed_files)}): {_file_list(record.changed_files)}")
-    if record.dirty_before:
-        lines.append(
-            f"- uncommitted before the run and left as they were ({len(record.dirty_before)}): "
-            + _file_list(record.dirty_before)
-        )
-    if record.mcp_servers:
-        lines.append(f"- MCP servers: {', '.join(record.mcp_servers)}")
-    if record.worktree_kept:
-        lines.append(f"- worktree kept at `{record.worktree}`")
-    if record.final_message:
-        lines.append("")
-        lines.append("> " + "\n> ".join(record.final_message.strip().splitlines()[:20]))
-    return "\n".join(lines)
-
-
-def _file_list(lines: list[str], limit: int = 10) -> str:
-    shown = ", ".join(f"`{line.split(chr(9))[-1]}`" for line in lines[:limit])
-    return shown + (f" and {len(lines) - limit} more" if len(lines) > limit else "")
 
 
 async def run_many(

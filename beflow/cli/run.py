@@ -8,8 +8,9 @@ from rich.markup import escape
 from beflow import interrupts, modes
 from beflow.cli.common import App, emit_json, err, pass_app
 from beflow.cli.progress import OUTCOME_STYLE, Progress
+from beflow.lifecycle import RunEvent
 from beflow.records import FAILED_OUTCOMES
-from beflow.runner import RunEvent, run_many
+from beflow.runner import run_many
 from beflow.trackers import open_tracker
 
 

@@ -15,8 +15,8 @@ from beflow import interrupts
 from beflow.cli.common import App, emit_json, err, pass_app
 from beflow.cli.progress import OUTCOME_STYLE
 from beflow.dispatcher import Dispatcher, Snapshot, WatchEvent
+from beflow.lifecycle import RunEvent
 from beflow.records import FAILED_OUTCOMES
-from beflow.runner import RunEvent
 
 #: Events worth a line in the scrolling log above the live view.
 LOGGED = {"dispatched", "finished", "retry_scheduled", "cancelled", "error", "failed", "requeued", "config_reloaded"}
