@@ -8,6 +8,8 @@ prompt's result (``stopReason``) or error. :class:`Transcript` follows that stre
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -354,4 +356,7 @@ def forget_session(session_id: str, home: Path) -> list[Path]:
         except OSError:
             continue
         removed.append(path)
+    # The queue owner's socket directory, /tmp/acpx-<sha256(home)[:10]>: left empty once the owner is gone.
+    with contextlib.suppress(OSError):
+        (Path("/tmp") / f"acpx-{hashlib.sha256(str(home).encode()).hexdigest()[:10]}").rmdir()
     return removed

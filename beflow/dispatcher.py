@@ -27,7 +27,7 @@ import anyio
 from beflow import preflight
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError
-from beflow.lifecycle import RunEvent, RunRequest
+from beflow.lifecycle import RunEvent, RunRequest, settle_orphans
 from beflow.records import DONE_OUTCOMES, RunRecord, RunStore
 from beflow.runner import Run
 from beflow.trackers import Issue, Status, Tracker, open_tracker
@@ -187,7 +187,10 @@ class Dispatcher:
         self.tick_count += 1
         self._reload_config()
         try:
-            RunStore(self.project.directory).close_orphans()
+            store = RunStore(self.project.directory)
+            store.close_orphans()
+            for key in settle_orphans(self.tracker, store):
+                self.emit("settled", key, reason="its run had finished; the issue now says so")
             for issue in self.tracker.requeue_orphans():
                 self.emit("requeued", issue.key, reason="its run stopped without finishing")
             self._reconcile()
@@ -242,8 +245,10 @@ class Dispatcher:
         for key, running in list(self.running.items()):
             if running.cancelling:
                 continue
+            # The tracker the run started with: a config change between ticks does not move a running issue.
+            tracker = running.run.tracker if running.run is not None else self.tracker
             try:
-                status = self.tracker.get(key).status
+                status = tracker.get(key).status
             except NotFoundError:
                 status = None
             except BeflowError:
@@ -255,16 +260,14 @@ class Dispatcher:
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         now = time.time()
-        ready = self.tracker.ready()
-        self.queue = [i for i in ready if i.key not in self.running]
+        ready = [i for i in self.tracker.ready() if i.key not in self.running]
+        self._recall([i.key for i in ready if i.key not in self.attempts])
+        # The queue: what is ready and not backing off (those are shown apart, with their due time).
+        self.queue = [i for i in ready if not (i.key in self.backoffs and self.backoffs[i.key].due > now)]
         free = self.project.config.watch.concurrency - len(self.running)
-        self._recall([i.key for i in self.queue if i.key not in self.attempts])
         for issue in list(self.queue):
             if free <= 0 or self.stopping:
                 break
-            backoff = self.backoffs.get(issue.key)
-            if backoff is not None and backoff.due > now:
-                continue
             self.backoffs.pop(issue.key, None)
             attempt = self.attempts.get(issue.key, 0) + 1
             running = Running(issue.key, attempt, anyio.CancelScope())
@@ -346,10 +349,12 @@ class Dispatcher:
         elif record.outcome in FAILURES:
             self.attempts[key] = record.attempt
             if permanent:
+                self.attempts.pop(key, None)  # a person who fixes the cause and reopens it starts a fresh round
                 self.emit("failed", key, reason=f"not retried: {record.stop_reason}")
             elif record.attempt < watch.max_attempts:
                 delay = backoff_delay(record.attempt, watch.backoff, watch.backoff_max)
                 self.backoffs[key] = Backoff(key, record.attempt + 1, time.time() + delay, record.stop_reason or "")
                 self.emit("retry_scheduled", key, attempt=record.attempt + 1, delay=delay)
             else:
+                self.attempts.pop(key, None)  # reopened by a person, it gets a fresh round of attempts
                 self.emit("failed", key, reason=f"gave up after {record.attempt} attempts")

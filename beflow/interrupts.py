@@ -46,6 +46,11 @@ def leaving_sigint_to_child() -> Iterator[None]:
         state.sigint_to_child = False
 
 
+def forced() -> bool:
+    """Whether the user insisted (a second signal): whatever waits on a child to stop should stop waiting."""
+    return state.forced
+
+
 def grace(default: float) -> float:
     """The grace period to give a child now: short once the user insisted."""
     return 0.5 if state.forced else default

@@ -185,3 +185,26 @@ def refuse_closed(issue: Issue) -> None:
     """A closed issue is not run in any mode: reopen it first."""
     if issue.status == Status.CLOSED:
         raise BeflowError(f"issue {issue.key} is closed", fix=f"beflow issues reopen {issue.key}")
+
+
+def settle_orphans(tracker: Tracker, store: RunStore) -> list[str]:
+    """Issues left ``in_progress`` by a run that finished its work but could not tell the tracker (the issue file
+    was unreadable at that moment): they get the status and comment the run would have given them, instead of
+    being run again. Runs that did not finish are left to the tracker's requeue."""
+    settled = []
+    orphaned = tracker.orphaned()
+    if not orphaned:
+        return settled
+    records = store.list()
+    for issue in orphaned:
+        latest = next((r for r in records if r.issue == issue.key), None)
+        if latest is None or latest.outcome not in DONE_OUTCOMES:
+            continue
+        try:
+            claim = tracker.claim(issue.key, owner="beflow (settling a finished run)")
+        except BeflowError:
+            continue  # a run has it now
+        with claim:
+            if leave_issue(tracker, issue.key, status_after(latest.outcome), summary(latest)):
+                settled.append(issue.key)
+    return settled

@@ -21,6 +21,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
+from beflow import interrupts
 from beflow.errors import BeflowError, ToolMissingError
 
 LineHandler = Callable[[bytes], Awaitable[None] | None]
@@ -135,18 +136,21 @@ async def stop_group(pgid: int, grace: float = DEFAULT_GRACE, leader: anyio.abc.
     The leader (acpx, a hook's shell) is asked first and given half the grace period, so that it can shut down
     what it started in order (acpx cancels the agent's turn and exits 0); what is still left then gets SIGTERM,
     and SIGKILL when the grace period is over. ``leader`` is reaped while waiting: an unreaped child stays in
-    its group as a zombie.
+    its group as a zombie. A second signal to beflow while it waits (:func:`beflow.interrupts.forced`) cuts the
+    wait short.
     """
     with anyio.CancelScope(shield=True):
         deadline = anyio.current_time() + grace
         if leader is not None and leader.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 leader.send_signal(signal.SIGTERM)
-            with anyio.move_on_after(grace / 2):
-                await leader.wait()
+            leader_deadline = anyio.current_time() + grace / 2
+            while leader.returncode is None and anyio.current_time() < leader_deadline and not interrupts.forced():
+                with anyio.move_on_after(0.05):
+                    await leader.wait()
         if not _signal_group(pgid, signal.SIGTERM):
             return
-        while anyio.current_time() < deadline:
+        while anyio.current_time() < deadline and not interrupts.forced():
             if leader is not None and leader.returncode is None:
                 with anyio.move_on_after(0.05):
                     await leader.wait()
@@ -194,7 +198,7 @@ async def stop_tree(leader: anyio.abc.Process, grace: float = DEFAULT_GRACE) -> 
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGTERM)
         deadline = anyio.current_time() + grace
-        while anyio.current_time() < deadline:
+        while anyio.current_time() < deadline and not interrupts.forced():
             if leader.returncode is None:
                 with anyio.move_on_after(0.05):
                     await leader.wait()

@@ -30,6 +30,7 @@ from beflow.lifecycle import (
     refuse_closed,
     render_prompt,
     safe_sink,
+    settle_orphans,
     status_after,
     summary,
 )
@@ -406,7 +407,15 @@ class Run:
         if status == Status.FAILED and self.request.mode == "watch":
             why = "it cannot succeed as configured" if self.permanent else f"{record.attempt} attempt(s)"
             note = f"{note}\n\nbeflow gives up on this issue: {why}." if note else None
-        leave_issue(self.tracker, issue.key, status, note)
+        if not leave_issue(self.tracker, issue.key, status, note):
+            try:
+                self.tracker.get(issue.key)  # moved by hand (closed, say): theirs is the last word, nothing to say
+            except BeflowError as error:
+                self.emit(
+                    "notice",
+                    message=f"the issue could not be updated ({error.message}); the run record keeps the outcome, "
+                    "and the next beflow run or watch tick brings the issue up to date",
+                )
 
 
 def _tail(result: proc.Completed) -> str:
@@ -433,7 +442,9 @@ async def run_many(
     """Run the named issues, or every ready issue once, ``concurrency`` at a time."""
     preflight.check(project)
     picked = not keys
-    RunStore(project.directory).close_orphans()
+    store = RunStore(project.directory)
+    store.close_orphans()
+    settle_orphans(tracker, store)
     if picked:
         tracker.requeue_orphans()
         keys = [issue.key for issue in tracker.ready()]

@@ -10,7 +10,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from beflow import proc
+from beflow import interrupts, proc
 from beflow.errors import ToolMissingError
 
 #: Short grace periods keep these tests fast; the behaviour is the same with the default.
@@ -233,3 +233,21 @@ def test_run_sync_runs_from_synchronous_code() -> None:
     result = proc.run_sync(["echo", "sync"])
 
     assert result.stdout == b"sync\n"
+
+
+@pytest.mark.anyio
+async def test_a_second_signal_cuts_the_grace_period_short(tmp_path: Path) -> None:
+    """The user pressed Ctrl-C again: a child that ignores SIGTERM is killed now, not after the grace period."""
+    pids = tmp_path / "pids"
+    process = await anyio.open_process(spawner(pids, ignore_term=True), start_new_session=True)
+    try:
+        while not pids.exists() or not pids.read_text():
+            await anyio.sleep(0.02)
+        interrupts.state.forced = True
+        with anyio.fail_after(30):  # the grace is 600 s: only a forced stop ends in time
+            await proc.stop_group(process.pid, grace=600, leader=process)
+    finally:
+        interrupts.state.forced = False
+        await process.aclose()
+
+    assert not any(alive(pid) for pid in pids_of(pids))

@@ -237,6 +237,27 @@ def test_after_beflow_is_killed_its_agent_stops_and_the_next_run_picks_the_issue
     assert auto_project.issue(key).status == Status.REVIEW
 
 
+def test_a_finished_run_whose_issue_could_not_be_updated_is_settled_not_run_again(
+    auto_project: AutoProject, beflow
+) -> None:
+    """The issue file was unreadable when the run ended: the next beflow gives the issue the run's status and
+    comment from the record, instead of requeueing it as if the run had died."""
+    key = auto_project.new_issue("write a.txt x")
+    assert beflow("--auto", key).exit_code == 0
+    (record,) = auto_project.records(key)
+    tracker = auto_project.tracker
+    tracker.set_status(key, Status.IN_PROGRESS)  # as if the final update had not happened
+    comments_before = len(auto_project.issue(key).comments)
+
+    result = beflow("--auto")
+
+    assert result.exit_code == 0, result.stderr
+    assert auto_project.records(key) == [record]  # not run again
+    issue = auto_project.issue(key)
+    assert issue.status == Status.REVIEW
+    assert len(issue.comments) == comments_before + 1 and record.id in issue.comments[-1].text
+
+
 # -- attempts, selection, concurrency ---------------------------------------------------------------------------
 
 

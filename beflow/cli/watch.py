@@ -19,7 +19,18 @@ from beflow.lifecycle import RunEvent
 from beflow.records import FAILED_OUTCOMES
 
 #: Events worth a line in the scrolling log above the live view.
-LOGGED = {"dispatched", "finished", "retry_scheduled", "cancelled", "error", "failed", "requeued", "config_reloaded"}
+LOGGED = {
+    "dispatched",
+    "finished",
+    "retry_scheduled",
+    "cancelled",
+    "error",
+    "failed",
+    "requeued",
+    "config_reloaded",
+    "stopping",
+    "settled",
+}
 
 
 def render(snapshot: Snapshot, concurrency: int) -> Group:
