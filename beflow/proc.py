@@ -334,3 +334,54 @@ async def run(
 def run_sync(argv: Sequence[str], **kwargs: object) -> Completed:
     """:func:`run` from synchronous code (probes such as ``beflow doctor``)."""
     return anyio.run(lambda: run(argv, **kwargs))  # type: ignore[arg-type]
+
+
+# -- process identity: is the process that wrote a journal entry or a run record still the one running? ---------
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    """State letter and start time (clock ticks since boot) of ``pid`` from /proc; ``None`` when unreadable."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces and parentheses
+    try:
+        return fields[0], int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """When ``pid`` started, in clock ticks since boot: with the pid, it names one process for good."""
+    stat = _stat(pid)
+    return stat[1] if stat else None
+
+
+def boot_id() -> str | None:
+    """This boot of the machine (a pid from an earlier boot names nothing now)."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def is_running(pid: int, started: int | None, boot: str | None) -> bool:
+    """Whether the process ``pid`` that started at ``started`` in boot ``boot`` still runs — not a zombie, not a
+    later process that reused its pid. Without /proc, only that some process has the pid."""
+    current_boot = boot_id()
+    if boot and current_boot and boot != current_boot:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, owned by someone else: the start time decides
+    stat = _stat(pid)
+    if stat is None:
+        return not Path("/proc").is_dir()
+    state, start = stat
+    if state in {"Z", "X"}:
+        return False
+    return started is None or started == start

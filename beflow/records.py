@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from beflow import proc
 from beflow.errors import NotFoundError
 from beflow.files import atomic_write
 from beflow.paths import slug, state_dir
@@ -56,6 +57,9 @@ class RunRecord(BaseModel):
     stop_reason: str | None = None
     exit_code: int | None = None
     pid: int = Field(default_factory=os.getpid)
+    #: With ``pid``, which process ran it (a reused pid is not mistaken for it): start time and boot.
+    pid_start: int | None = Field(default_factory=lambda: proc.start_time(os.getpid()))
+    boot_id: str | None = Field(default_factory=proc.boot_id)
     mcp_servers: list[str] = Field(default_factory=list)
     mcp_shadowed: list[str] = Field(default_factory=list)
     changed_files: list[str] = Field(default_factory=list)
@@ -87,20 +91,6 @@ class RunRecord(BaseModel):
 def new_run_id(issue_key: str) -> str:
     """Sortable by start time, readable, unique: ``20261129-221530-<key>-<4 hex>``."""
     return f"{now():%Y%m%d-%H%M%S}-{slug(issue_key, max_length=24)}-{secrets.token_hex(2)}"
-
-
-def _beflow_alive(pid: int) -> bool:
-    """Whether ``pid`` is a live beflow (a reused pid of another program is not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return b"beflow" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return True  # no /proc to tell: alive, to be safe
 
 
 class RunStore:
@@ -148,7 +138,7 @@ class RunStore:
         ``cancelled``, saying so, instead of looking alive for ever."""
         closed = []
         for record in self.list():
-            if record.outcome == "running" and not _beflow_alive(record.pid):
+            if record.outcome == "running" and not proc.is_running(record.pid, record.pid_start, record.boot_id):
                 record.close("cancelled", f"beflow (pid {record.pid}) was killed before the run finished")
                 self.save(record)
                 closed.append(record)

@@ -37,6 +37,7 @@ import anyio
 import filelock
 from pydantic import BaseModel, ValidationError
 
+from beflow import proc
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.files import atomic_write, fsync_dir, remove
 from beflow.mcp.acp import server_names
@@ -44,8 +45,6 @@ from beflow.paths import ACPXRC, beflow_home, path_key
 
 #: Seconds a second run waits for the first to finish with the same ``.acpxrc.json`` before refusing.
 DEFAULT_LOCK_TIMEOUT = 30.0
-
-_PROC = Path("/proc")
 
 
 class JournalEntry(BaseModel):
@@ -151,44 +150,9 @@ def saved_dir() -> Path:
 # --- process identity -----------------------------------------------------------------------------------------
 
 
-def _proc_stat(pid: int) -> tuple[str, int] | None:
-    """State letter and start time of ``pid`` from /proc, or ``None`` when it cannot be read."""
-    try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces and parentheses
-    try:
-        return fields[0], int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def _boot_id() -> str | None:
-    try:
-        return (_PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
-    except OSError:
-        return None
-
-
 def _owner_alive(entry: JournalEntry) -> bool:
     """Is the process that wrote ``entry`` still running (the same process, not a reuse of its pid)?"""
-    boot = _boot_id()
-    if entry.boot_id and boot and entry.boot_id != boot:
-        return False
-    try:
-        os.kill(entry.pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # exists, owned by someone else: the start time decides
-    current = _proc_stat(entry.pid)
-    if current is None:
-        return not _PROC.is_dir()  # without /proc, signal 0 is all there is
-    state, start = current
-    if state in {"Z", "X"}:
-        return False
-    return entry.pid_start is None or entry.pid_start == start
+    return proc.is_running(entry.pid, entry.pid_start, entry.boot_id)
 
 
 # --- reading the prior and composing the managed file --------------------------------------------------------
@@ -427,12 +391,12 @@ def _begin(target: Path, key: str, servers: Sequence[dict[str, Any]]) -> tuple[J
     """Journal the prior state, then write the managed file."""
     prior = _read_prior(target)
     data, parsed = compose(prior.content, servers)
-    start = _proc_stat(os.getpid())
+    start = proc.start_time(os.getpid())
     entry = JournalEntry(
         target=target,
         pid=os.getpid(),
-        pid_start=start[1] if start else None,
-        boot_id=_boot_id(),
+        pid_start=start,
+        boot_id=proc.boot_id(),
         existed=prior.existed,
         mode=prior.mode,
         symlink=prior.symlink,

@@ -19,12 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from beflow import proc
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.mcp.inject import (
     ACPXRC,
     Injection,
     JournalEntry,
-    _proc_stat,
     journal_dir,
     managed_acpxrc,
     recover_orphans,
@@ -169,7 +169,7 @@ def test_the_journal_is_written_before_the_session_and_removed_after(work: Path)
         entry = JournalEntry.model_validate_json(path.read_bytes())
         assert entry.target == work.resolve() / ACPXRC
         assert (entry.pid, entry.existed, entry.mode) == (os.getpid(), True, 0o640)
-        assert entry.pid_start == _proc_stat(os.getpid())[1]
+        assert entry.pid_start == proc.start_time(os.getpid())
         assert base64.b64decode(entry.prior or "") == prior
         assert entry.written_sha256 == hashlib.sha256((work / ACPXRC).read_bytes()).hexdigest()
 
