@@ -8,10 +8,12 @@ worktree (kept, and said so, when that could lose the agent's work) → release 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -39,6 +41,8 @@ from beflow.mcp.inject import Injection, managed_acpxrc
 from beflow.paths import acpx_home
 from beflow.records import RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
+
+T = TypeVar("T")
 
 #: Seconds beyond ``timeout`` that beflow gives acpx to stop by itself before stopping it.
 TIMEOUT_MARGIN = 15.0
@@ -121,13 +125,12 @@ class Run:
         repo = self._repo = git.open_repo(self.project.directory)
         try:
             servers = self._resolve_servers()
-            worktree = git.create_worktree(
-                repo, git.worktree_path(self.project.worktrees_dir, key), branch, self.config.worktrees.base
-            )
+            path = git.worktree_path(self.project.worktrees_dir, key)
+            worktree = await _in_thread(git.create_worktree, repo, path, branch, self.config.worktrees.base)
             record.worktree = str(worktree.path)
             record.base_commit = worktree.base_commit
             self.store.save(record)
-            git.copy_included(self.project.directory, worktree.path, self.config.worktrees.include)
+            await _in_thread(git.copy_included, self.project.directory, worktree.path, self.config.worktrees.include)
             await self._hook("after_create", worktree.path, fatal=True)
             outcome, reason = await self._agent_session(worktree.path, text, servers)
         except PermanentFailure as error:
@@ -351,21 +354,21 @@ class Run:
         if self.config.after_run.commit:
             message = f"{record.title or record.issue}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
             try:
-                commit = git.commit_all(worktree.path, message)
+                commit = await _in_thread(git.commit_all, worktree.path, message)
             except BeflowError as error:
                 record.worktree_kept = True
                 self.store.save(record)
                 return "failed", f"{reason}; {error.message}; the work is kept in {worktree.path}"
         record.commit = commit
         head = commit or worktree.base_commit
-        record.changed_files = git.changed_files(worktree.path, worktree.base_commit, head)
+        record.changed_files = await _in_thread(git.changed_files, worktree.path, worktree.base_commit, head)
         if not self.config.after_run.commit:
             # Nothing is committed: what changed is what the worktree's status says, left there for a person.
-            status = git.checkout_status(worktree.path)
+            status = await _in_thread(git.checkout_status, worktree.path)
             record.changed_files = [f"{code.strip()}\t{path}" for path, code in status.items() if path != git.ACPXRC]
         if outcome == "succeeded" and not record.changed_files:
             outcome, reason = "no_changes", "the agent finished without changing any file"
-        if git.is_dirty(worktree.path):
+        if await _in_thread(git.is_dirty, worktree.path):
             record.worktree_kept = True
             why = "after_run.commit is false" if not self.config.after_run.commit else "uncommitted changes"
             reason += f"; the worktree is kept ({why}): {worktree.path}"
@@ -376,7 +379,7 @@ class Run:
     async def _remove(self, repo: Any, worktree: git.Worktree) -> None:
         await self._hook("before_remove", worktree.path, fatal=False)
         try:
-            git.remove_worktree(repo, worktree.path)
+            await _in_thread(git.remove_worktree, repo, worktree.path)
         except BeflowError as error:
             assert self.record is not None
             self.record.worktree_kept = True
@@ -416,6 +419,12 @@ class Run:
                     message=f"the issue could not be updated ({error.message}); the run record keeps the outcome, "
                     "and the next beflow run or watch tick brings the issue up to date",
                 )
+
+
+async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """A git operation (GitPython, synchronous, seconds on a big repository) off the event loop, so that other
+    runs' output and beflow's signal handling go on meanwhile."""
+    return await anyio.to_thread.run_sync(functools.partial(fn, *args))
 
 
 def _tail(result: proc.Completed) -> str:
