@@ -1,4 +1,5 @@
-"""The one subprocess helper. Every program beflow starts (acpx, hooks, native clients, probes) goes through it.
+"""The one subprocess helper. Every program beflow starts (acpx, hooks, native clients, probes) goes through it;
+git alone is run by GitPython, behind :mod:`beflow.git`.
 
 Children start in their own process group, so that a timeout or a cancellation can stop the child *and*
 everything it started (acpx's agent, a hook's tools): SIGTERM to the group, a grace period, then SIGKILL. When a
