@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import getpass
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import git
+from filelock import FileLock
 
 from beflow.errors import BeflowError, ConfigError, UsageError
-from beflow.paths import ACPXRC, slug
+from beflow.paths import ACPXRC, beflow_home, path_key, slug
 
 
 class GitError(BeflowError):
@@ -82,12 +85,29 @@ def resolve_base(repo: git.Repo, base: str) -> str:
         ) from None
 
 
+@contextlib.contextmanager
+def _worktrees_locked(repo: git.Repo) -> Iterator[None]:
+    """One ``git worktree add|remove|prune`` at a time per repository, across beflow processes: git itself races
+    when two run at once ("failed to read .git/worktrees/<other>/commondir")."""
+    common = Path(repo.git.rev_parse("--git-common-dir"))
+    common = common if common.is_absolute() else Path(repo.working_tree_dir or ".") / common
+    path = beflow_home() / "locks" / f"worktrees-{path_key(common)}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(path, thread_local=False):
+        yield
+
+
 def create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Worktree:
     """A worktree at ``path`` on ``branch``: continued when the branch exists, else new from ``base``.
 
     A worktree left at ``path`` by an interrupted run of the same branch is reused as it is: it may hold the
     agent's uncommitted work.
     """
+    with _worktrees_locked(repo):
+        return _create_worktree(repo, path, branch, base)
+
+
+def _create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Worktree:
     repo.git.worktree("prune")
     registered = _registered_worktrees(repo)
     exists = branch in [h.name for h in repo.heads]
@@ -210,7 +230,8 @@ def diff(directory: Path, base: str, head: str) -> str:
 def remove_worktree(repo: git.Repo, path: Path) -> None:
     """Remove a worktree, keeping its branch."""
     try:
-        repo.git.worktree("remove", "--force", str(path))
+        with _worktrees_locked(repo):
+            repo.git.worktree("remove", "--force", str(path))
     except git.GitCommandError as exc:
         raise GitError(f"could not remove worktree {path}: {exc.stderr.strip()}") from None
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -56,6 +57,23 @@ def test_a_worktree_starts_from_the_base_and_a_later_one_continues_the_branch(re
     assert (second.base_commit, second.continued) == (commit, True)
     assert (path / "work.txt").read_text() == "attempt 1\n"
     repository.close()
+
+
+def test_worktrees_made_at_the_same_time_all_succeed(repo: Path, worktrees: Path) -> None:
+    """Parallel runs (watch) make worktrees at once; git alone races on that, beflow takes turns."""
+
+    def make(index: int) -> git.Worktree:
+        handle = git.open_repo(repo)
+        try:
+            return git.create_worktree(handle, worktrees / f"w{index}", f"beflow/w{index}", "HEAD")
+        finally:
+            handle.close()
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        made = list(pool.map(make, range(40)))
+
+    assert sorted(w.path.name for w in made) == sorted(f"w{i}" for i in range(40))
+    assert len(run_git(repo, "worktree", "list").splitlines()) == 41
 
 
 def test_a_base_that_is_not_a_commit_is_a_config_error(repo: Path, worktrees: Path) -> None:
