@@ -5,7 +5,9 @@
 - run: ``acpx exec`` of the same agent turn, bare (in a plain git worktree) vs. one full ``beflow`` run of an
   issue (claim, worktree, prompt, MCP injection and restore, acpx, commit, record, tracker update, cleanup);
 - inject: one ``managed_acpxrc`` session (journal, lock, atomic write, restore) vs. writing and removing the
-  same file directly.
+  same file directly;
+- dispatch: one ``beflow watch --once`` tick running a batch of issues in parallel (``concurrency`` = the batch)
+  vs. the same agent turns as bare ``acpx exec`` calls, all at once.
 
 Uses the pinned acpx (tools/acpx, installed by ./scripts/test) and the test agent in tests/support. Timings on a
 shared machine are noisy: compare the ratios, and the medians, not single numbers.
@@ -14,12 +16,14 @@ shared machine are noisy: compare the ratios, and the medians, not single number
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
@@ -58,6 +62,10 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def] - a tiny harness
 def bare_run(repo: Path, index: int) -> None:
     worktree = repo.parent / f"bare-{index}"
     git(repo, "worktree", "add", "-q", "-b", f"bare/{index}", str(worktree))
+    bare_exec(worktree)
+
+
+def bare_exec(worktree: Path) -> None:
     subprocess.run(
         [str(ACPX), "--cwd", str(worktree), "--format", "json", "--approve-all", "--agent", AGENT, "exec", PROMPT],
         check=True,
@@ -75,6 +83,32 @@ def file_issue(repo: Path, index: int) -> None:
 
 def beflow_run(repo: Path, index: int) -> None:
     subprocess.run([*BEFLOW, "--auto", str(index + 1)], cwd=repo, check=True, capture_output=True)
+
+
+def bare_batch(repo: Path, count: int, offset: int) -> None:
+    """``count`` bare runs at once (their worktrees made one after the other: git races on parallel adds)."""
+    worktrees = []
+    for index in range(offset, offset + count):
+        worktree = repo.parent / f"bare-{index}"
+        git(repo, "worktree", "add", "-q", "-b", f"bare/{index}", str(worktree))
+        worktrees.append(worktree)
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        list(pool.map(bare_exec, worktrees))
+
+
+def file_issues(repo: Path, count: int) -> None:
+    """``count`` ready issues, filed through the tracker directly (not timed)."""
+    from beflow.config import load_project
+    from beflow.trackers import open_tracker
+
+    tracker = open_tracker(load_project(repo / "config.json"))
+    for index in range(count):
+        tracker.create(title=f"batch {index}", body=PROMPT)
+
+
+def watch_batch(repo: Path) -> None:
+    """The ready issues through one ``beflow watch --once`` tick (concurrency = the batch: one tick runs them all)."""
+    subprocess.run([*BEFLOW, "watch", "--once", "--json"], cwd=repo, check=True, capture_output=True)
 
 
 def inject_once(directory: Path) -> None:
@@ -124,6 +158,16 @@ def main() -> None:
         plain = [timed(lambda: write_once(directory)) for _ in range(50)]
         managed = [timed(lambda: inject_once(directory)) for _ in range(50)]
         report("inject", plain, managed)
+        batch, bare_batches, watch_batches = 4, [], []
+        config = json.loads((repo / "config.json").read_text())
+        config["watch"] = {"concurrency": batch, "interval": 1}
+        (repo / "config.json").write_text(json.dumps(config))
+        for round_ in range(max(1, args.runs // 2)):
+            offset = 1000 + round_ * batch
+            bare_batches.append(timed(lambda o=offset: bare_batch(repo, batch, o)))
+            file_issues(repo, batch)
+            watch_batches.append(timed(lambda: watch_batch(repo)))
+        report("dispatch", bare_batches, watch_batches)
 
 
 if __name__ == "__main__":
