@@ -15,7 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -104,16 +104,11 @@ def _signal_group(pgid: int, signum: int) -> bool:
     return True
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group.
-
-    A zombie cannot run and cannot be signalled away; it lingers until its parent, possibly an init that
-    never reaps, collects it, so it does not count as left behind.
-    """
+def _processes() -> Iterator[tuple[int, str, int, int]]:
+    """``(pid, state, parent pid, process group)`` of every process, from /proc (nothing where there is none)."""
     proc_root = Path("/proc")
-    if not proc_root.is_dir():  # not Linux: signal 0 cannot tell zombies apart, but it is the best there is
-        return [pgid] if _signal_group(pgid, 0) else []
-    members = []
+    if not proc_root.is_dir():
+        return
     for entry in proc_root.iterdir():
         if not entry.name.isdigit():
             continue
@@ -121,9 +116,20 @@ def group_members(pgid: int) -> list[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 2 and fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(entry.name))
+        fields = stat[stat.rfind(")") + 2 :].split()  # the command name may hold spaces and parentheses
+        if len(fields) > 2:
+            yield int(entry.name), fields[0], int(fields[1]), int(fields[2])
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes of a process group.
+
+    A zombie cannot run and cannot be signalled away; it lingers until its parent, possibly an init that
+    never reaps, collects it, so it does not count as left behind.
+    """
+    if not Path("/proc").is_dir():  # not Linux: signal 0 cannot tell zombies apart, but it is the best there is
+        return [pgid] if _signal_group(pgid, 0) else []
+    members = [pid for pid, state, _, group in _processes() if state != "Z" and group == pgid]
     return members
 
 
@@ -168,20 +174,10 @@ async def stop_group(pgid: int, grace: float = DEFAULT_GRACE, leader: anyio.abc.
 
 def descendants(pid: int) -> list[int]:
     """Every live process below ``pid`` (children, their children, ...), from /proc's parent links."""
-    proc_root = Path("/proc")
-    if not proc_root.is_dir():
-        return []
     children: dict[int, list[int]] = {}
-    for entry in proc_root.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1 and fields[0] != "Z":
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    for child, state, parent, _ in _processes():
+        if state != "Z":
+            children.setdefault(parent, []).append(child)
     found, queue = [], [pid]
     while queue:
         for child in children.get(queue.pop(), []):
