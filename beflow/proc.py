@@ -205,6 +205,13 @@ async def stop_tree(leader: anyio.abc.Process, grace: float = DEFAULT_GRACE) -> 
         for pid in tree:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+        # As in stop_group: SIGKILL takes effect asynchronously; nothing of the tree may run on when we return.
+        with anyio.move_on_after(KILL_WAIT):
+            while any(_alive(pid) for pid in tree):
+                if leader.returncode is None:
+                    with anyio.move_on_after(0.01):
+                        await leader.wait()
+                await anyio.sleep(0.01)
 
 
 def _alive(pid: int) -> bool:
