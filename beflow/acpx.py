@@ -92,6 +92,10 @@ class Redactor:
         scrubbed = sorted((v for v in values if len(v) >= MIN_SCRUBBED), key=len, reverse=True)
         self._forms = [form for v in scrubbed for form in {v.encode(), json.dumps(v)[1:-1].encode()}]
 
+    def needles(self) -> list[bytes]:
+        """The secret values (raw and JSON-escaped) this redactor masks."""
+        return list(self._forms)
+
     def __call__(self, data: bytes) -> bytes:
         if b'"mcpServers"' in data:
             data = _mask_servers(data)

@@ -8,8 +8,78 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+
+class NotRegularError(OSError):
+    """The path is a FIFO, a socket, a device or a directory: beflow never opens one for its content."""
+
+    def __init__(self, path: Path, mode: int) -> None:
+        super().__init__(f"{path} is {describe_kind(mode)}, not a regular file")
+        self.path = path
+        self.kind = describe_kind(mode)
+
+
+class TooLargeError(OSError):
+    """The file is larger than the caller is willing to read."""
+
+    def __init__(self, path: Path, limit: int) -> None:
+        super().__init__(f"{path} is larger than {limit} bytes")
+        self.path = path
+        self.limit = limit
+
+
+def describe_kind(mode: int) -> str:
+    """``a FIFO``, ``a directory``, ... for the file type bits of ``mode``."""
+    kinds = {
+        stat.S_IFIFO: "a FIFO",
+        stat.S_IFSOCK: "a socket",
+        stat.S_IFCHR: "a character device",
+        stat.S_IFBLK: "a block device",
+        stat.S_IFDIR: "a directory",
+        stat.S_IFLNK: "a symlink",
+        stat.S_IFREG: "a regular file",
+    }
+    return kinds.get(stat.S_IFMT(mode), "not a regular file")
+
+
+def read_regular(path: Path, *, limit: int | None = None, follow_symlinks: bool = True) -> bytes:
+    """The bytes of the regular file at ``path``, never blocking on what is not one.
+
+    The file is opened without blocking (a FIFO would wait for a writer forever) and checked on the open
+    descriptor, so a swap between a check and the open cannot fool it. Raises :class:`NotRegularError` for
+    anything else (through a symlink too), :class:`TooLargeError` beyond ``limit`` bytes, ``FileNotFoundError``.
+    """
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    if not follow_symlinks:
+        flags |= os.O_NOFOLLOW
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if not follow_symlinks and exc.errno == 40:  # ELOOP: the path is a symlink
+            raise NotRegularError(path, stat.S_IFLNK) from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotRegularError(path, info.st_mode)
+        if limit is not None and info.st_size > limit:
+            raise TooLargeError(path, limit)
+        chunks = []
+        total = 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            total += len(chunk)
+            if limit is not None and total > limit:  # it grew while being read
+                raise TooLargeError(path, limit)
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -7,7 +7,7 @@ import fnmatch
 import getpass
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +15,7 @@ import git
 from filelock import FileLock
 
 from beflow.errors import BeflowError, ConfigError, UsageError
+from beflow.files import NotRegularError, TooLargeError, atomic_write, read_regular
 from beflow.paths import ACPXRC, beflow_home, path_key, slug
 
 
@@ -46,10 +47,15 @@ def branch_for(key: str) -> str:
 
 @dataclass(frozen=True)
 class Worktree:
+    """A run's worktree. Its HEAD is detached: the agent's commits never move ``branch`` by themselves; beflow
+    moves it (:func:`publish`) once it has checked every commit the run made (:func:`find_leaks`)."""
+
     path: Path
     branch: str
     base_commit: str  # where this attempt started: the diff of the run is base_commit..commit
     continued: bool  # the branch existed from an earlier attempt
+    #: What ``branch`` pointed to when the attempt started (None: it did not exist), for a compare-and-swap update.
+    tip: str | None = None
 
 
 def worktree_path(worktrees_dir: Path, key: str) -> Path:
@@ -110,28 +116,53 @@ def create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Workt
 def _create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Worktree:
     repo.git.worktree("prune")
     registered = _registered_worktrees(repo)
-    exists = branch in [h.name for h in repo.heads]
-    if path in registered:
-        if registered[path] != branch:
-            raise GitError(f"{path} is a worktree of {registered[path]!r}, not {branch!r}", fix="Remove it with git.")
-        return Worktree(path, branch, _head(path), continued=True)
-    elsewhere = [p for p, b in registered.items() if b == branch]
+    tip = branch_tip(repo, branch)
+    elsewhere = [p for p, b in registered.items() if b == branch and p != path]
     if elsewhere:
         raise GitError(
             f"branch {branch} is checked out in {elsewhere[0]}",
             fix=f"Finish or remove that checkout first (git worktree remove {elsewhere[0]}).",
         )
+    if path in registered:
+        held = registered[path]
+        if held is not None and held != branch:
+            raise GitError(f"{path} is a worktree of {held!r}, not {branch!r}", fix="Remove it with git.")
+        if held == branch:  # made by an earlier beflow, which let the agent commit to the branch itself
+            with git.Repo(path) as left:
+                left.git.checkout("-q", "--detach")
+        # Its HEAD may hold commits an interrupted run never checked: they are checked with this run's.
+        start = tip or _merge_base(path, resolve_base(repo, base))
+        return Worktree(path, branch, start, continued=True, tip=tip)
     if path.exists():
         raise GitError(f"{path} exists but is not a worktree of this repository", fix="Move it away.")
     path.parent.mkdir(parents=True, exist_ok=True)
+    start = tip or resolve_base(repo, base)
     try:
-        if exists:
-            repo.git.worktree("add", str(path), branch)
-        else:
-            repo.git.worktree("add", "-b", branch, str(path), resolve_base(repo, base))
+        repo.git.worktree("add", "--detach", str(path), start)
     except git.GitCommandError as exc:
         raise GitError(f"git worktree add failed: {exc.stderr.strip()}") from None
-    return Worktree(path, branch, _head(path), continued=exists)
+    return Worktree(path, branch, start, continued=tip is not None, tip=tip)
+
+
+def branch_tip(repo: git.Repo, branch: str) -> str | None:
+    """The commit ``branch`` points to, None when there is no such branch."""
+    try:
+        return str(repo.git.rev_parse("--verify", "--quiet", f"refs/heads/{branch}^{{commit}}")).strip() or None
+    except git.GitCommandError:
+        return None
+
+
+def _merge_base(path: Path, commit: str) -> str:
+    with git.Repo(path) as repo:
+        try:
+            return str(repo.git.merge_base("HEAD", commit)).strip()
+        except git.GitCommandError:  # unrelated histories: everything in HEAD counts as the run's
+            return commit
+
+
+def head(path: Path) -> str:
+    """The commit checked out in ``path``."""
+    return _head(path)
 
 
 def _head(path: Path) -> str:
@@ -289,3 +320,155 @@ def user_name(directory: Path) -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "user"
+
+
+# -- keeping beflow's managed file out of the run's commits ------------------------------------------------------
+#
+# A linked worktree shares `info/exclude` with the user's repository, so nothing is written there. Instead the
+# agent (through acpx) and the hooks get an environment whose `core.excludesFile` is a file beflow makes in the
+# worktree's own git directory: the user's global excludes plus `/.acpxrc.json`. A tracked `.acpxrc.json` is
+# marked skip-worktree in the worktree's own index. Both only make an accident unlikely; what guarantees that no
+# injected byte reaches a branch is the check of every commit before the branch moves (find_leaks, publish).
+
+#: The name of beflow's excludes file in a worktree's own git directory.
+EXCLUDES_NAME = "beflow-exclude"
+#: Bytes of the user's global excludes file copied into it, at most.
+MAX_EXCLUDES = 1 << 20
+
+
+def _user_excludes(repo: git.Repo) -> str:
+    """The user's global excludes (``core.excludesFile``, else git's default ``$XDG_CONFIG_HOME/git/ignore``)."""
+    try:
+        configured = str(repo.git.config("--path", "--get", "core.excludesFile")).strip()
+    except git.GitCommandError:
+        configured = ""
+    if configured:
+        path = Path(configured)
+    else:
+        xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.environ.get("HOME", ""), ".config")
+        path = Path(xdg) / "git" / "ignore"
+    try:
+        data = read_regular(path, limit=MAX_EXCLUDES)
+    except (OSError, NotRegularError, TooLargeError):
+        return ""
+    return data.decode("utf-8", errors="surrogateescape")
+
+
+def hide_managed_file(worktree: Path) -> dict[str, str]:
+    """Keep ``.acpxrc.json`` out of what git stages in ``worktree``; the environment for what runs in it.
+
+    Nothing of the user's repository changes: the excludes file lives in the worktree's private git directory,
+    and the skip-worktree bit in the worktree's own index.
+    """
+    with git.Repo(worktree) as repo:
+        git_dir = Path(str(repo.git.rev_parse("--absolute-git-dir")).strip())
+        if is_tracked(repo, ACPXRC):
+            repo.git.update_index("--skip-worktree", "--", ACPXRC)
+        user = _user_excludes(repo)
+    excludes = git_dir / EXCLUDES_NAME
+    if user and not user.endswith("\n"):
+        user += "\n"
+    note = "# beflow: the .acpxrc.json it manages during a run is never the agent's to commit\n"
+    atomic_write(excludes, (user + note + f"/{ACPXRC}\n").encode("utf-8", errors="surrogateescape"))
+    count = os.environ.get("GIT_CONFIG_COUNT", "")
+    index = int(count) if count.isdigit() else 0  # the user's own GIT_CONFIG_KEY_<n> entries stay in force
+    return {
+        "GIT_CONFIG_COUNT": str(index + 1),
+        f"GIT_CONFIG_KEY_{index}": "core.excludesFile",
+        f"GIT_CONFIG_VALUE_{index}": str(excludes),
+    }
+
+
+def unhide_managed_file(worktree: Path) -> None:
+    """Undo :func:`hide_managed_file`'s skip-worktree bit (the excludes file goes with the worktree)."""
+    with git.Repo(worktree) as repo:
+        if is_tracked(repo, ACPXRC):
+            repo.git.update_index("--no-skip-worktree", "--", ACPXRC)
+
+
+@dataclass(frozen=True)
+class Leak:
+    """A commit made during a run that holds what beflow injected."""
+
+    commit: str
+    path: str
+    what: str
+
+    def describe(self) -> str:
+        return f"commit {self.commit[:12]} puts {self.what} in {self.path}"
+
+
+#: Bytes of a blob read at a time while it is searched.
+_CHUNK = 1 << 20
+_BLOB_MODES = {"100644", "100755", "120000"}
+
+
+def find_leaks(worktree: Path, since: str, head: str, needles: Sequence[bytes], *, managed: bool) -> list[Leak]:
+    """Commits of ``since..head`` that carry injected content, first found first.
+
+    ``needles`` are the injected file's bytes (found anywhere, in any file) and the secret values of the injected
+    servers (found in a file whose earlier version did not already hold them). ``managed``: an injection
+    happened, so any change to ``.acpxrc.json`` itself in a commit is a leak (during the run it held the servers).
+    """
+    wanted = [n for n in dict.fromkeys(needles) if n]
+    leaks: list[Leak] = []
+    with git.Repo(worktree) as repo:
+        commits = str(repo.git.rev_list("--reverse", head, f"^{since}")).split()
+        for commit in commits:
+            raw = str(repo.git.diff_tree("-r", "-m", "--root", "--no-renames", "--no-commit-id", "-z", commit))
+            fields = raw.split("\0")
+            for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+                parts = meta.lstrip(":").split()
+                if len(parts) < 5 or parts[4][0] not in "AMT" or parts[1] not in _BLOB_MODES:
+                    continue
+                old_sha, new_sha = parts[2], parts[3]
+                if managed and path == ACPXRC:
+                    leaks.append(Leak(commit, path, "a version of .acpxrc.json, which held the injected servers"))
+                    continue
+                if not wanted:
+                    continue
+                found = _search(repo, new_sha, wanted)
+                if found and old_sha.strip("0"):
+                    found -= _search(repo, old_sha, [wanted[i] for i in sorted(found)], indices=sorted(found))
+                if found:
+                    leaks.append(Leak(commit, path, "injected MCP server content (a secret value)"))
+    return leaks
+
+
+def _search(repo: git.Repo, sha: str, needles: Sequence[bytes], indices: Sequence[int] | None = None) -> set[int]:
+    """Indices (into ``indices``, else ``needles``) of the needles the blob ``sha`` contains; read in chunks."""
+    labels = list(indices) if indices is not None else list(range(len(needles)))
+    keep = max(len(n) for n in needles) - 1
+    stream = repo.odb.stream(bytes.fromhex(sha))
+    remaining, tail, found = stream.size, b"", set()
+    while remaining > 0:
+        chunk = stream.read(min(_CHUNK, remaining))
+        if not chunk:
+            break
+        remaining -= len(chunk)
+        window = tail + chunk
+        found.update(labels[i] for i, needle in enumerate(needles) if labels[i] not in found and needle in window)
+        tail = window[-keep:] if keep > 0 else b""
+    return found
+
+
+def publish(worktree: Path, branch: str, new: str, expected: str | None, message: str) -> None:
+    """Move ``branch`` to ``new``, only if it still points to ``expected`` (None: only if it does not exist)."""
+    with git.Repo(worktree) as repo:
+        elsewhere = [p for p, b in _registered_worktrees(repo).items() if b == branch]
+        if elsewhere:
+            raise GitError(f"branch {branch} is now checked out in {elsewhere[0]}, so beflow did not move it")
+        try:
+            repo.git.update_ref("-m", message, f"refs/heads/{branch}", new, expected or "0" * len(new))
+        except git.GitCommandError as exc:
+            raise GitError(
+                f"branch {branch} changed during the run, so beflow did not move it: {exc.stderr.strip()}"
+            ) from None
+
+
+def uncommit(worktree: Path, commit: str) -> None:
+    """Take ``worktree``'s HEAD back to ``commit``, keeping every file as it is (the commits' changes become
+    uncommitted changes), and forget the commits in its HEAD's reflog, so nothing names them any more."""
+    with git.Repo(worktree) as repo:
+        repo.git.reset("-q", "--mixed", commit)
+        repo.git.reflog("expire", "--expire=now", "--expire-unreachable=now", "HEAD")

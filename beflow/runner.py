@@ -74,6 +74,9 @@ class Run:
         #: Masks the injected servers' secret values in everything written to the record.
         self.redact = acpx.Redactor()
         self._injection: Injection | None = None
+        #: The environment of everything that runs in the worktree while the file is injected (acpx, hooks): it
+        #: keeps ``.acpxrc.json`` out of what git stages there.
+        self._git_env: dict[str, str] = {}
         self._repo: Any = None  # the project's git.Repo, closed when the run ends (it holds git processes)
         #: Why the run is being cancelled, when whoever cancels it knows (the dispatcher's reconciliation).
         self.cancel_reason: str | None = None
@@ -131,6 +134,8 @@ class Run:
             record.base_commit = worktree.base_commit
             self.store.save(record)
             await _in_thread(git.copy_included, self.project.directory, worktree.path, self.config.worktrees.include)
+            if servers:
+                self._git_env = await _in_thread(git.hide_managed_file, worktree.path)
             await self._hook("after_create", worktree.path, fatal=True)
             outcome, reason = await self._agent_session(worktree.path, text, servers)
         except PermanentFailure as error:
@@ -238,12 +243,16 @@ class Run:
             "on_stdout": on_stdout,
             "on_stderr": on_stderr,
             "grace": interrupts.grace(proc.DEFAULT_GRACE),
+            "env": self._git_env,
         }
         earlier = self._resumable_session() if self.request.attempt > 1 else None
         if earlier is not None:
             name = acpx.session_name(record.issue)
             created = await proc.run(
-                acpx.resume_argv(self.config, cwd=cwd, name=name, session_id=earlier), cwd=cwd, timeout=60
+                acpx.resume_argv(self.config, cwd=cwd, name=name, session_id=earlier),
+                cwd=cwd,
+                timeout=60,
+                env=self._git_env,
             )
             if not created.ok:
                 record.resume_note = f"could not name the earlier session: {_tail(created)}; started cold"
@@ -318,7 +327,7 @@ class Run:
         if hook is None or self.record is None:
             return
         self.emit("activity", latest=f"hook {name}: {hook.command}")
-        result = await proc.run(["sh", "-c", hook.command], cwd=cwd, timeout=hook.timeout)
+        result = await proc.run(["sh", "-c", hook.command], cwd=cwd, timeout=hook.timeout, env=self._git_env)
         output = f"$ {hook.command}\n{result.stdout.decode(errors='replace')}{result.stderr.decode(errors='replace')}"
         output += f"[{result.describe()} after {result.duration:.1f} s]\n"
         self.store.write(self.record.id, f"hooks/{name}.log", self.redact.text(output))
@@ -350,22 +359,45 @@ class Run:
         assert record is not None
         if worktree is None:
             return outcome, reason
-        commit = None
+        injection = self._injection
+        if injection is not None and (injection.restored is None or injection.restored.action == "failed"):
+            # The worktree may still hold the injected file: nothing is committed, the branch stays where it was.
+            return await self._keep(worktree, f"{reason}; {git.ACPXRC} could not be put back")
+        if self._git_env:
+            await _in_thread(git.unhide_managed_file, worktree.path)
         if self.config.after_run.commit:
             message = f"{record.title or record.issue}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
             try:
-                commit = await _in_thread(git.commit_all, worktree.path, message)
+                await _in_thread(git.commit_all, worktree.path, message)
             except BeflowError as error:
                 record.worktree_kept = True
                 self.store.save(record)
                 return "failed", f"{reason}; {error.message}; the work is kept in {worktree.path}"
-        record.commit = commit
-        head = commit or worktree.base_commit
+        head = await _in_thread(git.head, worktree.path)
+        # Every commit of the run (the agent's own included) is checked before the branch moves to it.
+        needles = [injection.written, *self.redact.needles()] if injection is not None else []
+        leaks = await _in_thread(
+            functools.partial(
+                git.find_leaks, worktree.path, worktree.base_commit, head, needles, managed=injection is not None
+            )
+        )
+        if leaks:
+            return await self._keep(worktree, f"{reason}; {leaks[0].describe()}")
+        if head != worktree.tip:
+            try:
+                await _in_thread(
+                    git.publish, worktree.path, worktree.branch, head, worktree.tip, f"beflow run {record.id}"
+                )
+            except BeflowError as error:
+                record.worktree_kept = True
+                self.store.save(record)
+                return "failed", f"{reason}; {error.message}; the work is commit {head[:12]} in {worktree.path}"
+        record.commit = head if head != worktree.base_commit else None
         record.changed_files = await _in_thread(git.changed_files, worktree.path, worktree.base_commit, head)
         if not self.config.after_run.commit:
             # Nothing is committed: what changed is what the worktree's status says, left there for a person.
             status = await _in_thread(git.checkout_status, worktree.path)
-            record.changed_files = [f"{code.strip()}\t{path}" for path, code in status.items() if path != git.ACPXRC]
+            record.changed_files += [f"{code.strip()}\t{path}" for path, code in status.items() if path != git.ACPXRC]
         if outcome == "succeeded" and not record.changed_files:
             outcome, reason = "no_changes", "the agent finished without changing any file"
         if await _in_thread(git.is_dirty, worktree.path):
@@ -375,6 +407,25 @@ class Run:
         else:
             await self._remove(repo, worktree)
         return outcome, reason
+
+    async def _keep(self, worktree: git.Worktree, why: str) -> tuple[str, str]:
+        """Fail closed: the branch is not moved, the run's commits are undone into uncommitted changes (nothing
+        names them any more), and the worktree is kept with the work."""
+        record = self.record
+        assert record is not None
+        record.worktree_kept = True
+        record.commit = None
+        with contextlib.suppress(Exception):
+            await _in_thread(git.uncommit, worktree.path, worktree.base_commit)
+        with contextlib.suppress(Exception):
+            status = await _in_thread(git.checkout_status, worktree.path)
+            record.changed_files = [f"{code.strip()}\t{path}" for path, code in status.items() if path != git.ACPXRC]
+        self.store.save(record)
+        # Whatever the agent achieved, the run did not deliver it: failed.
+        return "failed", (
+            f"{why}: nothing was committed and {worktree.branch} was not updated; the work is kept as uncommitted "
+            f"changes in {worktree.path}"
+        )
 
     async def _remove(self, repo: Any, worktree: git.Worktree) -> None:
         await self._hook("before_remove", worktree.path, fatal=False)

@@ -47,14 +47,17 @@ def test_a_worktree_starts_from_the_base_and_a_later_one_continues_the_branch(re
     path = git.worktree_path(worktrees, "7")
 
     first = git.create_worktree(repository, path, "beflow/7", "HEAD")
-    assert (first.base_commit, first.continued) == (base, False)
+    assert (first.base_commit, first.continued, first.tip) == (base, False, None)
     (path / "work.txt").write_text("attempt 1\n")
     commit = git.commit_all(path, "attempt 1")
+    assert "beflow/7" not in run_git(repo, "branch")  # the worktree's HEAD is detached: only publish moves it
+    assert commit is not None
+    git.publish(path, "beflow/7", commit, first.tip, "attempt 1")
     git.remove_worktree(repository, path)
     assert not path.exists() and "beflow/7" in run_git(repo, "branch")
 
     second = git.create_worktree(repository, path, "beflow/7", "HEAD")
-    assert (second.base_commit, second.continued) == (commit, True)
+    assert (second.base_commit, second.continued, second.tip) == (commit, True, commit)
     assert (path / "work.txt").read_text() == "attempt 1\n"
     repository.close()
 
@@ -81,11 +84,11 @@ def test_a_base_that_is_not_a_commit_is_a_config_error(repo: Path, worktrees: Pa
         git.create_worktree(git.open_repo(repo), worktrees / "1", "beflow/1", "nope")
 
 
-def test_a_branch_checked_out_elsewhere_is_refused_with_where(repo: Path, worktrees: Path) -> None:
+def test_a_branch_checked_out_elsewhere_is_refused_with_where(repo: Path, worktrees: Path, tmp_path: Path) -> None:
     repository = git.open_repo(repo)
-    git.create_worktree(repository, worktrees / "1", "beflow/1", "HEAD")
-    with pytest.raises(BeflowError, match=r"branch beflow/1 is checked out in .*worktrees/1"):
-        git.create_worktree(repository, worktrees / "other", "beflow/1", "HEAD")
+    run_git(repo, "worktree", "add", "-q", "-b", "beflow/1", str(tmp_path / "mine"))
+    with pytest.raises(BeflowError, match=r"branch beflow/1 is checked out in .*mine"):
+        git.create_worktree(repository, worktrees / "1", "beflow/1", "HEAD")
 
 
 def test_outside_a_git_repository_is_a_usage_error(tmp_path: Path) -> None:
@@ -154,3 +157,134 @@ def test_a_commit_that_git_cannot_make_is_an_error_naming_the_worktree(repo: Pat
 
     with pytest.raises(BeflowError, match=f"git add failed in {path}"):
         git.commit_all(path, "x")
+
+
+# -- the managed file stays out of the run's commits -------------------------------------------------------------
+
+
+def _agent_git(path: Path, env: dict[str, str], *args: str) -> str:
+    """git as the agent runs it: in the worktree, with the environment beflow gives acpx."""
+    import os
+    import subprocess
+
+    done = subprocess.run(["git", *args], cwd=path, env={**os.environ, **env}, capture_output=True, text=True)
+    return done.stdout + done.stderr
+
+
+def test_an_agents_add_all_leaves_an_untracked_managed_file_out_and_the_users_repository_unchanged(
+    repo: Path, worktrees: Path
+) -> None:
+    exclude = repo / ".git" / "info" / "exclude"
+    before = exclude.read_bytes()
+    path = worktrees / "1"
+    git.create_worktree(git.open_repo(repo), path, "beflow/1", "HEAD")
+    env = git.hide_managed_file(path)
+    (path / git.ACPXRC).write_text('{"mcpServers": [{"name": "s", "env": [{"name": "K", "value": "secret"}]}]}')
+    (path / "work.txt").write_text("x\n")
+
+    _agent_git(path, env, "add", "-A")
+    _agent_git(path, env, "commit", "-q", "-m", "agent")
+
+    assert run_git(path, "show", "--name-only", "--format=", "HEAD").split() == ["work.txt"]
+    assert exclude.read_bytes() == before  # shared with the user's checkout: never written
+    assert (repo / git.ACPXRC).exists() is False and run_git(repo, "status", "--porcelain") == ""
+
+
+def test_a_tracked_managed_file_is_skipped_by_the_agents_commit_all_and_given_back_to_git_after(
+    repo: Path, worktrees: Path
+) -> None:
+    (repo / git.ACPXRC).write_text('{"ttl": 1}\n')
+    run_git(repo, "add", git.ACPXRC)
+    run_git(repo, "commit", "-q", "-m", "acpxrc")
+    path = worktrees / "1"
+    git.create_worktree(git.open_repo(repo), path, "beflow/1", "HEAD")
+    env = git.hide_managed_file(path)
+    (path / git.ACPXRC).write_text('{"ttl": 1, "mcpServers": [{"name": "s"}]}\n')
+
+    _agent_git(path, env, "commit", "-q", "-a", "-m", "agent")
+    _agent_git(path, env, "add", "-A")
+
+    assert _agent_git(path, env, "diff", "--cached", "--name-only").strip() == ""
+    (path / git.ACPXRC).write_text('{"ttl": 1}\n')  # restored
+    git.unhide_managed_file(path)
+    assert "S " not in run_git(path, "ls-files", "-v", git.ACPXRC)[:2]
+    assert not git.is_dirty(path)
+
+
+def test_the_users_global_excludes_still_apply_to_the_agent(repo: Path, worktrees: Path, tmp_path: Path) -> None:
+    ignore = tmp_path / "global-ignore"
+    ignore.write_text("*.log\n")
+    run_git(repo, "config", "core.excludesFile", str(ignore))
+    path = worktrees / "1"
+    git.create_worktree(git.open_repo(repo), path, "beflow/1", "HEAD")
+    env = git.hide_managed_file(path)
+    (path / "debug.log").write_text("x\n")
+    (path / git.ACPXRC).write_text("{}")
+
+    assert _agent_git(path, env, "status", "--porcelain") == ""
+
+
+SECRET = b"sk-live-0123456789abcdef"
+INJECTED = b'{"mcpServers": [{"name": "s", "env": [{"name": "K", "value": "sk-live-0123456789abcdef"}]}]}\n'
+
+
+def test_find_leaks_names_the_commit_that_holds_injected_content_wherever_it_is(repo: Path, worktrees: Path) -> None:
+    path = worktrees / "1"
+    start = git.create_worktree(git.open_repo(repo), path, "beflow/1", "HEAD").base_commit
+    (path / "clean.txt").write_text("fine\n")
+    run_git(path, "add", ".")
+    run_git(path, "commit", "-q", "-m", "clean")
+    assert git.find_leaks(path, start, git.head(path), [INJECTED, SECRET], managed=True) == []
+
+    (path / "backup.json").write_bytes(INJECTED)
+    run_git(path, "add", ".")
+    run_git(path, "commit", "-q", "-m", "copy")
+    leaky = git.head(path)
+    (path / "backup.json").unlink()
+    run_git(path, "commit", "-q", "-a", "-m", "gone again")  # the history still holds it
+
+    leaks = git.find_leaks(path, start, git.head(path), [INJECTED, SECRET], managed=True)
+    assert [(leak.commit, leak.path) for leak in leaks] == [(leaky, "backup.json")]
+
+
+def test_find_leaks_catches_the_managed_path_and_a_secret_value_but_not_one_that_was_there_before(
+    repo: Path, worktrees: Path
+) -> None:
+    (repo / "settings.env").write_bytes(b"KEY=" + SECRET + b"\n")
+    run_git(repo, "add", ".")
+    run_git(repo, "commit", "-q", "-m", "the user's own copy of the value")
+    path = worktrees / "1"
+    start = git.create_worktree(git.open_repo(repo), path, "beflow/1", "HEAD").base_commit
+    (path / "settings.env").write_bytes(b"KEY=" + SECRET + b"\nMORE=1\n")  # the value was there before: fine
+    run_git(path, "commit", "-q", "-a", "-m", "edit")
+    assert git.find_leaks(path, start, git.head(path), [INJECTED, SECRET], managed=True) == []
+
+    (path / "notes.md").write_bytes(b"token: " + SECRET + b"\n")
+    (path / git.ACPXRC).write_text('{"edited": true}')
+    run_git(path, "add", "-f", ".")
+    run_git(path, "commit", "-q", "-m", "leak")
+    leaks = git.find_leaks(path, start, git.head(path), [INJECTED, SECRET], managed=True)
+    assert sorted(leak.path for leak in leaks) == [git.ACPXRC, "notes.md"]
+    assert git.find_leaks(path, start, git.head(path), [], managed=False) == []
+
+
+def test_publish_moves_the_branch_only_from_where_it_was(repo: Path, worktrees: Path) -> None:
+    path = worktrees / "1"
+    tree = git.create_worktree(git.open_repo(repo), path, "beflow/1", "HEAD")
+    (path / "a.txt").write_text("a\n")
+    first = git.commit_all(path, "a")
+    assert first is not None
+    git.publish(path, "beflow/1", first, None, "run")
+    assert run_git(repo, "rev-parse", "beflow/1").strip() == first
+    with pytest.raises(BeflowError, match="changed during the run"):
+        git.publish(path, "beflow/1", first, tree.base_commit, "run")  # someone else moved it meanwhile
+
+
+def test_uncommit_turns_the_runs_commits_into_uncommitted_changes(repo: Path, worktrees: Path) -> None:
+    path = worktrees / "1"
+    start = git.create_worktree(git.open_repo(repo), path, "beflow/1", "HEAD").base_commit
+    (path / "a.txt").write_text("a\n")
+    made = git.commit_all(path, "a")
+    git.uncommit(path, start)
+    assert git.head(path) == start and (path / "a.txt").read_text() == "a\n" and git.is_dirty(path)
+    assert made not in run_git(path, "log", "--all", "--format=%H")

@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 import anyio
 import filelock
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from beflow import proc
 from beflow.errors import BeflowError, LockedError, NotFoundError
@@ -115,6 +115,8 @@ class Injection(BaseModel):
     #: Orphans of a killed beflow for the same path, restored before this session started.
     recovered: list[Restored]
     restored: Restored | None = None
+    #: The bytes beflow wrote (they hold secret values): what must never reach a commit. Never serialized.
+    written: bytes = Field(default=b"", exclude=True, repr=False)
 
     @property
     def saved(self) -> Path | None:
@@ -422,6 +424,7 @@ def _begin(target: Path, key: str, servers: Sequence[dict[str, Any]]) -> tuple[J
         if isinstance(previous, list)
         else [],
         recovered=[],
+        written=data,
     )
     return entry, handle
 

@@ -69,6 +69,11 @@ against the session cwd.
 ``mcp``
     Say ``mcp servers: <name>, ...`` (or ``mcp servers: (none)``) listing the
     ``mcpServers`` names received when the session was created or loaded.
+``run <shell command...>``
+    Run the command with ``sh -c`` in the session cwd (as an agent's shell
+    tool would: ``git add -A && git commit -m x``), reported as a
+    ``tool_call`` of kind ``execute``; its exit code and output are said in an
+    agent message.  A failing command does not fail the prompt.
 ``mark <abspath>``
     Not executed in order: wraps the whole prompt, appending
     ``start <epoch> <pid>`` before the first directive and
@@ -102,6 +107,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -126,7 +132,7 @@ RESOURCE_NOT_FOUND = -32002
 DIRECTIVE_RE = re.compile(r"^\s*acp-test:\s*(?P<verb>\S+)(?:\s+(?P<args>.*?))?\s*$")
 ESCAPE_RE = re.compile(r"\\(.)")
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
-VERBS = frozenset({"say", "write", "ask", "sleep", "fail", "crash", "mcp", "mark"})
+VERBS = frozenset({"say", "write", "ask", "sleep", "fail", "crash", "mcp", "mark", "run"})
 
 ALLOW_OPTION_ID = "allow"
 REJECT_OPTION_ID = "reject"
@@ -173,7 +179,7 @@ class Directive:
         """Raise :class:`DirectiveError` unless the arguments fit the verb."""
         if self.verb not in VERBS:
             raise DirectiveError(f"unknown verb {self.verb!r}")
-        if self.verb in ("write", "ask") and not self.args:
+        if self.verb in ("write", "ask", "run") and not self.args:
             raise DirectiveError(f"{self.verb} needs <relpath> [content]")
         if self.verb == "mark" and not os.path.isabs(self.args):
             raise DirectiveError("mark needs an absolute path")
@@ -467,10 +473,30 @@ class Agent:
             raise PromptFailed(unescape(args) or "acp-test failure")
         elif verb == "crash":
             exit_now(directive.exit_code(), "crash directive")
+        elif verb == "run":
+            self.run_command(session, unescape(args))
         elif verb == "mcp":
             names = [str(server.get("name")) for server in session.mcp_servers]
             self.say(session, f"mcp servers: {', '.join(names) or '(none)'}")
         # "mark" is handled around the whole prompt in run_prompt.
+
+    def run_command(self, session: Session, command: str) -> None:
+        tool_call_id = self.new_tool_call_id("run")
+        self.update(
+            session,
+            {
+                "sessionUpdate": "tool_call",
+                "toolCallId": tool_call_id,
+                "title": f"Run {command}",
+                "kind": "execute",
+                "status": "pending",
+                "rawInput": {"command": command},
+            },
+        )
+        done = subprocess.run(["sh", "-c", command], cwd=session.cwd, capture_output=True, text=True, check=False)
+        status = "completed" if done.returncode == 0 else "failed"
+        self.update(session, {"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "status": status})
+        self.say(session, f"ran {command!r}: exit {done.returncode}: {(done.stdout + done.stderr).strip()[-500:]}")
 
     def say(self, session: Session, text: str) -> None:
         self.update(
