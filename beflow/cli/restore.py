@@ -16,7 +16,8 @@ def command(as_json: bool) -> None:
     """Put back every .acpxrc.json a killed beflow left behind; files of running beflows are left alone."""
     results = recover_orphans()
     in_use = active_entries()
-    failed = any(r.action == "failed" for r in results)
+    # A quarantined entry is a problem too: what it was for may not be back.
+    failed = any(r.action in ("failed", "quarantined") for r in results)
     if as_json:
         emit_json(
             {
@@ -26,7 +27,7 @@ def command(as_json: bool) -> None:
         )
     else:
         for result in results:
-            mark = "[red]✗[/]" if result.action == "failed" else "[green]✓[/]"
+            mark = {"failed": "[red]✗[/]", "quarantined": "[yellow]![/]"}.get(result.action, "[green]✓[/]")
             out.print(f"{mark} {escape(result.describe())}")
         for entry in in_use:
             out.print(f"  left alone: {escape(str(entry.target))} is managed by a running beflow (pid {entry.pid})")

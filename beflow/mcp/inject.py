@@ -4,9 +4,12 @@ acpx reads ``<cwd>/.acpxrc.json`` (plain JSON) and forwards its ``mcpServers`` t
 no other per-directory way in. :func:`managed_acpxrc` wraps a whole agent session:
 
 1. it takes a lock for the target directory (``$BEFLOW_HOME/locks/``, so nothing extra appears in the user's
-   directory); a second manager for the same path waits, then refuses with :class:`~beflow.errors.LockedError`;
+   directory) and an ``flock`` on the directory itself, which holds across ``BEFLOW_HOME`` s; a second manager
+   for the same path waits, then refuses with :class:`~beflow.errors.LockedError`;
 2. it journals the prior state (existed or not, exact bytes, mode, or the symlink it was) to
-   ``$BEFLOW_HOME/journal/``, fsynced, before touching anything;
+   ``$BEFLOW_HOME/journal/``, fsynced, before touching anything, and notes in a per-user marker
+   (``$XDG_STATE_HOME/beflow/managed/``) which journal that is, so a beflow of another ``BEFLOW_HOME`` restores
+   a crashed run's file from it instead of taking the injected file for the user's own;
 3. it writes ``.acpxrc.json`` atomically, mode 0600 (env and headers may hold secrets): ``mcpServers`` is the
    translated list and every other key of a prior file that parsed as a JSON object is kept; a prior that did
    not parse gives a fresh file;
@@ -16,14 +19,18 @@ no other per-directory way in. :func:`managed_acpxrc` wraps a whole agent sessio
 
 The restore is synchronous on purpose: there is no ``await`` in it for a cancellation to interrupt. When beflow
 is killed outright (SIGKILL, power loss), the journal survives and :func:`recover_orphans` (``beflow restore``,
-and quietly every beflow command at start) puts the file back once its process is gone.
+and quietly every beflow command at start) puts the file back once its process is gone. Nothing at the target
+is ever opened without knowing it is a regular file (a FIFO would block for ever); a damaged journal entry is
+moved to ``journal/damaged/`` and reported by what it was for, never by its content.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import contextlib
 import datetime as dt
+import fcntl
 import hashlib
 import json
 import os
@@ -35,11 +42,11 @@ from typing import Any, Literal
 
 import anyio
 import filelock
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from beflow import proc
 from beflow.errors import BeflowError, LockedError, NotFoundError
-from beflow.files import atomic_write, fsync_dir, remove
+from beflow.files import NotRegularError, TooLargeError, atomic_write, fsync_dir, read_regular, remove
 from beflow.mcp.acp import server_names
 from beflow.paths import ACPXRC, beflow_home, path_key
 
@@ -68,6 +75,16 @@ class JournalEntry(BaseModel):
     written_sha256: str
     created: dt.datetime
 
+    @field_validator("prior")
+    @classmethod
+    def _base64(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                base64.b64decode(value, validate=True)
+            except (binascii.Error, ValueError):
+                raise ValueError("not valid base64") from None
+        return value
+
     def prior_bytes(self) -> bytes | None:
         return None if self.prior is None else base64.b64decode(self.prior)
 
@@ -77,8 +94,9 @@ class Restored(BaseModel):
 
     target: Path
     #: ``restored``: the prior bytes (or symlink) are back; ``removed``: beflow had created the file;
-    #: ``gone``: the directory no longer exists (a removed worktree); ``failed``: see ``detail``.
-    action: Literal["restored", "removed", "gone", "failed"]
+    #: ``gone``: the directory no longer exists (a removed worktree); ``failed``: see ``detail``;
+    #: ``quarantined``: the journal entry was damaged and moved aside; ``detail`` says what could be recovered.
+    action: Literal["restored", "removed", "gone", "failed", "quarantined"]
     pid: int | None = None
     #: Where the version someone else wrote during the run was saved before the prior came back.
     saved: Path | None = None
@@ -92,6 +110,8 @@ class Restored(BaseModel):
             text = f"removed {self.target}, which beflow had created for a run{owner}"
         elif self.action == "gone":
             text = f"{self.target}: its directory no longer exists, nothing to restore{owner}"
+        elif self.action == "quarantined":
+            text = str(self.detail)
         else:
             text = f"could not restore {self.target}: {self.detail}"
         if self.saved is not None:
@@ -149,6 +169,31 @@ def saved_dir() -> Path:
     return beflow_home() / "saved"
 
 
+def damaged_dir() -> Path:
+    """Where damaged journal entries are moved, never read again by beflow (they may hold a prior's secrets)."""
+    return journal_dir() / "damaged"
+
+
+def _registry_dir() -> Path:
+    """A per-user place outside any ``BEFLOW_HOME``: which journal holds the prior of a directory right now, so
+    that a beflow with another ``BEFLOW_HOME`` finds it instead of taking the injected file for the user's own."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state) / "beflow" / "managed"
+
+
+def _marker_path(key: str) -> Path:
+    return _registry_dir() / f"{key}.json"
+
+
+class _Marker(BaseModel):
+    journal: Path
+    pid: int
+
+
+#: A journal entry is a small JSON file (the prior .acpxrc.json, base64); anything bigger is damage.
+MAX_JOURNAL_ENTRY = 16 << 20
+
+
 # --- process identity -----------------------------------------------------------------------------------------
 
 
@@ -173,19 +218,21 @@ def _read_prior(target: Path) -> _Prior:
         info = os.lstat(target)
     except FileNotFoundError:
         return _Prior(existed=False)
+    refusal = "Move it away (acpx expects a JSON file there), or turn MCP injection off (mcp.enabled)."
     if stat.S_ISLNK(info.st_mode):
         try:
-            content = target.read_bytes()
+            content = read_regular(target)
+        except NotRegularError as exc:
+            raise BeflowError(f"{target} is a symlink to {exc.kind}; beflow will not replace it", fix=refusal) from None
         except OSError:
             content = None  # a dangling link: acpx sees no file
         return _Prior(existed=True, symlink=os.readlink(target), content=content)
     if not stat.S_ISREG(info.st_mode):
-        raise BeflowError(
-            f"{target} is not a regular file; beflow will not replace it",
-            fix="Move it away (acpx expects a JSON file there), or turn MCP injection off (mcp.enabled).",
-        )
+        raise BeflowError(f"{target} is not a regular file; beflow will not replace it", fix=refusal)
     try:
-        data = target.read_bytes()
+        data = read_regular(target, follow_symlinks=False)
+    except NotRegularError:
+        raise BeflowError(f"{target} is not a regular file; beflow will not replace it", fix=refusal) from None
     except OSError as exc:
         raise BeflowError(
             f"{target}: cannot read it ({exc.strerror}), so it could not be put back; nothing was changed",
@@ -224,15 +271,19 @@ def compose(content: bytes | None, servers: Sequence[dict[str, Any]]) -> tuple[b
 
 
 def _current(target: Path) -> bytes | None:
-    """What is at ``target`` now (read through a symlink), ``None`` when nothing is."""
+    """What is at ``target`` now (read through a symlink), ``None`` when nothing is.
+
+    Whatever is not a regular file (a FIFO, a socket, a device, a directory, a link to one) raises
+    :class:`NotRegularError` without being opened for reading: a FIFO would block beflow for ever.
+    """
     try:
         info = os.lstat(target)
     except FileNotFoundError:
         return None
-    if stat.S_ISDIR(info.st_mode):
-        raise IsADirectoryError(21, "is now a directory", str(target))
+    if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+        raise NotRegularError(target, info.st_mode)
     try:
-        return target.read_bytes()
+        return read_regular(target, follow_symlinks=stat.S_ISLNK(info.st_mode))
     except FileNotFoundError:  # a dangling symlink
         return None
 
@@ -275,32 +326,158 @@ def _restore(entry: JournalEntry, key: str) -> Restored:
     return Restored(target=target, action="restored", pid=entry.pid, saved=saved)
 
 
-def _finish(entry: JournalEntry, key: str) -> Restored:
+def _finish(entry: JournalEntry, key: str, journal: Path | None = None) -> Restored:
     """Restore, then drop the journal entry; on failure the entry stays for ``beflow restore``."""
+    journal = journal or _journal_path(key)
     try:
         result = _restore(entry, key)
+    except NotRegularError as exc:
+        raise BeflowError(
+            f"could not restore {entry.target}: it is now {exc.kind}, which beflow leaves as it is",
+            fix="Move it away, then run `beflow restore`: the prior content stays in beflow's journal until then.",
+        ) from exc
     except OSError as exc:
         raise BeflowError(
             f"could not restore {entry.target}: {exc.strerror or exc}",
             fix="Fix the cause, then run `beflow restore`: the prior content stays in beflow's journal until then.",
         ) from exc
-    remove(_journal_path(key))
+    remove(journal)
+    _drop_marker(key, journal)
     return result
 
 
-def _read_journal(key: str) -> JournalEntry | None:
+def _drop_marker(key: str, journal: Path) -> None:
+    """Forget the per-user marker of ``key`` when it names ``journal`` (never another run's)."""
+    with contextlib.suppress(OSError, ValueError, ValidationError, NotRegularError, TooLargeError):
+        marker = _Marker.model_validate_json(read_regular(_marker_path(key), limit=1 << 16))
+        if marker.journal == journal:
+            remove(_marker_path(key))
+
+
+class _Damaged(Exception):
+    """A journal entry that cannot be used: ``why`` says so in words that never quote its content."""
+
+    def __init__(self, why: str, raw: bytes | None) -> None:
+        super().__init__(why)
+        self.why = why
+        self.raw = raw
+
+
+def _read_entry(path: Path) -> JournalEntry | None:
+    """The journal entry at ``path``; None when there is none; :class:`_Damaged` when it is unusable."""
     try:
-        return JournalEntry.model_validate_json(_journal_path(key).read_bytes())
+        raw = read_regular(path, limit=MAX_JOURNAL_ENTRY, follow_symlinks=False)
     except FileNotFoundError:
         return None
+    except NotRegularError as exc:
+        raise _Damaged(f"it is {exc.kind}", None) from None
+    except TooLargeError:
+        raise _Damaged(f"it is larger than {MAX_JOURNAL_ENTRY} bytes", None) from None
+    except OSError as exc:
+        raise _Damaged(f"it cannot be read ({exc.strerror or type(exc).__name__})", None) from None
+    if not raw.strip():
+        raise _Damaged("it is empty", raw)
+    try:
+        return JournalEntry.model_validate_json(raw)
+    except ValidationError as exc:
+        if any(error["type"] == "json_invalid" for error in exc.errors()):
+            raise _Damaged("it is not valid JSON (cut short, or overwritten)", raw) from None
+        # Field names only: the input values (a prior's secrets) are never part of a message.
+        fields = sorted({".".join(str(part) for part in error["loc"]) or "the entry" for error in exc.errors()})
+        raise _Damaged(f"invalid field(s): {', '.join(fields)}", raw) from None
+
+
+def _read_journal(key: str) -> JournalEntry | None:
+    return _read_entry(_journal_path(key))
+
+
+def _quarantine(key: str, damage: _Damaged, journal: Path | None = None) -> Restored:
+    """Move a damaged entry aside (mode kept, 0600) and recover what its readable parts allow; say which."""
+    journal = journal or _journal_path(key)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    destination = damaged_dir() / f"{journal.stem}-{stamp}.json"
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    os.chmod(destination.parent, 0o700)
+    os.replace(journal, destination)
+    fsync_dir(journal.parent)
+    _drop_marker(key, journal)
+    target, outcome = _salvage(damage.raw)
+    where = str(target) if target is not None else "the file it was for (unknown: the entry does not say)"
+    return Restored(
+        target=target or journal,
+        action="quarantined",
+        detail=f"journal entry {journal.name} is damaged ({damage.why}); moved to {destination}. {where}: {outcome}",
+    )
+
+
+def _salvage(raw: bytes | None) -> tuple[Path | None, str]:
+    """From a damaged entry, the target and what could be done for it: only what its intact fields prove."""
+    try:
+        data = json.loads(raw or b"")
+    except (ValueError, UnicodeDecodeError):
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("target"), str):
+        return None, "not recovered; if an .acpxrc.json still holds beflow's MCP servers, put your own back by hand"
+    target = Path(data["target"])
+    unknown = "not recovered (the entry lost its earlier content); if it still holds beflow's MCP servers, "
+    unknown += "put your own version back by hand"
+    try:
+        current = _current(target)
+    except OSError:
+        return target, unknown
+    written = data.get("written_sha256")
+    ours = current is not None and isinstance(written, str) and hashlib.sha256(current).hexdigest() == written
+    if not ours:
+        return target, "left as it is (it is no longer the file beflow wrote)"
+    if data.get("existed") is False:
+        remove(target)
+        return target, "removed (beflow had created it for the run)"
+    prior, mode = data.get("prior"), data.get("mode")
+    if isinstance(prior, str) and isinstance(mode, int) and data.get("symlink") is None:
+        try:
+            atomic_write(target, base64.b64decode(prior, validate=True), mode=mode)
+        except (binascii.Error, ValueError, OSError):
+            return target, unknown
+        return target, "restored to its content before the run"
+    return target, unknown
+
+
+def _recover_foreign(key: str) -> list[Restored]:
+    """The orphan of a beflow with another ``BEFLOW_HOME`` on the same directory, found through the per-user
+    marker, is restored from that beflow's journal before a new session starts (the directory lock is held)."""
+    try:
+        marker = _Marker.model_validate_json(read_regular(_marker_path(key), limit=1 << 16))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError, ValidationError, NotRegularError, TooLargeError):
+        remove(_marker_path(key))
+        return []
+    if marker.journal == _journal_path(key):
+        return []  # ours: _recover_held has seen to it
+    try:
+        entry = _read_entry(marker.journal)
+    except _Damaged as damage:
+        return [_quarantine(key, damage, marker.journal)]
+    if entry is None:
+        remove(_marker_path(key))
+        return []
+    if _owner_alive(entry):
+        raise LockedError(
+            f"{entry.target} is managed by a running beflow of another BEFLOW_HOME (pid {entry.pid})",
+            fix="Wait for that run to finish (or stop it), then try again.",
+        )
+    try:
+        return [_finish(entry, key, marker.journal)]
+    except BeflowError as error:
+        return [Restored(target=entry.target, action="failed", pid=entry.pid, detail=error.message)]
 
 
 def _recover_held(key: str, *, spare_live: bool) -> list[Restored]:
     """Restore the journal entry of ``key`` (its lock is held); ``spare_live`` leaves a live owner's entry alone."""
     try:
         entry = _read_journal(key)
-    except (OSError, ValueError, ValidationError) as exc:
-        return [Restored(target=_journal_path(key), action="failed", detail=f"unreadable journal entry: {exc}")]
+    except _Damaged as damage:
+        return [_quarantine(key, damage)]
     if entry is None or (spare_live and _owner_alive(entry)):
         return []
     try:
@@ -319,10 +496,10 @@ def active_entries() -> list[JournalEntry]:
     entries = []
     for path in sorted(journal_dir().glob("*.json")):
         try:
-            entry = JournalEntry.model_validate_json(path.read_bytes())
-        except (OSError, ValueError, ValidationError):
+            entry = _read_entry(path)
+        except _Damaged:
             continue
-        if _owner_alive(entry):
+        if entry is not None and _owner_alive(entry):
             entries.append(entry)
     return entries
 
@@ -338,16 +515,17 @@ def recover_orphans() -> list[Restored]:
     results: list[Restored] = []
     for path in sorted(directory.glob("*.json")):
         key = path.stem
-        _lock_path(key).parent.mkdir(parents=True, exist_ok=True)
-        lock = filelock.FileLock(str(_lock_path(key)), thread_local=False)
         try:
-            lock.acquire(timeout=0)
-        except filelock.Timeout:
+            entry = _read_journal(key)
+        except _Damaged:
+            entry = None
+        held = _try_lock(key, entry.target.parent if entry is not None else path.parent)
+        if held is None:
             continue  # a live manager holds it
         try:
             results.extend(_recover_held(key, spare_live=True))
         finally:
-            lock.release()
+            held.release()
     return results
 
 
@@ -357,26 +535,64 @@ def recover_orphans() -> list[Restored]:
 def _holder(key: str) -> str:
     try:
         entry = _read_journal(key)
-    except (OSError, ValueError, ValidationError):
+    except _Damaged:
         entry = None
+    if entry is None:
+        with contextlib.suppress(OSError, ValueError, ValidationError, NotRegularError, TooLargeError):
+            marker = _Marker.model_validate_json(read_regular(_marker_path(key), limit=1 << 16))
+            return f"pid {marker.pid}, of another BEFLOW_HOME"
     return f"pid {entry.pid}" if entry is not None else "pid unknown"
 
 
-async def _acquire(
-    target: Path, key: str, on_wait: Callable[[str], None] | None, timeout: float, poll: float
-) -> filelock.BaseFileLock:
-    """The lock for ``target``; polls with ``anyio.sleep`` so the event loop keeps running while it waits."""
+class _Held:
+    """Both locks of a managed directory: beflow's own (in ``BEFLOW_HOME``) and an exclusive ``flock`` on the
+    directory itself, which every beflow on the machine sees whatever its ``BEFLOW_HOME``. The OS drops both
+    when the holder dies."""
+
+    def __init__(self, lock: filelock.BaseFileLock, directory_fd: int | None) -> None:
+        self.lock = lock
+        self.directory_fd = directory_fd
+
+    def release(self) -> None:
+        if self.directory_fd is not None:
+            os.close(self.directory_fd)  # closing the descriptor drops its flock
+            self.directory_fd = None
+        self.lock.release()
+
+
+def _try_lock(key: str, directory: Path) -> _Held | None:
+    """Both locks at once, or neither (None when another beflow holds one)."""
     path = _lock_path(key)
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = filelock.FileLock(str(path), thread_local=False)
+    try:
+        lock.acquire(timeout=0)
+    except filelock.Timeout:
+        return None
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        return _Held(lock, None)  # the directory is gone: nothing there to manage
+    except BaseException:
+        lock.release()
+        raise
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        lock.release()
+        return None
+    return _Held(lock, fd)
+
+
+async def _acquire(target: Path, key: str, on_wait: Callable[[str], None] | None, timeout: float, poll: float) -> _Held:
+    """The locks for ``target``; polls with ``anyio.sleep`` so the event loop keeps running while it waits."""
     deadline = anyio.current_time() + timeout
     told = False
     while True:
-        try:
-            lock.acquire(timeout=0)
-            return lock
-        except filelock.Timeout:
-            pass
+        held = _try_lock(key, target.parent)
+        if held is not None:
+            return held
         if anyio.current_time() >= deadline:
             raise LockedError(
                 f"{target} is managed by another beflow run ({_holder(key)}); gave up after {timeout:g} s",
@@ -408,6 +624,11 @@ def _begin(target: Path, key: str, servers: Sequence[dict[str, Any]]) -> tuple[J
     )
     # Journal first (it may hold secrets of the prior file: 0600), so a crash from here on can be undone.
     atomic_write(_journal_path(key), entry.model_dump_json(indent=2), mode=0o600)
+    # Then the per-user marker, for a beflow of another BEFLOW_HOME: without it, after a crash of this one, it would
+    # take the injected file for the user's own. Best effort: the journal alone still serves this BEFLOW_HOME.
+    with contextlib.suppress(OSError):
+        marker = _Marker(journal=_journal_path(key), pid=entry.pid)
+        atomic_write(_marker_path(key), marker.model_dump_json(), mode=0o600)
     try:
         atomic_write(target, data, mode=0o600)
     except BaseException:
@@ -458,7 +679,7 @@ async def managed_acpxrc(
     try:
         # Holding the lock proves no other manager is active here: a journal entry left for this path is an
         # orphan (even of a still-running process whose restore failed) and must be undone before a new one.
-        recovered = _recover_held(key, spare_live=False)
+        recovered = _recover_held(key, spare_live=False) + _recover_foreign(key)
         failed = [r for r in recovered if r.action == "failed"]
         if failed:
             raise BeflowError(

@@ -64,12 +64,15 @@ def test_restore_reports_a_version_changed_after_the_crash(beflow, orphaned: tup
     assert (directory / ACPXRC).read_bytes() == PRIOR
 
 
-def test_restore_fails_on_an_unreadable_journal_entry(beflow, tmp_path: Path) -> None:
+def test_restore_quarantines_an_unreadable_journal_entry_and_says_so_once(beflow, tmp_path: Path) -> None:
     journal_dir().mkdir(parents=True)
     (journal_dir() / "acpxrc-x.json").write_text("not json")
     result = beflow("restore")
     assert result.exit_code == 1
-    assert "✗ could not restore" in result.stdout and "unreadable journal entry" in result.stdout
+    assert "! journal entry acpxrc-x.json is damaged (it is not valid JSON" in result.stdout
+    assert "not recovered" in result.stdout
+    assert list(journal_dir().glob("*.json")) == []
+    assert beflow("restore").stdout.strip() == "Nothing to restore."
 
 
 def test_every_command_restores_orphans_first_and_reports_only_that(

@@ -25,6 +25,7 @@ from beflow.mcp.inject import (
     ACPXRC,
     Injection,
     JournalEntry,
+    damaged_dir,
     journal_dir,
     managed_acpxrc,
     recover_orphans,
@@ -440,11 +441,71 @@ def test_a_new_session_first_restores_an_orphan_for_the_same_path(work: Path) ->
     assert (work / ACPXRC).read_bytes() == PRIOR
 
 
-def test_an_unreadable_journal_entry_is_reported_not_guessed(work: Path) -> None:
+SECRET_PRIOR = b'{"mcpServers": [{"name": "mine", "env": [{"name": "K", "value": "prior-secret-77"}]}]}'
+
+
+def _entry_text(work: Path, **changes: object) -> str:
+    entry = {
+        "version": 1,
+        "target": str(work / ACPXRC),
+        "pid": 999999,
+        "pid_start": None,
+        "boot_id": None,
+        "existed": True,
+        "mode": 0o644,
+        "prior": base64.b64encode(SECRET_PRIOR).decode(),
+        "written_sha256": hashlib.sha256((work / ACPXRC).read_bytes()).hexdigest(),
+        "created": "2024-01-01T00:00:00Z",
+        **changes,
+    }
+    return json.dumps(entry)
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        ("truncated", "not valid JSON"),
+        ("empty", "it is empty"),
+        ("garbage", "not valid JSON"),
+        ("bad base64", "invalid field(s): prior"),
+        ("fifo", "it is a FIFO"),
+    ],
+)
+def test_a_damaged_journal_entry_is_quarantined_with_a_message_that_never_holds_its_bytes(
+    work: Path, damage: str, why: str
+) -> None:
+    (work / ACPXRC).write_bytes(b'{"mcpServers": "what beflow wrote"}')
     journal_dir().mkdir(parents=True)
-    (journal_dir() / "acpxrc-x.json").write_text("{broken")
-    (failed,) = recover_orphans()
-    assert failed.action == "failed" and "unreadable journal entry" in (failed.detail or "")
+    path = journal_dir() / "acpxrc-x.json"
+    if damage == "truncated":
+        path.write_text(_entry_text(work)[:-40])
+    elif damage == "empty":
+        path.write_text("")
+    elif damage == "garbage":
+        path.write_bytes(b"\x00\xffprior-secret-77")
+    elif damage == "bad base64":
+        path.write_text(_entry_text(work, prior="prior-secret-77!!"))
+    else:
+        os.mkfifo(path)
+
+    (result,) = recover_orphans()  # returns at once: a FIFO is never opened for reading
+
+    assert result.action == "quarantined"
+    assert why in (result.detail or "") and "moved to" in (result.detail or "")
+    assert "prior-secret-77" not in result.describe() and "prior-secret" not in result.model_dump_json()
+    assert list(journal_dir().glob("*.json")) == [] and len(list(damaged_dir().iterdir())) == 1
+    assert recover_orphans() == []  # reported once, then out of the way
+
+
+def test_a_damaged_entry_whose_intact_fields_prove_the_file_is_beflows_gets_it_back(work: Path) -> None:
+    (work / ACPXRC).write_bytes(b'{"mcpServers": "what beflow wrote"}')
+    journal_dir().mkdir(parents=True)
+    (journal_dir() / "acpxrc-x.json").write_text(_entry_text(work, pid="not a pid"))
+
+    (result,) = recover_orphans()
+
+    assert result.action == "quarantined" and "restored to its content before the run" in (result.detail or "")
+    assert (work / ACPXRC).read_bytes() == SECRET_PRIOR
 
 
 # --- the property: any prior comes back exactly --------------------------------------------------------------
