@@ -18,6 +18,7 @@ from typing import Any
 from beflow.config import AgentCommand, Config
 from beflow.mcp.acp import MASK
 from beflow.paths import slug
+from beflow.records import clean_text
 
 #: acpx's exit codes beyond 0 (success) and 1 (error).
 ACPX_TIMEOUT = 3
@@ -191,7 +192,7 @@ class Transcript:
         kind = update.get("sessionUpdate")
         if kind == "agent_message_chunk":
             text = (update.get("content") or {}).get("text", "")
-            self._chunks.append(text)
+            self._chunks.append(clean_text(text) if isinstance(text, str) else "")
             current = "".join(self._chunks).strip().splitlines()
             if current:
                 self.latest = current[-1][:200]

@@ -10,12 +10,14 @@ from __future__ import annotations
 import builtins
 import datetime as dt
 import difflib
+import json
 import os
 import secrets
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticSerializationError
 
 from beflow import proc
 from beflow.errors import NotFoundError
@@ -34,10 +36,32 @@ def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+def clean_text(text: str) -> str:
+    """``text`` as every encoder takes it: a lone surrogate (a JSON ``\\ud800`` escape in an agent's message, an
+    undecodable byte of a file name) becomes U+FFFD; everything else is kept."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def _cleaned(value: object) -> object:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_cleaned(item) for item in value]
+    if isinstance(value, dict):
+        return {_cleaned(key): _cleaned(item) for key, item in value.items()}
+    return value
+
+
 class RunRecord(BaseModel):
     """``run.json``: what ran, where, and how it ended."""
 
-    model_config = ConfigDict(extra="ignore")
+    # Every value set is cleaned of what no encoder takes: a record must always be writable (a record that cannot
+    # be saved stays `running`, and its issue is run again).
+    model_config = ConfigDict(extra="ignore", validate_assignment=True)
 
     id: str
     issue: str
@@ -76,6 +100,18 @@ class RunRecord(BaseModel):
     #: ``--open``: the native client that was started.
     client: str | None = None
 
+    @field_validator("*", mode="before")
+    @classmethod
+    def _clean(cls, value: object) -> object:
+        return _cleaned(value)
+
+    def to_json(self) -> str:
+        """``run.json``'s text; what was appended in place (a list) is cleaned here too."""
+        try:
+            return self.model_dump_json(indent=2)
+        except PydanticSerializationError:
+            return json.dumps(_cleaned(self.model_dump(mode="json")), indent=2, ensure_ascii=False)
+
     def close(self, outcome: Outcome, reason: str) -> None:
         """The run ended: its outcome, why, the end time and the duration."""
         self.outcome = outcome
@@ -112,7 +148,7 @@ class RunStore:
         return directory
 
     def save(self, record: RunRecord) -> None:
-        atomic_write(self.directory(record.id) / "run.json", record.model_dump_json(indent=2) + "\n")
+        atomic_write(self.directory(record.id) / "run.json", record.to_json() + "\n")
 
     def write(self, run_id: str, name: str, data: str | bytes) -> Path:
         """An artifact of the run (hook output, stderr)."""

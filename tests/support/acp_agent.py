@@ -45,7 +45,7 @@ Directive language
 ------------------
 Every prompt line of the form ``acp-test: <verb> <args>`` is a directive;
 other lines are ignored.  Directives run in order.  In text arguments the
-escapes ``\\n``, ``\\t`` and ``\\\\`` are decoded.  Relative paths resolve
+escapes ``\\n``, ``\\t``, ``\\\\`` and ``\\uXXXX`` are decoded.  Relative paths resolve
 against the session cwd.
 
 ``say <text>``
@@ -131,6 +131,7 @@ RESOURCE_NOT_FOUND = -32002
 
 DIRECTIVE_RE = re.compile(r"^\s*acp-test:\s*(?P<verb>\S+)(?:\s+(?P<args>.*?))?\s*$")
 ESCAPE_RE = re.compile(r"\\(.)")
+UNICODE_RE = re.compile(r"(?<!\\)\\u([0-9a-fA-F]{4})")
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
 VERBS = frozenset({"say", "write", "ask", "sleep", "fail", "crash", "mcp", "mark", "run"})
 
@@ -144,7 +145,8 @@ def log(message: str) -> None:
 
 
 def unescape(text: str) -> str:
-    r"""Decode ``\n``, ``\t`` and ``\\``; other backslashes are kept as is."""
+    r"""Decode ``\n``, ``\t``, ``\\`` and ``\uXXXX`` (a lone surrogate too); other backslashes are kept."""
+    text = UNICODE_RE.sub(lambda m: chr(int(m.group(1), 16)), text)
     return ESCAPE_RE.sub(lambda m: ESCAPES.get(m.group(1), m.group(0)), text)
 
 
