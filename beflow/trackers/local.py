@@ -47,7 +47,7 @@ from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from beflow.errors import ConfigError, LockedError, NotFoundError, UsageError
-from beflow.files import atomic_write, remove
+from beflow.files import TooLargeError, atomic_write, read_regular, remove
 from beflow.paths import STATE_DIR, state_dir
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
@@ -83,6 +83,35 @@ _HEADING = re.compile(r"^### ")
 _ESCAPED_HEADING = re.compile(r"^\\*### ")
 _ESCAPED_MARKER = re.compile(rf"^\\*{re.escape(COMMENTS_MARKER)}[ \t]*$")
 _LEADING_NUMBER = re.compile(r"^(\d+)")
+
+#: Bytes an issue file may hold (a body, and every comment runs leave): a file beyond it is a problem, not a stall.
+MAX_ISSUE_FILE = 4 << 20
+#: Characters of front matter (key, title, status, priority, labels, times: a few hundred in practice).
+MAX_FRONT_MATTER = 64 << 10
+#: Nesting of YAML collections in the front matter (labels is a list: depth 2).
+MAX_FRONT_MATTER_DEPTH = 8
+
+
+class _FrontMatterLoader(yaml.SafeLoader):
+    """YAML as front matter needs it: no anchors or aliases (a few hundred bytes of aliases expand to gigabytes),
+    no deep nesting (the composer recurses)."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise yaml.composer.ComposerError(
+                None, None, "anchors and aliases (& and *) are not allowed in front matter", event.start_mark
+            )
+        depth = getattr(self, "_depth", 0)
+        if depth >= MAX_FRONT_MATTER_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_FRONT_MATTER_DEPTH} levels", event.start_mark
+            )
+        self._depth = depth + 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth = depth
 
 
 class _FrontMatter(BaseModel):
@@ -171,11 +200,14 @@ def render(issue: Issue) -> str:
 
 def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
     """The issue in ``text`` (read from ``path``); any problem is an :class:`IssueFileError` with its line."""
-    text = text.replace("\r\n", "\n").replace("\r", "\n").removeprefix("\ufeff")
-    lines = text.split("\n")
 
     def fail(line: int | None, message: str) -> IssueFileError:
         return IssueFileError([FileProblem(path=path, line=line, message=message)])
+
+    if len(text) > MAX_ISSUE_FILE:
+        raise fail(None, f"the file is larger than {MAX_ISSUE_FILE // (1 << 20)} MiB; beflow does not read it")
+    text = text.replace("\r\n", "\n").replace("\r", "\n").removeprefix("\ufeff")
+    lines = text.split("\n")
 
     if not lines or lines[0].rstrip() != FENCE:
         raise fail(1, "expected the file to start with a '---' line (the front matter: key, title, status, ...)")
@@ -183,8 +215,13 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
     if end is None:
         raise fail(1, "the front matter that starts here has no closing '---' line")
     front_lines = lines[1:end]
+    front_text = "\n".join(front_lines)
+    if len(front_text) > MAX_FRONT_MATTER:
+        raise fail(
+            2, f"the front matter is longer than {MAX_FRONT_MATTER // 1024} KiB (it holds key, title, status...)"
+        )
     try:
-        data = yaml.safe_load("\n".join(front_lines))
+        data = yaml.load(front_text, Loader=_FrontMatterLoader)  # a SafeLoader, stricter still
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
@@ -349,10 +386,13 @@ class LocalTracker:
 
     def _read(self, path: Path) -> Issue:
         try:
-            raw = path.read_bytes()
+            raw = read_regular(path, limit=MAX_ISSUE_FILE)
             mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC)
+        except TooLargeError:
+            message = f"the file is larger than {MAX_ISSUE_FILE // (1 << 20)} MiB; beflow does not read it"
+            raise IssueFileError([FileProblem(path=path, message=message)]) from None
         except OSError as exc:
-            raise IssueFileError([FileProblem(path=path, message=f"cannot read: {exc.strerror}")]) from None
+            raise IssueFileError([FileProblem(path=path, message=f"cannot read: {exc.strerror or exc}")]) from None
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:

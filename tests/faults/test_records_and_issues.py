@@ -28,3 +28,38 @@ def test_a_lone_surrogate_in_the_agents_message_is_recorded_and_the_issue_moves_
     # The next run does not run it again.
     assert beflow_run(auto_project, "--auto").code == 0
     assert len(auto_project.records()) == 1
+
+
+ALIAS_BOMB = """\
+---
+key: 9
+title: bomb
+status: ready
+a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]
+b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]
+c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]
+d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]
+e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]
+f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]
+g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]
+h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]
+i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
+---
+"""
+
+
+def test_an_alias_bomb_or_a_huge_issue_file_is_a_named_problem_and_the_other_issues_still_run(
+    auto_project: AutoProject, nothing_left: None
+) -> None:
+    key = auto_project.new_issue("write hello.txt hi\\n")
+    issues = auto_project.directory / ".beflow" / "issues"
+    (issues / "0009-bomb.md").write_text(ALIAS_BOMB)
+    (issues / "0010-huge.md").write_text("---\nkey: 10\ntitle: huge\nstatus: ready\n---\n" + "x" * (5 << 20))
+
+    listed = beflow_run(auto_project, "issues", "list", timeout=60)  # before: grew without end
+    assert "0009-bomb.md:5: invalid YAML in the front matter: anchors and aliases" in listed.stdout + listed.stderr
+    assert "0010-huge.md: the file is larger than 4 MiB" in listed.stdout + listed.stderr
+
+    done = beflow_run(auto_project, "--auto", timeout=120)
+    assert [r.issue for r in auto_project.records()] == [key]
+    assert auto_project.issue(key).status == Status.REVIEW, done.stderr

@@ -483,3 +483,28 @@ def test_claiming_an_unknown_issue_is_not_found(tracker: LocalTracker) -> None:
 def test_reading_creates_no_state(tracker: LocalTracker, project: Path) -> None:
     assert tracker.list().issues == [] and tracker.ready() == [] and tracker.holder("1") is None
     assert list(project.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("front", "message"),
+    [
+        ("labels: &l [a]\ntitle2: *l", ":5: invalid YAML in the front matter: anchors and aliases"),
+        ("labels: *nowhere", ":5: invalid YAML in the front matter: anchors and aliases"),
+        ("labels: " + "[" * 50 + "]" * 50, ":5: invalid YAML in the front matter: nested deeper than 8 levels"),
+        ("labels: [" + "a," * 40000 + "b]", ":2: the front matter is longer than 64 KiB"),
+    ],
+)
+def test_front_matter_refuses_aliases_deep_nesting_and_bulk_with_the_line(front: str, message: str) -> None:
+    text = f"---\nkey: 1\ntitle: t\nstatus: ready\n{front}\n---\nbody\n"
+    with pytest.raises(IssueFileError) as caught:
+        parse(Path("0001-t.md"), text)
+    assert f"0001-t.md{message}" in caught.value.message
+
+
+def test_an_issue_file_beyond_the_size_limit_is_a_problem_of_that_file(tmp_path: Path) -> None:
+    tracker = LocalTracker(tmp_path / "issues", tmp_path)
+    tracker.create(title="fine")
+    (tmp_path / "issues" / "0002-big.md").write_text("---\nkey: 2\ntitle: big\nstatus: ready\n---\n" + "x" * (5 << 20))
+    listing = tracker.list()
+    assert [i.title for i in listing.issues] == ["fine"]
+    assert [p.message for p in listing.problems] == ["the file is larger than 4 MiB; beflow does not read it"]
