@@ -126,9 +126,15 @@ def _mask_servers(line: bytes) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
+#: Characters of one agent message kept (its end), and how many messages, tool calls and permission requests:
+#: an agent that floods the stream leaves beflow's memory flat (the transcript file has it all, up to its cap).
+MAX_MESSAGE = 1 << 20
+MAX_KEPT = 1000
+
+
 @dataclass
 class Transcript:
-    """What the JSON-RPC stream of one acpx run said, followed line by line."""
+    """What the JSON-RPC stream of one acpx run said, followed line by line (in bounded memory)."""
 
     session_id: str | None = None
     mcp_servers: list[str] = field(default_factory=list)
@@ -142,6 +148,7 @@ class Transcript:
     acpx_detail: str | None = None  # its ``data.detailCode``: AGENT_SPAWN_ENOENT, AGENT_DISCONNECTED, ...
     latest: str | None = None  # the most recent activity, for progress displays
     _chunks: list[str] = field(default_factory=list)
+    _chunk_bytes: int = 0
     _prompt_ids: set[Any] = field(default_factory=set)
 
     @property
@@ -168,6 +175,7 @@ class Transcript:
         elif method == "session/request_permission":
             tool = params.get("toolCall") or {}
             self.permission_requests.append(tool)
+            del self.permission_requests[:-MAX_KEPT]
             self.latest = f"permission requested: {tool.get('title') or tool.get('toolCallId', '?')}"
         elif "result" in message and isinstance(message["result"], dict):
             result = message["result"]
@@ -192,12 +200,19 @@ class Transcript:
         kind = update.get("sessionUpdate")
         if kind == "agent_message_chunk":
             text = (update.get("content") or {}).get("text", "")
-            self._chunks.append(clean_text(text) if isinstance(text, str) else "")
-            current = "".join(self._chunks).strip().splitlines()
-            if current:
-                self.latest = current[-1][:200]
+            text = clean_text(text) if isinstance(text, str) else ""
+            self._chunks.append(text)
+            self._chunk_bytes += len(text)
+            if self._chunk_bytes > MAX_MESSAGE:  # a message without end: its last part is what is kept
+                joined = "".join(self._chunks)[-MAX_MESSAGE:]
+                self._chunks, self._chunk_bytes = [joined], len(joined)
+            lines = text.strip().splitlines()
+            if lines:
+                self.latest = lines[-1][:200]
         elif kind in ("tool_call", "tool_call_update"):
             self._flush()  # text around a tool call is a message of its own, as readable() shows it
+            if len(self.tool_calls) >= MAX_KEPT and update.get("toolCallId") not in self.tool_calls:
+                self.tool_calls.pop(next(iter(self.tool_calls)))
             call = self.tool_calls.setdefault(update.get("toolCallId", "?"), {})
             call.update({k: v for k, v in update.items() if k in ("title", "kind", "status")})
             self.latest = f"{call.get('title', 'tool call')} ({call.get('status', 'pending')})"
@@ -205,7 +220,8 @@ class Transcript:
     def _flush(self) -> None:
         if self._chunks:
             self.messages.append("".join(self._chunks).strip())
-            self._chunks = []
+            self._chunks, self._chunk_bytes = [], 0
+            del self.messages[:-MAX_KEPT]
 
     @property
     def final_message(self) -> str | None:

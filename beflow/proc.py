@@ -36,6 +36,13 @@ KILL_WAIT = 5.0
 #: Seconds to keep reading output after the child and its group are gone (pipes held by escaped processes).
 DRAIN = 2.0
 
+#: Bytes of each output stream kept in :class:`Completed` (the last ones): what a flood would otherwise pile up in
+#: memory. Output a caller needs whole goes to its line handlers as it arrives.
+MAX_CAPTURE = 1 << 20
+
+#: The longest line handed to a line handler; a longer one is handed over in pieces of this size.
+MAX_LINE = 8 << 20
+
 
 @dataclass
 class Completed:
@@ -229,22 +236,51 @@ async def _feed(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
         await stream.aclose()
 
 
-async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: bytearray, handler: LineHandler | None) -> None:
+class _Tail:
+    """The last ``limit`` bytes of a stream, in bounded memory."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self.dropped = 0
+
+    def add(self, chunk: bytes) -> None:
+        if self.limit <= 0:
+            self.dropped += len(chunk)
+            return
+        self.data += chunk
+        if len(self.data) > 2 * self.limit:  # trimmed now and then, not on every chunk
+            excess = len(self.data) - self.limit
+            del self.data[:excess]
+            self.dropped += excess
+
+    def value(self) -> bytes:
+        return bytes(self.data[-self.limit :]) if self.limit > 0 else b""
+
+
+async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: _Tail, handler: LineHandler | None) -> None:
     if stream is None:
         return
-    pending = b""
+    pending = bytearray()
     async for chunk in stream:
-        sink.extend(chunk)
+        sink.add(chunk)
         if handler is None:
             continue
         pending += chunk
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            result = handler(line)
+        start = 0
+        while (end := pending.find(b"\n", start)) >= 0:
+            result = handler(bytes(pending[start:end]))
             if result is not None:
                 await result
+            start = end + 1
+        del pending[:start]
+        while len(pending) > MAX_LINE:  # a line without end (`cat /dev/zero`): in pieces, never all in memory
+            result = handler(bytes(pending[:MAX_LINE]))
+            if result is not None:
+                await result
+            del pending[:MAX_LINE]
     if handler is not None and pending:
-        result = handler(pending)
+        result = handler(bytes(pending))
         if result is not None:
             await result
 
@@ -261,6 +297,7 @@ async def run(
     terminal: bool = False,
     own_group: bool = True,
     grace: float = DEFAULT_GRACE,
+    max_capture: int = MAX_CAPTURE,
 ) -> Completed:
     """Run ``argv`` to completion, a timeout, or the caller's cancellation.
 
@@ -268,7 +305,8 @@ async def run(
     output is captured and each line handed to ``on_stdout``/``on_stderr`` as it arrives. ``own_group=False``
     keeps the child in beflow's process group, so the terminal's Ctrl-C reaches it directly (a native client
     that owns the terminal). A timeout is reported in the result, not raised; cancellation stops the child's
-    group and propagates.
+    group and propagates. Only the last ``max_capture`` bytes of each stream are kept in the result (memory stays
+    flat whatever the child prints); lines reach the handlers whole, up to :data:`MAX_LINE` bytes.
     """
     argv = [str(a) for a in argv]
     std = None if terminal else subprocess.PIPE
@@ -291,7 +329,7 @@ async def run(
         raise BeflowError(f"{argv[0]}: cannot start: {exc.strerror or exc}") from None
 
     pgid = process.pid if own_group else None
-    out, err = bytearray(), bytearray()
+    out, err = _Tail(max_capture), _Tail(max_capture)
     exited = False
     try:
         with anyio.move_on_after(math.inf if timeout is None else timeout) as deadline:
@@ -327,8 +365,8 @@ async def run(
     return Completed(
         argv=argv,
         returncode=process.returncode,
-        stdout=bytes(out),
-        stderr=bytes(err),
+        stdout=out.value(),
+        stderr=err.value(),
         timed_out=timed_out,
         duration=anyio.current_time() - started,
         pid=process.pid,

@@ -13,6 +13,7 @@ import difflib
 import json
 import os
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -122,6 +123,55 @@ class RunRecord(BaseModel):
     @property
     def finished(self) -> bool:
         return self.outcome != "running"
+
+
+class CappedLog:
+    """A log of a run (a hook's output, acpx's transcript and stderr) written line by line as it arrives, up to
+    ``limit`` bytes; what comes beyond is counted, not kept, and a note at the end says how much was left out.
+    Each line goes through ``redact`` first (secret values masked)."""
+
+    def __init__(self, path: Path, limit: int, redact: Callable[[bytes], bytes] | None = None) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.limit = limit
+        self.redact = redact or (lambda data: data)
+        self.written = 0
+        self.dropped = 0
+        self._handle = path.open("ab")
+
+    def write(self, data: bytes) -> None:
+        """Raw bytes (a header, a footer), unredacted, within the limit."""
+        room = self.limit - self.written
+        if len(data) > room:
+            self.dropped += len(data) - max(room, 0)
+            data = data[: max(room, 0)]
+        if data:
+            self._handle.write(data)
+            self._handle.flush()
+            self.written += len(data)
+
+    def line(self, line: bytes) -> None:
+        """One line of output (without its newline): kept whole, or left out with everything after it."""
+        data = self.redact(line) + b"\n" if self.dropped == 0 else b""
+        if self.dropped or self.written + len(data) > self.limit:
+            self.dropped += len(line) + 1
+            return
+        self.write(data)
+
+    def close(self, footer: bytes = b"") -> None:
+        if self.dropped:
+            self._handle.write(
+                f"[beflow: output beyond {self.limit} bytes was not kept: {self.dropped} more bytes]\n".encode()
+            )
+        self._handle.write(footer)
+        self._handle.close()
+
+    def __enter__(self) -> CappedLog:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if not self._handle.closed:
+            self.close()
 
 
 def new_run_id(issue_key: str) -> str:

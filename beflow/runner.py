@@ -39,13 +39,18 @@ from beflow.lifecycle import (
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
 from beflow.paths import acpx_home
-from beflow.records import RunRecord, RunStore, new_run_id
+from beflow.records import CappedLog, RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
 
 T = TypeVar("T")
 
 #: Seconds beyond ``timeout`` that beflow gives acpx to stop by itself before stopping it.
 TIMEOUT_MARGIN = 15.0
+
+#: Bytes kept of each hook's output, of acpx's transcript and of its stderr; beyond, a note says what was left out.
+HOOK_LOG_LIMIT = 4 << 20
+TRANSCRIPT_LIMIT = 64 << 20
+STDERR_LIMIT = 4 << 20
 
 
 class NoLongerReady(LockedError):
@@ -189,20 +194,20 @@ class Run:
         directory = self.store.directory(record.id)
         transcript_path = directory / "transcript.jsonl"
         stderr_path = directory / "stderr.log"
-        with transcript_path.open("ab") as transcript_file, stderr_path.open("ab") as stderr_file:
+        with (
+            CappedLog(transcript_path, TRANSCRIPT_LIMIT) as transcript_file,
+            CappedLog(stderr_path, STDERR_LIMIT, self.redact) as stderr_file,
+        ):
 
             def on_stdout(line: bytes) -> None:
                 line = self.redact(line)
-                transcript_file.write(line + b"\n")
-                transcript_file.flush()
+                transcript_file.line(line)
                 before = self.transcript.latest
                 self.transcript.feed(line)
                 if self.transcript.latest and self.transcript.latest != before:
                     self.emit("activity", latest=self.transcript.latest)
 
-            def on_stderr(line: bytes) -> None:
-                stderr_file.write(self.redact(line) + b"\n")
-                stderr_file.flush()
+            on_stderr = stderr_file.line
 
             def on_saved(path: Path) -> None:
                 self.emit("notice", message=f".acpxrc.json was changed during the run; that version is saved at {path}")
@@ -327,10 +332,20 @@ class Run:
         if hook is None or self.record is None:
             return
         self.emit("activity", latest=f"hook {name}: {hook.command}")
-        result = await proc.run(["sh", "-c", hook.command], cwd=cwd, timeout=hook.timeout, env=self._git_env)
-        output = f"$ {hook.command}\n{result.stdout.decode(errors='replace')}{result.stderr.decode(errors='replace')}"
-        output += f"[{result.describe()} after {result.duration:.1f} s]\n"
-        self.store.write(self.record.id, f"hooks/{name}.log", self.redact.text(output))
+        # Streamed to the log as it comes, up to a limit: a hook that floods (`yes`) keeps beflow's memory flat.
+        path = self.store.directory(self.record.id) / "hooks" / f"{name}.log"
+        with CappedLog(path, HOOK_LOG_LIMIT, self.redact) as log:
+            log.write(self.redact(f"$ {hook.command}\n".encode()))
+            result = await proc.run(
+                ["sh", "-c", hook.command],
+                cwd=cwd,
+                timeout=hook.timeout,
+                env=self._git_env,
+                on_stdout=log.line,
+                on_stderr=log.line,
+                max_capture=0,
+            )
+            log.close(f"[{result.describe()} after {result.duration:.1f} s]\n".encode())
         if not result.ok:
             message = f"hook {name} failed ({result.describe()}); its output is in the run record"
             if fatal:

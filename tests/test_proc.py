@@ -251,3 +251,13 @@ async def test_a_second_signal_cuts_the_grace_period_short(tmp_path: Path) -> No
         await process.aclose()
 
     assert not any(alive(pid) for pid in pids_of(pids))
+
+
+def test_output_kept_in_the_result_is_the_last_part_only_and_long_lines_reach_handlers_in_pieces() -> None:
+    pieces: list[int] = []
+    result = proc.run_sync(
+        ["sh", "-c", "head -c 20000000 /dev/zero; echo; echo end"],
+        on_stdout=lambda line: pieces.append(len(line)),
+    )
+    assert result.ok and len(result.stdout) == proc.MAX_CAPTURE and result.stdout.endswith(b"\nend\n")
+    assert pieces == [proc.MAX_LINE, proc.MAX_LINE, 20000000 - 2 * proc.MAX_LINE, 3]

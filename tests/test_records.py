@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from beflow.errors import NotFoundError
-from beflow.records import RunRecord, RunStore, new_run_id, now
+from beflow.records import CappedLog, RunRecord, RunStore, new_run_id, now
 
 
 def record(run_id: str, issue: str = "1", **fields: object) -> RunRecord:
@@ -83,3 +83,15 @@ def test_runs_started_within_the_same_second_are_ordered_by_start_time(store: Ru
 
     assert [r.id for r in store.list()] == [second.id, first.id]
     assert store.get("latest").id == second.id
+
+
+def test_a_capped_log_keeps_whole_lines_up_to_its_limit_then_says_how_much_it_left_out(tmp_path: Path) -> None:
+    path = tmp_path / "hooks" / "x.log"
+    with CappedLog(path, 20, redact=lambda line: line.replace(b"secret", b"***")) as log:
+        log.write(b"$ cmd\n")
+        log.line(b"a secret")
+        log.line(b"more output than fits")
+        log.close(b"[exit 0]\n")
+    assert (
+        path.read_bytes() == b"$ cmd\na ***\n[beflow: output beyond 20 bytes was not kept: 22 more bytes]\n[exit 0]\n"
+    )
