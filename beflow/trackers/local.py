@@ -96,8 +96,8 @@ class _FrontMatterLoader(yaml.SafeLoader):
     """YAML as front matter needs it: no anchors or aliases (a few hundred bytes of aliases expand to gigabytes),
     no deep nesting (the composer recurses)."""
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
-        event = self.peek_event()
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise yaml.composer.ComposerError(
                 None, None, "anchors and aliases (& and *) are not allowed in front matter", event.start_mark

@@ -28,7 +28,7 @@ class Done:
 def beflow_run(project: AutoProject, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Done:
     """``python -m beflow --config <project>/config.json ARGS`` in the project, to the end."""
     done = subprocess.run(
-        [sys.executable, "-m", "beflow", "--config", str(project.directory / "config.json"), *args],
+        [sys.executable, "-m", "beflow", "--config", str(project.config_path), *args],
         cwd=project.directory,
         env={**os.environ, **(env or {})},
         stdin=subprocess.DEVNULL,

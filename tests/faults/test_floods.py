@@ -25,7 +25,7 @@ def test_a_flooding_hook_is_capped_in_its_log_and_beflows_memory_stays_flat(
     auto_project.configure(hooks={"after_create": {"command": FLOOD, "timeout": 600}})
     key = auto_project.new_issue("write hello.txt hi\\n")
     process = subprocess.Popen(
-        [sys.executable, "-m", "beflow", "--config", str(auto_project.directory / "config.json"), "--auto", key],
+        [sys.executable, "-m", "beflow", "--config", str(auto_project.config_path), "--auto", key],
         cwd=auto_project.directory,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
