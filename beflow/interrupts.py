@@ -2,7 +2,9 @@
 
 Async work started through :func:`run` is cancelled on the first signal; its ``finally`` blocks (file restore,
 process-group stop) run, then :class:`~beflow.errors.Interrupted` is raised. A second signal marks the stop as
-forced, which shortens every grace period that is still to come.
+forced, which shortens every grace period that is still to come, and stops the git processes beflow is waiting on
+(GitPython runs them in beflow's own process group, in a worker thread no cancellation reaches). A step of the
+cleanup that may take long (a hook) runs in :func:`cut_short_by_signal`: a signal stops it even there.
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class _State:
-    signal_name: str | None = None
-    forced: bool = False
-    sigint_to_child: bool = False
+    def __init__(self) -> None:
+        self.signal_name: str | None = None
+        self.forced = False
+        self.sigint_to_child = False
+        #: Scopes that the next signal cancels, shielded cleanup or not.
+        self.cuttable: set[anyio.CancelScope] = set()
 
 
 state = _State()
@@ -46,6 +51,33 @@ def leaving_sigint_to_child() -> Iterator[None]:
         state.sigint_to_child = False
 
 
+@contextlib.contextmanager
+def cut_short_by_signal() -> Iterator[anyio.CancelScope]:
+    """A scope that the next signal cancels, even inside shielded cleanup (where the first signal cannot reach):
+    a hook of the cleanup is stopped by a signal instead of holding beflow until it ends. The caller checks
+    ``scope.cancelled_caught``."""
+    with anyio.CancelScope() as scope:
+        state.cuttable.add(scope)
+        try:
+            yield scope
+        finally:
+            state.cuttable.discard(scope)
+
+
+def _stop_git_children() -> None:
+    """SIGTERM to beflow's own children in its process group: the git processes of a git step (git removes its
+    lock files on SIGTERM). Children in groups of their own (acpx, hooks) are stopped by their own supervisors."""
+    import os
+
+    from beflow import proc
+
+    me, group = os.getpid(), os.getpgrp()
+    for pid, state_letter, parent, pgid in proc.process_table():
+        if parent == me and pgid == group and state_letter != "Z":
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGTERM)
+
+
 def forced() -> bool:
     """Whether the user insisted (a second signal): whatever waits on a child to stop should stop waiting."""
     return state.forced
@@ -59,6 +91,7 @@ def grace(default: float) -> float:
 def run(fn: Callable[[], Awaitable[T]]) -> T:
     """Run ``fn`` in an event loop; a signal cancels it and, after its cleanup, raises ``Interrupted``."""
     state.signal_name, state.forced = None, False
+    state.cuttable = set()
 
     async def main() -> T:
         work = anyio.CancelScope()
@@ -72,11 +105,14 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
                     async for signum in received:
                         if signum == signal.SIGINT and state.sigint_to_child:
                             continue
+                        for scope in list(state.cuttable):
+                            scope.cancel()
                         if state.signal_name is None:
                             state.signal_name = signal.Signals(signum).name
                             work.cancel()
                         else:
                             state.forced = True
+                            _stop_git_children()
 
             # The handlers are in place before the work starts: a signal that came earlier would kill
             # beflow without its cleanup.

@@ -111,6 +111,11 @@ def _signal_group(pgid: int, signum: int) -> bool:
     return True
 
 
+def process_table() -> list[tuple[int, str, int, int]]:
+    """``(pid, state, parent pid, process group)`` of every process (empty where there is no /proc)."""
+    return list(_processes())
+
+
 def _processes() -> Iterator[tuple[int, str, int, int]]:
     """``(pid, state, parent pid, process group)`` of every process, from /proc (nothing where there is none)."""
     proc_root = Path("/proc")

@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
+import anyio.lowlevel
 
 from beflow import acpx, git, interrupts, preflight, proc
 from beflow.config import Project
@@ -159,14 +161,24 @@ class Run:
                 self._finish(issue, "cancelled", reason)
             raise
         except Exception as error:  # a bug in beflow: still record it, restore the tracker and keep the work
-            with anyio.CancelScope(shield=True):
-                reason = f"beflow failed unexpectedly: {type(error).__name__}: {error}"
-                await self._wrap_up(worktree, repo, "failed", reason)
-                self._finish(issue, "failed", reason)
-            raise
+            if not _cancel_pending():
+                with anyio.CancelScope(shield=True):
+                    reason = f"beflow failed unexpectedly: {type(error).__name__}: {error}"
+                    await self._wrap_up(worktree, repo, "failed", reason)
+                    self._finish(issue, "failed", reason)
+                raise
+            outcome, reason = "failed", f"{type(error).__name__}: {error}"
+        # A step that failed because it was interrupted (git gets the terminal's Ctrl-C too, and dies of it) is a
+        # cancellation, not a failure: the issue goes back to ready.
+        if outcome == "failed" and _cancel_pending():
+            outcome, reason = "cancelled", f"{cancel_reason(self.cancel_reason)} ({reason})"
         with anyio.CancelScope(shield=True):
             outcome, reason = await self._wrap_up(worktree, repo, outcome, reason)
-        return self._finish(issue, outcome, reason)
+        if outcome == "failed" and _cancel_pending():  # a git step of the cleanup (the commit), interrupted
+            outcome, reason = "cancelled", f"{cancel_reason(self.cancel_reason)} ({reason})"
+        record = self._finish(issue, outcome, reason)
+        await anyio.lowlevel.checkpoint()  # a pending cancellation goes on from here, the record written
+        return record
 
     def _move_to_in_progress(self, issue: Issue) -> None:
         move_to_in_progress(self.tracker, issue)
@@ -335,18 +347,29 @@ class Run:
         self.emit("activity", latest=f"hook {name}: {hook.command}")
         # Streamed to the log as it comes, up to a limit: a hook that floods (`yes`) keeps beflow's memory flat.
         path = self.store.directory(self.record.id) / "hooks" / f"{name}.log"
+        result: proc.Completed | None = None
         with CappedLog(path, HOOK_LOG_LIMIT, self.redact) as log:
             log.write(self.redact(f"$ {hook.command}\n".encode()))
-            result = await proc.run(
-                ["sh", "-c", hook.command],
-                cwd=cwd,
-                timeout=hook.timeout,
-                env=self._git_env,
-                on_stdout=log.line,
-                on_stderr=log.line,
-                max_capture=0,
-            )
-            log.close(f"[{result.describe()} after {result.duration:.1f} s]\n".encode())
+            # A signal stops a hook even in the shielded cleanup (before_remove): it never holds beflow up.
+            with interrupts.cut_short_by_signal():
+                result = await proc.run(
+                    ["sh", "-c", hook.command],
+                    cwd=cwd,
+                    timeout=hook.timeout,
+                    env=self._git_env,
+                    on_stdout=log.line,
+                    on_stderr=log.line,
+                    max_capture=0,
+                    grace=interrupts.grace(proc.DEFAULT_GRACE),
+                )
+            ending = f"{result.describe()} after {result.duration:.1f} s" if result else "stopped by a signal"
+            log.close(f"[{ending}]\n".encode())
+        if result is None:
+            message = f"hook {name} was stopped by a signal; its output is in the run record"
+            if fatal:
+                raise BeflowError(message)
+            self.emit("notice", message=message)
+            return
         if not result.ok:
             message = f"hook {name} failed ({result.describe()}); its output is in the run record"
             if fatal:
@@ -488,6 +511,12 @@ class Run:
                     message=f"the issue could not be updated ({error.message}); the run record keeps the outcome, "
                     "and the next beflow run or watch tick brings the issue up to date",
                 )
+
+
+def _cancel_pending() -> bool:
+    """Whether the current task is being cancelled (a signal, a watch stopping the run) though no checkpoint has
+    said so yet: the step that was running failed of the same interruption."""
+    return anyio.current_effective_deadline() == -math.inf
 
 
 async def _in_thread(fn: Callable[..., T], *args: Any) -> T:

@@ -4,6 +4,15 @@ hostile issue files, a Ctrl-C in the middle of a git step."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 
 from beflow.trackers import Status
 from tests.faults.conftest import beflow_run, secrets_in_history
@@ -63,3 +72,82 @@ def test_an_alias_bomb_or_a_huge_issue_file_is_a_named_problem_and_the_other_iss
     done = beflow_run(auto_project, "--auto", timeout=120)
     assert [r.issue for r in auto_project.records()] == [key]
     assert auto_project.issue(key).status == Status.REVIEW, done.stderr
+
+
+# -- Ctrl-C in the middle of a git step --------------------------------------------------------------------------
+
+
+def _git_hook(project: AutoProject, name: str, marker: Path) -> None:
+    """A hook of the user's repository that blocks git (once): Ctrl-C then comes while git is working."""
+    hook = project.directory / ".git" / "hooks" / name
+    hook.write_text(f'#!/bin/sh\n[ -e "{marker}" ] && exit 0\ntouch "{marker}"\nsleep 60\n')
+    hook.chmod(0o755)
+
+
+def _start(project: AutoProject, *args: str) -> subprocess.Popen[str]:
+    """beflow in a process group of its own, as a terminal's foreground job."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "beflow", "--config", str(project.config_path), *args],
+        cwd=project.directory,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _when(condition: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the condition never came true"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("step", ["post-checkout", "post-commit"])
+def test_ctrl_c_during_a_git_step_cancels_the_run_and_puts_the_issue_back_to_ready(
+    auto_project: AutoProject, tmp_path: Path, step: str, nothing_left: None
+) -> None:
+    marker = tmp_path / f"{step}-started"
+    _git_hook(auto_project, step, marker)  # post-checkout: git worktree add; post-commit: beflow's commit
+    key = auto_project.new_issue("write hello.txt hi\\n")
+    process = _start(auto_project, "--auto", key)
+    _when(marker.exists)
+
+    os.killpg(process.pid, signal.SIGINT)  # the terminal's Ctrl-C: beflow, git and the hook alike
+    _, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 130, stderr
+    record = auto_project.only_record()
+    assert record.outcome == "cancelled" and "SIGINT" in (record.stop_reason or "")  # before: failed
+    assert auto_project.issue(key).status == Status.READY  # before: failed
+    assert "beflow/1" not in auto_project.branches()
+    # No lock or claim is left: the next run works, and delivers the work.
+    again = beflow_run(auto_project, "--auto", key)
+    assert again.code == 0, again.stderr
+    assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", "hello.txt": "hi\n"}
+    assert secrets_in_history(auto_project.directory) == []
+
+
+def test_a_second_signal_cuts_a_cleanup_hook_short(
+    auto_project: AutoProject, tmp_path: Path, nothing_left: None
+) -> None:
+    marker = tmp_path / "hook-started"
+    # A before_remove hook (it runs in the cleanup, shielded from the first signal) that ignores SIGTERM.
+    auto_project.configure(hooks={"before_remove": f"trap '' TERM INT; touch {marker}; sleep 60"})
+    key = auto_project.new_issue("write hello.txt hi\\n")
+    process = _start(auto_project, "--auto", key)
+    _when(marker.exists)
+    started = time.monotonic()
+
+    process.send_signal(signal.SIGTERM)
+    process.send_signal(signal.SIGTERM)
+    process.communicate(timeout=60)
+
+    assert process.returncode == 130
+    assert time.monotonic() - started < 30  # not the hook's 60 s (before: the shielded hook ran to its end)
+    record = auto_project.only_record()
+    assert record.outcome == "succeeded"  # the work was committed before the cleanup was cut short
+    log = (auto_project.run_dir(record) / "hooks" / "before_remove.log").read_text()
+    assert "killed by SIGKILL" in log or "stopped by a signal" in log
+    assert auto_project.issue(key).status == Status.REVIEW
