@@ -11,6 +11,7 @@ import jinja2.meta
 from jinja2 import nodes
 
 from beflow.errors import ConfigError
+from beflow.files import read_regular
 
 DEFAULT_TEMPLATE = "templates/prompt.md.j2"
 
@@ -26,6 +27,10 @@ class PromptError(ConfigError):
     code = "prompt"
 
 
+#: Bytes a prompt template file may hold.
+MAX_TEMPLATE = 1 << 20
+
+
 def load_template(setting: str | None, project_dir: Path) -> tuple[str, str]:
     """``(source, where)`` of the prompt: the configured file or inline text, else the built-in default.
 
@@ -39,7 +44,7 @@ def load_template(setting: str | None, project_dir: Path) -> tuple[str, str]:
         path = (project_dir / setting).expanduser()
         if path.is_file():
             try:
-                return path.read_text(encoding="utf-8"), str(path)
+                return read_regular(path, limit=MAX_TEMPLATE).decode("utf-8"), str(path)
             except (OSError, UnicodeDecodeError) as exc:
                 raise PromptError(f"prompt: cannot read template file {path}: {exc}") from None
         if Path(setting).suffix:

@@ -19,6 +19,7 @@ import json5
 import pydantic
 
 from beflow.errors import ConfigError
+from beflow.files import NotRegularError, TooLargeError, read_regular
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
@@ -43,14 +44,23 @@ class Problem(typing.NamedTuple):
         return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
 
 
+#: Bytes a config file (``.beflow/config.json``, ``.mcp.json``) may hold.
+MAX_CONFIG_FILE = 16 << 20
+
+
 def read_json5(path: Path) -> tuple[str, Any]:
     """The text of ``path`` and its JSON5 value; a syntax error or a key given twice is a :class:`ConfigError`."""
     try:
-        text = path.read_text(encoding="utf-8")
+        # Never blocks on a FIFO, never reads a file no config could need to be.
+        text = read_regular(path, limit=MAX_CONFIG_FILE).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except NotRegularError as exc:
+        raise ConfigError(f"{path}: cannot read: it is {exc.kind}, not a file") from None
+    except TooLargeError:
+        raise ConfigError(f"{path}: cannot read: larger than {MAX_CONFIG_FILE // (1 << 20)} MiB") from None
     except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         # A key given twice would silently mean the last one: the first is then a setting that does nothing.
         return text, json5.loads(text, allow_duplicate_keys=False)
