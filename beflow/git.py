@@ -355,18 +355,11 @@ def _user_excludes(repo: git.Repo) -> str:
     return data.decode("utf-8", errors="surrogateescape")
 
 
-def hide_managed_file(worktree: Path) -> dict[str, str]:
-    """Keep ``.acpxrc.json`` out of what git stages in ``worktree``; the environment for what runs in it.
-
-    Nothing of the user's repository changes: the excludes file lives in the worktree's private git directory,
-    and the skip-worktree bit in the worktree's own index.
-    """
-    with git.Repo(worktree) as repo:
-        git_dir = Path(str(repo.git.rev_parse("--absolute-git-dir")).strip())
-        if is_tracked(repo, ACPXRC):
-            repo.git.update_index("--skip-worktree", "--", ACPXRC)
+def excludes_env(directory: Path, excludes: Path) -> dict[str, str]:
+    """The environment that makes git (run by the agent in ``directory``) ignore ``.acpxrc.json`` as well as all
+    the user ignores globally: ``core.excludesFile`` set to ``excludes``, written here with both."""
+    with git.Repo(directory, search_parent_directories=True) as repo:
         user = _user_excludes(repo)
-    excludes = git_dir / EXCLUDES_NAME
     if user and not user.endswith("\n"):
         user += "\n"
     note = "# beflow: the .acpxrc.json it manages during a run is never the agent's to commit\n"
@@ -378,6 +371,19 @@ def hide_managed_file(worktree: Path) -> dict[str, str]:
         f"GIT_CONFIG_KEY_{index}": "core.excludesFile",
         f"GIT_CONFIG_VALUE_{index}": str(excludes),
     }
+
+
+def hide_managed_file(worktree: Path) -> dict[str, str]:
+    """Keep ``.acpxrc.json`` out of what git stages in ``worktree``; the environment for what runs in it.
+
+    Nothing of the user's repository changes: the excludes file lives in the worktree's private git directory,
+    and the skip-worktree bit in the worktree's own index.
+    """
+    with git.Repo(worktree) as repo:
+        git_dir = Path(str(repo.git.rev_parse("--absolute-git-dir")).strip())
+        if is_tracked(repo, ACPXRC):
+            repo.git.update_index("--skip-worktree", "--", ACPXRC)
+    return excludes_env(worktree, git_dir / EXCLUDES_NAME)
 
 
 def unhide_managed_file(worktree: Path) -> None:

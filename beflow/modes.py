@@ -469,8 +469,16 @@ async def _attended_acpx(
             # acpx gets its own process group (and session): it reads and writes the terminal all the same
             # (tests/cli/test_attend.py answers its prompt through a pseudo-terminal), while Ctrl-C and a hang-up
             # come to beflow, which stops acpx and its agent as a group and then restores the file.
+            # The agent's git ignores the injected file (untracked): through its environment, so that nothing of
+            # the user's repository changes. A tracked one is the user's to keep out of a commit (the notice says).
+            env = {}
+            if handle is not None:
+                excludes = beflow_home() / "git" / f"exclude-{path_key(checkout)}"
+                env = await anyio.to_thread.run_sync(git.excludes_env, checkout, excludes)
             with _terminal_settings_kept():
-                result = await proc.run(argv, cwd=checkout, terminal=True, grace=interrupts.grace(proc.DEFAULT_GRACE))
+                result = await proc.run(
+                    argv, cwd=checkout, terminal=True, grace=interrupts.grace(proc.DEFAULT_GRACE), env=env
+                )
     finally:
         if handle is not None and handle.restored is not None:
             # "left by beflow pid N" is for orphans of another process, not this one's own restore

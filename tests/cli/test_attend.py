@@ -252,3 +252,14 @@ def test_without_a_terminal_beflow_says_nobody_can_be_asked(attended: AutoProjec
     assert not (attended.directory / "out.txt").exists()
     assert_prior_restored(attended)
     assert attended.only_record().exit_code == 5
+
+
+def test_an_agent_that_commits_everything_in_the_checkout_leaves_the_injected_file_out(
+    attended: AutoProject, terminals: list[terminal.Terminal]
+) -> None:
+    key = attended.new_issue("write out.txt hi", "run git add -A && git commit -q -m agent")
+    assert attend(attended, key, terminals).wait() == 0
+    committed = attended.branch_files("main")
+    assert "out.txt" in committed and ".acpxrc.json" not in committed
+    assert_prior_restored(attended)
+    assert (attended.directory / ".git" / "info" / "exclude").read_text().count("acpxrc") == 0
