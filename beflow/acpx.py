@@ -149,6 +149,7 @@ class Transcript:
     latest: str | None = None  # the most recent activity, for progress displays
     _chunks: list[str] = field(default_factory=list)
     _chunk_bytes: int = 0
+    _tail: str = ""
     _prompt_ids: set[Any] = field(default_factory=set)
 
     @property
@@ -206,7 +207,9 @@ class Transcript:
             if self._chunk_bytes > MAX_MESSAGE:  # a message without end: its last part is what is kept
                 joined = "".join(self._chunks)[-MAX_MESSAGE:]
                 self._chunks, self._chunk_bytes = [joined], len(joined)
-            lines = text.strip().splitlines()
+            # The last line of the message so far, from a bounded tail of it (not the whole message every chunk).
+            self._tail = (self._tail + text)[-1000:]
+            lines = self._tail.strip().splitlines()
             if lines:
                 self.latest = lines[-1][:200]
         elif kind in ("tool_call", "tool_call_update"):
@@ -220,7 +223,7 @@ class Transcript:
     def _flush(self) -> None:
         if self._chunks:
             self.messages.append("".join(self._chunks).strip())
-            self._chunks, self._chunk_bytes = [], 0
+            self._chunks, self._chunk_bytes, self._tail = [], 0, ""
             del self.messages[:-MAX_KEPT]
 
     @property

@@ -419,6 +419,8 @@ def find_leaks(worktree: Path, since: str, head: str, needles: Sequence[bytes], 
     """
     wanted = [n for n in dict.fromkeys(needles) if n]
     leaks: list[Leak] = []
+    if not wanted and not managed:
+        return leaks
     with git.Repo(worktree) as repo:
         commits = str(repo.git.rev_list("--reverse", head, f"^{since}")).split()
         for commit in commits:

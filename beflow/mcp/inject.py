@@ -101,6 +101,9 @@ class Restored(BaseModel):
     #: Where the version someone else wrote during the run was saved before the prior came back.
     saved: Path | None = None
     detail: str | None = None
+    #: ``quarantined``: the file is still exactly what beflow wrote and its prior is lost with the entry; a new
+    #: session must not take it for the prior.
+    unresolved: bool = False
 
     def describe(self) -> str:
         owner = f" (left by beflow pid {self.pid})" if self.pid else ""
@@ -401,45 +404,48 @@ def _quarantine(key: str, damage: _Damaged, journal: Path | None = None) -> Rest
     os.replace(journal, destination)
     fsync_dir(journal.parent)
     _drop_marker(key, journal)
-    target, outcome = _salvage(damage.raw)
+    target, outcome, unresolved = _salvage(damage.raw)
     where = str(target) if target is not None else "the file it was for (unknown: the entry does not say)"
     return Restored(
         target=target or journal,
         action="quarantined",
         detail=f"journal entry {journal.name} is damaged ({damage.why}); moved to {destination}. {where}: {outcome}",
+        unresolved=unresolved,
     )
 
 
-def _salvage(raw: bytes | None) -> tuple[Path | None, str]:
-    """From a damaged entry, the target and what could be done for it: only what its intact fields prove."""
+def _salvage(raw: bytes | None) -> tuple[Path | None, str, bool]:
+    """From a damaged entry, the target, what could be done for it (only what its intact fields prove), and
+    whether the target is still beflow's injected file with its prior lost."""
     try:
         data = json.loads(raw or b"")
     except (ValueError, UnicodeDecodeError):
         data = None
     if not isinstance(data, dict) or not isinstance(data.get("target"), str):
-        return None, "not recovered; if an .acpxrc.json still holds beflow's MCP servers, put your own back by hand"
+        lost = "not recovered; if an .acpxrc.json still holds beflow's MCP servers, put your own back by hand"
+        return None, lost, False
     target = Path(data["target"])
     unknown = "not recovered (the entry lost its earlier content); if it still holds beflow's MCP servers, "
     unknown += "put your own version back by hand"
     try:
         current = _current(target)
     except OSError:
-        return target, unknown
+        return target, unknown, False
     written = data.get("written_sha256")
     ours = current is not None and isinstance(written, str) and hashlib.sha256(current).hexdigest() == written
     if not ours:
-        return target, "left as it is (it is no longer the file beflow wrote)"
+        return target, "left as it is (it is no longer the file beflow wrote)", False
     if data.get("existed") is False:
         remove(target)
-        return target, "removed (beflow had created it for the run)"
+        return target, "removed (beflow had created it for the run)", False
     prior, mode = data.get("prior"), data.get("mode")
     if isinstance(prior, str) and isinstance(mode, int) and data.get("symlink") is None:
         try:
             atomic_write(target, base64.b64decode(prior, validate=True), mode=mode)
         except (binascii.Error, ValueError, OSError):
-            return target, unknown
-        return target, "restored to its content before the run"
-    return target, unknown
+            return target, unknown, True
+        return target, "restored to its content before the run", False
+    return target, "not recovered: it still holds beflow's MCP servers; put your own version back by hand", True
 
 
 def _recover_foreign(key: str) -> list[Restored]:
@@ -571,8 +577,9 @@ def _try_lock(key: str, directory: Path) -> _Held | None:
         return None
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
-        return _Held(lock, None)  # the directory is gone: nothing there to manage
+    except OSError:
+        # Gone (nothing there to manage), or not readable by us: beflow's own lock is all there is.
+        return _Held(lock, None)
     except BaseException:
         lock.release()
         raise
@@ -680,7 +687,8 @@ async def managed_acpxrc(
         # Holding the lock proves no other manager is active here: a journal entry left for this path is an
         # orphan (even of a still-running process whose restore failed) and must be undone before a new one.
         recovered = _recover_held(key, spare_live=False) + _recover_foreign(key)
-        failed = [r for r in recovered if r.action == "failed"]
+        # A file that is still an earlier run's injection, its prior lost, must not be taken for the prior.
+        failed = [r for r in recovered if r.action == "failed" or r.unresolved]
         if failed:
             raise BeflowError(
                 f"{target}: an earlier run's state could not be restored: {failed[0].detail}",

@@ -30,7 +30,7 @@ from beflow.mcp.inject import (
     managed_acpxrc,
     recover_orphans,
 )
-from beflow.paths import beflow_home
+from beflow.paths import beflow_home, path_key
 
 SERVERS = [
     {"name": "codegraph", "command": "bunx", "args": ["serve"], "env": [{"name": "T", "value": "secret"}]},
@@ -543,3 +543,16 @@ def test_restore_gives_back_any_prior_bytes_and_mode(prior: bytes | None, mode: 
             assert mode_of(target) == mode
         assert sorted(p.name for p in directory.iterdir()) == ([ACPXRC] if prior is not None else [])
         assert journal_files() == []
+
+
+def test_a_file_still_injected_whose_damaged_entry_lost_the_prior_is_never_taken_for_the_prior(work: Path) -> None:
+    injected = b'{"mcpServers": "what beflow wrote"}'
+    (work / ACPXRC).write_bytes(injected)
+    journal_dir().mkdir(parents=True)
+    key = "acpxrc-" + path_key(work.resolve())
+    (journal_dir() / f"{key}.json").write_text(_entry_text(work, prior="lost!!"))
+
+    with pytest.raises(BeflowError, match="still holds beflow's MCP servers"):
+        session(work)
+    assert (work / ACPXRC).read_bytes() == injected  # not journaled as if it were the user's
+    assert journal_files() == []
