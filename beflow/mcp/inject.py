@@ -103,7 +103,7 @@ class Restored(BaseModel):
     detail: str | None = None
     #: ``quarantined``: the file is still exactly what beflow wrote and its prior is lost with the entry; a new
     #: session must not take it for the prior.
-    unresolved: bool = False
+    unresolved: bool = Field(default=False, exclude=True)
 
     def describe(self) -> str:
         owner = f" (left by beflow pid {self.pid})" if self.pid else ""
