@@ -65,8 +65,9 @@ def cut_short_by_signal() -> Iterator[anyio.CancelScope]:
 
 
 def _stop_git_children() -> None:
-    """SIGTERM to beflow's own children in its process group: the git processes of a git step (git removes its
-    lock files on SIGTERM). Children in groups of their own (acpx, hooks) are stopped by their own supervisors."""
+    """SIGTERM to beflow's own children in its process group and what they started: the git processes of a git
+    step (git removes its lock files on SIGTERM) and git's hooks. Children in groups of their own (acpx, hooks)
+    are stopped by their own supervisors."""
     import os
 
     from beflow import proc
@@ -74,8 +75,10 @@ def _stop_git_children() -> None:
     me, group = os.getpid(), os.getpgrp()
     for pid, state_letter, parent, pgid in proc.process_table():
         if parent == me and pgid == group and state_letter != "Z":
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
+            # With what it started (a git hook): git waits for those before it exits.
+            for member in [pid, *proc.descendants(pid)]:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(member, signal.SIGTERM)
 
 
 def forced() -> bool:

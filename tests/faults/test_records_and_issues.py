@@ -141,7 +141,7 @@ def test_a_second_signal_cuts_a_cleanup_hook_short(
     started = time.monotonic()
 
     process.send_signal(signal.SIGTERM)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(signal.SIGINT)  # another signal: two of the same could merge into one while pending
     process.communicate(timeout=60)
 
     assert process.returncode == 130
@@ -151,3 +151,24 @@ def test_a_second_signal_cuts_a_cleanup_hook_short(
     log = (auto_project.run_dir(record) / "hooks" / "before_remove.log").read_text()
     assert "killed by SIGKILL" in log or "stopped by a signal" in log
     assert auto_project.issue(key).status == Status.REVIEW
+
+
+def test_a_second_signal_stops_a_git_step_that_the_first_could_not_reach(
+    auto_project: AutoProject, tmp_path: Path, nothing_left: None
+) -> None:
+    marker = tmp_path / "post-checkout-started"
+    _git_hook(auto_project, "post-checkout", marker)  # `git worktree add` waits 60 s for it
+    key = auto_project.new_issue("write hello.txt hi\\n")
+    process = _start(auto_project, "--auto", key)
+    _when(marker.exists)
+    started = time.monotonic()
+
+    # `kill` from another shell reaches beflow alone; git runs in a worker thread no cancellation reaches.
+    process.send_signal(signal.SIGTERM)
+    process.send_signal(signal.SIGINT)  # another signal: two of the same could merge into one while pending
+    process.communicate(timeout=60)
+
+    assert process.returncode == 130
+    assert time.monotonic() - started < 30  # not the hook's 60 s
+    assert auto_project.only_record().outcome == "cancelled"
+    assert auto_project.issue(key).status == Status.READY
