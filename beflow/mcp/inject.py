@@ -513,13 +513,13 @@ def active_entries() -> list[JournalEntry]:
 def recover_orphans() -> list[Restored]:
     """Restore every file a dead beflow left managed; entries of running processes are left alone.
 
-    Returns what was done (``failed`` rows included), in a stable order.
+    This ``BEFLOW_HOME``'s journal first, then the orphans of other ``BEFLOW_HOME`` s that the per-user markers
+    name (the same user's files: whichever beflow runs next puts them back). Returns what was done (``failed``
+    rows included), in a stable order.
     """
     directory = journal_dir()
-    if not directory.is_dir():
-        return []
     results: list[Restored] = []
-    for path in sorted(directory.glob("*.json")):
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
         key = path.stem
         try:
             entry = _read_journal(key)
@@ -530,6 +530,31 @@ def recover_orphans() -> list[Restored]:
             continue  # a live manager holds it
         try:
             results.extend(_recover_held(key, spare_live=True))
+        finally:
+            held.release()
+    results.extend(_recover_other_homes())
+    return results
+
+
+def _recover_other_homes() -> list[Restored]:
+    results: list[Restored] = []
+    registry = _registry_dir()
+    for path in sorted(registry.glob("*.json")) if registry.is_dir() else []:
+        key = path.stem
+        try:
+            marker = _Marker.model_validate_json(read_regular(path, limit=1 << 16))
+            entry = _read_entry(marker.journal)
+        except (OSError, ValueError, ValidationError, NotRegularError, TooLargeError, _Damaged):
+            continue  # a session start in that directory deals with it
+        if marker.journal == _journal_path(key) or entry is None or _owner_alive(entry):
+            continue
+        held = _try_lock(key, entry.target.parent)
+        if held is None:
+            continue
+        try:
+            results.extend(_recover_foreign(key))
+        except LockedError:
+            pass
         finally:
             held.release()
     return results

@@ -150,6 +150,22 @@ def test_the_orphan_of_another_beflow_home_is_restored_before_a_new_session_take
     assert not (home_b / "saved").exists() or list((home_b / "saved").iterdir()) == []
 
 
+def test_any_beflow_home_restores_the_orphan_of_another(work: Path, tmp_path: Path) -> None:
+    home_a, home_b = tmp_path / "home-a", tmp_path / "home-b"
+    crashed = holder(work, "--then", "exit", home=home_a)
+    event = crashed.wait_for("injected")
+    crashed.finish()
+
+    result = cli("restore", home=home_b)  # before: "Nothing to restore." in B, the secrets left in place
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        f"✓ restored {work / ACPXRC} to its content before the run (left by beflow pid {event['pid']})"
+    )
+    assert_prior_back(work)
+    assert cli("restore", home=home_a).stdout.strip() == "Nothing to restore."
+
+
 def test_a_live_session_of_another_beflow_home_holds_the_directory(work: Path, tmp_path: Path) -> None:
     home_a, home_b = tmp_path / "home-a", tmp_path / "home-b"
     first = holder(work, "--then", "sleep", home=home_a)
