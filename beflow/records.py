@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from beflow import proc
+from beflow import identity
 from beflow.errors import NotFoundError
 from beflow.files import atomic_write
 from beflow.paths import slug, state_dir
@@ -57,9 +57,8 @@ class RunRecord(BaseModel):
     stop_reason: str | None = None
     exit_code: int | None = None
     pid: int = Field(default_factory=os.getpid)
-    #: With ``pid``, which process ran it (a reused pid is not mistaken for it): start time and boot.
-    pid_start: int | None = Field(default_factory=lambda: proc.start_time(os.getpid()))
-    boot_id: str | None = Field(default_factory=proc.boot_id)
+    #: With ``pid``, which process ran it (a reused pid is not mistaken for it): its start, seconds since the epoch.
+    pid_start: float | None = Field(default_factory=lambda: identity.start_time(os.getpid()))
     mcp_servers: list[str] = Field(default_factory=list)
     mcp_shadowed: list[str] = Field(default_factory=list)
     changed_files: list[str] = Field(default_factory=list)
@@ -138,7 +137,7 @@ class RunStore:
         ``cancelled``, saying so, instead of looking alive for ever."""
         closed = []
         for record in self.list():
-            if record.outcome == "running" and not proc.is_running(record.pid, record.pid_start, record.boot_id):
+            if record.outcome == "running" and not identity.is_running(record.pid, record.pid_start):
                 record.close("cancelled", f"beflow (pid {record.pid}) was killed before the run finished")
                 self.save(record)
                 closed.append(record)

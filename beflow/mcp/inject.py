@@ -37,7 +37,7 @@ import anyio
 import filelock
 from pydantic import BaseModel, ValidationError
 
-from beflow import proc
+from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.files import atomic_write, fsync_dir, remove
 from beflow.mcp.acp import server_names
@@ -53,10 +53,8 @@ class JournalEntry(BaseModel):
     version: Literal[1] = 1
     target: Path
     pid: int
-    #: The owner's start time (clock ticks since boot, from /proc) and the boot it ran in: a reused pid or a
-    #: reboot is not mistaken for the owner still running.
-    pid_start: int | None
-    boot_id: str | None
+    #: The owner's start time (seconds since the epoch): a reused pid is not mistaken for the owner still running.
+    pid_start: float | None
     existed: bool
     #: Permission bits of a prior regular file.
     mode: int | None
@@ -152,7 +150,7 @@ def saved_dir() -> Path:
 
 def _owner_alive(entry: JournalEntry) -> bool:
     """Is the process that wrote ``entry`` still running (the same process, not a reuse of its pid)?"""
-    return proc.is_running(entry.pid, entry.pid_start, entry.boot_id)
+    return identity.is_running(entry.pid, entry.pid_start)
 
 
 # --- reading the prior and composing the managed file --------------------------------------------------------
@@ -391,12 +389,10 @@ def _begin(target: Path, key: str, servers: Sequence[dict[str, Any]]) -> tuple[J
     """Journal the prior state, then write the managed file."""
     prior = _read_prior(target)
     data, parsed = compose(prior.content, servers)
-    start = proc.start_time(os.getpid())
     entry = JournalEntry(
         target=target,
         pid=os.getpid(),
-        pid_start=start,
-        boot_id=proc.boot_id(),
+        pid_start=identity.start_time(os.getpid()),
         existed=prior.existed,
         mode=prior.mode,
         symlink=prior.symlink,

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from beflow import proc
+from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.mcp.inject import (
     ACPXRC,
@@ -169,7 +170,7 @@ def test_the_journal_is_written_before_the_session_and_removed_after(work: Path)
         entry = JournalEntry.model_validate_json(path.read_bytes())
         assert entry.target == work.resolve() / ACPXRC
         assert (entry.pid, entry.existed, entry.mode) == (os.getpid(), True, 0o640)
-        assert entry.pid_start == proc.start_time(os.getpid())
+        assert entry.pid_start == identity.start_time(os.getpid())
         assert base64.b64decode(entry.prior or "") == prior
         assert entry.written_sha256 == hashlib.sha256((work / ACPXRC).read_bytes()).hexdigest()
 
@@ -393,7 +394,9 @@ def test_an_orphan_of_a_dead_process_is_restored(work: Path) -> None:
 
 
 def test_an_orphan_whose_pid_was_reused_is_restored(work: Path) -> None:
-    entry = orphan(work, pid_start=1)  # this very process, but "started" at another time
+    started = identity.start_time(os.getpid())
+    assert started is not None
+    entry = orphan(work, pid_start=started - 60)  # this very process, but "started" a minute earlier
     assert entry.pid == os.getpid()
     (restored,) = recover_orphans()
     assert restored.action == "removed"
@@ -401,7 +404,7 @@ def test_an_orphan_whose_pid_was_reused_is_restored(work: Path) -> None:
 
 
 def test_an_orphan_from_another_boot_is_restored(work: Path) -> None:
-    orphan(work, boot_id="another-boot")
+    orphan(work, pid_start=psutil.boot_time() - 3600)  # this pid, held by a process of an earlier boot
     assert [r.action for r in recover_orphans()] == ["removed"]
 
 
