@@ -27,25 +27,13 @@ import anyio
 from beflow import preflight
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError
-from beflow.lifecycle import RunEvent, RunRequest, settle_orphans
+from beflow.events import RunEvent, WatchEvent, WatchEventKind
+from beflow.lifecycle import RunRequest, settle_orphans
 from beflow.records import DONE_OUTCOMES, RunRecord, RunStore
 from beflow.runner import Run
 from beflow.trackers import Issue, Status, Tracker, open_tracker
 
 FAILURES = {"failed", "timeout"}
-
-
-@dataclass
-class WatchEvent:
-    """What the dispatcher did, for the live view and ``--json``."""
-
-    type: str  # dispatched, finished, retry_scheduled, cancelled, error, config_reloaded, requeued, stopping
-    issue: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-    time: float = field(default_factory=time.time)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"event": self.type, "issue": self.issue, "time": self.time, **self.data}
 
 
 @dataclass
@@ -119,7 +107,7 @@ class Dispatcher:
 
     # -- events ----------------------------------------------------------------------------------------------------
 
-    def emit(self, kind: str, issue: str | None = None, **data: Any) -> None:
+    def emit(self, kind: WatchEventKind, issue: str | None = None, **data: Any) -> None:
         self._tell(WatchEvent(kind, issue, data))
 
     def _tell(self, event: WatchEvent | RunEvent) -> None:

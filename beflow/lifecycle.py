@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import os
 import socket
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,40 +17,6 @@ from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.records import DONE_OUTCOMES, Mode, Outcome, RunRecord, RunStore, now
 from beflow.trackers import Issue, Status, Tracker
-
-
-@dataclass(frozen=True)
-class RunEvent:
-    """Progress of a run, for the terminal view and for ``--json`` event streams."""
-
-    type: str  # started, activity, notice, finished
-    run_id: str
-    issue: str
-    data: dict[str, Any] = field(default_factory=dict)
-    time: float = field(default_factory=time.time)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"event": self.type, "run": self.run_id, "issue": self.issue, "time": self.time, **self.data}
-
-
-EventSink = Callable[[RunEvent], None]
-
-
-def safe_sink(sink: EventSink | None) -> EventSink:
-    """``sink``, made harmless: a display that fails (``beflow --auto --json | head``) is dropped, and the run goes
-    on; nothing a display does may break a run."""
-    state = {"sink": sink}
-
-    def emit(event: RunEvent) -> None:
-        target = state["sink"]
-        if target is None:
-            return
-        try:
-            target(event)
-        except Exception:
-            state["sink"] = None
-
-    return emit
 
 
 @dataclass

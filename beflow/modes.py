@@ -40,10 +40,9 @@ from pydantic import BaseModel, ValidationError
 from beflow import acpx, git, interrupts, proc
 from beflow.config import AgentCommand, LocalTracker, Project
 from beflow.errors import BeflowError, ConfigError, LockedError, ToolMissingError, UsageError
+from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
 from beflow.files import atomic_write, remove
 from beflow.lifecycle import (
-    EventSink,
-    RunEvent,
     RunRequest,
     cancel_reason,
     close_record,
@@ -52,7 +51,6 @@ from beflow.lifecycle import (
     new_record,
     refuse_closed,
     render_prompt,
-    safe_sink,
     status_after,
     summary,
 )
@@ -300,7 +298,7 @@ class _Session:
         self.record = new_record(project, issue, request, run_id=run_id, branch=None)
         self.record.checkout = str(checkout)
 
-    def emit(self, kind: str, **data: Any) -> None:
+    def emit(self, kind: RunEventKind, **data: Any) -> None:
         self._events(RunEvent(kind, self.record.id, self.record.issue, data))
 
     def start(self, prompt_text: str, note: str | None = None) -> None:

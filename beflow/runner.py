@@ -20,9 +20,8 @@ import anyio
 from beflow import acpx, git, interrupts, preflight, proc
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError
+from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
 from beflow.lifecycle import (
-    EventSink,
-    RunEvent,
     RunRequest,
     cancel_reason,
     close_record,
@@ -31,7 +30,6 @@ from beflow.lifecycle import (
     new_record,
     refuse_closed,
     render_prompt,
-    safe_sink,
     settle_orphans,
     status_after,
     summary,
@@ -80,7 +78,7 @@ class Run:
 
     # -- events ------------------------------------------------------------------------------------------------
 
-    def emit(self, kind: str, **data: Any) -> None:
+    def emit(self, kind: RunEventKind, **data: Any) -> None:
         if self.record is not None:
             self._events(RunEvent(kind, self.record.id, self.record.issue, data))
 

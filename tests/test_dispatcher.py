@@ -19,8 +19,9 @@ import anyio
 import pytest
 
 from beflow.config import load_project
-from beflow.dispatcher import Dispatcher, WatchEvent, backoff_delay
+from beflow.dispatcher import Dispatcher, backoff_delay
 from beflow.errors import LockedError
+from beflow.events import WatchEvent
 from beflow.runner import Run, RunRequest
 from beflow.trackers import Status
 from tests.support.projects import AutoProject

@@ -15,25 +15,15 @@ from rich.console import Console
 
 from beflow.cli.watch import render
 from beflow.dispatcher import Backoff, Running, Snapshot
+from beflow.events import WATCH_EVENTS
 from beflow.mcp.inject import ACPXRC, journal_dir
 from beflow.trackers import Status
 from tests.support.projects import AutoProject
 
 FAST = {"interval": 0.1, "concurrency": 2, "max_attempts": 2, "backoff": 0.1, "backoff_max": 1}
 
-#: Every event ``--json`` streams (docs/modes.md documents each).
-EVENTS = {
-    "dispatched",
-    "finished",
-    "retry_scheduled",
-    "failed",
-    "cancelled",
-    "skipped",
-    "requeued",
-    "config_reloaded",
-    "error",
-    "stopping",
-}
+#: Every event ``--json`` streams (docs/modes.md documents each: tests/test_events.py).
+EVENTS = WATCH_EVENTS
 
 
 def events_of(stdout: str) -> list[dict[str, Any]]:
