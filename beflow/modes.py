@@ -54,7 +54,7 @@ from beflow.lifecycle import (
     status_after,
     summary,
 )
-from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
+from beflow.mcp.acp import AcpServer, resolve_servers, server_names, shadowed_global_servers
 from beflow.mcp.inject import managed_acpxrc
 from beflow.paths import ACPXRC, beflow_home, path_key
 from beflow.records import DONE_OUTCOMES, Outcome, RunRecord, RunStore, new_run_id
@@ -448,9 +448,7 @@ async def attend(
         return finished
 
 
-async def _attended_acpx(
-    session: _Session, argv: list[str], servers: list[dict[str, Any]] | None
-) -> tuple[Outcome, str]:
+async def _attended_acpx(session: _Session, argv: list[str], servers: list[AcpServer] | None) -> tuple[Outcome, str]:
     """Inject, run acpx on the user's terminal, restore; the outcome and why."""
     record = session.record
     checkout = session.checkout

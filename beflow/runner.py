@@ -34,8 +34,9 @@ from beflow.lifecycle import (
     status_after,
     summary,
 )
-from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
+from beflow.mcp.acp import AcpServer, resolve_servers, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC, acpx_home
 from beflow.records import Mode, Outcome, RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
@@ -70,7 +71,7 @@ class Run:
         self.transcript = acpx.Transcript()
         self.permanent = False
         #: Masks the injected servers' secret values in everything written to the record.
-        self.redact = acpx.Redactor()
+        self.redact = Redactor()
         self._injection: Injection | None = None
         self._repo: Any = None  # the project's git.Repo, closed when the run ends (it holds git processes)
         #: Why the run is being cancelled, when whoever cancels it knows (the dispatcher's reconciliation).
@@ -159,7 +160,7 @@ class Run:
     def _move_to_in_progress(self, issue: Issue) -> None:
         move_to_in_progress(self.tracker, issue)
 
-    def _resolve_servers(self) -> list[dict[str, Any]] | None:
+    def _resolve_servers(self) -> list[AcpServer] | None:
         """The run's MCP servers, resolved before anything runs: from here on their secret values are masked in
         everything the record keeps (hook output included)."""
         assert self.record is not None
@@ -168,10 +169,10 @@ class Run:
         except ConfigError as error:
             raise PermanentFailure(f"MCP servers: {error.message}") from None
         self.record.mcp_servers = server_names(servers)
-        self.redact = acpx.Redactor(servers)
+        self.redact = Redactor(servers)
         return servers
 
-    async def _agent_session(self, cwd: Path, text: str, servers: list[dict[str, Any]] | None) -> tuple[Outcome, str]:
+    async def _agent_session(self, cwd: Path, text: str, servers: list[AcpServer] | None) -> tuple[Outcome, str]:
         """Inject, run acpx, restore. Returns the outcome and a reason."""
         assert self.record is not None
         record = self.record

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ValidationError
 from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.files import atomic_write, fsync_dir, remove
-from beflow.mcp.acp import server_names
+from beflow.mcp.acp import AcpServer, server_names, wire
 from beflow.paths import ACPXRC, beflow_home, path_key
 
 #: Seconds a second run waits for the first to finish with the same ``.acpxrc.json`` before refusing.
@@ -205,11 +205,11 @@ def parse_prior(content: bytes | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def compose(content: bytes | None, servers: Sequence[dict[str, Any]]) -> tuple[bytes, dict[str, Any] | None]:
+def compose(content: bytes | None, servers: Sequence[AcpServer]) -> tuple[bytes, dict[str, Any] | None]:
     """The managed file's bytes: the prior object (when it parsed) with ``mcpServers`` set, and that prior."""
     prior = parse_prior(content)
     document = dict(prior) if prior is not None else {}
-    document["mcpServers"] = list(servers)  # replaced in place when present: other keys keep their order
+    document["mcpServers"] = wire(servers)  # replaced in place when present: other keys keep their order
     try:
         return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8"), prior
     except UnicodeEncodeError:  # a lone surrogate escaped in the prior: keep it escaped
@@ -385,7 +385,7 @@ async def _acquire(
         await anyio.sleep(poll)
 
 
-def _begin(target: Path, key: str, servers: Sequence[dict[str, Any]]) -> tuple[JournalEntry, Injection]:
+def _begin(target: Path, key: str, servers: Sequence[AcpServer]) -> tuple[JournalEntry, Injection]:
     """Journal the prior state, then write the managed file."""
     prior = _read_prior(target)
     data, parsed = compose(prior.content, servers)
@@ -425,7 +425,7 @@ def _begin(target: Path, key: str, servers: Sequence[dict[str, Any]]) -> tuple[J
 @asynccontextmanager
 async def managed_acpxrc(
     cwd: Path,
-    servers: Sequence[dict[str, Any]] | None,
+    servers: Sequence[AcpServer] | None,
     *,
     on_wait: Callable[[str], None] | None = None,
     on_saved: Callable[[Path], None] | None = None,

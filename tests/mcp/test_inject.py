@@ -19,9 +19,11 @@ import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
 from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
+from beflow.mcp.acp import AcpServer
 from beflow.mcp.inject import (
     ACPXRC,
     Injection,
@@ -32,10 +34,12 @@ from beflow.mcp.inject import (
 )
 from beflow.paths import beflow_home
 
-SERVERS = [
+#: The servers as ``.acpxrc.json`` holds them, and as a run hands them over.
+WIRE = [
     {"name": "codegraph", "command": "bunx", "args": ["serve"], "env": [{"name": "T", "value": "secret"}]},
     {"type": "http", "name": "docs", "url": "https://x", "headers": []},
 ]
+SERVERS = TypeAdapter(list[AcpServer]).validate_python(WIRE)
 
 
 def run(fn: Callable[[], Awaitable[Any]]) -> Any:
@@ -93,7 +97,7 @@ def test_nothing_is_touched_without_servers(work: Path, servers: list | None) ->
 def test_a_new_file_holds_the_servers_with_mode_0600_and_is_removed_after(work: Path) -> None:
     async def body(handle: Injection) -> None:
         target = work / ACPXRC
-        assert json.loads(target.read_text()) == {"mcpServers": SERVERS}
+        assert json.loads(target.read_text()) == {"mcpServers": WIRE}
         assert mode_of(target) == 0o600
         assert handle.names == ["codegraph", "docs"]
         assert (handle.existed, handle.prior_parsed) == (False, True)
@@ -113,7 +117,7 @@ def test_other_keys_of_a_prior_object_are_kept_and_mcp_servers_replaced_in_place
     async def body(handle: Injection) -> None:
         document = json.loads((work / ACPXRC).read_text())
         assert list(document) == ["defaultAgent", "mcpServers", "ttl"]
-        assert document == {"defaultAgent": "codex", "mcpServers": SERVERS, "ttl": 5}
+        assert document == {"defaultAgent": "codex", "mcpServers": WIRE, "ttl": 5}
         assert mode_of(work / ACPXRC) == 0o600
         assert handle.kept_keys == ["defaultAgent", "ttl"]
         assert handle.replaced == ["mine"]
@@ -143,7 +147,7 @@ def test_a_prior_that_does_not_parse_gives_a_fresh_file_and_comes_back_verbatim(
     (work / ACPXRC).write_bytes(prior)
 
     async def body(handle: Injection) -> None:
-        assert json.loads((work / ACPXRC).read_text()) == {"mcpServers": SERVERS}
+        assert json.loads((work / ACPXRC).read_text()) == {"mcpServers": WIRE}
         assert (handle.existed, handle.prior_parsed, handle.kept_keys) == (True, False, [])
 
     session(work, body)
@@ -198,7 +202,7 @@ def test_a_symlink_is_put_back_and_what_it_points_to_is_never_written(work: Path
 
     async def body(handle: Injection) -> None:
         assert not (work / ACPXRC).is_symlink()
-        assert json.loads((work / ACPXRC).read_text()) == {"ttl": 9, "mcpServers": SERVERS}
+        assert json.loads((work / ACPXRC).read_text()) == {"ttl": 9, "mcpServers": WIRE}
 
     session(work, body)
     assert (work / ACPXRC).is_symlink() and os.readlink(work / ACPXRC) == str(shared)
