@@ -34,14 +34,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import filelock
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from beflow import acpx, git, interrupts, proc
 from beflow.config import AgentCommand, LocalTracker, Project
 from beflow.errors import BeflowError, ConfigError, LockedError, ToolMissingError, UsageError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
-from beflow.files import atomic_write, remove
 from beflow.lifecycle import (
     RunRequest,
     cancel_reason,
@@ -54,6 +52,7 @@ from beflow.lifecycle import (
     status_after,
     summary,
 )
+from beflow.locks import NotedLock
 from beflow.mcp.acp import AcpServer, resolve_servers, server_names, shadowed_global_servers
 from beflow.mcp.inject import managed_acpxrc
 from beflow.paths import ACPXRC, beflow_home, path_key
@@ -234,31 +233,21 @@ def checkout_lock(checkout: Path, issue: str, run_id: str) -> Iterator[None]:
     """Hold the checkout for one attended run; a second one is refused at once, naming the holder."""
     key = f"attend-{path_key(checkout)}"
     directory = beflow_home() / "locks"
-    directory.mkdir(parents=True, exist_ok=True)
-    note = directory / f"{key}.json"
-    lock = filelock.FileLock(str(directory / f"{key}.lock"), thread_local=False)
-    try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
+    lock = NotedLock(directory / f"{key}.lock", directory / f"{key}.json", _Holder)
+    note = _Holder(pid=os.getpid(), host=socket.gethostname(), issue=issue, run=run_id, since=dt.datetime.now(dt.UTC))
+    if not lock.acquire(note):
         raise LockedError(
-            f"an attended run is already going on in {checkout}: {_describe_holder(note)}",
+            f"an attended run is already going on in {checkout}: {_describe_holder(lock.note())}",
             fix="Wait for it to finish, or stop it (Ctrl-C in its terminal): one attended run per checkout at a time.",
-        ) from None
-    try:
-        holder = _Holder(
-            pid=os.getpid(), host=socket.gethostname(), issue=issue, run=run_id, since=dt.datetime.now(dt.UTC)
         )
-        atomic_write(note, holder.model_dump_json() + "\n")
+    try:
         yield
     finally:
-        remove(note)  # while the lock is still ours: never the next holder's note
         lock.release()
 
 
-def _describe_holder(note: Path) -> str:
-    try:
-        holder = _Holder.model_validate_json(note.read_bytes())
-    except (OSError, ValueError, ValidationError):
+def _describe_holder(holder: _Holder | None) -> str:
+    if holder is None:
         return "held by another beflow process"
     since = holder.since.astimezone().strftime("%H:%M:%S")
     return f"issue {holder.issue} (run {holder.run}), beflow pid {holder.pid} on {holder.host} since {since}"

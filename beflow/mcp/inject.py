@@ -33,13 +33,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-import anyio
-import filelock
 from pydantic import BaseModel, ValidationError
 
 from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.files import atomic_write, fsync_dir, remove
+from beflow.locks import NotedLock
 from beflow.mcp.acp import AcpServer, server_names, wire
 from beflow.paths import ACPXRC, beflow_home, path_key
 
@@ -129,8 +128,10 @@ def _key(directory: Path) -> str:
     return f"acpxrc-{path_key(directory)}"
 
 
-def _lock_path(key: str) -> Path:
-    return beflow_home() / "locks" / f"{key}.lock"
+def _lock(key: str) -> NotedLock[JournalEntry]:
+    """The lock of one managed path; the journal entry (written and removed by the session itself, and left
+    behind by a killed one) is the note naming its holder."""
+    return NotedLock(beflow_home() / "locks" / f"{key}.lock", _journal_path(key), JournalEntry)
 
 
 def journal_dir() -> Path:
@@ -334,11 +335,8 @@ def recover_orphans() -> list[Restored]:
     results: list[Restored] = []
     for path in sorted(directory.glob("*.json")):
         key = path.stem
-        _lock_path(key).parent.mkdir(parents=True, exist_ok=True)
-        lock = filelock.FileLock(str(_lock_path(key)), thread_local=False)
-        try:
-            lock.acquire(timeout=0)
-        except filelock.Timeout:
+        lock = _lock(key)
+        if not lock.acquire(None):
             continue  # a live manager holds it
         try:
             results.extend(_recover_held(key, spare_live=True))
@@ -350,39 +348,26 @@ def recover_orphans() -> list[Restored]:
 # --- the manager ----------------------------------------------------------------------------------------------
 
 
-def _holder(key: str) -> str:
-    try:
-        entry = _read_journal(key)
-    except (OSError, ValueError, ValidationError):
-        entry = None
-    return f"pid {entry.pid}" if entry is not None else "pid unknown"
-
-
 async def _acquire(
     target: Path, key: str, on_wait: Callable[[str], None] | None, timeout: float, poll: float
-) -> filelock.BaseFileLock:
-    """The lock for ``target``; polls with ``anyio.sleep`` so the event loop keeps running while it waits."""
-    path = _lock_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(str(path), thread_local=False)
-    deadline = anyio.current_time() + timeout
-    told = False
-    while True:
-        try:
-            lock.acquire(timeout=0)
-            return lock
-        except filelock.Timeout:
-            pass
-        if anyio.current_time() >= deadline:
-            raise LockedError(
-                f"{target} is managed by another beflow run ({_holder(key)}); gave up after {timeout:g} s",
-                fix="Wait for that run to finish (or stop it), then try again.",
-            )
-        if not told:
-            told = True
-            if on_wait is not None:
-                on_wait(f"waiting up to {timeout:g} s for another beflow run ({_holder(key)}) to finish with {target}")
-        await anyio.sleep(poll)
+) -> NotedLock[JournalEntry]:
+    """The lock for ``target``, waiting (without holding up the event loop) while another run has it."""
+    lock = _lock(key)
+
+    def holder() -> str:
+        entry = lock.note()
+        return f"pid {entry.pid}" if entry is not None else "pid unknown"
+
+    def waiting() -> None:
+        if on_wait is not None:
+            on_wait(f"waiting up to {timeout:g} s for another beflow run ({holder()}) to finish with {target}")
+
+    if not await lock.acquire_waiting(None, timeout=timeout, poll=poll, on_wait=waiting):
+        raise LockedError(
+            f"{target} is managed by another beflow run ({holder()}); gave up after {timeout:g} s",
+            fix="Wait for that run to finish (or stop it), then try again.",
+        )
+    return lock
 
 
 def _begin(target: Path, key: str, servers: Sequence[AcpServer]) -> tuple[JournalEntry, Injection]:

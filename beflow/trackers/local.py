@@ -32,7 +32,6 @@ import builtins
 import contextlib
 import datetime as dt
 import difflib
-import json
 import os
 import re
 import socket
@@ -43,11 +42,12 @@ from typing import Any
 
 import pydantic
 import yaml
-from filelock import FileLock, Timeout
+from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from beflow.errors import ConfigError, LockedError, NotFoundError, UsageError
-from beflow.files import atomic_write, remove
+from beflow.files import atomic_write
+from beflow.locks import NotedLock
 from beflow.paths import STATE_DIR, state_dir
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
@@ -509,13 +509,10 @@ class LocalTracker:
 
     def claim(self, key: str, owner: str) -> Claim:
         key = self.get(key).key
-        claims = self._claims_dir(create=True)
-        claims.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(claims / f"{key}.lock", thread_local=False)
-        try:
-            lock.acquire(timeout=CLAIM_WAIT)
-        except Timeout:
-            holder = self._holder_info(key)
+        lock = self._claim_lock(key, create=True)
+        info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
+        if not lock.acquire(info, timeout=CLAIM_WAIT):
+            holder = lock.note()
             who = (
                 f"{holder.owner} (pid {holder.pid} on {holder.host} since {format_time(holder.since)})"
                 if holder
@@ -524,45 +521,23 @@ class LocalTracker:
             raise LockedError(
                 f"issue {key} is claimed by {who}",
                 fix="Wait for that run to finish or stop it; a claim ends by itself when its process dies.",
-            ) from None
-        info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
-        info_path = claims / f"{key}.json"
-        try:
-            atomic_write(info_path, info.model_dump_json(indent=2) + "\n")
-        except BaseException:
-            lock.release()
-            raise
-
-        def release() -> None:
-            # The note goes first, while the lock is still ours: never delete the next holder's note.
-            remove(info_path)
-            lock.release()
-
-        return Claim(info, release)
+            )
+        return Claim(info, lock.release)
 
     def release(self, claim: Claim) -> None:
         claim.release()
 
     def holder(self, key: str) -> ClaimInfo | None:
         key = normalize_key(key)
-        path = self._claims_dir(create=False) / f"{key}.lock"
-        if not path.exists():
+        lock = self._claim_lock(key, create=False)
+        if not lock.held_elsewhere():
             return None
-        probe = FileLock(path, thread_local=False)
-        try:
-            probe.acquire(timeout=0)
-        except Timeout:
-            return self._holder_info(key) or ClaimInfo(key=key, owner="unknown", pid=0, host="unknown", since=utc_now())
-        probe.release()
-        return None
+        return lock.note() or ClaimInfo(key=key, owner="unknown", pid=0, host="unknown", since=utc_now())
 
-    def _holder_info(self, key: str) -> ClaimInfo | None:
-        """The note the holder left beside its lock (None if it is unreadable or not yet written)."""
-        path = self._claims_dir(create=False) / f"{key}.json"
-        try:
-            return ClaimInfo.model_validate(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            return None
+    def _claim_lock(self, key: str, *, create: bool) -> NotedLock[ClaimInfo]:
+        """The claim of ``key``: a lock, and the holder's note beside it."""
+        claims = self._claims_dir(create=create)
+        return NotedLock(claims / f"{key}.lock", claims / f"{key}.json", ClaimInfo)
 
     def orphaned(self) -> builtins.list[Issue]:
         issues, _ = self._scan()
@@ -571,7 +546,7 @@ class LocalTracker:
     def requeue_orphans(self, author: str = "beflow") -> builtins.list[Issue]:
         requeued = []
         for issue in self.orphaned():
-            last = self._holder_info(issue.key)  # the dead holder's note, if it left one
+            last = self._claim_lock(issue.key, create=False).note()  # the dead holder's note, if it left one
             try:
                 claim = self.claim(issue.key, owner=f"{author} (requeue)")
             except LockedError:
