@@ -2,7 +2,7 @@
 
 Every tick (the first at once, then every ``watch.interval`` seconds) the dispatcher
 
-1. reloads ``config.json`` when it changed (a config that no longer validates is reported, the last good one kept);
+1. reloads the config when it changed (a config that no longer validates is reported, the last good one kept);
 2. puts back issues a killed run left ``in_progress`` (no live claim);
 3. reconciles: a running issue that is no longer ``in_progress`` (closed or moved by hand) or is gone is cancelled;
 4. dispatches ready issues that are not claimed, not running and not backing off, by priority then age, up to

@@ -81,7 +81,8 @@ def resolve_base(repo: git.Repo, base: str) -> str:
     except (git.BadName, ValueError, git.GitCommandError):
         raise ConfigError(
             f"worktrees.base: {base!r} is not a commit in {repo.working_tree_dir}",
-            fix="Set worktrees.base in config.json to a branch, tag or commit of this repository (default HEAD).",
+            fix="Set worktrees.base in .beflow/config.json to a branch, tag or commit of this repository "
+            "(default HEAD).",
         ) from None
 
 

@@ -37,7 +37,7 @@ import anyio
 from pydantic import BaseModel
 
 from beflow import acpx, git, interrupts, proc
-from beflow.config import AgentCommand, LocalTracker, Project
+from beflow.config import CONFIG_PATH, AgentCommand, LocalTracker, Project
 from beflow.errors import BeflowError, ConfigError, LockedError, ToolMissingError, UsageError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
 from beflow.lifecycle import (
@@ -74,7 +74,7 @@ class NativeClient:
     install: str
 
 
-#: Keyed by the acpx agent name (``agent`` in config.json). Each starts the interactive client with the prompt
+#: Keyed by the acpx agent name (``agent`` in the config). Each starts the interactive client with the prompt
 #: as its first message (docs/modes.md has the same table).
 NATIVE_CLIENTS: dict[str, NativeClient] = {
     "claude": NativeClient(("claude", PROMPT_MARK), "npm install -g @anthropic-ai/claude-code"),
@@ -96,13 +96,13 @@ class ClientChoice:
 
 
 def native_client(project: Project) -> ClientChoice:
-    """The client for the configured agent: ``open.<agent>`` in config.json, else ``open.default``, else the
+    """The client for the configured agent: ``open.<agent>`` in the config, else ``open.default``, else the
     built-in table. A raw ``{"command": ...}`` agent has no name; it needs ``open.default`` (or an entry keyed by
     its command)."""
     config = project.config
     raw = isinstance(config.agent, AgentCommand)
     name = config.agent_label()
-    where = str(project.config_path) if project.config_path else "config.json"
+    where = project.config_name
     for key in (name, "default"):
         if key in config.open:
             argv = list(config.open[key])
@@ -117,7 +117,7 @@ def native_client(project: Project) -> ClientChoice:
     else:
         known = ", ".join(sorted(NATIVE_CLIENTS))
         message = f"no native client is known for agent {name!r} (built in: {known})"
-    raise ConfigError(f"{where}: {message}", fix=f"Name the client in config.json, e.g. {example}.")
+    raise ConfigError(f"{where}: {message}", fix=f"Name the client in {where}, e.g. {example}.")
 
 
 def _check_template(argv: list[str], where: str) -> None:
@@ -139,7 +139,7 @@ def _require(executable: str, what: str, install: str | None) -> None:
     """A clear error, with how to install it, when ``executable`` cannot be started."""
     found = os.access(executable, os.X_OK) if os.sep in executable else shutil.which(executable) is not None
     if not found:
-        fix = f"Install it: {install}" if install else "Install it, or fix the argv in config.json."
+        fix = f"Install it: {install}" if install else f"Install it, or fix the argv in {CONFIG_PATH}."
         raise ToolMissingError(f"{executable}: {what} is not installed (not found on PATH)", fix=fix)
 
 
@@ -390,7 +390,8 @@ async def attend(
         permissions=permissions,
         prompt_file=RunStore(project.directory).directory(run_id) / "prompt.md",
     )
-    _require(argv[0], "acpx", "npm install -g acpx (or set `acpx` in config.json; `beflow doctor` checks it)")
+    install = f"npm install -g acpx (or set `acpx` in {project.config_name}; `beflow doctor` checks it)"
+    _require(argv[0], "acpx", install)
     with checkout_lock(checkout, issue.key, run_id), tracker.claim(issue.key, request.owner):
         current = tracker.get(issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status

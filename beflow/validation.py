@@ -1,7 +1,7 @@
 """Reading user-edited JSON5 files into pydantic models, with errors a person can act on.
 
 Every problem names the file, the line where one can be found, the dotted key and what was expected, so that
-``config.json`` and ``.mcp.json`` report mistakes the same way.
+``.beflow/config.json`` and ``.mcp.json`` report mistakes the same way.
 """
 
 from __future__ import annotations
