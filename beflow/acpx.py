@@ -48,12 +48,15 @@ def exec_argv(
     argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", f"--{permissions}"]
     if timeout is not None:
         argv += ["--timeout", f"{timeout:g}"]
-    argv += [*agent_args(config), "exec"]
+    return _with_prompt([*argv, *agent_args(config), "exec"], prompt, prompt_file)
+
+
+def _with_prompt(argv: list[str], prompt: str, prompt_file: Path | None) -> list[str]:
+    """``argv`` with the prompt last: as an argument, or, when too long for one, as ``--file`` (where the run
+    record keeps it)."""
     if len(prompt.encode("utf-8")) > MAX_ARGV_PROMPT and prompt_file is not None:
-        argv += ["--file", str(prompt_file)]
-    else:
-        argv.append(prompt)
-    return argv
+        return [*argv, "--file", str(prompt_file)]
+    return [*argv, prompt]
 
 
 def attend_argv(
@@ -62,9 +65,7 @@ def attend_argv(
     """Attended: text output on the user's terminal, permission prompts answered there (no ``--timeout``: the
     person decides when to stop)."""
     argv = [*config.acpx_argv(), "--cwd", str(cwd), f"--{permissions}", *agent_args(config), "exec"]
-    if len(prompt.encode("utf-8")) > MAX_ARGV_PROMPT and prompt_file is not None:
-        return [*argv, "--file", str(prompt_file)]
-    return [*argv, prompt]
+    return _with_prompt(argv, prompt, prompt_file)
 
 
 @dataclass
@@ -261,10 +262,7 @@ def prompt_argv(
     argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", f"--{permissions}", "--ttl", f"{OWNER_TTL:g}"]
     if timeout is not None:
         argv += ["--timeout", f"{timeout:g}"]
-    argv += [*agent_args(config), "prompt", "-s", name]
-    if len(prompt.encode("utf-8")) > MAX_ARGV_PROMPT and prompt_file is not None:
-        return [*argv, "--file", str(prompt_file)]
-    return [*argv, prompt]
+    return _with_prompt([*argv, *agent_args(config), "prompt", "-s", name], prompt, prompt_file)
 
 
 def cancel_argv(config: Config, *, cwd: Path, name: str) -> list[str]:
