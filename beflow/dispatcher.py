@@ -271,7 +271,7 @@ class Dispatcher:
         if not keys:
             return
         latest: dict[str, RunRecord] = {}
-        for record in RunStore(self.project.directory).list():  # newest first
+        for record in RunStore(self.project.directory).records():  # newest first
             if record.issue in keys and record.issue not in latest and record.outcome not in ("running", "cancelled"):
                 latest[record.issue] = record
         watch = self.project.config.watch

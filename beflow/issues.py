@@ -107,7 +107,7 @@ class StatusChange(BaseModel):
     safety="read",
 )
 def list_issues(context: Context, payload: ListIssues) -> Listing:
-    return tracker(context).list(status=payload.status, label=payload.label)
+    return tracker(context).listing(status=payload.status, label=payload.label)
 
 
 @operation(

@@ -7,7 +7,6 @@ ever written here: MCP servers are recorded by name only.
 
 from __future__ import annotations
 
-import builtins
 import datetime as dt
 import difflib
 import os
@@ -119,7 +118,7 @@ class RunStore:
         atomic_write(path, data)
         return path
 
-    def list(self) -> builtins.list[RunRecord]:
+    def records(self) -> list[RunRecord]:
         """Every readable record, newest first."""
         if not self.root.is_dir():
             return []
@@ -132,11 +131,11 @@ class RunStore:
         # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
         return sorted(records, key=lambda r: (r.started_at, r.id), reverse=True)
 
-    def close_orphans(self) -> builtins.list[RunRecord]:
+    def close_orphans(self) -> list[RunRecord]:
         """Close the records of runs whose beflow was killed (still ``running``, their process gone): they end
         ``cancelled``, saying so, instead of looking alive for ever."""
         closed = []
-        for record in self.list():
+        for record in self.records():
             if record.outcome == "running" and not identity.is_running(record.pid, record.pid_start):
                 record.close("cancelled", f"beflow (pid {record.pid}) was killed before the run finished")
                 self.save(record)
@@ -147,7 +146,7 @@ class RunStore:
         """A record by id or unique id prefix; ``latest`` is the newest run."""
         ids = sorted(p.name for p in self.root.iterdir()) if self.root.is_dir() else []
         if run_id == "latest" and ids:
-            newest = self.list()
+            newest = self.records()
             run_id = newest[0].id if newest else ids[-1]
         matches = [i for i in ids if i == run_id] or [i for i in ids if i.startswith(run_id)]
         if len(matches) != 1:

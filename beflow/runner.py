@@ -267,7 +267,7 @@ class Run:
     def _resumable_session(self) -> str | None:
         """The ACP session of this issue's latest earlier run with the same agent, if it recorded one."""
         assert self.record is not None
-        for earlier in self.store.list():
+        for earlier in self.store.records():
             if (
                 earlier.issue == self.record.issue
                 and earlier.id != self.record.id

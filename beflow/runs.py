@@ -47,7 +47,7 @@ class RunLogs(BaseModel):
     issue_field="issue",
 )
 def list_runs(context: Context, payload: ListRuns) -> list[RunRecord]:
-    records = store(context).list()
+    records = store(context).records()
     if payload.issue is not None:
         records = [r for r in records if r.issue == normalize_key(payload.issue)]
     return records[: payload.limit]

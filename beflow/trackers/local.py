@@ -28,7 +28,6 @@ dies. docs/trackers.md describes all of it for users.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import datetime as dt
 import difflib
@@ -126,7 +125,7 @@ class _FrontMatter(BaseModel):
 class IssueFileError(ConfigError):
     """An issue file that cannot be read: names the file and the line."""
 
-    def __init__(self, problems: builtins.list[FileProblem]) -> None:
+    def __init__(self, problems: list[FileProblem]) -> None:
         super().__init__(
             "\n".join(p.render() for p in problems),
             fix="Fix the file at that line (docs/trackers.md describes the format), or `git checkout` it.",
@@ -142,7 +141,7 @@ def _escape(text: str, pattern: re.Pattern[str]) -> str:
     return "\n".join("\\" + line if pattern.match(line) else line for line in text.split("\n"))
 
 
-def _unescape(lines: builtins.list[str], pattern: re.Pattern[str]) -> str:
+def _unescape(lines: list[str], pattern: re.Pattern[str]) -> str:
     """The inverse of :func:`_escape`: one backslash less on every line it escaped."""
     return "\n".join(line[1:] if line.startswith("\\") and pattern.match(line) else line for line in lines)
 
@@ -238,7 +237,7 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
         raise fail(_line_of_key(front_lines, key) or 2, f"{key}: {message}") from None
 
 
-def _line_of_key(front_lines: builtins.list[str], key: str) -> int:
+def _line_of_key(front_lines: list[str], key: str) -> int:
     """The file line of a top-level front matter key (1, the opening '---', when it is missing)."""
     pattern = re.compile(rf"^['\"]?{re.escape(key)}['\"]?\s*:")
     for index, line in enumerate(front_lines):
@@ -247,11 +246,11 @@ def _line_of_key(front_lines: builtins.list[str], key: str) -> int:
     return 1
 
 
-def _parse_comments(path: Path, lines: builtins.list[str], first_line: int) -> builtins.list[Comment]:
+def _parse_comments(path: Path, lines: list[str], first_line: int) -> list[Comment]:
     """Comments from the lines after the marker; ``first_line`` is the file line of ``lines[0]``."""
-    comments: builtins.list[Comment] = []
+    comments: list[Comment] = []
     heading: tuple[int, str, dt.datetime] | None = None
-    text: builtins.list[str] = []
+    text: list[str] = []
 
     def finish() -> None:
         if heading is None:
@@ -338,7 +337,7 @@ class LocalTracker:
 
     # reading -----------------------------------------------------------------------------------------------------
 
-    def _files(self) -> builtins.list[Path]:
+    def _files(self) -> list[Path]:
         if not self.directory.is_dir():
             return []
         return sorted(
@@ -360,10 +359,10 @@ class LocalTracker:
             raise IssueFileError([FileProblem(path=path, line=line, message="not UTF-8 text")]) from None
         return parse(path, text, mtime=mtime)
 
-    def _scan(self) -> tuple[builtins.list[Issue], builtins.list[FileProblem]]:
+    def _scan(self) -> tuple[list[Issue], list[FileProblem]]:
         """Every issue that parses (by key) and a problem per file that does not; a repeated key is a problem."""
         issues: dict[str, Issue] = {}
-        problems: builtins.list[FileProblem] = []
+        problems: list[FileProblem] = []
         for path in self._files():
             try:
                 issue = self._read(path)
@@ -379,12 +378,12 @@ class LocalTracker:
             issues[issue.key] = issue
         return sorted(issues.values(), key=lambda i: (int(i.key), i.key)), problems
 
-    def list(self, status: Status | None = None, label: str | None = None) -> Listing:
+    def listing(self, status: Status | None = None, label: str | None = None) -> Listing:
         issues, problems = self._scan()
         chosen = [i for i in issues if (status is None or i.status == status) and (label is None or label in i.labels)]
         return Listing(issues=chosen, problems=problems)
 
-    def ready(self) -> builtins.list[Issue]:
+    def ready(self) -> list[Issue]:
         issues, _ = self._scan()
         candidates = [i for i in issues if i.status == Status.READY and self.holder(i.key) is None]
         return sorted(candidates, key=Issue.order)
@@ -401,7 +400,7 @@ class LocalTracker:
             raise IssueFileError(broken)
         raise NotFoundError(self._not_found(key, issues), fix="`beflow issues list` shows every issue.")
 
-    def _not_found(self, key: str, issues: builtins.list[Issue]) -> str:
+    def _not_found(self, key: str, issues: list[Issue]) -> str:
         message = f"no issue {key} in {self.directory}"
         if not issues:
             return f"{message} (there are no issues yet)"
@@ -438,7 +437,7 @@ class LocalTracker:
         self,
         title: str,
         body: str = "",
-        labels: builtins.list[str] | None = None,
+        labels: list[str] | None = None,
         priority: int = DEFAULT_PRIORITY,
         status: Status = Status.READY,
     ) -> Issue:
@@ -539,11 +538,11 @@ class LocalTracker:
         claims = self._claims_dir(create=create)
         return NotedLock(claims / f"{key}.lock", claims / f"{key}.json", ClaimInfo)
 
-    def orphaned(self) -> builtins.list[Issue]:
+    def orphaned(self) -> list[Issue]:
         issues, _ = self._scan()
         return [i for i in issues if i.status == Status.IN_PROGRESS and self.holder(i.key) is None]
 
-    def requeue_orphans(self, author: str = "beflow") -> builtins.list[Issue]:
+    def requeue_orphans(self, author: str = "beflow") -> list[Issue]:
         requeued = []
         for issue in self.orphaned():
             last = self._claim_lock(issue.key, create=False).note()  # the dead holder's note, if it left one
