@@ -54,6 +54,8 @@ class RunRecord(BaseModel):
     duration: float | None = None
     outcome: Outcome = "running"
     stop_reason: str | None = None
+    #: A failure no retry can fix (bad configuration, a prompt that does not render, an agent not installed).
+    permanent: bool = False
     exit_code: int | None = None
     pid: int = Field(default_factory=os.getpid)
     #: With ``pid``, which process ran it (a reused pid is not mistaken for it): its start, seconds since the epoch.

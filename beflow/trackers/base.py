@@ -303,6 +303,6 @@ class Tracker(Protocol):
         """Issues ``in_progress`` that no live process holds: the run that took them was killed."""
         ...
 
-    def requeue_orphans(self, author: str = "beflow") -> list[Issue]:
-        """Put every orphaned issue back to ``ready`` with a comment saying why; returns them."""
+    def last_holder(self, key: str) -> ClaimInfo | None:
+        """Who held the claim on the issue last, live or not (the note a killed run left), if anyone said."""
         ...

@@ -542,24 +542,8 @@ class LocalTracker:
         issues, _ = self._scan()
         return [i for i in issues if i.status == Status.IN_PROGRESS and self.holder(i.key) is None]
 
-    def requeue_orphans(self, author: str = "beflow") -> list[Issue]:
-        requeued = []
-        for issue in self.orphaned():
-            last = self._claim_lock(issue.key, create=False).note()  # the dead holder's note, if it left one
-            try:
-                claim = self.claim(issue.key, owner=f"{author} (requeue)")
-            except LockedError:
-                continue  # a run took it in the meantime
-            with claim:
-                if self.get(issue.key).status != Status.IN_PROGRESS:
-                    continue
-                who = f" (it was claimed by {last.owner}, pid {last.pid} on {last.host})" if last else ""
-                note = (
-                    f"The run working on this issue stopped without finishing{who}: no process holds its claim "
-                    "any more. Back to ready, so that a run picks it up again."
-                )
-                requeued.append(self.set_status(issue.key, Status.READY, note=note, author=author))
-        return requeued
+    def last_holder(self, key: str) -> ClaimInfo | None:
+        return self._claim_lock(normalize_key(key), create=False).note()
 
 
 def _number_of(path: Path) -> str | None:

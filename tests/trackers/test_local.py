@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beflow.errors import LockedError, NotFoundError, UsageError
+from beflow.lifecycle import requeue_orphans
 from beflow.trackers.base import Comment, Issue, Status
 from beflow.trackers.local import COMMENTS_MARKER, IssueFileError, LocalTracker, file_name, parse, render
 
@@ -467,7 +468,7 @@ def test_an_issue_left_in_progress_by_a_killed_run_is_put_back_to_ready(tracker:
     killed.kill()
     killed.wait()
     assert [i.key for i in tracker.orphaned()] == ["1"]
-    [requeued] = tracker.requeue_orphans()
+    [requeued] = requeue_orphans(tracker)
     assert requeued.status == Status.READY
     assert f"it was claimed by worker, pid {killed.pid}" in requeued.comments[-1].text
     assert [i.key for i in tracker.ready()] == ["1"]
