@@ -339,19 +339,26 @@ def test_a_second_manager_goes_ahead_once_the_first_is_done(work: Path) -> None:
     (work / ACPXRC).write_bytes(PRIOR)
     order: list[str] = []
 
-    async def first() -> None:
-        async with managed_acpxrc(work, SERVERS):
-            order.append("first in")
-            await anyio.sleep(0.2)
-            order.append("first out")
-
-    async def second() -> None:
-        await anyio.sleep(0.05)
-        async with managed_acpxrc(work, SERVERS, on_wait=lambda m: order.append("waiting"), poll_interval=0.02) as h:
-            assert h is not None and h.kept_keys == ["defaultAgent"]  # it saw the real prior, not the first's file
-            order.append("second in")
-
     async def main() -> None:
+        entered, waiting = anyio.Event(), anyio.Event()
+
+        def on_wait(message: str) -> None:
+            order.append("waiting")
+            waiting.set()
+
+        async def first() -> None:
+            async with managed_acpxrc(work, SERVERS):
+                order.append("first in")
+                entered.set()
+                await waiting.wait()  # the second is at the door: only now does the first leave
+                order.append("first out")
+
+        async def second() -> None:
+            await entered.wait()
+            async with managed_acpxrc(work, SERVERS, on_wait=on_wait, poll_interval=0.02) as h:
+                assert h is not None and h.kept_keys == ["defaultAgent"]  # it saw the real prior, not the first's
+                order.append("second in")
+
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(first)
             tasks.start_soon(second)
