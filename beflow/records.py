@@ -1,4 +1,4 @@
-"""Run records: ``.beflow/runs/<run-id>/`` in the project directory (DESIGN §4).
+"""Run records: ``.beflow/runs/<run-id>/`` in the project directory (docs/runs.md).
 
 Each run directory holds ``run.json`` (the :class:`RunRecord`), ``prompt.md``, the acpx transcript
 (``transcript.jsonl``, one acpx JSON event a line), ``stderr.log`` and ``hooks/<name>.log``. No secret value is

@@ -1,4 +1,5 @@
-"""The run operations (DESIGN §6): ``beflow runs ...`` and the MCP tools read run records through these."""
+"""The run operations: ``beflow runs ...`` and the MCP tools read run records through these
+(docs/architecture.md)."""
 
 from __future__ import annotations
 

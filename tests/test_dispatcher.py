@@ -1,4 +1,4 @@
-"""The dispatcher behind ``beflow watch`` (DESIGN §5), run in-process with the real acpx and the test agent.
+"""The dispatcher behind ``beflow watch`` (docs/modes.md), run in-process with the real acpx and the test agent.
 
 Timings are never asserted (two shared cores): concurrency is read from the start and end lines the test agent's
 ``mark`` directive appends, and everything else from events, run records and the tracker.

@@ -1,4 +1,4 @@
-"""One autonomous run end to end (DESIGN §4): the real pinned acpx drives the test ACP agent in a throwaway
+"""One autonomous run end to end (docs/architecture.md): the real pinned acpx drives the test ACP agent in a throwaway
 worktree with the project's MCP servers injected; the run commits, records, updates the tracker and cleans up."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What every tracker speaks: the issue models, the statuses and their transitions, and the :class:`Tracker` protocol.
 
-The runner (DESIGN §4), the dispatcher (§5) and the operations behind ``beflow issues`` and the MCP server (§6)
-only ever talk to a tracker through this protocol, so the local tracker and GitHub are interchangeable.
+Runs, the dispatcher and the operations behind ``beflow issues`` and the MCP server only ever talk to a tracker
+through this protocol, so the local tracker and GitHub are interchangeable (docs/architecture.md: how to add one).
 """
 
 from __future__ import annotations
