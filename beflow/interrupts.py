@@ -70,15 +70,23 @@ def _stop_git_children() -> None:
     are stopped by their own supervisors."""
     import os
 
-    from beflow import proc
+    import psutil
 
-    me, group = os.getpid(), os.getpgrp()
-    for pid, state_letter, parent, pgid in proc.process_table():
-        if parent == me and pgid == group and state_letter != "Z":
-            # With what it started (a git hook): git waits for those before it exits.
-            for member in [pid, *proc.descendants(pid)]:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(member, signal.SIGTERM)
+    group = os.getpgrp()
+    try:
+        children = psutil.Process().children()
+    except psutil.Error:
+        return
+    for child in children:
+        try:
+            if os.getpgid(child.pid) != group:
+                continue
+            tree = [child, *child.children(recursive=True)]  # with what it started (a git hook git waits for)
+        except (OSError, psutil.Error):
+            continue
+        for member in tree:
+            with contextlib.suppress(psutil.Error):
+                member.send_signal(signal.SIGTERM)
 
 
 def forced() -> bool:

@@ -41,13 +41,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import anyio
-import filelock
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from beflow import proc
+from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.files import NotRegularError, TooLargeError, atomic_write, fsync_dir, read_regular, remove
-from beflow.mcp.acp import server_names
+from beflow.locks import NotedLock
+from beflow.mcp.acp import AcpServer, server_names, wire
 from beflow.paths import ACPXRC, beflow_home, path_key
 
 #: Seconds a second run waits for the first to finish with the same ``.acpxrc.json`` before refusing.
@@ -60,10 +60,8 @@ class JournalEntry(BaseModel):
     version: Literal[1] = 1
     target: Path
     pid: int
-    #: The owner's start time (clock ticks since boot, from /proc) and the boot it ran in: a reused pid or a
-    #: reboot is not mistaken for the owner still running.
-    pid_start: int | None
-    boot_id: str | None
+    #: The owner's start time (seconds since the epoch): a reused pid is not mistaken for the owner still running.
+    pid_start: float | None
     existed: bool
     #: Permission bits of a prior regular file.
     mode: int | None
@@ -156,8 +154,10 @@ def _key(directory: Path) -> str:
     return f"acpxrc-{path_key(directory)}"
 
 
-def _lock_path(key: str) -> Path:
-    return beflow_home() / "locks" / f"{key}.lock"
+def _lock(key: str) -> NotedLock[JournalEntry]:
+    """The lock of one managed path; the journal entry (written and removed by the session itself, and left
+    behind by a killed one) is the note naming its holder."""
+    return NotedLock(beflow_home() / "locks" / f"{key}.lock", _journal_path(key), JournalEntry)
 
 
 def journal_dir() -> Path:
@@ -202,7 +202,7 @@ MAX_JOURNAL_ENTRY = 16 << 20
 
 def _owner_alive(entry: JournalEntry) -> bool:
     """Is the process that wrote ``entry`` still running (the same process, not a reuse of its pid)?"""
-    return proc.is_running(entry.pid, entry.pid_start, entry.boot_id)
+    return identity.is_running(entry.pid, entry.pid_start)
 
 
 # --- reading the prior and composing the managed file --------------------------------------------------------
@@ -259,11 +259,11 @@ def parse_prior(content: bytes | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def compose(content: bytes | None, servers: Sequence[dict[str, Any]]) -> tuple[bytes, dict[str, Any] | None]:
+def compose(content: bytes | None, servers: Sequence[AcpServer]) -> tuple[bytes, dict[str, Any] | None]:
     """The managed file's bytes: the prior object (when it parsed) with ``mcpServers`` set, and that prior."""
     prior = parse_prior(content)
     document = dict(prior) if prior is not None else {}
-    document["mcpServers"] = list(servers)  # replaced in place when present: other keys keep their order
+    document["mcpServers"] = wire(servers)  # replaced in place when present: other keys keep their order
     try:
         return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8"), prior
     except UnicodeEncodeError:  # a lone surrogate escaped in the prior: keep it escaped
@@ -580,7 +580,7 @@ class _Held:
     directory itself, which every beflow on the machine sees whatever its ``BEFLOW_HOME``. The OS drops both
     when the holder dies."""
 
-    def __init__(self, lock: filelock.BaseFileLock, directory_fd: int | None) -> None:
+    def __init__(self, lock: NotedLock[JournalEntry], directory_fd: int | None) -> None:
         self.lock = lock
         self.directory_fd = directory_fd
 
@@ -593,12 +593,8 @@ class _Held:
 
 def _try_lock(key: str, directory: Path) -> _Held | None:
     """Both locks at once, or neither (None when another beflow holds one)."""
-    path = _lock_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(str(path), thread_local=False)
-    try:
-        lock.acquire(timeout=0)
-    except filelock.Timeout:
+    lock = _lock(key)
+    if not lock.acquire(None):
         return None
     try:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
@@ -637,16 +633,14 @@ async def _acquire(target: Path, key: str, on_wait: Callable[[str], None] | None
         await anyio.sleep(poll)
 
 
-def _begin(target: Path, key: str, servers: Sequence[dict[str, Any]]) -> tuple[JournalEntry, Injection]:
+def _begin(target: Path, key: str, servers: Sequence[AcpServer]) -> tuple[JournalEntry, Injection]:
     """Journal the prior state, then write the managed file."""
     prior = _read_prior(target)
     data, parsed = compose(prior.content, servers)
-    start = proc.start_time(os.getpid())
     entry = JournalEntry(
         target=target,
         pid=os.getpid(),
-        pid_start=start,
-        boot_id=proc.boot_id(),
+        pid_start=identity.start_time(os.getpid()),
         existed=prior.existed,
         mode=prior.mode,
         symlink=prior.symlink,
@@ -685,7 +679,7 @@ def _begin(target: Path, key: str, servers: Sequence[dict[str, Any]]) -> tuple[J
 @asynccontextmanager
 async def managed_acpxrc(
     cwd: Path,
-    servers: Sequence[dict[str, Any]] | None,
+    servers: Sequence[AcpServer] | None,
     *,
     on_wait: Callable[[str], None] | None = None,
     on_saved: Callable[[Path], None] | None = None,
