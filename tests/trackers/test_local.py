@@ -506,6 +506,6 @@ def test_an_issue_file_beyond_the_size_limit_is_a_problem_of_that_file(tmp_path:
     tracker = LocalTracker(tmp_path / "issues", tmp_path)
     tracker.create(title="fine")
     (tmp_path / "issues" / "0002-big.md").write_text("---\nkey: 2\ntitle: big\nstatus: ready\n---\n" + "x" * (5 << 20))
-    listing = tracker.list()
+    listing = tracker.listing()
     assert [i.title for i in listing.issues] == ["fine"]
     assert [p.message for p in listing.problems] == ["the file is larger than 4 MiB; beflow does not read it"]
