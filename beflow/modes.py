@@ -58,6 +58,7 @@ from beflow.lifecycle import (
 )
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
 from beflow.mcp.inject import ACPXRC, managed_acpxrc
+from beflow.mcp.own import follow_progress, with_own_server
 from beflow.paths import beflow_home, path_key
 from beflow.records import DONE_OUTCOMES, RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
@@ -392,8 +393,8 @@ async def attend(
     request = request or RunRequest(key=key, mode="attend")
     checkout = checkout_of(project)
     issue = _workable(tracker, key)
-    servers = resolve_servers(project)
     run_id = new_run_id(issue.key)
+    servers = with_own_server(project, resolve_servers(project), issue=issue.key, run_id=run_id)
     text = render_prompt(project, issue, request, branch=git.current_branch(checkout), run_id=run_id)
     permissions = config.attend.permissions
     argv = acpx.attend_argv(
@@ -438,7 +439,8 @@ async def attend(
                 )
         session.store.save(record)
         try:
-            outcome, reason = await _attended_acpx(session, argv, servers)
+            async with follow_progress(session.store, run_id, lambda note: session.emit("progress", text=note.text)):
+                outcome, reason = await _attended_acpx(session, argv, servers)
         except BeflowError as error:
             outcome, reason = "failed", error.message
         except anyio.get_cancelled_exc_class():

@@ -38,6 +38,7 @@ from beflow.lifecycle import (
 )
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.mcp.own import follow_progress, with_own_server
 from beflow.paths import acpx_home
 from beflow.records import RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
@@ -166,10 +167,11 @@ class Run:
         assert self.record is not None
         try:
             servers = resolve_servers(self.project)
+            self.redact = acpx.Redactor(servers)  # (beflow's own server, added next, carries no secret)
+            servers = with_own_server(self.project, servers, issue=self.record.issue, run_id=self.record.id)
         except ConfigError as error:
             raise PermanentFailure(f"MCP servers: {error.message}") from None
         self.record.mcp_servers = server_names(servers)
-        self.redact = acpx.Redactor(servers)
         return servers
 
     async def _agent_session(self, cwd: Path, text: str, servers: list[dict[str, Any]] | None) -> tuple[str, str]:
@@ -207,7 +209,8 @@ class Run:
             ) as handle:
                 self._injection = handle
                 await self._hook("before_run", cwd, fatal=False)
-                result = await self._run_agent(cwd, text, on_stdout, on_stderr)
+                async with follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)):
+                    result = await self._run_agent(cwd, text, on_stdout, on_stderr)
                 await self._hook("after_run", cwd, fatal=False)
         record.exit_code = result.returncode
         record.final_message = self.transcript.final_message
