@@ -56,6 +56,8 @@ class Running:
     started: float = field(default_factory=time.time)
     run_id: str | None = None
     latest: str = "starting"
+    #: The latest progress line the agent reported (beflow's MCP server, ``run.progress``).
+    progress: str = ""
     run: Run | None = None
 
     def cancel(self, reason: str) -> None:
@@ -136,6 +138,8 @@ class Dispatcher:
             running.run_id = event.run_id
             if event.type == "activity":
                 running.latest = str(event.data.get("latest", ""))
+            elif event.type == "progress":
+                running.progress = str(event.data.get("text", ""))
         self._tell(event)
 
     def snapshot(self) -> Snapshot:

@@ -14,6 +14,7 @@ from beflow.cli.common import App, emit_json, err, out, pass_app
 from beflow.errors import ConfigError
 from beflow.mcp.acp import MASK, shadowed_global_servers, translate
 from beflow.mcp.cascade import Entry, RemoteServer, StdioServer, check_cascade, summary
+from beflow.mcp.own import own_server
 
 _FIX = "Fix each entry listed; `beflow mcp check` validates the whole cascade."
 
@@ -76,6 +77,7 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
     expansion = [p for p in checked.problems if p not in cascade.problems]
     shadowed = shadowed_global_servers() if cascade.active else None
     enabled = project.config.mcp.enabled
+    own = own_server(project, issue="<KEY>", run_id="<ID>") if project.config.mcp.self_server else None
     if as_json:
         # The cascade as written is always shown; the translation only when every value expands.
         emit_json(
@@ -86,6 +88,7 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
                 "acp": None if expansion else translate(checked.servers, reveal=reveal),
                 "problems": [p.render() for p in expansion],
                 "shadowed": shadowed.model_dump(mode="json") if shadowed else None,
+                "self": own,
             }
         )
         if expansion:
@@ -95,6 +98,9 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
         out.print("MCP injection: [green]on[/] (mcp.enabled)")
     else:
         out.print('MCP injection: [yellow]off[/] — set "mcp": {"enabled": true} in config.json to inject these')
+    if own is not None:
+        argv = " ".join(json.dumps(a) if " " in a else a for a in [own["command"], *own["args"]])
+        out.print(f"beflow's own server (mcp.self): [green]on[/] — every run adds [bold]beflow[/]: {escape(argv)}")
     out.print("[bold]Files[/] (later wins per server name):")
     for source in cascade.sources:
         state = "" if source.exists else "  (missing)"

@@ -51,7 +51,7 @@ from beflow.files import atomic_write
 from beflow.handbook import DOCS_DIR
 from beflow.issues import IssueView
 from beflow.mcp.schema import SERVER_NAME, exposed, tool
-from beflow.operations import Context, Operation
+from beflow.operations import Context, Operation, load_all
 from beflow.paths import beflow_home
 from beflow.records import RunRecord
 from beflow.trackers.base import format_time, normalize_key
@@ -534,9 +534,7 @@ class BeflowServer:
     def operations_call(self, name: str, arguments: dict[str, Any], context: Context) -> Any:
         """An operation this server uses for resources, through the registry (so the binding applies), whether or
         not ``--allow`` exposes it as a tool."""
-        from beflow.operations import get
-
-        return get(name).call(context, arguments)
+        return load_all()[name].call(context, arguments)
 
     async def _list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
@@ -667,18 +665,15 @@ def check_launch(launch: Launch) -> Launch:
     is given): a server bound to something that does not exist refuses to start."""
     issue = launch.issue
     context = Context(project=launch.project)
+    registry = load_all()
     if launch.run is not None:
-        from beflow.operations import get
-
-        record = get("run.show").call(context, {"id": launch.run})
+        record = registry["run.show"].call(context, {"id": launch.run})
         if issue is not None and normalize_key(issue) != record.issue:
             raise UsageError(f"--run {launch.run} is a run of issue {record.issue}, not of issue {issue}")
         issue = record.issue
         launch = Launch(**{**launch.__dict__, "run": record.id, "issue": issue})
     if issue is not None:
-        from beflow.operations import get
-
-        key = get("issue.show").call(context, {"key": issue}).key
+        key = registry["issue.show"].call(context, {"key": issue}).key
         launch = Launch(**{**launch.__dict__, "issue": key})
     exposed(launch.allow, bound=launch.issue is not None)  # a bad --allow fails before serving
     return launch
