@@ -183,3 +183,21 @@ def export(
             },
         },
     }
+
+
+def tool_table() -> str:
+    """The tool table of docs/mcp-server.md, from the registry (a test fails when the page and this disagree)."""
+    rows = [
+        "| tool | operation | safety | agent-safe | annotations | what it is for |",
+        "|---|---|---|---|---|---|",
+    ]
+    for op in load_all().values():
+        if op.name.startswith("test."):
+            continue
+        hints = op.annotations()
+        shown = ", ".join(name for name in ("readOnlyHint", "idempotentHint", "destructiveHint") if hints[name])
+        rows.append(
+            f"| `{op.tool_name}` | `{op.name}` | {op.safety} | {'yes' if op.agent else 'no'} | {shown or '-'} "
+            f"| {op.title} |"
+        )
+    return "\n".join(rows)

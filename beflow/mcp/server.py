@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import signal
+import sys
 import traceback
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -178,12 +179,16 @@ class _Stdin:
     def __init__(self, stop: anyio.Event, max_frame: int) -> None:
         self.stop = stop
         self.max_frame = max_frame
+        #: A file or /dev/null cannot be polled (and never blocks): it is read straight away.
+        self.pollable = True
 
     def __aiter__(self) -> AsyncIterator[str]:
         return self._lines()
 
     async def _readable(self, fd: int) -> bool:
         """Wait until ``fd`` can be read (True) or the server is told to stop (False)."""
+        if not self.pollable:
+            return not self.stop.is_set()
         stopped = True
         async with anyio.create_task_group() as tasks:
 
@@ -192,7 +197,10 @@ class _Stdin:
                 tasks.cancel_scope.cancel()
 
             tasks.start_soon(on_stop)
-            await anyio.wait_readable(fd)
+            try:
+                await anyio.wait_readable(fd)
+            except PermissionError:  # epoll refuses regular files and /dev/null
+                self.pollable = False
             stopped = False
             tasks.cancel_scope.cancel()
         return not stopped and not self.stop.is_set()
@@ -271,6 +279,8 @@ class _Drain:
 
     async def drained(self) -> None:
         self._on_draining()
+        if self._pending:
+            logger.info("beflow mcp: input ended; answering %d call(s) in flight, then stopping", len(self._pending))
         while self._pending:
             await self._changed.wait()
 
@@ -681,6 +691,11 @@ def check_launch(launch: Launch) -> Launch:
 
 async def serve(launch: Launch) -> None:
     """Serve MCP on stdin/stdout until stdin ends or a signal (SIGINT, SIGTERM, SIGHUP) arrives."""
+    if not logger.handlers:  # what the server says goes to stderr, one line each; stdout is the protocol's
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
     server = BeflowServer(launch)
     stop = anyio.Event()
     async with anyio.create_task_group() as tasks:

@@ -17,9 +17,7 @@ def directive(tool: str, arguments: dict[str, str]) -> str:
 
 
 @pytest.mark.slow
-def test_an_agent_comments_and_reports_progress_on_its_issue_and_on_no_other(
-    auto_project: AutoProject, beflow
-) -> None:
+def test_an_agent_comments_and_reports_progress_on_its_issue_and_on_no_other(auto_project: AutoProject, beflow) -> None:
     auto_project.configure(mcp={"enabled": True, "self": True})
     other = auto_project.new_issue("say nothing to do", title="Someone else's issue")
     key = auto_project.new_issue(
