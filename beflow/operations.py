@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -172,7 +172,7 @@ def operation(
             name,
             title,
             description,
-            model,
+            cast("type[I]", model),
             safety,
             handler,
             agent,

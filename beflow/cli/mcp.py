@@ -97,7 +97,8 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
     if enabled:
         out.print("MCP injection: [green]on[/] (mcp.enabled)")
     else:
-        out.print('MCP injection: [yellow]off[/] — set "mcp": {"enabled": true} in config.json to inject these')
+        where = escape(app.project().config_name)
+        out.print(f'MCP injection: [yellow]off[/] — set "mcp": {{"enabled": true}} in {where} to inject these')
     if own is not None:
         argv = " ".join(json.dumps(a) if " " in a else a for a in [own["command"], *own["args"]])
         out.print(f"beflow's own server (mcp.self): [green]on[/] — every run adds [bold]beflow[/]: {escape(argv)}")

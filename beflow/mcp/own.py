@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any
 
 import anyio
@@ -49,7 +49,7 @@ def own_server(project: Project, *, issue: str, run_id: str) -> dict[str, Any]:
     }
 
 
-def check_name(project: Project, servers: list[Mapping[str, Any]] | None) -> None:
+def check_name(project: Project, servers: Sequence[Mapping[str, Any]] | None) -> None:
     """With ``mcp.self``, no injected server may already be called ``beflow``."""
     if not project.config.mcp.self_server:
         return

@@ -20,7 +20,7 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
-from beflow.config import load_project
+from beflow.config import config_file, load_project
 from beflow.trackers import Status, open_tracker
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -39,8 +39,9 @@ AGENT_SAFE = {
 @pytest.fixture
 def project(repo: Path) -> Path:
     """A project with two issues: 1 (the one servers are bound to) and 2 (someone else's)."""
-    (repo / "config.json").write_text("{}\n")
-    tracker = open_tracker(load_project(repo / "config.json"))
+    config_file(repo).parent.mkdir(parents=True, exist_ok=True)
+    config_file(repo).write_text("{}\n")
+    tracker = open_tracker(load_project(config_file(repo)))
     tracker.create("Fix the login crash", "It crashes on an empty password.")
     tracker.create("Someone else's issue", "Not yours.")
     return repo
@@ -66,7 +67,7 @@ async def connect(
         env |= {f"MCP_EXTRA_{name.upper()}": str(path) for name, path in files.items()}
     parameters = StdioServerParameters(
         command=sys.executable,
-        args=["-m", module, "--config", str(project / "config.json"), "mcp", "serve", *args],
+        args=["-m", module, "--config", str(config_file(project)), "mcp", "serve", *args],
         env=env,
         cwd=str(project),
     )
@@ -159,7 +160,7 @@ def test_a_bound_server_acts_on_its_issue_and_refuses_every_other(project: Path)
         assert [str(r.uri) for r in resources] == ["beflow://issue/1"]
         assert "Found it: empty password." in markdown.text  # type: ignore[union-attr]
         assert error_of(hidden)["code"] == "unknown_tool"
-        tracker = open_tracker(load_project(project / "config.json"))
+        tracker = open_tracker(load_project(config_file(project)))
         assert [(c.author, c.text) for c in tracker.get("1").comments] == [
             ("agent (run r7)", "Found it: empty password.")
         ]
@@ -205,7 +206,7 @@ def test_errors_cross_as_data_with_a_code_a_fix_and_no_raw_input(project: Path) 
 
 
 def test_inputs_over_the_limit_are_refused_and_results_over_it_are_cut_with_a_note(project: Path) -> None:
-    open_tracker(load_project(project / "config.json")).comment("1", "long " * 6000, "someone")
+    open_tracker(load_project(config_file(project))).comment("1", "long " * 6000, "someone")
 
     async def main() -> None:
         async with connect(project, "--issue", "1", "--max-input", "2048", "--max-output", "8192") as session:
@@ -223,7 +224,7 @@ def test_inputs_over_the_limit_are_refused_and_results_over_it_are_cut_with_a_no
         assert (shown.meta or {})["beflow/cut"]["limit"] == 8192
 
     run(main)
-    tracker = open_tracker(load_project(project / "config.json"))
+    tracker = open_tracker(load_project(config_file(project)))
     assert len(tracker.get("1").comments) == 1  # the refused comment was not written
 
 
@@ -328,7 +329,7 @@ def test_a_person_commenting_on_the_bound_issue_notifies_subscribed_clients(proj
         async with connect(project, "--issue", "1", "--poll", "0.1", on_message=on_message) as session:
             await session.subscribe_resource("beflow://issue/1")
             await session.send_ping()
-            open_tracker(load_project(project / "config.json")).comment("1", "Try an empty username too.", "ada")
+            open_tracker(load_project(config_file(project))).comment("1", "Try an empty username too.", "ada")
             await changed.wait()
             text = (await session.read_resource("beflow://issue/1")).contents[0].text  # type: ignore[union-attr]
             assert "Try an empty username too." in text
