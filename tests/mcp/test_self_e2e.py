@@ -58,3 +58,18 @@ def test_an_agent_comments_and_reports_progress_on_its_issue_and_on_no_other(aut
     transcript = (auto_project.run_dir(record) / "transcript.jsonl").read_text()
     assert json.dumps(sys.executable)[1:-1] in transcript
     assert auto_project.secrets_in_records() == []
+
+
+@pytest.mark.slow
+def test_watch_streams_the_progress_an_agent_reports(auto_project: AutoProject, beflow) -> None:
+    auto_project.configure(mcp={"self": True})  # beflow's own server alone: .mcp.json is not injected
+    key = auto_project.new_issue(directive("run_progress", {"text": "halfway"}), "write a.txt x")
+
+    result = beflow("watch", "--once", "--json")
+
+    assert result.exit_code == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    (progress,) = [e for e in events if e["event"] == "progress"]
+    record = auto_project.only_record()
+    assert progress == {**progress, "issue": key, "run": record.id, "text": "halfway"}
+    assert record.mcp_servers == ["beflow"]

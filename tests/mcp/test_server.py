@@ -20,8 +20,9 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
-from beflow.config import config_file, load_project
+from beflow.config import load_project
 from beflow.trackers import Status, open_tracker
+from tests.support.projects import config_file
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 AGENT_SAFE = {
