@@ -230,8 +230,9 @@ class _Stdin:
                     elif line.strip():
                         yield line.decode("utf-8", errors="replace")
                 if len(pending) > self.max_frame:
-                    logger.warning("beflow mcp: dropped a frame longer than %d bytes", self.max_frame)
-                    pending.clear()
+                    if not dropping:
+                        logger.warning("beflow mcp: dropped a frame longer than %d bytes", self.max_frame)
+                    pending.clear()  # up to the frame's end: nothing of it is kept
                     dropping = True
         finally:
             with contextlib.suppress(OSError):
