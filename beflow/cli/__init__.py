@@ -105,8 +105,7 @@ def cli(ctx: click.Context, config_path: Path | None) -> None:
     git worktree, with per-run MCP servers, and commits the result to a branch."""
     ctx.obj = App(config_option=config_path)
     # A beflow killed mid-run (SIGKILL, power loss) left a managed .acpxrc.json: put it back before anything else.
-    # Not for `restore` (it does exactly that) nor `mcp` (an MCP server starts inside runs, and fast).
-    if ctx.invoked_subcommand not in ("restore", "mcp"):
+    if ctx.invoked_subcommand != "restore":
         from beflow.cli.restore import recover_quietly
 
         recover_quietly()

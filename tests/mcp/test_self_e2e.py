@@ -73,3 +73,24 @@ def test_watch_streams_the_progress_an_agent_reports(auto_project: AutoProject, 
     record = auto_project.only_record()
     assert progress == {**progress, "issue": key, "run": record.id, "text": "halfway"}
     assert record.mcp_servers == ["beflow"]
+
+
+@pytest.mark.slow
+def test_an_attended_run_hands_the_agent_beflows_own_server_too(auto_project: AutoProject, beflow_process) -> None:
+    auto_project.configure(mcp={"enabled": True, "self": True})
+    key = auto_project.new_issue(
+        directive("issue_comment", {"text": "Looked at it with a person watching."}),
+        directive("run_progress", {"text": "done looking"}),
+    )
+
+    process = beflow_process("--attend", key, cwd=auto_project.directory)
+    _, stderr = process.communicate(timeout=120)
+
+    assert process.returncode == 0, stderr
+    record = auto_project.only_record()
+    assert record.mode == "attend" and record.mcp_servers == ["beflow", "docs", "tools"]
+    assert [note.text for note in record.progress] == ["done looking"]
+    assert [c.text for c in auto_project.issue(key).comments if c.author == "agent"] == [
+        "Looked at it with a person watching."
+    ]
+    assert "progress: done looking" in stderr

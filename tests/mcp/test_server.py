@@ -259,7 +259,10 @@ def test_a_handler_that_prints_cannot_corrupt_the_protocol_stream(project: Path,
     assert files["exit"].read_text() == "0\n"
 
 
-def test_sigterm_finishes_the_call_in_flight_answers_it_and_exits_0(project: Path, files: dict[str, Path]) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_finishes_the_call_in_flight_answers_it_and_exits_0(
+    project: Path, files: dict[str, Path], signum: int
+) -> None:
     async def main() -> None:
         async with connect(project, "--allow", "all", files=files) as session:
             results: list[types.CallToolResult] = []
@@ -270,7 +273,7 @@ def test_sigterm_finishes_the_call_in_flight_answers_it_and_exits_0(project: Pat
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(call)
                 pid = int((await wait_for_line(files["log"], "start a")).split()[2])
-                os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signum)
                 files["release"].touch()
             (result,) = results
             assert not result.is_error and result.structured_content == {"tag": "a", "pid": pid}
@@ -349,5 +352,47 @@ def test_an_unbound_server_for_a_person_can_expose_every_operation(project: Path
         assert {"issue_list", "issue_close", "run_logs"} <= names
         assert [i["key"] for i in listed.structured_content["issues"]] == ["1", "2"]  # type: ignore[index]
         assert closed.structured_content["status"] == "closed"  # type: ignore[index]
+
+    run(main)
+
+
+def test_an_unexpected_failure_is_internal_and_names_the_log_with_the_details(
+    project: Path, files: dict[str, Path], isolated_home: Path
+) -> None:
+    async def main() -> None:
+        async with connect(project, "--allow", "all", files=files) as session:
+            crashed = await session.call_tool("test_crash", {"tag": "secret-input-77"})
+            after = await session.call_tool("issue_show", {"key": "1"})
+
+        error = error_of(crashed)
+        assert error["code"] == "internal"
+        assert "boom" not in error["message"] and "secret-input-77" not in error["message"]
+        (log,) = (isolated_home / "logs").glob("mcp-*.log")
+        assert str(log) in error["message"]
+        assert "RuntimeError: boom with secret-input-77" in log.read_text()
+        assert not after.is_error  # the server goes on
+
+    run(main)
+
+
+def test_a_new_run_of_the_bound_issue_changes_the_resource_list(project: Path) -> None:
+    from beflow.records import RunRecord, RunStore, now
+
+    changed = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceListChangedNotification):
+            changed.set()
+
+    async def main() -> None:
+        async with connect(project, "--issue", "1", "--poll", "0.1", on_message=on_message) as session:
+            before = [str(r.uri) for r in (await session.list_resources()).resources]
+            record = RunRecord(id="20260101-000000-1-abcd", issue="1", mode="auto", agent="codex", started_at=now())
+            RunStore(project).create(record, "prompt")
+            await changed.wait()
+            after = [str(r.uri) for r in (await session.list_resources()).resources]
+
+        assert before == ["beflow://issue/1"]
+        assert after == ["beflow://issue/1", f"beflow://run/{record.id}"]
 
     run(main)

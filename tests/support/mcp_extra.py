@@ -4,6 +4,7 @@
 - ``test.slow``: appends ``start <tag>`` to ``$MCP_EXTRA_LOG``, waits until ``$MCP_EXTRA_RELEASE`` exists, appends
   ``end <tag>``.
 - ``test.noisy``: prints to stdout every way a handler can (``print``, ``os.write(1)``, a child process).
+- ``test.crash``: fails the way a bug does (an exception that is no ``BeflowError``), quoting its input.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ def noisy(context: Context, payload: Tag) -> Done:
     os.write(1, b"a raw write to fd 1\n")
     subprocess.run(["echo", "a child's stdout"], check=True)
     return Done(tag=payload.tag, pid=os.getpid())
+
+
+@operation("test.crash", title="Crash", description="Raises.", safety="read", agent=True)
+def crash(context: Context, payload: Tag) -> Done:
+    raise RuntimeError(f"boom with {payload.tag}")
 
 
 if __name__ == "__main__":
