@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import datetime as dt
 import json
 import logging
@@ -682,10 +683,10 @@ def check_launch(launch: Launch) -> Launch:
         if issue is not None and normalize_key(issue) != record.issue:
             raise UsageError(f"--run {launch.run} is a run of issue {record.issue}, not of issue {issue}")
         issue = record.issue
-        launch = Launch(**{**launch.__dict__, "run": record.id, "issue": issue})
+        launch = dataclasses.replace(launch, run=record.id, issue=issue)
     if issue is not None:
         key = registry["issue.show"].call(context, {"key": issue}).key
-        launch = Launch(**{**launch.__dict__, "issue": key})
+        launch = dataclasses.replace(launch, issue=key)
     exposed(launch.allow, bound=launch.issue is not None)  # a bad --allow fails before serving
     return launch
 
