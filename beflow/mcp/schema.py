@@ -32,10 +32,15 @@ META_KEY = "beflow/operation"
 Permission = Literal["allow", "ask", "deny"]
 
 
+def ordered() -> list[Operation[Any]]:
+    """Every operation, by name: the same order whatever imported them first."""
+    return sorted(load_all().values(), key=lambda op: op.name)
+
+
 def exposed(allow: Sequence[str] | None, *, bound: bool) -> list[Operation[Any]]:
-    """The operations a launch exposes, in registry order. ``allow`` names operations (``issue.comment``) or tools
+    """The operations a launch exposes, by name. ``allow`` names operations (``issue.comment``) or tools
     (``issue_comment``), or is ``["all"]``; ``None`` is the agent-safe set."""
-    registry = load_all()
+    registry = {op.name: op for op in ordered()}
     by_tool = {op.tool_name: op for op in registry.values()}
     if not allow:
         return [op for op in registry.values() if op.agent]
@@ -154,12 +159,11 @@ def export(
     """``beflow mcp schema``: every operation with its schemas, annotations, metadata, whether agents may use it and
     whether this launch exposes it; permission hints; snippets for Claude Code and OpenCode."""
     chosen = exposed(allow, bound=issue is not None)
-    registry = load_all()
     tools = []
     hints: dict[Permission, list[str]] = {"allow": [], "ask": [], "deny": []}
     claude: dict[Permission, list[str]] = {"allow": [], "ask": [], "deny": []}
     opencode: dict[str, Permission] = {}
-    for op in registry.values():
+    for op in ordered():
         tools.append({**tool(op, project, issue), "agentSafe": op.agent, "exposed": op in chosen})
         verdict = permission(op, chosen)
         hints[verdict].append(op.tool_name)
@@ -191,7 +195,7 @@ def tool_table() -> str:
         "| tool | operation | safety | agent-safe | annotations | what it is for |",
         "|---|---|---|---|---|---|",
     ]
-    for op in load_all().values():
+    for op in ordered():
         if op.name.startswith("test."):
             continue
         hints = op.annotations()
