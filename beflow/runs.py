@@ -1,4 +1,5 @@
-"""The run operations (DESIGN §6): ``beflow runs ...`` and the MCP tools read run records through these."""
+"""The run operations: ``beflow runs ...`` and the MCP tools read run records through these
+(docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -111,7 +112,7 @@ class ProgressRecorded(BaseModel):
     whole="`beflow runs list --json`",
 )
 def list_runs(context: Context, payload: ListRuns) -> RunList:
-    records = store(context).list()
+    records = store(context).records()
     if payload.issue is not None:
         records = [r for r in records if r.issue == normalize_key(payload.issue)]
     return RunList(runs=records[: payload.limit])
@@ -175,7 +176,7 @@ def run_status(context: Context, payload: RunStatusQuery) -> RunStatus:
     current = None
     if context.bound_run is not None:
         current = RunSummary.of(_readable(context, runs.get(context.bound_run), context.bound_run))
-    records = runs.list()
+    records = runs.records()
     if payload.issue is not None:
         records = [r for r in records if r.issue == normalize_key(payload.issue)]
     earlier = [RunSummary.of(r) for r in records if current is None or r.id != current.id]

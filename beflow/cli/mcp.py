@@ -88,7 +88,7 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
                 "acp": None if expansion else translate(checked.servers, reveal=reveal),
                 "problems": [p.render() for p in expansion],
                 "shadowed": shadowed.model_dump(mode="json") if shadowed else None,
-                "self": own,
+                "self": own.model_dump(mode="json") if own is not None else None,
             }
         )
         if expansion:
@@ -100,7 +100,7 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
         where = escape(app.project().config_name)
         out.print(f'MCP injection: [yellow]off[/] — set "mcp": {{"enabled": true}} in {where} to inject these')
     if own is not None:
-        argv = " ".join(json.dumps(a) if " " in a else a for a in [own["command"], *own["args"]])
+        argv = " ".join(json.dumps(a) if " " in a else a for a in [own.command, *own.args])
         out.print(f"beflow's own server (mcp.self): [green]on[/] — every run adds [bold]beflow[/]: {escape(argv)}")
     out.print("[bold]Files[/] (later wins per server name):")
     for source in cascade.sources:

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
 
 from beflow.config import Project
 from beflow.errors import ConfigError
+from beflow.mcp.acp import AcpServer, AcpStdio, NameValue
 from beflow.mcp.schema import SERVER_NAME
 from beflow.paths import beflow_home
 from beflow.records import PROGRESS_FILE, ProgressNote, RunStore
@@ -38,22 +38,29 @@ def own_argv(project: Project, *, issue: str, run_id: str) -> list[str]:
     return [*argv, "mcp", "serve", "--issue", issue, "--run", run_id]
 
 
-def own_server(project: Project, *, issue: str, run_id: str) -> dict[str, Any]:
-    """The ``beflow`` server in the ACP shape acpx forwards to the agent (``name, command, args, env``)."""
+def own_server(project: Project, *, issue: str, run_id: str) -> AcpStdio:
+    """The ``beflow`` server in the ACP shape acpx forwards to the agent."""
     command, *args = own_argv(project, issue=issue, run_id=run_id)
-    return {
-        "name": SERVER_NAME,
-        "command": command,
-        "args": args,
-        "env": [{"name": "BEFLOW_HOME", "value": str(beflow_home())}],
-    }
+    return AcpStdio(
+        name=SERVER_NAME, command=command, args=args, env=[NameValue(name="BEFLOW_HOME", value=str(beflow_home()))]
+    )
 
 
-def check_name(project: Project, servers: Sequence[Mapping[str, Any]] | None) -> None:
+def is_own_server(server: AcpServer) -> bool:
+    """Whether ``server`` is beflow's own (it carries no secret: its ``BEFLOW_HOME`` is not to be masked in paths)."""
+    return (
+        isinstance(server, AcpStdio)
+        and server.name == SERVER_NAME
+        and server.command == sys.executable
+        and server.args[:2] == ["-m", "beflow"]
+    )
+
+
+def check_name(project: Project, servers: Sequence[AcpServer] | None) -> None:
     """With ``mcp.self``, no injected server may already be called ``beflow``."""
     if not project.config.mcp.self_server:
         return
-    if any(server.get("name") == SERVER_NAME for server in servers or []):
+    if any(server.name == SERVER_NAME for server in servers or []):
         where = f"{project.config_path}: " if project.config_path else ""
         raise ConfigError(
             f"{where}mcp.self: the .mcp.json cascade already has a server named {SERVER_NAME!r}, the name of "
@@ -63,15 +70,15 @@ def check_name(project: Project, servers: Sequence[Mapping[str, Any]] | None) ->
 
 
 def with_own_server(
-    project: Project, servers: list[dict[str, Any]] | None, *, issue: str, run_id: str
-) -> list[dict[str, Any]] | None:
+    project: Project, servers: list[AcpServer] | None, *, issue: str, run_id: str
+) -> list[AcpServer] | None:
     """A run's injected set: the cascade's ``servers`` and, with ``mcp.self``, beflow's own (sorted by name, as
-    :func:`beflow.mcp.acp.translate` sorts); ``None`` when there is none."""
+    :func:`beflow.mcp.acp.acp_servers` sorts); ``None`` when there is none."""
     if not project.config.mcp.self_server:
         return servers
     check_name(project, servers)
-    combined = [*(servers or []), own_server(project, issue=issue, run_id=run_id)]
-    return sorted(combined, key=lambda server: str(server["name"]))
+    combined: list[AcpServer] = [*(servers or []), own_server(project, issue=issue, run_id=run_id)]
+    return sorted(combined, key=lambda server: server.name)
 
 
 @contextlib.asynccontextmanager
