@@ -90,3 +90,18 @@ def test_when_the_file_cannot_be_put_back_nothing_is_committed(auto_project: Aut
     assert "beflow/1" not in auto_project.branches() and record.commit is None
     assert secrets_in_history(auto_project.directory) == []
     assert secrets_in_files(auto_project.directory / ".beflow") == []
+
+
+def test_a_path_the_agent_writes_is_no_secret_though_beflows_own_server_gets_it(
+    auto_project: AutoProject, nothing_left: None
+) -> None:
+    # beflow's own MCP server gets BEFLOW_HOME in its env; the worktree lives under it, so agents write it often.
+    auto_project.configure(mcp={"enabled": True, "self": True})
+    key = auto_project.new_issue('run pwd > where.txt && echo "$BEFLOW_HOME" >> where.txt')
+
+    done = beflow_run(auto_project, "--auto", key)
+
+    assert done.code == 0, done.stderr
+    assert auto_project.only_record().outcome == "succeeded"
+    assert "where.txt" in auto_project.branch_files("beflow/1")
+    assert secrets_in_history(auto_project.directory) == []
