@@ -36,8 +36,7 @@ from beflow.lifecycle import (
 )
 from beflow.mcp.acp import resolve_servers
 from beflow.mcp.inject import Injection
-from beflow.mcp.own import follow_progress, is_own_server, with_own_server
-from beflow.mcp.redact import Redactor
+from beflow.mcp.own import follow_progress, with_own_server
 from beflow.paths import ACPXRC, acpx_home
 from beflow.policy import judge, status_after
 from beflow.records import CappedLog, Mode, Outcome, RunRecord, RunStore
@@ -377,9 +376,8 @@ class _InWorktree:
                 return "failed", f"{reason}; {error.message}; the work is kept in {worktree.path}"
         head = await _in_thread(git.head, worktree.path)
         # Every commit of the run (the agent's own included) is checked before the branch moves to it.
-        # (Beflow's own server carries no secret: its BEFLOW_HOME, a path an agent may well write, is no needle.)
-        secrets = Redactor([s for s in self.session.servers or [] if not is_own_server(s)]).needles()
-        needles = [injection.written, *secrets] if injection is not None else []
+        # The session's redactor leaves beflow's own server out: its BEFLOW_HOME is a path, no secret.
+        needles = [injection.written, *self.session.redact.needles()] if injection is not None else []
         leaks = await _in_thread(
             functools.partial(
                 git.find_leaks, worktree.path, worktree.base_commit, head, needles, managed=injection is not None
