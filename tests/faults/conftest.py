@@ -6,13 +6,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
-from tests.conftest import processes_under
 from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject, git
 
 SECRETS = (SECRET_ENV, SECRET_HEADER)
@@ -26,7 +22,7 @@ class Done:
 
 
 def beflow_run(project: AutoProject, *args: str, env: dict[str, str] | None = None, timeout: float = 120) -> Done:
-    """``python -m beflow --config <project>/config.json ARGS`` in the project, to the end."""
+    """``python -m beflow --config <the project's config> ARGS`` in the project, to the end."""
     done = subprocess.run(
         [sys.executable, "-m", "beflow", "--config", str(project.config_path), *args],
         cwd=project.directory,
@@ -54,15 +50,3 @@ def secrets_in_files(*roots: Path) -> list[str]:
                 data = path.read_bytes()
                 found += [f"{path}: {s}" for s in SECRETS if s.encode() in data]
     return found
-
-
-@pytest.fixture
-def nothing_left(tmp_path: Path) -> Iterator[None]:
-    """No process of the test outlives it (as tests/conftest.py's no_leftover_processes)."""
-    yield
-    import time
-
-    deadline = time.monotonic() + 5
-    while (leftovers := processes_under(tmp_path)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not leftovers, f"processes left behind: {leftovers}"

@@ -20,7 +20,7 @@ FLOOD_BYTES = 600_000_000
 
 
 def test_a_flooding_hook_is_capped_in_its_log_and_beflows_memory_stays_flat(
-    auto_project: AutoProject, nothing_left: None
+    auto_project: AutoProject, no_leftover_processes: None
 ) -> None:
     auto_project.configure(hooks={"after_create": {"command": FLOOD, "timeout": 600}})
     key = auto_project.new_issue("write hello.txt hi\\n")

@@ -20,7 +20,7 @@ from tests.support.projects import AutoProject
 
 
 def test_a_lone_surrogate_in_the_agents_message_is_recorded_and_the_issue_moves_on(
-    auto_project: AutoProject, nothing_left: None
+    auto_project: AutoProject, no_leftover_processes: None
 ) -> None:
     key = auto_project.new_issue("write hello.txt hi\\n", "say odd \\ud800 text")
 
@@ -58,7 +58,7 @@ i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]
 
 
 def test_an_alias_bomb_or_a_huge_issue_file_is_a_named_problem_and_the_other_issues_still_run(
-    auto_project: AutoProject, nothing_left: None
+    auto_project: AutoProject, no_leftover_processes: None
 ) -> None:
     key = auto_project.new_issue("write hello.txt hi\\n")
     issues = auto_project.directory / ".beflow" / "issues"
@@ -106,7 +106,7 @@ def _when(condition: Callable[[], bool], timeout: float = 60) -> None:
 
 @pytest.mark.parametrize("step", ["post-checkout", "post-commit"])
 def test_ctrl_c_during_a_git_step_cancels_the_run_and_puts_the_issue_back_to_ready(
-    auto_project: AutoProject, tmp_path: Path, step: str, nothing_left: None
+    auto_project: AutoProject, tmp_path: Path, step: str, no_leftover_processes: None
 ) -> None:
     marker = tmp_path / f"{step}-started"
     _git_hook(auto_project, step, marker)  # post-checkout: git worktree add; post-commit: beflow's commit
@@ -130,7 +130,7 @@ def test_ctrl_c_during_a_git_step_cancels_the_run_and_puts_the_issue_back_to_rea
 
 
 def test_a_second_signal_cuts_a_cleanup_hook_short(
-    auto_project: AutoProject, tmp_path: Path, nothing_left: None
+    auto_project: AutoProject, tmp_path: Path, no_leftover_processes: None
 ) -> None:
     marker = tmp_path / "hook-started"
     # A before_remove hook (it runs in the cleanup, shielded from the first signal) that ignores SIGTERM.
@@ -154,7 +154,7 @@ def test_a_second_signal_cuts_a_cleanup_hook_short(
 
 
 def test_a_second_signal_stops_a_git_step_that_the_first_could_not_reach(
-    auto_project: AutoProject, tmp_path: Path, nothing_left: None
+    auto_project: AutoProject, tmp_path: Path, no_leftover_processes: None
 ) -> None:
     marker = tmp_path / "post-checkout-started"
     _git_hook(auto_project, "post-checkout", marker)  # `git worktree add` waits 60 s for it

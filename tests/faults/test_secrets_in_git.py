@@ -11,7 +11,7 @@ from tests.support.projects import AutoProject, git
 
 
 def test_an_agent_that_commits_everything_itself_commits_its_work_and_never_the_injected_file(
-    auto_project: AutoProject, nothing_left: None
+    auto_project: AutoProject, no_leftover_processes: None
 ) -> None:
     key = auto_project.new_issue("write hello.txt hi\\n", "run git add -A && git commit -q -m agent-commit")
 
@@ -28,7 +28,7 @@ def test_an_agent_that_commits_everything_itself_commits_its_work_and_never_the_
 
 
 def test_an_agent_that_forces_the_injected_file_into_a_commit_does_not_move_the_branch(
-    auto_project: AutoProject, nothing_left: None
+    auto_project: AutoProject, no_leftover_processes: None
 ) -> None:
     # Sneaky the first time only: the next run, in the kept worktree, finds hello.txt there already.
     key = auto_project.new_issue(
@@ -60,7 +60,7 @@ def test_an_agent_that_forces_the_injected_file_into_a_commit_does_not_move_the_
 
 
 def test_a_copy_of_the_injected_file_under_another_name_is_caught_too(
-    auto_project: AutoProject, nothing_left: None
+    auto_project: AutoProject, no_leftover_processes: None
 ) -> None:
     key = auto_project.new_issue("run cp .acpxrc.json settings.json && git add settings.json && git commit -qm x")
 
@@ -73,7 +73,9 @@ def test_a_copy_of_the_injected_file_under_another_name_is_caught_too(
     assert secrets_in_history(auto_project.directory) == []
 
 
-def test_when_the_file_cannot_be_put_back_nothing_is_committed(auto_project: AutoProject, nothing_left: None) -> None:
+def test_when_the_file_cannot_be_put_back_nothing_is_committed(
+    auto_project: AutoProject, no_leftover_processes: None
+) -> None:
     # A tracked .acpxrc.json, which beflow's commit would stage; the after_run hook edits it (so the restore saves
     # that version aside first) and makes the saved/ folder impossible to create: the restore fails.
     (auto_project.directory / ".acpxrc.json").write_text('{"ttl": 5}\n')
@@ -93,7 +95,7 @@ def test_when_the_file_cannot_be_put_back_nothing_is_committed(auto_project: Aut
 
 
 def test_a_path_the_agent_writes_is_no_secret_though_beflows_own_server_gets_it(
-    auto_project: AutoProject, nothing_left: None
+    auto_project: AutoProject, no_leftover_processes: None
 ) -> None:
     # beflow's own MCP server gets BEFLOW_HOME in its env; the worktree lives under it, so agents write it often.
     auto_project.configure(mcp={"enabled": True, "self": True})
