@@ -289,3 +289,11 @@ def user_name(directory: Path) -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "user"
+
+
+def remote_url(directory: Path, remote: str) -> str | None:
+    """The URL of ``remote`` in the repository at ``directory`` (None when there is no such remote)."""
+    try:
+        return git.Git(str(directory)).remote("get-url", remote).strip() or None
+    except (git.GitCommandError, git.GitCommandNotFound, OSError):
+        return None

@@ -34,7 +34,10 @@ def assert_nothing_changed(project: AutoProject, key: str) -> None:
         (lambda p: p.configure(agent={"command": "no-such-agent --acp"}), "agent.command: 'no-such-agent' is not"),
         (lambda p: p.configure(mcp={"enabled": True, "self": True}), "mcp.self: beflow's own MCP server is not"),
         (lambda p: p.configure(prompt="{{ issue.nope }}"), "issue has no field 'nope'"),
-        (lambda p: p.configure(after_run={"pull_request": True}), "after_run.pull_request: pull requests come with"),
+        (
+            lambda p: p.configure(after_run={"pull_request": True}),
+            "after_run.pull_request: pull requests need the GitHub tracker",
+        ),
     ],
     ids=["base", "worktrees-inside", "acpx", "agent-name", "agent-command", "mcp-self", "issue-field", "pull-request"],
 )
