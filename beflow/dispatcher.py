@@ -243,8 +243,8 @@ class Dispatcher:
 
     def _reconcile(self) -> None:
         for key, running in list(self.running.items()):
-            if running.cancelling:
-                continue
+            if running.cancelling or (running.run is not None and running.run.record and running.run.record.finished):
+                continue  # a run that has finished moved its issue on itself: that is no reason to cancel it
             # The tracker the run started with: a config change between ticks does not move a running issue.
             tracker = running.run.tracker if running.run is not None else self.tracker
             try:

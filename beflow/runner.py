@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import anyio
 
 from beflow import acpx, git, interrupts, preflight, proc
+from beflow.config import GitHubTracker as GitHubTrackerSettings
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError
 from beflow.lifecycle import (
@@ -41,6 +42,7 @@ from beflow.mcp.inject import Injection, managed_acpxrc
 from beflow.paths import acpx_home
 from beflow.records import RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
+from beflow.trackers.base import Claim, ClaimLost
 
 T = TypeVar("T")
 
@@ -77,12 +79,17 @@ class Run:
         self._repo: Any = None  # the project's git.Repo, closed when the run ends (it holds git processes)
         #: Why the run is being cancelled, when whoever cancels it knows (the dispatcher's reconciliation).
         self.cancel_reason: str | None = None
+        #: Why the claim's lease was lost, if it was: then another machine owns the issue, and this run leaves it be.
+        self.claim_lost: str | None = None
 
     # -- events ------------------------------------------------------------------------------------------------
 
     def emit(self, kind: str, **data: Any) -> None:
         if self.record is not None:
             self._events(RunEvent(kind, self.record.id, self.record.issue, data))
+            progress = getattr(self.tracker, "progress", None)  # trackers that show a run's progress on the issue
+            if kind == "activity" and progress is not None and self.claim_lost is None:
+                progress(self.record.issue, f"beflow run `{self.record.id}` is working on this issue: {data['latest']}")
 
     # -- the lifecycle -----------------------------------------------------------------------------------------
 
@@ -97,11 +104,42 @@ class Run:
             if self.request.only_if_ready and issue.status != Status.READY:
                 raise NoLongerReady(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
             refuse_closed(issue)
-            return await self._claimed(issue)
+            if claim.renew_every is None:
+                return await self._claimed(issue)
+            async with anyio.create_task_group() as lease:  # a lease (GitHub): renewed while the run lives
+                lease.start_soon(self._keep_claim, claim, lease.cancel_scope)
+                try:
+                    return await self._claimed(issue)
+                finally:
+                    lease.cancel_scope.cancel()
+            assert self.record is not None  # the lease was lost: the run recorded itself cancelled
+            return self.record
         finally:
             if self._repo is not None:
                 self._repo.close()
             claim.release()
+
+    async def _keep_claim(self, claim: Claim, scope: anyio.CancelScope) -> None:
+        """Renew the claim's lease every ``renew_every`` seconds; when it is lost — taken over, or not renewed before
+        it ran out (GitHub unreachable) — the run is cancelled: another machine may be running the issue now."""
+        assert claim.renew_every is not None
+        while True:
+            await anyio.sleep(claim.renew_every)
+            try:
+                await anyio.to_thread.run_sync(claim.renew)
+                continue
+            except ClaimLost as error:
+                reason = error.message
+            except BeflowError as error:
+                left = claim.seconds_left()
+                if left is None or left > claim.renew_every:
+                    self.emit("notice", message=f"could not renew the claim (trying again): {error.message}")
+                    continue
+                reason = f"the claim could not be renewed before it ran out: {error.message}"
+            self.claim_lost = reason
+            self.cancel_reason = f"lost the claim on the issue: {reason}"
+            scope.cancel()
+            return
 
     async def _claimed(self, issue: Issue) -> RunRecord:
         key = issue.key
@@ -238,6 +276,7 @@ class Run:
             "on_stdout": on_stdout,
             "on_stderr": on_stderr,
             "grace": interrupts.grace(proc.DEFAULT_GRACE),
+            "unset": self._withheld_env(),
         }
         earlier = self._resumable_session() if self.request.attempt > 1 else None
         if earlier is not None:
@@ -263,6 +302,15 @@ class Run:
                 self.transcript = acpx.Transcript()
             self.emit("notice", message=record.resume_note)
         return await proc.run(acpx.exec_argv(self.config, **common), **supervise)
+
+    def _withheld_env(self) -> list[str]:
+        """Variables the agent does not get: the tracker's token (unless ``tracker.agent_token`` asks for it)."""
+        settings = self.config.tracker
+        if not isinstance(settings, GitHubTrackerSettings) or settings.agent_token:
+            return []
+        token = os.environ.get(settings.token_env)
+        same = [name for name, value in os.environ.items() if token and value == token]
+        return sorted({settings.token_env, *same})
 
     def _resumable_session(self) -> str | None:
         """The ACP session of this issue's latest earlier run with the same agent, if it recorded one."""
@@ -405,6 +453,8 @@ class Run:
             record.restored.append(restored.describe())
 
     def _update_tracker(self, issue: Issue, record: RunRecord) -> None:
+        if self.claim_lost is not None:
+            return  # another machine holds the issue now: its status and comments are that run's
         status = status_after(record.outcome, retry=not (self.request.final or self.permanent))
         note = summary(record) if self.config.after_run.comment else None
         if status == Status.FAILED and self.request.mode == "watch":

@@ -514,11 +514,16 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
     return Handler
 
 
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client killed mid-request (the tests kill watchers with SIGKILL) is no failure of the fake
+
+
 @pytest.fixture
 def github() -> Iterator[FakeGitHub]:
     """A fake GitHub on a local port; the test fails if any request or answer strays from GitHub's description."""
     fake = FakeGitHub(spec())
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(fake))
+    server = _Server(("127.0.0.1", 0), _handler(fake))
     server.daemon_threads = True
     fake.server = server
     thread = threading.Thread(target=server.serve_forever, daemon=True)

@@ -5,6 +5,7 @@ status labels, marked comments, ETags, pagination, rate limits, token and access
 from __future__ import annotations
 
 import json
+import threading
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import pytest
 from beflow.config import load_project
 from beflow.errors import ConfigError, LockedError
 from beflow.trackers import Status, open_tracker
+from beflow.trackers.base import ClaimLost
 from beflow.trackers.github import GitHubTracker
 from beflow.trackers.github_api import RateLimited
 from tests.support.github import TOKEN, FakeGitHub
@@ -185,3 +187,52 @@ def test_doctor_checks_the_token_the_repository_and_the_labels(gh: AutoProject, 
     gh.configure(tracker={"kind": "github", "repo": "octo/gone", "api_url": github.url})
     broken = beflow("doctor")
     assert broken.exit_code != 0 and "tracker.repo: octo/gone is not a repository this token can see" in broken.stdout
+
+
+def take_over(other: GitHubTracker, current: str) -> str:
+    """What another machine's take-over leaves the claim ref at: its own lease, on top of ``current``."""
+    return other._lease_commit("1", other._new_lease("watcher b"), current)
+
+
+def test_a_lease_is_renewed_and_a_taken_over_lease_is_lost(gh: AutoProject, github: FakeGitHub) -> None:
+    github.add_issue("One", labels=["beflow", "beflow:ready"])
+    claim = tracker(gh).claim("1", owner="watcher a")
+    before = github.refs["refs/beflow/claims/1"]
+    claim.renew()
+    assert github.refs["refs/beflow/claims/1"] != before  # a fast-forward to a fresh lease
+    github.refs["refs/beflow/claims/1"] = take_over(tracker(gh), before)
+    with pytest.raises(ClaimLost, match="taken over"):
+        claim.renew()
+
+
+def test_a_run_that_loses_its_lease_is_cancelled_and_leaves_the_issue_alone(
+    gh: AutoProject, github: FakeGitHub, beflow
+) -> None:
+    gh.configure(tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": 1.5})
+    env_dump = gh.directory.parent / "agent-env.txt"
+    wrapper = gh.directory.parent / "agent.sh"
+    wrapper.write_text(f'#!/bin/sh\nenv > "{env_dump}"\nexec {gh.config["agent"]["command"]} "$@"\n')
+    wrapper.chmod(0o755)
+    gh.configure(agent={"command": str(wrapper)})
+    github.add_issue("Slow", labels=["beflow", "beflow:ready"], body="acp-test: say hi\nacp-test: sleep 30")
+
+    def steal() -> None:
+        deadline = time.monotonic() + 30
+        while "refs/beflow/claims/1" not in github.refs or not env_dump.exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        github.refs["refs/beflow/claims/1"] = take_over(other, github.refs["refs/beflow/claims/1"])
+
+    other = tracker(gh)
+    thief = threading.Thread(target=steal)
+    thief.start()
+    result = beflow("--auto", "1")
+    thief.join()
+
+    record = gh.only_record()
+    assert record.outcome == "cancelled" and "lost the claim" in (record.stop_reason or "")
+    assert "beflow:in-progress" in github.issue_labels(1)  # the new holder's: this run leaves it be
+    assert TOKEN not in env_dump.read_text() and "GITHUB_TOKEN=" not in env_dump.read_text()
+    assert TOKEN not in result.stdout + result.stderr
+    for path in (gh.directory / ".beflow").rglob("*"):
+        assert not path.is_file() or TOKEN.encode() not in path.read_bytes(), path
