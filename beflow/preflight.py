@@ -17,7 +17,6 @@ from pathlib import Path
 
 from beflow import git, prompt
 from beflow.config import AgentCommand, Project
-from beflow.config import GitHubTracker as GitHubTrackerSettings
 from beflow.errors import ConfigError
 from beflow.mcp.acp import resolve_servers
 from beflow.paths import acpx_home
@@ -67,11 +66,11 @@ def check(project: Project) -> None:
             f"{where}mcp.self: beflow's own MCP server is not available yet in this version of beflow",
             fix='Remove "self" from "mcp" in config.json (or set it to false).',
         )
-    if config.after_run.pull_request and not isinstance(config.tracker, GitHubTrackerSettings):
+    if config.after_run.pull_request:
         raise ConfigError(
-            f'{where}after_run.pull_request: pull requests need the GitHub tracker ("tracker": {{"kind": '
-            '"github", ...})',
-            fix='Use the GitHub tracker, or remove "pull_request" from "after_run" in config.json.',
+            f"{where}after_run.pull_request: pull requests after a run are not available yet in this version of beflow",
+            fix='Remove "pull_request" from "after_run" in config.json (or set it to false); push beflow/<key> '
+            "yourself for now.",
         )
     repo = git.open_repo(project.directory)
     try:

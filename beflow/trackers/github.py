@@ -601,21 +601,6 @@ class GitHubTracker:
         data: dict[str, Any] = self._call(self.api.get, self._base)
         return data
 
-    def pull_request(self, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
-        """Open a pull request from ``branch`` to the default branch, or update the open one; (its URL, opened)."""
-        owner = self.repo.split("/")[0]
-        existing = self._call(self.api.get, f"{self._base}/pulls", {"head": f"{owner}:{branch}", "state": "open"})
-        if existing:
-            number = existing[0]["number"]
-            data = self._call(
-                self.api.request, "PATCH", f"{self._base}/pulls/{number}", json={"title": title, "body": body}
-            ).data
-            return str(data["html_url"]), False
-        base = self.repository()["default_branch"]
-        payload = {"title": title, "body": body, "head": branch, "base": base, "draft": draft}
-        data = self._call(self.api.request, "POST", f"{self._base}/pulls", json=payload).data
-        return str(data["html_url"]), True
-
     def web_url(self) -> str:
         return f"https://{web_host(self.api.base_url)}/{self.repo}"
 
