@@ -32,7 +32,7 @@ __all__ = [
 
 
 def open_tracker(project: Project) -> Tracker:
-    """The tracker ``config.json`` names (``tracker``), ready to use."""
+    """The tracker the config names (``tracker``), ready to use."""
     settings = project.config.tracker
     if isinstance(settings, GitHubTracker):
         from beflow.trackers.github import open_github  # httpx is imported only by projects that use GitHub

@@ -18,7 +18,7 @@ from beflow.trackers.base import ClaimLost
 from beflow.trackers.github import GitHubTracker
 from beflow.trackers.github_api import RateLimited
 from tests.support.github import TOKEN, FakeGitHub
-from tests.support.projects import AutoProject
+from tests.support.projects import AutoProject, config_file
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def gh(auto_project: AutoProject, github: FakeGitHub, monkeypatch: pytest.Monkey
 
 
 def tracker(project: AutoProject) -> GitHubTracker:
-    opened = open_tracker(load_project(project.directory / "config.json"))
+    opened = open_tracker(load_project(project.config_path))
     assert isinstance(opened, GitHubTracker)
     return opened
 
@@ -174,9 +174,9 @@ def test_a_claim_is_exclusive_and_released(gh: AutoProject, github: FakeGitHub) 
 
 
 def test_a_config_without_token_env_name_is_refused(repo: Path) -> None:
-    (repo / "config.json").write_text(json.dumps({"tracker": {"kind": "github", "repo": "a/b", "token_env": "A B"}}))
+    config_file(repo).write_text(json.dumps({"tracker": {"kind": "github", "repo": "a/b", "token_env": "A B"}}))
     with pytest.raises(ConfigError, match="token_env"):
-        load_project(repo / "config.json")
+        load_project(config_file(repo))
 
 
 def test_doctor_checks_the_token_the_repository_and_the_labels(gh: AutoProject, github: FakeGitHub, beflow) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from beflow.records import RunStore
 from tests.support.github import TOKEN, FakeGitHub
+from tests.support.projects import config_file
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +50,7 @@ def clone(
         "tracker": {"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": LEASE},
         "watch": {"interval": 0.3, "concurrency": concurrency, "backoff": 0.5},
     }
-    (path / "config.json").write_text(json.dumps(config))
+    config_file(path).write_text(json.dumps(config))
     return path
 
 
@@ -57,7 +58,7 @@ def start_watch(path: Path, home: Path, log: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "BEFLOW_HOME": str(home), "GITHUB_TOKEN": TOKEN}
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "beflow", "--config", str(path / "config.json"), "watch", "--json"],
+            [sys.executable, "-m", "beflow", "--config", str(config_file(path)), "watch", "--json"],
             cwd=path,
             env=env,
             stdout=out,
