@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlparse
 
@@ -482,7 +483,7 @@ class GitHubTracker:
             json={"sha": sha, "force": False},
             ok=(409, 422),
         )
-        return response.status == 200
+        return bool(response.status == 200)
 
     def claim(self, key: str, owner: str) -> Claim:
         key = str(self._raw_issue(key)["number"])
@@ -511,22 +512,22 @@ class GitHubTracker:
         return self._held(key, owner, sha, lease)
 
     def _held(self, key: str, owner: str, sha: str, lease: dict[str, Any]) -> Claim:
-        state = {"sha": sha, "lease": lease, "expires_local": time.monotonic() + self.settings.lease}
+        state = _Held(sha, lease, time.monotonic() + self.settings.lease)
         info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
 
         def renew() -> None:
-            fresh = self._new_lease(owner, since=state["lease"]["since"])
-            new = self._lease_commit(key, fresh, state["sha"])
+            fresh = self._new_lease(owner, since=state.lease["since"])
+            new = self._lease_commit(key, fresh, state.sha)
             if not self._move_ref(key, new):
                 holder = self._read_ref(key)
                 who = _who(self._lease(holder)) if holder else "nobody (the claim was deleted)"
                 raise ClaimLost(f"the claim on issue {key} was taken over by {who}")
-            state.update(sha=new, lease=fresh, expires_local=time.monotonic() + self.settings.lease)
+            state.sha, state.lease, state.expires = new, fresh, time.monotonic() + self.settings.lease
 
         def release() -> None:
-            done = dict(state["lease"], released=True, expires=0)
+            done = {**state.lease, "released": True, "expires": 0}
             try:
-                new = self._lease_commit(key, done, state["sha"])
+                new = self._lease_commit(key, done, state.sha)
                 self._move_ref(key, new)  # refused: taken over already, nothing of ours to release
             except BeflowError:
                 pass  # unreachable GitHub: the lease runs out by itself
@@ -536,7 +537,7 @@ class GitHubTracker:
             release,
             renew=renew,
             renew_every=max(self.settings.lease / 3, 0.2),
-            expires=lambda: state["expires_local"] - time.monotonic(),
+            expires=lambda: state.expires - time.monotonic(),
         )
 
     def release(self, claim: Claim) -> None:
@@ -637,6 +638,15 @@ class GitHubTracker:
                 return False
             raise
         return True
+
+
+@dataclass
+class _Held:
+    """A lease this process holds: the commit the claim ref points at, its content, when it runs out (monotonic)."""
+
+    sha: str
+    lease: dict[str, Any]
+    expires: float
 
 
 _LOCKED_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."

@@ -258,7 +258,7 @@ class Api:
             self._gate_reason = f"GitHub asked beflow to slow down ({kind}); waiting {wait:.0f} s"
         return True
 
-    def _error(self, method: str, path: str, answer: httpx.Response, data: Any) -> GitHubError:
+    def _error(self, method: str, path: str, answer: httpx.Response, data: Any) -> BeflowError:
         said = data.get("message") if isinstance(data, dict) else None
         what = f"GitHub: {method} {path}: {answer.status_code}" + (f" {said}" if said else "")
         if answer.status_code == 401:
