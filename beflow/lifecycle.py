@@ -152,6 +152,8 @@ def summary(record: RunRecord) -> str:
     lines.append(f"- agent: {record.agent}, attempt {record.attempt}, {record.duration or 0:.1f} s")
     if record.branch:
         lines.append(f"- branch: `{record.branch}`" + (f", commit `{record.commit[:12]}`" if record.commit else ""))
+    if record.pull_request:
+        lines.append(f"- pull request: {record.pull_request}")
     if record.checkout:
         lines.append(f"- {record.mode} session in the checkout `{record.checkout}`; nothing was committed")
     if record.changed_files:

@@ -66,11 +66,10 @@ def check(project: Project) -> None:
             f"{where}mcp.self: beflow's own MCP server is not available yet in this version of beflow",
             fix=f'Remove "self" from "mcp" in {project.config_name} (or set it to false).',
         )
-    if config.after_run.pull_request:
+    if config.after_run.pull_request and config.tracker.kind != "github":
         raise ConfigError(
-            f"{where}after_run.pull_request: pull requests after a run are not available yet in this version of beflow",
-            fix=f'Remove "pull_request" from "after_run" in {project.config_name} (or set it to false); push '
-            "beflow/<key> yourself for now.",
+            f'{where}after_run.pull_request: pull requests need the GitHub tracker ("tracker": {{"kind": "github"}})',
+            fix=f'Use the GitHub tracker, or remove "pull_request" from "after_run" in {project.config_name}.',
         )
     repo = git.open_repo(project.directory)
     try:

@@ -75,6 +75,8 @@ class RunRecord(BaseModel):
     dirty_before: list[str] = Field(default_factory=list)
     #: ``--open``: the native client that was started.
     client: str | None = None
+    #: ``after_run.pull_request``: the pull request the run opened or updated.
+    pull_request: str | None = None
 
     def close(self, outcome: Outcome, reason: str) -> None:
         """The run ended: its outcome, why, the end time and the duration."""

@@ -194,7 +194,33 @@ class Run:
             raise
         with anyio.CancelScope(shield=True):
             outcome, reason = await self._wrap_up(worktree, repo, outcome, reason)
+            if outcome == "succeeded" and self.config.after_run.pull_request:
+                reason = await self._publish(issue, outcome, reason)
         return self._finish(issue, outcome, reason)
+
+    async def _publish(self, issue: Issue, outcome: str, reason: str) -> str:
+        """Push the branch and open (or, on a retry, update) its pull request; a failure is said, not fatal: the
+        work is committed on the branch either way."""
+        record = self.record
+        publish = getattr(self.tracker, "publish", None)
+        if record is None or record.branch is None or record.commit is None or publish is None:
+            return reason
+        draft = record.model_copy(update={"outcome": outcome, "stop_reason": reason})
+        body = f"{summary(draft)}\n\nCloses #{issue.key}" + (f" ({issue.url})" if issue.url else "")
+        try:
+            url, opened = await _in_thread(
+                functools.partial(publish, draft=self.config.after_run.draft),
+                self.project.directory,
+                record.branch,
+                issue.title,
+                body,
+            )
+        except BeflowError as error:
+            self.emit("notice", message=f"no pull request: {error.message}")
+            return f"{reason}; the pull request could not be opened: {error.message}"
+        record.pull_request = url
+        self.emit("notice", message=f"pull request {'opened' if opened else 'updated'}: {url}")
+        return reason
 
     def _move_to_in_progress(self, issue: Issue) -> None:
         move_to_in_progress(self.tracker, issue)

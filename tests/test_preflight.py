@@ -36,7 +36,7 @@ def assert_nothing_changed(project: AutoProject, key: str) -> None:
         (lambda p: p.configure(prompt="{{ issue.nope }}"), "issue has no field 'nope'"),
         (
             lambda p: p.configure(after_run={"pull_request": True}),
-            "after_run.pull_request: pull requests after a run are not available",
+            "after_run.pull_request: pull requests need the GitHub tracker",
         ),
     ],
     ids=["base", "worktrees-inside", "acpx", "agent-name", "agent-command", "mcp-self", "issue-field", "pull-request"],

@@ -15,16 +15,19 @@
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as dt
 import json
 import os
 import re
 import shutil
 import socket
+import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlparse
 
@@ -74,6 +77,13 @@ _PRIORITY = re.compile(r"^priority:\s*(\d+)$")
 #: Edits of a run's progress comment are at most this often (seconds): people see the progress, GitHub is spared.
 PROGRESS_EVERY = 15.0
 CLAIM_NAMESPACE = "beflow/claims"
+#: git's askpass: the user name GitHub expects with a token, and the token from the child's environment.
+ASKPASS = """#!/bin/sh
+case "$1" in
+  Username*) printf '%s\\n' x-access-token ;;
+  *) printf '%s\\n' "$BEFLOW_GIT_TOKEN" ;;
+esac
+"""
 
 
 def resolve_token(settings: Settings) -> str:
@@ -601,6 +611,55 @@ class GitHubTracker:
         """The repository as GitHub describes it (checks the token and its access on the way)."""
         data: dict[str, Any] = self._call(self.api.get, self._base)
         return data
+
+    def pull_request(self, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
+        """Open a pull request from ``branch`` to the default branch, or update the open one: (its URL, opened)."""
+        owner = self.repo.split("/")[0]
+        existing = self._call(self.api.get, f"{self._base}/pulls", {"head": f"{owner}:{branch}", "state": "open"})
+        if existing:
+            number = existing[0]["number"]
+            payload = {"title": title, "body": body}
+            data = self._call(self.api.request, "PATCH", f"{self._base}/pulls/{number}", json=payload).data
+            return str(data["html_url"]), False
+        base = self.repository()["default_branch"]
+        opening: dict[str, Any] = {"title": title, "body": body, "head": branch, "base": base, "draft": draft}
+        data = self._call(self.api.request, "POST", f"{self._base}/pulls", json=opening).data
+        return str(data["html_url"]), True
+
+    @contextlib.contextmanager
+    def git_credentials(self, remote_url: str | None) -> Iterator[dict[str, str]]:
+        """The environment of a git child that pushes to ``remote_url``.
+
+        For an https remote on this GitHub, git asks an askpass script (it holds no secret) that answers with the
+        token from the child's environment: the token is never in argv, the remote URL, git config or a file.
+        Credential helpers are turned off for that one command, so that none stores the token. Any other remote
+        (ssh, a path, another host) never sees the token.
+        """
+        quiet = {"GIT_TERMINAL_PROMPT": "0"}
+        parsed = urlparse(remote_url or "")
+        if parsed.scheme != "https" or parsed.hostname != web_host(self.api.base_url):
+            yield quiet
+            return
+        with tempfile.TemporaryDirectory(prefix="beflow-askpass-") as directory:
+            script = Path(directory) / "askpass"
+            script.write_text(ASKPASS)
+            script.chmod(0o700)
+            yield {
+                **quiet,
+                "GIT_ASKPASS": str(script),
+                "BEFLOW_GIT_TOKEN": self.api.token,
+                "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_KEY_0": "credential.helper",
+                "GIT_CONFIG_VALUE_0": "",
+            }
+
+    def publish(self, directory: Path, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
+        """Push ``branch`` to ``origin`` and open (or update) its pull request: (the pull request's URL, opened)."""
+        from beflow import git
+
+        with self.git_credentials(git.remote_url(directory, "origin")) as env:
+            git.push(directory, "origin", branch, env)
+        return self.pull_request(branch, title, body, draft=draft)
 
     def web_url(self) -> str:
         return f"https://{web_host(self.api.base_url)}/{self.repo}"

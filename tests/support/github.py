@@ -439,7 +439,13 @@ class FakeGitHub:
             created_at=_now(),
             updated_at=_now(),
         )
-        repo = self._repos_get(params, query, None)[2]
+        repo = self.spec.example(
+            "/components/schemas/repository",
+            name=NAME,
+            full_name=self.repo,
+            owner=self.user(OWNER),
+            default_branch=self.default_branch,
+        )
         pull["head"] = self.spec.example(
             "/components/schemas/pull-request/properties/head",
             ref=body["head"],
