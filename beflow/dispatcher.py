@@ -247,14 +247,15 @@ class Dispatcher:
                 continue  # a run that has finished moved its issue on itself: that is no reason to cancel it
             # The tracker the run started with: a config change between ticks does not move a running issue.
             tracker = running.run.tracker if running.run is not None else self.tracker
+            gone = "the issue was removed"
             try:
                 status = tracker.get(key).status
-            except NotFoundError:
-                status = None
+            except NotFoundError as error:
+                status, gone = None, f"the issue was removed ({error.message})"  # GitHub: or lost its label
             except BeflowError:
                 continue  # unreadable for a moment (a hand edit, an editor's save): look again next tick
             if status is None or (status != Status.IN_PROGRESS and running.run_id is not None):
-                reason = "the issue was removed" if status is None else f"the issue is now {status}"
+                reason = gone if status is None else f"the issue is now {status}"
                 running.cancel(reason)
                 self.emit("cancelled", key, reason=reason)
 

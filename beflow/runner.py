@@ -106,14 +106,23 @@ class Run:
             refuse_closed(issue)
             if claim.renew_every is None:
                 return await self._claimed(issue)
-            async with anyio.create_task_group() as lease:  # a lease (GitHub): renewed while the run lives
-                lease.start_soon(self._keep_claim, claim, lease.cancel_scope)
+            # A lease (GitHub): renewed beside the run while it lives; losing it cancels the run (run_scope).
+            run_scope, record, failure = anyio.CancelScope(), None, None
+            async with anyio.create_task_group() as keeper:
+                keeper.start_soon(self._keep_claim, claim, run_scope)
                 try:
-                    return await self._claimed(issue)
+                    with run_scope:
+                        record = await self._claimed(issue)
+                except Exception as error:  # raised as it is below, not wrapped in the task group's ExceptionGroup
+                    failure = error
                 finally:
-                    lease.cancel_scope.cancel()
-            assert self.record is not None  # the lease was lost: the run recorded itself cancelled
-            return self.record
+                    keeper.cancel_scope.cancel()
+            if failure is not None:
+                raise failure
+            if record is None:  # the lease was lost: the run recorded itself cancelled
+                assert self.record is not None
+                record = self.record
+            return record
         finally:
             if self._repo is not None:
                 self._repo.close()
@@ -156,7 +165,9 @@ class Run:
             self._move_to_in_progress(issue)  # so that the tracker is told, and a watch does not pick it up again
             return self._finish(issue, "failed", f"the prompt did not render: {error.message}")
         self.store.create(record, text)
-        self._move_to_in_progress(issue)
+        refused = self._move_to_in_progress(issue)
+        if refused is not None:  # the issue changed under us (closed, unlabelled): record why, run nothing
+            return self._finish(issue, "failed", f"the tracker could not be told that the run started: {refused}")
         self.emit("started", attempt=self.request.attempt, branch=branch)
         outcome: Outcome = "failed"
         reason = "the run did not finish"
@@ -222,8 +233,13 @@ class Run:
         self.emit("notice", message=f"pull request {'opened' if opened else 'updated'}: {url}")
         return reason
 
-    def _move_to_in_progress(self, issue: Issue) -> None:
-        move_to_in_progress(self.tracker, issue)
+    def _move_to_in_progress(self, issue: Issue) -> str | None:
+        """Tell the tracker the run started; what went wrong, if anything (the run then records it)."""
+        try:
+            move_to_in_progress(self.tracker, issue)
+        except BeflowError as error:
+            return error.message
+        return None
 
     def _resolve_servers(self) -> list[dict[str, Any]] | None:
         """The run's MCP servers, resolved before anything runs: from here on their secret values are masked in

@@ -370,7 +370,10 @@ class GitHubTracker:
             self._note(str(number), current, status, note)
         elif status == Status.IN_PROGRESS and current != status:
             self._start_progress(str(number), "beflow is working on this issue.")
-        return self.get(str(number))
+        # As it is now, even if it stopped being beflow's meanwhile (a person took the label away).
+        raw = self._call(self.api.get, f"{self._base}/issues/{number}")
+        comments = self._call(self.api.paginate, f"{self._base}/issues/{number}/comments")
+        return self._issue(raw, [c for c in map(self._comment, comments) if c is not None])
 
     def _move(self, raw: dict[str, Any], status: Status) -> None:
         number, names = raw["number"], _label_names(raw)

@@ -5,6 +5,7 @@ status labels, marked comments, ETags, pagination, rate limits, token and access
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -236,3 +237,27 @@ def test_a_run_that_loses_its_lease_is_cancelled_and_leaves_the_issue_alone(
     assert TOKEN not in result.stdout + result.stderr
     for path in (gh.directory / ".beflow").rglob("*"):
         assert not path.is_file() or TOKEN.encode() not in path.read_bytes(), path
+
+
+def test_init_github_creates_the_labels_once(gh: AutoProject, github: FakeGitHub, beflow) -> None:
+    made = beflow("init", "--github")
+    assert made.exit_code == 0, made.stderr
+    assert "beflow, beflow:ready, beflow:in-progress, beflow:review, beflow:failed" in made.stdout
+    assert set(github.labels) == {"beflow", "beflow:ready", "beflow:in-progress", "beflow:review", "beflow:failed"}
+    assert beflow("init", "--github").stdout == "Every label beflow needs is there already.\n"
+
+
+def test_init_github_refuses_the_local_tracker(auto_project: AutoProject, beflow) -> None:
+    refused = beflow("init", "--github")
+    assert refused.exit_code == 2 and "is not GitHub" in refused.stderr
+
+
+def test_the_repository_is_read_from_origin_when_left_out(gh: AutoProject, github: FakeGitHub) -> None:
+    subprocess.run(["git", "remote", "add", "origin", "https://127.0.0.1/octo/hello.git"], cwd=gh.directory, check=True)
+    gh.configure(tracker={"kind": "github", "api_url": github.url})
+    assert tracker(gh).repo == "octo/hello"
+    subprocess.run(
+        ["git", "remote", "set-url", "origin", "git@elsewhere.example.com:x/y.git"], cwd=gh.directory, check=True
+    )
+    with pytest.raises(ConfigError, match=r"tracker\.repo: not set, and origin is git@elsewhere"):
+        tracker(gh)

@@ -52,7 +52,10 @@ def test_a_run_opens_a_pull_request_and_a_retry_updates_it(published: AutoProjec
     assert git(origin, "rev-parse", "refs/heads/beflow/1").strip() == record.commit
     assert record.pull_request == pull["html_url"]
     assert "beflow:review" in github.issue_labels(1)
-    assert any(pull["html_url"] in c["body"] for c in github.comments_of(1))  # the issue links the pull request
+    (progress,) = github.comments_of(1)  # one comment per run, edited in place: started, then how it ended
+    assert progress["body"].endswith("<!-- beflow:progress -->") and "**succeeded**" in progress["body"]
+    assert pull["html_url"] in progress["body"]  # the issue links the pull request
+    assert github.requests("PATCH", "/repos/octo/hello/issues/comments/")
 
     assert beflow("issues", "set-status", "1", "ready", "--note", "Also a second file").exit_code == 0
     github.issues[1]["body"] = "acp-test: write second.txt more"
