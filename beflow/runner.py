@@ -1,8 +1,11 @@
-"""One unattended run (DESIGN §4): every ``--auto`` run and every ``watch`` dispatch is exactly this.
+"""One unattended run: every ``--auto`` run and every ``watch`` dispatch is exactly this.
 
 claim → worktree on ``beflow/<key>`` → include files → ``after_create`` hook → prompt → MCP servers → inject →
 ``before_run`` → acpx (supervised) → ``after_run`` → restore → commit → record → tracker update → remove the
 worktree (kept, and said so, when that could lose the agent's work) → release the claim.
+
+The record, the tracker, the events and the injection are the run's :class:`~beflow.lifecycle.Session`; how the
+session ended is :func:`beflow.policy.judge`'s call.
 """
 
 from __future__ import annotations
@@ -20,28 +23,24 @@ import anyio
 from beflow import acpx, git, interrupts, preflight, proc
 from beflow.config import GitHubTracker as GitHubTrackerSettings
 from beflow.config import Project
-from beflow.errors import BeflowError, ConfigError, LockedError
+from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
+from beflow.events import EventSink
 from beflow.lifecycle import (
-    EventSink,
-    RunEvent,
     RunRequest,
+    Session,
     cancel_reason,
-    close_record,
-    leave_issue,
-    move_to_in_progress,
-    new_record,
     refuse_closed,
     render_prompt,
-    safe_sink,
+    requeue_orphans,
     settle_orphans,
-    status_after,
     summary,
 )
-from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
-from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.mcp.acp import resolve_servers
+from beflow.mcp.own import follow_progress, with_own_server
 from beflow.paths import ACPXRC, acpx_home
-from beflow.records import Mode, Outcome, RunRecord, RunStore, new_run_id
-from beflow.trackers import Issue, Status, Tracker
+from beflow.policy import judge, status_after
+from beflow.records import Mode, Outcome, RunRecord, RunStore
+from beflow.trackers import Status, Tracker
 from beflow.trackers.base import Claim, ClaimLost
 
 T = TypeVar("T")
@@ -56,81 +55,67 @@ class NoLongerReady(LockedError):
     code = "skipped"
 
 
-class PermanentFailure(BeflowError):
-    """A failure no retry can fix (bad config, a prompt that does not render, an unknown agent)."""
-
-
 class Run:
-    """One run of one issue. Build it, then ``await execute()``; the record says how it ended."""
+    """One run of one issue. Build it, then ``await execute()``; the record says how it ended.
 
-    def __init__(self, project: Project, tracker: Tracker, request: RunRequest, events: EventSink | None = None):
+    ``cancelled_because`` tells, when the run is cancelled, why, if whoever cancels it knows (the dispatcher's
+    reconciliation: "the issue is now closed").
+    """
+
+    def __init__(
+        self,
+        project: Project,
+        tracker: Tracker,
+        request: RunRequest,
+        events: EventSink | None = None,
+        *,
+        cancelled_because: Callable[[], str | None] | None = None,
+    ) -> None:
         self.project = project
-        self.config = project.config
         self.tracker = tracker
         self.request = request
-        self.store = RunStore(project.directory)
-        self._events = safe_sink(events)
-        self.record: RunRecord | None = None
-        self.transcript = acpx.Transcript()
-        self.permanent = False
-        #: Masks the injected servers' secret values in everything written to the record.
-        self.redact = acpx.Redactor()
-        self._injection: Injection | None = None
-        self._repo: Any = None  # the project's git.Repo, closed when the run ends (it holds git processes)
-        #: Why the run is being cancelled, when whoever cancels it knows (the dispatcher's reconciliation).
-        self.cancel_reason: str | None = None
-        #: Why the claim's lease was lost, if it was: then another machine owns the issue, and this run leaves it be.
-        self.claim_lost: str | None = None
-
-    # -- events ------------------------------------------------------------------------------------------------
-
-    def emit(self, kind: str, **data: Any) -> None:
-        if self.record is not None:
-            self._events(RunEvent(kind, self.record.id, self.record.issue, data))
-            progress = getattr(self.tracker, "progress", None)  # trackers that show a run's progress on the issue
-            if kind == "activity" and progress is not None and self.claim_lost is None:
-                progress(self.record.issue, f"beflow run `{self.record.id}` is working on this issue: {data['latest']}")
-
-    # -- the lifecycle -----------------------------------------------------------------------------------------
+        self._events = events
+        self._cancelled_because = cancelled_because or (lambda: None)
 
     async def execute(self) -> RunRecord:
         """Run the issue to an outcome; never raises for a failed run (the record says), only for bad usage."""
         issue = self.tracker.get(self.request.key)
         refuse_closed(issue)
-        claim = self.tracker.claim(issue.key, self.request.owner)
-        try:
+        with self.tracker.claim(issue.key, self.request.owner) as claim:
             # What the issue is now that it is ours: another beflow may have run it between our look and our claim.
             issue = self.tracker.get(issue.key)
             if self.request.only_if_ready and issue.status != Status.READY:
                 raise NoLongerReady(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
             refuse_closed(issue)
+            session = Session(
+                self.project, self.tracker, issue, self.request, self._events, branch=git.branch_for(issue.key)
+            )
             if claim.renew_every is None:
-                return await self._claimed(issue)
-            # A lease (GitHub): renewed beside the run while it lives; losing it cancels the run (run_scope).
-            run_scope, record, failure = anyio.CancelScope(), None, None
-            async with anyio.create_task_group() as keeper:
-                keeper.start_soon(self._keep_claim, claim, run_scope)
-                try:
-                    with run_scope:
-                        record = await self._claimed(issue)
-                except Exception as error:  # raised as it is below, not wrapped in the task group's ExceptionGroup
-                    failure = error
-                finally:
-                    keeper.cancel_scope.cancel()
-            if failure is not None:
-                raise failure
-            if record is None:  # the lease was lost: the run recorded itself cancelled
-                assert self.record is not None
-                record = self.record
-            return record
-        finally:
-            if self._repo is not None:
-                self._repo.close()
-            claim.release()
+                return await _InWorktree(session, self._cancelled_because).run()
+            return await self._leased(claim, session)
 
-    async def _keep_claim(self, claim: Claim, scope: anyio.CancelScope) -> None:
-        """Renew the claim's lease every ``renew_every`` seconds; when it is lost — taken over, or not renewed before
-        it ran out (GitHub unreachable) — the run is cancelled: another machine may be running the issue now."""
+    async def _leased(self, claim: Claim, session: Session) -> RunRecord:
+        """The run, with its claim's lease renewed beside it while it lives (GitHub). Losing the lease — taken over,
+        or not renewed before it ran out — cancels the run: another machine may be running the issue now."""
+        lost: list[str] = []
+        steps = _InWorktree(
+            session, lambda: f"lost the claim on the issue: {lost[0]}" if lost else self._cancelled_because()
+        )
+        run_scope, record, failure = anyio.CancelScope(), None, None
+        async with anyio.create_task_group() as keeper:
+            keeper.start_soon(self._keep_claim, claim, session, run_scope, lost)
+            try:
+                with run_scope:
+                    record = await steps.run()
+            except Exception as error:  # raised as it is below, not wrapped in the task group's ExceptionGroup
+                failure = error
+            finally:
+                keeper.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return record if record is not None else session.record  # lost: the run recorded itself cancelled
+
+    async def _keep_claim(self, claim: Claim, session: Session, scope: anyio.CancelScope, lost: list[str]) -> None:
         assert claim.renew_every is not None
         while True:
             await anyio.sleep(claim.renew_every)
@@ -142,79 +127,91 @@ class Run:
             except BeflowError as error:
                 left = claim.seconds_left()
                 if left is None or left > claim.renew_every:
-                    self.emit("notice", message=f"could not renew the claim (trying again): {error.message}")
+                    session.emit("notice", message=f"could not renew the claim (trying again): {error.message}")
                     continue
                 reason = f"the claim could not be renewed before it ran out: {error.message}"
-            self.claim_lost = reason
-            self.cancel_reason = f"lost the claim on the issue: {reason}"
+            lost.append(reason)
+            session.claim_lost = reason  # the issue is the new holder's: this run leaves it be
             scope.cancel()
             return
 
-    async def _claimed(self, issue: Issue) -> RunRecord:
-        key = issue.key
-        run_id = new_run_id(key)
-        branch = git.branch_for(key)
-        self.record = new_record(self.project, issue, self.request, run_id=run_id, branch=branch)
-        record = self.record
+
+class _InWorktree:
+    """The steps of one unattended run, around its session."""
+
+    def __init__(self, session: Session, cancelled_because: Callable[[], str | None]) -> None:
+        self.session = session
+        self.record = session.record
+        self.store = session.store
+        self.project = session.project
+        self.config = session.project.config
+        self.request = session.request
+        self.emit = session.emit
+        self.transcript = acpx.Transcript()
+        self._cancelled_because = cancelled_because
+
+    async def run(self) -> RunRecord:
+        record, issue = self.record, self.session.issue
+        branch = git.branch_for(issue.key)
         try:
-            text = render_prompt(self.project, issue, self.request, branch=branch, run_id=run_id)
+            text = render_prompt(self.project, issue, self.request, branch=branch, run_id=record.id)
         except BeflowError as error:
-            text = ""
-            self.store.create(record, text)
-            self.permanent = True
-            self._move_to_in_progress(issue)  # so that the tracker is told, and a watch does not pick it up again
-            return self._finish(issue, "failed", f"the prompt did not render: {error.message}")
-        self.store.create(record, text)
-        refused = self._move_to_in_progress(issue)
-        if refused is not None:  # the issue changed under us (closed, unlabelled): record why, run nothing
-            return self._finish(issue, "failed", f"the tracker could not be told that the run started: {refused}")
+            record.permanent = True
+            self.session.start("")  # so that the tracker is told, and a watch does not pick it up again
+            return self._finish("failed", f"the prompt did not render: {error.message}")
+        try:
+            self.session.start(text)
+        except BeflowError as error:  # the issue changed under us (closed, unlabelled): record why, run nothing
+            return self._finish("failed", f"the tracker could not be told that the run started: {error.message}")
         self.emit("started", attempt=self.request.attempt, branch=branch)
+        repo = git.open_repo(self.project.directory)
+        try:
+            return await self._in_worktree(repo, branch, text)
+        finally:
+            repo.close()  # it holds git processes
+
+    async def _in_worktree(self, repo: Any, branch: str, text: str) -> RunRecord:
+        record = self.record
         outcome: Outcome = "failed"
         reason = "the run did not finish"
         worktree: git.Worktree | None = None
-        repo = self._repo = git.open_repo(self.project.directory)
         try:
-            servers = self._resolve_servers()
-            path = git.worktree_path(self.project.worktrees_dir, key)
+            self._resolve_servers()
+            path = git.worktree_path(self.project.worktrees_dir, record.issue)
             worktree = await _in_thread(git.create_worktree, repo, path, branch, self.config.worktrees.base)
             record.worktree = str(worktree.path)
             record.base_commit = worktree.base_commit
             self.store.save(record)
             await _in_thread(git.copy_included, self.project.directory, worktree.path, self.config.worktrees.include)
             await self._hook("after_create", worktree.path, fatal=True)
-            outcome, reason = await self._agent_session(worktree.path, text, servers)
-        except PermanentFailure as error:
-            self.permanent = True
-            outcome, reason = "failed", error.message
-        except ConfigError as error:
-            self.permanent = True
-            outcome, reason = "failed", error.message
-        except BeflowError as error:
+            outcome, reason = await self._agent_session(worktree.path, text)
+        except BeflowError as error:  # bad configuration, MCP servers that do not resolve: permanent
+            record.permanent = error.permanent
             outcome, reason = "failed", error.message
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                reason = cancel_reason(self.cancel_reason)
+                reason = cancel_reason(self._cancelled_because())
                 await self._wrap_up(worktree, repo, "cancelled", reason)
-                self._finish(issue, "cancelled", reason)
+                self._finish("cancelled", reason)
             raise
         except Exception as error:  # a bug in beflow: still record it, restore the tracker and keep the work
             with anyio.CancelScope(shield=True):
                 reason = f"beflow failed unexpectedly: {type(error).__name__}: {error}"
                 await self._wrap_up(worktree, repo, "failed", reason)
-                self._finish(issue, "failed", reason)
+                self._finish("failed", reason)
             raise
         with anyio.CancelScope(shield=True):
             outcome, reason = await self._wrap_up(worktree, repo, outcome, reason)
             if outcome == "succeeded" and self.config.after_run.pull_request:
-                reason = await self._publish(issue, outcome, reason)
-        return self._finish(issue, outcome, reason)
+                reason = await self._publish(outcome, reason)
+        return self._finish(outcome, reason)
 
-    async def _publish(self, issue: Issue, outcome: str, reason: str) -> str:
+    async def _publish(self, outcome: Outcome, reason: str) -> str:
         """Push the branch and open (or, on a retry, update) its pull request; a failure is said, not fatal: the
         work is committed on the branch either way."""
-        record = self.record
-        publish = getattr(self.tracker, "publish", None)
-        if record is None or record.branch is None or record.commit is None or publish is None:
+        record, issue = self.record, self.session.issue
+        publish = getattr(self.session.tracker, "publish", None)
+        if record.branch is None or record.commit is None or publish is None:
             return reason
         draft = record.model_copy(update={"outcome": outcome, "stop_reason": reason})
         body = f"{summary(draft)}\n\nCloses #{issue.key}" + (f" ({issue.url})" if issue.url else "")
@@ -233,42 +230,28 @@ class Run:
         self.emit("notice", message=f"pull request {'opened' if opened else 'updated'}: {url}")
         return reason
 
-    def _move_to_in_progress(self, issue: Issue) -> str | None:
-        """Tell the tracker the run started; what went wrong, if anything (the run then records it)."""
-        try:
-            move_to_in_progress(self.tracker, issue)
-        except BeflowError as error:
-            return error.message
-        return None
-
-    def _resolve_servers(self) -> list[dict[str, Any]] | None:
+    def _resolve_servers(self) -> None:
         """The run's MCP servers, resolved before anything runs: from here on their secret values are masked in
         everything the record keeps (hook output included)."""
-        assert self.record is not None
         try:
-            servers = resolve_servers(self.project)
+            servers = with_own_server(
+                self.project, resolve_servers(self.project), issue=self.record.issue, run_id=self.record.id
+            )
         except ConfigError as error:
             raise PermanentFailure(f"MCP servers: {error.message}") from None
-        self.record.mcp_servers = server_names(servers)
-        self.redact = acpx.Redactor(servers)
-        return servers
+        self.session.use_servers(servers)
 
-    async def _agent_session(self, cwd: Path, text: str, servers: list[dict[str, Any]] | None) -> tuple[Outcome, str]:
+    async def _agent_session(self, cwd: Path, text: str) -> tuple[Outcome, str]:
         """Inject, run acpx, restore. Returns the outcome and a reason."""
-        assert self.record is not None
         record = self.record
-        shadowed = shadowed_global_servers() if servers else None
-        if shadowed:
-            record.mcp_shadowed = shadowed.names
-            self.emit("notice", message=f"injected MCP servers shadow {', '.join(shadowed.names)} from {shadowed.path}")
-        self.store.save(record)
+        redact = self.session.redact
         directory = self.store.directory(record.id)
         transcript_path = directory / "transcript.jsonl"
         stderr_path = directory / "stderr.log"
         with transcript_path.open("ab") as transcript_file, stderr_path.open("ab") as stderr_file:
 
             def on_stdout(line: bytes) -> None:
-                line = self.redact(line)
+                line = redact(line)
                 transcript_file.write(line + b"\n")
                 transcript_file.flush()
                 before = self.transcript.latest
@@ -277,23 +260,21 @@ class Run:
                     self.emit("activity", latest=self.transcript.latest)
 
             def on_stderr(line: bytes) -> None:
-                stderr_file.write(self.redact(line) + b"\n")
+                stderr_file.write(redact(line) + b"\n")
                 stderr_file.flush()
 
-            def on_saved(path: Path) -> None:
-                self.emit("notice", message=f".acpxrc.json was changed during the run; that version is saved at {path}")
-
-            async with managed_acpxrc(
-                cwd, servers, on_wait=lambda m: self.emit("notice", message=m), on_saved=on_saved
-            ) as handle:
-                self._injection = handle
+            async with self.session.injected(cwd):
                 await self._hook("before_run", cwd, fatal=False)
-                result = await self._run_agent(cwd, text, on_stdout, on_stderr)
+                async with follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)):
+                    result = await self._run_agent(cwd, text, on_stdout, on_stderr)
                 await self._hook("after_run", cwd, fatal=False)
         record.exit_code = result.returncode
         record.final_message = self.transcript.final_message
         record.session = self.transcript.session_id
-        return self._judge(result, stderr_path)
+        stderr_tail = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+        verdict = judge(result, self.transcript, self.config, stderr_tail)
+        record.permanent = verdict.permanent
+        return verdict.outcome, verdict.reason
 
     async def _run_agent(
         self, cwd: Path, text: str, on_stdout: proc.LineHandler, on_stderr: proc.LineHandler
@@ -304,7 +285,6 @@ class Run:
         ``session/load``; when acpx cannot resume, the run goes on cold and the record says why.
         """
         record = self.record
-        assert record is not None
         timeout = self.config.timeout
         common: dict[str, Any] = {
             "cwd": cwd,
@@ -357,8 +337,7 @@ class Run:
 
     def _resumable_session(self) -> str | None:
         """The ACP session of this issue's latest earlier run with the same agent, if it recorded one."""
-        assert self.record is not None
-        for earlier in self.store.list():
+        for earlier in self.store.records():
             if (
                 earlier.issue == self.record.issue
                 and earlier.id != self.record.id
@@ -377,42 +356,15 @@ class Run:
                 await proc.stop_group(pid, grace=2.0)
             acpx.forget_session(session_id, acpx_home())
 
-    def _judge(self, result: proc.Completed, stderr_path: Path) -> tuple[Outcome, str]:
-        """The outcome of the agent session, from acpx's exit code (0 ok, 1 error, 3 timeout, 5 permission
-        denied) and what the transcript says (the prompt's stop reason, the agent's or acpx's error)."""
-        seen = self.transcript
-        stderr_tail = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
-        if result.timed_out or result.returncode == acpx.ACPX_TIMEOUT or seen.acpx_code == "TIMEOUT":
-            limit = f"within {self.config.timeout:g} s" if self.config.timeout is not None else "in time (acpx said so)"
-            return "timeout", f"the agent did not finish {limit}"
-        if seen.stop_reason == "cancelled":
-            return "cancelled", "the agent's turn was cancelled"
-        if result.returncode == 0 and seen.stop_reason is not None and seen.error is None:
-            if seen.stop_reason == "refusal":
-                return "failed", "the agent refused the task"
-            return "succeeded", f"the agent finished ({seen.stop_reason})"
-        if seen.error:
-            return "failed", f"the agent reported an error: {seen.error}"
-        if result.returncode == acpx.ACPX_PERMISSION_DENIED:
-            return "failed", f"the agent was denied a permission it asked for (permissions: {self.config.permissions})"
-        if seen.acpx_detail in acpx.AGENT_MISSING:
-            # No retry can start an agent that is not installed (or a name acpx does not know): permanent.
-            self.permanent = True
-            return "failed", f"the agent could not be started ({self.config.agent_label()}): {seen.acpx_error}"
-        if seen.acpx_error:
-            return "failed", f"acpx: {seen.acpx_error}"
-        detail = " / ".join(stderr_tail) if stderr_tail else "no error output"
-        return "failed", f"the agent stopped before finishing its turn (acpx {result.describe()}; {detail})"
-
     async def _hook(self, name: str, cwd: Path, *, fatal: bool) -> None:
         hook = self.config.hooks.get(name)
-        if hook is None or self.record is None:
+        if hook is None:
             return
         self.emit("activity", latest=f"hook {name}: {hook.command}")
         result = await proc.run(["sh", "-c", hook.command], cwd=cwd, timeout=hook.timeout)
         output = f"$ {hook.command}\n{result.stdout.decode(errors='replace')}{result.stderr.decode(errors='replace')}"
         output += f"[{result.describe()} after {result.duration:.1f} s]\n"
-        self.store.write(self.record.id, f"hooks/{name}.log", self.redact.text(output))
+        self.store.write(self.record.id, f"hooks/{name}.log", self.session.redact.text(output))
         if not result.ok:
             message = f"hook {name} failed ({result.describe()}); its output is in the run record"
             if fatal:
@@ -430,7 +382,8 @@ class Run:
         try:
             return await self._commit_and_clean(worktree, repo, outcome, reason)
         except Exception as error:
-            assert self.record is not None and worktree is not None
+            if worktree is None:  # nothing was there to commit: nothing to keep either
+                raise
             self.record.worktree_kept = True
             self.store.save(self.record)
             why = error.message if isinstance(error, BeflowError) else f"{type(error).__name__}: {error}"
@@ -440,7 +393,6 @@ class Run:
         self, worktree: git.Worktree | None, repo: Any, outcome: Outcome, reason: str
     ) -> tuple[Outcome, str]:
         record = self.record
-        assert record is not None
         if worktree is None:
             return outcome, reason
         commit = None
@@ -474,46 +426,19 @@ class Run:
         try:
             await _in_thread(git.remove_worktree, repo, worktree.path)
         except BeflowError as error:
-            assert self.record is not None
             self.record.worktree_kept = True
             self.emit("notice", message=error.message)
 
-    def _finish(self, issue: Issue, outcome: Outcome, reason: str) -> RunRecord:
+    def _finish(self, outcome: Outcome, reason: str) -> RunRecord:
         record = self.record
-        assert record is not None
-        self._note_restore(record)
-        close_record(self.store, record, outcome, reason)
-        self._update_tracker(issue, record)
-        self.emit("finished", outcome=outcome, reason=reason, commit=record.commit, changed=len(record.changed_files))
-        return record
-
-    def _note_restore(self, record: RunRecord) -> None:
-        """What became of the injected ``.acpxrc.json`` (on every path out of the session, Ctrl-C included)."""
-        restored = self._injection.restored if self._injection is not None else None
-        if restored is None:
-            return
-        if restored.pid == os.getpid():  # "left by beflow pid N" is for orphans of another process, not ours
-            restored = restored.model_copy(update={"pid": None})
-        if restored.describe() not in record.restored:
-            record.restored.append(restored.describe())
-
-    def _update_tracker(self, issue: Issue, record: RunRecord) -> None:
-        if self.claim_lost is not None:
-            return  # another machine holds the issue now: its status and comments are that run's
-        status = status_after(record.outcome, retry=not (self.request.final or self.permanent))
-        note = summary(record) if self.config.after_run.comment else None
-        if status == Status.FAILED and self.request.mode == "watch":
-            why = "it cannot succeed as configured" if self.permanent else f"{record.attempt} attempt(s)"
-            note = f"{note}\n\nbeflow gives up on this issue: {why}." if note else None
-        if not leave_issue(self.tracker, issue.key, status, note):
-            try:
-                self.tracker.get(issue.key)  # moved by hand (closed, say): theirs is the last word, nothing to say
-            except BeflowError as error:
-                self.emit(
-                    "notice",
-                    message=f"the issue could not be updated ({error.message}); the run record keeps the outcome, "
-                    "and the next beflow run or watch tick brings the issue up to date",
-                )
+        retry = not (self.request.final or record.permanent)
+        return self.session.finish(
+            outcome,
+            reason,
+            lambda ended: status_after(ended, retry=retry),
+            commit=record.commit,
+            changed=len(record.changed_files),
+        )
 
 
 async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
@@ -550,7 +475,7 @@ async def run_many(
     store.close_orphans()
     settle_orphans(tracker, store)
     if picked:
-        tracker.requeue_orphans()
+        requeue_orphans(tracker)
         keys = [issue.key for issue in tracker.ready()]
     else:
         # Unknown keys fail before anything runs; a key named twice runs once.

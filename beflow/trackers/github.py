@@ -207,7 +207,7 @@ class GitHubTracker:
             params["labels"] = ",".join(labels)
         return [raw for raw in self._call(self.api.paginate, f"{self._base}/issues", params) if self._mine(raw)]
 
-    def list(self, status: Status | None = None, label: str | None = None) -> Listing:
+    def listing(self, status: Status | None = None, label: str | None = None) -> Listing:
         extra = [label] if label else []
         if status in (Status.DONE, Status.CLOSED):
             state = "closed"
@@ -562,7 +562,10 @@ class GitHubTracker:
         if sha is None:
             return None
         lease = self._lease(sha)
-        if not self._live(lease):
+        return self._info(key, lease) if self._live(lease) else None
+
+    def _info(self, key: str, lease: dict[str, Any]) -> ClaimInfo | None:
+        if "owner" not in lease:
             return None
         return ClaimInfo(
             key=key,
@@ -588,25 +591,11 @@ class GitHubTracker:
         held = self._held_keys() if issues else set()
         return [i for i in issues if i.status == Status.IN_PROGRESS and i.key not in held]
 
-    def requeue_orphans(self, author: str = "beflow") -> builtins.list[Issue]:
-        requeued = []
-        for issue in self.orphaned():
-            sha = self._read_ref(issue.key)
-            last = self._lease(sha) if sha else None
-            try:
-                claim = self.claim(issue.key, owner=f"{author} (requeue)")
-            except LockedError:
-                continue
-            with claim:
-                if self._status_of(raw := self._raw_issue(issue.key), _label_names(raw)) != Status.IN_PROGRESS:
-                    continue
-                who = f" (it was claimed by {_who(last)})" if last and last.get("owner") else ""
-                note = (
-                    f"The run working on this issue stopped without finishing{who}: its claim expired without being "
-                    "renewed. Back to ready, so that a run picks it up again."
-                )
-                requeued.append(self.set_status(issue.key, Status.READY, note=note, author=author))
-        return requeued
+    def last_holder(self, key: str) -> ClaimInfo | None:
+        sha = self._read_ref(normalize_key(key))
+        if sha is None:
+            return None
+        return self._info(normalize_key(key), self._lease(sha))
 
     # -- the repository and pull requests --------------------------------------------------------------------------
 

@@ -83,7 +83,7 @@ def test_a_closed_as_completed_issue_is_done_and_pull_requests_are_never_issues(
     github.add_issue("Not beflow's", labels=["bug", "beflow:ready"])
     github.add_issue("Ready", labels=["beflow", "beflow:ready", "priority:0"])
 
-    issues = tracker(gh).list().issues
+    issues = tracker(gh).listing().issues
 
     assert [(i.key, i.status, i.priority) for i in issues] == [
         ("1", Status.DONE, 2),
@@ -123,7 +123,7 @@ def test_rate_limits_are_waited_out_or_fail_fast_without_hammering(gh: AutoProje
     opened.api.inline_wait = 5.0
     github.fail(429, headers={"Retry-After": "1"}, body={"message": "You have exceeded a secondary rate limit"})
     start = time.monotonic()
-    assert [i.key for i in opened.list().issues] == ["1"]
+    assert [i.key for i in opened.listing().issues] == ["1"]
     assert time.monotonic() - start >= 1.0  # waited as told, then succeeded
 
     reset = int(time.time()) + 600
@@ -133,7 +133,7 @@ def test_rate_limits_are_waited_out_or_fail_fast_without_hammering(gh: AutoProje
         body={"message": "API rate limit exceeded", "documentation_url": "https://docs.github.com"},
     )
     with pytest.raises(RateLimited, match="rate limit"):
-        opened.list()
+        opened.listing()
     sent = len(github.seen)
     with pytest.raises(RateLimited):
         opened.get("1")
