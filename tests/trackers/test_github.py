@@ -17,7 +17,7 @@ from beflow.errors import ConfigError, LockedError
 from beflow.trackers import Status, open_tracker
 from beflow.trackers.base import ClaimLost
 from beflow.trackers.github import GitHubTracker
-from beflow.trackers.github_api import RateLimited
+from beflow.trackers.github_api import RateLimited, Unavailable
 from tests.support.github import TOKEN, FakeGitHub
 from tests.support.projects import AutoProject, config_file
 
@@ -261,3 +261,20 @@ def test_the_repository_is_read_from_origin_when_left_out(gh: AutoProject, githu
     )
     with pytest.raises(ConfigError, match=r"tracker\.repo: not set, and origin is git@elsewhere"):
         tracker(gh)
+
+
+def test_the_api_url_comes_from_github_api_url_and_a_dead_network_is_unavailable(
+    gh: AutoProject, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_API_URL", github.url)  # as GitHub Actions sets it
+    gh.configure(tracker={"kind": "github", "repo": "octo/hello"})
+    assert tracker(gh).listing().issues == []
+
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on: the network is down for beflow
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    gh.configure(tracker={"kind": "github", "repo": "octo/hello", "api_url": dead})
+    with pytest.raises(Unavailable, match=f"GitHub \\({dead}\\) does not answer"):
+        tracker(gh).listing()
