@@ -445,6 +445,10 @@ async def attend(
             with anyio.CancelScope(shield=True):
                 session.finish("cancelled", cancel_reason(), status_for)
             raise
+        except Exception as error:  # a bug in beflow: recorded, and the issue goes back where it was
+            with anyio.CancelScope(shield=True):
+                session.finish("failed", _unexpected(error), status_for)
+            raise
         with anyio.CancelScope(shield=True):
             return session.finish(outcome, reason, status_for)
 
@@ -485,6 +489,10 @@ async def _attended_acpx(session: _Session, argv: list[str], servers: list[dict[
             f"the agent finished; a permission it asked for was denied (attend.permissions: {permissions})",
         )
     return "failed", f"acpx {result.describe()} (its output went to the terminal: attended runs keep no transcript)"
+
+
+def _unexpected(error: Exception) -> str:
+    return f"beflow failed unexpectedly: {type(error).__name__}: {error}"
 
 
 # --- --open ---------------------------------------------------------------------------------------------------
@@ -541,6 +549,10 @@ async def open_native(
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 session.finish("cancelled", cancel_reason(), status_for)
+            raise
+        except Exception as error:  # a bug in beflow: recorded, and the issue goes back where it was
+            with anyio.CancelScope(shield=True):
+                session.finish("failed", _unexpected(error), status_for)
             raise
         session.record.exit_code = result.returncode
         outcome = "succeeded" if result.returncode == 0 else "failed"

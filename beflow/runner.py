@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from beflow import acpx, git, interrupts, preflight, proc
+from beflow import acpx, git, interrupts, preflight, proc, prompt
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError
 from beflow.lifecycle import (
@@ -352,7 +352,8 @@ class Run:
             return outcome, reason
         commit = None
         if self.config.after_run.commit:
-            message = f"{record.title or record.issue}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
+            title = prompt.without_controls(record.title or record.issue)
+            message = f"{title}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
             try:
                 commit = await _in_thread(git.commit_all, worktree.path, message)
             except BeflowError as error:

@@ -7,6 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
+import anyio
 import pytest
 
 from beflow import modes
@@ -162,3 +163,32 @@ def test_attended_runs_in_different_checkouts_do_not_block_each_other(tmp_path: 
     (tmp_path / "b").mkdir()
     with modes.checkout_lock(tmp_path / "a", "1", "r1"), modes.checkout_lock(tmp_path / "b", "1", "r2"):
         pass
+
+
+# --- a failure of beflow itself -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["attend", "open"])
+def test_an_unexpected_failure_is_recorded_and_the_issue_goes_back_where_it_was(
+    auto_project, mode: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow import proc
+    from beflow.records import RunStore
+    from beflow.trackers import Status
+
+    key = auto_project.new_issue("say hi")
+    auto_project.configure(open={"default": ["true", "{prompt}"]})
+
+    async def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a bug in beflow")
+
+    monkeypatch.setattr(proc, "run", broken)
+    project = load_project(auto_project.directory / "config.json")
+    start = modes.attend if mode == "attend" else modes.open_native
+
+    with pytest.raises(RuntimeError, match="a bug in beflow"):
+        anyio.run(lambda: start(project, auto_project.tracker, key))
+
+    (record,) = RunStore(auto_project.directory).list()
+    assert record.outcome == "failed" and "RuntimeError: a bug in beflow" in (record.stop_reason or "")
+    assert auto_project.issue(key).status == Status.READY

@@ -630,3 +630,23 @@ def test_the_before_remove_hook_runs_in_the_worktree_before_it_goes(auto_project
     log = (auto_project.run_dir(record) / "hooks" / "before_remove.log").read_text()
     assert "removing" in log and "a.txt" in log
     assert auto_project.registered_worktrees() == []
+
+
+def test_control_characters_in_an_issue_reach_the_agent_replaced_and_the_run_succeeds(
+    auto_project: AutoProject, beflow, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    requests = tmp_path / "agent-requests.jsonl"
+    monkeypatch.setenv("ACP_TEST_RECORD", str(requests))
+    body = "acp-test: write hello.txt hi\nA NUL \x00 here and an escape \x1b[2J there."
+    key = auto_project.tracker.create(title="Say\x00 hello", body=body, status=Status.READY).key
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    assert auto_project.only_record().outcome == "succeeded"
+    assert auto_project.issue(key).status == Status.REVIEW
+    prompts = [r for r in map(json.loads, requests.read_text().splitlines()) if r["method"] == "session/prompt"]
+    text = "".join(part["text"] for part in prompts[0]["params"]["prompt"])
+    assert "A NUL \ufffd here and an escape \ufffd[2J there." in text
+    subject = git(auto_project.directory, "log", "-1", "--format=%s", "beflow/1").strip()
+    assert subject == "Say\ufffd hello"

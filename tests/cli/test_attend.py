@@ -252,3 +252,15 @@ def test_without_a_terminal_beflow_says_nobody_can_be_asked(attended: AutoProjec
     assert not (attended.directory / "out.txt").exists()
     assert_prior_restored(attended)
     assert attended.only_record().exit_code == 5
+
+
+def test_a_nul_byte_in_the_issue_is_replaced_and_the_session_runs(attended: AutoProject, beflow_process) -> None:
+    key = attended.tracker.create(title="nul", body="acp-test: say hello\nbad \x00 byte", status=Status.READY).key
+    process = beflow_process("--attend", key, cwd=attended.directory)
+    _, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 0, stderr
+    assert "failed unexpectedly" not in stderr
+    assert attended.only_record().outcome == "no_changes"
+    assert attended.issue(key).status == Status.REVIEW
+    assert_prior_restored(attended)
