@@ -215,6 +215,27 @@ def compare(checkout: Path, before: Snapshot, after: Snapshot) -> tuple[list[str
     return changed, untouched
 
 
+def refuse_read_only(project: Project, checkout: Path, mode: str, *, injects: bool) -> None:
+    """Refuse a supervised run before anything is written when beflow could not write what it must: the run record
+    and the claim (``.beflow``), the local tracker's issue file, and — when MCP servers are injected — the
+    checkout's ``.acpxrc.json``, which would otherwise be left injected (or half-restored) for good."""
+    needed = [(project.state_dir, "the run record goes there")]
+    if isinstance(project.config.tracker, LocalTracker):
+        needed.append((project.tracker_dir, "the issue's status is kept there"))
+    if injects:
+        needed.append((checkout, f"the MCP servers are injected into its {ACPXRC} for the run"))
+    for path, why in needed:
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        # os.access also answers for a read-only mount and an immutable directory, and for root.
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise UsageError(
+                f"{mode} cannot run here: {existing} is read-only ({why}); nothing was changed",
+                fix=f"Make {existing} writable, or run the issue in a worktree: beflow --auto KEY.",
+            )
+
+
 def _excluded(project: Project) -> list[Path]:
     tracker = project.config.tracker
     return [project.tracker_dir] if isinstance(tracker, LocalTracker) else []
@@ -404,6 +425,7 @@ async def attend(
         prompt_file=RunStore(project.directory).directory(run_id) / "prompt.md",
     )
     _require(argv[0], "acpx", "npm install -g acpx (or set `acpx` in config.json; `beflow doctor` checks it)")
+    refuse_read_only(project, checkout, "--attend", injects=bool(servers))
     with checkout_lock(checkout, issue.key, run_id), tracker.claim(issue.key, request.owner):
         current = tracker.get(issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
@@ -524,6 +546,7 @@ async def open_native(
     text = render_prompt(project, issue, request, branch=git.current_branch(checkout), run_id=run_id)
     argv = client_argv(choice.argv, text.rstrip("\n"))
     client = Path(choice.argv[0]).name
+    refuse_read_only(project, checkout, "--open", injects=False)
     with tracker.claim(issue.key, request.owner):
         current = tracker.get(issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
