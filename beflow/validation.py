@@ -28,6 +28,14 @@ _JSON5_ERROR = re.compile(
     r'^<string>:(?P<line>\d+) Unexpected (?:end of input|"(?P<char>.)") at column (?P<column>\d+)$', re.DOTALL
 )
 _JSON5_DUPLICATE = re.compile(r'^Duplicate key "(?P<key>.*)" found in object$', re.DOTALL)
+# Python's own limit on reading a long run of digits as a number (int_max_str_digits).
+_TOO_MANY_DIGITS = re.compile(r"value has (?P<digits>\d+) digits")
+
+#: How deep objects and arrays may sit inside one another. Real files use a handful of levels; the parser and the
+#: validation recurse, and a file nested thousands deep must be an error, not a crash.
+MAX_DEPTH = 64
+#: How much of a key a message shows: enough to find it in the file.
+KEY_SHOWN = 80
 
 
 class Problem(typing.NamedTuple):
@@ -40,7 +48,13 @@ class Problem(typing.NamedTuple):
 
     def render(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else str(self.file)
-        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
+        return f"{where}: {shown_key(self.key)}: {self.message}" if self.key else f"{where}: {self.message}"
+
+
+def shown_key(key: str) -> str:
+    """A dotted key as a one-line message can show it: control characters visible, a very long key cut short."""
+    visible = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in key)
+    return visible if len(visible) <= KEY_SHOWN else visible[: KEY_SHOWN - 1] + "…"
 
 
 def read_json5(path: Path) -> tuple[str, Any]:
@@ -51,14 +65,39 @@ def read_json5(path: Path) -> tuple[str, Any]:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    _check_depth(path, text)
     try:
         # A key given twice would silently mean the last one: the first is then a setting that does nothing.
         return text, json5.loads(text, allow_duplicate_keys=False)
+    except RecursionError:  # nesting the depth check does not see (it counts brackets outside strings)
+        raise ConfigError(f"{path}: nested too deeply to read", fix=_DEPTH_FIX) from None
     except ValueError as exc:
         duplicate = _JSON5_DUPLICATE.match(str(exc))
         if duplicate:
             raise _duplicate_keys_error(path, text, duplicate["key"]) from None
+        digits = _TOO_MANY_DIGITS.search(str(exc))
+        if digits:
+            message = f"{path}: invalid JSON5: a number of {digits['digits']} digits (too long to be a setting)"
+            raise ConfigError(message, fix="Write the number it should be.") from None
         raise _syntax_error(path, text, str(exc)) from None
+
+
+_DEPTH_FIX = f"Objects and arrays may sit at most {MAX_DEPTH} levels deep."
+
+
+def _check_depth(path: Path, text: str) -> None:
+    """A :class:`ConfigError` at the line where objects and arrays first nest deeper than :data:`MAX_DEPTH`."""
+    code = _without_comments(text)
+    depth = 0
+    for token in _TOKEN.finditer(code):
+        kind = token.group(0)
+        if kind in ("{", "["):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = code.count("\n", 0, token.start()) + 1
+                raise ConfigError(f"{path}:{line}: nested more than {MAX_DEPTH} levels deep", fix=_DEPTH_FIX)
+        elif kind in ("}", "]"):
+            depth -= 1
 
 
 def _syntax_error(path: Path, text: str, message: str) -> ConfigError:
@@ -330,10 +369,12 @@ def _message(error: Any, model: type[pydantic.BaseModel], keys: tuple[str | int,
 
 def shown(value: Any, *, limit: int = 80) -> str:
     """A value as the file spells it (``true``, ``null``, ``"60"``), else Python's repr; long ones cut short."""
+    if isinstance(value, int) and value.bit_length() > 256:  # str() refuses more than 4300 digits
+        return "a number too long to show"
     try:
         text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
+    except (TypeError, ValueError, RecursionError):
+        text = f"a value of type {type(value).__name__}"
     # An issue's body or a prompt can be pages long: enough to recognise it.
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -409,3 +409,28 @@ def test_config_changes_are_picked_up_between_ticks_and_a_broken_config_keeps_th
     keys = [tracker.create(title=f"task {n}", body="acp-test: say done").key for n in range(3)]
     assert tick()[:3] == ["dispatched"] * 3
     assert {tracker.get(k).status for k in keys} == {Status.REVIEW}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"watch": ' + '{"a": ' * 2000 + "1" + "}" * 2000 + "}", "nested more than 64 levels deep"),
+        ('{"watch": {"interval": ' + "1" * 5000 + "}}", "a number of 5000 digits"),
+        ('{"①": 1, "' + "9" * 5000 + '": 2}', "①: unknown key"),
+    ],
+)
+def test_a_config_edited_into_a_hostile_file_keeps_the_watch_on_its_last_good_one(
+    auto_project: AutoProject, text: str, expected: str
+) -> None:
+    auto_project.configure(watch=fast(concurrency=2))
+    dispatcher = Dispatcher(load_project(auto_project.directory / "config.json"))
+    events: list[WatchEvent] = []
+    dispatcher.listener = lambda event: events.append(event) if isinstance(event, WatchEvent) else None
+
+    (auto_project.directory / "config.json").write_text(text)
+    anyio.run(lambda: dispatcher.watch(once=True))
+
+    [error] = [e for e in events if e.type == "error"]
+    assert error.data["message"].startswith("config not reloaded, keeping the last good one: ")
+    assert expected in error.data["message"]
+    assert dispatcher.project.config.watch.concurrency == 2

@@ -88,7 +88,13 @@ def normalize_text(text: str) -> str:
 def normalize_key(key: str) -> str:
     """The canonical form of a key as people type it: ``7``, ``#7`` and ``0007`` all name issue 7."""
     cleaned = str(key).strip().removeprefix("#")
-    return str(int(cleaned)) if cleaned.isdigit() else cleaned
+    # ASCII digits only: "¹" and "①" are digits to str.isdigit() but no number to int(); and no int() at all, which
+    # refuses more than 4300 digits.
+    return (cleaned.lstrip("0") or "0") if _is_number(cleaned) else cleaned
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 def _one_line(value: str, what: str) -> str:
@@ -177,9 +183,9 @@ class Issue(BaseModel):
     def _body(cls, value: str) -> str:
         return normalize_text(value)
 
-    def order(self) -> tuple[int, dt.datetime, int, str]:
+    def order(self) -> tuple[int, dt.datetime, tuple[int, str], str]:
         """The order runs pick issues in: priority (lower first), then age (older first), then key."""
-        number = int(self.key) if self.key.isdigit() else 0
+        number = (len(self.key), self.key) if _is_number(self.key) else (0, "")
         return (self.priority, self.created, number, self.key)
 
 

@@ -103,6 +103,8 @@ class _FrontMatter(BaseModel):
     def _whole_number(cls, value: Any) -> Any:
         if isinstance(value, bool):
             raise ValueError("expected a whole number")
+        if isinstance(value, int) and value.bit_length() > 63:  # (and never printed: it may be thousands of digits)
+            raise ValueError("expected a number below 2^63")
         return value
 
     @field_validator("title", mode="before")
@@ -193,11 +195,15 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
         if context and context_mark and mark and context_mark.line != mark.line:
             hint += f" ({context} at line {context_mark.line + 2})"
         raise fail(mark.line + 2 if mark else 2, f"invalid YAML in the front matter: {problem}{hint}") from None
+    except RecursionError:
+        raise fail(2, "the front matter is nested too deeply to read (it holds 'key: value' lines)") from None
+    except ValueError:  # a number longer than Python reads (4300 digits)
+        raise fail(2, "the front matter holds a number too long to read") from None
     if not isinstance(data, dict):
         raise fail(2, "the front matter must be 'key: value' lines (key, title, status, ...)")
     for line in front_lines:  # YAML 1.1 reads `key: 0010` as octal 8; a person copying the file name means 10
         padded = re.match(r"^key\s*:\s*(0\d+)\s*$", line)
-        if padded:
+        if padded and len(padded.group(1)) <= 100:
             data["key"] = int(padded.group(1), 10)
     try:
         front = _FrontMatter.model_validate(data)
