@@ -57,7 +57,7 @@ from beflow.lifecycle import (
     summary,
 )
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
-from beflow.mcp.inject import ACPXRC, managed_acpxrc
+from beflow.mcp.inject import ACPXRC, SAVED_DAYS, managed_acpxrc
 from beflow.paths import beflow_home, path_key
 from beflow.records import DONE_OUTCOMES, RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
@@ -481,7 +481,10 @@ async def _attended_acpx(session: _Session, argv: list[str], servers: list[dict[
     checkout = session.checkout
 
     def on_saved(path: Path) -> None:
-        session.emit("notice", message=f"{ACPXRC} was changed during the run; that version is saved at {path}")
+        session.emit(
+            "notice",
+            message=f"{ACPXRC} was changed during the run; that version is saved at {path} for {SAVED_DAYS} days",
+        )
 
     handle = None
     try:

@@ -37,7 +37,7 @@ from beflow.lifecycle import (
     summary,
 )
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
-from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.mcp.inject import SAVED_DAYS, Injection, managed_acpxrc
 from beflow.paths import acpx_home
 from beflow.records import RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
@@ -200,7 +200,11 @@ class Run:
                 stderr_file.flush()
 
             def on_saved(path: Path) -> None:
-                self.emit("notice", message=f".acpxrc.json was changed during the run; that version is saved at {path}")
+                self.emit(
+                    "notice",
+                    message=f".acpxrc.json was changed during the run; that version is saved at {path} "
+                    f"for {SAVED_DAYS} days",
+                )
 
             async with managed_acpxrc(
                 cwd, servers, on_wait=lambda m: self.emit("notice", message=m), on_saved=on_saved
