@@ -228,6 +228,11 @@ class _Unresolved(Exception):
         self.message = message
 
 
+def mask_references(value: str, mask: str) -> str:
+    """``value`` with every ``${...}`` reference replaced by ``mask``: what one expands to may be a secret."""
+    return _REFERENCE.sub(mask, value)
+
+
 def expand_string(value: str, environ: Mapping[str, str]) -> str:
     """``value`` with every ``${VAR}``/``${VAR:-default}`` replaced (values are not expanded again).
 

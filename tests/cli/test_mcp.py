@@ -185,3 +185,33 @@ def test_the_example_file_checks_out(beflow, repo: Path, monkeypatch: pytest.Mon
     assert "2 servers resolve (1 disabled)" in result.stdout
     monkeypatch.delenv("DOCS_TOKEN")
     assert "${DOCS_TOKEN} is not set" in beflow("mcp", "check").stderr
+
+
+def test_show_masks_what_a_reference_expands_to_in_args_command_and_url(
+    beflow, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("API_TOKEN", "sk-live-7c1d")
+    monkeypatch.setenv("SHORT", "ab")
+    (repo / "config.json").write_text('{"mcp": {"enabled": true}}')
+    write_mcp(
+        repo / ".mcp.json",
+        json.dumps(
+            {
+                "mcpServers": {
+                    "index": {"command": "idx-${SHORT}", "args": ["--token=${API_TOKEN}", "--plain"]},
+                    "docs": {"type": "http", "url": "https://mcp.example.com/${API_TOKEN}/mcp"},
+                }
+            }
+        ),
+    )
+
+    for args in (["mcp", "show"], ["mcp", "show", "--json"]):
+        result = beflow(*args)
+        assert result.exit_code == 0, result.stderr
+        assert "sk-live-7c1d" not in result.stdout and "idx-ab" not in result.stdout
+        assert f"--token={MASK}" in result.stdout and "--plain" in result.stdout
+        assert f"https://mcp.example.com/{MASK}/mcp" in result.stdout
+        assert f"idx-{MASK}" in result.stdout
+
+    revealed = beflow("mcp", "show", "--reveal").stdout
+    assert "--token=sk-live-7c1d" in revealed and "idx-ab" in revealed
