@@ -12,6 +12,7 @@ import json
 import re
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -239,9 +240,13 @@ def problems_of(
     path: Path,
     text: str,
     prefix: tuple[str, ...] = (),
+    values: bool = True,
 ) -> list[Problem]:
-    """Turn pydantic's errors into :class:`Problem` rows, one per key (alternatives of a union joined)."""
-    grouped, missing = _grouped(exc, model, data)
+    """Turn pydantic's errors into :class:`Problem` rows, one per key (alternatives of a union joined).
+
+    ``values=False`` says what kind of value was found instead of the value (for files that hold secrets).
+    """
+    grouped, missing = _grouped(exc, model, data, values=values)
     problems = []
     for keys, messages in grouped.items():
         full = (*prefix, *keys)
@@ -264,7 +269,7 @@ def messages_of(exc: pydantic.ValidationError, *, model: type[pydantic.BaseModel
 
 
 def _grouped(
-    exc: pydantic.ValidationError, model: type[pydantic.BaseModel], data: Any
+    exc: pydantic.ValidationError, model: type[pydantic.BaseModel], data: Any, *, values: bool = True
 ) -> tuple[dict[tuple[str | int, ...], list[str]], set[tuple[str | int, ...]]]:
     """The messages for each key of ``data``, and the keys that are missing."""
     grouped: dict[tuple[str | int, ...], list[str]] = {}
@@ -275,7 +280,7 @@ def _grouped(
             keys = (*keys, error["ctx"]["discriminator"].strip("'"))
         if error["type"] == "missing":
             missing.add(keys)
-        message = _message(error, model, keys)
+        message = _message(error, model, keys, shown if values else described)
         messages = grouped.setdefault(keys, [])
         if message not in messages:
             messages.append(message)
@@ -317,7 +322,9 @@ def _data_keys(error: Any, data: Any) -> tuple[str | int, ...]:
     return tuple(keys)
 
 
-def _message(error: Any, model: type[pydantic.BaseModel], keys: tuple[str | int, ...]) -> str:
+def _message(
+    error: Any, model: type[pydantic.BaseModel], keys: tuple[str | int, ...], shown: Callable[[Any], str]
+) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
     if kind == "extra_forbidden":
@@ -365,6 +372,21 @@ def _message(error: Any, model: type[pydantic.BaseModel], keys: tuple[str | int,
         .replace("Value error, ", "")
     )
     return f"{message} (got {shown(error['input'])})"
+
+
+def described(value: Any) -> str:
+    """What kind of value ``value`` is, never the value itself (``a string of 24 characters``, ``a number``)."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return f"a string of {len(value)} character{'s' if len(value) != 1 else ''}" if value else "an empty string"
+    if isinstance(value, list):
+        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}" if value else "an empty list"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a value of type {type(value).__name__}"
 
 
 def shown(value: Any, *, limit: int = 80) -> str:

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError
 from beflow.paths import beflow_home
-from beflow.validation import Problem, line_of, problems_of, read_json5
+from beflow.validation import Problem, described, line_of, problems_of, read_json5
 
 MCP_FILE = ".mcp.json"
 
@@ -187,19 +187,23 @@ class _Invalid(Exception):
 def _validate_entry(raw: Any, *, path: Path, text: str, keys: tuple[str, str]) -> Server | None:
     dotted = ".".join(keys)
     if not isinstance(raw, dict):
-        raise _Invalid([Problem(path, line_of(text, keys), dotted, f"expected an object (got {raw!r})")])
+        raise _Invalid([Problem(path, line_of(text, keys), dotted, f"expected an object (got {described(raw)})")])
     # `{"disabled": true}` alone switches off a server of the same name from the global file.
     if raw.get("disabled") is True and set(raw) <= {"disabled", "type"}:
         return None
     kind = raw.get("type", "stdio")
     model = _MODELS.get(kind) if isinstance(kind, str) else None
     if model is None:
-        message = f"expected 'stdio', 'http' or 'sse' (got {kind!r})"
+        # A short word is a typo to point at ("ws"); anything else is described, not shown.
+        got = repr(kind) if isinstance(kind, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,12}", kind) else described(kind)
+        message = f"expected 'stdio', 'http' or 'sse' (got {got})"
         raise _Invalid([Problem(path, line_of(text, (*keys, "type")), f"{dotted}.type", message)])
     try:
         return model.model_validate(raw)
     except pydantic.ValidationError as exc:
-        raise _Invalid(problems_of(exc, model=model, data=raw, path=path, text=text, prefix=keys)) from None
+        # Never the value itself: an entry's values are where secrets live (a token in the wrong field, say).
+        problems = problems_of(exc, model=model, data=raw, path=path, text=text, prefix=keys, values=False)
+        raise _Invalid(problems) from None
 
 
 def _problem_of_error(path: Path, error: BeflowError) -> Problem:
@@ -242,8 +246,9 @@ def expand_string(value: str, environ: Mapping[str, str]) -> str:
     def replace(match: re.Match[str]) -> str:
         body = _BODY.match(match["body"])
         if body is None or not match["close"]:
-            shown = match[0] if len(match[0]) <= 40 else match[0][:37] + "..."
-            raise _Unresolved(f"malformed reference {shown!r} (expected ${{NAME}} or ${{NAME:-default}})")
+            # Where it is, not what it says: the text after `${` may be a value pasted in by mistake.
+            where = f"at character {match.start() + 1}"
+            raise _Unresolved(f"malformed reference {where} (expected ${{NAME}} or ${{NAME:-default}})")
         name, default = body["name"], body["default"]
         current = environ.get(name)
         if default is not None:

@@ -161,7 +161,7 @@ def test_check_lists_every_problem_and_exits_2(beflow, repo: Path, isolated_home
     lines = result.stderr.splitlines()
     assert lines[0] == "error: 5 problems in the MCP cascade:"
     assert lines[1].startswith(f"{global_file}:1: invalid JSON5")
-    assert lines[2] == f"{project_file}:3: mcpServers.a.command: expected a string (got 1)"
+    assert lines[2] == f"{project_file}:3: mcpServers.a.command: expected a string (got a number)"
     assert lines[3] == f"{project_file}:5: mcpServers.c.command: required key is missing"
     assert lines[4] == f"{project_file}:5: mcpServers.c.typo: unknown key (did you mean 'type'?)"
     assert lines[5] == f"{project_file}:4: mcpServers.b.url: ${{NOPE}} is not set and has no default (server 'b')"
@@ -215,3 +215,28 @@ def test_show_masks_what_a_reference_expands_to_in_args_command_and_url(
 
     revealed = beflow("mcp", "show", "--reveal").stdout
     assert "--token=sk-live-7c1d" in revealed and "idx-ab" in revealed
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"command": "x", "env": {"TOKEN": ["Bearer sk-live-9f8e7d"]}},  # a value in a list by mistake
+        {"type": "http", "url": "https://x", "headers": "Bearer sk-live-9f8e7d"},  # headers as a string
+        {"command": "x", "args": "Bearer sk-live-9f8e7d"},
+        {"type": "Bearer sk-live-9f8e7d"},
+        "Bearer sk-live-9f8e7d",
+        {"command": "x", "args": ["${Bearer sk-live-9f8e7d}"]},
+    ],
+)
+def test_a_shape_error_never_echoes_the_value(beflow, repo: Path, entry: dict[str, object] | str) -> None:
+    (repo / "config.json").write_text('{"mcp": {"enabled": true}}')
+    write_mcp(repo / ".mcp.json", json.dumps({"mcpServers": {"api": entry}}))
+
+    commands = [["mcp", "check"], ["mcp", "check", "--json"], ["--auto"]]
+    if "args" not in entry:  # (show prints args as written: they are not secrets, env and header values are)
+        commands.append(["mcp", "show"])
+    for args in commands:
+        result = beflow(*args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert "mcpServers.api" in result.stderr + result.stdout
+        assert "sk-live" not in result.stderr + result.stdout
