@@ -73,6 +73,8 @@ class Run:
         self.permanent = False
         #: Masks the injected servers' secret values in everything written to the record.
         self.redact = acpx.Redactor()
+        #: The same for hook output, where values of any length are masked (a hook may print the injected file).
+        self.redact_hooks = acpx.Redactor()
         self._injection: Injection | None = None
         self._repo: Any = None  # the project's git.Repo, closed when the run ends (it holds git processes)
         #: Why the run is being cancelled, when whoever cancels it knows (the dispatcher's reconciliation).
@@ -170,6 +172,7 @@ class Run:
             raise PermanentFailure(f"MCP servers: {error.message}") from None
         self.record.mcp_servers = server_names(servers)
         self.redact = acpx.Redactor(servers)
+        self.redact_hooks = acpx.Redactor(servers, words=True)
         return servers
 
     async def _agent_session(self, cwd: Path, text: str, servers: list[dict[str, Any]] | None) -> tuple[str, str]:
@@ -323,9 +326,9 @@ class Run:
             return
         self.emit("activity", latest=f"hook {name}: {hook.command}")
         result = await proc.run(["sh", "-c", hook.command], cwd=cwd, timeout=hook.timeout)
-        output = f"$ {hook.command}\n{result.stdout.decode(errors='replace')}{result.stderr.decode(errors='replace')}"
-        output += f"[{result.describe()} after {result.duration:.1f} s]\n"
-        self.store.write(self.record.id, f"hooks/{name}.log", self.redact.text(output))
+        printed = self.redact_hooks.text((result.stdout + result.stderr).decode(errors="replace"))
+        output = f"$ {self.redact.text(hook.command)}\n{printed}[{result.describe()} after {result.duration:.1f} s]\n"
+        self.store.write(self.record.id, f"hooks/{name}.log", output)
         if not result.ok:
             message = f"hook {name} failed ({result.describe()}); its output is in the run record"
             if fatal:

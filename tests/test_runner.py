@@ -527,6 +527,20 @@ def test_hooks_that_print_a_secret_do_not_put_it_in_the_record(auto_project: Aut
     assert auto_project.secrets_in_records() == []
 
 
+def test_a_hook_printing_the_injected_file_shows_no_value_however_short(auto_project: AutoProject, beflow) -> None:
+    servers = {"tools": {"command": "t", "env": {"PIN": "q7x", "TOKEN": "long-secret-4f2a"}}}
+    (auto_project.directory / ".mcp.json").write_text(json.dumps({"mcpServers": servers}))
+    auto_project.configure(hooks={"before_run": "cat .acpxrc.json; echo; echo PIN=$(echo q7x)"})
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    log = (auto_project.run_dir(auto_project.only_record()) / "hooks" / "before_run.log").read_text()
+    assert '"mcpServers"' in log and "PIN=••••" in log  # the hook did print them ...
+    assert "q7x" not in log.split("\n", 1)[1] and "long-secret-4f2a" not in log  # ... masked (the command aside)
+
+
 def test_a_failing_after_run_hook_is_logged_and_ignored(auto_project: AutoProject, beflow) -> None:
     auto_project.configure(hooks={"after_run": "echo cleaning up; exit 3"})
     key = auto_project.new_issue("write a.txt x")
