@@ -6,8 +6,10 @@ Every problem names the file, the line where one can be found, the dotted key an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import functools
 import json
 import re
 import types
@@ -67,6 +69,10 @@ def read_json5(path: Path) -> tuple[str, Any]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     _check_depth(path, text)
+    # Plain JSON (most files, and every big one) is read by the C parser, many times faster than json5; anything
+    # else, a key given twice included, goes to json5, which reads JSON5 and words the errors.
+    with contextlib.suppress(ValueError, RecursionError):
+        return text, json.loads(text, object_pairs_hook=_unique_keys)
     try:
         # A key given twice would silently mean the last one: the first is then a setting that does nothing.
         return text, json5.loads(text, allow_duplicate_keys=False)
@@ -81,6 +87,13 @@ def read_json5(path: Path) -> tuple[str, Any]:
             message = f"{path}: invalid JSON5: a number of {digits['digits']} digits (too long to be a setting)"
             raise ConfigError(message, fix="Write the number it should be.") from None
         raise _syntax_error(path, text, str(exc)) from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("a key given twice")
+    return result
 
 
 _DEPTH_FIX = f"Objects and arrays may sit at most {MAX_DEPTH} levels deep."
@@ -163,10 +176,16 @@ def _duplicate_keys(text: str) -> list[tuple[tuple[str | int, ...], int, int]]:
 
     Each as its path, its line and the line of its first occurrence, in file order.
     """
+    return [(path, line, first) for path, line, first in _keys(text) if first is not None]
+
+
+def _keys(text: str) -> typing.Iterator[tuple[tuple[str | int, ...], int, int | None]]:
+    """Every key of every object in ``text``, in file order, in one pass: its path (array indices as numbers), its
+    line, and for a key given twice in its object the line of its first occurrence (else ``None``)."""
     code = _without_comments(text)
-    found: list[tuple[tuple[str | int, ...], int, int]] = []
     frames: list[_Frame] = []
     previous = ""
+    line, counted = 1, 0  # lines are counted as the tokens go: one pass over the text, however many keys
     for token in _TOKEN.finditer(code):
         kind = token.group(0)
         if kind in ("{", "["):
@@ -177,14 +196,35 @@ def _duplicate_keys(text: str) -> list[tuple[tuple[str | int, ...], int, int]]:
             frames[-1].at += 1
         elif kind == ":" and frames and frames[-1].keys is not None and previous:
             frame = frames[-1]
-            frame.at = key = json5.loads(previous) if previous[0] in "\"'" else previous
-            line = code.count("\n", 0, token.start()) + 1
-            if key in frame.keys:
-                found.append((tuple(f.at for f in frames), line, frame.keys[key]))
-            else:
+            frame.at = key = _key_text(previous)
+            line += code.count("\n", counted, token.start())
+            counted = token.start()
+            first = frame.keys.get(key)
+            if first is None:
                 frame.keys[key] = line
+            yield tuple(f.at for f in frames), line, first
         previous = kind
-    return found
+
+
+def _key_text(token: str) -> str:
+    """A key as its token spells it: quoted (JSON's quotes are read fast, JSON5's single quotes by json5) or bare."""
+    if token[0] == '"':
+        with contextlib.suppress(ValueError):
+            return str(json.loads(token))
+    if token[0] in "\"'":
+        with contextlib.suppress(ValueError):
+            return str(json5.loads(token))
+    return token
+
+
+@functools.lru_cache(maxsize=8)
+def _key_lines(text: str) -> dict[tuple[str | int, ...], int]:
+    """The line of every key path of ``text``; built once per text, so that finding the lines of thousands of
+    problems in one file stays linear."""
+    lines: dict[tuple[str | int, ...], int] = {}
+    for path, line, _ in _keys(text):
+        lines.setdefault(path, line)
+    return lines
 
 
 @dataclasses.dataclass
@@ -210,17 +250,14 @@ def _without_comments(text: str) -> str:
 
 
 def line_of(text: str, keys: typing.Sequence[str | int]) -> int | None:
-    """Best-effort line of a dotted key in JSON5 text: each key is searched after the previous one."""
-    text = _without_comments(text)
-    position, found = 0, False
-    for key in keys:
-        if isinstance(key, int):
-            continue
-        match = re.compile(rf"""(["']?){re.escape(key)}\1\s*:""").search(text, position)
-        if match is None:
-            break
-        position, found = match.start(), True
-    return text.count("\n", 0, position) + 1 if found else None
+    """Line of a dotted key in JSON5 text; for a key that is not there (a missing one, an array element), the line of
+    the nearest enclosing key that is; ``None`` when none is."""
+    index = _key_lines(text)
+    for end in range(len(keys), 0, -1):
+        line = index.get(tuple(keys[:end]))
+        if line is not None:
+            return line
+    return None
 
 
 def validate(model: type[M], data: Any, *, path: Path, text: str, prefix: tuple[str, ...] = ()) -> M:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from beflow import validation
 from beflow.config import load_project
 from beflow.doctor import check_mcp
 from beflow.errors import ConfigError
@@ -251,3 +252,21 @@ def test_doctor_warns_when_injection_hides_acpx_global_servers(project_dir: Path
     check = check_mcp(load_project())
     assert check.ok and check.warning
     assert "hides everywhere" in check.detail
+
+
+def test_thousands_of_invalid_servers_are_located_in_one_pass_over_the_file(
+    project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Finding each problem's line by searching the file again made `mcp check` quadratic: 10 000 broken servers
+    # did not finish in five minutes. The file is now read for lines once, however many problems it has.
+    servers = {f"s{i}": {"command": i} for i in range(2000)}
+    write_mcp(project_dir / ".mcp.json", json.dumps({"mcpServers": servers}, indent=2))
+    scans = []
+    original = validation._without_comments
+    monkeypatch.setattr(validation, "_without_comments", lambda text: scans.append(text) or original(text))
+
+    found = problems()
+
+    assert len(found) == 2000
+    assert found[1234].endswith(f":{4 + 1234 * 3}: mcpServers.s1234.command: expected a string (got a number)")
+    assert len([text for text in scans if "mcpServers" in text]) <= 2  # its depth, its keys
