@@ -14,6 +14,7 @@ from beflow import modes
 from beflow.config import load_project
 from beflow.errors import ConfigError, LockedError
 from beflow.records import RunRecord, now
+from tests.support.projects import config_file
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -21,7 +22,7 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def configure(repo: Path, **config: object) -> None:
-    (repo / "config.json").write_text(json.dumps(config))
+    config_file(repo).write_text(json.dumps(config))
 
 
 # --- which native client --------------------------------------------------------------------------------------
@@ -76,7 +77,7 @@ def test_an_open_entry_without_prompt_mark_is_a_config_error_naming_the_entry(re
     configure(repo, agent="claude", open={"claude": ["claude"]})
     with pytest.raises(ConfigError) as caught:
         modes.native_client(load_project())
-    assert f"{repo / 'config.json'}: open.claude: no {{prompt}}" in caught.value.message
+    assert f"{repo / '.beflow' / 'config.json'}: open.claude: no {{prompt}}" in caught.value.message
 
 
 def test_the_prompt_replaces_every_mark_even_inside_a_larger_argument() -> None:
@@ -183,7 +184,7 @@ def test_an_unexpected_failure_is_recorded_and_the_issue_goes_back_where_it_was(
         raise RuntimeError("a bug in beflow")
 
     monkeypatch.setattr(proc, "run", broken)
-    project = load_project(auto_project.directory / "config.json")
+    project = load_project(auto_project.config_path)
     start = modes.attend if mode == "attend" else modes.open_native
 
     with pytest.raises(RuntimeError, match="a bug in beflow"):

@@ -10,6 +10,7 @@ import pytest
 
 from beflow.mcp.acp import MASK
 from tests.mcp.conftest import SEED_MCP_JSON, write_mcp
+from tests.support.projects import config_file
 
 SECRET = "Bearer s3cr3t"
 
@@ -17,7 +18,7 @@ SECRET = "Bearer s3cr3t"
 @pytest.fixture
 def cascade(repo: Path, isolated_home: Path) -> tuple[Path, Path]:
     """Injection on; a global file with two servers, a project file that replaces one and adds one."""
-    (repo / "config.json").write_text('{"mcp": {"enabled": true}}')
+    config_file(repo).write_text('{"mcp": {"enabled": true}}')
     global_file = write_mcp(
         isolated_home / ".mcp.json",
         '{"mcpServers": {"docs": {"type": "http", "url": "https://old"}, "shared": {"command": "g"}}}',
@@ -192,7 +193,7 @@ def test_show_masks_what_a_reference_expands_to_in_args_command_and_url(
 ) -> None:
     monkeypatch.setenv("API_TOKEN", "sk-live-7c1d")
     monkeypatch.setenv("SHORT", "ab")
-    (repo / "config.json").write_text('{"mcp": {"enabled": true}}')
+    config_file(repo).write_text('{"mcp": {"enabled": true}}')
     write_mcp(
         repo / ".mcp.json",
         json.dumps(
@@ -229,7 +230,7 @@ def test_show_masks_what_a_reference_expands_to_in_args_command_and_url(
     ],
 )
 def test_a_shape_error_never_echoes_the_value(beflow, repo: Path, entry: dict[str, object] | str) -> None:
-    (repo / "config.json").write_text('{"mcp": {"enabled": true}}')
+    config_file(repo).write_text('{"mcp": {"enabled": true}}')
     write_mcp(repo / ".mcp.json", json.dumps({"mcpServers": {"api": entry}}))
 
     commands = [["mcp", "check"], ["mcp", "check", "--json"], ["--auto"]]
