@@ -17,6 +17,7 @@ unset ``${VAR}`` is an error naming the variable and the server, never a value.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -27,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError
 from beflow.paths import beflow_home
-from beflow.validation import Problem, described, line_of, problems_of, read_json5
+from beflow.validation import Problem, described, line_of, problems_of, read_json5, shown_key
 
 MCP_FILE = ".mcp.json"
 
@@ -122,6 +123,7 @@ def load_cascade(project: Project) -> Cascade:
     """Read and merge the cascade; problems are collected on the result (see :meth:`Cascade.raise_problems`)."""
     sources: list[Source] = []
     merged: dict[str, Entry] = {}
+    folded: dict[str, Entry] = {}  # by the name as a person reads it (see _folded)
     problems: list[Problem] = []
     seen: set[Path] = set()
     for scope, path in cascade_files(project):
@@ -136,11 +138,36 @@ def load_cascade(project: Project) -> Cascade:
         entries, found = _read_file(scope, path)
         problems.extend(found)
         for entry in entries:
+            twin = folded.get(_folded(entry.name))
+            if twin is not None and twin.name != entry.name:
+                problems.append(_twin_problem(entry, twin))
+                continue
             replaced = merged.get(entry.name)
             if replaced is not None:
                 entry = entry.model_copy(update={"overrides": replaced.origin})
-            merged[entry.name] = entry
+            merged[entry.name] = folded[_folded(entry.name)] = entry
     return Cascade(sources=sources, entries=[merged[name] for name in sorted(merged)], problems=problems)
+
+
+def _folded(name: str) -> str:
+    """A server name as a person reads it: ``Docs`` and ``docs``, or ``é`` typed as one character or as two, are one
+    name to a reader (and to agents that match names loosely) but two keys to JSON."""
+    return unicodedata.normalize("NFKC", name).casefold()
+
+
+def _twin_problem(entry: Entry, twin: Entry) -> Problem:
+    """``entry`` is named like ``twin`` but for case or Unicode form: which one a name means would be a guess."""
+    where = f"{twin.origin}:{line}" if (line := line_of(twin.text, ("mcpServers", twin.name))) else str(twin.origin)
+    message = (
+        f"differs from server {shown_key(twin.name)!r} ({where}) only in case or Unicode form: give them names that"
+        " differ in more than that, or the same name to replace it"
+    )
+    return Problem(entry.origin, line_of(entry.text, ("mcpServers", entry.name)), f"mcpServers.{entry.name}", message)
+
+
+def _invisible(name: str) -> bool:
+    """Whether ``name`` holds a control or format character (a NUL, a zero-width space, a direction override)."""
+    return any(unicodedata.category(c) in ("Cc", "Cf") for c in name)
 
 
 def _read_file(scope: Scope, path: Path) -> tuple[list[Entry], list[Problem]]:
@@ -168,6 +195,10 @@ def _read_file(scope: Scope, path: Path) -> tuple[list[Entry], list[Problem]]:
         keys = ("mcpServers", name)
         if not name.strip() or name != name.strip():
             message = "a server name must not be blank or start or end with spaces"
+            problems.append(Problem(path, line_of(text, keys), f"mcpServers.{name}", message))
+            continue
+        if _invisible(name):
+            message = "a server name must not hold control or invisible characters (shown escaped here)"
             problems.append(Problem(path, line_of(text, keys), f"mcpServers.{name}", message))
             continue
         try:

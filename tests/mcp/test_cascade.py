@@ -271,3 +271,48 @@ def test_thousands_of_invalid_servers_are_located_in_one_pass_over_the_file(
     assert len(found) == 2000
     assert found[1234].endswith(f":{4 + 1234 * 3}: mcpServers.s1234.command: expected a string (got a number)")
     assert len([text for text in scans if "mcpServers" in text]) <= 2  # its depth, its keys
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("docs", "Docs"),
+        ("caf\u00e9", "cafe\u0301"),  # é as one character, and as e + a combining accent
+        ("ｄｏｃｓ", "docs"),  # full-width letters
+        ("STRASSE", "straße"),
+    ],
+)
+def test_server_names_that_differ_only_in_case_or_unicode_form_are_an_error_naming_both(
+    project_dir: Path, first: str, second: str
+) -> None:
+    path = write_mcp(
+        project_dir / ".mcp.json",
+        f'{{"mcpServers": {{\n"{first}": {{"command": "a"}},\n"{second}": {{"command": "b"}}\n}}}}',
+    )
+
+    assert problems() == [
+        f"{path}:3: mcpServers.{second}: differs from server {first!r} ({path}:2) only in case or Unicode form: give "
+        "them names that differ in more than that, or the same name to replace it"
+    ]
+
+
+def test_a_project_server_named_like_a_global_one_but_for_case_is_an_error(
+    project_dir: Path, isolated_home: Path
+) -> None:
+    global_file = write_mcp(isolated_home / ".mcp.json", '{"mcpServers": {"docs": {"command": "a"}}}')
+    project_file = write_mcp(project_dir / ".mcp.json", '{"mcpServers": {"DOCS": {"disabled": true}}}')
+
+    [problem] = problems()
+    assert problem.startswith(f"{project_file}:1: mcpServers.DOCS: differs from server 'docs' ({global_file}:1)")
+
+
+@pytest.mark.parametrize("name", ["a\u0000b", "tab\there", "zero\u200bwidth", "rtl\u202eevil", "bell\u0007"])
+def test_a_server_name_with_control_or_invisible_characters_is_an_error(project_dir: Path, name: str) -> None:
+    path = write_mcp(project_dir / ".mcp.json", json.dumps({"mcpServers": {name: {"command": "a"}}}))
+    escaped = name.encode("unicode_escape").decode("ascii")
+
+    assert problems() == [
+        f"{path}:1: mcpServers.{escaped}: a server name must not hold control or invisible characters (shown escaped "
+        "here)"
+    ]
+    assert load_cascade(load_project()).entries == []
