@@ -79,6 +79,11 @@ def format_time(value: dt.datetime) -> str:
     return as_utc(value).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: The longest body or comment an issue may have, in characters: enough for any real issue, not for a flood (an
+#: agent's tool call or a hand-written file alike; the whole text goes into every prompt).
+MAX_TEXT = 64_000
+
+
 def normalize_text(text: str) -> str:
     """Text as an issue file keeps it: ``\\n`` line ends, no blank lines before, no whitespace after."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")

@@ -51,6 +51,7 @@ from beflow.files import atomic_write, remove
 from beflow.paths import STATE_DIR, state_dir
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
+    MAX_TEXT,
     Claim,
     ClaimInfo,
     Comment,
@@ -125,6 +126,27 @@ class _FrontMatter(BaseModel):
         return value
 
 
+class _FrontMatterLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML would silently keep the last value: a
+    person who wrote ``status`` twice meant one of them, and beflow must not guess which)."""
+
+
+def _unique_mapping(loader: _FrontMatterLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        with contextlib.suppress(TypeError):  # (an unhashable key is YAML's own error, below)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice (first at line {seen[key] + 2})", key_node.start_mark
+                )
+            seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node)
+
+
+_FrontMatterLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
 class IssueFileError(ConfigError):
     """An issue file that cannot be read: names the file and the line."""
 
@@ -186,7 +208,7 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
         raise fail(1, "the front matter that starts here has no closing '---' line")
     front_lines = lines[1:end]
     try:
-        data = yaml.safe_load("\n".join(front_lines))
+        data = yaml.load("\n".join(front_lines), Loader=_FrontMatterLoader)  # a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
@@ -223,6 +245,10 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
     body_lines = rest if marker_at is None else rest[:marker_at]
     comments = [] if marker_at is None else _parse_comments(path, rest[marker_at + 1 :], end + 2 + marker_at + 1)
 
+    body = _unescape(body_lines, _ESCAPED_MARKER)
+    if len(body) > MAX_TEXT and len(normalize_text(body)) > MAX_TEXT:
+        size = len(normalize_text(body))
+        raise fail(end + 2, f"the body is {size:,} characters long; an issue's body is at most {MAX_TEXT:,}")
     created = front.created or mtime or dt.datetime.now(dt.UTC)
     try:
         return Issue(
@@ -233,7 +259,7 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
             labels=front.labels,
             created=created,
             updated=front.updated or mtime or created,
-            body=_unescape(body_lines, _ESCAPED_MARKER),
+            body=body,
             comments=comments,
             path=path,
             url=path.absolute().as_uri(),
@@ -466,6 +492,8 @@ class LocalTracker:
             error = exc.errors()[0]
             field = ".".join(str(p) for p in error["loc"])
             raise UsageError(f"new issue: {field}: {str(error['msg']).removeprefix('Value error, ')}") from None
+        if len(draft.body) > MAX_TEXT:  # it could not be read back
+            raise UsageError(f"new issue: body: {len(draft.body):,} characters; at most {MAX_TEXT:,}")
         with self._lock("new"):
             key = str(self._last_key() + 1)
             path = self.directory / file_name(key, draft.title)

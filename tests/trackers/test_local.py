@@ -287,6 +287,16 @@ BROKEN = {
     "a key of 5000 digits": (f"---\nkey: {'1' * 5000}\ntitle: t\nstatus: ready\n---\n", 2, "number too long to read"),
     "an octal key of 5000 digits": (f"---\nkey: 0{'1' * 5000}\ntitle: t\nstatus: ready\n---\n", 2, "below 2^63"),
     "nested 2000 levels": (f"---\nkey: 5\ntitle: {'[' * 2000}{']' * 2000}\nstatus: ready\n---\n", 2, "too deeply"),
+    "a key given twice": (
+        "---\nkey: 5\ntitle: t\nstatus: ready\npriority: 1\nstatus: done\n---\n",
+        6,
+        "the key 'status' is given twice (first at line 4)",
+    ),
+    "a body over the cap": (
+        f"---\nkey: 5\ntitle: t\nstatus: ready\n---\n{'x' * 64_001}\n",
+        6,
+        "the body is 64,001 characters long; an issue's body is at most 64,000",
+    ),
     "no front matter": ("# Fix the crash\n", 1, "expected the file to start with a '---' line"),
     "unclosed front matter": ("---\nkey: 5\ntitle: t\n", 1, "no closing '---' line"),
     "text before a heading": (
@@ -325,6 +335,14 @@ def test_a_broken_file_is_reported_with_its_line_and_the_others_still_list(track
         tracker.get("5")
     assert caught.value.message.startswith(f"{path}:{line}: ")
     assert caught.value.exit_code == 2
+
+
+def test_a_body_of_the_cap_is_read_and_one_over_it_is_not_written(tracker: LocalTracker) -> None:
+    assert len(tracker.create("big", body="y" * 64_000).body) == 64_000
+
+    with pytest.raises(UsageError, match="body: 64,001 characters; at most 64,000"):
+        tracker.create("bigger", body="y" * 64_001)
+    assert [i.title for i in tracker.list().issues] == ["big"]
 
 
 def test_a_file_that_is_not_utf8_is_reported(tracker: LocalTracker) -> None:
