@@ -326,7 +326,7 @@ class Run:
         if hook is None or self.record is None:
             return
         self.emit("activity", latest=f"hook {name}: {hook.command}")
-        result = await proc.run(["sh", "-c", hook.command], cwd=cwd, timeout=hook.timeout)
+        result = await proc.run(proc.shell(hook.command), cwd=cwd, timeout=hook.timeout, stop_escaped=True)
         printed = self.redact_hooks.text((result.stdout + result.stderr).decode(errors="replace"))
         output = f"$ {self.redact.text(hook.command)}\n{printed}[{result.describe()} after {result.duration:.1f} s]\n"
         self.store.write(self.record.id, f"hooks/{name}.log", output)

@@ -664,3 +664,55 @@ def test_control_characters_in_an_issue_reach_the_agent_replaced_and_the_run_suc
     assert "A NUL \ufffd here and an escape \ufffd[2J there." in text
     subject = git(auto_project.directory, "log", "-1", "--format=%s", "beflow/1").strip()
     assert subject == "Say\ufffd hello"
+
+
+def _gone(pid: int, within: float = 15.0) -> bool:
+    """Whether ``pid`` has stopped running (a zombie does not run) by ``within`` seconds from now."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_after_beflow_is_killed_what_its_hook_started_stops_too(
+    auto_project: AutoProject, beflow_process, tmp_path: Path
+) -> None:
+    # The hook's shell gets the parent-death signal; the sleeps it started (one in the background, one in the
+    # foreground) must not work on, orphaned, in the worktree.
+    pids = tmp_path / "pids"
+    hook = f"sleep 300 & echo $! >> {pids}; sh -c 'echo $$ >> {pids}.tmp; mv {pids}.tmp {pids}.2; exec sleep 300'"
+    auto_project.configure(hooks={"before_run": hook})
+    key = auto_project.new_issue("say hi")
+    process = beflow_process("--auto", key, cwd=auto_project.directory)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pids.2").exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the hook never started"
+        time.sleep(0.05)
+
+    process.kill()
+    process.wait(timeout=10)
+
+    started = [int(p) for p in (pids.read_text() + (tmp_path / "pids.2").read_text()).split()]
+    assert len(started) == 2
+    assert all(_gone(pid) for pid in started), f"left running: {started}"
+
+
+def test_a_hook_child_that_left_the_hooks_session_is_stopped_when_the_hook_ends(
+    auto_project: AutoProject, beflow, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    pid_file = tmp_path / "escaped.pid"
+    escape = f"setsid sh -c 'echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 300' &"
+    auto_project.configure(hooks={"after_create": f"{escape} while [ ! -e {pid_file} ]; do sleep 0.01; done"})
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    assert _gone(int(pid_file.read_text()), within=0.5), "the setsid child of the hook outlived it"
