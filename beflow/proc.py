@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -330,15 +331,19 @@ async def run(
     std = None if terminal else subprocess.PIPE
     started = anyio.current_time()
     try:
-        process = await anyio.open_process(
-            _dying_with_us(argv, cwd),
-            cwd=cwd,
-            env=child_env(env),
-            stdin=subprocess.PIPE if stdin is not None else (None if terminal else subprocess.DEVNULL),
-            stdout=std,
-            stderr=std,
-            start_new_session=own_group,
-        )
+        # Not cancellable while the child starts: asyncio, cancelled before it has connected the child's pipes,
+        # kills the child alone and then waits for those pipes to close, which anything the child started in the
+        # meantime holds open (Ctrl-C then hung for as long as that ran). Once started, the child is stopped below.
+        with anyio.CancelScope(shield=True):
+            process = await anyio.open_process(
+                _dying_with_us(argv, cwd),
+                cwd=cwd,
+                env=child_env(env),
+                stdin=subprocess.PIPE if stdin is not None else (None if terminal else subprocess.DEVNULL),
+                stdout=std,
+                stderr=std,
+                start_new_session=own_group,
+            )
     except FileNotFoundError:
         raise ToolMissingError(f"{argv[0]}: command not found") from None
     except PermissionError:
@@ -396,8 +401,12 @@ async def run(
 
 
 def run_sync(argv: Sequence[str], **kwargs: object) -> Completed:
-    """:func:`run` from synchronous code (probes such as ``beflow doctor``)."""
-    return anyio.run(lambda: run(argv, **kwargs))  # type: ignore[arg-type]
+    """:func:`run` from synchronous code (probes such as ``beflow doctor``). In the main thread, signals are
+    beflow's own (:func:`beflow.interrupts.run`): Ctrl-C stops the child and raises
+    :class:`~beflow.errors.Interrupted`, as in every other command."""
+    if threading.current_thread() is not threading.main_thread():
+        return anyio.run(lambda: run(argv, **kwargs))  # type: ignore[arg-type]
+    return interrupts.run(lambda: run(argv, **kwargs))  # type: ignore[arg-type]
 
 
 # -- process identity: is the process that wrote a journal entry or a run record still the one running? ---------
