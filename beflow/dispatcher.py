@@ -46,6 +46,8 @@ class Running:
     started: float = field(default_factory=time.time)
     run_id: str | None = None
     latest: str = "starting"
+    #: The latest progress line the agent reported (beflow's MCP server, ``run.progress``).
+    progress: str = ""
     #: Why reconciliation cancelled it, for the run's record.
     reason: str | None = None
 
@@ -121,6 +123,8 @@ class Dispatcher:
             running.run_id = event.run_id
             if event.type == "activity":
                 running.latest = str(event.data.get("latest", ""))
+            elif event.type == "progress":
+                running.progress = str(event.data.get("text", ""))
         self._tell(event)
 
     def snapshot(self) -> Snapshot:

@@ -33,6 +33,7 @@ from beflow.lifecycle import (
     settle_orphans,
 )
 from beflow.mcp.acp import resolve_servers
+from beflow.mcp.own import follow_progress, with_own_server
 from beflow.paths import ACPXRC, acpx_home
 from beflow.policy import judge, status_after
 from beflow.records import Mode, Outcome, RunRecord, RunStore
@@ -157,7 +158,9 @@ class _InWorktree:
         """The run's MCP servers, resolved before anything runs: from here on their secret values are masked in
         everything the record keeps (hook output included)."""
         try:
-            servers = resolve_servers(self.project)
+            servers = with_own_server(
+                self.project, resolve_servers(self.project), issue=self.record.issue, run_id=self.record.id
+            )
         except ConfigError as error:
             raise PermanentFailure(f"MCP servers: {error.message}") from None
         self.session.use_servers(servers)
@@ -186,7 +189,8 @@ class _InWorktree:
 
             async with self.session.injected(cwd):
                 await self._hook("before_run", cwd, fatal=False)
-                result = await self._run_agent(cwd, text, on_stdout, on_stderr)
+                async with follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)):
+                    result = await self._run_agent(cwd, text, on_stdout, on_stderr)
                 await self._hook("after_run", cwd, fatal=False)
         record.exit_code = result.returncode
         record.final_message = self.transcript.final_message

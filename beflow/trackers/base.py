@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from beflow.errors import UsageError
+from beflow.errors import TransitionError
 
 #: The priority of an issue nobody gave one. Lower numbers are more urgent and run first (0 is the most urgent).
 DEFAULT_PRIORITY = 2
@@ -51,11 +51,11 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 
 
 def check_transition(key: str, current: Status, target: Status) -> None:
-    """Raise a :class:`UsageError` unless ``current -> target`` is allowed (or changes nothing)."""
+    """Raise a :class:`TransitionError` unless ``current -> target`` is allowed (or changes nothing)."""
     if current == target or target in TRANSITIONS[current]:
         return
     allowed = ", ".join(s.value for s in Status if s in TRANSITIONS[current])
-    raise UsageError(
+    raise TransitionError(
         f"issue {key}: cannot go from {current.value} to {target.value} (from {current.value} it can go to: {allowed})",
         fix="See the transition table in docs/trackers.md.",
     )
