@@ -148,6 +148,9 @@ async def _attended_acpx(session: Session, argv: list[str], checkout: Path) -> V
 
 
 def _unexpected(error: Exception) -> str:
+    """The reason a run records for a bug in beflow: the error itself, not the task group's wrapping of it."""
+    while isinstance(error, ExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
     return f"beflow failed unexpectedly: {type(error).__name__}: {error}"
 
 
