@@ -343,7 +343,7 @@ def test_a_body_of_the_cap_is_read_and_one_over_it_is_not_written(tracker: Local
 
     with pytest.raises(UsageError, match="body: 64,001 characters; at most 64,000"):
         tracker.create("bigger", body="y" * 64_001)
-    assert [i.title for i in tracker.list().issues] == ["big"]
+    assert [i.title for i in tracker.listing().issues] == ["big"]
 
 
 def test_a_file_that_is_not_utf8_is_reported(tracker: LocalTracker) -> None:
