@@ -137,9 +137,9 @@ async def stop_tagged(tag: str, grace: float = DEFAULT_GRACE) -> None:
                 signum = signal.SIGKILL
 
 
-def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a child: beflow's own, with ``extra`` on top."""
-    env = dict(os.environ)
+def child_env(extra: Mapping[str, str] | None = None, unset: Sequence[str] = ()) -> dict[str, str]:
+    """The environment for a child: beflow's own without ``unset``, with ``extra`` on top."""
+    env = {name: value for name, value in os.environ.items() if name not in unset}
     if extra:
         env.update(extra)
     return env
@@ -296,6 +296,7 @@ async def run(
     *,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
+    unset: Sequence[str] = (),
     timeout: float | None = None,
     stdin: bytes | None = None,
     on_stdout: LineHandler | None = None,
@@ -328,7 +329,7 @@ async def run(
             process = await anyio.open_process(
                 _dying_with_us(argv, cwd),
                 cwd=cwd,
-                env=child_env(env),
+                env=child_env(env, unset),
                 stdin=subprocess.PIPE if stdin is not None else (None if terminal else subprocess.DEVNULL),
                 stdout=std,
                 stderr=std,
