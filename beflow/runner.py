@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import anyio
 import anyio.lowlevel
 
-from beflow import acpx, git, interrupts, preflight, proc
+from beflow import acpx, git, interrupts, preflight, proc, prompt
 from beflow.config import GitHubTracker as GitHubTrackerSettings
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
@@ -390,16 +390,15 @@ class _InWorktree:
         if hook is None:
             return
         self.emit("activity", latest=f"hook {name}: {hook.command}")
-        redact = self.session.redact
         # Streamed to the log as it comes, up to a limit: a hook that floods (`yes`) keeps beflow's memory flat.
         path = self.store.directory(self.record.id) / "hooks" / f"{name}.log"
         result: proc.Completed | None = None
-        with CappedLog(path, HOOK_LOG_LIMIT, redact) as log:
-            log.write(redact(f"$ {hook.command}\n".encode()))
+        with CappedLog(path, HOOK_LOG_LIMIT, self.session.redact_hooks) as log:
+            log.write(f"$ {self.session.redact.text(hook.command)}\n".encode())
             # A signal stops a hook even in the shielded cleanup (before_remove): it never holds beflow up.
             with interrupts.cut_short_by_signal():
                 result = await proc.run(
-                    ["sh", "-c", hook.command],
+                    proc.shell(hook.command),
                     cwd=cwd,
                     timeout=hook.timeout,
                     env=self._git_env,
@@ -407,6 +406,7 @@ class _InWorktree:
                     on_stderr=log.line,
                     max_capture=0,
                     grace=interrupts.grace(proc.DEFAULT_GRACE),
+                    stop_escaped=True,
                 )
             ending = f"{result.describe()} after {result.duration:.1f} s" if result else "stopped by a signal"
             log.close(f"[{ending}]\n".encode())
@@ -453,7 +453,8 @@ class _InWorktree:
         if self._git_env:
             await _in_thread(git.unhide_managed_file, worktree.path)
         if self.config.after_run.commit:
-            message = f"{record.title or record.issue}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
+            title = prompt.without_controls(record.title or record.issue)
+            message = f"{title}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
             try:
                 await _in_thread(git.commit_all, worktree.path, message)
             except BeflowError as error:
