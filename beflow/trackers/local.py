@@ -106,7 +106,7 @@ class _FrontMatterLoader(yaml.SafeLoader):
         depth = getattr(self, "_depth", 0)
         if depth >= MAX_FRONT_MATTER_DEPTH:
             raise yaml.composer.ComposerError(
-                None, None, f"nested deeper than {MAX_FRONT_MATTER_DEPTH} levels", event.start_mark
+                None, None, f"nested too deeply (more than {MAX_FRONT_MATTER_DEPTH} levels)", event.start_mark
             )
         self._depth = depth + 1
         try:

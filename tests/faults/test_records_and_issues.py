@@ -80,7 +80,8 @@ def test_an_alias_bomb_or_a_huge_issue_file_is_a_named_problem_and_the_other_iss
 def _git_hook(project: AutoProject, name: str, marker: Path) -> None:
     """A hook of the user's repository that blocks git (once): Ctrl-C then comes while git is working."""
     hook = project.directory / ".git" / "hooks" / name
-    hook.write_text(f'#!/bin/sh\n[ -e "{marker}" ] && exit 0\ntouch "{marker}"\nsleep 60\n')
+    # One process from the marker to the sleep (exec): a signal sent once the marker is there always reaches it.
+    hook.write_text(f'#!/bin/sh\n[ -e "{marker}" ] && exit 0\ntouch "{marker}"\nexec sleep 60\n')
     hook.chmod(0o755)
 
 

@@ -287,7 +287,7 @@ BROKEN = {
     "bad key": ("---\nkey: five\ntitle: t\nstatus: ready\n---\n", 2, "key: "),
     "a key of 5000 digits": (f"---\nkey: {'1' * 5000}\ntitle: t\nstatus: ready\n---\n", 2, "number too long to read"),
     "an octal key of 5000 digits": (f"---\nkey: 0{'1' * 5000}\ntitle: t\nstatus: ready\n---\n", 2, "below 2^63"),
-    "nested 2000 levels": (f"---\nkey: 5\ntitle: {'[' * 2000}{']' * 2000}\nstatus: ready\n---\n", 2, "too deeply"),
+    "nested 2000 levels": (f"---\nkey: 5\ntitle: {'[' * 2000}{']' * 2000}\nstatus: ready\n---\n", 3, "too deeply"),
     "a key given twice": (
         "---\nkey: 5\ntitle: t\nstatus: ready\npriority: 1\nstatus: done\n---\n",
         6,
@@ -524,7 +524,10 @@ def test_reading_creates_no_state(tracker: LocalTracker, project: Path) -> None:
     [
         ("labels: &l [a]\ntitle2: *l", ":5: invalid YAML in the front matter: anchors and aliases"),
         ("labels: *nowhere", ":5: invalid YAML in the front matter: anchors and aliases"),
-        ("labels: " + "[" * 50 + "]" * 50, ":5: invalid YAML in the front matter: nested deeper than 8 levels"),
+        (
+            "labels: " + "[" * 50 + "]" * 50,
+            ":5: invalid YAML in the front matter: nested too deeply (more than 8 levels)",
+        ),
         ("labels: [" + "a," * 40000 + "b]", ":2: the front matter is longer than 64 KiB"),
     ],
 )
