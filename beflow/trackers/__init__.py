@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from beflow.config import GitHubTracker, Project
 from beflow.errors import ConfigError
 from beflow.trackers.base import (
@@ -29,6 +32,7 @@ __all__ = [
     "Status",
     "Tracker",
     "open_tracker",
+    "reading_once",
 ]
 
 
@@ -42,3 +46,12 @@ def open_tracker(project: Project) -> Tracker:
             fix='Use the local tracker for now: "tracker": {"kind": "local"} (or remove the key).',
         )
     return LocalTracker(project.tracker_dir, project.directory)
+
+
+@contextlib.contextmanager
+def reading_once(tracker: Tracker) -> Iterator[None]:
+    """Within the block, the tracker reads its issues once and answers every question from that reading (its own
+    writes start a new one); a tracker that cannot do that reads as usual."""
+    hold = getattr(tracker, "reading_once", None)
+    with hold() if callable(hold) else contextlib.nullcontext():
+        yield

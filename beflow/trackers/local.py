@@ -39,7 +39,7 @@ import socket
 import stat
 import time
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -338,6 +338,9 @@ class LocalTracker:
         self.project_dir = project_dir
         self.description = f"local issues in {directory}"
         self._index = _Index(directory, project_dir / STATE_DIR / "tracker" / "index.json")
+        #: The last scan, reused while :meth:`reading_once` holds it and nothing was written meanwhile.
+        self._held: tuple[builtins.list[Issue], builtins.list[FileProblem]] | None = None
+        self._holding = 0
 
     # paths -------------------------------------------------------------------------------------------------------
 
@@ -410,7 +413,30 @@ class LocalTracker:
                 self._index.keep(path.name, stamp, result)
         return result
 
+    @contextlib.contextmanager
+    def reading_once(self) -> Iterator[None]:
+        """Scans within the block reuse one reading of the directory (see ``trackers.reading_once``)."""
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+            if not self._holding:
+                self._held = None
+
+    def watched_directories(self) -> builtins.list[Path]:
+        """Where a change may make an issue startable: the issue files, and the claim notes (a claim released)."""
+        return [self.directory, self._claims_dir(create=False)]
+
     def _scan(self) -> tuple[builtins.list[Issue], builtins.list[FileProblem]]:
+        if self._holding and self._held is not None:
+            return self._held
+        scanned = self._scan_now()
+        if self._holding:
+            self._held = scanned
+        return scanned
+
+    def _scan_now(self) -> tuple[builtins.list[Issue], builtins.list[FileProblem]]:
         """Every issue that parses (by key) and a problem per file that does not; a repeated key is a problem.
 
         Only files that changed since they were last read (by this process, or by any beflow: the index in
@@ -486,6 +512,7 @@ class LocalTracker:
 
     def _write(self, issue: Issue) -> None:
         assert issue.path is not None
+        self._held = None
         atomic_write(issue.path, render(issue))
 
     def _update(self, key: str, change: Callable[[Issue], Issue]) -> Issue:
