@@ -10,12 +10,18 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import git
-from filelock import FileLock
-
+from beflow import lazy
 from beflow.errors import BeflowError, ConfigError, UsageError
 from beflow.paths import ACPXRC, beflow_home, path_key, slug
+
+# GitPython is imported when first used: importing it costs a `git version` process and tens of milliseconds that
+# commands which never touch git (`--help`, `issues`, `runs`) should not pay.
+if TYPE_CHECKING:
+    import git
+else:
+    git = lazy.module("git")
 
 
 class GitError(BeflowError):
@@ -23,12 +29,13 @@ class GitError(BeflowError):
 
 
 def toplevel(start: Path) -> Path | None:
-    """The top level of the git work tree containing ``start``, if any."""
-    try:
-        repo = git.Repo(start, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        return None
-    return Path(repo.working_tree_dir) if repo.working_tree_dir else None
+    """The top level of the git work tree containing ``start``, if any: the nearest directory holding ``.git`` (a
+    directory, or the file a linked worktree or submodule has)."""
+    start = Path(os.path.abspath(start))
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return None
 
 
 def open_repo(directory: Path) -> git.Repo:
@@ -93,6 +100,8 @@ def _worktrees_locked(repo: git.Repo) -> Iterator[None]:
     common = common if common.is_absolute() else Path(repo.working_tree_dir or ".") / common
     path = beflow_home() / "locks" / f"worktrees-{path_key(common)}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock
+
     with FileLock(path, thread_local=False):
         yield
 

@@ -41,13 +41,12 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
-import yaml
-from filelock import FileLock, Timeout
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from beflow import lazy
 from beflow.errors import ConfigError, LockedError, NotFoundError, UsageError
 from beflow.files import atomic_write, remove
 from beflow.paths import STATE_DIR, state_dir
@@ -68,6 +67,13 @@ from beflow.trackers.base import (
     utc_now,
 )
 from beflow.validation import problems_of
+
+if TYPE_CHECKING:
+    import filelock
+    import yaml
+else:
+    yaml = lazy.module("yaml")  # reading from the index needs no YAML
+    filelock = lazy.module("filelock")  # reading needs no lock
 
 #: The line that starts the comments section. Everything after it is comments under ``### author · time`` headings.
 COMMENTS_MARKER = "<!-- beflow:comments -->"
@@ -240,17 +246,14 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
         raise fail(_line_of_key(front_lines, key) or 2, f"{key}: {message}") from None
 
 
-#: libyaml's loader, when PyYAML was built with it: several times faster than the pure-Python one.
-_FAST_LOADER: Any = getattr(yaml, "CSafeLoader", None)
-
-
 def _load_front_matter(text: str) -> Any:
     """The front matter's YAML value. Text without ``&`` and ``*`` can hold no anchor or alias, so libyaml reads it
     as safely as the careful loader; anything else, and any error (for the careful loader's message), goes to
     ``yaml.safe_load``."""
-    if _FAST_LOADER is not None and "&" not in text and "*" not in text:
+    fast = getattr(yaml, "CSafeLoader", None)  # libyaml's, when PyYAML was built with it: several times faster
+    if fast is not None and "&" not in text and "*" not in text:
         with contextlib.suppress(yaml.YAMLError):
-            return yaml.load(text, Loader=_FAST_LOADER)
+            return yaml.load(text, Loader=fast)
     return yaml.safe_load(text)
 
 
@@ -351,10 +354,10 @@ class LocalTracker:
     def _claims_dir(self, *, create: bool) -> Path:
         return (self._state() if create else self.project_dir / STATE_DIR) / "claims"
 
-    def _lock(self, name: str) -> FileLock:
+    def _lock(self, name: str) -> filelock.FileLock:
         path = self._state() / "tracker" / "locks" / f"{name}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
-        return FileLock(path, timeout=WRITE_WAIT, thread_local=False)
+        return filelock.FileLock(path, timeout=WRITE_WAIT, thread_local=False)
 
     # reading -----------------------------------------------------------------------------------------------------
 
@@ -604,10 +607,10 @@ class LocalTracker:
         key = self.get(key).key
         claims = self._claims_dir(create=True)
         claims.mkdir(parents=True, exist_ok=True)
-        lock = FileLock(claims / f"{key}.lock", thread_local=False)
+        lock = filelock.FileLock(claims / f"{key}.lock", thread_local=False)
         try:
             lock.acquire(timeout=CLAIM_WAIT)
-        except Timeout:
+        except filelock.Timeout:
             holder = self._holder_info(key)
             who = (
                 f"{holder.owner} (pid {holder.pid} on {holder.host} since {format_time(holder.since)})"
@@ -641,10 +644,10 @@ class LocalTracker:
         path = self._claims_dir(create=False) / f"{key}.lock"
         if not path.exists():
             return None
-        probe = FileLock(path, thread_local=False)
+        probe = filelock.FileLock(path, thread_local=False)
         try:
             probe.acquire(timeout=0)
-        except Timeout:
+        except filelock.Timeout:
             return self._holder_info(key) or ClaimInfo(key=key, owner="unknown", pid=0, host="unknown", since=utc_now())
         probe.release()
         return None
