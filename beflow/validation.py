@@ -51,6 +51,14 @@ def read_json5(path: Path) -> tuple[str, Any]:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    # Most files are plain JSON: the C parser reads them hundreds of times faster than json5 (which then reads
+    # only what plain JSON cannot: comments, trailing commas, unquoted keys).
+    try:
+        return text, json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as duplicate:
+        raise _duplicate_keys_error(path, text, duplicate.key) from None
+    except ValueError:
+        pass
     try:
         # A key given twice would silently mean the last one: the first is then a setting that does nothing.
         return text, json5.loads(text, allow_duplicate_keys=False)
@@ -59,6 +67,24 @@ def read_json5(path: Path) -> tuple[str, Any]:
         if duplicate:
             raise _duplicate_keys_error(path, text, duplicate["key"]) from None
         raise _syntax_error(path, text, str(exc)) from None
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"Duplicate key {key!r}")
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object of plain JSON, refusing a key given twice (as json5's ``allow_duplicate_keys=False`` does)."""
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return value
 
 
 def _syntax_error(path: Path, text: str, message: str) -> ConfigError:

@@ -50,19 +50,17 @@ class AcpRemote(BaseModel):
     headers: list[NameValue]
 
 
-def _pairs(record: Mapping[str, str], *, reveal: bool) -> list[NameValue]:
-    return [NameValue(name=k, value=v if reveal else MASK) for k, v in record.items()]
-
-
 def to_acp(name: str, server: Server, *, reveal: bool = True) -> dict[str, Any]:
     """One server in the ACP shape; ``reveal=False`` masks env and header values (for display only)."""
-    model: AcpStdio | AcpRemote
+    # The dicts AcpStdio / AcpRemote would dump, built directly (thousands of servers are translated per run).
     if isinstance(server, StdioServer):
-        model = AcpStdio(name=name, command=server.command, args=server.args, env=_pairs(server.env, reveal=reveal))
-    else:
-        assert isinstance(server, RemoteServer)
-        model = AcpRemote(type=server.type, name=name, url=server.url, headers=_pairs(server.headers, reveal=reveal))
-    return model.model_dump(mode="json")
+        return {"name": name, "command": server.command, "args": list(server.args), "env": _wire(server.env, reveal)}
+    assert isinstance(server, RemoteServer)
+    return {"type": server.type, "name": name, "url": server.url, "headers": _wire(server.headers, reveal)}
+
+
+def _wire(record: Mapping[str, str], reveal: bool) -> list[dict[str, str]]:
+    return [{"name": k, "value": v if reveal else MASK} for k, v in record.items()]
 
 
 def translate(servers: Iterable[tuple[str, Server]], *, reveal: bool = True) -> list[dict[str, Any]]:
