@@ -45,8 +45,9 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644, durable: b
         fsync_dir(path.parent)
 
 
-def remove(path: Path) -> None:
-    """Remove ``path`` durably; a missing file is fine."""
+def remove(path: Path, *, durable: bool = True) -> None:
+    """Remove ``path`` durably (``durable=False``: without the fsync); a missing file is fine."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
-        fsync_dir(path.parent)
+        if durable:
+            fsync_dir(path.parent)

@@ -93,6 +93,11 @@ def new_run_id(issue_key: str) -> str:
     return f"{now():%Y%m%d-%H%M%S}-{slug(issue_key, max_length=24)}-{secrets.token_hex(2)}"
 
 
+#: Records this process has read, by path, with the stamp of the file they came from: a watch lists the records
+#: every tick, and reads again only those that changed. (Records are written by atomic replace: a new inode.)
+_READ: dict[str, tuple[tuple[int, int, int], RunRecord]] = {}
+
+
 class RunStore:
     """The run records of one project."""
 
@@ -107,29 +112,45 @@ class RunStore:
         state_dir(self.project_dir)
         directory = self.directory(record.id)
         directory.mkdir(parents=True, exist_ok=False)
-        atomic_write(directory / "prompt.md", prompt)
+        atomic_write(directory / "prompt.md", prompt, durable=False)
         self.save(record)
         return directory
 
     def save(self, record: RunRecord) -> None:
-        atomic_write(self.directory(record.id) / "run.json", record.model_dump_json(indent=2) + "\n")
+        # Only the final record is made durable: after a crash, a record still `running` (whichever version of
+        # it survives) is closed as cancelled by the next beflow, which is all recovery needs from it.
+        path = self.directory(record.id) / "run.json"
+        atomic_write(path, record.model_dump_json(indent=2) + "\n", durable=record.finished)
 
     def write(self, run_id: str, name: str, data: str | bytes) -> Path:
         """An artifact of the run (hook output, stderr)."""
         path = self.directory(run_id) / name
-        atomic_write(path, data)
+        atomic_write(path, data, durable=False)
         return path
 
     def list(self) -> builtins.list[RunRecord]:
         """Every readable record, newest first."""
-        if not self.root.is_dir():
+        try:
+            names = os.listdir(self.root)
+        except OSError:
             return []
         records = []
-        for directory in self.root.iterdir():
+        prefix = str(self.root) + os.sep
+        for name in names:
+            path = prefix + name + os.sep + "run.json"
             try:
-                records.append(RunRecord.model_validate_json((directory / "run.json").read_bytes()))
+                info = os.stat(path)
+                stamp = (info.st_ino, info.st_size, info.st_mtime_ns)
+                known = _READ.get(path)
+                if known is not None and known[0] == stamp:
+                    records.append(known[1])
+                    continue
+                with open(path, "rb") as handle:
+                    record = RunRecord.model_validate_json(handle.read())
             except (OSError, ValidationError):
                 continue
+            _READ[path] = (stamp, record)
+            records.append(record)
         # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
         return sorted(records, key=lambda r: (r.started_at, r.id), reverse=True)
 

@@ -624,14 +624,15 @@ class LocalTracker:
         info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
         info_path = claims / f"{key}.json"
         try:
-            atomic_write(info_path, info.model_dump_json(indent=2) + "\n")
+            # A note for people (the lock is the truth): no fsync.
+            atomic_write(info_path, info.model_dump_json(indent=2) + "\n", durable=False)
         except BaseException:
             lock.release()
             raise
 
         def release() -> None:
             # The note goes first, while the lock is still ours: never delete the next holder's note.
-            remove(info_path)
+            remove(info_path, durable=False)
             lock.release()
 
         return Claim(info, release)
