@@ -127,6 +127,11 @@ def _fmt(value: float, unit: str) -> str:
     return f"{value:.2f} {unit}".strip()
 
 
+def count(n: int) -> str:
+    """10000 -> "10k"; small sizes (smoke runs) as they are."""
+    return f"{count(n)}" if n >= 1000 and n % 1000 == 0 else str(n)
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values) if values else float("nan")
 
@@ -143,14 +148,13 @@ class Measured:
 
 
 def measure(argv: list[str], cwd: Path, *, check: bool = True, stdin: bytes | None = None) -> Measured:
-    """Wall time, CPU time and peak RSS of one command (through ``wait4``, so children it reaped count)."""
+    """Wall time of one command (its CPU time and memory are not taken: see :func:`measure_rusage`)."""
     started = time.perf_counter()
     child = subprocess.Popen(
         argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE if stdin else None
     )
     out, err = child.communicate(stdin)
     wall = time.perf_counter() - started
-    # communicate() reaped it: its rusage is in RUSAGE_CHILDREN; take the difference around it instead.
     if check and child.returncode != 0:
         raise RuntimeError(f"{argv} exited {child.returncode}: {err.decode(errors='replace')[-2000:]}")
     return Measured(wall, float("nan"), float("nan"), out)
@@ -337,7 +341,7 @@ class Bench:
         """``beflow --help`` against ``acpx --help``, CPU time (the start-up cost of each)."""
         repo = self.repo(mcp=False)
         acpx, ours, bare = [], [], []
-        for _ in range(max(3, self.sizes.runs)):  # interleaved: load on the machine hits both alike
+        for _ in range(self.sizes.runs):  # interleaved: load on the machine hits both alike
             acpx.append(measure_rusage([str(ACPX), "--help"], repo).cpu)
             ours.append(measure_rusage([*BEFLOW, "--help"], repo).cpu)
             bare.append(measure_rusage([sys.executable, "-c", "pass"], repo).cpu)
@@ -371,9 +375,9 @@ class Bench:
             "mcp show --json": ["mcp", "show", "--json"],
             "mcp check": ["mcp", "check"],
         }
-        bare = [measure_rusage([sys.executable, "-c", "pass"], repo).cpu for _ in range(max(3, self.sizes.runs))]
+        bare = [measure_rusage([sys.executable, "-c", "pass"], repo).cpu for _ in range(self.sizes.runs)]
         for label, args in commands.items():
-            values = [measure_rusage(beflow(repo, *args), repo).cpu for _ in range(max(3, self.sizes.runs))]
+            values = [measure_rusage(beflow(repo, *args), repo).cpu for _ in range(self.sizes.runs)]
             self.add(
                 Row(
                     f"startup {label}",
@@ -477,7 +481,7 @@ class Bench:
         delays = []
         with watching(repo) as watch:
             time.sleep(1.0)  # the watch is up and idle
-            for index in range(max(2, s.runs)):
+            for index in range(s.runs):
                 before = watch.count("dispatched")
                 key = new_issue(repo, f"latency {index}", prompt_for(0))
                 filed = time.perf_counter()
@@ -520,16 +524,13 @@ class Bench:
             "new": ["issues", "new", "another", "--body", "text", "--json"],
             "watch --once": ["watch", "--once", "--json"],
         }
-        bare = [measure([sys.executable, "-c", "pass"], repo).wall for _ in range(max(3, self.sizes.runs))]
+        bare = [measure([sys.executable, "-c", "pass"], repo).wall for _ in range(self.sizes.runs)]
         for label, args in commands.items():
-            if label == "new":
-                values = [measure(beflow(repo, *args), repo).wall for _ in range(max(3, self.sizes.runs))]
-            else:
-                values = [measure(beflow(repo, *args), repo).wall for _ in range(max(3, self.sizes.runs))]
+            values = [measure(beflow(repo, *args), repo).wall for _ in range(self.sizes.runs)]
             value, goal = median(values), goals[label]
             self.add(
                 Row(
-                    f"{n // 1000}k issues {label}",
+                    f"{count(n)} issues {label}",
                     f"`issues {label}`" if label != "watch --once" else "`watch --once`, none ready",
                     "python -c pass",
                     median(bare),
@@ -554,7 +555,7 @@ class Bench:
         wall, rss = median([r.wall for r in runs]), median([r.max_rss_mib for r in runs])
         self.add(
             Row(
-                f"{n // 1000}k issues list",
+                f"{count(n)} issues list",
                 "`issues list` time",
                 "",
                 None,
@@ -569,7 +570,7 @@ class Bench:
         )
         self.add(
             Row(
-                f"{n // 1000}k issues list RSS",
+                f"{count(n)} issues list RSS",
                 "`issues list` peak RSS",
                 "",
                 None,
@@ -596,7 +597,7 @@ class Bench:
         per_minute = used / elapsed * 60
         self.add(
             Row(
-                f"idle watch, {s.issues // 1000}k",
+                f"idle watch, {count(s.issues)}",
                 "idle `watch` CPU per minute, none ready",
                 "",
                 None,
@@ -627,7 +628,7 @@ class Bench:
         self.add(
             Row(
                 "drain",
-                f"per run, draining {s.drain}, beside {s.issues // 1000}k issues",
+                f"per run, draining {s.drain}, beside {count(s.issues)} issues",
                 "beside none",
                 base,
                 value,
@@ -667,13 +668,13 @@ class Bench:
 
         project = load_project(repo / "config.json")
         loads, resolves = [], []
-        for _ in range(max(3, self.sizes.runs)):
+        for _ in range(self.sizes.runs):
             loads.append(_timed(lambda: json.loads(path.read_text())))
             resolves.append(_timed(lambda: resolve_servers(project)))
         base, value = median(loads), median(resolves)
         self.add(
             Row(
-                f"mcp {n // 1000}k resolve",
+                f"mcp {count(n)} resolve",
                 "resolve the servers of a run",
                 "json.loads",
                 base,
@@ -689,7 +690,7 @@ class Bench:
         value = median(shows)
         self.add(
             Row(
-                f"mcp {n // 1000}k show",
+                f"mcp {count(n)} show",
                 "`mcp show --json`",
                 "",
                 None,
@@ -708,7 +709,7 @@ class Bench:
         ).encode()
         redactor = acpx.Redactor(resolved)
         copies, masks = [], []
-        for _ in range(max(3, self.sizes.runs)):
+        for _ in range(self.sizes.runs):
             copies.append(_timed(lambda: json.dumps(json.loads(line)).encode()))
             masks.append(_timed(lambda: redactor(line)))
         masked = redactor(line)
@@ -716,7 +717,7 @@ class Bench:
         base, value = median(copies), median(masks)
         self.add(
             Row(
-                f"mcp {n // 1000}k mask",
+                f"mcp {count(n)} mask",
                 "mask the `session/new` line",
                 "json round trip",
                 base,

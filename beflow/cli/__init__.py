@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         status: int | str | None = code if isinstance(code, int) else 0
     except SystemExit as done:
         status = done.code
-    if argv is None:
+    if argv is None and sys.getprofile() is None and sys.gettrace() is None:  # no profiler or coverage to report
         _leave(status)
     sys.exit(status)
 
