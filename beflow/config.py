@@ -1,8 +1,9 @@
-"""``config.json``: the models for every key (DESIGN §2), discovery and loading.
+"""``.beflow/config.json``: the models for every key (DESIGN §2), discovery and loading.
 
-Discovery: ``--config PATH``, else ``$BEFLOW_CONFIG``, else ``./config.json``, else ``config.json`` at the git top
-level; no file means defaults. The project directory is the directory holding ``config.json`` (else the git top
-level, else the current directory).
+Discovery: ``--config PATH``, else ``$BEFLOW_CONFIG``, else the nearest ``.beflow/config.json`` from the current
+directory up to the git top level; no file means defaults. The project directory is the directory holding
+``.beflow/`` (for a named file elsewhere: the file's directory; with no file: the git top level, else the current
+directory). A ``config.json`` at the project's root is the application's, never beflow's: it is not read.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from beflow import ACPX_VERSION
 from beflow.errors import ConfigError
 from beflow.git import toplevel as git_toplevel
-from beflow.paths import beflow_home, slug
+from beflow.paths import STATE_DIR, beflow_home, slug
 from beflow.validation import read_json5, validate
 
 CONFIG_NAME = "config.json"
+#: Where beflow's project config lives, relative to the project directory: a home that is beflow's alone.
+CONFIG_PATH = Path(STATE_DIR) / CONFIG_NAME
 
 Permissions = Literal["approve-all", "approve-reads", "deny-all"]
 
@@ -116,7 +119,7 @@ class Mcp(Model):
 
 
 class Config(Model):
-    """Every key of ``config.json``, with the defaults of DESIGN §2."""
+    """Every key of ``.beflow/config.json``, with the defaults of DESIGN §2."""
 
     agent: str | AgentCommand = "codex"
     acpx: list[str] | None = Field(default=None, min_length=1)
@@ -162,6 +165,11 @@ class Project(BaseModel):
     directory: Path
 
     @property
+    def config_name(self) -> str:
+        """The config file as messages name it: the one in use, else where ``beflow init`` would write it."""
+        return str(self.config_path) if self.config_path else str(CONFIG_PATH)
+
+    @property
     def state_dir(self) -> Path:
         return self.directory / ".beflow"
 
@@ -188,19 +196,55 @@ def find_config(explicit: Path | None = None, cwd: Path | None = None) -> Path |
     cwd = cwd or Path.cwd()
     named = explicit or (Path(os.environ["BEFLOW_CONFIG"]) if os.environ.get("BEFLOW_CONFIG") else None)
     if named is not None:
-        # Absolute but not resolved: a config.json that is a symlink belongs to the directory of the link.
+        # Absolute but not resolved: a config file that is a symlink belongs to the directory of the link.
         named = Path(os.path.abspath(cwd / named.expanduser()))
         if not named.is_file():
             source = "--config" if explicit else "BEFLOW_CONFIG"
             raise ConfigError(f"{named}: no such config file (named by {source})")
         return named
-    local = Path(os.path.abspath(cwd / CONFIG_NAME))
-    if local.is_file():
-        return local
-    top = git_toplevel(cwd)
-    if top is not None and (top / CONFIG_NAME).is_file():
-        return top / CONFIG_NAME
+    for directory in search_dirs(cwd):
+        candidate = directory / CONFIG_PATH
+        if candidate.is_file():
+            return candidate
     return None
+
+
+def search_dirs(cwd: Path) -> list[Path]:
+    """The directories whose ``.beflow/config.json`` counts, nearest first: the current directory and its parents up
+    to the git top level (outside git, the current directory alone: never a stray one further up, such as
+    ``~/.beflow``)."""
+    here = Path(os.path.abspath(cwd))
+    top = git_toplevel(here)
+    if top is None:
+        return [here]
+    top = top.resolve()
+    found = []
+    for directory in (here, *here.parents):
+        found.append(directory)
+        if directory.resolve() == top:
+            return found
+    return [here]  # not below its own top level (a path through a symlink): the current directory alone
+
+
+def project_directory(config_path: Path) -> Path:
+    """The project a config file belongs to: the directory holding ``.beflow/`` for ``.beflow/config.json``, else
+    (a file named by ``--config`` or ``$BEFLOW_CONFIG``) the file's own directory."""
+    parent = config_path.parent
+    return parent.parent if parent.name == STATE_DIR else parent
+
+
+def earlier_root_config(project: Project) -> Path | None:
+    """A ``config.json`` at the project's root that looks like beflow's (earlier versions read it there): every key
+    is one of beflow's. An application's own ``config.json`` has other keys and is none of beflow's business."""
+    path = project.directory / CONFIG_NAME
+    try:
+        if not path.is_file() or path.stat().st_size > 1_000_000:
+            return None
+        _, data = read_json5(path)
+    except (OSError, ConfigError):
+        return None
+    keys = {field.alias or name for name, field in Config.model_fields.items()}
+    return path if isinstance(data, dict) and data and set(data) <= keys else None
 
 
 def load_config_file(path: Path) -> Config:
@@ -217,4 +261,4 @@ def load_project(explicit: Path | None = None, cwd: Path | None = None) -> Proje
     path = find_config(explicit, cwd)
     if path is None:
         return Project(config=Config(), config_path=None, directory=git_toplevel(cwd) or cwd)
-    return Project(config=load_config_file(path), config_path=path, directory=path.parent)
+    return Project(config=load_config_file(path), config_path=path, directory=project_directory(path))

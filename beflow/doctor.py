@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from beflow import ACPX_VERSION, preflight, proc
-from beflow.config import Config, Project, load_project
+from beflow.config import CONFIG_PATH, Config, Project, earlier_root_config, load_project
 from beflow.errors import BeflowError
 from beflow.mcp.acp import shadowed_global_servers
 from beflow.mcp.cascade import check_cascade
@@ -59,14 +59,14 @@ def check_node() -> Check:
     return Check("node", True, version)
 
 
-def check_acpx(config: Config) -> Check:
+def check_acpx(config: Config, where: str = str(CONFIG_PATH)) -> Check:
     argv = config.acpx_argv()
     if argv[0] == "npx" and shutil.which("npx") is None:
         return Check(
             "acpx",
             False,
             "not on PATH, and npx (to fetch the pinned acpx) is missing too",
-            f"Install Node.js with npm, or `npm install -g acpx@{ACPX_VERSION}`, or set `acpx` in config.json.",
+            f"Install Node.js with npm, or `npm install -g acpx@{ACPX_VERSION}`, or set `acpx` in {where}.",
         )
     version, raw = _version(argv, timeout=ACPX_PROBE_TIMEOUT)
     shown = " ".join(argv)
@@ -74,18 +74,18 @@ def check_acpx(config: Config) -> Check:
         pinned = f"npm install -g acpx@{ACPX_VERSION}"
         if config.acpx:
             fix = (
-                f"Check that `{shown} --version` works; set `acpx` in config.json to the argv that starts acpx "
+                f"Check that `{shown} --version` works; set `acpx` in {where} to the argv that starts acpx "
                 f'(e.g. ["npx", "-y", "acpx@{ACPX_VERSION}"]), or remove it and `{pinned}`.'
             )
         else:
-            fix = f"Check that `{shown} --version` works; `{pinned}`, or set `acpx` in config.json."
+            fix = f"Check that `{shown} --version` works; `{pinned}`, or set `acpx` in {where}."
         return Check("acpx", False, raw, fix)
     if version != ACPX_VERSION:
         return Check(
             "acpx",
             True,
             f"{version} via `{shown}` (beflow is tested with {ACPX_VERSION})",
-            f'Set "acpx": ["npx", "-y", "acpx@{ACPX_VERSION}"] in config.json to use the tested release.',
+            f'Set "acpx": ["npx", "-y", "acpx@{ACPX_VERSION}"] in {where} to use the tested release.',
             warning=True,
         )
     return Check("acpx", True, f"{version} via `{shown}`")
@@ -108,13 +108,25 @@ def check_config(explicit: Path | None) -> tuple[Check, Project | None]:
             Check(
                 "config",
                 True,
-                f"no config.json: defaults for {project.directory}",
+                f"no {CONFIG_PATH}: defaults for {project.directory}",
                 "Run `beflow init`.",
                 True,
             ),
             project,
         )
     return Check("config", True, str(project.config_path)), project
+
+
+def check_earlier_root_config(project: Project) -> Check | None:
+    """A root ``config.json`` of an earlier beflow is no longer read: say so, and how to move it."""
+    path = earlier_root_config(project)
+    if path is None:
+        return None
+    if project.config_path is None:
+        fix = f"Move it: cd {project.directory} && mkdir -p .beflow && mv config.json {CONFIG_PATH}"
+    else:
+        fix = f"Merge what you still need into {project.config_name}, then remove {path}."
+    return Check("config", True, f"{path} looks like beflow's but is not read: the config is {CONFIG_PATH}", fix, True)
 
 
 #: Checks that need a loaded project (the tracker, the MCP cascade); later features add theirs here.
@@ -151,7 +163,11 @@ PROJECT_CHECKS.append(check_mcp)
 def run_checks(explicit: Path | None = None) -> list[Check]:
     """Every check, in a fixed order; a broken config still lets the tool checks run."""
     config_check, project = check_config(explicit)
-    checks = [check_git(), check_node(), check_acpx(project.config if project else Config()), config_check]
+    acpx_check = check_acpx(project.config, project.config_name) if project else check_acpx(Config())
+    checks = [check_git(), check_node(), acpx_check, config_check]
+    earlier = check_earlier_root_config(project) if project else None
+    if earlier is not None:
+        checks.append(earlier)
     if project is not None:
         checks.extend(check(project) for check in PROJECT_CHECKS)
     return checks
@@ -189,7 +205,7 @@ def check_runs(project: Project) -> Check:
     try:
         preflight.check(project)
     except BeflowError as error:
-        return Check("runs", False, error.message, error.fix or "Fix config.json as the message says.")
+        return Check("runs", False, error.message, error.fix or f"Fix {project.config_name} as the message says.")
     agent = project.config.agent_label()
     return Check("runs", True, f"ready to run agent {agent!r} in worktrees under {project.worktrees_dir}")
 

@@ -88,7 +88,8 @@ def resolve_base(repo: git.Repo, base: str) -> str:
     except (git.BadName, ValueError, git.GitCommandError):
         raise ConfigError(
             f"worktrees.base: {base!r} is not a commit in {repo.working_tree_dir}",
-            fix="Set worktrees.base in config.json to a branch, tag or commit of this repository (default HEAD).",
+            fix="Set worktrees.base in .beflow/config.json to a branch, tag or commit of this repository "
+            "(default HEAD).",
         ) from None
 
 
@@ -252,12 +253,12 @@ def changed_files(worktree: Path, base: str, head: str) -> list[str]:
     if base == head:
         return []
     with git.Repo(worktree) as repo:
-        return repo.git.diff("--name-status", base, head).splitlines()
+        return str(repo.git.diff("--name-status", base, head)).splitlines()
 
 
 def diff(directory: Path, base: str, head: str) -> str:
     with git.Repo(directory) as repo:
-        return repo.git.diff("--stat", "--patch", base, head)
+        return str(repo.git.diff("--stat", "--patch", base, head))
 
 
 def remove_worktree(repo: git.Repo, path: Path) -> None:
@@ -313,7 +314,7 @@ def current_branch(directory: Path) -> str:
 def user_name(directory: Path) -> str:
     """Who is at the keyboard: git's ``user.name`` for this repository, else the login name."""
     try:
-        name = git.Git(str(directory)).config("--get", "user.name").strip()
+        name = str(git.Git(str(directory)).config("--get", "user.name")).strip()
     except (git.GitCommandError, git.GitCommandNotFound, OSError):
         name = ""
     if name:

@@ -38,7 +38,7 @@ import filelock
 from pydantic import BaseModel, ValidationError
 
 from beflow import acpx, git, interrupts, proc
-from beflow.config import AgentCommand, LocalTracker, Project
+from beflow.config import CONFIG_PATH, AgentCommand, LocalTracker, Project
 from beflow.errors import BeflowError, ConfigError, LockedError, ToolMissingError, UsageError
 from beflow.files import atomic_write, remove
 from beflow.lifecycle import (
@@ -57,9 +57,9 @@ from beflow.lifecycle import (
     summary,
 )
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
-from beflow.mcp.inject import ACPXRC, managed_acpxrc
-from beflow.paths import beflow_home, path_key
-from beflow.records import DONE_OUTCOMES, RunRecord, RunStore, new_run_id
+from beflow.mcp.inject import managed_acpxrc
+from beflow.paths import ACPXRC, beflow_home, path_key
+from beflow.records import DONE_OUTCOMES, Outcome, RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
 
 #: Where ``{prompt}`` goes in a native client's argv.
@@ -77,7 +77,7 @@ class NativeClient:
     install: str
 
 
-#: Keyed by the acpx agent name (``agent`` in config.json). Each starts the interactive client with the prompt
+#: Keyed by the acpx agent name (``agent`` in the config). Each starts the interactive client with the prompt
 #: as its first message (docs/modes.md has the same table).
 NATIVE_CLIENTS: dict[str, NativeClient] = {
     "claude": NativeClient(("claude", PROMPT_MARK), "npm install -g @anthropic-ai/claude-code"),
@@ -99,13 +99,13 @@ class ClientChoice:
 
 
 def native_client(project: Project) -> ClientChoice:
-    """The client for the configured agent: ``open.<agent>`` in config.json, else ``open.default``, else the
+    """The client for the configured agent: ``open.<agent>`` in the config, else ``open.default``, else the
     built-in table. A raw ``{"command": ...}`` agent has no name; it needs ``open.default`` (or an entry keyed by
     its command)."""
     config = project.config
     raw = isinstance(config.agent, AgentCommand)
     name = config.agent_label()
-    where = str(project.config_path) if project.config_path else "config.json"
+    where = project.config_name
     for key in (name, "default"):
         if key in config.open:
             argv = list(config.open[key])
@@ -120,7 +120,7 @@ def native_client(project: Project) -> ClientChoice:
     else:
         known = ", ".join(sorted(NATIVE_CLIENTS))
         message = f"no native client is known for agent {name!r} (built in: {known})"
-    raise ConfigError(f"{where}: {message}", fix=f"Name the client in config.json, e.g. {example}.")
+    raise ConfigError(f"{where}: {message}", fix=f"Name the client in {where}, e.g. {example}.")
 
 
 def _check_template(argv: list[str], where: str) -> None:
@@ -142,7 +142,7 @@ def _require(executable: str, what: str, install: str | None) -> None:
     """A clear error, with how to install it, when ``executable`` cannot be started."""
     found = os.access(executable, os.X_OK) if os.sep in executable else shutil.which(executable) is not None
     if not found:
-        fix = f"Install it: {install}" if install else "Install it, or fix the argv in config.json."
+        fix = f"Install it: {install}" if install else f"Install it, or fix the argv in {CONFIG_PATH}."
         raise ToolMissingError(f"{executable}: {what} is not installed (not found on PATH)", fix=fix)
 
 
@@ -307,7 +307,7 @@ class _Session:
         self.store.create(self.record, prompt_text)
         move_to_in_progress(self.tracker, self.issue, note)
 
-    def finish(self, outcome: str, reason: str, status_for: Callable[[str], Status]) -> RunRecord:
+    def finish(self, outcome: Outcome, reason: str, status_for: Callable[[Outcome], Status]) -> RunRecord:
         record = self.record
         record.changed_files, record.dirty_before = compare(
             self.checkout, self.before, snapshot(self.checkout, self._exclude)
@@ -403,12 +403,13 @@ async def attend(
         permissions=permissions,
         prompt_file=RunStore(project.directory).directory(run_id) / "prompt.md",
     )
-    _require(argv[0], "acpx", "npm install -g acpx (or set `acpx` in config.json; `beflow doctor` checks it)")
+    install = f"npm install -g acpx (or set `acpx` in {project.config_name}; `beflow doctor` checks it)"
+    _require(argv[0], "acpx", install)
     with checkout_lock(checkout, issue.key, run_id), tracker.claim(issue.key, request.owner):
         current = tracker.get(issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
 
-        def status_for(outcome: str) -> Status:
+        def status_for(outcome: Outcome) -> Status:
             # A person was there: a session that did not finish leaves the issue where it was (an `open` issue
             # does not join the queue of unattended runs because someone tried it by hand).
             return status_after(outcome) if outcome in DONE_OUTCOMES else before
@@ -446,10 +447,13 @@ async def attend(
                 session.finish("cancelled", cancel_reason(), status_for)
             raise
         with anyio.CancelScope(shield=True):
-            return session.finish(outcome, reason, status_for)
+            finished = session.finish(outcome, reason, status_for)
+        return finished
 
 
-async def _attended_acpx(session: _Session, argv: list[str], servers: list[dict[str, Any]] | None) -> tuple[str, str]:
+async def _attended_acpx(
+    session: _Session, argv: list[str], servers: list[dict[str, Any]] | None
+) -> tuple[Outcome, str]:
     """Inject, run acpx on the user's terminal, restore; the outcome and why."""
     record = session.record
     checkout = session.checkout
@@ -520,7 +524,7 @@ async def open_native(
         current = tracker.get(issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
 
-        def status_for(outcome: str) -> Status:
+        def status_for(outcome: Outcome) -> Status:
             return Status.REVIEW if outcome == "succeeded" else before
 
         session = _Session(project, tracker, current, request, run_id, checkout, events)
@@ -537,12 +541,14 @@ async def open_native(
                 )
         except BeflowError as error:
             with anyio.CancelScope(shield=True):
-                return session.finish("failed", error.message, status_for)
+                failed = session.finish("failed", error.message, status_for)
+            return failed
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 session.finish("cancelled", cancel_reason(), status_for)
             raise
         session.record.exit_code = result.returncode
-        outcome = "succeeded" if result.returncode == 0 else "failed"
+        outcome: Outcome = "succeeded" if result.returncode == 0 else "failed"
         with anyio.CancelScope(shield=True):
-            return session.finish(outcome, f"the {client} session ended ({result.describe()})", status_for)
+            finished = session.finish(outcome, f"the {client} session ended ({result.describe()})", status_for)
+        return finished

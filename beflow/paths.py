@@ -17,13 +17,23 @@ ACPXRC = ".acpxrc.json"
 
 _HASHED = re.compile(r"-[0-9a-f]{8}$")
 
-# Ignores everything beflow keeps in `.beflow/` except the issues of the local tracker, which are the user's to
-# commit. The file ignores itself, so nothing of beflow's ever shows in `git status`.
+# Ignores everything beflow keeps in `.beflow/` except the project's config and the issues of the local tracker,
+# which are the user's to commit. The file ignores itself, so no run state ever shows in `git status`.
 _STATE_GITIGNORE = """\
+# Written by beflow: run records, locks and caches stay out of git; the config and the local tracker's issues do not.
+/*
+!/config.json
+!/issues/
+"""
+
+# What earlier versions wrote, before the config moved into `.beflow/`: replaced, since it would hide the config.
+_OLD_STATE_GITIGNORES = (
+    """\
 # Written by beflow: run records, locks and caches stay out of git; the local tracker's issues do not.
 /*
 !/issues/
-"""
+""",
+)
 
 
 def beflow_home() -> Path:
@@ -33,12 +43,20 @@ def beflow_home() -> Path:
 
 
 def state_dir(project_dir: Path) -> Path:
-    """The project's ``.beflow/`` directory, created and git-ignored (but for ``issues/``) on first use."""
+    """The project's ``.beflow/`` directory, created and git-ignored (but for ``config.json`` and ``issues/``) on
+    first use."""
     directory = project_dir / STATE_DIR
     ignore = directory / ".gitignore"
-    if not ignore.exists():
+    if not ignore.exists() or _written_by_an_earlier_version(ignore):
         atomic_write(ignore, _STATE_GITIGNORE)
     return directory
+
+
+def _written_by_an_earlier_version(ignore: Path) -> bool:
+    try:
+        return ignore.read_text(encoding="utf-8") in _OLD_STATE_GITIGNORES
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def slug(text: str, *, max_length: int = 48) -> str:

@@ -64,12 +64,12 @@ def check(project: Project) -> None:
     if config.mcp.self_server:
         raise ConfigError(
             f"{where}mcp.self: beflow's own MCP server is not available yet in this version of beflow",
-            fix='Remove "self" from "mcp" in config.json (or set it to false).',
+            fix=f'Remove "self" from "mcp" in {project.config_name} (or set it to false).',
         )
     if config.after_run.pull_request:
         raise ConfigError(
             f"{where}after_run.pull_request: pull requests come with the GitHub tracker, not available yet",
-            fix='Remove "pull_request" from "after_run" in config.json (or set it to false).',
+            fix=f'Remove "pull_request" from "after_run" in {project.config_name} (or set it to false).',
         )
     repo = git.open_repo(project.directory)
     try:
@@ -94,8 +94,8 @@ def check_acpx(project: Project) -> None:
         configured = project.config.acpx is not None
         raise ConfigError(
             f"{_where(project)}acpx: {argv[0]!r} is not installed (not found{'' if configured else ' on PATH'})",
-            fix="Install Node.js (npx fetches the pinned acpx), or set `acpx` in config.json to the argv that starts "
-            "acpx; `beflow doctor` checks it.",
+            fix="Install Node.js (npx fetches the pinned acpx), or set `acpx` in "
+            f"{project.config_name} to the argv that starts acpx; `beflow doctor` checks it.",
         )
 
 

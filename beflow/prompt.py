@@ -43,8 +43,9 @@ def load_template(setting: str | None, project_dir: Path) -> tuple[str, str]:
             except (OSError, UnicodeDecodeError) as exc:
                 raise PromptError(f"prompt: cannot read template file {path}: {exc}") from None
         if Path(setting).suffix:
-            raise PromptError(f"prompt: template file {path} does not exist", fix="Fix `prompt` in config.json.")
-    return setting, "config.json prompt"
+            fix = "Fix `prompt` in .beflow/config.json."
+            raise PromptError(f"prompt: template file {path} does not exist", fix=fix)
+    return setting, ".beflow/config.json prompt"
 
 
 def _environment() -> jinja2.Environment:

@@ -1,4 +1,4 @@
-"""``beflow init``: a commented ``config.json`` and beflow's state kept out of git."""
+"""``beflow init``: a commented ``.beflow/config.json`` and beflow's run state kept out of git."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from beflow.config import CONFIG_NAME
+from beflow.config import CONFIG_PATH
 from beflow.errors import BeflowError
 from beflow.files import atomic_write
 from beflow.paths import state_dir
@@ -25,9 +25,9 @@ class InitResult:
 
 
 def init_project(directory: Path, *, force: bool = False, config_path: Path | None = None) -> InitResult:
-    """Write ``config.json`` (or ``config_path``) from the example, never over an existing file unless ``force``,
-    and keep the state of ``directory`` out of git."""
-    target = config_path or directory / CONFIG_NAME
+    """Write ``.beflow/config.json`` (or ``config_path``) from the example, never over an existing file unless
+    ``force``, and keep the run state of ``directory`` out of git."""
+    target = config_path or directory / CONFIG_PATH
     existed = target.exists()
     if existed and not force:
         raise BeflowError(f"{target} already exists; nothing was changed", fix="Pass --force to overwrite it.")

@@ -46,7 +46,8 @@ def make_repo(root: Path) -> Path:
     (repo / "README.md").write_text("# bench\n")
     git(repo, "add", ".")
     git(repo, "-c", "user.name=bench", "-c", "user.email=bench@example.com", "commit", "-qm", "init")
-    (repo / "config.json").write_text(
+    (repo / ".beflow").mkdir()
+    (repo / ".beflow" / "config.json").write_text(
         f'{{"agent": {{"command": "{AGENT}"}}, "acpx": ["{ACPX}"], "mcp": {{"enabled": true}}, "timeout": 120}}'
     )
     (repo / ".mcp.json").write_text('{"mcpServers": {"files": {"command": "echo"}}}')
@@ -101,7 +102,7 @@ def file_issues(repo: Path, count: int) -> None:
     from beflow.config import load_project
     from beflow.trackers import open_tracker
 
-    tracker = open_tracker(load_project(repo / "config.json"))
+    tracker = open_tracker(load_project(repo / ".beflow" / "config.json"))
     for index in range(count):
         tracker.create(title=f"batch {index}", body=PROMPT)
 
@@ -159,9 +160,9 @@ def main() -> None:
         managed = [timed(lambda: inject_once(directory)) for _ in range(50)]
         report("inject", plain, managed)
         batch, bare_batches, watch_batches = 4, [], []
-        config = json.loads((repo / "config.json").read_text())
+        config = json.loads((repo / ".beflow" / "config.json").read_text())
         config["watch"] = {"concurrency": batch, "interval": 1}
-        (repo / "config.json").write_text(json.dumps(config))
+        (repo / ".beflow" / "config.json").write_text(json.dumps(config))
         for round_ in range(max(1, args.runs // 2)):
             offset = 1000 + round_ * batch
             bare_batches.append(timed(lambda o=offset: bare_batch(repo, batch, o)))

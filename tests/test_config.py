@@ -1,4 +1,5 @@
-"""config.json: discovery, the project directory, the defaults of DESIGN §2 and the documented example."""
+"""``.beflow/config.json``: discovery, the project directory, the defaults of DESIGN §2 and the documented
+example."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from beflow.config import (
 )
 from beflow.errors import ConfigError
 from beflow.paths import beflow_home
+from tests.support.projects import config_file
 
 from .conftest import REPO_ROOT
 
@@ -32,9 +34,10 @@ EXAMPLE = REPO_ROOT / "config.example.json"
 TEMPLATE = REPO_ROOT / "beflow" / "templates" / "config.example.json"
 
 
-def write_config(directory: Path, agent: str, name: str = "config.json") -> Path:
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / name
+def write_config(directory: Path, agent: str, name: str | None = None) -> Path:
+    """``directory/name``, else the project config of ``directory`` (``.beflow/config.json``)."""
+    path = directory / name if name else config_file(directory)
+    path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f'{{"agent": "{agent}"}}\n')
     return path
 
@@ -43,8 +46,8 @@ def write_config(directory: Path, agent: str, name: str = "config.json") -> Path
 
 
 def test_the_config_option_comes_first(repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    named = write_config(tmp_path / "elsewhere", "named")
-    monkeypatch.setenv("BEFLOW_CONFIG", str(write_config(tmp_path / "env", "env")))
+    named = write_config(tmp_path / "elsewhere", "named", name="ci.json")
+    monkeypatch.setenv("BEFLOW_CONFIG", str(write_config(tmp_path / "env", "env", name="ci.json")))
     write_config(repo, "local")
 
     project = load_project(named)
@@ -57,7 +60,7 @@ def test_the_config_option_comes_first(repo: Path, tmp_path: Path, monkeypatch: 
 def test_beflow_config_comes_before_the_current_directory(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from_env = write_config(tmp_path / "env", "env")
+    from_env = write_config(tmp_path / "env", "env", name="ci.json")
     monkeypatch.setenv("BEFLOW_CONFIG", str(from_env))
     write_config(repo, "local")
 
@@ -76,16 +79,57 @@ def test_a_relative_beflow_config_is_relative_to_the_current_directory(
     assert load_project().config.agent == "relative"
 
 
-def test_the_current_directory_comes_before_the_git_top_level(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_nearest_project_config_wins(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     write_config(repo, "top")
-    sub = repo / "packages" / "app"
-    write_config(sub, "sub")
-    monkeypatch.chdir(sub)
+    app = repo / "packages" / "app"
+    write_config(app, "app")
+    (app / "src").mkdir()
+    monkeypatch.chdir(app / "src")
 
     project = load_project()
 
-    assert project.config.agent == "sub"
-    assert project.directory == sub
+    assert project.config.agent == "app"
+    assert project.config_path == app / ".beflow" / "config.json"
+    assert project.directory == app
+    assert project.state_dir == app / ".beflow"
+
+
+def test_an_application_config_json_at_the_root_is_never_read(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (repo / "config.json").write_text('{"database": {"url": "postgres://localhost/app"}, "debug": true}\n')
+    sub = repo / "src"
+    sub.mkdir()
+    (sub / "config.json").write_text('{"port": 8080}\n')
+    monkeypatch.chdir(sub)
+
+    assert load_project().config == Config()
+
+    write_config(repo, "claude")
+
+    assert load_project().config.agent == "claude"
+
+
+def test_no_project_config_above_the_git_top_level_is_used(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_config(tmp_path, "outside")  # tmp_path holds the repository: above its top level
+    assert find_config() is None
+
+    plain = tmp_path / "plain" / "deeper"
+    plain.mkdir(parents=True)
+    monkeypatch.chdir(plain)  # outside git: the current directory alone
+
+    assert find_config() is None
+    assert load_project().directory == plain
+
+
+def test_a_named_project_config_belongs_to_the_directory_holding_its_beflow_folder(repo: Path, tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    named = write_config(other, "other")
+
+    project = load_project(named)
+
+    assert project.config_path == other / ".beflow" / "config.json"
+    assert project.directory == other
 
 
 def test_the_git_top_level_is_found_from_a_subdirectory(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -97,7 +141,7 @@ def test_the_git_top_level_is_found_from_a_subdirectory(repo: Path, monkeypatch:
     project = load_project()
 
     assert project.config.agent == "top"
-    assert project.config_path == repo / "config.json"
+    assert project.config_path == config_file(repo)
     assert project.directory == repo
     assert project.state_dir == repo / ".beflow"
 
@@ -127,9 +171,10 @@ def test_outside_git_without_a_file_the_project_is_the_current_directory(
 
 def test_a_symlinked_config_belongs_to_the_directory_of_the_link(repo: Path, tmp_path: Path) -> None:
     shared = write_config(tmp_path / "dotfiles", "shared", name="beflow.json")
-    (repo / "config.json").symlink_to(shared)
+    config_file(repo).symlink_to(shared)
+    (repo / "src").mkdir()
 
-    project = load_project()
+    project = load_project(cwd=repo / "src")
 
     assert project.config.agent == "shared"
     assert project.directory == repo
@@ -152,7 +197,7 @@ def test_a_named_file_must_exist(repo: Path, monkeypatch: pytest.MonkeyPatch, so
 
 
 def test_json5_comments_and_trailing_commas_are_fine(repo: Path) -> None:
-    (repo / "config.json").write_text(
+    config_file(repo).write_text(
         """
         // the agent
         {
@@ -213,7 +258,7 @@ def test_worktrees_live_under_beflow_home_by_default(repo: Path) -> None:
 
 
 def test_a_tracker_without_kind_is_the_local_one(repo: Path) -> None:
-    (repo / "config.json").write_text('{"tracker": {"dir": "issues"}}')
+    config_file(repo).write_text('{"tracker": {"dir": "issues"}}')
 
     project = load_project()
 
@@ -222,7 +267,7 @@ def test_a_tracker_without_kind_is_the_local_one(repo: Path) -> None:
 
 
 def test_a_github_tracker_and_union_values_load(repo: Path) -> None:
-    (repo / "config.json").write_text(
+    config_file(repo).write_text(
         """{
           "agent": {"command": "python agent.py"},
           "tracker": {"kind": "github", "repo": "octo/hello", "labels": ["beflow"]},

@@ -58,7 +58,7 @@ class Watch:
 @asynccontextmanager
 async def watching(project: AutoProject) -> AsyncIterator[Watch]:
     """``beflow watch`` on ``project`` for the body of the ``async with``; stopped (runs cancelled) after it."""
-    dispatcher = Dispatcher(load_project(project.directory / "config.json"))
+    dispatcher = Dispatcher(load_project(project.config_path))
     watch = Watch(dispatcher)
     dispatcher.listener = lambda event: watch.events.append(event) if isinstance(event, WatchEvent) else None
     async with anyio.create_task_group() as tasks:
@@ -134,7 +134,7 @@ def test_a_dispatch_whose_issue_is_no_longer_ready_once_claimed_does_not_run(aut
     key = auto_project.new_issue("write one.txt 1")
     auto_project.tracker.set_status(key, Status.IN_PROGRESS)
     auto_project.tracker.set_status(key, Status.REVIEW)
-    project = load_project(auto_project.directory / "config.json")
+    project = load_project(auto_project.config_path)
 
     with pytest.raises(LockedError, match=f"issue {key} is no longer ready"):
         anyio.run(Run(project, auto_project.tracker, RunRequest(key=key, mode="watch", only_if_ready=True)).execute)
@@ -383,7 +383,7 @@ def test_config_changes_are_picked_up_between_ticks_and_a_broken_config_keeps_th
 ) -> None:
     auto_project.configure(watch=fast(concurrency=1))
     tracker = auto_project.tracker
-    dispatcher = Dispatcher(load_project(auto_project.directory / "config.json"))
+    dispatcher = Dispatcher(load_project(auto_project.config_path))
     events: list[WatchEvent] = []
     dispatcher.listener = lambda event: events.append(event) if isinstance(event, WatchEvent) else None
 
@@ -398,7 +398,7 @@ def test_config_changes_are_picked_up_between_ticks_and_a_broken_config_keeps_th
     assert tick() == ["config_reloaded"]
     assert dispatcher.project.config.watch.concurrency == 3
 
-    (auto_project.directory / "config.json").write_text('{"watch": {"concurrency": "many"}}\n')
+    auto_project.config_path.write_text('{"watch": {"concurrency": "many"}}\n')
     assert tick() == ["error"]
     message = events[-1].data["message"]
     assert message.startswith("config not reloaded, keeping the last good one: ")

@@ -11,6 +11,7 @@ import pytest
 from beflow import ACPX_VERSION
 from beflow.config import Config
 from beflow.doctor import check_acpx, check_config, check_git, check_node, run_checks
+from tests.support.projects import config_file
 
 
 def fake_tool(bin_dir: Path, name: str, script: str) -> Path:
@@ -80,7 +81,7 @@ def test_a_missing_acpx_fails_with_a_fix() -> None:
 
     assert not acpx.ok
     assert acpx.detail == "/nonexistent/acpx: command not found"
-    assert acpx.fix and "set `acpx` in config.json" in acpx.fix
+    assert acpx.fix and "set `acpx` in .beflow/config.json" in acpx.fix
     assert f'["npx", "-y", "acpx@{ACPX_VERSION}"]' in acpx.fix
     assert f"remove it and `npm install -g acpx@{ACPX_VERSION}`" in acpx.fix
 
@@ -95,7 +96,8 @@ def test_a_broken_acpx_from_path_names_the_pinned_release_to_install(
 
     assert not acpx.ok
     assert acpx.fix == (
-        f"Check that `acpx --version` works; `npm install -g acpx@{ACPX_VERSION}`, or set `acpx` in config.json."
+        f"Check that `acpx --version` works; `npm install -g acpx@{ACPX_VERSION}`, "
+        "or set `acpx` in .beflow/config.json."
     )
 
 
@@ -125,18 +127,18 @@ def test_no_config_file_is_fine_but_worth_a_look(repo: Path) -> None:
 
 
 def test_a_broken_config_fails_with_its_message(repo: Path) -> None:
-    (repo / "config.json").write_text('{"agnt": "codex"}')
+    config_file(repo).write_text('{"agnt": "codex"}')
 
     config, project = check_config(None)
 
     assert not config.ok and project is None
-    assert f"{repo / 'config.json'}:1: agnt: unknown key (did you mean 'agent'?)" in config.detail
+    assert f"{repo / '.beflow' / 'config.json'}:1: agnt: unknown key (did you mean 'agent'?)" in config.detail
     # not `beflow init`: it refuses to overwrite the file (or, with --force, destroys it)
     assert config.fix == "Fix the file at the line shown (docs/config.md explains every message)."
 
 
 def test_a_config_with_a_syntax_error_keeps_its_own_fix(repo: Path) -> None:
-    (repo / "config.json").write_text("{ nope")
+    config_file(repo).write_text("{ nope")
 
     config, _ = check_config(None)
 
@@ -158,7 +160,7 @@ def test_a_named_config_that_does_not_exist_says_to_fix_the_path(repo: Path, mon
 def test_a_broken_config_still_lets_the_tool_checks_run(
     repo: Path, acpx_bin: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    (repo / "config.json").write_text("{ nope")
+    config_file(repo).write_text("{ nope")
     # The defaults then apply: acpx from PATH (never a download through npx in a test).
     monkeypatch.setenv("PATH", f"{acpx_bin.parent}{os.pathsep}{os.environ['PATH']}")
 

@@ -12,6 +12,7 @@ from beflow.errors import ConfigError, NotFoundError, UsageError
 from beflow.operations import REGISTRY, Context
 from beflow.operations import get as operation
 from beflow.trackers import LocalTracker, Status, open_tracker
+from tests.support.projects import config_file
 
 
 @pytest.fixture
@@ -51,14 +52,14 @@ def test_the_operations_and_what_they_declare() -> None:
 
 
 def test_the_project_tracker_is_the_local_one_in_its_configured_directory(repo: Path) -> None:
-    (repo / "config.json").write_text('{"tracker": {"dir": "issues"}}')
+    config_file(repo).write_text('{"tracker": {"dir": "issues"}}')
     tracker = open_tracker(load_project())
     assert isinstance(tracker, LocalTracker)
     assert tracker.directory == repo / "issues"
 
 
 def test_the_github_tracker_is_not_available_yet(repo: Path) -> None:
-    (repo / "config.json").write_text('{"tracker": {"kind": "github", "repo": "acme/app"}}')
+    config_file(repo).write_text('{"tracker": {"kind": "github", "repo": "acme/app"}}')
     with pytest.raises(ConfigError, match=r"GitHub tracker .* is not available yet"):
         open_tracker(load_project())
 

@@ -13,6 +13,7 @@ from beflow import modes
 from beflow.config import load_project
 from beflow.errors import ConfigError, LockedError
 from beflow.records import RunRecord, now
+from tests.support.projects import config_file
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -20,7 +21,7 @@ def git(cwd: Path, *args: str) -> str:
 
 
 def configure(repo: Path, **config: object) -> None:
-    (repo / "config.json").write_text(json.dumps(config))
+    config_file(repo).write_text(json.dumps(config))
 
 
 # --- which native client --------------------------------------------------------------------------------------
@@ -75,7 +76,7 @@ def test_an_open_entry_without_prompt_mark_is_a_config_error_naming_the_entry(re
     configure(repo, agent="claude", open={"claude": ["claude"]})
     with pytest.raises(ConfigError) as caught:
         modes.native_client(load_project())
-    assert f"{repo / 'config.json'}: open.claude: no {{prompt}}" in caught.value.message
+    assert f"{repo / '.beflow' / 'config.json'}: open.claude: no {{prompt}}" in caught.value.message
 
 
 def test_the_prompt_replaces_every_mark_even_inside_a_larger_argument() -> None:

@@ -12,7 +12,7 @@ import pytest
 from beflow import preflight
 from beflow.config import load_project
 from beflow.trackers import Status
-from tests.support.projects import AutoProject
+from tests.support.projects import AutoProject, config_file
 
 
 def assert_nothing_changed(project: AutoProject, key: str) -> None:
@@ -54,7 +54,7 @@ def test_a_configuration_every_run_would_fail_on_exits_2_and_changes_nothing(
 def test_outside_a_git_repository_nothing_runs_and_nothing_changes(tmp_path: Path, beflow, monkeypatch) -> None:
     directory = tmp_path / "not-a-repo"
     directory.mkdir()
-    (directory / "config.json").write_text(json.dumps({"agent": "codex"}))
+    config_file(directory).write_text(json.dumps({"agent": "codex"}))
     monkeypatch.chdir(directory)
     assert beflow("issues", "new", "task").exit_code == 0
 
@@ -72,4 +72,4 @@ def test_an_agent_named_in_acpx_config_is_known(auto_project: AutoProject) -> No
     acpx_config.parent.mkdir(parents=True)
     acpx_config.write_text(json.dumps({"agents": {"my-agent": {"command": "my-agent --acp"}}}))
 
-    preflight.check_agent(load_project(auto_project.directory / "config.json"))  # no error
+    preflight.check_agent(load_project(auto_project.config_path))  # no error

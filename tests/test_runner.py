@@ -78,7 +78,7 @@ def test_a_run_commits_the_change_to_its_branch_records_it_and_moves_the_issue_t
     assert git(auto_project.directory, "rev-parse", "HEAD").strip() == main_head
     assert not (auto_project.directory / "hello.txt").exists()
     status = git(auto_project.directory, "status", "--porcelain", "--untracked-files=all").splitlines()
-    assert sorted(status) == ["?? .beflow/issues/0001-say-hello.md", "?? .mcp.json", "?? config.json"]
+    assert sorted(status) == ["?? .beflow/config.json", "?? .beflow/issues/0001-say-hello.md", "?? .mcp.json"]
 
 
 def test_a_tracked_acpxrc_keeps_its_committed_bytes_on_the_branch(
@@ -381,7 +381,7 @@ def test_a_run_that_cannot_be_retried_fails_the_issue_even_when_a_dispatcher_wou
 
     def run(key: str, prompt: str | None) -> Run:
         auto_project.configure(prompt=prompt)
-        project = load_project(auto_project.directory / "config.json")
+        project = load_project(auto_project.config_path)
         runner = Run(project, auto_project.tracker, RunRequest(key=key, final=False))
         anyio.run(runner.execute)
         return runner
@@ -396,7 +396,7 @@ def test_an_agent_that_cannot_be_started_is_a_permanent_failure(auto_project: Au
     """acpx reports AGENT_SPAWN_ENOENT; no retry can fix a missing agent, so a dispatcher would not retry it."""
     key = auto_project.new_issue("say hi")
     auto_project.configure(agent={"command": "no-such-agent-binary --acp"})
-    project = load_project(auto_project.directory / "config.json")
+    project = load_project(auto_project.config_path)
     runner = Run(project, auto_project.tracker, RunRequest(key=key, final=False))
 
     record = anyio.run(runner.execute)
@@ -611,7 +611,7 @@ def test_a_progress_display_that_fails_does_not_break_the_run(auto_project: Auto
         shown.append(event)
         raise BrokenPipeError(32, "Broken pipe")
 
-    project = load_project(auto_project.directory / "config.json")
+    project = load_project(auto_project.config_path)
     record = anyio.run(Run(project, auto_project.tracker, RunRequest(key=key), closed_pipe).execute)
 
     assert len(shown) == 1  # the display was dropped after it failed

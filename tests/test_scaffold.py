@@ -9,6 +9,7 @@ import pytest
 from beflow.config import Config, load_config_file
 from beflow.errors import BeflowError
 from beflow.scaffold import example_config, init_project
+from tests.support.projects import config_file
 
 from .conftest import REPO_ROOT, git
 
@@ -20,7 +21,7 @@ def test_the_example_config_is_the_documented_one() -> None:
 def test_init_writes_the_example_and_ignores_state(repo: Path) -> None:
     result = init_project(repo)
 
-    assert result.config_path == repo / "config.json"
+    assert result.config_path == config_file(repo)
     assert not result.overwritten
     assert result.config_path.read_text() == example_config()
     assert load_config_file(result.config_path) == Config()
@@ -29,7 +30,7 @@ def test_init_writes_the_example_and_ignores_state(repo: Path) -> None:
 
 
 def test_init_never_overwrites_without_force(repo: Path) -> None:
-    config = repo / "config.json"
+    config = config_file(repo)
     config.write_text('{"agent": "mine"}')
 
     with pytest.raises(BeflowError) as caught:
@@ -39,16 +40,16 @@ def test_init_never_overwrites_without_force(repo: Path) -> None:
     assert str(config) in caught.value.message and "nothing was changed" in caught.value.message
     assert caught.value.fix == "Pass --force to overwrite it."
     assert config.read_text() == '{"agent": "mine"}'
-    assert not (repo / ".beflow").exists()
+    assert not (repo / ".beflow" / ".gitignore").exists()
 
 
 def test_init_with_force_overwrites(repo: Path) -> None:
-    (repo / "config.json").write_text('{"agent": "mine"}')
+    config_file(repo).write_text('{"agent": "mine"}')
 
     result = init_project(repo, force=True)
 
     assert result.overwritten
-    assert (repo / "config.json").read_text() == example_config()
+    assert config_file(repo).read_text() == example_config()
 
 
 def test_only_the_issues_of_the_state_directory_show_in_git_status(repo: Path) -> None:
@@ -62,4 +63,4 @@ def test_only_the_issues_of_the_state_directory_show_in_git_status(repo: Path) -
 
     status = git(repo, "status", "--porcelain", "--untracked-files=all").splitlines()
 
-    assert sorted(status) == ["?? .beflow/issues/1-fix-the-bug.md", "?? config.json"]
+    assert sorted(status) == ["?? .beflow/config.json", "?? .beflow/issues/1-fix-the-bug.md"]

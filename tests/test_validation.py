@@ -13,6 +13,7 @@ from beflow.cli.common import App, out, pass_app
 from beflow.config import load_config_file
 from beflow.errors import ConfigError
 from beflow.validation import line_of, read_json5
+from tests.support.projects import config_file
 
 
 def problem(tmp_path: Path, text: str) -> str:
@@ -242,7 +243,7 @@ def snapshot(directory: Path) -> dict[str, bytes]:
 def test_a_bad_config_exits_2_with_one_message_and_changes_nothing(
     repo: Path, beflow, command_loading_config: str, text: str, expected: str
 ) -> None:
-    config = repo / "config.json"
+    config = config_file(repo)
     config.write_text(text)
     before = snapshot(repo)
 
@@ -276,7 +277,7 @@ def test_beflow_config_naming_a_missing_file_exits_2(
 
 
 def test_a_good_config_is_used(repo: Path, beflow, command_loading_config: str) -> None:
-    (repo / "config.json").write_text('{agent: "claude"}')
+    config_file(repo).write_text('{agent: "claude"}')
 
     result = beflow(command_loading_config)
 
@@ -284,7 +285,7 @@ def test_a_good_config_is_used(repo: Path, beflow, command_loading_config: str) 
 
 
 def test_a_real_command_refuses_a_bad_config_and_changes_nothing(repo: Path, beflow) -> None:
-    config = repo / "config.json"
+    config = config_file(repo)
     config.write_text('{\n  "tracker": {"kind": "github", "repo": "octo"},\n}')
     before = snapshot(repo)
 

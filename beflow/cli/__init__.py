@@ -123,7 +123,7 @@ class BeflowGroup(click.Group):
     "--config",
     "config_path",
     type=click.Path(path_type=Path, dir_okay=False),
-    help="config.json to use (else $BEFLOW_CONFIG, ./config.json, or the one at the git top level).",
+    help="The config file (else $BEFLOW_CONFIG, else the nearest .beflow/config.json up to the git top level).",
 )
 @click.pass_context
 def cli(ctx: click.Context, config_path: Path | None) -> None:

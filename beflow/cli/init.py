@@ -8,13 +8,14 @@ from pathlib import Path
 import click
 
 from beflow.cli.common import App, out, pass_app
+from beflow.config import CONFIG_PATH
 from beflow.errors import UsageError
 from beflow.git import toplevel as git_toplevel
 from beflow.scaffold import init_project
 
 
 @click.command("init", epilog="Example:  cd my-repo && beflow init")
-@click.option("--force", is_flag=True, help="Overwrite an existing config.json.")
+@click.option("--force", is_flag=True, help="Overwrite an existing .beflow/config.json.")
 @click.option(
     "--dir",
     "directory",
@@ -23,7 +24,9 @@ from beflow.scaffold import init_project
 )
 @pass_app
 def command(app: App, force: bool, directory: Path | None) -> None:
-    """Write a commented config.json and keep beflow's state (.beflow/, but for issues/) out of git.
+    """Write a commented .beflow/config.json; beflow's run state stays out of git.
+
+    `.beflow/config.json` and `.beflow/issues/` are yours to commit; everything else in `.beflow/` is git-ignored.
 
     With `beflow --config PATH init`, the file is written to PATH and its directory is the project's.
     """
@@ -39,8 +42,8 @@ def command(app: App, force: bool, directory: Path | None) -> None:
     result = init_project(directory, force=force, config_path=config_path)
     verb = "Overwrote" if result.overwritten else "Wrote"
     out.print(f"{verb} {result.config_path}")
-    out.print(f"beflow's state lives in {result.state_dir} (git-ignored, but for issues/)")
+    out.print(f"beflow's state lives in {result.state_dir} (git-ignored, but for config.json and issues/)")
     if config_path is None:
-        out.print("Next: edit config.json, then run `beflow doctor`.")
+        out.print(f"Next: edit {CONFIG_PATH}, then run `beflow doctor`.")
     else:
         out.print(f"Next: edit {config_path.name}, then run `beflow --config {app.config_option} doctor`.")

@@ -92,7 +92,8 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
     if enabled:
         out.print("MCP injection: [green]on[/] (mcp.enabled)")
     else:
-        out.print('MCP injection: [yellow]off[/] — set "mcp": {"enabled": true} in config.json to inject these')
+        where = escape(app.project().config_name)
+        out.print(f'MCP injection: [yellow]off[/] — set "mcp": {{"enabled": true}} in {where} to inject these')
     out.print("[bold]Files[/] (later wins per server name):")
     for source in cascade.sources:
         state = "" if source.exists else "  (missing)"

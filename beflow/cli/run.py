@@ -103,7 +103,7 @@ def attend(app: App, key: str) -> None:
 @pass_app
 def open_(app: App, key: str) -> None:
     """Start the agent's own interactive client (claude, codex, gemini, opencode, cursor-agent, or `open` in
-    config.json) in this checkout with the issue's prompt as its first message. beflow waits and exits with the
+    .beflow/config.json) in this checkout with the issue's prompt as its first message. beflow waits and exits with the
     client's exit code; .acpxrc.json is not touched (the client reads its own MCP configuration)."""
     project = app.project()
     tracker = open_tracker(project)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import git as gitpython
 
-from beflow.config import Project, load_project
+from beflow.config import CONFIG_PATH, Project, load_project
 from beflow.errors import UsageError
 from beflow.files import atomic_write
 from beflow.lifecycle import EventSink
@@ -69,9 +69,9 @@ def create(directory: Path) -> Demo:
         "timeout": 120,
         "mcp": {"enabled": True},
     }
-    atomic_write(directory / "config.json", json.dumps(config, indent=2) + "\n")
+    atomic_write(directory / CONFIG_PATH, json.dumps(config, indent=2) + "\n")
     atomic_write(directory / ".mcp.json", json.dumps(MCP_SERVERS, indent=2) + "\n")
-    repo.index.add(["greet.py", "README.md", ".gitignore", "config.json", ".mcp.json"])
+    repo.index.add(["greet.py", "README.md", ".gitignore", str(CONFIG_PATH), ".mcp.json"])
     with repo.git.custom_environment(
         GIT_AUTHOR_NAME="beflow demo",
         GIT_AUTHOR_EMAIL="demo@beflow.invalid",
@@ -79,7 +79,7 @@ def create(directory: Path) -> Demo:
         GIT_COMMITTER_EMAIL="demo@beflow.invalid",
     ):
         repo.git.commit("-q", "-m", "A tiny greeting module")
-    project = load_project(directory / "config.json")
+    project = load_project(directory / CONFIG_PATH)
     tracker = open_tracker(project)
     assert isinstance(tracker, LocalTracker)
     issue = tracker.create(title="Say goodbye too", body=ISSUE_BODY, labels=["demo"], priority=1)

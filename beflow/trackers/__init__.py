@@ -37,7 +37,7 @@ __all__ = [
 
 
 def open_tracker(project: Project) -> Tracker:
-    """The tracker ``config.json`` names (``tracker``), ready to use."""
+    """The tracker the config names (``tracker``), ready to use."""
     settings = project.config.tracker
     if isinstance(settings, GitHubTracker):
         where = f"{project.config_path}: " if project.config_path else ""

@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from beflow import ACPX_VERSION
+from tests.support.projects import config_file
 
 
 def write_config(repo: Path, text: str) -> Path:
-    path = repo / "config.json"
+    path = config_file(repo)
     path.write_text(text)
     return path
 
@@ -40,7 +41,7 @@ def test_no_config_is_a_warning_not_a_failure(repo: Path, beflow, acpx_on_path: 
     result = beflow("doctor")
 
     assert result.exit_code == 0
-    assert f"! config: no config.json: defaults for {repo}" in result.stdout
+    assert f"! config: no .beflow/config.json: defaults for {repo}" in result.stdout
     assert "    fix: Run `beflow init`." in result.stdout
 
 
@@ -94,4 +95,27 @@ def test_init_then_doctor_is_all_good(repo: Path, beflow, acpx_on_path: None) ->
     result = beflow("doctor")
 
     assert result.exit_code == 0, result.stdout
-    assert f"✓ config: {repo / 'config.json'}" in result.stdout
+    assert f"✓ config: {repo / '.beflow' / 'config.json'}" in result.stdout
+
+
+def test_a_root_config_json_of_an_earlier_beflow_is_not_read_and_doctor_says_how_to_move_it(
+    repo: Path, beflow, acpx_on_path: None
+) -> None:
+    (repo / "config.json").write_text('{"agent": "claude", "timeout": 600}')
+
+    result = beflow("doctor")
+
+    assert result.exit_code == 0, result.stdout
+    assert f"! config: no .beflow/config.json: defaults for {repo}" in result.stdout
+    assert f"! config: {repo / 'config.json'} looks like beflow's but is not read" in result.stdout
+    assert f"fix: Move it: cd {repo} && mkdir -p .beflow && mv config.json .beflow/config.json" in result.stdout
+
+
+def test_an_application_config_json_at_the_root_is_none_of_doctors_business(
+    repo: Path, beflow, acpx_on_path: None
+) -> None:
+    (repo / "config.json").write_text('{"agent": "claude", "database": "postgres://localhost/app"}')
+
+    result = beflow("doctor")
+
+    assert "config.json looks like beflow's" not in result.stdout

@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from beflow.scaffold import example_config
+from tests.support.projects import config_file
 
 from ..conftest import git
 
 
-def test_init_writes_config_json_at_the_git_top_level(repo: Path, beflow, monkeypatch) -> None:
+def test_init_writes_the_project_config_at_the_git_top_level(repo: Path, beflow, monkeypatch) -> None:
     sub = repo / "src"
     sub.mkdir()
     monkeypatch.chdir(sub)
@@ -17,14 +18,14 @@ def test_init_writes_config_json_at_the_git_top_level(repo: Path, beflow, monkey
     result = beflow("init")
 
     assert result.exit_code == 0, result.stderr
-    assert f"Wrote {repo / 'config.json'}" in result.stdout
+    assert f"Wrote {repo / '.beflow' / 'config.json'}" in result.stdout
     assert "beflow doctor" in result.stdout
-    assert (repo / "config.json").read_text() == example_config()
-    assert not (sub / "config.json").exists()
+    assert config_file(repo).read_text() == example_config()
+    assert not config_file(sub).exists()
 
 
 def test_init_refuses_to_overwrite_without_force(repo: Path, beflow) -> None:
-    config = repo / "config.json"
+    config = config_file(repo)
     config.write_text("{agent: 'mine'}")
 
     result = beflow("init")
@@ -38,13 +39,13 @@ def test_init_refuses_to_overwrite_without_force(repo: Path, beflow) -> None:
 
 
 def test_init_force_overwrites(repo: Path, beflow) -> None:
-    (repo / "config.json").write_text("{agent: 'mine'}")
+    config_file(repo).write_text("{agent: 'mine'}")
 
     result = beflow("init", "--force")
 
     assert result.exit_code == 0
-    assert f"Overwrote {repo / 'config.json'}" in result.stdout
-    assert (repo / "config.json").read_text() == example_config()
+    assert f"Overwrote {repo / '.beflow' / 'config.json'}" in result.stdout
+    assert config_file(repo).read_text() == example_config()
 
 
 def test_init_in_a_named_directory(tmp_path: Path, beflow) -> None:
@@ -54,7 +55,7 @@ def test_init_in_a_named_directory(tmp_path: Path, beflow) -> None:
     result = beflow("init", "--dir", str(project))
 
     assert result.exit_code == 0
-    assert (project / "config.json").is_file()
+    assert (project / ".beflow" / "config.json").is_file()
     assert (project / ".beflow" / ".gitignore").is_file()
 
 
@@ -70,7 +71,7 @@ def test_beflow_state_never_shows_in_git_status(repo: Path, beflow) -> None:
 
     status = git(repo, "status", "--porcelain", "--untracked-files=all").splitlines()
 
-    assert sorted(status) == ["?? .beflow/issues/1-first.md", "?? config.json"]
+    assert sorted(status) == ["?? .beflow/config.json", "?? .beflow/issues/1-first.md"]
 
 
 def test_init_has_help_with_an_example(beflow) -> None:
@@ -87,7 +88,7 @@ def test_init_writes_the_file_named_by_config(repo: Path, beflow) -> None:
     assert f"Wrote {repo / 'ci.json'}" in result.stdout
     assert "beflow --config ci.json doctor" in result.stdout
     assert (repo / "ci.json").read_text() == example_config()
-    assert not (repo / "config.json").exists()
+    assert not config_file(repo).exists()
 
 
 def test_init_puts_the_state_next_to_the_file_named_by_config(repo: Path, beflow) -> None:
@@ -121,3 +122,15 @@ def test_init_refuses_both_config_and_dir(repo: Path, beflow) -> None:
     assert result.exit_code == 2
     assert "--config and --dir" in result.stderr
     assert not (repo / "ci.json").exists()
+
+
+def test_init_leaves_an_application_config_json_alone(repo: Path, beflow) -> None:
+    application = repo / "config.json"
+    application.write_text('{"database": "postgres://localhost/app"}\n')
+
+    result = beflow("init")
+
+    assert result.exit_code == 0, result.stderr
+    assert f"Wrote {repo / '.beflow' / 'config.json'}" in result.stdout
+    assert application.read_text() == '{"database": "postgres://localhost/app"}\n'
+    assert beflow("issues", "list").exit_code == 0  # the application's keys are not beflow's

@@ -10,6 +10,7 @@ import pytest
 
 from beflow.mcp.acp import MASK
 from tests.mcp.conftest import SEED_MCP_JSON, write_mcp
+from tests.support.projects import config_file
 
 SECRET = "Bearer s3cr3t"
 
@@ -17,7 +18,7 @@ SECRET = "Bearer s3cr3t"
 @pytest.fixture
 def cascade(repo: Path, isolated_home: Path) -> tuple[Path, Path]:
     """Injection on; a global file with two servers, a project file that replaces one and adds one."""
-    (repo / "config.json").write_text('{"mcp": {"enabled": true}}')
+    config_file(repo).write_text('{"mcp": {"enabled": true}}')
     global_file = write_mcp(
         isolated_home / ".mcp.json",
         '{"mcpServers": {"docs": {"type": "http", "url": "https://old"}, "shared": {"command": "g"}}}',

@@ -16,6 +16,7 @@ import pytest
 from beflow import __version__
 from beflow.cli import cli
 from beflow.errors import BeflowError, ConfigError, Interrupted, NotFoundError
+from tests.support.projects import config_file
 
 
 @pytest.fixture
@@ -193,7 +194,7 @@ def test_ctrl_c_in_a_real_process_stops_its_children_and_exits_130(repo: Path, t
     acpx = tmp_path / "slow-acpx"
     acpx.write_text(f"#!/bin/sh\nsleep 60 &\necho $$ $! > {pids}.tmp && mv {pids}.tmp {pids}\nwait\n")
     acpx.chmod(0o755)
-    (repo / "config.json").write_text(json.dumps({"acpx": [str(acpx)]}))
+    config_file(repo).write_text(json.dumps({"acpx": [str(acpx)]}))
     process = beflow_process("doctor", cwd=repo)
     deadline = time.monotonic() + 60
     while not pids.exists():

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 
+from tests.support.projects import config_file
+
 HOLDER = Path(__file__).resolve().parent / "holder.py"
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
@@ -116,7 +118,7 @@ SEED_DOCS = """\
 @pytest.fixture
 def project_dir(repo: Path) -> Path:
     """A git repository with a config.json that turns injection on."""
-    (repo / "config.json").write_text('{ "mcp": { "enabled": true } }\n')
+    config_file(repo).write_text('{ "mcp": { "enabled": true } }\n')
     return repo
 
 

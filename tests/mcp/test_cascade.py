@@ -13,6 +13,7 @@ from beflow.doctor import check_mcp
 from beflow.errors import ConfigError
 from beflow.mcp.cascade import check_cascade, expand_string, load_cascade, resolved_servers
 from tests.mcp.conftest import SEED_MCP_JSON, write_mcp
+from tests.support.projects import config_file
 
 
 def problems(environ: dict[str, str] | None = None) -> list[str]:
@@ -237,7 +238,7 @@ def test_doctor_fails_on_a_broken_cascade_only_when_injection_is_on(project_dir:
     write_mcp(project_dir / ".mcp.json", '{"mcpServers": {"s": {}}}')
     check = check_mcp(load_project())
     assert not check.ok and "mcpServers.s.command" in check.detail and "beflow mcp check" in (check.fix or "")
-    (project_dir / "config.json").write_text("{}")
+    config_file(project_dir).write_text("{}")
     check = check_mcp(load_project())
     assert check.ok and check.warning
 

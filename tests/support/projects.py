@@ -27,6 +27,13 @@ MCP_JSON = {
 }
 
 
+def config_file(directory: Path) -> Path:
+    """The project config beflow discovers in ``directory`` (``.beflow/config.json``); its folder is created."""
+    path = directory / ".beflow" / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
@@ -39,14 +46,18 @@ class AutoProject:
     config: dict[str, Any]
 
     def configure(self, **changes: Any) -> None:
-        """Change keys of ``config.json`` (a value of None removes the key)."""
+        """Change keys of ``.beflow/config.json`` (a value of None removes the key)."""
         self.config.update(changes)
         self.config = {k: v for k, v in self.config.items() if v is not None}
-        (self.directory / "config.json").write_text(json.dumps(self.config, indent=2) + "\n")
+        self.config_path.write_text(json.dumps(self.config, indent=2) + "\n")
+
+    @property
+    def config_path(self) -> Path:
+        return config_file(self.directory)
 
     @property
     def tracker(self) -> Tracker:
-        return open_tracker(load_project(self.directory / "config.json"))
+        return open_tracker(load_project(self.config_path))
 
     def new_issue(self, *directives: str, title: str = "task", priority: int = 2, status: Status = Status.READY) -> str:
         """An issue whose body is the test agent's directives; its key."""
@@ -73,7 +84,7 @@ class AutoProject:
 
     @property
     def worktrees_dir(self) -> Path:
-        return load_project(self.directory / "config.json").worktrees_dir
+        return load_project(self.config_path).worktrees_dir
 
     def branch_files(self, branch: str) -> dict[str, str]:
         """Every file on ``branch`` and its content."""
@@ -100,7 +111,7 @@ class AutoProject:
 
 @pytest.fixture
 def auto_project(repo: Path, acpx_bin: Path, test_agent_command: str) -> AutoProject:
-    """``repo`` with a config.json for the test agent through the pinned acpx, and a `.mcp.json` to inject."""
+    """``repo`` with a .beflow/config.json for the test agent through the pinned acpx, and a `.mcp.json` to inject."""
     (repo / ".mcp.json").write_text(json.dumps(MCP_JSON, indent=2) + "\n")
     project = AutoProject(repo, {})
     project.configure(agent={"command": test_agent_command}, acpx=[str(acpx_bin)], timeout=60, mcp={"enabled": True})
