@@ -129,6 +129,7 @@ def _alternation(forms: list[bytes]) -> re.Pattern[bytes]:
         literal = b""
         while len(node) == 1 and None not in node:
             byte, node = next(iter(node.items()))
+            assert byte is not None  # the loop's condition
             literal += re.escape(bytes([byte]))
         branches = [
             re.escape(bytes([b])) + pattern(child)

@@ -55,8 +55,8 @@ def read_json5(path: Path) -> tuple[str, Any]:
     # only what plain JSON cannot: comments, trailing commas, unquoted keys).
     try:
         return text, json.loads(text, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as duplicate:
-        raise _duplicate_keys_error(path, text, duplicate.key) from None
+    except _DuplicateKey as twice:
+        raise _duplicate_keys_error(path, text, twice.key) from None
     except ValueError:
         pass
     try:

@@ -20,7 +20,7 @@ HOUR = {"interval": 3600, "concurrency": 1}
 
 def file_from_another_process(project: AutoProject, title: str, body: str) -> None:
     """``beflow issues new`` as a person types it in another terminal."""
-    argv = [sys.executable, "-m", "beflow", "--config", str(project.directory / "config.json")]
+    argv = [sys.executable, "-m", "beflow", "--config", str(project.config_path)]
     subprocess.run([*argv, "issues", "new", title, "--body", body], cwd=project.directory, check=True)
 
 
