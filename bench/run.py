@@ -129,7 +129,7 @@ def _fmt(value: float, unit: str) -> str:
 
 def count(n: int) -> str:
     """10000 -> "10k"; small sizes (smoke runs) as they are."""
-    return f"{count(n)}" if n >= 1000 and n % 1000 == 0 else str(n)
+    return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n)
 
 
 def median(values: list[float]) -> float:
