@@ -156,5 +156,7 @@ def call_operation(app: App, name: str, *, actor: str | None = None, **arguments
     from beflow.operations import Context, get
 
     project = app.project()
-    context = Context(project=project, actor=actor or user_name(project.directory))
-    return get(name).call(context, {k: v for k, v in arguments.items() if v is not None})
+    operation = get(name)
+    # Reading acts as nobody: asking git who the user is (a git process) is for operations that write.
+    who = actor or ("user" if operation.safety == "read" else user_name(project.directory))
+    return operation.call(Context(project=project, actor=who), {k: v for k, v in arguments.items() if v is not None})
