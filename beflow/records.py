@@ -8,10 +8,12 @@ ever written here: MCP servers are recorded by name only.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import datetime as dt
 import difflib
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -93,9 +95,9 @@ def new_run_id(issue_key: str) -> str:
     return f"{now():%Y%m%d-%H%M%S}-{slug(issue_key, max_length=24)}-{secrets.token_hex(2)}"
 
 
-#: Records this process has read, by path, with the stamp of the file they came from: a watch lists the records
-#: every tick, and reads again only those that changed. (Records are written by atomic replace: a new inode.)
-_READ: dict[str, tuple[tuple[int, int, int], RunRecord]] = {}
+#: The stamps (inode, size, mtime) of finished records this process has read, by path: they are not read again
+#: while the stamp holds. (Records are written by atomic replace: every save is a new inode.)
+_FINISHED: dict[str, tuple[int, int, int]] = {}
 
 
 class RunStore:
@@ -130,36 +132,56 @@ class RunStore:
 
     def list(self) -> builtins.list[RunRecord]:
         """Every readable record, newest first."""
+        records = [record for _, record in self._read(lambda path: True)]
+        # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
+        return sorted(records, key=lambda r: (r.started_at, r.id), reverse=True)
+
+    def _read(self, wanted: Callable[[str], bool]) -> Iterator[tuple[str, RunRecord]]:
+        """The readable records whose ``run.json`` path ``wanted`` accepts."""
         try:
             names = os.listdir(self.root)
         except OSError:
-            return []
-        records = []
+            return
         prefix = str(self.root) + os.sep
         for name in names:
             path = prefix + name + os.sep + "run.json"
+            if not wanted(path):
+                continue
             try:
-                info = os.stat(path)
-                stamp = (info.st_ino, info.st_size, info.st_mtime_ns)
-                known = _READ.get(path)
-                if known is not None and known[0] == stamp:
-                    records.append(known[1])
-                    continue
                 with open(path, "rb") as handle:
-                    record = RunRecord.model_validate_json(handle.read())
+                    yield path, RunRecord.model_validate_json(handle.read())
             except (OSError, ValidationError):
                 continue
-            _READ[path] = (stamp, record)
-            records.append(record)
-        # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
-        return sorted(records, key=lambda r: (r.started_at, r.id), reverse=True)
+
+    def running(self) -> builtins.list[RunRecord]:
+        """The records still ``running``. A finished record never changes again, so each file is parsed once per
+        process and then only its stamp is kept: a watch asks this every tick over thousands of records, with
+        memory that does not grow with them beyond a few bytes each."""
+
+        def maybe_running(path: str) -> bool:
+            try:
+                info = os.stat(path)
+            except OSError:
+                return False
+            known = _FINISHED.get(path)
+            return known is None or known != (info.st_ino, info.st_size, info.st_mtime_ns)
+
+        found = []
+        for path, record in self._read(maybe_running):
+            if record.finished:
+                with contextlib.suppress(OSError):
+                    info = os.stat(path)
+                    _FINISHED[path] = (info.st_ino, info.st_size, info.st_mtime_ns)
+            else:
+                found.append(record)
+        return found
 
     def close_orphans(self) -> builtins.list[RunRecord]:
         """Close the records of runs whose beflow was killed (still ``running``, their process gone): they end
         ``cancelled``, saying so, instead of looking alive for ever."""
         closed = []
-        for record in self.list():
-            if record.outcome == "running" and not proc.is_running(record.pid, record.pid_start, record.boot_id):
+        for record in self.running():
+            if not proc.is_running(record.pid, record.pid_start, record.boot_id):
                 record.close("cancelled", f"beflow (pid {record.pid}) was killed before the run finished")
                 self.save(record)
                 closed.append(record)
