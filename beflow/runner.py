@@ -40,7 +40,7 @@ from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_server
 from beflow.mcp.inject import Injection, managed_acpxrc
 from beflow.paths import ACPXRC, acpx_home
 from beflow.records import Mode, Outcome, RunRecord, RunStore, new_run_id
-from beflow.trackers import Issue, Status, Tracker
+from beflow.trackers import Issue, Status, Tracker, reading_once
 
 T = TypeVar("T")
 
@@ -456,13 +456,14 @@ async def run_many(
     picked = not keys
     store = RunStore(project.directory)
     store.close_orphans()
-    settle_orphans(tracker, store)
-    if picked:
-        tracker.requeue_orphans()
-        keys = [issue.key for issue in tracker.ready()]
-    else:
-        # Unknown keys fail before anything runs; a key named twice runs once.
-        keys = list(dict.fromkeys(tracker.get(key).key for key in keys))
+    with reading_once(tracker):  # one scan of the tracker for all of this
+        settle_orphans(tracker, store)
+        if picked:
+            tracker.requeue_orphans()
+            keys = [issue.key for issue in tracker.ready()]
+        else:
+            # Unknown keys fail before anything runs; a key named twice runs once.
+            keys = list(dict.fromkeys(tracker.get(key).key for key in keys))
     if limit is not None:
         keys = keys[:limit]
     records: list[RunRecord] = []
