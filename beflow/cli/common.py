@@ -77,6 +77,9 @@ pass_app = click.make_pass_decorator(App, ensure=True)
 
 def emit_json(value: Any) -> None:
     """One JSON document (or one event line) on stdout."""
+    if hasattr(value, "model_dump_json"):  # straight from the model: no copy of it as Python objects in between
+        click.echo(value.model_dump_json())
+        return
     click.echo(json.dumps(value, default=_json_default, ensure_ascii=False))
 
 

@@ -399,6 +399,8 @@ class LocalTracker:
         key = str(path)
         known = _PARSED.get(key)
         if known is not None and known[0] == stamp:
+            if isinstance(known[1], Issue):
+                self._index.keep(os.path.basename(key), stamp, known[1])  # for a rewrite of the index
             return known[1]
         path = Path(path)
         result: Issue | builtins.list[FileProblem] | None = self._index.lookup(path, stamp)
@@ -722,6 +724,7 @@ class _Index:
         self.directory = directory
         self.path = path
         self._entries: dict[str, list[Any]] | None = None
+        self._on_disk = False
         self._kept: dict[str, list[Any]] = {}
         self.fresh = 0
         self.max_key = 0
@@ -733,6 +736,7 @@ class _Index:
                 data = json.loads(self.path.read_bytes())
                 if data["version"] == INDEX_VERSION and data["directory"] == str(self.directory):
                     self._entries = dict(data["entries"])
+                    self._on_disk = bool(self._entries)
         return self._entries
 
     def lookup(self, path: Path, stamp: tuple[int, int, int, int]) -> Issue | None:
@@ -756,13 +760,16 @@ class _Index:
         """Write the index when enough has changed (and only where beflow keeps state already: reading never
         creates state)."""
         entries = self._load()
-        stale = self.fresh >= INDEX_REWRITE or (self.fresh and not entries) or len(entries) > len(self._kept) * 2
+        stale = self.fresh >= INDEX_REWRITE or (self.fresh and not self._on_disk) or len(entries) > len(self._kept) * 2
+        # Once a scan is done, this process has every issue in memory: the index's copy is not needed again.
+        self._entries, kept, self._kept = {}, self._kept, {}
         if not stale or not state.is_dir():
             return
-        self._entries = {name: [stamp, _index_entry(issue)] for name, (stamp, issue) in self._kept.items()}
-        data = {"version": INDEX_VERSION, "directory": str(self.directory), "entries": self._entries}
+        entries = {name: [stamp, _index_entry(issue)] for name, (stamp, issue) in kept.items()}
+        data = {"version": INDEX_VERSION, "directory": str(self.directory), "entries": entries}
         with contextlib.suppress(OSError):
             atomic_write(self.path, json.dumps(data, ensure_ascii=False, separators=(",", ":")), durable=False)
+            self._on_disk = True
 
 
 def _index_entry(issue: Issue | builtins.list[Any]) -> Any:

@@ -141,3 +141,17 @@ def test_reading_a_big_tracker_parses_nothing_that_did_not_change(
     parses.clear()
     assert other.ready() == [] and [p.name for p in parses] == ["0150-x.md"]
     assert other.create("next").key == "301"
+
+
+def test_an_index_rewritten_by_a_long_lived_process_keeps_every_issue(
+    tracker: LocalTracker, parses: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(5):
+        tracker.create(f"old {n}")
+    tracker.list()  # the index holds the five
+    for n in range(local.INDEX_REWRITE):
+        tracker.create(f"new {n}")
+    tracker.list()  # enough changed for this process to write the index again: with every issue
+    other = fresh_process(monkeypatch, tracker)
+    parses.clear()
+    assert len(other.list().issues) == 5 + local.INDEX_REWRITE and parses == []
