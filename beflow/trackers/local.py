@@ -790,10 +790,15 @@ def _index_entry(issue: Issue | builtins.list[Any]) -> Any:
     ]
 
 
+_ISSUE_FIELDS = set(Issue.model_fields)
+_COMMENT_FIELDS = set(Comment.model_fields)
+
+
 def _issue_of(entry: builtins.list[Any], path: Path) -> Issue:
     """An issue from its index entry: validated when its file was parsed, so built without validating again."""
     key, title, status, priority, labels, created, updated, body, comments, url = entry
     return Issue.model_construct(
+        _ISSUE_FIELDS,  # one set shared by all (frozen models never change it): 100k issues, 70 MB less
         key=key,
         title=title,
         status=Status(status),
@@ -803,7 +808,8 @@ def _issue_of(entry: builtins.list[Any], path: Path) -> Issue:
         updated=dt.datetime.fromisoformat(updated),
         body=body,
         comments=[
-            Comment.model_construct(author=a, created=dt.datetime.fromisoformat(t), text=x) for a, t, x in comments
+            Comment.model_construct(_COMMENT_FIELDS, author=a, created=dt.datetime.fromisoformat(t), text=x)
+            for a, t, x in comments
         ],
         path=path,
         url=url,
