@@ -551,6 +551,8 @@ class Bench:
         n = self.sizes.big
         repo = self.repo(mcp=False)
         generate_issues(repo, n)
+        # The first listing parses every file and writes the tracker's index; the ones after it read the index.
+        first = measure_rusage(beflow(repo, "issues", "list", "--json"), repo)
         runs = [
             measure_rusage(beflow(repo, "issues", "list", "--json"), repo) for _ in range(max(1, self.sizes.runs // 2))
         ]
@@ -567,7 +569,8 @@ class Bench:
                 wall < 5.0,
                 wall / 5.0,
                 {"beflow": [r.wall for r in runs], "cpu": [r.cpu for r in runs]},
-                f"ratio is to the goal; CPU {median([r.cpu for r in runs]):.1f} s; the first run builds the index",
+                f"ratio is to the goal; CPU {median([r.cpu for r in runs]):.1f} s; the first listing (it builds the "
+                f"index) {first.wall:.1f} s, {first.max_rss_mib:.0f} MiB",
             )
         )
         self.add(
