@@ -175,8 +175,7 @@ def _read_file(scope: Scope, path: Path) -> tuple[list[Entry], list[Problem]]:
         except _Invalid as invalid:
             problems.extend(invalid.problems)
             continue
-        # Built without validating again: every field is already what it must be (a big file has thousands).
-        entries.append(Entry.model_construct(name=name, scope=scope, origin=path, server=server, text=text))
+        entries.append(Entry(name=name, scope=scope, origin=path, server=server, text=text))
     return entries, problems
 
 
