@@ -34,8 +34,9 @@ from beflow.trackers import Issue, Status, Tracker, open_tracker, reading_once
 from beflow.wake import Wakeup, watch_directories
 
 FAILURES = {"failed", "timeout"}
-#: Finished runs a long watch keeps in memory (the run records on disk keep them all): its memory stays flat.
-FINISHED_KEPT = 100
+#: Finished runs a long watch keeps in memory besides the live view's ``recent`` (the records on disk keep them
+#: all): none, so that its memory stays flat. ``--once`` returns every run of its tick.
+FINISHED_KEPT = 0
 
 
 @dataclass

@@ -94,18 +94,14 @@ def resolve_base(repo: git.Repo, base: str) -> str:
 
 
 #: Facts about repositories that do not change while beflow runs, asked of git once per process (a watch asks
-#: them once, not once per run): the common git directory, whether git knows who commits, which were pruned.
-_COMMON_DIRS: dict[str, Path] = {}
+#: them once, not once per run): whether git knows who commits, which were pruned.
 _IDENTITIES: dict[str, bool] = {}
 _PRUNED: set[Path] = set()
 
 
 def _common_dir(repo: git.Repo) -> Path:
-    key = str(repo.git_dir)
-    if key not in _COMMON_DIRS:
-        common = Path(repo.git.rev_parse("--git-common-dir"))
-        _COMMON_DIRS[key] = common if common.is_absolute() else Path(repo.working_tree_dir or ".") / common
-    return _COMMON_DIRS[key]
+    """The git directory the repository's worktrees share (read from ``commondir`` by GitPython: no process)."""
+    return Path(repo.common_dir).resolve()
 
 
 @contextlib.contextmanager
