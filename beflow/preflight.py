@@ -19,6 +19,7 @@ from beflow import git, prompt
 from beflow.config import AgentCommand, Project
 from beflow.errors import ConfigError
 from beflow.mcp.acp import resolve_servers
+from beflow.mcp.own import check_name
 from beflow.paths import acpx_home
 
 #: The agents acpx 0.19.1 knows by name (``acpx --help``); acpx config files can add more (``agents``).
@@ -61,11 +62,6 @@ def _where(project: Project) -> str:
 def check(project: Project) -> None:
     """Raise the first problem every run of this project would hit."""
     where, config = _where(project), project.config
-    if config.mcp.self_server:
-        raise ConfigError(
-            f"{where}mcp.self: beflow's own MCP server is not available yet in this version of beflow",
-            fix=f'Remove "self" from "mcp" in {project.config_name} (or set it to false).',
-        )
     if config.after_run.pull_request:
         raise ConfigError(
             f"{where}after_run.pull_request: pull requests come with the GitHub tracker, not available yet",
@@ -85,7 +81,7 @@ def check(project: Project) -> None:
     check_acpx(project)
     check_agent(project)
     prompt.check(config.prompt, project.directory)
-    resolve_servers(project)
+    check_name(project, resolve_servers(project))
 
 
 def check_acpx(project: Project) -> None:

@@ -1,13 +1,13 @@
-"""Run records: ``.beflow/runs/<run-id>/`` in the project directory (DESIGN §4).
+"""Run records: ``.beflow/runs/<run-id>/`` in the project directory (docs/runs.md).
 
 Each run directory holds ``run.json`` (the :class:`RunRecord`), ``prompt.md``, the acpx transcript
-(``transcript.jsonl``, one acpx JSON event a line), ``stderr.log`` and ``hooks/<name>.log``. No secret value is
-ever written here: MCP servers are recorded by name only.
+(``transcript.jsonl``, one acpx JSON event a line), ``stderr.log``, ``hooks/<name>.log`` and ``progress.jsonl`` (the
+progress lines the agent reported through beflow's MCP server, one JSON object a line). No secret value is ever
+written here: MCP servers are recorded by name only.
 """
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import datetime as dt
 import difflib
@@ -19,7 +19,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from beflow import proc
+from beflow import identity
 from beflow.errors import NotFoundError
 from beflow.files import atomic_write
 from beflow.paths import slug, state_dir
@@ -31,9 +31,25 @@ DONE_OUTCOMES = frozenset({"succeeded", "no_changes"})
 FAILED_OUTCOMES = frozenset({"failed", "timeout", "cancelled"})
 Mode = Literal["auto", "watch", "attend", "open"]
 
+#: The file of a run's progress lines: appended to by beflow's MCP server (another process than the run's), so
+#: that it never races the run's own writes of ``run.json``.
+PROGRESS_FILE = "progress.jsonl"
+#: The longest progress line, in characters: a status line, not a report.
+MAX_PROGRESS = 300
+#: How many of the latest progress lines a record shows (the file keeps them all).
+SHOWN_PROGRESS = 50
+
 
 def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+class ProgressNote(BaseModel):
+    """One progress line an agent reported during its run."""
+
+    time: dt.datetime
+    text: str
+    actor: str = "agent"
 
 
 class RunRecord(BaseModel):
@@ -57,11 +73,12 @@ class RunRecord(BaseModel):
     duration: float | None = None
     outcome: Outcome = "running"
     stop_reason: str | None = None
+    #: A failure no retry can fix (bad configuration, a prompt that does not render, an agent not installed).
+    permanent: bool = False
     exit_code: int | None = None
     pid: int = Field(default_factory=os.getpid)
-    #: With ``pid``, which process ran it (a reused pid is not mistaken for it): start time and boot.
-    pid_start: int | None = Field(default_factory=lambda: proc.start_time(os.getpid()))
-    boot_id: str | None = Field(default_factory=proc.boot_id)
+    #: With ``pid``, which process ran it (a reused pid is not mistaken for it): its start, seconds since the epoch.
+    pid_start: float | None = Field(default_factory=lambda: identity.start_time(os.getpid()))
     mcp_servers: list[str] = Field(default_factory=list)
     mcp_shadowed: list[str] = Field(default_factory=list)
     changed_files: list[str] = Field(default_factory=list)
@@ -77,6 +94,9 @@ class RunRecord(BaseModel):
     dirty_before: list[str] = Field(default_factory=list)
     #: ``--open``: the native client that was started.
     client: str | None = None
+    #: What the agent reported as it went (beflow's MCP server, ``run.progress``), oldest first; the latest
+    #: :data:`SHOWN_PROGRESS` lines.
+    progress: list[ProgressNote] = Field(default_factory=list)
 
     def close(self, outcome: Outcome, reason: str) -> None:
         """The run ended: its outcome, why, the end time and the duration."""
@@ -119,10 +139,34 @@ class RunStore:
         return directory
 
     def save(self, record: RunRecord) -> None:
+        record.progress = self.progress(record.id)  # the agent's lines are the progress file's, not the run's
         # Only the final record is made durable: after a crash, a record still `running` (whichever version of
         # it survives) is closed as cancelled by the next beflow, which is all recovery needs from it.
         path = self.directory(record.id) / "run.json"
         atomic_write(path, record.model_dump_json(indent=2) + "\n", durable=record.finished)
+
+    def add_progress(self, run_id: str, note: ProgressNote) -> None:
+        """Append one progress line: a single ``O_APPEND`` write, so that concurrent writers never tear a line."""
+        line = (note.model_dump_json() + "\n").encode("utf-8")
+        fd = os.open(self.directory(run_id) / PROGRESS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def progress(self, run_id: str) -> list[ProgressNote]:
+        """The run's latest progress lines, oldest first (lines that do not parse are skipped)."""
+        try:
+            lines = (self.directory(run_id) / PROGRESS_FILE).read_bytes().splitlines()
+        except OSError:
+            return []
+        notes = []
+        for line in lines[-SHOWN_PROGRESS:]:
+            try:
+                notes.append(ProgressNote.model_validate_json(line))
+            except ValidationError:
+                continue
+        return notes
 
     def write(self, run_id: str, name: str, data: str | bytes) -> Path:
         """An artifact of the run (hook output, stderr)."""
@@ -130,7 +174,7 @@ class RunStore:
         atomic_write(path, data, durable=False)
         return path
 
-    def list(self) -> builtins.list[RunRecord]:
+    def records(self) -> list[RunRecord]:
         """Every readable record, newest first."""
         records = [record for _, record in self._read(lambda path: True)]
         # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
@@ -153,7 +197,7 @@ class RunStore:
             except (OSError, ValidationError):
                 continue
 
-    def running(self) -> builtins.list[RunRecord]:
+    def running(self) -> list[RunRecord]:
         """The records still ``running``. A finished record never changes again, so each file is parsed once per
         process and then only its stamp is kept: a watch asks this every tick over thousands of records, with
         memory that does not grow with them beyond a few bytes each."""
@@ -176,12 +220,12 @@ class RunStore:
                 found.append(record)
         return found
 
-    def close_orphans(self) -> builtins.list[RunRecord]:
+    def close_orphans(self) -> list[RunRecord]:
         """Close the records of runs whose beflow was killed (still ``running``, their process gone): they end
         ``cancelled``, saying so, instead of looking alive for ever."""
         closed = []
         for record in self.running():
-            if not proc.is_running(record.pid, record.pid_start, record.boot_id):
+            if not identity.is_running(record.pid, record.pid_start):
                 record.close("cancelled", f"beflow (pid {record.pid}) was killed before the run finished")
                 self.save(record)
                 closed.append(record)
@@ -191,7 +235,7 @@ class RunStore:
         """A record by id or unique id prefix; ``latest`` is the newest run."""
         ids = sorted(p.name for p in self.root.iterdir()) if self.root.is_dir() else []
         if run_id == "latest" and ids:
-            newest = self.list()
+            newest = self.records()
             run_id = newest[0].id if newest else ids[-1]
         matches = [i for i in ids if i == run_id] or [i for i in ids if i.startswith(run_id)]
         if len(matches) != 1:
@@ -201,4 +245,6 @@ class RunStore:
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise NotFoundError(f"no run {run_id!r}{hint}", fix="`beflow runs list` shows the runs.")
         path = self.directory(matches[0]) / "run.json"
-        return RunRecord.model_validate_json(path.read_bytes())
+        record = RunRecord.model_validate_json(path.read_bytes())
+        record.progress = self.progress(record.id)  # fresher than run.json while the run is going
+        return record

@@ -666,9 +666,9 @@ class Bench:
         path.write_text(json.dumps({"mcpServers": servers}, indent=2))
         os.environ["BEFLOW_HOME"] = str(self.root / "home")
 
-        from beflow import acpx
         from beflow.config import load_project
         from beflow.mcp.acp import resolve_servers
+        from beflow.mcp.redact import Redactor
 
         project = load_project(repo / "config.json")
         loads, resolves = [], []
@@ -708,10 +708,11 @@ class Bench:
             )
         )
         resolved = resolve_servers(project) or []
+        wire = [server.model_dump(mode="json") for server in resolved]
         line = json.dumps(
-            {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": str(repo), "mcpServers": resolved}}
+            {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": str(repo), "mcpServers": wire}}
         ).encode()
-        redactor = acpx.Redactor(resolved)
+        redactor = Redactor(resolved)
         copies, masks = [], []
         for _ in range(self.sizes.runs):
             copies.append(_timed(lambda: json.dumps(json.loads(line)).encode()))

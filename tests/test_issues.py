@@ -144,7 +144,10 @@ def test_an_agent_files_follow_ups_as_open_with_where_they_came_from(agent: Cont
     call(agent, "issue.new", title="Agent's issue")  # key 1, which the agent is bound to
     follow_up = call(agent, "issue.new", title="Flaky test in auth", body="test_login fails 1 in 10.")
     assert follow_up.status == Status.OPEN
-    assert follow_up.body == "test_login fails 1 in 10.\n\n_Filed by agent (run r1) while working on issue 1._"
+    assert follow_up.body == "test_login fails 1 in 10.\n\n_Follow-up of issue 1, filed by agent (run r1)._"
+    # The link back: the bound issue says what was split off it.
+    assert call(agent, "issue.show").comments[-1].text == f"Follow-up filed: issue {follow_up.key} — Flaky test in auth"
+    assert call(agent, "issue.show").comments[-1].author == "agent (run r1)"
     with pytest.raises(UsageError, match="issues filed by an agent are open"):
         call(agent, "issue.new", title="Do it now", status="ready")
 

@@ -49,7 +49,7 @@ def test_runs_are_listed_newest_first_and_unreadable_ones_skipped(store: RunStor
     broken.mkdir()
     (broken / "run.json").write_text("{not json")
 
-    assert [r.id for r in store.list()] == [
+    assert [r.id for r in store.records()] == [
         "20260103-000000-1-cccc",
         "20260102-000000-2-bbbb",
         "20260101-000000-1-aaaa",
@@ -69,7 +69,7 @@ def test_a_run_is_found_by_id_prefix_or_latest(store: RunStore) -> None:
 
 
 def test_no_runs_yet(store: RunStore) -> None:
-    assert store.list() == []
+    assert store.records() == []
     with pytest.raises(NotFoundError, match="no run 'latest'"):
         store.get("latest")
 
@@ -81,7 +81,7 @@ def test_runs_started_within_the_same_second_are_ordered_by_start_time(store: Ru
     store.create(first, "")
     store.create(second, "")
 
-    assert [r.id for r in store.list()] == [second.id, first.id]
+    assert [r.id for r in store.records()] == [second.id, first.id]
     assert store.get("latest").id == second.id
 
 
@@ -111,4 +111,4 @@ def test_finished_records_are_read_once_to_find_the_running_ones(
     alive.close("failed", "it failed")
     store.save(alive)
     assert store.running() == [] and store.close_orphans() == []
-    assert {r.outcome for r in store.list()} == {"succeeded", "failed"}
+    assert {r.outcome for r in store.records()} == {"succeeded", "failed"}

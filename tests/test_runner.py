@@ -1,4 +1,4 @@
-"""One autonomous run end to end (DESIGN §4): the real pinned acpx drives the test ACP agent in a throwaway
+"""One autonomous run end to end (docs/architecture.md): the real pinned acpx drives the test ACP agent in a throwaway
 worktree with the project's MCP servers injected; the run commits, records, updates the tracker and cleans up."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from beflow.config import load_project
+from beflow.records import RunRecord
 from beflow.runner import Run, RunRequest
 from beflow.trackers import Status
 from tests.conftest import processes_under
@@ -379,12 +380,11 @@ def test_a_run_that_cannot_be_retried_fails_the_issue_even_when_a_dispatcher_wou
     auto_project.configure(prompt=None)
     failing = auto_project.new_issue("fail again")
 
-    def run(key: str, prompt: str | None) -> Run:
+    def run(key: str, prompt: str | None) -> RunRecord:
         auto_project.configure(prompt=prompt)
         project = load_project(auto_project.config_path)
         runner = Run(project, auto_project.tracker, RunRequest(key=key, final=False))
-        anyio.run(runner.execute)
-        return runner
+        return anyio.run(runner.execute)
 
     assert run(broken, "{{ issue.nope }}").permanent
     assert auto_project.issue(broken).status == Status.FAILED
@@ -401,7 +401,7 @@ def test_an_agent_that_cannot_be_started_is_a_permanent_failure(auto_project: Au
 
     record = anyio.run(runner.execute)
 
-    assert runner.permanent
+    assert record.permanent
     assert record.outcome == "failed"
     assert "the agent could not be started (no-such-agent-binary --acp)" in (record.stop_reason or "")
     assert auto_project.issue(key).status == Status.FAILED

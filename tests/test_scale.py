@@ -10,16 +10,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from beflow import acpx, validation
-from beflow.acpx import FEW_SECRETS, Redactor
+from beflow import validation
 from beflow.errors import ConfigError
-from beflow.mcp.acp import AcpRemote, AcpStdio, NameValue, to_acp
-from beflow.mcp.cascade import RemoteServer, StdioServer
+from beflow.mcp import acp
+from beflow.mcp.acp import AcpStdio, NameValue
+from beflow.mcp.redact import FEW_SECRETS, Redactor
 
 
-def servers_with(values: list[str]) -> list[dict[str, object]]:
+def servers_with(values: list[str]) -> list[AcpStdio]:
     return [
-        {"name": f"s{i}", "command": "c", "args": [], "env": [{"name": "K", "value": v}]} for i, v in enumerate(values)
+        AcpStdio(name=f"s{i}", command="c", args=[], env=[NameValue(name="K", value=v)]) for i, v in enumerate(values)
     ]
 
 
@@ -34,7 +34,7 @@ def test_many_secrets_are_masked_in_one_pass_exactly_as_one_by_one(values: list[
     text = (noise + " ".join(values) + noise).encode()
     one_by_one = text
     for value in sorted(values, key=len, reverse=True):
-        one_by_one = one_by_one.replace(value.encode(), acpx.MASK.encode())
+        one_by_one = one_by_one.replace(value.encode(), acp.MASK.encode())
     masked = Redactor(servers_with(values))(text)
     for value in values:
         assert value.encode() not in masked
@@ -52,23 +52,10 @@ def test_a_very_long_secret_among_many_is_masked() -> None:
 def test_the_session_new_line_of_thousands_of_servers_is_masked() -> None:
     values = [f"secret-value-{i:05d}" for i in range(3000)]
     servers = servers_with(values)
-    line = json.dumps({"jsonrpc": "2.0", "method": "session/new", "params": {"mcpServers": servers}}).encode()
+    wire = [server.model_dump(mode="json") for server in servers]
+    line = json.dumps({"jsonrpc": "2.0", "method": "session/new", "params": {"mcpServers": wire}}).encode()
     masked = json.loads(Redactor(servers)(line))
-    assert {pair["value"] for s in masked["params"]["mcpServers"] for pair in s["env"]} == {acpx.MASK}
-
-
-@pytest.mark.parametrize("reveal", [True, False])
-def test_translation_is_what_the_acp_models_dump(reveal: bool) -> None:
-    stdio = StdioServer(command="run", args=["-v"], env={"B": "2", "A": "1"})
-    remote = RemoteServer(type="sse", url="https://x", headers={"Authorization": "t"})
-    mask = (lambda v: v) if reveal else (lambda v: acpx.MASK)
-    assert to_acp("s", stdio, reveal=reveal) == AcpStdio(
-        name="s", command="run", args=["-v"], env=[NameValue(name=k, value=mask(v)) for k, v in stdio.env.items()]
-    ).model_dump(mode="json")
-    assert list(to_acp("r", remote, reveal=reveal)) == ["type", "name", "url", "headers"]
-    assert to_acp("r", remote, reveal=reveal) == AcpRemote(
-        type="sse", name="r", url="https://x", headers=[NameValue(name="Authorization", value=mask("t"))]
-    ).model_dump(mode="json")
+    assert {pair["value"] for s in masked["params"]["mcpServers"] for pair in s["env"]} == {acp.MASK}
 
 
 def test_plain_json_is_read_without_json5(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

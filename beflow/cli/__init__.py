@@ -16,7 +16,7 @@ from beflow import __version__
 from beflow.cli.common import App, guarded
 from beflow.paths import beflow_home
 
-# `beflow --auto KEY ...`, `beflow --attend KEY`, `beflow --open KEY` are modes of the root command (DESIGN §1);
+# `beflow --auto KEY ...`, `beflow --attend KEY`, `beflow --open KEY` are modes of the root command (docs/modes.md);
 # they are dispatched to hidden subcommands of the same names.
 MODE_FLAGS = {"--auto": "auto", "--attend": "attend", "--open": "open"}
 

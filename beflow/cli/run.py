@@ -8,7 +8,7 @@ from rich.markup import escape
 from beflow import interrupts, modes
 from beflow.cli.common import App, emit_json, err, pass_app
 from beflow.cli.progress import OUTCOME_STYLE, Progress
-from beflow.lifecycle import RunEvent
+from beflow.events import IDLE, RunEvent
 from beflow.records import FAILED_OUTCOMES
 from beflow.runner import run_many
 from beflow.trackers import open_tracker
@@ -35,7 +35,7 @@ def auto(app: App, keys: tuple[str, ...], limit: int | None, concurrency: int, a
         )
     if not records:
         if as_json:
-            emit_json({"event": "idle", "message": "no ready issues"})
+            emit_json({"event": IDLE, "message": "no ready issues"})
         else:
             err.print("No ready issues to run. `beflow issues new TITLE` files one.")
     if any(r.outcome in FAILED_OUTCOMES for r in records):
@@ -60,6 +60,8 @@ class SessionView:
             err.print(f"▶ issue {escape(event.issue)}: {escape(what)}", highlight=False)
         elif event.type == "notice":
             err.print(f"[yellow]![/] {escape(str(data.get('message')))}", highlight=False)
+        elif event.type == "progress":
+            err.print(f"  progress: {escape(str(data.get('text')))}", highlight=False)
         elif event.type == "finished":
             outcome = str(data.get("outcome"))
             style = OUTCOME_STYLE.get(outcome, "white")

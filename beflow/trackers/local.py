@@ -28,7 +28,6 @@ dies. docs/trackers.md describes all of it for users.
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import datetime as dt
 import difflib
@@ -48,7 +47,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from beflow import lazy
 from beflow.errors import ConfigError, LockedError, NotFoundError, UsageError
-from beflow.files import atomic_write, remove
+from beflow.files import atomic_write
+from beflow.locks import NotedLock
 from beflow.paths import STATE_DIR, state_dir
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
@@ -134,7 +134,7 @@ class _FrontMatter(BaseModel):
 class IssueFileError(ConfigError):
     """An issue file that cannot be read: names the file and the line."""
 
-    def __init__(self, problems: builtins.list[FileProblem]) -> None:
+    def __init__(self, problems: list[FileProblem]) -> None:
         super().__init__(
             "\n".join(p.render() for p in problems),
             fix="Fix the file at that line (docs/trackers.md describes the format), or `git checkout` it.",
@@ -150,7 +150,7 @@ def _escape(text: str, pattern: re.Pattern[str]) -> str:
     return "\n".join("\\" + line if pattern.match(line) else line for line in text.split("\n"))
 
 
-def _unescape(lines: builtins.list[str], pattern: re.Pattern[str]) -> str:
+def _unescape(lines: list[str], pattern: re.Pattern[str]) -> str:
     """The inverse of :func:`_escape`: one backslash less on every line it escaped."""
     return "\n".join(line[1:] if line.startswith("\\") and pattern.match(line) else line for line in lines)
 
@@ -257,7 +257,7 @@ def _load_front_matter(text: str) -> Any:
     return yaml.safe_load(text)
 
 
-def _line_of_key(front_lines: builtins.list[str], key: str) -> int:
+def _line_of_key(front_lines: list[str], key: str) -> int:
     """The file line of a top-level front matter key (1, the opening '---', when it is missing)."""
     pattern = re.compile(rf"^['\"]?{re.escape(key)}['\"]?\s*:")
     for index, line in enumerate(front_lines):
@@ -266,11 +266,11 @@ def _line_of_key(front_lines: builtins.list[str], key: str) -> int:
     return 1
 
 
-def _parse_comments(path: Path, lines: builtins.list[str], first_line: int) -> builtins.list[Comment]:
+def _parse_comments(path: Path, lines: list[str], first_line: int) -> list[Comment]:
     """Comments from the lines after the marker; ``first_line`` is the file line of ``lines[0]``."""
-    comments: builtins.list[Comment] = []
+    comments: list[Comment] = []
     heading: tuple[int, str, dt.datetime] | None = None
-    text: builtins.list[str] = []
+    text: list[str] = []
 
     def finish() -> None:
         if heading is None:
@@ -342,7 +342,7 @@ class LocalTracker:
         self.description = f"local issues in {directory}"
         self._index = _Index(directory, project_dir / STATE_DIR / "tracker" / "index.json")
         #: The last scan, reused while :meth:`reading_once` holds it and nothing was written meanwhile.
-        self._held: tuple[builtins.list[Issue], builtins.list[FileProblem]] | None = None
+        self._held: tuple[list[Issue], list[FileProblem]] | None = None
         self._holding = 0
 
     # paths -------------------------------------------------------------------------------------------------------
@@ -361,7 +361,7 @@ class LocalTracker:
 
     # reading -----------------------------------------------------------------------------------------------------
 
-    def _names(self) -> builtins.list[str]:
+    def _names(self) -> list[str]:
         """The names of the issue files, sorted (no stat: a scan stats each file once)."""
         try:
             names = os.listdir(self.directory)
@@ -369,7 +369,7 @@ class LocalTracker:
             return []
         return sorted(n for n in names if _is_issue_name(n))
 
-    def _files_named(self, key: str) -> builtins.list[Path]:
+    def _files_named(self, key: str) -> list[Path]:
         """The issue files whose name starts with the number ``key`` (``0007-x.md`` for 7)."""
         return [self.directory / n for n in self._names() if _number_of_name(n) == key]
 
@@ -386,7 +386,7 @@ class LocalTracker:
             raise IssueFileError([FileProblem(path=path, line=line, message="not UTF-8 text")]) from None
         return parse(path, text, mtime=mtime)
 
-    def _cached(self, path: Path | str) -> Issue | builtins.list[FileProblem] | None:
+    def _cached(self, path: Path | str) -> Issue | list[FileProblem] | None:
         """The issue in ``path`` (or its problems), parsed only when the file changed since it was last parsed in
         this process or recorded in the index; None when it is not a regular file (any more)."""
         try:
@@ -403,7 +403,7 @@ class LocalTracker:
                 self._index.keep(os.path.basename(key), stamp, known[1])  # for a rewrite of the index
             return known[1]
         path = Path(path)
-        result: Issue | builtins.list[FileProblem] | None = self._index.lookup(path, stamp)
+        result: Issue | list[FileProblem] | None = self._index.lookup(path, stamp)
         if result is None:
             try:
                 result = self._read(path)
@@ -429,11 +429,11 @@ class LocalTracker:
             if not self._holding:
                 self._held = None
 
-    def watched_directories(self) -> builtins.list[Path]:
+    def watched_directories(self) -> list[Path]:
         """Where a change may make an issue startable: the issue files, and the claim notes (a claim released)."""
         return [self.directory, self._claims_dir(create=False)]
 
-    def _scan(self) -> tuple[builtins.list[Issue], builtins.list[FileProblem]]:
+    def _scan(self) -> tuple[list[Issue], list[FileProblem]]:
         if self._holding and self._held is not None:
             return self._held
         scanned = self._scan_now()
@@ -441,14 +441,14 @@ class LocalTracker:
             self._held = scanned
         return scanned
 
-    def _scan_now(self) -> tuple[builtins.list[Issue], builtins.list[FileProblem]]:
+    def _scan_now(self) -> tuple[list[Issue], list[FileProblem]]:
         """Every issue that parses (by key) and a problem per file that does not; a repeated key is a problem.
 
         Only files that changed since they were last read (by this process, or by any beflow: the index in
         ``.beflow/tracker``) are parsed; the others cost one ``stat``.
         """
         issues: dict[str, Issue] = {}
-        problems: builtins.list[FileProblem] = []
+        problems: list[FileProblem] = []
         self._index.begin()
         prefix = str(self.directory) + os.sep
         for name in self._names():
@@ -469,12 +469,12 @@ class LocalTracker:
         self._index.end(self.project_dir / STATE_DIR)
         return sorted(issues.values(), key=lambda i: (int(i.key), i.key)), problems
 
-    def list(self, status: Status | None = None, label: str | None = None) -> Listing:
+    def listing(self, status: Status | None = None, label: str | None = None) -> Listing:
         issues, problems = self._scan()
         chosen = [i for i in issues if (status is None or i.status == status) and (label is None or label in i.labels)]
         return Listing(issues=chosen, problems=problems)
 
-    def ready(self) -> builtins.list[Issue]:
+    def ready(self) -> list[Issue]:
         issues, _ = self._scan()
         candidates = [i for i in issues if i.status == Status.READY and self.holder(i.key) is None]
         return sorted(candidates, key=Issue.order)
@@ -497,7 +497,7 @@ class LocalTracker:
             raise IssueFileError(broken)
         raise NotFoundError(self._not_found(key, issues), fix="`beflow issues list` shows every issue.")
 
-    def _not_found(self, key: str, issues: builtins.list[Issue]) -> str:
+    def _not_found(self, key: str, issues: list[Issue]) -> str:
         message = f"no issue {key} in {self.directory}"
         if not issues:
             return f"{message} (there are no issues yet)"
@@ -535,7 +535,7 @@ class LocalTracker:
         self,
         title: str,
         body: str = "",
-        labels: builtins.list[str] | None = None,
+        labels: list[str] | None = None,
         priority: int = DEFAULT_PRIORITY,
         status: Status = Status.READY,
     ) -> Issue:
@@ -607,13 +607,10 @@ class LocalTracker:
 
     def claim(self, key: str, owner: str) -> Claim:
         key = self.get(key).key
-        claims = self._claims_dir(create=True)
-        claims.mkdir(parents=True, exist_ok=True)
-        lock = filelock.FileLock(claims / f"{key}.lock", thread_local=False)
-        try:
-            lock.acquire(timeout=CLAIM_WAIT)
-        except filelock.Timeout:
-            holder = self._holder_info(key)
+        lock = self._claim_lock(key, create=True)
+        info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
+        if not lock.acquire(info, timeout=CLAIM_WAIT):
+            holder = lock.note()
             who = (
                 f"{holder.owner} (pid {holder.pid} on {holder.host} since {format_time(holder.since)})"
                 if holder
@@ -622,69 +619,30 @@ class LocalTracker:
             raise LockedError(
                 f"issue {key} is claimed by {who}",
                 fix="Wait for that run to finish or stop it; a claim ends by itself when its process dies.",
-            ) from None
-        info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
-        info_path = claims / f"{key}.json"
-        try:
-            # A note for people (the lock is the truth): no fsync.
-            atomic_write(info_path, info.model_dump_json(indent=2) + "\n", durable=False)
-        except BaseException:
-            lock.release()
-            raise
-
-        def release() -> None:
-            # The note goes first, while the lock is still ours: never delete the next holder's note.
-            remove(info_path, durable=False)
-            lock.release()
-
-        return Claim(info, release)
+            )
+        return Claim(info, lock.release)
 
     def release(self, claim: Claim) -> None:
         claim.release()
 
     def holder(self, key: str) -> ClaimInfo | None:
         key = normalize_key(key)
-        path = self._claims_dir(create=False) / f"{key}.lock"
-        if not path.exists():
+        lock = self._claim_lock(key, create=False)
+        if not lock.held_elsewhere():
             return None
-        probe = filelock.FileLock(path, thread_local=False)
-        try:
-            probe.acquire(timeout=0)
-        except filelock.Timeout:
-            return self._holder_info(key) or ClaimInfo(key=key, owner="unknown", pid=0, host="unknown", since=utc_now())
-        probe.release()
-        return None
+        return lock.note() or ClaimInfo(key=key, owner="unknown", pid=0, host="unknown", since=utc_now())
 
-    def _holder_info(self, key: str) -> ClaimInfo | None:
-        """The note the holder left beside its lock (None if it is unreadable or not yet written)."""
-        path = self._claims_dir(create=False) / f"{key}.json"
-        try:
-            return ClaimInfo.model_validate(json.loads(path.read_text(encoding="utf-8")))
-        except (OSError, ValueError):
-            return None
+    def _claim_lock(self, key: str, *, create: bool) -> NotedLock[ClaimInfo]:
+        """The claim of ``key``: a lock, and the holder's note beside it."""
+        claims = self._claims_dir(create=create)
+        return NotedLock(claims / f"{key}.lock", claims / f"{key}.json", ClaimInfo)
 
-    def orphaned(self) -> builtins.list[Issue]:
+    def orphaned(self) -> list[Issue]:
         issues, _ = self._scan()
         return [i for i in issues if i.status == Status.IN_PROGRESS and self.holder(i.key) is None]
 
-    def requeue_orphans(self, author: str = "beflow") -> builtins.list[Issue]:
-        requeued = []
-        for issue in self.orphaned():
-            last = self._holder_info(issue.key)  # the dead holder's note, if it left one
-            try:
-                claim = self.claim(issue.key, owner=f"{author} (requeue)")
-            except LockedError:
-                continue  # a run took it in the meantime
-            with claim:
-                if self.get(issue.key).status != Status.IN_PROGRESS:
-                    continue
-                who = f" (it was claimed by {last.owner}, pid {last.pid} on {last.host})" if last else ""
-                note = (
-                    f"The run working on this issue stopped without finishing{who}: no process holds its claim "
-                    "any more. Back to ready, so that a run picks it up again."
-                )
-                requeued.append(self.set_status(issue.key, Status.READY, note=note, author=author))
-        return requeued
+    def last_holder(self, key: str) -> ClaimInfo | None:
+        return self._claim_lock(normalize_key(key), create=False).note()
 
 
 def _number_of(path: Path) -> str | None:
@@ -707,7 +665,7 @@ RACY_NS = 1_000_000_000
 
 #: Every issue file this process has parsed, by path: its stamp (inode, size, mtime, ctime) and what it held. The
 #: trackers of one process (a watch reloading its config, each run's) share it, so a tick parses what changed only.
-_PARSED: dict[str, tuple[tuple[int, int, int, int], Issue | builtins.list[FileProblem]]] = {}
+_PARSED: dict[str, tuple[tuple[int, int, int, int], Issue | list[FileProblem]]] = {}
 
 #: How many files a scan must have parsed afresh before it rewrites the index (fewer are cheap to parse again).
 INDEX_REWRITE = 16
@@ -772,7 +730,7 @@ class _Index:
             self._on_disk = True
 
 
-def _index_entry(issue: Issue | builtins.list[Any]) -> Any:
+def _index_entry(issue: Issue | list[Any]) -> Any:
     if isinstance(issue, list):  # already in index form (read from the index)
         return issue
     comments = [[c.author, format_time(c.created), c.text] for c in issue.comments]
@@ -794,7 +752,7 @@ _ISSUE_FIELDS = set(Issue.model_fields)
 _COMMENT_FIELDS = set(Comment.model_fields)
 
 
-def _issue_of(entry: builtins.list[Any], path: Path) -> Issue:
+def _issue_of(entry: list[Any], path: Path) -> Issue:
     """An issue from its index entry: validated when its file was parsed, so built without validating again."""
     key, title, status, priority, labels, created, updated, body, comments, url = entry
     return Issue.model_construct(

@@ -47,21 +47,21 @@ def fresh_process(monkeypatch: pytest.MonkeyPatch, tracker: LocalTracker) -> Loc
 def test_an_unchanged_file_is_parsed_once(tracker: LocalTracker, parses: list[Path]) -> None:
     for n in range(5):
         tracker.create(f"issue {n}")
-    tracker.list()
+    tracker.listing()
     parses.clear()
-    assert [i.title for i in tracker.list().issues] == [f"issue {n}" for n in range(5)]
+    assert [i.title for i in tracker.listing().issues] == [f"issue {n}" for n in range(5)]
     assert tracker.ready() and parses == []
 
 
 def test_a_hand_edit_is_seen_even_at_the_same_size(tracker: LocalTracker, parses: list[Path]) -> None:
     issue = tracker.create("Fix the crash")
-    assert tracker.list().issues[0].status == Status.READY
+    assert tracker.listing().issues[0].status == Status.READY
     path = Path(str(issue.path))
     text = path.read_text()
     with path.open("r+") as handle:  # in place, same size: only the stamp's times (and ctime) tell
         handle.write(text.replace("status: ready", "status: close"))
     parses.clear()
-    [problem] = tracker.list().problems
+    [problem] = tracker.listing().problems
     assert "status" in problem.message and parses == [path]
 
 
@@ -71,11 +71,11 @@ def test_a_new_process_reads_unchanged_issues_from_the_index(
     for n in range(local.INDEX_REWRITE + 2):
         tracker.create(f"issue {n}", body=f"body {n}", labels=["a", "b"])
     tracker.comment("3", "a comment", author="alice")
-    before = tracker.list().issues
+    before = tracker.listing().issues
     assert (tracker.project_dir / ".beflow" / "tracker" / "index.json").is_file()
     other = fresh_process(monkeypatch, tracker)
     parses.clear()
-    after = other.list().issues
+    after = other.listing().issues
     assert parses == []
     assert [i.model_dump() for i in after] == [i.model_dump() for i in before]
 
@@ -85,22 +85,22 @@ def test_the_index_never_hides_an_edit(
 ) -> None:
     for n in range(local.INDEX_REWRITE + 2):
         tracker.create(f"issue {n}")
-    tracker.list()
+    tracker.listing()
     path = Path(str(tracker.get("4").path))
     path.write_text(path.read_text().replace("issue 3", "renamed by hand"))
     other = fresh_process(monkeypatch, tracker)
     parses.clear()
     assert other.get("4").title == "renamed by hand"
-    assert other.list().issues[3].title == "renamed by hand" and parses == [path]
+    assert other.listing().issues[3].title == "renamed by hand" and parses == [path]
 
 
 def test_a_damaged_index_is_ignored(tracker: LocalTracker, monkeypatch: pytest.MonkeyPatch) -> None:
     for n in range(local.INDEX_REWRITE + 2):
         tracker.create(f"issue {n}")
-    tracker.list()
+    tracker.listing()
     index = tracker.project_dir / ".beflow" / "tracker" / "index.json"
     index.write_text('{"version": 1, "directory": "' + str(tracker.directory) + '", "entries": {"0001-issue-0.md": 7}}')
-    assert len(fresh_process(monkeypatch, tracker).list().issues) == local.INDEX_REWRITE + 2
+    assert len(fresh_process(monkeypatch, tracker).listing().issues) == local.INDEX_REWRITE + 2
 
 
 def test_one_issue_is_read_by_its_file_name_without_a_scan(
@@ -122,9 +122,9 @@ def test_a_file_just_written_is_read_again_until_its_stamp_can_be_trusted(
 ) -> None:
     monkeypatch.setattr(local, "RACY_NS", 3600 * 10**9)
     tracker.create("new")
-    tracker.list()
+    tracker.listing()
     parses.clear()
-    tracker.list()
+    tracker.listing()
     assert len(parses) == 1
 
 
@@ -135,7 +135,7 @@ def test_reading_a_big_tracker_parses_nothing_that_did_not_change(
     (tracker.project_dir / ".beflow" / ".gitignore").write_text("*\n")
     for key in range(1, 301):
         (tracker.directory / f"{key:04d}-x.md").write_text(f"---\nkey: {key}\ntitle: x\nstatus: done\n---\n")
-    assert len(tracker.list().issues) == 300 and len(parses) == 300
+    assert len(tracker.listing().issues) == 300 and len(parses) == 300
     os.utime(tracker.directory / "0150-x.md")  # touched: read again, found the same
     other = fresh_process(monkeypatch, tracker)
     parses.clear()
@@ -148,10 +148,10 @@ def test_an_index_rewritten_by_a_long_lived_process_keeps_every_issue(
 ) -> None:
     for n in range(5):
         tracker.create(f"old {n}")
-    tracker.list()  # the index holds the five
+    tracker.listing()  # the index holds the five
     for n in range(local.INDEX_REWRITE):
         tracker.create(f"new {n}")
-    tracker.list()  # enough changed for this process to write the index again: with every issue
+    tracker.listing()  # enough changed for this process to write the index again: with every issue
     other = fresh_process(monkeypatch, tracker)
     parses.clear()
-    assert len(other.list().issues) == 5 + local.INDEX_REWRITE and parses == []
+    assert len(other.listing().issues) == 5 + local.INDEX_REWRITE and parses == []

@@ -1,0 +1,95 @@
+"""Keeping the injected MCP servers' secret values out of everything a run writes down."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from beflow.mcp.acp import MASK, AcpServer, secret_values
+
+#: Secret values shorter than this are masked only where they are known to be secrets (``mcpServers``), not in
+#: free text: masking every "1" or "on" in a transcript would make it unreadable.
+MIN_SCRUBBED = 6
+
+
+class Redactor:
+    """Masks the secret values of the injected MCP servers (env and header values) in what goes into a run record.
+
+    acpx's ``--format json`` stream repeats ``session/new`` with the ``mcpServers`` it handed over, values and all;
+    an agent or a hook may also print a value. Every env and header value is masked inside ``mcpServers``, and
+    any value of :data:`MIN_SCRUBBED` characters or more wherever else it appears (raw or JSON-escaped).
+    """
+
+    def __init__(self, servers: Sequence[AcpServer] | None = None) -> None:
+        values = secret_values(servers or [])
+        scrubbed = sorted((v for v in values if len(v) >= MIN_SCRUBBED), key=len, reverse=True)
+        self._forms = [form for v in scrubbed for form in {v.encode(), json.dumps(v)[1:-1].encode()}]
+        self._pattern: re.Pattern[bytes] | None = None
+
+    def __call__(self, data: bytes) -> bytes:
+        if b'"mcpServers"' in data:
+            data = _mask_servers(data)
+        if len(self._forms) <= FEW_SECRETS:
+            for form in self._forms:
+                data = data.replace(form, MASK.encode())
+            return data
+        # Many secrets (a big .mcp.json): one pass over the data, not one per secret.
+        if self._pattern is None:
+            self._pattern = _alternation(self._forms)
+        return self._pattern.sub(MASK.encode(), data)
+
+    def text(self, text: str) -> str:
+        return self(text.encode("utf-8")).decode("utf-8", errors="replace")
+
+
+#: Up to this many secret forms, masking replaces each in turn; beyond, one regular expression finds them all.
+FEW_SECRETS = 32
+
+
+def _alternation(forms: list[bytes]) -> re.Pattern[bytes]:
+    """One pattern matching every form (the longest where several start at the same place), as a trie: shared
+    prefixes are matched once, so a search costs about one step per byte of data however many forms there are."""
+    trie: dict[int | None, Any] = {}
+    for form in forms:
+        node = trie
+        for byte in form:
+            node = node.setdefault(byte, {})
+        node[None] = {}
+
+    def pattern(node: dict[int | None, Any]) -> bytes:
+        # Iterative along single-child chains, recursive only where the trie branches (shallow).
+        literal = b""
+        while len(node) == 1 and None not in node:
+            byte, node = next(iter(node.items()))
+            assert byte is not None  # the loop's condition
+            literal += re.escape(bytes([byte]))
+        branches = [
+            re.escape(bytes([b])) + pattern(child)
+            for b, child in sorted((k, v) for k, v in node.items() if k is not None)
+        ]
+        if not branches:
+            return literal
+        group = b"(?:" + b"|".join(branches) + b")"
+        return literal + (group + b"?" if None in node else group)
+
+    return re.compile(pattern(trie))
+
+
+def _mask_servers(line: bytes) -> bytes:
+    """The JSON-RPC message with every env and header value under ``params.mcpServers`` masked."""
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return line
+    params = message.get("params") if isinstance(message, dict) else None
+    servers = params.get("mcpServers") if isinstance(params, dict) else None
+    if not isinstance(servers, list):
+        return line
+    for server in servers:
+        for name in ("env", "headers"):
+            for pair in server.get(name) or [] if isinstance(server, dict) else []:
+                if isinstance(pair, dict) and "value" in pair:
+                    pair["value"] = MASK
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
