@@ -713,6 +713,7 @@ class Bench:
             {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": str(repo), "mcpServers": wire}}
         ).encode()
         redactor = Redactor(resolved)
+        redactor(line)  # a run builds its redactor once (its pattern on first use), then masks every line with it
         copies, masks = [], []
         for _ in range(self.sizes.runs):
             copies.append(_timed(lambda: json.dumps(json.loads(line)).encode()))
