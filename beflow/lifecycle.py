@@ -111,6 +111,8 @@ def summary(record: RunRecord) -> str:
     lines.append(f"- agent: {record.agent}, attempt {record.attempt}, {record.duration or 0:.1f} s")
     if record.branch:
         lines.append(f"- branch: `{record.branch}`" + (f", commit `{record.commit[:12]}`" if record.commit else ""))
+    if record.pull_request:
+        lines.append(f"- pull request: {record.pull_request}")
     if record.checkout:
         lines.append(f"- {record.mode} session in the checkout `{record.checkout}`; nothing was committed")
     if record.changed_files:
@@ -229,6 +231,8 @@ class Session:
         self.servers: list[AcpServer] | None = None
         #: Masks the injected servers' secret values in everything written to the record.
         self.redact = Redactor()
+        #: Why the claim's lease was lost, if it was: another machine owns the issue now, and this run leaves it be.
+        self.claim_lost: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -236,6 +240,9 @@ class Session:
 
     def emit(self, kind: RunEventKind, **data: Any) -> None:
         self._events(RunEvent(kind, self.record.id, self.record.issue, data))
+        progress = getattr(self.tracker, "progress", None)  # trackers that show a run's progress on the issue
+        if kind == "activity" and progress is not None and self.claim_lost is None:
+            progress(self.record.issue, f"beflow run `{self.record.id}` is working on this issue: {data['latest']}")
 
     def start(self, prompt_text: str, note: str | None = None) -> None:
         """The record is written with its prompt, and the tracker says a run works on the issue."""
@@ -285,6 +292,9 @@ class Session:
         record = self.record
         record.close(outcome, reason)
         self.store.save(record)
+        if self.claim_lost is not None:  # the issue is another run's now: its status and comments are that run's
+            self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
+            return record
         status = status_for(record.outcome)
         note = summary(record) if self.project.config.after_run.comment else None
         if status == Status.FAILED and self.request.mode == "watch":

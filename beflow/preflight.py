@@ -62,10 +62,10 @@ def _where(project: Project) -> str:
 def check(project: Project) -> None:
     """Raise the first problem every run of this project would hit."""
     where, config = _where(project), project.config
-    if config.after_run.pull_request:
+    if config.after_run.pull_request and config.tracker.kind != "github":
         raise ConfigError(
-            f"{where}after_run.pull_request: pull requests come with the GitHub tracker, not available yet",
-            fix=f'Remove "pull_request" from "after_run" in {project.config_name} (or set it to false).',
+            f'{where}after_run.pull_request: pull requests need the GitHub tracker ("tracker": {{"kind": "github"}})',
+            fix=f'Use the GitHub tracker, or remove "pull_request" from "after_run" in {project.config_name}.',
         )
     repo = git.open_repo(project.directory)
     try:

@@ -97,6 +97,8 @@ class RunRecord(BaseModel):
     #: What the agent reported as it went (beflow's MCP server, ``run.progress``), oldest first; the latest
     #: :data:`SHOWN_PROGRESS` lines.
     progress: list[ProgressNote] = Field(default_factory=list)
+    #: ``after_run.pull_request``: the pull request the run opened or updated.
+    pull_request: str | None = None
 
     def close(self, outcome: Outcome, reason: str) -> None:
         """The run ended: its outcome, why, the end time and the duration."""

@@ -315,7 +315,7 @@ def _keys(model: type[pydantic.BaseModel]) -> set[str]:
 def test_the_example_documents_every_key() -> None:
     text = EXAMPLE.read_text()
     keys = _keys(Config)
-    assert {"agent", "command", "repo", "token_env", "pull_requests", "self", "backoff_max"} <= keys
+    assert {"agent", "command", "repo", "token_env", "pull_request", "draft", "lease", "self", "backoff_max"} <= keys
 
     undocumented = sorted(key for key in keys if f'"{key}"' not in text)
 

@@ -58,9 +58,11 @@ def test_the_project_tracker_is_the_local_one_in_its_configured_directory(repo: 
     assert tracker.directory == repo / "issues"
 
 
-def test_the_github_tracker_is_not_available_yet(repo: Path) -> None:
+def test_the_github_tracker_needs_a_token(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config_file(repo).write_text('{"tracker": {"kind": "github", "repo": "acme/app"}}')
-    with pytest.raises(ConfigError, match=r"GitHub tracker .* is not available yet"):
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ConfigError, match=r"no GitHub token: \$GITHUB_TOKEN is not set"):
         open_tracker(load_project())
 
 

@@ -40,7 +40,10 @@ def assert_nothing_changed(project: AutoProject, key: str) -> None:
             "mcp.self: the .mcp.json cascade already has a server named 'beflow'",
         ),
         (lambda p: p.configure(prompt="{{ issue.nope }}"), "issue has no field 'nope'"),
-        (lambda p: p.configure(after_run={"pull_request": True}), "after_run.pull_request: pull requests come with"),
+        (
+            lambda p: p.configure(after_run={"pull_request": True}),
+            "after_run.pull_request: pull requests need the GitHub tracker",
+        ),
     ],
     ids=[
         "base",
