@@ -95,3 +95,32 @@ def test_a_capped_log_keeps_whole_lines_up_to_its_limit_then_says_how_much_it_le
     assert (
         path.read_bytes() == b"$ cmd\na ***\n[beflow: output beyond 20 bytes was not kept: 22 more bytes]\n[exit 0]\n"
     )
+
+
+def test_finished_records_are_read_once_to_find_the_running_ones(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow import records
+
+    monkeypatch.setattr(records, "_FINISHED", {})
+    finished = [RunRecord(id=f"2024-{n}", issue=str(n), mode="auto", agent="a", started_at=now()) for n in range(5)]
+    for record in finished:
+        record.close("succeeded", "done")
+        store.create(record, "prompt")
+    alive = RunRecord(id="2024-alive", issue="9", mode="watch", agent="a", started_at=now())
+    store.create(alive, "prompt")
+    reads: list[bytes] = []
+    real = RunRecord.model_validate_json
+
+    def counting(data: bytes) -> RunRecord:
+        reads.append(data)
+        return real(data)
+
+    monkeypatch.setattr(RunRecord, "model_validate_json", counting)
+    assert [r.id for r in store.running()] == ["2024-alive"] and len(reads) == 6
+    reads.clear()
+    assert [r.id for r in store.running()] == ["2024-alive"] and len(reads) == 1
+    alive.close("failed", "it failed")
+    store.save(alive)
+    assert store.running() == [] and store.close_orphans() == []
+    assert {r.outcome for r in store.records()} == {"succeeded", "failed"}

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
-from rich.table import Table
 
 import beflow.runs  # noqa: F401 - registers the run operations
-from beflow.cli.common import App, call_operation, emit_json, out, pass_app
+from beflow.cli.common import App, call_operation, emit_json, escape, out, pass_app
 from beflow.cli.progress import OUTCOME_STYLE
 from beflow.records import RunRecord
 
@@ -35,6 +33,8 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
     if not records:
         out.print("No runs yet. `beflow --auto` runs the ready issues.")
         return
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False)
     # Run ids are never cut short: they are what `runs show` and `runs logs` take.
     table.add_column("run", no_wrap=True, min_width=max(len(r.id) for r in records))
