@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from beflow import ACPX_VERSION, preflight, proc
+from beflow import ACPX_VERSION, agents, preflight, proc
 from beflow.config import CONFIG_PATH, Config, Project, earlier_root_config, load_project
 from beflow.errors import BeflowError
 from beflow.mcp.acp import shadowed_global_servers
@@ -18,6 +18,9 @@ from beflow.trackers import Status, open_tracker
 
 #: acpx probes may download the pinned release through npx on first use.
 ACPX_PROBE_TIMEOUT = 300.0
+
+#: Starting the agent may download its ACP adapter through npx on first use.
+AGENT_PROBE_TIMEOUT = agents.PROBE_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -129,8 +132,9 @@ def check_earlier_root_config(project: Project) -> Check | None:
     return Check("config", True, f"{path} looks like beflow's but is not read: the config is {CONFIG_PATH}", fix, True)
 
 
-#: Checks that need a loaded project (the tracker, the MCP cascade); later features add theirs here.
-PROJECT_CHECKS: list[Callable[[Project], Check]] = []
+#: Checks that need a loaded project (the tracker, the MCP cascade); later features add theirs here. A check
+#: that has nothing to say (its subject is already reported broken) returns None.
+PROJECT_CHECKS: list[Callable[[Project], Check | None]] = []
 
 
 def check_mcp(project: Project) -> Check:
@@ -169,7 +173,7 @@ def run_checks(explicit: Path | None = None) -> list[Check]:
     if earlier is not None:
         checks.append(earlier)
     if project is not None:
-        checks.extend(check(project) for check in PROJECT_CHECKS)
+        checks.extend(c for c in (check(project) for check in PROJECT_CHECKS) if c is not None)
     return checks
 
 
@@ -207,7 +211,22 @@ def check_runs(project: Project) -> Check:
     except BeflowError as error:
         return Check("runs", False, error.message, error.fix or f"Fix {project.config_name} as the message says.")
     agent = project.config.agent_label()
-    return Check("runs", True, f"ready to run agent {agent!r} in worktrees under {project.worktrees_dir}")
+    return Check("runs", True, f"agent {agent!r} through acpx, in worktrees under {project.worktrees_dir}")
 
 
 PROJECT_CHECKS.append(check_runs)
+
+
+def check_agent_starts(project: Project) -> Check | None:
+    """Start the configured agent through acpx (initialize and a new session, no prompt): is it installed, and
+    logged in? Skipped when acpx or the agent cannot be found at all (the runs check says so)."""
+    try:
+        preflight.check_acpx(project)
+        preflight.check_agent(project)
+    except BeflowError:
+        return None
+    probe = agents.probe(project.config, timeout=AGENT_PROBE_TIMEOUT)
+    return Check("agent", probe.ok, probe.detail, probe.fix)
+
+
+PROJECT_CHECKS.append(check_agent_starts)

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from beflow import acpx, git, interrupts, preflight, proc
+from beflow import acpx, agents, git, interrupts, preflight, proc
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError
 from beflow.lifecycle import (
@@ -290,7 +290,7 @@ class Run:
         """The outcome of the agent session, from acpx's exit code (0 ok, 1 error, 3 timeout, 5 permission
         denied) and what the transcript says (the prompt's stop reason, the agent's or acpx's error)."""
         seen = self.transcript
-        stderr_tail = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
+        run_id = self.record.id if self.record is not None else None
         if result.timed_out or result.returncode == acpx.ACPX_TIMEOUT or seen.acpx_code == "TIMEOUT":
             limit = f"within {self.config.timeout:g} s" if self.config.timeout is not None else "in time (acpx said so)"
             return "timeout", f"the agent did not finish {limit}"
@@ -300,17 +300,20 @@ class Run:
             if seen.stop_reason == "refusal":
                 return "failed", "the agent refused the task"
             return "succeeded", f"the agent finished ({seen.stop_reason})"
+        stderr = stderr_path.read_text(encoding="utf-8", errors="replace")
+        failure = agents.diagnose(seen, self.config, returncode=result.returncode, stderr=stderr, run_id=run_id)
+        if failure is not None and failure.permanent:
+            # No retry can log in or install an agent: a watch gives up on the issue at once.
+            self.permanent = True
+            return "failed", failure.reason()
         if seen.error:
-            return "failed", f"the agent reported an error: {seen.error}"
+            return "failed", f"the agent reported an error: {agents.one_line(seen.error)}"
         if result.returncode == acpx.ACPX_PERMISSION_DENIED:
             return "failed", f"the agent was denied a permission it asked for (permissions: {self.config.permissions})"
-        if seen.acpx_detail in acpx.AGENT_MISSING:
-            # No retry can start an agent that is not installed (or a name acpx does not know): permanent.
-            self.permanent = True
-            return "failed", f"the agent could not be started ({self.config.agent_label()}): {seen.acpx_error}"
-        if seen.acpx_error:
-            return "failed", f"acpx: {seen.acpx_error}"
-        detail = " / ".join(stderr_tail) if stderr_tail else "no error output"
+        if failure is not None:
+            return "failed", failure.reason()
+        lines = agents.agent_lines(stderr)[-3:]
+        detail = agents.one_line(" / ".join(lines)) if lines else "no error output"
         return "failed", f"the agent stopped before finishing its turn (acpx {result.describe()}; {detail})"
 
     async def _hook(self, name: str, cwd: Path, *, fatal: bool) -> None:

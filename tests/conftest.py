@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -131,6 +132,17 @@ def acpx_bin() -> Path:
 def test_agent_command() -> str:
     """The raw ACP agent command (acpx --agent) of the test agent the suite ships."""
     return f"{sys.executable} {TEST_AGENT}"
+
+
+@pytest.fixture
+def codex_is_the_test_agent(test_agent_command: str) -> Path:
+    """acpx's own config (``$HOME/.acpx/config.json``) maps the registry agents ``codex`` (the default) and
+    ``claude`` to the test agent: as if they were installed and logged in, never downloaded in a test."""
+    config = Path(os.environ["HOME"]) / ".acpx" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    agents = {name: {"command": test_agent_command} for name in ("codex", "claude")}
+    config.write_text(json.dumps({"agents": agents}))
+    return config
 
 
 def processes_under(directory: Path) -> list[str]:

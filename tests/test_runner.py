@@ -123,7 +123,7 @@ OUTCOMES = [
         {},
         "failed",
         Status.FAILED,
-        "stopped before finishing",
+        "exited in the middle of its turn (acpx exit 1): [acp-test-agent",
         {"half.txt": "x"},
         id="agent-crash",
     ),
@@ -403,8 +403,32 @@ def test_an_agent_that_cannot_be_started_is_a_permanent_failure(auto_project: Au
 
     assert runner.permanent
     assert record.outcome == "failed"
-    assert "the agent could not be started (no-such-agent-binary --acp)" in (record.stop_reason or "")
+    assert record.stop_reason == (
+        "the agent no-such-agent-binary --acp could not be started: Failed to spawn agent command: "
+        "no-such-agent-binary --acp. Fix: install the agent, or give its full path in `agent.command` in "
+        ".beflow/config.json"
+    )
     assert auto_project.issue(key).status == Status.FAILED
+
+
+def test_an_agent_that_is_not_logged_in_fails_with_the_real_cause_and_the_fix_and_for_good(
+    auto_project: AutoProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent answers session/new with ACP's auth-required error: that, not "no error output", is the reason."""
+    monkeypatch.setenv("ACP_TEST_AUTH", "required")
+    key = auto_project.new_issue("write never.txt x")
+    runner = Run(load_project(auto_project.config_path), auto_project.tracker, RunRequest(key=key, final=False))
+
+    record = anyio.run(runner.execute)
+
+    assert runner.permanent  # no retry logs anyone in
+    assert record.outcome == "failed"
+    assert record.stop_reason is not None and "\n" not in record.stop_reason
+    assert record.stop_reason.startswith("the agent ")
+    assert "is not logged in: Authentication required (its answer to session/new). Fix: log in" in record.stop_reason
+    issue = auto_project.issue(key)
+    assert issue.status == Status.FAILED
+    assert "is not logged in: Authentication required" in issue.comments[-1].text
 
 
 # -- the prompt --------------------------------------------------------------------------------------------------

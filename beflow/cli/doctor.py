@@ -15,7 +15,8 @@ from beflow.doctor import run_checks
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 @pass_app
 def command(app: App, as_json: bool) -> None:
-    """Check git, node, acpx, the config and the tracker; exit 1 when something needs fixing."""
+    """Check git, node, acpx, the config, the tracker and MCP, and start the agent (no prompt) to see that it is
+    installed and logged in; exit 1 when something needs fixing."""
     checks = run_checks(app.config_option)
     if as_json:
         emit_json([dataclasses.asdict(c) for c in checks])
