@@ -288,19 +288,19 @@ class Dispatcher:
                 latest[record.issue] = record
         watch = self.project.config.watch
         for key in keys:
-            record = latest.get(key)
+            last = latest.get(key)
             # A run that gave up (its last attempt) and an issue that is ready again: a person reopened it, and it
             # gets a fresh round of attempts.
-            if record is None or record.mode != "watch" or record.outcome not in FAILURES:
+            if last is None or last.mode != "watch" or last.outcome not in FAILURES:
                 self.attempts[key] = 0
                 continue
-            if record.attempt >= watch.max_attempts:
+            if last.attempt >= watch.max_attempts:
                 self.attempts[key] = 0
                 continue
-            self.attempts[key] = record.attempt
-            if record.attempt < watch.max_attempts and record.finished_at is not None:
-                due = record.finished_at.timestamp() + backoff_delay(record.attempt, watch.backoff, watch.backoff_max)
-                self.backoffs[key] = Backoff(key, record.attempt + 1, due, record.stop_reason or "")
+            self.attempts[key] = last.attempt
+            if last.attempt < watch.max_attempts and last.finished_at is not None:
+                due = last.finished_at.timestamp() + backoff_delay(last.attempt, watch.backoff, watch.backoff_max)
+                self.backoffs[key] = Backoff(key, last.attempt + 1, due, last.stop_reason or "")
 
     async def _run(self, running: Running, finished: list[RunRecord]) -> None:
         key, watch = running.key, self.project.config.watch

@@ -220,12 +220,12 @@ def changed_files(worktree: Path, base: str, head: str) -> list[str]:
     if base == head:
         return []
     with git.Repo(worktree) as repo:
-        return repo.git.diff("--name-status", base, head).splitlines()
+        return str(repo.git.diff("--name-status", base, head)).splitlines()
 
 
 def diff(directory: Path, base: str, head: str) -> str:
     with git.Repo(directory) as repo:
-        return repo.git.diff("--stat", "--patch", base, head)
+        return str(repo.git.diff("--stat", "--patch", base, head))
 
 
 def remove_worktree(repo: git.Repo, path: Path) -> None:
@@ -281,7 +281,7 @@ def current_branch(directory: Path) -> str:
 def user_name(directory: Path) -> str:
     """Who is at the keyboard: git's ``user.name`` for this repository, else the login name."""
     try:
-        name = git.Git(str(directory)).config("--get", "user.name").strip()
+        name = str(git.Git(str(directory)).config("--get", "user.name")).strip()
     except (git.GitCommandError, git.GitCommandNotFound, OSError):
         name = ""
     if name:

@@ -123,7 +123,7 @@ def close_record(store: RunStore, record: RunRecord, outcome: Outcome, reason: s
     store.save(record)
 
 
-def status_after(outcome: str, *, retry: bool = False) -> Status:
+def status_after(outcome: Outcome, *, retry: bool = False) -> Status:
     """Where a run leaves its issue: ``review`` when it finished, ``ready`` when cancelled or to be retried,
     else ``failed``."""
     if outcome in DONE_OUTCOMES:
@@ -191,7 +191,7 @@ def settle_orphans(tracker: Tracker, store: RunStore) -> list[str]:
     """Issues left ``in_progress`` by a run that finished its work but could not tell the tracker (the issue file
     was unreadable at that moment): they get the status and comment the run would have given them, instead of
     being run again. Runs that did not finish are left to the tracker's requeue."""
-    settled = []
+    settled: list[str] = []
     orphaned = tracker.orphaned()
     if not orphaned:
         return settled

@@ -57,9 +57,9 @@ from beflow.lifecycle import (
     summary,
 )
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
-from beflow.mcp.inject import ACPXRC, managed_acpxrc
-from beflow.paths import beflow_home, path_key
-from beflow.records import DONE_OUTCOMES, RunRecord, RunStore, new_run_id
+from beflow.mcp.inject import managed_acpxrc
+from beflow.paths import ACPXRC, beflow_home, path_key
+from beflow.records import DONE_OUTCOMES, Outcome, RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
 
 #: Where ``{prompt}`` goes in a native client's argv.
@@ -307,7 +307,7 @@ class _Session:
         self.store.create(self.record, prompt_text)
         move_to_in_progress(self.tracker, self.issue, note)
 
-    def finish(self, outcome: str, reason: str, status_for: Callable[[str], Status]) -> RunRecord:
+    def finish(self, outcome: Outcome, reason: str, status_for: Callable[[Outcome], Status]) -> RunRecord:
         record = self.record
         record.changed_files, record.dirty_before = compare(
             self.checkout, self.before, snapshot(self.checkout, self._exclude)
@@ -409,7 +409,7 @@ async def attend(
         current = tracker.get(issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
 
-        def status_for(outcome: str) -> Status:
+        def status_for(outcome: Outcome) -> Status:
             # A person was there: a session that did not finish leaves the issue where it was (an `open` issue
             # does not join the queue of unattended runs because someone tried it by hand).
             return status_after(outcome) if outcome in DONE_OUTCOMES else before
@@ -447,10 +447,13 @@ async def attend(
                 session.finish("cancelled", cancel_reason(), status_for)
             raise
         with anyio.CancelScope(shield=True):
-            return session.finish(outcome, reason, status_for)
+            finished = session.finish(outcome, reason, status_for)
+        return finished
 
 
-async def _attended_acpx(session: _Session, argv: list[str], servers: list[dict[str, Any]] | None) -> tuple[str, str]:
+async def _attended_acpx(
+    session: _Session, argv: list[str], servers: list[dict[str, Any]] | None
+) -> tuple[Outcome, str]:
     """Inject, run acpx on the user's terminal, restore; the outcome and why."""
     record = session.record
     checkout = session.checkout
@@ -521,7 +524,7 @@ async def open_native(
         current = tracker.get(issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
 
-        def status_for(outcome: str) -> Status:
+        def status_for(outcome: Outcome) -> Status:
             return Status.REVIEW if outcome == "succeeded" else before
 
         session = _Session(project, tracker, current, request, run_id, checkout, events)
@@ -538,12 +541,14 @@ async def open_native(
                 )
         except BeflowError as error:
             with anyio.CancelScope(shield=True):
-                return session.finish("failed", error.message, status_for)
+                failed = session.finish("failed", error.message, status_for)
+            return failed
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 session.finish("cancelled", cancel_reason(), status_for)
             raise
         session.record.exit_code = result.returncode
-        outcome = "succeeded" if result.returncode == 0 else "failed"
+        outcome: Outcome = "succeeded" if result.returncode == 0 else "failed"
         with anyio.CancelScope(shield=True):
-            return session.finish(outcome, f"the {client} session ended ({result.describe()})", status_for)
+            finished = session.finish(outcome, f"the {client} session ended ({result.describe()})", status_for)
+        return finished

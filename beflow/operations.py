@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -119,7 +119,9 @@ def operation(
             model = handler.__globals__[model]
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise TypeError(f"{name}: the handler's second parameter must be annotated with a pydantic model")
-        op: Operation[I] = Operation(name, title, description, model, safety, handler, agent, issue_field)
+        op: Operation[I] = Operation(
+            name, title, description, cast("type[I]", model), safety, handler, agent, issue_field
+        )
         REGISTRY[name] = op
         return op
 

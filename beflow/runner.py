@@ -38,8 +38,8 @@ from beflow.lifecycle import (
 )
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
-from beflow.paths import acpx_home
-from beflow.records import RunRecord, RunStore, new_run_id
+from beflow.paths import ACPXRC, acpx_home
+from beflow.records import Mode, Outcome, RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
 
 T = TypeVar("T")
@@ -120,7 +120,8 @@ class Run:
         self.store.create(record, text)
         self._move_to_in_progress(issue)
         self.emit("started", attempt=self.request.attempt, branch=branch)
-        outcome, reason = "failed", "the run did not finish"
+        outcome: Outcome = "failed"
+        reason = "the run did not finish"
         worktree: git.Worktree | None = None
         repo = self._repo = git.open_repo(self.project.directory)
         try:
@@ -172,7 +173,7 @@ class Run:
         self.redact = acpx.Redactor(servers)
         return servers
 
-    async def _agent_session(self, cwd: Path, text: str, servers: list[dict[str, Any]] | None) -> tuple[str, str]:
+    async def _agent_session(self, cwd: Path, text: str, servers: list[dict[str, Any]] | None) -> tuple[Outcome, str]:
         """Inject, run acpx, restore. Returns the outcome and a reason."""
         assert self.record is not None
         record = self.record
@@ -286,7 +287,7 @@ class Run:
                 await proc.stop_group(pid, grace=2.0)
             acpx.forget_session(session_id, acpx_home())
 
-    def _judge(self, result: proc.Completed, stderr_path: Path) -> tuple[str, str]:
+    def _judge(self, result: proc.Completed, stderr_path: Path) -> tuple[Outcome, str]:
         """The outcome of the agent session, from acpx's exit code (0 ok, 1 error, 3 timeout, 5 permission
         denied) and what the transcript says (the prompt's stop reason, the agent's or acpx's error)."""
         seen = self.transcript
@@ -331,7 +332,9 @@ class Run:
                 raise BeflowError(message)
             self.emit("notice", message=message)
 
-    async def _wrap_up(self, worktree: git.Worktree | None, repo: Any, outcome: str, reason: str) -> tuple[str, str]:
+    async def _wrap_up(
+        self, worktree: git.Worktree | None, repo: Any, outcome: Outcome, reason: str
+    ) -> tuple[Outcome, str]:
         """Commit what the agent changed (whatever the outcome: it is the agent's work) and remove the worktree.
 
         Whatever goes wrong here (git refusing a tree the agent broke, say), the worktree is kept and named: the
@@ -347,8 +350,8 @@ class Run:
             return "failed", f"{reason}; committing the work failed ({why}); the work is kept in {worktree.path}"
 
     async def _commit_and_clean(
-        self, worktree: git.Worktree | None, repo: Any, outcome: str, reason: str
-    ) -> tuple[str, str]:
+        self, worktree: git.Worktree | None, repo: Any, outcome: Outcome, reason: str
+    ) -> tuple[Outcome, str]:
         record = self.record
         assert record is not None
         if worktree is None:
@@ -368,7 +371,7 @@ class Run:
         if not self.config.after_run.commit:
             # Nothing is committed: what changed is what the worktree's status says, left there for a person.
             status = await _in_thread(git.checkout_status, worktree.path)
-            record.changed_files = [f"{code.strip()}\t{path}" for path, code in status.items() if path != git.ACPXRC]
+            record.changed_files = [f"{code.strip()}\t{path}" for path, code in status.items() if path != ACPXRC]
         if outcome == "succeeded" and not record.changed_files:
             outcome, reason = "no_changes", "the agent finished without changing any file"
         if await _in_thread(git.is_dirty, worktree.path):
@@ -388,7 +391,7 @@ class Run:
             self.record.worktree_kept = True
             self.emit("notice", message=error.message)
 
-    def _finish(self, issue: Issue, outcome: str, reason: str) -> RunRecord:
+    def _finish(self, issue: Issue, outcome: Outcome, reason: str) -> RunRecord:
         record = self.record
         assert record is not None
         self._note_restore(record)
@@ -449,7 +452,7 @@ async def run_many(
     limit: int | None = None,
     concurrency: int = 1,
     events: EventSink | None = None,
-    mode: str = "auto",
+    mode: Mode = "auto",
 ) -> list[RunRecord]:
     """Run the named issues, or every ready issue once, ``concurrency`` at a time."""
     preflight.check(project)

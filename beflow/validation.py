@@ -135,14 +135,13 @@ def _duplicate_keys(text: str) -> list[tuple[tuple[str | int, ...], int, int]]:
             frames.pop()
         elif kind == "," and frames and isinstance(frames[-1].at, int):
             frames[-1].at += 1
-        elif kind == ":" and frames and frames[-1].keys is not None and previous:
-            frame = frames[-1]
-            frame.at = key = json5.loads(previous) if previous[0] in "\"'" else previous
+        elif kind == ":" and frames and (keys := frames[-1].keys) is not None and previous:
+            frames[-1].at = key = json5.loads(previous) if previous[0] in "\"'" else previous
             line = code.count("\n", 0, token.start()) + 1
-            if key in frame.keys:
-                found.append((tuple(f.at for f in frames), line, frame.keys[key]))
+            if key in keys:
+                found.append((tuple(f.at for f in frames), line, keys[key]))
             else:
-                frame.keys[key] = line
+                keys[key] = line
         previous = kind
     return found
 
@@ -390,7 +389,7 @@ def _is_model(annotation: Any) -> bool:
 
 def _children(annotation: Any, key: str | int) -> list[Any]:
     """What lives at ``key`` inside a value of type ``annotation``."""
-    children = []
+    children: list[Any] = []
     for branch in _branches(annotation):
         origin, args = typing.get_origin(branch), typing.get_args(branch)
         if _is_model(branch) and isinstance(key, str):
