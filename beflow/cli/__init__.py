@@ -27,6 +27,7 @@ COMMANDS = {
     "restore": "beflow.cli.restore:command",
     "watch": "beflow.cli.watch:command",
     "demo": "beflow.cli.demo:command",
+    "docs": "beflow.cli.docs:command",
     "auto": "beflow.cli.run:auto",
     "attend": "beflow.cli.run:attend",
     "open": "beflow.cli.run:open_",
