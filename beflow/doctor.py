@@ -144,7 +144,10 @@ def check_mcp(project: Project) -> Check:
     state = "on" if enabled else "off"
     if checked.problems:
         count = len(checked.problems)
-        detail = f"{count} problem{'s' if count != 1 else ''}: {checked.problems[0].render()}"
+        if count == 1:
+            detail = f"1 problem: {checked.problems[0].render()}"
+        else:
+            detail = f"{count} problems:\n" + "\n".join(f"  {p.render()}" for p in checked.problems)
         return Check("mcp", not enabled, detail, "Run `beflow mcp check` to list every problem.", warning=not enabled)
     names = [name for name, _ in checked.servers]
     detail = f"injection {state}, {len(names)} server{'s' if len(names) != 1 else ''}"
@@ -206,10 +209,13 @@ PROJECT_CHECKS.append(check_tracker)
 
 def check_runs(project: Project) -> Check:
     """What every run would hit: the git repository, worktrees.base and dir, acpx, the agent, the prompt, MCP."""
-    try:
-        preflight.check(project)
-    except BeflowError as error:
-        return Check("runs", False, error.message, error.fix or f"Fix {project.config_name} as the message says.")
+    found = preflight.problems(project)
+    if found:
+        fixes = list(dict.fromkeys(e.fix or f"Fix {project.config_name} as the message says." for e in found))
+        if len(found) == 1:
+            return Check("runs", False, found[0].message, fixes[0])
+        lines = "\n".join(f"  {line}" for error in found for line in error.message.splitlines())
+        return Check("runs", False, f"{len(found)} problems:\n{lines}", " ".join(fixes))
     agent = project.config.agent_label()
     return Check("runs", True, f"agent {agent!r} through acpx, in worktrees under {project.worktrees_dir}")
 

@@ -20,6 +20,10 @@ VARIABLES = frozenset({"issue", "attempt", "branch", "run_id", "mode"})
 ISSUE_FIELDS = frozenset({"key", "title", "body", "labels", "url", "comments"})
 
 
+#: How messages name a template written inline in the config (rather than in a file of its own).
+INLINE = ".beflow/config.json prompt"
+
+
 class PromptError(ConfigError):
     """The prompt template is missing or does not render: a permanent failure, never retried."""
 
@@ -45,7 +49,7 @@ def load_template(setting: str | None, project_dir: Path) -> tuple[str, str]:
         if Path(setting).suffix:
             fix = "Fix `prompt` in .beflow/config.json."
             raise PromptError(f"prompt: template file {path} does not exist", fix=fix)
-    return setting, ".beflow/config.json prompt"
+    return setting, INLINE
 
 
 def _environment() -> jinja2.Environment:

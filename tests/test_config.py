@@ -3,6 +3,7 @@ example."""
 
 from __future__ import annotations
 
+import json
 import re
 import typing
 from pathlib import Path
@@ -320,6 +321,27 @@ def test_the_example_documents_every_key() -> None:
     undocumented = sorted(key for key in keys if f'"{key}"' not in text)
 
     assert not undocumented, f"config.example.json does not mention {undocumented}"
+
+
+@pytest.mark.parametrize(
+    ("key", "setting"), [("pull_request", {"after_run": {"pull_request": True}}), ("self", {"mcp": {"self": True}})]
+)
+def test_the_example_says_that_a_setting_this_version_refuses_is_refused(
+    repo: Path, key: str, setting: dict[str, object]
+) -> None:
+    from beflow import preflight
+
+    comments = [line for line in EXAMPLE.read_text().splitlines() if line.lstrip().startswith("//")]
+    about = " ".join(
+        line for index, line in enumerate(comments) if f"`{key}`" in line or f"`{key}`" in comments[index - 1]
+    )
+    path = config_file(repo)
+    path.write_text(json.dumps(setting))
+
+    with pytest.raises(ConfigError, match="not available yet"):
+        preflight.check(load_project(path))
+    assert "refuses true" in about
+    assert "does nothing" not in EXAMPLE.read_text()
 
 
 def test_the_docs_document_every_key() -> None:

@@ -169,6 +169,28 @@ def test_an_agent_that_dies_at_start_shows_its_own_words(repo: Path, beflow, acp
     result = beflow("doctor")
 
     assert result.exit_code == 1
-    line = next(line for line in result.stdout.splitlines() if line.startswith("✗ agent: "))
-    assert "config error: missing model name" in line
-    assert "Start it by hand to see why: " in result.stdout
+    assert result.stdout.splitlines()[-2:] == [
+        f"✗ agent: {agent} exited before it started (exit 3): config error: missing model name",
+        f"    fix: Run the agent's command by hand to see why: {agent}.",
+    ]
+
+
+def test_every_problem_a_run_would_hit_is_listed_with_its_line_in_the_named_config(
+    repo: Path, beflow, acpx_bin: Path, codex_is_the_test_agent: Path
+) -> None:
+    """With --config c.json, messages and fixes name c.json and the line of each setting; none hides another."""
+    named = repo / "c.json"
+    named.write_text(
+        json.dumps({"acpx": [str(acpx_bin)], "after_run": {"pull_request": True}, "mcp": {"self": True}}, indent=2)
+    )
+
+    result = beflow("--config", "c.json", "doctor")
+
+    assert result.exit_code == 1
+    text = result.stdout
+    assert "✗ runs: 2 problems:\n" in text
+    assert f"  {named}:9: mcp.self: beflow's own MCP server is not available yet" in text
+    assert f"  {named}:6: after_run.pull_request: pull requests come with the GitHub tracker" in text
+    assert f'Remove "self" from "mcp" in {named} (or set it to false).' in text
+    assert f'Remove "pull_request" from "after_run" in {named} (or set it to false).' in text
+    assert "config.json" not in text.replace(str(named), "")
