@@ -23,7 +23,7 @@ def group() -> None:
 
 @group.command("list", epilog="Example:  beflow runs list --issue 7")
 @click.option("--issue", help="Only runs of this issue.")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Show at most N runs.")
 @json_option
 @pass_app
 def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None:
@@ -35,18 +35,33 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
     if not records:
         out.print("No runs yet. `beflow --auto` runs the ready issues.")
         return
-    table = Table(box=None, pad_edge=False)
-    # Run ids are never cut short: they are what `runs show` and `runs logs` take.
-    table.add_column("run", no_wrap=True, min_width=max(len(r.id) for r in records))
-    for column in ("issue", "mode", "outcome", "duration", "branch"):
-        table.add_column(column)
-    table.add_column("commit", no_wrap=True, min_width=12)
-    for r in records:
-        style = OUTCOME_STYLE.get(r.outcome, "white")
-        duration = f"{r.duration:.0f}s" if r.duration is not None else "-"
-        table.add_row(
-            r.id, r.issue, r.mode, f"[{style}]{r.outcome}[/]", duration, r.branch or "-", (r.commit or "-")[:12]
+    rows = [
+        (
+            r.id,
+            r.issue,
+            r.mode,
+            r.outcome,
+            f"{r.duration:.0f}s" if r.duration is not None else "-",
+            r.branch or "-",
+            (r.commit or "-")[:12],
         )
+        for r in records
+    ]
+    headers = ("run", "issue", "mode", "outcome", "duration", "branch", "commit")
+    widths = [max(len(header), *(len(row[index]) for row in rows)) for index, header in enumerate(headers)]
+    # Off a terminal (a pipe, a file) nothing is cut: the table is as wide as its widest values.
+    natural = sum(widths) + 2 * (len(widths) - 1)
+    table = Table(box=None, pad_edge=False, width=None if out.is_terminal else natural)
+    # What identifies a run and says how it went is never cut short (ids are what `runs show` and `runs logs`
+    # take); the branch, derived from the issue's key, gives way first on a narrow screen.
+    for header, widest in zip(headers, widths, strict=True):
+        if header == "branch":
+            table.add_column(header, overflow="ellipsis", no_wrap=True)
+        else:
+            table.add_column(header, no_wrap=True, min_width=widest)
+    for r, row in zip(records, rows, strict=True):
+        style = OUTCOME_STYLE.get(r.outcome, "white")
+        table.add_row(*row[:3], f"[{style}]{escape(row[3])}[/]", *row[4:])
     out.print(table)
 
 

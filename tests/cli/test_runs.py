@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from beflow.records import RunRecord
+import pytest
+
+from beflow.records import RunRecord, RunStore, new_run_id, now
 from tests.support.projects import SECRET_ENV, SECRET_HEADER
 
 
@@ -17,6 +19,29 @@ def test_list_shows_each_run_with_its_outcome_and_branch(finished_run: RunRecord
     assert header.split() == ["run", "issue", "mode", "outcome", "duration", "branch", "commit"]
     assert row.split()[:4] == [finished_run.id, "1", "auto", "succeeded"]
     assert "beflow/1" in row and (finished_run.commit or "")[:12] in row
+
+
+@pytest.mark.parametrize("key", ["12", "backend-migration-{index}"])
+def test_list_on_an_80_column_pipe_cuts_nothing(repo: Path, beflow, monkeypatch: pytest.MonkeyPatch, key: str) -> None:
+    store = RunStore(repo)
+    for index, outcome in enumerate(("no_changes", "cancelled", "succeeded")):
+        key = key.format(index=index)
+        record = RunRecord(
+            id=new_run_id(key), issue=key, mode="watch", agent="codex", started_at=now(), branch=f"beflow/{key}"
+        )
+        record.close(outcome, "done")  # type: ignore[arg-type]
+        record.commit = "0123456789abcdef" if outcome == "succeeded" else None
+        store.create(record, "prompt")
+    monkeypatch.setenv("COLUMNS", "80")
+
+    result = beflow("runs", "list")
+
+    lines = result.stdout.splitlines()
+    assert lines[0].split() == ["run", "issue", "mode", "outcome", "duration", "branch", "commit"]
+    for record in store.list():
+        (row,) = [line for line in lines if line.startswith(record.id)]
+        assert row.split()[1:4] == [record.issue, "watch", record.outcome]
+        assert row.split()[5:] == [f"beflow/{record.issue}", "0123456789ab" if record.commit else "-"]
 
 
 def test_list_json_is_the_records(finished_run: RunRecord, beflow) -> None:
