@@ -270,11 +270,11 @@ def readable(lines: list[str]) -> list[LogLine]:
         method, params = message.get("method"), message.get("params") or {}
         if method == "session/new":
             names = [s.get("name", "?") for s in params.get("mcpServers", []) if isinstance(s, dict)]
-            out.append(LogLine("session", f"session in {params.get('cwd')}; MCP servers: {', '.join(names) or 'none'}"))
+            out.append(LogLine("session", f"started in {params.get('cwd')}; MCP servers: {', '.join(names) or 'none'}"))
         elif method == "session/prompt":
             flush()
             text = "".join(p.get("text", "") for p in params.get("prompt", []) if isinstance(p, dict))
-            out.append(LogLine("prompt", text.strip().splitlines()[0][:120] if text.strip() else "(empty prompt)"))
+            out.append(LogLine("prompt", _first_line(text)))
         elif method == "session/update":
             update = params.get("update") or {}
             kind = update.get("sessionUpdate")
@@ -305,6 +305,15 @@ def readable(lines: list[str]) -> list[LogLine]:
             out.append(LogLine("error", str(error.get("message") or error)))
     flush()
     return out
+
+
+def _first_line(text: str) -> str:
+    """A prompt's first line, whole (a path in it is not cut), and how many lines follow."""
+    lines = text.strip().splitlines()
+    if not lines:
+        return "(empty prompt)"
+    rest = len(lines) - 1
+    return lines[0] + (f" (+{rest} more line{'s' if rest != 1 else ''}: the full prompt is prompt.md)" if rest else "")
 
 
 # -- resuming the agent's session on a retry -------------------------------------------------------------------

@@ -121,7 +121,7 @@ def test_the_transcript_follows_messages_tools_permissions_and_errors() -> None:
     assert transcript.final_message == "Done."  # the text after the last tool call
 
     assert [(line.kind, line.text) for line in acpx.readable(raw)] == [
-        ("session", "session in /w; MCP servers: tools, docs"),
+        ("session", "started in /w; MCP servers: tools, docs"),
         ("prompt", "Go"),
         ("agent", "Looking."),
         ("tool", "Edit a.py [edit] pending"),

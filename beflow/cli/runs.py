@@ -123,9 +123,12 @@ def logs_command(app: App, run_id: str, as_json: bool) -> None:
         emit_json(logs.model_dump(mode="json"))
         return
     out.print(f"[bold]run {escape(logs.record.id)}[/] — issue {escape(logs.record.issue)} — {logs.record.outcome}")
+    width = max(len(kind) for kind in (*LOG_STYLE, *(line.kind for line in logs.lines)))
     for line in logs.lines:
         style = LOG_STYLE.get(line.kind, "white")
-        out.print(f"[{style}]{line.kind:>10}[/] {escape(line.text)}")
+        # Every line of a message under the first one, so that the labels stay a column of their own.
+        text = escape(line.text).replace("\n", "\n" + " " * (width + 1))
+        out.print(f"[{style}]{line.kind:<{width}}[/] {text}")
     if logs.stderr.strip():
         out.print("[bold]stderr[/]")
         out.print(escape(logs.stderr.rstrip()))
