@@ -41,6 +41,20 @@ class App:
         return self._project
 
 
+class HelpGroup(click.Group):
+    """A command group whose command list shows each command's first sentence whole, never cut with "..."."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
 def app() -> App:
     return click.get_current_context().ensure_object(App)
 

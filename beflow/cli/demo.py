@@ -18,7 +18,11 @@ from beflow.paths import beflow_home
 from beflow.records import DONE_OUTCOMES
 
 
-@click.command("demo", epilog="Example:  beflow demo --dir /tmp/beflow-demo")
+@click.command(
+    "demo",
+    short_help="See beflow work: a demo agent on a sample repository, end to end.",
+    epilog="Example:  beflow demo --dir /tmp/beflow-demo",
+)
 @click.option(
     "--dir",
     "directory",

@@ -11,7 +11,11 @@ from beflow.cli.common import App, emit_json, out, pass_app
 from beflow.doctor import run_checks
 
 
-@click.command("doctor", epilog="Example:  beflow doctor --json")
+@click.command(
+    "doctor",
+    short_help="Check everything beflow needs, the agent's login included; a fix for each problem.",
+    epilog="Example:  beflow doctor --json",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 @pass_app
 def command(app: App, as_json: bool) -> None:

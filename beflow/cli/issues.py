@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import beflow.issues  # noqa: F401 - registers the issue operations
-from beflow.cli.common import App, call_operation, emit_json, err, out, pass_app
+from beflow.cli.common import App, HelpGroup, call_operation, emit_json, err, out, pass_app
 from beflow.errors import UsageError
 from beflow.issues import Commented, IssueView, StatusChange
 from beflow.trackers.base import Issue, Listing, Status, format_time
@@ -48,7 +48,11 @@ def styled(status: Status) -> str:
     return f"[{STATUS_STYLE[status]}]{status.value}[/]"
 
 
-@click.group("issues", epilog='Example:  beflow issues new "Fix the login crash" --label bug && beflow issues list')
+@click.group(
+    "issues",
+    cls=HelpGroup,
+    epilog='\b\nExample:  beflow issues new "Fix the login crash" --label bug && beflow issues list',
+)
 def group() -> None:
     """Read and write the project's issues (local issues live in .beflow/issues, one Markdown file each)."""
 
@@ -133,7 +137,7 @@ def show_command(app: App, key: str, as_json: bool) -> None:
 
 @group.command(
     "new",
-    epilog='Example:  beflow issues new "Fix the login crash" --body-file crash.md --label bug --priority 1',
+    epilog='\b\nExample:  beflow issues new "Fix the login crash" --body-file crash.md --label bug --priority 1',
 )
 @click.argument("title")
 @click.option("--body", help="The description, in Markdown.")
@@ -235,12 +239,15 @@ def reopen_command(app: App, key: str, note: str | None, as_json: bool) -> None:
     _status_change(app, "issue.reopen", key, note, as_json)
 
 
-@group.command("set-status", epilog='Example:  beflow issues set-status 7 review --note "Looks done; please check."')
+@group.command(
+    "set-status", epilog='\b\nExample:  beflow issues set-status 7 review --note "Looks done; please check."'
+)
 @click.argument("key")
-@click.argument("status", type=click.Choice([s.value for s in Status]))
+@click.argument("status", type=click.Choice([s.value for s in Status]), metavar="STATUS")
 @note_option
 @json_option
 @pass_app
 def set_status_command(app: App, key: str, status: str, note: str | None, as_json: bool) -> None:
-    """Move an issue to STATUS (only allowed transitions; see docs/trackers.md)."""
+    """Move an issue to STATUS: open, ready, in_progress, review, done, failed or closed (only allowed
+    transitions: `beflow docs trackers` shows them)."""
     _status_change(app, "issue.set_status", key, note, as_json, status=status)

@@ -9,7 +9,7 @@ from typing import Any
 import click
 from rich.markup import escape
 
-from beflow.cli.common import App, emit_json, err, out, pass_app
+from beflow.cli.common import App, HelpGroup, emit_json, err, out, pass_app
 from beflow.errors import ConfigError
 from beflow.mcp.acp import MASK, shadowed_global_servers, translate
 from beflow.mcp.cascade import Entry, RemoteServer, StdioServer, check_cascade, summary
@@ -17,7 +17,7 @@ from beflow.mcp.cascade import Entry, RemoteServer, StdioServer, check_cascade, 
 _FIX = "Fix each entry listed; `beflow mcp check` validates the whole cascade."
 
 
-@click.group("mcp", epilog="Example:  beflow mcp check && beflow mcp show")
+@click.group("mcp", cls=HelpGroup, epilog="Example:  beflow mcp check && beflow mcp show")
 def group() -> None:
     """MCP: the servers beflow gives each agent run (.mcp.json, injected as .acpxrc.json)."""
 

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import beflow.runs  # noqa: F401 - registers the run operations
-from beflow.cli.common import App, call_operation, emit_json, out, pass_app
+from beflow.cli.common import App, HelpGroup, call_operation, emit_json, out, pass_app
 from beflow.cli.progress import OUTCOME_STYLE
 from beflow.records import RunRecord
 
@@ -16,7 +16,7 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print the re
 LOG_STYLE = {"agent": "bold", "tool": "cyan", "permission": "yellow", "error": "red", "session": "dim", "end": "dim"}
 
 
-@click.group("runs", epilog="Example:  beflow runs show latest")
+@click.group("runs", cls=HelpGroup, epilog="Example:  beflow runs show latest")
 def group() -> None:
     """What beflow's runs did: records in .beflow/runs/."""
 
