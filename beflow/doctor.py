@@ -104,7 +104,7 @@ def check_config(explicit: Path | None) -> tuple[Check, Project | None]:
         elif "no such config file" in error.message:
             fix = "Fix the path given to --config."
         else:
-            fix = error.fix or "Fix the file at the line shown (docs/config.md explains every message)."
+            fix = error.fix or "Fix the file at the line shown (`beflow docs config` explains every message)."
         return Check("config", False, error.message, fix), None
     if project.config_path is None:
         return (
@@ -199,7 +199,7 @@ def check_tracker(project: Project) -> Check:
             "tracker",
             False,
             f"{detail}; {len(listing.problems)} unreadable:\n{lines}",
-            "Fix each file at that line (docs/trackers.md describes the format).",
+            "Fix each file at that line (`beflow docs trackers` describes the format).",
         )
     return Check("tracker", True, detail)
 

@@ -94,7 +94,7 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
         err.print(f"[yellow]warning:[/] {count} problem{'s' if count > 1 else ''} in issue files (not listed):")
         for problem in listing.problems:
             err.print(f"  {escape(problem.render())}")
-        err.print("fix: Fix each file at that line (docs/trackers.md describes the format).")
+        err.print("fix: Fix each file at that line (`beflow docs trackers` describes the format).")
 
 
 @group.command("show", epilog="Example:  beflow issues show 7")

@@ -12,9 +12,7 @@ from rich.markup import escape
 from beflow.cli.common import App, HelpGroup, emit_json, err, out, pass_app
 from beflow.errors import ConfigError
 from beflow.mcp.acp import MASK, shadowed_global_servers, translate
-from beflow.mcp.cascade import Entry, RemoteServer, StdioServer, check_cascade, summary
-
-_FIX = "Fix each entry listed; `beflow mcp check` validates the whole cascade."
+from beflow.mcp.cascade import Entry, RemoteServer, StdioServer, check_cascade, fix_for, summary
 
 
 @click.group("mcp", cls=HelpGroup, epilog="Example:  beflow mcp check && beflow mcp show")
@@ -106,7 +104,7 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
     for entry in cascade.entries:
         _print_entry(entry, reveal)
     if expansion:
-        raise ConfigError(summary(expansion), fix=_FIX)
+        raise ConfigError(summary(expansion), fix=fix_for(expansion))
     if checked.servers:
         out.print("[bold]ACP translation[/] (the mcpServers of the managed .acpxrc.json):")
         out.print(escape(json.dumps(translate(checked.servers, reveal=reveal), indent=2, ensure_ascii=False)))
@@ -133,7 +131,7 @@ def check(app: App, as_json: bool) -> None:
             raise SystemExit(2)
         return
     if checked.problems:
-        raise ConfigError(summary(checked.problems), fix=_FIX)
+        raise ConfigError(summary(checked.problems), fix=fix_for(checked.problems))
     files = [str(s.path) for s in checked.cascade.sources if s.exists]
     count = f"{len(names)} server{'s' if len(names) != 1 else ''}"
     disabled = len(checked.cascade.entries) - len(names)
