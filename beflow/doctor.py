@@ -15,6 +15,7 @@ from beflow.errors import BeflowError
 from beflow.mcp.acp import shadowed_global_servers
 from beflow.mcp.cascade import check_cascade
 from beflow.trackers import Status, open_tracker
+from beflow.trackers.base import FileProblem
 
 #: acpx probes may download the pinned release through npx on first use.
 ACPX_PROBE_TIMEOUT = 300.0
@@ -198,13 +199,19 @@ def check_tracker(project: Project) -> Check:
         return Check(
             "tracker",
             False,
-            f"{detail}; {len(listing.problems)} unreadable:\n{lines}",
+            f"{detail}; {_problems_in_files(listing.problems)}:\n{lines}",
             "Fix each file at that line (`beflow docs trackers` describes the format).",
         )
     return Check("tracker", True, detail)
 
 
 PROJECT_CHECKS.append(check_tracker)
+
+
+def _problems_in_files(problems: list[FileProblem]) -> str:
+    """``1 problem in 1 file``, ``3 problems in 2 files``."""
+    files = len({p.path for p in problems})
+    return f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in {files} file{'s' if files != 1 else ''}"
 
 
 def check_runs(project: Project) -> Check:

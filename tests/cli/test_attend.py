@@ -86,7 +86,7 @@ def test_the_person_answers_the_permission_prompt_and_the_agent_goes_on(
     assert record.branch is None and record.commit is None
     assert record.changed_files == ["A\tout.txt"]
     # Uncommitted before the run (the project's own files and the prior .acpxrc.json): never the agent's.
-    assert record.dirty_before == ["A\t.acpxrc.json", "A\t.beflow/config.json", "A\t.mcp.json"]
+    assert record.dirty_before == ["?\t.acpxrc.json", "?\t.beflow/config.json", "?\t.mcp.json"]
     assert record.mcp_servers == ["docs", "tools"]
     assert record.restored == [f"restored {attended.directory / '.acpxrc.json'} to its content before the run"]
     assert attended.secrets_in_records() == []

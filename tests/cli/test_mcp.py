@@ -195,3 +195,12 @@ def test_the_example_file_checks_out(beflow, repo: Path, monkeypatch: pytest.Mon
         "fix: Export DOCS_TOKEN before running beflow, or write ${DOCS_TOKEN:-…} in .mcp.json to give a default; "
         "`beflow mcp check` lists every problem."
     )
+
+
+def test_every_key_of_show_json_is_documented(beflow, repo: Path) -> None:
+    write_mcp(repo / ".mcp.json", '{"mcpServers": {"a": {"command": "x", "env": {"K": "${UNSET_HERE}"}}}}')
+    keys = json.loads(beflow("mcp", "show", "--json").stdout).keys()
+    docs = (Path(__file__).resolve().parents[2] / "beflow" / "docs" / "mcp.md").read_text()
+    (row,) = [line for line in docs.splitlines() if line.startswith("| `beflow mcp show --json` |")]
+
+    assert all(f'"{key}"' in row for key in keys), (sorted(keys), row)
