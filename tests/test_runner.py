@@ -165,11 +165,31 @@ def test_each_way_a_run_ends_is_recorded_committed_and_cleaned_up(
     issue = auto_project.issue(key)
     assert issue.status == status
     assert outcome in issue.comments[-1].text and reason in issue.comments[-1].text
-    # Whatever the outcome, the agent's work is on the branch (never .acpxrc.json) and the worktree is gone.
-    assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", **files}
-    assert (record.commit is not None) == bool(files)
+    # Whatever the outcome, the agent's work is on the branch (never .acpxrc.json) and the worktree is gone; a
+    # run that left nothing leaves no branch identical to the base, nor an empty folder under $BEFLOW_HOME.
+    if files:
+        assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", **files}
+        assert record.branch == "beflow/1" and record.commit is not None
+    else:
+        assert auto_project.branches() == ["main"] and record.branch is None and record.commit is None
+        assert "branch:" not in issue.comments[-1].text
     assert record.restored and "removed" in record.restored[0]
     assert not Path(record.worktree or "").exists() and auto_project.registered_worktrees() == []
+    assert not auto_project.worktrees_dir.exists()
+
+
+def test_a_run_that_changes_nothing_on_a_branch_with_earlier_work_keeps_the_branch(
+    auto_project: AutoProject, beflow
+) -> None:
+    key = auto_project.new_issue("write first.txt 1")
+    assert beflow("--auto", key).exit_code == 0
+    auto_project.tracker.set_status(key, Status.READY)
+
+    assert beflow("--auto", key).exit_code == 0  # writes the same content again: nothing new to commit
+
+    second = auto_project.records(key)[0]
+    assert second.outcome == "no_changes" and second.branch == "beflow/1"
+    assert auto_project.branch_files("beflow/1")["first.txt"] == "1"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
