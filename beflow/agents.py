@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,11 @@ def login_fix(config: Config) -> str:
     command = LOGIN.get(name)
     if command is None:
         return f"log in to {name} with its own command line, then run the issue again"
+    if shutil.which(command.split()[0]) is None and name in INSTALL:
+        # acpx fetches the agent's ACP adapter by itself, not the command line one logs in with.
+        return (
+            f"install {name}'s command line and log in: `{INSTALL[name]}`, then `{command}`; then run the issue again"
+        )
     return f"log in with `{command}` (as the user beflow runs as), then run the issue again"
 
 
@@ -235,7 +241,7 @@ def probe(config: Config, *, timeout: float = PROBE_TIMEOUT) -> Probe:
         said = agent_lines(stderr)[-1:] or [_last_json_error(result.stdout) or result.describe()]
         return Probe(False, f"{label} did not open a session: {one_line(said[0])}", _check_by_hand(config))
     cause = failure.cause.replace("the agent ", "", 1)
-    fix = failure.fix.replace(", then run the issue again", ", then run `beflow doctor` again")
+    fix = failure.fix.replace("run the issue again", "run `beflow doctor` again")
     if "beflow doctor` starts" in fix:
         fix = _check_by_hand(config)
     return Probe(False, cause, fix[0].upper() + fix[1:] + ("" if fix.endswith(".") else "."))

@@ -306,7 +306,8 @@ class Run:
         if failure is not None and failure.permanent:
             # No retry can log in or install an agent: a watch gives up on the issue at once.
             self.permanent = True
-            return "failed", failure.reason()
+            again = f"run it again (`beflow --auto {self.request.key}`)"
+            return "failed", failure.reason().replace("run the issue again", again)
         if seen.error:
             return "failed", f"the agent reported an error: {agents.one_line(seen.error)}"
         if result.returncode == acpx.ACPX_PERMISSION_DENIED:

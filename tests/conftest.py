@@ -135,9 +135,16 @@ def test_agent_command() -> str:
 
 
 @pytest.fixture
-def codex_is_the_test_agent(test_agent_command: str) -> Path:
+def codex_is_the_test_agent(test_agent_command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """acpx's own config (``$HOME/.acpx/config.json``) maps the registry agents ``codex`` (the default) and
-    ``claude`` to the test agent: as if they were installed and logged in, never downloaded in a test."""
+    ``claude`` to the test agent: as if they were installed and logged in, never downloaded in a test. Their
+    command lines (what one logs in with) are on PATH, doing nothing."""
+    bin_dir = tmp_path / "agents-bin"
+    bin_dir.mkdir()
+    for name in ("codex", "claude"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     config = Path(os.environ["HOME"]) / ".acpx" / "config.json"
     config.parent.mkdir(parents=True, exist_ok=True)
     agents = {name: {"command": test_agent_command} for name in ("codex", "claude")}

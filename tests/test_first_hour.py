@@ -75,7 +75,7 @@ def test_the_first_hour(
     auto = beflow("--auto")
 
     cause = "the agent codex is not logged in: Authentication required (its answer to session/new)"
-    fix = "Fix: log in with `codex login` (as the user beflow runs as), then run the issue again"
+    fix = "Fix: log in with `codex login` (as the user beflow runs as), then run it again (`beflow --auto 1`)"
     assert auto.exit_code == 1
     assert f"■ issue 1: failed — {cause}. {fix}" in auto.stderr
     assert "no error output" not in auto.stderr

@@ -74,8 +74,8 @@ class BeflowGroup(HelpGroup):
                     raise click.UsageError(f"{arg} and {others[0]} are two modes: choose one", ctx)
                 args[index] = MODE_FLAGS[arg]
                 break
-            if not arg.startswith("-") and index and args[index - 1] != "--config":
-                break  # a subcommand came first: its own options are not modes
+            if not arg.startswith("-") and (index == 0 or args[index - 1] != "--config"):
+                break  # a subcommand came first: its own options are neither modes nor the root's
         return super().parse_args(ctx, args)
 
     def _long_options(self, ctx: click.Context) -> list[str]:

@@ -16,6 +16,8 @@ from typing import Any, NoReturn, TypeVar
 import click
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
+from rich.table import Table
 
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError
@@ -39,6 +41,14 @@ class App:
         if self._project is None:
             self._project = load_project(self.config_option)
         return self._project
+
+
+def print_table(table: Table) -> None:
+    """A table fits the terminal; off a terminal (a pipe, a file) nothing is cut or wrapped: it is as wide as its
+    widest values."""
+    if not out.is_terminal:
+        table.width = Measurement.get(out, out.options.update(max_width=100_000), table).maximum
+    out.print(table)
 
 
 class HelpGroup(click.Group):

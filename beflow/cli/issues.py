@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import beflow.issues  # noqa: F401 - registers the issue operations
-from beflow.cli.common import App, HelpGroup, call_operation, emit_json, err, out, pass_app
+from beflow.cli.common import App, HelpGroup, call_operation, emit_json, err, out, pass_app, print_table
 from beflow.errors import UsageError
 from beflow.issues import Commented, IssueView, StatusChange
 from beflow.trackers.base import Issue, Listing, Status, format_time
@@ -82,7 +82,7 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
                 escape(", ".join(issue.labels)),
                 short_time(issue.updated),
             )
-        out.print(table)
+        print_table(table)
     elif status or label:
         filters = [f"status {status}" if status else "", f"label {label!r}" if label else ""]
         wanted = " and ".join(f for f in filters if f)

@@ -7,7 +7,7 @@ from rich.markup import escape
 from rich.table import Table
 
 import beflow.runs  # noqa: F401 - registers the run operations
-from beflow.cli.common import App, HelpGroup, call_operation, emit_json, out, pass_app
+from beflow.cli.common import App, HelpGroup, call_operation, emit_json, out, pass_app, print_table
 from beflow.cli.progress import OUTCOME_STYLE
 from beflow.records import RunRecord
 
@@ -49,9 +49,7 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
     ]
     headers = ("run", "issue", "mode", "outcome", "duration", "branch", "commit")
     widths = [max(len(header), *(len(row[index]) for row in rows)) for index, header in enumerate(headers)]
-    # Off a terminal (a pipe, a file) nothing is cut: the table is as wide as its widest values.
-    natural = sum(widths) + 2 * (len(widths) - 1)
-    table = Table(box=None, pad_edge=False, width=None if out.is_terminal else natural)
+    table = Table(box=None, pad_edge=False)
     # What identifies a run and says how it went is never cut short (ids are what `runs show` and `runs logs`
     # take); the branch, derived from the issue's key, gives way first on a narrow screen.
     for header, widest in zip(headers, widths, strict=True):
@@ -62,7 +60,7 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
     for r, row in zip(records, rows, strict=True):
         style = OUTCOME_STYLE.get(r.outcome, "white")
         table.add_row(*row[:3], f"[{style}]{escape(row[3])}[/]", *row[4:])
-    out.print(table)
+    print_table(table)
 
 
 @group.command("show", epilog="Example:  beflow runs show latest")
