@@ -17,6 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import anyio
+
 from beflow import proc
 from beflow.acpx import AGENT_MISSING, Transcript, agent_args, forget_session
 from beflow.config import CONFIG_PATH, AgentCommand, Config
@@ -208,13 +210,18 @@ def probe_argv(config: Config, cwd: Path, name: str) -> list[str]:
 
 
 def probe(config: Config, *, timeout: float = PROBE_TIMEOUT) -> Probe:
+    """:func:`probe_async` from synchronous code (``beflow doctor``)."""
+    return anyio.run(lambda: probe_async(config, timeout=timeout))
+
+
+async def probe_async(config: Config, *, timeout: float = PROBE_TIMEOUT) -> Probe:
     """Start the configured agent through acpx (initialize, then a new session), bounded by ``timeout``, in an
     empty temporary directory; acpx's record of the session is removed afterwards."""
     label = config.agent_label()
     with tempfile.TemporaryDirectory(prefix="beflow-doctor-") as directory:
         cwd = Path(directory)
         try:
-            result = proc.run_sync(probe_argv(config, cwd, "beflow-doctor"), cwd=cwd, timeout=timeout)
+            result = await proc.run(probe_argv(config, cwd, "beflow-doctor"), cwd=cwd, timeout=timeout)
         except BeflowError as error:
             return Probe(False, error.message, error.fix)
         transcript = Transcript()

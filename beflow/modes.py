@@ -37,7 +37,7 @@ import anyio
 import filelock
 from pydantic import BaseModel, ValidationError
 
-from beflow import acpx, git, interrupts, proc
+from beflow import acpx, agents, git, interrupts, proc
 from beflow.config import CONFIG_PATH, AgentCommand, LocalTracker, Project
 from beflow.errors import BeflowError, ConfigError, LockedError, ToolMissingError, UsageError
 from beflow.files import atomic_write, remove
@@ -61,6 +61,9 @@ from beflow.mcp.inject import managed_acpxrc
 from beflow.paths import ACPXRC, beflow_home, path_key
 from beflow.records import DONE_OUTCOMES, Outcome, RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
+
+#: Seconds to start the agent again after an attended run failed, to say why in the record.
+ATTEND_PROBE_TIMEOUT = 30.0
 
 #: Where ``{prompt}`` goes in a native client's argv.
 PROMPT_MARK = "{prompt}"
@@ -491,6 +494,11 @@ async def _attended_acpx(
             "succeeded",
             f"the agent finished; a permission it asked for was denied (attend.permissions: {permissions})",
         )
+    # acpx said why on the terminal only (attended runs keep no transcript): start the agent again, as doctor
+    # does, so that the record and the issue say it too when it is a login or an install that is missing.
+    checked = await agents.probe_async(session.project.config, timeout=ATTEND_PROBE_TIMEOUT)
+    if not checked.ok:
+        return "failed", f"acpx {result.describe()}: {checked.detail}. Fix: {checked.fix}"
     return "failed", f"acpx {result.describe()} (its output went to the terminal: attended runs keep no transcript)"
 
 

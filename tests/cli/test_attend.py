@@ -252,3 +252,23 @@ def test_without_a_terminal_beflow_says_nobody_can_be_asked(attended: AutoProjec
     assert not (attended.directory / "out.txt").exists()
     assert_prior_restored(attended)
     assert attended.only_record().exit_code == 5
+
+
+def test_an_agent_that_is_not_logged_in_is_named_as_the_cause_in_the_record_and_on_the_issue(
+    attended: AutoProject, beflow_process
+) -> None:
+    """acpx says why on the terminal only; beflow starts the agent again to say it in the record too."""
+    key = attended.new_issue("say never")
+    process = beflow_process("--attend", key, cwd=attended.directory, env={"ACP_TEST_AUTH": "required"})
+    _, stderr = process.communicate(timeout=120)
+
+    assert process.returncode == 1
+    record = attended.only_record()
+    assert record.outcome == "failed"
+    assert (record.stop_reason or "").startswith("acpx exit 1: ")
+    assert "is not logged in: Authentication required. Fix: Log in with the agent's own command" in (
+        record.stop_reason or ""
+    )
+    assert "is not logged in: Authentication required" in stderr
+    assert "is not logged in: Authentication required" in attended.issue(key).comments[-1].text
+    assert_prior_restored(attended)
