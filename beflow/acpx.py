@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from beflow.config import AgentCommand, Config
-from beflow.mcp.acp import MASK
 from beflow.paths import slug
 
 #: acpx's exit codes beyond 0 (success) and 1 (error).
@@ -56,12 +55,15 @@ def exec_argv(
     argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", "--verbose", f"--{permissions}"]
     if timeout is not None:
         argv += ["--timeout", f"{timeout:g}"]
-    argv += [*agent_args(config), "exec"]
+    return _with_prompt([*argv, *agent_args(config), "exec"], prompt, prompt_file)
+
+
+def _with_prompt(argv: list[str], prompt: str, prompt_file: Path | None) -> list[str]:
+    """``argv`` with the prompt last: as an argument, or, when too long for one, as ``--file`` (where the run
+    record keeps it)."""
     if len(prompt.encode("utf-8")) > MAX_ARGV_PROMPT and prompt_file is not None:
-        argv += ["--file", str(prompt_file)]
-    else:
-        argv.append(prompt)
-    return argv
+        return [*argv, "--file", str(prompt_file)]
+    return [*argv, prompt]
 
 
 def attend_argv(
@@ -70,62 +72,7 @@ def attend_argv(
     """Attended: text output on the user's terminal, permission prompts answered there (no ``--timeout``: the
     person decides when to stop)."""
     argv = [*config.acpx_argv(), "--cwd", str(cwd), f"--{permissions}", *agent_args(config), "exec"]
-    if len(prompt.encode("utf-8")) > MAX_ARGV_PROMPT and prompt_file is not None:
-        return [*argv, "--file", str(prompt_file)]
-    return [*argv, prompt]
-
-
-#: Secret values shorter than this are masked only where they are known to be secrets (``mcpServers``), not in
-#: free text: masking every "1" or "on" in a transcript would make it unreadable.
-MIN_SCRUBBED = 6
-
-
-class Redactor:
-    """Masks the secret values of the injected MCP servers (env and header values) in what goes into a run record.
-
-    acpx's ``--format json`` stream repeats ``session/new`` with the ``mcpServers`` it handed over, values and all;
-    an agent or a hook may also print a value. Every env and header value is masked inside ``mcpServers``, and
-    any value of :data:`MIN_SCRUBBED` characters or more wherever else it appears (raw or JSON-escaped).
-    """
-
-    def __init__(self, servers: list[dict[str, Any]] | None = None) -> None:
-        values = {
-            str(pair.get("value", ""))
-            for server in servers or []
-            for name in ("env", "headers")
-            for pair in server.get(name) or []
-            if isinstance(pair, dict)
-        }
-        scrubbed = sorted((v for v in values if len(v) >= MIN_SCRUBBED), key=len, reverse=True)
-        self._forms = [form for v in scrubbed for form in {v.encode(), json.dumps(v)[1:-1].encode()}]
-
-    def __call__(self, data: bytes) -> bytes:
-        if b'"mcpServers"' in data:
-            data = _mask_servers(data)
-        for form in self._forms:
-            data = data.replace(form, MASK.encode())
-        return data
-
-    def text(self, text: str) -> str:
-        return self(text.encode("utf-8")).decode("utf-8", errors="replace")
-
-
-def _mask_servers(line: bytes) -> bytes:
-    """The JSON-RPC message with every env and header value under ``params.mcpServers`` masked."""
-    try:
-        message = json.loads(line)
-    except (ValueError, UnicodeDecodeError):
-        return line
-    params = message.get("params") if isinstance(message, dict) else None
-    servers = params.get("mcpServers") if isinstance(params, dict) else None
-    if not isinstance(servers, list):
-        return line
-    for server in servers:
-        for name in ("env", "headers"):
-            for pair in server.get(name) or [] if isinstance(server, dict) else []:
-                if isinstance(pair, dict) and "value" in pair:
-                    pair["value"] = MASK
-    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return _with_prompt(argv, prompt, prompt_file)
 
 
 @dataclass
@@ -357,10 +304,7 @@ def prompt_argv(
     argv += ["--ttl", f"{OWNER_TTL:g}"]
     if timeout is not None:
         argv += ["--timeout", f"{timeout:g}"]
-    argv += [*agent_args(config), "prompt", "-s", name]
-    if len(prompt.encode("utf-8")) > MAX_ARGV_PROMPT and prompt_file is not None:
-        return [*argv, "--file", str(prompt_file)]
-    return [*argv, prompt]
+    return _with_prompt([*argv, *agent_args(config), "prompt", "-s", name], prompt, prompt_file)
 
 
 def cancel_argv(config: Config, *, cwd: Path, name: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""``.beflow/config.json``: the models for every key (DESIGN §2), discovery and loading.
+"""``.beflow/config.json``: the models for every key (docs/config.md), discovery and loading.
 
 Discovery: ``--config PATH``, else ``$BEFLOW_CONFIG``, else the nearest ``.beflow/config.json`` from the current
 directory up to the git top level; no file means defaults. The project directory is the directory holding
@@ -119,7 +119,7 @@ class Mcp(Model):
 
 
 class Config(Model):
-    """Every key of ``.beflow/config.json``, with the defaults of DESIGN §2."""
+    """Every key of ``.beflow/config.json``, with its default (docs/config.md)."""
 
     agent: str | AgentCommand = "codex"
     acpx: list[str] | None = Field(default=None, min_length=1)

@@ -1,4 +1,4 @@
-"""``beflow watch``: keep a project's ready issues flowing through agents (DESIGN §5).
+"""``beflow watch``: keep a project's ready issues flowing through agents.
 
 Every tick (the first at once, then every ``watch.interval`` seconds) the dispatcher
 
@@ -9,8 +9,9 @@ Every tick (the first at once, then every ``watch.interval`` seconds) the dispat
    ``watch.concurrency`` at once. Each dispatch is exactly an ``--auto`` run (:class:`beflow.runner.Run`).
 
 A failed run is retried with exponential backoff (``backoff`` doubling up to ``backoff_max``) until
-``max_attempts``; then the issue is marked failed. Permanent failures are not retried. Several watchers never run
-the same issue twice: a run holds the issue's claim for its whole life.
+``max_attempts``; then the issue is marked failed. Permanent failures are not retried (:mod:`beflow.policy` decides
+all of it). Several watchers never run the same issue twice: a run holds the issue's claim for its whole life. The
+dispatcher knows a run by its events and its record only.
 """
 
 from __future__ import annotations
@@ -27,25 +28,12 @@ import anyio
 from beflow import preflight
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError
-from beflow.lifecycle import RunEvent, RunRequest, settle_orphans
-from beflow.records import DONE_OUTCOMES, RunRecord, RunStore
+from beflow.events import RunEvent, WatchEvent, WatchEventKind
+from beflow.lifecycle import RunRequest, requeue_orphans, settle_orphans
+from beflow.policy import after_run, is_final, recall
+from beflow.records import RunRecord, RunStore
 from beflow.runner import Run
 from beflow.trackers import Issue, Status, Tracker, open_tracker
-
-FAILURES = {"failed", "timeout"}
-
-
-@dataclass
-class WatchEvent:
-    """What the dispatcher did, for the live view and ``--json``."""
-
-    type: str  # dispatched, finished, retry_scheduled, cancelled, error, config_reloaded, requeued, stopping
-    issue: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)
-    time: float = field(default_factory=time.time)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"event": self.type, "issue": self.issue, "time": self.time, **self.data}
 
 
 @dataclass
@@ -53,14 +41,16 @@ class Running:
     key: str
     attempt: int
     scope: anyio.CancelScope
+    #: The tracker the run started with: a config change between ticks does not move a running issue.
+    tracker: Tracker
     started: float = field(default_factory=time.time)
     run_id: str | None = None
     latest: str = "starting"
-    run: Run | None = None
+    #: Why reconciliation cancelled it, for the run's record.
+    reason: str | None = None
 
     def cancel(self, reason: str) -> None:
-        if self.run is not None:
-            self.run.cancel_reason = reason
+        self.reason = reason
         self.scope.cancel()
 
     @property
@@ -91,11 +81,6 @@ class Snapshot:
 Listener = Callable[[WatchEvent | RunEvent], None]
 
 
-def backoff_delay(attempt: int, base: float, ceiling: float) -> float:
-    """Seconds to wait before attempt ``attempt + 1``: ``base`` doubling per failed attempt, at most ``ceiling``."""
-    return float(min(base * (2 ** max(0, attempt - 1)), ceiling))
-
-
 class Dispatcher:
     """One ``beflow watch`` process."""
 
@@ -119,7 +104,7 @@ class Dispatcher:
 
     # -- events ----------------------------------------------------------------------------------------------------
 
-    def emit(self, kind: str, issue: str | None = None, **data: Any) -> None:
+    def emit(self, kind: WatchEventKind, issue: str | None = None, **data: Any) -> None:
         self._tell(WatchEvent(kind, issue, data))
 
     def _tell(self, event: WatchEvent | RunEvent) -> None:
@@ -191,7 +176,7 @@ class Dispatcher:
             store.close_orphans()
             for key in settle_orphans(self.tracker, store):
                 self.emit("settled", key, reason="its run had finished; the issue now says so")
-            for issue in self.tracker.requeue_orphans():
+            for issue in requeue_orphans(self.tracker):
                 self.emit("requeued", issue.key, reason="its run stopped without finishing")
             self._reconcile()
             if self._ready_to_dispatch():
@@ -245,10 +230,8 @@ class Dispatcher:
         for key, running in list(self.running.items()):
             if running.cancelling:
                 continue
-            # The tracker the run started with: a config change between ticks does not move a running issue.
-            tracker = running.run.tracker if running.run is not None else self.tracker
             try:
-                status = tracker.get(key).status
+                status = running.tracker.get(key).status
             except NotFoundError:
                 status = None
             except BeflowError:
@@ -270,7 +253,7 @@ class Dispatcher:
                 break
             self.backoffs.pop(issue.key, None)
             attempt = self.attempts.get(issue.key, 0) + 1
-            running = Running(issue.key, attempt, anyio.CancelScope())
+            running = Running(issue.key, attempt, anyio.CancelScope(), self.tracker)
             self.running[issue.key] = running
             self.queue.remove(issue)
             free -= 1
@@ -283,36 +266,27 @@ class Dispatcher:
         if not keys:
             return
         latest: dict[str, RunRecord] = {}
-        for record in RunStore(self.project.directory).list():  # newest first
+        for record in RunStore(self.project.directory).records():  # newest first
             if record.issue in keys and record.issue not in latest and record.outcome not in ("running", "cancelled"):
                 latest[record.issue] = record
-        watch = self.project.config.watch
         for key in keys:
             last = latest.get(key)
-            # A run that gave up (its last attempt) and an issue that is ready again: a person reopened it, and it
-            # gets a fresh round of attempts.
-            if last is None or last.mode != "watch" or last.outcome not in FAILURES:
-                self.attempts[key] = 0
-                continue
-            if last.attempt >= watch.max_attempts:
-                self.attempts[key] = 0
-                continue
-            self.attempts[key] = last.attempt
-            if last.attempt < watch.max_attempts and last.finished_at is not None:
-                due = last.finished_at.timestamp() + backoff_delay(last.attempt, watch.backoff, watch.backoff_max)
-                self.backoffs[key] = Backoff(key, last.attempt + 1, due, last.stop_reason or "")
+            recalled = recall(last, self.project.config.watch)
+            self.attempts[key] = recalled.attempts
+            if recalled.retry is not None and last is not None:
+                attempt, due = recalled.retry
+                self.backoffs[key] = Backoff(key, attempt, due, last.stop_reason or "")
 
     async def _run(self, running: Running, finished: list[RunRecord]) -> None:
-        key, watch = running.key, self.project.config.watch
+        key = running.key
         request = RunRequest(
             key=key,
             mode="watch",
             attempt=running.attempt,
-            final=running.attempt >= watch.max_attempts,
+            final=is_final(running.attempt, self.project.config.watch),
             only_if_ready=True,
         )
-        run = Run(self.project, self.tracker, request, self._on_run_event)
-        running.run = run
+        run = Run(self.project, running.tracker, request, self._on_run_event, cancelled_because=lambda: running.reason)
         record: RunRecord | None = None
         try:
             with running.scope:
@@ -325,36 +299,49 @@ class Dispatcher:
             self.emit("error", key, message=f"{type(error).__name__}: {error}")
         except anyio.get_cancelled_exc_class():
             # The watch itself is stopping (a signal): the run has recorded itself cancelled; say so, then go on.
-            if run.record is not None and run.record.finished:
-                self._finished(run.record, finished)
+            stopped = self._record_of(running)
+            if stopped is not None:
+                self._finished(stopped, finished)
             raise
         finally:
             self.running.pop(key, None)
+        record = record or self._record_of(running)
         if record is None:
-            record = run.record if run.record is not None and run.record.finished else None
-            if record is None:
-                return
+            return
         self._finished(record, finished)
-        self._after(record, run.permanent)
+        self._after(record)
+
+    def _record_of(self, running: Running) -> RunRecord | None:
+        """The finished record of a run that did not return one (cancelled, or failed inside beflow): the run's
+        events named it."""
+        if running.run_id is None:
+            return None
+        try:
+            record = RunStore(self.project.directory).get(running.run_id)
+        except (BeflowError, OSError, ValueError):
+            return None
+        return record if record.finished else None
 
     def _finished(self, record: RunRecord, finished: list[RunRecord]) -> None:
         finished.append(record)
         self.recent.appendleft(record)
         self.emit("finished", record.issue, run=record.id, outcome=record.outcome, reason=record.stop_reason)
 
-    def _after(self, record: RunRecord, permanent: bool) -> None:
-        key, watch = record.issue, self.project.config.watch
-        if record.outcome in DONE_OUTCOMES:
+    def _after(self, record: RunRecord) -> None:
+        key = record.issue
+        step = after_run(
+            record.outcome,
+            record.attempt,
+            permanent=record.permanent,
+            reason=record.stop_reason or "",
+            watch=self.project.config.watch,
+        )
+        if step.action == "done":
             self.attempts[key] = 0
-        elif record.outcome in FAILURES:
+        elif step.action == "retry":
             self.attempts[key] = record.attempt
-            if permanent:
-                self.attempts.pop(key, None)  # a person who fixes the cause and reopens it starts a fresh round
-                self.emit("failed", key, reason=f"not retried: {record.stop_reason}")
-            elif record.attempt < watch.max_attempts:
-                delay = backoff_delay(record.attempt, watch.backoff, watch.backoff_max)
-                self.backoffs[key] = Backoff(key, record.attempt + 1, time.time() + delay, record.stop_reason or "")
-                self.emit("retry_scheduled", key, attempt=record.attempt + 1, delay=delay)
-            else:
-                self.attempts.pop(key, None)  # reopened by a person, it gets a fresh round of attempts
-                self.emit("failed", key, reason=f"gave up after {record.attempt} attempts")
+            self.backoffs[key] = Backoff(key, step.attempt, time.time() + step.delay, record.stop_reason or "")
+            self.emit("retry_scheduled", key, attempt=step.attempt, delay=step.delay)
+        elif step.action == "give_up":
+            self.attempts.pop(key, None)  # a person who fixes the cause and reopens it starts a fresh round
+            self.emit("failed", key, reason=step.reason)

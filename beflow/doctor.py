@@ -185,7 +185,7 @@ def check_tracker(project: Project) -> Check:
     """The tracker opens; for local issues: the directory, how many by status, and every file that does not parse."""
     try:
         tracker = open_tracker(project)
-        listing = tracker.list()
+        listing = tracker.listing()
     except BeflowError as error:
         return Check("tracker", False, error.message, error.fix)
     counts = {s.value: sum(1 for i in listing.issues if i.status == s) for s in Status}

@@ -12,6 +12,8 @@ class BeflowError(Exception):
 
     exit_code: int = 1
     code: str = "error"
+    #: Whether a run that fails with it would fail the same way again: ``beflow watch`` does not retry it.
+    permanent: bool = False
 
     def __init__(self, message: str, *, fix: str | None = None) -> None:
         super().__init__(message)
@@ -34,6 +36,13 @@ class ConfigError(BeflowError):
 
     exit_code = 2
     code = "config"
+    permanent = True
+
+
+class PermanentFailure(BeflowError):
+    """A run's failure that no retry can fix (MCP servers that do not resolve, a prompt that does not render)."""
+
+    permanent = True
 
 
 class NotFoundError(BeflowError):

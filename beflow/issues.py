@@ -1,4 +1,4 @@
-"""The issue operations (DESIGN §6): ``beflow issues ...`` and the MCP tools call exactly these.
+"""The issue operations: ``beflow issues ...`` and the MCP tools call exactly these (docs/architecture.md).
 
 Every operation works on whatever tracker the project's config names (through ``open_tracker``). Operations an
 agent bound to one issue may use are marked ``agent=True``. Every operation on one issue declares its
@@ -107,7 +107,7 @@ class StatusChange(BaseModel):
     safety="read",
 )
 def list_issues(context: Context, payload: ListIssues) -> Listing:
-    return tracker(context).list(status=payload.status, label=payload.label)
+    return tracker(context).listing(status=payload.status, label=payload.label)
 
 
 @operation(

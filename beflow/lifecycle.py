@@ -1,58 +1,32 @@
-"""What every mode shares — ``--auto``, ``watch``, ``--attend``, ``--open``: the request, the events, the prompt,
-the run record and how the tracker is told.
+"""One run of one issue, in every mode — ``--auto``, ``watch``, ``--attend``, ``--open``: the request, the prompt,
+and the :class:`Session` that owns the run record, the store, the tracker, the events and the injected MCP servers.
 
 :mod:`beflow.runner` (the unattended run in a worktree) and :mod:`beflow.modes` (the supervised ones in the
-checkout) build on these, so that a run reads, records and reports the same way in every mode.
+checkout) compose a session, so that a run reads, records and reports the same way in every mode. The decisions
+(outcomes, statuses, retries) are pure functions in :mod:`beflow.policy`; docs/architecture.md shows the whole.
 """
 
 from __future__ import annotations
 
 import os
 import socket
-import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from beflow import interrupts, prompt
 from beflow.config import Project
-from beflow.errors import BeflowError
-from beflow.records import DONE_OUTCOMES, Mode, Outcome, RunRecord, RunStore, now
+from beflow.errors import BeflowError, LockedError
+from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
+from beflow.mcp.acp import AcpServer, server_names, shadowed_global_servers
+from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.mcp.redact import Redactor
+from beflow.paths import ACPXRC
+from beflow.policy import give_up_note, status_after
+from beflow.records import DONE_OUTCOMES, Mode, Outcome, RunRecord, RunStore, new_run_id, now
 from beflow.trackers import Issue, Status, Tracker
-
-
-@dataclass(frozen=True)
-class RunEvent:
-    """Progress of a run, for the terminal view and for ``--json`` event streams."""
-
-    type: str  # started, activity, notice, finished
-    run_id: str
-    issue: str
-    data: dict[str, Any] = field(default_factory=dict)
-    time: float = field(default_factory=time.time)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"event": self.type, "run": self.run_id, "issue": self.issue, "time": self.time, **self.data}
-
-
-EventSink = Callable[[RunEvent], None]
-
-
-def safe_sink(sink: EventSink | None) -> EventSink:
-    """``sink``, made harmless: a display that fails (``beflow --auto --json | head``) is dropped, and the run goes
-    on; nothing a display does may break a run."""
-    state = {"sink": sink}
-
-    def emit(event: RunEvent) -> None:
-        target = state["sink"]
-        if target is None:
-            return
-        try:
-            target(event)
-        except Exception:
-            state["sink"] = None
-
-    return emit
 
 
 @dataclass
@@ -117,22 +91,6 @@ def move_to_in_progress(tracker: Tracker, issue: Issue, note: str | None = None)
     tracker.set_status(issue.key, Status.IN_PROGRESS, note=note, author="beflow")
 
 
-def close_record(store: RunStore, record: RunRecord, outcome: Outcome, reason: str) -> None:
-    """Give the record its outcome, end time and duration, and save it."""
-    record.close(outcome, reason)
-    store.save(record)
-
-
-def status_after(outcome: Outcome, *, retry: bool = False) -> Status:
-    """Where a run leaves its issue: ``review`` when it finished, ``ready`` when cancelled or to be retried,
-    else ``failed``."""
-    if outcome in DONE_OUTCOMES:
-        return Status.REVIEW
-    if outcome == "cancelled" or retry:
-        return Status.READY
-    return Status.FAILED
-
-
 def leave_issue(tracker: Tracker, key: str, status: Status, note: str | None) -> bool:
     """Move the issue on from ``in_progress`` with ``note`` as a comment; False (nothing done) when someone moved it
     by hand during the run (closed it, say) — theirs is the last word — or it cannot be read any more (deleted,
@@ -190,12 +148,12 @@ def refuse_closed(issue: Issue) -> None:
 def settle_orphans(tracker: Tracker, store: RunStore) -> list[str]:
     """Issues left ``in_progress`` by a run that finished its work but could not tell the tracker (the issue file
     was unreadable at that moment): they get the status and comment the run would have given them, instead of
-    being run again. Runs that did not finish are left to the tracker's requeue."""
+    being run again. Runs that did not finish are left to :func:`requeue_orphans`."""
     settled: list[str] = []
     orphaned = tracker.orphaned()
     if not orphaned:
         return settled
-    records = store.list()
+    records = store.records()
     for issue in orphaned:
         latest = next((r for r in records if r.issue == issue.key), None)
         if latest is None or latest.outcome not in DONE_OUTCOMES:
@@ -208,3 +166,143 @@ def settle_orphans(tracker: Tracker, store: RunStore) -> list[str]:
             if leave_issue(tracker, issue.key, status_after(latest.outcome), summary(latest)):
                 settled.append(issue.key)
     return settled
+
+
+def requeue_orphans(tracker: Tracker, author: str = "beflow") -> list[Issue]:
+    """Put every issue a killed run left ``in_progress`` (no live claim) back to ``ready``, with a comment saying
+    why, so that a run picks it up again; returns them. (Call :func:`settle_orphans` first: an issue whose run had
+    finished gets that run's status instead.)"""
+    requeued = []
+    for issue in tracker.orphaned():
+        last = tracker.last_holder(issue.key)  # the dead holder's note, if it left one
+        try:
+            claim = tracker.claim(issue.key, owner=f"{author} (requeue)")
+        except LockedError:
+            continue  # a run took it in the meantime
+        with claim:
+            if tracker.get(issue.key).status != Status.IN_PROGRESS:
+                continue
+            who = f" (it was claimed by {last.owner}, pid {last.pid} on {last.host})" if last else ""
+            note = (
+                f"The run working on this issue stopped without finishing{who}: no process holds its claim "
+                "any more. Back to ready, so that a run picks it up again."
+            )
+            requeued.append(tracker.set_status(issue.key, Status.READY, note=note, author=author))
+    return requeued
+
+
+# -- the session ----------------------------------------------------------------------------------------------------
+
+
+class Session:
+    """One run of one issue, in any mode, from its record to the tracker's last word.
+
+    It owns the run record (created with the session: never missing), the store it is written to, the tracker, the
+    event sink and the injected MCP servers. A mode composes it: :meth:`start` (record and prompt written, issue
+    ``in_progress``), :meth:`use_servers`, :meth:`injected` around the agent, :meth:`finish` (record closed,
+    tracker told, ``finished`` emitted).
+    """
+
+    def __init__(
+        self,
+        project: Project,
+        tracker: Tracker,
+        issue: Issue,
+        request: RunRequest,
+        events: EventSink | None,
+        *,
+        branch: str | None,
+        checkout: Path | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        self.project = project
+        self.tracker = tracker
+        self.issue = issue
+        self.request = request
+        self.store = RunStore(project.directory)
+        # The terminal may be gone (SIGHUP) or a pipe closed: progress never blocks a run or its cleanup.
+        self._events = safe_sink(events)
+        self.record = new_record(project, issue, request, run_id=run_id or new_run_id(issue.key), branch=branch)
+        if checkout is not None:
+            self.record.checkout = str(checkout)
+        self.servers: list[AcpServer] | None = None
+        #: Masks the injected servers' secret values in everything written to the record.
+        self.redact = Redactor()
+
+    @property
+    def run_id(self) -> str:
+        return self.record.id
+
+    def emit(self, kind: RunEventKind, **data: Any) -> None:
+        self._events(RunEvent(kind, self.record.id, self.record.issue, data))
+
+    def start(self, prompt_text: str, note: str | None = None) -> None:
+        """The record is written with its prompt, and the tracker says a run works on the issue."""
+        self.store.create(self.record, prompt_text)
+        move_to_in_progress(self.tracker, self.issue, note)
+
+    def use_servers(self, servers: list[AcpServer] | None) -> None:
+        """The run's MCP servers: named in the record, and from here on their secret values are masked in
+        everything the record keeps (hook output and transcripts included)."""
+        self.servers = servers
+        self.record.mcp_servers = server_names(servers)
+        self.redact = Redactor(servers)
+
+    @asynccontextmanager
+    async def injected(self, cwd: Path) -> AsyncIterator[Injection | None]:
+        """The run's MCP servers in ``cwd``'s ``.acpxrc.json`` for the body, the file put back exactly afterwards
+        (on every way out, Ctrl-C included); what became of it goes into the record."""
+        record = self.record
+        shadowed = shadowed_global_servers() if self.servers else None
+        if shadowed:
+            record.mcp_shadowed = shadowed.names
+            self.emit("notice", message=f"injected MCP servers shadow {', '.join(shadowed.names)} from {shadowed.path}")
+        self.store.save(record)
+
+        def on_saved(path: Path) -> None:
+            self.emit("notice", message=f"{ACPXRC} was changed during the run; that version is saved at {path}")
+
+        handle = None
+        try:
+            async with managed_acpxrc(
+                cwd, self.servers, on_wait=lambda m: self.emit("notice", message=m), on_saved=on_saved
+            ) as handle:
+                yield handle
+        finally:
+            if handle is not None and handle.restored is not None:
+                # "left by beflow pid N" is for orphans of another process, not this one's own restore
+                restored = handle.restored.model_copy(update={"pid": None}).describe()
+                if restored not in record.restored:
+                    record.restored.append(restored)
+
+    def finish(
+        self, outcome: Outcome, reason: str, status_for: Callable[[Outcome], Status], **details: Any
+    ) -> RunRecord:
+        """Close the record, tell the tracker (``status_for`` the outcome, the summary as a comment) and emit
+        ``finished`` with ``details``. The tracker's failure is a notice, never the run's: the record keeps the
+        outcome."""
+        record = self.record
+        record.close(outcome, reason)
+        self.store.save(record)
+        status = status_for(record.outcome)
+        note = summary(record) if self.project.config.after_run.comment else None
+        if status == Status.FAILED and self.request.mode == "watch":
+            note = give_up_note(note, record.attempt, permanent=record.permanent)
+        key = record.issue
+        if status == Status.OPEN:  # in_progress cannot go back to open directly
+            left = leave_issue(self.tracker, key, Status.READY, note)
+            if left:
+                self.tracker.set_status(key, Status.OPEN, author="beflow")
+        else:
+            left = leave_issue(self.tracker, key, status, note)
+        if not left:
+            try:
+                self.tracker.get(key)  # moved by hand (closed, say): theirs is the last word, nothing to say
+            except BeflowError as error:
+                self.emit(
+                    "notice",
+                    message=f"the issue could not be updated ({error.message}); the run record keeps the outcome, "
+                    "and the next beflow run or watch tick brings the issue up to date",
+                )
+        self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
+        return record

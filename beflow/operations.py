@@ -1,4 +1,4 @@
-"""The one registry of beflow's operations (DESIGN §6).
+"""The one registry of beflow's operations (docs/architecture.md).
 
 Each operation is declared once, with its name, a description written for agents (when to call it, what it
 costs), a pydantic input model (whose JSON Schema is the MCP tool's input schema), a safety level and its handler.

@@ -15,12 +15,13 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
 import anyio.abc
+import psutil
 
 from beflow import interrupts
 from beflow.errors import BeflowError, ToolMissingError
@@ -104,32 +105,27 @@ def _signal_group(pgid: int, signum: int) -> bool:
     return True
 
 
-def _processes() -> Iterator[tuple[int, str, int, int]]:
-    """``(pid, state, parent pid, process group)`` of every process, from /proc (nothing where there is none)."""
-    proc_root = Path("/proc")
-    if not proc_root.is_dir():
-        return
-    for entry in proc_root.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(")") + 2 :].split()  # the command name may hold spaces and parentheses
-        if len(fields) > 2:
-            yield int(entry.name), fields[0], int(fields[1]), int(fields[2])
+def _live(process: psutil.Process) -> bool:
+    """Still running: not gone, not a zombie, and not a later process that got the pid (psutil checks that).
+
+    A zombie cannot run and cannot be signalled away; it lingers until its parent, possibly an init that never
+    reaps, collects it, so it does not count as left behind.
+    """
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def group_members(pgid: int) -> list[int]:
-    """Live (non-zombie) processes of a process group.
-
-    A zombie cannot run and cannot be signalled away; it lingers until its parent, possibly an init that
-    never reaps, collects it, so it does not count as left behind.
-    """
-    if not Path("/proc").is_dir():  # not Linux: signal 0 cannot tell zombies apart, but it is the best there is
-        return [pgid] if _signal_group(pgid, 0) else []
-    members = [pid for pid, state, _, group in _processes() if state != "Z" and group == pgid]
+    """Live (non-zombie) processes of a process group."""
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and _live(process):
+                members.append(process.pid)
+        except OSError:  # gone meanwhile
+            continue
     return members
 
 
@@ -173,53 +169,48 @@ async def stop_group(pgid: int, grace: float = DEFAULT_GRACE, leader: anyio.abc.
 
 
 def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (children, their children, ...), from /proc's parent links."""
-    children: dict[int, list[int]] = {}
-    for child, state, parent, _ in _processes():
-        if state != "Z":
-            children.setdefault(parent, []).append(child)
-    found, queue = [], [pid]
-    while queue:
-        for child in children.get(queue.pop(), []):
-            found.append(child)
-            queue.append(child)
-    return found
+    """Every live process below ``pid`` (children, their children, ...)."""
+    return [process.pid for process in _tree(pid)[1:]]
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    """``pid`` and every live process below it; empty when ``pid`` is gone."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *(child for child in root.children(recursive=True) if _live(child))]
+    except psutil.Error:
+        return []
+
+
+def _signal_all(processes: list[psutil.Process], signum: int) -> None:
+    for process in processes:
+        # psutil refuses to signal a pid that a later process took meanwhile: only the tree's own get it.
+        with contextlib.suppress(psutil.Error):
+            process.send_signal(signum)
 
 
 async def stop_tree(leader: anyio.abc.Process, grace: float = DEFAULT_GRACE) -> None:
     """Stop a child that shares beflow's process group, and everything it started: the tree is taken before the
     child goes (its orphans would be lost to init), then SIGTERM, the grace period, SIGKILL."""
     with anyio.CancelScope(shield=True):
-        tree = [leader.pid, *descendants(leader.pid)]
-        for pid in tree:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGTERM)
+        tree = _tree(leader.pid)
+        _signal_all(tree, signal.SIGTERM)
         deadline = anyio.current_time() + grace
         while anyio.current_time() < deadline and not interrupts.forced():
             if leader.returncode is None:
                 with anyio.move_on_after(0.05):
                     await leader.wait()
-            if not any(_alive(pid) for pid in tree):
+            if not any(_live(process) for process in tree):
                 return
             await anyio.sleep(0.02)
-        for pid in tree:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        _signal_all(tree, signal.SIGKILL)
         # As in stop_group: SIGKILL takes effect asynchronously; nothing of the tree may run on when we return.
         with anyio.move_on_after(KILL_WAIT):
-            while any(_alive(pid) for pid in tree):
+            while any(_live(process) for process in tree):
                 if leader.returncode is None:
                     with anyio.move_on_after(0.01):
                         await leader.wait()
                 await anyio.sleep(0.01)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 async def _feed(stream: anyio.abc.ByteSendStream, data: bytes) -> None:
@@ -338,54 +329,3 @@ async def run(
 def run_sync(argv: Sequence[str], **kwargs: object) -> Completed:
     """:func:`run` from synchronous code (probes such as ``beflow doctor``)."""
     return anyio.run(lambda: run(argv, **kwargs))  # type: ignore[arg-type]
-
-
-# -- process identity: is the process that wrote a journal entry or a run record still the one running? ---------
-
-
-def _stat(pid: int) -> tuple[str, int] | None:
-    """State letter and start time (clock ticks since boot) of ``pid`` from /proc; ``None`` when unreadable."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rfind(")") + 2 :].split()  # the command name may hold spaces and parentheses
-    try:
-        return fields[0], int(fields[19])
-    except (IndexError, ValueError):
-        return None
-
-
-def start_time(pid: int) -> int | None:
-    """When ``pid`` started, in clock ticks since boot: with the pid, it names one process for good."""
-    stat = _stat(pid)
-    return stat[1] if stat else None
-
-
-def boot_id() -> str | None:
-    """This boot of the machine (a pid from an earlier boot names nothing now)."""
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
-
-
-def is_running(pid: int, started: int | None, boot: str | None) -> bool:
-    """Whether the process ``pid`` that started at ``started`` in boot ``boot`` still runs — not a zombie, not a
-    later process that reused its pid. Without /proc, only that some process has the pid."""
-    current_boot = boot_id()
-    if boot and current_boot and boot != current_boot:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass  # it exists, owned by someone else: the start time decides
-    stat = _stat(pid)
-    if stat is None:
-        return not Path("/proc").is_dir()
-    state, start = stat
-    if state in {"Z", "X"}:
-        return False
-    return started is None or started == start

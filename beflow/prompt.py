@@ -14,9 +14,9 @@ from beflow.errors import ConfigError
 
 DEFAULT_TEMPLATE = "templates/prompt.md.j2"
 
-#: The variables every prompt is rendered with (DESIGN §2, and the mode).
+#: The variables every prompt is rendered with (docs/config.md).
 VARIABLES = frozenset({"issue", "attempt", "branch", "run_id", "mode"})
-#: What ``issue`` has (DESIGN §2).
+#: What ``issue`` has.
 ISSUE_FIELDS = frozenset({"key", "title", "body", "labels", "url", "comments"})
 
 

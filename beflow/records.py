@@ -1,4 +1,4 @@
-"""Run records: ``.beflow/runs/<run-id>/`` in the project directory (DESIGN §4).
+"""Run records: ``.beflow/runs/<run-id>/`` in the project directory (docs/runs.md).
 
 Each run directory holds ``run.json`` (the :class:`RunRecord`), ``prompt.md``, the acpx transcript
 (``transcript.jsonl``, one acpx JSON event a line), ``stderr.log`` and ``hooks/<name>.log``. No secret value is
@@ -7,7 +7,6 @@ ever written here: MCP servers are recorded by name only.
 
 from __future__ import annotations
 
-import builtins
 import datetime as dt
 import difflib
 import os
@@ -17,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from beflow import proc
+from beflow import identity
 from beflow.errors import NotFoundError
 from beflow.files import atomic_write
 from beflow.paths import slug, state_dir
@@ -55,11 +54,12 @@ class RunRecord(BaseModel):
     duration: float | None = None
     outcome: Outcome = "running"
     stop_reason: str | None = None
+    #: A failure no retry can fix (bad configuration, a prompt that does not render, an agent not installed).
+    permanent: bool = False
     exit_code: int | None = None
     pid: int = Field(default_factory=os.getpid)
-    #: With ``pid``, which process ran it (a reused pid is not mistaken for it): start time and boot.
-    pid_start: int | None = Field(default_factory=lambda: proc.start_time(os.getpid()))
-    boot_id: str | None = Field(default_factory=proc.boot_id)
+    #: With ``pid``, which process ran it (a reused pid is not mistaken for it): its start, seconds since the epoch.
+    pid_start: float | None = Field(default_factory=lambda: identity.start_time(os.getpid()))
     mcp_servers: list[str] = Field(default_factory=list)
     mcp_shadowed: list[str] = Field(default_factory=list)
     changed_files: list[str] = Field(default_factory=list)
@@ -120,7 +120,7 @@ class RunStore:
         atomic_write(path, data)
         return path
 
-    def list(self) -> builtins.list[RunRecord]:
+    def records(self) -> list[RunRecord]:
         """Every readable record, newest first."""
         if not self.root.is_dir():
             return []
@@ -133,12 +133,12 @@ class RunStore:
         # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
         return sorted(records, key=lambda r: (r.started_at, r.id), reverse=True)
 
-    def close_orphans(self) -> builtins.list[RunRecord]:
+    def close_orphans(self) -> list[RunRecord]:
         """Close the records of runs whose beflow was killed (still ``running``, their process gone): they end
         ``cancelled``, saying so, instead of looking alive for ever."""
         closed = []
-        for record in self.list():
-            if record.outcome == "running" and not proc.is_running(record.pid, record.pid_start, record.boot_id):
+        for record in self.records():
+            if record.outcome == "running" and not identity.is_running(record.pid, record.pid_start):
                 record.close("cancelled", f"beflow (pid {record.pid}) was killed before the run finished")
                 self.save(record)
                 closed.append(record)
@@ -148,7 +148,7 @@ class RunStore:
         """A record by id or unique id prefix; ``latest`` is the newest run."""
         ids = sorted(p.name for p in self.root.iterdir()) if self.root.is_dir() else []
         if run_id == "latest" and ids:
-            newest = self.list()
+            newest = self.records()
             run_id = newest[0].id if newest else ids[-1]
         matches = [i for i in ids if i == run_id] or [i for i in ids if i.startswith(run_id)]
         if len(matches) != 1:

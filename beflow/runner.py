@@ -1,8 +1,11 @@
-"""One unattended run (DESIGN §4): every ``--auto`` run and every ``watch`` dispatch is exactly this.
+"""One unattended run: every ``--auto`` run and every ``watch`` dispatch is exactly this.
 
 claim → worktree on ``beflow/<key>`` → include files → ``after_create`` hook → prompt → MCP servers → inject →
 ``before_run`` → acpx (supervised) → ``after_run`` → restore → commit → record → tracker update → remove the
 worktree (kept, and said so, when that could lose the agent's work) → release the claim.
+
+The record, the tracker, the events and the injection are the run's :class:`~beflow.lifecycle.Session`; how the
+session ended is :func:`beflow.policy.judge`'s call.
 """
 
 from __future__ import annotations
@@ -10,37 +13,30 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
 
-from beflow import acpx, agents, git, interrupts, preflight, proc
+from beflow import acpx, git, interrupts, preflight, proc
 from beflow.config import Project
-from beflow.errors import BeflowError, ConfigError, LockedError
+from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
+from beflow.events import EventSink
 from beflow.lifecycle import (
-    EventSink,
-    RunEvent,
     RunRequest,
+    Session,
     cancel_reason,
-    close_record,
-    leave_issue,
-    move_to_in_progress,
-    new_record,
     refuse_closed,
     render_prompt,
-    safe_sink,
+    requeue_orphans,
     settle_orphans,
-    status_after,
-    summary,
 )
-from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers
-from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.mcp.acp import resolve_servers
 from beflow.paths import ACPXRC, acpx_home
-from beflow.records import Mode, Outcome, RunRecord, RunStore, new_run_id
-from beflow.trackers import Issue, Status, Tracker
+from beflow.policy import judge, status_after
+from beflow.records import Mode, Outcome, RunRecord, RunStore
+from beflow.trackers import Status, Tracker
 
 T = TypeVar("T")
 
@@ -54,141 +50,129 @@ class NoLongerReady(LockedError):
     code = "skipped"
 
 
-class PermanentFailure(BeflowError):
-    """A failure no retry can fix (bad config, a prompt that does not render, an unknown agent)."""
-
-
 class Run:
-    """One run of one issue. Build it, then ``await execute()``; the record says how it ended."""
+    """One run of one issue. Build it, then ``await execute()``; the record says how it ended.
 
-    def __init__(self, project: Project, tracker: Tracker, request: RunRequest, events: EventSink | None = None):
+    ``cancelled_because`` tells, when the run is cancelled, why, if whoever cancels it knows (the dispatcher's
+    reconciliation: "the issue is now closed").
+    """
+
+    def __init__(
+        self,
+        project: Project,
+        tracker: Tracker,
+        request: RunRequest,
+        events: EventSink | None = None,
+        *,
+        cancelled_because: Callable[[], str | None] | None = None,
+    ) -> None:
         self.project = project
-        self.config = project.config
         self.tracker = tracker
         self.request = request
-        self.store = RunStore(project.directory)
-        self._events = safe_sink(events)
-        self.record: RunRecord | None = None
-        self.transcript = acpx.Transcript()
-        self.permanent = False
-        #: Masks the injected servers' secret values in everything written to the record.
-        self.redact = acpx.Redactor()
-        self._injection: Injection | None = None
-        self._repo: Any = None  # the project's git.Repo, closed when the run ends (it holds git processes)
-        #: Why the run is being cancelled, when whoever cancels it knows (the dispatcher's reconciliation).
-        self.cancel_reason: str | None = None
-
-    # -- events ------------------------------------------------------------------------------------------------
-
-    def emit(self, kind: str, **data: Any) -> None:
-        if self.record is not None:
-            self._events(RunEvent(kind, self.record.id, self.record.issue, data))
-
-    # -- the lifecycle -----------------------------------------------------------------------------------------
+        self._events = events
+        self._cancelled_because = cancelled_because or (lambda: None)
 
     async def execute(self) -> RunRecord:
         """Run the issue to an outcome; never raises for a failed run (the record says), only for bad usage."""
         issue = self.tracker.get(self.request.key)
         refuse_closed(issue)
-        claim = self.tracker.claim(issue.key, self.request.owner)
-        try:
+        with self.tracker.claim(issue.key, self.request.owner):
             # What the issue is now that it is ours: another beflow may have run it between our look and our claim.
             issue = self.tracker.get(issue.key)
             if self.request.only_if_ready and issue.status != Status.READY:
                 raise NoLongerReady(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
             refuse_closed(issue)
-            return await self._claimed(issue)
-        finally:
-            if self._repo is not None:
-                self._repo.close()
-            claim.release()
+            session = Session(
+                self.project, self.tracker, issue, self.request, self._events, branch=git.branch_for(issue.key)
+            )
+            return await _InWorktree(session, self._cancelled_because).run()
 
-    async def _claimed(self, issue: Issue) -> RunRecord:
-        key = issue.key
-        run_id = new_run_id(key)
-        branch = git.branch_for(key)
-        self.record = new_record(self.project, issue, self.request, run_id=run_id, branch=branch)
-        record = self.record
+
+class _InWorktree:
+    """The steps of one unattended run, around its session."""
+
+    def __init__(self, session: Session, cancelled_because: Callable[[], str | None]) -> None:
+        self.session = session
+        self.record = session.record
+        self.store = session.store
+        self.project = session.project
+        self.config = session.project.config
+        self.request = session.request
+        self.emit = session.emit
+        self.transcript = acpx.Transcript()
+        self._cancelled_because = cancelled_because
+
+    async def run(self) -> RunRecord:
+        record, issue = self.record, self.session.issue
+        branch = git.branch_for(issue.key)
         try:
-            text = render_prompt(self.project, issue, self.request, branch=branch, run_id=run_id)
+            text = render_prompt(self.project, issue, self.request, branch=branch, run_id=record.id)
         except BeflowError as error:
-            text = ""
-            self.store.create(record, text)
-            self.permanent = True
-            self._move_to_in_progress(issue)  # so that the tracker is told, and a watch does not pick it up again
-            return self._finish(issue, "failed", f"the prompt did not render: {error.message}")
-        self.store.create(record, text)
-        self._move_to_in_progress(issue)
+            record.permanent = True
+            self.session.start("")  # so that the tracker is told, and a watch does not pick it up again
+            return self._finish("failed", f"the prompt did not render: {error.message}")
+        self.session.start(text)
         self.emit("started", attempt=self.request.attempt, branch=branch)
+        repo = git.open_repo(self.project.directory)
+        try:
+            return await self._in_worktree(repo, branch, text)
+        finally:
+            repo.close()  # it holds git processes
+
+    async def _in_worktree(self, repo: Any, branch: str, text: str) -> RunRecord:
+        record = self.record
         outcome: Outcome = "failed"
         reason = "the run did not finish"
         worktree: git.Worktree | None = None
-        repo = self._repo = git.open_repo(self.project.directory)
         try:
-            servers = self._resolve_servers()
-            path = git.worktree_path(self.project.worktrees_dir, key)
+            self._resolve_servers()
+            path = git.worktree_path(self.project.worktrees_dir, record.issue)
             worktree = await _in_thread(git.create_worktree, repo, path, branch, self.config.worktrees.base)
             record.worktree = str(worktree.path)
             record.base_commit = worktree.base_commit
             self.store.save(record)
             await _in_thread(git.copy_included, self.project.directory, worktree.path, self.config.worktrees.include)
             await self._hook("after_create", worktree.path, fatal=True)
-            outcome, reason = await self._agent_session(worktree.path, text, servers)
-        except PermanentFailure as error:
-            self.permanent = True
-            outcome, reason = "failed", error.message
-        except ConfigError as error:
-            self.permanent = True
-            outcome, reason = "failed", error.message
-        except BeflowError as error:
+            outcome, reason = await self._agent_session(worktree.path, text)
+        except BeflowError as error:  # bad configuration, MCP servers that do not resolve: permanent
+            record.permanent = error.permanent
             outcome, reason = "failed", error.message
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
-                reason = cancel_reason(self.cancel_reason)
+                reason = cancel_reason(self._cancelled_because())
                 await self._wrap_up(worktree, repo, "cancelled", reason)
-                self._finish(issue, "cancelled", reason)
+                self._finish("cancelled", reason)
             raise
         except Exception as error:  # a bug in beflow: still record it, restore the tracker and keep the work
             with anyio.CancelScope(shield=True):
                 reason = f"beflow failed unexpectedly: {type(error).__name__}: {error}"
                 await self._wrap_up(worktree, repo, "failed", reason)
-                self._finish(issue, "failed", reason)
+                self._finish("failed", reason)
             raise
         with anyio.CancelScope(shield=True):
             outcome, reason = await self._wrap_up(worktree, repo, outcome, reason)
-        return self._finish(issue, outcome, reason)
+        return self._finish(outcome, reason)
 
-    def _move_to_in_progress(self, issue: Issue) -> None:
-        move_to_in_progress(self.tracker, issue)
-
-    def _resolve_servers(self) -> list[dict[str, Any]] | None:
+    def _resolve_servers(self) -> None:
         """The run's MCP servers, resolved before anything runs: from here on their secret values are masked in
         everything the record keeps (hook output included)."""
-        assert self.record is not None
         try:
             servers = resolve_servers(self.project)
         except ConfigError as error:
             raise PermanentFailure(f"MCP servers: {error.message}") from None
-        self.record.mcp_servers = server_names(servers)
-        self.redact = acpx.Redactor(servers)
-        return servers
+        self.session.use_servers(servers)
 
-    async def _agent_session(self, cwd: Path, text: str, servers: list[dict[str, Any]] | None) -> tuple[Outcome, str]:
+    async def _agent_session(self, cwd: Path, text: str) -> tuple[Outcome, str]:
         """Inject, run acpx, restore. Returns the outcome and a reason."""
-        assert self.record is not None
         record = self.record
-        shadowed = shadowed_global_servers() if servers else None
-        if shadowed:
-            record.mcp_shadowed = shadowed.names
-            self.emit("notice", message=f"injected MCP servers shadow {', '.join(shadowed.names)} from {shadowed.path}")
-        self.store.save(record)
+        redact = self.session.redact
         directory = self.store.directory(record.id)
         transcript_path = directory / "transcript.jsonl"
         stderr_path = directory / "stderr.log"
         with transcript_path.open("ab") as transcript_file, stderr_path.open("ab") as stderr_file:
 
             def on_stdout(line: bytes) -> None:
-                line = self.redact(line)
+                line = redact(line)
                 transcript_file.write(line + b"\n")
                 transcript_file.flush()
                 before = self.transcript.latest
@@ -197,23 +181,20 @@ class Run:
                     self.emit("activity", latest=self.transcript.latest)
 
             def on_stderr(line: bytes) -> None:
-                stderr_file.write(self.redact(line) + b"\n")
+                stderr_file.write(redact(line) + b"\n")
                 stderr_file.flush()
 
-            def on_saved(path: Path) -> None:
-                self.emit("notice", message=f".acpxrc.json was changed during the run; that version is saved at {path}")
-
-            async with managed_acpxrc(
-                cwd, servers, on_wait=lambda m: self.emit("notice", message=m), on_saved=on_saved
-            ) as handle:
-                self._injection = handle
+            async with self.session.injected(cwd):
                 await self._hook("before_run", cwd, fatal=False)
                 result = await self._run_agent(cwd, text, on_stdout, on_stderr)
                 await self._hook("after_run", cwd, fatal=False)
         record.exit_code = result.returncode
         record.final_message = self.transcript.final_message
         record.session = self.transcript.session_id
-        return self._judge(result, stderr_path)
+        stderr = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        verdict = judge(result, self.transcript, self.config, stderr, key=self.request.key, run_id=record.id)
+        record.permanent = verdict.permanent
+        return verdict.outcome, verdict.reason
 
     async def _run_agent(
         self, cwd: Path, text: str, on_stdout: proc.LineHandler, on_stderr: proc.LineHandler
@@ -224,7 +205,6 @@ class Run:
         ``session/load``; when acpx cannot resume, the run goes on cold and the record says why.
         """
         record = self.record
-        assert record is not None
         timeout = self.config.timeout
         common: dict[str, Any] = {
             "cwd": cwd,
@@ -267,8 +247,7 @@ class Run:
 
     def _resumable_session(self) -> str | None:
         """The ACP session of this issue's latest earlier run with the same agent, if it recorded one."""
-        assert self.record is not None
-        for earlier in self.store.list():
+        for earlier in self.store.records():
             if (
                 earlier.issue == self.record.issue
                 and earlier.id != self.record.id
@@ -287,46 +266,15 @@ class Run:
                 await proc.stop_group(pid, grace=2.0)
             acpx.forget_session(session_id, acpx_home())
 
-    def _judge(self, result: proc.Completed, stderr_path: Path) -> tuple[Outcome, str]:
-        """The outcome of the agent session, from acpx's exit code (0 ok, 1 error, 3 timeout, 5 permission
-        denied) and what the transcript says (the prompt's stop reason, the agent's or acpx's error)."""
-        seen = self.transcript
-        run_id = self.record.id if self.record is not None else None
-        if result.timed_out or result.returncode == acpx.ACPX_TIMEOUT or seen.acpx_code == "TIMEOUT":
-            limit = f"within {self.config.timeout:g} s" if self.config.timeout is not None else "in time (acpx said so)"
-            return "timeout", f"the agent did not finish {limit}"
-        if seen.stop_reason == "cancelled":
-            return "cancelled", "the agent's turn was cancelled"
-        if result.returncode == 0 and seen.stop_reason is not None and seen.error is None:
-            if seen.stop_reason == "refusal":
-                return "failed", "the agent refused the task"
-            return "succeeded", f"the agent finished ({seen.stop_reason})"
-        stderr = stderr_path.read_text(encoding="utf-8", errors="replace")
-        failure = agents.diagnose(seen, self.config, returncode=result.returncode, stderr=stderr, run_id=run_id)
-        if failure is not None and failure.permanent:
-            # No retry can log in or install an agent: a watch gives up on the issue at once.
-            self.permanent = True
-            again = f"run it again (`beflow --auto {self.request.key}`)"
-            return "failed", failure.reason().replace("run the issue again", again)
-        if seen.error:
-            return "failed", f"the agent reported an error: {agents.one_line(seen.error)}"
-        if result.returncode == acpx.ACPX_PERMISSION_DENIED:
-            return "failed", f"the agent was denied a permission it asked for (permissions: {self.config.permissions})"
-        if failure is not None:
-            return "failed", failure.reason()
-        lines = agents.agent_lines(stderr)[-3:]
-        detail = agents.one_line(" / ".join(lines)) if lines else "no error output"
-        return "failed", f"the agent stopped before finishing its turn (acpx {result.describe()}; {detail})"
-
     async def _hook(self, name: str, cwd: Path, *, fatal: bool) -> None:
         hook = self.config.hooks.get(name)
-        if hook is None or self.record is None:
+        if hook is None:
             return
         self.emit("activity", latest=f"hook {name}: {hook.command}")
         result = await proc.run(["sh", "-c", hook.command], cwd=cwd, timeout=hook.timeout)
         output = f"$ {hook.command}\n{result.stdout.decode(errors='replace')}{result.stderr.decode(errors='replace')}"
         output += f"[{result.describe()} after {result.duration:.1f} s]\n"
-        self.store.write(self.record.id, f"hooks/{name}.log", self.redact.text(output))
+        self.store.write(self.record.id, f"hooks/{name}.log", self.session.redact.text(output))
         if not result.ok:
             message = f"hook {name} failed ({result.describe()}); its output is in the run record"
             if fatal:
@@ -344,7 +292,8 @@ class Run:
         try:
             return await self._commit_and_clean(worktree, repo, outcome, reason)
         except Exception as error:
-            assert self.record is not None and worktree is not None
+            if worktree is None:  # nothing was there to commit: nothing to keep either
+                raise
             self.record.worktree_kept = True
             self.store.save(self.record)
             why = error.message if isinstance(error, BeflowError) else f"{type(error).__name__}: {error}"
@@ -354,7 +303,6 @@ class Run:
         self, worktree: git.Worktree | None, repo: Any, outcome: Outcome, reason: str
     ) -> tuple[Outcome, str]:
         record = self.record
-        assert record is not None
         if worktree is None:
             return outcome, reason
         commit = None
@@ -393,44 +341,19 @@ class Run:
             prune = self.config.worktrees.dir is None  # beflow's own folder under $BEFLOW_HOME, not the user's
             await _in_thread(functools.partial(git.remove_worktree, repo, worktree.path, prune_parent=prune))
         except BeflowError as error:
-            assert self.record is not None
             self.record.worktree_kept = True
             self.emit("notice", message=error.message)
 
-    def _finish(self, issue: Issue, outcome: Outcome, reason: str) -> RunRecord:
+    def _finish(self, outcome: Outcome, reason: str) -> RunRecord:
         record = self.record
-        assert record is not None
-        self._note_restore(record)
-        close_record(self.store, record, outcome, reason)
-        self._update_tracker(issue, record)
-        self.emit("finished", outcome=outcome, reason=reason, commit=record.commit, changed=len(record.changed_files))
-        return record
-
-    def _note_restore(self, record: RunRecord) -> None:
-        """What became of the injected ``.acpxrc.json`` (on every path out of the session, Ctrl-C included)."""
-        restored = self._injection.restored if self._injection is not None else None
-        if restored is None:
-            return
-        if restored.pid == os.getpid():  # "left by beflow pid N" is for orphans of another process, not ours
-            restored = restored.model_copy(update={"pid": None})
-        if restored.describe() not in record.restored:
-            record.restored.append(restored.describe())
-
-    def _update_tracker(self, issue: Issue, record: RunRecord) -> None:
-        status = status_after(record.outcome, retry=not (self.request.final or self.permanent))
-        note = summary(record) if self.config.after_run.comment else None
-        if status == Status.FAILED and self.request.mode == "watch":
-            why = "it cannot succeed as configured" if self.permanent else f"{record.attempt} attempt(s)"
-            note = f"{note}\n\nbeflow gives up on this issue: {why}." if note else None
-        if not leave_issue(self.tracker, issue.key, status, note):
-            try:
-                self.tracker.get(issue.key)  # moved by hand (closed, say): theirs is the last word, nothing to say
-            except BeflowError as error:
-                self.emit(
-                    "notice",
-                    message=f"the issue could not be updated ({error.message}); the run record keeps the outcome, "
-                    "and the next beflow run or watch tick brings the issue up to date",
-                )
+        retry = not (self.request.final or record.permanent)
+        return self.session.finish(
+            outcome,
+            reason,
+            lambda ended: status_after(ended, retry=retry),
+            commit=record.commit,
+            changed=len(record.changed_files),
+        )
 
 
 async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
@@ -495,7 +418,7 @@ async def run_many(
     store.close_orphans()
     settle_orphans(tracker, store)
     if picked:
-        tracker.requeue_orphans()
+        requeue_orphans(tracker)
         keys = [issue.key for issue in tracker.ready()]
     else:
         # Unknown keys fail before anything runs; a key named twice runs once.

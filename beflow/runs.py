@@ -1,4 +1,5 @@
-"""The run operations (DESIGN §6): ``beflow runs ...`` and the MCP tools read run records through these."""
+"""The run operations: ``beflow runs ...`` and the MCP tools read run records through these
+(docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ class RunLogs(BaseModel):
     issue_field="issue",
 )
 def list_runs(context: Context, payload: ListRuns) -> list[RunRecord]:
-    records = store(context).list()
+    records = store(context).records()
     if payload.issue is not None:
         records = [r for r in records if r.issue == normalize_key(payload.issue)]
     return records[: payload.limit]

@@ -32,7 +32,6 @@ ROOT = Path(__file__).resolve().parent.parent
 ACPX = ROOT / "tools" / "acpx" / "node_modules" / ".bin" / "acpx"
 AGENT = f"{sys.executable} {ROOT / 'tests' / 'support' / 'acp_agent.py'}"
 PROMPT = "acp-test: write out.txt hello"
-SERVERS = [{"name": "files", "command": "echo", "args": [], "env": []}]
 
 
 def git(cwd: Path, *args: str) -> None:
@@ -113,10 +112,13 @@ def watch_batch(repo: Path) -> None:
 
 
 def inject_once(directory: Path) -> None:
+    from beflow.mcp.acp import AcpStdio
     from beflow.mcp.inject import managed_acpxrc
 
+    servers = [AcpStdio(name="files", command="echo", args=[], env=[])]
+
     async def session() -> None:
-        async with managed_acpxrc(directory, SERVERS):
+        async with managed_acpxrc(directory, servers):
             pass
 
     anyio.run(session)

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 
 from beflow.cli import main
@@ -156,17 +157,17 @@ def processes_under(directory: Path) -> list[str]:
     """Live processes (not this one) whose command line names ``directory`` or whose cwd is inside it."""
     root = str(directory)
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+    for process in psutil.process_iter():
+        if process.pid == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-            cwd = os.readlink(entry / "cwd")
-        except OSError:
+            cmdline = " ".join(process.cmdline())
+            cwd = process.cwd()
+            zombie = process.status() == psutil.STATUS_ZOMBIE
+        except psutil.Error:
             continue
-        if state != "Z" and (root in cmdline or cwd == root or cwd.startswith(root + os.sep)):
-            found.append(f"{entry.name}: {cmdline} (in {cwd})")
+        if not zombie and (root in cmdline or cwd == root or cwd.startswith(root + os.sep)):
+            found.append(f"{process.pid}: {cmdline} (in {cwd})")
     return found
 
 

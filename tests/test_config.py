@@ -1,4 +1,4 @@
-"""``.beflow/config.json``: discovery, the project directory, the defaults of DESIGN §2 and the documented
+"""``.beflow/config.json``: discovery, the project directory, the defaults and the documented
 example."""
 
 from __future__ import annotations

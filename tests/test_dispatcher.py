@@ -1,4 +1,4 @@
-"""The dispatcher behind ``beflow watch`` (DESIGN §5), run in-process with the real acpx and the test agent.
+"""The dispatcher behind ``beflow watch`` (docs/modes.md), run in-process with the real acpx and the test agent.
 
 Timings are never asserted (two shared cores): concurrency is read from the start and end lines the test agent's
 ``mark`` directive appends, and everything else from events, run records and the tracker.
@@ -19,8 +19,9 @@ import anyio
 import pytest
 
 from beflow.config import load_project
-from beflow.dispatcher import Dispatcher, WatchEvent, backoff_delay
+from beflow.dispatcher import Dispatcher
 from beflow.errors import LockedError
+from beflow.events import WatchEvent
 from beflow.runner import Run, RunRequest
 from beflow.trackers import Status
 from tests.support.projects import AutoProject
@@ -84,24 +85,6 @@ def max_overlap(spans: list[tuple[float, float]]) -> int:
         current += step
         best = max(best, current)
     return best
-
-
-# -- backoff ----------------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("attempt", "expected"),
-    [(1, 10.0), (2, 20.0), (3, 40.0), (4, 80.0), (5, 160.0), (6, 300.0), (40, 300.0)],
-)
-def test_backoff_doubles_from_the_base_after_each_failed_attempt_up_to_the_ceiling(
-    attempt: int, expected: float
-) -> None:
-    assert backoff_delay(attempt, base=10, ceiling=300) == expected
-
-
-def test_backoff_never_exceeds_a_ceiling_below_the_base() -> None:
-    assert backoff_delay(1, base=10, ceiling=3) == 3.0
-    assert backoff_delay(0, base=10, ceiling=300) == 10.0  # no attempt yet: the base
 
 
 # -- concurrency and claims -------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import anyio
+import psutil
 import pytest
 
 from beflow import interrupts, proc
@@ -25,10 +26,9 @@ def anyio_backend() -> str:
 def alive(pid: int) -> bool:
     """Running, as opposed to gone or a zombie nobody reaped (which cannot run any more)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    return stat[stat.rfind(")") + 2] != "Z"
 
 
 def python(code: str) -> list[str]:

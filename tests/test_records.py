@@ -49,7 +49,7 @@ def test_runs_are_listed_newest_first_and_unreadable_ones_skipped(store: RunStor
     broken.mkdir()
     (broken / "run.json").write_text("{not json")
 
-    assert [r.id for r in store.list()] == [
+    assert [r.id for r in store.records()] == [
         "20260103-000000-1-cccc",
         "20260102-000000-2-bbbb",
         "20260101-000000-1-aaaa",
@@ -80,7 +80,7 @@ def test_an_ambiguous_prefix_names_five_runs_and_how_many_more(store: RunStore) 
 
 
 def test_no_runs_yet(store: RunStore) -> None:
-    assert store.list() == []
+    assert store.records() == []
     with pytest.raises(NotFoundError, match="no run 'latest'"):
         store.get("latest")
 
@@ -92,5 +92,5 @@ def test_runs_started_within_the_same_second_are_ordered_by_start_time(store: Ru
     store.create(first, "")
     store.create(second, "")
 
-    assert [r.id for r in store.list()] == [second.id, first.id]
+    assert [r.id for r in store.records()] == [second.id, first.id]
     assert store.get("latest").id == second.id

@@ -1,4 +1,4 @@
-"""One autonomous run end to end (DESIGN §4): the real pinned acpx drives the test ACP agent in a throwaway
+"""One autonomous run end to end (docs/architecture.md): the real pinned acpx drives the test ACP agent in a throwaway
 worktree with the project's MCP servers injected; the run commits, records, updates the tracker and cleans up."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from beflow.config import load_project
+from beflow.records import RunRecord
 from beflow.runner import Run, RunRequest
 from beflow.trackers import Status
 from tests.conftest import processes_under
@@ -399,12 +400,11 @@ def test_a_run_that_cannot_be_retried_fails_the_issue_even_when_a_dispatcher_wou
     auto_project.configure(prompt=None)
     failing = auto_project.new_issue("fail again")
 
-    def run(key: str, prompt: str | None) -> Run:
+    def run(key: str, prompt: str | None) -> RunRecord:
         auto_project.configure(prompt=prompt)
         project = load_project(auto_project.config_path)
         runner = Run(project, auto_project.tracker, RunRequest(key=key, final=False))
-        anyio.run(runner.execute)
-        return runner
+        return anyio.run(runner.execute)
 
     assert run(broken, "{{ issue.nope }}").permanent
     assert auto_project.issue(broken).status == Status.FAILED
@@ -421,7 +421,7 @@ def test_an_agent_that_cannot_be_started_is_a_permanent_failure(auto_project: Au
 
     record = anyio.run(runner.execute)
 
-    assert runner.permanent
+    assert record.permanent
     assert record.outcome == "failed"
     assert record.stop_reason == (
         "the agent no-such-agent-binary --acp could not be started: Failed to spawn agent command: "
@@ -441,7 +441,7 @@ def test_an_agent_that_is_not_logged_in_fails_with_the_real_cause_and_the_fix_an
 
     record = anyio.run(runner.execute)
 
-    assert runner.permanent  # no retry logs anyone in
+    assert record.permanent  # no retry logs anyone in
     assert record.outcome == "failed"
     assert record.stop_reason is not None and "\n" not in record.stop_reason
     assert record.stop_reason.startswith("the agent ")

@@ -12,7 +12,7 @@ import click
 from beflow import __version__
 from beflow.cli.common import App, HelpGroup, guarded
 
-# `beflow --auto KEY ...`, `beflow --attend KEY`, `beflow --open KEY` are modes of the root command (DESIGN §1);
+# `beflow --auto KEY ...`, `beflow --attend KEY`, `beflow --open KEY` are modes of the root command (docs/modes.md);
 # they are dispatched to hidden subcommands of the same names.
 MODE_FLAGS = {"--auto": "auto", "--attend": "attend", "--open": "open"}
 

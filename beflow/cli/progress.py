@@ -10,7 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from beflow.cli.common import emit_json, err
-from beflow.lifecycle import RunEvent
+from beflow.events import RunEvent
 
 OUTCOME_STYLE = {
     "succeeded": "green",

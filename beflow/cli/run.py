@@ -8,7 +8,7 @@ from rich.markup import escape
 from beflow import interrupts, modes
 from beflow.cli.common import App, emit_json, err, pass_app
 from beflow.cli.progress import OUTCOME_STYLE, Progress
-from beflow.lifecycle import RunEvent
+from beflow.events import IDLE, RunEvent
 from beflow.records import FAILED_OUTCOMES
 from beflow.runner import invisible_changes, run_many
 from beflow.trackers import open_tracker
@@ -40,7 +40,7 @@ def auto(app: App, keys: tuple[str, ...], limit: int | None, concurrency: int, a
         )
     if not records:
         if as_json:
-            emit_json({"event": "idle", "message": "no ready issues"})
+            emit_json({"event": IDLE, "message": "no ready issues"})
         else:
             err.print("No ready issues to run. `beflow issues new TITLE` files one.")
     if any(r.outcome in FAILED_OUTCOMES for r in records):

@@ -14,8 +14,8 @@ from rich.text import Text
 from beflow import interrupts
 from beflow.cli.common import App, emit_json, err, pass_app
 from beflow.cli.progress import OUTCOME_STYLE
-from beflow.dispatcher import Dispatcher, Snapshot, WatchEvent
-from beflow.lifecycle import RunEvent
+from beflow.dispatcher import Dispatcher, Snapshot
+from beflow.events import RunEvent, WatchEvent
 from beflow.records import FAILED_OUTCOMES
 
 #: Events worth a line in the scrolling log above the live view.

@@ -17,8 +17,8 @@ import git as gitpython
 
 from beflow.config import CONFIG_PATH, Project, load_project
 from beflow.errors import UsageError
+from beflow.events import EventSink
 from beflow.files import atomic_write
-from beflow.lifecycle import EventSink
 from beflow.records import RunRecord
 from beflow.runner import run_many
 from beflow.trackers import LocalTracker, open_tracker

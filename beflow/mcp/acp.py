@@ -54,23 +54,41 @@ def _pairs(record: Mapping[str, str], *, reveal: bool) -> list[NameValue]:
     return [NameValue(name=k, value=v if reveal else MASK) for k, v in record.items()]
 
 
-def to_acp(name: str, server: Server, *, reveal: bool = True) -> dict[str, Any]:
+#: One MCP server as a run hands it to acpx.
+AcpServer = AcpStdio | AcpRemote
+
+
+def to_acp(name: str, server: Server, *, reveal: bool = True) -> AcpServer:
     """One server in the ACP shape; ``reveal=False`` masks env and header values (for display only)."""
-    model: AcpStdio | AcpRemote
     if isinstance(server, StdioServer):
-        model = AcpStdio(name=name, command=server.command, args=server.args, env=_pairs(server.env, reveal=reveal))
-    else:
-        assert isinstance(server, RemoteServer)
-        model = AcpRemote(type=server.type, name=name, url=server.url, headers=_pairs(server.headers, reveal=reveal))
-    return model.model_dump(mode="json")
+        return AcpStdio(name=name, command=server.command, args=server.args, env=_pairs(server.env, reveal=reveal))
+    assert isinstance(server, RemoteServer)
+    return AcpRemote(type=server.type, name=name, url=server.url, headers=_pairs(server.headers, reveal=reveal))
+
+
+def acp_servers(servers: Iterable[tuple[str, Server]], *, reveal: bool = True) -> list[AcpServer]:
+    """Every server in the ACP shape, sorted by name."""
+    return [to_acp(name, server, reveal=reveal) for name, server in sorted(servers, key=lambda item: item[0])]
+
+
+def wire(servers: Iterable[AcpServer]) -> list[dict[str, Any]]:
+    """The ``mcpServers`` list as JSON has it (``.acpxrc.json``, ``beflow mcp show --json``)."""
+    return [server.model_dump(mode="json") for server in servers]
 
 
 def translate(servers: Iterable[tuple[str, Server]], *, reveal: bool = True) -> list[dict[str, Any]]:
     """The ``mcpServers`` list for ``.acpxrc.json``: every server in the ACP shape, sorted by name."""
-    return [to_acp(name, server, reveal=reveal) for name, server in sorted(servers, key=lambda item: item[0])]
+    return wire(acp_servers(servers, reveal=reveal))
 
 
-def resolve_servers(project: Project, environ: Mapping[str, str] | None = None) -> list[dict[str, Any]] | None:
+def secret_values(servers: Iterable[AcpServer]) -> set[str]:
+    """Every env and header value of ``servers``: what must never reach a log or a record."""
+    return {
+        pair.value for server in servers for pair in (server.env if isinstance(server, AcpStdio) else server.headers)
+    }
+
+
+def resolve_servers(project: Project, environ: Mapping[str, str] | None = None) -> list[AcpServer] | None:
     """What a run injects: the translated list, or ``None`` when injection is off or no server resolves.
 
     ``environ`` (default: beflow's environment) supplies ``${VAR}`` values. A problem anywhere in the cascade is
@@ -79,12 +97,12 @@ def resolve_servers(project: Project, environ: Mapping[str, str] | None = None) 
     if not project.config.mcp.enabled:
         return None
     servers = resolved_servers(project, os.environ if environ is None else environ)
-    return translate(servers) or None
+    return acp_servers(servers) or None
 
 
-def server_names(servers: Iterable[Mapping[str, Any]] | None) -> list[str]:
-    """The names of translated servers, for run records and logs (never their values)."""
-    return [str(server["name"]) for server in servers or []]
+def server_names(servers: Iterable[AcpServer] | None) -> list[str]:
+    """The names of the servers, for run records and logs (never their values)."""
+    return [server.name for server in servers or []]
 
 
 # --- acpx's own global config -------------------------------------------------------------------------------

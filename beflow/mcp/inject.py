@@ -33,14 +33,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-import anyio
-import filelock
 from pydantic import BaseModel, ValidationError
 
-from beflow import proc
+from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.files import atomic_write, fsync_dir, remove
-from beflow.mcp.acp import server_names
+from beflow.locks import NotedLock
+from beflow.mcp.acp import AcpServer, server_names, wire
 from beflow.paths import ACPXRC, beflow_home, path_key
 
 #: Seconds a second run waits for the first to finish with the same ``.acpxrc.json`` before refusing.
@@ -53,10 +52,8 @@ class JournalEntry(BaseModel):
     version: Literal[1] = 1
     target: Path
     pid: int
-    #: The owner's start time (clock ticks since boot, from /proc) and the boot it ran in: a reused pid or a
-    #: reboot is not mistaken for the owner still running.
-    pid_start: int | None
-    boot_id: str | None
+    #: The owner's start time (seconds since the epoch): a reused pid is not mistaken for the owner still running.
+    pid_start: float | None
     existed: bool
     #: Permission bits of a prior regular file.
     mode: int | None
@@ -131,8 +128,10 @@ def _key(directory: Path) -> str:
     return f"acpxrc-{path_key(directory)}"
 
 
-def _lock_path(key: str) -> Path:
-    return beflow_home() / "locks" / f"{key}.lock"
+def _lock(key: str) -> NotedLock[JournalEntry]:
+    """The lock of one managed path; the journal entry (written and removed by the session itself, and left
+    behind by a killed one) is the note naming its holder."""
+    return NotedLock(beflow_home() / "locks" / f"{key}.lock", _journal_path(key), JournalEntry)
 
 
 def journal_dir() -> Path:
@@ -152,7 +151,7 @@ def saved_dir() -> Path:
 
 def _owner_alive(entry: JournalEntry) -> bool:
     """Is the process that wrote ``entry`` still running (the same process, not a reuse of its pid)?"""
-    return proc.is_running(entry.pid, entry.pid_start, entry.boot_id)
+    return identity.is_running(entry.pid, entry.pid_start)
 
 
 # --- reading the prior and composing the managed file --------------------------------------------------------
@@ -207,11 +206,11 @@ def parse_prior(content: bytes | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def compose(content: bytes | None, servers: Sequence[dict[str, Any]]) -> tuple[bytes, dict[str, Any] | None]:
+def compose(content: bytes | None, servers: Sequence[AcpServer]) -> tuple[bytes, dict[str, Any] | None]:
     """The managed file's bytes: the prior object (when it parsed) with ``mcpServers`` set, and that prior."""
     prior = parse_prior(content)
     document = dict(prior) if prior is not None else {}
-    document["mcpServers"] = list(servers)  # replaced in place when present: other keys keep their order
+    document["mcpServers"] = wire(servers)  # replaced in place when present: other keys keep their order
     try:
         return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8"), prior
     except UnicodeEncodeError:  # a lone surrogate escaped in the prior: keep it escaped
@@ -336,11 +335,8 @@ def recover_orphans() -> list[Restored]:
     results: list[Restored] = []
     for path in sorted(directory.glob("*.json")):
         key = path.stem
-        _lock_path(key).parent.mkdir(parents=True, exist_ok=True)
-        lock = filelock.FileLock(str(_lock_path(key)), thread_local=False)
-        try:
-            lock.acquire(timeout=0)
-        except filelock.Timeout:
+        lock = _lock(key)
+        if not lock.acquire(None):
             continue  # a live manager holds it
         try:
             results.extend(_recover_held(key, spare_live=True))
@@ -352,51 +348,36 @@ def recover_orphans() -> list[Restored]:
 # --- the manager ----------------------------------------------------------------------------------------------
 
 
-def _holder(key: str) -> str:
-    try:
-        entry = _read_journal(key)
-    except (OSError, ValueError, ValidationError):
-        entry = None
-    return f"pid {entry.pid}" if entry is not None else "pid unknown"
-
-
 async def _acquire(
     target: Path, key: str, on_wait: Callable[[str], None] | None, timeout: float, poll: float
-) -> filelock.BaseFileLock:
-    """The lock for ``target``; polls with ``anyio.sleep`` so the event loop keeps running while it waits."""
-    path = _lock_path(key)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    lock = filelock.FileLock(str(path), thread_local=False)
-    deadline = anyio.current_time() + timeout
-    told = False
-    while True:
-        try:
-            lock.acquire(timeout=0)
-            return lock
-        except filelock.Timeout:
-            pass
-        if anyio.current_time() >= deadline:
-            raise LockedError(
-                f"{target} is managed by another beflow run ({_holder(key)}); gave up after {timeout:g} s",
-                fix="Wait for that run to finish (or stop it), then try again.",
-            )
-        if not told:
-            told = True
-            if on_wait is not None:
-                on_wait(f"waiting up to {timeout:g} s for another beflow run ({_holder(key)}) to finish with {target}")
-        await anyio.sleep(poll)
+) -> NotedLock[JournalEntry]:
+    """The lock for ``target``, waiting (without holding up the event loop) while another run has it."""
+    lock = _lock(key)
+
+    def holder() -> str:
+        entry = lock.note()
+        return f"pid {entry.pid}" if entry is not None else "pid unknown"
+
+    def waiting() -> None:
+        if on_wait is not None:
+            on_wait(f"waiting up to {timeout:g} s for another beflow run ({holder()}) to finish with {target}")
+
+    if not await lock.acquire_waiting(None, timeout=timeout, poll=poll, on_wait=waiting):
+        raise LockedError(
+            f"{target} is managed by another beflow run ({holder()}); gave up after {timeout:g} s",
+            fix="Wait for that run to finish (or stop it), then try again.",
+        )
+    return lock
 
 
-def _begin(target: Path, key: str, servers: Sequence[dict[str, Any]]) -> tuple[JournalEntry, Injection]:
+def _begin(target: Path, key: str, servers: Sequence[AcpServer]) -> tuple[JournalEntry, Injection]:
     """Journal the prior state, then write the managed file."""
     prior = _read_prior(target)
     data, parsed = compose(prior.content, servers)
-    start = proc.start_time(os.getpid())
     entry = JournalEntry(
         target=target,
         pid=os.getpid(),
-        pid_start=start,
-        boot_id=proc.boot_id(),
+        pid_start=identity.start_time(os.getpid()),
         existed=prior.existed,
         mode=prior.mode,
         symlink=prior.symlink,
@@ -429,7 +410,7 @@ def _begin(target: Path, key: str, servers: Sequence[dict[str, Any]]) -> tuple[J
 @asynccontextmanager
 async def managed_acpxrc(
     cwd: Path,
-    servers: Sequence[dict[str, Any]] | None,
+    servers: Sequence[AcpServer] | None,
     *,
     on_wait: Callable[[str], None] | None = None,
     on_saved: Callable[[Path], None] | None = None,

@@ -1,12 +1,11 @@
 """What every tracker speaks: the issue models, the statuses and their transitions, and the :class:`Tracker` protocol.
 
-The runner (DESIGN §4), the dispatcher (§5) and the operations behind ``beflow issues`` and the MCP server (§6)
-only ever talk to a tracker through this protocol, so the local tracker and GitHub are interchangeable.
+Runs, the dispatcher and the operations behind ``beflow issues`` and the MCP server only ever talk to a tracker
+through this protocol, so the local tracker and GitHub are interchangeable (docs/architecture.md: how to add one).
 """
 
 from __future__ import annotations
 
-import builtins
 import datetime as dt
 import re
 from enum import StrEnum
@@ -128,9 +127,9 @@ class Comment(BaseModel):
         return value
 
 
-def normalize_labels(labels: builtins.list[str]) -> builtins.list[str]:
+def normalize_labels(labels: list[str]) -> list[str]:
     """Labels stripped, without empties or repeats, in the order given."""
-    cleaned: builtins.list[str] = []
+    cleaned: list[str] = []
     for label in labels:
         label = _one_line(str(label), "a label")
         if label not in cleaned:
@@ -146,12 +145,12 @@ class Issue(BaseModel):
     key: str
     title: str
     status: Status
-    labels: builtins.list[str] = Field(default_factory=list)
+    labels: list[str] = Field(default_factory=list)
     priority: int = Field(default=DEFAULT_PRIORITY, ge=0)
     created: dt.datetime
     updated: dt.datetime
     body: str = ""
-    comments: builtins.list[Comment] = Field(default_factory=list)
+    comments: list[Comment] = Field(default_factory=list)
     #: Where the issue lives: the file of a local issue (None for remote trackers).
     path: Path | None = None
     #: A link a person can open: ``file://`` for local issues, the web page for GitHub.
@@ -164,7 +163,7 @@ class Issue(BaseModel):
 
     @field_validator("labels")
     @classmethod
-    def _labels(cls, value: builtins.list[str]) -> builtins.list[str]:
+    def _labels(cls, value: list[str]) -> list[str]:
         return normalize_labels(value)
 
     @field_validator("created", "updated")
@@ -208,8 +207,8 @@ class FileProblem(BaseModel):
 class Listing(BaseModel):
     """What ``list`` found: the issues that parsed, and a problem for every file that did not."""
 
-    issues: builtins.list[Issue] = Field(default_factory=list)
-    problems: builtins.list[FileProblem] = Field(default_factory=list)
+    issues: list[Issue] = Field(default_factory=list)
+    problems: list[FileProblem] = Field(default_factory=list)
 
 
 class Claim:
@@ -253,11 +252,11 @@ class Tracker(Protocol):
     #: A short description for people: ``local issues in /repo/.beflow/issues``.
     description: str
 
-    def list(self, status: Status | None = None, label: str | None = None) -> Listing:
+    def listing(self, status: Status | None = None, label: str | None = None) -> Listing:
         """Every issue (filtered by status and label), by key; files that did not parse are in ``problems``."""
         ...
 
-    def ready(self) -> builtins.list[Issue]:
+    def ready(self) -> list[Issue]:
         """Issues a run may start now: ``ready``, not claimed, by priority (lower first), then age."""
         ...
 
@@ -269,7 +268,7 @@ class Tracker(Protocol):
         self,
         title: str,
         body: str = "",
-        labels: builtins.list[str] | None = None,
+        labels: list[str] | None = None,
         priority: int = DEFAULT_PRIORITY,
         status: Status = Status.READY,
     ) -> Issue:
@@ -300,10 +299,10 @@ class Tracker(Protocol):
         """The issue as it is now (people edit issues while runs are going)."""
         ...
 
-    def orphaned(self) -> builtins.list[Issue]:
+    def orphaned(self) -> list[Issue]:
         """Issues ``in_progress`` that no live process holds: the run that took them was killed."""
         ...
 
-    def requeue_orphans(self, author: str = "beflow") -> builtins.list[Issue]:
-        """Put every orphaned issue back to ``ready`` with a comment saying why; returns them."""
+    def last_holder(self, key: str) -> ClaimInfo | None:
+        """Who held the claim on the issue last, live or not (the note a killed run left), if anyone said."""
         ...

@@ -21,7 +21,7 @@ def test_demo_runs_the_sample_issue_and_shows_the_branch_the_diff_and_the_record
     result = beflow("demo", "--dir", str(directory))
 
     assert result.exit_code == 0, result.stdout + result.stderr
-    (record,) = RunStore(directory).list()
+    (record,) = RunStore(directory).records()
     assert record.outcome == "succeeded" and record.mcp_servers == ["docs", "search"]
     assert "def farewell" in git(directory, "show", "beflow/1:greet.py")
     assert "def test_farewell" in git(directory, "show", "beflow/1:test_greet.py")

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import click
+import psutil
 import pytest
 
 from beflow import __version__
@@ -264,10 +265,9 @@ def test_ctrl_c_in_a_real_process_stops_its_children_and_exits_130(repo: Path, t
 
 def _alive(pid: int) -> bool:
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
         return False
-    return stat[stat.rfind(")") + 2] != "Z"
 
 
 def test_an_unexpected_error_in_a_real_process_prints_no_traceback(isolated_home: Path) -> None:

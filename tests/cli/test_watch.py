@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,25 +17,16 @@ from rich.console import Console
 
 from beflow.cli.watch import render
 from beflow.dispatcher import Backoff, Running, Snapshot
+from beflow.events import WATCH_EVENTS
 from beflow.mcp.inject import ACPXRC, journal_dir
+from beflow.records import RunRecord
 from beflow.trackers import Status
 from tests.support.projects import AutoProject
 
 FAST = {"interval": 0.1, "concurrency": 2, "max_attempts": 2, "backoff": 0.1, "backoff_max": 1}
 
-#: Every event ``--json`` streams (docs/modes.md documents each).
-EVENTS = {
-    "dispatched",
-    "finished",
-    "retry_scheduled",
-    "failed",
-    "cancelled",
-    "skipped",
-    "requeued",
-    "config_reloaded",
-    "error",
-    "stopping",
-}
+#: Every event ``--json`` streams (docs/modes.md documents each: tests/test_events.py).
+EVENTS = WATCH_EVENTS
 
 
 def events_of(stdout: str) -> list[dict[str, Any]]:
@@ -217,15 +210,30 @@ def test_a_signal_mid_run_cancels_restores_records_requeues_and_exits_130(
 
 def test_a_watcher_stopped_before_any_issue_is_ready_exits_130(auto_project: AutoProject, beflow_process) -> None:
     auto_project.configure(watch=FAST)
+    # A record a killed beflow left running: the watcher's first tick closes it, which shows that it is watching.
+    killed = subprocess.Popen([sys.executable, "-c", "pass"])
+    killed.wait()
+    left = RunRecord(
+        id="20260101-000000-9-dead",
+        issue="9",
+        mode="watch",
+        agent="x",
+        started_at=dt.datetime.now(dt.UTC),
+        pid=killed.pid,
+    )
+    auto_project.runs.create(left, "")
     process = beflow_process("watch", "--json", cwd=auto_project.directory)
-    time.sleep(1)  # let it tick a few times (nothing is ready)
+    deadline = time.monotonic() + 60
+    while auto_project.runs.get(left.id).outcome == "running":
+        assert time.monotonic() < deadline and process.poll() is None, "the watcher never ticked"
+        time.sleep(0.02)
     process.send_signal(signal.SIGTERM)
     try:
         stdout, _ = process.communicate(timeout=30)
     except subprocess.TimeoutExpired:  # pragma: no cover - a hang is the failure
         pytest.fail("beflow watch did not stop on SIGTERM")
     assert process.returncode == 130
-    assert [e["event"] for e in events_of(stdout)] in (["stopping"], [])
+    assert [e["event"] for e in events_of(stdout)] == ["stopping"]
 
 
 # -- the live view ----------------------------------------------------------------------------------------------
@@ -236,7 +244,7 @@ def test_the_live_view_shows_running_runs_the_queue_and_backoffs(auto_project: A
     now = time.time()
 
     async def running() -> Running:  # a cancel scope belongs to an event loop
-        return Running("7", 2, anyio.CancelScope(), started=now - 42, latest="editing src/app.py")
+        return Running("7", 2, anyio.CancelScope(), auto_project.tracker, started=now - 42, latest="editing src/app.py")
 
     snapshot = Snapshot(
         running=[anyio.run(running)],

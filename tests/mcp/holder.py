@@ -19,9 +19,10 @@ import anyio
 
 from beflow import interrupts
 from beflow.errors import BeflowError, Interrupted
+from beflow.mcp.acp import AcpStdio, NameValue
 from beflow.mcp.inject import managed_acpxrc
 
-SERVERS = [{"name": "probe", "command": "probe-server", "args": ["--stdio"], "env": [{"name": "K", "value": "v"}]}]
+SERVERS = [AcpStdio(name="probe", command="probe-server", args=["--stdio"], env=[NameValue(name="K", value="v")])]
 
 
 def emit(event: str, **fields: object) -> None:

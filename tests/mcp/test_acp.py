@@ -10,7 +10,16 @@ import pytest
 
 from beflow.config import load_project
 from beflow.errors import ConfigError
-from beflow.mcp.acp import MASK, resolve_servers, server_names, shadowed_global_servers, translate
+from beflow.mcp.acp import (
+    MASK,
+    AcpStdio,
+    acp_servers,
+    resolve_servers,
+    server_names,
+    shadowed_global_servers,
+    translate,
+    wire,
+)
 from beflow.mcp.cascade import RemoteServer, StdioServer, resolved_servers
 from tests.mcp.conftest import SEED_CODEGRAPH, SEED_DOCS, SEED_MCP_JSON, write_mcp
 
@@ -41,7 +50,7 @@ def test_servers_are_sorted_by_name_and_records_keep_file_order() -> None:
         ("beta", RemoteServer(type="sse", url="https://b", headers={"X-Z": "z", "X-A": "a"})),
     ]
     translated = translate(servers)
-    assert server_names(translated) == ["Alpha", "beta", "zeta"]  # code point order: capitals first
+    assert server_names(acp_servers(servers)) == ["Alpha", "beta", "zeta"]  # code point order: capitals first
     assert translated[2]["env"] == [{"name": "B", "value": "2"}, {"name": "A", "value": "1"}]
     assert translated[1]["headers"] == [{"name": "X-Z", "value": "z"}, {"name": "X-A", "value": "a"}]
 
@@ -71,7 +80,8 @@ def test_resolve_servers_is_none_when_nothing_resolves(project_dir: Path) -> Non
 def test_resolve_servers_expands_with_the_given_environment(project_dir: Path) -> None:
     write_mcp(project_dir / ".mcp.json", '{"mcpServers": {"s": {"command": "x", "env": {"T": "${TOKEN}"}}}}')
     servers = resolve_servers(load_project(), {"TOKEN": "abc"})
-    assert servers == [{"name": "s", "command": "x", "args": [], "env": [{"name": "T", "value": "abc"}]}]
+    assert servers is not None
+    assert wire(servers) == [{"name": "s", "command": "x", "args": [], "env": [{"name": "T", "value": "abc"}]}]
     assert server_names(servers) == ["s"]
     with pytest.raises(ConfigError, match=r"\$\{TOKEN\} is not set"):
         resolve_servers(load_project(), {})
@@ -82,7 +92,8 @@ def test_resolve_servers_reads_beflows_environment_by_default(
 ) -> None:
     write_mcp(project_dir / ".mcp.json", '{"mcpServers": {"s": {"command": "${BIN}"}}}')
     monkeypatch.setenv("BIN", "/opt/server")
-    assert resolve_servers(load_project())[0]["command"] == "/opt/server"
+    (server,) = resolve_servers(load_project()) or []
+    assert isinstance(server, AcpStdio) and server.command == "/opt/server"
 
 
 # --- acpx's global config ------------------------------------------------------------------------------------

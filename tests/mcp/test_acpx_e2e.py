@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from beflow.config import load_project
-from beflow.mcp.acp import resolve_servers
+from beflow.mcp.acp import resolve_servers, wire
 from beflow.mcp.inject import ACPXRC, journal_dir, managed_acpxrc
 from tests.conftest import processes_under
 from tests.mcp.conftest import SEED_MCP_JSON, write_mcp
@@ -48,9 +48,9 @@ def test_acpx_hands_the_agent_exactly_the_injected_servers(
 
     requests = [json.loads(line) for line in record.read_text().splitlines()]
     (new_session,) = [r for r in requests if r["method"] == "session/new"]
-    assert new_session["params"]["mcpServers"] == servers
-    assert json.dumps(new_session["params"]["mcpServers"]) == json.dumps(servers)  # key order too
-    assert servers[1]["headers"] == [{"name": "Authorization", "value": "Bearer t-123"}]
+    assert new_session["params"]["mcpServers"] == wire(servers)
+    assert json.dumps(new_session["params"]["mcpServers"]) == json.dumps(wire(servers))  # key order too
+    assert wire(servers)[1]["headers"] == [{"name": "Authorization", "value": "Bearer t-123"}]
 
     assert (workdir / ACPXRC).read_bytes() == PRIOR
     assert sorted(p.name for p in workdir.iterdir()) == [ACPXRC]

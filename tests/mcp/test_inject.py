@@ -15,12 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import TypeAdapter
 
-from beflow import proc
+from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
+from beflow.mcp.acp import AcpServer
 from beflow.mcp.inject import (
     ACPXRC,
     Injection,
@@ -31,10 +34,12 @@ from beflow.mcp.inject import (
 )
 from beflow.paths import beflow_home
 
-SERVERS = [
+#: The servers as ``.acpxrc.json`` holds them, and as a run hands them over.
+WIRE = [
     {"name": "codegraph", "command": "bunx", "args": ["serve"], "env": [{"name": "T", "value": "secret"}]},
     {"type": "http", "name": "docs", "url": "https://x", "headers": []},
 ]
+SERVERS = TypeAdapter(list[AcpServer]).validate_python(WIRE)
 
 
 def run(fn: Callable[[], Awaitable[Any]]) -> Any:
@@ -92,7 +97,7 @@ def test_nothing_is_touched_without_servers(work: Path, servers: list | None) ->
 def test_a_new_file_holds_the_servers_with_mode_0600_and_is_removed_after(work: Path) -> None:
     async def body(handle: Injection) -> None:
         target = work / ACPXRC
-        assert json.loads(target.read_text()) == {"mcpServers": SERVERS}
+        assert json.loads(target.read_text()) == {"mcpServers": WIRE}
         assert mode_of(target) == 0o600
         assert handle.names == ["codegraph", "docs"]
         assert (handle.existed, handle.prior_parsed) == (False, True)
@@ -112,7 +117,7 @@ def test_other_keys_of_a_prior_object_are_kept_and_mcp_servers_replaced_in_place
     async def body(handle: Injection) -> None:
         document = json.loads((work / ACPXRC).read_text())
         assert list(document) == ["defaultAgent", "mcpServers", "ttl"]
-        assert document == {"defaultAgent": "codex", "mcpServers": SERVERS, "ttl": 5}
+        assert document == {"defaultAgent": "codex", "mcpServers": WIRE, "ttl": 5}
         assert mode_of(work / ACPXRC) == 0o600
         assert handle.kept_keys == ["defaultAgent", "ttl"]
         assert handle.replaced == ["mine"]
@@ -142,7 +147,7 @@ def test_a_prior_that_does_not_parse_gives_a_fresh_file_and_comes_back_verbatim(
     (work / ACPXRC).write_bytes(prior)
 
     async def body(handle: Injection) -> None:
-        assert json.loads((work / ACPXRC).read_text()) == {"mcpServers": SERVERS}
+        assert json.loads((work / ACPXRC).read_text()) == {"mcpServers": WIRE}
         assert (handle.existed, handle.prior_parsed, handle.kept_keys) == (True, False, [])
 
     session(work, body)
@@ -169,7 +174,7 @@ def test_the_journal_is_written_before_the_session_and_removed_after(work: Path)
         entry = JournalEntry.model_validate_json(path.read_bytes())
         assert entry.target == work.resolve() / ACPXRC
         assert (entry.pid, entry.existed, entry.mode) == (os.getpid(), True, 0o640)
-        assert entry.pid_start == proc.start_time(os.getpid())
+        assert entry.pid_start == identity.start_time(os.getpid())
         assert base64.b64decode(entry.prior or "") == prior
         assert entry.written_sha256 == hashlib.sha256((work / ACPXRC).read_bytes()).hexdigest()
 
@@ -197,7 +202,7 @@ def test_a_symlink_is_put_back_and_what_it_points_to_is_never_written(work: Path
 
     async def body(handle: Injection) -> None:
         assert not (work / ACPXRC).is_symlink()
-        assert json.loads((work / ACPXRC).read_text()) == {"ttl": 9, "mcpServers": SERVERS}
+        assert json.loads((work / ACPXRC).read_text()) == {"ttl": 9, "mcpServers": WIRE}
 
     session(work, body)
     assert (work / ACPXRC).is_symlink() and os.readlink(work / ACPXRC) == str(shared)
@@ -334,19 +339,26 @@ def test_a_second_manager_goes_ahead_once_the_first_is_done(work: Path) -> None:
     (work / ACPXRC).write_bytes(PRIOR)
     order: list[str] = []
 
-    async def first() -> None:
-        async with managed_acpxrc(work, SERVERS):
-            order.append("first in")
-            await anyio.sleep(0.2)
-            order.append("first out")
-
-    async def second() -> None:
-        await anyio.sleep(0.05)
-        async with managed_acpxrc(work, SERVERS, on_wait=lambda m: order.append("waiting"), poll_interval=0.02) as h:
-            assert h is not None and h.kept_keys == ["defaultAgent"]  # it saw the real prior, not the first's file
-            order.append("second in")
-
     async def main() -> None:
+        entered, waiting = anyio.Event(), anyio.Event()
+
+        def on_wait(message: str) -> None:
+            order.append("waiting")
+            waiting.set()
+
+        async def first() -> None:
+            async with managed_acpxrc(work, SERVERS):
+                order.append("first in")
+                entered.set()
+                await waiting.wait()  # the second is at the door: only now does the first leave
+                order.append("first out")
+
+        async def second() -> None:
+            await entered.wait()
+            async with managed_acpxrc(work, SERVERS, on_wait=on_wait, poll_interval=0.02) as h:
+                assert h is not None and h.kept_keys == ["defaultAgent"]  # it saw the real prior, not the first's
+                order.append("second in")
+
         async with anyio.create_task_group() as tasks:
             tasks.start_soon(first)
             tasks.start_soon(second)
@@ -393,7 +405,9 @@ def test_an_orphan_of_a_dead_process_is_restored(work: Path) -> None:
 
 
 def test_an_orphan_whose_pid_was_reused_is_restored(work: Path) -> None:
-    entry = orphan(work, pid_start=1)  # this very process, but "started" at another time
+    started = identity.start_time(os.getpid())
+    assert started is not None
+    entry = orphan(work, pid_start=started - 60)  # this very process, but "started" a minute earlier
     assert entry.pid == os.getpid()
     (restored,) = recover_orphans()
     assert restored.action == "removed"
@@ -401,7 +415,7 @@ def test_an_orphan_whose_pid_was_reused_is_restored(work: Path) -> None:
 
 
 def test_an_orphan_from_another_boot_is_restored(work: Path) -> None:
-    orphan(work, boot_id="another-boot")
+    orphan(work, pid_start=psutil.boot_time() - 3600)  # this pid, held by a process of an earlier boot
     assert [r.action for r in recover_orphans()] == ["removed"]
 
 

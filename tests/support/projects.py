@@ -73,7 +73,7 @@ class AutoProject:
 
     def records(self, key: str | None = None) -> list[RunRecord]:
         """Finished records, newest first (optionally of one issue)."""
-        return [r for r in self.runs.list() if key is None or r.issue == key]
+        return [r for r in self.runs.records() if key is None or r.issue == key]
 
     def only_record(self) -> RunRecord:
         (record,) = self.records()

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beflow.errors import LockedError, NotFoundError, UsageError
+from beflow.lifecycle import requeue_orphans
 from beflow.trackers.base import Comment, Issue, Status
 from beflow.trackers.local import COMMENTS_MARKER, IssueFileError, LocalTracker, file_name, parse, render
 
@@ -226,7 +227,7 @@ def test_two_processes_creating_at_once_never_collide(tracker: LocalTracker, pro
     workers = [start_python(code, str(tracker.directory), str(project), name) for name in ("a", "b")]
     for worker in workers:
         assert worker.wait(timeout=120) == 0, worker.stderr.read() if worker.stderr else ""
-    listing = tracker.list()
+    listing = tracker.listing()
     assert listing.problems == []
     assert sorted(int(i.key) for i in listing.issues) == list(range(1, 21))
     assert len(list(tracker.directory.glob("*.md"))) == 20
@@ -239,10 +240,10 @@ def test_list_filters_by_status_and_label(tracker: LocalTracker) -> None:
     tracker.create("a", labels=["bug"])
     tracker.create("b", labels=["bug", "ui"], status=Status.OPEN)
     tracker.create("c", labels=["ui"])
-    assert [i.title for i in tracker.list().issues] == ["a", "b", "c"]
-    assert [i.title for i in tracker.list(status=Status.READY).issues] == ["a", "c"]
-    assert [i.title for i in tracker.list(label="ui").issues] == ["b", "c"]
-    assert [i.title for i in tracker.list(status=Status.READY, label="bug").issues] == ["a"]
+    assert [i.title for i in tracker.listing().issues] == ["a", "b", "c"]
+    assert [i.title for i in tracker.listing(status=Status.READY).issues] == ["a", "c"]
+    assert [i.title for i in tracker.listing(label="ui").issues] == ["b", "c"]
+    assert [i.title for i in tracker.listing(status=Status.READY, label="bug").issues] == ["a"]
 
 
 def test_an_unknown_key_names_keys_close_to_it(tracker: LocalTracker) -> None:
@@ -299,7 +300,7 @@ def test_a_broken_file_is_reported_with_its_line_and_the_others_still_list(track
     path = write(tracker, "0005-broken.md", text)
     tracker.create("after")  # key 6: the broken file's name still reserves 5
 
-    listing = tracker.list()
+    listing = tracker.listing()
     assert [i.key for i in listing.issues] == ["1", "6"]
     [problem] = listing.problems
     assert (problem.path, problem.line) == (path, line)
@@ -315,14 +316,14 @@ def test_a_broken_file_is_reported_with_its_line_and_the_others_still_list(track
 def test_a_file_that_is_not_utf8_is_reported(tracker: LocalTracker) -> None:
     tracker.directory.mkdir(parents=True)
     (tracker.directory / "0001-latin1.md").write_bytes(b"---\nkey: 1\ntitle: caf\xe9\nstatus: ready\n---\n")
-    [problem] = tracker.list().problems
+    [problem] = tracker.listing().problems
     assert (problem.line, problem.message) == (3, "not UTF-8 text")
 
 
 def test_two_files_with_the_same_key_report_the_second(tracker: LocalTracker) -> None:
     tracker.create("original")
     copy = write(tracker, "0001-zcopy.md", "---\nkey: 1\ntitle: copy\nstatus: ready\n---\n")
-    listing = tracker.list()
+    listing = tracker.listing()
     assert [i.title for i in listing.issues] == ["original"]
     assert listing.problems[0].path == copy
     assert "is also the key of 0001-original.md" in listing.problems[0].message
@@ -467,7 +468,7 @@ def test_an_issue_left_in_progress_by_a_killed_run_is_put_back_to_ready(tracker:
     killed.kill()
     killed.wait()
     assert [i.key for i in tracker.orphaned()] == ["1"]
-    [requeued] = tracker.requeue_orphans()
+    [requeued] = requeue_orphans(tracker)
     assert requeued.status == Status.READY
     assert f"it was claimed by worker, pid {killed.pid}" in requeued.comments[-1].text
     assert [i.key for i in tracker.ready()] == ["1"]
@@ -481,5 +482,5 @@ def test_claiming_an_unknown_issue_is_not_found(tracker: LocalTracker) -> None:
 
 
 def test_reading_creates_no_state(tracker: LocalTracker, project: Path) -> None:
-    assert tracker.list().issues == [] and tracker.ready() == [] and tracker.holder("1") is None
+    assert tracker.listing().issues == [] and tracker.ready() == [] and tracker.holder("1") is None
     assert list(project.iterdir()) == []

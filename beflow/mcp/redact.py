@@ -1,0 +1,54 @@
+"""Keeping the injected MCP servers' secret values out of everything a run writes down."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from beflow.mcp.acp import MASK, AcpServer, secret_values
+
+#: Secret values shorter than this are masked only where they are known to be secrets (``mcpServers``), not in
+#: free text: masking every "1" or "on" in a transcript would make it unreadable.
+MIN_SCRUBBED = 6
+
+
+class Redactor:
+    """Masks the secret values of the injected MCP servers (env and header values) in what goes into a run record.
+
+    acpx's ``--format json`` stream repeats ``session/new`` with the ``mcpServers`` it handed over, values and all;
+    an agent or a hook may also print a value. Every env and header value is masked inside ``mcpServers``, and
+    any value of :data:`MIN_SCRUBBED` characters or more wherever else it appears (raw or JSON-escaped).
+    """
+
+    def __init__(self, servers: Sequence[AcpServer] | None = None) -> None:
+        values = secret_values(servers or [])
+        scrubbed = sorted((v for v in values if len(v) >= MIN_SCRUBBED), key=len, reverse=True)
+        self._forms = [form for v in scrubbed for form in {v.encode(), json.dumps(v)[1:-1].encode()}]
+
+    def __call__(self, data: bytes) -> bytes:
+        if b'"mcpServers"' in data:
+            data = _mask_servers(data)
+        for form in self._forms:
+            data = data.replace(form, MASK.encode())
+        return data
+
+    def text(self, text: str) -> str:
+        return self(text.encode("utf-8")).decode("utf-8", errors="replace")
+
+
+def _mask_servers(line: bytes) -> bytes:
+    """The JSON-RPC message with every env and header value under ``params.mcpServers`` masked."""
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return line
+    params = message.get("params") if isinstance(message, dict) else None
+    servers = params.get("mcpServers") if isinstance(params, dict) else None
+    if not isinstance(servers, list):
+        return line
+    for server in servers:
+        for name in ("env", "headers"):
+            for pair in server.get(name) or [] if isinstance(server, dict) else []:
+                if isinstance(pair, dict) and "value" in pair:
+                    pair["value"] = MASK
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
