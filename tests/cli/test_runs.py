@@ -38,7 +38,7 @@ def test_list_on_an_80_column_pipe_cuts_nothing(repo: Path, beflow, monkeypatch:
 
     lines = result.stdout.splitlines()
     assert lines[0].split() == ["run", "issue", "mode", "outcome", "duration", "branch", "commit"]
-    for record in store.list():
+    for record in store.records():
         (row,) = [line for line in lines if line.startswith(record.id)]
         assert row.split()[1:4] == [record.issue, "watch", record.outcome]
         assert row.split()[5:] == [f"beflow/{record.issue}", "0123456789ab" if record.commit else "-"]
