@@ -53,18 +53,37 @@ class LocalTracker(Model):
 
 
 class GitHubTracker(Model):
+    """GitHub Issues (docs/trackers.md): which issues are beflow's, where status lives, how claims are leased."""
+
     kind: Literal["github"]
-    repo: str
-    labels: list[str] = Field(default_factory=list)
-    token_env: str = "GITHUB_TOKEN"
-    pull_requests: Flag = True
+    #: ``owner/name``; left out, it is read from the checkout's ``origin`` remote.
+    repo: str | None = None
+    #: An issue is beflow's when it carries every one of these labels (and is not a pull request).
+    labels: list[Annotated[str, Field(min_length=1, max_length=50)]] = Field(default_factory=lambda: ["beflow"])
+    #: Status labels are this prefix and the status: ``beflow:ready``, ``beflow:in-progress``, ...
+    status_prefix: str = Field(default="beflow:", min_length=1, max_length=30)
+    #: The environment variable holding the token (else ``gh auth token``).
+    token_env: str = Field(default="GITHUB_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: The REST API's base URL; else ``$GITHUB_API_URL``; else https://api.github.com.
+    api_url: str | None = None
+    #: Seconds a claim lasts without renewal: after that another watcher may take the issue over.
+    lease: Seconds = 300.0
+    #: Whether the agent's environment gets the token (it does not by default).
+    agent_token: Flag = False
 
     @field_validator("repo")
     @classmethod
-    def _owner_slash_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", value):
+    def _owner_slash_name(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", value):
             raise ValueError('expected "owner/name"')
         return value
+
+    @field_validator("api_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+            raise ValueError('expected an http(s) URL, such as "https://github.example.com/api/v3"')
+        return value.rstrip("/") if value else value
 
 
 Tracker = Annotated[LocalTracker | GitHubTracker, Field(discriminator="kind")]
@@ -98,7 +117,10 @@ class Hooks(Model):
 class AfterRun(Model):
     commit: Flag = True
     comment: Flag = True
+    #: Push ``beflow/<key>`` and open (or update) a pull request; needs the GitHub tracker.
     pull_request: Flag = False
+    #: Pull requests are opened as drafts.
+    draft: Flag = True
 
 
 class Watch(Model):

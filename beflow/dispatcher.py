@@ -46,8 +46,12 @@ class Running:
     started: float = field(default_factory=time.time)
     run_id: str | None = None
     latest: str = "starting"
+    #: The latest progress line the agent reported (beflow's MCP server, ``run.progress``).
+    progress: str = ""
     #: Why reconciliation cancelled it, for the run's record.
     reason: str | None = None
+    #: The run has finished (it moved its issue on itself; reconciliation leaves it be).
+    finished: bool = False
 
     def cancel(self, reason: str) -> None:
         self.reason = reason
@@ -121,6 +125,10 @@ class Dispatcher:
             running.run_id = event.run_id
             if event.type == "activity":
                 running.latest = str(event.data.get("latest", ""))
+            elif event.type == "progress":
+                running.progress = str(event.data.get("text", ""))
+            elif event.type == "finished":
+                running.finished = True
         self._tell(event)
 
     def snapshot(self) -> Snapshot:
@@ -228,16 +236,17 @@ class Dispatcher:
 
     def _reconcile(self) -> None:
         for key, running in list(self.running.items()):
-            if running.cancelling:
-                continue
+            if running.cancelling or running.finished:
+                continue  # a run that has finished moved its issue on itself: that is no reason to cancel it
+            gone = "the issue was removed"
             try:
                 status = running.tracker.get(key).status
-            except NotFoundError:
-                status = None
+            except NotFoundError as error:
+                status, gone = None, f"the issue was removed ({error.message})"  # GitHub: or lost its label
             except BeflowError:
                 continue  # unreadable for a moment (a hand edit, an editor's save): look again next tick
             if status is None or (status != Status.IN_PROGRESS and running.run_id is not None):
-                reason = "the issue was removed" if status is None else f"the issue is now {status}"
+                reason = gone if status is None else f"the issue is now {status}"
                 running.cancel(reason)
                 self.emit("cancelled", key, reason=reason)
 

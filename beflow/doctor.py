@@ -194,6 +194,20 @@ def check_tracker(project: Project) -> Check:
     detail = f"{tracker.description}: {total} issue{'s' if total != 1 else ''}"
     if counts:
         detail += " (" + ", ".join(f"{n} {status}" for status, n in counts.items()) + ")"
+    missing = getattr(tracker, "missing_labels", None)
+    if missing is not None:
+        try:
+            absent = missing()
+        except BeflowError as error:
+            return Check("tracker", False, error.message, error.fix)
+        if absent:
+            return Check(
+                "tracker",
+                True,
+                f"{detail}; labels not created yet: {', '.join(absent)}",
+                "`beflow init --github` creates them (or beflow does on its first write).",
+                warning=True,
+            )
     if listing.problems:
         lines = "\n".join(f"  {p.render()}" for p in listing.problems)
         return Check(

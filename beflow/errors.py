@@ -1,7 +1,8 @@
 """The one error root.
 
 Every expected failure is a :class:`BeflowError`; the CLI prints its message (and fix) without a traceback and
-exits with its ``exit_code``. The MCP server sends the same fields as ``{"code", "message", "fix"}``.
+exits with its ``exit_code``. The MCP server (``beflow mcp serve``) sends the same fields as
+``{"code", "message", "fix", "docs"}``; every ``code`` is stable and listed in docs/mcp-server.md.
 """
 
 from __future__ import annotations
@@ -29,6 +30,31 @@ class UsageError(BeflowError):
 
     exit_code = 2
     code = "usage"
+
+
+class OutOfScopeError(UsageError):
+    """A caller bound to one issue (an agent in a run) named another issue, a run of another issue, or an operation
+    its launch does not expose."""
+
+    code = "out_of_scope"
+
+
+class TransitionError(UsageError):
+    """An issue cannot go from its status to the one asked for."""
+
+    code = "transition"
+
+
+class NotBoundError(UsageError):
+    """The operation needs a binding (a run, an issue) that this caller was not started with."""
+
+    code = "not_bound"
+
+
+class TooLargeError(UsageError):
+    """An input is bigger than the limit the caller was started with."""
+
+    code = "too_large"
 
 
 class ConfigError(BeflowError):

@@ -11,8 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-#: A run's events, in every mode (``--auto --json`` streams them).
-RunEventKind = Literal["started", "activity", "notice", "finished"]
+#: A run's events, in every mode (``--auto --json`` streams them). ``progress``: a line the agent reported through
+#: beflow's own MCP server (``run.progress``).
+RunEventKind = Literal["started", "activity", "notice", "finished", "progress"]
 #: What ``--auto --json`` prints when no issue is ready (the only line then: it belongs to no run).
 IDLE = "idle"
 #: A watcher's events (``beflow watch --json`` streams them).

@@ -304,3 +304,20 @@ def user_name(directory: Path) -> str:
         return getpass.getuser()
     except (KeyError, OSError):
         return "user"
+
+
+def remote_url(directory: Path, remote: str) -> str | None:
+    """The URL of ``remote`` in the repository at ``directory`` (None when there is no such remote)."""
+    try:
+        return git.Git(str(directory)).remote("get-url", remote).strip() or None
+    except (git.GitCommandError, git.GitCommandNotFound, OSError):
+        return None
+
+
+def push(directory: Path, remote: str, branch: str, env: dict[str, str]) -> None:
+    """Push ``branch`` to the same branch of ``remote`` (a fast-forward; never forced), with ``env`` for git."""
+    try:
+        with git.Repo(directory) as repo:
+            repo.git.push(remote, f"refs/heads/{branch}:refs/heads/{branch}", env=env)
+    except git.GitCommandError as exc:
+        raise GitError(f"git push {remote} {branch} failed: {str(exc.stderr).strip()}") from None

@@ -105,6 +105,10 @@ class StatusChange(BaseModel):
     description="List the project's issues (key, title, status, labels, priority), optionally only those with one "
     "status or label. Reads the tracker; cheap. Files that could not be read are reported in `problems`.",
     safety="read",
+    category="issues",
+    tags=("issues", "list"),
+    tracker=True,
+    whole="`beflow issues list --json`",
 )
 def list_issues(context: Context, payload: ListIssues) -> Listing:
     return tracker(context).listing(status=payload.status, label=payload.label)
@@ -114,10 +118,14 @@ def list_issues(context: Context, payload: ListIssues) -> Listing:
     "issue.show",
     title="Read the issue",
     description="Read your issue: title, status, labels, body and every comment, oldest first. Call it at the start, "
-    "and again to see comments people added while you worked. Reads the tracker; cheap.",
+    "and again to see comments people added while you worked. Reads the tracker; cheap, always current.",
     safety="read",
     agent=True,
     issue_field="key",
+    category="issues",
+    tags=("issues", "read"),
+    tracker=True,
+    whole="the issue file named in `path` (read it with your own tools), or `beflow issues show KEY --json`",
 )
 def show_issue(context: Context, payload: IssueKey) -> IssueView:
     trackers = tracker(context)
@@ -129,10 +137,14 @@ def show_issue(context: Context, payload: IssueKey) -> IssueView:
     "issue.new",
     title="File a follow-up issue",
     description="File a new issue for work you found but should not do now (a separate bug, a refactoring, a "
-    "missing test). Agents' issues are filed as 'open': a person decides when they are ready. Do not use it for "
-    "progress notes on your own issue — comment instead.",
+    "missing test). Agents' issues are filed as 'open', linked to your issue both ways: a person decides when they "
+    "are ready. Do not use it for progress notes on your own issue — report progress or comment instead. Writes to "
+    "the tracker.",
     safety="action",
     agent=True,
+    category="issues",
+    tags=("issues", "write", "follow-up"),
+    tracker=True,
 )
 def new_issue(context: Context, payload: NewIssue) -> Issue:
     body = payload.body
@@ -140,20 +152,29 @@ def new_issue(context: Context, payload: NewIssue) -> Issue:
         if payload.status == "ready":
             raise UsageError("issues filed by an agent are open; a person makes them ready", fix="Leave out status.")
         status = Status.OPEN
-        body = f"{body}\n\n_Filed by {context.actor} while working on issue {context.bound_issue}._".strip()
+        body = f"{body}\n\n_Follow-up of issue {context.bound_issue}, filed by {context.actor}._".strip()
     else:
         status = Status(payload.status or "ready")
-    return tracker(context).create(payload.title, body, payload.labels, payload.priority, status)
+    trackers = tracker(context)
+    issue = trackers.create(payload.title, body, payload.labels, payload.priority, status)
+    if context.bound_issue is not None:
+        # The link back: whoever reads the bound issue sees what was split off it.
+        trackers.comment(context.bound_issue, f"Follow-up filed: issue {issue.key} — {issue.title}", context.actor)
+    return issue
 
 
 @operation(
     "issue.comment",
     title="Comment on the issue",
     description="Add a comment to your issue: what you found, what you changed, a question for the people who "
-    "read it. Comments are kept forever; keep them short and useful. Writes to the tracker.",
+    "read it. Comments are kept forever; keep them short and useful (for a running status line, report progress "
+    "instead). Writes to the tracker.",
     safety="action",
     agent=True,
     issue_field="key",
+    category="issues",
+    tags=("issues", "write", "comment"),
+    tracker=True,
 )
 def comment_issue(context: Context, payload: NewComment) -> Commented:
     key = payload.key
@@ -172,10 +193,14 @@ def _change(context: Context, key: str, status: Status, note: str | None) -> Sta
     "issue.set_status",
     title="Set the issue's status",
     description="Move your issue to another status, e.g. 'review' when the work is ready for a person, 'failed' "
-    "when it cannot be done (say why in `note`). Only allowed transitions are accepted; the error lists them.",
+    "when it cannot be done (say why in `note`). Only allowed transitions are accepted; the error lists them. "
+    "Writes to the tracker.",
     safety="action",
     agent=True,
     issue_field="key",
+    category="issues",
+    tags=("issues", "write", "status"),
+    tracker=True,
 )
 def set_status(context: Context, payload: SetStatus) -> StatusChange:
     return _change(context, payload.key, payload.status, payload.note)
@@ -188,6 +213,9 @@ def set_status(context: Context, payload: SetStatus) -> StatusChange:
     "`issue.reopen` undoes it.",
     safety="action",
     issue_field="key",
+    category="issues",
+    tags=("issues", "write", "status"),
+    tracker=True,
 )
 def close_issue(context: Context, payload: ChangeStatus) -> StatusChange:
     return _change(context, payload.key, Status.CLOSED, payload.note)
@@ -199,6 +227,9 @@ def close_issue(context: Context, payload: ChangeStatus) -> StatusChange:
     description="Make a closed, done or failed issue ready again, so that runs pick it up.",
     safety="action",
     issue_field="key",
+    category="issues",
+    tags=("issues", "write", "status"),
+    tracker=True,
 )
 def reopen_issue(context: Context, payload: ChangeStatus) -> StatusChange:
     return _change(context, payload.key, Status.READY, payload.note)

@@ -22,6 +22,7 @@ from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
 from beflow.mcp.acp import AcpServer, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.mcp.own import is_own_server
 from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC
 from beflow.policy import give_up_note, status_after
@@ -110,6 +111,8 @@ def summary(record: RunRecord) -> str:
     lines.append(f"- agent: {record.agent}, attempt {record.attempt}, {record.duration or 0:.1f} s")
     if record.branch:
         lines.append(f"- branch: `{record.branch}`" + (f", commit `{record.commit[:12]}`" if record.commit else ""))
+    if record.pull_request:
+        lines.append(f"- pull request: {record.pull_request}")
     if record.checkout:
         lines.append(f"- {record.mode} session in the checkout `{record.checkout}`; nothing was committed")
     if record.changed_files:
@@ -228,6 +231,8 @@ class Session:
         self.servers: list[AcpServer] | None = None
         #: Masks the injected servers' secret values in everything written to the record.
         self.redact = Redactor()
+        #: Why the claim's lease was lost, if it was: another machine owns the issue now, and this run leaves it be.
+        self.claim_lost: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -235,6 +240,9 @@ class Session:
 
     def emit(self, kind: RunEventKind, **data: Any) -> None:
         self._events(RunEvent(kind, self.record.id, self.record.issue, data))
+        progress = getattr(self.tracker, "progress", None)  # trackers that show a run's progress on the issue
+        if kind == "activity" and progress is not None and self.claim_lost is None:
+            progress(self.record.issue, f"beflow run `{self.record.id}` is working on this issue: {data['latest']}")
 
     def start(self, prompt_text: str, note: str | None = None) -> None:
         """The record is written with its prompt, and the tracker says a run works on the issue."""
@@ -246,7 +254,7 @@ class Session:
         everything the record keeps (hook output and transcripts included)."""
         self.servers = servers
         self.record.mcp_servers = server_names(servers)
-        self.redact = Redactor(servers)
+        self.redact = Redactor([s for s in servers or [] if not is_own_server(s)])  # beflow's own has no secret
 
     @asynccontextmanager
     async def injected(self, cwd: Path) -> AsyncIterator[Injection | None]:
@@ -284,6 +292,9 @@ class Session:
         record = self.record
         record.close(outcome, reason)
         self.store.save(record)
+        if self.claim_lost is not None:  # the issue is another run's now: its status and comments are that run's
+            self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
+            return record
         status = status_for(record.outcome)
         note = summary(record) if self.project.config.after_run.comment else None
         if status == Status.FAILED and self.request.mode == "watch":

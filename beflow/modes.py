@@ -31,6 +31,7 @@ from beflow.errors import BeflowError
 from beflow.events import EventSink
 from beflow.lifecycle import RunRequest, Session, cancel_reason, refuse_closed, render_prompt
 from beflow.mcp.acp import resolve_servers
+from beflow.mcp.own import follow_progress, with_own_server
 from beflow.native import client_argv, native_client, require
 from beflow.policy import Verdict, judge_attended, status_after_supervised
 from beflow.records import Outcome, RunRecord, RunStore, new_run_id
@@ -80,8 +81,8 @@ async def attend(
     request = request or RunRequest(key=key, mode="attend")
     checkout = checkout_of(project)
     issue = _workable(tracker, key)
-    servers = resolve_servers(project)
     run_id = new_run_id(issue.key)
+    servers = with_own_server(project, resolve_servers(project), issue=issue.key, run_id=run_id)
     text = render_prompt(project, issue, request, branch=git.current_branch(checkout), run_id=run_id)
     permissions = config.attend.permissions
     argv = acpx.attend_argv(
@@ -118,7 +119,8 @@ async def attend(
         if notice:
             session.emit("notice", message=notice)
         try:
-            verdict = await _attended_acpx(session, argv, checkout)
+            async with follow_progress(session.store, run_id, lambda note: session.emit("progress", text=note.text)):
+                verdict = await _attended_acpx(session, argv, checkout)
             outcome, reason = verdict.outcome, verdict.reason
         except BeflowError as error:
             outcome, reason = "failed", error.message

@@ -1,13 +1,16 @@
 """The one registry of beflow's operations (docs/architecture.md).
 
 Each operation is declared once, with its name, a description written for agents (when to call it, what it
-costs), a pydantic input model (whose JSON Schema is the MCP tool's input schema), a safety level and its handler.
-The CLI commands and the MCP server (``beflow mcp serve``) both call operations through this registry, so the two
-can never drift apart. Exposure to agents is opt-in per operation (``agent=True``).
+costs), a pydantic input model (whose JSON Schema is the MCP tool's input schema), a pydantic output model (the
+tool's output schema), a safety level, tags, a category and its handler. The CLI commands, the MCP server
+(``beflow mcp serve``) and its schema export (``beflow mcp schema``) all read this registry, so they can never drift
+apart. Exposure to agents is opt-in per operation (``agent=True``): only those may be served to an agent bound to
+one issue.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, cast
@@ -15,11 +18,15 @@ from typing import Any, Generic, Literal, TypeVar, cast
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from beflow.config import Project
-from beflow.errors import BeflowError, UsageError
+from beflow.errors import BeflowError, OutOfScopeError, UsageError
 from beflow.trackers.base import normalize_key
 from beflow.validation import messages_of
 
 Safety = Literal["read", "action", "destructive"]
+Access = Literal["read", "write"]
+
+#: What MCP clients accept as a tool name (some accept more; none of them less).
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the conventional name for an input type
 
@@ -32,11 +39,13 @@ class Input(BaseModel):
 
 @dataclass
 class Context:
-    """What an operation runs against: the project, who is acting, and (for agents) the issue it is bound to."""
+    """What an operation runs against: the project, who is acting, and (for agents) the issue and run it is bound
+    to. All of it comes from the launch (the CLI, ``beflow mcp serve --issue --run --actor``), never from input."""
 
     project: Project
     actor: str = "user"
     bound_issue: str | None = None
+    bound_run: str | None = None
     services: dict[str, Any] = field(default_factory=dict)
 
     def service(self, name: str, factory: Callable[[Project], Any]) -> Any:
@@ -57,14 +66,45 @@ class Operation(Generic[I]):
     agent: bool = False
     #: For agents: the input field that must name the bound issue; tool arguments can never pick another.
     issue_field: str | None = None
+    #: The model of what the handler returns (an object: MCP output schemas are objects).
+    output: type[BaseModel] | None = None
+    category: str = "general"
+    tags: tuple[str, ...] = ()
+    #: It reads or writes the tracker: an outside service when the tracker is not the local one.
+    tracker: bool = False
+    #: Where the whole result can be read when a size limit cut it (for the note that says so).
+    whole: str | None = None
 
-    def annotations(self) -> dict[str, bool]:
-        """MCP tool annotations derived from the safety level."""
+    @property
+    def tool_name(self) -> str:
+        """The MCP tool name: ``issue.comment`` is ``issue_comment``."""
+        return self.name.replace(".", "_")
+
+    @property
+    def access(self) -> Access:
+        return "read" if self.safety == "read" else "write"
+
+    def annotations(self, project: Project | None = None) -> dict[str, bool]:
+        """MCP tool annotations derived from the safety level; ``openWorldHint`` is true only for tracker operations
+        on a tracker that is an outside service (GitHub), which needs ``project`` to know."""
+        remote = project is not None and project.config.tracker.kind != "local"
         return {
             "readOnlyHint": self.safety == "read",
             "destructiveHint": self.safety == "destructive",
             "idempotentHint": self.safety == "read",
-            "openWorldHint": False,
+            "openWorldHint": self.tracker and remote,
+        }
+
+    def metadata(self) -> dict[str, Any]:
+        """What MCP has no field for, under ``_meta["beflow/operation"]``."""
+        return {
+            "name": self.name,
+            "safety": self.safety,
+            "access": self.access,
+            "category": self.category,
+            "tags": list(self.tags),
+            "agent": self.agent,
+            "issueField": self.issue_field,
         }
 
     def call(self, context: Context, arguments: dict[str, Any] | I) -> Any:
@@ -72,6 +112,9 @@ class Operation(Generic[I]):
         if isinstance(arguments, BaseModel):
             payload = arguments
         else:
+            if context.bound_issue is not None and self.issue_field and arguments.get(self.issue_field) is None:
+                # Bound, the issue is implied: an agent leaves it out.
+                arguments = {**arguments, self.issue_field: context.bound_issue}
             try:
                 payload = self.input.model_validate(arguments)
             except ValidationError as exc:
@@ -89,7 +132,7 @@ class Operation(Generic[I]):
         if named is None:
             return payload.model_copy(update={self.issue_field: context.bound_issue})
         if normalize_key(str(named)) != normalize_key(context.bound_issue):
-            raise UsageError(
+            raise OutOfScopeError(
                 f"{self.name}: this session works on issue {context.bound_issue} only; it cannot act on issue {named}",
                 fix=f"Use {self.issue_field} {context.bound_issue!r}.",
             )
@@ -107,26 +150,59 @@ def operation(
     safety: Safety,
     agent: bool = False,
     issue_field: str | None = None,
+    category: str = "general",
+    tags: tuple[str, ...] = (),
+    tracker: bool = False,
+    whole: str | None = None,
 ) -> Callable[[Callable[[Context, I], Any]], Operation[I]]:
-    """Register the decorated ``handler(context, input)``; the input model is taken from its annotation."""
+    """Register the decorated ``handler(context, input) -> output``; the input and output models are taken from its
+    annotations."""
 
     def register(handler: Callable[[Context, I], Any]) -> Operation[I]:
         if name in REGISTRY:
             raise BeflowError(f"operation {name!r} is registered twice")
         hints = handler.__annotations__
-        model = hints.get("payload") or hints.get("data")
-        if isinstance(model, str):
-            model = handler.__globals__[model]
+        model = _resolve(handler, hints.get("payload") or hints.get("data"))
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise TypeError(f"{name}: the handler's second parameter must be annotated with a pydantic model")
+        output = _resolve(handler, hints.get("return"))
+        if not (isinstance(output, type) and issubclass(output, BaseModel)):
+            raise TypeError(f"{name}: the handler must be annotated to return a pydantic model (an object)")
         op: Operation[I] = Operation(
-            name, title, description, cast("type[I]", model), safety, handler, agent, issue_field
+            name,
+            title,
+            description,
+            cast("type[I]", model),
+            safety,
+            handler,
+            agent,
+            issue_field,
+            output=output,
+            category=category,
+            tags=tags,
+            tracker=tracker,
+            whole=whole,
         )
+        if not TOOL_NAME.match(op.tool_name):
+            raise BeflowError(f"operation {name!r}: {op.tool_name!r} is not a tool name every MCP client accepts")
         REGISTRY[name] = op
         return op
 
     return register
 
 
+def _resolve(handler: Callable[..., Any], annotation: Any) -> Any:
+    return handler.__globals__.get(annotation, annotation) if isinstance(annotation, str) else annotation
+
+
 def get(name: str) -> Operation[Any]:
     return REGISTRY[name]
+
+
+def load_all() -> dict[str, Operation[Any]]:
+    """Every operation, registered by importing the modules that declare them."""
+    import beflow.handbook
+    import beflow.issues
+    import beflow.runs  # noqa: F401 - each registers its operations
+
+    return REGISTRY

@@ -19,6 +19,7 @@ from beflow import git, prompt
 from beflow.config import CONFIG_PATH, AgentCommand, Project
 from beflow.errors import BeflowError, ConfigError
 from beflow.mcp.acp import resolve_servers
+from beflow.mcp.own import check_name
 from beflow.paths import acpx_home
 from beflow.validation import line_of
 
@@ -82,7 +83,7 @@ def problems(project: Project, *, first_only: bool = False) -> list[ConfigError]
     """Every problem every run of this project would hit, in the order a run meets them (a problem that hides
     the checks after it, such as no git repository, ends the list)."""
     found: list[ConfigError] = []
-    for step in (_mcp_self, _pull_request, _repository, check_acpx, check_agent, _prompt, _servers):
+    for step in (_pull_request, _repository, check_acpx, check_agent, _prompt, _servers):
         try:
             step(project)
         except _Stop as stop:
@@ -102,21 +103,13 @@ class _Stop(Exception):
         self.error = error
 
 
-def _mcp_self(project: Project) -> None:
-    if project.config.mcp.self_server:
-        raise ConfigError(
-            f"{_where(project, 'mcp', 'self')}mcp.self: beflow's own MCP server is not available yet in this "
-            "version of beflow",
-            fix=f'Remove "self" from "mcp" in {project.config_name} (or set it to false).',
-        )
-
-
 def _pull_request(project: Project) -> None:
-    if project.config.after_run.pull_request:
+    config = project.config
+    if config.after_run.pull_request and config.tracker.kind != "github":
         raise ConfigError(
-            f"{_where(project, 'after_run', 'pull_request')}after_run.pull_request: pull requests come with the "
-            "GitHub tracker, not available yet",
-            fix=f'Remove "pull_request" from "after_run" in {project.config_name} (or set it to false).',
+            f"{_where(project, 'after_run', 'pull_request')}after_run.pull_request: pull requests need the GitHub "
+            'tracker ("tracker": {"kind": "github"})',
+            fix=f'Use the GitHub tracker, or remove "pull_request" from "after_run" in {project.config_name}.',
         )
 
 
@@ -154,13 +147,12 @@ def _prompt(project: Project) -> None:
             message = f"{where}prompt (inline){message.removeprefix(prompt.INLINE)}"
         elif message.startswith("prompt:"):
             message = f"{where}{message}"
-        raise ConfigError(
-            message, fix=(error.fix or "").replace(str(CONFIG_PATH), project.config_name) or None
-        ) from None
+        fix = (error.fix or "").replace(str(CONFIG_PATH), project.config_name) or None
+        raise type(error)(message, fix=fix) from None
 
 
 def _servers(project: Project) -> None:
-    resolve_servers(project)
+    check_name(project, resolve_servers(project))
 
 
 def check_acpx(project: Project) -> None:

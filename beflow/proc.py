@@ -86,9 +86,9 @@ def _dying_with_us(argv: list[str], cwd: Path | None) -> list[str]:
     return [_SETPRIV, "--pdeathsig", "TERM", "--", *argv]
 
 
-def child_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment for a child: beflow's own, with ``extra`` on top."""
-    env = dict(os.environ)
+def child_env(extra: Mapping[str, str] | None = None, unset: Sequence[str] = ()) -> dict[str, str]:
+    """The environment for a child: beflow's own without ``unset``, with ``extra`` on top."""
+    env = {name: value for name, value in os.environ.items() if name not in unset}
     if extra:
         env.update(extra)
     return env
@@ -245,6 +245,7 @@ async def run(
     *,
     cwd: Path | None = None,
     env: Mapping[str, str] | None = None,
+    unset: Sequence[str] = (),
     timeout: float | None = None,
     stdin: bytes | None = None,
     on_stdout: LineHandler | None = None,
@@ -268,7 +269,7 @@ async def run(
         process = await anyio.open_process(
             _dying_with_us(argv, cwd),
             cwd=cwd,
-            env=child_env(env),
+            env=child_env(env, unset),
             stdin=subprocess.PIPE if stdin is not None else (None if terminal else subprocess.DEVNULL),
             stdout=std,
             stderr=std,

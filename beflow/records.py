@@ -1,8 +1,9 @@
 """Run records: ``.beflow/runs/<run-id>/`` in the project directory (docs/runs.md).
 
 Each run directory holds ``run.json`` (the :class:`RunRecord`), ``prompt.md``, the acpx transcript
-(``transcript.jsonl``, one acpx JSON event a line), ``stderr.log`` and ``hooks/<name>.log``. No secret value is
-ever written here: MCP servers are recorded by name only.
+(``transcript.jsonl``, one acpx JSON event a line), ``stderr.log``, ``hooks/<name>.log`` and ``progress.jsonl`` (the
+progress lines the agent reported through beflow's MCP server, one JSON object a line). No secret value is ever
+written here: MCP servers are recorded by name only.
 """
 
 from __future__ import annotations
@@ -28,9 +29,25 @@ DONE_OUTCOMES = frozenset({"succeeded", "no_changes"})
 FAILED_OUTCOMES = frozenset({"failed", "timeout", "cancelled"})
 Mode = Literal["auto", "watch", "attend", "open"]
 
+#: The file of a run's progress lines: appended to by beflow's MCP server (another process than the run's), so
+#: that it never races the run's own writes of ``run.json``.
+PROGRESS_FILE = "progress.jsonl"
+#: The longest progress line, in characters: a status line, not a report.
+MAX_PROGRESS = 300
+#: How many of the latest progress lines a record shows (the file keeps them all).
+SHOWN_PROGRESS = 50
+
 
 def now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+class ProgressNote(BaseModel):
+    """One progress line an agent reported during its run."""
+
+    time: dt.datetime
+    text: str
+    actor: str = "agent"
 
 
 class RunRecord(BaseModel):
@@ -75,6 +92,11 @@ class RunRecord(BaseModel):
     dirty_before: list[str] = Field(default_factory=list)
     #: ``--open``: the native client that was started.
     client: str | None = None
+    #: What the agent reported as it went (beflow's MCP server, ``run.progress``), oldest first; the latest
+    #: :data:`SHOWN_PROGRESS` lines.
+    progress: list[ProgressNote] = Field(default_factory=list)
+    #: ``after_run.pull_request``: the pull request the run opened or updated.
+    pull_request: str | None = None
 
     def close(self, outcome: Outcome, reason: str) -> None:
         """The run ended: its outcome, why, the end time and the duration."""
@@ -112,7 +134,31 @@ class RunStore:
         return directory
 
     def save(self, record: RunRecord) -> None:
+        record.progress = self.progress(record.id)  # the agent's lines are the progress file's, not the run's
         atomic_write(self.directory(record.id) / "run.json", record.model_dump_json(indent=2) + "\n")
+
+    def add_progress(self, run_id: str, note: ProgressNote) -> None:
+        """Append one progress line: a single ``O_APPEND`` write, so that concurrent writers never tear a line."""
+        line = (note.model_dump_json() + "\n").encode("utf-8")
+        fd = os.open(self.directory(run_id) / PROGRESS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def progress(self, run_id: str) -> list[ProgressNote]:
+        """The run's latest progress lines, oldest first (lines that do not parse are skipped)."""
+        try:
+            lines = (self.directory(run_id) / PROGRESS_FILE).read_bytes().splitlines()
+        except OSError:
+            return []
+        notes = []
+        for line in lines[-SHOWN_PROGRESS:]:
+            try:
+                notes.append(ProgressNote.model_validate_json(line))
+            except ValidationError:
+                continue
+        return notes
 
     def write(self, run_id: str, name: str, data: str | bytes) -> Path:
         """An artifact of the run (hook output, stderr)."""
@@ -162,4 +208,6 @@ class RunStore:
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise NotFoundError(f"no run {run_id!r}{hint}", fix="`beflow runs list` shows the runs.")
         path = self.directory(matches[0]) / "run.json"
-        return RunRecord.model_validate_json(path.read_bytes())
+        record = RunRecord.model_validate_json(path.read_bytes())
+        record.progress = self.progress(record.id)  # fresher than run.json while the run is going
+        return record

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,6 +21,7 @@ from typing import Any, TypeVar
 import anyio
 
 from beflow import acpx, git, interrupts, preflight, proc
+from beflow.config import GitHubTracker as GitHubTrackerSettings
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
 from beflow.events import EventSink
@@ -31,12 +33,15 @@ from beflow.lifecycle import (
     render_prompt,
     requeue_orphans,
     settle_orphans,
+    summary,
 )
 from beflow.mcp.acp import resolve_servers
+from beflow.mcp.own import follow_progress, with_own_server
 from beflow.paths import ACPXRC, acpx_home
 from beflow.policy import judge, status_after
 from beflow.records import Mode, Outcome, RunRecord, RunStore
 from beflow.trackers import Status, Tracker
+from beflow.trackers.base import Claim, ClaimLost
 
 T = TypeVar("T")
 
@@ -76,7 +81,7 @@ class Run:
         """Run the issue to an outcome; never raises for a failed run (the record says), only for bad usage."""
         issue = self.tracker.get(self.request.key)
         refuse_closed(issue)
-        with self.tracker.claim(issue.key, self.request.owner):
+        with self.tracker.claim(issue.key, self.request.owner) as claim:
             # What the issue is now that it is ours: another beflow may have run it between our look and our claim.
             issue = self.tracker.get(issue.key)
             if self.request.only_if_ready and issue.status != Status.READY:
@@ -85,7 +90,50 @@ class Run:
             session = Session(
                 self.project, self.tracker, issue, self.request, self._events, branch=git.branch_for(issue.key)
             )
-            return await _InWorktree(session, self._cancelled_because).run()
+            if claim.renew_every is None:
+                return await _InWorktree(session, self._cancelled_because).run()
+            return await self._leased(claim, session)
+
+    async def _leased(self, claim: Claim, session: Session) -> RunRecord:
+        """The run, with its claim's lease renewed beside it while it lives (GitHub). Losing the lease — taken over,
+        or not renewed before it ran out — cancels the run: another machine may be running the issue now."""
+        lost: list[str] = []
+        steps = _InWorktree(
+            session, lambda: f"lost the claim on the issue: {lost[0]}" if lost else self._cancelled_because()
+        )
+        run_scope, record, failure = anyio.CancelScope(), None, None
+        async with anyio.create_task_group() as keeper:
+            keeper.start_soon(self._keep_claim, claim, session, run_scope, lost)
+            try:
+                with run_scope:
+                    record = await steps.run()
+            except Exception as error:  # raised as it is below, not wrapped in the task group's ExceptionGroup
+                failure = error
+            finally:
+                keeper.cancel_scope.cancel()
+        if failure is not None:
+            raise failure
+        return record if record is not None else session.record  # lost: the run recorded itself cancelled
+
+    async def _keep_claim(self, claim: Claim, session: Session, scope: anyio.CancelScope, lost: list[str]) -> None:
+        assert claim.renew_every is not None
+        while True:
+            await anyio.sleep(claim.renew_every)
+            try:
+                await anyio.to_thread.run_sync(claim.renew)
+                continue
+            except ClaimLost as error:
+                reason = error.message
+            except BeflowError as error:
+                left = claim.seconds_left()
+                if left is None or left > claim.renew_every:
+                    session.emit("notice", message=f"could not renew the claim (trying again): {error.message}")
+                    continue
+                reason = f"the claim could not be renewed before it ran out: {error.message}"
+            lost.append(reason)
+            session.claim_lost = reason  # the issue is the new holder's: this run leaves it be
+            scope.cancel()
+            return
 
 
 class _InWorktree:
@@ -111,7 +159,10 @@ class _InWorktree:
             record.permanent = True
             self.session.start("")  # so that the tracker is told, and a watch does not pick it up again
             return self._finish("failed", f"the prompt did not render: {error.message}")
-        self.session.start(text)
+        try:
+            self.session.start(text)
+        except BeflowError as error:  # the issue changed under us (closed, unlabelled): record why, run nothing
+            return self._finish("failed", f"the tracker could not be told that the run started: {error.message}")
         self.emit("started", attempt=self.request.attempt, branch=branch)
         repo = git.open_repo(self.project.directory)
         try:
@@ -151,13 +202,41 @@ class _InWorktree:
             raise
         with anyio.CancelScope(shield=True):
             outcome, reason = await self._wrap_up(worktree, repo, outcome, reason)
+            if outcome == "succeeded" and self.config.after_run.pull_request:
+                reason = await self._publish(outcome, reason)
         return self._finish(outcome, reason)
+
+    async def _publish(self, outcome: Outcome, reason: str) -> str:
+        """Push the branch and open (or, on a retry, update) its pull request; a failure is said, not fatal: the
+        work is committed on the branch either way."""
+        record, issue = self.record, self.session.issue
+        publish = getattr(self.session.tracker, "publish", None)
+        if record.branch is None or record.commit is None or publish is None:
+            return reason
+        draft = record.model_copy(update={"outcome": outcome, "stop_reason": reason})
+        body = f"{summary(draft)}\n\nCloses #{issue.key}" + (f" ({issue.url})" if issue.url else "")
+        try:
+            url, opened = await _in_thread(
+                functools.partial(publish, draft=self.config.after_run.draft),
+                self.project.directory,
+                record.branch,
+                issue.title,
+                body,
+            )
+        except BeflowError as error:
+            self.emit("notice", message=f"no pull request: {error.message}")
+            return f"{reason}; the pull request could not be opened: {error.message}"
+        record.pull_request = url
+        self.emit("notice", message=f"pull request {'opened' if opened else 'updated'}: {url}")
+        return reason
 
     def _resolve_servers(self) -> None:
         """The run's MCP servers, resolved before anything runs: from here on their secret values are masked in
         everything the record keeps (hook output included)."""
         try:
-            servers = resolve_servers(self.project)
+            servers = with_own_server(
+                self.project, resolve_servers(self.project), issue=self.record.issue, run_id=self.record.id
+            )
         except ConfigError as error:
             raise PermanentFailure(f"MCP servers: {error.message}") from None
         self.session.use_servers(servers)
@@ -186,7 +265,8 @@ class _InWorktree:
 
             async with self.session.injected(cwd):
                 await self._hook("before_run", cwd, fatal=False)
-                result = await self._run_agent(cwd, text, on_stdout, on_stderr)
+                async with follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)):
+                    result = await self._run_agent(cwd, text, on_stdout, on_stderr)
                 await self._hook("after_run", cwd, fatal=False)
         record.exit_code = result.returncode
         record.final_message = self.transcript.final_message
@@ -219,6 +299,7 @@ class _InWorktree:
             "on_stdout": on_stdout,
             "on_stderr": on_stderr,
             "grace": interrupts.grace(proc.DEFAULT_GRACE),
+            "unset": self._withheld_env(),
         }
         earlier = self._resumable_session() if self.request.attempt > 1 else None
         if earlier is not None:
@@ -244,6 +325,15 @@ class _InWorktree:
                 self.transcript = acpx.Transcript()
             self.emit("notice", message=record.resume_note)
         return await proc.run(acpx.exec_argv(self.config, **common), **supervise)
+
+    def _withheld_env(self) -> list[str]:
+        """Variables the agent does not get: the tracker's token (unless ``tracker.agent_token`` asks for it)."""
+        settings = self.config.tracker
+        if not isinstance(settings, GitHubTrackerSettings) or settings.agent_token:
+            return []
+        token = os.environ.get(settings.token_env)
+        same = [name for name, value in os.environ.items() if token and value == token]
+        return sorted({settings.token_env, *same})
 
     def _resumable_session(self) -> str | None:
         """The ACP session of this issue's latest earlier run with the same agent, if it recorded one."""

@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 from pydantic import BaseModel, Field
 
 from beflow import acpx
 from beflow.config import Project
-from beflow.errors import NotFoundError
+from beflow.errors import NotBoundError, NotFoundError
 from beflow.operations import Context, Input, operation
-from beflow.records import RunRecord, RunStore
+from beflow.records import MAX_PROGRESS, ProgressNote, RunRecord, RunStore
 from beflow.trackers.base import normalize_key
 
 
@@ -40,27 +42,92 @@ class RunLogs(BaseModel):
     stderr: str
 
 
+class RunList(BaseModel):
+    runs: list[RunRecord]
+
+
+class RunStatusQuery(Input):
+    issue: str | None = Field(
+        default=None, max_length=100, description="Whose runs (default: the issue you work on, if any)."
+    )
+    limit: int = Field(default=10, ge=1, le=100, description="At most this many earlier runs, newest first.")
+
+
+class RunSummary(BaseModel):
+    id: str
+    issue: str
+    mode: str
+    attempt: int
+    outcome: str
+    stop_reason: str | None
+    started_at: dt.datetime
+    duration: float | None
+    branch: str | None
+    commit: str | None
+    changed_files: int
+    progress: str | None = Field(description="The latest progress line the agent reported, if any.")
+
+    @classmethod
+    def of(cls, record: RunRecord) -> RunSummary:
+        return cls(
+            id=record.id,
+            issue=record.issue,
+            mode=record.mode,
+            attempt=record.attempt,
+            outcome=record.outcome,
+            stop_reason=record.stop_reason,
+            started_at=record.started_at,
+            duration=record.duration,
+            branch=record.branch,
+            commit=record.commit,
+            changed_files=len(record.changed_files),
+            progress=record.progress[-1].text if record.progress else None,
+        )
+
+
+class RunStatus(BaseModel):
+    current: RunSummary | None = Field(description="The run you are part of (None outside a run).")
+    earlier: list[RunSummary] = Field(description="The issue's other runs, newest first.")
+
+
+class ProgressReport(Input):
+    text: str = Field(
+        min_length=1, max_length=MAX_PROGRESS, description="One short line: what you are doing now, or what is done."
+    )
+
+
+class ProgressRecorded(BaseModel):
+    run: str
+    note: ProgressNote
+
+
 @operation(
     "run.list",
     title="List runs",
     description="The runs beflow recorded in this project, newest first, with issue, outcome and branch. Cheap.",
     safety="read",
     issue_field="issue",
+    category="runs",
+    tags=("runs", "list"),
+    whole="`beflow runs list --json`",
 )
-def list_runs(context: Context, payload: ListRuns) -> list[RunRecord]:
+def list_runs(context: Context, payload: ListRuns) -> RunList:
     records = store(context).records()
     if payload.issue is not None:
         records = [r for r in records if r.issue == normalize_key(payload.issue)]
-    return records[: payload.limit]
+    return RunList(runs=records[: payload.limit])
 
 
 @operation(
     "run.show",
     title="Show a run",
     description="One run's record: issue, outcome and why, branch, commit, changed files, the agent's final "
-    "message. Cheap.",
+    "message, progress lines. Call it for the details of one run that `run.status` listed. Cheap.",
     safety="read",
     agent=True,
+    category="runs",
+    tags=("runs", "read"),
+    whole="`beflow runs show ID --json`",
 )
 def show_run(context: Context, payload: RunId) -> RunRecord:
     return _readable(context, store(context).get(payload.id), payload.id)
@@ -78,6 +145,9 @@ def _readable(context: Context, record: RunRecord, asked: str) -> RunRecord:
     title="Read a run's transcript",
     description="The acpx transcript of one run as readable lines (messages, tool calls, permission requests).",
     safety="read",
+    category="runs",
+    tags=("runs", "read", "logs"),
+    whole="`beflow runs logs ID`",
 )
 def run_logs(context: Context, payload: RunId) -> RunLogs:
     runs = store(context)
@@ -88,3 +158,50 @@ def run_logs(context: Context, payload: RunId) -> RunLogs:
     stderr_path = directory / "stderr.log"
     stderr = stderr_path.read_text(encoding="utf-8", errors="replace") if stderr_path.exists() else ""
     return RunLogs(record=record, lines=acpx.readable(lines), stderr=stderr)
+
+
+@operation(
+    "run.status",
+    title="Status of this run and earlier ones",
+    description="Where your run stands and how the issue's earlier runs ended (outcome, why, branch, commit, latest "
+    "progress). Call it at the start to learn from earlier attempts. Reads run records; cheap, always current.",
+    safety="read",
+    agent=True,
+    issue_field="issue",
+    category="runs",
+    tags=("runs", "read", "status"),
+)
+def run_status(context: Context, payload: RunStatusQuery) -> RunStatus:
+    runs = store(context)
+    current = None
+    if context.bound_run is not None:
+        current = RunSummary.of(_readable(context, runs.get(context.bound_run), context.bound_run))
+    records = runs.records()
+    if payload.issue is not None:
+        records = [r for r in records if r.issue == normalize_key(payload.issue)]
+    earlier = [RunSummary.of(r) for r in records if current is None or r.id != current.id]
+    return RunStatus(current=current, earlier=earlier[: payload.limit])
+
+
+@operation(
+    "run.progress",
+    title="Report progress",
+    description="Report what you are doing in one short line (e.g. 'tests pass; updating the docs'). It shows at once "
+    "in `beflow watch`, in `beflow runs show` and in the run record — not as a comment on the issue, so call it as "
+    "often as is useful. Cheap.",
+    safety="action",
+    agent=True,
+    category="runs",
+    tags=("runs", "write", "progress"),
+)
+def report_progress(context: Context, payload: ProgressReport) -> ProgressRecorded:
+    if context.bound_run is None:
+        raise NotBoundError(
+            "run.progress: this session is not part of a run, so there is nothing to report progress on",
+            fix="Progress is for agents in a run (beflow starts its server with --run); comment on the issue instead.",
+        )
+    runs = store(context)
+    record = _readable(context, runs.get(context.bound_run), context.bound_run)
+    note = ProgressNote(time=dt.datetime.now(dt.UTC), text=" ".join(payload.text.split()), actor=context.actor)
+    runs.add_progress(record.id, note)
+    return ProgressRecorded(run=record.id, note=note)

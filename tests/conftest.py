@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from beflow.cli import main
+from tests.support.github import github  # noqa: F401 - the fake GitHub, for the GitHub tracker's tests
 from tests.support.projects import auto_project, finished_run  # noqa: F401 - fixtures for every test module
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -58,9 +58,11 @@ def test_the_project_tracker_is_the_local_one_in_its_configured_directory(repo: 
     assert tracker.directory == repo / "issues"
 
 
-def test_the_github_tracker_is_not_available_yet(repo: Path) -> None:
+def test_the_github_tracker_needs_a_token(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     config_file(repo).write_text('{"tracker": {"kind": "github", "repo": "acme/app"}}')
-    with pytest.raises(ConfigError, match=r"GitHub tracker .* is not available yet"):
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ConfigError, match=r"no GitHub token: \$GITHUB_TOKEN is not set"):
         open_tracker(load_project())
 
 
@@ -144,7 +146,10 @@ def test_an_agent_files_follow_ups_as_open_with_where_they_came_from(agent: Cont
     call(agent, "issue.new", title="Agent's issue")  # key 1, which the agent is bound to
     follow_up = call(agent, "issue.new", title="Flaky test in auth", body="test_login fails 1 in 10.")
     assert follow_up.status == Status.OPEN
-    assert follow_up.body == "test_login fails 1 in 10.\n\n_Filed by agent (run r1) while working on issue 1._"
+    assert follow_up.body == "test_login fails 1 in 10.\n\n_Follow-up of issue 1, filed by agent (run r1)._"
+    # The link back: the bound issue says what was split off it.
+    assert call(agent, "issue.show").comments[-1].text == f"Follow-up filed: issue {follow_up.key} — Flaky test in auth"
+    assert call(agent, "issue.show").comments[-1].author == "agent (run r1)"
     with pytest.raises(UsageError, match="issues filed by an agent are open"):
         call(agent, "issue.new", title="Do it now", status="ready")
 

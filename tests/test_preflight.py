@@ -32,11 +32,29 @@ def assert_nothing_changed(project: AutoProject, key: str) -> None:
         (lambda p: p.configure(acpx=["/nonexistent/acpx"]), "acpx: '/nonexistent/acpx' is not installed"),
         (lambda p: p.configure(agent="claud"), "agent: 'claud' is not an agent acpx knows (did you mean 'claude'?)"),
         (lambda p: p.configure(agent={"command": "no-such-agent --acp"}), "agent.command: 'no-such-agent' is not"),
-        (lambda p: p.configure(mcp={"enabled": True, "self": True}), "mcp.self: beflow's own MCP server is not"),
+        (
+            lambda p: (
+                (p.directory / ".mcp.json").write_text('{"mcpServers": {"beflow": {"command": "x"}}}'),
+                p.configure(mcp={"enabled": True, "self": True}),
+            ),
+            "mcp.self: the .mcp.json cascade already has a server named 'beflow'",
+        ),
         (lambda p: p.configure(prompt="{{ issue.nope }}"), "issue has no field 'nope'"),
-        (lambda p: p.configure(after_run={"pull_request": True}), "after_run.pull_request: pull requests come with"),
+        (
+            lambda p: p.configure(after_run={"pull_request": True}),
+            "after_run.pull_request: pull requests need the GitHub tracker",
+        ),
     ],
-    ids=["base", "worktrees-inside", "acpx", "agent-name", "agent-command", "mcp-self", "issue-field", "pull-request"],
+    ids=[
+        "base",
+        "worktrees-inside",
+        "acpx",
+        "agent-name",
+        "agent-command",
+        "mcp-self-name-taken",
+        "issue-field",
+        "pull-request",
+    ],
 )
 def test_a_configuration_every_run_would_fail_on_exits_2_and_changes_nothing(
     auto_project: AutoProject, beflow, break_it: Callable[[AutoProject], None], message: str

@@ -17,8 +17,8 @@ def call(name: str, bound_issue: str | None = None, **arguments: object):  # typ
 
 
 def test_list_and_show_give_the_record(finished_run: RunRecord) -> None:
-    assert [r.id for r in call("run.list")] == [finished_run.id]
-    assert call("run.list", issue="2") == []
+    assert [r.id for r in call("run.list").runs] == [finished_run.id]
+    assert call("run.list", issue="2").runs == []
     assert call("run.show", id="latest") == finished_run
     assert call("run.show", id=finished_run.id[:15]) == finished_run
 
@@ -36,8 +36,8 @@ def test_logs_are_the_transcript_made_readable_with_server_names_only(finished_r
 
 
 def test_an_agent_bound_to_an_issue_sees_only_its_runs(finished_run: RunRecord, auto_project: AutoProject) -> None:
-    assert call("run.list", bound_issue="1") == [finished_run]
-    assert call("run.list", bound_issue="2") == []
+    assert call("run.list", bound_issue="1").runs == [finished_run]
+    assert call("run.list", bound_issue="2").runs == []
     with pytest.raises(NotFoundError, match="for issue 2"):
         call("run.show", bound_issue="2", id=finished_run.id)
 

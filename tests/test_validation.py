@@ -72,7 +72,7 @@ def problem(tmp_path: Path, text: str) -> str:
         ('{"hooks": {"after_run": {"timeout": 1}}}', "hooks.after_run.command: required key is missing"),
         # the tracker: its kind decides which keys exist
         ('{"tracker": {"kind": "gitlab"}}', "tracker.kind: expected 'local' or 'github' (got \"gitlab\")"),
-        ('{"tracker": {"kind": "github"}}', "tracker.repo: required key is missing"),
+        ('{"tracker": {"kind": "github", "lease": 0}}', "tracker.lease: expected a number greater than 0"),
         ('{"tracker": {"kind": "github", "repo": "octo"}}', 'tracker.repo: expected "owner/name" (got "octo")'),
         ('{"tracker": {"kind": "local", "repo": "a/b"}}', "tracker.repo: unknown key (expected one of: dir, kind)"),
         ('{"tracker": {"kind": "github", "repo": "a/b", "labels": "x"}}', 'tracker.labels: expected a list (got "x")'),
@@ -116,9 +116,9 @@ def test_a_commented_out_key_is_not_the_line_of_the_mistake(tmp_path: Path) -> N
 
 
 def test_a_missing_key_points_at_the_object_that_lacks_it(tmp_path: Path) -> None:
-    message = problem(tmp_path, '{\n  // "repo": "octo/hello"\n  "tracker": {\n    "kind": "github"\n  }\n}')
+    message = problem(tmp_path, '{\n  // "command": "make"\n  "hooks": {\n    "after_run": {"timeout": 5}\n  }\n}')
 
-    assert ":3: tracker.repo: required key is missing" in message
+    assert ":4: hooks.after_run.command: required key is missing" in message
 
 
 def test_line_of_follows_the_dotted_key() -> None:

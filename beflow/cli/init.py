@@ -14,6 +14,25 @@ from beflow.git import toplevel as git_toplevel
 from beflow.scaffold import init_project
 
 
+def _github_labels(app: App) -> None:
+    from beflow.config import load_project
+    from beflow.trackers import open_tracker
+
+    project = load_project(app.config_option)
+    tracker = open_tracker(project)
+    ensure = getattr(tracker, "ensure_labels", None)
+    if ensure is None:
+        raise UsageError(
+            f"--github: the tracker in {project.config_path or 'the defaults'} is not GitHub",
+            fix='Set "tracker": {"kind": "github", "repo": "owner/name"} in .beflow/config.json, then run it again.',
+        )
+    created = ensure()
+    if created:
+        out.print(f"Created the labels {', '.join(created)} in {tracker.description.split(' labelled')[0]}")
+    else:
+        out.print("Every label beflow needs is there already.")
+
+
 @click.command("init", epilog="Example:  cd my-repo && beflow init")
 @click.option("--force", is_flag=True, help="Overwrite an existing .beflow/config.json.")
 @click.option(
@@ -22,14 +41,23 @@ from beflow.scaffold import init_project
     type=click.Path(path_type=Path, file_okay=False, exists=True),
     help="Project directory (default: the git top level, else the current directory).",
 )
+@click.option(
+    "--github",
+    "github",
+    is_flag=True,
+    help="Create the labels the GitHub tracker needs in the configured repository (the config is left as it is).",
+)
 @pass_app
-def command(app: App, force: bool, directory: Path | None) -> None:
+def command(app: App, force: bool, directory: Path | None, github: bool) -> None:
     """Write a commented .beflow/config.json; beflow's run state stays out of git.
 
     `.beflow/config.json` and `.beflow/issues/` are yours to commit; everything else in `.beflow/` is git-ignored.
 
     With `beflow --config PATH init`, the file is written to PATH and its directory is the project's.
     """
+    if github:
+        _github_labels(app)
+        return
     config_path = None
     if app.config_option is not None:
         if directory is not None:

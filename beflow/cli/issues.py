@@ -176,7 +176,8 @@ def new_command(
     if as_json:
         emit_json(issue)
         return
-    out.print(f"Created issue [bold]{escape(issue.key)}[/] ({styled(issue.status)}): {escape(shown_path(issue.path))}")
+    where = shown_path(issue.path) if issue.path else (issue.url or "")
+    out.print(f"Created issue [bold]{escape(issue.key)}[/] ({styled(issue.status)}): {escape(where)}")
 
 
 def _read(path: Path) -> str:

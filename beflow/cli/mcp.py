@@ -1,4 +1,5 @@
-"""``beflow mcp show`` and ``beflow mcp check``: the MCP cascade a run would inject."""
+"""``beflow mcp show`` and ``beflow mcp check`` (the MCP cascade a run would inject), ``beflow mcp serve`` (beflow's
+own MCP server) and ``beflow mcp schema`` (what that server exposes, as JSON)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from beflow.cli.common import App, HelpGroup, emit_json, err, out, pass_app
 from beflow.errors import ConfigError
 from beflow.mcp.acp import MASK, shadowed_global_servers, translate
 from beflow.mcp.cascade import Entry, RemoteServer, StdioServer, check_cascade, fix_for, summary
+from beflow.mcp.own import own_server
 
 
 @click.group("mcp", cls=HelpGroup, epilog="Example:  beflow mcp check && beflow mcp show")
 def group() -> None:
-    """MCP: the servers beflow gives each agent run (.mcp.json, injected as .acpxrc.json)."""
+    """MCP: the servers beflow gives each agent run (.mcp.json, injected as .acpxrc.json), and beflow's own."""
 
 
 def _entry_dict(entry: Entry, *, reveal: bool) -> dict[str, Any]:
@@ -73,6 +75,7 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
     expansion = [p for p in checked.problems if p not in cascade.problems]
     shadowed = shadowed_global_servers() if cascade.active else None
     enabled = project.config.mcp.enabled
+    own = own_server(project, issue="<KEY>", run_id="<ID>") if project.config.mcp.self_server else None
     if as_json:
         # The cascade as written is always shown; the translation only when every value expands.
         emit_json(
@@ -83,6 +86,7 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
                 "acp": None if expansion else translate(checked.servers, reveal=reveal),
                 "problems": [p.render() for p in expansion],
                 "shadowed": shadowed.model_dump(mode="json") if shadowed else None,
+                "self": own.model_dump(mode="json") if own is not None else None,
             }
         )
         if expansion:
@@ -93,6 +97,9 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
     else:
         where = escape(app.project().config_name)
         out.print(f'MCP injection: [yellow]off[/] — set "mcp": {{"enabled": true}} in {where} to inject these')
+    if own is not None:
+        argv = " ".join(json.dumps(a) if " " in a else a for a in [own.command, *own.args])
+        out.print(f"beflow's own server (mcp.self): [green]on[/] — every run adds [bold]beflow[/]: {escape(argv)}")
     out.print("[bold]Files[/] (later wins per server name):")
     for source in cascade.sources:
         state = "" if source.exists else "  (missing)"
@@ -140,3 +147,80 @@ def check(app: App, as_json: bool) -> None:
     out.print(f"[green]✓[/] {count} resolve{'s' if len(names) == 1 else ''}{detail}{escape(source)}")
     if names:
         out.print(f"  {escape(', '.join(names))}")
+
+
+_allow_option = click.option(
+    "--allow",
+    metavar="OP,...",
+    help="Operations to expose, by name (issue.comment or issue_comment), or 'all'. Default: the agent-safe ones. "
+    "Bound to an issue, only agent-safe operations may be named.",
+)
+_issue_option = click.option(
+    "--issue", "issue", metavar="KEY", help="Bind to this issue: no tool argument can reach another one."
+)
+
+
+@group.command("serve", epilog="Example:  beflow mcp serve --issue 7")
+@_allow_option
+@_issue_option
+@click.option("--run", "run_id", metavar="ID", help="Bind to this run (its progress; its issue unless --issue).")
+@click.option("--actor", default="agent", show_default=True, help="Who comments and reports: the comments say so.")
+@click.option("--max-input", type=click.IntRange(min=1024), default=256 * 1024, show_default=True, help="Bytes.")
+@click.option("--max-output", type=click.IntRange(min=4096), default=1024 * 1024, show_default=True, help="Bytes.")
+@click.option(
+    "--poll",
+    type=click.FloatRange(min=0.05),
+    default=2.0,
+    show_default=True,
+    help="Seconds between looks at the bound issue and subscribed resources (for change notifications).",
+)
+@pass_app
+def serve(
+    app: App,
+    allow: str | None,
+    issue: str | None,
+    run_id: str | None,
+    actor: str,
+    max_input: int,
+    max_output: int,
+    poll: float,
+) -> None:
+    """Serve beflow's operations over MCP on stdin/stdout (for Claude Code, Claude Desktop, Cursor, Zed, OpenCode,
+    and the agents of runs with mcp.self). Stops on stdin EOF, SIGINT or SIGTERM after answering the calls in
+    flight, exit 0."""
+    import anyio
+
+    from beflow.mcp.schema import parse_allow
+    from beflow.mcp.server import Launch, Limits, check_launch
+    from beflow.mcp.server import serve as serve_mcp
+
+    if not actor.strip() or len(actor.splitlines()) > 1:
+        raise click.BadParameter("one line, not empty", param_hint="--actor")
+    launch = Launch(
+        project=app.project(),
+        allow=parse_allow(allow),
+        issue=issue,
+        run=run_id,
+        actor=actor.strip(),
+        limits=Limits(max_input=max_input, max_output=max_output),
+        poll=poll,
+    )
+    launch = check_launch(launch)
+    err.print(f"beflow mcp: serving on stdio{f' (issue {launch.issue})' if launch.issue else ''}", markup=False)
+    anyio.run(serve_mcp, launch)
+
+
+@group.command("schema", epilog="Example:  beflow mcp schema --issue 7 | jq .permissionHints")
+@_allow_option
+@_issue_option
+@click.option("--server", "server_name", default="beflow", show_default=True, help="The server's name in snippets.")
+@pass_app
+def schema(app: App, allow: str | None, issue: str | None, server_name: str) -> None:
+    """Print every operation as JSON: name, title, description, input and output schema, annotations, metadata,
+    whether agents may use it and whether this launch exposes it; permission hints; Claude Code and OpenCode
+    snippets. --allow and --issue narrow it as they narrow serve."""
+    from beflow.mcp.schema import TOOL_SERVER_NAME, export, parse_allow
+
+    if not TOOL_SERVER_NAME.match(server_name):
+        raise click.BadParameter("letters, digits, - and _ only", param_hint="--server")
+    emit_json(export(app.project(), parse_allow(allow), issue, server_name))

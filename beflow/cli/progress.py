@@ -51,6 +51,8 @@ class Progress:
             self._print(f"▶ issue {event.issue}: run {event.run_id} on {event.data.get('branch')}")
         elif event.type == "activity" and event.run_id in self.running:
             self.running[event.run_id]["latest"] = event.data.get("latest", "")
+        elif event.type == "progress":
+            self._print(f"  issue {event.issue}: progress: {event.data.get('text')}")
         elif event.type == "notice":
             self._print(f"  issue {event.issue}: {event.data.get('message')}")
         elif event.type == "finished":

@@ -65,6 +65,8 @@ class SessionView:
             err.print(f"▶ issue {escape(event.issue)}: {escape(what)}", highlight=False)
         elif event.type == "notice":
             err.print(f"[yellow]![/] {escape(str(data.get('message')))}", highlight=False)
+        elif event.type == "progress":
+            err.print(f"  progress: {escape(str(data.get('text')))}", highlight=False)
         elif event.type == "finished":
             outcome = str(data.get("outcome"))
             style = OUTCOME_STYLE.get(outcome, "white")

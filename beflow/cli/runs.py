@@ -28,7 +28,7 @@ def group() -> None:
 @pass_app
 def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None:
     """List runs, newest first."""
-    records: list[RunRecord] = call_operation(app, "run.list", issue=issue, limit=limit)
+    records: list[RunRecord] = call_operation(app, "run.list", issue=issue, limit=limit).runs
     if as_json:
         emit_json([r.model_dump(mode="json") for r in records])
         return
@@ -105,6 +105,9 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
         out.print(f"already uncommitted before the run: {len(r.dirty_before)} file(s)")
         for line in r.dirty_before:
             out.print(f"          {escape(line.replace(chr(9), ' '))}")
+    if r.progress:
+        latest = r.progress[-1]
+        out.print(f"progress  {escape(latest.text)} ({latest.time:%H:%M:%S} UTC, {len(r.progress)} line(s))")
     if r.final_message:
         out.print("[bold]final message[/]")
         out.print(escape(r.final_message))

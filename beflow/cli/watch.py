@@ -37,12 +37,17 @@ def render(snapshot: Snapshot, concurrency: int) -> Group:
     """The live view: running runs, the queue, backoffs and recent outcomes."""
     now = time.time()
     running = Table(title=f"running ({len(snapshot.running)}/{concurrency})", title_justify="left", box=None)
-    for column in ("issue", "attempt", "elapsed", "latest activity"):
+    for column in ("issue", "attempt", "elapsed", "progress", "latest activity"):
         running.add_column(
-            column, no_wrap=True, overflow="ellipsis", max_width=70 if column == "latest activity" else None
+            column,
+            no_wrap=True,
+            overflow="ellipsis",
+            max_width=50 if column in ("progress", "latest activity") else None,
         )
     for run in snapshot.running:
-        running.add_row(run.key, str(run.attempt), f"{now - run.started:.0f}s", escape(run.latest))
+        running.add_row(
+            run.key, str(run.attempt), f"{now - run.started:.0f}s", escape(run.progress or "-"), escape(run.latest)
+        )
     parts: list[Table | Text] = [running]
     if snapshot.queue:
         queue = Table(title=f"queue ({len(snapshot.queue)})", title_justify="left", box=None)
@@ -90,7 +95,8 @@ def command(app: App, once: bool, as_json: bool) -> None:
 
     def listener(event: WatchEvent | RunEvent) -> None:
         if as_json:
-            if isinstance(event, WatchEvent):
+            # The dispatcher's events, and the progress lines agents report (run events of their own).
+            if isinstance(event, WatchEvent) or event.type == "progress":
                 emit_json(event.to_json())
             return
         if isinstance(event, WatchEvent) and event.type in LOGGED:

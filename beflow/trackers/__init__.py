@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from beflow.config import GitHubTracker, Project
-from beflow.errors import ConfigError
 from beflow.trackers.base import (
     TRANSITIONS,
     Claim,
@@ -36,9 +35,7 @@ def open_tracker(project: Project) -> Tracker:
     """The tracker the config names (``tracker``), ready to use."""
     settings = project.config.tracker
     if isinstance(settings, GitHubTracker):
-        where = f"{project.config_path}: " if project.config_path else ""
-        raise ConfigError(
-            f'{where}tracker: the GitHub tracker ("kind": "github") is not available yet in this version of beflow',
-            fix='Use the local tracker for now: "tracker": {"kind": "local"} (or remove the key).',
-        )
+        from beflow.trackers.github import open_github  # httpx is imported only by projects that use GitHub
+
+        return open_github(project, settings)
     return LocalTracker(project.tracker_dir, project.directory)

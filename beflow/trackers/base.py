@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from beflow.errors import UsageError
+from beflow.errors import BeflowError, TransitionError
 
 #: The priority of an issue nobody gave one. Lower numbers are more urgent and run first (0 is the most urgent).
 DEFAULT_PRIORITY = 2
@@ -51,11 +51,11 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
 
 
 def check_transition(key: str, current: Status, target: Status) -> None:
-    """Raise a :class:`UsageError` unless ``current -> target`` is allowed (or changes nothing)."""
+    """Raise a :class:`TransitionError` unless ``current -> target`` is allowed (or changes nothing)."""
     if current == target or target in TRANSITIONS[current]:
         return
     allowed = ", ".join(s.value for s in Status if s in TRANSITIONS[current])
-    raise UsageError(
+    raise TransitionError(
         f"issue {key}: cannot go from {current.value} to {target.value} (from {current.value} it can go to: {allowed})",
         fix="`beflow docs trackers` shows the table of transitions.",
     )
@@ -211,16 +211,45 @@ class Listing(BaseModel):
     problems: list[FileProblem] = Field(default_factory=list)
 
 
+class ClaimLost(BeflowError):
+    """A claim that ended without its holder releasing it: another process took the issue over."""
+
+    code = "claim_lost"
+
+
 class Claim:
     """An exclusive hold on one issue across processes; release it (or leave the ``with`` block) when done.
 
-    The hold ends when it is released or when the holding process dies, whichever comes first.
+    The hold ends when it is released or when the holding process dies, whichever comes first. A claim on a remote
+    tracker is a lease: its holder calls :meth:`renew` every ``renew_every`` seconds while the run lives, and a lease
+    not renewed in time may be taken over by another machine (``renew`` then raises :class:`ClaimLost`).
     """
 
-    def __init__(self, info: ClaimInfo, release: Any) -> None:
+    def __init__(
+        self,
+        info: ClaimInfo,
+        release: Any,
+        *,
+        renew: Any = None,
+        renew_every: float | None = None,
+        expires: Any = None,
+    ) -> None:
         self.info = info
         self._release = release
+        self._renew = renew
+        self._expires = expires
+        #: Seconds between renewals; None for claims that last as long as their process (local file locks).
+        self.renew_every = renew_every if renew is not None else None
         self.released = False
+
+    def renew(self) -> None:
+        """Extend the lease; :class:`ClaimLost` when another process holds the issue now."""
+        if self._renew is not None and not self.released:
+            self._renew()
+
+    def seconds_left(self) -> float | None:
+        """How long the lease lasts without another renewal (None: it lasts as long as its process)."""
+        return None if self._expires is None else float(self._expires())
 
     @property
     def key(self) -> str:

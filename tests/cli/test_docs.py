@@ -64,8 +64,8 @@ def test_messages_point_at_beflow_docs_never_at_a_docs_file_an_installed_user_do
 
 def test_every_topic_a_message_names_exists() -> None:
     topics = {path.stem for path in (REPO_ROOT / "beflow" / "docs").glob("*.md")}
-    named = {m for _, text in messages_in_the_code() for m in re.findall(r"beflow docs ([a-z]\w*)", text)}
+    named = {m for _, text in messages_in_the_code() for m in re.findall(r"beflow docs ([a-z][\w-]*)", text)}
     template = (REPO_ROOT / "beflow" / "templates" / "config.example.json").read_text()
-    named |= set(re.findall(r"beflow docs ([a-z]\w*)", template))
+    named |= set(re.findall(r"beflow docs ([a-z][\w-]*)", template))
 
     assert named and named <= topics, named - topics

@@ -181,7 +181,7 @@ def test_every_problem_a_run_would_hit_is_listed_with_its_line_in_the_named_conf
     """With --config c.json, messages and fixes name c.json and the line of each setting; none hides another."""
     named = repo / "c.json"
     named.write_text(
-        json.dumps({"acpx": [str(acpx_bin)], "after_run": {"pull_request": True}, "mcp": {"self": True}}, indent=2)
+        json.dumps({"acpx": [str(acpx_bin)], "after_run": {"pull_request": True}, "prompt": "missing.md"}, indent=2)
     )
 
     result = beflow("--config", "c.json", "doctor")
@@ -189,8 +189,8 @@ def test_every_problem_a_run_would_hit_is_listed_with_its_line_in_the_named_conf
     assert result.exit_code == 1
     text = result.stdout
     assert "✗ runs: 2 problems:\n" in text
-    assert f"  {named}:9: mcp.self: beflow's own MCP server is not available yet" in text
-    assert f"  {named}:6: after_run.pull_request: pull requests come with the GitHub tracker" in text
-    assert f'Remove "self" from "mcp" in {named} (or set it to false).' in text
-    assert f'Remove "pull_request" from "after_run" in {named} (or set it to false).' in text
+    assert f"  {named}:6: after_run.pull_request: pull requests need the GitHub tracker" in text
+    assert f"  {named}:8: prompt: template file {repo / 'missing.md'} does not exist" in text
+    assert f'Use the GitHub tracker, or remove "pull_request" from "after_run" in {named}.' in text
+    assert f"Fix `prompt` in {named}." in text
     assert "config.json" not in text.replace(str(named), "")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scriptable Agent Client Protocol (ACP) agent for beflow's tests.
 
-This is a tiny, dependency-free stand-in for a real coding agent (Codex,
+This is a tiny stand-in for a real coding agent (Codex,
 Claude Code, ...).  It speaks ACP -- JSON-RPC 2.0, one JSON object per line --
 over stdin/stdout, so a real ``acpx`` can drive it end to end::
 
@@ -74,6 +74,16 @@ against the session cwd.
 ``mcp``
     Say ``mcp servers: <name>, ...`` (or ``mcp servers: (none)``) listing the
     ``mcpServers`` names received when the session was created or loaded.
+``mcp-call <server> <tool> [json-arguments]``
+    Connect, as an MCP client with the official ``mcp`` SDK (the one
+    dependency, imported only here), to the stdio server named ``<server>``
+    among the session's ``mcpServers`` -- started exactly as acpx handed it
+    over: command, args and env -- call ``<tool>`` with the JSON object of
+    arguments (default ``{}``), and report it as a ``tool_call`` (kind
+    ``other``, title ``mcp <server>.<tool>``) + ``tool_call_update``.  The
+    outcome is said as ``mcp <tool>: ok <structured JSON>`` or ``mcp <tool>:
+    error <code>``; a server that is not there or does not answer fails the
+    prompt.
 ``mark <abspath>``
     Not executed in order: wraps the whole prompt, appending
     ``start <epoch> <pid>`` before the first directive and
@@ -137,7 +147,7 @@ AUTH_METHOD = {"id": "acp-test-login", "name": "acp-test login", "description": 
 DIRECTIVE_RE = re.compile(r"^\s*acp-test:\s*(?P<verb>\S+)(?:\s+(?P<args>.*?))?\s*$")
 ESCAPE_RE = re.compile(r"\\(.)")
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
-VERBS = frozenset({"say", "write", "ask", "sleep", "fail", "crash", "mcp", "mark"})
+VERBS = frozenset({"say", "write", "ask", "sleep", "fail", "crash", "mcp", "mcp-call", "mark"})
 
 ALLOW_OPTION_ID = "allow"
 REJECT_OPTION_ID = "reject"
@@ -186,6 +196,8 @@ class Directive:
             raise DirectiveError(f"unknown verb {self.verb!r}")
         if self.verb in ("write", "ask") and not self.args:
             raise DirectiveError(f"{self.verb} needs <relpath> [content]")
+        if self.verb == "mcp-call":
+            self.mcp_call()
         if self.verb == "mark" and not os.path.isabs(self.args):
             raise DirectiveError("mark needs an absolute path")
         if self.verb == "sleep":
@@ -205,6 +217,19 @@ class Directive:
         if seconds < 0:
             raise DirectiveError("sleep needs a non-negative number of seconds")
         return seconds
+
+    def mcp_call(self) -> tuple[str, str, JsonObject]:
+        server, _, rest = self.args.partition(" ")
+        tool, _, arguments = rest.strip().partition(" ")
+        if not server or not tool:
+            raise DirectiveError("mcp-call needs <server> <tool> [json-arguments]")
+        try:
+            parsed = json.loads(arguments) if arguments.strip() else {}
+        except ValueError:
+            raise DirectiveError(f"mcp-call arguments are not JSON: {arguments!r}") from None
+        if not isinstance(parsed, dict):
+            raise DirectiveError("mcp-call arguments must be a JSON object")
+        return server, tool, parsed
 
     def exit_code(self) -> int:
         try:
@@ -485,7 +510,46 @@ class Agent:
         elif verb == "mcp":
             names = [str(server.get("name")) for server in session.mcp_servers]
             self.say(session, f"mcp servers: {', '.join(names) or '(none)'}")
+        elif verb == "mcp-call":
+            self.call_mcp_tool(session, *directive.mcp_call())
         # "mark" is handled around the whole prompt in run_prompt.
+
+    def call_mcp_tool(self, session: Session, server_name: str, tool: str, arguments: JsonObject) -> None:
+        """Call ``tool`` on the session's stdio MCP server ``server_name``, as a real agent does."""
+        entry = next((s for s in session.mcp_servers if s.get("name") == server_name and "command" in s), None)
+        if entry is None:
+            raise PromptFailed(f"no stdio MCP server named {server_name!r} in this session")
+        tool_call_id = self.new_tool_call_id("mcp")
+        self.update(
+            session,
+            {
+                "sessionUpdate": "tool_call",
+                "toolCallId": tool_call_id,
+                "title": f"mcp {server_name}.{tool}",
+                "kind": "other",
+                "status": "in_progress",
+                "rawInput": arguments,
+            },
+        )
+        try:
+            result = run_mcp_call(entry, tool, arguments, session.cwd)
+        except Exception as error:
+            self.update(session, {"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "status": "failed"})
+            raise PromptFailed(f"mcp-call {server_name} {tool}: {error!r}") from error
+        failed = bool(result.get("isError"))
+        self.update(
+            session,
+            {
+                "sessionUpdate": "tool_call_update",
+                "toolCallId": tool_call_id,
+                "status": "failed" if failed else "completed",
+            },
+        )
+        structured = result.get("structuredContent") or {}
+        if failed:
+            self.say(session, f"mcp {tool}: error {structured.get('error', {}).get('code')}")
+        else:
+            self.say(session, f"mcp {tool}: ok {json.dumps(structured, sort_keys=True)}")
 
     def say(self, session: Session, text: str) -> None:
         self.update(
@@ -573,6 +637,30 @@ class Agent:
         self.say(session, f"permission {verdict}: {relpath} not written")
         if session.cancelled.is_set():
             raise PromptCancelled
+
+
+def run_mcp_call(entry: JsonObject, tool: str, arguments: JsonObject, cwd: Path) -> JsonObject:
+    """Start the ACP stdio server ``entry`` with the official MCP SDK's stdio client, initialize, call ``tool``;
+    the result as JSON (wire field names)."""
+    import anyio
+    from mcp import ClientSession
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    parameters = StdioServerParameters(
+        command=str(entry["command"]),
+        args=[str(a) for a in entry.get("args") or []],
+        env={str(pair["name"]): str(pair["value"]) for pair in entry.get("env") or []},
+        cwd=str(cwd),
+    )
+
+    async def call() -> JsonObject:
+        async with stdio_client(parameters) as (read, write), ClientSession(read, write) as client:
+            await client.initialize()
+            await client.list_tools()
+            result = await client.call_tool(tool, arguments, read_timeout_seconds=60)
+            return result.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    return anyio.run(call)
 
 
 def append_marks(paths: list[Path], event: str) -> None:

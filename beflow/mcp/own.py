@@ -1,0 +1,123 @@
+"""``mcp.self``: beflow's own MCP server in every run's injected set, and the run's side of progress reports.
+
+With ``"mcp": {"self": true}`` a run (``--auto``, ``watch``, ``--attend``) hands its agent one more server, named
+``beflow``: ``<this python> -m beflow --config <config> mcp serve --issue KEY --run ID``. The interpreter is the one
+running beflow (no reliance on PATH), and the config file and ``BEFLOW_HOME`` are explicit, so the server finds the
+project from the worktree the agent works in. It is bound to the run's issue and run, and exposes the agent-safe
+operations. A cascade server already named ``beflow`` is a configuration error.
+
+The agent's progress lines (``run.progress``) are written by that server, another process, into the run's
+``progress.jsonl``; :func:`follow_progress` watches the file during the run and turns each new line into a
+``progress`` event for ``beflow watch`` and ``--auto``'s views and ``--json`` streams.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+
+import anyio
+
+from beflow.config import Project
+from beflow.errors import ConfigError
+from beflow.mcp.acp import AcpServer, AcpStdio, NameValue
+from beflow.mcp.schema import SERVER_NAME
+from beflow.paths import beflow_home
+from beflow.records import PROGRESS_FILE, ProgressNote, RunStore
+
+#: Seconds between two looks at a run's progress file.
+PROGRESS_POLL = 0.5
+
+
+def own_argv(project: Project, *, issue: str, run_id: str) -> list[str]:
+    """The command line of beflow's own server for one run."""
+    argv = [sys.executable, "-m", "beflow"]
+    if project.config_path is not None:
+        argv += ["--config", str(project.config_path.absolute())]
+    return [*argv, "mcp", "serve", "--issue", issue, "--run", run_id]
+
+
+def own_server(project: Project, *, issue: str, run_id: str) -> AcpStdio:
+    """The ``beflow`` server in the ACP shape acpx forwards to the agent."""
+    command, *args = own_argv(project, issue=issue, run_id=run_id)
+    return AcpStdio(
+        name=SERVER_NAME, command=command, args=args, env=[NameValue(name="BEFLOW_HOME", value=str(beflow_home()))]
+    )
+
+
+def is_own_server(server: AcpServer) -> bool:
+    """Whether ``server`` is beflow's own (it carries no secret: its ``BEFLOW_HOME`` is not to be masked in paths)."""
+    return (
+        isinstance(server, AcpStdio)
+        and server.name == SERVER_NAME
+        and server.command == sys.executable
+        and server.args[:2] == ["-m", "beflow"]
+    )
+
+
+def check_name(project: Project, servers: Sequence[AcpServer] | None) -> None:
+    """With ``mcp.self``, no injected server may already be called ``beflow``."""
+    if not project.config.mcp.self_server:
+        return
+    if any(server.name == SERVER_NAME for server in servers or []):
+        where = f"{project.config_path}: " if project.config_path else ""
+        raise ConfigError(
+            f"{where}mcp.self: the .mcp.json cascade already has a server named {SERVER_NAME!r}, the name of "
+            "beflow's own server",
+            fix='Rename that server in .mcp.json (or disable it with "disabled": true), or set "self" to false.',
+        )
+
+
+def with_own_server(
+    project: Project, servers: list[AcpServer] | None, *, issue: str, run_id: str
+) -> list[AcpServer] | None:
+    """A run's injected set: the cascade's ``servers`` and, with ``mcp.self``, beflow's own (sorted by name, as
+    :func:`beflow.mcp.acp.acp_servers` sorts); ``None`` when there is none."""
+    if not project.config.mcp.self_server:
+        return servers
+    check_name(project, servers)
+    combined: list[AcpServer] = [*(servers or []), own_server(project, issue=issue, run_id=run_id)]
+    return sorted(combined, key=lambda server: server.name)
+
+
+@contextlib.asynccontextmanager
+async def follow_progress(
+    store: RunStore, run_id: str, on_progress: Callable[[ProgressNote], None]
+) -> AsyncIterator[None]:
+    """While the block runs, call ``on_progress`` for every progress line added to the run (by beflow's MCP server,
+    in another process); the lines of the last moments are read once more on the way out."""
+    path = store.directory(run_id) / PROGRESS_FILE
+    state = {"offset": 0}
+
+    def read_new() -> list[ProgressNote]:
+        try:
+            with path.open("rb") as handle:
+                handle.seek(state["offset"])
+                data = handle.read()
+        except OSError:
+            return []
+        complete = data[: data.rfind(b"\n") + 1]  # a line being written waits for the next look
+        state["offset"] += len(complete)
+        notes = []
+        for line in complete.splitlines():
+            with contextlib.suppress(ValueError):
+                notes.append(ProgressNote.model_validate_json(line))
+        return notes
+
+    def deliver() -> None:
+        for note in read_new():
+            on_progress(note)
+
+    async def poll() -> None:
+        while True:
+            await anyio.sleep(PROGRESS_POLL)
+            deliver()
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(poll)
+        try:
+            yield
+        finally:
+            tasks.cancel_scope.cancel()
+            deliver()

@@ -1,0 +1,728 @@
+"""The GitHub tracker: the issues of one repository, through the REST API (docs/trackers.md, docs/scaling.md).
+
+- **Which issues**: open or closed issues carrying every label of ``tracker.labels`` (default ``beflow``); pull
+  requests are never issues.
+- **Status** lives in labels under ``tracker.status_prefix``: ``beflow:ready``, ``beflow:in-progress``,
+  ``beflow:review``, ``beflow:failed``; an open issue without one is ``open``. A closed issue is ``done`` when it was
+  closed as completed, else ``closed``. Priority comes from a ``priority:N`` label.
+- **Comments** beflow writes end with a hidden marker; a run keeps one progress comment that it edits in place.
+- **Claims** are leases kept in git refs ``refs/beflow/claims/<number>``, each pointing at a commit whose message
+  holds the lease (owner, host, pid, expiry on GitHub's clock). Creating the ref fails with 422 when it exists, and
+  every later change is a fast-forward-only update, which GitHub refuses when someone moved the ref first: each
+  take-over, renewal and release is a compare-and-swap, so two machines can never both hold one issue.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlparse
+
+import pydantic
+
+from beflow import proc
+from beflow.config import GitHubTracker as Settings
+from beflow.config import Project
+from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError, UsageError
+from beflow.trackers.base import (
+    DEFAULT_PRIORITY,
+    Claim,
+    ClaimInfo,
+    ClaimLost,
+    Comment,
+    Issue,
+    Listing,
+    Status,
+    as_utc,
+    check_transition,
+    normalize_key,
+    utc_now,
+)
+from beflow.trackers.github_api import (
+    PUBLIC_API,
+    Api,
+    GitHubAccessError,
+    GitHubAuthError,
+    GitHubError,
+)
+
+#: The hidden marker at the end of every comment beflow writes; the progress comment of a run has its own.
+MARKER = "<!-- beflow -->"
+PROGRESS_MARKER = "<!-- beflow:progress -->"
+_MARKERS = re.compile(r"\s*<!-- beflow(:progress)? -->\s*$")
+#: The label suffix of each status an open issue can have (``open`` is "no status label").
+STATUS_LABELS: dict[Status, str] = {
+    Status.READY: "ready",
+    Status.IN_PROGRESS: "in-progress",
+    Status.REVIEW: "review",
+    Status.FAILED: "failed",
+}
+#: When an issue carries several status labels (two people edited it), the furthest along wins.
+_PRECEDENCE = [Status.IN_PROGRESS, Status.REVIEW, Status.FAILED, Status.READY]
+LABEL_COLORS = {"ready": "0e8a16", "in-progress": "fbca04", "review": "1d76db", "failed": "b60205"}
+_PRIORITY = re.compile(r"^priority:\s*(\d+)$")
+#: Edits of a run's progress comment are at most this often (seconds): people see the progress, GitHub is spared.
+PROGRESS_EVERY = 15.0
+CLAIM_NAMESPACE = "beflow/claims"
+#: git's askpass: the user name GitHub expects with a token, and the token from the child's environment.
+ASKPASS = """#!/bin/sh
+case "$1" in
+  Username*) printf '%s\\n' x-access-token ;;
+  *) printf '%s\\n' "$BEFLOW_GIT_TOKEN" ;;
+esac
+"""
+
+
+def resolve_token(settings: Settings) -> str:
+    """The token: ``$token_env``, else ``gh auth token``; a clear error naming both when neither gives one."""
+    token = os.environ.get(settings.token_env, "").strip()
+    if token:
+        return token
+    if shutil.which("gh"):
+        try:
+            result = proc.run_sync(["gh", "auth", "token"], timeout=15)
+        except BeflowError:
+            result = None
+        if result is not None and result.ok and result.stdout.strip():
+            return result.stdout.decode("utf-8", "replace").strip()
+    raise GitHubAuthError(
+        f"tracker: no GitHub token: ${settings.token_env} is not set"
+        + ("" if shutil.which("gh") else ", and the GitHub CLI (gh) is not installed"),
+        fix=f"export {settings.token_env}=<a token with issues, contents and pull requests: write>, or "
+        "`gh auth login`; tracker.token_env names another variable.",
+    )
+
+
+def api_url(settings: Settings) -> str:
+    return settings.api_url or os.environ.get("GITHUB_API_URL", "").strip().rstrip("/") or PUBLIC_API
+
+
+def web_host(api: str) -> str:
+    """The host people and git use for an API base: api.github.com -> github.com; GHE keeps its host."""
+    host = urlparse(api).hostname or "github.com"
+    return "github.com" if host == "api.github.com" else host
+
+
+def repo_from_remote(project: Project, api: str) -> str:
+    """``owner/name`` of the checkout's ``origin`` when it points at GitHub (``tracker.repo`` left out)."""
+    from beflow import git
+
+    url = git.remote_url(project.directory, "origin")
+    host = web_host(api)
+    match = re.match(
+        rf"^(?:https?://(?:[^@/]+@)?|ssh://(?:[^@/]+@)?|[^@/]+@){re.escape(host)}[:/](.+?)(?:\.git)?/?$", url or ""
+    )
+    if match and re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", match.group(1)):
+        return match.group(1)
+    where = f"{project.config_path}: " if project.config_path else ""
+    said = f"origin is {url}" if url else "the checkout has no origin remote"
+    raise ConfigError(
+        f"{where}tracker.repo: not set, and {said}, which is not a repository on {host}",
+        fix='Set "repo": "owner/name" in the tracker settings.',
+    )
+
+
+def open_github(project: Project, settings: Settings) -> GitHubTracker:
+    api = api_url(settings)
+    repo = settings.repo or repo_from_remote(project, api)
+    return GitHubTracker(settings, repo, Api(api, resolve_token(settings), token_name=settings.token_env), project)
+
+
+class GitHubTracker:
+    """Issues of one GitHub repository (see the module's description)."""
+
+    def __init__(self, settings: Settings, repo: str, api: Api, project: Project | None = None) -> None:
+        self.settings = settings
+        self.repo = repo
+        self.api = api
+        self.project = project
+        self.prefix = settings.status_prefix
+        self.description = f"GitHub issues of {repo} labelled {', '.join(settings.labels) or '(any)'}"
+        self._base = f"/repos/{repo}"
+        self._labels_checked = False
+        self._tree: str | None = None
+        self._commits: dict[str, dict[str, Any]] = {}  # lease commits are immutable: read each once
+        self._progress: dict[str, tuple[int, float]] = {}  # issue key -> (the run's progress comment, last edit)
+        self._lock = threading.Lock()
+        self._login: str | None = None
+
+    # -- reading ---------------------------------------------------------------------------------------------------
+
+    def status_label(self, status: Status) -> str | None:
+        suffix = STATUS_LABELS.get(status)
+        return f"{self.prefix}{suffix}" if suffix else None
+
+    def _status_of(self, raw: dict[str, Any], names: builtins.list[str]) -> Status:
+        if raw.get("state") == "closed":
+            return Status.DONE if raw.get("state_reason") == "completed" else Status.CLOSED
+        present = {s for s in _PRECEDENCE if self.status_label(s) in names}
+        return next((s for s in _PRECEDENCE if s in present), Status.OPEN)
+
+    def _mine(self, raw: dict[str, Any]) -> bool:
+        names = _label_names(raw)
+        return "pull_request" not in raw and all(label in names for label in self.settings.labels)
+
+    def _issue(self, raw: dict[str, Any], comments: builtins.list[Comment] | None = None) -> Issue:
+        names = _label_names(raw)
+        priorities = []
+        shown = []
+        for name in names:
+            match = _PRIORITY.match(name)
+            if match:
+                priorities.append(int(match.group(1)))
+            elif not name.startswith(self.prefix) or name.removeprefix(self.prefix) not in STATUS_LABELS.values():
+                shown.append(name)
+        return Issue(
+            key=str(raw["number"]),
+            title=(raw.get("title") or "").strip().splitlines()[0]
+            if (raw.get("title") or "").strip()
+            else "(untitled)",
+            status=self._status_of(raw, names),
+            labels=shown,
+            priority=min(priorities) if priorities else DEFAULT_PRIORITY,
+            created=_time(raw["created_at"]),
+            updated=_time(raw["updated_at"]),
+            body=raw.get("body") or "",
+            comments=comments or [],
+            url=raw.get("html_url"),
+        )
+
+    def _raw_issues(self, state: str, extra: builtins.list[str] = ()) -> builtins.list[dict[str, Any]]:  # type: ignore[assignment]
+        labels = [*self.settings.labels, *extra]
+        params: dict[str, Any] = {"state": state, "sort": "created", "direction": "asc"}
+        if labels:
+            params["labels"] = ",".join(labels)
+        return [raw for raw in self._call(self.api.paginate, f"{self._base}/issues", params) if self._mine(raw)]
+
+    def listing(self, status: Status | None = None, label: str | None = None) -> Listing:
+        extra = [label] if label else []
+        if status in (Status.DONE, Status.CLOSED):
+            state = "closed"
+        elif status is None:
+            state = "all"
+        else:
+            state = "open"
+            wanted = self.status_label(status)
+            if wanted:
+                extra.append(wanted)
+        issues = [self._issue(raw) for raw in self._raw_issues(state, extra)]
+        chosen = [i for i in issues if (status is None or i.status == status) and (label is None or label in i.labels)]
+        return Listing(issues=sorted(chosen, key=lambda i: int(i.key)))
+
+    def ready(self) -> builtins.list[Issue]:
+        candidates = [self._issue(raw) for raw in self._raw_issues("open", [self.status_label(Status.READY) or ""])]
+        held = self._held_keys() if candidates else set()
+        return sorted((i for i in candidates if i.status == Status.READY and i.key not in held), key=Issue.order)
+
+    def _raw_issue(self, key: str) -> dict[str, Any]:
+        wanted = normalize_key(key)
+        if not wanted.isdigit():
+            raise NotFoundError(f"no issue {key} in {self.repo}: GitHub issues are numbers", fix="beflow issues list")
+        try:
+            raw: dict[str, Any] = self._call(self.api.get, f"{self._base}/issues/{wanted}")
+        except GitHubError as error:
+            if error.status in (404, 410):
+                raise NotFoundError(
+                    f"no issue {wanted} in {self.repo}", fix="`beflow issues list` shows every issue."
+                ) from None
+            raise
+        if "pull_request" in raw:
+            raise NotFoundError(f"#{wanted} in {self.repo} is a pull request, not an issue")
+        if not self._mine(raw):
+            labels = ", ".join(self.settings.labels)
+            raise NotFoundError(
+                f"issue {wanted} in {self.repo} is not beflow's: it does not carry the label(s) {labels}",
+                fix=f"Add the label(s) {labels} on GitHub to hand it to beflow.",
+            )
+        return raw
+
+    def get(self, key: str) -> Issue:
+        raw = self._raw_issue(key)
+        comments = [
+            self._comment(c) for c in self._call(self.api.paginate, f"{self._base}/issues/{raw['number']}/comments")
+        ]
+        return self._issue(raw, [c for c in comments if c is not None])
+
+    def _comment(self, raw: dict[str, Any]) -> Comment | None:
+        text = _MARKERS.sub("", raw.get("body") or "")
+        if not text.strip():
+            return None
+        author = (raw.get("user") or {}).get("login") or "ghost"
+        return Comment(author=author, created=_time(raw["created_at"]), text=text)
+
+    def refresh(self, issue: Issue) -> Issue:
+        return self.get(issue.key)
+
+    # -- writing ---------------------------------------------------------------------------------------------------
+
+    def ensure_labels(self) -> builtins.list[str]:
+        """Create the labels beflow needs that the repository lacks; returns the names created."""
+        existing = {label["name"] for label in self._call(self.api.paginate, f"{self._base}/labels")}
+        wanted = [*self.settings.labels, *(f"{self.prefix}{suffix}" for suffix in STATUS_LABELS.values())]
+        created = []
+        for name in wanted:
+            if name in existing:
+                continue
+            color = LABEL_COLORS.get(name.removeprefix(self.prefix), "5319e7")
+            response = self._call(
+                self.api.request,
+                "POST",
+                f"{self._base}/labels",
+                json={"name": name, "color": color, "description": "beflow: issues for coding agents"},
+                ok=(422,),  # created meanwhile by another machine
+            )
+            if response.status == 201:
+                created.append(name)
+        self._labels_checked = True
+        return created
+
+    def missing_labels(self) -> builtins.list[str]:
+        existing = {label["name"] for label in self._call(self.api.paginate, f"{self._base}/labels")}
+        wanted = [*self.settings.labels, *(f"{self.prefix}{suffix}" for suffix in STATUS_LABELS.values())]
+        return [name for name in wanted if name not in existing]
+
+    def _labels_ready(self) -> None:
+        if not self._labels_checked:
+            self.ensure_labels()
+
+    def create(
+        self,
+        title: str,
+        body: str = "",
+        labels: builtins.list[str] | None = None,
+        priority: int = DEFAULT_PRIORITY,
+        status: Status = Status.READY,
+    ) -> Issue:
+        if status not in (Status.OPEN, Status.READY):
+            raise UsageError(f"a new issue is open or ready, not {Status(status).value}")
+        now = utc_now()
+        try:  # the same checks as every tracker: one-line title, clean labels
+            draft = Issue(
+                key="0",
+                title=title,
+                status=status,
+                labels=labels or [],
+                priority=priority,
+                created=now,
+                updated=now,
+                body=body,
+            )
+        except pydantic.ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(p) for p in error["loc"])
+            raise UsageError(f"new issue: {field}: {str(error['msg']).removeprefix('Value error, ')}") from None
+        self._labels_ready()
+        names = [*self.settings.labels, *draft.labels]
+        label = self.status_label(status)
+        if label:
+            names.append(label)
+        if priority != DEFAULT_PRIORITY:
+            names.append(f"priority:{priority}")
+        payload = {"title": draft.title, "body": draft.body, "labels": list(dict.fromkeys(names))}
+        raw = self._call(self.api.request, "POST", f"{self._base}/issues", json=payload).data
+        return self._issue(raw)
+
+    def comment(self, key: str, text: str, author: str) -> Comment:
+        try:
+            Comment(author=author, created=utc_now(), text=text)
+        except pydantic.ValidationError as exc:
+            raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
+        number = self._raw_issue(key)["number"]
+        raw = self._post_comment(number, text)
+        made = self._comment(raw)
+        assert made is not None
+        return made
+
+    def _post_comment(self, number: int, text: str, marker: str = MARKER) -> dict[str, Any]:
+        body = f"{text.rstrip()}\n\n{marker}"
+        data: dict[str, Any] = self._call(
+            self.api.request, "POST", f"{self._base}/issues/{number}/comments", json={"body": body}
+        ).data
+        return data
+
+    def _edit_comment(self, comment_id: int, text: str, marker: str = PROGRESS_MARKER) -> None:
+        body = f"{text.rstrip()}\n\n{marker}"
+        self._call(self.api.request, "PATCH", f"{self._base}/issues/comments/{comment_id}", json={"body": body})
+
+    def set_status(self, key: str, status: Status, note: str | None = None, author: str = "beflow") -> Issue:
+        status = Status(status)
+        raw = self._raw_issue(key)
+        number = raw["number"]
+        current = self._status_of(raw, _label_names(raw))
+        check_transition(str(number), current, status)
+        if current != status:
+            self._labels_ready()
+            self._move(raw, status)
+        if note and note.strip():
+            self._note(str(number), current, status, note)
+        elif status == Status.IN_PROGRESS and current != status:
+            self._start_progress(str(number), "beflow is working on this issue.")
+        # As it is now, even if it stopped being beflow's meanwhile (a person took the label away).
+        raw = self._call(self.api.get, f"{self._base}/issues/{number}")
+        comments = self._call(self.api.paginate, f"{self._base}/issues/{number}/comments")
+        return self._issue(raw, [c for c in map(self._comment, comments) if c is not None])
+
+    def _move(self, raw: dict[str, Any], status: Status) -> None:
+        number, names = raw["number"], _label_names(raw)
+        path = f"{self._base}/issues/{number}"
+        target = self.status_label(status)
+        if status in (Status.DONE, Status.CLOSED):
+            reason = "completed" if status == Status.DONE else "not_planned"
+            self._call(self.api.request, "PATCH", path, json={"state": "closed", "state_reason": reason})
+        elif raw.get("state") == "closed":
+            self._call(self.api.request, "PATCH", path, json={"state": "open", "state_reason": "reopened"})
+        if target and target not in names:
+            self._call(self.api.request, "POST", f"{path}/labels", json={"labels": [target]})
+        for other in STATUS_LABELS.values():
+            name = f"{self.prefix}{other}"
+            if name != target and name in names:
+                self._call(self.api.request, "DELETE", f"{path}/labels/{quote(name, safe='')}", ok=(404,))
+
+    def _note(self, key: str, before: Status, after: Status, note: str) -> None:
+        if after == Status.IN_PROGRESS and before != after:
+            self._start_progress(key, note)
+            return
+        with self._lock:
+            progress = self._progress.pop(key, None) if before == Status.IN_PROGRESS else None
+        if progress is not None:
+            try:
+                self._edit_comment(progress[0], note)  # the run's one comment now says how it ended
+                return
+            except GitHubError as error:
+                if error.status != 404:  # deleted by a person: say it in a new comment
+                    raise
+        self._post_comment(int(key), note)
+
+    def _start_progress(self, key: str, text: str) -> None:
+        raw = self._post_comment(int(key), text, PROGRESS_MARKER)
+        with self._lock:
+            self._progress[key] = (int(raw["id"]), time.monotonic())
+
+    def progress(self, key: str, text: str, *, force: bool = False) -> bool:
+        """Edit the run's progress comment (at most every ``PROGRESS_EVERY`` seconds); whether it was edited."""
+        key = normalize_key(key)
+        with self._lock:
+            held = self._progress.get(key)
+            if held is None or (not force and time.monotonic() - held[1] < PROGRESS_EVERY):
+                return False
+            self._progress[key] = (held[0], time.monotonic())
+        try:
+            self._edit_comment(held[0], text)
+        except GitHubError:
+            return False  # progress is a courtesy: a failed edit never fails a run
+        return True
+
+    # -- claims: leases in git refs --------------------------------------------------------------------------------
+
+    def _ref_path(self, key: str) -> str:
+        return f"{self._base}/git/ref/{CLAIM_NAMESPACE}/{key}"
+
+    def _lease_tree(self) -> str:
+        if self._tree is None:
+            payload = {"tree": [{"path": "claim", "mode": "100644", "type": "blob", "content": "beflow claim\n"}]}
+            self._tree = self._call(self.api.request, "POST", f"{self._base}/git/trees", json=payload).data["sha"]
+        return self._tree
+
+    def _lease_commit(self, key: str, lease: dict[str, Any], parent: str | None) -> str:
+        message = f"beflow claim on issue {key}\n\n{json.dumps(lease, sort_keys=True)}\n"
+        payload: dict[str, Any] = {
+            "message": message,
+            "tree": self._lease_tree(),
+            "parents": [parent] if parent else [],
+        }
+        sha: str = self._call(self.api.request, "POST", f"{self._base}/git/commits", json=payload).data["sha"]
+        self._commits[sha] = lease
+        return sha
+
+    def _read_ref(self, key: str) -> str | None:
+        try:
+            data = self._call(self.api.get, self._ref_path(key))
+        except GitHubError as error:
+            if error.status == 404:
+                return None
+            raise
+        if isinstance(data, list):  # GitHub lists refs that start with the name when there is no exact match
+            data = next((d for d in data if d.get("ref") == f"refs/{CLAIM_NAMESPACE}/{key}"), None)
+            if data is None:
+                return None
+        sha: str = data["object"]["sha"]
+        return sha
+
+    def _lease(self, sha: str) -> dict[str, Any]:
+        if sha not in self._commits:
+            message = self._call(self.api.get, f"{self._base}/git/commits/{sha}")["message"]
+            try:
+                lease = json.loads(message.split("\n\n", 1)[1])
+                if not isinstance(lease, dict):
+                    raise ValueError
+            except (IndexError, ValueError):
+                lease = {"released": True}  # not a lease beflow wrote: nobody holds it
+            self._commits[sha] = lease
+        return self._commits[sha]
+
+    def _live(self, lease: dict[str, Any]) -> bool:
+        return not lease.get("released") and float(lease.get("expires", 0)) > self.api.now()
+
+    def _new_lease(self, owner: str, since: float | None = None) -> dict[str, Any]:
+        now = self.api.now()
+        return {
+            "owner": owner,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "since": since or now,
+            "expires": now + self.settings.lease,
+            "released": False,
+        }
+
+    def _move_ref(self, key: str, sha: str) -> bool:
+        """Fast-forward the claim ref to ``sha``; False when GitHub refuses (someone moved it first)."""
+        response = self._call(
+            self.api.request,
+            "PATCH",
+            f"{self._base}/git/refs/{CLAIM_NAMESPACE}/{key}",
+            json={"sha": sha, "force": False},
+            ok=(409, 422),
+        )
+        return bool(response.status == 200)
+
+    def claim(self, key: str, owner: str) -> Claim:
+        key = str(self._raw_issue(key)["number"])
+        lease = self._new_lease(owner)
+        current = self._read_ref(key)
+        if current is None:
+            sha = self._lease_commit(key, lease, None)
+            created = self._call(
+                self.api.request,
+                "POST",
+                f"{self._base}/git/refs",
+                json={"ref": f"refs/{CLAIM_NAMESPACE}/{key}", "sha": sha},
+                ok=(422,),
+            )
+            if created.status == 201:
+                return self._held(key, owner, sha, lease)
+            current = self._read_ref(key)  # another machine created it between our look and our write
+            if current is None:
+                raise LockedError(f"issue {key} is being claimed by another beflow", fix="Try again in a moment.")
+        held = self._lease(current)
+        if self._live(held):
+            raise LockedError(f"issue {key} is claimed by {_who(held)}", fix=_LOCKED_FIX)
+        sha = self._lease_commit(key, lease, current)
+        if not self._move_ref(key, sha):
+            raise LockedError(f"issue {key} was claimed by another beflow just now", fix=_LOCKED_FIX)
+        return self._held(key, owner, sha, lease)
+
+    def _held(self, key: str, owner: str, sha: str, lease: dict[str, Any]) -> Claim:
+        state = _Held(sha, lease, time.monotonic() + self.settings.lease)
+        info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
+
+        def renew() -> None:
+            fresh = self._new_lease(owner, since=state.lease["since"])
+            new = self._lease_commit(key, fresh, state.sha)
+            if not self._move_ref(key, new):
+                holder = self._read_ref(key)
+                who = _who(self._lease(holder)) if holder else "nobody (the claim was deleted)"
+                raise ClaimLost(f"the claim on issue {key} was taken over by {who}")
+            state.sha, state.lease, state.expires = new, fresh, time.monotonic() + self.settings.lease
+
+        def release() -> None:
+            done = {**state.lease, "released": True, "expires": 0}
+            try:
+                new = self._lease_commit(key, done, state.sha)
+                self._move_ref(key, new)  # refused: taken over already, nothing of ours to release
+            except BeflowError:
+                pass  # unreachable GitHub: the lease runs out by itself
+
+        return Claim(
+            info,
+            release,
+            renew=renew,
+            renew_every=max(self.settings.lease / 3, 0.2),
+            expires=lambda: state.expires - time.monotonic(),
+        )
+
+    def release(self, claim: Claim) -> None:
+        claim.release()
+
+    def holder(self, key: str) -> ClaimInfo | None:
+        key = normalize_key(key)
+        sha = self._read_ref(key)
+        if sha is None:
+            return None
+        lease = self._lease(sha)
+        return self._info(key, lease) if self._live(lease) else None
+
+    def _info(self, key: str, lease: dict[str, Any]) -> ClaimInfo | None:
+        if "owner" not in lease:
+            return None
+        return ClaimInfo(
+            key=key,
+            owner=str(lease.get("owner", "unknown")),
+            pid=int(lease.get("pid", 0)),
+            host=str(lease.get("host", "unknown")),
+            since=as_utc(_epoch(float(lease.get("since", 0)))),
+        )
+
+    def _held_keys(self) -> set[str]:
+        """Issues with a live lease: one (conditional) listing of every claim ref, not one request per issue."""
+        prefix = f"refs/{CLAIM_NAMESPACE}/"
+        refs = self._call(self.api.get, f"{self._base}/git/matching-refs/{CLAIM_NAMESPACE}/") or []
+        return {
+            ref["ref"].removeprefix(prefix)
+            for ref in refs
+            if ref["ref"].startswith(prefix) and self._live(self._lease(ref["object"]["sha"]))
+        }
+
+    def orphaned(self) -> builtins.list[Issue]:
+        label = self.status_label(Status.IN_PROGRESS) or ""
+        issues = [self._issue(raw) for raw in self._raw_issues("open", [label])]
+        held = self._held_keys() if issues else set()
+        return [i for i in issues if i.status == Status.IN_PROGRESS and i.key not in held]
+
+    def last_holder(self, key: str) -> ClaimInfo | None:
+        sha = self._read_ref(normalize_key(key))
+        if sha is None:
+            return None
+        return self._info(normalize_key(key), self._lease(sha))
+
+    # -- the repository and pull requests --------------------------------------------------------------------------
+
+    def repository(self) -> dict[str, Any]:
+        """The repository as GitHub describes it (checks the token and its access on the way)."""
+        data: dict[str, Any] = self._call(self.api.get, self._base)
+        return data
+
+    def pull_request(self, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
+        """Open a pull request from ``branch`` to the default branch, or update the open one: (its URL, opened)."""
+        owner = self.repo.split("/")[0]
+        existing = self._call(self.api.get, f"{self._base}/pulls", {"head": f"{owner}:{branch}", "state": "open"})
+        if existing:
+            number = existing[0]["number"]
+            payload = {"title": title, "body": body}
+            data = self._call(self.api.request, "PATCH", f"{self._base}/pulls/{number}", json=payload).data
+            return str(data["html_url"]), False
+        base = self.repository()["default_branch"]
+        opening: dict[str, Any] = {"title": title, "body": body, "head": branch, "base": base, "draft": draft}
+        data = self._call(self.api.request, "POST", f"{self._base}/pulls", json=opening).data
+        return str(data["html_url"]), True
+
+    @contextlib.contextmanager
+    def git_credentials(self, remote_url: str | None) -> Iterator[dict[str, str]]:
+        """The environment of a git child that pushes to ``remote_url``.
+
+        For an https remote on this GitHub, git asks an askpass script (it holds no secret) that answers with the
+        token from the child's environment: the token is never in argv, the remote URL, git config or a file.
+        Credential helpers are turned off for that one command, so that none stores the token. Any other remote
+        (ssh, a path, another host) never sees the token.
+        """
+        quiet = {"GIT_TERMINAL_PROMPT": "0"}
+        parsed = urlparse(remote_url or "")
+        if parsed.scheme != "https" or parsed.hostname != web_host(self.api.base_url):
+            yield quiet
+            return
+        with tempfile.TemporaryDirectory(prefix="beflow-askpass-") as directory:
+            script = Path(directory) / "askpass"
+            script.write_text(ASKPASS)
+            script.chmod(0o700)
+            yield {
+                **quiet,
+                "GIT_ASKPASS": str(script),
+                "BEFLOW_GIT_TOKEN": self.api.token,
+                "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_KEY_0": "credential.helper",
+                "GIT_CONFIG_VALUE_0": "",
+            }
+
+    def publish(self, directory: Path, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
+        """Push ``branch`` to ``origin`` and open (or update) its pull request: (the pull request's URL, opened)."""
+        from beflow import git
+
+        with self.git_credentials(git.remote_url(directory, "origin")) as env:
+            git.push(directory, "origin", branch, env)
+        return self.pull_request(branch, title, body, draft=draft)
+
+    def web_url(self) -> str:
+        return f"https://{web_host(self.api.base_url)}/{self.repo}"
+
+    # -- errors ----------------------------------------------------------------------------------------------------
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Call the API, turning "the repository is not there for this token" into an error naming the setting."""
+        try:
+            return fn(*args, **kwargs)
+        except GitHubAuthError:
+            raise
+        except GitHubError as error:
+            if error.status in (403, 404) and not self._repo_visible():
+                raise GitHubAccessError(
+                    f"tracker.repo: {self.repo} is not a repository this token can see"
+                    + (" (403)" if error.status == 403 else " (404)"),
+                    fix=f'Check "repo" in the tracker settings, and that the token in ${self.settings.token_env} '
+                    "has access to it (issues, contents and pull requests: read and write).",
+                ) from None
+            if error.status == 403:
+                raise GitHubAccessError(
+                    f"{error.message} — the token in ${self.settings.token_env} may not do this in {self.repo}",
+                    fix="Give the token issues, contents and pull requests: read and write.",
+                ) from None
+            raise
+
+    def _repo_visible(self) -> bool:
+        try:
+            self.api.get(self._base)
+        except GitHubAuthError:
+            raise
+        except GitHubError as error:
+            if error.status in (403, 404):
+                return False
+            raise
+        return True
+
+
+@dataclass
+class _Held:
+    """A lease this process holds: the commit the claim ref points at, its content, when it runs out (monotonic)."""
+
+    sha: str
+    lease: dict[str, Any]
+    expires: float
+
+
+_LOCKED_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."
+
+
+def _who(lease: dict[str, Any]) -> str:
+    return f"{lease.get('owner', 'unknown')} (pid {lease.get('pid', '?')} on {lease.get('host', '?')})"
+
+
+def _label_names(raw: dict[str, Any]) -> builtins.list[str]:
+    return [label if isinstance(label, str) else label.get("name", "") for label in raw.get("labels") or []]
+
+
+def _time(value: str) -> dt.datetime:
+    return as_utc(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
+
+
+def _epoch(value: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(value, dt.UTC)
+
+
+def secrets_of(tracker: Any) -> Iterable[str]:
+    """Values that must never reach the agent, a log or a record (the token)."""
+    api = getattr(tracker, "api", None)
+    if api is None:
+        return []
+    header = api._client.headers.get("authorization", "")
+    return [header.removeprefix("Bearer ")] if header else []

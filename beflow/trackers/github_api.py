@@ -1,0 +1,282 @@
+"""A small client for GitHub's REST API: what the GitHub tracker needs and nothing more.
+
+Plain httpx rather than a generated SDK: the tracker uses about fifteen endpoints, and the parts that matter here —
+conditional requests with ETags, pagination, rate-limit backoff, one write at a time, errors that name the setting to
+change — are a few dozen lines we control and test against GitHub's published OpenAPI description.
+
+Polling is polite: every GET carries the ETag of its last answer (a 304 costs no rate limit); a primary rate limit
+(``x-ratelimit-remaining: 0``) or a secondary one (``retry-after``) closes a gate until GitHub says to come back,
+and every request meanwhile fails at once with :class:`RateLimited` instead of hammering; writes go one at a time.
+The token is sent in the ``Authorization`` header only and never appears in an error message.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import re
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from beflow import __version__
+from beflow.errors import BeflowError, ConfigError
+
+PUBLIC_API = "https://api.github.com"
+API_VERSION = "2022-11-28"
+#: Waits up to this long are taken in line (a short ``retry-after``); longer ones close the gate and fail fast.
+INLINE_WAIT = 5.0
+#: How many GET answers the ETag cache keeps.
+CACHE_SIZE = 4096
+_NEXT = re.compile(r'<([^>]+)>;\s*rel="next"')
+
+
+class GitHubError(BeflowError):
+    """GitHub answered with an error (or not at all)."""
+
+    code = "github"
+
+    def __init__(self, message: str, *, status: int | None = None, fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.status = status
+
+
+class GitHubAuthError(ConfigError):
+    """The token is missing or GitHub refuses it (401): a setting to change, exit 2."""
+
+    code = "github_auth"
+
+
+class GitHubAccessError(ConfigError):
+    """The repository is not there for this token (404), or the token may not do this (403)."""
+
+    code = "github_access"
+
+
+class RateLimited(GitHubError):
+    """GitHub asked beflow to slow down; nothing is sent until ``until`` (epoch seconds)."""
+
+    code = "rate_limited"
+
+    def __init__(self, message: str, until: float) -> None:
+        super().__init__(message, status=429, fix="beflow waits by itself and goes on when GitHub allows it.")
+        self.until = until
+
+
+class Unavailable(GitHubError):
+    """No answer (network down, a timeout) or a server error (5xx)."""
+
+    code = "github_unavailable"
+
+
+@dataclass
+class Response:
+    status: int
+    data: Any
+    headers: httpx.Headers
+    #: Whether the answer came from the ETag cache (GitHub said 304).
+    cached: bool = False
+
+
+@dataclass
+class Stats:
+    """What the client sent, for ``--json`` views and the tests."""
+
+    requests: int = 0
+    not_modified: int = 0
+    rate_limited: int = 0
+    remaining: int | None = None
+    reset: float | None = None
+    by_method: dict[str, int] = field(default_factory=dict)
+
+
+class Api:
+    """One GitHub REST API endpoint with one token. Thread-safe: runs renew their claims from worker threads."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        token_name: str = "GITHUB_TOKEN",
+        timeout: float = 30.0,
+        inline_wait: float = INLINE_WAIT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token_name = token_name
+        self.token = token  # for git's askpass only (in a child's environment); never in argv, a file or a message
+        self.inline_wait = inline_wait
+        self._client = httpx.Client(
+            base_url=self.base_url,
+            timeout=timeout,
+            transport=transport,
+            headers={
+                "Accept": "application/vnd.github+json",
+                "Authorization": f"Bearer {token}",
+                "X-GitHub-Api-Version": API_VERSION,
+                "User-Agent": f"beflow/{__version__}",
+            },
+        )
+        self._cache: OrderedDict[str, tuple[str, Any, httpx.Headers]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._writes = threading.Lock()
+        self._gate = 0.0  # nothing is sent before this time (epoch seconds)
+        self._gate_reason = ""
+        #: Server time minus local time, from the ``Date`` of the last answer: leases are timed on GitHub's clock.
+        self.clock_offset = 0.0
+        self.stats = Stats()
+
+    def close(self) -> None:
+        self._client.close()
+
+    def now(self) -> float:
+        """GitHub's clock (epoch seconds), as its last answer's ``Date`` showed it."""
+        return time.time() + self.clock_offset
+
+    # -- requests --------------------------------------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: dict[str, Any] | None = None,
+        json: Any = None,
+        ok: tuple[int, ...] = (),
+    ) -> Response:
+        """Send one request; 2xx (and any status in ``ok``) is returned, anything else raised as a GitHubError."""
+        if method == "GET":
+            return self._send(method, path, params, json, ok)
+        with self._writes:  # no parallel bursts of writes (GitHub's secondary limits punish them)
+            return self._send(method, path, params, json, ok)
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        return self.request("GET", path, params=params).data
+
+    def paginate(self, path: str, params: dict[str, Any] | None = None) -> list[Any]:
+        """Every item of a list endpoint, following ``Link: rel="next"``; each page is a conditional request."""
+        items: list[Any] = []
+        url: str | None = path
+        query: dict[str, Any] | None = {"per_page": 100, **(params or {})}
+        while url is not None:
+            response = self.request("GET", url, params=query)
+            items.extend(response.data or [])
+            match = _NEXT.search(response.headers.get("link", ""))
+            url, query = (match.group(1), None) if match else (None, None)
+        return items
+
+    def _send(self, method: str, path: str, params: dict[str, Any] | None, body: Any, ok: tuple[int, ...]) -> Response:
+        for attempt in range(4):
+            self._wait_for_gate()
+            request = self._client.build_request(method, path, params=params, json=body)
+            key = str(request.url)
+            cached = self._cache.get(key) if method == "GET" else None
+            if cached is not None:
+                request.headers["If-None-Match"] = cached[0]
+            try:
+                answer = self._client.send(request)
+            except httpx.HTTPError as error:
+                if attempt < 2:
+                    time.sleep(0.5 * (attempt + 1))
+                    continue
+                raise Unavailable(
+                    f"GitHub ({self.base_url}) does not answer: {type(error).__name__}",
+                    fix="Check the network (and tracker.api_url); beflow tries again by itself.",
+                ) from None
+            self._note(method, answer)
+            if answer.status_code == 304 and cached is not None:
+                self.stats.not_modified += 1
+                with self._lock:
+                    self._cache.move_to_end(key)
+                return Response(200, cached[1], cached[2], cached=True)
+            if self._rate_limited(answer):
+                if self._gate - time.time() <= self.inline_wait and attempt < 3:
+                    continue  # a short wait, taken in line by _wait_for_gate
+                raise RateLimited(self._gate_reason, self._gate)
+            if answer.status_code >= 500 and attempt < 2:
+                time.sleep(0.5 * (attempt + 1))
+                continue
+            data = _json(answer)
+            if answer.is_success or answer.status_code in ok:
+                if method == "GET" and answer.status_code == 200 and answer.headers.get("etag"):
+                    with self._lock:
+                        self._cache[key] = (answer.headers["etag"], data, answer.headers)
+                        while len(self._cache) > CACHE_SIZE:
+                            self._cache.popitem(last=False)
+                return Response(answer.status_code, data, answer.headers)
+            raise self._error(method, path, answer, data)
+        raise RateLimited(self._gate_reason or "GitHub keeps asking beflow to slow down", self._gate)
+
+    def _wait_for_gate(self) -> None:
+        wait = self._gate - time.time()
+        if wait <= 0:
+            return
+        if wait > self.inline_wait:
+            raise RateLimited(self._gate_reason, self._gate)
+        time.sleep(wait)
+
+    def _note(self, method: str, answer: httpx.Response) -> None:
+        with self._lock:
+            self.stats.requests += 1
+            self.stats.by_method[method] = self.stats.by_method.get(method, 0) + 1
+            remaining = answer.headers.get("x-ratelimit-remaining")
+            if remaining is not None and remaining.isdigit():
+                self.stats.remaining = int(remaining)
+            reset = answer.headers.get("x-ratelimit-reset")
+            if reset is not None and reset.isdigit():
+                self.stats.reset = float(reset)
+            date = answer.headers.get("date")
+            if date:
+                try:
+                    server = email.utils.parsedate_to_datetime(date).timestamp()
+                except (TypeError, ValueError):
+                    return
+                self.clock_offset = server - time.time()
+
+    def _rate_limited(self, answer: httpx.Response) -> bool:
+        """Whether GitHub asked to slow down; if so, the gate is closed until it says to come back."""
+        if answer.status_code not in (403, 429):
+            return False
+        headers = answer.headers
+        retry_after = headers.get("retry-after")
+        now = time.time()
+        if retry_after is not None and retry_after.strip().isdigit():
+            until, kind = now + float(retry_after), "a secondary rate limit"
+        elif headers.get("x-ratelimit-remaining") == "0" and (headers.get("x-ratelimit-reset") or "").isdigit():
+            until, kind = float(headers["x-ratelimit-reset"]) - self.clock_offset + 1, "the rate limit"
+        elif answer.status_code == 429 or "rate limit" in answer.text.lower():
+            until, kind = now + 60.0, "a secondary rate limit"
+        else:
+            return False
+        with self._lock:
+            self.stats.rate_limited += 1
+            self._gate = max(self._gate, until)
+            wait = self._gate - now
+            self._gate_reason = f"GitHub asked beflow to slow down ({kind}); waiting {wait:.0f} s"
+        return True
+
+    def _error(self, method: str, path: str, answer: httpx.Response, data: Any) -> BeflowError:
+        said = data.get("message") if isinstance(data, dict) else None
+        what = f"GitHub: {method} {path}: {answer.status_code}" + (f" {said}" if said else "")
+        if answer.status_code == 401:
+            return GitHubAuthError(
+                f"GitHub refused the token in ${self.token_name} (401 {said or 'Bad credentials'})",
+                fix=f"Set {self.token_name} to a valid token (tracker.token_env names the variable), "
+                "or log in with `gh auth login` and unset it.",
+            )
+        if answer.status_code >= 500:
+            return Unavailable(what, status=answer.status_code, fix="GitHub has a problem; beflow tries again.")
+        return GitHubError(what, status=answer.status_code)
+
+
+def _json(answer: httpx.Response) -> Any:
+    if not answer.content:
+        return None
+    try:
+        return answer.json()
+    except ValueError:
+        return None

@@ -1,0 +1,96 @@
+"""``mcp.self`` end to end: the real acpx hands the agent beflow's own server in ``session/new``; the agent (the tests'
+ACP agent, an MCP client with the official SDK) comments on its issue and reports progress through it — and cannot
+comment on any other issue."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from tests.support.projects import AutoProject
+
+
+def directive(tool: str, arguments: dict[str, str]) -> str:
+    return f"mcp-call beflow {tool} {json.dumps(arguments)}"
+
+
+@pytest.mark.slow
+def test_an_agent_comments_and_reports_progress_on_its_issue_and_on_no_other(auto_project: AutoProject, beflow) -> None:
+    auto_project.configure(mcp={"enabled": True, "self": True})
+    other = auto_project.new_issue("say nothing to do", title="Someone else's issue")
+    key = auto_project.new_issue(
+        directive("run_progress", {"text": "reproduced the crash"}),
+        directive("issue_comment", {"text": "The crash comes from parser.py: an empty line."}),
+        directive("issue_comment", {"key": other, "text": "I should not be able to write this"}),
+        directive("issue_show", {"key": other}),
+        directive("run_progress", {"text": "fixed; tests pass"}),
+        "write parser.txt fixed",
+        title="Fix the crash",
+    )
+
+    result = beflow("--auto", key, "--json")
+
+    assert result.exit_code == 0, result.stderr
+    record = auto_project.only_record()
+    assert record.outcome == "succeeded"
+    assert "beflow" in record.mcp_servers
+    # The comment is on the issue, by the agent; the other issue got nothing.
+    comments = auto_project.issue(key).comments
+    agent_comments = [c for c in comments if c.author == "agent"]
+    assert [c.text for c in agent_comments] == ["The crash comes from parser.py: an empty line."]
+    assert auto_project.issue(other).comments == []
+    # The progress is in the run record (not in comments), and was streamed as events.
+    assert [note.text for note in record.progress] == ["reproduced the crash", "fixed; tests pass"]
+    assert not any("reproduced the crash" in c.text for c in comments if c.author != "beflow")
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [e["text"] for e in events if e["event"] == "progress"] == ["reproduced the crash", "fixed; tests pass"]
+    # What the agent was told, and the tool calls in `beflow runs logs`.
+    logs = beflow("runs", "logs", record.id)
+    assert "mcp issue_comment: error out_of_scope" in logs.stdout
+    assert "mcp issue_show: error out_of_scope" in logs.stdout
+    assert "mcp beflow.issue_comment [other] completed" in logs.stdout
+    assert "mcp beflow.run_progress [other] completed" in logs.stdout
+    shown = beflow("runs", "show", record.id)
+    assert "progress  fixed; tests pass" in shown.stdout
+    # beflow's own server is started with the interpreter running beflow, named in the record by name only.
+    transcript = (auto_project.run_dir(record) / "transcript.jsonl").read_text()
+    assert json.dumps(sys.executable)[1:-1] in transcript
+    assert auto_project.secrets_in_records() == []
+
+
+@pytest.mark.slow
+def test_watch_streams_the_progress_an_agent_reports(auto_project: AutoProject, beflow) -> None:
+    auto_project.configure(mcp={"self": True})  # beflow's own server alone: .mcp.json is not injected
+    key = auto_project.new_issue(directive("run_progress", {"text": "halfway"}), "write a.txt x")
+
+    result = beflow("watch", "--once", "--json")
+
+    assert result.exit_code == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    (progress,) = [e for e in events if e["event"] == "progress"]
+    record = auto_project.only_record()
+    assert progress == {**progress, "issue": key, "run": record.id, "text": "halfway"}
+    assert record.mcp_servers == ["beflow"]
+
+
+@pytest.mark.slow
+def test_an_attended_run_hands_the_agent_beflows_own_server_too(auto_project: AutoProject, beflow_process) -> None:
+    auto_project.configure(mcp={"enabled": True, "self": True})
+    key = auto_project.new_issue(
+        directive("issue_comment", {"text": "Looked at it with a person watching."}),
+        directive("run_progress", {"text": "done looking"}),
+    )
+
+    process = beflow_process("--attend", key, cwd=auto_project.directory)
+    _, stderr = process.communicate(timeout=120)
+
+    assert process.returncode == 0, stderr
+    record = auto_project.only_record()
+    assert record.mode == "attend" and record.mcp_servers == ["beflow", "docs", "tools"]
+    assert [note.text for note in record.progress] == ["done looking"]
+    assert [c.text for c in auto_project.issue(key).comments if c.author == "agent"] == [
+        "Looked at it with a person watching."
+    ]
+    assert "progress: done looking" in stderr

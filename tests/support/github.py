@@ -1,0 +1,598 @@
+"""A fake GitHub REST server for the tests: real HTTP on 127.0.0.1, the shapes of GitHub's API, and every request
+and answer checked against GitHub's published OpenAPI description (``tests/support/openapi.py``).
+
+It keeps one repository's issues, comments, labels, pull requests and git refs (enough of the git database for
+claims), answers conditional requests with ETags (a 304 costs no rate limit, as on GitHub), paginates with ``Link``
+headers, and can be told to fail: rate limits, 5xx, a revoked token, a renamed repository.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, quote, urlsplit
+
+import pytest
+
+from tests.support.openapi import Spec, spec
+
+TOKEN = "ghp_faketoken0123456789abcdefghijklmnopqr"
+OWNER, NAME = "octo", "hello"
+
+
+@dataclass
+class Fault:
+    status: int
+    headers: dict[str, str] = field(default_factory=dict)
+    body: Any = None
+    only: str | None = None  # a method, or None for every request
+
+
+@dataclass
+class Seen:
+    method: str
+    path: str
+    query: dict[str, str]
+    body: Any
+    status: int
+    headers: dict[str, str]
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class FakeGitHub:
+    """The state of one repository and what the server saw."""
+
+    def __init__(self, api: Spec) -> None:
+        self.spec = api
+        self.repo = f"{OWNER}/{NAME}"
+        self.tokens = {TOKEN: "octocat"}
+        self.lock = threading.RLock()
+        self.issues: dict[int, dict[str, Any]] = {}
+        self.comments: dict[int, dict[str, Any]] = {}  # comment id -> raw (with "issue" number kept aside)
+        self.comment_issue: dict[int, int] = {}
+        self.labels: dict[str, dict[str, Any]] = {}
+        self.refs: dict[str, str] = {}
+        self.commits: dict[str, dict[str, Any]] = {}
+        self.trees: dict[str, dict[str, Any]] = {}
+        self.pulls: dict[int, dict[str, Any]] = {}
+        self.numbers = itertools.count(1)
+        self.ids = itertools.count(1000)
+        self.faults: list[Fault] = []
+        self.seen: list[Seen] = []
+        self.violations: list[str] = []
+        self.rate_remaining = 5000
+        self.default_branch = "main"
+        self.server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    # -- setting up --------------------------------------------------------------------------------------------------
+
+    def user(self, login: str) -> dict[str, Any]:
+        return self.spec.example(
+            "/components/schemas/simple-user",
+            login=login,
+            id=abs(hash(login)) % 10**6,
+            type="User",
+            html_url=f"https://github.com/{login}",
+        )
+
+    def label(self, name: str, color: str = "ededed") -> dict[str, Any]:
+        with self.lock:
+            if name not in self.labels:
+                self.labels[name] = self.spec.example(
+                    "/components/schemas/label",
+                    id=next(self.ids),
+                    name=name,
+                    color=color,
+                    description=None,
+                    url=f"https://api.github.com/repos/{self.repo}/labels/{quote(name)}",
+                    default=False,
+                )
+            return self.labels[name]
+
+    def add_issue(
+        self,
+        title: str,
+        *,
+        labels: list[str] = (),
+        body: str | None = "",
+        state: str = "open",  # type: ignore[assignment]
+        author: str = "alice",
+        state_reason: str | None = None,
+        pull: bool = False,
+    ) -> int:
+        with self.lock:
+            number = next(self.numbers)
+            now = _now()
+            raw = self.spec.example(
+                "/components/schemas/issue",
+                id=next(self.ids),
+                number=number,
+                title=title,
+                body=body,
+                state=state,
+                state_reason=state_reason,
+                labels=[self.label(n) for n in labels],
+                user=self.user(author),
+                created_at=now,
+                updated_at=now,
+                closed_at=now if state == "closed" else None,
+                html_url=f"https://github.com/{self.repo}/issues/{number}",
+                comments=0,
+                author_association="OWNER",
+            )
+            if pull:
+                raw["pull_request"] = {"url": None, "html_url": None, "diff_url": None, "patch_url": None}
+            self.issues[number] = raw
+            return number
+
+    def add_comment(self, number: int, body: str, author: str = "alice") -> dict[str, Any]:
+        with self.lock:
+            cid = next(self.ids)
+            now = _now()
+            raw = self.spec.example(
+                "/components/schemas/issue-comment",
+                id=cid,
+                body=body,
+                user=self.user(author),
+                created_at=now,
+                updated_at=now,
+                html_url=f"https://github.com/{self.repo}/issues/{number}#issuecomment-{cid}",
+                author_association="OWNER",
+            )
+            self.comments[cid] = raw
+            self.comment_issue[cid] = number
+            self.issues[number]["comments"] += 1
+            self._touch(number)
+            return raw
+
+    def _touch(self, number: int) -> None:
+        self.issues[number]["updated_at"] = _now()
+
+    def issue_labels(self, number: int) -> list[str]:
+        return [label["name"] for label in self.issues[number]["labels"]]
+
+    def comments_of(self, number: int) -> list[dict[str, Any]]:
+        return [c for cid, c in self.comments.items() if self.comment_issue[cid] == number]
+
+    def fail(
+        self,
+        status: int,
+        *,
+        times: int = 1,
+        headers: dict[str, str] | None = None,
+        body: Any = None,
+        only: str | None = None,
+    ) -> None:
+        """The next ``times`` requests (of method ``only``) get this answer."""
+        message = body if body is not None else {"message": "fault", "documentation_url": "https://docs.github.com"}
+        self.faults.extend(Fault(status, headers or {}, message, only) for _ in range(times))
+
+    def requests(self, method: str | None = None, prefix: str = "") -> list[Seen]:
+        return [s for s in self.seen if (method is None or s.method == method) and s.path.startswith(prefix)]
+
+    # -- answering ---------------------------------------------------------------------------------------------------
+
+    def handle(
+        self, method: str, path: str, query: dict[str, str], body: Any, headers: dict[str, str]
+    ) -> tuple[int, dict[str, str], Any]:
+        with self.lock:
+            for problem in self.spec.check_request(method, path, query, body):
+                self.violations.append(f"request: {problem}")
+            if headers.get("authorization", "").removeprefix("Bearer ") not in self.tokens:
+                return 401, {}, {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
+            fault = next((f for f in self.faults if f.only in (None, method)), None)
+            if fault is not None:
+                self.faults.remove(fault)
+                return fault.status, dict(fault.headers), fault.body
+            try:
+                route, params = self.spec.route(method, path)
+            except LookupError:
+                return 404, {}, _not_found()
+            if f"{params.get('owner')}/{params.get('repo')}" != self.repo:
+                return 404, {}, _not_found()
+            handler = getattr(self, "_" + route.operation["operationId"].replace("/", "_").replace("-", "_"), None)
+            if handler is None:
+                return 404, {}, {"message": f"the fake does not do {route.operation['operationId']}"}
+            return handler(params, query, body)
+
+    # repository
+
+    def _repos_get(self, params: dict[str, str], query: dict[str, str], body: Any) -> tuple[int, dict[str, str], Any]:
+        owner = self.user(OWNER)
+        data = self.spec.example(
+            "/components/schemas/full-repository",
+            name=NAME,
+            full_name=self.repo,
+            owner=owner,
+            default_branch=self.default_branch,
+            private=True,
+            permissions={"admin": False, "push": True, "pull": True},
+        )
+        return 200, {}, data
+
+    # issues
+
+    def _issues_list_for_repo(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        state = query.get("state", "open")
+        wanted = [n for n in query.get("labels", "").split(",") if n]
+        found = [
+            raw
+            for raw in sorted(self.issues.values(), key=lambda r: r["number"])
+            if (state == "all" or raw["state"] == state)
+            and all(n in [label["name"] for label in raw["labels"]] for n in wanted)
+        ]
+        if query.get("direction") == "desc":
+            found.reverse()
+        return self._page(f"/repos/{self.repo}/issues", query, found)
+
+    def _page(self, path: str, query: dict[str, str], items: list[Any]) -> tuple[int, dict[str, str], Any]:
+        per_page = min(int(query.get("per_page", 30)), 100)
+        page = int(query.get("page", 1))
+        chunk = items[(page - 1) * per_page : page * per_page]
+        headers = {}
+        if page * per_page < len(items):
+            rest = {k: v for k, v in query.items() if k != "page"}
+            link = "&".join(f"{k}={quote(str(v))}" for k, v in {**rest, "page": page + 1}.items())
+            headers["Link"] = f'<{self.url}{path}?{link}>; rel="next"'
+        return 200, headers, chunk
+
+    def _issues_create(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        number = self.add_issue(
+            body["title"], labels=body.get("labels", []), body=body.get("body"), author=self.tokens[TOKEN]
+        )
+        return 201, {}, self.issues[number]
+
+    def _issue(self, params: dict[str, str]) -> dict[str, Any] | None:
+        number = params["issue_number"]
+        return self.issues.get(int(number)) if number.isdigit() else None
+
+    def _issues_get(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        raw = self._issue(params)
+        return (200, {}, raw) if raw else (404, {}, _not_found())
+
+    def _issues_update(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        raw = self._issue(params)
+        if raw is None:
+            return 404, {}, _not_found()
+        if "state" in body:
+            raw["state"] = body["state"]
+            raw["closed_at"] = _now() if body["state"] == "closed" else None
+            raw["state_reason"] = body.get("state_reason") or ("completed" if body["state"] == "closed" else None)
+        for key in ("title", "body"):
+            if key in body:
+                raw[key] = body[key]
+        if "labels" in body:
+            raw["labels"] = [self.label(n if isinstance(n, str) else n["name"]) for n in body["labels"]]
+        self._touch(raw["number"])
+        return 200, {}, raw
+
+    def _issues_add_labels(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        raw = self._issue(params)
+        if raw is None:
+            return 404, {}, _not_found()
+        for name in body["labels"]:
+            if name not in self.issue_labels(raw["number"]):
+                raw["labels"].append(self.label(name))
+        self._touch(raw["number"])
+        return 200, {}, raw["labels"]
+
+    def _issues_remove_label(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        raw = self._issue(params)
+        if raw is None or params["name"] not in self.issue_labels(raw["number"]):
+            return 404, {}, {"message": "Label does not exist", "documentation_url": "https://docs.github.com"}
+        raw["labels"] = [label for label in raw["labels"] if label["name"] != params["name"]]
+        self._touch(raw["number"])
+        return 200, {}, raw["labels"]
+
+    def _issues_list_comments(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        raw = self._issue(params)
+        if raw is None:
+            return 404, {}, _not_found()
+        return self._page(f"/repos/{self.repo}/issues/{raw['number']}/comments", query, self.comments_of(raw["number"]))
+
+    def _issues_create_comment(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        raw = self._issue(params)
+        if raw is None:
+            return 404, {}, _not_found()
+        return 201, {}, self.add_comment(raw["number"], body["body"], author=self.tokens[TOKEN])
+
+    def _issues_update_comment(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        comment = self.comments.get(int(params["comment_id"]))
+        if comment is None:
+            return 404, {}, _not_found()
+        comment["body"] = body["body"]
+        comment["updated_at"] = _now()
+        self._touch(self.comment_issue[comment["id"]])
+        return 200, {}, comment
+
+    # labels
+
+    def _issues_list_labels_for_repo(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        return self._page(f"/repos/{self.repo}/labels", query, list(self.labels.values()))
+
+    def _issues_create_label(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        if body["name"] in self.labels:
+            return (
+                422,
+                {},
+                {
+                    "message": "Validation Failed",
+                    "documentation_url": "https://docs.github.com",
+                    "errors": [{"resource": "Label", "code": "already_exists", "field": "name"}],
+                },
+            )
+        return 201, {}, self.label(body["name"], body.get("color", "ededed"))
+
+    # the git database: enough for claims
+
+    def _git_create_tree(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        sha = hashlib.sha1(json.dumps(body, sort_keys=True).encode()).hexdigest()
+        self.trees[sha] = self.spec.example(
+            "/components/schemas/git-tree", sha=sha, url=f"{self.url}/t/{sha}", truncated=False, tree=[]
+        )
+        return 201, {}, self.trees[sha]
+
+    def _git_create_commit(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        if body["tree"] not in self.trees or any(p not in self.commits for p in body.get("parents", [])):
+            return 422, {}, {"message": "Tree SHA does not exist", "documentation_url": "https://docs.github.com"}
+        sha = hashlib.sha1(f"{json.dumps(body, sort_keys=True)}{next(self.ids)}".encode()).hexdigest()
+        self.commits[sha] = self.spec.example(
+            "/components/schemas/git-commit",
+            sha=sha,
+            message=body["message"],
+            url=f"{self.url}/c/{sha}",
+            html_url=f"https://github.com/{self.repo}/commit/{sha}",
+            tree={"sha": body["tree"], "url": f"{self.url}/t/{body['tree']}"},
+            parents=[
+                {"sha": p, "url": f"{self.url}/c/{p}", "html_url": f"https://github.com/c/{p}"}
+                for p in body.get("parents", [])
+            ],
+        )
+        return 201, {}, self.commits[sha]
+
+    def _git_get_commit(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        commit = self.commits.get(params["commit_sha"])
+        return (200, {}, commit) if commit else (404, {}, _not_found())
+
+    def _ref(self, name: str) -> dict[str, Any]:
+        sha = self.refs[name]
+        return self.spec.example(
+            "/components/schemas/git-ref",
+            ref=name,
+            url=f"{self.url}/r/{name}",
+            object={"type": "commit", "sha": sha, "url": f"{self.url}/c/{sha}"},
+        )
+
+    def _git_get_ref(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        name = "refs/" + params["ref"]
+        return (200, {}, self._ref(name)) if name in self.refs else (404, {}, _not_found())
+
+    def _git_list_matching_refs(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        prefix = "refs/" + params["ref"]
+        found = [self._ref(name) for name in sorted(self.refs) if name.startswith(prefix)]
+        return 200, {}, found
+
+    def _git_create_ref(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        if body["ref"] in self.refs:
+            return 422, {}, {"message": "Reference already exists", "documentation_url": "https://docs.github.com"}
+        if body["sha"] not in self.commits:
+            return 422, {}, {"message": "Object does not exist", "documentation_url": "https://docs.github.com"}
+        self.refs[body["ref"]] = body["sha"]
+        return 201, {}, self._ref(body["ref"])
+
+    def _git_update_ref(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        name = "refs/" + params["ref"]
+        if name not in self.refs:
+            return 422, {}, {"message": "Reference does not exist", "documentation_url": "https://docs.github.com"}
+        if not body.get("force") and not self._descends(body["sha"], self.refs[name]):
+            return 422, {}, {"message": "Update is not a fast forward", "documentation_url": "https://docs.github.com"}
+        self.refs[name] = body["sha"]
+        return 200, {}, self._ref(name)
+
+    def _descends(self, sha: str, ancestor: str) -> bool:
+        pending = [sha]
+        while pending:
+            current = pending.pop()
+            if current == ancestor:
+                return True
+            pending += [p["sha"] for p in self.commits.get(current, {}).get("parents", [])]
+        return False
+
+    # pull requests
+
+    def _pulls_list(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        found = [
+            p
+            for p in self.pulls.values()
+            if (query.get("state", "open") in ("all", p["state"]))
+            and ("head" not in query or f"{OWNER}:{p['head']['ref']}" == query["head"])
+        ]
+        return self._page(f"/repos/{self.repo}/pulls", query, found)
+
+    def _pulls_create(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        number = self.add_issue(body["title"], body=body.get("body"), author=self.tokens[TOKEN], pull=True)
+        pull = self.spec.example(
+            "/components/schemas/pull-request",
+            id=next(self.ids),
+            number=number,
+            title=body["title"],
+            body=body.get("body"),
+            draft=body.get("draft", False),
+            state="open",
+            html_url=f"https://github.com/{self.repo}/pull/{number}",
+            user=self.user(self.tokens[TOKEN]),
+            created_at=_now(),
+            updated_at=_now(),
+        )
+        repo = self.spec.example(
+            "/components/schemas/repository",
+            name=NAME,
+            full_name=self.repo,
+            owner=self.user(OWNER),
+            default_branch=self.default_branch,
+        )
+        pull["head"] = self.spec.example(
+            "/components/schemas/pull-request/properties/head",
+            ref=body["head"],
+            label=f"{OWNER}:{body['head']}",
+            sha="0" * 40,
+            repo=repo,
+            user=self.user(OWNER),
+        )
+        pull["base"] = self.spec.example(
+            "/components/schemas/pull-request/properties/base",
+            ref=body["base"],
+            label=f"{OWNER}:{body['base']}",
+            sha="0" * 40,
+            repo=repo,
+            user=self.user(OWNER),
+        )
+        self.pulls[number] = pull
+        return 201, {}, pull
+
+    def _pulls_update(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        pull = self.pulls.get(int(params["pull_number"]))
+        if pull is None:
+            return 404, {}, _not_found()
+        for key in ("title", "body"):
+            if key in body:
+                pull[key] = body[key]
+        return 200, {}, pull
+
+
+def _not_found() -> dict[str, str]:
+    return {"message": "Not Found", "documentation_url": "https://docs.github.com/rest"}
+
+
+def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def _serve(self) -> None:
+            parts = urlsplit(self.path)
+            query = dict(parse_qsl(parts.query, keep_blank_values=True))
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            body = json.loads(raw) if raw else None
+            headers = {k.lower(): v for k, v in self.headers.items()}
+            status, extra, data = fake.handle(self.command, parts.path, query, body, headers)
+            payload = b"" if data is None else json.dumps(data).encode()
+            out = {"Content-Type": "application/json; charset=utf-8", **extra}
+            with fake.lock:
+                if status == 200 and self.command == "GET":
+                    etag = '"' + hashlib.sha1(payload).hexdigest() + '"'
+                    out["ETag"] = etag
+                    if headers.get("if-none-match") == etag:
+                        status, payload = 304, b""
+                if status != 304 and status not in (401,) and "x-ratelimit-remaining" not in {k.lower() for k in out}:
+                    fake.rate_remaining -= 1
+                    out["X-RateLimit-Remaining"] = str(max(fake.rate_remaining, 0))
+                for problem in fake.spec.check_response(self.command, parts.path, status, data if payload else None):
+                    fake.violations.append(f"response: {problem}")
+                fake.seen.append(Seen(self.command, parts.path, query, body, status, headers))
+            self.send_response(status)
+            for key, value in out.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve
+
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client killed mid-request (the tests kill watchers with SIGKILL) is no failure of the fake
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    """A fake GitHub on a local port; the test fails if any request or answer strays from GitHub's description."""
+    fake = FakeGitHub(spec())
+    server = _Server(("127.0.0.1", 0), _handler(fake))
+    server.daemon_threads = True
+    fake.server = server
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert not fake.violations, (
+        "the fake GitHub saw requests or gave answers GitHub's description does not allow:\n"
+        + ("\n".join(fake.violations[:20]))
+    )
+
+
+class Watcher:
+    """``beflow watch --json`` as a real process, its events read as they come."""
+
+    def __init__(self, config: Path, cwd: Path, env: dict[str, str] | None = None) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "beflow", "--config", str(config), "watch", "--json"],
+            cwd=cwd,
+            env={**os.environ, "GITHUB_TOKEN": TOKEN, **(env or {})},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def wait_for(self, match: Callable[[dict[str, Any]], bool], what: str, timeout: float = 90) -> dict[str, Any]:
+        """The first event ``match`` accepts; fails if the watch stops or none comes in time."""
+        deadline = time.monotonic() + timeout
+        while True:
+            found = next((e for e in self.events if match(e)), None)
+            if found is not None:
+                return found
+            assert self.process.poll() is None, f"the watch stopped: {self.events[-5:]}"
+            assert time.monotonic() < deadline, f"no event: {what}: {self.events[-5:]}"
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)

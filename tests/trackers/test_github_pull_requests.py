@@ -1,0 +1,104 @@
+"""After a run on a GitHub issue: the branch is pushed to ``origin`` and a pull request opened — then updated, not
+duplicated, by a retry — and the token is in no argv, remote URL, git config, file or output."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from beflow.config import load_project
+from beflow.trackers import open_tracker
+from beflow.trackers.github import GitHubTracker, web_host
+from tests.support.github import TOKEN, FakeGitHub
+from tests.support.projects import AutoProject
+
+pytestmark = pytest.mark.slow
+
+
+def git(cwd: Path, *args: str, env: dict[str, str] | None = None, stdin: str | None = None) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True, env=env, input=stdin
+    ).stdout
+
+
+@pytest.fixture
+def published(auto_project: AutoProject, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch) -> AutoProject:
+    """The test project on the fake GitHub, with a bare repository as ``origin`` and pull requests on."""
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    origin = auto_project.directory.parent / "origin.git"
+    git(auto_project.directory.parent, "clone", "-q", "--bare", str(auto_project.directory), str(origin))
+    git(auto_project.directory, "remote", "add", "origin", str(origin))
+    auto_project.configure(
+        tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url},
+        after_run={"pull_request": True},
+    )
+    return auto_project
+
+
+def test_a_run_opens_a_pull_request_and_a_retry_updates_it(published: AutoProject, github: FakeGitHub, beflow) -> None:
+    github.add_issue("Add notes", labels=["beflow", "beflow:ready"], body="acp-test: write notes.txt first")
+    first = beflow("--auto", "1")
+    assert first.exit_code == 0, first.stderr
+
+    (pull,) = github.pulls.values()
+    record = published.only_record()
+    origin = published.directory.parent / "origin.git"
+    assert (pull["head"]["ref"], pull["base"]["ref"], pull["draft"]) == ("beflow/1", "main", True)
+    assert pull["title"] == "Add notes"
+    assert "**succeeded**" in pull["body"] and "notes.txt" in pull["body"] and "Closes #1" in pull["body"]
+    assert git(origin, "rev-parse", "refs/heads/beflow/1").strip() == record.commit
+    assert record.pull_request == pull["html_url"]
+    assert "beflow:review" in github.issue_labels(1)
+    (progress,) = github.comments_of(1)  # one comment per run, edited in place: started, then how it ended
+    assert progress["body"].endswith("<!-- beflow:progress -->") and "**succeeded**" in progress["body"]
+    assert pull["html_url"] in progress["body"]  # the issue links the pull request
+    assert github.requests("PATCH", "/repos/octo/hello/issues/comments/")
+
+    assert beflow("issues", "set-status", "1", "ready", "--note", "Also a second file").exit_code == 0
+    github.issues[1]["body"] = "acp-test: write second.txt more"
+    again = beflow("--auto", "1")
+    assert again.exit_code == 0, again.stderr
+
+    assert len(github.pulls) == 1  # the same pull request, updated
+    assert len(github.requests("PATCH", "/repos/octo/hello/pulls/")) == 1
+    latest = published.records("1")[0]
+    assert git(origin, "rev-parse", "refs/heads/beflow/1").strip() == latest.commit != record.commit
+    assert "second.txt" in next(iter(github.pulls.values()))["body"]
+
+    seen = first.stdout + first.stderr + again.stdout + again.stderr
+    assert TOKEN not in seen
+    roots = [published.directory, origin, Path(os.environ["BEFLOW_HOME"])]
+    leaks = [p for root in roots for p in root.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
+    assert leaks == []
+    assert TOKEN not in git(published.directory, "config", "--list")
+
+
+def test_pull_requests_need_the_github_tracker(auto_project: AutoProject, beflow) -> None:
+    auto_project.configure(after_run={"pull_request": True})
+    key = auto_project.new_issue("say hi")
+    refused = beflow("--auto", key)
+    assert refused.exit_code == 2 and "pull requests need the GitHub tracker" in refused.stderr
+
+
+def test_git_gets_the_token_from_askpass_in_its_environment_only(published: AutoProject) -> None:
+    opened = open_tracker(load_project(published.config_path))
+    assert isinstance(opened, GitHubTracker)
+    host = web_host(opened.api.base_url)  # github.com for the public API; here the fake's
+    with opened.git_credentials(f"https://{host}/octo/hello.git") as env:
+        assert TOKEN not in Path(env["GIT_ASKPASS"]).read_text()  # the script holds no secret
+        answer = git(
+            published.directory,
+            "credential",
+            "fill",
+            env={**os.environ, **env},
+            stdin=f"protocol=https\nhost={host}\npath=octo/hello.git\n\n",
+        )
+    assert "username=x-access-token\n" in answer and f"password={TOKEN}\n" in answer
+    assert not Path(env["GIT_ASKPASS"]).exists()  # gone after the push
+    with opened.git_credentials("https://elsewhere.example.com/octo/hello.git") as other:
+        assert TOKEN not in other.values()  # another host never sees it
+    with opened.git_credentials(f"git@{host}:octo/hello.git") as ssh:
+        assert "GIT_ASKPASS" not in ssh
