@@ -90,6 +90,27 @@ def compare(checkout: Path, before: Snapshot, after: Snapshot) -> tuple[list[str
     return changed, untouched
 
 
+def refuse_read_only(project: Project, checkout: Path, mode: str, *, injects: bool) -> None:
+    """Refuse a supervised run before anything is written when beflow could not write what it must: the run record
+    and the claim (``.beflow``), the local tracker's issue file, and — when MCP servers are injected — the
+    checkout's ``.acpxrc.json``, which would otherwise be left injected (or half-restored) for good."""
+    needed = [(project.state_dir, "the run record goes there")]
+    if isinstance(project.config.tracker, LocalTracker):
+        needed.append((project.tracker_dir, "the issue's status is kept there"))
+    if injects:
+        needed.append((checkout, f"the MCP servers are injected into its {ACPXRC} for the run"))
+    for path, why in needed:
+        existing = path
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+        # os.access also answers for a read-only mount and an immutable directory, and for root.
+        if not os.access(existing, os.W_OK | os.X_OK):
+            raise UsageError(
+                f"{mode} cannot run here: {existing} is read-only ({why}); nothing was changed",
+                fix=f"Make {existing} writable, or run the issue in a worktree: beflow --auto KEY.",
+            )
+
+
 def excluded(project: Project) -> list[Path]:
     tracker = project.config.tracker
     return [project.tracker_dir] if isinstance(tracker, LocalTracker) else []

@@ -230,6 +230,10 @@ class Dispatcher:
         except BeflowError as error:
             self.emit("error", message=f"config not reloaded, keeping the last good one: {error.message}")
             return
+        except Exception as error:  # whatever a hand edit does to the file, the watch goes on with what it has
+            why = f"{type(error).__name__}: {error}"
+            self.emit("error", message=f"config not reloaded, keeping the last good one: {why}")
+            return
         if project.config != self.project.config:
             self.project, self.tracker = project, tracker
             self.emit("config_reloaded", path=str(project.config_path))

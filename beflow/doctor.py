@@ -11,7 +11,7 @@ from pathlib import Path
 
 from beflow import ACPX_VERSION, agents, preflight, proc
 from beflow.config import CONFIG_PATH, Config, Project, earlier_root_config, load_project
-from beflow.errors import BeflowError
+from beflow.errors import BeflowError, Interrupted
 from beflow.mcp.acp import shadowed_global_servers
 from beflow.mcp.cascade import check_cascade
 from beflow.trackers import Status, open_tracker
@@ -37,6 +37,8 @@ def _version(argv: list[str], timeout: float = 30.0) -> tuple[str | None, str]:
     """The first version-looking token a ``--version`` probe prints, and the raw output."""
     try:
         result = proc.run_sync([*argv, "--version"], timeout=timeout)
+    except Interrupted:
+        raise  # Ctrl-C stops doctor, not just this probe
     except BeflowError as error:
         return None, error.message
     text = (result.stdout + result.stderr).decode("utf-8", "replace").strip()

@@ -15,11 +15,20 @@ from pydantic import BaseModel, Field, computed_field
 from beflow.errors import UsageError
 from beflow.operations import Context, Input, operation
 from beflow.trackers import open_tracker
-from beflow.trackers.base import DEFAULT_PRIORITY, ClaimInfo, Comment, Issue, Listing, Status, Tracker, normalize_key
+from beflow.trackers.base import (
+    DEFAULT_PRIORITY,
+    MAX_TEXT,
+    ClaimInfo,
+    Comment,
+    Issue,
+    Listing,
+    Status,
+    Tracker,
+    normalize_key,
+)
 
 #: Bounds on what callers (agents above all) may send: enough for any real issue, not for a flood.
 MAX_TITLE = 200
-MAX_TEXT = 64_000
 MAX_LABELS = 20
 
 KeyField = Field(min_length=1, max_length=100, description="The issue key, as `beflow issues list` shows it (e.g. 7).")

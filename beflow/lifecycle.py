@@ -21,7 +21,7 @@ from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
 from beflow.mcp.acp import AcpServer, server_names, shadowed_global_servers
-from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.mcp.inject import SAVED_DAYS, Injection, managed_acpxrc
 from beflow.mcp.own import is_own_server
 from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC
@@ -231,6 +231,8 @@ class Session:
         self.servers: list[AcpServer] | None = None
         #: Masks the injected servers' secret values in everything written to the record.
         self.redact = Redactor()
+        #: The same for hook output, where values of any length are masked (a hook may print the injected file).
+        self.redact_hooks = Redactor()
         #: Why the claim's lease was lost, if it was: another machine owns the issue now, and this run leaves it be.
         self.claim_lost: str | None = None
 
@@ -254,7 +256,9 @@ class Session:
         everything the record keeps (hook output and transcripts included)."""
         self.servers = servers
         self.record.mcp_servers = server_names(servers)
-        self.redact = Redactor([s for s in servers or [] if not is_own_server(s)])  # beflow's own has no secret
+        secret = [s for s in servers or [] if not is_own_server(s)]  # beflow's own has no secret
+        self.redact = Redactor(secret)
+        self.redact_hooks = Redactor(secret, words=True)
 
     @asynccontextmanager
     async def injected(self, cwd: Path) -> AsyncIterator[Injection | None]:
@@ -268,7 +272,8 @@ class Session:
         self.store.save(record)
 
         def on_saved(path: Path) -> None:
-            self.emit("notice", message=f"{ACPXRC} was changed during the run; that version is saved at {path}")
+            message = f"{ACPXRC} was changed during the run; that version is saved at {path} for {SAVED_DAYS} days"
+            self.emit("notice", message=message)
 
         handle = None
         try:

@@ -25,7 +25,7 @@ from pathlib import Path
 import anyio
 
 from beflow import acpx, agents, git, interrupts, proc, terminal
-from beflow.checkout import Changes, acpxrc_notice, checkout_lock, checkout_of
+from beflow.checkout import Changes, acpxrc_notice, checkout_lock, checkout_of, refuse_read_only
 from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.events import EventSink
@@ -94,6 +94,7 @@ async def attend(
     )
     install = f"npm install -g acpx (or set `acpx` in {project.config_name}; `beflow doctor` checks it)"
     require(argv[0], "acpx", install)
+    refuse_read_only(project, checkout, "--attend", injects=bool(servers))
     with checkout_lock(checkout, issue.key, run_id), tracker.claim(issue.key, request.owner):
         current = tracker.get(issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
@@ -128,6 +129,10 @@ async def attend(
             with anyio.CancelScope(shield=True):
                 _finish(session, changes, "cancelled", cancel_reason(), before)
             raise
+        except Exception as error:  # a bug in beflow: recorded, and the issue goes back where it was
+            with anyio.CancelScope(shield=True):
+                _finish(session, changes, "failed", _unexpected(error), before)
+            raise
         with anyio.CancelScope(shield=True):
             finished = _finish(session, changes, outcome, reason, before)
         return finished
@@ -150,6 +155,13 @@ async def _attended_acpx(session: Session, argv: list[str], checkout: Path) -> V
         if not checked.ok:
             return Verdict("failed", f"acpx {result.describe()}: {checked.detail}. Fix: {checked.fix}")
     return verdict
+
+
+def _unexpected(error: Exception) -> str:
+    """The reason a run records for a bug in beflow: the error itself, not the task group's wrapping of it."""
+    while isinstance(error, ExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return f"beflow failed unexpectedly: {type(error).__name__}: {error}"
 
 
 # --- --open ---------------------------------------------------------------------------------------------------
@@ -181,6 +193,7 @@ async def open_native(
     text = render_prompt(project, issue, request, branch=git.current_branch(checkout), run_id=run_id)
     argv = client_argv(choice.argv, text.rstrip("\n"))
     client = Path(choice.argv[0]).name
+    refuse_read_only(project, checkout, "--open", injects=False)
     with tracker.claim(issue.key, request.owner):
         current = tracker.get(issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
@@ -204,6 +217,10 @@ async def open_native(
         except anyio.get_cancelled_exc_class():
             with anyio.CancelScope(shield=True):
                 _finish(session, changes, "cancelled", cancel_reason(), before)
+            raise
+        except Exception as error:  # a bug in beflow: recorded, and the issue goes back where it was
+            with anyio.CancelScope(shield=True):
+                _finish(session, changes, "failed", _unexpected(error), before)
             raise
         session.record.exit_code = result.returncode
         outcome: Outcome = "succeeded" if result.returncode == 0 else "failed"

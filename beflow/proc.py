@@ -15,6 +15,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
+import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -84,6 +86,55 @@ def _dying_with_us(argv: list[str], cwd: Path | None) -> list[str]:
     elif shutil.which(program) is None:
         raise ToolMissingError(f"{program}: command not found")
     return [_SETPRIV, "--pdeathsig", "TERM", "--", *argv]
+
+
+#: The shell a command line runs under (:func:`shell`). The command runs in the background while the shell waits,
+#: so that a SIGTERM reaches the shell at once: beflow stopping it, or beflow's own death (the parent-death signal
+#: setpriv sets). The shell passes it on to its whole group — a plain ``sh -c`` would die alone and leave what the
+#: command started running — and when beflow is gone (the shell has been handed to another parent), it also sends
+#: SIGKILL after a moment, as beflow would have.
+_GUARD = (
+    'trap \'trap "" TERM; kill -TERM 0; read -r _ _ _ parent _ < /proc/$$/stat; '
+    '[ "$parent" = "$PPID" ] || { sleep 2; kill -KILL 0; }; exit 143\' TERM; '
+    'sh -c "$1" & wait $!'
+)
+
+#: The environment variable that marks every process started for one :func:`run` with ``stop_escaped``: processes
+#: inherit it, even those that leave the group and the session (``setsid``, a double fork), so they can be found.
+TAG = "BEFLOW_PROCESS_TAG"
+
+
+def shell(command: str) -> list[str]:
+    """The argv that runs ``command`` (a shell command line, such as a hook's) under the guard of :data:`_GUARD`."""
+    if not sys.platform.startswith("linux"):
+        return ["sh", "-c", command]
+    return ["sh", "-c", _GUARD, "sh", command]
+
+
+def tagged(tag: str) -> list[psutil.Process]:
+    """The live processes whose environment carries ``TAG=tag`` (only beflow's own user's can be read)."""
+    found = []
+    for process in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if process.environ().get(TAG) == tag and process.status() != psutil.STATUS_ZOMBIE:
+                found.append(process)
+    return found
+
+
+async def stop_tagged(tag: str, grace: float = DEFAULT_GRACE) -> None:
+    """Stop every process tagged ``tag``: SIGTERM, the grace period, SIGKILL; until none is left."""
+    with anyio.CancelScope(shield=True):
+        deadline = anyio.current_time() + grace
+        signum = signal.SIGTERM
+        while left := await anyio.to_thread.run_sync(tagged, tag):
+            for process in left:
+                with contextlib.suppress(psutil.Error):
+                    process.send_signal(signum)
+            if signum == signal.SIGKILL and anyio.current_time() > deadline + KILL_WAIT:
+                return  # in uninterruptible sleep: nothing more can be done
+            await anyio.sleep(0.05)
+            if anyio.current_time() >= deadline or interrupts.forced():
+                signum = signal.SIGKILL
 
 
 def child_env(extra: Mapping[str, str] | None = None, unset: Sequence[str] = ()) -> dict[str, str]:
@@ -253,6 +304,7 @@ async def run(
     terminal: bool = False,
     own_group: bool = True,
     grace: float = DEFAULT_GRACE,
+    stop_escaped: bool = False,
 ) -> Completed:
     """Run ``argv`` to completion, a timeout, or the caller's cancellation.
 
@@ -260,21 +312,29 @@ async def run(
     output is captured and each line handed to ``on_stdout``/``on_stderr`` as it arrives. ``own_group=False``
     keeps the child in beflow's process group, so the terminal's Ctrl-C reaches it directly (a native client
     that owns the terminal). A timeout is reported in the result, not raised; cancellation stops the child's
-    group and propagates.
+    group and propagates. ``stop_escaped`` also stops, when the child ends, what it started that left its group
+    (``setsid``, a daemon's double fork): such processes are found by a tag in their environment (:data:`TAG`).
     """
     argv = [str(a) for a in argv]
+    tag = f"{os.getpid()}-{uuid.uuid4().hex}" if stop_escaped else None
+    if tag is not None:
+        env = {**(env or {}), TAG: tag}
     std = None if terminal else subprocess.PIPE
     started = anyio.current_time()
     try:
-        process = await anyio.open_process(
-            _dying_with_us(argv, cwd),
-            cwd=cwd,
-            env=child_env(env, unset),
-            stdin=subprocess.PIPE if stdin is not None else (None if terminal else subprocess.DEVNULL),
-            stdout=std,
-            stderr=std,
-            start_new_session=own_group,
-        )
+        # Not cancellable while the child starts: asyncio, cancelled before it has connected the child's pipes,
+        # kills the child alone and then waits for those pipes to close, which anything the child started in the
+        # meantime holds open (Ctrl-C then hung for as long as that ran). Once started, the child is stopped below.
+        with anyio.CancelScope(shield=True):
+            process = await anyio.open_process(
+                _dying_with_us(argv, cwd),
+                cwd=cwd,
+                env=child_env(env, unset),
+                stdin=subprocess.PIPE if stdin is not None else (None if terminal else subprocess.DEVNULL),
+                stdout=std,
+                stderr=std,
+                start_new_session=own_group,
+            )
     except FileNotFoundError:
         raise ToolMissingError(f"{argv[0]}: command not found") from None
     except PermissionError:
@@ -301,6 +361,8 @@ async def run(
                 # (setsid) gets a short while, not forever.
                 if pgid is not None:
                     await stop_group(pgid, grace, process)
+                if tag is not None:
+                    await stop_tagged(tag, grace)
                 tasks.cancel_scope.deadline = min(tasks.cancel_scope.deadline, anyio.current_time() + DRAIN)
         timed_out = deadline.cancelled_caught and not exited
     except BaseExceptionGroup as group:
@@ -314,6 +376,8 @@ async def run(
                 await stop_group(pgid, grace, process)
             elif process.returncode is None:
                 await stop_tree(process, grace)
+            if tag is not None:
+                await stop_tagged(tag, grace)
             await process.wait()
             await process.aclose()
     return Completed(
@@ -328,5 +392,9 @@ async def run(
 
 
 def run_sync(argv: Sequence[str], **kwargs: object) -> Completed:
-    """:func:`run` from synchronous code (probes such as ``beflow doctor``)."""
-    return anyio.run(lambda: run(argv, **kwargs))  # type: ignore[arg-type]
+    """:func:`run` from synchronous code (probes such as ``beflow doctor``). In the main thread, signals are
+    beflow's own (:func:`beflow.interrupts.run`): Ctrl-C stops the child and raises
+    :class:`~beflow.errors.Interrupted`, as in every other command."""
+    if threading.current_thread() is not threading.main_thread():
+        return anyio.run(lambda: run(argv, **kwargs))  # type: ignore[arg-type]
+    return interrupts.run(lambda: run(argv, **kwargs))  # type: ignore[arg-type]

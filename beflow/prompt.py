@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,19 @@ ISSUE_FIELDS = frozenset({"key", "title", "body", "labels", "url", "comments"})
 
 #: How messages name a template written inline in the config (rather than in a file of its own).
 INLINE = ".beflow/config.json prompt"
+
+#: Control characters other than tab and line feed. NUL cannot be passed in a command line at all (the kernel
+#: ends an argument there), and the others are invisible in an issue file yet act on a terminal that shows them.
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+#: What a control character becomes: visible, and plainly not the character itself.
+REPLACEMENT = "\ufffd"
+
+
+def without_controls(text: str) -> str:
+    """``text`` with every control character but tab and line feed replaced by U+FFFD (a carriage return is a line
+    end: ``\r\n`` and a lone ``\r`` become ``\n``). What goes into a prompt, a command line or a commit message
+    from an issue a person or an agent wrote."""
+    return _CONTROLS.sub(REPLACEMENT, text.replace("\r\n", "\n").replace("\r", "\n"))
 
 
 class PromptError(ConfigError):
@@ -98,7 +112,7 @@ def render(setting: str | None, project_dir: Path, variables: dict[str, Any]) ->
     source, where = load_template(setting, project_dir)
     environment = _environment()
     try:
-        return environment.from_string(source).render(**variables).strip() + "\n"
+        return without_controls(environment.from_string(source).render(**variables)).strip() + "\n"
     except jinja2.TemplateSyntaxError as exc:
         raise PromptError(f"{where}:{exc.lineno}: template syntax error: {exc.message}") from None
     except jinja2.UndefinedError as exc:

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from beflow import acpx, git, interrupts, preflight, proc
+from beflow import acpx, git, interrupts, preflight, proc, prompt
 from beflow.config import GitHubTracker as GitHubTrackerSettings
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
@@ -361,10 +361,11 @@ class _InWorktree:
         if hook is None:
             return
         self.emit("activity", latest=f"hook {name}: {hook.command}")
-        result = await proc.run(["sh", "-c", hook.command], cwd=cwd, timeout=hook.timeout)
-        output = f"$ {hook.command}\n{result.stdout.decode(errors='replace')}{result.stderr.decode(errors='replace')}"
-        output += f"[{result.describe()} after {result.duration:.1f} s]\n"
-        self.store.write(self.record.id, f"hooks/{name}.log", self.session.redact.text(output))
+        result = await proc.run(proc.shell(hook.command), cwd=cwd, timeout=hook.timeout, stop_escaped=True)
+        printed = self.session.redact_hooks.text((result.stdout + result.stderr).decode(errors="replace"))
+        command = self.session.redact.text(hook.command)
+        output = f"$ {command}\n{printed}[{result.describe()} after {result.duration:.1f} s]\n"
+        self.store.write(self.record.id, f"hooks/{name}.log", output)
         if not result.ok:
             message = f"hook {name} failed ({result.describe()}); its output is in the run record"
             if fatal:
@@ -397,7 +398,8 @@ class _InWorktree:
             return outcome, reason
         commit = None
         if self.config.after_run.commit:
-            message = f"{record.title or record.issue}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
+            title = prompt.without_controls(record.title or record.issue)
+            message = f"{title}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
             try:
                 commit = await _in_thread(git.commit_all, worktree.path, message)
             except BeflowError as error:

@@ -6,12 +6,15 @@ Every problem names the file, the line where one can be found, the dotted key an
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import functools
 import json
 import re
 import types
 import typing
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,6 +31,14 @@ _JSON5_ERROR = re.compile(
     r'^<string>:(?P<line>\d+) Unexpected (?:end of input|"(?P<char>.)") at column (?P<column>\d+)$', re.DOTALL
 )
 _JSON5_DUPLICATE = re.compile(r'^Duplicate key "(?P<key>.*)" found in object$', re.DOTALL)
+# Python's own limit on reading a long run of digits as a number (int_max_str_digits).
+_TOO_MANY_DIGITS = re.compile(r"value has (?P<digits>\d+) digits")
+
+#: How deep objects and arrays may sit inside one another. Real files use a handful of levels; the parser and the
+#: validation recurse, and a file nested thousands deep must be an error, not a crash.
+MAX_DEPTH = 64
+#: How much of a key a message shows: enough to find it in the file.
+KEY_SHOWN = 80
 
 
 class Problem(typing.NamedTuple):
@@ -40,7 +51,13 @@ class Problem(typing.NamedTuple):
 
     def render(self) -> str:
         where = f"{self.file}:{self.line}" if self.line else str(self.file)
-        return f"{where}: {self.key}: {self.message}" if self.key else f"{where}: {self.message}"
+        return f"{where}: {shown_key(self.key)}: {self.message}" if self.key else f"{where}: {self.message}"
+
+
+def shown_key(key: str) -> str:
+    """A dotted key as a one-line message can show it: control characters visible, a very long key cut short."""
+    visible = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in key)
+    return visible if len(visible) <= KEY_SHOWN else visible[: KEY_SHOWN - 1] + "…"
 
 
 def read_json5(path: Path) -> tuple[str, Any]:
@@ -51,14 +68,50 @@ def read_json5(path: Path) -> tuple[str, Any]:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    _check_depth(path, text)
+    # Plain JSON (most files, and every big one) is read by the C parser, many times faster than json5; anything
+    # else, a key given twice included, goes to json5, which reads JSON5 and words the errors.
+    with contextlib.suppress(ValueError, RecursionError):
+        return text, json.loads(text, object_pairs_hook=_unique_keys)
     try:
         # A key given twice would silently mean the last one: the first is then a setting that does nothing.
         return text, json5.loads(text, allow_duplicate_keys=False)
+    except RecursionError:  # nesting the depth check does not see (it counts brackets outside strings)
+        raise ConfigError(f"{path}: nested too deeply to read", fix=_DEPTH_FIX) from None
     except ValueError as exc:
         duplicate = _JSON5_DUPLICATE.match(str(exc))
         if duplicate:
             raise _duplicate_keys_error(path, text, duplicate["key"]) from None
+        digits = _TOO_MANY_DIGITS.search(str(exc))
+        if digits:
+            message = f"{path}: invalid JSON5: a number of {digits['digits']} digits (too long to be a setting)"
+            raise ConfigError(message, fix="Write the number it should be.") from None
         raise _syntax_error(path, text, str(exc)) from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise ValueError("a key given twice")
+    return result
+
+
+_DEPTH_FIX = f"Objects and arrays may sit at most {MAX_DEPTH} levels deep."
+
+
+def _check_depth(path: Path, text: str) -> None:
+    """A :class:`ConfigError` at the line where objects and arrays first nest deeper than :data:`MAX_DEPTH`."""
+    code = _without_comments(text)
+    depth = 0
+    for token in _TOKEN.finditer(code):
+        kind = token.group(0)
+        if kind in ("{", "["):
+            depth += 1
+            if depth > MAX_DEPTH:
+                line = code.count("\n", 0, token.start()) + 1
+                raise ConfigError(f"{path}:{line}: nested more than {MAX_DEPTH} levels deep", fix=_DEPTH_FIX)
+        elif kind in ("}", "]"):
+            depth -= 1
 
 
 def _syntax_error(path: Path, text: str, message: str) -> ConfigError:
@@ -123,10 +176,16 @@ def _duplicate_keys(text: str) -> list[tuple[tuple[str | int, ...], int, int]]:
 
     Each as its path, its line and the line of its first occurrence, in file order.
     """
+    return [(path, line, first) for path, line, first in _keys(text) if first is not None]
+
+
+def _keys(text: str) -> typing.Iterator[tuple[tuple[str | int, ...], int, int | None]]:
+    """Every key of every object in ``text``, in file order, in one pass: its path (array indices as numbers), its
+    line, and for a key given twice in its object the line of its first occurrence (else ``None``)."""
     code = _without_comments(text)
-    found: list[tuple[tuple[str | int, ...], int, int]] = []
     frames: list[_Frame] = []
     previous = ""
+    line, counted = 1, 0  # lines are counted as the tokens go: one pass over the text, however many keys
     for token in _TOKEN.finditer(code):
         kind = token.group(0)
         if kind in ("{", "["):
@@ -136,14 +195,35 @@ def _duplicate_keys(text: str) -> list[tuple[tuple[str | int, ...], int, int]]:
         elif kind == "," and frames and isinstance(frames[-1].at, int):
             frames[-1].at += 1
         elif kind == ":" and frames and (keys := frames[-1].keys) is not None and previous:
-            frames[-1].at = key = json5.loads(previous) if previous[0] in "\"'" else previous
-            line = code.count("\n", 0, token.start()) + 1
-            if key in keys:
-                found.append((tuple(f.at for f in frames), line, keys[key]))
-            else:
+            frames[-1].at = key = _key_text(previous)
+            line += code.count("\n", counted, token.start())
+            counted = token.start()
+            first = keys.get(key)
+            if first is None:
                 keys[key] = line
+            yield tuple(f.at for f in frames), line, first
         previous = kind
-    return found
+
+
+def _key_text(token: str) -> str:
+    """A key as its token spells it: quoted (JSON's quotes are read fast, JSON5's single quotes by json5) or bare."""
+    if token[0] == '"':
+        with contextlib.suppress(ValueError):
+            return str(json.loads(token))
+    if token[0] in "\"'":
+        with contextlib.suppress(ValueError):
+            return str(json5.loads(token))
+    return token
+
+
+@functools.lru_cache(maxsize=8)
+def _key_lines(text: str) -> dict[tuple[str | int, ...], int]:
+    """The line of every key path of ``text``; built once per text, so that finding the lines of thousands of
+    problems in one file stays linear."""
+    lines: dict[tuple[str | int, ...], int] = {}
+    for path, line, _ in _keys(text):
+        lines.setdefault(path, line)
+    return lines
 
 
 @dataclasses.dataclass
@@ -169,17 +249,14 @@ def _without_comments(text: str) -> str:
 
 
 def line_of(text: str, keys: typing.Sequence[str | int]) -> int | None:
-    """Best-effort line of a dotted key in JSON5 text: each key is searched after the previous one."""
-    text = _without_comments(text)
-    position, found = 0, False
-    for key in keys:
-        if isinstance(key, int):
-            continue
-        match = re.compile(rf"""(["']?){re.escape(key)}\1\s*:""").search(text, position)
-        if match is None:
-            break
-        position, found = match.start(), True
-    return text.count("\n", 0, position) + 1 if found else None
+    """Line of a dotted key in JSON5 text; for a key that is not there (a missing one, an array element), the line of
+    the nearest enclosing key that is; ``None`` when none is."""
+    index = _key_lines(text)
+    for end in range(len(keys), 0, -1):
+        line = index.get(tuple(keys[:end]))
+        if line is not None:
+            return line
+    return None
 
 
 def validate(model: type[M], data: Any, *, path: Path, text: str, prefix: tuple[str, ...] = ()) -> M:
@@ -199,9 +276,13 @@ def problems_of(
     path: Path,
     text: str,
     prefix: tuple[str, ...] = (),
+    values: bool = True,
 ) -> list[Problem]:
-    """Turn pydantic's errors into :class:`Problem` rows, one per key (alternatives of a union joined)."""
-    grouped, missing = _grouped(exc, model, data)
+    """Turn pydantic's errors into :class:`Problem` rows, one per key (alternatives of a union joined).
+
+    ``values=False`` says what kind of value was found instead of the value (for files that hold secrets).
+    """
+    grouped, missing = _grouped(exc, model, data, values=values)
     problems = []
     for keys, messages in grouped.items():
         full = (*prefix, *keys)
@@ -224,7 +305,7 @@ def messages_of(exc: pydantic.ValidationError, *, model: type[pydantic.BaseModel
 
 
 def _grouped(
-    exc: pydantic.ValidationError, model: type[pydantic.BaseModel], data: Any
+    exc: pydantic.ValidationError, model: type[pydantic.BaseModel], data: Any, *, values: bool = True
 ) -> tuple[dict[tuple[str | int, ...], list[str]], set[tuple[str | int, ...]]]:
     """The messages for each key of ``data``, and the keys that are missing."""
     grouped: dict[tuple[str | int, ...], list[str]] = {}
@@ -235,7 +316,7 @@ def _grouped(
             keys = (*keys, error["ctx"]["discriminator"].strip("'"))
         if error["type"] == "missing":
             missing.add(keys)
-        message = _message(error, model, keys)
+        message = _message(error, model, keys, shown if values else described)
         messages = grouped.setdefault(keys, [])
         if message not in messages:
             messages.append(message)
@@ -277,7 +358,9 @@ def _data_keys(error: Any, data: Any) -> tuple[str | int, ...]:
     return tuple(keys)
 
 
-def _message(error: Any, model: type[pydantic.BaseModel], keys: tuple[str | int, ...]) -> str:
+def _message(
+    error: Any, model: type[pydantic.BaseModel], keys: tuple[str | int, ...], shown: Callable[[Any], str]
+) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
     if kind == "extra_forbidden":
@@ -327,12 +410,29 @@ def _message(error: Any, model: type[pydantic.BaseModel], keys: tuple[str | int,
     return f"{message} (got {shown(error['input'])})"
 
 
+def described(value: Any) -> str:
+    """What kind of value ``value`` is, never the value itself (``a string of 24 characters``, ``a number``)."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return f"a string of {len(value)} character{'s' if len(value) != 1 else ''}" if value else "an empty string"
+    if isinstance(value, list):
+        return f"a list of {len(value)} item{'s' if len(value) != 1 else ''}" if value else "an empty list"
+    if isinstance(value, dict):
+        return "an object"
+    return f"a value of type {type(value).__name__}"
+
+
 def shown(value: Any, *, limit: int = 80) -> str:
     """A value as the file spells it (``true``, ``null``, ``"60"``), else Python's repr; long ones cut short."""
+    if isinstance(value, int) and value.bit_length() > 256:  # str() refuses more than 4300 digits
+        return "a number too long to show"
     try:
         text = json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        text = repr(value)
+    except (TypeError, ValueError, RecursionError):
+        text = f"a value of type {type(value).__name__}"
     # An issue's body or a prompt can be pages long: enough to recognise it.
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

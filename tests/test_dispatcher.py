@@ -20,7 +20,7 @@ import pytest
 
 from beflow.config import load_project
 from beflow.dispatcher import Dispatcher
-from beflow.errors import LockedError
+from beflow.errors import ConfigError, LockedError
 from beflow.events import WatchEvent
 from beflow.runner import Run, RunRequest
 from beflow.trackers import Status
@@ -396,3 +396,45 @@ def test_config_changes_are_picked_up_between_ticks_and_a_broken_config_keeps_th
     keys = [tracker.create(title=f"task {n}", body="acp-test: say done").key for n in range(3)]
     assert tick()[:3] == ["dispatched"] * 3
     assert {tracker.get(k).status for k in keys} == {Status.REVIEW}
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"watch": ' + '{"a": ' * 2000 + "1" + "}" * 2000 + "}", "nested more than 64 levels deep"),
+        ('{"watch": {"interval": ' + "1" * 5000 + "}}", "a number of 5000 digits"),
+        ('{"①": 1, "' + "9" * 5000 + '": 2}', "①: unknown key"),
+    ],
+)
+def test_a_config_edited_into_a_hostile_file_keeps_the_watch_on_its_last_good_one(
+    auto_project: AutoProject, text: str, expected: str
+) -> None:
+    auto_project.configure(watch=fast(concurrency=2))
+    dispatcher = Dispatcher(load_project(auto_project.config_path))
+    events: list[WatchEvent] = []
+    dispatcher.listener = lambda event: events.append(event) if isinstance(event, WatchEvent) else None
+
+    auto_project.config_path.write_text(text)
+    anyio.run(lambda: dispatcher.watch(once=True))
+
+    [error] = [e for e in events if e.type == "error"]
+    assert error.data["message"].startswith("config not reloaded, keeping the last good one: ")
+    assert expected in error.data["message"]
+    assert dispatcher.project.config.watch.concurrency == 2
+
+
+def test_a_watch_error_about_mcp_json_never_echoes_a_value(auto_project: AutoProject) -> None:
+    auto_project.configure(watch=fast())
+    auto_project.new_issue("say hi")
+    mcp = {"mcpServers": {"api": {"type": "http", "url": "https://x", "headers": "Bearer sk-live-9f8e7d"}}}
+    (auto_project.directory / ".mcp.json").write_text(json.dumps(mcp))
+    dispatcher = Dispatcher(load_project(auto_project.config_path))
+    events: list[WatchEvent] = []
+    dispatcher.listener = lambda event: events.append(event) if isinstance(event, WatchEvent) else None
+
+    with pytest.raises(ConfigError):
+        anyio.run(lambda: dispatcher.watch(once=True))
+
+    [error] = [e for e in events if e.type == "error"]
+    assert "mcpServers.api.headers: expected an object (got a string of 21 characters)" in error.data["message"]
+    assert "sk-live" not in json.dumps([e.to_json() for e in events])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import textwrap
@@ -251,3 +252,39 @@ async def test_a_second_signal_cuts_the_grace_period_short(tmp_path: Path) -> No
         await process.aclose()
 
     assert not any(alive(pid) for pid in pids_of(pids))
+
+
+# --- shell command lines (hooks) -----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_shell_command_keeps_its_output_and_exit_status() -> None:
+    result = await proc.run(proc.shell("echo out; echo err >&2; exit 3"))
+
+    assert (result.returncode, result.stdout, result.stderr) == (3, b"out\n", b"err\n")
+
+
+@pytest.mark.anyio
+async def test_what_a_command_started_in_a_session_of_its_own_is_stopped_when_it_ends(tmp_path: Path) -> None:
+    pid_file = tmp_path / "pid"
+    command = f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 300' & while [ ! -s {pid_file} ]; do sleep 0.01; done"
+
+    result = await proc.run(proc.shell(command), stop_escaped=True, grace=1)
+
+    assert result.ok
+    assert not alive(int(pid_file.read_text()))
+
+
+@pytest.mark.anyio
+async def test_without_stop_escaped_a_process_in_its_own_session_is_left_alone(tmp_path: Path) -> None:
+    # Stopping what left the group is asked for per run (hooks do), not done to every child.
+    pid_file = tmp_path / "pid"
+    command = f"setsid sh -c 'echo $$ > {pid_file}; exec sleep 300' & while [ ! -s {pid_file} ]; do sleep 0.01; done"
+
+    await proc.run(proc.shell(command), grace=1)
+
+    pid = int(pid_file.read_text())
+    try:
+        assert alive(pid)
+    finally:
+        os.kill(pid, signal.SIGKILL)

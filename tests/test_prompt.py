@@ -79,3 +79,12 @@ def test_a_syntax_error_names_the_template_and_line(tmp_path: Path) -> None:
 def test_a_missing_template_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(PromptError, match=r"template file .*missing\.md does not exist"):
         prompt.render("missing.md", tmp_path, VARIABLES)
+
+
+def test_control_characters_from_an_issue_never_reach_the_prompt(tmp_path: Path) -> None:
+    # NUL cannot be passed in a command line at all; an escape sequence would act on the terminal that shows it.
+    variables = {**VARIABLES, "issue": {**VARIABLES["issue"], "body": "a\x00b\x1b[31mc\rd\r\ne\tf\x7fg\x85h"}}
+
+    rendered = prompt.render("{{ issue.body }}", tmp_path, variables)
+
+    assert rendered == "a\ufffdb\ufffd[31mc\nd\ne\tf\ufffdg\ufffdh\n"

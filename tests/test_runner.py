@@ -571,6 +571,20 @@ def test_hooks_that_print_a_secret_do_not_put_it_in_the_record(auto_project: Aut
     assert auto_project.secrets_in_records() == []
 
 
+def test_a_hook_printing_the_injected_file_shows_no_value_however_short(auto_project: AutoProject, beflow) -> None:
+    servers = {"tools": {"command": "t", "env": {"PIN": "q7x", "TOKEN": "long-secret-4f2a"}}}
+    (auto_project.directory / ".mcp.json").write_text(json.dumps({"mcpServers": servers}))
+    auto_project.configure(hooks={"before_run": "cat .acpxrc.json; echo; echo PIN=$(echo q7x)"})
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    log = (auto_project.run_dir(auto_project.only_record()) / "hooks" / "before_run.log").read_text()
+    assert '"mcpServers"' in log and "PIN=••••" in log  # the hook did print them ...
+    assert "q7x" not in log.split("\n", 1)[1] and "long-secret-4f2a" not in log  # ... masked (the command aside)
+
+
 def test_a_failing_after_run_hook_is_logged_and_ignored(auto_project: AutoProject, beflow) -> None:
     auto_project.configure(hooks={"after_run": "echo cleaning up; exit 3"})
     key = auto_project.new_issue("write a.txt x")
@@ -674,3 +688,75 @@ def test_the_before_remove_hook_runs_in_the_worktree_before_it_goes(auto_project
     log = (auto_project.run_dir(record) / "hooks" / "before_remove.log").read_text()
     assert "removing" in log and "a.txt" in log
     assert auto_project.registered_worktrees() == []
+
+
+def test_control_characters_in_an_issue_reach_the_agent_replaced_and_the_run_succeeds(
+    auto_project: AutoProject, beflow, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    requests = tmp_path / "agent-requests.jsonl"
+    monkeypatch.setenv("ACP_TEST_RECORD", str(requests))
+    body = "acp-test: write hello.txt hi\nA NUL \x00 here and an escape \x1b[2J there."
+    key = auto_project.tracker.create(title="Say\x00 hello", body=body, status=Status.READY).key
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    assert auto_project.only_record().outcome == "succeeded"
+    assert auto_project.issue(key).status == Status.REVIEW
+    prompts = [r for r in map(json.loads, requests.read_text().splitlines()) if r["method"] == "session/prompt"]
+    text = "".join(part["text"] for part in prompts[0]["params"]["prompt"])
+    assert "A NUL \ufffd here and an escape \ufffd[2J there." in text
+    subject = git(auto_project.directory, "log", "-1", "--format=%s", "beflow/1").strip()
+    assert subject == "Say\ufffd hello"
+
+
+def _gone(pid: int, within: float = 15.0) -> bool:
+    """Whether ``pid`` has stopped running (a zombie does not run) by ``within`` seconds from now."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_after_beflow_is_killed_what_its_hook_started_stops_too(
+    auto_project: AutoProject, beflow_process, tmp_path: Path
+) -> None:
+    # The hook's shell gets the parent-death signal; the sleeps it started (one in the background, one in the
+    # foreground) must not work on, orphaned, in the worktree.
+    pids = tmp_path / "pids"
+    hook = f"sleep 300 & echo $! >> {pids}; sh -c 'echo $$ >> {pids}.tmp; mv {pids}.tmp {pids}.2; exec sleep 300'"
+    auto_project.configure(hooks={"before_run": hook})
+    key = auto_project.new_issue("say hi")
+    process = beflow_process("--auto", key, cwd=auto_project.directory)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "pids.2").exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the hook never started"
+        time.sleep(0.05)
+
+    process.kill()
+    process.wait(timeout=10)
+
+    started = [int(p) for p in (pids.read_text() + (tmp_path / "pids.2").read_text()).split()]
+    assert len(started) == 2
+    assert all(_gone(pid) for pid in started), f"left running: {started}"
+
+
+def test_a_hook_child_that_left_the_hooks_session_is_stopped_when_the_hook_ends(
+    auto_project: AutoProject, beflow, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    pid_file = tmp_path / "escaped.pid"
+    escape = f"setsid sh -c 'echo $$ > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; exec sleep 300' &"
+    auto_project.configure(hooks={"after_create": f"{escape} while [ ! -e {pid_file} ]; do sleep 0.01; done"})
+    key = auto_project.new_issue("write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    assert _gone(int(pid_file.read_text()), within=0.5), "the setsid child of the hook outlived it"

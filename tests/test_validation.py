@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from beflow.cli import cli
 from beflow.cli.common import App, out, pass_app
 from beflow.config import load_config_file
 from beflow.errors import ConfigError
-from beflow.validation import line_of, read_json5
+from beflow.validation import Problem, line_of, read_json5
 from tests.support.projects import config_file
 
 
@@ -210,6 +211,25 @@ def test_mcp_json_refuses_a_key_given_twice_too(tmp_path: Path) -> None:
         read_json5(path)
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"mcpServers": {"a": {"command": "x", "args": ' + "[" * 2000 + "]" * 2000 + "}}}",
+        '{"mcpServers": {"a": {"command": "x", "env": {"K": ' + "1" * 5000 + "}}}}",
+    ],
+)
+def test_mcp_json_nested_too_deep_or_with_huge_numbers_is_a_config_error(tmp_path: Path, text: str) -> None:
+    path = tmp_path / ".mcp.json"
+    path.write_text(text)
+
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(path))}"):
+        read_json5(path)
+
+
+def test_a_key_with_control_characters_is_shown_escaped() -> None:
+    assert Problem(Path("f.json"), 3, "open.a\x00b", "unknown key").render() == "f.json:3: open.a\\x00b: unknown key"
+
+
 # --- through the command line: exit 2, nothing changed ------------------------------------------------------------
 
 
@@ -238,6 +258,12 @@ def snapshot(directory: Path) -> dict[str, bytes]:
         ('{\n  "agnt": "codex"\n}', ":2: agnt: unknown key (did you mean 'agent'?)"),
         ('{\n  "timeout": "1h"\n}', ':2: timeout: expected a number (got "1h")'),
         ('{\n  "tracker": {"kind": "jira"}\n}', ":2: tracker.kind: expected 'local' or 'github' (got \"jira\")"),
+        # odd keys, huge numbers and deep nesting: errors, never a crash
+        ('{\n  "¹": 1, "①": 2\n}', ":2: ¹: unknown key"),
+        ('{\n  "' + "7" * 5000 + '": 1\n}', ":2: " + "7" * 79 + "…: unknown key"),
+        ('{\n  "timeout": ' + "1" * 5000 + "\n}", ": invalid JSON5: a number of 5000 digits"),
+        ('{\n  "open":\n' + '{"a": ' * 2000 + "1" + "}" * 2000 + "\n}", ":3: nested more than 64 levels deep"),
+        ('{"open": {"x": ' + "[" * 2000 + "]" * 2000 + "}}", ":1: nested more than 64 levels deep"),
     ],
 )
 def test_a_bad_config_exits_2_with_one_message_and_changes_nothing(

@@ -12,7 +12,7 @@ from rich.markup import escape
 
 from beflow.cli.common import App, HelpGroup, emit_json, err, out, pass_app
 from beflow.errors import ConfigError
-from beflow.mcp.acp import MASK, shadowed_global_servers, translate
+from beflow.mcp.acp import MASK, masked, shadowed_global_servers, translate
 from beflow.mcp.cascade import Entry, RemoteServer, StdioServer, check_cascade, fix_for, summary
 from beflow.mcp.own import own_server
 
@@ -74,6 +74,13 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
     cascade.raise_problems()  # a file that does not load: nothing sensible to show
     expansion = [p for p in checked.problems if p not in cascade.problems]
     shadowed = shadowed_global_servers() if cascade.active else None
+    resolved = {name for name, _ in checked.servers}
+    # Without --reveal, what a ${VAR} expands to is masked wherever it stands (in args and urls too).
+    shown = (
+        checked.servers
+        if reveal
+        else [(e.name, masked(e.server)) for e in cascade.active if e.server is not None and e.name in resolved]
+    )
     enabled = project.config.mcp.enabled
     own = own_server(project, issue="<KEY>", run_id="<ID>") if project.config.mcp.self_server else None
     if as_json:
@@ -83,7 +90,7 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
                 "enabled": enabled,
                 "files": [s.model_dump(mode="json") for s in cascade.sources],
                 "servers": [_entry_dict(e, reveal=reveal) for e in cascade.entries],
-                "acp": None if expansion else translate(checked.servers, reveal=reveal),
+                "acp": None if expansion else translate(shown, reveal=reveal),
                 "problems": [p.render() for p in expansion],
                 "shadowed": shadowed.model_dump(mode="json") if shadowed else None,
                 "self": own.model_dump(mode="json") if own is not None else None,
@@ -114,7 +121,7 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
         raise ConfigError(summary(expansion), fix=fix_for(expansion))
     if checked.servers:
         out.print("[bold]ACP translation[/] (the mcpServers of the managed .acpxrc.json):")
-        out.print(escape(json.dumps(translate(checked.servers, reveal=reveal), indent=2, ensure_ascii=False)))
+        out.print(escape(json.dumps(translate(shown, reveal=reveal), indent=2, ensure_ascii=False)))
     else:
         out.print("Every server is disabled: nothing is injected.")
     if shadowed is not None:

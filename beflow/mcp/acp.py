@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from beflow.config import Project
-from beflow.mcp.cascade import RemoteServer, Server, StdioServer, resolved_servers
+from beflow.mcp.cascade import RemoteServer, Server, StdioServer, mask_references, resolved_servers
 from beflow.paths import acpx_home
 
 #: What ``beflow mcp show`` prints instead of a secret.
@@ -74,6 +74,22 @@ def acp_servers(servers: Iterable[tuple[str, Server]], *, reveal: bool = True) -
 def wire(servers: Iterable[AcpServer]) -> list[dict[str, Any]]:
     """The ``mcpServers`` list as JSON has it (``.acpxrc.json``, ``beflow mcp show --json``)."""
     return [server.model_dump(mode="json") for server in servers]
+
+
+def masked(server: Server) -> Server:
+    """``server`` as shown without ``--reveal``: env and header values masked, and every ``${VAR}`` reference in
+    ``command``, ``args`` and ``url`` masked where it stands (the rest of the argument stays readable)."""
+    if isinstance(server, StdioServer):
+        return server.model_copy(
+            update={
+                "command": mask_references(server.command, MASK),
+                "args": [mask_references(a, MASK) for a in server.args],
+                "env": {k: MASK for k in server.env},
+            }
+        )
+    return server.model_copy(
+        update={"url": mask_references(server.url, MASK), "headers": {k: MASK for k in server.headers}}
+    )
 
 
 def translate(servers: Iterable[tuple[str, Server]], *, reveal: bool = True) -> list[dict[str, Any]]:

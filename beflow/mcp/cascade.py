@@ -17,6 +17,7 @@ unset ``${VAR}`` is an error naming the variable and the server, never a value.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -27,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError
 from beflow.paths import beflow_home
-from beflow.validation import Problem, line_of, problems_of, read_json5
+from beflow.validation import Problem, described, line_of, problems_of, read_json5, shown_key
 
 MCP_FILE = ".mcp.json"
 
@@ -122,6 +123,7 @@ def load_cascade(project: Project) -> Cascade:
     """Read and merge the cascade; problems are collected on the result (see :meth:`Cascade.raise_problems`)."""
     sources: list[Source] = []
     merged: dict[str, Entry] = {}
+    folded: dict[str, Entry] = {}  # by the name as a person reads it (see _folded)
     problems: list[Problem] = []
     seen: set[Path] = set()
     for scope, path in cascade_files(project):
@@ -136,11 +138,36 @@ def load_cascade(project: Project) -> Cascade:
         entries, found = _read_file(scope, path)
         problems.extend(found)
         for entry in entries:
+            twin = folded.get(_folded(entry.name))
+            if twin is not None and twin.name != entry.name:
+                problems.append(_twin_problem(entry, twin))
+                continue
             replaced = merged.get(entry.name)
             if replaced is not None:
                 entry = entry.model_copy(update={"overrides": replaced.origin})
-            merged[entry.name] = entry
+            merged[entry.name] = folded[_folded(entry.name)] = entry
     return Cascade(sources=sources, entries=[merged[name] for name in sorted(merged)], problems=problems)
+
+
+def _folded(name: str) -> str:
+    """A server name as a person reads it: ``Docs`` and ``docs``, or ``é`` typed as one character or as two, are one
+    name to a reader (and to agents that match names loosely) but two keys to JSON."""
+    return unicodedata.normalize("NFKC", name).casefold()
+
+
+def _twin_problem(entry: Entry, twin: Entry) -> Problem:
+    """``entry`` is named like ``twin`` but for case or Unicode form: which one a name means would be a guess."""
+    where = f"{twin.origin}:{line}" if (line := line_of(twin.text, ("mcpServers", twin.name))) else str(twin.origin)
+    message = (
+        f"differs from server {shown_key(twin.name)!r} ({where}) only in case or Unicode form: give them names that"
+        " differ in more than that, or the same name to replace it"
+    )
+    return Problem(entry.origin, line_of(entry.text, ("mcpServers", entry.name)), f"mcpServers.{entry.name}", message)
+
+
+def _invisible(name: str) -> bool:
+    """Whether ``name`` holds a control or format character (a NUL, a zero-width space, a direction override)."""
+    return any(unicodedata.category(c) in ("Cc", "Cf") for c in name)
 
 
 def _read_file(scope: Scope, path: Path) -> tuple[list[Entry], list[Problem]]:
@@ -170,6 +197,10 @@ def _read_file(scope: Scope, path: Path) -> tuple[list[Entry], list[Problem]]:
             message = "a server name must not be blank or start or end with spaces"
             problems.append(Problem(path, line_of(text, keys), f"mcpServers.{name}", message))
             continue
+        if _invisible(name):
+            message = "a server name must not hold control or invisible characters (shown escaped here)"
+            problems.append(Problem(path, line_of(text, keys), f"mcpServers.{name}", message))
+            continue
         try:
             server = _validate_entry(raw, path=path, text=text, keys=keys)
         except _Invalid as invalid:
@@ -187,19 +218,23 @@ class _Invalid(Exception):
 def _validate_entry(raw: Any, *, path: Path, text: str, keys: tuple[str, str]) -> Server | None:
     dotted = ".".join(keys)
     if not isinstance(raw, dict):
-        raise _Invalid([Problem(path, line_of(text, keys), dotted, f"expected an object (got {raw!r})")])
+        raise _Invalid([Problem(path, line_of(text, keys), dotted, f"expected an object (got {described(raw)})")])
     # `{"disabled": true}` alone switches off a server of the same name from the global file.
     if raw.get("disabled") is True and set(raw) <= {"disabled", "type"}:
         return None
     kind = raw.get("type", "stdio")
     model = _MODELS.get(kind) if isinstance(kind, str) else None
     if model is None:
-        message = f"expected 'stdio', 'http' or 'sse' (got {kind!r})"
+        # A short word is a typo to point at ("ws"); anything else is described, not shown.
+        got = repr(kind) if isinstance(kind, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,12}", kind) else described(kind)
+        message = f"expected 'stdio', 'http' or 'sse' (got {got})"
         raise _Invalid([Problem(path, line_of(text, (*keys, "type")), f"{dotted}.type", message)])
     try:
         return model.model_validate(raw)
     except pydantic.ValidationError as exc:
-        raise _Invalid(problems_of(exc, model=model, data=raw, path=path, text=text, prefix=keys)) from None
+        # Never the value itself: an entry's values are where secrets live (a token in the wrong field, say).
+        problems = problems_of(exc, model=model, data=raw, path=path, text=text, prefix=keys, values=False)
+        raise _Invalid(problems) from None
 
 
 def _problem_of_error(path: Path, error: BeflowError) -> Problem:
@@ -228,6 +263,11 @@ class _Unresolved(Exception):
         self.message = message
 
 
+def mask_references(value: str, mask: str) -> str:
+    """``value`` with every ``${...}`` reference replaced by ``mask``: what one expands to may be a secret."""
+    return _REFERENCE.sub(mask, value)
+
+
 def expand_string(value: str, environ: Mapping[str, str]) -> str:
     """``value`` with every ``${VAR}``/``${VAR:-default}`` replaced (values are not expanded again).
 
@@ -237,8 +277,9 @@ def expand_string(value: str, environ: Mapping[str, str]) -> str:
     def replace(match: re.Match[str]) -> str:
         body = _BODY.match(match["body"])
         if body is None or not match["close"]:
-            shown = match[0] if len(match[0]) <= 40 else match[0][:37] + "..."
-            raise _Unresolved(f"malformed reference {shown!r} (expected ${{NAME}} or ${{NAME:-default}})")
+            # Where it is, not what it says: the text after `${` may be a value pasted in by mistake.
+            where = f"at character {match.start() + 1}"
+            raise _Unresolved(f"malformed reference {where} (expected ${{NAME}} or ${{NAME:-default}})")
         name, default = body["name"], body["default"]
         current = environ.get(name)
         if default is not None:

@@ -12,7 +12,8 @@ no other per-directory way in. :func:`managed_acpxrc` wraps a whole agent sessio
    not parse gives a fresh file;
 4. in a ``finally`` (success, error, timeout, cancellation, Ctrl-C, SIGTERM) it restores: a file that did not
    exist is removed; one that did gets its exact prior bytes and mode back. If someone changed the file during
-   the session, that version is first saved under ``$BEFLOW_HOME/saved/``. Then the journal entry goes.
+   the session, that version is first saved under ``$BEFLOW_HOME/saved/`` (for :data:`SAVED_DAYS` days: it may
+   hold the injected secrets). Then the journal entry goes.
 
 The restore is synchronous on purpose: there is no ``await`` in it for a cancellation to interrupt. When beflow
 is killed outright (SIGKILL, power loss), the journal survives and :func:`recover_orphans` (``beflow restore``,
@@ -28,6 +29,7 @@ import hashlib
 import json
 import os
 import stat
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -92,7 +94,7 @@ class Restored(BaseModel):
         else:
             text = f"could not restore {self.target}: {self.detail}"
         if self.saved is not None:
-            text += f"; the version changed during the run is saved at {self.saved}"
+            text += f"; the version changed during the run is saved at {self.saved} (for {SAVED_DAYS} days)"
         return text
 
 
@@ -144,6 +146,24 @@ def _journal_path(key: str) -> Path:
 
 def saved_dir() -> Path:
     return beflow_home() / "saved"
+
+
+#: Days a version saved aside is kept: it may hold the injected secrets (it was written while they were in place).
+SAVED_DAYS = 7
+
+
+def prune_saved(now: float | None = None) -> list[Path]:
+    """Delete what :func:`_save_aside` saved more than :data:`SAVED_DAYS` days ago; the paths deleted."""
+    cutoff = (time.time() if now is None else now) - SAVED_DAYS * 86400
+    removed = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(saved_dir()):
+            with contextlib.suppress(OSError):
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(info.st_mode) and info.st_mtime < cutoff:
+                    os.unlink(entry.path)
+                    removed.append(Path(entry.path))
+    return removed
 
 
 # --- process identity -----------------------------------------------------------------------------------------
@@ -238,6 +258,7 @@ def _save_aside(data: bytes, key: str) -> Path:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
     path = saved_dir() / f"{key}-{stamp}-{os.getpid()}{ACPXRC}"
     atomic_write(path, data, mode=0o600)
+    prune_saved()
     return path
 
 
@@ -329,6 +350,7 @@ def recover_orphans() -> list[Restored]:
 
     Returns what was done (``failed`` rows included), in a stable order.
     """
+    prune_saved()
     directory = journal_dir()
     if not directory.is_dir():
         return []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 
 from beflow.mcp.acp import MASK, AcpServer, secret_values
@@ -20,16 +21,26 @@ class Redactor:
     any value of :data:`MIN_SCRUBBED` characters or more wherever else it appears (raw or JSON-escaped).
     """
 
-    def __init__(self, servers: Sequence[AcpServer] | None = None) -> None:
+    def __init__(self, servers: Sequence[AcpServer] | None = None, *, words: bool = False) -> None:
         values = secret_values(servers or [])
         scrubbed = sorted((v for v in values if len(v) >= MIN_SCRUBBED), key=len, reverse=True)
         self._forms = [form for v in scrubbed for form in {v.encode(), json.dumps(v)[1:-1].encode()}]
+        # With ``words``, shorter values too, wherever one stands as a word of its own (``TOKEN=ab1`` but not the
+        # "ab1" inside "lab1"): for output that may print the injected file or the environment, such as a hook's.
+        short = sorted((v for v in values if 0 < len(v) < MIN_SCRUBBED), key=len, reverse=True) if words else []
+        self._words = [
+            re.compile(rb"(?<![A-Za-z0-9_])" + re.escape(form) + rb"(?![A-Za-z0-9_])")
+            for v in short
+            for form in {v.encode(), json.dumps(v)[1:-1].encode()}
+        ]
 
     def __call__(self, data: bytes) -> bytes:
         if b'"mcpServers"' in data:
             data = _mask_servers(data)
         for form in self._forms:
             data = data.replace(form, MASK.encode())
+        for word in self._words:
+            data = word.sub(MASK.encode(), data)
         return data
 
     def text(self, text: str) -> str:

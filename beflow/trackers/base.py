@@ -78,6 +78,11 @@ def format_time(value: dt.datetime) -> str:
     return as_utc(value).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+#: The longest body or comment an issue may have, in characters: enough for any real issue, not for a flood (an
+#: agent's tool call or a hand-written file alike; the whole text goes into every prompt).
+MAX_TEXT = 64_000
+
+
 def normalize_text(text: str) -> str:
     """Text as an issue file keeps it: ``\\n`` line ends, no blank lines before, no whitespace after."""
     text = text.replace("\r\n", "\n").replace("\r", "\n")
@@ -87,7 +92,13 @@ def normalize_text(text: str) -> str:
 def normalize_key(key: str) -> str:
     """The canonical form of a key as people type it: ``7``, ``#7`` and ``0007`` all name issue 7."""
     cleaned = str(key).strip().removeprefix("#")
-    return str(int(cleaned)) if cleaned.isdigit() else cleaned
+    # ASCII digits only: "¹" and "①" are digits to str.isdigit() but no number to int(); and no int() at all, which
+    # refuses more than 4300 digits.
+    return (cleaned.lstrip("0") or "0") if _is_number(cleaned) else cleaned
+
+
+def _is_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 def _one_line(value: str, what: str) -> str:
@@ -176,9 +187,9 @@ class Issue(BaseModel):
     def _body(cls, value: str) -> str:
         return normalize_text(value)
 
-    def order(self) -> tuple[int, dt.datetime, int, str]:
+    def order(self) -> tuple[int, dt.datetime, tuple[int, str], str]:
         """The order runs pick issues in: priority (lower first), then age (older first), then key."""
-        number = int(self.key) if self.key.isdigit() else 0
+        number = (len(self.key), self.key) if _is_number(self.key) else (0, "")
         return (self.priority, self.created, number, self.key)
 
 

@@ -50,6 +50,7 @@ from beflow.locks import NotedLock
 from beflow.paths import STATE_DIR, state_dir
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
+    MAX_TEXT,
     Claim,
     ClaimInfo,
     Comment,
@@ -102,6 +103,8 @@ class _FrontMatter(BaseModel):
     def _whole_number(cls, value: Any) -> Any:
         if isinstance(value, bool):
             raise ValueError("expected a whole number")
+        if isinstance(value, int) and value.bit_length() > 63:  # (and never printed: it may be thousands of digits)
+            raise ValueError("expected a number below 2^63")
         return value
 
     @field_validator("title", mode="before")
@@ -120,6 +123,27 @@ class _FrontMatter(BaseModel):
         if isinstance(value, list):
             return [str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for v in value]
         return value
+
+
+class _FrontMatterLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (YAML would silently keep the last value: a
+    person who wrote ``status`` twice meant one of them, and beflow must not guess which)."""
+
+
+def _unique_mapping(loader: _FrontMatterLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        with contextlib.suppress(TypeError):  # (an unhashable key is YAML's own error, below)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice (first at line {seen[key] + 2})", key_node.start_mark
+                )
+            seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node)
+
+
+_FrontMatterLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
 class IssueFileError(ConfigError):
@@ -183,7 +207,7 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
         raise fail(1, "the front matter that starts here has no closing '---' line")
     front_lines = lines[1:end]
     try:
-        data = yaml.safe_load("\n".join(front_lines))
+        data = yaml.load("\n".join(front_lines), Loader=_FrontMatterLoader)  # a SafeLoader
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
@@ -192,11 +216,15 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
         if context and context_mark and mark and context_mark.line != mark.line:
             hint += f" ({context} at line {context_mark.line + 2})"
         raise fail(mark.line + 2 if mark else 2, f"invalid YAML in the front matter: {problem}{hint}") from None
+    except RecursionError:
+        raise fail(2, "the front matter is nested too deeply to read (it holds 'key: value' lines)") from None
+    except ValueError:  # a number longer than Python reads (4300 digits)
+        raise fail(2, "the front matter holds a number too long to read") from None
     if not isinstance(data, dict):
         raise fail(2, "the front matter must be 'key: value' lines (key, title, status, ...)")
     for line in front_lines:  # YAML 1.1 reads `key: 0010` as octal 8; a person copying the file name means 10
         padded = re.match(r"^key\s*:\s*(0\d+)\s*$", line)
-        if padded:
+        if padded and len(padded.group(1)) <= 100:
             data["key"] = int(padded.group(1), 10)
     try:
         front = _FrontMatter.model_validate(data)
@@ -216,6 +244,10 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
     body_lines = rest if marker_at is None else rest[:marker_at]
     comments = [] if marker_at is None else _parse_comments(path, rest[marker_at + 1 :], end + 2 + marker_at + 1)
 
+    body = _unescape(body_lines, _ESCAPED_MARKER)
+    if len(body) > MAX_TEXT and len(normalize_text(body)) > MAX_TEXT:
+        size = len(normalize_text(body))
+        raise fail(end + 2, f"the body is {size:,} characters long; an issue's body is at most {MAX_TEXT:,}")
     created = front.created or mtime or dt.datetime.now(dt.UTC)
     try:
         return Issue(
@@ -226,7 +258,7 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
             labels=front.labels,
             created=created,
             updated=front.updated or mtime or created,
-            body=_unescape(body_lines, _ESCAPED_MARKER),
+            body=body,
             comments=comments,
             path=path,
             url=path.absolute().as_uri(),
@@ -459,6 +491,8 @@ class LocalTracker:
             error = exc.errors()[0]
             field = ".".join(str(p) for p in error["loc"])
             raise UsageError(f"new issue: {field}: {str(error['msg']).removeprefix('Value error, ')}") from None
+        if len(draft.body) > MAX_TEXT:  # it could not be read back
+            raise UsageError(f"new issue: body: {len(draft.body):,} characters; at most {MAX_TEXT:,}")
         with self._lock("new"):
             key = str(self._last_key() + 1)
             path = self.directory / file_name(key, draft.title)

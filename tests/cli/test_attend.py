@@ -4,9 +4,11 @@ checkout, and the record and the tracker say what happened."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -272,3 +274,50 @@ def test_an_agent_that_is_not_logged_in_is_named_as_the_cause_in_the_record_and_
     assert "is not logged in: Authentication required" in stderr
     assert "is not logged in: Authentication required" in attended.issue(key).comments[-1].text
     assert_prior_restored(attended)
+
+
+def test_a_nul_byte_in_the_issue_is_replaced_and_the_session_runs(attended: AutoProject, beflow_process) -> None:
+    key = attended.tracker.create(title="nul", body="acp-test: say hello\nbad \x00 byte", status=Status.READY).key
+    process = beflow_process("--attend", key, cwd=attended.directory)
+    _, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 0, stderr
+    assert "failed unexpectedly" not in stderr
+    assert attended.only_record().outcome == "no_changes"
+    assert attended.issue(key).status == Status.REVIEW
+    assert_prior_restored(attended)
+
+
+@contextlib.contextmanager
+def read_only(directory: Path) -> Iterator[None]:
+    """``directory`` that nobody (root included) can create files in: immutable for root, mode 0555 otherwise."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(directory)], check=True)
+        undo = ["chattr", "-i", str(directory)]
+    else:
+        directory.chmod(0o555)
+        undo = ["chmod", "755", str(directory)]
+    try:
+        yield
+    finally:
+        subprocess.run(undo, check=True)
+
+
+def test_a_read_only_checkout_is_refused_before_anything_is_written(
+    attended: AutoProject, beflow, isolated_home: Path
+) -> None:
+    key = attended.new_issue("say hello")
+    (attended.directory / ".beflow" / "runs").mkdir(exist_ok=True)
+
+    with read_only(attended.directory):
+        result = beflow("--attend", key)
+
+    assert result.exit_code == 2, result.stderr
+    assert f"--attend cannot run here: {attended.directory} is read-only" in result.stderr
+    assert "nothing was changed" in result.stderr
+    assert attended.records() == []
+    assert attended.issue(key).status == Status.READY
+    assert not list((isolated_home / "journal").glob("*"))
+    assert_prior_restored(attended)
+    # And once it is writable again, the same command works, with nothing to restore first.
+    assert "restore" not in beflow("--attend", key).stderr

@@ -162,7 +162,7 @@ def test_check_lists_every_problem_and_exits_2(beflow, repo: Path, isolated_home
     lines = result.stderr.splitlines()
     assert lines[0] == "error: 5 problems in the MCP cascade:"
     assert lines[1].startswith(f"{global_file}:1: invalid JSON5")
-    assert lines[2] == f"{project_file}:3: mcpServers.a.command: expected a string (got 1)"
+    assert lines[2] == f"{project_file}:3: mcpServers.a.command: expected a string (got a number)"
     assert lines[3] == f"{project_file}:5: mcpServers.c.command: required key is missing"
     assert lines[4] == f"{project_file}:5: mcpServers.c.typo: unknown key (did you mean 'type'?)"
     assert lines[5] == f"{project_file}:4: mcpServers.b.url: ${{NOPE}} is not set and has no default (server 'b')"
@@ -204,3 +204,58 @@ def test_every_key_of_show_json_is_documented(beflow, repo: Path) -> None:
     (row,) = [line for line in docs.splitlines() if line.startswith("| `beflow mcp show --json` |")]
 
     assert all(f'"{key}"' in row for key in keys), (sorted(keys), row)
+
+
+def test_show_masks_what_a_reference_expands_to_in_args_command_and_url(
+    beflow, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("API_TOKEN", "sk-live-7c1d")
+    monkeypatch.setenv("SHORT", "ab")
+    config_file(repo).write_text('{"mcp": {"enabled": true}}')
+    write_mcp(
+        repo / ".mcp.json",
+        json.dumps(
+            {
+                "mcpServers": {
+                    "index": {"command": "idx-${SHORT}", "args": ["--token=${API_TOKEN}", "--plain"]},
+                    "docs": {"type": "http", "url": "https://mcp.example.com/${API_TOKEN}/mcp"},
+                }
+            }
+        ),
+    )
+
+    for args in (["mcp", "show"], ["mcp", "show", "--json"]):
+        result = beflow(*args)
+        assert result.exit_code == 0, result.stderr
+        assert "sk-live-7c1d" not in result.stdout and "idx-ab" not in result.stdout
+        assert f"--token={MASK}" in result.stdout and "--plain" in result.stdout
+        assert f"https://mcp.example.com/{MASK}/mcp" in result.stdout
+        assert f"idx-{MASK}" in result.stdout
+
+    revealed = beflow("mcp", "show", "--reveal").stdout
+    assert "--token=sk-live-7c1d" in revealed and "idx-ab" in revealed
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"command": "x", "env": {"TOKEN": ["Bearer sk-live-9f8e7d"]}},  # a value in a list by mistake
+        {"type": "http", "url": "https://x", "headers": "Bearer sk-live-9f8e7d"},  # headers as a string
+        {"command": "x", "args": "Bearer sk-live-9f8e7d"},
+        {"type": "Bearer sk-live-9f8e7d"},
+        "Bearer sk-live-9f8e7d",
+        {"command": "x", "args": ["${Bearer sk-live-9f8e7d}"]},
+    ],
+)
+def test_a_shape_error_never_echoes_the_value(beflow, repo: Path, entry: dict[str, object] | str) -> None:
+    config_file(repo).write_text('{"mcp": {"enabled": true}}')
+    write_mcp(repo / ".mcp.json", json.dumps({"mcpServers": {"api": entry}}))
+
+    commands = [["mcp", "check"], ["mcp", "check", "--json"], ["--auto"]]
+    if "args" not in entry:  # (show prints args as written: they are not secrets, env and header values are)
+        commands.append(["mcp", "show"])
+    for args in commands:
+        result = beflow(*args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert "mcpServers.api" in result.stderr + result.stdout
+        assert "sk-live" not in result.stderr + result.stdout

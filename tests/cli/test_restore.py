@@ -59,7 +59,9 @@ def test_restore_reports_a_version_changed_after_the_crash(beflow, orphaned: tup
     directory, _ = orphaned
     (directory / ACPXRC).write_text('{"mine": true}')
     result = beflow("restore")
-    saved = Path(result.stdout.split("saved at ")[1].strip())
+    saved_at = result.stdout.split("saved at ")[1].strip()
+    assert saved_at.endswith(" (for 7 days)")  # then deleted: it may hold the injected secrets
+    saved = Path(saved_at.removesuffix(" (for 7 days)"))
     assert saved.read_text() == '{"mine": true}'
     assert (directory / ACPXRC).read_bytes() == PRIOR
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from beflow import validation
 from beflow.config import load_project
 from beflow.doctor import check_mcp
 from beflow.errors import ConfigError
@@ -100,12 +101,12 @@ def test_a_disabled_entry_with_fields_is_still_validated(project_dir: Path) -> N
         ('{"type": "sse", "url": "https://x", "env": {}}', "mcpServers.s.env: unknown key"),
         ('{"command": "c", "headers": {}}', "mcpServers.s.headers: unknown key"),
         ('{"type": "ws", "url": "x"}', "mcpServers.s.type: expected 'stdio', 'http' or 'sse' (got 'ws')"),
-        ('{"command": "c", "args": ["ok", 3]}', "mcpServers.s.args.1: expected a string (got 3)"),
-        ('{"command": "c", "args": "one"}', 'mcpServers.s.args: expected a list (got "one")'),
-        ('{"command": "c", "env": {"N": 1}}', "mcpServers.s.env.N: expected a string (got 1)"),
+        ('{"command": "c", "args": ["ok", 3]}', "mcpServers.s.args.1: expected a string (got a number)"),
+        ('{"command": "c", "args": "one"}', "mcpServers.s.args: expected a list (got a string of 3 characters)"),
+        ('{"command": "c", "env": {"N": 1}}', "mcpServers.s.env.N: expected a string (got a number)"),
         ('{"type": "http", "url": "https://x", "headers": {"H": true}}', "mcpServers.s.headers.H: expected a string"),
         ('{"command": ""}', "mcpServers.s.command: expected at least 1 character"),
-        ('"npx server"', "mcpServers.s: expected an object (got 'npx server')"),
+        ('"npx server"', "mcpServers.s: expected an object (got a string of 10 characters)"),
     ],
 )
 def test_a_wrong_entry_names_file_line_server_and_field(project_dir: Path, entry: str, expected: str) -> None:
@@ -208,8 +209,9 @@ def test_an_unset_variable_names_the_variable_and_server_never_a_value(project_d
 def test_a_malformed_reference_is_an_error(project_dir: Path) -> None:
     write_mcp(project_dir / ".mcp.json", '{"mcpServers": {"s": {"command": "x", "args": ["${1BAD}", "${OPEN"]}}}')
     found = problems()
-    assert "mcpServers.s.args.0: malformed reference '${1BAD}'" in found[0]
-    assert "mcpServers.s.args.1: malformed reference '${OPEN'" in found[1]
+    assert "mcpServers.s.args.0: malformed reference at character 1 (expected ${NAME}" in found[0]
+    assert "mcpServers.s.args.1: malformed reference at character 1" in found[1]
+    assert "1BAD" not in found[0] and "OPEN" not in found[1]  # the text after `${` may be a pasted value
 
 
 def test_a_url_must_be_http_after_expansion_and_is_not_shown(project_dir: Path) -> None:
@@ -251,3 +253,66 @@ def test_doctor_warns_when_injection_hides_acpx_global_servers(project_dir: Path
     check = check_mcp(load_project())
     assert check.ok and check.warning
     assert "hides everywhere" in check.detail
+
+
+def test_thousands_of_invalid_servers_are_located_in_one_pass_over_the_file(
+    project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Finding each problem's line by searching the file again made `mcp check` quadratic: 10 000 broken servers
+    # did not finish in five minutes. The file is now read for lines once, however many problems it has.
+    servers = {f"s{i}": {"command": i} for i in range(2000)}
+    write_mcp(project_dir / ".mcp.json", json.dumps({"mcpServers": servers}, indent=2))
+    scans = []
+    original = validation._without_comments
+    monkeypatch.setattr(validation, "_without_comments", lambda text: scans.append(text) or original(text))
+
+    found = problems()
+
+    assert len(found) == 2000
+    assert found[1234].endswith(f":{4 + 1234 * 3}: mcpServers.s1234.command: expected a string (got a number)")
+    assert len([text for text in scans if "mcpServers" in text]) <= 2  # its depth, its keys
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("docs", "Docs"),
+        ("caf\u00e9", "cafe\u0301"),  # é as one character, and as e + a combining accent
+        ("ｄｏｃｓ", "docs"),  # full-width letters
+        ("STRASSE", "straße"),
+    ],
+)
+def test_server_names_that_differ_only_in_case_or_unicode_form_are_an_error_naming_both(
+    project_dir: Path, first: str, second: str
+) -> None:
+    path = write_mcp(
+        project_dir / ".mcp.json",
+        f'{{"mcpServers": {{\n"{first}": {{"command": "a"}},\n"{second}": {{"command": "b"}}\n}}}}',
+    )
+
+    assert problems() == [
+        f"{path}:3: mcpServers.{second}: differs from server {first!r} ({path}:2) only in case or Unicode form: give "
+        "them names that differ in more than that, or the same name to replace it"
+    ]
+
+
+def test_a_project_server_named_like_a_global_one_but_for_case_is_an_error(
+    project_dir: Path, isolated_home: Path
+) -> None:
+    global_file = write_mcp(isolated_home / ".mcp.json", '{"mcpServers": {"docs": {"command": "a"}}}')
+    project_file = write_mcp(project_dir / ".mcp.json", '{"mcpServers": {"DOCS": {"disabled": true}}}')
+
+    [problem] = problems()
+    assert problem.startswith(f"{project_file}:1: mcpServers.DOCS: differs from server 'docs' ({global_file}:1)")
+
+
+@pytest.mark.parametrize("name", ["a\u0000b", "tab\there", "zero\u200bwidth", "rtl\u202eevil", "bell\u0007"])
+def test_a_server_name_with_control_or_invisible_characters_is_an_error(project_dir: Path, name: str) -> None:
+    path = write_mcp(project_dir / ".mcp.json", json.dumps({"mcpServers": {name: {"command": "a"}}}))
+    escaped = name.encode("unicode_escape").decode("ascii")
+
+    assert problems() == [
+        f"{path}:1: mcpServers.{escaped}: a server name must not hold control or invisible characters (shown escaped "
+        "here)"
+    ]
+    assert load_cascade(load_project()).entries == []

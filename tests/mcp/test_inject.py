@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,10 @@ from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.mcp.acp import AcpServer
 from beflow.mcp.inject import (
     ACPXRC,
+    SAVED_DAYS,
     Injection,
     JournalEntry,
+    Restored,
     journal_dir,
     managed_acpxrc,
     recover_orphans,
@@ -288,6 +291,23 @@ def test_a_version_changed_during_the_session_is_saved_aside_before_the_prior_co
     assert handle.saved.read_bytes() == b'{"edited": "by hand"}'
     assert handle.saved.is_relative_to(beflow_home() / "saved")
     assert mode_of(handle.saved) == 0o600
+
+
+def test_saved_versions_are_deleted_after_a_week_by_the_next_beflow_command(work: Path) -> None:
+    # A saved version was written while the injected secrets were in place: it must not stay for good.
+    saved = beflow_home() / "saved"
+    saved.mkdir(parents=True)
+    old, recent = saved / "old.acpxrc.json", saved / "recent.acpxrc.json"
+    old.write_text("secret")
+    recent.write_text("secret")
+    week_ago = time.time() - SAVED_DAYS * 86400 - 60
+    os.utime(old, (week_ago, week_ago))
+
+    recover_orphans()  # what every beflow command does first
+
+    assert sorted(p.name for p in saved.iterdir()) == ["recent.acpxrc.json"]
+    restored = Restored(target=work / ACPXRC, action="restored", saved=recent)
+    assert f"saved at {recent} (for {SAVED_DAYS} days)" in restored.describe()
 
 
 def test_a_changed_file_that_beflow_created_is_saved_then_removed(work: Path) -> None:

@@ -34,3 +34,12 @@ def test_the_redactor_masks_server_values_in_session_new_and_long_values_anywher
     assert redact(b"agent said env-secret-value twice: env-secret-value") == f"agent said {MASK} twice: {MASK}".encode()
     assert redact(b"abc is too short to mask in free text") == b"abc is too short to mask in free text"
     assert Redactor()(b"untouched") == b"untouched"
+
+
+def test_for_hook_output_values_of_any_length_are_masked_where_they_stand_as_words() -> None:
+    redact = Redactor(SERVERS, words=True)
+
+    assert redact(b"A=abc\n") == f"A={MASK}\n".encode()
+    assert redact(b'{"value": "abc"} abc. (abc)') == f'{{"value": "{MASK}"}} {MASK}. ({MASK})'.encode()
+    assert redact(b"env-secret-value") == MASK.encode()
+    assert redact(b"fabcd abc_1 xabc") == b"fabcd abc_1 xabc"  # inside other words: not the value

@@ -258,6 +258,18 @@ def test_an_unknown_key_names_keys_close_to_it(tracker: LocalTracker) -> None:
     assert tracker.get("#0002").title == "Add dark mode"
 
 
+@pytest.mark.parametrize("key", ["¹", "①", "1" * 5000, "0" * 5000 + "2"])
+def test_keys_that_only_look_like_numbers_are_not_found_not_a_crash(tracker: LocalTracker, key: str) -> None:
+    tracker.create("Fix the login crash")
+    tracker.create("Add dark mode")
+
+    if key.endswith("2"):  # leading zeros, however many: still issue 2
+        assert tracker.get(key).title == "Add dark mode"
+        return
+    with pytest.raises(NotFoundError, match="no issue"):
+        tracker.get(key)
+
+
 def test_refresh_sees_hand_edits(tracker: LocalTracker) -> None:
     issue = tracker.create("Fix the login crash")
     path = Path(str(issue.path))
@@ -273,6 +285,19 @@ BROKEN = {
     "bad status": ("---\nkey: 5\ntitle: t\nstatus: redy\n---\n", 4, "status: expected 'open', 'ready'"),
     "unknown key": ("---\nkey: 5\ntitle: t\nstatus: ready\nprioirty: 1\n---\n", 5, "did you mean 'priority'?"),
     "bad key": ("---\nkey: five\ntitle: t\nstatus: ready\n---\n", 2, "key: "),
+    "a key of 5000 digits": (f"---\nkey: {'1' * 5000}\ntitle: t\nstatus: ready\n---\n", 2, "number too long to read"),
+    "an octal key of 5000 digits": (f"---\nkey: 0{'1' * 5000}\ntitle: t\nstatus: ready\n---\n", 2, "below 2^63"),
+    "nested 2000 levels": (f"---\nkey: 5\ntitle: {'[' * 2000}{']' * 2000}\nstatus: ready\n---\n", 2, "too deeply"),
+    "a key given twice": (
+        "---\nkey: 5\ntitle: t\nstatus: ready\npriority: 1\nstatus: done\n---\n",
+        6,
+        "the key 'status' is given twice (first at line 4)",
+    ),
+    "a body over the cap": (
+        f"---\nkey: 5\ntitle: t\nstatus: ready\n---\n{'x' * 64_001}\n",
+        6,
+        "the body is 64,001 characters long; an issue's body is at most 64,000",
+    ),
     "no front matter": ("# Fix the crash\n", 1, "expected the file to start with a '---' line"),
     "unclosed front matter": ("---\nkey: 5\ntitle: t\n", 1, "no closing '---' line"),
     "text before a heading": (
@@ -311,6 +336,14 @@ def test_a_broken_file_is_reported_with_its_line_and_the_others_still_list(track
         tracker.get("5")
     assert caught.value.message.startswith(f"{path}:{line}: ")
     assert caught.value.exit_code == 2
+
+
+def test_a_body_of_the_cap_is_read_and_one_over_it_is_not_written(tracker: LocalTracker) -> None:
+    assert len(tracker.create("big", body="y" * 64_000).body) == 64_000
+
+    with pytest.raises(UsageError, match="body: 64,001 characters; at most 64,000"):
+        tracker.create("bigger", body="y" * 64_001)
+    assert [i.title for i in tracker.listing().issues] == ["big"]
 
 
 def test_a_file_that_is_not_utf8_is_reported(tracker: LocalTracker) -> None:
