@@ -33,7 +33,12 @@ from beflow.lifecycle import RunRequest, requeue_orphans, settle_orphans
 from beflow.policy import after_run, is_final, recall
 from beflow.records import RunRecord, RunStore
 from beflow.runner import Run
-from beflow.trackers import Issue, Status, Tracker, open_tracker
+from beflow.trackers import Issue, Status, Tracker, open_tracker, reading_once
+from beflow.wake import Wakeup, watch_directories
+
+#: Finished runs a long watch keeps in memory besides the live view's ``recent`` (the records on disk keep them
+#: all): none, so that its memory stays flat. ``--once`` returns every run of its tick.
+FINISHED_KEPT = 0
 
 
 @dataclass
@@ -105,6 +110,14 @@ class Dispatcher:
         self.blocked: str | None = None
         self.blocked_by: ConfigError | None = None
         self._config_seen = self._config_stamp()
+        #: What ends the wait between ticks early: a run ending, the tracker's files changing (beflow.wake).
+        self.wakeup: Wakeup | None = None
+        #: When the last full poll ran (the fallback when no event says anything changed).
+        self._polled = 0.0
+
+    @property
+    def store(self) -> RunStore:
+        return RunStore(self.project.directory)
 
     # -- events ----------------------------------------------------------------------------------------------------
 
@@ -144,24 +157,42 @@ class Dispatcher:
     # -- the loop --------------------------------------------------------------------------------------------------
 
     async def watch(self, *, once: bool = False) -> list[RunRecord]:
-        """Tick until cancelled (or, with ``once``, one tick and its runs). Runs are cancelled on the way out."""
-        finished: list[RunRecord] = []
+        """Tick until cancelled (or, with ``once``, one tick and its runs). Runs are cancelled on the way out.
+
+        Between ticks the dispatcher sleeps until something may have made a run startable (a run ended, an issue
+        file or a claim changed: :mod:`beflow.wake`), a backoff falls due, or ``watch.interval`` passed."""
+        finished: list[RunRecord] | deque[RunRecord] = [] if once else deque(maxlen=FINISHED_KEPT)
+        self.wakeup = Wakeup()
         async with anyio.create_task_group() as tasks:
             try:
+                if not once:
+                    tasks.start_soon(watch_directories, self._watched_directories, self.wakeup)
                 while True:
-                    self.tick(tasks, finished)
+                    self.tick(tasks, finished, once=once)  # type: ignore[arg-type]
                     if once:
                         await self._drain()
                         break
-                    self.next_tick = time.time() + self.project.config.watch.interval
-                    await anyio.sleep(self.project.config.watch.interval)
+                    interval = self.project.config.watch.interval
+                    self.next_tick = time.time() + interval
+                    await self.wakeup.wait(self._until_next(interval))
             except anyio.get_cancelled_exc_class():
                 self.stopping = True
                 self.emit("stopping", running=len(self.running))
                 raise
         if once and self.blocked_by is not None:
             raise self.blocked_by  # a cron job must see it: exit 2, as `--auto` does
-        return finished
+        return list(finished)
+
+    def _until_next(self, interval: float) -> float:
+        """Seconds until the next tick is due with no event: the poll, or a backoff falling due before it."""
+        now = time.time()
+        due = [self._polled + interval - time.monotonic()] + [b.due - now for b in self.backoffs.values()]
+        return max(0.0, min(due))
+
+    def _watched_directories(self) -> list[Path]:
+        """The directories whose changes wake the dispatcher (the local tracker's issues and claims)."""
+        watched = getattr(self.tracker, "watched_directories", None)
+        return list(watched()) if callable(watched) else []
 
     async def _drain(self) -> None:
         """``--once``: dispatch no more, wait for the runs, still reconciling every ``interval`` (a run whose issue is
@@ -176,19 +207,25 @@ class Dispatcher:
                 except BeflowError as error:
                     self.emit("error", message=error.message)
 
-    def tick(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
+    def tick(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord], *, once: bool = True) -> None:
         self.tick_count += 1
+        self._polled = time.monotonic()
         self._reload_config()
         try:
-            store = RunStore(self.project.directory)
-            store.close_orphans()
-            for key in settle_orphans(self.tracker, store):
-                self.emit("settled", key, reason="its run had finished; the issue now says so")
-            for issue in requeue_orphans(self.tracker):
-                self.emit("requeued", issue.key, reason="its run stopped without finishing")
-            self._reconcile()
-            if self._ready_to_dispatch():
-                self._dispatch(tasks, finished)
+            with reading_once(self.tracker):  # one scan of the tracker serves the whole tick
+                store = self.store
+                store.close_orphans()
+                for key in settle_orphans(self.tracker, store):
+                    self.emit("settled", key, reason="its run had finished; the issue now says so")
+                for issue in requeue_orphans(self.tracker):
+                    self.emit("requeued", issue.key, reason="its run stopped without finishing")
+                self._reconcile()
+                self._queue()
+                # The checks every run needs (git, acpx, the prompt, .mcp.json) only when a run is about to start:
+                # an idle watch does next to nothing per tick.
+                startable = self.queue and self.project.config.watch.concurrency > len(self.running)
+                if (startable or self.blocked is not None or once) and self._ready_to_dispatch():
+                    self._dispatch(tasks, finished)
         except BeflowError as error:
             self.emit("error", message=error.message)
         except OSError as error:  # a full disk, a permission gone: say so and try again next tick
@@ -254,12 +291,14 @@ class Dispatcher:
                 running.cancel(reason)
                 self.emit("cancelled", key, reason=reason)
 
-    def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
+    def _queue(self) -> None:
+        """The queue: what is ready, not running and not backing off (those are shown apart, with their due time)."""
         now = time.time()
         ready = [i for i in self.tracker.ready() if i.key not in self.running]
         self._recall([i.key for i in ready if i.key not in self.attempts])
-        # The queue: what is ready and not backing off (those are shown apart, with their due time).
         self.queue = [i for i in ready if not (i.key in self.backoffs and self.backoffs[i.key].due > now)]
+
+    def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         free = self.project.config.watch.concurrency - len(self.running)
         for issue in list(self.queue):
             if free <= 0 or self.stopping:
@@ -279,7 +318,7 @@ class Dispatcher:
         if not keys:
             return
         latest: dict[str, RunRecord] = {}
-        for record in RunStore(self.project.directory).records():  # newest first
+        for record in self.store.records():  # newest first
             if record.issue in keys and record.issue not in latest and record.outcome not in ("running", "cancelled"):
                 latest[record.issue] = record
         for key in keys:
@@ -318,6 +357,8 @@ class Dispatcher:
             raise
         finally:
             self.running.pop(key, None)
+            if self.wakeup is not None:
+                self.wakeup.set(f"run of {key} ended")  # its slot is free: fill it now, not at the next poll
         record = record or self._record_of(running)
         if record is None:
             return

@@ -21,8 +21,11 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
-    """Replace ``path`` with ``data`` (str is written as UTF-8) so that readers see the old or the new bytes."""
+def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644, durable: bool = True) -> None:
+    """Replace ``path`` with ``data`` (str is written as UTF-8) so that readers see the old or the new bytes.
+
+    ``durable=False`` skips the fsyncs, for caches and progress notes that nothing recovers from: after a crash
+    such a file holds the old bytes, the new ones, or (rarely) nothing, never a mix."""
     payload = data.encode("utf-8") if isinstance(data, str) else data
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -31,17 +34,20 @@ def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
             handle.write(payload)
             handle.flush()
             os.fchmod(handle.fileno(), mode)
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    fsync_dir(path.parent)
+    if durable:
+        fsync_dir(path.parent)
 
 
-def remove(path: Path) -> None:
-    """Remove ``path`` durably; a missing file is fine."""
+def remove(path: Path, *, durable: bool = True) -> None:
+    """Remove ``path`` durably (``durable=False``: without the fsync); a missing file is fine."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
-        fsync_dir(path.parent)
+        if durable:
+            fsync_dir(path.parent)

@@ -10,12 +10,18 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import git
-from filelock import FileLock
-
+from beflow import lazy
 from beflow.errors import BeflowError, ConfigError, UsageError
 from beflow.paths import ACPXRC, beflow_home, path_key, slug
+
+# GitPython is imported when first used: importing it costs a `git version` process and tens of milliseconds that
+# commands which never touch git (`--help`, `issues`, `runs`) should not pay.
+if TYPE_CHECKING:
+    import git
+else:
+    git = lazy.module("git")
 
 
 class GitError(BeflowError):
@@ -23,12 +29,13 @@ class GitError(BeflowError):
 
 
 def toplevel(start: Path) -> Path | None:
-    """The top level of the git work tree containing ``start``, if any."""
-    try:
-        repo = git.Repo(start, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        return None
-    return Path(repo.working_tree_dir) if repo.working_tree_dir else None
+    """The top level of the git work tree containing ``start``, if any: the nearest directory holding ``.git`` (a
+    directory, or the file a linked worktree or submodule has)."""
+    start = Path(os.path.abspath(start))
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return None
 
 
 def open_repo(directory: Path) -> git.Repo:
@@ -86,14 +93,26 @@ def resolve_base(repo: git.Repo, base: str) -> str:
         ) from None
 
 
+#: Facts about repositories that do not change while beflow runs, asked of git once per process (a watch asks
+#: them once, not once per run): whether git knows who commits, which were pruned.
+_IDENTITIES: dict[str, bool] = {}
+_PRUNED: set[Path] = set()
+
+
+def _common_dir(repo: git.Repo) -> Path:
+    """The git directory the repository's worktrees share (read from ``commondir`` by GitPython: no process)."""
+    return Path(repo.common_dir).resolve()
+
+
 @contextlib.contextmanager
 def _worktrees_locked(repo: git.Repo) -> Iterator[None]:
     """One ``git worktree add|remove|prune`` at a time per repository, across beflow processes: git itself races
     when two run at once ("failed to read .git/worktrees/<other>/commondir")."""
-    common = Path(repo.git.rev_parse("--git-common-dir"))
-    common = common if common.is_absolute() else Path(repo.working_tree_dir or ".") / common
+    common = _common_dir(repo)
     path = beflow_home() / "locks" / f"worktrees-{path_key(common)}.lock"
     path.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock
+
     with FileLock(path, thread_local=False):
         yield
 
@@ -109,7 +128,10 @@ def create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Workt
 
 
 def _create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Worktree:
-    repo.git.worktree("prune")
+    common = _common_dir(repo)
+    if common not in _PRUNED:  # what killed runs left registered: once per process (a watch prunes once)
+        repo.git.worktree("prune")
+        _PRUNED.add(common)
     registered = _registered_worktrees(repo)
     exists = branch in [h.name for h in repo.heads]
     if path in registered:
@@ -125,14 +147,17 @@ def _create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Work
     if path.exists():
         raise GitError(f"{path} exists but is not a worktree of this repository", fix="Move it away.")
     path.parent.mkdir(parents=True, exist_ok=True)
+    start = None
     try:
         if exists:
             repo.git.worktree("add", str(path), branch)
         else:
-            repo.git.worktree("add", "-b", branch, str(path), resolve_base(repo, base))
+            start = resolve_base(repo, base)
+            repo.git.worktree("add", "-b", branch, str(path), start)
     except git.GitCommandError as exc:
         raise GitError(f"git worktree add failed: {exc.stderr.strip()}") from None
-    return Worktree(path, branch, _head(path), continued=exists)
+    # A new branch starts where it was made from: no need to ask git.
+    return Worktree(path, branch, start or _head(path), continued=exists)
 
 
 def _head(path: Path) -> str:
@@ -198,13 +223,17 @@ def commit_all(worktree: Path, message: str) -> str | None:
 
 
 def _has_identity(repo: git.Repo) -> bool:
-    # Asked of git itself: GitPython's config reader misses GIT_CONFIG_GLOBAL, includes and the like.
-    try:
-        repo.git.var("GIT_AUTHOR_IDENT")
-        repo.git.var("GIT_COMMITTER_IDENT")
-    except git.GitCommandError:
-        return False
-    return True
+    # Asked of git itself: GitPython's config reader misses GIT_CONFIG_GLOBAL, includes and the like. Once per
+    # repository and process (the worktrees of one repository share its config).
+    key = str(_common_dir(repo))
+    if key not in _IDENTITIES:
+        try:
+            repo.git.var("GIT_AUTHOR_IDENT")
+            repo.git.var("GIT_COMMITTER_IDENT")
+            _IDENTITIES[key] = True
+        except git.GitCommandError:
+            _IDENTITIES[key] = False
+    return _IDENTITIES[key]
 
 
 def is_dirty(worktree: Path) -> bool:

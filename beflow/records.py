@@ -8,10 +8,12 @@ written here: MCP servers are recorded by name only.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import difflib
 import os
 import secrets
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -115,6 +117,11 @@ def new_run_id(issue_key: str) -> str:
     return f"{now():%Y%m%d-%H%M%S}-{slug(issue_key, max_length=24)}-{secrets.token_hex(2)}"
 
 
+#: The stamps (inode, size, mtime) of finished records this process has read, by path: they are not read again
+#: while the stamp holds. (Records are written by atomic replace: every save is a new inode.)
+_FINISHED: dict[str, tuple[int, int, int]] = {}
+
+
 class RunStore:
     """The run records of one project."""
 
@@ -129,13 +136,16 @@ class RunStore:
         state_dir(self.project_dir)
         directory = self.directory(record.id)
         directory.mkdir(parents=True, exist_ok=False)
-        atomic_write(directory / "prompt.md", prompt)
+        atomic_write(directory / "prompt.md", prompt, durable=False)
         self.save(record)
         return directory
 
     def save(self, record: RunRecord) -> None:
         record.progress = self.progress(record.id)  # the agent's lines are the progress file's, not the run's
-        atomic_write(self.directory(record.id) / "run.json", record.model_dump_json(indent=2) + "\n")
+        # Only the final record is made durable: after a crash, a record still `running` (whichever version of
+        # it survives) is closed as cancelled by the next beflow, which is all recovery needs from it.
+        path = self.directory(record.id) / "run.json"
+        atomic_write(path, record.model_dump_json(indent=2) + "\n", durable=record.finished)
 
     def add_progress(self, run_id: str, note: ProgressNote) -> None:
         """Append one progress line: a single ``O_APPEND`` write, so that concurrent writers never tear a line."""
@@ -163,28 +173,61 @@ class RunStore:
     def write(self, run_id: str, name: str, data: str | bytes) -> Path:
         """An artifact of the run (hook output, stderr)."""
         path = self.directory(run_id) / name
-        atomic_write(path, data)
+        atomic_write(path, data, durable=False)
         return path
 
     def records(self) -> list[RunRecord]:
         """Every readable record, newest first."""
-        if not self.root.is_dir():
-            return []
-        records = []
-        for directory in self.root.iterdir():
-            try:
-                records.append(RunRecord.model_validate_json((directory / "run.json").read_bytes()))
-            except (OSError, ValidationError):
-                continue
+        records = [record for _, record in self._read(lambda path: True)]
         # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
         return sorted(records, key=lambda r: (r.started_at, r.id), reverse=True)
+
+    def _read(self, wanted: Callable[[str], bool]) -> Iterator[tuple[str, RunRecord]]:
+        """The readable records whose ``run.json`` path ``wanted`` accepts."""
+        try:
+            names = os.listdir(self.root)
+        except OSError:
+            return
+        prefix = str(self.root) + os.sep
+        for name in names:
+            path = prefix + name + os.sep + "run.json"
+            if not wanted(path):
+                continue
+            try:
+                with open(path, "rb") as handle:
+                    yield path, RunRecord.model_validate_json(handle.read())
+            except (OSError, ValidationError):
+                continue
+
+    def running(self) -> list[RunRecord]:
+        """The records still ``running``. A finished record never changes again, so each file is parsed once per
+        process and then only its stamp is kept: a watch asks this every tick over thousands of records, with
+        memory that does not grow with them beyond a few bytes each."""
+
+        def maybe_running(path: str) -> bool:
+            try:
+                info = os.stat(path)
+            except OSError:
+                return False
+            known = _FINISHED.get(path)
+            return known is None or known != (info.st_ino, info.st_size, info.st_mtime_ns)
+
+        found = []
+        for path, record in self._read(maybe_running):
+            if record.finished:
+                with contextlib.suppress(OSError):
+                    info = os.stat(path)
+                    _FINISHED[path] = (info.st_ino, info.st_size, info.st_mtime_ns)
+            else:
+                found.append(record)
+        return found
 
     def close_orphans(self) -> list[RunRecord]:
         """Close the records of runs whose beflow was killed (still ``running``, their process gone): they end
         ``cancelled``, saying so, instead of looking alive for ever."""
         closed = []
-        for record in self.records():
-            if record.outcome == "running" and not identity.is_running(record.pid, record.pid_start):
+        for record in self.running():
+            if not identity.is_running(record.pid, record.pid_start):
                 record.close("cancelled", f"beflow (pid {record.pid}) was killed before the run finished")
                 self.save(record)
                 closed.append(record)

@@ -40,7 +40,7 @@ from beflow.mcp.own import follow_progress, with_own_server
 from beflow.paths import ACPXRC, acpx_home
 from beflow.policy import judge, status_after
 from beflow.records import Mode, Outcome, RunRecord, RunStore
-from beflow.trackers import Status, Tracker
+from beflow.trackers import Status, Tracker, reading_once
 from beflow.trackers.base import Claim, ClaimLost
 
 T = TypeVar("T")
@@ -508,13 +508,14 @@ async def run_many(
     picked = not keys
     store = RunStore(project.directory)
     store.close_orphans()
-    settle_orphans(tracker, store)
-    if picked:
-        requeue_orphans(tracker)
-        keys = [issue.key for issue in tracker.ready()]
-    else:
-        # Unknown keys fail before anything runs; a key named twice runs once.
-        keys = list(dict.fromkeys(tracker.get(key).key for key in keys))
+    with reading_once(tracker):  # one scan of the tracker for all of this
+        settle_orphans(tracker, store)
+        if picked:
+            requeue_orphans(tracker)
+            keys = [issue.key for issue in tracker.ready()]
+        else:
+            # Unknown keys fail before anything runs; a key named twice runs once.
+            keys = list(dict.fromkeys(tracker.get(key).key for key in keys))
     if limit is not None:
         keys = keys[:limit]
     records: list[RunRecord] = []

@@ -94,3 +94,32 @@ def test_runs_started_within_the_same_second_are_ordered_by_start_time(store: Ru
 
     assert [r.id for r in store.records()] == [second.id, first.id]
     assert store.get("latest").id == second.id
+
+
+def test_finished_records_are_read_once_to_find_the_running_ones(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow import records
+
+    monkeypatch.setattr(records, "_FINISHED", {})
+    finished = [RunRecord(id=f"2024-{n}", issue=str(n), mode="auto", agent="a", started_at=now()) for n in range(5)]
+    for record in finished:
+        record.close("succeeded", "done")
+        store.create(record, "prompt")
+    alive = RunRecord(id="2024-alive", issue="9", mode="watch", agent="a", started_at=now())
+    store.create(alive, "prompt")
+    reads: list[bytes] = []
+    real = RunRecord.model_validate_json
+
+    def counting(data: bytes) -> RunRecord:
+        reads.append(data)
+        return real(data)
+
+    monkeypatch.setattr(RunRecord, "model_validate_json", counting)
+    assert [r.id for r in store.running()] == ["2024-alive"] and len(reads) == 6
+    reads.clear()
+    assert [r.id for r in store.running()] == ["2024-alive"] and len(reads) == 1
+    alive.close("failed", "it failed")
+    store.save(alive)
+    assert store.running() == [] and store.close_orphans() == []
+    assert {r.outcome for r in store.records()} == {"succeeded", "failed"}

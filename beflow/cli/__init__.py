@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
+import gc
 import importlib
+import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -11,6 +15,7 @@ import click
 
 from beflow import __version__
 from beflow.cli.common import App, HelpGroup, guarded
+from beflow.paths import beflow_home
 
 # `beflow --auto KEY ...`, `beflow --attend KEY`, `beflow --open KEY` are modes of the root command (docs/modes.md);
 # they are dispatched to hidden subcommands of the same names.
@@ -60,6 +65,22 @@ class BeflowGroup(HelpGroup):
             self.add_command(getattr(importlib.import_module(module), attribute), name)
         return self.commands.get(name)
 
+    def summary_of(self, ctx: click.Context, name: str, limit: int) -> str:
+        """A command's one-line help for ``beflow --help``, read from its module's source when the command is not
+        loaded: listing the commands does not import them all."""
+        if name in self.commands or name not in COMMANDS:
+            command = self.get_command(ctx, name)
+            return command.get_short_help_str(limit) if command is not None else ""
+        module, attribute = COMMANDS[name].split(":")
+        spec = importlib.util.find_spec(module)
+        if spec is None or spec.origin is None:
+            return ""
+        for node in ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body:
+            if isinstance(node, ast.FunctionDef) and node.name == attribute:
+                return click.Command(name, help=ast.get_docstring(node) or "").get_short_help_str(limit)
+        command = self.get_command(ctx, name)  # not a plain decorated function: load it
+        return command.get_short_help_str(limit) if command is not None else ""
+
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         args = list(args)
         for index, arg in enumerate(args):
@@ -93,7 +114,12 @@ class BeflowGroup(HelpGroup):
                     ("--open KEY", "Open the agent's own client in your checkout with the issue's prompt."),
                 ]
             )
-        super().format_commands(ctx, formatter)
+        names = [n for n in self.list_commands(ctx) if n not in MODE_FLAGS.values()]  # the modes are listed above
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        with formatter.section("Commands"):
+            formatter.write_dl([(n, self.summary_of(ctx, n, limit)) for n in names])
 
     def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         formatter.write_usage("beflow", "[--config PATH] COMMAND [ARGS]...")
@@ -121,14 +147,45 @@ def cli(ctx: click.Context, config_path: Path | None) -> None:
     git worktree, with per-run MCP servers, and commits the result to a branch."""
     ctx.obj = App(config_option=config_path)
     # A beflow killed mid-run (SIGKILL, power loss) left a managed .acpxrc.json: put it back before anything else.
-    if ctx.invoked_subcommand != "restore":
+    if ctx.invoked_subcommand != "restore" and _journal_has_entries():
         from beflow.cli.restore import recover_quietly
 
         recover_quietly()
 
 
+def _journal_has_entries() -> bool:
+    """Whether any managed file may need restoring (a look at one directory, without loading the machinery)."""
+    try:
+        return any(name.endswith(".json") for name in os.listdir(beflow_home() / "journal"))
+    except OSError:  # no journal yet, or not readable: the restore itself reports what it cannot do
+        return not isinstance(sys.exc_info()[1], FileNotFoundError)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
     args = argv if argv is not None else sys.argv[1:]
-    code = guarded(lambda: cli.main(args=args, prog_name="beflow", standalone_mode=False))
-    sys.exit(code if isinstance(code, int) else 0)
+    # Start-up builds many long-lived objects (models, commands): keep the collector from walking them again.
+    gc.freeze()
+    try:
+        code = guarded(lambda: cli.main(args=args, prog_name="beflow", standalone_mode=False))
+        status: int | str | None = code if isinstance(code, int) else 0
+    except SystemExit as done:
+        status = done.code
+    if argv is None and sys.getprofile() is None and sys.gettrace() is None:  # no profiler or coverage to report
+        _leave(status)
+    sys.exit(status)
+
+
+def _leave(status: int | str | None) -> None:
+    """Exit at once with ``status`` once output is flushed: the interpreter's teardown (freeing every module and
+    object one by one) is work nobody waits for. Falls back to a normal exit when output cannot be flushed, so
+    that a broken pipe is reported as Python reports it."""
+    if isinstance(status, str):
+        print(status, file=sys.stderr)
+        status = 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    os._exit(status or 0)

@@ -11,23 +11,47 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
-from rich.console import Console
-from rich.markup import escape
-from rich.measure import Measurement
-from rich.table import Table
 
-from beflow.config import Project, load_project
 from beflow.errors import BeflowError
 from beflow.files import atomic_write
 from beflow.paths import beflow_home
 
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from beflow.config import Project
+
 T = TypeVar("T")
 
-out = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+class _LazyConsole:
+    """A rich console made on first use: commands that print JSON or nothing never load rich."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(**self._options)
+        return getattr(self._console, name)
+
+
+out: Console = _LazyConsole(highlight=False, soft_wrap=True)  # type: ignore[assignment]
+err: Console = _LazyConsole(stderr=True, highlight=False, soft_wrap=True)  # type: ignore[assignment]
+
+
+def escape(text: str) -> str:
+    """Text shown as it is in rich markup (rich's own ``escape``, loaded when something is printed)."""
+    from rich.markup import escape as rich_escape
+
+    return rich_escape(text)
 
 
 @dataclass
@@ -39,6 +63,8 @@ class App:
 
     def project(self) -> Project:
         if self._project is None:
+            from beflow.config import load_project
+
             self._project = load_project(self.config_option)
         return self._project
 
@@ -46,6 +72,8 @@ class App:
 def print_table(table: Table) -> None:
     """A table fits the terminal; off a terminal (a pipe, a file) nothing is cut or wrapped: it is as wide as its
     widest values."""
+    from rich.measure import Measurement
+
     if not out.is_terminal:
         table.width = Measurement.get(out, out.options.update(max_width=100_000), table).maximum
     out.print(table)
@@ -74,6 +102,9 @@ pass_app = click.make_pass_decorator(App, ensure=True)
 
 def emit_json(value: Any) -> None:
     """One JSON document (or one event line) on stdout."""
+    if hasattr(value, "model_dump_json"):  # straight from the model: no copy of it as Python objects in between
+        click.echo(value.model_dump_json())
+        return
     click.echo(json.dumps(value, default=_json_default, ensure_ascii=False))
 
 
@@ -153,5 +184,7 @@ def call_operation(app: App, name: str, *, actor: str | None = None, **arguments
     from beflow.operations import Context, get
 
     project = app.project()
-    context = Context(project=project, actor=actor or user_name(project.directory))
-    return get(name).call(context, {k: v for k, v in arguments.items() if v is not None})
+    operation = get(name)
+    # Reading acts as nobody: asking git who the user is (a git process) is for operations that write.
+    who = actor or ("user" if operation.safety == "read" else user_name(project.directory))
+    return operation.call(Context(project=project, actor=who), {k: v for k, v in arguments.items() if v is not None})

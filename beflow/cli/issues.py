@@ -7,12 +7,9 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich import box
-from rich.markup import escape
-from rich.table import Table
 
 import beflow.issues  # noqa: F401 - registers the issue operations
-from beflow.cli.common import App, HelpGroup, call_operation, emit_json, err, out, pass_app, print_table
+from beflow.cli.common import App, HelpGroup, call_operation, emit_json, err, escape, out, pass_app, print_table
 from beflow.errors import UsageError
 from beflow.issues import Commented, IssueView, StatusChange
 from beflow.trackers.base import Issue, Listing, Status, format_time
@@ -68,6 +65,9 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
     if as_json:
         emit_json(listing)
     elif listing.issues:
+        from rich import box
+        from rich.table import Table
+
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
         for name, justify in (("KEY", "right"), ("STATUS", "left"), ("PRI", "right"), ("TITLE", "left")):
             table.add_column(name, justify=justify)  # type: ignore[arg-type]

@@ -8,9 +8,8 @@ import os
 from typing import Any
 
 import click
-from rich.markup import escape
 
-from beflow.cli.common import App, HelpGroup, emit_json, err, out, pass_app
+from beflow.cli.common import App, HelpGroup, emit_json, err, escape, out, pass_app
 from beflow.errors import ConfigError
 from beflow.mcp.acp import MASK, masked, shadowed_global_servers, translate
 from beflow.mcp.cascade import Entry, RemoteServer, StdioServer, check_cascade, fix_for, summary

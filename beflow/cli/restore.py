@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
-from beflow.cli.common import emit_json, err, out
+from beflow.cli.common import emit_json, err, escape, out
 from beflow.errors import BeflowError
 from beflow.mcp.inject import active_entries, recover_orphans
 

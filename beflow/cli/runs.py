@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
-from rich.table import Table
 
 import beflow.runs  # noqa: F401 - registers the run operations
-from beflow.cli.common import App, HelpGroup, call_operation, emit_json, out, pass_app, print_table
+from beflow.cli.common import App, HelpGroup, call_operation, emit_json, escape, out, pass_app, print_table
 from beflow.cli.progress import OUTCOME_STYLE
 from beflow.records import RunRecord
 
@@ -35,6 +33,8 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
     if not records:
         out.print("No runs yet. `beflow --auto` runs the ready issues.")
         return
+    from rich.table import Table
+
     rows = [
         (
             r.id,

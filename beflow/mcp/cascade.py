@@ -273,6 +273,8 @@ def expand_string(value: str, environ: Mapping[str, str]) -> str:
 
     Raises ``_Unresolved`` with a message that names the variable (never a value).
     """
+    if "${" not in value:
+        return value
 
     def replace(match: re.Match[str]) -> str:
         body = _BODY.match(match["body"])
@@ -296,6 +298,8 @@ def expand(entry: Entry, environ: Mapping[str, str]) -> tuple[Server | None, lis
     server = entry.server
     if server is None:
         return None, []
+    if not _has_reference(server):
+        return server, []  # nothing to expand (the server is immutable: it can be shared)
     problems: list[Problem] = []
 
     def problem(keys: tuple[str | int, ...], message: str) -> None:
@@ -332,6 +336,15 @@ def expand(entry: Entry, environ: Mapping[str, str]) -> tuple[Server | None, lis
         if not problems and not re.match(r"^https?://", expanded.url.strip(), re.IGNORECASE):
             problem(("url",), "expected an http:// or https:// URL after expansion")
     return (None if problems else expanded), problems
+
+
+def _has_reference(server: Server) -> bool:
+    """Whether any field that is expanded holds a ``${``."""
+    if isinstance(server, StdioServer):
+        texts = [server.command, *server.args, *server.env.values()]
+    else:
+        texts = [server.url, *server.headers.values()]
+    return any("${" in text for text in texts)
 
 
 def expand_all(cascade: Cascade, environ: Mapping[str, str]) -> tuple[list[tuple[str, Server]], list[Problem]]:

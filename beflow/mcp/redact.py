@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from beflow.mcp.acp import MASK, AcpServer, secret_values
 
@@ -25,6 +26,7 @@ class Redactor:
         values = secret_values(servers or [])
         scrubbed = sorted((v for v in values if len(v) >= MIN_SCRUBBED), key=len, reverse=True)
         self._forms = [form for v in scrubbed for form in {v.encode(), json.dumps(v)[1:-1].encode()}]
+        self._pattern: re.Pattern[bytes] | None = None
         # With ``words``, shorter values too, wherever one stands as a word of its own (``TOKEN=ab1`` but not the
         # "ab1" inside "lab1"): for output that may print the injected file or the environment, such as a hook's.
         short = sorted((v for v in values if 0 < len(v) < MIN_SCRUBBED), key=len, reverse=True) if words else []
@@ -37,14 +39,52 @@ class Redactor:
     def __call__(self, data: bytes) -> bytes:
         if b'"mcpServers"' in data:
             data = _mask_servers(data)
-        for form in self._forms:
-            data = data.replace(form, MASK.encode())
+        if len(self._forms) <= FEW_SECRETS:
+            for form in self._forms:
+                data = data.replace(form, MASK.encode())
+        else:  # many secrets (a big .mcp.json): one pass over the data, not one per secret
+            if self._pattern is None:
+                self._pattern = _alternation(self._forms)
+            data = self._pattern.sub(MASK.encode(), data)
         for word in self._words:
             data = word.sub(MASK.encode(), data)
         return data
 
     def text(self, text: str) -> str:
         return self(text.encode("utf-8")).decode("utf-8", errors="replace")
+
+
+#: Up to this many secret forms, masking replaces each in turn; beyond, one regular expression finds them all.
+FEW_SECRETS = 32
+
+
+def _alternation(forms: list[bytes]) -> re.Pattern[bytes]:
+    """One pattern matching every form (the longest where several start at the same place), as a trie: shared
+    prefixes are matched once, so a search costs about one step per byte of data however many forms there are."""
+    trie: dict[int | None, Any] = {}
+    for form in forms:
+        node = trie
+        for byte in form:
+            node = node.setdefault(byte, {})
+        node[None] = {}
+
+    def pattern(node: dict[int | None, Any]) -> bytes:
+        # Iterative along single-child chains, recursive only where the trie branches (shallow).
+        literal = b""
+        while len(node) == 1 and None not in node:
+            byte, node = next(iter(node.items()))
+            assert byte is not None  # the loop's condition
+            literal += re.escape(bytes([byte]))
+        branches = [
+            re.escape(bytes([b])) + pattern(child)
+            for b, child in sorted((k, v) for k, v in node.items() if k is not None)
+        ]
+        if not branches:
+            return literal
+        group = b"(?:" + b"|".join(branches) + b")"
+        return literal + (group + b"?" if None in node else group)
+
+    return re.compile(pattern(trie))
 
 
 def _mask_servers(line: bytes) -> bytes:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from beflow.config import GitHubTracker, Project
 from beflow.trackers.base import (
     TRANSITIONS,
@@ -28,6 +31,7 @@ __all__ = [
     "Status",
     "Tracker",
     "open_tracker",
+    "reading_once",
 ]
 
 
@@ -39,3 +43,12 @@ def open_tracker(project: Project) -> Tracker:
 
         return open_github(project, settings)
     return LocalTracker(project.tracker_dir, project.directory)
+
+
+@contextlib.contextmanager
+def reading_once(tracker: Tracker) -> Iterator[None]:
+    """Within the block, the tracker reads its issues once and answers every question from that reading (its own
+    writes start a new one); a tracker that cannot do that reads as usual."""
+    hold = getattr(tracker, "reading_once", None)
+    with hold() if callable(hold) else contextlib.nullcontext():
+        yield

@@ -31,19 +31,21 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import difflib
+import json
 import os
 import re
 import socket
+import stat
+import time
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pydantic
-import yaml
-from filelock import FileLock
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from beflow import lazy
 from beflow.errors import ConfigError, LockedError, NotFoundError, UsageError
 from beflow.files import atomic_write
 from beflow.locks import NotedLock
@@ -66,6 +68,13 @@ from beflow.trackers.base import (
     utc_now,
 )
 from beflow.validation import problems_of
+
+if TYPE_CHECKING:
+    import filelock
+    import yaml
+else:
+    yaml = lazy.module("yaml")  # reading from the index needs no YAML
+    filelock = lazy.module("filelock")  # reading needs no lock
 
 #: The line that starts the comments section. Everything after it is comments under ``### author · time`` headings.
 COMMENTS_MARKER = "<!-- beflow:comments -->"
@@ -207,7 +216,7 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
         raise fail(1, "the front matter that starts here has no closing '---' line")
     front_lines = lines[1:end]
     try:
-        data = yaml.load("\n".join(front_lines), Loader=_FrontMatterLoader)  # a SafeLoader
+        data = _load_front_matter("\n".join(front_lines))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
@@ -267,6 +276,33 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
         key = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""
         message = str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
         raise fail(_line_of_key(front_lines, key) or 2, f"{key}: {message}") from None
+
+
+def _load_front_matter(text: str) -> Any:
+    """The front matter's YAML value. Text without ``&`` and ``*`` can hold no anchor or alias, so libyaml reads it
+    as safely as the careful loader; anything else, and any error (for the careful loader's message), goes to
+    ``yaml.safe_load``."""
+    fast = _fast_loader()
+    if fast is not None and "&" not in text and "*" not in text:
+        with contextlib.suppress(yaml.YAMLError):
+            return yaml.load(text, Loader=fast)  # a SafeLoader (libyaml's), refusing repeated keys the same way
+    return yaml.load(text, Loader=_FrontMatterLoader)  # a SafeLoader
+
+
+_FAST: list[Any] = []
+
+
+def _fast_loader() -> Any:
+    """libyaml's safe loader, when PyYAML was built with it (several times faster), with the same constructors as
+    :class:`_FrontMatterLoader`; None without libyaml."""
+    if not _FAST:
+        base = getattr(yaml, "CSafeLoader", None)
+        loader: Any = None
+        if base is not None:
+            loader = type("_FastFrontMatterLoader", (base,), {})
+            loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+        _FAST.append(loader)
+    return _FAST[0]
 
 
 def _line_of_key(front_lines: list[str], key: str) -> int:
@@ -352,6 +388,10 @@ class LocalTracker:
         self.directory = directory
         self.project_dir = project_dir
         self.description = f"local issues in {directory}"
+        self._index = _Index(directory, project_dir / STATE_DIR / "tracker" / "index.json")
+        #: The last scan, reused while :meth:`reading_once` holds it and nothing was written meanwhile.
+        self._held: tuple[list[Issue], list[FileProblem]] | None = None
+        self._holding = 0
 
     # paths -------------------------------------------------------------------------------------------------------
 
@@ -362,21 +402,24 @@ class LocalTracker:
     def _claims_dir(self, *, create: bool) -> Path:
         return (self._state() if create else self.project_dir / STATE_DIR) / "claims"
 
-    def _lock(self, name: str) -> FileLock:
+    def _lock(self, name: str) -> filelock.FileLock:
         path = self._state() / "tracker" / "locks" / f"{name}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
-        return FileLock(path, timeout=WRITE_WAIT, thread_local=False)
+        return filelock.FileLock(path, timeout=WRITE_WAIT, thread_local=False)
 
     # reading -----------------------------------------------------------------------------------------------------
 
-    def _files(self) -> list[Path]:
-        if not self.directory.is_dir():
+    def _names(self) -> list[str]:
+        """The names of the issue files, sorted (no stat: a scan stats each file once)."""
+        try:
+            names = os.listdir(self.directory)
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(
-            p
-            for p in self.directory.iterdir()
-            if p.suffix == ".md" and not p.name.startswith(".") and p.name.lower() != "readme.md" and p.is_file()
-        )
+        return sorted(n for n in names if _is_issue_name(n))
+
+    def _files_named(self, key: str) -> list[Path]:
+        """The issue files whose name starts with the number ``key`` (``0007-x.md`` for 7)."""
+        return [self.directory / n for n in self._names() if _number_of_name(n) == key]
 
     def _read(self, path: Path) -> Issue:
         try:
@@ -391,23 +434,87 @@ class LocalTracker:
             raise IssueFileError([FileProblem(path=path, line=line, message="not UTF-8 text")]) from None
         return parse(path, text, mtime=mtime)
 
+    def _cached(self, path: Path | str) -> Issue | list[FileProblem] | None:
+        """The issue in ``path`` (or its problems), parsed only when the file changed since it was last parsed in
+        this process or recorded in the index; None when it is not a regular file (any more)."""
+        try:
+            info = os.stat(path)
+        except OSError:
+            return None
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        stamp = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        key = str(path)
+        known = _PARSED.get(key)
+        if known is not None and known[0] == stamp:
+            if isinstance(known[1], Issue):
+                self._index.keep(os.path.basename(key), stamp, known[1])  # for a rewrite of the index
+            return known[1]
+        path = Path(path)
+        result: Issue | list[FileProblem] | None = self._index.lookup(path, stamp)
+        if result is None:
+            try:
+                result = self._read(path)
+            except IssueFileError as error:
+                result = error.problems
+            self._index.fresh += 1
+        # A file changed within the last moment may change again with the same stamp (the clock's granularity):
+        # it is parsed again next time rather than trusted.
+        if time.time_ns() - info.st_ctime_ns > RACY_NS:
+            _PARSED[key] = (stamp, result)
+            if isinstance(result, Issue):
+                self._index.keep(path.name, stamp, result)
+        return result
+
+    @contextlib.contextmanager
+    def reading_once(self) -> Iterator[None]:
+        """Scans within the block reuse one reading of the directory (see ``trackers.reading_once``)."""
+        self._holding += 1
+        try:
+            yield
+        finally:
+            self._holding -= 1
+            if not self._holding:
+                self._held = None
+
+    def watched_directories(self) -> list[Path]:
+        """Where a change may make an issue startable: the issue files, and the claim notes (a claim released)."""
+        return [self.directory, self._claims_dir(create=False)]
+
     def _scan(self) -> tuple[list[Issue], list[FileProblem]]:
-        """Every issue that parses (by key) and a problem per file that does not; a repeated key is a problem."""
+        if self._holding and self._held is not None:
+            return self._held
+        scanned = self._scan_now()
+        if self._holding:
+            self._held = scanned
+        return scanned
+
+    def _scan_now(self) -> tuple[list[Issue], list[FileProblem]]:
+        """Every issue that parses (by key) and a problem per file that does not; a repeated key is a problem.
+
+        Only files that changed since they were last read (by this process, or by any beflow: the index in
+        ``.beflow/tracker``) are parsed; the others cost one ``stat``.
+        """
         issues: dict[str, Issue] = {}
         problems: list[FileProblem] = []
-        for path in self._files():
-            try:
-                issue = self._read(path)
-            except IssueFileError as error:
-                problems.extend(error.problems)
+        self._index.begin()
+        prefix = str(self.directory) + os.sep
+        for name in self._names():
+            result = self._cached(prefix + name)
+            if result is None:
                 continue
+            if not isinstance(result, Issue):
+                problems.extend(result)
+                continue
+            issue = result
             if issue.key in issues:
                 first = issues[issue.key].path
                 assert first is not None
                 message = f"key: {issue.key} is also the key of {first.name}; give this issue a new key"
-                problems.append(FileProblem(path=path, line=2, message=message))
+                problems.append(FileProblem(path=self.directory / name, line=2, message=message))
                 continue
             issues[issue.key] = issue
+        self._index.end(self.project_dir / STATE_DIR)
         return sorted(issues.values(), key=lambda i: (int(i.key), i.key)), problems
 
     def listing(self, status: Status | None = None, label: str | None = None) -> Listing:
@@ -422,6 +529,12 @@ class LocalTracker:
 
     def get(self, key: str) -> Issue:
         wanted = normalize_key(key)
+        # The file named after the key (``0007-...``) is the issue, when its front matter agrees: no scan.
+        if wanted.isdigit():
+            for path in self._files_named(wanted):
+                found = self._cached(path)
+                if isinstance(found, Issue) and found.key == wanted:
+                    return found
         issues, problems = self._scan()
         for issue in issues:
             if issue.key == wanted:
@@ -452,6 +565,7 @@ class LocalTracker:
 
     def _write(self, issue: Issue) -> None:
         assert issue.path is not None
+        self._held = None
         atomic_write(issue.path, render(issue))
 
     def _update(self, key: str, change: Callable[[Issue], Issue]) -> Issue:
@@ -503,10 +617,11 @@ class LocalTracker:
 
     def _last_key(self) -> int:
         """The highest key ever given here: in a file, in a file name, or (if its file was deleted) remembered."""
+        # File names and the remembered key, without parsing: keys are given in file names; a key typed by hand
+        # into another file's front matter counts when this process has read that file.
         numbers = [0]
-        issues, _ = self._scan()
-        numbers += [int(i.key) for i in issues]
-        numbers += [int(n) for p in self._files() if (n := _number_of(p))]
+        numbers += [int(n) for name in self._names() if (n := _number_of_name(name))]
+        numbers.append(self._index.max_key)
         with contextlib.suppress(OSError, ValueError):
             numbers.append(int((self._state() / "tracker" / "last-key").read_text().strip()))
         return max(numbers)
@@ -582,5 +697,128 @@ class LocalTracker:
 
 def _number_of(path: Path) -> str | None:
     """The key a file name suggests (``0007-x.md`` -> ``7``)."""
-    match = _LEADING_NUMBER.match(path.name)
+    return _number_of_name(path.name)
+
+
+def _number_of_name(name: str) -> str | None:
+    match = _LEADING_NUMBER.match(name)
     return str(int(match.group(1))) if match else None
+
+
+def _is_issue_name(name: str) -> bool:
+    return name.endswith(".md") and not name.startswith(".") and name.lower() != "readme.md"
+
+
+#: Files changed less than this long ago are parsed again on the next read, not trusted to their stamp: a change
+#: within the file system clock's granularity can leave the stamp as it was.
+RACY_NS = 1_000_000_000
+
+#: Every issue file this process has parsed, by path: its stamp (inode, size, mtime, ctime) and what it held. The
+#: trackers of one process (a watch reloading its config, each run's) share it, so a tick parses what changed only.
+_PARSED: dict[str, tuple[tuple[int, int, int, int], Issue | list[FileProblem]]] = {}
+
+#: How many files a scan must have parsed afresh before it rewrites the index (fewer are cheap to parse again).
+INDEX_REWRITE = 16
+INDEX_VERSION = 1
+
+
+class _Index:
+    """``.beflow/tracker/index.json``: the parsed issues with the stamp of the file each came from, so that a new
+    beflow process parses only the files that changed since any beflow last read them. A cache, never the truth:
+    an entry whose file's stamp differs is ignored, a missing or damaged index is rebuilt, and it is written
+    without fsync (losing it costs a re-parse)."""
+
+    def __init__(self, directory: Path, path: Path) -> None:
+        self.directory = directory
+        self.path = path
+        self._entries: dict[str, list[Any]] | None = None
+        self._on_disk = False
+        self._kept: dict[str, list[Any]] = {}
+        self.fresh = 0
+        self.max_key = 0
+
+    def _load(self) -> dict[str, list[Any]]:
+        if self._entries is None:
+            self._entries = {}
+            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                data = json.loads(self.path.read_bytes())
+                if data["version"] == INDEX_VERSION and data["directory"] == str(self.directory):
+                    self._entries = dict(data["entries"])
+                    self._on_disk = bool(self._entries)
+        return self._entries
+
+    def lookup(self, path: Path, stamp: tuple[int, int, int, int]) -> Issue | None:
+        entry = self._load().get(path.name)
+        try:
+            if entry is None or tuple(entry[0]) != stamp:
+                return None
+            return _issue_of(entry[1], path)
+        except (KeyError, IndexError, TypeError, ValueError):  # a damaged entry: the file is parsed instead
+            return None
+
+    def keep(self, name: str, stamp: tuple[int, int, int, int], issue: Issue) -> None:
+        self._kept[name] = [list(stamp), issue]
+        if issue.key.isdigit():
+            self.max_key = max(self.max_key, int(issue.key))
+
+    def begin(self) -> None:
+        self._kept, self.fresh = {}, 0
+
+    def end(self, state: Path) -> None:
+        """Write the index when enough has changed (and only where beflow keeps state already: reading never
+        creates state)."""
+        entries = self._load()
+        stale = self.fresh >= INDEX_REWRITE or (self.fresh and not self._on_disk) or len(entries) > len(self._kept) * 2
+        # Once a scan is done, this process has every issue in memory: the index's copy is not needed again.
+        self._entries, kept, self._kept = {}, self._kept, {}
+        if not stale or not state.is_dir():
+            return
+        entries = {name: [stamp, _index_entry(issue)] for name, (stamp, issue) in kept.items()}
+        data = {"version": INDEX_VERSION, "directory": str(self.directory), "entries": entries}
+        with contextlib.suppress(OSError):
+            atomic_write(self.path, json.dumps(data, ensure_ascii=False, separators=(",", ":")), durable=False)
+            self._on_disk = True
+
+
+def _index_entry(issue: Issue | list[Any]) -> Any:
+    if isinstance(issue, list):  # already in index form (read from the index)
+        return issue
+    comments = [[c.author, format_time(c.created), c.text] for c in issue.comments]
+    return [
+        issue.key,
+        issue.title,
+        issue.status.value,
+        issue.priority,
+        issue.labels,
+        format_time(issue.created),
+        format_time(issue.updated),
+        issue.body,
+        comments,
+        issue.url,
+    ]
+
+
+_ISSUE_FIELDS = set(Issue.model_fields)
+_COMMENT_FIELDS = set(Comment.model_fields)
+
+
+def _issue_of(entry: list[Any], path: Path) -> Issue:
+    """An issue from its index entry: validated when its file was parsed, so built without validating again."""
+    key, title, status, priority, labels, created, updated, body, comments, url = entry
+    return Issue.model_construct(
+        _ISSUE_FIELDS,  # one set shared by all (frozen models never change it): 100k issues, 70 MB less
+        key=key,
+        title=title,
+        status=Status(status),
+        priority=priority,
+        labels=list(labels),
+        created=dt.datetime.fromisoformat(created),
+        updated=dt.datetime.fromisoformat(updated),
+        body=body,
+        comments=[
+            Comment.model_construct(_COMMENT_FIELDS, author=a, created=dt.datetime.fromisoformat(t), text=x)
+            for a, t, x in comments
+        ],
+        path=path,
+        url=url,
+    )

@@ -1,0 +1,860 @@
+"""Every row of beflow's speed table, each measured side by side with its baseline in the same run.
+
+    python bench/run.py                      # every row, full sizes (several minutes)
+    python bench/run.py --rows help,issues   # some rows
+    python bench/run.py --quick              # every row at small sizes (about a minute)
+    python bench/run.py --json result.json   # also write the figures as JSON
+
+Each row prints the baseline's median, beflow's median, the ratio between them and the goal, then whether the goal
+is met. bench/README.md describes every row and its baseline. The data every row needs (10k and 100k issue files,
+a 10k-server ``.mcp.json``, git repositories) is generated in a temporary directory and removed afterwards.
+
+Uses the pinned acpx (tools/acpx, installed by ./scripts/test) and the test agent in tests/support. Timings on a
+shared machine are noisy: read the ratios, measured against a baseline in the same run, rather than single numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+ACPX = ROOT / "tools" / "acpx" / "node_modules" / ".bin" / "acpx"
+AGENT = f"{sys.executable} {ROOT / 'tests' / 'support' / 'acp_agent.py'}"
+BEFLOW = [sys.executable, "-m", "beflow"]
+ROWS = ("help", "startup", "run", "watch", "latency", "issues", "issues100k", "idle", "drain", "mcp", "rss")
+
+
+# --- sizes --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Sizes:
+    runs: int = 5  # repetitions of a timed command
+    issues: int = 10_000  # the "10k issues" rows
+    big: int = 100_000  # the "100k issues" row
+    servers: int = 10_000  # the ".mcp.json with 10k servers" row
+    watch_issues: int = 20
+    lanes: int = 4
+    turn: float = 4.0  # seconds the agent works on each issue in the watch row
+    interval: float = 30.0  # watch.interval (the default)
+    idle_seconds: float = 60.0
+    drain: int = 8
+    rss_runs: int = 240
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(
+            runs=3,
+            issues=2_000,
+            big=10_000,
+            servers=2_000,
+            watch_issues=8,
+            turn=1.0,
+            idle_seconds=10,
+            drain=4,
+            rss_runs=40,
+        )
+
+    @classmethod
+    def smoke(cls) -> Sizes:
+        """Correctness only: the smallest sizes that still exercise every code path of every row."""
+        return cls(
+            runs=1,
+            issues=30,
+            big=60,
+            servers=20,
+            watch_issues=2,
+            lanes=2,
+            turn=0.0,
+            interval=30.0,
+            idle_seconds=1.0,
+            drain=2,
+            rss_runs=4,
+        )
+
+
+# --- results ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """One line of the table: what was measured, its baseline, the goal and whether it is met."""
+
+    name: str
+    what: str
+    baseline_label: str
+    baseline: float | None  # the baseline's median (seconds, unless unit says otherwise)
+    measured: float  # beflow's median
+    unit: str
+    goal: str
+    met: bool
+    ratio: float | None = None
+    samples: dict[str, list[float]] = field(default_factory=dict)
+    notes: str = ""
+
+    def render(self) -> str:
+        base = "" if self.baseline is None else f"{self.baseline_label} {_fmt(self.baseline, self.unit)}"
+        ratio = "" if self.ratio is None else f"{self.ratio:.2f}x"
+        flag = "met" if self.met else "NOT MET"
+        line = f"{self.name:<22} {self.what:<46} {base:<30} beflow {_fmt(self.measured, self.unit):<12} "
+        return line + f"{ratio:>7}  goal {self.goal:<14} {flag}" + (f"  ({self.notes})" if self.notes else "")
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "s":
+        return f"{value * 1000:.0f} ms" if value < 10 else f"{value:.1f} s"
+    if unit == "MiB":
+        return f"{value:.0f} MiB"
+    if unit == "KiB/run":
+        return f"{value:+.1f} KiB/run"
+    return f"{value:.2f} {unit}".strip()
+
+
+def count(n: int) -> str:
+    """10000 -> "10k"; small sizes (smoke runs) as they are."""
+    return f"{n // 1000}k" if n >= 1000 and n % 1000 == 0 else str(n)
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+# --- processes ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    wall: float
+    cpu: float  # user + system seconds of the process and its children it waited for
+    max_rss_mib: float
+    stdout: bytes
+
+
+def measure(argv: list[str], cwd: Path, *, check: bool = True, stdin: bytes | None = None) -> Measured:
+    """Wall time of one command (its CPU time and memory are not taken: see :func:`measure_rusage`)."""
+    started = time.perf_counter()
+    child = subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE if stdin else None
+    )
+    out, err = child.communicate(stdin)
+    wall = time.perf_counter() - started
+    if check and child.returncode != 0:
+        raise RuntimeError(f"{argv} exited {child.returncode}: {err.decode(errors='replace')[-2000:]}")
+    return Measured(wall, float("nan"), float("nan"), out)
+
+
+def measure_rusage(argv: list[str], cwd: Path, *, check: bool = True) -> Measured:
+    """Like :func:`measure`, with the CPU time and peak RSS of that one process tree (``os.wait4``)."""
+    started = time.perf_counter()
+    child = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    chunks: dict[str, list[bytes]] = {"out": [], "err": []}
+
+    def drain(stream: Any, name: str) -> None:
+        for chunk in iter(lambda: stream.read(65536), b""):
+            chunks[name].append(chunk)
+
+    readers = [
+        threading.Thread(target=drain, args=(child.stdout, "out")),
+        threading.Thread(target=drain, args=(child.stderr, "err")),
+    ]
+    for reader in readers:
+        reader.start()
+    _, status, usage = os.wait4(child.pid, 0)
+    wall = time.perf_counter() - started
+    for reader in readers:
+        reader.join()
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if check and child.returncode != 0:
+        raise RuntimeError(
+            f"{argv} exited {child.returncode}: {b''.join(chunks['err']).decode(errors='replace')[-2000:]}"
+        )
+    return Measured(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, b"".join(chunks["out"]))
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
+
+
+def beflow(repo: Path, *args: str) -> list[str]:
+    """The argv of a beflow command in ``repo`` (its config named explicitly)."""
+    return [*BEFLOW, "--config", str(repo / "config.json"), *args]
+
+
+# --- fixtures -----------------------------------------------------------------------------------------------------
+
+
+def make_repo(root: Path, name: str, *, mcp: bool = True, **watch: Any) -> Path:
+    """A git repository configured for the test agent and the pinned acpx (config.json, .mcp.json)."""
+    repo = root / name
+    repo.mkdir(parents=True)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "README.md").write_text("# bench\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-qm", "init")
+    config: dict[str, Any] = {"agent": {"command": AGENT}, "acpx": [str(ACPX)], "timeout": 300}
+    if mcp:
+        config["mcp"] = {"enabled": True}
+        (repo / ".mcp.json").write_text('{"mcpServers": {"files": {"command": "echo", "env": {"K": "secret-1234"}}}}')
+    if watch:
+        config["watch"] = watch
+    (repo / "config.json").write_text(json.dumps(config, indent=2))
+    return repo
+
+
+def issue_text(key: int, status: str, body: str = "") -> str:
+    """An issue file as the local tracker writes it."""
+    stamp = "2024-05-01T10:00:00Z"
+    return (
+        f"---\nkey: {key}\ntitle: bench issue {key}\nstatus: {status}\npriority: 2\nlabels: [bench]\n"
+        f"created: '{stamp}'\nupdated: '{stamp}'\n---\n\n{body or f'Body of issue {key}.'}\n\n"
+        "<!-- beflow:comments -->\n"
+    )
+
+
+def generate_issues(repo: Path, count: int, *, status: str = "done", start: int = 1) -> None:
+    """``count`` issue files (written directly: generating is not what is measured)."""
+    directory = repo / ".beflow" / "issues"
+    directory.mkdir(parents=True, exist_ok=True)
+    for key in range(start, start + count):
+        (directory / f"{key:04d}-bench-issue-{key}.md").write_text(issue_text(key, status))
+
+
+def new_issue(repo: Path, title: str, body: str) -> str:
+    out = subprocess.run(
+        beflow(repo, "issues", "new", title, "--body", body, "--json"), cwd=repo, check=True, capture_output=True
+    ).stdout
+    return str(json.loads(out)["key"])
+
+
+def prompt_for(turn: float) -> str:
+    work = f"acp-test: sleep {turn:g}\n" if turn > 0 else ""
+    return work + "acp-test: write out.txt hello"
+
+
+class Watch:
+    """A ``beflow watch --json`` in the background, its events read as they come."""
+
+    def __init__(self, repo: Path) -> None:
+        self.child = subprocess.Popen(
+            beflow(repo, "watch", "--json"), cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        self.events: list[tuple[float, dict[str, Any]]] = []
+        self._lock = threading.Condition()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.child.stdout is not None
+        for line in self.child.stdout:
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                with self._lock:
+                    self.events.append((time.perf_counter(), event))
+                    self._lock.notify_all()
+
+    def wait_for(self, test: Callable[[list[dict[str, Any]]], bool], timeout: float) -> float:
+        """The time the events first satisfied ``test``; an error after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while True:
+                seen = [e for _, e in self.events]
+                if test(seen):
+                    return self.events[-1][0] if self.events else time.perf_counter()
+                left = deadline - time.monotonic()
+                if left <= 0 or self.child.poll() is not None:
+                    err = self.child.stderr.read().decode(errors="replace") if self.child.poll() is not None else ""
+                    raise RuntimeError(f"watch: timed out waiting; events: {seen[-5:]} {err[-2000:]}")
+                self._lock.wait(min(left, 0.2))
+
+    def count(self, kind: str) -> int:
+        with self._lock:
+            return sum(1 for _, e in self.events if e.get("event") == kind)
+
+    def cpu(self) -> float:
+        """User + system seconds the watch process has used so far."""
+        fields = Path(f"/proc/{self.child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def rss_kib(self) -> int:
+        for line in Path(f"/proc/{self.child.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    def stop(self) -> None:
+        if self.child.poll() is None:
+            self.child.send_signal(signal.SIGTERM)
+            try:
+                self.child.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                self.child.kill()
+                self.child.wait()
+
+
+@contextlib.contextmanager
+def watching(repo: Path) -> Iterator[Watch]:
+    watch = Watch(repo)
+    try:
+        yield watch
+    finally:
+        watch.stop()
+
+
+# --- the rows -----------------------------------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, root: Path, sizes: Sizes) -> None:
+        self.root = root
+        self.sizes = sizes
+        self.rows: list[Row] = []
+        self._repos = 0
+
+    def repo(self, **kwargs: Any) -> Path:
+        self._repos += 1
+        return make_repo(self.root, f"repo-{self._repos}", **kwargs)
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        print(row.render(), flush=True)
+
+    # startup ---------------------------------------------------------------------------------------------------
+
+    def help(self) -> None:
+        """``beflow --help`` against ``acpx --help``, CPU time (the start-up cost of each)."""
+        repo = self.repo(mcp=False)
+        acpx, ours, bare = [], [], []
+        for _ in range(self.sizes.runs):  # interleaved: load on the machine hits both alike
+            acpx.append(measure_rusage([str(ACPX), "--help"], repo).cpu)
+            ours.append(measure_rusage([*BEFLOW, "--help"], repo).cpu)
+            bare.append(measure_rusage([sys.executable, "-c", "pass"], repo).cpu)
+        base, value = median(acpx), median(ours)
+        self.add(
+            Row(
+                "help",
+                "`beflow --help` CPU",
+                "acpx --help",
+                base,
+                value,
+                "s",
+                "<= 1.0x",
+                value <= base,
+                value / base,
+                {"acpx": acpx, "beflow": ours, "python -c pass": bare},
+                f"python -c pass {median(bare) * 1000:.0f} ms",
+            )
+        )
+
+    def startup(self) -> None:
+        """Every everyday command's CPU time, against ``python -c pass`` (no goal: to see where start-up goes)."""
+        repo = self.repo()
+        generate_issues(repo, 3, status="ready")
+        commands = {
+            "--version": ["--version"],
+            "issues list --json": ["issues", "list", "--json"],
+            "issues list": ["issues", "list"],
+            "issues show 1": ["issues", "show", "1"],
+            "runs list --json": ["runs", "list", "--json"],
+            "mcp show --json": ["mcp", "show", "--json"],
+            "mcp check": ["mcp", "check"],
+        }
+        bare = [measure_rusage([sys.executable, "-c", "pass"], repo).cpu for _ in range(self.sizes.runs)]
+        for label, args in commands.items():
+            values = [measure_rusage(beflow(repo, *args), repo).cpu for _ in range(self.sizes.runs)]
+            self.add(
+                Row(
+                    f"startup {label}",
+                    f"`beflow {label}` CPU",
+                    "python -c pass",
+                    median(bare),
+                    median(values),
+                    "s",
+                    "-",
+                    True,
+                    median(values) / median(bare),
+                    {"beflow": values},
+                )
+            )
+
+    # one run ---------------------------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """One ``beflow --auto KEY`` against the bare script: worktree add, acpx exec, commit, worktree remove."""
+        repo = self.repo()
+        prompt = prompt_for(0)
+        keys = [new_issue(repo, f"bench {i}", prompt) for i in range(self.sizes.runs)]
+        bare, ours = [], []
+        for index, key in enumerate(keys):
+            bare.append(_timed(lambda i=index: self._bare_run(repo, f"bare-{i}", prompt)))
+            ours.append(_timed(lambda k=key: measure(beflow(repo, "--auto", k), repo)))
+        base, value = median(bare), median(ours)
+        ratio = value / base
+        self.add(
+            Row(
+                "run",
+                "one `--auto` run",
+                "bare script",
+                base,
+                value,
+                "s",
+                "<= 1.10x",
+                ratio <= 1.10,
+                ratio,
+                {"bare": bare, "beflow": ours},
+                f"{(value - base) * 1000:.0f} ms over",
+            )
+        )
+
+    def _bare_run(self, repo: Path, name: str, prompt: str, *, lock: threading.Lock | None = None) -> None:
+        worktree = self.root / "bare" / name
+        with lock or contextlib.nullcontext():
+            git(repo, "worktree", "add", "-q", "-b", f"bare/{name}", str(worktree))
+        subprocess.run(
+            [str(ACPX), "--cwd", str(worktree), "--format", "json", "--approve-all", "--agent", AGENT, "exec", prompt],
+            check=True,
+            capture_output=True,
+        )
+        git(worktree, "add", "-A")
+        git(worktree, "commit", "-qm", name)
+        with lock or contextlib.nullcontext():
+            git(repo, "worktree", "remove", "--force", str(worktree))
+
+    # dispatch ----------------------------------------------------------------------------------------------------
+
+    def watch(self) -> None:
+        """``beflow watch`` draining N issues in L lanes at the default interval, against bare acpx in L lanes."""
+        s = self.sizes
+        prompt = prompt_for(s.turn)
+        repo = self.repo(concurrency=s.lanes, interval=s.interval)
+        lock = threading.Lock()
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=s.lanes) as pool:
+            list(pool.map(lambda i: self._bare_run(repo, f"lane-{i}", prompt, lock=lock), range(s.watch_issues)))
+        bare = time.perf_counter() - started
+        for index in range(s.watch_issues):
+            new_issue(repo, f"watch {index}", prompt)
+        started = time.perf_counter()
+        with watching(repo) as watch:
+            done = watch.wait_for(
+                lambda ev: sum(e.get("event") == "finished" for e in ev) >= s.watch_issues,
+                timeout=max(600, 10 * s.watch_issues * (s.turn + 5)),
+            )
+        ours = done - started
+        efficiency = bare / ours
+        self.add(
+            Row(
+                "watch",
+                f"watch, {s.watch_issues} issues x {s.turn:g} s turn, {s.lanes} lanes",
+                "bare acpx",
+                bare,
+                ours,
+                "s",
+                ">= 0.95",
+                efficiency >= 0.95,
+                efficiency,
+                {"bare": [bare], "beflow": [ours]},
+                f"efficiency {efficiency:.2f}, interval {s.interval:g} s",
+            )
+        )
+
+    def latency(self) -> None:
+        """A new ready issue (``issues new`` in another process) until the watch dispatches it."""
+        s = self.sizes
+        repo = self.repo(concurrency=s.lanes, interval=s.interval)
+        delays = []
+        with watching(repo) as watch:
+            time.sleep(1.0)  # the watch is up and idle
+            for index in range(s.runs):
+                before = watch.count("dispatched")
+                key = new_issue(repo, f"latency {index}", prompt_for(0))
+                filed = time.perf_counter()
+                seen = watch.wait_for(
+                    lambda ev, b=before: sum(e.get("event") == "dispatched" for e in ev) > b,
+                    timeout=s.interval * 3 + 30,
+                )
+                delays.append(max(0.0, seen - filed))
+                watch.wait_for(
+                    lambda ev, k=key: any(e.get("event") == "finished" and e.get("issue") == k for e in ev), timeout=120
+                )
+        value = median(delays)
+        self.add(
+            Row(
+                "latency",
+                "new ready issue -> its run starts",
+                "",
+                None,
+                value,
+                "s",
+                "< 1 s",
+                value < 1.0,
+                None,
+                {"beflow": delays},
+                f"interval {s.interval:g} s",
+            )
+        )
+
+    # the tracker at scale ------------------------------------------------------------------------------------
+
+    def issues(self) -> None:
+        """10k issues: ``issues list``, ``show``, ``new``, and an idle ``watch --once``."""
+        n = self.sizes.issues
+        repo = self.repo(mcp=False)
+        generate_issues(repo, n)
+        goals = {"list": 1.0, "show": 0.1, "new": 0.2, "watch --once": 0.3}
+        commands = {
+            "list": ["issues", "list", "--json"],
+            "show": ["issues", "show", str(n // 2), "--json"],
+            # Filed open: the idle `watch --once` after it must find nothing to run.
+            "new": ["issues", "new", "another", "--body", "text", "--status", "open", "--json"],
+            "watch --once": ["watch", "--once", "--json"],
+        }
+        bare = [measure([sys.executable, "-c", "pass"], repo).wall for _ in range(self.sizes.runs)]
+        for label, args in commands.items():
+            runs = [measure_rusage(beflow(repo, *args), repo) for _ in range(self.sizes.runs)]
+            values, cpu = [r.wall for r in runs], [r.cpu for r in runs]
+            value, goal = median(values), goals[label]
+            self.add(
+                Row(
+                    f"{count(n)} issues {label}",
+                    f"`issues {label}`" if label != "watch --once" else "`watch --once`, none ready",
+                    "python -c pass",
+                    median(bare),
+                    value,
+                    "s",
+                    f"< {goal:g} s",
+                    value < goal,
+                    value / goal,
+                    {"beflow": values, "cpu": cpu},
+                    f"ratio is to the goal; CPU {median(cpu) * 1000:.0f} ms",
+                )
+            )
+
+    def issues100k(self) -> None:
+        """100k issues: ``issues list``, time and peak memory."""
+        n = self.sizes.big
+        repo = self.repo(mcp=False)
+        generate_issues(repo, n)
+        # The first listing parses every file and writes the tracker's index; the ones after it read the index.
+        first = measure_rusage(beflow(repo, "issues", "list", "--json"), repo)
+        runs = [
+            measure_rusage(beflow(repo, "issues", "list", "--json"), repo) for _ in range(max(1, self.sizes.runs // 2))
+        ]
+        wall, rss = median([r.wall for r in runs]), median([r.max_rss_mib for r in runs])
+        self.add(
+            Row(
+                f"{count(n)} issues list",
+                "`issues list` time",
+                "",
+                None,
+                wall,
+                "s",
+                "< 5 s",
+                wall < 5.0,
+                wall / 5.0,
+                {"beflow": [r.wall for r in runs], "cpu": [r.cpu for r in runs]},
+                f"ratio is to the goal; CPU {median([r.cpu for r in runs]):.1f} s; the first listing (it builds the "
+                f"index) {first.wall:.1f} s, {first.max_rss_mib:.0f} MiB",
+            )
+        )
+        self.add(
+            Row(
+                f"{count(n)} issues list RSS",
+                "`issues list` peak RSS",
+                "",
+                None,
+                rss,
+                "MiB",
+                "< 200 MiB",
+                rss < 200,
+                rss / 200,
+                {"beflow": [r.max_rss_mib for r in runs]},
+            )
+        )
+
+    def idle(self) -> None:
+        """An idle ``watch`` over 10k issues, none ready: CPU per minute after its first tick."""
+        s = self.sizes
+        repo = self.repo(mcp=False, interval=s.interval)
+        generate_issues(repo, s.issues)
+        with watching(repo) as watch:
+            time.sleep(min(10.0, max(2.0, s.idle_seconds)))  # start-up and the first tick
+            before, started = watch.cpu(), time.perf_counter()
+            time.sleep(s.idle_seconds)
+            used, elapsed = watch.cpu() - before, time.perf_counter() - started
+        per_minute = used / elapsed * 60
+        self.add(
+            Row(
+                f"idle watch, {count(s.issues)}",
+                "idle `watch` CPU per minute, none ready",
+                "",
+                None,
+                per_minute,
+                "s",
+                "< 0.5 s",
+                per_minute < 0.5,
+                per_minute / 0.5,
+                {"beflow": [per_minute]},
+                f"over {elapsed:.0f} s, interval {s.interval:g} s",
+            )
+        )
+
+    def drain(self) -> None:
+        """Draining N ready issues with ``--auto``: per-run time beside 10k other issues against beside none."""
+        s = self.sizes
+        small = self.repo()
+        large = self.repo()
+        generate_issues(large, s.issues)
+        per_run: dict[str, list[float]] = {"empty": [], "large": []}
+        for round_ in range(max(1, s.runs // 2)):
+            for name, repo in (("empty", small), ("large", large)):
+                for index in range(s.drain):
+                    new_issue(repo, f"drain {round_}.{index}", prompt_for(0))
+                per_run[name].append(measure(beflow(repo, "--auto"), repo).wall / s.drain)
+        base, value = median(per_run["empty"]), median(per_run["large"])
+        ratio = value / base
+        self.add(
+            Row(
+                "drain",
+                f"per run, draining {s.drain}, beside {count(s.issues)} issues",
+                "beside none",
+                base,
+                value,
+                "s",
+                "<= 1.10x",
+                ratio <= 1.10,
+                ratio,
+                per_run,
+                "O(N) drains cost the same per run",
+            )
+        )
+
+    # .mcp.json ---------------------------------------------------------------------------------------------------
+
+    def mcp(self) -> None:
+        """A ``.mcp.json`` with 10k servers: resolve, ``mcp show``, masking the ``session/new`` line."""
+        n = self.sizes.servers
+        repo = self.repo(mcp=False)
+        config = json.loads((repo / "config.json").read_text())
+        config["mcp"] = {"enabled": True}
+        (repo / "config.json").write_text(json.dumps(config))
+        servers = {
+            f"server-{i:05d}": {
+                "command": "tool",
+                "args": ["--port", str(i)],
+                "env": {"TOKEN": f"secret-value-{i:05d}-{'x' * 8}"},
+            }
+            for i in range(n)
+        }
+        path = repo / ".mcp.json"
+        path.write_text(json.dumps({"mcpServers": servers}, indent=2))
+        os.environ["BEFLOW_HOME"] = str(self.root / "home")
+
+        from beflow.config import load_project
+        from beflow.mcp.acp import resolve_servers
+        from beflow.mcp.redact import Redactor
+
+        project = load_project(repo / "config.json")
+        loads, resolves = [], []
+        for _ in range(self.sizes.runs):
+            loads.append(_timed(lambda: json.loads(path.read_text())))
+            resolves.append(_timed(lambda: resolve_servers(project)))
+        base, value = median(loads), median(resolves)
+        self.add(
+            Row(
+                f"mcp {count(n)} resolve",
+                "resolve the servers of a run",
+                "json.loads",
+                base,
+                value,
+                "s",
+                "< 0.2 s",
+                value < 0.2,
+                value / base,
+                {"json.loads": loads, "beflow": resolves},
+            )
+        )
+        shows = [measure(beflow(repo, "mcp", "show", "--json"), repo).wall for _ in range(max(1, self.sizes.runs // 2))]
+        value = median(shows)
+        self.add(
+            Row(
+                f"mcp {count(n)} show",
+                "`mcp show --json`",
+                "",
+                None,
+                value,
+                "s",
+                "< 3 s",
+                value < 3.0,
+                value / 3.0,
+                {"beflow": shows},
+                "ratio is to the goal",
+            )
+        )
+        resolved = resolve_servers(project) or []
+        wire = [server.model_dump(mode="json") for server in resolved]
+        line = json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": str(repo), "mcpServers": wire}}
+        ).encode()
+        redactor = Redactor(resolved)
+        redactor(line)  # a run builds its redactor once (its pattern on first use), then masks every line with it
+        copies, masks = [], []
+        for _ in range(self.sizes.runs):
+            copies.append(_timed(lambda: json.dumps(json.loads(line)).encode()))
+            masks.append(_timed(lambda: redactor(line)))
+        masked = redactor(line)
+        assert b"secret-value" not in masked, "a secret survived masking"
+        base, value = median(copies), median(masks)
+        self.add(
+            Row(
+                f"mcp {count(n)} mask",
+                "mask the `session/new` line",
+                "json round trip",
+                base,
+                value,
+                "s",
+                "< 50 ms",
+                value < 0.05,
+                value / base,
+                {"json": copies, "beflow": masks},
+            )
+        )
+
+    # memory ------------------------------------------------------------------------------------------------------
+
+    def rss(self) -> None:
+        """One long watch: its RSS after the first quarter of the runs against after all of them."""
+        s = self.sizes
+        repo = self.repo(concurrency=s.lanes, interval=1.0)
+        for index in range(s.rss_runs):
+            new_issue(repo, f"rss {index}", prompt_for(0))
+        quarter = max(1, s.rss_runs // 4)
+        with watching(repo) as watch:
+            watch.wait_for(lambda ev: sum(e.get("event") == "finished" for e in ev) >= quarter, timeout=60 * s.rss_runs)
+            first = watch.rss_kib()
+            watch.wait_for(
+                lambda ev: sum(e.get("event") == "finished" for e in ev) >= s.rss_runs, timeout=60 * s.rss_runs
+            )
+            last = watch.rss_kib()
+        per_run = (last - first) / max(1, s.rss_runs - quarter)
+        self.add(
+            Row(
+                f"rss over {s.rss_runs} runs",
+                "watch RSS growth per run",
+                "",
+                None,
+                per_run,
+                "KiB/run",
+                "flat (< 1 KiB/run)",
+                per_run < 1.0,
+                None,
+                {"rss_kib": [first, last]},
+                f"{first // 1024} -> {last // 1024} MiB",
+            )
+        )
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+def machine() -> dict[str, Any]:
+    """What the figures came from: CPU, cores, load, Python, git, node."""
+    cpu = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+
+    def version(*argv: str) -> str:
+        with contextlib.suppress(OSError, subprocess.CalledProcessError):
+            return subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip().splitlines()[0]
+        return "unknown"
+
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "load": os.getloadavg(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "git": version("git", "--version"),
+        "node": version("node", "--version"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated, of: {', '.join(ROWS)}")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions (about a minute)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: checks that every row runs, not speed")
+    parser.add_argument("--json", type=Path, help="write the result here")
+    for name, default in asdict(Sizes()).items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=None, help=f"default {default}")
+    args = parser.parse_args(argv)
+    sizes = Sizes.smoke() if args.smoke else Sizes.quick() if args.quick else Sizes()
+    for name in asdict(sizes):
+        if getattr(args, name) is not None:
+            setattr(sizes, name, getattr(args, name))
+    rows = [r.strip() for r in args.rows.split(",") if r.strip()]
+    unknown = [r for r in rows if r not in ROWS]
+    if unknown:
+        parser.error(f"unknown rows: {', '.join(unknown)} (known: {', '.join(ROWS)})")
+    if not ACPX.exists():
+        parser.error(f"{ACPX} is missing: run ./scripts/test once (it installs the pinned acpx)")
+    info = machine()
+    print(
+        f"# {info['cpu']}, {info['cores']} cores, load {', '.join(f'{x:.2f}' for x in info['load'])}; "
+        f"Python {info['python']}; sizes {asdict(sizes)}",
+        flush=True,
+    )
+    started = dt.datetime.now(dt.UTC)
+    with tempfile.TemporaryDirectory(prefix="beflow-bench-") as scratch:
+        root = Path(scratch)
+        os.environ["BEFLOW_HOME"] = str(root / "home")
+        for name in ("AUTHOR", "COMMITTER"):
+            os.environ.setdefault(f"GIT_{name}_NAME", "bench")
+            os.environ.setdefault(f"GIT_{name}_EMAIL", "bench@example.com")
+        os.environ.pop("BEFLOW_CONFIG", None)
+        bench = Bench(root, sizes)
+        for row in rows:
+            getattr(bench, row)()
+    info["load_after"] = os.getloadavg()
+    result = {
+        "started": started.isoformat(),
+        "seconds": round((dt.datetime.now(dt.UTC) - started).total_seconds(), 1),
+        "machine": info,
+        "sizes": asdict(sizes),
+        "rows": [asdict(r) for r in bench.rows],
+    }
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    missed = [r.name for r in bench.rows if not r.met]
+    print(
+        f"# {len(bench.rows) - len(missed)}/{len(bench.rows)} goals met"
+        + (f"; not met: {', '.join(missed)}" if missed else "")
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())

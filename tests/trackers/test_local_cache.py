@@ -1,0 +1,157 @@
+"""The local tracker does work in proportion to what changed: unchanged files are not parsed again (in one process,
+nor in the next one, through the index), and one issue is read by its file name without a scan."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from beflow.trackers import local
+from beflow.trackers.base import Status
+from beflow.trackers.local import LocalTracker
+
+
+@pytest.fixture
+def tracker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalTracker:
+    # Files written a moment ago are never trusted to their stamp; here "a moment" is nothing, so the cache is used
+    # at once (the racy window has its own test).
+    monkeypatch.setattr(local, "RACY_NS", -(10**12))
+    monkeypatch.setattr(local, "_PARSED", {})
+    project = tmp_path / "project"
+    project.mkdir()
+    return LocalTracker(project / ".beflow" / "issues", project)
+
+
+@pytest.fixture
+def parses(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every file parsed, in order."""
+    seen: list[Path] = []
+    real = local.parse
+
+    def counting(path: Path, text: str, **kwargs: object) -> local.Issue:
+        seen.append(path)
+        return real(path, text, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(local, "parse", counting)
+    return seen
+
+
+def fresh_process(monkeypatch: pytest.MonkeyPatch, tracker: LocalTracker) -> LocalTracker:
+    """The same tracker as another beflow process sees it: nothing parsed in memory yet."""
+    monkeypatch.setattr(local, "_PARSED", {})
+    return LocalTracker(tracker.directory, tracker.project_dir)
+
+
+def test_an_unchanged_file_is_parsed_once(tracker: LocalTracker, parses: list[Path]) -> None:
+    for n in range(5):
+        tracker.create(f"issue {n}")
+    tracker.listing()
+    parses.clear()
+    assert [i.title for i in tracker.listing().issues] == [f"issue {n}" for n in range(5)]
+    assert tracker.ready() and parses == []
+
+
+def test_a_hand_edit_is_seen_even_at_the_same_size(tracker: LocalTracker, parses: list[Path]) -> None:
+    issue = tracker.create("Fix the crash")
+    assert tracker.listing().issues[0].status == Status.READY
+    path = Path(str(issue.path))
+    text = path.read_text()
+    with path.open("r+") as handle:  # in place, same size: only the stamp's times (and ctime) tell
+        handle.write(text.replace("status: ready", "status: close"))
+    parses.clear()
+    [problem] = tracker.listing().problems
+    assert "status" in problem.message and parses == [path]
+
+
+def test_a_new_process_reads_unchanged_issues_from_the_index(
+    tracker: LocalTracker, parses: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(local.INDEX_REWRITE + 2):
+        tracker.create(f"issue {n}", body=f"body {n}", labels=["a", "b"])
+    tracker.comment("3", "a comment", author="alice")
+    before = tracker.listing().issues
+    assert (tracker.project_dir / ".beflow" / "tracker" / "index.json").is_file()
+    other = fresh_process(monkeypatch, tracker)
+    parses.clear()
+    after = other.listing().issues
+    assert parses == []
+    assert [i.model_dump() for i in after] == [i.model_dump() for i in before]
+
+
+def test_the_index_never_hides_an_edit(
+    tracker: LocalTracker, parses: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(local.INDEX_REWRITE + 2):
+        tracker.create(f"issue {n}")
+    tracker.listing()
+    path = Path(str(tracker.get("4").path))
+    path.write_text(path.read_text().replace("issue 3", "renamed by hand"))
+    other = fresh_process(monkeypatch, tracker)
+    parses.clear()
+    assert other.get("4").title == "renamed by hand"
+    assert other.listing().issues[3].title == "renamed by hand" and parses == [path]
+
+
+def test_a_damaged_index_is_ignored(tracker: LocalTracker, monkeypatch: pytest.MonkeyPatch) -> None:
+    for n in range(local.INDEX_REWRITE + 2):
+        tracker.create(f"issue {n}")
+    tracker.listing()
+    index = tracker.project_dir / ".beflow" / "tracker" / "index.json"
+    index.write_text('{"version": 1, "directory": "' + str(tracker.directory) + '", "entries": {"0001-issue-0.md": 7}}')
+    assert len(fresh_process(monkeypatch, tracker).listing().issues) == local.INDEX_REWRITE + 2
+
+
+def test_one_issue_is_read_by_its_file_name_without_a_scan(
+    tracker: LocalTracker, parses: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(20):
+        tracker.create(f"issue {n}")
+    other = fresh_process(monkeypatch, tracker)
+    monkeypatch.setattr(LocalTracker, "_scan", lambda self: pytest.fail("a scan"))
+    parses.clear()
+    assert other.get("#0007").title == "issue 6"
+    other.set_status("7", Status.CLOSED)
+    assert other.get("7").status == Status.CLOSED
+    assert {p.name for p in parses} == {"0007-issue-6.md"}
+
+
+def test_a_file_just_written_is_read_again_until_its_stamp_can_be_trusted(
+    tracker: LocalTracker, parses: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(local, "RACY_NS", 3600 * 10**9)
+    tracker.create("new")
+    tracker.listing()
+    parses.clear()
+    tracker.listing()
+    assert len(parses) == 1
+
+
+def test_reading_a_big_tracker_parses_nothing_that_did_not_change(
+    tracker: LocalTracker, parses: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracker.directory.mkdir(parents=True)
+    (tracker.project_dir / ".beflow" / ".gitignore").write_text("*\n")
+    for key in range(1, 301):
+        (tracker.directory / f"{key:04d}-x.md").write_text(f"---\nkey: {key}\ntitle: x\nstatus: done\n---\n")
+    assert len(tracker.listing().issues) == 300 and len(parses) == 300
+    os.utime(tracker.directory / "0150-x.md")  # touched: read again, found the same
+    other = fresh_process(monkeypatch, tracker)
+    parses.clear()
+    assert other.ready() == [] and [p.name for p in parses] == ["0150-x.md"]
+    assert other.create("next").key == "301"
+
+
+def test_an_index_rewritten_by_a_long_lived_process_keeps_every_issue(
+    tracker: LocalTracker, parses: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(5):
+        tracker.create(f"old {n}")
+    tracker.listing()  # the index holds the five
+    for n in range(local.INDEX_REWRITE):
+        tracker.create(f"new {n}")
+    tracker.listing()  # enough changed for this process to write the index again: with every issue
+    other = fresh_process(monkeypatch, tracker)
+    parses.clear()
+    assert len(other.listing().issues) == 5 + local.INDEX_REWRITE and parses == []
