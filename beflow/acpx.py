@@ -25,6 +25,10 @@ ACPX_PERMISSION_DENIED = 5
 #: acpx's ``detailCode`` s that mean the agent itself cannot be started.
 AGENT_MISSING = {"AGENT_SPAWN_ENOENT", "AGENT_SPAWN_EACCES"}
 
+#: Requests the agent sends to acpx (the client); every other request in the stream is acpx's to the agent.
+AGENT_REQUESTS = frozenset({"session/request_permission"})
+AGENT_REQUEST_PREFIXES = ("fs/", "terminal/", "_")
+
 #: Prompts longer than this go through a file (``exec -f``) instead of argv, which the kernel limits per argument.
 MAX_ARGV_PROMPT = 64 * 1024
 
@@ -45,8 +49,11 @@ def exec_argv(
     permissions: str,
     timeout: float | None,
 ) -> list[str]:
-    """``acpx --cwd <cwd> --format json --<permissions> [--timeout T] <agent> exec <prompt>``."""
-    argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", f"--{permissions}"]
+    """``acpx --cwd <cwd> --format json --verbose --<permissions> [--timeout T] <agent> exec <prompt>``.
+
+    ``--verbose`` passes the agent's own stderr on to acpx's: when an agent dies mid-turn, its last words are
+    the only account of why."""
+    argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", "--verbose", f"--{permissions}"]
     if timeout is not None:
         argv += ["--timeout", f"{timeout:g}"]
     return _with_prompt([*argv, *agent_args(config), "exec"], prompt, prompt_file)
@@ -86,6 +93,10 @@ class Transcript:
     permission_requests: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str | None = None
     error: str | None = None  # the agent's error answer to the prompt
+    error_code: int | None = None  # its JSON-RPC code (-32000: authentication required)
+    request_error: str | None = None  # the agent's error answer to another of acpx's requests (session/new, ...)
+    request_error_code: int | None = None
+    request_error_method: str | None = None  # which request: "session/new", "initialize", ...
     acpx_error: str | None = None  # acpx's own error (``"id": null``), e.g. a timeout
     acpx_code: str | None = None  # its ``data.acpxCode``: TIMEOUT, PERMISSION_PROMPT_UNAVAILABLE, ...
     acpx_detail: str | None = None  # its ``data.detailCode``: AGENT_SPAWN_ENOENT, AGENT_DISCONNECTED, ...
@@ -94,6 +105,7 @@ class Transcript:
     _chunk_bytes: int = 0
     _tail: str = ""
     _prompt_ids: set[Any] = field(default_factory=set)
+    _requests: dict[Any, str] = field(default_factory=dict)  # acpx's requests to the agent still unanswered
 
     @property
     def prompted(self) -> bool:
@@ -109,6 +121,11 @@ class Transcript:
         if not isinstance(message, dict):
             return None
         method, params = message.get("method"), message.get("params") or {}
+        if isinstance(method, str) and "id" in message and not _from_agent(method):
+            self._requests[message["id"]] = method
+        # Ids are per direction: the agent's own requests count from 1 too, so a request is forgotten once answered.
+        ident = message.get("id")
+        answered = self._requests.pop(ident, None) if method is None and isinstance(ident, int | str) else None
         if method == "session/new":
             self.mcp_servers = [s.get("name", "?") for s in params.get("mcpServers", []) if isinstance(s, dict)]
         elif method == "session/prompt":
@@ -137,7 +154,13 @@ class Transcript:
         elif "error" in message and message.get("id") in self._prompt_ids:
             error = message["error"] or {}
             self.error = str(error.get("message") or error)
+            self.error_code = _code(error)
             self._flush()
+        elif "error" in message and answered is not None:
+            error = message["error"] or {}
+            self.request_error_method = answered
+            self.request_error = str(error.get("message") or error)
+            self.request_error_code = _code(error)
         return message
 
     def _update(self, update: dict[str, Any]) -> None:
@@ -175,6 +198,15 @@ class Transcript:
         return self.messages[-1] if self.messages else None
 
 
+def _from_agent(method: str) -> bool:
+    return method in AGENT_REQUESTS or method.startswith(AGENT_REQUEST_PREFIXES)
+
+
+def _code(error: Any) -> int | None:
+    code = error.get("code") if isinstance(error, dict) else None
+    return code if isinstance(code, int) else None
+
+
 @dataclass(frozen=True)
 class LogLine:
     """One readable line of a transcript: who (agent, tool, permission, client, error) and what."""
@@ -205,11 +237,11 @@ def readable(lines: list[str]) -> list[LogLine]:
         method, params = message.get("method"), message.get("params") or {}
         if method == "session/new":
             names = [s.get("name", "?") for s in params.get("mcpServers", []) if isinstance(s, dict)]
-            out.append(LogLine("session", f"session in {params.get('cwd')}; MCP servers: {', '.join(names) or 'none'}"))
+            out.append(LogLine("session", f"started in {params.get('cwd')}; MCP servers: {', '.join(names) or 'none'}"))
         elif method == "session/prompt":
             flush()
             text = "".join(p.get("text", "") for p in params.get("prompt", []) if isinstance(p, dict))
-            out.append(LogLine("prompt", text.strip().splitlines()[0][:120] if text.strip() else "(empty prompt)"))
+            out.append(LogLine("prompt", _first_line(text)))
         elif method == "session/update":
             update = params.get("update") or {}
             kind = update.get("sessionUpdate")
@@ -240,6 +272,15 @@ def readable(lines: list[str]) -> list[LogLine]:
             out.append(LogLine("error", str(error.get("message") or error)))
     flush()
     return out
+
+
+def _first_line(text: str) -> str:
+    """A prompt's first line, whole (a path in it is not cut), and how many lines follow."""
+    lines = text.strip().splitlines()
+    if not lines:
+        return "(empty prompt)"
+    rest = len(lines) - 1
+    return lines[0] + (f" (+{rest} more line{'s' if rest != 1 else ''}: the full prompt is prompt.md)" if rest else "")
 
 
 # -- resuming the agent's session on a retry -------------------------------------------------------------------
@@ -279,7 +320,8 @@ def prompt_argv(
     timeout: float | None,
 ) -> list[str]:
     """``exec_argv``'s counterpart for a resumed session: ``prompt -s <name>``."""
-    argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", f"--{permissions}", "--ttl", f"{OWNER_TTL:g}"]
+    argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", "--verbose", f"--{permissions}"]
+    argv += ["--ttl", f"{OWNER_TTL:g}"]
     if timeout is not None:
         argv += ["--timeout", f"{timeout:g}"]
     return _with_prompt([*argv, *agent_args(config), "prompt", "-s", name], prompt, prompt_file)

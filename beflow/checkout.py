@@ -61,13 +61,16 @@ def snapshot(checkout: Path, exclude: list[Path]) -> Snapshot:
     return result
 
 
-def _letter(code: str, path: Path) -> str:
-    """``git diff --name-status``-like letter for a porcelain status (``A`` for an untracked file)."""
+def _letter(code: str, path: Path, untracked: str = "A") -> str:
+    """``git diff --name-status``-like letter for a porcelain status; an untracked file is ``untracked`` (``A``
+    for one the session made, ``?`` for one that was there before it: nobody added it)."""
     if not path.exists() and not path.is_symlink():
         return "D"
     if "R" in code:
         return "R"
-    if code == "??" or "A" in code:
+    if code == "??":
+        return untracked
+    if "A" in code:
         return "A"
     return "M"
 
@@ -80,7 +83,7 @@ def compare(checkout: Path, before: Snapshot, after: Snapshot) -> tuple[list[str
     for relative in sorted(set(before) | set(after)):
         was, now = before.get(relative), after.get(relative)
         if was == now and was is not None:
-            untouched.append(f"{_letter(was[0], checkout / relative)}\t{relative}")
+            untouched.append(f"{_letter(was[0], checkout / relative, untracked='?')}\t{relative}")
         else:
             code = now[0] if now is not None else ""
             changed.append(f"{_letter(code, checkout / relative)}\t{relative}")

@@ -9,15 +9,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from beflow import ACPX_VERSION, preflight, proc
+from beflow import ACPX_VERSION, agents, preflight, proc
 from beflow.config import CONFIG_PATH, Config, Project, earlier_root_config, load_project
 from beflow.errors import BeflowError, Interrupted
 from beflow.mcp.acp import shadowed_global_servers
 from beflow.mcp.cascade import check_cascade
 from beflow.trackers import Status, open_tracker
+from beflow.trackers.base import FileProblem
 
 #: acpx probes may download the pinned release through npx on first use.
 ACPX_PROBE_TIMEOUT = 300.0
+
+#: Starting the agent may download its ACP adapter through npx on first use.
+AGENT_PROBE_TIMEOUT = agents.PROBE_TIMEOUT
 
 
 @dataclass(frozen=True)
@@ -103,7 +107,7 @@ def check_config(explicit: Path | None) -> tuple[Check, Project | None]:
         elif "no such config file" in error.message:
             fix = "Fix the path given to --config."
         else:
-            fix = error.fix or "Fix the file at the line shown (docs/config.md explains every message)."
+            fix = error.fix or "Fix the file at the line shown (`beflow docs config` explains every message)."
         return Check("config", False, error.message, fix), None
     if project.config_path is None:
         return (
@@ -131,8 +135,9 @@ def check_earlier_root_config(project: Project) -> Check | None:
     return Check("config", True, f"{path} looks like beflow's but is not read: the config is {CONFIG_PATH}", fix, True)
 
 
-#: Checks that need a loaded project (the tracker, the MCP cascade); later features add theirs here.
-PROJECT_CHECKS: list[Callable[[Project], Check]] = []
+#: Checks that need a loaded project (the tracker, the MCP cascade); later features add theirs here. A check
+#: that has nothing to say (its subject is already reported broken) returns None.
+PROJECT_CHECKS: list[Callable[[Project], Check | None]] = []
 
 
 def check_mcp(project: Project) -> Check:
@@ -142,7 +147,10 @@ def check_mcp(project: Project) -> Check:
     state = "on" if enabled else "off"
     if checked.problems:
         count = len(checked.problems)
-        detail = f"{count} problem{'s' if count != 1 else ''}: {checked.problems[0].render()}"
+        if count == 1:
+            detail = f"1 problem: {checked.problems[0].render()}"
+        else:
+            detail = f"{count} problems:\n" + "\n".join(f"  {p.render()}" for p in checked.problems)
         return Check("mcp", not enabled, detail, "Run `beflow mcp check` to list every problem.", warning=not enabled)
     names = [name for name, _ in checked.servers]
     detail = f"injection {state}, {len(names)} server{'s' if len(names) != 1 else ''}"
@@ -171,7 +179,7 @@ def run_checks(explicit: Path | None = None) -> list[Check]:
     if earlier is not None:
         checks.append(earlier)
     if project is not None:
-        checks.extend(check(project) for check in PROJECT_CHECKS)
+        checks.extend(c for c in (check(project) for check in PROJECT_CHECKS) if c is not None)
     return checks
 
 
@@ -207,8 +215,8 @@ def check_tracker(project: Project) -> Check:
         return Check(
             "tracker",
             False,
-            f"{detail}; {len(listing.problems)} unreadable:\n{lines}",
-            "Fix each file at that line (docs/trackers.md describes the format).",
+            f"{detail}; {_problems_in_files(listing.problems)}:\n{lines}",
+            "Fix each file at that line (`beflow docs trackers` describes the format).",
         )
     return Check("tracker", True, detail)
 
@@ -216,14 +224,38 @@ def check_tracker(project: Project) -> Check:
 PROJECT_CHECKS.append(check_tracker)
 
 
+def _problems_in_files(problems: list[FileProblem]) -> str:
+    """``1 problem in 1 file``, ``3 problems in 2 files``."""
+    files = len({p.path for p in problems})
+    return f"{len(problems)} problem{'s' if len(problems) != 1 else ''} in {files} file{'s' if files != 1 else ''}"
+
+
 def check_runs(project: Project) -> Check:
     """What every run would hit: the git repository, worktrees.base and dir, acpx, the agent, the prompt, MCP."""
-    try:
-        preflight.check(project)
-    except BeflowError as error:
-        return Check("runs", False, error.message, error.fix or f"Fix {project.config_name} as the message says.")
+    found = preflight.problems(project)
+    if found:
+        fixes = list(dict.fromkeys(e.fix or f"Fix {project.config_name} as the message says." for e in found))
+        if len(found) == 1:
+            return Check("runs", False, found[0].message, fixes[0])
+        lines = "\n".join(f"  {line}" for error in found for line in error.message.splitlines())
+        return Check("runs", False, f"{len(found)} problems:\n{lines}", " ".join(fixes))
     agent = project.config.agent_label()
-    return Check("runs", True, f"ready to run agent {agent!r} in worktrees under {project.worktrees_dir}")
+    return Check("runs", True, f"agent {agent!r} through acpx, in worktrees under {project.worktrees_dir}")
 
 
 PROJECT_CHECKS.append(check_runs)
+
+
+def check_agent_starts(project: Project) -> Check | None:
+    """Start the configured agent through acpx (initialize and a new session, no prompt): is it installed, and
+    logged in? Skipped when acpx or the agent cannot be found at all (the runs check says so)."""
+    try:
+        preflight.check_acpx(project)
+        preflight.check_agent(project)
+    except BeflowError:
+        return None
+    probe = agents.probe(project.config, timeout=AGENT_PROBE_TIMEOUT)
+    return Check("agent", probe.ok, probe.detail, probe.fix)
+
+
+PROJECT_CHECKS.append(check_agent_starts)

@@ -285,13 +285,27 @@ def diff(directory: Path, base: str, head: str) -> str:
         return str(repo.git.diff("--stat", "--patch", base, head))
 
 
-def remove_worktree(repo: git.Repo, path: Path) -> None:
-    """Remove a worktree, keeping its branch."""
+def remove_worktree(repo: git.Repo, path: Path, *, prune_parent: bool = False) -> None:
+    """Remove a worktree, keeping its branch; with ``prune_parent``, its directory too once no worktree is left in
+    it (beflow's per-project folder under ``$BEFLOW_HOME/worktrees``)."""
     try:
         with _worktrees_locked(repo):
             repo.git.worktree("remove", "--force", str(path))
+            if prune_parent:
+                # Under the lock: no other run of this repository is adding a worktree there meanwhile.
+                with contextlib.suppress(OSError):
+                    path.parent.rmdir()
     except git.GitCommandError as exc:
         raise GitError(f"could not remove worktree {path}: {exc.stderr.strip()}") from None
+
+
+def delete_branch_at(repo: git.Repo, branch: str, commit: str) -> bool:
+    """Delete ``branch`` if it still points at ``commit`` (checked by git itself, atomically); whether it did."""
+    try:
+        repo.git.update_ref("-d", f"refs/heads/{branch}", commit)
+    except git.GitCommandError:
+        return False
+    return True
 
 
 def checkout_status(directory: Path) -> dict[str, str]:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import anyio
 
-from beflow import acpx, git, interrupts, proc, terminal
+from beflow import acpx, agents, git, interrupts, proc, terminal
 from beflow.checkout import Changes, acpxrc_notice, checkout_lock, checkout_of, refuse_read_only
 from beflow.config import Project
 from beflow.errors import BeflowError
@@ -37,6 +37,9 @@ from beflow.paths import beflow_home, path_key
 from beflow.policy import Verdict, judge_attended, status_after_supervised
 from beflow.records import Outcome, RunRecord, RunStore, new_run_id
 from beflow.trackers import Issue, Status, Tracker
+
+#: Seconds to start the agent again after an attended run failed, to say why in the record.
+ATTEND_PROBE_TIMEOUT = 30.0
 
 
 def _workable(tracker: Tracker, key: str) -> Issue:
@@ -153,7 +156,14 @@ async def _attended_acpx(session: Session, argv: list[str], checkout: Path) -> V
                 argv, cwd=checkout, terminal=True, grace=interrupts.grace(proc.DEFAULT_GRACE), env=env
             )
     session.record.exit_code = result.returncode
-    return judge_attended(result.returncode, result.describe(), session.project.config)
+    verdict = judge_attended(result.returncode, result.describe(), session.project.config)
+    if verdict.outcome == "failed":
+        # acpx said why on the terminal only (attended runs keep no transcript): start the agent again, as doctor
+        # does, so that the record and the issue say it too when a login or an install is missing.
+        checked = await agents.probe_async(session.project.config, timeout=ATTEND_PROBE_TIMEOUT)
+        if not checked.ok:
+            return Verdict("failed", f"acpx {result.describe()}: {checked.detail}. Fix: {checked.fix}")
+    return verdict
 
 
 def _unexpected(error: Exception) -> str:

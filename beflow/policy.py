@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from beflow import acpx
+from beflow import acpx, agents
 from beflow.config import Config, Watch
 from beflow.proc import Completed
 from beflow.records import DONE_OUTCOMES, Outcome, RunRecord
@@ -25,10 +25,20 @@ class Verdict:
     permanent: bool = False
 
 
-def judge(result: Completed, transcript: acpx.Transcript, config: Config, stderr_tail: Sequence[str] = ()) -> Verdict:
+def judge(
+    result: Completed,
+    transcript: acpx.Transcript,
+    config: Config,
+    stderr_tail: Sequence[str] = (),
+    *,
+    key: str | None = None,
+    run_id: str | None = None,
+) -> Verdict:
     """The outcome of an unattended session, from acpx's exit code (0 ok, 1 error, 3 timeout, 5 permission denied)
-    and what the transcript says (the prompt's stop reason, the agent's or acpx's error). ``stderr_tail``: acpx's
-    last lines of error output (secrets masked), for a failure nothing else explains."""
+    and what the transcript says (the prompt's stop reason, the agent's or acpx's error), with the agent's own
+    account of a failure and its fix (:func:`beflow.agents.diagnose`). ``stderr_tail``: acpx's error output
+    (secrets masked; with ``--verbose``, the agent's stderr too), for a failure nothing else explains. ``key`` and
+    ``run_id`` let a fix name the commands that run the issue again and show the run."""
     seen = transcript
     if result.timed_out or result.returncode == acpx.ACPX_TIMEOUT or seen.acpx_code == "TIMEOUT":
         limit = f"within {config.timeout:g} s" if config.timeout is not None else "in time (acpx said so)"
@@ -39,17 +49,20 @@ def judge(result: Completed, transcript: acpx.Transcript, config: Config, stderr
         if seen.stop_reason == "refusal":
             return Verdict("failed", "the agent refused the task")
         return Verdict("succeeded", f"the agent finished ({seen.stop_reason})")
+    stderr = "\n".join(stderr_tail)
+    failure = agents.diagnose(seen, config, returncode=result.returncode, stderr=stderr, run_id=run_id)
+    if failure is not None and failure.permanent:
+        # No retry can log in or install an agent (or start one acpx does not know): a watch gives up at once.
+        again = f"run it again (`beflow --auto {key}`)" if key else "run the issue again"
+        return Verdict("failed", failure.reason().replace("run the issue again", again), permanent=True)
     if seen.error:
-        return Verdict("failed", f"the agent reported an error: {seen.error}")
+        return Verdict("failed", f"the agent reported an error: {agents.one_line(seen.error)}")
     if result.returncode == acpx.ACPX_PERMISSION_DENIED:
         return Verdict("failed", f"the agent was denied a permission it asked for (permissions: {config.permissions})")
-    if seen.acpx_detail in acpx.AGENT_MISSING:
-        # No retry can start an agent that is not installed (or a name acpx does not know).
-        why = f"the agent could not be started ({config.agent_label()}): {seen.acpx_error}"
-        return Verdict("failed", why, permanent=True)
-    if seen.acpx_error:
-        return Verdict("failed", f"acpx: {seen.acpx_error}")
-    detail = " / ".join(stderr_tail) if stderr_tail else "no error output"
+    if failure is not None:
+        return Verdict("failed", failure.reason())
+    lines = agents.agent_lines(stderr)[-3:]
+    detail = agents.one_line(" / ".join(lines)) if lines else "no error output"
     return Verdict("failed", f"the agent stopped before finishing its turn (acpx {result.describe()}; {detail})")
 
 

@@ -16,11 +16,12 @@ import shutil
 from pathlib import Path
 
 from beflow import git, prompt
-from beflow.config import AgentCommand, Project
-from beflow.errors import ConfigError
+from beflow.config import CONFIG_PATH, AgentCommand, Project
+from beflow.errors import BeflowError, ConfigError
 from beflow.mcp.acp import resolve_servers
 from beflow.mcp.own import check_name
 from beflow.paths import acpx_home
+from beflow.validation import line_of
 
 #: The agents acpx 0.19.1 knows by name (``acpx --help``); acpx config files can add more (``agents``).
 ACPX_AGENTS = frozenset(
@@ -55,32 +56,102 @@ ACPX_AGENTS = frozenset(
 )
 
 
-def _where(project: Project) -> str:
-    return f"{project.config_path}: " if project.config_path else ""
+def _where(project: Project, *keys: str) -> str:
+    """``<config file>:<line>: `` of the first key that is in the file (``<config file>: `` when none is), for
+    messages about a setting: the file in use, whatever its name, and where in it."""
+    if project.config_path is None:
+        return ""
+    try:
+        text = project.config_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return f"{project.config_path}: "
+    for depth in range(len(keys), 0, -1):
+        line = line_of(text, keys[:depth])
+        if line is not None:
+            return f"{project.config_path}:{line}: "
+    return f"{project.config_path}: "
 
 
 def check(project: Project) -> None:
     """Raise the first problem every run of this project would hit."""
-    where, config = _where(project), project.config
+    found = problems(project, first_only=True)
+    if found:
+        raise found[0]
+
+
+def problems(project: Project, *, first_only: bool = False) -> list[ConfigError]:
+    """Every problem every run of this project would hit, in the order a run meets them (a problem that hides
+    the checks after it, such as no git repository, ends the list)."""
+    found: list[ConfigError] = []
+    for step in (_pull_request, _repository, check_acpx, check_agent, _prompt, _servers):
+        try:
+            step(project)
+        except _Stop as stop:
+            found.append(stop.error)
+            break
+        except ConfigError as error:
+            found.append(error)
+        if found and first_only:
+            break
+    return found
+
+
+class _Stop(Exception):
+    """A problem after which the other checks cannot be made."""
+
+    def __init__(self, error: ConfigError) -> None:
+        self.error = error
+
+
+def _pull_request(project: Project) -> None:
+    config = project.config
     if config.after_run.pull_request and config.tracker.kind != "github":
         raise ConfigError(
-            f'{where}after_run.pull_request: pull requests need the GitHub tracker ("tracker": {{"kind": "github"}})',
+            f"{_where(project, 'after_run', 'pull_request')}after_run.pull_request: pull requests need the GitHub "
+            'tracker ("tracker": {"kind": "github"})',
             fix=f'Use the GitHub tracker, or remove "pull_request" from "after_run" in {project.config_name}.',
         )
-    repo = git.open_repo(project.directory)
+
+
+def _repository(project: Project) -> None:
+    config = project.config
     try:
-        git.resolve_base(repo, config.worktrees.base)
+        repo = git.open_repo(project.directory)
+    except BeflowError as error:
+        raise _Stop(ConfigError(error.message, fix=error.fix)) from None
+    try:
+        try:
+            git.resolve_base(repo, config.worktrees.base)
+        except ConfigError as error:
+            raise ConfigError(
+                f"{_where(project, 'worktrees', 'base')}{error.message}",
+                fix=(error.fix or "").replace(str(CONFIG_PATH), project.config_name),
+            ) from None
         top = Path(repo.working_tree_dir or project.directory).resolve()
     finally:
         repo.close()
     if project.worktrees_dir.is_relative_to(top):
         raise ConfigError(
-            f"{where}worktrees.dir: {project.worktrees_dir} is inside the repository {top}",
+            f"{_where(project, 'worktrees', 'dir')}worktrees.dir: {project.worktrees_dir} is inside the repository "
+            f"{top}",
             fix="Put worktrees outside the repository (the default is under $BEFLOW_HOME/worktrees).",
         )
-    check_acpx(project)
-    check_agent(project)
-    prompt.check(config.prompt, project.directory)
+
+
+def _prompt(project: Project) -> None:
+    try:
+        prompt.check(project.config.prompt, project.directory)
+    except ConfigError as error:
+        where, message = _where(project, "prompt"), error.message
+        if message.startswith(prompt.INLINE):
+            message = f"{where}prompt (inline){message.removeprefix(prompt.INLINE)}"
+        elif message.startswith("prompt:"):
+            message = f"{where}{message}"
+        fix = (error.fix or "").replace(str(CONFIG_PATH), project.config_name) or None
+        raise type(error)(message, fix=fix) from None
+
+
+def _servers(project: Project) -> None:
     check_name(project, resolve_servers(project))
 
 
@@ -89,7 +160,8 @@ def check_acpx(project: Project) -> None:
     if shutil.which(argv[0]) is None:
         configured = project.config.acpx is not None
         raise ConfigError(
-            f"{_where(project)}acpx: {argv[0]!r} is not installed (not found{'' if configured else ' on PATH'})",
+            f"{_where(project, 'acpx')}acpx: {argv[0]!r} is not installed "
+            f"(not found{'' if configured else ' on PATH'})",
             fix="Install Node.js (npx fetches the pinned acpx), or set `acpx` in "
             f"{project.config_name} to the argv that starts acpx; `beflow doctor` checks it.",
         )
@@ -97,7 +169,7 @@ def check_acpx(project: Project) -> None:
 
 def check_agent(project: Project) -> None:
     """The agent must be something acpx can start: a command on PATH, or a name acpx knows."""
-    agent, where = project.config.agent, _where(project)
+    agent, where = project.config.agent, _where(project, "agent", "command")
     if isinstance(agent, AgentCommand):
         try:
             program = shlex.split(agent.command)[0]

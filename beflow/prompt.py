@@ -22,6 +22,9 @@ VARIABLES = frozenset({"issue", "attempt", "branch", "run_id", "mode"})
 ISSUE_FIELDS = frozenset({"key", "title", "body", "labels", "url", "comments"})
 
 
+#: How messages name a template written inline in the config (rather than in a file of its own).
+INLINE = ".beflow/config.json prompt"
+
 #: Control characters other than tab and line feed. NUL cannot be passed in a command line at all (the kernel
 #: ends an argument there), and the others are invisible in an issue file yet act on a terminal that shows them.
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
@@ -65,7 +68,7 @@ def load_template(setting: str | None, project_dir: Path) -> tuple[str, str]:
         if Path(setting).suffix:
             fix = "Fix `prompt` in .beflow/config.json."
             raise PromptError(f"prompt: template file {path} does not exist", fix=fix)
-    return setting, ".beflow/config.json prompt"
+    return setting, INLINE
 
 
 def _environment() -> jinja2.Environment:

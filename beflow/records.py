@@ -327,7 +327,11 @@ class RunStore:
         matches = [i for i in ids if i == run_id] or [i for i in ids if i.startswith(run_id)]
         if len(matches) != 1:
             if matches:
-                raise NotFoundError(f"run {run_id!r} is ambiguous: {', '.join(matches[:5])}")
+                more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
+                raise NotFoundError(
+                    f"run {run_id!r} is ambiguous: {', '.join(matches[:5])}{more}",
+                    fix="Give more of the run's id (`beflow runs list` shows them).",
+                )
             close = difflib.get_close_matches(run_id, ids, n=3, cutoff=0.4)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise NotFoundError(f"no run {run_id!r}{hint}", fix="`beflow runs list` shows the runs.")

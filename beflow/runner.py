@@ -296,8 +296,8 @@ class _InWorktree:
         record.exit_code = result.returncode
         record.final_message = self.transcript.final_message
         record.session = self.transcript.session_id
-        stderr_tail = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-3:]
-        verdict = judge(result, self.transcript, self.config, stderr_tail)
+        stderr = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        verdict = judge(result, self.transcript, self.config, stderr, key=self.request.key, run_id=record.id)
         record.permanent = verdict.permanent
         return verdict.outcome, verdict.reason
 
@@ -495,6 +495,10 @@ class _InWorktree:
             reason += f"; the worktree is kept ({why}): {worktree.path}"
         else:
             await self._remove(repo, worktree)
+            # A new branch that holds nothing but its base would only be clutter: `git branch` stays clean.
+            fresh = record.commit is None and not worktree.continued and not record.worktree_kept
+            if fresh and await _in_thread(git.delete_branch_at, repo, worktree.branch, worktree.base_commit):
+                record.branch = None
         return outcome, reason
 
     async def _keep(self, worktree: git.Worktree, why: str) -> tuple[Outcome, str]:
@@ -518,7 +522,8 @@ class _InWorktree:
     async def _remove(self, repo: Any, worktree: git.Worktree) -> None:
         await self._hook("before_remove", worktree.path, fatal=False)
         try:
-            await _in_thread(git.remove_worktree, repo, worktree.path)
+            prune = self.config.worktrees.dir is None  # beflow's own folder under $BEFLOW_HOME, not the user's
+            await _in_thread(functools.partial(git.remove_worktree, repo, worktree.path, prune_parent=prune))
         except BeflowError as error:
             self.record.worktree_kept = True
             self.emit("notice", message=error.message)
@@ -556,6 +561,34 @@ def _tail(result: proc.Completed) -> str:
     with contextlib.suppress(ValueError, KeyError, TypeError):
         last = str(json.loads(last)["error"]["message"])
     return f"{result.describe()}: {last[:300]}"
+
+
+#: What beflow reads from the checkout itself (not from a run's worktree): uncommitted, it still counts.
+_READ_FROM_THE_CHECKOUT = (".beflow/", ".mcp.json", ".acpxrc.json")
+
+
+def invisible_changes(project: Project) -> str | None:
+    """A note for uncommitted changes in the checkout, which no unattended run sees: each starts from
+    ``worktrees.base`` in a worktree of its own. None when there are none (or no repository to look at)."""
+    try:
+        status = git.checkout_status(project.directory)
+    except Exception:  # no repository, or git failing: the checks before the run say what is wrong
+        return None
+    top = git.toplevel(project.directory) or project.directory
+    prefix = project.directory.resolve().relative_to(top.resolve()).as_posix() if project.directory != top else ""
+    changed = [
+        path
+        for path in status
+        if not path.removeprefix(f"{prefix}/" if prefix else "").startswith(_READ_FROM_THE_CHECKOUT)
+    ]
+    if not changed:
+        return None
+    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return (
+        f"{len(changed)} uncommitted change{'s' if len(changed) != 1 else ''} in {top} ({shown}) will not be seen "
+        f"by the agent: each run starts from worktrees.base ({project.config.worktrees.base}) in a worktree of its "
+        "own. Commit them first to include them."
+    )
 
 
 async def run_many(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -133,6 +134,24 @@ def acpx_bin() -> Path:
 def test_agent_command() -> str:
     """The raw ACP agent command (acpx --agent) of the test agent the suite ships."""
     return f"{sys.executable} {TEST_AGENT}"
+
+
+@pytest.fixture
+def codex_is_the_test_agent(test_agent_command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """acpx's own config (``$HOME/.acpx/config.json``) maps the registry agents ``codex`` (the default) and
+    ``claude`` to the test agent: as if they were installed and logged in, never downloaded in a test. Their
+    command lines (what one logs in with) are on PATH, doing nothing."""
+    bin_dir = tmp_path / "agents-bin"
+    bin_dir.mkdir()
+    for name in ("codex", "claude"):
+        (bin_dir / name).write_text("#!/bin/sh\nexit 0\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    config = Path(os.environ["HOME"]) / ".acpx" / "config.json"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    agents = {name: {"command": test_agent_command} for name in ("codex", "claude")}
+    config.write_text(json.dumps({"agents": agents}))
+    return config
 
 
 def processes_under(directory: Path) -> list[str]:

@@ -20,11 +20,14 @@ def test_exec_argv_for_a_registry_agent(tmp_path: Path) -> None:
     argv = acpx.exec_argv(config(agent="claude"), cwd=tmp_path, prompt="Fix it.", permissions="approve-all", timeout=90)
 
     assert argv == [
-        *["acpx", "--cwd", str(tmp_path), "--format", "json", "--approve-all", "--timeout", "90"],
+        *["acpx", "--cwd", str(tmp_path), "--format", "json", "--verbose", "--approve-all", "--timeout", "90"],
         *["claude", "exec", "Fix it."],
     ]
     argv = acpx.exec_argv(config(agent="claude"), cwd=tmp_path, prompt="Fix it.", permissions="deny-all", timeout=None)
-    assert argv == ["acpx", "--cwd", str(tmp_path), "--format", "json", "--deny-all", "claude", "exec", "Fix it."]
+    assert argv == [
+        *["acpx", "--cwd", str(tmp_path), "--format", "json", "--verbose", "--deny-all"],
+        *["claude", "exec", "Fix it."],
+    ]
 
 
 def test_exec_argv_for_a_raw_agent_command_and_a_long_prompt(tmp_path: Path) -> None:
@@ -103,7 +106,7 @@ def test_the_transcript_follows_messages_tools_permissions_and_errors() -> None:
     assert transcript.final_message == "Done."  # the text after the last tool call
 
     assert [(line.kind, line.text) for line in acpx.readable(raw)] == [
-        ("session", "session in /w; MCP servers: tools, docs"),
+        ("session", "started in /w; MCP servers: tools, docs"),
         ("prompt", "Go"),
         ("agent", "Looking."),
         ("tool", "Edit a.py [edit] pending"),
@@ -121,6 +124,36 @@ def test_an_error_answer_to_the_prompt_is_the_agents_error() -> None:
     transcript.feed(json.dumps({"id": 2, "error": {"code": -32603, "message": "out of ideas"}}))
 
     assert transcript.error == "out of ideas" and transcript.stop_reason is None
+
+
+def test_an_error_answer_to_session_new_is_kept_with_its_request_and_code() -> None:
+    """What the pinned acpx streams for an agent that is not logged in: no error of its own, only the answer."""
+    transcript = acpx.Transcript()
+    for message in [
+        {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1}},
+        {"jsonrpc": "2.0", "id": 0, "result": {"protocolVersion": 1, "authMethods": [{"id": "login"}]}},
+        {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": []}},
+        {"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": "Authentication required"}},
+    ]:
+        transcript.feed(json.dumps(message))
+
+    assert transcript.request_error == "Authentication required"
+    assert (transcript.request_error_method, transcript.request_error_code) == ("session/new", -32000)
+    assert transcript.error is None and transcript.acpx_error is None and not transcript.prompted
+
+
+def test_an_error_answer_to_the_agents_own_request_is_not_mistaken_for_one_to_acpxs() -> None:
+    """Ids are per direction: the agent's permission request 1 is not acpx's session/new 1."""
+    transcript = acpx.Transcript()
+    for message in [
+        {"id": 1, "method": "session/new", "params": {"cwd": "/w"}},
+        {"id": 1, "result": {"sessionId": "s"}},
+        {"id": 1, "method": "session/request_permission", "params": {"toolCall": {"title": "Edit"}}},
+        {"id": 1, "error": {"code": -32603, "message": "prompt unavailable"}},
+    ]:
+        transcript.feed(json.dumps(message))
+
+    assert transcript.request_error is None
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ example."""
 
 from __future__ import annotations
 
+import json
 import re
 import typing
 from pathlib import Path
@@ -320,6 +321,19 @@ def test_the_example_documents_every_key() -> None:
     undocumented = sorted(key for key in keys if f'"{key}"' not in text)
 
     assert not undocumented, f"config.example.json does not mention {undocumented}"
+
+
+def test_the_example_never_says_that_a_setting_does_nothing(repo: Path) -> None:
+    from beflow import preflight
+
+    text = EXAMPLE.read_text()
+    path = config_file(repo)
+    path.write_text(json.dumps({"after_run": {"pull_request": True}}))
+
+    assert "does nothing" not in text
+    assert "`pull_request` (GitHub tracker only)" in text
+    with pytest.raises(ConfigError, match="need the GitHub tracker"):
+        preflight.check(load_project(path))
 
 
 def test_the_docs_document_every_key() -> None:

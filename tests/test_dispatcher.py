@@ -188,6 +188,10 @@ def test_a_retry_waits_for_its_backoff(auto_project: AutoProject) -> None:
         pytest.param(
             lambda p: p.configure(prompt="Fix it.\nFirst label: {{ issue.labels[0] }}\n"), id="prompt-does-not-render"
         ),
+        pytest.param(
+            lambda p: p.configure(agent={"command": "env ACP_TEST_AUTH=required " + p.config["agent"]["command"]}),
+            id="agent-not-logged-in",
+        ),
     ],
 )
 def test_a_permanent_failure_is_not_retried_and_fails_the_issue(

@@ -134,7 +134,7 @@ def test_a_broken_config_fails_with_its_message(repo: Path) -> None:
     assert not config.ok and project is None
     assert f"{repo / '.beflow' / 'config.json'}:1: agnt: unknown key (did you mean 'agent'?)" in config.detail
     # not `beflow init`: it refuses to overwrite the file (or, with --force, destroys it)
-    assert config.fix == "Fix the file at the line shown (docs/config.md explains every message)."
+    assert config.fix == "Fix the file at the line shown (`beflow docs config` explains every message)."
 
 
 def test_a_config_with_a_syntax_error_keeps_its_own_fix(repo: Path) -> None:

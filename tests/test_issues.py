@@ -176,7 +176,13 @@ def test_doctor_counts_issues_and_names_every_broken_file_with_its_line(context:
         f"{broken}:4: invalid YAML in the front matter: expected ',' or ']', but got ':' "
         "(while parsing a flow sequence at line 3)" in check.detail
     )
-    assert check.fix and "docs/trackers.md" in check.fix
+    assert check.fix and "`beflow docs trackers`" in check.fix
+
+    (context.project.tracker_dir / "0004-two-wrongs.md").write_text(
+        "---\nkey: 4\ntitle: t\nstatus: nope\npriority: high\n---\n"
+    )
+    check = check_tracker(context.project)
+    assert "; 3 problems in 2 files:\n" in check.detail, check.detail
 
 
 def test_the_command_line_prints_the_same_one_line_message_and_exits_2(repo: Path, beflow) -> None:

@@ -69,7 +69,7 @@ AGENT_ERROR = {"jsonrpc": "2.0", "id": 2, "error": {"code": -32603, "message": "
             False,
             [acpx_error("spawn codex ENOENT", detailCode="AGENT_SPAWN_ENOENT")],
             "failed",
-            "could not be started (codex)",
+            "the agent codex could not be started: spawn codex ENOENT. Fix: ",
             True,
         ),
         (
@@ -80,7 +80,7 @@ AGENT_ERROR = {"jsonrpc": "2.0", "id": 2, "error": {"code": -32603, "message": "
             "acpx: agent disconnected",
             False,
         ),
-        (1, False, [PROMPT], "failed", "stopped before finishing its turn (acpx exit 1; boom / bang)", False),
+        (1, False, [PROMPT], "failed", "the agent codex exited in the middle of its turn (acpx exit 1): bang", False),
         (0, False, [PROMPT], "failed", "stopped before finishing its turn (acpx exit 0; boom / bang)", False),
     ],
 )
@@ -102,7 +102,58 @@ def test_judge(
 
 def test_judge_without_error_output_says_so() -> None:
     verdict = judge(Completed(argv=["acpx"], returncode=1), acpx.Transcript(), CONFIG)
-    assert verdict.reason.endswith("(acpx exit 1; no error output)")
+    assert verdict.reason.startswith("the agent codex exited before its turn began (acpx exit 1) (it said nothing")
+
+
+AUTH_REQUIRED = [
+    {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": []}},
+    {"jsonrpc": "2.0", "id": 1, "error": {"code": -32000, "message": "Authentication required"}},
+]
+
+
+@pytest.mark.parametrize(
+    ("messages", "stderr", "reason", "permanent"),
+    [
+        (
+            AUTH_REQUIRED,
+            [],
+            "the agent codex is not logged in: Authentication required (its answer to session/new)",
+            True,
+        ),
+        ([acpx_error("Authentication required", detailCode="AUTH_REQUIRED")], [], "is not logged in", True),
+        (
+            [
+                acpx_error(
+                    "ACP agent exited before initialize completed (exit=3, signal=null): no model configured",
+                    detailCode="AGENT_STARTUP_FAILED",
+                )
+            ],
+            [],
+            "the agent codex exited before it started (exit 3): no model configured",
+            False,
+        ),
+        (
+            [PROMPT],
+            ["[acpx] spawning agent: codex-acp", "panic: out of memory", "[acpx] done"],
+            "exited in the middle of its turn (acpx exit 1): panic: out of memory",
+            False,
+        ),
+    ],
+)
+def test_judge_says_the_agents_own_cause_in_one_line_with_a_fix(
+    messages: list[dict[str, object]], stderr: list[str], reason: str, permanent: bool
+) -> None:
+    verdict = judge(
+        Completed(argv=["acpx"], returncode=1), transcript(*messages), CONFIG, stderr, key="7", run_id="r-1"
+    )
+
+    assert verdict.outcome == "failed" and verdict.permanent == permanent
+    assert reason in verdict.reason and "\n" not in verdict.reason
+    assert ". Fix: " in verdict.reason
+    if permanent:
+        assert verdict.reason.endswith("then run it again (`beflow --auto 7`)")
+    else:
+        assert verdict.reason.split(". Fix: ")[1].strip()
 
 
 @pytest.mark.parametrize(

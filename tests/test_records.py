@@ -68,6 +68,17 @@ def test_a_run_is_found_by_id_prefix_or_latest(store: RunStore) -> None:
         store.get("20260102-000000-2-bbbx")
 
 
+def test_an_ambiguous_prefix_names_five_runs_and_how_many_more(store: RunStore) -> None:
+    for day in range(1, 9):
+        store.create(record(f"202601{day:02d}-000000-1-aaaa"), "")
+
+    with pytest.raises(NotFoundError) as caught:
+        store.get("2026")
+
+    assert caught.value.message.endswith("20260105-000000-1-aaaa and 3 more")
+    assert caught.value.fix == "Give more of the run's id (`beflow runs list` shows them)."
+
+
 def test_no_runs_yet(store: RunStore) -> None:
     assert store.records() == []
     with pytest.raises(NotFoundError, match="no run 'latest'"):

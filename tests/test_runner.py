@@ -124,7 +124,7 @@ OUTCOMES = [
         {},
         "failed",
         Status.FAILED,
-        "stopped before finishing",
+        "exited in the middle of its turn (acpx exit 1): [acp-test-agent",
         {"half.txt": "x"},
         id="agent-crash",
     ),
@@ -166,11 +166,31 @@ def test_each_way_a_run_ends_is_recorded_committed_and_cleaned_up(
     issue = auto_project.issue(key)
     assert issue.status == status
     assert outcome in issue.comments[-1].text and reason in issue.comments[-1].text
-    # Whatever the outcome, the agent's work is on the branch (never .acpxrc.json) and the worktree is gone.
-    assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", **files}
-    assert (record.commit is not None) == bool(files)
+    # Whatever the outcome, the agent's work is on the branch (never .acpxrc.json) and the worktree is gone; a
+    # run that left nothing leaves no branch identical to the base, nor an empty folder under $BEFLOW_HOME.
+    if files:
+        assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", **files}
+        assert record.branch == "beflow/1" and record.commit is not None
+    else:
+        assert auto_project.branches() == ["main"] and record.branch is None and record.commit is None
+        assert "branch:" not in issue.comments[-1].text
     assert record.restored and "removed" in record.restored[0]
     assert not Path(record.worktree or "").exists() and auto_project.registered_worktrees() == []
+    assert not auto_project.worktrees_dir.exists()
+
+
+def test_a_run_that_changes_nothing_on_a_branch_with_earlier_work_keeps_the_branch(
+    auto_project: AutoProject, beflow
+) -> None:
+    key = auto_project.new_issue("write first.txt 1")
+    assert beflow("--auto", key).exit_code == 0
+    auto_project.tracker.set_status(key, Status.READY)
+
+    assert beflow("--auto", key).exit_code == 0  # writes the same content again: nothing new to commit
+
+    second = auto_project.records(key)[0]
+    assert second.outcome == "no_changes" and second.branch == "beflow/1"
+    assert auto_project.branch_files("beflow/1")["first.txt"] == "1"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
@@ -403,8 +423,32 @@ def test_an_agent_that_cannot_be_started_is_a_permanent_failure(auto_project: Au
 
     assert record.permanent
     assert record.outcome == "failed"
-    assert "the agent could not be started (no-such-agent-binary --acp)" in (record.stop_reason or "")
+    assert record.stop_reason == (
+        "the agent no-such-agent-binary --acp could not be started: Failed to spawn agent command: "
+        "no-such-agent-binary --acp. Fix: install the agent, or give its full path in `agent.command` in "
+        ".beflow/config.json"
+    )
     assert auto_project.issue(key).status == Status.FAILED
+
+
+def test_an_agent_that_is_not_logged_in_fails_with_the_real_cause_and_the_fix_and_for_good(
+    auto_project: AutoProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent answers session/new with ACP's auth-required error: that, not "no error output", is the reason."""
+    monkeypatch.setenv("ACP_TEST_AUTH", "required")
+    key = auto_project.new_issue("write never.txt x")
+    runner = Run(load_project(auto_project.config_path), auto_project.tracker, RunRequest(key=key, final=False))
+
+    record = anyio.run(runner.execute)
+
+    assert record.permanent  # no retry logs anyone in
+    assert record.outcome == "failed"
+    assert record.stop_reason is not None and "\n" not in record.stop_reason
+    assert record.stop_reason.startswith("the agent ")
+    assert "is not logged in: Authentication required (its answer to session/new). Fix: log in" in record.stop_reason
+    issue = auto_project.issue(key)
+    assert issue.status == Status.FAILED
+    assert "is not logged in: Authentication required" in issue.comments[-1].text
 
 
 # -- the prompt --------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import difflib
 import gc
 import importlib
 import importlib.util
@@ -13,7 +14,7 @@ from pathlib import Path
 import click
 
 from beflow import __version__
-from beflow.cli.common import App, guarded
+from beflow.cli.common import App, HelpGroup, guarded
 from beflow.paths import beflow_home
 
 # `beflow --auto KEY ...`, `beflow --attend KEY`, `beflow --open KEY` are modes of the root command (docs/modes.md);
@@ -32,13 +33,14 @@ COMMANDS = {
     "restore": "beflow.cli.restore:command",
     "watch": "beflow.cli.watch:command",
     "demo": "beflow.cli.demo:command",
+    "docs": "beflow.cli.docs:command",
     "auto": "beflow.cli.run:auto",
     "attend": "beflow.cli.run:attend",
     "open": "beflow.cli.run:open_",
 }
 
 
-class BeflowGroup(click.Group):
+class BeflowGroup(HelpGroup):
     """The root group: knows the mode flags, and loads each command on first use."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -47,7 +49,12 @@ class BeflowGroup(click.Group):
     def resolve_command(
         self, ctx: click.Context, args: list[str]
     ) -> tuple[str | None, click.Command | None, list[str]]:
-        name, command, rest = super().resolve_command(ctx, args)
+        try:
+            name, command, rest = super().resolve_command(ctx, args)
+        except click.exceptions.NoSuchCommand as missing:
+            # Click suggests among the commands loaded so far, and ours load on first use: offer them all.
+            visible = [n for n in self.list_commands(ctx) if n not in MODE_FLAGS.values()]
+            raise click.exceptions.NoSuchCommand(missing.command_name, possibilities=visible, ctx=ctx) from None
         # Usage and errors say `beflow --auto ...`, as the user typed it, not the hidden command's name.
         modes = {mode: flag for flag, mode in MODE_FLAGS.items()}
         return (modes.get(name, name) if name else name), command, rest
@@ -77,15 +84,23 @@ class BeflowGroup(click.Group):
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         args = list(args)
         for index, arg in enumerate(args):
+            if arg.startswith("--") and arg.split("=")[0] not in {*MODE_FLAGS, *self._long_options(ctx)}:
+                # `beflow --atend 7`: click's own suggestion, among the modes too (they are not options to it).
+                known = [*MODE_FLAGS, *self._long_options(ctx)]
+                closest = difflib.get_close_matches(arg.split("=")[0], known, n=1)
+                raise click.exceptions.NoSuchOption(arg, possibilities=closest, ctx=ctx)
             if arg in MODE_FLAGS and MODE_FLAGS[arg] in COMMANDS:
                 others = [a for a in args[index + 1 :] if a in MODE_FLAGS and a != arg]
                 if others:
                     raise click.UsageError(f"{arg} and {others[0]} are two modes: choose one", ctx)
                 args[index] = MODE_FLAGS[arg]
                 break
-            if not arg.startswith("-") and index and args[index - 1] != "--config":
-                break  # a subcommand came first: its own options are not modes
+            if not arg.startswith("-") and (index == 0 or args[index - 1] != "--config"):
+                break  # a subcommand came first: its own options are neither modes nor the root's
         return super().parse_args(ctx, args)
+
+    def _long_options(self, ctx: click.Context) -> list[str]:
+        return [o for param in self.get_params(ctx) for o in getattr(param, "opts", []) if o.startswith("--")]
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         with formatter.section("Modes"):
@@ -123,6 +138,7 @@ class BeflowGroup(click.Group):
     "--config",
     "config_path",
     type=click.Path(path_type=Path, dir_okay=False),
+    metavar="PATH",
     help="The config file (else $BEFLOW_CONFIG, else the nearest .beflow/config.json up to the git top level).",
 )
 @click.pass_context

@@ -21,6 +21,7 @@ from beflow.paths import beflow_home
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
     from beflow.config import Project
 
@@ -66,6 +67,30 @@ class App:
 
             self._project = load_project(self.config_option)
         return self._project
+
+
+def print_table(table: Table) -> None:
+    """A table fits the terminal; off a terminal (a pipe, a file) nothing is cut or wrapped: it is as wide as its
+    widest values."""
+    from rich.measure import Measurement
+
+    if not out.is_terminal:
+        table.width = Measurement.get(out, out.options.update(max_width=100_000), table).maximum
+    out.print(table)
+
+
+class HelpGroup(click.Group):
+    """A command group whose command list shows each command's first sentence whole, never cut with "..."."""
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=10_000)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 def app() -> App:

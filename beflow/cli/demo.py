@@ -14,10 +14,15 @@ from rich.syntax import Syntax
 from beflow import demo, git, interrupts
 from beflow.cli.common import out
 from beflow.cli.progress import OUTCOME_STYLE, Progress
+from beflow.paths import beflow_home
 from beflow.records import DONE_OUTCOMES
 
 
-@click.command("demo", epilog="Example:  beflow demo --dir /tmp/beflow-demo")
+@click.command(
+    "demo",
+    short_help="See beflow work: a demo agent on a sample repository, end to end.",
+    epilog="Example:  beflow demo --dir /tmp/beflow-demo",
+)
 @click.option(
     "--dir",
     "directory",
@@ -29,21 +34,29 @@ def command(directory: Path | None) -> None:
     injected: you see the branch, the diff and the run record it leaves."""
     directory = (directory or Path(tempfile.mkdtemp(prefix="beflow-demo-"))).resolve()
     sample = demo.create(directory)
-    out.print(f"[bold]Sample repository[/] {escape(str(directory))}")
+    out.print(f"[bold]Sample repository:[/] {escape(str(directory))} (a new git repository with one issue)")
+    out.print(
+        f"[bold]beflow's own files:[/] worktrees, locks and crash logs go under {escape(str(beflow_home()))} "
+        "($BEFLOW_HOME; the run's worktree is removed when it ends)"
+    )
     out.print(f"Issue {sample.issue_key} is ready; running it with `beflow --auto {sample.issue_key}`…\n")
     with Progress(as_json=False) as progress:
         record = interrupts.run(lambda: demo.run(sample, progress))
     style = OUTCOME_STYLE.get(record.outcome, "white")
-    out.print(f"\n[bold]Outcome[/] [{style}]{record.outcome}[/] — {escape(record.stop_reason or '')}")
-    out.print(f"[bold]MCP servers handed to the agent[/] {', '.join(record.mcp_servers) or 'none'}")
+    out.print(f"\n[bold]Outcome:[/] [{style}]{record.outcome}[/] — {escape(record.stop_reason or '')}")
+    servers = ", ".join(record.mcp_servers) or "none"
+    out.print(
+        f"[bold]MCP servers handed to the agent:[/] {escape(servers)} — placeholders from the sample's .mcp.json: "
+        "the demo agent lists their names and never starts them"
+    )
     for note in record.restored:
-        out.print(f"[bold]Managed file[/] {escape(note)}")
+        out.print(f"[bold]After the run:[/] {escape(note)}")
     if record.commit and record.base_commit:
-        out.print(f"\n[bold]Branch[/] {record.branch} at {record.commit[:12]}")
+        out.print(f"\n[bold]Branch:[/] {record.branch} at {record.commit[:12]}")
         out.print(Syntax(git.diff(directory, record.base_commit, record.commit), "diff", theme="ansi_dark"))
     if record.final_message:
-        out.print(f"[bold]The agent said[/]\n{escape(record.final_message)}")
-    out.print(f"\n[bold]Run record[/] {escape(str(directory / '.beflow' / 'runs' / record.id))}")
+        out.print(f"[bold]The agent said:[/]\n{escape(record.final_message)}")
+    out.print(f"\n[bold]Run record:[/] {escape(str(directory / '.beflow' / 'runs' / record.id))}")
     beflow = _invoked_as()
     out.print("Look around:")
     out.print(f"  cd {escape(str(directory))}")

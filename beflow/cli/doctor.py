@@ -11,11 +11,16 @@ from beflow.cli.common import App, emit_json, out, pass_app
 from beflow.doctor import run_checks
 
 
-@click.command("doctor", epilog="Example:  beflow doctor --json")
+@click.command(
+    "doctor",
+    short_help="Check everything beflow needs, the agent's login included; a fix for each problem.",
+    epilog="Example:  beflow doctor --json",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the checks as JSON.")
 @pass_app
 def command(app: App, as_json: bool) -> None:
-    """Check git, node, acpx, the config and the tracker; exit 1 when something needs fixing."""
+    """Check git, node, acpx, the config, the tracker and MCP, and start the agent (no prompt) to see that it is
+    installed and logged in; exit 1 when something needs fixing."""
     checks = run_checks(app.config_option)
     if as_json:
         emit_json([dataclasses.asdict(c) for c in checks])

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 import beflow.issues  # noqa: F401 - registers the issue operations
-from beflow.cli.common import App, call_operation, emit_json, err, escape, out, pass_app
+from beflow.cli.common import App, HelpGroup, call_operation, emit_json, err, escape, out, pass_app, print_table
 from beflow.errors import UsageError
 from beflow.issues import Commented, IssueView, StatusChange
 from beflow.trackers.base import Issue, Listing, Status, format_time
@@ -45,7 +45,11 @@ def styled(status: Status) -> str:
     return f"[{STATUS_STYLE[status]}]{status.value}[/]"
 
 
-@click.group("issues", epilog='Example:  beflow issues new "Fix the login crash" --label bug && beflow issues list')
+@click.group(
+    "issues",
+    cls=HelpGroup,
+    epilog='\b\nExample:  beflow issues new "Fix the login crash" --label bug && beflow issues list',
+)
 def group() -> None:
     """Read and write the project's issues (local issues live in .beflow/issues, one Markdown file each)."""
 
@@ -78,7 +82,7 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
                 escape(", ".join(issue.labels)),
                 short_time(issue.updated),
             )
-        out.print(table)
+        print_table(table)
     elif status or label:
         filters = [f"status {status}" if status else "", f"label {label!r}" if label else ""]
         wanted = " and ".join(f for f in filters if f)
@@ -90,7 +94,7 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
         err.print(f"[yellow]warning:[/] {count} problem{'s' if count > 1 else ''} in issue files (not listed):")
         for problem in listing.problems:
             err.print(f"  {escape(problem.render())}")
-        err.print("fix: Fix each file at that line (docs/trackers.md describes the format).")
+        err.print("fix: Fix each file at that line (`beflow docs trackers` describes the format).")
 
 
 @group.command("show", epilog="Example:  beflow issues show 7")
@@ -133,7 +137,7 @@ def show_command(app: App, key: str, as_json: bool) -> None:
 
 @group.command(
     "new",
-    epilog='Example:  beflow issues new "Fix the login crash" --body-file crash.md --label bug --priority 1',
+    epilog='\b\nExample:  beflow issues new "Fix the login crash" --body-file crash.md --label bug --priority 1',
 )
 @click.argument("title")
 @click.option("--body", help="The description, in Markdown.")
@@ -236,12 +240,15 @@ def reopen_command(app: App, key: str, note: str | None, as_json: bool) -> None:
     _status_change(app, "issue.reopen", key, note, as_json)
 
 
-@group.command("set-status", epilog='Example:  beflow issues set-status 7 review --note "Looks done; please check."')
+@group.command(
+    "set-status", epilog='\b\nExample:  beflow issues set-status 7 review --note "Looks done; please check."'
+)
 @click.argument("key")
-@click.argument("status", type=click.Choice([s.value for s in Status]))
+@click.argument("status", type=click.Choice([s.value for s in Status]), metavar="STATUS")
 @note_option
 @json_option
 @pass_app
 def set_status_command(app: App, key: str, status: str, note: str | None, as_json: bool) -> None:
-    """Move an issue to STATUS (only allowed transitions; see docs/trackers.md)."""
+    """Move an issue to STATUS: open, ready, in_progress, review, done, failed or closed (only allowed
+    transitions: `beflow docs trackers` shows them)."""
     _status_change(app, "issue.set_status", key, note, as_json, status=status)

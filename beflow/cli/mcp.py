@@ -9,16 +9,14 @@ from typing import Any
 
 import click
 
-from beflow.cli.common import App, emit_json, err, escape, out, pass_app
+from beflow.cli.common import App, HelpGroup, emit_json, err, escape, out, pass_app
 from beflow.errors import ConfigError
 from beflow.mcp.acp import MASK, masked, shadowed_global_servers, translate
-from beflow.mcp.cascade import Entry, RemoteServer, StdioServer, check_cascade, summary
+from beflow.mcp.cascade import Entry, RemoteServer, StdioServer, check_cascade, fix_for, summary
 from beflow.mcp.own import own_server
 
-_FIX = "Fix each entry listed; `beflow mcp check` validates the whole cascade."
 
-
-@click.group("mcp", epilog="Example:  beflow mcp check && beflow mcp show")
+@click.group("mcp", cls=HelpGroup, epilog="Example:  beflow mcp check && beflow mcp show")
 def group() -> None:
     """MCP: the servers beflow gives each agent run (.mcp.json, injected as .acpxrc.json), and beflow's own."""
 
@@ -119,7 +117,7 @@ def show(app: App, reveal: bool, as_json: bool) -> None:
     for entry in cascade.entries:
         _print_entry(entry, reveal)
     if expansion:
-        raise ConfigError(summary(expansion), fix=_FIX)
+        raise ConfigError(summary(expansion), fix=fix_for(expansion))
     if checked.servers:
         out.print("[bold]ACP translation[/] (the mcpServers of the managed .acpxrc.json):")
         out.print(escape(json.dumps(translate(shown, reveal=reveal), indent=2, ensure_ascii=False)))
@@ -146,7 +144,7 @@ def check(app: App, as_json: bool) -> None:
             raise SystemExit(2)
         return
     if checked.problems:
-        raise ConfigError(summary(checked.problems), fix=_FIX)
+        raise ConfigError(summary(checked.problems), fix=fix_for(checked.problems))
     files = [str(s.path) for s in checked.cascade.sources if s.exists]
     count = f"{len(names)} server{'s' if len(names) != 1 else ''}"
     disabled = len(checked.cascade.entries) - len(names)

@@ -9,7 +9,11 @@ from beflow.errors import BeflowError
 from beflow.mcp.inject import active_entries, recover_orphans
 
 
-@click.command("restore", epilog="Example:  beflow restore --json")
+@click.command(
+    "restore",
+    short_help="Put back the .acpxrc.json files a killed beflow left behind.",
+    epilog="Example:  beflow restore --json",
+)
 @click.option("--json", "as_json", is_flag=True, help='Print {"restored", "in_use"} as JSON.')
 def command(as_json: bool) -> None:
     """Put back every .acpxrc.json a killed beflow left behind; files of running beflows are left alone."""

@@ -10,7 +10,7 @@ from beflow.cli.common import App, emit_json, err, pass_app
 from beflow.cli.progress import OUTCOME_STYLE, Progress
 from beflow.events import IDLE, RunEvent
 from beflow.records import FAILED_OUTCOMES
-from beflow.runner import run_many
+from beflow.runner import invisible_changes, run_many
 from beflow.trackers import open_tracker
 
 
@@ -29,6 +29,11 @@ def auto(app: App, keys: tuple[str, ...], limit: int | None, concurrency: int, a
     worktree on branch beflow/<key>; commit, record, update the tracker, exit."""
     project = app.project()
     tracker = open_tracker(project)
+    note = invisible_changes(project)
+    if note and as_json:
+        emit_json({"event": "notice", "issue": None, "message": note})
+    elif note:
+        err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     with Progress(as_json=as_json) as progress:
         records = interrupts.run(
             lambda: run_many(project, tracker, list(keys), limit=limit, concurrency=concurrency, events=progress)

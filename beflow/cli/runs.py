@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 import beflow.runs  # noqa: F401 - registers the run operations
-from beflow.cli.common import App, call_operation, emit_json, escape, out, pass_app
+from beflow.cli.common import App, HelpGroup, call_operation, emit_json, escape, out, pass_app, print_table
 from beflow.cli.progress import OUTCOME_STYLE
 from beflow.records import RunRecord
 
@@ -14,14 +14,14 @@ json_option = click.option("--json", "as_json", is_flag=True, help="Print the re
 LOG_STYLE = {"agent": "bold", "tool": "cyan", "permission": "yellow", "error": "red", "session": "dim", "end": "dim"}
 
 
-@click.group("runs", epilog="Example:  beflow runs show latest")
+@click.group("runs", cls=HelpGroup, epilog="Example:  beflow runs show latest")
 def group() -> None:
     """What beflow's runs did: records in .beflow/runs/."""
 
 
 @group.command("list", epilog="Example:  beflow runs list --issue 7")
 @click.option("--issue", help="Only runs of this issue.")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="Show at most N runs.")
 @json_option
 @pass_app
 def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None:
@@ -35,19 +35,32 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
         return
     from rich.table import Table
 
-    table = Table(box=None, pad_edge=False)
-    # Run ids are never cut short: they are what `runs show` and `runs logs` take.
-    table.add_column("run", no_wrap=True, min_width=max(len(r.id) for r in records))
-    for column in ("issue", "mode", "outcome", "duration", "branch"):
-        table.add_column(column)
-    table.add_column("commit", no_wrap=True, min_width=12)
-    for r in records:
-        style = OUTCOME_STYLE.get(r.outcome, "white")
-        duration = f"{r.duration:.0f}s" if r.duration is not None else "-"
-        table.add_row(
-            r.id, r.issue, r.mode, f"[{style}]{r.outcome}[/]", duration, r.branch or "-", (r.commit or "-")[:12]
+    rows = [
+        (
+            r.id,
+            r.issue,
+            r.mode,
+            r.outcome,
+            f"{r.duration:.0f}s" if r.duration is not None else "-",
+            r.branch or "-",
+            (r.commit or "-")[:12],
         )
-    out.print(table)
+        for r in records
+    ]
+    headers = ("run", "issue", "mode", "outcome", "duration", "branch", "commit")
+    widths = [max(len(header), *(len(row[index]) for row in rows)) for index, header in enumerate(headers)]
+    table = Table(box=None, pad_edge=False)
+    # What identifies a run and says how it went is never cut short (ids are what `runs show` and `runs logs`
+    # take); the branch, derived from the issue's key, gives way first on a narrow screen.
+    for header, widest in zip(headers, widths, strict=True):
+        if header == "branch":
+            table.add_column(header, overflow="ellipsis", no_wrap=True)
+        else:
+            table.add_column(header, no_wrap=True, min_width=widest)
+    for r, row in zip(records, rows, strict=True):
+        style = OUTCOME_STYLE.get(r.outcome, "white")
+        table.add_row(*row[:3], f"[{style}]{escape(row[3])}[/]", *row[4:])
+    print_table(table)
 
 
 @group.command("show", epilog="Example:  beflow runs show latest")
@@ -111,9 +124,12 @@ def logs_command(app: App, run_id: str, as_json: bool) -> None:
         emit_json(logs.model_dump(mode="json"))
         return
     out.print(f"[bold]run {escape(logs.record.id)}[/] — issue {escape(logs.record.issue)} — {logs.record.outcome}")
+    width = max(len(kind) for kind in (*LOG_STYLE, *(line.kind for line in logs.lines)))
     for line in logs.lines:
         style = LOG_STYLE.get(line.kind, "white")
-        out.print(f"[{style}]{line.kind:>10}[/] {escape(line.text)}")
+        # Every line of a message under the first one, so that the labels stay a column of their own.
+        text = escape(line.text).replace("\n", "\n" + " " * (width + 1))
+        out.print(f"[{style}]{line.kind:<{width}}[/] {text}")
     if logs.stderr.strip():
         out.print("[bold]stderr[/]")
         out.print(escape(logs.stderr.rstrip()))

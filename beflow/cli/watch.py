@@ -79,7 +79,11 @@ def render(snapshot: Snapshot, concurrency: int) -> Group:
     return Group(*parts)
 
 
-@click.command("watch", epilog="Examples:\n\n  beflow watch\n\n  beflow watch --once --json")
+@click.command(
+    "watch",
+    short_help="Run ready issues in parallel, unattended, until stopped.",
+    epilog="Examples:\n\n  beflow watch\n\n  beflow watch --once --json",
+)
 @click.option("--once", is_flag=True, help="One tick: dispatch what is ready, wait for those runs, exit.")
 @click.option("--json", "as_json", is_flag=True, help="Stream one JSON event per line instead of the live view.")
 @pass_app

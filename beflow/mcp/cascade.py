@@ -111,7 +111,7 @@ class Cascade(BaseModel):
 
     def raise_problems(self) -> None:
         if self.problems:
-            raise ConfigError(summary(self.problems), fix="Fix each entry; `beflow mcp check` lists every problem.")
+            raise ConfigError(summary(self.problems), fix=fix_for(self.problems))
 
 
 def cascade_files(project: Project) -> list[tuple[Scope, Path]]:
@@ -378,5 +378,24 @@ def resolved_servers(project: Project, environ: Mapping[str, str]) -> list[tuple
     """The expanded active servers, sorted by name; any problem in the cascade is one :class:`ConfigError`."""
     checked = check_cascade(project, environ)
     if checked.problems:
-        raise ConfigError(summary(checked.problems), fix="Fix each entry; `beflow mcp check` lists every problem.")
+        raise ConfigError(summary(checked.problems), fix=fix_for(checked.problems))
     return checked.servers
+
+
+_UNSET = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)\} is not set and has no default")
+
+
+def fix_for(problems: list[Problem]) -> str:
+    """What to do about these problems: for unset variables, export them or give a default; for the rest, fix
+    each entry at its line."""
+    unset = list(dict.fromkeys(m["name"] for p in problems if (m := _UNSET.search(p.message))))
+    others = [p for p in problems if not _UNSET.search(p.message)]
+    parts = []
+    if unset:
+        names = " and ".join(unset) if len(unset) <= 2 else ", ".join(unset[:-1]) + f" and {unset[-1]}"
+        first = unset[0]
+        parts.append(f"export {names} before running beflow, or write ${{{first}:-…}} in .mcp.json to give a default")
+    if others:
+        parts.append("fix each entry at the line shown (`beflow docs mcp` describes them)")
+    text = "; ".join(parts)
+    return text[:1].upper() + text[1:] + "; `beflow mcp check` lists every problem."

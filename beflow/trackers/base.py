@@ -57,7 +57,7 @@ def check_transition(key: str, current: Status, target: Status) -> None:
     allowed = ", ".join(s.value for s in Status if s in TRANSITIONS[current])
     raise TransitionError(
         f"issue {key}: cannot go from {current.value} to {target.value} (from {current.value} it can go to: {allowed})",
-        fix="See the transition table in docs/trackers.md.",
+        fix="`beflow docs trackers` shows the table of transitions.",
     )
 
 

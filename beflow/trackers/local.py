@@ -186,7 +186,7 @@ class IssueFileError(ConfigError):
     def __init__(self, problems: list[FileProblem]) -> None:
         super().__init__(
             "\n".join(p.render() for p in problems),
-            fix="Fix the file at that line (docs/trackers.md describes the format), or `git checkout` it.",
+            fix="Fix the file at that line (`beflow docs trackers` describes the format), or `git checkout` it.",
         )
         self.problems = problems
 

@@ -88,7 +88,7 @@ def test_the_person_answers_the_permission_prompt_and_the_agent_goes_on(
     assert record.branch is None and record.commit is None
     assert record.changed_files == ["A\tout.txt"]
     # Uncommitted before the run (the project's own files and the prior .acpxrc.json): never the agent's.
-    assert record.dirty_before == ["A\t.acpxrc.json", "A\t.beflow/config.json", "A\t.mcp.json"]
+    assert record.dirty_before == ["?\t.acpxrc.json", "?\t.beflow/config.json", "?\t.mcp.json"]
     assert record.mcp_servers == ["docs", "tools"]
     assert record.restored == [f"restored {attended.directory / '.acpxrc.json'} to its content before the run"]
     assert attended.secrets_in_records() == []
@@ -265,6 +265,26 @@ def test_an_agent_that_commits_everything_in_the_checkout_leaves_the_injected_fi
     assert "out.txt" in committed and ".acpxrc.json" not in committed
     assert_prior_restored(attended)
     assert (attended.directory / ".git" / "info" / "exclude").read_text().count("acpxrc") == 0
+
+
+def test_an_agent_that_is_not_logged_in_is_named_as_the_cause_in_the_record_and_on_the_issue(
+    attended: AutoProject, beflow_process
+) -> None:
+    """acpx says why on the terminal only; beflow starts the agent again to say it in the record too."""
+    key = attended.new_issue("say never")
+    process = beflow_process("--attend", key, cwd=attended.directory, env={"ACP_TEST_AUTH": "required"})
+    _, stderr = process.communicate(timeout=120)
+
+    assert process.returncode == 1
+    record = attended.only_record()
+    assert record.outcome == "failed"
+    assert (record.stop_reason or "").startswith("acpx exit 1: ")
+    assert "is not logged in: Authentication required. Fix: Log in with the agent's own command" in (
+        record.stop_reason or ""
+    )
+    assert "is not logged in: Authentication required" in stderr
+    assert "is not logged in: Authentication required" in attended.issue(key).comments[-1].text
+    assert_prior_restored(attended)
 
 
 def test_a_nul_byte_in_the_issue_is_replaced_and_the_session_runs(attended: AutoProject, beflow_process) -> None:

@@ -27,9 +27,12 @@ def test_demo_runs_the_sample_issue_and_shows_the_branch_the_diff_and_the_record
     assert "def test_farewell" in git(directory, "show", "beflow/1:test_greet.py")
     assert "def farewell" not in (directory / "greet.py").read_text()  # the checkout is untouched
     out = result.stdout
-    assert "Outcome succeeded" in out and "MCP servers handed to the agent docs, search" in out
-    assert f"Branch beflow/1 at {(record.commit or '')[:12]}" in out and "+def farewell" in out
-    assert str(directory / ".beflow" / "runs" / record.id) in out
+    assert "Outcome: succeeded — " in out
+    assert "MCP servers handed to the agent: docs, search — placeholders" in out and "never starts them" in out
+    assert f"beflow's own files: worktrees, locks and crash logs go under {os.environ['BEFLOW_HOME']}" in out
+    assert "After the run: removed " in out and "Managed file" not in out
+    assert f"Branch: beflow/1 at {(record.commit or '')[:12]}" in out and "+def farewell" in out
+    assert f"Run record: {directory / '.beflow' / 'runs' / record.id}" in out
     assert "demo-token" not in "".join(p.read_text() for p in directory.joinpath(".beflow", "runs").rglob("*.*"))
     issue_file = next(directory.joinpath(".beflow", "issues").glob("0001-*.md"))
     assert f"status: {Status.REVIEW.value}" in issue_file.read_text()

@@ -19,12 +19,13 @@ def write_config(repo: Path, text: str) -> Path:
 
 
 @pytest.fixture
-def acpx_on_path(acpx_bin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pinned acpx found on PATH, for configs that do not name one (never a download through npx)."""
+def acpx_on_path(acpx_bin: Path, monkeypatch: pytest.MonkeyPatch, codex_is_the_test_agent: Path) -> None:
+    """The pinned acpx found on PATH, for configs that do not name one (never a download through npx), and the
+    default agent ``codex`` played by the test agent."""
     monkeypatch.setenv("PATH", f"{acpx_bin.parent}{os.pathsep}{os.environ['PATH']}")
 
 
-def test_all_good_exits_0(repo: Path, beflow, acpx_bin: Path) -> None:
+def test_all_good_exits_0(repo: Path, beflow, acpx_bin: Path, codex_is_the_test_agent: Path) -> None:
     config = write_config(repo, json.dumps({"acpx": [str(acpx_bin)]}))
 
     result = beflow("doctor")
@@ -34,6 +35,7 @@ def test_all_good_exits_0(repo: Path, beflow, acpx_bin: Path) -> None:
     assert [line.split(":")[0] for line in lines[:4]] == ["✓ git", "✓ node", "✓ acpx", "✓ config"]
     assert f"✓ acpx: {ACPX_VERSION} via `{acpx_bin}`" in lines
     assert f"✓ config: {config}" in lines
+    assert lines[-1].startswith("✓ agent: codex started and opened a session in ")
     assert "fix:" not in result.stdout
 
 
@@ -119,3 +121,76 @@ def test_an_application_config_json_at_the_root_is_none_of_doctors_business(
     result = beflow("doctor")
 
     assert "config.json looks like beflow's" not in result.stdout
+
+
+def test_an_agent_that_is_not_logged_in_fails_with_its_login_command(
+    repo: Path, beflow, acpx_on_path: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """doctor starts the agent for real: the test agent (as codex) answers session/new with ACP's auth error."""
+    monkeypatch.setenv("ACP_TEST_AUTH", "required")
+
+    result = beflow("doctor")
+
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[-2:] == [
+        "✗ agent: codex is not logged in: Authentication required",
+        "    fix: Log in with `codex login` (as the user beflow runs as), then run `beflow doctor` again.",
+    ]
+    assert not list((Path(os.environ["HOME"]) / ".acpx").glob("sessions/*.json"))
+
+
+def test_an_agent_that_is_installed_and_logged_in_leaves_no_session_behind(
+    repo: Path, beflow, acpx_on_path: None, tmp_path: Path
+) -> None:
+    result = beflow("doctor")
+
+    assert result.exit_code == 0, result.stdout
+    assert "✓ agent: codex started and opened a session in " in result.stdout
+    assert not list((Path(os.environ["HOME"]) / ".acpx").glob("sessions/*"))
+
+
+def test_an_agent_that_is_not_installed_says_how_to_install_it(repo: Path, beflow, acpx_bin: Path) -> None:
+    write_config(repo, json.dumps({"acpx": [str(acpx_bin)], "agent": {"command": "no-such-agent-binary --acp"}}))
+
+    result = beflow("doctor")
+
+    assert result.exit_code == 1
+    assert "✗ runs: " in result.stdout and "'no-such-agent-binary' is not installed" in result.stdout
+    assert "✗ agent" not in result.stdout  # said once, by the runs check
+
+
+def test_an_agent_that_dies_at_start_shows_its_own_words(repo: Path, beflow, acpx_bin: Path, tmp_path: Path) -> None:
+    agent = tmp_path / "broken-agent"
+    agent.write_text("#!/bin/sh\necho 'config error: missing model name' >&2\nexit 3\n")
+    agent.chmod(0o755)
+    write_config(repo, json.dumps({"acpx": [str(acpx_bin)], "agent": {"command": str(agent)}}))
+
+    result = beflow("doctor")
+
+    assert result.exit_code == 1
+    assert result.stdout.splitlines()[-2:] == [
+        f"✗ agent: {agent} exited before it started (exit 3): config error: missing model name",
+        f"    fix: Run the agent's command by hand to see why: {agent}.",
+    ]
+
+
+def test_every_problem_a_run_would_hit_is_listed_with_its_line_in_the_named_config(
+    repo: Path, beflow, acpx_bin: Path, codex_is_the_test_agent: Path
+) -> None:
+    """With --config c.json, messages and fixes name c.json and the line of each setting; none hides another."""
+    named = repo / "c.json"
+    named.write_text(
+        json.dumps({"acpx": [str(acpx_bin)], "after_run": {"pull_request": True}, "prompt": "missing.md"}, indent=2)
+    )
+
+    result = beflow("--config", "c.json", "doctor")
+
+    assert result.exit_code == 1
+    text = result.stdout
+    assert "✗ runs: 2 problems:\n" in text
+    assert f"  {named}:6: after_run.pull_request: pull requests need the GitHub tracker" in text
+    assert f"  {named}:8: prompt: template file {repo / 'missing.md'} does not exist" in text
+    assert f'Use the GitHub tracker, or remove "pull_request" from "after_run" in {named}.' in text
+    assert f"Fix `prompt` in {named}." in text
+    assert "config.json" not in text.replace(str(named), "")

@@ -51,6 +51,7 @@ def test_init_force_overwrites(repo: Path, beflow) -> None:
 def test_init_in_a_named_directory(tmp_path: Path, beflow) -> None:
     project = tmp_path / "project"
     project.mkdir()
+    git(project, "init", "-q")
 
     result = beflow("init", "--dir", str(project))
 
@@ -134,3 +135,19 @@ def test_init_leaves_an_application_config_json_alone(repo: Path, beflow) -> Non
     assert f"Wrote {repo / '.beflow' / 'config.json'}" in result.stdout
     assert application.read_text() == '{"database": "postgres://localhost/app"}\n'
     assert beflow("issues", "list").exit_code == 0  # the application's keys are not beflow's
+
+
+def test_init_outside_a_git_repository_refuses_and_writes_nothing(tmp_path: Path, beflow, monkeypatch) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    monkeypatch.chdir(plain)
+
+    result = beflow("init")
+
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [
+        f"error: {plain} is not inside a git repository; nothing was written",
+        f"fix: Make it one first: cd {plain} && git init && git add -A && git commit -m 'first commit'",
+    ]
+    assert list(plain.iterdir()) == []
+    assert "git-ignored" not in result.stdout

@@ -178,3 +178,15 @@ def test_two_beflow_processes_filing_issues_at_once_get_distinct_keys(repo: Path
     keys = sorted(int(out.split()[2]) for out, _ in outputs)
     assert keys == [1, 2, 3, 4, 5, 6]
     assert json.loads(beflow("issues", "list", "--json").stdout)["problems"] == []
+
+
+def test_list_on_an_80_column_pipe_wraps_no_title(repo: Path, beflow, monkeypatch: pytest.MonkeyPatch) -> None:
+    title = "Document ensure_str and ensure_text in the README, with an example for each"
+    assert beflow("issues", "new", title, "--label", "docs").exit_code == 0
+    monkeypatch.setenv("COLUMNS", "80")
+
+    lines = beflow("issues", "list").stdout.splitlines()
+
+    (row,) = [line for line in lines if line.lstrip().startswith("1 ")]
+    assert title in row and "docs" in row
+    assert len(lines) == 3  # the header, its rule, the issue

@@ -166,6 +166,10 @@ def test_check_lists_every_problem_and_exits_2(beflow, repo: Path, isolated_home
     assert lines[3] == f"{project_file}:5: mcpServers.c.command: required key is missing"
     assert lines[4] == f"{project_file}:5: mcpServers.c.typo: unknown key (did you mean 'type'?)"
     assert lines[5] == f"{project_file}:4: mcpServers.b.url: ${{NOPE}} is not set and has no default (server 'b')"
+    assert lines[6] == (
+        "fix: Export NOPE before running beflow, or write ${NOPE:-…} in .mcp.json to give a default; fix each entry "
+        "at the line shown (`beflow docs mcp` describes them); `beflow mcp check` lists every problem."
+    )
     assert result.stdout == ""
 
 
@@ -185,7 +189,21 @@ def test_the_example_file_checks_out(beflow, repo: Path, monkeypatch: pytest.Mon
     assert result.exit_code == 0, result.stderr
     assert "2 servers resolve (1 disabled)" in result.stdout
     monkeypatch.delenv("DOCS_TOKEN")
-    assert "${DOCS_TOKEN} is not set" in beflow("mcp", "check").stderr
+    unset = beflow("mcp", "check").stderr
+    assert "${DOCS_TOKEN} is not set" in unset
+    assert unset.splitlines()[-1] == (
+        "fix: Export DOCS_TOKEN before running beflow, or write ${DOCS_TOKEN:-…} in .mcp.json to give a default; "
+        "`beflow mcp check` lists every problem."
+    )
+
+
+def test_every_key_of_show_json_is_documented(beflow, repo: Path) -> None:
+    write_mcp(repo / ".mcp.json", '{"mcpServers": {"a": {"command": "x", "env": {"K": "${UNSET_HERE}"}}}}')
+    keys = json.loads(beflow("mcp", "show", "--json").stdout).keys()
+    docs = (Path(__file__).resolve().parents[2] / "beflow" / "docs" / "mcp.md").read_text()
+    (row,) = [line for line in docs.splitlines() if line.startswith("| `beflow mcp show --json` |")]
+
+    assert all(f'"{key}"' in row for key in keys), (sorted(keys), row)
 
 
 def test_show_masks_what_a_reference_expands_to_in_args_command_and_url(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -88,6 +89,56 @@ def test_every_command_has_help_with_an_example(beflow, path: tuple[str, ...]) -
 
     assert result.exit_code == 0
     assert "Example" in result.stdout, f"`beflow {' '.join(path)} --help` has no example"
+
+
+@pytest.mark.parametrize("path", _commands(cli), ids=" ".join)
+def test_help_on_80_columns_cuts_no_summary_splits_no_word_and_describes_every_option(
+    beflow, monkeypatch: pytest.MonkeyPatch, path: tuple[str, ...]
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    command: click.Command = cli
+    for name in path:
+        assert isinstance(command, click.Group)
+        found = command.get_command(click.Context(command), name)
+        assert found is not None
+        command = found
+
+    text = beflow(*path, "--help").stdout
+
+    # `[KEYS]...` and `OP,...` say "more of them", not "cut short".
+    assert "..." not in re.sub(r"\[?[A-Z]+\]?,?\.\.\.", "", text)
+    usage = text.split("\n\n")[0]
+    assert "|" not in usage, "choices belong in the help text, not a usage line that wraps mid-word"
+    if command.epilog:
+        for line in command.epilog.replace("\b\n", "").splitlines():
+            assert line.strip() in text, f"the example {line.strip()!r} was rewrapped"
+    for param in command.params:
+        if isinstance(param, click.Option) and not param.hidden and param.name not in ("help", "version"):
+            assert param.help, f"{param.opts[0]} of `beflow {' '.join(path)}` has no description"
+
+
+def test_the_root_usage_and_its_option_name_the_config_alike(beflow) -> None:
+    text = beflow("--help").stdout
+
+    assert "Usage: beflow [--config PATH] COMMAND" in text
+    assert "  --config PATH  " in text
+
+
+@pytest.mark.parametrize(
+    ("args", "suggestion"),
+    [
+        (["--atend", "7"], "Error: No such option '--atend'. Did you mean '--attend'?"),
+        (["--confg", "x", "doctor"], "Error: No such option '--confg'. Did you mean '--config'?"),
+        (["isues"], "Error: No such command 'isues'. Did you mean 'issues'?"),
+        (["issues", "lst"], "Error: No such command 'lst'. Did you mean 'list'?"),
+        (["runs", "shwo", "latest"], "Error: No such command 'shwo'. Did you mean 'show'?"),
+    ],
+)
+def test_a_typo_gets_a_did_you_mean(repo: Path, beflow, args: list[str], suggestion: str) -> None:
+    result = beflow(*args)
+
+    assert result.exit_code == 2
+    assert suggestion in result.stderr
 
 
 # --- exit codes ---------------------------------------------------------------------------------------------------

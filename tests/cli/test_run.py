@@ -18,6 +18,25 @@ def test_auto_prints_what_started_and_how_it_ended(auto_project: AutoProject, be
     assert f"■ issue {key}: succeeded — the agent finished (end_turn) → commit {(record.commit or '')[:12]}" in (
         result.stderr
     )
+    assert "note:" not in result.stderr  # beflow's own uncommitted files (.beflow/, .mcp.json) are read from here
+
+
+def test_auto_says_that_uncommitted_edits_in_the_checkout_are_not_seen_by_the_agent(
+    auto_project: AutoProject, beflow
+) -> None:
+    key = auto_project.new_issue("write a.txt x")
+    (auto_project.directory / "README.md").write_text("# edited, not committed\n")
+    (auto_project.directory / "draft.py").write_text("x = 1\n")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0
+    assert (
+        f"note: 2 uncommitted changes in {auto_project.directory} (README.md, draft.py) will not be seen by the "
+        "agent: each run starts from worktrees.base (HEAD) in a worktree of its own. Commit them first to include "
+        "them."
+    ) in " ".join(result.stderr.split())
+    assert auto_project.branch_files("beflow/1")["README.md"] == "# sample\n"  # the committed one
 
 
 def test_auto_json_prints_one_event_per_line(auto_project: AutoProject, beflow) -> None:

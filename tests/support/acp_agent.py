@@ -13,12 +13,17 @@ Protocol coverage
 Requests answered (agent side):
 
 ``initialize``
-    Protocol version 1, no auth methods.  Advertises ``loadSession`` and
-    ``sessionCapabilities.resume`` / ``.close`` (see ``ACP_TEST_RESUME``).
+    Protocol version 1, no auth methods (one with ``ACP_TEST_AUTH=required``).
+    Advertises ``loadSession`` and ``sessionCapabilities.resume`` /
+    ``.close`` (see ``ACP_TEST_RESUME``).
 ``authenticate``
-    Accepted and ignored (never needed: no auth methods are advertised).
+    Accepted and ignored (never needed: no auth methods are advertised);
+    with ``ACP_TEST_AUTH=required``, refused as ``session/new`` is.
 ``session/new``
     Creates a session bound to ``params.cwd`` and remembers ``mcpServers``.
+    With ``ACP_TEST_AUTH=required`` it answers ACP's auth-required error
+    instead (JSON-RPC error -32000 "Authentication required"), as an agent
+    whose user never logged in does.
 ``session/load`` / ``session/resume``
     Re-attach to any session id (a fresh process has no history, so nothing
     is replayed).  When a new agent process picks up a saved acpx session
@@ -104,6 +109,8 @@ Environment
     Which reconnection capabilities to advertise: ``resume`` (default:
     ``loadSession`` and ``sessionCapabilities.resume``), ``load``
     (``loadSession`` only) or ``none``.
+``ACP_TEST_AUTH``
+    ``required``: the user is not logged in (see ``session/new``).
 
 The process exits with 0 on stdin EOF (acpx's normal shutdown) and with
 128+signum on SIGTERM/SIGINT/SIGHUP, as a real agent sharing acpx's process
@@ -138,6 +145,10 @@ INVALID_PARAMS = -32602
 METHOD_NOT_FOUND = -32601
 INTERNAL_ERROR = -32603
 RESOURCE_NOT_FOUND = -32002
+AUTH_REQUIRED = -32000
+
+#: The auth method advertised with ``ACP_TEST_AUTH=required``.
+AUTH_METHOD = {"id": "acp-test-login", "name": "acp-test login", "description": "Run `acp-test login` first."}
 
 DIRECTIVE_RE = re.compile(r"^\s*acp-test:\s*(?P<verb>\S+)(?:\s+(?P<args>.*?))?\s*$")
 ESCAPE_RE = re.compile(r"\\(.)")
@@ -272,9 +283,10 @@ class PendingRequest:
 
 
 class Agent:
-    def __init__(self, record_path: str | None, resume_mode: str) -> None:
+    def __init__(self, record_path: str | None, resume_mode: str, auth_required: bool = False) -> None:
         self._record_path = record_path
         self._resume_mode = resume_mode
+        self._auth_required = auth_required
         self._write_lock = threading.Lock()
         self._state_lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
@@ -363,6 +375,9 @@ class Agent:
             self.handle_notification(method, params)
             return
         request_id = message["id"]
+        if self._auth_required and method in ("authenticate", "session/new"):
+            self.respond_error(request_id, AUTH_REQUIRED, "Authentication required")
+            return
         if method == "session/prompt":
             self.start_prompt(request_id, params)
             return
@@ -414,7 +429,7 @@ class Agent:
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": capabilities,
             "agentInfo": {"name": AGENT_NAME, "version": AGENT_VERSION},
-            "authMethods": [],
+            "authMethods": [AUTH_METHOD] if self._auth_required else [],
         }
 
     def on_session_new(self, params: JsonObject) -> JsonObject:
@@ -698,7 +713,8 @@ def main() -> None:
     if resume_mode not in ("resume", "load", "none"):
         log(f"unknown ACP_TEST_RESUME={resume_mode!r}; using 'resume'")
         resume_mode = "resume"
-    agent = Agent(os.environ.get("ACP_TEST_RECORD") or None, resume_mode)
+    auth_required = os.environ.get("ACP_TEST_AUTH") == "required"
+    agent = Agent(os.environ.get("ACP_TEST_RECORD") or None, resume_mode, auth_required)
     log("ready")
     agent.serve()
     exit_now(0, "stdin closed")

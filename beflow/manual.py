@@ -1,0 +1,45 @@
+"""beflow's documentation, shipped inside the package (``beflow/docs/*.md``): one page per topic, readable with
+``beflow docs TOPIC`` wherever beflow is installed, so that messages can point at it."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from beflow.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Page:
+    topic: str
+    title: str
+    path: Path
+
+    def text(self) -> str:
+        return self.path.read_text(encoding="utf-8")
+
+
+def _docs_dir() -> Path:
+    return Path(str(resources.files("beflow").joinpath("docs")))
+
+
+def pages() -> list[Page]:
+    """Every page, by topic (the file name without ``.md``), with its title (the first heading)."""
+    found = []
+    for path in sorted(_docs_dir().glob("*.md")):
+        first = path.read_text(encoding="utf-8").lstrip().splitlines()[:1] or [path.stem]
+        found.append(Page(path.stem, first[0].lstrip("#").strip().replace("`", ""), path))
+    return found
+
+
+def page(topic: str) -> Page:
+    """The page of ``topic``; a usage error naming the close ones when there is none."""
+    by_topic = {p.topic: p for p in pages()}
+    wanted = topic.strip().lower().removesuffix(".md").removeprefix("docs/")
+    if wanted in by_topic:
+        return by_topic[wanted]
+    close = difflib.get_close_matches(wanted, list(by_topic), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise UsageError(f"no documentation topic {topic!r}{hint}", fix=f"Topics: {', '.join(by_topic)}.")
