@@ -13,9 +13,9 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from beflow.errors import BeflowError, TransitionError
+from beflow.errors import BeflowError, TransitionError, UsageError
 
 #: The priority of an issue nobody gave one. Lower numbers are more urgent and run first (0 is the most urgent).
 DEFAULT_PRIORITY = 2
@@ -191,6 +191,32 @@ class Issue(BaseModel):
         """The order runs pick issues in: priority (lower first), then age (older first), then key."""
         number = (len(self.key), self.key) if _is_number(self.key) else (0, "")
         return (self.priority, self.created, number, self.key)
+
+
+def draft_issue(title: str, body: str, labels: list[str] | None, priority: int, status: Status) -> Issue:
+    """A new issue as every tracker takes it (open or ready, a one-line title, clean labels, a body it can read
+    back), before the tracker gives it a key; bad input is a :class:`UsageError` naming the field."""
+    if status not in (Status.OPEN, Status.READY):
+        raise UsageError(f"a new issue is open or ready, not {Status(status).value}")
+    now = utc_now()
+    try:
+        draft = Issue(
+            key="0",
+            title=title,
+            status=status,
+            labels=labels or [],
+            priority=priority,
+            created=now,
+            updated=now,
+            body=body,
+        )
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"])
+        raise UsageError(f"new issue: {field}: {str(error['msg']).removeprefix('Value error, ')}") from None
+    if len(draft.body) > MAX_TEXT:
+        raise UsageError(f"new issue: body: {len(draft.body):,} characters; at most {MAX_TEXT:,}")
+    return draft
 
 
 class ClaimInfo(BaseModel):

@@ -48,6 +48,7 @@ from beflow.trackers.base import (
     Status,
     as_utc,
     check_transition,
+    draft_issue,
     normalize_key,
     utc_now,
 )
@@ -306,24 +307,7 @@ class GitHubTracker:
         priority: int = DEFAULT_PRIORITY,
         status: Status = Status.READY,
     ) -> Issue:
-        if status not in (Status.OPEN, Status.READY):
-            raise UsageError(f"a new issue is open or ready, not {Status(status).value}")
-        now = utc_now()
-        try:  # the same checks as every tracker: one-line title, clean labels
-            draft = Issue(
-                key="0",
-                title=title,
-                status=status,
-                labels=labels or [],
-                priority=priority,
-                created=now,
-                updated=now,
-                body=body,
-            )
-        except pydantic.ValidationError as exc:
-            error = exc.errors()[0]
-            field = ".".join(str(p) for p in error["loc"])
-            raise UsageError(f"new issue: {field}: {str(error['msg']).removeprefix('Value error, ')}") from None
+        draft = draft_issue(title, body, labels, priority, status)  # the same checks as every tracker
         self._labels_ready()
         names = [*self.settings.labels, *draft.labels]
         label = self.status_label(status)

@@ -62,6 +62,7 @@ from beflow.trackers.base import (
     Status,
     as_utc,
     check_transition,
+    draft_issue,
     format_time,
     normalize_key,
     normalize_text,
@@ -626,26 +627,7 @@ class LocalTracker:
         priority: int = DEFAULT_PRIORITY,
         status: Status = Status.READY,
     ) -> Issue:
-        if status not in (Status.OPEN, Status.READY):
-            raise UsageError(f"a new issue is open or ready, not {Status(status).value}")
-        now = utc_now()
-        try:
-            draft = Issue(
-                key="0",
-                title=title,
-                status=status,
-                labels=labels or [],
-                priority=priority,
-                created=now,
-                updated=now,
-                body=body,
-            )
-        except pydantic.ValidationError as exc:
-            error = exc.errors()[0]
-            field = ".".join(str(p) for p in error["loc"])
-            raise UsageError(f"new issue: {field}: {str(error['msg']).removeprefix('Value error, ')}") from None
-        if len(draft.body) > MAX_TEXT:  # it could not be read back
-            raise UsageError(f"new issue: body: {len(draft.body):,} characters; at most {MAX_TEXT:,}")
+        draft = draft_issue(title, body, labels, priority, status)
         with self._lock("new"):
             key = str(self._last_key() + 1)
             path = self.directory / file_name(key, draft.title)
