@@ -11,11 +11,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from beflow import __version__
+from beflow import __version__, manual
 from beflow.errors import NotFoundError
 from beflow.operations import Context, Input, operation
-
-DOCS_DIR = Path(__file__).resolve().parent / "docs"
 
 
 class DocsQuery(Input):
@@ -41,13 +39,8 @@ class DocsLocation(BaseModel):
 
 
 def pages() -> list[Page]:
-    """Every page of the installed docs, by name."""
-    found = []
-    for path in sorted(DOCS_DIR.glob("*.md")):
-        lines = path.read_text(encoding="utf-8").splitlines()
-        title = next((line.lstrip("# ").strip() for line in lines if line.startswith("# ")), path.stem)
-        found.append(Page(topic=path.stem, title=title, path=str(path)))
-    return found
+    """Every page of the installed docs, by name (the pages `beflow docs` shows)."""
+    return [Page(topic=p.topic, title=p.title, path=str(p.path)) for p in manual.pages()]
 
 
 def _matches(page: Page, topic: str) -> bool:
@@ -78,7 +71,7 @@ def locate(context: Context, payload: DocsQuery) -> DocsLocation:
     chosen.sort(key=lambda p: payload.topic is not None and payload.topic.lower() not in p.topic.lower())
     return DocsLocation(
         version=__version__,
-        directory=str(DOCS_DIR),
+        directory=str(manual.docs_dir()),
         pages=chosen,
         hint=f"Read {chosen[0].path} first"
         + (" (it is the page about that topic)" if payload.topic else "")

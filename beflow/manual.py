@@ -21,14 +21,15 @@ class Page:
         return self.path.read_text(encoding="utf-8")
 
 
-def _docs_dir() -> Path:
+def docs_dir() -> Path:
+    """Where the installed docs are."""
     return Path(str(resources.files("beflow").joinpath("docs")))
 
 
 def pages() -> list[Page]:
     """Every page, by topic (the file name without ``.md``), with its title (the first heading)."""
     found = []
-    for path in sorted(_docs_dir().glob("*.md")):
+    for path in sorted(docs_dir().glob("*.md")):
         first = path.read_text(encoding="utf-8").lstrip().splitlines()[:1] or [path.stem]
         found.append(Page(path.stem, first[0].lstrip("#").strip().replace("`", ""), path))
     return found

@@ -50,8 +50,8 @@ from beflow import __version__
 from beflow.config import Project
 from beflow.errors import BeflowError, NotFoundError, TooLargeError, UsageError
 from beflow.files import atomic_write
-from beflow.handbook import DOCS_DIR
 from beflow.issues import IssueView
+from beflow.manual import docs_dir
 from beflow.mcp.schema import SERVER_NAME, exposed, tool
 from beflow.operations import Context, Operation, load_all
 from beflow.paths import beflow_home
@@ -96,7 +96,7 @@ class Launch:
 
 def docs_link(code: str) -> str:
     """Where error codes are explained: the installed docs page (it matches this version), its error-codes table."""
-    return f"{DOCS_DIR / 'mcp-server.md'}#error-codes"
+    return f"{docs_dir() / 'mcp-server.md'}#error-codes"
 
 
 def error_payload(code: str, message: str, fix: str | None) -> dict[str, Any]:
