@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from beflow import ACPX_VERSION, agents, preflight, proc
 from beflow.config import CONFIG_PATH, Config, Project, earlier_root_config, load_project
-from beflow.errors import BeflowError, Interrupted
+from beflow.errors import BeflowError, ConfigError, Interrupted
 from beflow.mcp.acp import shadowed_global_servers
 from beflow.mcp.cascade import check_cascade
 from beflow.trackers import Status, open_tracker
@@ -66,14 +65,11 @@ def check_node() -> Check:
 
 
 def check_acpx(config: Config, where: str = str(CONFIG_PATH)) -> Check:
+    try:
+        preflight.check_acpx(config, where)
+    except ConfigError as error:
+        return Check("acpx", False, error.message.removeprefix("acpx: "), error.fix)
     argv = config.acpx_argv()
-    if argv[0] == "npx" and shutil.which("npx") is None:
-        return Check(
-            "acpx",
-            False,
-            "not on PATH, and npx (to fetch the pinned acpx) is missing too",
-            f"Install Node.js with npm, or `npm install -g acpx@{ACPX_VERSION}`, or set `acpx` in {where}.",
-        )
     version, raw = _version(argv, timeout=ACPX_PROBE_TIMEOUT)
     shown = " ".join(argv)
     if version is None:
@@ -250,7 +246,7 @@ def check_agent_starts(project: Project) -> Check | None:
     """Start the configured agent through acpx (initialize and a new session, no prompt): is it installed, and
     logged in? Skipped when acpx or the agent cannot be found at all (the runs check says so)."""
     try:
-        preflight.check_acpx(project)
+        preflight.check_acpx(project.config)
         preflight.check_agent(project)
     except BeflowError:
         return None

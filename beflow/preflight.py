@@ -15,8 +15,8 @@ import shlex
 import shutil
 from pathlib import Path
 
-from beflow import git, prompt
-from beflow.config import CONFIG_PATH, AgentCommand, Project
+from beflow import ACPX_VERSION, git, prompt
+from beflow.config import CONFIG_PATH, AgentCommand, Config, Project
 from beflow.errors import BeflowError, ConfigError
 from beflow.mcp.acp import resolve_servers
 from beflow.mcp.own import check_name
@@ -83,7 +83,7 @@ def problems(project: Project, *, first_only: bool = False) -> list[ConfigError]
     """Every problem every run of this project would hit, in the order a run meets them (a problem that hides
     the checks after it, such as no git repository, ends the list)."""
     found: list[ConfigError] = []
-    for step in (_pull_request, _repository, check_acpx, check_agent, _prompt, _servers):
+    for step in (_pull_request, _repository, _acpx, check_agent, _prompt, _servers):
         try:
             step(project)
         except _Stop as stop:
@@ -155,16 +155,30 @@ def _servers(project: Project) -> None:
     check_name(project, resolve_servers(project))
 
 
-def check_acpx(project: Project) -> None:
-    argv = project.config.acpx_argv()
-    if shutil.which(argv[0]) is None:
-        configured = project.config.acpx is not None
+def _acpx(project: Project) -> None:
+    try:
+        check_acpx(project.config, project.config_name)
+    except ConfigError as error:
+        raise ConfigError(f"{_where(project, 'acpx')}{error.message}", fix=error.fix) from None
+
+
+def check_acpx(config: Config, where: str = str(CONFIG_PATH)) -> None:
+    """The acpx that ``config`` names is installed: the one check of it that runs and ``beflow doctor`` share
+    (doctor then asks it for its version). ``where`` names the config file in the fix."""
+    argv = config.acpx_argv()
+    if shutil.which(argv[0]) is not None:
+        return
+    if config.acpx:
         raise ConfigError(
-            f"{_where(project, 'acpx')}acpx: {argv[0]!r} is not installed "
-            f"(not found{'' if configured else ' on PATH'})",
-            fix="Install Node.js (npx fetches the pinned acpx), or set `acpx` in "
-            f"{project.config_name} to the argv that starts acpx; `beflow doctor` checks it.",
+            f"acpx: {argv[0]!r} is not installed (not found)",
+            fix=f"Install it, or set `acpx` in {where} to the argv that starts acpx "
+            f'(e.g. ["npx", "-y", "acpx@{ACPX_VERSION}"]), '
+            f"or remove it and `npm install -g acpx@{ACPX_VERSION}`.",
         )
+    raise ConfigError(
+        "acpx: not on PATH, and npx (to fetch the pinned acpx) is missing too",
+        fix=f"Install Node.js with npm, or `npm install -g acpx@{ACPX_VERSION}`, or set `acpx` in {where}.",
+    )
 
 
 def check_agent(project: Project) -> None:

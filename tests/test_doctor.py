@@ -80,7 +80,7 @@ def test_a_missing_acpx_fails_with_a_fix() -> None:
     acpx = check_acpx(Config(acpx=["/nonexistent/acpx"]))
 
     assert not acpx.ok
-    assert acpx.detail == "/nonexistent/acpx: command not found"
+    assert acpx.detail == "'/nonexistent/acpx' is not installed (not found)"
     assert acpx.fix and "set `acpx` in .beflow/config.json" in acpx.fix
     assert f'["npx", "-y", "acpx@{ACPX_VERSION}"]' in acpx.fix
     assert f"remove it and `npm install -g acpx@{ACPX_VERSION}`" in acpx.fix

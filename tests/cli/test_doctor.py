@@ -54,8 +54,8 @@ def test_a_missing_acpx_exits_1_with_a_fix(repo: Path, beflow) -> None:
 
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
-    failing = lines.index("✗ acpx: /nonexistent/acpx: command not found")
-    assert lines[failing + 1].startswith("    fix: Check that `/nonexistent/acpx --version` works")
+    failing = lines.index("✗ acpx: '/nonexistent/acpx' is not installed (not found)")
+    assert lines[failing + 1].startswith("    fix: Install it, or set `acpx` in ")
 
 
 def test_a_broken_config_exits_1_and_the_other_checks_still_run(repo: Path, beflow, acpx_on_path: None) -> None:
