@@ -209,7 +209,7 @@ class _InWorktree:
                 self._finish("cancelled", reason)
             raise
         except Exception as error:  # a bug in beflow: still record it, restore the tracker and keep the work
-            if not _cancel_pending():
+            if not await _interrupted():
                 with anyio.CancelScope(shield=True):
                     reason = f"beflow failed unexpectedly: {type(error).__name__}: {error}"
                     await self._wrap_up(worktree, repo, "failed", reason)
@@ -218,13 +218,13 @@ class _InWorktree:
             outcome, reason = "failed", f"{type(error).__name__}: {error}"
         # A step that failed because it was interrupted (git gets the terminal's Ctrl-C too, and dies of it) is a
         # cancellation, not a failure: the issue goes back to ready.
-        if outcome == "failed" and _cancel_pending():
+        if outcome == "failed" and await _interrupted():
             outcome, reason = "cancelled", f"{cancel_reason(self._cancelled_because())} ({reason})"
         with anyio.CancelScope(shield=True):
             outcome, reason = await self._wrap_up(worktree, repo, outcome, reason)
             if outcome == "succeeded" and self.config.after_run.pull_request:
                 reason = await self._publish(outcome, reason)
-        if outcome == "failed" and _cancel_pending():  # a git step of the cleanup (the commit), interrupted
+        if outcome == "failed" and await _interrupted():  # a git step of the cleanup (the commit), interrupted
             outcome, reason = "cancelled", f"{cancel_reason(self._cancelled_because())} ({reason})"
         finished = self._finish(outcome, reason)
         await anyio.lowlevel.checkpoint()  # a pending cancellation goes on from here, the record written
@@ -544,6 +544,17 @@ def _cancel_pending() -> bool:
     """Whether the current task is being cancelled (a signal, a watch stopping the run) though no checkpoint has
     said so yet: the step that was running failed of the same interruption."""
     return anyio.current_effective_deadline() == -math.inf
+
+
+async def _interrupted() -> bool:
+    """Whether the run is being cancelled, for a step that just failed. Git gets the terminal's Ctrl-C too and can
+    die of it before beflow's own signal handler has had its turn on the event loop: a short shielded pause lets
+    the handler run, so an interrupted step is taken for the cancellation it is, never for a failure."""
+    if _cancel_pending():
+        return True
+    with anyio.CancelScope(shield=True):
+        await anyio.sleep(0.1)
+    return _cancel_pending()
 
 
 async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
