@@ -226,6 +226,28 @@ def test_mcp_json_nested_too_deep_or_with_huge_numbers_is_a_config_error(tmp_pat
         read_json5(path)
 
 
+@pytest.mark.parametrize(
+    ("levels", "extra", "error_line"),
+    [
+        (64, "", None),
+        (65, "", 3),
+        # brackets in strings and comments are no nesting, however many (and however quoted)
+        (30, '"' + "[{" * 100 + "\\\"[[\", '[[[', // [[[[\n /* {{{{ */", None),
+        (65, '"' + "]}" * 100 + '", // ]]]', 3),
+    ],
+)
+def test_nesting_is_counted_outside_strings_and_comments(
+    tmp_path: Path, levels: int, extra: str, error_line: int | None
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text("{\n" + '"a": [' + extra + "\n" + "[" * (levels - 2) + "]" * (levels - 1) + "\n}")
+    if error_line is None:
+        read_json5(path)
+    else:
+        with pytest.raises(ConfigError, match=rf":{error_line}: nested more than 64 levels deep"):
+            read_json5(path)
+
+
 def test_a_key_with_control_characters_is_shown_escaped() -> None:
     assert Problem(Path("f.json"), 3, "open.a\x00b", "unknown key").render() == "f.json:3: open.a\\x00b: unknown key"
 

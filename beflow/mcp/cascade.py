@@ -16,9 +16,12 @@ unset ``${VAR}`` is an error naming the variable and the server, never a value.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gc
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -28,7 +31,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError
 from beflow.paths import beflow_home
-from beflow.validation import Problem, described, line_of, problems_of, read_json5, shown_key
+from beflow.validation import (
+    Problem,
+    described,
+    line_of,
+    parse_json5,
+    problems_of,
+    read_config_text,
+    shown_key,
+)
 
 MCP_FILE = ".mcp.json"
 
@@ -75,6 +86,8 @@ class Source(BaseModel):
     scope: Scope
     path: Path
     exists: bool
+    #: What was read (``None`` when the file is missing or could not be read): what the cascade was built from.
+    text: str | None = Field(default=None, exclude=True, repr=False)
 
 
 class Entry(BaseModel):
@@ -132,10 +145,17 @@ def load_cascade(project: Project) -> Cascade:
             continue
         seen.add(resolved)
         exists = path.is_file()
-        sources.append(Source(scope=scope, path=path, exists=exists))
         if not exists:
+            sources.append(Source(scope=scope, path=path, exists=exists))
             continue
-        entries, found = _read_file(scope, path)
+        try:
+            text = read_config_text(path)
+        except ConfigError as error:
+            sources.append(Source(scope=scope, path=path, exists=exists))
+            problems.append(_problem_of_error(path, error))
+            continue
+        sources.append(Source(scope=scope, path=path, exists=exists, text=text))
+        entries, found = _parsed_file(scope, path, text)
         problems.extend(found)
         for entry in entries:
             twin = folded.get(_folded(entry.name))
@@ -167,13 +187,28 @@ def _twin_problem(entry: Entry, twin: Entry) -> Problem:
 
 def _invisible(name: str) -> bool:
     """Whether ``name`` holds a control or format character (a NUL, a zero-width space, a direction override)."""
+    if name.isprintable():  # every Cc and Cf character is unprintable: the common case without a loop
+        return False
     return any(unicodedata.category(c) in ("Cc", "Cf") for c in name)
 
 
-def _read_file(scope: Scope, path: Path) -> tuple[list[Entry], list[Problem]]:
-    """The valid entries of one file, and a problem for every invalid one."""
+@functools.lru_cache(maxsize=2)  # the global file and the project's
+def _parsed_file(scope: Scope, path: Path, text: str) -> tuple[tuple[Entry, ...], tuple[Problem, ...]]:
+    """:func:`_read_file` of a text already read, remembered for the last two texts: the checks before a run and
+    the run itself, and every run of a watch, read the same files, and a big one takes a while to validate."""
+    entries, problems = _read_file(scope, path, text)
+    return tuple(entries), tuple(problems)
+
+
+def forget_files() -> None:
+    """Forget the files read so far (for a measurement of a first read)."""
+    _parsed_file.cache_clear()
+
+
+def _read_file(scope: Scope, path: Path, text: str) -> tuple[list[Entry], list[Problem]]:
+    """The valid entries of one file (read as ``text``), and a problem for every invalid one."""
     try:
-        text, data = read_json5(path)
+        data = parse_json5(path, text)
     except ConfigError as error:
         return [], [_problem_of_error(path, error)]
     if not isinstance(data, dict):
@@ -191,6 +226,7 @@ def _read_file(scope: Scope, path: Path) -> tuple[list[Entry], list[Problem]]:
         )
         return [], problems
     entries = []
+    valid = _validate_all(servers)
     for name, raw in servers.items():
         keys = ("mcpServers", name)
         if not name.strip() or name != name.strip():
@@ -201,13 +237,51 @@ def _read_file(scope: Scope, path: Path) -> tuple[list[Entry], list[Problem]]:
             message = "a server name must not hold control or invisible characters (shown escaped here)"
             problems.append(Problem(path, line_of(text, keys), f"mcpServers.{name}", message))
             continue
-        try:
-            server = _validate_entry(raw, path=path, text=text, keys=keys)
-        except _Invalid as invalid:
-            problems.extend(invalid.problems)
+        if name in valid:
+            server = valid[name]
+        else:
+            try:
+                server = _validate_entry(raw, path=path, text=text, keys=keys)
+            except _Invalid as invalid:
+                problems.extend(invalid.problems)
+                continue
+        entries.append({"name": name, "scope": scope, "origin": path, "server": server, "text": text})
+    # One call into pydantic-core for every entry of the file, not one per entry.
+    return _entries().validate_python(entries), problems
+
+
+@functools.cache
+def _entries() -> pydantic.TypeAdapter[list[Entry]]:
+    return pydantic.TypeAdapter(list[Entry])
+
+
+@functools.cache
+def _servers_of(model: type[StdioServer] | type[RemoteServer]) -> pydantic.TypeAdapter[dict[str, Server]]:
+    return pydantic.TypeAdapter(dict[str, model])  # type: ignore[valid-type]
+
+
+def _validate_all(servers: dict[str, Any]) -> dict[str, Server | None]:
+    """The servers of a file validated in one pydantic-core call per kind (a big file in milliseconds, not one call
+    per entry). A kind with any invalid entry is left out: :func:`_validate_entry` then names every problem of each
+    of its entries, exactly as it does for a file of one entry."""
+    valid: dict[str, Server | None] = {}
+    kinds: dict[type[StdioServer] | type[RemoteServer], dict[str, Any]] = {}
+    for name, raw in servers.items():
+        if not isinstance(raw, dict):
             continue
-        entries.append(Entry(name=name, scope=scope, origin=path, server=server, text=text))
-    return entries, problems
+        if raw.get("disabled") is True and set(raw) <= {"disabled", "type"}:
+            valid[name] = None
+            continue
+        kind = raw.get("type", "stdio")
+        model = _MODELS.get(kind) if isinstance(kind, str) else None
+        if model is not None:
+            kinds.setdefault(model, {})[name] = raw
+    for model, raws in kinds.items():
+        try:
+            valid.update(_servers_of(model).validate_python(raws))
+        except pydantic.ValidationError:
+            continue
+    return valid
 
 
 class _Invalid(Exception):
@@ -238,7 +312,7 @@ def _validate_entry(raw: Any, *, path: Path, text: str, keys: tuple[str, str]) -
 
 
 def _problem_of_error(path: Path, error: BeflowError) -> Problem:
-    """A syntax error of ``read_json5`` (``<file>:<line>: <message>``) as a problem row."""
+    """A reading or syntax error of ``read_json5`` (``<file>:<line>: <message>``) as a problem row."""
     message = error.message.removeprefix(f"{path}")
     match = re.match(r"^:(\d+): (.*)$", message, re.DOTALL)
     if match:
@@ -344,7 +418,7 @@ def _has_reference(server: Server) -> bool:
         texts = [server.command, *server.args, *server.env.values()]
     else:
         texts = [server.url, *server.headers.values()]
-    return any("${" in text for text in texts)
+    return "${" in "\0".join(texts)  # one search, not one per field (a NUL cannot join two halves of `${`)
 
 
 def expand_all(cascade: Cascade, environ: Mapping[str, str]) -> tuple[list[tuple[str, Server]], list[Problem]]:
@@ -369,9 +443,23 @@ class Checked(BaseModel):
 
 def check_cascade(project: Project, environ: Mapping[str, str]) -> Checked:
     """Everything ``beflow mcp check`` validates: syntax, shapes and expansion, every problem at once."""
-    cascade = load_cascade(project)
-    servers, problems = expand_all(cascade, environ)
-    return Checked(cascade=cascade, servers=servers, problems=[*cascade.problems, *problems])
+    with collector_paused():
+        cascade = load_cascade(project)
+        servers, problems = expand_all(cascade, environ)
+        return Checked(cascade=cascade, servers=servers, problems=[*cascade.problems, *problems])
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """No garbage collection for the block: building thousands of servers, every object of which stays alive,
+    would otherwise set off collections that walk all of them again and again (a third of the time at 10k)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def resolved_servers(project: Project, environ: Mapping[str, str]) -> list[tuple[str, Server]]:

@@ -10,6 +10,7 @@ import pytest
 
 from beflow.config import load_project
 from beflow.errors import ConfigError
+from beflow.mcp import acp, cascade
 from beflow.mcp.acp import (
     MASK,
     AcpStdio,
@@ -94,6 +95,45 @@ def test_resolve_servers_reads_beflows_environment_by_default(
     monkeypatch.setenv("BIN", "/opt/server")
     (server,) = resolve_servers(load_project()) or []
     assert isinstance(server, AcpStdio) and server.command == "/opt/server"
+
+
+def test_resolving_the_same_files_in_the_same_environment_again_reads_and_validates_nothing_again(
+    project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The checks before a run and the run itself both resolve the servers; so does every run of a watch.
+    path = write_mcp(project_dir / ".mcp.json", '{"mcpServers": {"s": {"command": "x", "env": {"T": "${TOKEN}"}}}}')
+    validated: list[object] = []
+    original = cascade._read_file
+    monkeypatch.setattr(cascade, "_read_file", lambda *args: validated.append(args) or original(*args))
+    translated: list[object] = []
+    original_acp = acp.acp_servers
+    monkeypatch.setattr(acp, "acp_servers", lambda *args: translated.append(args) or original_acp(*args))
+    project = load_project()
+
+    first = resolve_servers(project, {"TOKEN": "abc"})
+    again = resolve_servers(project, {"TOKEN": "abc"})
+    assert (
+        wire(first or [])
+        == wire(again or [])
+        == [{"name": "s", "command": "x", "args": [], "env": [{"name": "T", "value": "abc"}]}]
+    )
+    assert (len(validated), len(translated)) == (1, 1)
+
+    # Another environment: expanded again from the same validated file.
+    (server,) = resolve_servers(project, {"TOKEN": "xyz"}) or []
+    assert isinstance(server, AcpStdio) and server.env[0].value == "xyz"
+    assert (len(validated), len(translated)) == (1, 2)
+    with pytest.raises(ConfigError, match=r"\$\{TOKEN\} is not set"):
+        resolve_servers(project, {})
+
+    # The file edited (same size, at once): read and validated again.
+    path.write_text(path.read_text().replace('"x"', '"y"'))
+    (server,) = resolve_servers(project, {"TOKEN": "xyz"}) or []
+    assert isinstance(server, AcpStdio) and server.command == "y"
+    assert len(validated) == 2
+    path.write_text('{"mcpServers": {"s": {"command": 1}}}')
+    with pytest.raises(ConfigError, match=r"mcpServers\.s\.command"):
+        resolve_servers(project, {"TOKEN": "xyz"})
 
 
 # --- acpx's global config ------------------------------------------------------------------------------------

@@ -12,7 +12,15 @@ from beflow import validation
 from beflow.config import load_project
 from beflow.doctor import check_mcp
 from beflow.errors import ConfigError
-from beflow.mcp.cascade import check_cascade, expand_string, load_cascade, resolved_servers
+from beflow.mcp import cascade as cascade_module
+from beflow.mcp.cascade import (
+    RemoteServer,
+    StdioServer,
+    check_cascade,
+    expand_string,
+    load_cascade,
+    resolved_servers,
+)
 from tests.mcp.conftest import SEED_MCP_JSON, write_mcp
 from tests.support.projects import config_file
 
@@ -316,3 +324,48 @@ def test_a_server_name_with_control_or_invisible_characters_is_an_error(project_
         "here)"
     ]
     assert load_cascade(load_project()).entries == []
+
+
+# --- big files: one validation call, and once per run -------------------------------------------------------------
+
+
+def _count_calls(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[object]:
+    calls: list[object] = []
+    original = getattr(owner, name)
+    monkeypatch.setattr(owner, name, lambda *args, **kwargs: calls.append(args) or original(*args, **kwargs))
+    return calls
+
+
+def test_a_file_of_valid_servers_is_validated_in_one_call_not_one_per_server(
+    project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    servers: dict[str, dict] = {f"s{i:04d}": {"command": "tool", "args": [str(i)]} for i in range(500)}
+    servers |= {f"r{i:04d}": {"type": "http", "url": f"https://x/{i}"} for i in range(500)}
+    servers["off"] = {"disabled": True}
+    write_mcp(project_dir / ".mcp.json", json.dumps({"mcpServers": servers}))
+    per_entry = _count_calls(monkeypatch, cascade_module, "_validate_entry")
+
+    loaded = load_cascade(load_project())
+
+    assert per_entry == []
+    assert len(loaded.entries) == 1001 and loaded.problems == []
+    by_name = {e.name: e for e in loaded.entries}
+    assert by_name["s0042"].server == StdioServer(command="tool", args=["42"])
+    assert by_name["r0007"].server == RemoteServer(type="http", url="https://x/7")
+    assert by_name["off"].server is None
+
+
+def test_one_bad_server_among_many_is_named_exactly_as_it_would_be_alone(project_dir: Path) -> None:
+    good = {f"s{i:03d}": {"command": "tool"} for i in range(300)}
+    bad = {"broken": {"command": "tool", "args": "not-a-list", "env": {"K": 5}}}
+    write_mcp(project_dir / ".mcp.json", json.dumps({"mcpServers": {**good, **bad}}))
+    among_many = problems()
+    assert len(load_cascade(load_project()).entries) == 300  # the others are still read
+    write_mcp(project_dir / ".mcp.json", json.dumps({"mcpServers": bad}))
+    alone = problems()
+
+    assert [p.split(": ", 1)[1] for p in among_many] == [p.split(": ", 1)[1] for p in alone]
+    assert [p.split(": ", 1)[1] for p in alone] == [
+        "mcpServers.broken.args: expected a list (got a string of 10 characters)",
+        "mcpServers.broken.env.K: expected a string (got a number)",
+    ]
