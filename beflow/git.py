@@ -89,6 +89,9 @@ def _registered_worktrees(repo: git.Repo) -> dict[Path, str | None]:
 
 def resolve_base(repo: git.Repo, base: str) -> str:
     """The commit ``worktrees.base`` names; a :class:`ConfigError` when it names none."""
+    if base == "HEAD":  # the default: read from the repository's files, no git process (a branch is a commit)
+        with contextlib.suppress(ValueError, OSError):
+            return _head_of(repo)
     try:
         return repo.commit(base).hexsha
     except (git.BadName, ValueError, git.GitCommandError):
@@ -136,7 +139,8 @@ def create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Workt
 def _create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Worktree:
     common = _common_dir(repo)
     if common not in _PRUNED:  # what killed runs left registered: once per process (a watch prunes once)
-        repo.git.worktree("prune")
+        if _stale_registrations(common):  # usually none: then no git process for it
+            repo.git.worktree("prune")
         _PRUNED.add(common)
     registered = _registered_worktrees(repo)
     tip = branch_tip(repo, branch)
@@ -167,6 +171,25 @@ def _create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Work
     return Worktree(path, branch, start, continued=tip is not None, tip=tip)
 
 
+def _stale_registrations(common: Path) -> bool:
+    """Whether ``git worktree prune`` may have anything to do: a registered worktree whose ``gitdir`` file is
+    missing, unreadable, or names a place that is gone (anything unexpected counts as stale: git then decides)."""
+    try:
+        entries = list((common / "worktrees").iterdir())
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True
+    for entry in entries:
+        try:
+            target = (entry / "gitdir").read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            return True
+        if not target or not Path(target).exists():
+            return True
+    return False
+
+
 def branch_tip(repo: git.Repo, branch: str) -> str | None:
     """The commit ``branch`` points to, None when there is no such branch."""
     try:
@@ -192,7 +215,13 @@ def _head(path: Path) -> str:
     # Every Repo is closed after use: GitPython keeps `git cat-file` processes per Repo object, which would
     # otherwise outlive the run (in `watch`, one set per run) and hold removed worktrees as their cwd.
     with git.Repo(path) as repo:
-        return repo.head.commit.hexsha
+        return _head_of(repo)
+
+
+def _head_of(repo: git.Repo) -> str:
+    """The commit HEAD names, read from the repository's files: no git process (``repo.head.commit`` starts a
+    ``git cat-file`` to learn the object's type)."""
+    return str(git.SymbolicReference.dereference_recursive(repo, "HEAD"))
 
 
 def copy_included(repo_dir: Path, worktree: Path, patterns: list[str]) -> list[str]:
@@ -236,18 +265,34 @@ def commit_all(worktree: Path, message: str) -> str | None:
             repo.git.add("-A", *pathspec)
         except git.GitCommandError as exc:  # e.g. a nested repository without a commit: the work must not be lost
             raise GitError(f"git add failed in {worktree}: {exc.stderr.strip()}") from None
-        if not repo.index.diff("HEAD"):
+        if not _has_staged_changes(repo):
             return None
-        env = {}
-        if not _has_identity(repo):
-            env = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
-            env |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
         try:
-            with repo.git.custom_environment(**env):
+            try:
                 repo.git.commit("-q", "--no-verify", "-m", message)
+            except git.GitCommandError:
+                # Only a failed commit asks whether git knows who commits (two more processes): without an
+                # identity, beflow commits as itself.
+                if _has_identity(repo):
+                    raise
+                env = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
+                env |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
+                with repo.git.custom_environment(**env):
+                    repo.git.commit("-q", "--no-verify", "-m", message)
         except git.GitCommandError as exc:
             raise GitError(f"git commit failed in {worktree}: {exc.stderr.strip()}") from None
-        return repo.head.commit.hexsha
+        return _head_of(repo)
+
+
+def _has_staged_changes(repo: git.Repo) -> bool:
+    """Whether the index differs from HEAD (one ``git diff --quiet``; exit status 1 means it does)."""
+    try:
+        repo.git.diff("--cached", "--quiet", "HEAD", "--")
+    except git.GitCommandError as exc:
+        if exc.status == 1:
+            return True
+        raise
+    return False
 
 
 def _has_identity(repo: git.Repo) -> bool:
@@ -403,7 +448,9 @@ def excludes_env(directory: Path, excludes: Path) -> dict[str, str]:
     if user and not user.endswith("\n"):
         user += "\n"
     note = "# beflow: the .acpxrc.json it manages during a run is never the agent's to commit\n"
-    atomic_write(excludes, (user + note + f"/{ACPXRC}\n").encode("utf-8", errors="surrogateescape"))
+    # Not fsynced: it is written again before every run in the worktree, and nothing recovers from it.
+    data = (user + note + f"/{ACPXRC}\n").encode("utf-8", errors="surrogateescape")
+    atomic_write(excludes, data, durable=False)
     count = os.environ.get("GIT_CONFIG_COUNT", "")
     index = int(count) if count.isdigit() else 0  # the user's own GIT_CONFIG_KEY_<n> entries stay in force
     return {
@@ -420,7 +467,7 @@ def hide_managed_file(worktree: Path) -> dict[str, str]:
     and the skip-worktree bit in the worktree's own index.
     """
     with git.Repo(worktree) as repo:
-        git_dir = Path(str(repo.git.rev_parse("--absolute-git-dir")).strip())
+        git_dir = Path(repo.git_dir).absolute()  # the worktree's own, read from its `.git` file by GitPython
         if is_tracked(repo, ACPXRC):
             repo.git.update_index("--skip-worktree", "--", ACPXRC)
     return excludes_env(worktree, git_dir / EXCLUDES_NAME)

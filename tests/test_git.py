@@ -288,3 +288,33 @@ def test_uncommit_turns_the_runs_commits_into_uncommitted_changes(repo: Path, wo
     git.uncommit(path, start)
     assert git.head(path) == start and (path / "a.txt").read_text() == "a\n" and git.is_dirty(path)
     assert made not in run_git(path, "log", "--all", "--format=%H")
+
+
+def test_a_worktree_whose_directory_vanished_is_pruned_before_the_next_one_is_made(
+    repo: Path, worktrees: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repository = git.open_repo(repo)
+    gone = git.worktree_path(worktrees, "1")
+    git.create_worktree(repository, gone, "beflow/1", "HEAD")
+    run_git(repo, "branch", "beflow/1", "HEAD")
+    run_git(gone, "checkout", "-q", "beflow/1")  # as a killed beflow of an older version left it
+    for path in sorted(gone.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() or path.is_symlink() else path.rmdir()
+    gone.rmdir()
+    monkeypatch.setattr(git, "_PRUNED", set())  # a new process
+
+    # The registration of the vanished worktree holds beflow/1: without a prune the branch seems checked out.
+    again = git.create_worktree(repository, git.worktree_path(worktrees, "other"), "beflow/1", "HEAD")
+
+    assert again.continued and str(gone) not in run_git(repo, "worktree", "list")
+
+
+def test_the_default_base_is_read_without_git_and_names_the_same_commit(repo: Path) -> None:
+    repository = git.open_repo(repo)
+    assert git.resolve_base(repository, "HEAD") == run_git(repo, "rev-parse", "HEAD").strip()
+    run_git(repo, "checkout", "-q", "--detach")
+    run_git(repo, "commit", "-q", "--allow-empty", "-m", "detached")
+    assert git.resolve_base(repository, "HEAD") == run_git(repo, "rev-parse", "HEAD").strip()
+    run_git(repo, "pack-refs", "--all")
+    run_git(repo, "checkout", "-q", "-")
+    assert git.resolve_base(repository, "HEAD") == run_git(repo, "rev-parse", "HEAD").strip()

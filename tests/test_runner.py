@@ -4,6 +4,8 @@ worktree with the project's MCP servers injected; the run commits, records, upda
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import subprocess
 import time
@@ -760,3 +762,31 @@ def test_a_hook_child_that_left_the_hooks_session_is_stopped_when_the_hook_ends(
 
     assert result.exit_code == 0, result.stderr
     assert _gone(int(pid_file.read_text()), within=0.5), "the setsid child of the hook outlived it"
+
+
+#: The git processes one ``--auto`` run starts (the checks before it included; git's own children and
+#: GitPython's two ``git version`` at import not counted). The bare script — ``worktree add``, ``add -A``,
+#: ``commit``, ``worktree remove`` — starts 4; the rest is what keeps a run safe (the branch moved by
+#: compare-and-swap only after every commit was checked for injected bytes, the worktree left only when clean).
+GIT_PROCESSES_PER_RUN = 19
+
+
+def test_one_run_starts_no_more_git_processes_than_it_needs(
+    auto_project: AutoProject, beflow_process, tmp_path: Path
+) -> None:
+    real = shutil.which("git")
+    assert real is not None
+    wrapper, log = tmp_path / "git-wrapper", tmp_path / "git-calls.log"
+    wrapper.mkdir()
+    (wrapper / "git").write_text(f'#!/bin/sh\nprintf "%s %s\\n" "$1" "$2" >> "{log}"\nexec "{real}" "$@"\n')
+    (wrapper / "git").chmod(0o755)
+    key = auto_project.new_issue("write out.txt hello")
+
+    path = f"{wrapper}{os.pathsep}{os.environ['PATH']}"
+    process = beflow_process("--auto", key, cwd=auto_project.directory, env={"PATH": path})
+    _, stderr = process.communicate(timeout=120)
+
+    assert process.returncode == 0, stderr
+    assert auto_project.only_record().outcome == "succeeded"
+    calls = [line for line in log.read_text().splitlines() if line != "version "]
+    assert len(calls) <= GIT_PROCESSES_PER_RUN, "\n".join(calls)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import time
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from rich.live import Live
-from rich.markup import escape
-from rich.table import Table
+from beflow.cli.common import emit_json, err, escape
 
-from beflow.cli.common import emit_json, err
+if TYPE_CHECKING:  # the live view is only for a terminal: runs printing JSON or into a file never load it
+    from rich.live import Live
+    from rich.table import Table
 from beflow.events import RunEvent
 
 OUTCOME_STYLE = {
@@ -29,6 +30,8 @@ class Progress:
         self.running: dict[str, dict[str, object]] = {}
         self.live: Live | None = None
         if not as_json and err.is_terminal:
+            from rich.live import Live
+
             self.live = Live(self._table(), console=err, refresh_per_second=4, transient=True)
 
     def __enter__(self) -> Progress:
@@ -72,6 +75,8 @@ class Progress:
         (self.live.console if self.live else err).print(text if markup else escape(text), highlight=False)
 
     def _table(self) -> Table:
+        from rich.table import Table
+
         table = Table(box=None, show_header=bool(self.running), pad_edge=False)
         table.add_column("issue", style="bold")
         table.add_column("elapsed", justify="right")

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import click
-from rich.markup import escape
 
 from beflow import interrupts, modes
-from beflow.cli.common import App, emit_json, err, pass_app
+from beflow.cli.common import App, emit_json, err, escape, pass_app
 from beflow.cli.progress import OUTCOME_STYLE, Progress
 from beflow.events import IDLE, RunEvent
 from beflow.records import FAILED_OUTCOMES
