@@ -16,6 +16,7 @@ shared machine are noisy: read the ratios, measured against a baseline in the sa
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import datetime as dt
 import json
@@ -826,6 +827,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown rows: {', '.join(unknown)} (known: {', '.join(ROWS)})")
     if not ACPX.exists():
         parser.error(f"{ACPX} is missing: run ./scripts/test once (it installs the pinned acpx)")
+    # Every beflow process measured starts from bytecode, as an installed beflow does: with
+    # PYTHONDONTWRITEBYTECODE set (or a fresh checkout), each would otherwise compile its modules again.
+    compileall.compile_dir(ROOT / "beflow", quiet=1)
     info = machine()
     print(
         f"# {info['cpu']}, {info['cores']} cores, load {', '.join(f'{x:.2f}' for x in info['load'])}; "
