@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from beflow.demo import GREET
+from tests.support import acp_schema
 
 AGENT = f"{sys.executable} -m beflow.demo.agent"
 
@@ -50,6 +51,9 @@ def test_it_adds_farewell_with_a_test_and_names_the_servers_it_was_given(sample:
     assert namespace["farewell"]("Ada") == "Goodbye, Ada!"  # type: ignore[operator]
     assert "def test_farewell" in (sample / "test_greet.py").read_text()
     assert '"stopReason":"end_turn"' in result.stdout.replace(" ", "")
+    # What the demo agent says, and what acpx says to it, is ACP as the SDK defines it.
+    checked = {acp_schema.message(line) for line in result.stdout.splitlines()}
+    assert {"session/new", "session/update", "session/request_permission", "PromptResponse"} <= checked
 
 
 def test_it_changes_nothing_when_the_edit_is_not_allowed(sample: Path, acpx_bin: Path) -> None:
