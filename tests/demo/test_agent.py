@@ -73,3 +73,10 @@ def test_without_greet_py_it_says_there_is_nothing_to_do(tmp_path: Path, acpx_bi
     assert result.returncode == 0, result.stderr
     assert "nothing for me to change" in said(result.stdout)
     assert list(empty.iterdir()) == []
+
+
+def test_the_agent_starts_without_loading_beflows_run_machinery() -> None:
+    """acpx starts the demo agent for every demo run: it loads what it speaks with, not the runner beside it."""
+    code = "import sys, beflow.demo.agent; print(sorted(m for m in sys.modules if m.startswith(('beflow.', 'git'))))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "['beflow.demo', 'beflow.demo.agent']"
