@@ -129,11 +129,8 @@ class Transcript:
 
     def feed(self, line: bytes | str) -> dict[str, Any] | None:
         """Take one line of acpx output; returns the parsed message (None for anything that is not JSON-RPC)."""
-        try:
-            message = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            return None
-        if not isinstance(message, dict):
+        message = _decoded(line)
+        if message is None:
             return None
         method, params = message.get("method"), message.get("params") or {}
         if isinstance(method, str) and "id" in message and not _from_agent(method):
@@ -212,6 +209,15 @@ class Transcript:
         return self.messages[-1] if self.messages else None
 
 
+def _decoded(line: bytes | str) -> dict[str, Any] | None:
+    """One line of the stream as a JSON-RPC message, or ``None`` for anything else (acpx's other output)."""
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
 def _from_agent(method: str) -> bool:
     return method in AGENT_REQUESTS or method.startswith(AGENT_REQUEST_PREFIXES)
 
@@ -254,11 +260,8 @@ def readable(lines: list[str]) -> list[LogLine]:
             chunks.clear()
 
     for line in lines:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(message, dict):
+        message = _decoded(line)
+        if message is None:
             continue
         method, params = message.get("method"), message.get("params") or {}
         if method == NEW_SESSION:

@@ -204,10 +204,6 @@ def _resolve(handler: Callable[..., Any], annotation: Any) -> Any:
     return handler.__globals__.get(annotation, annotation) if isinstance(annotation, str) else annotation
 
 
-def get(name: str) -> Operation[Any, Any]:
-    return REGISTRY[name]
-
-
 def load_all() -> dict[str, Operation[Any, Any]]:
     """Every operation, registered by importing the modules that declare them."""
     import beflow.handbook
