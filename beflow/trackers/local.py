@@ -36,6 +36,7 @@ import os
 import re
 import socket
 import stat
+import threading
 import time
 import unicodedata
 from collections.abc import Callable, Iterator
@@ -418,6 +419,11 @@ def file_name(key: str, title: str) -> str:
 # --- the tracker ---------------------------------------------------------------------------------------------------
 
 
+class _Reading(threading.local):
+    holding = 0
+    held: tuple[list[Issue], list[FileProblem]] | None = None
+
+
 class LocalTracker:
     """Issues as Markdown files in ``directory``; locks and claims in the project's ``.beflow/``."""
 
@@ -426,9 +432,11 @@ class LocalTracker:
         self.project_dir = project_dir
         self.description = f"local issues in {directory}"
         self._index = _Index(directory, project_dir / STATE_DIR / "tracker" / "index.json")
-        #: The last scan, reused while :meth:`reading_once` holds it and nothing was written meanwhile.
-        self._held: tuple[list[Issue], list[FileProblem]] | None = None
-        self._holding = 0
+        #: Per thread (a watch's tick and its runs' steps call from worker threads at once): the last scan,
+        #: reused while :meth:`reading_once` holds it and nothing was written meanwhile.
+        self._reading = _Reading()
+        #: One scan at a time: a scan fills the index's bookkeeping.
+        self._scanning = threading.Lock()
 
     # paths -------------------------------------------------------------------------------------------------------
 
@@ -509,24 +517,27 @@ class LocalTracker:
     @contextlib.contextmanager
     def reading_once(self) -> Iterator[None]:
         """Scans within the block reuse one reading of the directory (see ``trackers.reading_once``)."""
-        self._holding += 1
+        reading = self._reading
+        reading.holding += 1
         try:
             yield
         finally:
-            self._holding -= 1
-            if not self._holding:
-                self._held = None
+            reading.holding -= 1
+            if not reading.holding:
+                reading.held = None
 
     def watched_directories(self) -> list[Path]:
         """Where a change may make an issue startable: the issue files, and the claim notes (a claim released)."""
         return [self.directory, self._claims_dir(create=False)]
 
     def _scan(self) -> tuple[list[Issue], list[FileProblem]]:
-        if self._holding and self._held is not None:
-            return self._held
-        scanned = self._scan_now()
-        if self._holding:
-            self._held = scanned
+        reading = self._reading
+        if reading.holding and reading.held is not None:
+            return reading.held
+        with self._scanning:
+            scanned = self._scan_now()
+        if reading.holding:
+            reading.held = scanned
         return scanned
 
     def _scan_now(self) -> tuple[list[Issue], list[FileProblem]]:
@@ -605,7 +616,7 @@ class LocalTracker:
 
     def _write(self, issue: Issue) -> None:
         assert issue.path is not None
-        self._held = None
+        self._reading.held = None
         atomic_write(issue.path, render(issue))
 
     def _update(self, key: str, change: Callable[[Issue], Issue]) -> Issue:
