@@ -98,7 +98,7 @@ async def attend(
     install = f"npm install -g acpx (or set `acpx` in {project.config_name}; `beflow doctor` checks it)"
     require(argv[0], "acpx", install)
     refuse_read_only(project, checkout, "--attend", injects=bool(servers))
-    with checkout_lock(checkout, issue.key, run_id), tracker.claim(issue.key, request.owner):
+    with checkout_lock(checkout, issue.key, run_id), await workers.shielded(tracker.claim, issue.key, request.owner):
         current = await workers.blocking(tracker.get, issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
         # Before the tracker is touched (the local tracker's files live in the checkout, and are excluded anyway).
@@ -203,7 +203,7 @@ async def open_native(
     argv = client_argv(choice.argv, text.rstrip("\n"))
     client = Path(choice.argv[0]).name
     refuse_read_only(project, checkout, "--open", injects=False)
-    with tracker.claim(issue.key, request.owner):
+    with await workers.shielded(tracker.claim, issue.key, request.owner):
         current = await workers.blocking(tracker.get, issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
         changes = await workers.blocking(Changes, project, checkout)
