@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -11,7 +12,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import click
 
@@ -20,12 +21,17 @@ from beflow.files import atomic_write
 from beflow.paths import beflow_home
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
     from rich.console import Console
     from rich.table import Table
 
     from beflow.config import Project
+    from beflow.operations import Operation
 
 T = TypeVar("T")
+P = ParamSpec("P")
+I = TypeVar("I", bound="BaseModel")  # noqa: E741 - an operation's input, as in beflow.operations
+O = TypeVar("O", bound="BaseModel")  # noqa: E741 - and its output
 
 
 class _LazyConsole:
@@ -56,10 +62,16 @@ def escape(text: str) -> str:
 
 @dataclass
 class App:
-    """Per-invocation state: the ``--config`` option and the project loaded from it on first use."""
+    """Per-invocation state: the ``--config`` option, the project loaded from it on first use, and who acts
+    (``None``: the CLI's user)."""
 
     config_option: Path | None = None
     _project: Project | None = field(default=None, repr=False)
+    actor: str | None = None
+
+    def acting_as(self, actor: str | None) -> App:
+        """The same invocation, acting as ``actor`` (``None``: as the CLI's user)."""
+        return dataclasses.replace(self, actor=actor)
 
     def project(self) -> Project:
         if self._project is None:
@@ -177,14 +189,19 @@ def guarded(fn: Callable[[], T]) -> T:
         crash(exc)
 
 
-def call_operation(app: App, name: str, *, actor: str | None = None, **arguments: Any) -> Any:
-    """Run operation ``name`` through the one registry, as the CLI's user (git's user.name, else the login name);
-    ``None`` arguments are left out, so the operation's defaults apply."""
+def call_operation(
+    app: App, operation: Operation[I, O], make: Callable[P, I], /, *args: P.args, **kwargs: P.kwargs
+) -> O:
+    """Run ``operation`` with the input ``make`` (the operation's input model) builds from the arguments, as the
+    CLI's user (git's user.name, else the login name) unless ``app`` acts as another.
+
+    Typed end to end: mypy checks each argument against the input model's fields and the result against the
+    operation's output model. Bad values are the same usage errors the MCP server's callers get."""
     from beflow.git import user_name
-    from beflow.operations import Context, get
+    from beflow.operations import Context
 
     project = app.project()
-    operation = get(name)
+    payload = operation.validated(lambda: make(*args, **kwargs), kwargs)
     # Reading acts as nobody: asking git who the user is (a git process) is for operations that write.
-    who = actor or ("user" if operation.safety == "read" else user_name(project.directory))
-    return operation.call(Context(project=project, actor=who), {k: v for k, v in arguments.items() if v is not None})
+    who = app.actor or ("user" if operation.safety == "read" else user_name(project.directory))
+    return operation.call(Context(project=project, actor=who), payload)
