@@ -22,6 +22,7 @@ from beflow.trackers.base import (
     Comment,
     Issue,
     Listing,
+    ListingStream,
     Status,
     Tracker,
     normalize_key,
@@ -108,6 +109,17 @@ class StatusChange(BaseModel):
 # --- the operations ------------------------------------------------------------------------------------------------
 
 
+def stream_issues(context: Context, payload: ListIssues) -> ListingStream:
+    """``issue.list`` row by row, for a caller that renders it as it comes (``issues list``): a tracker that can read
+    its issues one at a time (the local one) never holds them all."""
+    trackers = tracker(context)
+    stream = getattr(trackers, "stream", None)
+    if callable(stream):
+        result: ListingStream = stream(status=payload.status, label=payload.label)
+        return result
+    return ListingStream.of(trackers.listing(status=payload.status, label=payload.label))
+
+
 @operation(
     "issue.list",
     title="List issues",
@@ -118,6 +130,7 @@ class StatusChange(BaseModel):
     tags=("issues", "list"),
     tracker=True,
     whole="`beflow issues list --json`",
+    stream=stream_issues,
 )
 def list_issues(context: Context, payload: ListIssues) -> Listing:
     return tracker(context).listing(status=payload.status, label=payload.label)

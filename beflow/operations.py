@@ -74,6 +74,9 @@ class Operation(Generic[I]):
     tracker: bool = False
     #: Where the whole result can be read when a size limit cut it (for the note that says so).
     whole: str | None = None
+    #: The same result as the handler's, as a stream a caller renders piece by piece without holding all of it
+    #: (a listing of 100k issues); the CLI asks for it, the MCP server never does.
+    stream: Callable[[Context, Any], Any] | None = None
 
     @property
     def tool_name(self) -> str:
@@ -107,8 +110,9 @@ class Operation(Generic[I]):
             "issueField": self.issue_field,
         }
 
-    def call(self, context: Context, arguments: dict[str, Any] | I) -> Any:
-        """Validate ``arguments`` against the input model and run the handler."""
+    def call(self, context: Context, arguments: dict[str, Any] | I, *, streamed: bool = False) -> Any:
+        """Validate ``arguments`` against the input model and run the handler (its stream, when ``streamed`` and
+        it has one)."""
         if isinstance(arguments, BaseModel):
             payload = arguments
         else:
@@ -121,7 +125,8 @@ class Operation(Generic[I]):
                 # In the caller's terms, as config errors are: `issue.new: title: expected at least 1 character`.
                 problems = messages_of(exc, model=self.input, data=arguments)
                 raise UsageError("\n".join(f"{self.name}: {problem}" for problem in problems)) from None
-        return self.handler(context, self._bound(context, payload))
+        handler = self.stream if streamed and self.stream is not None else self.handler
+        return handler(context, self._bound(context, payload))
 
     def _bound(self, context: Context, payload: I) -> I:
         """For a caller bound to one issue, the issue field names that issue: left out, it is filled in; naming
@@ -154,6 +159,7 @@ def operation(
     tags: tuple[str, ...] = (),
     tracker: bool = False,
     whole: str | None = None,
+    stream: Callable[[Context, Any], Any] | None = None,
 ) -> Callable[[Callable[[Context, I], Any]], Operation[I]]:
     """Register the decorated ``handler(context, input) -> output``; the input and output models are taken from its
     annotations."""
@@ -182,6 +188,7 @@ def operation(
             tags=tags,
             tracker=tracker,
             whole=whole,
+            stream=stream,
         )
         if not TOOL_NAME.match(op.tool_name):
             raise BeflowError(f"operation {name!r}: {op.tool_name!r} is not a tool name every MCP client accepts")

@@ -8,7 +8,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -108,6 +108,19 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, default=_json_default, ensure_ascii=False))
 
 
+def emit_json_chunks(chunks: Iterable[str]) -> None:
+    """One JSON document on stdout, written as its pieces come (a listing of 100k issues is never held whole)."""
+    pending: list[str] = []
+    size = 0
+    for chunk in chunks:
+        pending.append(chunk)
+        size += len(chunk)
+        if size >= 1 << 16:
+            click.echo("".join(pending), nl=False)
+            pending, size = [], 0
+    click.echo("".join(pending))
+
+
 def _json_default(value: Any) -> Any:
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
@@ -177,9 +190,10 @@ def guarded(fn: Callable[[], T]) -> T:
         crash(exc)
 
 
-def call_operation(app: App, name: str, *, actor: str | None = None, **arguments: Any) -> Any:
+def call_operation(app: App, name: str, *, actor: str | None = None, streamed: bool = False, **arguments: Any) -> Any:
     """Run operation ``name`` through the one registry, as the CLI's user (git's user.name, else the login name);
-    ``None`` arguments are left out, so the operation's defaults apply."""
+    ``None`` arguments are left out, so the operation's defaults apply. ``streamed``: its result as a stream, when
+    it has one (see ``Operation.stream``)."""
     from beflow.git import user_name
     from beflow.operations import Context, get
 
@@ -187,4 +201,5 @@ def call_operation(app: App, name: str, *, actor: str | None = None, **arguments
     operation = get(name)
     # Reading acts as nobody: asking git who the user is (a git process) is for operations that write.
     who = actor or ("user" if operation.safety == "read" else user_name(project.directory))
-    return operation.call(Context(project=project, actor=who), {k: v for k, v in arguments.items() if v is not None})
+    context = Context(project=project, actor=who)
+    return operation.call(context, {k: v for k, v in arguments.items() if v is not None}, streamed=streamed)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 from typing import Any
@@ -9,10 +10,21 @@ from typing import Any
 import click
 
 import beflow.issues  # noqa: F401 - registers the issue operations
-from beflow.cli.common import App, HelpGroup, call_operation, emit_json, err, escape, out, pass_app, print_table
+from beflow.cli.common import (
+    App,
+    HelpGroup,
+    call_operation,
+    emit_json,
+    emit_json_chunks,
+    err,
+    escape,
+    out,
+    pass_app,
+    print_table,
+)
 from beflow.errors import UsageError
 from beflow.issues import Commented, IssueView, StatusChange
-from beflow.trackers.base import Issue, Listing, Status, format_time
+from beflow.trackers.base import Issue, ListingStream, Status, format_time
 
 STATUS_STYLE = {
     Status.OPEN: "white",
@@ -61,10 +73,13 @@ def group() -> None:
 @pass_app
 def list_command(app: App, status: str | None, label: str | None, as_json: bool) -> None:
     """List issues by key; files that cannot be read are reported, the others still listed."""
-    listing: Listing = call_operation(app, "issue.list", status=status, label=label)
+    listing: ListingStream = call_operation(app, "issue.list", streamed=True, status=status, label=label)
     if as_json:
-        emit_json(listing)
-    elif listing.issues:
+        emit_json_chunks(listing.json_chunks())
+        return
+    rows = listing.rows()
+    first = next(rows, None)
+    if first is not None:
         from rich import box
         from rich.table import Table
 
@@ -73,7 +88,7 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
             table.add_column(name, justify=justify)  # type: ignore[arg-type]
         table.add_column("LABELS")
         table.add_column("UPDATED (UTC)", no_wrap=True)
-        for issue in listing.issues:
+        for issue in itertools.chain([first], rows):
             table.add_row(
                 issue.key,
                 styled(issue.status),
@@ -89,7 +104,7 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
         out.print(f"No issues with {escape(wanted)}.")
     elif not listing.problems:
         out.print('No issues yet. File one with: beflow issues new "Fix the login crash"')
-    if listing.problems and not as_json:
+    if listing.problems:
         count = len(listing.problems)
         err.print(f"[yellow]warning:[/] {count} problem{'s' if count > 1 else ''} in issue files (not listed):")
         for problem in listing.problems:

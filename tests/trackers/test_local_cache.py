@@ -12,13 +12,15 @@ from beflow.trackers import local
 from beflow.trackers.base import Status
 from beflow.trackers.local import LocalTracker
 
+#: More issues than a handful (the index once waited for this many changes before it was rewritten).
+MANY = 18
+
 
 @pytest.fixture
 def tracker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalTracker:
     # Files written a moment ago are never trusted to their stamp; here "a moment" is nothing, so the cache is used
     # at once (the racy window has its own test).
     monkeypatch.setattr(local, "RACY_NS", -(10**12))
-    monkeypatch.setattr(local, "_PARSED", {})
     project = tmp_path / "project"
     project.mkdir()
     return LocalTracker(project / ".beflow" / "issues", project)
@@ -40,7 +42,6 @@ def parses(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
 
 def fresh_process(monkeypatch: pytest.MonkeyPatch, tracker: LocalTracker) -> LocalTracker:
     """The same tracker as another beflow process sees it: nothing parsed in memory yet."""
-    monkeypatch.setattr(local, "_PARSED", {})
     return LocalTracker(tracker.directory, tracker.project_dir)
 
 
@@ -68,11 +69,11 @@ def test_a_hand_edit_is_seen_even_at_the_same_size(tracker: LocalTracker, parses
 def test_a_new_process_reads_unchanged_issues_from_the_index(
     tracker: LocalTracker, parses: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for n in range(local.INDEX_REWRITE + 2):
+    for n in range(MANY + 2):
         tracker.create(f"issue {n}", body=f"body {n}", labels=["a", "b"])
     tracker.comment("3", "a comment", author="alice")
     before = tracker.listing().issues
-    assert (tracker.project_dir / ".beflow" / "tracker" / "index.json").is_file()
+    assert (tracker.project_dir / ".beflow" / "tracker" / local.INDEX_NAME).is_file()
     other = fresh_process(monkeypatch, tracker)
     parses.clear()
     after = other.listing().issues
@@ -83,7 +84,7 @@ def test_a_new_process_reads_unchanged_issues_from_the_index(
 def test_the_index_never_hides_an_edit(
     tracker: LocalTracker, parses: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for n in range(local.INDEX_REWRITE + 2):
+    for n in range(MANY + 2):
         tracker.create(f"issue {n}")
     tracker.listing()
     path = Path(str(tracker.get("4").path))
@@ -95,12 +96,12 @@ def test_the_index_never_hides_an_edit(
 
 
 def test_a_damaged_index_is_ignored(tracker: LocalTracker, monkeypatch: pytest.MonkeyPatch) -> None:
-    for n in range(local.INDEX_REWRITE + 2):
+    for n in range(MANY + 2):
         tracker.create(f"issue {n}")
     tracker.listing()
-    index = tracker.project_dir / ".beflow" / "tracker" / "index.json"
+    index = tracker.project_dir / ".beflow" / "tracker" / local.INDEX_NAME
     index.write_text('{"version": 1, "directory": "' + str(tracker.directory) + '", "entries": {"0001-issue-0.md": 7}}')
-    assert len(fresh_process(monkeypatch, tracker).listing().issues) == local.INDEX_REWRITE + 2
+    assert len(fresh_process(monkeypatch, tracker).listing().issues) == MANY + 2
 
 
 def test_one_issue_is_read_by_its_file_name_without_a_scan(
@@ -149,9 +150,9 @@ def test_an_index_rewritten_by_a_long_lived_process_keeps_every_issue(
     for n in range(5):
         tracker.create(f"old {n}")
     tracker.listing()  # the index holds the five
-    for n in range(local.INDEX_REWRITE):
+    for n in range(MANY):
         tracker.create(f"new {n}")
     tracker.listing()  # enough changed for this process to write the index again: with every issue
     other = fresh_process(monkeypatch, tracker)
     parses.clear()
-    assert len(other.listing().issues) == 5 + local.INDEX_REWRITE and parses == []
+    assert len(other.listing().issues) == 5 + MANY and parses == []
