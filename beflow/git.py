@@ -15,7 +15,10 @@ from typing import TYPE_CHECKING
 from beflow import lazy
 from beflow.errors import BeflowError, ConfigError, UsageError
 from beflow.files import NotRegularError, TooLargeError, atomic_write, read_regular
-from beflow.paths import ACPXRC, beflow_home, path_key, slug
+from beflow.paths import ACPXRC, beflow_home, git_toplevel, path_key, slug
+
+#: The top level of the git work tree around a path (found without git: see ``paths.git_toplevel``).
+toplevel = git_toplevel
 
 # GitPython is imported when first used: importing it costs a `git version` process and tens of milliseconds that
 # commands which never touch git (`--help`, `issues`, `runs`) should not pay.
@@ -27,16 +30,6 @@ else:
 
 class GitError(BeflowError):
     code = "git"
-
-
-def toplevel(start: Path) -> Path | None:
-    """The top level of the git work tree containing ``start``, if any: the nearest directory holding ``.git`` (a
-    directory, or the file a linked worktree or submodule has)."""
-    start = Path(os.path.abspath(start))
-    for directory in (start, *start.parents):
-        if (directory / ".git").exists():
-            return directory
-    return None
 
 
 def open_repo(directory: Path) -> git.Repo:

@@ -34,7 +34,8 @@ I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the conventional name for an i
 class Input(BaseModel):
     """Base of every operation input: unknown fields are errors, strings are stripped."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    # Built on first use: a command validates one input, and only the MCP server needs them all.
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, defer_build=True)
 
 
 @dataclass

@@ -194,12 +194,15 @@ def call_operation(app: App, name: str, *, actor: str | None = None, streamed: b
     """Run operation ``name`` through the one registry, as the CLI's user (git's user.name, else the login name);
     ``None`` arguments are left out, so the operation's defaults apply. ``streamed``: its result as a stream, when
     it has one (see ``Operation.stream``)."""
-    from beflow.git import user_name
     from beflow.operations import Context, get
 
     project = app.project()
     operation = get(name)
     # Reading acts as nobody: asking git who the user is (a git process) is for operations that write.
-    who = actor or ("user" if operation.safety == "read" else user_name(project.directory))
+    if actor is None and operation.safety != "read":
+        from beflow.git import user_name
+
+        actor = user_name(project.directory)
+    who = actor or "user"
     context = Context(project=project, actor=who)
     return operation.call(context, {k: v for k, v in arguments.items() if v is not None}, streamed=streamed)

@@ -106,33 +106,45 @@ MAX_FRONT_MATTER = 64 << 10
 MAX_FRONT_MATTER_DEPTH = 8
 
 
-class _FrontMatterLoader(yaml.SafeLoader):
-    """YAML as front matter needs it: no anchors or aliases (a few hundred bytes of aliases expand to gigabytes),
-    no deep nesting (the composer recurses), and no key given twice in one mapping (YAML would silently keep the
-    last value: a person who wrote ``status`` twice meant one of them, and beflow must not guess which)."""
+_CAREFUL: list[Any] = []
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()  # type: ignore[no-untyped-call]
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise yaml.composer.ComposerError(
-                None, None, "anchors and aliases (& and *) are not allowed in front matter", event.start_mark
-            )
-        depth = getattr(self, "_depth", 0)
-        if depth >= MAX_FRONT_MATTER_DEPTH:
-            raise yaml.composer.ComposerError(
-                None, None, f"nested too deeply (more than {MAX_FRONT_MATTER_DEPTH} levels)", event.start_mark
-            )
-        self._depth = depth + 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth = depth
+
+def _careful_loader() -> Any:
+    """The careful front matter loader (made on first use: reading from the index needs no YAML)."""
+    if _CAREFUL:
+        return _CAREFUL[0]
+
+    class _FrontMatterLoader(yaml.SafeLoader):
+        """YAML as front matter needs it: no anchors or aliases (a few hundred bytes of aliases expand to gigabytes),
+        no deep nesting (the composer recurses), and no key given twice in one mapping (YAML would silently keep the
+        last value: a person who wrote ``status`` twice meant one of them, and beflow must not guess which)."""
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                raise yaml.composer.ComposerError(
+                    None, None, "anchors and aliases (& and *) are not allowed in front matter", event.start_mark
+                )
+            depth = getattr(self, "_depth", 0)
+            if depth >= MAX_FRONT_MATTER_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested too deeply (more than {MAX_FRONT_MATTER_DEPTH} levels)", event.start_mark
+                )
+            self._depth = depth + 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth = depth
+
+    _FrontMatterLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+    _CAREFUL.append(_FrontMatterLoader)
+    return _FrontMatterLoader
 
 
 class _FrontMatter(BaseModel):
     """The front matter as a person may write it; unknown keys are errors so that a typo never goes unnoticed."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # (reading from the index needs no parsing)
 
     key: int = Field(ge=1)
     title: str
@@ -169,7 +181,7 @@ class _FrontMatter(BaseModel):
         return value
 
 
-def _unique_mapping(loader: _FrontMatterLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
@@ -180,9 +192,6 @@ def _unique_mapping(loader: _FrontMatterLoader, node: yaml.MappingNode) -> dict[
                 )
             seen[key] = key_node.start_mark.line
     return loader.construct_mapping(node)
-
-
-_FrontMatterLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
 class IssueFileError(ConfigError):
@@ -327,7 +336,7 @@ def _load_front_matter(text: str) -> Any:
     if fast is not None and shallow and "&" not in text and "*" not in text:
         with contextlib.suppress(yaml.YAMLError):
             return yaml.load(text, Loader=fast)  # a SafeLoader (libyaml's), refusing repeated keys the same way
-    return yaml.load(text, Loader=_FrontMatterLoader)  # a SafeLoader
+    return yaml.load(text, Loader=_careful_loader())  # a SafeLoader
 
 
 _FAST: list[Any] = []

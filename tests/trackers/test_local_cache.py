@@ -156,3 +156,86 @@ def test_an_index_rewritten_by_a_long_lived_process_keeps_every_issue(
     other = fresh_process(monkeypatch, tracker)
     parses.clear()
     assert len(other.listing().issues) == 5 + MANY and parses == []
+
+
+def test_a_listing_streams_from_the_index_without_building_an_issue(
+    tracker: LocalTracker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(MANY):
+        tracker.create(f"issue {n}", body=f"body {n}", labels=["a"] if n % 2 else ["b", "c"])
+    tracker.comment("3", "a comment", author="alice")
+    (tracker.directory / "0099-broken.md").write_text("no front matter\n")
+    whole = tracker.listing()
+    other = fresh_process(monkeypatch, tracker)
+    monkeypatch.setattr(local.Issue, "model_validate_json", lambda *a, **k: pytest.fail("an issue was built"))
+    monkeypatch.setattr(local.Issue, "__init__", lambda *a, **k: pytest.fail("an issue was built"))
+    stream = other.stream()
+    assert "".join(stream.json_chunks()) == whole.model_dump_json()
+    assert [(r.key, r.title, r.labels, r.updated) for r in stream.rows()] == [
+        (i.key, i.title, i.labels, i.updated) for i in whole.issues
+    ]
+    assert [r.key for r in other.stream(label="a").rows()] == [i.key for i in whole.issues if "a" in i.labels]
+    [problem] = stream.problems
+    assert problem.path.name == "0099-broken.md"
+
+
+def test_a_streamed_listing_of_no_issues_is_still_a_listing(tracker: LocalTracker) -> None:
+    assert "".join(tracker.stream().json_chunks()) == local.Listing().model_dump_json()
+
+
+def test_an_index_of_another_tracker_directory_is_rebuilt_not_trusted(
+    tracker: LocalTracker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for n in range(3):
+        tracker.create(f"issue {n}")
+    tracker.listing()
+    moved = LocalTracker(tracker.project_dir / "elsewhere", tracker.project_dir)
+    moved.directory.mkdir()
+    (moved.directory / "0001-x.md").write_text("---\nkey: 1\ntitle: elsewhere\nstatus: open\n---\n")
+    assert [i.title for i in moved.listing().issues] == ["elsewhere"]
+    with pytest.raises(local.NotFoundError):
+        moved.get("2")
+    assert [i.title for i in fresh_process(monkeypatch, tracker).listing().issues] == ["issue 0", "issue 1", "issue 2"]
+
+
+def test_reading_creates_no_state_where_there_is_none(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "issues").mkdir(parents=True)
+    (project / "issues" / "0001-x.md").write_text("---\nkey: 1\ntitle: x\nstatus: ready\n---\n")
+    tracker = LocalTracker(project / "issues", project)
+    assert [i.title for i in tracker.listing().issues] == ["x"] and tracker.get("1").title == "x"
+    assert "".join(tracker.stream().json_chunks()).startswith('{"issues":[{"key":"1"')
+    assert sorted(p.name for p in project.iterdir()) == ["issues"]
+
+
+def test_two_trackers_writing_the_index_at_once_both_see_every_issue(
+    tracker: LocalTracker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    tracker.directory.mkdir(parents=True)
+    for key in range(1, 201):
+        (tracker.directory / f"{key:04d}-x.md").write_text(f"---\nkey: {key}\ntitle: x {key}\nstatus: done\n---\n")
+    (tracker.project_dir / ".beflow" / ".gitignore").write_text("*\n")
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def read() -> None:
+        try:  # each its own connection: as two beflow processes
+            results.append(len(LocalTracker(tracker.directory, tracker.project_dir).listing().issues))
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=read) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == [] and results == [200] * 4
+    assert len(fresh_process(monkeypatch, tracker).listing().issues) == 200
+
+
+def test_a_new_key_counts_a_file_named_by_hand_without_a_number(tracker: LocalTracker) -> None:
+    tracker.create("first")
+    (tracker.directory / "my-issue.md").write_text("---\nkey: 41\ntitle: by hand\nstatus: open\n---\n")
+    assert tracker.create("next").key == "42"
