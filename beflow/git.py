@@ -32,12 +32,16 @@ class GitError(BeflowError):
     code = "git"
 
 
+NOT_A_REPOSITORY = "{directory} is not inside a git repository"
+RUN_IN_A_CHECKOUT = "Run beflow in a git checkout."
+
+
 def open_repo(directory: Path) -> git.Repo:
     """The repository of the project directory; a clear error when there is none."""
     try:
         return git.Repo(directory, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise UsageError(f"{directory} is not inside a git repository", fix="Run beflow in a git checkout.") from None
+        raise UsageError(NOT_A_REPOSITORY.format(directory=directory), fix=RUN_IN_A_CHECKOUT) from None
 
 
 def branch_for(key: str) -> str:

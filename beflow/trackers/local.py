@@ -557,9 +557,10 @@ class LocalTracker:
         known = self._index.known()
         present: set[str] = set()
         changed: list[tuple[str, str]] = []
+        prefix = os.path.join(self.directory, "")
         for name in self._names(sort=False):
             try:
-                info = os.stat(self.directory / name)
+                info = os.stat(prefix + name)
             except OSError:
                 continue
             if not stat.S_ISREG(info.st_mode):
@@ -571,6 +572,7 @@ class LocalTracker:
         self._index.drop([name for name in known if name not in present])
         if not changed:
             return
+        self._index.forget_repeated()  # (rows another beflow wrote count too)
         current = self._index.stamps_of([name for name, stamp in changed if stamp])
         rows: list[_Row] = []
         for name, stamp in changed:
@@ -859,6 +861,8 @@ class _Index:
         self._db: sqlite3.Connection | None = None
         #: The stamp of every row this connection knows to be current (name -> stamp), read once per connection.
         self._known: dict[str, str] | None = None
+        #: The repeated keys, while the index is as this connection last wrote it.
+        self._repeated: dict[str, tuple[int, str]] | None = None
         # One connection serves every thread of the process (the dispatcher's work runs in worker threads).
         self._lock = threading.RLock()
 
@@ -925,7 +929,7 @@ class _Index:
             if self._db is not None:
                 with contextlib.suppress(sqlite3.Error):
                     self._db.close()
-            self._db, self._known = None, None
+            self._db, self._known, self._repeated = None, None, None
             if self.state.is_dir():
                 self._remove()
 
@@ -973,6 +977,7 @@ class _Index:
             known = self.known()
             for name, stamp, _ in rows:
                 known[name] = stamp
+            self._repeated = None
 
     def drop(self, names: list[str]) -> None:
         """Forget the rows of files that are gone."""
@@ -980,6 +985,7 @@ class _Index:
             return
         with self._lock:
             self.db().executemany("DELETE FROM issues WHERE name = ?", [(n,) for n in names])
+            self._repeated = None
             known = self.known()
             for name in names:
                 known.pop(name, None)
@@ -999,7 +1005,18 @@ class _Index:
     # the answers of a scan --------------------------------------------------------------------------------------
 
     def repeated(self) -> dict[str, tuple[int, str]]:
-        """Files whose key another file (first by name) already has: name -> (key, the first file's name)."""
+        """Files whose key another file (first by name) already has: name -> (key, the first file's name). Asked
+        again only after this index changed (it costs a pass over every key)."""
+        with self._lock:
+            if self._repeated is None:
+                self._repeated = self._repeated_now()
+            return self._repeated
+
+    def forget_repeated(self) -> None:
+        with self._lock:
+            self._repeated = None
+
+    def _repeated_now(self) -> dict[str, tuple[int, str]]:
         query = """
             SELECT i.name, i.key, f.first FROM issues AS i
             JOIN (SELECT key, MIN(name) AS first FROM issues WHERE problems IS NULL GROUP BY key HAVING COUNT(*) > 1)
