@@ -320,7 +320,7 @@ class Dispatcher:
         if not keys:
             return
         latest: dict[str, RunRecord] = {}
-        for record in self.store.records():  # newest first
+        for record in self.store.records(keys):  # newest first
             if record.issue in keys and record.issue not in latest and record.outcome not in ("running", "cancelled"):
                 latest[record.issue] = record
         for key in keys:
