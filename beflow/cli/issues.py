@@ -24,7 +24,7 @@ from beflow.cli.common import (
 )
 from beflow.errors import UsageError
 from beflow.issues import Commented, IssueView, StatusChange
-from beflow.trackers.base import Issue, ListingStream, Status, format_time
+from beflow.trackers.base import Issue, IssueRow, ListingStream, Status, format_time
 
 STATUS_STYLE = {
     Status.OPEN: "white",
@@ -79,7 +79,9 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
         return
     rows = listing.rows()
     first = next(rows, None)
-    if first is not None:
+    if first is not None and not out.is_terminal:
+        _plain_table(listing)
+    elif first is not None:
         from rich import box
         from rich.table import Table
 
@@ -110,6 +112,39 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
         for problem in listing.problems:
             err.print(f"  {escape(problem.render())}")
         err.print("fix: Fix each file at that line (`beflow docs trackers` describes the format).")
+
+
+TABLE_HEADERS = ("KEY", "STATUS", "PRI", "TITLE", "LABELS", "UPDATED (UTC)")
+RIGHT_ALIGNED = {"KEY", "PRI"}
+
+
+def _cells(row: IssueRow) -> tuple[str, ...]:
+    return (row.key, row.status.value, str(row.priority), row.title, ", ".join(row.labels), short_time(row.updated))
+
+
+def _plain_table(listing: ListingStream) -> None:
+    """The table a terminal shows, for a pipe or a file: nothing cut or wrapped, written a batch of rows at a time
+    (one pass for the column widths, one to write), so 100k issues are never held at once."""
+    from rich.cells import cell_len
+
+    widths = [cell_len(header) for header in TABLE_HEADERS]
+    for row in listing.rows():
+        widths = [max(width, cell_len(cell)) for width, cell in zip(widths, _cells(row), strict=True)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        padded = []
+        for header, width, cell in zip(TABLE_HEADERS, widths, cells, strict=True):
+            space = " " * max(0, width - cell_len(cell))
+            padded.append(space + cell if header in RIGHT_ALIGNED else cell + space)
+        return "   ".join(padded) + "\n"
+
+    pending = [line(TABLE_HEADERS), "─" * (sum(widths) + 3 * (len(widths) - 1)) + "\n"]
+    for row in listing.rows():
+        pending.append(line(_cells(row)))
+        if len(pending) >= 512:
+            click.echo("".join(pending), nl=False)
+            pending = []
+    click.echo("".join(pending), nl=False)
 
 
 @group.command("show", epilog="Example:  beflow issues show 7")
