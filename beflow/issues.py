@@ -167,6 +167,7 @@ def show_issue(context: Context, payload: IssueKey) -> IssueView:
     category="issues",
     tags=("issues", "write", "follow-up"),
     tracker=True,
+    names_actor=False,  # only agents' follow-ups name who filed them, and an agent's session says who it is
 )
 def new_issue(context: Context, payload: NewIssue) -> Issue:
     body = payload.body

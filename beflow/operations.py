@@ -78,6 +78,13 @@ class Operation(Generic[I]):
     #: The same result as the handler's, as a stream a caller renders piece by piece without holding all of it
     #: (a listing of 100k issues); the CLI asks for it, the MCP server never does.
     stream: Callable[[Context, Any], Any] | None = None
+    #: It records who acted (a comment's author): a caller that does not say must find out (the CLI asks git).
+    #: None: every operation that writes does.
+    names_actor: bool | None = None
+
+    @property
+    def needs_actor(self) -> bool:
+        return self.safety != "read" if self.names_actor is None else self.names_actor
 
     @property
     def tool_name(self) -> str:
@@ -161,6 +168,7 @@ def operation(
     tracker: bool = False,
     whole: str | None = None,
     stream: Callable[[Context, Any], Any] | None = None,
+    names_actor: bool | None = None,
 ) -> Callable[[Callable[[Context, I], Any]], Operation[I]]:
     """Register the decorated ``handler(context, input) -> output``; the input and output models are taken from its
     annotations."""
@@ -190,6 +198,7 @@ def operation(
             tracker=tracker,
             whole=whole,
             stream=stream,
+            names_actor=names_actor,
         )
         if not TOOL_NAME.match(op.tool_name):
             raise BeflowError(f"operation {name!r}: {op.tool_name!r} is not a tool name every MCP client accepts")

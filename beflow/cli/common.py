@@ -198,8 +198,8 @@ def call_operation(app: App, name: str, *, actor: str | None = None, streamed: b
 
     project = app.project()
     operation = get(name)
-    # Reading acts as nobody: asking git who the user is (a git process) is for operations that write.
-    if actor is None and operation.safety != "read":
+    # Reading acts as nobody: asking git who the user is (a git process) is for operations that record it.
+    if actor is None and operation.needs_actor:
         from beflow.git import user_name
 
         actor = user_name(project.directory)
