@@ -42,7 +42,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -80,6 +80,8 @@ if TYPE_CHECKING:
 else:
     yaml = lazy.module("yaml")  # reading from the index needs no YAML
     filelock = lazy.module("filelock")  # reading needs no lock
+
+_T = TypeVar("_T")
 
 #: The line that starts the comments section. Everything after it is comments under ``### author · time`` headings.
 COMMENTS_MARKER = "<!-- beflow:comments -->"
@@ -505,8 +507,9 @@ class LocalTracker:
             row = self._index.row(name)
             if row is not None and stamp and row[0] == stamp:
                 return row[1]
-        except (sqlite3.Error, ValueError):  # a damaged index: the file is parsed instead (and the index rebuilt)
-            self._index.reset()
+        except (sqlite3.Error, ValueError) as error:  # the file is parsed instead (and a damaged index rebuilt)
+            if not isinstance(error, sqlite3.Error) or _damaged(error):
+                self._index.reset()
         result = self._parse_file(path)
         with contextlib.suppress(sqlite3.Error):
             self._index.put([(name, stamp, result)])
@@ -547,7 +550,9 @@ class LocalTracker:
             return
         try:
             self._sync_now()
-        except (sqlite3.Error, ValueError):  # damaged while in use: rebuilt from the files
+        except (sqlite3.DatabaseError, ValueError) as error:  # damaged while in use: rebuilt from the files
+            if isinstance(error, sqlite3.DatabaseError) and not _damaged(error):
+                raise
             self._index.reset()
             self._sync_now()
         self._synced = True
@@ -585,25 +590,39 @@ class LocalTracker:
                 rows = []
         self._index.put(rows)
 
+    def _answer(self, question: Callable[[], _T]) -> _T:
+        """``question`` answered from the index after a sync; an index found damaged meanwhile (written over, a
+        disk error) is rebuilt from the files and asked again."""
+        try:
+            self._sync()
+            return question()
+        except sqlite3.DatabaseError as error:
+            if not _damaged(error):
+                raise
+            self._index.reset()
+            self._synced = False
+            self._sync()
+            return question()
+
     def _issues(self, status: Status | None = None, label: str | None = None) -> list[Issue]:
         """The issues (with ``status`` and ``label``), by key, built from the index after a sync."""
-        self._sync()
+        return self._answer(lambda: self._selected(status, label))
+
+    def _selected(self, status: Status | None = None, label: str | None = None) -> list[Issue]:
         return [Issue.model_validate_json(text) for (text,) in self._index.select("issue", status, label)]
 
     def _scan(self) -> tuple[list[Issue], list[FileProblem]]:
         """Every issue that parses (by key) and a problem per file that does not; a repeated key is a problem."""
-        issues = self._issues()
-        return issues, self._index.problems()
+        return self._answer(lambda: (self._selected(), self._index.problems()))
 
     def listing(self, status: Status | None = None, label: str | None = None) -> Listing:
-        issues = self._issues(status, label)
-        return Listing(issues=issues, problems=self._index.problems())
+        issues, problems = self._answer(lambda: (self._selected(status, label), self._index.problems()))
+        return Listing(issues=issues, problems=problems)
 
     def stream(self, status: Status | None = None, label: str | None = None) -> ListingStream:
         """The listing row by row, straight from the index: no issue is built, none is held (100k issues list in
         constant memory). ``issues list`` renders this."""
-        self._sync()
-        problems = self._index.problems()
+        problems = self._answer(self._index.problems)
 
         def rows() -> Iterator[IssueRow]:
             for key, state, priority, title, labels, updated in self._index.select(
@@ -652,8 +671,9 @@ class LocalTracker:
     def _index_names(self, key: str) -> list[str]:
         try:
             return self._index.names_of(key)
-        except sqlite3.Error:
-            self._index.reset()
+        except sqlite3.Error as error:
+            if _damaged(error):
+                self._index.reset()
             return []
 
     def _not_found(self, key: str, issues: list[Issue]) -> str:
@@ -839,6 +859,13 @@ CREATE INDEX IF NOT EXISTS issues_status ON issues (status);
 """
 
 
+def _damaged(error: sqlite3.DatabaseError) -> bool:
+    """Whether the index is damaged, rather than busy: another beflow holding it longer than the wait is no reason
+    to throw it away."""
+    message = str(error).lower()
+    return not (isinstance(error, sqlite3.OperationalError) and ("locked" in message or "busy" in message))
+
+
 def _stamp(info: os.stat_result) -> str:
     return f"{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
 
@@ -883,8 +910,8 @@ class _Index:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.execute("PRAGMA synchronous=NORMAL")
                 return self._prepare(db)
-            except (OSError, sqlite3.Error):
-                if attempt:
+            except (OSError, sqlite3.Error) as error:
+                if attempt or (isinstance(error, sqlite3.Error) and not _damaged(error)):
                     break
                 self._remove()  # damaged (not a database, a directory in its place): start again
         # Unwritable (a read-only checkout): this process keeps it in memory.

@@ -239,3 +239,20 @@ def test_a_new_key_counts_a_file_named_by_hand_without_a_number(tracker: LocalTr
     tracker.create("first")
     (tracker.directory / "my-issue.md").write_text("---\nkey: 41\ntitle: by hand\nstatus: open\n---\n")
     assert tracker.create("next").key == "42"
+
+
+def test_an_index_damaged_while_in_use_is_rebuilt(tracker: LocalTracker) -> None:
+    for n in range(MANY):
+        tracker.create(f"issue {n}")
+    assert len(tracker.listing().issues) == MANY
+    index = tracker.project_dir / ".beflow" / "tracker" / local.INDEX_NAME
+    for suffix in ("-wal", "-shm", ""):  # (written over in place: this process's connection still has it open)
+        path = index.with_name(index.name + suffix)
+        if path.exists():
+            path.write_bytes(b"\0garbage" * 4096)
+    assert len(tracker.listing().issues) == MANY
+    assert "".join(tracker.stream().json_chunks()) == tracker.listing().model_dump_json()
+    tracker.create("one more")
+    assert len(tracker.listing().issues) == MANY + 1
+    assert tracker.get("3").title == "issue 2"
+    assert [i.title for i in LocalTracker(tracker.directory, tracker.project_dir).ready()][-1] == "one more"
