@@ -859,7 +859,7 @@ CREATE INDEX IF NOT EXISTS issues_status ON issues (status);
 """
 
 
-def _damaged(error: sqlite3.DatabaseError) -> bool:
+def _damaged(error: sqlite3.Error) -> bool:
     """Whether the index is damaged, rather than busy: another beflow holding it longer than the wait is no reason
     to throw it away."""
     message = str(error).lower()
