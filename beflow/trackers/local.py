@@ -559,6 +559,10 @@ class LocalTracker:
         self.scans += 1
 
     def _sync_now(self) -> None:
+        with self._index.lock:  # (threads of one process sync one at a time: they share the known stamps)
+            self._sync_locked()
+
+    def _sync_locked(self) -> None:
         known = self._index.known()
         present: set[str] = set()
         changed: list[tuple[str, str]] = []
@@ -891,7 +895,7 @@ class _Index:
         #: The repeated keys, while the index is as this connection last wrote it.
         self._repeated: dict[str, tuple[int, str]] | None = None
         # One connection serves every thread of the process (the dispatcher's work runs in worker threads).
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
 
     # the connection ---------------------------------------------------------------------------------------------
 
@@ -952,7 +956,7 @@ class _Index:
 
     def reset(self) -> None:
         """Forget the connection and the index file (found damaged while in use): the next use rebuilds it."""
-        with self._lock:
+        with self.lock:
             if self._db is not None:
                 with contextlib.suppress(sqlite3.Error):
                     self._db.close()
@@ -964,7 +968,7 @@ class _Index:
 
     def known(self) -> dict[str, str]:
         """name -> stamp of every row."""
-        with self._lock:
+        with self.lock:
             if self._known is None:
                 self._known = dict(self.db().execute("SELECT name, stamp FROM issues").fetchall())
             return self._known
@@ -972,7 +976,7 @@ class _Index:
     def stamps_of(self, names: list[str]) -> dict[str, str]:
         """The stamps the index holds now for ``names`` (another beflow may have parsed them already)."""
         found: dict[str, str] = {}
-        with self._lock:
+        with self.lock:
             for start in range(0, len(names), 500):
                 chunk = names[start : start + 500]
                 marks = ",".join("?" * len(chunk))
@@ -980,7 +984,7 @@ class _Index:
         return found
 
     def row(self, name: str) -> tuple[str, Issue | list[FileProblem]] | None:
-        with self._lock:
+        with self.lock:
             found = self.db().execute("SELECT stamp, issue, problems FROM issues WHERE name = ?", (name,)).fetchone()
         if found is None:
             return None
@@ -992,7 +996,7 @@ class _Index:
         if not rows:
             return
         values = [_encode(name, stamp, result) for name, stamp, result in rows]
-        with self._lock:
+        with self.lock:
             db = self.db()
             db.execute("BEGIN IMMEDIATE")
             try:
@@ -1010,7 +1014,7 @@ class _Index:
         """Forget the rows of files that are gone."""
         if not names:
             return
-        with self._lock:
+        with self.lock:
             self.db().executemany("DELETE FROM issues WHERE name = ?", [(n,) for n in names])
             self._repeated = None
             known = self.known()
@@ -1021,11 +1025,11 @@ class _Index:
         """The files whose issue has the number ``key``, as last parsed."""
         if not (key.isascii() and key.isdigit()) or len(key) > 18:  # not a number SQLite holds: no issue has it
             return []
-        with self._lock:
+        with self.lock:
             return [n for (n,) in self.db().execute("SELECT name FROM issues WHERE key = ? ORDER BY name", (int(key),))]
 
     def max_key(self) -> int:
-        with self._lock:
+        with self.lock:
             (found,) = self.db().execute("SELECT MAX(key) FROM issues").fetchone()
         return int(found or 0)
 
@@ -1034,13 +1038,13 @@ class _Index:
     def repeated(self) -> dict[str, tuple[int, str]]:
         """Files whose key another file (first by name) already has: name -> (key, the first file's name). Asked
         again only after this index changed (it costs a pass over every key)."""
-        with self._lock:
+        with self.lock:
             if self._repeated is None:
                 self._repeated = self._repeated_now()
             return self._repeated
 
     def forget_repeated(self) -> None:
-        with self._lock:
+        with self.lock:
             self._repeated = None
 
     def _repeated_now(self) -> dict[str, tuple[int, str]]:
@@ -1050,12 +1054,12 @@ class _Index:
                 AS f ON i.key = f.key
             WHERE i.problems IS NULL AND i.name != f.first
         """
-        with self._lock:
+        with self.lock:
             return {name: (key, first) for name, key, first in self.db().execute(query)}
 
     def problems(self) -> list[FileProblem]:
         """Every file that did not parse, and every repeated key, by file name."""
-        with self._lock:
+        with self.lock:
             rows = self.db().execute("SELECT name, problems FROM issues WHERE problems IS NOT NULL").fetchall()
         found = [(name, FileProblem.model_validate(p)) for name, text in rows for p in json.loads(text)]
         for name, (key, first) in self.repeated().items():
@@ -1075,10 +1079,10 @@ class _Index:
             query += " AND EXISTS (SELECT 1 FROM json_each(issues.labels) WHERE json_each.value = ?)"
             arguments.append(label)
         query += " ORDER BY key"
-        with self._lock:
+        with self.lock:
             cursor = self.db().execute(query, arguments)
         while True:
-            with self._lock:
+            with self.lock:
                 batch = cursor.fetchmany(STREAM_BATCH)
             if not batch:
                 return
