@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 
-from beflow import preflight
+from beflow import preflight, workers
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError
 from beflow.events import RunEvent, WatchEvent, WatchEventKind
@@ -121,7 +121,7 @@ class Dispatcher:
     # -- events ----------------------------------------------------------------------------------------------------
 
     def emit(self, kind: WatchEventKind, issue: str | None = None, **data: Any) -> None:
-        self._tell(WatchEvent(kind, issue, data))
+        workers.on_the_loop(self._tell, WatchEvent(kind, issue, data))  # a tick's survey runs in a worker thread
 
     def _tell(self, event: WatchEvent | RunEvent) -> None:
         if self.listener is None:
@@ -167,7 +167,7 @@ class Dispatcher:
                 if not once:
                     tasks.start_soon(watch_directories, self._watched_directories, self.wakeup)
                 while True:
-                    self.tick(tasks, finished, once=once)  # type: ignore[arg-type]
+                    await self.tick(tasks, finished, once=once)  # type: ignore[arg-type]
                     if once:
                         await self._drain()
                         break
@@ -202,13 +202,20 @@ class Dispatcher:
             if time.monotonic() >= due:
                 due = time.monotonic() + self.project.config.watch.interval
                 try:
-                    self._reconcile()
+                    await workers.blocking(self._reconcile)
                 except BeflowError as error:
                     self.emit("error", message=error.message)
 
-    def tick(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord], *, once: bool = True) -> None:
+    async def tick(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord], *, once: bool = True) -> None:
+        """One look at the tracker, in a worker thread (a scan, a write waiting for an issue's lock and the checks
+        before a run must not hold the runs' output or the signal handlers), then dispatching, on the loop."""
         self.tick_count += 1
         self._polled = time.monotonic()
+        if await workers.blocking(self._survey, once):
+            self._dispatch(tasks, finished)
+
+    def _survey(self, once: bool) -> bool:
+        """Settle, requeue and reconcile; queue what is ready; whether runs can be dispatched now."""
         self._reload_config()
         try:
             with reading_once(self.tracker):  # one scan of the tracker serves the whole tick
@@ -225,13 +232,13 @@ class Dispatcher:
                 startable = self.queue and self.project.config.watch.concurrency > len(self.running)
                 # `--once` with nothing to start still reports a configuration every run would fail on, from the
                 # checks that need no git process (a bad `worktrees.base` waits for a run to start).
-                idle = once and not startable and self.blocked is None
-                if (startable or self.blocked is not None or once) and self._ready_to_dispatch(idle=idle):
-                    self._dispatch(tasks, finished)
+                idle = bool(once and not startable and self.blocked is None)
+                return bool((startable or self.blocked is not None or once) and self._ready_to_dispatch(idle=idle))
         except BeflowError as error:
             self.emit("error", message=error.message)
         except OSError as error:  # a full disk, a permission gone: say so and try again next tick
             self.emit("error", message=f"{type(error).__name__}: {error}")
+        return False
 
     def _ready_to_dispatch(self, *, idle: bool = False) -> bool:
         """Whether runs can start: a prompt or `.mcp.json` that would fail every run alike holds dispatching back
@@ -290,7 +297,7 @@ class Dispatcher:
                 continue  # unreadable for a moment (a hand edit, an editor's save): look again next tick
             if status is None or (status != Status.IN_PROGRESS and running.run_id is not None):
                 reason = gone if status is None else f"the issue is now {status}"
-                running.cancel(reason)
+                workers.on_the_loop(running.cancel, reason)  # cancel scopes belong to the loop
                 self.emit("cancelled", key, reason=reason)
 
     def _queue(self) -> None:
@@ -302,9 +309,13 @@ class Dispatcher:
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         free = self.project.config.watch.concurrency - len(self.running)
+        now = time.time()
         for issue in list(self.queue):
             if free <= 0 or self.stopping:
                 break
+            backoff = self.backoffs.get(issue.key)
+            if issue.key in self.running or (backoff is not None and backoff.due > now):
+                continue  # its run ended, and a retry was scheduled, while the tick looked at the tracker
             self.backoffs.pop(issue.key, None)
             attempt = self.attempts.get(issue.key, 0) + 1
             running = Running(issue.key, attempt, anyio.CancelScope(), self.tracker)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import fnmatch
+import functools
 import getpass
 import os
 import shutil
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from beflow import lazy
 from beflow.errors import BeflowError, ConfigError, UsageError
@@ -36,10 +37,51 @@ NOT_A_REPOSITORY = "{directory} is not inside a git repository"
 RUN_IN_A_CHECKOUT = "Run beflow in a git checkout."
 
 
+#: Seconds any one git command may take before it is killed (with what it started, a hook say) and the step fails
+#: with a :class:`GitError`: a hung hook, a lock held by a stuck process or an unreachable remote must not hold a
+#: run — or a watch waiting for it — forever.
+GIT_TIMEOUT = 600.0
+
+
+@functools.cache
+def _timed() -> tuple[type[git.Repo], type[git.Git]]:
+    """GitPython's ``Repo`` and ``Git`` with :data:`GIT_TIMEOUT` on every git command they run (made on first use:
+    GitPython is imported lazily)."""
+
+    class TimedGit(git.Git):
+        def execute(self, *args: Any, **kwargs: Any) -> Any:
+            if kwargs.get("as_process") or kwargs.get("kill_after_timeout") is not None:
+                return super().execute(*args, **kwargs)  # a long-lived cat-file process, or a timeout of its own
+            kwargs["kill_after_timeout"] = GIT_TIMEOUT
+            try:
+                return super().execute(*args, **kwargs)
+            except git.GitCommandError as exc:
+                if "did not complete in" not in str(exc.stderr):
+                    raise
+                command = " ".join(str(part) for part in exc.command[:3])
+                raise GitError(
+                    f"{command} did not finish within {GIT_TIMEOUT:g} s and was stopped",
+                    fix="Look for a git hook or another git process that hangs in this repository.",
+                ) from None
+
+    class TimedRepo(git.Repo):
+        GitCommandWrapperType = TimedGit
+
+    return TimedRepo, TimedGit
+
+
+def _repo(path: Path | str, **kwargs: Any) -> git.Repo:
+    return _timed()[0](path, **kwargs)
+
+
+def _git(directory: Path) -> git.Git:
+    return _timed()[1](str(directory))
+
+
 def open_repo(directory: Path) -> git.Repo:
     """The repository of the project directory; a clear error when there is none."""
     try:
-        return git.Repo(directory, search_parent_directories=True)
+        return _repo(directory, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
         raise UsageError(NOT_A_REPOSITORY.format(directory=directory), fix=RUN_IN_A_CHECKOUT) from None
 
@@ -148,7 +190,7 @@ def _create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Work
         if held is not None and held != branch:
             raise GitError(f"{path} is a worktree of {held!r}, not {branch!r}", fix="Remove it with git.")
         if held == branch:  # made by an earlier beflow, which let the agent commit to the branch itself
-            with git.Repo(path) as left:
+            with _repo(path) as left:
                 left.git.checkout("-q", "--detach")
         # Its HEAD may hold commits an interrupted run never checked: they are checked with this run's.
         start = tip or _merge_base(path, resolve_base(repo, base))
@@ -173,7 +215,7 @@ def branch_tip(repo: git.Repo, branch: str) -> str | None:
 
 
 def _merge_base(path: Path, commit: str) -> str:
-    with git.Repo(path) as repo:
+    with _repo(path) as repo:
         try:
             return str(repo.git.merge_base("HEAD", commit)).strip()
         except git.GitCommandError:  # unrelated histories: everything in HEAD counts as the run's
@@ -188,7 +230,7 @@ def head(path: Path) -> str:
 def _head(path: Path) -> str:
     # Every Repo is closed after use: GitPython keeps `git cat-file` processes per Repo object, which would
     # otherwise outlive the run (in `watch`, one set per run) and hold removed worktrees as their cwd.
-    with git.Repo(path) as repo:
+    with _repo(path) as repo:
         return repo.head.commit.hexsha
 
 
@@ -227,7 +269,7 @@ def commit_all(worktree: Path, message: str) -> str | None:
 
     An untracked ``.acpxrc.json`` is never staged: it can only be beflow's own injection.
     """
-    with git.Repo(worktree) as repo:
+    with _repo(worktree) as repo:
         pathspec = ["--", "."] if is_tracked(repo, ACPXRC) else ["--", ".", f":(exclude){ACPXRC}"]
         try:
             repo.git.add("-A", *pathspec)
@@ -263,7 +305,7 @@ def _has_identity(repo: git.Repo) -> bool:
 
 def is_dirty(worktree: Path) -> bool:
     """Uncommitted changes besides beflow's own managed file."""
-    with git.Repo(worktree) as repo:
+    with _repo(worktree) as repo:
         status = repo.git.status("--porcelain", "--untracked-files=all")
     lines = [line for line in status.splitlines() if line[3:] != ACPXRC]
     return bool(lines)
@@ -273,12 +315,12 @@ def changed_files(worktree: Path, base: str, head: str) -> list[str]:
     """``STATUS\\tpath`` lines of what changed between two commits."""
     if base == head:
         return []
-    with git.Repo(worktree) as repo:
+    with _repo(worktree) as repo:
         return str(repo.git.diff("--name-status", base, head)).splitlines()
 
 
 def diff(directory: Path, base: str, head: str) -> str:
-    with git.Repo(directory) as repo:
+    with _repo(directory) as repo:
         return str(repo.git.diff("--stat", "--patch", base, head))
 
 
@@ -310,7 +352,7 @@ def checkout_status(directory: Path) -> dict[str, str]:
 
     Read with ``-z``, so that no path is quoted or mangled; a rename is reported under its new path.
     """
-    with git.Repo(directory) as repo:
+    with _repo(directory) as repo:
         output = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all", strip_newline_in_stdout=False)
     fields = output.split("\0")
     entries: dict[str, str] = {}
@@ -329,7 +371,7 @@ def checkout_status(directory: Path) -> dict[str, str]:
 
 def is_ignored(directory: Path, relative: str) -> bool:
     """Whether git ignores ``relative`` in the checkout (a tracked file is never ignored)."""
-    with git.Repo(directory) as repo:
+    with _repo(directory) as repo:
         try:
             repo.git.check_ignore("-q", "--", relative)
         except git.GitCommandError:
@@ -339,7 +381,7 @@ def is_ignored(directory: Path, relative: str) -> bool:
 
 def current_branch(directory: Path) -> str:
     """The branch checked out in ``directory``, or ``detached at <sha>``."""
-    with git.Repo(directory) as repo:
+    with _repo(directory) as repo:
         try:
             return repo.active_branch.name
         except TypeError:  # a detached HEAD
@@ -349,7 +391,7 @@ def current_branch(directory: Path) -> str:
 def user_name(directory: Path) -> str:
     """Who is at the keyboard: git's ``user.name`` for this repository, else the login name."""
     try:
-        name = str(git.Git(str(directory)).config("--get", "user.name")).strip()
+        name = str(_git(directory).config("--get", "user.name")).strip()
     except (git.GitCommandError, git.GitCommandNotFound, OSError):
         name = ""
     if name:
@@ -395,7 +437,7 @@ def _user_excludes(repo: git.Repo) -> str:
 def excludes_env(directory: Path, excludes: Path) -> dict[str, str]:
     """The environment that makes git (run by the agent in ``directory``) ignore ``.acpxrc.json`` as well as all
     the user ignores globally: ``core.excludesFile`` set to ``excludes``, written here with both."""
-    with git.Repo(directory, search_parent_directories=True) as repo:
+    with _repo(directory, search_parent_directories=True) as repo:
         user = _user_excludes(repo)
     if user and not user.endswith("\n"):
         user += "\n"
@@ -416,7 +458,7 @@ def hide_managed_file(worktree: Path) -> dict[str, str]:
     Nothing of the user's repository changes: the excludes file lives in the worktree's private git directory,
     and the skip-worktree bit in the worktree's own index.
     """
-    with git.Repo(worktree) as repo:
+    with _repo(worktree) as repo:
         git_dir = Path(str(repo.git.rev_parse("--absolute-git-dir")).strip())
         if is_tracked(repo, ACPXRC):
             repo.git.update_index("--skip-worktree", "--", ACPXRC)
@@ -425,7 +467,7 @@ def hide_managed_file(worktree: Path) -> dict[str, str]:
 
 def unhide_managed_file(worktree: Path) -> None:
     """Undo :func:`hide_managed_file`'s skip-worktree bit (the excludes file goes with the worktree)."""
-    with git.Repo(worktree) as repo:
+    with _repo(worktree) as repo:
         if is_tracked(repo, ACPXRC):
             repo.git.update_index("--no-skip-worktree", "--", ACPXRC)
 
@@ -458,7 +500,7 @@ def find_leaks(worktree: Path, since: str, head: str, needles: Sequence[bytes], 
     leaks: list[Leak] = []
     if not wanted and not managed:
         return leaks
-    with git.Repo(worktree) as repo:
+    with _repo(worktree) as repo:
         commits = str(repo.git.rev_list("--reverse", head, f"^{since}")).split()
         for commit in commits:
             raw = str(repo.git.diff_tree("-r", "-m", "--root", "--no-renames", "--no-commit-id", "-z", commit))
@@ -501,7 +543,7 @@ def _search(repo: git.Repo, sha: str, needles: Sequence[bytes], indices: Sequenc
 
 def publish(worktree: Path, branch: str, new: str, expected: str | None, message: str) -> None:
     """Move ``branch`` to ``new``, only if it still points to ``expected`` (None: only if it does not exist)."""
-    with git.Repo(worktree) as repo:
+    with _repo(worktree) as repo:
         elsewhere = [p for p, b in _registered_worktrees(repo).items() if b == branch]
         if elsewhere:
             raise GitError(f"branch {branch} is now checked out in {elsewhere[0]}, so beflow did not move it")
@@ -516,7 +558,7 @@ def publish(worktree: Path, branch: str, new: str, expected: str | None, message
 def uncommit(worktree: Path, commit: str) -> None:
     """Take ``worktree``'s HEAD back to ``commit``, keeping every file as it is (the commits' changes become
     uncommitted changes), and forget the commits in its HEAD's reflog, so nothing names them any more."""
-    with git.Repo(worktree) as repo:
+    with _repo(worktree) as repo:
         repo.git.reset("-q", "--mixed", commit)
         repo.git.reflog("expire", "--expire=now", "--expire-unreachable=now", "HEAD")
 
@@ -524,7 +566,7 @@ def uncommit(worktree: Path, commit: str) -> None:
 def remote_url(directory: Path, remote: str) -> str | None:
     """The URL of ``remote`` in the repository at ``directory`` (None when there is no such remote)."""
     try:
-        return git.Git(str(directory)).remote("get-url", remote).strip() or None
+        return _git(directory).remote("get-url", remote).strip() or None
     except (git.GitCommandError, git.GitCommandNotFound, OSError):
         return None
 
@@ -532,7 +574,7 @@ def remote_url(directory: Path, remote: str) -> str | None:
 def push(directory: Path, remote: str, branch: str, env: dict[str, str]) -> None:
     """Push ``branch`` to the same branch of ``remote`` (a fast-forward; never forced), with ``env`` for git."""
     try:
-        with git.Repo(directory) as repo:
+        with _repo(directory) as repo:
             repo.git.push(remote, f"refs/heads/{branch}:refs/heads/{branch}", env=env)
     except git.GitCommandError as exc:
         raise GitError(f"git push {remote} {branch} failed: {str(exc.stderr).strip()}") from None

@@ -1,10 +1,11 @@
 """Turning SIGINT, SIGTERM and SIGHUP into cooperative cancellation.
 
 Async work started through :func:`run` is cancelled on the first signal; its ``finally`` blocks (file restore,
-process-group stop) run, then :class:`~beflow.errors.Interrupted` is raised. A second signal marks the stop as
-forced, which shortens every grace period that is still to come, and stops the git processes beflow is waiting on
-(GitPython runs them in beflow's own process group, in a worker thread no cancellation reaches). A step of the
-cleanup that may take long (a hook) runs in :func:`cut_short_by_signal`: a signal stops it even there.
+process-group stop) run, then :class:`~beflow.errors.Interrupted` is raised. Every signal also stops the git
+processes beflow is waiting on at that moment (GitPython runs them in beflow's own process group, in a worker
+thread no cancellation reaches; a ``kill`` from another shell reaches beflow alone), as the terminal's Ctrl-C
+does. A second signal marks the stop as forced, which shortens every grace period that is still to come. A step
+of the cleanup that may take long (a hook) runs in :func:`cut_short_by_signal`: a signal stops it even there.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
                             work.cancel()
                         else:
                             state.forced = True
-                            _stop_git_children()
+                        _stop_git_children()  # a git step (a hook that hangs, say) would hold the stop
 
             # The handlers are in place before the work starts: a signal that came earlier would kill
             # beflow without its cleanup.

@@ -60,23 +60,6 @@ class NotedLock(Generic[M]):
         self._held(lock, note)
         return True
 
-    async def acquire_waiting(
-        self, note: M | None, *, timeout: float, poll: float = 0.1, on_wait: Callable[[], None] | None = None
-    ) -> bool:
-        """:meth:`acquire` for async code: it tries every ``poll`` seconds and sleeps between tries, so other runs
-        and signal handling go on while it waits (and a cancellation ends the wait at once); ``on_wait`` is called
-        once when another process holds the lock. The release stays synchronous, for cleanups with no ``await``."""
-        deadline = anyio.current_time() + timeout
-        told = False
-        while not self.acquire(note):
-            if anyio.current_time() >= deadline:
-                return False
-            if not told and on_wait is not None:
-                on_wait()
-            told = True
-            await anyio.sleep(poll)
-        return True
-
     def release(self) -> None:
         """Give the lock up: the note goes first, while the lock is still ours. Releasing twice is harmless."""
         lock, self._lock = self._lock, None
@@ -104,3 +87,26 @@ class NotedLock(Generic[M]):
             return True
         probe.release()
         return False
+
+
+T = TypeVar("T")
+
+
+async def waiting_for(
+    attempt: Callable[[], T | None], *, timeout: float, poll: float = 0.1, on_wait: Callable[[], None] | None = None
+) -> T | None:
+    """What ``attempt`` returns once it returns something (a lock taken), trying every ``poll`` seconds for up to
+    ``timeout`` seconds; None when it never did. It sleeps between tries, so other runs and signal handling go on
+    while it waits, and a cancellation ends the wait at once; ``on_wait`` is called once, when the first try fails.
+
+    (filelock's own async lock polls the same way, but it takes one lock, where a managed directory needs two
+    taken together, and its release is a coroutine, where restores release in synchronous cleanups.)"""
+    deadline = anyio.current_time() + timeout
+    while (taken := attempt()) is None:
+        if anyio.current_time() >= deadline:
+            return None
+        if on_wait is not None:
+            on_wait()
+            on_wait = None
+        await anyio.sleep(poll)
+    return taken

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import anyio
 
-from beflow import acpx, agents, git, interrupts, proc, terminal
+from beflow import acpx, agents, git, interrupts, proc, terminal, workers
 from beflow.checkout import Changes, acpxrc_notice, checkout_lock, checkout_of, refuse_read_only
 from beflow.config import Project
 from beflow.errors import BeflowError
@@ -80,11 +80,13 @@ async def attend(
     """
     config = project.config
     request = request or RunRequest(key=key, mode="attend")
+    events = workers.looped(events) if events is not None else None  # steps in worker threads emit too
     checkout = checkout_of(project)
-    issue = _workable(tracker, key)
+    issue = await workers.blocking(_workable, tracker, key)
     run_id = new_run_id(issue.key)
     servers = with_own_server(project, resolve_servers(project), issue=issue.key, run_id=run_id)
-    text = render_prompt(project, issue, request, branch=git.current_branch(checkout), run_id=run_id)
+    branch = await workers.blocking(git.current_branch, checkout)
+    text = render_prompt(project, issue, request, branch=branch, run_id=run_id)
     permissions = config.attend.permissions
     argv = acpx.attend_argv(
         config,
@@ -96,14 +98,14 @@ async def attend(
     install = f"npm install -g acpx (or set `acpx` in {project.config_name}; `beflow doctor` checks it)"
     require(argv[0], "acpx", install)
     refuse_read_only(project, checkout, "--attend", injects=bool(servers))
-    with checkout_lock(checkout, issue.key, run_id), tracker.claim(issue.key, request.owner):
-        current = tracker.get(issue.key)
+    with checkout_lock(checkout, issue.key, run_id), await workers.shielded(tracker.claim, issue.key, request.owner):
+        current = await workers.blocking(tracker.get, issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
         # Before the tracker is touched (the local tracker's files live in the checkout, and are excluded anyway).
-        changes = Changes(project, checkout)
+        changes = await workers.blocking(Changes, project, checkout)
         session = Session(project, tracker, current, request, events, branch=None, checkout=checkout, run_id=run_id)
         session.use_servers(servers)
-        session.start(text)
+        await workers.shielded(session.start, text)
         session.emit(
             "started",
             mode="attend",
@@ -117,7 +119,7 @@ async def attend(
                 message=f"stdin or stderr is not a terminal: acpx cannot ask you, so whatever {permissions} does "
                 "not allow is denied",
             )
-        notice = acpxrc_notice(checkout) if servers else None
+        notice = await workers.blocking(acpxrc_notice, checkout) if servers else None
         if notice:
             session.emit("notice", message=notice)
         try:
@@ -127,16 +129,12 @@ async def attend(
         except BeflowError as error:
             outcome, reason = "failed", error.message
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                _finish(session, changes, "cancelled", cancel_reason(), before)
+            await workers.shielded(_finish, session, changes, "cancelled", cancel_reason(), before)
             raise
         except Exception as error:  # a bug in beflow: recorded, and the issue goes back where it was
-            with anyio.CancelScope(shield=True):
-                _finish(session, changes, "failed", _unexpected(error), before)
+            await workers.shielded(_finish, session, changes, "failed", _unexpected(error), before)
             raise
-        with anyio.CancelScope(shield=True):
-            finished = _finish(session, changes, outcome, reason, before)
-        return finished
+        return await workers.shielded(_finish, session, changes, outcome, reason, before)
 
 
 async def _attended_acpx(session: Session, argv: list[str], checkout: Path) -> Verdict:
@@ -147,7 +145,7 @@ async def _attended_acpx(session: Session, argv: list[str], checkout: Path) -> V
         env: dict[str, str] = {}
         if handle is not None:
             excludes = beflow_home() / "git" / f"exclude-{path_key(checkout)}"
-            env = await anyio.to_thread.run_sync(git.excludes_env, checkout, excludes)
+            env = await workers.blocking(git.excludes_env, checkout, excludes)
         # acpx gets its own process group (and session): it reads and writes the terminal all the same
         # (tests/cli/test_attend.py answers its prompt through a pseudo-terminal), while Ctrl-C and a hang-up
         # come to beflow, which stops acpx and its agent as a group and then restores the file.
@@ -194,23 +192,25 @@ async def open_native(
     and the checkout changed, and otherwise back to the status it had before.
     """
     request = request or RunRequest(key=key, mode="open")
+    events = workers.looped(events) if events is not None else None  # steps in worker threads emit too
     checkout = checkout_of(project)
-    issue = _workable(tracker, key)
+    issue = await workers.blocking(_workable, tracker, key)
     choice = native_client(project)
     require(choice.argv[0], f"the native client of agent {project.config.agent_label()!r}", choice.install)
     run_id = new_run_id(issue.key)
-    text = render_prompt(project, issue, request, branch=git.current_branch(checkout), run_id=run_id)
+    branch = await workers.blocking(git.current_branch, checkout)
+    text = render_prompt(project, issue, request, branch=branch, run_id=run_id)
     argv = client_argv(choice.argv, text.rstrip("\n"))
     client = Path(choice.argv[0]).name
     refuse_read_only(project, checkout, "--open", injects=False)
-    with tracker.claim(issue.key, request.owner):
-        current = tracker.get(issue.key)
+    with await workers.shielded(tracker.claim, issue.key, request.owner):
+        current = await workers.blocking(tracker.get, issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
-        changes = Changes(project, checkout)
+        changes = await workers.blocking(Changes, project, checkout)
         session = Session(project, tracker, current, request, events, branch=None, checkout=checkout, run_id=run_id)
         session.record.client = client
         note = f"beflow --open: a supervised `{client}` session started in the checkout (run `{run_id}`)."
-        session.start(text, note if project.config.after_run.comment else None)
+        await workers.shielded(session.start, text, note if project.config.after_run.comment else None)
         session.emit("started", mode="open", checkout=str(checkout), client=client, source=choice.source)
         try:
             # The client owns the terminal and shares beflow's process group: Ctrl-C is the client's (the terminal
@@ -220,19 +220,14 @@ async def open_native(
                     argv, cwd=checkout, terminal=True, own_group=False, grace=interrupts.grace(proc.DEFAULT_GRACE)
                 )
         except BeflowError as error:
-            with anyio.CancelScope(shield=True):
-                failed = _finish(session, changes, "failed", error.message, before)
-            return failed
+            return await workers.shielded(_finish, session, changes, "failed", error.message, before)
         except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                _finish(session, changes, "cancelled", cancel_reason(), before)
+            await workers.shielded(_finish, session, changes, "cancelled", cancel_reason(), before)
             raise
         except Exception as error:  # a bug in beflow: recorded, and the issue goes back where it was
-            with anyio.CancelScope(shield=True):
-                _finish(session, changes, "failed", _unexpected(error), before)
+            await workers.shielded(_finish, session, changes, "failed", _unexpected(error), before)
             raise
         session.record.exit_code = result.returncode
         outcome: Outcome = "succeeded" if result.returncode == 0 else "failed"
-        with anyio.CancelScope(shield=True):
-            finished = _finish(session, changes, outcome, f"the {client} session ended ({result.describe()})", before)
-        return finished
+        ended = f"the {client} session ended ({result.describe()})"
+        return await workers.shielded(_finish, session, changes, outcome, ended, before)

@@ -24,6 +24,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 import psutil
+from anyio.streams.buffered import BufferedByteReceiveStream
 
 from beflow import interrupts
 from beflow.errors import BeflowError, ToolMissingError
@@ -299,26 +300,28 @@ class _Tail:
 async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: _Tail, handler: LineHandler | None) -> None:
     if stream is None:
         return
-    pending = bytearray()
-    async for chunk in stream:
-        sink.add(chunk)
-        if handler is None:
-            continue
-        pending += chunk
-        start = 0
-        while (end := pending.find(b"\n", start)) >= 0:
-            result = handler(bytes(pending[start:end]))
+    if handler is None:
+        async for chunk in stream:
+            sink.add(chunk)
+        return
+    lines = BufferedByteReceiveStream(stream)
+    while True:
+        try:
+            line = await lines.receive_until(b"\n", MAX_LINE)
+            sink.add(line + b"\n")
+        except anyio.DelimiterNotFound:  # a line without end (`cat /dev/zero`): in pieces, never all in memory
+            line = await lines.receive_exactly(MAX_LINE)
+            sink.add(line)
+        except anyio.IncompleteRead:  # the end of the output, perhaps with a last line without its newline
+            line = lines.buffer
+            sink.add(line)
+            if not line:
+                return
+            result = handler(line)
             if result is not None:
                 await result
-            start = end + 1
-        del pending[:start]
-        while len(pending) > MAX_LINE:  # a line without end (`cat /dev/zero`): in pieces, never all in memory
-            result = handler(bytes(pending[:MAX_LINE]))
-            if result is not None:
-                await result
-            del pending[:MAX_LINE]
-    if handler is not None and pending:
-        result = handler(bytes(pending))
+            return
+        result = handler(line)
         if result is not None:
             await result
 

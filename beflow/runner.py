@@ -11,18 +11,17 @@ session ended is :func:`beflow.policy.judge`'s call.
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import anyio
 import anyio.lowlevel
 
-from beflow import acpx, git, interrupts, preflight, proc, prompt
+from beflow import acpx, git, interrupts, preflight, proc, prompt, workers
 from beflow.config import GitHubTracker as GitHubTrackerSettings
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
@@ -45,8 +44,6 @@ from beflow.policy import judge, status_after
 from beflow.records import CappedLog, Mode, Outcome, RunRecord, RunStore
 from beflow.trackers import Status, Tracker, reading_once
 from beflow.trackers.base import Claim, ClaimLost
-
-T = TypeVar("T")
 
 #: Seconds beyond ``timeout`` that beflow gives acpx to stop by itself before stopping it.
 TIMEOUT_MARGIN = 15.0
@@ -82,16 +79,17 @@ class Run:
         self.project = project
         self.tracker = tracker
         self.request = request
-        self._events = events
+        self._events = workers.looped(events) if events is not None else None  # steps in worker threads emit too
         self._cancelled_because = cancelled_because or (lambda: None)
 
     async def execute(self) -> RunRecord:
         """Run the issue to an outcome; never raises for a failed run (the record says), only for bad usage."""
-        issue = self.tracker.get(self.request.key)
+        issue = await workers.blocking(self.tracker.get, self.request.key)
         refuse_closed(issue)
-        with self.tracker.claim(issue.key, self.request.owner) as claim:
+        claim = await workers.shielded(self.tracker.claim, issue.key, self.request.owner)
+        try:
             # What the issue is now that it is ours: another beflow may have run it between our look and our claim.
-            issue = self.tracker.get(issue.key)
+            issue = await workers.blocking(self.tracker.get, issue.key)
             if self.request.only_if_ready and issue.status != Status.READY:
                 raise NoLongerReady(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
             refuse_closed(issue)
@@ -101,6 +99,9 @@ class Run:
             if claim.renew_every is None:
                 return await _InWorktree(session, self._cancelled_because).run()
             return await self._leased(claim, session)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await workers.blocking(claim.release)  # a remote tracker's release is a request
 
     async def _leased(self, claim: Claim, session: Session) -> RunRecord:
         """The run, with its claim's lease renewed beside it while it lives (GitHub). Losing the lease — taken over,
@@ -169,14 +170,14 @@ class _InWorktree:
             text = render_prompt(self.project, issue, self.request, branch=branch, run_id=record.id)
         except BeflowError as error:
             record.permanent = True
-            self.session.start("")  # so that the tracker is told, and a watch does not pick it up again
-            return self._finish("failed", f"the prompt did not render: {error.message}")
+            await workers.shielded(self.session.start, "")  # the tracker is told: a watch does not pick it up again
+            return await self._finish("failed", f"the prompt did not render: {error.message}")
         try:
-            self.session.start(text)
+            await workers.shielded(self.session.start, text)  # the tracker's lock may be busy for seconds
         except BeflowError as error:  # the issue changed under us (closed, unlabelled): record why, run nothing
-            return self._finish("failed", f"the tracker could not be told that the run started: {error.message}")
+            return await self._finish("failed", f"the tracker could not be told that the run started: {error.message}")
         self.emit("started", attempt=self.request.attempt, branch=branch)
-        repo = git.open_repo(self.project.directory)
+        repo = await workers.blocking(git.open_repo, self.project.directory)
         try:
             return await self._in_worktree(repo, branch, text)
         finally:
@@ -190,13 +191,15 @@ class _InWorktree:
         try:
             self._resolve_servers()
             path = git.worktree_path(self.project.worktrees_dir, record.issue)
-            worktree = await _in_thread(git.create_worktree, repo, path, branch, self.config.worktrees.base)
+            worktree = await workers.blocking(git.create_worktree, repo, path, branch, self.config.worktrees.base)
             record.worktree = str(worktree.path)
             record.base_commit = worktree.base_commit
             self.store.save(record)
-            await _in_thread(git.copy_included, self.project.directory, worktree.path, self.config.worktrees.include)
+            await workers.blocking(
+                git.copy_included, self.project.directory, worktree.path, self.config.worktrees.include
+            )
             if self.session.servers:
-                self._git_env = await _in_thread(git.hide_managed_file, worktree.path)
+                self._git_env = await workers.blocking(git.hide_managed_file, worktree.path)
             await self._hook("after_create", worktree.path, fatal=True)
             outcome, reason = await self._agent_session(worktree.path, text)
         except BeflowError as error:  # bad configuration, MCP servers that do not resolve: permanent
@@ -206,14 +209,14 @@ class _InWorktree:
             with anyio.CancelScope(shield=True):
                 reason = cancel_reason(self._cancelled_because())
                 await self._wrap_up(worktree, repo, "cancelled", reason)
-                self._finish("cancelled", reason)
+                await self._finish("cancelled", reason)
             raise
         except Exception as error:  # a bug in beflow: still record it, restore the tracker and keep the work
             if not await _interrupted():
                 with anyio.CancelScope(shield=True):
                     reason = f"beflow failed unexpectedly: {type(error).__name__}: {error}"
                     await self._wrap_up(worktree, repo, "failed", reason)
-                    self._finish("failed", reason)
+                    await self._finish("failed", reason)
                 raise
             outcome, reason = "failed", f"{type(error).__name__}: {error}"
         # A step that failed because it was interrupted (git gets the terminal's Ctrl-C too, and dies of it) is a
@@ -226,7 +229,7 @@ class _InWorktree:
                 reason = await self._publish(outcome, reason)
         if outcome == "failed" and await _interrupted():  # a git step of the cleanup (the commit), interrupted
             outcome, reason = "cancelled", f"{cancel_reason(self._cancelled_because())} ({reason})"
-        finished = self._finish(outcome, reason)
+        finished = await self._finish(outcome, reason)
         await anyio.lowlevel.checkpoint()  # a pending cancellation goes on from here, the record written
         return finished
 
@@ -240,12 +243,8 @@ class _InWorktree:
         draft = record.model_copy(update={"outcome": outcome, "stop_reason": reason})
         body = f"{summary(draft)}\n\nCloses #{issue.key}" + (f" ({issue.url})" if issue.url else "")
         try:
-            url, opened = await _in_thread(
-                functools.partial(publish, draft=self.config.after_run.draft),
-                self.project.directory,
-                record.branch,
-                issue.title,
-                body,
+            url, opened = await workers.blocking(
+                publish, self.project.directory, record.branch, issue.title, body, draft=self.config.after_run.draft
             )
         except BeflowError as error:
             self.emit("notice", message=f"no pull request: {error.message}")
@@ -451,30 +450,28 @@ class _InWorktree:
             # The worktree may still hold the injected file: nothing is committed, the branch stays where it was.
             return await self._keep(worktree, f"{reason}; {ACPXRC} could not be put back")
         if self._git_env:
-            await _in_thread(git.unhide_managed_file, worktree.path)
+            await workers.blocking(git.unhide_managed_file, worktree.path)
         if self.config.after_run.commit:
             title = prompt.without_controls(record.title or record.issue)
             message = f"{title}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
             try:
-                await _in_thread(git.commit_all, worktree.path, message)
+                await workers.blocking(git.commit_all, worktree.path, message)
             except BeflowError as error:
                 record.worktree_kept = True
                 self.store.save(record)
                 return "failed", f"{reason}; {error.message}; the work is kept in {worktree.path}"
-        head = await _in_thread(git.head, worktree.path)
+        head = await workers.blocking(git.head, worktree.path)
         # Every commit of the run (the agent's own included) is checked before the branch moves to it.
         # The session's redactor leaves beflow's own server out: its BEFLOW_HOME is a path, no secret.
         needles = [injection.written, *self.session.redact.needles()] if injection is not None else []
-        leaks = await _in_thread(
-            functools.partial(
-                git.find_leaks, worktree.path, worktree.base_commit, head, needles, managed=injection is not None
-            )
+        leaks = await workers.blocking(
+            git.find_leaks, worktree.path, worktree.base_commit, head, needles, managed=injection is not None
         )
         if leaks:
             return await self._keep(worktree, f"{reason}; {leaks[0].describe()}")
         if head != worktree.tip:
             try:
-                await _in_thread(
+                await workers.blocking(
                     git.publish, worktree.path, worktree.branch, head, worktree.tip, f"beflow run {record.id}"
                 )
             except BeflowError as error:
@@ -482,14 +479,14 @@ class _InWorktree:
                 self.store.save(record)
                 return "failed", f"{reason}; {error.message}; the work is commit {head[:12]} in {worktree.path}"
         record.commit = head if head != worktree.base_commit else None
-        record.changed_files = await _in_thread(git.changed_files, worktree.path, worktree.base_commit, head)
+        record.changed_files = await workers.blocking(git.changed_files, worktree.path, worktree.base_commit, head)
         if not self.config.after_run.commit:
             # Nothing is committed: what changed is what the worktree's status says, left there for a person.
-            status = await _in_thread(git.checkout_status, worktree.path)
+            status = await workers.blocking(git.checkout_status, worktree.path)
             record.changed_files += [f"{code.strip()}\t{path}" for path, code in status.items() if path != ACPXRC]
         if outcome == "succeeded" and not record.changed_files:
             outcome, reason = "no_changes", "the agent finished without changing any file"
-        if await _in_thread(git.is_dirty, worktree.path):
+        if await workers.blocking(git.is_dirty, worktree.path):
             record.worktree_kept = True
             why = "after_run.commit is false" if not self.config.after_run.commit else "uncommitted changes"
             reason += f"; the worktree is kept ({why}): {worktree.path}"
@@ -497,7 +494,7 @@ class _InWorktree:
             await self._remove(repo, worktree)
             # A new branch that holds nothing but its base would only be clutter: `git branch` stays clean.
             fresh = record.commit is None and not worktree.continued and not record.worktree_kept
-            if fresh and await _in_thread(git.delete_branch_at, repo, worktree.branch, worktree.base_commit):
+            if fresh and await workers.blocking(git.delete_branch_at, repo, worktree.branch, worktree.base_commit):
                 record.branch = None
         return outcome, reason
 
@@ -508,9 +505,9 @@ class _InWorktree:
         record.worktree_kept = True
         record.commit = None
         with contextlib.suppress(Exception):
-            await _in_thread(git.uncommit, worktree.path, worktree.base_commit)
+            await workers.blocking(git.uncommit, worktree.path, worktree.base_commit)
         with contextlib.suppress(Exception):
-            status = await _in_thread(git.checkout_status, worktree.path)
+            status = await workers.blocking(git.checkout_status, worktree.path)
             record.changed_files = [f"{code.strip()}\t{path}" for path, code in status.items() if path != ACPXRC]
         self.store.save(record)
         # Whatever the agent achieved, the run did not deliver it: failed.
@@ -523,15 +520,16 @@ class _InWorktree:
         await self._hook("before_remove", worktree.path, fatal=False)
         try:
             prune = self.config.worktrees.dir is None  # beflow's own folder under $BEFLOW_HOME, not the user's
-            await _in_thread(functools.partial(git.remove_worktree, repo, worktree.path, prune_parent=prune))
+            await workers.blocking(git.remove_worktree, repo, worktree.path, prune_parent=prune)
         except BeflowError as error:
             self.record.worktree_kept = True
             self.emit("notice", message=error.message)
 
-    def _finish(self, outcome: Outcome, reason: str) -> RunRecord:
+    async def _finish(self, outcome: Outcome, reason: str) -> RunRecord:
         record = self.record
         retry = not (self.request.final or record.permanent)
-        return self.session.finish(
+        return await workers.shielded(
+            self.session.finish,
             outcome,
             reason,
             lambda ended: status_after(ended, retry=retry),
@@ -555,12 +553,6 @@ async def _interrupted() -> bool:
     with anyio.CancelScope(shield=True):
         await anyio.sleep(0.1)
     return _cancel_pending()
-
-
-async def _in_thread(fn: Callable[..., T], *args: Any) -> T:
-    """A git operation (GitPython, synchronous, seconds on a big repository) off the event loop, so that other
-    runs' output and beflow's signal handling go on meanwhile."""
-    return await anyio.to_thread.run_sync(functools.partial(fn, *args))
 
 
 def _tail(result: proc.Completed) -> str:

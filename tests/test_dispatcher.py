@@ -362,6 +362,36 @@ def test_an_issue_a_killed_run_left_in_progress_is_put_back_and_run(auto_project
     assert auto_project.only_record().outcome == "succeeded"
 
 
+def test_a_tick_waiting_for_an_issue_lock_holds_its_worker_thread_not_the_loop(auto_project: AutoProject) -> None:
+    """Putting an orphan back waits for the issue's lock (another writer holds it; the local tracker waits up to
+    30 s): the watch's loop — runs' output, signal handling, here this test — goes on meanwhile."""
+    key = auto_project.new_issue("write one.txt 1")
+    auto_project.tracker.set_status(key, Status.IN_PROGRESS)  # and nobody holds its claim
+    lock = auto_project.tracker._lock(f"issue-{key}")  # type: ignore[attr-defined]
+    loop_ran_while_the_lock_was_held: list[bool] = []
+
+    async def scenario() -> Watch:
+        lock.acquire()
+        try:
+            async with watching(auto_project) as watch:
+                await watch.until(lambda: watch.dispatcher.tick_count >= 1)
+                for _ in range(3):  # the tick is still waiting for the lock, and the loop turns
+                    await anyio.sleep(0.05)
+                loop_ran_while_the_lock_was_held.append(not watch.of("requeued"))
+                lock.release()
+                await watch.until(lambda: bool(watch.of("finished")))
+        finally:
+            if lock.is_locked:
+                lock.release()
+        return watch
+
+    watch = anyio.run(scenario)
+
+    assert loop_ran_while_the_lock_was_held == [True]
+    assert [e.type for e in watch.events if e.issue == key][:2] == ["requeued", "dispatched"]
+    assert auto_project.only_record().outcome == "succeeded"
+
+
 # -- configuration ----------------------------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
 import pytest
 
 from beflow import git
@@ -157,6 +158,29 @@ def test_a_commit_that_git_cannot_make_is_an_error_naming_the_worktree(repo: Pat
 
     with pytest.raises(BeflowError, match=f"git add failed in {path}"):
         git.commit_all(path, "x")
+
+
+def test_a_git_command_that_hangs_is_stopped_at_the_timeout_with_what_it_started(
+    repo: Path, worktrees: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A post-checkout hook that never returns (here: until a file appears that nobody writes) would hold
+    ``git worktree add`` — and the run — forever: git is killed with the hook at ``GIT_TIMEOUT``."""
+    monkeypatch.setattr(git, "GIT_TIMEOUT", 1.0)
+    hook = repo / ".git" / "hooks" / "post-checkout"
+    hook.write_text(
+        f"#!/bin/sh\necho $$ > {repo / 'hook.pid'}\n"
+        f"for i in $(seq 1200); do [ -e {repo / 'never'} ] && exit 0; sleep 0.05; done\n"
+    )
+    hook.chmod(0o755)
+    repository = git.open_repo(repo)
+
+    with pytest.raises(git.GitError) as raised:
+        git.create_worktree(repository, git.worktree_path(worktrees, "7"), "beflow/7", "HEAD")
+    repository.close()
+
+    assert raised.value.message.startswith("git worktree add did not finish within 1 s and was stopped")
+    pid = int((repo / "hook.pid").read_text())
+    assert psutil.pid_exists(pid) is False or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
 
 
 # -- the managed file stays out of the run's commits -------------------------------------------------------------

@@ -13,9 +13,10 @@ import anyio
 import pytest
 
 from beflow.config import load_project
-from beflow.records import RunRecord
+from beflow.records import RunRecord, RunStore
 from beflow.runner import Run, RunRequest
 from beflow.trackers import Status
+from beflow.trackers.base import normalize_key
 from tests.conftest import processes_under
 from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject, git
 
@@ -675,6 +676,42 @@ def test_a_progress_display_that_fails_does_not_break_the_run(auto_project: Auto
     assert len(shown) == 1  # the display was dropped after it failed
     assert record.outcome == "succeeded" and auto_project.issue(key).status == Status.REVIEW
     assert auto_project.registered_worktrees() == []
+
+
+def test_a_busy_issue_lock_holds_the_run_not_the_event_loop(auto_project: AutoProject) -> None:
+    """Another writer holds the issue's lock (the local tracker waits up to 30 s for it): the run waits in a worker
+    thread, so the loop — other runs' output, signal handling, here this test — goes on, and the run then succeeds."""
+    key = auto_project.new_issue("say hi", "write a.txt x")
+    project = load_project(auto_project.config_path)
+    tracker = auto_project.tracker
+    lock = tracker._lock(f"issue-{normalize_key(key)}")  # type: ignore[attr-defined]
+    store = RunStore(project.directory)
+    waited_on_the_loop: list[bool] = []
+
+    async def main() -> RunRecord:
+        done: list[RunRecord] = []
+
+        async def run() -> None:
+            done.append(await Run(project, tracker, RunRequest(key=key)).execute())
+
+        lock.acquire()
+        try:
+            async with anyio.create_task_group() as tasks:
+                tasks.start_soon(run)
+                with anyio.fail_after(60):
+                    while not store.records():  # written just before the tracker is told, under the lock
+                        await anyio.sleep(0.01)
+                waited_on_the_loop.append(auto_project.issue(key).status == Status.READY)
+                lock.release()
+        finally:
+            if lock.is_locked:
+                lock.release()
+        return done[0]
+
+    record = anyio.run(main)
+
+    assert waited_on_the_loop == [True]  # the loop ran while the run was still waiting for the lock
+    assert record.outcome == "succeeded" and auto_project.issue(key).status == Status.REVIEW
 
 
 def test_the_before_remove_hook_runs_in_the_worktree_before_it_goes(auto_project: AutoProject, beflow) -> None:

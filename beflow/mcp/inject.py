@@ -42,13 +42,12 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-import anyio
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.files import NotRegularError, TooLargeError, atomic_write, fsync_dir, read_regular, remove
-from beflow.locks import NotedLock
+from beflow.locks import NotedLock, waiting_for
 from beflow.mcp.acp import AcpServer, server_names, wire
 from beflow.paths import ACPXRC, beflow_home, path_key
 
@@ -635,23 +634,19 @@ def _try_lock(key: str, directory: Path) -> _Held | None:
 
 
 async def _acquire(target: Path, key: str, on_wait: Callable[[str], None] | None, timeout: float, poll: float) -> _Held:
-    """The locks for ``target``; polls with ``anyio.sleep`` so the event loop keeps running while it waits."""
-    deadline = anyio.current_time() + timeout
-    told = False
-    while True:
-        held = _try_lock(key, target.parent)
-        if held is not None:
-            return held
-        if anyio.current_time() >= deadline:
-            raise LockedError(
-                f"{target} is managed by another beflow run ({_holder(key)}); gave up after {timeout:g} s",
-                fix="Wait for that run to finish (or stop it), then try again.",
-            )
-        if not told:
-            told = True
-            if on_wait is not None:
-                on_wait(f"waiting up to {timeout:g} s for another beflow run ({_holder(key)}) to finish with {target}")
-        await anyio.sleep(poll)
+    """The locks for ``target``, waiting for another beflow run to finish with it."""
+
+    def waiting() -> None:
+        if on_wait is not None:
+            on_wait(f"waiting up to {timeout:g} s for another beflow run ({_holder(key)}) to finish with {target}")
+
+    held = await waiting_for(lambda: _try_lock(key, target.parent), timeout=timeout, poll=poll, on_wait=waiting)
+    if held is None:
+        raise LockedError(
+            f"{target} is managed by another beflow run ({_holder(key)}); gave up after {timeout:g} s",
+            fix="Wait for that run to finish (or stop it), then try again.",
+        )
+    return held
 
 
 def _begin(target: Path, key: str, servers: Sequence[AcpServer]) -> tuple[JournalEntry, Injection]:

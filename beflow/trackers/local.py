@@ -433,6 +433,11 @@ def file_name(key: str, title: str) -> str:
 # --- the tracker ---------------------------------------------------------------------------------------------------
 
 
+class _Reading(threading.local):
+    holding = 0
+    synced = False
+
+
 class LocalTracker:
     """Issues as Markdown files in ``directory``; locks and claims in the project's ``.beflow/``."""
 
@@ -441,9 +446,9 @@ class LocalTracker:
         self.project_dir = project_dir
         self.description = f"local issues in {directory}"
         self._index = _Index(directory, project_dir / STATE_DIR)
-        #: Whether the index was brought up to date within the :meth:`reading_once` that holds (if one does).
-        self._synced = False
-        self._holding = 0
+        #: Per thread (a watch's tick and its runs' steps call from worker threads at once): whether the index was
+        #: brought up to date within the :meth:`reading_once` that holds, if one does.
+        self._reading = _Reading()
         #: How many times this tracker looked at every file (the cost that grows with the tracker).
         self.scans = 0
 
@@ -530,14 +535,15 @@ class LocalTracker:
     @contextlib.contextmanager
     def reading_once(self) -> Iterator[None]:
         """Questions within the block are answered from one look at the directory (see ``trackers.reading_once``);
-        this tracker's own writes make the next question look again."""
-        self._holding += 1
+        this thread's own writes make its next question look again."""
+        reading = self._reading
+        reading.holding += 1
         try:
             yield
         finally:
-            self._holding -= 1
-            if not self._holding:
-                self._synced = False
+            reading.holding -= 1
+            if not reading.holding:
+                reading.synced = False
 
     def watched_directories(self) -> list[Path]:
         """Where a change may make an issue startable: the issue files, and the claim notes (a claim released)."""
@@ -546,7 +552,8 @@ class LocalTracker:
     def _sync(self) -> None:
         """Bring the index up to date with the directory: one ``stat`` per file, and a parse of each file that
         changed since any beflow last parsed it (another beflow may have done it already: the index is shared)."""
-        if self._holding and self._synced:
+        reading = self._reading
+        if reading.holding and reading.synced:
             return
         try:
             self._sync_now()
@@ -555,7 +562,7 @@ class LocalTracker:
                 raise
             self._index.reset()
             self._sync_now()
-        self._synced = True
+        reading.synced = True
         self.scans += 1
 
     def _sync_now(self) -> None:
@@ -604,7 +611,7 @@ class LocalTracker:
             if not _damaged(error):
                 raise
             self._index.reset()
-            self._synced = False
+            self._reading.synced = False
             self._sync()
             return question()
 
@@ -700,7 +707,7 @@ class LocalTracker:
 
     def _write(self, issue: Issue) -> None:
         assert issue.path is not None
-        self._synced = False
+        self._reading.synced = False
         atomic_write(issue.path, render(issue))
 
     def _update(self, key: str, change: Callable[[Issue], Issue]) -> Issue:

@@ -154,7 +154,7 @@ def test_a_second_signal_cuts_a_cleanup_hook_short(
     assert auto_project.issue(key).status == Status.REVIEW
 
 
-def test_a_second_signal_stops_a_git_step_that_the_first_could_not_reach(
+def test_a_sigterm_stops_a_git_step_that_hangs(
     auto_project: AutoProject, tmp_path: Path, no_leftover_processes: None
 ) -> None:
     marker = tmp_path / "post-checkout-started"
@@ -166,10 +166,9 @@ def test_a_second_signal_stops_a_git_step_that_the_first_could_not_reach(
 
     # `kill` from another shell reaches beflow alone; git runs in a worker thread no cancellation reaches.
     process.send_signal(signal.SIGTERM)
-    process.send_signal(signal.SIGINT)  # another signal: two of the same could merge into one while pending
     process.communicate(timeout=60)
 
     assert process.returncode == 130
-    assert time.monotonic() - started < 30  # not the hook's 60 s
+    assert time.monotonic() - started < 30  # not the hook's 60 s (before: a second signal was needed)
     assert auto_project.only_record().outcome == "cancelled"
     assert auto_project.issue(key).status == Status.READY
