@@ -256,3 +256,38 @@ def test_an_index_damaged_while_in_use_is_rebuilt(tracker: LocalTracker) -> None
     assert len(tracker.listing().issues) == MANY + 1
     assert tracker.get("3").title == "issue 2"
     assert [i.title for i in LocalTracker(tracker.directory, tracker.project_dir).ready()][-1] == "one more"
+
+
+def test_one_tracker_read_from_several_threads_while_another_writes(tracker: LocalTracker) -> None:
+    """A watch's tick and its runs' steps use one tracker from worker threads at once."""
+    import threading
+
+    for n in range(MANY):
+        tracker.create(f"issue {n}")
+    errors: list[BaseException] = []
+    counts: list[int] = []
+
+    def read() -> None:
+        try:
+            for _ in range(10):
+                with tracker.reading_once():
+                    counts.append(len(tracker.listing().issues))
+                    tracker.ready()
+        except BaseException as error:
+            errors.append(error)
+
+    def write() -> None:
+        try:
+            for n in range(10):
+                tracker.create(f"more {n}")
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=read) for _ in range(3)] + [threading.Thread(target=write)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert all(MANY <= count <= MANY + 10 for count in counts)
+    assert len(tracker.listing().issues) == MANY + 10
