@@ -25,9 +25,24 @@ ACPX_PERMISSION_DENIED = 5
 #: acpx's ``detailCode`` s that mean the agent itself cannot be started.
 AGENT_MISSING = {"AGENT_SPAWN_ENOENT", "AGENT_SPAWN_EACCES"}
 
+# ACP's names that the stream's reader acts on, in one place. The ACP SDK (agent-client-protocol) is the
+# reference: tests/test_acpx.py checks these against its schema and feeds the reader messages built by its models.
+# The SDK is not imported here: loading its schema costs more CPU than a whole `beflow --help`.
+NEW_SESSION = "session/new"
+PROMPT = "session/prompt"
+UPDATE = "session/update"
+REQUEST_PERMISSION = "session/request_permission"
+#: The kinds of ``session/update`` the reader follows (the others, plans and thoughts among them, pass by).
+MESSAGE_CHUNK = "agent_message_chunk"
+TOOL_CALL = "tool_call"
+TOOL_CALL_UPDATE = "tool_call_update"
+#: What a tool call's updates may change, as the reader keeps it; and the statuses that end a tool call.
+TOOL_FIELDS = ("title", "kind", "status")
+TOOL_ENDED = ("completed", "failed")
+
 #: Requests the agent sends to acpx (the client); every other request in the stream is acpx's to the agent.
-AGENT_REQUESTS = frozenset({"session/request_permission"})
-AGENT_REQUEST_PREFIXES = ("fs/", "terminal/", "_")
+AGENT_REQUESTS = frozenset({REQUEST_PERMISSION, "mcp/connect", "mcp/disconnect"})
+AGENT_REQUEST_PREFIXES = ("fs/", "terminal/", "elicitation/", "_")
 
 #: Prompts longer than this go through a file (``exec -f``) instead of argv, which the kernel limits per argument.
 MAX_ARGV_PROMPT = 64 * 1024
@@ -114,11 +129,8 @@ class Transcript:
 
     def feed(self, line: bytes | str) -> dict[str, Any] | None:
         """Take one line of acpx output; returns the parsed message (None for anything that is not JSON-RPC)."""
-        try:
-            message = json.loads(line)
-        except (ValueError, UnicodeDecodeError):
-            return None
-        if not isinstance(message, dict):
+        message = _decoded(line)
+        if message is None:
             return None
         method, params = message.get("method"), message.get("params") or {}
         if isinstance(method, str) and "id" in message and not _from_agent(method):
@@ -126,14 +138,14 @@ class Transcript:
         # Ids are per direction: the agent's own requests count from 1 too, so a request is forgotten once answered.
         ident = message.get("id")
         answered = self._requests.pop(ident, None) if method is None and isinstance(ident, int | str) else None
-        if method == "session/new":
-            self.mcp_servers = [s.get("name", "?") for s in params.get("mcpServers", []) if isinstance(s, dict)]
-        elif method == "session/prompt":
+        if method == NEW_SESSION:
+            self.mcp_servers = _server_names(params)
+        elif method == PROMPT:
             self._prompt_ids.add(message.get("id"))
             self._flush()
-        elif method == "session/update":
+        elif method == UPDATE:
             self._update(params.get("update") or {})
-        elif method == "session/request_permission":
+        elif method == REQUEST_PERMISSION:
             tool = params.get("toolCall") or {}
             self.permission_requests.append(tool)
             del self.permission_requests[:-MAX_KEPT]
@@ -165,7 +177,7 @@ class Transcript:
 
     def _update(self, update: dict[str, Any]) -> None:
         kind = update.get("sessionUpdate")
-        if kind == "agent_message_chunk":
+        if kind == MESSAGE_CHUNK:
             text = (update.get("content") or {}).get("text", "")
             text = clean_text(text) if isinstance(text, str) else ""
             self._chunks.append(text)
@@ -178,12 +190,11 @@ class Transcript:
             lines = self._tail.strip().splitlines()
             if lines:
                 self.latest = lines[-1][:200]
-        elif kind in ("tool_call", "tool_call_update"):
+        elif kind in (TOOL_CALL, TOOL_CALL_UPDATE):
             self._flush()  # text around a tool call is a message of its own, as readable() shows it
             if len(self.tool_calls) >= MAX_KEPT and update.get("toolCallId") not in self.tool_calls:
                 self.tool_calls.pop(next(iter(self.tool_calls)))
-            call = self.tool_calls.setdefault(update.get("toolCallId", "?"), {})
-            call.update({k: v for k, v in update.items() if k in ("title", "kind", "status")})
+            call = _tool_call(self.tool_calls, update)
             self.latest = f"{call.get('title', 'tool call')} ({call.get('status', 'pending')})"
 
     def _flush(self) -> None:
@@ -198,8 +209,29 @@ class Transcript:
         return self.messages[-1] if self.messages else None
 
 
+def _decoded(line: bytes | str) -> dict[str, Any] | None:
+    """One line of the stream as a JSON-RPC message, or ``None`` for anything else (acpx's other output)."""
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return message if isinstance(message, dict) else None
+
+
 def _from_agent(method: str) -> bool:
     return method in AGENT_REQUESTS or method.startswith(AGENT_REQUEST_PREFIXES)
+
+
+def _server_names(params: dict[str, Any]) -> list[str]:
+    """The names of the MCP servers a ``session/new`` hands over (never their values)."""
+    return [s.get("name", "?") for s in params.get("mcpServers", []) if isinstance(s, dict)]
+
+
+def _tool_call(calls: dict[str, dict[str, Any]], update: dict[str, Any]) -> dict[str, Any]:
+    """The tool call a ``tool_call`` or ``tool_call_update`` is about, with what the update changed."""
+    call = calls.setdefault(update.get("toolCallId", "?"), {})
+    call.update({k: v for k, v in update.items() if k in TOOL_FIELDS})
+    return call
 
 
 def _code(error: Any) -> int | None:
@@ -228,33 +260,29 @@ def readable(lines: list[str]) -> list[LogLine]:
             chunks.clear()
 
     for line in lines:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(message, dict):
+        message = _decoded(line)
+        if message is None:
             continue
         method, params = message.get("method"), message.get("params") or {}
-        if method == "session/new":
-            names = [s.get("name", "?") for s in params.get("mcpServers", []) if isinstance(s, dict)]
-            out.append(LogLine("session", f"started in {params.get('cwd')}; MCP servers: {', '.join(names) or 'none'}"))
-        elif method == "session/prompt":
+        if method == NEW_SESSION:
+            names = ", ".join(_server_names(params)) or "none"
+            out.append(LogLine("session", f"started in {params.get('cwd')}; MCP servers: {names}"))
+        elif method == PROMPT:
             flush()
             text = "".join(p.get("text", "") for p in params.get("prompt", []) if isinstance(p, dict))
             out.append(LogLine("prompt", _first_line(text)))
-        elif method == "session/update":
+        elif method == UPDATE:
             update = params.get("update") or {}
             kind = update.get("sessionUpdate")
-            if kind == "agent_message_chunk":
+            if kind == MESSAGE_CHUNK:
                 chunks.append((update.get("content") or {}).get("text", ""))
-            elif kind in ("tool_call", "tool_call_update"):
+            elif kind in (TOOL_CALL, TOOL_CALL_UPDATE):
                 flush()
-                call = calls.setdefault(update.get("toolCallId", "?"), {})
-                call.update({k: v for k, v in update.items() if k in ("title", "kind", "status")})
+                call = _tool_call(calls, update)
                 status = call.get("status", "pending")
-                if kind == "tool_call" or status in ("completed", "failed"):
+                if kind == TOOL_CALL or status in TOOL_ENDED:
                     out.append(LogLine("tool", f"{call.get('title', 'tool call')} [{call.get('kind', '?')}] {status}"))
-        elif method == "session/request_permission":
+        elif method == REQUEST_PERMISSION:
             flush()
             tool = params.get("toolCall") or {}
             options = ", ".join(o.get("name", o.get("optionId", "?")) for o in params.get("options", []))

@@ -130,7 +130,6 @@ def stream_issues(context: Context, payload: ListIssues) -> ListingStream:
     tags=("issues", "list"),
     tracker=True,
     whole="`beflow issues list --json`",
-    stream=stream_issues,
 )
 def list_issues(context: Context, payload: ListIssues) -> Listing:
     return tracker(context).listing(status=payload.status, label=payload.label)

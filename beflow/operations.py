@@ -29,6 +29,8 @@ Access = Literal["read", "write"]
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the conventional name for an input type
+O = TypeVar("O", bound=BaseModel)  # noqa: E741 - and for an output type
+S = TypeVar("S")  # what a stream of an output is (see Operation.call_stream)
 
 
 class Input(BaseModel):
@@ -57,27 +59,28 @@ class Context:
 
 
 @dataclass(frozen=True)
-class Operation(Generic[I]):
+class Operation(Generic[I, O]):
+    """One operation: typed in what it takes (``I``) and what it returns (``O``), so that a caller holding the
+    object (the CLI) is checked by mypy, while a caller holding a name (the MCP server) goes through the same
+    validation."""
+
     name: str
     title: str
     description: str
     input: type[I]
     safety: Safety
-    handler: Callable[[Context, I], Any]
+    handler: Callable[[Context, I], O]
+    #: The model of what the handler returns (an object: MCP output schemas are objects).
+    output: type[O]
     agent: bool = False
     #: For agents: the input field that must name the bound issue; tool arguments can never pick another.
     issue_field: str | None = None
-    #: The model of what the handler returns (an object: MCP output schemas are objects).
-    output: type[BaseModel] | None = None
     category: str = "general"
     tags: tuple[str, ...] = ()
     #: It reads or writes the tracker: an outside service when the tracker is not the local one.
     tracker: bool = False
     #: Where the whole result can be read when a size limit cut it (for the note that says so).
     whole: str | None = None
-    #: The same result as the handler's, as a stream a caller renders piece by piece without holding all of it
-    #: (a listing of 100k issues); the CLI asks for it, the MCP server never does.
-    stream: Callable[[Context, Any], Any] | None = None
     #: It records who acted (a comment's author): a caller that does not say must find out (the CLI asks git).
     #: None: every operation that writes does.
     names_actor: bool | None = None
@@ -118,23 +121,30 @@ class Operation(Generic[I]):
             "issueField": self.issue_field,
         }
 
-    def call(self, context: Context, arguments: dict[str, Any] | I, *, streamed: bool = False) -> Any:
-        """Validate ``arguments`` against the input model and run the handler (its stream, when ``streamed`` and
-        it has one)."""
+    def call(self, context: Context, arguments: dict[str, Any] | I) -> O:
+        """Validate ``arguments`` against the input model and run the handler."""
         if isinstance(arguments, BaseModel):
             payload = arguments
         else:
             if context.bound_issue is not None and self.issue_field and arguments.get(self.issue_field) is None:
                 # Bound, the issue is implied: an agent leaves it out.
                 arguments = {**arguments, self.issue_field: context.bound_issue}
-            try:
-                payload = self.input.model_validate(arguments)
-            except ValidationError as exc:
-                # In the caller's terms, as config errors are: `issue.new: title: expected at least 1 character`.
-                problems = messages_of(exc, model=self.input, data=arguments)
-                raise UsageError("\n".join(f"{self.name}: {problem}" for problem in problems)) from None
-        handler = self.stream if streamed and self.stream is not None else self.handler
-        return handler(context, self._bound(context, payload))
+            payload = self.validated(lambda: self.input.model_validate(arguments), arguments)
+        return self.handler(context, self._bound(context, payload))
+
+    def call_stream(self, context: Context, payload: I, stream: Callable[[Context, I], S]) -> S:
+        """``stream`` — the operation's result in pieces, for a caller that writes it as it comes (a listing of 100k
+        issues) — with the input bound as :meth:`call` binds it."""
+        return stream(context, self._bound(context, payload))
+
+    def validated(self, build: Callable[[], I], arguments: dict[str, Any]) -> I:
+        """The input ``build`` makes from ``arguments``; invalid, a usage error in the caller's terms, as config
+        errors are: ``issue.new: title: expected at least 1 character``."""
+        try:
+            return build()
+        except ValidationError as exc:
+            problems = messages_of(exc, model=self.input, data=arguments)
+            raise UsageError("\n".join(f"{self.name}: {problem}" for problem in problems)) from None
 
     def _bound(self, context: Context, payload: I) -> I:
         """For a caller bound to one issue, the issue field names that issue: left out, it is filled in; naming
@@ -152,7 +162,7 @@ class Operation(Generic[I]):
         return payload
 
 
-REGISTRY: dict[str, Operation[Any]] = {}
+REGISTRY: dict[str, Operation[Any, Any]] = {}
 
 
 def operation(
@@ -167,13 +177,12 @@ def operation(
     tags: tuple[str, ...] = (),
     tracker: bool = False,
     whole: str | None = None,
-    stream: Callable[[Context, Any], Any] | None = None,
     names_actor: bool | None = None,
-) -> Callable[[Callable[[Context, I], Any]], Operation[I]]:
+) -> Callable[[Callable[[Context, I], O]], Operation[I, O]]:
     """Register the decorated ``handler(context, input) -> output``; the input and output models are taken from its
     annotations."""
 
-    def register(handler: Callable[[Context, I], Any]) -> Operation[I]:
+    def register(handler: Callable[[Context, I], O]) -> Operation[I, O]:
         if name in REGISTRY:
             raise BeflowError(f"operation {name!r} is registered twice")
         hints = handler.__annotations__
@@ -183,21 +192,20 @@ def operation(
         output = _resolve(handler, hints.get("return"))
         if not (isinstance(output, type) and issubclass(output, BaseModel)):
             raise TypeError(f"{name}: the handler must be annotated to return a pydantic model (an object)")
-        op: Operation[I] = Operation(
+        op = Operation(
             name,
             title,
             description,
             cast("type[I]", model),
             safety,
             handler,
+            cast("type[O]", output),
             agent,
             issue_field,
-            output=output,
             category=category,
             tags=tags,
             tracker=tracker,
             whole=whole,
-            stream=stream,
             names_actor=names_actor,
         )
         if not TOOL_NAME.match(op.tool_name):
@@ -212,11 +220,7 @@ def _resolve(handler: Callable[..., Any], annotation: Any) -> Any:
     return handler.__globals__.get(annotation, annotation) if isinstance(annotation, str) else annotation
 
 
-def get(name: str) -> Operation[Any]:
-    return REGISTRY[name]
-
-
-def load_all() -> dict[str, Operation[Any]]:
+def load_all() -> dict[str, Operation[Any, Any]]:
     """Every operation, registered by importing the modules that declare them."""
     import beflow.handbook
     import beflow.issues

@@ -5,11 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import get_args
 
 import pytest
+from pydantic import BaseModel
 
 from beflow import acpx
 from beflow.config import Config
+from tests.support import acp_schema
 
 
 def config(**keys: object) -> Config:
@@ -52,47 +55,37 @@ SERVERS = [
 ]
 
 
+def update(**fields: object) -> dict[str, object]:
+    return {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s-1", "update": fields}}
+
+
+def chunk(text: str) -> dict[str, object]:
+    return update(sessionUpdate="agent_message_chunk", content={"type": "text", "text": text})
+
+
 def test_the_transcript_follows_messages_tools_permissions_and_errors() -> None:
+    prompt = {"sessionId": "s-1", "prompt": [{"type": "text", "text": "Go"}]}
+    asked = {
+        "sessionId": "s-1",
+        "toolCall": {"toolCallId": "t1", "title": "Edit a.py"},
+        "options": [{"optionId": "allow", "name": "Allow", "kind": "allow_once"}],
+    }
     lines = [
         {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"cwd": "/w", "mcpServers": SERVERS}},
         {"jsonrpc": "2.0", "id": 1, "result": {"sessionId": "s-1"}},
-        {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"prompt": [{"type": "text", "text": "Go"}]}},
-        {
-            "method": "session/update",
-            "params": {"update": {"sessionUpdate": "agent_message_chunk", "content": {"text": "Look"}}},
-        },
-        {
-            "method": "session/update",
-            "params": {"update": {"sessionUpdate": "agent_message_chunk", "content": {"text": "ing.\n"}}},
-        },
-        {
-            "method": "session/update",
-            "params": {
-                "update": {
-                    "sessionUpdate": "tool_call",
-                    "toolCallId": "t1",
-                    "title": "Edit a.py",
-                    "kind": "edit",
-                    "status": "pending",
-                }
-            },
-        },
-        {
-            "id": 9,
-            "method": "session/request_permission",
-            "params": {"toolCall": {"title": "Edit a.py"}, "options": [{"optionId": "allow", "name": "Allow"}]},
-        },
-        {"id": 9, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}},
-        {
-            "method": "session/update",
-            "params": {"update": {"sessionUpdate": "tool_call_update", "toolCallId": "t1", "status": "completed"}},
-        },
-        {
-            "method": "session/update",
-            "params": {"update": {"sessionUpdate": "agent_message_chunk", "content": {"text": "Done."}}},
-        },
+        {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": prompt},
+        chunk("Look"),
+        chunk("ing.\n"),
+        update(sessionUpdate="tool_call", toolCallId="t1", title="Edit a.py", kind="edit", status="pending"),
+        {"jsonrpc": "2.0", "id": 9, "method": "session/request_permission", "params": asked},
+        {"jsonrpc": "2.0", "id": 9, "result": {"outcome": {"outcome": "selected", "optionId": "allow"}}},
+        update(sessionUpdate="tool_call_update", toolCallId="t1", status="completed"),
+        chunk("Done."),
         {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}},
     ]
+    # What the reader is taught here is ACP as its SDK defines it.
+    checked = [acp_schema.message(line) for line in lines]
+    assert checked.count("session/update") == 5 and "PromptResponse" in checked and "session/new" in checked
     raw = [json.dumps(line) for line in lines] + ["not json", "[1, 2]"]
     transcript = acpx.Transcript()
     for line in raw:
@@ -101,7 +94,7 @@ def test_the_transcript_follows_messages_tools_permissions_and_errors() -> None:
     assert transcript.session_id == "s-1" and transcript.mcp_servers == ["tools", "docs"]
     assert transcript.stop_reason == "end_turn" and transcript.error is None
     assert transcript.tool_calls["t1"] == {"title": "Edit a.py", "kind": "edit", "status": "completed"}
-    assert transcript.permission_requests == [{"title": "Edit a.py"}]
+    assert transcript.permission_requests == [{"toolCallId": "t1", "title": "Edit a.py"}]
     assert transcript.messages == ["Looking.", "Done."]
     assert transcript.final_message == "Done."  # the text after the last tool call
 
@@ -181,3 +174,106 @@ def test_a_real_acpx_stream_reads_as_messages_tool_calls_and_permissions(real_st
     kinds = [line.kind for line in acpx.readable(real_stream)]
     assert kinds[:2] == ["session", "prompt"]
     assert "permission" in kinds and "agent" in kinds and kinds[-1] == "end"
+    # acpx's traffic with the test agent is ACP as the SDK defines it, in everything the reader reads.
+    checked = {acp_schema.message(line) for line in real_stream}
+    assert {"session/new", "session/prompt", "session/update", "session/request_permission"} <= checked
+    assert {"InitializeResponse", "RequestPermissionResponse", "PromptResponse"} <= checked
+
+
+def test_the_names_the_reader_acts_on_are_acps() -> None:
+    """Methods, update kinds, tool call fields and statuses, each as the ACP SDK's schema spells it."""
+    from acp import meta, schema
+
+    def literal(model: type[BaseModel], field: str) -> tuple[object, ...]:
+        return get_args(model.model_fields[field].annotation)
+
+    assert (meta.AGENT_METHODS["session_new"], meta.AGENT_METHODS["session_prompt"]) == (acpx.NEW_SESSION, acpx.PROMPT)
+    assert meta.CLIENT_METHODS["session_update"] == acpx.UPDATE
+    assert meta.CLIENT_METHODS["session_request_permission"] == acpx.REQUEST_PERMISSION
+    assert literal(schema.AgentMessageChunk, "session_update") == (acpx.MESSAGE_CHUNK,)
+    assert literal(schema.ToolCallStart, "session_update") == (acpx.TOOL_CALL,)
+    assert literal(schema.ToolCallProgress, "session_update") == (acpx.TOOL_CALL_UPDATE,)
+    assert set(acpx.TOOL_FIELDS) <= set(schema.ToolCallProgress.model_fields) & set(schema.ToolCallStart.model_fields)
+    assert set(acpx.TOOL_ENDED) <= set(get_args(schema.ToolCallStatus))
+    # Which side sends a request: the agent's requests to the client are told from acpx's to the agent.
+    both = set(meta.AGENT_METHODS.values()) & set(meta.CLIENT_METHODS.values())
+    to_client = set(meta.CLIENT_METHODS.values()) - both - {acpx.UPDATE}
+    assert [m for m in sorted(to_client) if not acpx._from_agent(m)] == []
+    assert [m for m in sorted(meta.AGENT_METHODS.values()) if acpx._from_agent(m)] == []
+
+
+def test_the_reader_understands_what_the_acp_sdk_writes() -> None:
+    """Messages built with the SDK's own models, as an agent on the SDK sends them: a renamed field in the
+    protocol shows up here."""
+    from acp import schema
+
+    def notification(update: BaseModel) -> str:
+        params = schema.SessionNotification(session_id="s", update=update)
+        return rpc(method="session/update", params=params)
+
+    def rpc(**message: object) -> str:
+        dumped = {
+            k: v.model_dump(mode="json", by_alias=True, exclude_none=True) if isinstance(v, BaseModel) else v
+            for k, v in message.items()
+        }
+        return json.dumps({"jsonrpc": "2.0", **dumped})
+
+    text = schema.TextContentBlock(type="text", text="Reading.\n")
+    stdio = schema.McpServerStdio(name="tools", command="t", args=[], env=[schema.EnvVariable(name="K", value="v")])
+    web = schema.HttpMcpServer(type="http", name="docs", url="u", headers=[])
+    lines = [
+        rpc(id=1, method="session/new", params=schema.NewSessionRequest(cwd="/w", mcp_servers=[stdio, web])),
+        rpc(id=1, result=schema.NewSessionResponse(session_id="s")),
+        rpc(id=2, method="session/prompt", params=schema.PromptRequest(session_id="s", prompt=[text])),
+        notification(schema.AgentMessageChunk(session_update="agent_message_chunk", content=text)),
+        notification(
+            schema.ToolCallStart(
+                session_update="tool_call", tool_call_id="t1", title="Edit a.py", kind="edit", status="pending"
+            )
+        ),
+        rpc(
+            id=1,
+            method="session/request_permission",
+            params=schema.RequestPermissionRequest(
+                session_id="s",
+                tool_call=schema.ToolCallUpdate(tool_call_id="t1", title="Edit a.py"),
+                options=[schema.PermissionOption(option_id="allow", name="Allow", kind="allow_once")],
+            ),
+        ),
+        rpc(
+            id=1,
+            result=schema.RequestPermissionResponse(
+                outcome=schema.AllowedOutcome(outcome="selected", option_id="allow")
+            ),
+        ),
+        notification(schema.ToolCallProgress(session_update="tool_call_update", tool_call_id="t1", status="failed")),
+        notification(
+            schema.AgentMessageChunk(
+                session_update="agent_message_chunk", content=text.model_copy(update={"text": "Ok"})
+            )
+        ),
+        rpc(id=2, result=schema.PromptResponse(stop_reason="end_turn")),
+    ]
+    transcript = acpx.Transcript()
+    for line in lines:
+        transcript.feed(line)
+
+    assert (transcript.session_id, transcript.mcp_servers, transcript.stop_reason) == (
+        "s",
+        ["tools", "docs"],
+        "end_turn",
+    )
+    assert transcript.messages == ["Reading.", "Ok"]
+    assert transcript.tool_calls == {"t1": {"title": "Edit a.py", "kind": "edit", "status": "failed"}}
+    assert transcript.permission_requests == [{"toolCallId": "t1", "title": "Edit a.py"}]
+    assert [(line.kind, line.text) for line in acpx.readable(lines)] == [
+        ("session", "started in /w; MCP servers: tools, docs"),
+        ("prompt", "Reading."),
+        ("agent", "Reading."),
+        ("tool", "Edit a.py [edit] pending"),
+        ("permission", "Edit a.py (Allow)"),
+        ("permission", "answered: allow"),
+        ("tool", "Edit a.py [edit] failed"),
+        ("agent", "Ok"),
+        ("end", "stop reason: end_turn"),
+    ]

@@ -10,7 +10,6 @@ import beflow.issues  # noqa: F401 - registers the operations
 from beflow.config import load_project
 from beflow.errors import ConfigError, NotFoundError, UsageError
 from beflow.operations import REGISTRY, Context
-from beflow.operations import get as operation
 from beflow.trackers import LocalTracker, Status, open_tracker
 from tests.support.projects import config_file
 
@@ -27,7 +26,7 @@ def agent(repo: Path) -> Context:
 
 
 def call(context: Context, name: str, **arguments: object) -> object:
-    return operation(name).call(context, arguments)
+    return REGISTRY[name].call(context, arguments)
 
 
 def test_the_operations_and_what_they_declare() -> None:

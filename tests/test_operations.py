@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 import beflow.issues
 import beflow.runs  # noqa: F401 - registers the run operations
@@ -20,11 +20,15 @@ class Greeting(Input):
     loud: bool = False
 
 
-def greet(context: Context, payload: Greeting) -> str:
-    return " ".join([f"hello {payload.name}"] * payload.times)
+class Greeted(BaseModel):
+    text: str
 
 
-GREET = Operation("demo.greet", "Greet", "Says hello.", Greeting, "read", greet)
+def greet(context: Context, payload: Greeting) -> Greeted:
+    return Greeted(text=" ".join([f"hello {payload.name}"] * payload.times))
+
+
+GREET = Operation("demo.greet", "Greet", "Says hello.", Greeting, "read", greet, Greeted)
 
 
 @pytest.fixture
@@ -33,7 +37,7 @@ def context(repo: Path) -> Context:
 
 
 def test_valid_arguments_reach_the_handler_validated(context: Context) -> None:
-    assert GREET.call(context, {"name": "  ada ", "times": 2}) == "hello ada hello ada"
+    assert GREET.call(context, {"name": "  ada ", "times": 2}).text == "hello ada hello ada"
 
 
 def test_each_bad_argument_is_one_line_with_its_dotted_field(context: Context) -> None:

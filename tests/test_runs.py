@@ -7,13 +7,13 @@ import pytest
 import beflow.runs  # noqa: F401 - registers the run operations
 from beflow.config import load_project
 from beflow.errors import NotFoundError
-from beflow.operations import Context, get
+from beflow.operations import REGISTRY, Context
 from beflow.records import RunRecord
 from tests.support.projects import AutoProject
 
 
 def call(name: str, bound_issue: str | None = None, **arguments: object):  # type: ignore[no-untyped-def]
-    return get(name).call(Context(project=load_project(), bound_issue=bound_issue), arguments)
+    return REGISTRY[name].call(Context(project=load_project(), bound_issue=bound_issue), arguments)
 
 
 def test_list_and_show_give_the_record(finished_run: RunRecord) -> None:

@@ -77,7 +77,16 @@ class BeflowGroup(HelpGroup):
             return ""
         for node in ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body:
             if isinstance(node, ast.FunctionDef) and node.name == attribute:
-                return click.Command(name, help=ast.get_docstring(node) or "").get_short_help_str(limit)
+                # A `short_help=` of the decorator wins over the docstring, as it does once the command is loaded.
+                short = [
+                    str(keyword.value.value)
+                    for decorator in node.decorator_list
+                    if isinstance(decorator, ast.Call)
+                    for keyword in decorator.keywords
+                    if keyword.arg == "short_help" and isinstance(keyword.value, ast.Constant)
+                ]
+                docstring = ast.get_docstring(node) or ""
+                return click.Command(name, help=docstring, short_help=next(iter(short), None)).get_short_help_str(limit)
         command = self.get_command(ctx, name)  # not a plain decorated function: load it
         return command.get_short_help_str(limit) if command is not None else ""
 

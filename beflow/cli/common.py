@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import json
 import os
@@ -11,7 +12,7 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import click
 
@@ -20,12 +21,18 @@ from beflow.files import atomic_write
 from beflow.paths import beflow_home
 
 if TYPE_CHECKING:
+    from pydantic import BaseModel
     from rich.console import Console
     from rich.table import Table
 
     from beflow.config import Project
+    from beflow.operations import Context, Operation
 
 T = TypeVar("T")
+P = ParamSpec("P")
+I = TypeVar("I", bound="BaseModel")  # noqa: E741 - an operation's input, as in beflow.operations
+O = TypeVar("O", bound="BaseModel")  # noqa: E741 - and its output
+S = TypeVar("S")  # an output as a stream
 
 
 class _LazyConsole:
@@ -56,10 +63,16 @@ def escape(text: str) -> str:
 
 @dataclass
 class App:
-    """Per-invocation state: the ``--config`` option and the project loaded from it on first use."""
+    """Per-invocation state: the ``--config`` option, the project loaded from it on first use, and who acts
+    (``None``: the CLI's user)."""
 
     config_option: Path | None = None
     _project: Project | None = field(default=None, repr=False)
+    actor: str | None = None
+
+    def acting_as(self, actor: str | None) -> App:
+        """The same invocation, acting as ``actor`` (``None``: as the CLI's user)."""
+        return dataclasses.replace(self, actor=actor)
 
     def project(self) -> Project:
         if self._project is None:
@@ -190,19 +203,41 @@ def guarded(fn: Callable[[], T]) -> T:
         crash(exc)
 
 
-def call_operation(app: App, name: str, *, actor: str | None = None, streamed: bool = False, **arguments: Any) -> Any:
-    """Run operation ``name`` through the one registry, as the CLI's user (git's user.name, else the login name);
-    ``None`` arguments are left out, so the operation's defaults apply. ``streamed``: its result as a stream, when
-    it has one (see ``Operation.stream``)."""
-    from beflow.operations import Context, get
+def call_operation(
+    app: App, operation: Operation[I, O], make: Callable[P, I], /, *args: P.args, **kwargs: P.kwargs
+) -> O:
+    """Run ``operation`` with the input ``make`` (the operation's input model) builds from the arguments, as the
+    CLI's user (git's user.name, else the login name) unless ``app`` acts as another.
+
+    Typed end to end: mypy checks each argument against the input model's fields and the result against the
+    operation's output model. Bad values are the same usage errors the MCP server's callers get."""
+    payload = operation.validated(lambda: make(*args, **kwargs), kwargs)
+    return operation.call(_context(app, operation), payload)
+
+
+def call_streamed(
+    app: App,
+    operation: Operation[I, O],
+    stream: Callable[[Context, I], S],
+    make: Callable[P, I],
+    /,
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> S:
+    """:func:`call_operation` for a result written as it comes: ``stream`` gives ``operation``'s result in pieces
+    (``issues.stream_issues`` gives ``issue.list``'s), its input checked and bound the same way."""
+    payload = operation.validated(lambda: make(*args, **kwargs), kwargs)
+    return operation.call_stream(_context(app, operation), payload, stream)
+
+
+def _context(app: App, operation: Operation[I, O]) -> Context:
+    from beflow.operations import Context
 
     project = app.project()
-    operation = get(name)
+    who = app.actor
     # Reading acts as nobody: asking git who the user is (a git process) is for operations that record it.
-    if actor is None and operation.needs_actor:
+    if who is None and operation.needs_actor:
         from beflow.git import user_name
 
-        actor = user_name(project.directory)
-    who = actor or "user"
-    context = Context(project=project, actor=who)
-    return operation.call(context, {k: v for k, v in arguments.items() if v is not None}, streamed=streamed)
+        who = user_name(project.directory)
+    return Context(project=project, actor=who or "user")

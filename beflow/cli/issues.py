@@ -5,15 +5,16 @@ from __future__ import annotations
 import itertools
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 
-import beflow.issues  # noqa: F401 - registers the issue operations
+from beflow import issues
 from beflow.cli.common import (
     App,
     HelpGroup,
     call_operation,
+    call_streamed,
     emit_json,
     emit_json_chunks,
     err,
@@ -23,8 +24,7 @@ from beflow.cli.common import (
     print_table,
 )
 from beflow.errors import UsageError
-from beflow.issues import Commented, IssueView, StatusChange
-from beflow.trackers.base import Issue, IssueRow, ListingStream, Status, format_time
+from beflow.trackers.base import DEFAULT_PRIORITY, IssueRow, ListingStream, Status, format_time
 
 STATUS_STYLE = {
     Status.OPEN: "white",
@@ -73,7 +73,14 @@ def group() -> None:
 @pass_app
 def list_command(app: App, status: str | None, label: str | None, as_json: bool) -> None:
     """List issues by key; files that cannot be read are reported, the others still listed."""
-    listing: ListingStream = call_operation(app, "issue.list", streamed=True, status=status, label=label)
+    listing = call_streamed(
+        app,
+        issues.list_issues,
+        issues.stream_issues,
+        issues.ListIssues,
+        status=Status(status) if status else None,
+        label=label,
+    )
     if as_json:
         emit_json_chunks(listing.json_chunks())
         return
@@ -153,7 +160,7 @@ def _plain_table(listing: ListingStream) -> None:
 @pass_app
 def show_command(app: App, key: str, as_json: bool) -> None:
     """Show one issue with its body and comments."""
-    issue: IssueView = call_operation(app, "issue.show", key=key)
+    issue = call_operation(app, issues.show_issue, issues.IssueKey, key=key)
     if as_json:
         emit_json(issue)
         return
@@ -197,7 +204,12 @@ def show_command(app: App, key: str, as_json: bool) -> None:
     help="Read the description from this file ('-' for standard input).",
 )
 @click.option("--label", "-l", "labels", multiple=True, help="A label (repeat for more).")
-@click.option("--priority", type=click.IntRange(min=0), help="Lower runs first: 0 is the most urgent (default 2).")
+@click.option(
+    "--priority",
+    type=click.IntRange(min=0),
+    default=DEFAULT_PRIORITY,
+    help=f"Lower runs first: 0 is the most urgent (default {DEFAULT_PRIORITY}).",
+)
 @click.option(
     "--status",
     type=click.Choice(["open", "ready"]),
@@ -211,8 +223,8 @@ def new_command(
     body: str | None,
     body_file: Path | None,
     labels: tuple[str, ...],
-    priority: int | None,
-    status: str | None,
+    priority: int,
+    status: Literal["open", "ready"] | None,
     as_json: bool,
 ) -> None:
     """File a new issue; it is ready for runs unless --status open."""
@@ -220,8 +232,15 @@ def new_command(
         raise UsageError("give --body or --body-file, not both")
     if body_file is not None:
         body = sys.stdin.read() if str(body_file) == "-" else _read(body_file)
-    issue: Issue = call_operation(
-        app, "issue.new", title=title, body=body, labels=list(labels), priority=priority, status=status
+    issue = call_operation(
+        app,
+        issues.new_issue,
+        issues.NewIssue,
+        title=title,
+        body=body or "",
+        labels=list(labels),
+        priority=priority,
+        status=status,
     )
     if as_json:
         emit_json(issue)
@@ -247,15 +266,14 @@ def comment_command(app: App, key: str, text: str, author: str | None, as_json: 
     """Add a comment to an issue (TEXT '-' reads it from standard input)."""
     if text == "-":
         text = sys.stdin.read()
-    result: Commented = call_operation(app, "issue.comment", actor=author, key=key, text=text)
+    result = call_operation(app.acting_as(author), issues.comment_issue, issues.NewComment, key=key, text=text)
     if as_json:
         emit_json(result)
         return
     out.print(f"Commented on issue [bold]{escape(result.key)}[/] as {escape(result.comment.author)}.")
 
 
-def _status_change(app: App, name: str, key: str, note: str | None, as_json: bool, **extra: Any) -> None:
-    change: StatusChange = call_operation(app, name, key=key, note=note, **extra)
+def _show_change(change: issues.StatusChange, as_json: bool) -> None:
     if as_json:
         emit_json(change)
     elif change.changed:
@@ -277,7 +295,7 @@ note_option = click.option("--note", help="Why, added as a comment.")
 @pass_app
 def close_command(app: App, key: str, note: str | None, as_json: bool) -> None:
     """Close an issue: no run will pick it up (`reopen` undoes it)."""
-    _status_change(app, "issue.close", key, note, as_json)
+    _show_change(call_operation(app, issues.close_issue, issues.ChangeStatus, key=key, note=note), as_json)
 
 
 @group.command("reopen", epilog="Example:  beflow issues reopen 7")
@@ -287,7 +305,7 @@ def close_command(app: App, key: str, note: str | None, as_json: bool) -> None:
 @pass_app
 def reopen_command(app: App, key: str, note: str | None, as_json: bool) -> None:
     """Make an issue ready again, so that runs pick it up."""
-    _status_change(app, "issue.reopen", key, note, as_json)
+    _show_change(call_operation(app, issues.reopen_issue, issues.ChangeStatus, key=key, note=note), as_json)
 
 
 @group.command(
@@ -301,4 +319,5 @@ def reopen_command(app: App, key: str, note: str | None, as_json: bool) -> None:
 def set_status_command(app: App, key: str, status: str, note: str | None, as_json: bool) -> None:
     """Move an issue to STATUS: open, ready, in_progress, review, done, failed or closed (only allowed
     transitions: `beflow docs trackers` shows them)."""
-    _status_change(app, "issue.set_status", key, note, as_json, status=status)
+    change = call_operation(app, issues.set_status, issues.SetStatus, key=key, status=Status(status), note=note)
+    _show_change(change, as_json)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import click
 
-import beflow.runs  # noqa: F401 - registers the run operations
+from beflow import runs
 from beflow.cli.common import App, HelpGroup, call_operation, emit_json, escape, out, pass_app, print_table
 from beflow.cli.progress import OUTCOME_STYLE
-from beflow.records import RunRecord
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
@@ -26,7 +25,7 @@ def group() -> None:
 @pass_app
 def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None:
     """List runs, newest first."""
-    records: list[RunRecord] = call_operation(app, "run.list", issue=issue, limit=limit).runs
+    records = call_operation(app, runs.list_runs, runs.ListRuns, issue=issue, limit=limit).runs
     if as_json:
         emit_json([r.model_dump(mode="json") for r in records])
         return
@@ -69,7 +68,7 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
 @pass_app
 def show_command(app: App, run_id: str, as_json: bool) -> None:
     """A run's summary: outcome and why, branch, commit, changed files, the agent's final message."""
-    r: RunRecord = call_operation(app, "run.show", id=run_id)
+    r = call_operation(app, runs.show_run, runs.RunId, id=run_id)
     if as_json:
         emit_json(r.model_dump(mode="json"))
         return
@@ -119,7 +118,7 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
 @pass_app
 def logs_command(app: App, run_id: str, as_json: bool) -> None:
     """The run's transcript, readably: messages, tool calls, permission requests, MCP servers by name."""
-    logs = call_operation(app, "run.logs", id=run_id)
+    logs = call_operation(app, runs.run_logs, runs.RunId, id=run_id)
     if as_json:
         emit_json(logs.model_dump(mode="json"))
         return

@@ -12,16 +12,14 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import git as gitpython
-
-from beflow.config import CONFIG_PATH, Project, load_project
-from beflow.errors import UsageError
-from beflow.events import EventSink
-from beflow.files import atomic_write
-from beflow.records import RunRecord
-from beflow.runner import run_many
-from beflow.trackers import LocalTracker, open_tracker
+# The run machinery is loaded by the functions that use it: the demo agent (``python -m beflow.demo.agent``,
+# started by acpx for every demo run) imports this package first, and needs none of it.
+if TYPE_CHECKING:
+    from beflow.config import Project
+    from beflow.events import EventSink
+    from beflow.records import RunRecord
 
 GREET = '''"""Greetings."""
 
@@ -57,6 +55,13 @@ class Demo:
 
 def create(directory: Path) -> Demo:
     """A sample repository in ``directory`` (which must not exist or be empty), ready for ``beflow --auto``."""
+    import git as gitpython
+
+    from beflow.config import CONFIG_PATH, load_project
+    from beflow.errors import UsageError
+    from beflow.files import atomic_write
+    from beflow.trackers import LocalTracker, open_tracker
+
     directory.mkdir(parents=True, exist_ok=True)
     if any(directory.iterdir()):
         raise UsageError(f"{directory} is not empty", fix="Pass --dir with a new directory.")
@@ -88,6 +93,9 @@ def create(directory: Path) -> Demo:
 
 async def run(demo: Demo, events: EventSink | None = None) -> RunRecord:
     """Run the demo's issue exactly as ``beflow --auto`` would."""
+    from beflow.runner import run_many
+    from beflow.trackers import open_tracker
+
     tracker = open_tracker(demo.project)
     (record,) = await run_many(demo.project, tracker, [demo.issue_key], events=events)
     return record

@@ -129,7 +129,8 @@ class DemoAgent:
             "session/request_permission",
             {
                 "sessionId": session_id,
-                "toolCall": edit,
+                # ACP's ToolCallUpdate: the tool call's own fields, without the notification's kind.
+                "toolCall": {k: v for k, v in edit.items() if k != "sessionUpdate"},
                 "options": [
                     {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
                     {"optionId": "reject", "name": "Reject", "kind": "reject_once"},

@@ -32,12 +32,12 @@ META_KEY = "beflow/operation"
 Permission = Literal["allow", "ask", "deny"]
 
 
-def ordered() -> list[Operation[Any]]:
+def ordered() -> list[Operation[Any, Any]]:
     """Every operation, by name: the same order whatever imported them first."""
     return sorted(load_all().values(), key=lambda op: op.name)
 
 
-def exposed(allow: Sequence[str] | None, *, bound: bool) -> list[Operation[Any]]:
+def exposed(allow: Sequence[str] | None, *, bound: bool) -> list[Operation[Any, Any]]:
     """The operations a launch exposes, by name. ``allow`` names operations (``issue.comment``) or tools
     (``issue_comment``), or is ``["all"]``; ``None`` is the agent-safe set."""
     registry = {op.name: op for op in ordered()}
@@ -46,7 +46,7 @@ def exposed(allow: Sequence[str] | None, *, bound: bool) -> list[Operation[Any]]
         return [op for op in registry.values() if op.agent]
     if list(allow) == ["all"]:
         return [op for op in registry.values() if op.agent or not bound]
-    chosen: list[Operation[Any]] = []
+    chosen: list[Operation[Any, Any]] = []
     for name in allow:
         op = registry.get(name) or by_tool.get(name)
         if op is None:
@@ -94,7 +94,7 @@ def _inline(schema: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def input_schema(op: Operation[Any], bound_issue: str | None = None) -> dict[str, Any]:
+def input_schema(op: Operation[Any, Any], bound_issue: str | None = None) -> dict[str, Any]:
     """The tool's input schema, from the operation's input model. Bound, the issue field is optional and says that
     it can only be the bound issue."""
     schema = _inline(op.input.model_json_schema())
@@ -111,11 +111,11 @@ def input_schema(op: Operation[Any], bound_issue: str | None = None) -> dict[str
     return schema
 
 
-def output_schema(op: Operation[Any]) -> dict[str, Any] | None:
-    return _inline(op.output.model_json_schema(mode="serialization")) if op.output is not None else None
+def output_schema(op: Operation[Any, Any]) -> dict[str, Any]:
+    return _inline(op.output.model_json_schema(mode="serialization"))
 
 
-def tool(op: Operation[Any], project: Project | None = None, bound_issue: str | None = None) -> dict[str, Any]:
+def tool(op: Operation[Any, Any], project: Project | None = None, bound_issue: str | None = None) -> dict[str, Any]:
     """One MCP tool definition, in the wire's field names."""
     return {
         "name": op.tool_name,
@@ -128,7 +128,7 @@ def tool(op: Operation[Any], project: Project | None = None, bound_issue: str | 
     }
 
 
-def permission(op: Operation[Any], exposed_ops: Sequence[Operation[Any]]) -> Permission:
+def permission(op: Operation[Any, Any], exposed_ops: Sequence[Operation[Any, Any]]) -> Permission:
     """What a client should do when an agent calls the tool: reads are allowed, actions asked for, destructive and
     unexposed operations denied."""
     if op not in exposed_ops:

@@ -365,7 +365,7 @@ class BeflowServer:
         self.launch = launch
         issue = normalize_key(launch.issue) if launch.issue else None
         self.context = Context(project=launch.project, actor=launch.actor, bound_issue=issue, bound_run=launch.run)
-        self.operations: dict[str, Operation[Any]] = {
+        self.operations: dict[str, Operation[Any, Any]] = {
             op.tool_name: op for op in exposed(launch.allow, bound=issue is not None)
         }
         self._calls = anyio.Lock()  # one call at a time, first come first served
@@ -504,7 +504,7 @@ class BeflowServer:
                     )
         return self._result(op, result)
 
-    def _result(self, op: Operation[Any], result: Any) -> types.CallToolResult:
+    def _result(self, op: Operation[Any, Any], result: Any) -> types.CallToolResult:
         data = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
         limit = self.launch.limits.max_output
         # The JSON goes twice (structured, and as text for clients that read text only): each gets half.

@@ -211,3 +211,21 @@ def test_new_does_not_ask_git_who_the_user_is(repo: Path, beflow, monkeypatch: p
     monkeypatch.setattr("beflow.git.user_name", lambda *a, **k: pytest.fail("asked git for the user's name"))
     result = beflow("issues", "new", "Fix the login crash")
     assert result.exit_code == 0, result.stderr
+
+
+def test_bad_values_are_named_by_operation_and_field_and_change_nothing(repo: Path, beflow) -> None:
+    """The CLI's typed calls explain bad values exactly as the MCP server's callers see them."""
+    cases = {
+        ("issues", "new", "   "): 'error: issue.new: title: expected at least 1 character (got "   ")\n',
+        ("issues", "new", "X", "--priority", "1001"): "error: issue.new: priority: expected a number of at most 1000 "
+        "(got 1001)\n",
+        ("issues", "list", "--label", "x" * 101): "error: issue.list: label: expected at most 100 characters "
+        f'(got "{"x" * 78}…)\n',
+        ("issues", "show", " "): 'error: issue.show: key: expected at least 1 character (got " ")\n',
+        ("issues", "comment", "1", " "): 'error: issue.comment: text: expected at least 1 character (got " ")\n',
+        ("runs", "show", " "): 'error: run.show: id: expected at least 1 character (got " ")\n',
+    }
+    for argv, stderr in cases.items():
+        result = beflow(*argv)
+        assert (result.exit_code, result.stdout, result.stderr) == (2, "", stderr), argv
+    assert not (repo / ".beflow" / "issues").exists()

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from beflow.demo import GREET
+from tests.support import acp_schema
 
 AGENT = f"{sys.executable} -m beflow.demo.agent"
 
@@ -50,6 +51,9 @@ def test_it_adds_farewell_with_a_test_and_names_the_servers_it_was_given(sample:
     assert namespace["farewell"]("Ada") == "Goodbye, Ada!"  # type: ignore[operator]
     assert "def test_farewell" in (sample / "test_greet.py").read_text()
     assert '"stopReason":"end_turn"' in result.stdout.replace(" ", "")
+    # What the demo agent says, and what acpx says to it, is ACP as the SDK defines it.
+    checked = {acp_schema.message(line) for line in result.stdout.splitlines()}
+    assert {"session/new", "session/update", "session/request_permission", "PromptResponse"} <= checked
 
 
 def test_it_changes_nothing_when_the_edit_is_not_allowed(sample: Path, acpx_bin: Path) -> None:
@@ -69,3 +73,10 @@ def test_without_greet_py_it_says_there_is_nothing_to_do(tmp_path: Path, acpx_bi
     assert result.returncode == 0, result.stderr
     assert "nothing for me to change" in said(result.stdout)
     assert list(empty.iterdir()) == []
+
+
+def test_the_agent_starts_without_loading_beflows_run_machinery() -> None:
+    """acpx starts the demo agent for every demo run: it loads what it speaks with, not the runner beside it."""
+    code = "import sys, beflow.demo.agent; print(sorted(m for m in sys.modules if m.startswith(('beflow.', 'git'))))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert loaded.strip() == "['beflow.demo', 'beflow.demo.agent']"

@@ -21,7 +21,9 @@ from beflow.mcp.acp import (
     wire,
 )
 from beflow.mcp.cascade import RemoteServer, StdioServer, resolved_servers
+from beflow.mcp.own import own_server
 from tests.mcp.conftest import SEED_CODEGRAPH, SEED_DOCS, SEED_MCP_JSON, write_mcp
+from tests.support import acp_schema
 
 
 def test_the_seed_examples_come_out_exactly_as_the_seed_shows_them(project_dir: Path) -> None:
@@ -30,6 +32,29 @@ def test_the_seed_examples_come_out_exactly_as_the_seed_shows_them(project_dir: 
     # The seed's JSON, parsed in order, and ours, printed the same way: same keys, same order, same values.
     assert json.dumps(codegraph, indent=2) == json.dumps(json.loads(SEED_CODEGRAPH), indent=2)
     assert json.dumps(docs, indent=2) == json.dumps(json.loads(SEED_DOCS), indent=2)
+
+
+@pytest.mark.parametrize("reveal", [True, False])
+def test_every_shape_is_acps_mcp_server_of_its_kind(reveal: bool) -> None:
+    """The ACP SDK's models are the reference: stdio, http and sse, with and without env, headers and args, shown
+    or masked, each validates as its kind and loses nothing in the SDK's hands."""
+    servers = [
+        ("bare", StdioServer(command="run")),
+        ("full", StdioServer(command="/usr/bin/run", args=["--x", "${HOME}"], env={"KEY": "secret", "B": ""})),
+        ("web", RemoteServer(type="http", url="https://example.com/mcp", headers={"Authorization": "Bearer t"})),
+        ("plain", RemoteServer(type="http", url="http://localhost:1/mcp")),
+        ("events", RemoteServer(type="sse", url="https://example.com/sse", headers={"X-Key": "k"})),
+    ]
+    entries = translate(servers, reveal=reveal)
+    assert sorted({entry.get("type") for entry in entries}, key=str) == [None, "http", "sse"]
+    for entry in entries:
+        acp_schema.mcp_server(entry)
+
+
+def test_beflows_own_server_is_acps_stdio_server(project_dir: Path) -> None:
+    (entry,) = wire([own_server(load_project(), issue="7", run_id="r-1")])
+    acp_schema.mcp_server(entry)
+    assert entry["args"][-4:] == ["--issue", "7", "--run", "r-1"]
 
 
 def test_stdio_has_no_type_and_always_args_and_env() -> None:

@@ -15,6 +15,7 @@ from beflow.mcp.acp import resolve_servers, wire
 from beflow.mcp.inject import ACPXRC, journal_dir, managed_acpxrc
 from tests.conftest import processes_under
 from tests.mcp.conftest import SEED_MCP_JSON, write_mcp
+from tests.support import acp_schema
 
 # A prior acpx config of the user's own: JSON, CRLF, no final newline; its other keys must reach acpx.
 PRIOR = b'{\r\n  "defaultPermissions": "approve-all",\r\n  "mcpServers": [{"name": "users-own", "command": "x"}]\r\n}'
@@ -51,6 +52,8 @@ def test_acpx_hands_the_agent_exactly_the_injected_servers(
     assert new_session["params"]["mcpServers"] == wire(servers)
     assert json.dumps(new_session["params"]["mcpServers"]) == json.dumps(wire(servers))  # key order too
     assert wire(servers)[1]["headers"] == [{"name": "Authorization", "value": "Bearer t-123"}]
+    # What the agent received is ACP's `session/new`, as the SDK defines it, stdio and http servers alike.
+    assert acp_schema.message(new_session) == "session/new"
 
     assert (workdir / ACPXRC).read_bytes() == PRIOR
     assert sorted(p.name for p in workdir.iterdir()) == [ACPXRC]
