@@ -18,8 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from beflow import ACPX_VERSION
 from beflow.errors import ConfigError
-from beflow.git import toplevel as git_toplevel
-from beflow.paths import STATE_DIR, beflow_home, slug
+from beflow.paths import STATE_DIR, beflow_home, git_toplevel, slug
 from beflow.validation import read_json5, validate
 
 CONFIG_NAME = "config.json"

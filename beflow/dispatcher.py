@@ -32,7 +32,6 @@ from beflow.events import RunEvent, WatchEvent, WatchEventKind
 from beflow.lifecycle import RunRequest, requeue_orphans, settle_orphans
 from beflow.policy import after_run, is_final, recall
 from beflow.records import RunRecord, RunStore
-from beflow.runner import Run
 from beflow.trackers import Issue, Status, Tracker, open_tracker, reading_once
 from beflow.wake import Wakeup, watch_directories
 
@@ -231,18 +230,21 @@ class Dispatcher:
                 # The checks every run needs (git, acpx, the prompt, .mcp.json) only when a run is about to start:
                 # an idle watch does next to nothing per tick.
                 startable = self.queue and self.project.config.watch.concurrency > len(self.running)
-                return bool((startable or self.blocked is not None or once) and self._ready_to_dispatch())
+                # `--once` with nothing to start still reports a configuration every run would fail on, from the
+                # checks that need no git process (a bad `worktrees.base` waits for a run to start).
+                idle = bool(once and not startable and self.blocked is None)
+                return bool((startable or self.blocked is not None or once) and self._ready_to_dispatch(idle=idle))
         except BeflowError as error:
             self.emit("error", message=error.message)
         except OSError as error:  # a full disk, a permission gone: say so and try again next tick
             self.emit("error", message=f"{type(error).__name__}: {error}")
         return False
 
-    def _ready_to_dispatch(self) -> bool:
+    def _ready_to_dispatch(self, *, idle: bool = False) -> bool:
         """Whether runs can start: a prompt or `.mcp.json` that would fail every run alike holds dispatching back
         (reported once, and again when the problem changes) instead of failing the issues one by one."""
         try:
-            preflight.check(self.project)
+            preflight.check(self.project, idle=idle)
         except ConfigError as error:
             self.blocked_by = error
             if error.message != self.blocked:
@@ -329,7 +331,7 @@ class Dispatcher:
         if not keys:
             return
         latest: dict[str, RunRecord] = {}
-        for record in self.store.records():  # newest first
+        for record in self.store.records(keys):  # newest first
             if record.issue in keys and record.issue not in latest and record.outcome not in ("running", "cancelled"):
                 latest[record.issue] = record
         for key in keys:
@@ -341,6 +343,8 @@ class Dispatcher:
                 self.backoffs[key] = Backoff(key, attempt, due, last.stop_reason or "")
 
     async def _run(self, running: Running, finished: list[RunRecord]) -> None:
+        from beflow.runner import Run  # (the run machinery: an idle `watch --once` never loads it)
+
         key = running.key
         request = RunRequest(
             key=key,

@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING, Any
 from beflow import lazy
 from beflow.errors import BeflowError, ConfigError, UsageError
 from beflow.files import NotRegularError, TooLargeError, atomic_write, read_regular
-from beflow.paths import ACPXRC, beflow_home, path_key, slug
+from beflow.paths import ACPXRC, beflow_home, git_toplevel, path_key, slug
+
+#: The top level of the git work tree around a path (found without git: see ``paths.git_toplevel``).
+toplevel = git_toplevel
 
 # GitPython is imported when first used: importing it costs a `git version` process and tens of milliseconds that
 # commands which never touch git (`--help`, `issues`, `runs`) should not pay.
@@ -28,6 +31,10 @@ else:
 
 class GitError(BeflowError):
     code = "git"
+
+
+NOT_A_REPOSITORY = "{directory} is not inside a git repository"
+RUN_IN_A_CHECKOUT = "Run beflow in a git checkout."
 
 
 #: Seconds any one git command may take before it is killed (with what it started, a hook say) and the step fails
@@ -71,22 +78,12 @@ def _git(directory: Path) -> git.Git:
     return _timed()[1](str(directory))
 
 
-def toplevel(start: Path) -> Path | None:
-    """The top level of the git work tree containing ``start``, if any: the nearest directory holding ``.git`` (a
-    directory, or the file a linked worktree or submodule has)."""
-    start = Path(os.path.abspath(start))
-    for directory in (start, *start.parents):
-        if (directory / ".git").exists():
-            return directory
-    return None
-
-
 def open_repo(directory: Path) -> git.Repo:
     """The repository of the project directory; a clear error when there is none."""
     try:
         return _repo(directory, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise UsageError(f"{directory} is not inside a git repository", fix="Run beflow in a git checkout.") from None
+        raise UsageError(NOT_A_REPOSITORY.format(directory=directory), fix=RUN_IN_A_CHECKOUT) from None
 
 
 def branch_for(key: str) -> str:

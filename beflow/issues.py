@@ -22,6 +22,7 @@ from beflow.trackers.base import (
     Comment,
     Issue,
     Listing,
+    ListingStream,
     Status,
     Tracker,
     normalize_key,
@@ -108,6 +109,17 @@ class StatusChange(BaseModel):
 # --- the operations ------------------------------------------------------------------------------------------------
 
 
+def stream_issues(context: Context, payload: ListIssues) -> ListingStream:
+    """``issue.list`` row by row, for a caller that renders it as it comes (``issues list``): a tracker that can read
+    its issues one at a time (the local one) never holds them all."""
+    trackers = tracker(context)
+    stream = getattr(trackers, "stream", None)
+    if callable(stream):
+        result: ListingStream = stream(status=payload.status, label=payload.label)
+        return result
+    return ListingStream.of(trackers.listing(status=payload.status, label=payload.label))
+
+
 @operation(
     "issue.list",
     title="List issues",
@@ -154,6 +166,7 @@ def show_issue(context: Context, payload: IssueKey) -> IssueView:
     category="issues",
     tags=("issues", "write", "follow-up"),
     tracker=True,
+    names_actor=False,  # only agents' follow-ups name who filed them, and an agent's session says who it is
 )
 def new_issue(context: Context, payload: NewIssue) -> Issue:
     body = payload.body

@@ -156,7 +156,7 @@ def settle_orphans(tracker: Tracker, store: RunStore) -> list[str]:
     orphaned = tracker.orphaned()
     if not orphaned:
         return settled
-    records = store.records()
+    records = store.records([issue.key for issue in orphaned])
     for issue in orphaned:
         latest = next((r for r in records if r.issue == issue.key), None)
         if latest is None or latest.outcome not in DONE_OUTCOMES:

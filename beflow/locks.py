@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 import anyio
-import filelock
 from pydantic import BaseModel, ValidationError
 
+from beflow import lazy
 from beflow.files import atomic_write, remove
+
+if TYPE_CHECKING:
+    import filelock
+else:
+    filelock = lazy.module("filelock")  # (it imports asyncio): a probe of a lock that was never taken needs none
 
 M = TypeVar("M", bound=BaseModel)
 

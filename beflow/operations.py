@@ -30,12 +30,14 @@ TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the conventional name for an input type
 O = TypeVar("O", bound=BaseModel)  # noqa: E741 - and for an output type
+S = TypeVar("S")  # what a stream of an output is (see Operation.call_stream)
 
 
 class Input(BaseModel):
     """Base of every operation input: unknown fields are errors, strings are stripped."""
 
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+    # Built on first use: a command validates one input, and only the MCP server needs them all.
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, defer_build=True)
 
 
 @dataclass
@@ -79,6 +81,13 @@ class Operation(Generic[I, O]):
     tracker: bool = False
     #: Where the whole result can be read when a size limit cut it (for the note that says so).
     whole: str | None = None
+    #: It records who acted (a comment's author): a caller that does not say must find out (the CLI asks git).
+    #: None: every operation that writes does.
+    names_actor: bool | None = None
+
+    @property
+    def needs_actor(self) -> bool:
+        return self.safety != "read" if self.names_actor is None else self.names_actor
 
     @property
     def tool_name(self) -> str:
@@ -123,6 +132,11 @@ class Operation(Generic[I, O]):
             payload = self.validated(lambda: self.input.model_validate(arguments), arguments)
         return self.handler(context, self._bound(context, payload))
 
+    def call_stream(self, context: Context, payload: I, stream: Callable[[Context, I], S]) -> S:
+        """``stream`` — the operation's result in pieces, for a caller that writes it as it comes (a listing of 100k
+        issues) — with the input bound as :meth:`call` binds it."""
+        return stream(context, self._bound(context, payload))
+
     def validated(self, build: Callable[[], I], arguments: dict[str, Any]) -> I:
         """The input ``build`` makes from ``arguments``; invalid, a usage error in the caller's terms, as config
         errors are: ``issue.new: title: expected at least 1 character``."""
@@ -163,6 +177,7 @@ def operation(
     tags: tuple[str, ...] = (),
     tracker: bool = False,
     whole: str | None = None,
+    names_actor: bool | None = None,
 ) -> Callable[[Callable[[Context, I], O]], Operation[I, O]]:
     """Register the decorated ``handler(context, input) -> output``; the input and output models are taken from its
     annotations."""
@@ -191,6 +206,7 @@ def operation(
             tags=tags,
             tracker=tracker,
             whole=whole,
+            names_actor=names_actor,
         )
         if not TOOL_NAME.match(op.tool_name):
             raise BeflowError(f"operation {name!r}: {op.tool_name!r} is not a tool name every MCP client accepts")

@@ -42,6 +42,16 @@ def beflow_home() -> Path:
     return Path(os.path.abspath(Path(configured).expanduser())) if configured else Path.home() / ".beflow"
 
 
+def git_toplevel(start: Path) -> Path | None:
+    """The top level of the git work tree containing ``start``, if any: the nearest directory holding ``.git`` (a
+    directory, or the file a linked worktree or submodule has)."""
+    start = Path(os.path.abspath(start))
+    for directory in (start, *start.parents):
+        if (directory / ".git").exists():
+            return directory
+    return None
+
+
 def state_dir(project_dir: Path) -> Path:
     """The project's ``.beflow/`` directory, created and git-ignored (but for ``config.json`` and ``issues/``) on
     first use."""

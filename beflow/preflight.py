@@ -18,9 +18,7 @@ from pathlib import Path
 from beflow import ACPX_VERSION, git, prompt
 from beflow.config import CONFIG_PATH, AgentCommand, Config, Project
 from beflow.errors import BeflowError, ConfigError
-from beflow.mcp.acp import resolve_servers
-from beflow.mcp.own import check_name
-from beflow.paths import acpx_home
+from beflow.paths import acpx_home, git_toplevel
 from beflow.validation import line_of
 
 #: The agents acpx 0.19.1 knows by name (``acpx --help``); acpx config files can add more (``agents``).
@@ -72,18 +70,21 @@ def _where(project: Project, *keys: str) -> str:
     return f"{project.config_path}: "
 
 
-def check(project: Project) -> None:
-    """Raise the first problem every run of this project would hit."""
-    found = problems(project, first_only=True)
+def check(project: Project, *, idle: bool = False) -> None:
+    """Raise the first problem every run of this project would hit. ``idle``: no run is about to start (``watch
+    --once`` with nothing ready), so the repository is checked without opening it with git (it is there, and
+    worktrees are outside it); ``worktrees.base`` is checked when a run is about to start."""
+    found = problems(project, first_only=True, idle=idle)
     if found:
         raise found[0]
 
 
-def problems(project: Project, *, first_only: bool = False) -> list[ConfigError]:
+def problems(project: Project, *, first_only: bool = False, idle: bool = False) -> list[ConfigError]:
     """Every problem every run of this project would hit, in the order a run meets them (a problem that hides
     the checks after it, such as no git repository, ends the list)."""
     found: list[ConfigError] = []
-    for step in (_pull_request, _repository, _acpx, check_agent, _prompt, _servers):
+    repository = _repository_found if idle else _repository
+    for step in (_pull_request, repository, _acpx, check_agent, _prompt, _servers):
         try:
             step(project)
         except _Stop as stop:
@@ -130,6 +131,18 @@ def _repository(project: Project) -> None:
         top = Path(repo.working_tree_dir or project.directory).resolve()
     finally:
         repo.close()
+    _worktrees_outside(project, top)
+
+
+def _repository_found(project: Project) -> None:
+    """:func:`_repository` without git: the project is in a work tree, and worktrees go outside it."""
+    top = git_toplevel(project.directory)
+    if top is None:
+        raise _Stop(ConfigError(git.NOT_A_REPOSITORY.format(directory=project.directory), fix=git.RUN_IN_A_CHECKOUT))
+    _worktrees_outside(project, top.resolve())
+
+
+def _worktrees_outside(project: Project, top: Path) -> None:
     if project.worktrees_dir.is_relative_to(top):
         raise ConfigError(
             f"{_where(project, 'worktrees', 'dir')}worktrees.dir: {project.worktrees_dir} is inside the repository "
@@ -152,6 +165,9 @@ def _prompt(project: Project) -> None:
 
 
 def _servers(project: Project) -> None:
+    from beflow.mcp.acp import resolve_servers  # (the MCP machinery, for projects that get this far)
+    from beflow.mcp.own import check_name
+
     check_name(project, resolve_servers(project))
 
 

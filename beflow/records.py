@@ -13,8 +13,9 @@ import datetime as dt
 import difflib
 import json
 import os
+import re
 import secrets
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -24,7 +25,7 @@ from pydantic_core import PydanticSerializationError
 from beflow import identity
 from beflow.errors import NotFoundError
 from beflow.files import atomic_write
-from beflow.paths import slug, state_dir
+from beflow.paths import STATE_DIR, slug, state_dir
 
 Outcome = Literal["running", "succeeded", "no_changes", "failed", "timeout", "cancelled"]
 #: Outcomes of runs that did what they were asked (a finished run that changed nothing included).
@@ -202,6 +203,26 @@ def new_run_id(issue_key: str) -> str:
     return f"{now():%Y%m%d-%H%M%S}-{slug(issue_key, max_length=24)}-{secrets.token_hex(2)}"
 
 
+#: A run's directory name: ``<start, to the second>-<its issue's key, as a slug>-<4 hex>`` (:func:`new_run_id`).
+_RUN_ID = re.compile(r"^(?P<start>\d{8}-\d{6})-(?P<key>.+)-[0-9a-f]{4}$")
+#: How far a run's recorded start may lie after the time in its id (it is taken a moment later; a clock may be
+#: set back): reading the newest runs goes this much further back than the oldest one it keeps.
+ID_CLOCK_SLACK = dt.timedelta(minutes=10)
+
+
+def _before(start: str, slack: dt.timedelta) -> str:
+    """The id time ``slack`` before ``start`` (both ``YYYYmmdd-HHMMSS``)."""
+    try:
+        return (dt.datetime.strptime(start, "%Y%m%d-%H%M%S") - slack).strftime("%Y%m%d-%H%M%S")
+    except ValueError:
+        return ""  # (not a time after all: read everything)
+
+
+#: The runs whose record is final (one name a line, in ``.beflow/``): a finished record never changes again, so
+#: looking for runs still going skips them without reading them. Only ever appended to; a cache, never the truth
+#: of a run's outcome (a name in it whose record says otherwise cannot happen: it is added after the record).
+FINISHED_RUNS = "finished-runs"
+
 #: The stamps (inode, size, mtime) of finished records this process has read, by path: they are not read again
 #: while the stamp holds. (Records are written by atomic replace: every save is a new inode.)
 _FINISHED: dict[str, tuple[int, int, int]] = {}
@@ -231,6 +252,8 @@ class RunStore:
         # it survives) is closed as cancelled by the next beflow, which is all recovery needs from it.
         path = self.directory(record.id) / "run.json"
         atomic_write(path, record.to_json() + "\n", durable=record.finished)
+        if record.finished:
+            self._note_finished([record.id])
 
     def add_progress(self, run_id: str, note: ProgressNote) -> None:
         """Append one progress line: a single ``O_APPEND`` write, so that concurrent writers never tear a line."""
@@ -261,20 +284,52 @@ class RunStore:
         atomic_write(path, data, durable=False)
         return path
 
-    def records(self) -> list[RunRecord]:
-        """Every readable record, newest first."""
-        records = [record for _, record in self._read(lambda path: True)]
-        # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
-        return sorted(records, key=lambda r: (r.started_at, r.id), reverse=True)
+    def records(self, issues: Collection[str] | None = None, limit: int | None = None) -> list[RunRecord]:
+        """The readable records (of ``issues`` only, when given), newest first; with ``limit``, the newest ``limit``.
 
-    def _read(self, wanted: Callable[[str], bool]) -> Iterator[tuple[str, RunRecord]]:
-        """The readable records whose ``run.json`` path ``wanted`` accepts."""
+        Run ids start with their start time and carry their issue's key (:func:`new_run_id`), so a question about
+        a few issues or the latest runs reads those records, not every record of the project: directories are
+        read newest first by name, down to :data:`ID_CLOCK_SLACK` before the oldest one kept. Directories not named
+        like a run id are always read."""
+        tags = None if issues is None else {slug(key, max_length=24) for key in issues}
+        timed: list[tuple[str, str]] = []  # (start second, name)
+        untimed: list[str] = []
+        for name in self._names():
+            match = _RUN_ID.match(name)
+            if match is None:
+                untimed.append(name)
+            elif tags is None or match.group("key") in tags:
+                timed.append((match.group("start"), name))
+        timed.sort(reverse=True)
+        found = [record for _, record in self._read(lambda path: True, untimed)]
+        kept = 0
+        cutoff: str | None = None
+        for start, name in timed:
+            if cutoff is not None and start < cutoff:
+                break
+            for _, record in self._read(lambda path: True, [name]):
+                if issues is None or record.issue in issues:
+                    found.append(record)
+                    kept += 1
+            if limit is not None and kept >= limit and cutoff is None:
+                cutoff = _before(start, ID_CLOCK_SLACK)
+        if issues is not None:
+            found = [record for record in found if record.issue in issues]
+        # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
+        found.sort(key=lambda r: (r.started_at, r.id), reverse=True)
+        return found if limit is None else found[:limit]
+
+    def _names(self) -> list[str]:
         try:
-            names = os.listdir(self.root)
+            return os.listdir(self.root)
         except OSError:
-            return
+            return []
+
+    def _read(self, wanted: Callable[[str], bool], names: list[str] | None = None) -> Iterator[tuple[str, RunRecord]]:
+        """The readable records whose ``run.json`` path ``wanted`` accepts (of the directories ``names``, else of
+        all)."""
         prefix = str(self.root) + os.sep
-        for name in names:
+        for name in self._names() if names is None else names:
             path = prefix + name + os.sep + "run.json"
             if not wanted(path):
                 continue
@@ -285,9 +340,11 @@ class RunStore:
                 continue
 
     def running(self) -> list[RunRecord]:
-        """The records still ``running``. A finished record never changes again, so each file is parsed once per
-        process and then only its stamp is kept: a watch asks this every tick over thousands of records, with
-        memory that does not grow with them beyond a few bytes each."""
+        """The records still ``running``. A finished record never changes again: the runs noted finished (in
+        :data:`FINISHED_RUNS`) are not read at all, and any other finished record is parsed once per process and
+        then only its stamp is kept (and it is noted, for the next process): a watch asks this every tick, and
+        every ``runs`` command once, over thousands of records."""
+        finished = self._finished()
 
         def maybe_running(path: str) -> bool:
             try:
@@ -298,14 +355,35 @@ class RunStore:
             return known is None or known != (info.st_ino, info.st_size, info.st_mtime_ns)
 
         found = []
-        for path, record in self._read(maybe_running):
+        noted: list[str] = []
+        for path, record in self._read(maybe_running, [n for n in self._names() if n not in finished]):
             if record.finished:
+                noted.append(os.path.basename(os.path.dirname(path)))
                 with contextlib.suppress(OSError):
                     info = os.stat(path)
                     _FINISHED[path] = (info.st_ino, info.st_size, info.st_mtime_ns)
             else:
                 found.append(record)
+        self._note_finished(noted)
         return found
+
+    def _finished(self) -> set[str]:
+        try:
+            return set((self.project_dir / STATE_DIR / FINISHED_RUNS).read_text("utf-8", errors="replace").split())
+        except OSError:
+            return set()
+
+    def _note_finished(self, names: list[str]) -> None:
+        """Add runs to :data:`FINISHED_RUNS`: one ``O_APPEND`` write, so that concurrent writers never tear a
+        line. A run missing from it (a beflow killed between the two writes) is only read again, and noted then."""
+        if not names or not self.root.is_dir():
+            return
+        with contextlib.suppress(OSError):
+            fd = os.open(self.project_dir / STATE_DIR / FINISHED_RUNS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, "".join(f"{name}\n" for name in names).encode("utf-8"))
+            finally:
+                os.close(fd)
 
     def close_orphans(self) -> list[RunRecord]:
         """Close the records of runs whose beflow was killed (still ``running``, their process gone): they end
@@ -322,7 +400,7 @@ class RunStore:
         """A record by id or unique id prefix; ``latest`` is the newest run."""
         ids = sorted(p.name for p in self.root.iterdir()) if self.root.is_dir() else []
         if run_id == "latest" and ids:
-            newest = self.records()
+            newest = self.records(limit=1)
             run_id = newest[0].id if newest else ids[-1]
         matches = [i for i in ids if i == run_id] or [i for i in ids if i.startswith(run_id)]
         if len(matches) != 1:

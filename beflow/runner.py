@@ -365,7 +365,7 @@ class _InWorktree:
 
     def _resumable_session(self) -> str | None:
         """The ACP session of this issue's latest earlier run with the same agent, if it recorded one."""
-        for earlier in self.store.records():
+        for earlier in self.store.records([self.record.issue]):
             if (
                 earlier.issue == self.record.issue
                 and earlier.id != self.record.id

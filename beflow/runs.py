@@ -112,10 +112,8 @@ class ProgressRecorded(BaseModel):
     whole="`beflow runs list --json`",
 )
 def list_runs(context: Context, payload: ListRuns) -> RunList:
-    records = store(context).records()
-    if payload.issue is not None:
-        records = [r for r in records if r.issue == normalize_key(payload.issue)]
-    return RunList(runs=records[: payload.limit])
+    issues = None if payload.issue is None else [normalize_key(payload.issue)]
+    return RunList(runs=store(context).records(issues, limit=payload.limit))
 
 
 @operation(
@@ -176,9 +174,8 @@ def run_status(context: Context, payload: RunStatusQuery) -> RunStatus:
     current = None
     if context.bound_run is not None:
         current = RunSummary.of(_readable(context, runs.get(context.bound_run), context.bound_run))
-    records = runs.records()
-    if payload.issue is not None:
-        records = [r for r in records if r.issue == normalize_key(payload.issue)]
+    issues = None if payload.issue is None else [normalize_key(payload.issue)]
+    records = runs.records(issues, limit=payload.limit + 1)  # (one more: the current run is not an earlier one)
     earlier = [RunSummary.of(r) for r in records if current is None or r.id != current.id]
     return RunStatus(current=current, earlier=earlier[: payload.limit])
 

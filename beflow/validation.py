@@ -17,13 +17,18 @@ import types
 import typing
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import json5
 import pydantic
 
+from beflow import lazy
 from beflow.errors import ConfigError
 from beflow.files import NotRegularError, TooLargeError, read_regular
+
+if TYPE_CHECKING:
+    import json5
+else:
+    json5 = lazy.module("json5")  # plain JSON, the usual case, needs none
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 

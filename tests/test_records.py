@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import re
+import secrets
 from pathlib import Path
 
 import pytest
 
 from beflow.errors import NotFoundError
+from beflow.paths import slug
 from beflow.records import CappedLog, RunRecord, RunStore, new_run_id, now
 
 
@@ -120,6 +123,7 @@ def test_finished_records_are_read_once_to_find_the_running_ones(
         store.create(record, "prompt")
     alive = RunRecord(id="2024-alive", issue="9", mode="watch", agent="a", started_at=now())
     store.create(alive, "prompt")
+    (store.project_dir / ".beflow" / records.FINISHED_RUNS).unlink()  # as an earlier version left them
     reads: list[bytes] = []
     real = RunRecord.model_validate_json
 
@@ -131,7 +135,59 @@ def test_finished_records_are_read_once_to_find_the_running_ones(
     assert [r.id for r in store.running()] == ["2024-alive"] and len(reads) == 6
     reads.clear()
     assert [r.id for r in store.running()] == ["2024-alive"] and len(reads) == 1
+    monkeypatch.setattr(records, "_FINISHED", {})  # another process: the finished runs were noted for it
+    reads.clear()
+    assert [r.id for r in store.running()] == ["2024-alive"] and len(reads) == 1
     alive.close("failed", "it failed")
     store.save(alive)
     assert store.running() == [] and store.close_orphans() == []
     assert {r.outcome for r in store.records()} == {"succeeded", "failed"}
+
+
+def _run_at(store: RunStore, start: dt.datetime, issue: str, *, late: float = 0.0) -> RunRecord:
+    """A finished record whose id says ``start`` and whose start time is ``late`` seconds after it."""
+    run = record(f"{start:%Y%m%d-%H%M%S}-{slug(issue, max_length=24)}-{secrets.token_hex(2)}", issue)
+    run.started_at = start + dt.timedelta(seconds=late)
+    store.create(run, "prompt")
+    return run
+
+
+def test_the_newest_runs_and_one_issues_runs_are_read_without_reading_every_record(
+    store: RunStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    for n in range(60):  # an hour apart: the ids alone order them
+        _run_at(store, first + dt.timedelta(hours=n), str(n % 6 + 1))
+    every = store.records()
+    reads: list[bytes] = []
+    real = RunRecord.model_validate_json
+
+    def counting(data: bytes, *args: object, **kwargs: object) -> RunRecord:
+        reads.append(data)
+        return real(data, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(RunRecord, "model_validate_json", counting)
+    assert [r.id for r in store.records(limit=5)] == [r.id for r in every[:5]] and len(reads) == 5
+    reads.clear()
+    assert [r.id for r in store.records(["3"])] == [r.id for r in every if r.issue == "3"] and len(reads) == 10
+    reads.clear()
+    assert store.records(["3"], limit=2) == [r for r in every if r.issue == "3"][:2] and len(reads) == 2
+    assert store.get("latest").id == every[0].id
+
+
+def test_the_newest_runs_are_ordered_by_their_start_even_within_a_second_or_late_to_their_id(
+    store: RunStore,
+) -> None:
+    first = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+    _run_at(store, first, "1", late=1.5)  # its id says it is older than 3; its record says it started later
+    _run_at(store, first, "2", late=0.2)
+    _run_at(store, first + dt.timedelta(seconds=1), "3")
+    _run_at(store, first - dt.timedelta(hours=1), "a/b")
+    odd = record("kept-by-hand", "4")
+    odd.started_at = first + dt.timedelta(days=1)
+    store.create(odd, "prompt")
+    every = store.records()
+    assert [r.issue for r in every] == ["4", "1", "3", "2", "a/b"]
+    for limit in range(1, 6):
+        assert [r.id for r in store.records(limit=limit)] == [r.id for r in every[:limit]]
+    assert [r.issue for r in store.records(["a/b"])] == ["a/b"]

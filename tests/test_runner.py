@@ -827,3 +827,42 @@ def test_one_run_starts_no_more_git_processes_than_it_needs(
     assert auto_project.only_record().outcome == "succeeded"
     calls = [line for line in log.read_text().splitlines() if line != "version "]
     assert len(calls) <= GIT_PROCESSES_PER_RUN, "\n".join(calls)
+
+
+def test_draining_ready_issues_reads_the_tracker_a_constant_number_of_times(
+    auto_project: AutoProject, beflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Draining N issues is O(N): the tracker's files are all looked at a fixed number of times per drain however
+    many runs it makes, and no run parses an issue file but its own."""
+    from beflow.trackers import local
+
+    monkeypatch.setattr(local, "RACY_NS", -(10**12))  # (files just written are trusted to their stamp at once)
+    scans: list[int] = []
+    parsed: list[str] = []
+    sync, parse = local.LocalTracker._sync_now, local.parse
+
+    def counting_sync(self: local.LocalTracker) -> None:
+        scans.append(1)
+        sync(self)
+
+    def counting_parse(path: Path, text: str, **kwargs: object) -> local.Issue:
+        parsed.append(path.name)
+        return parse(path, text, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(local.LocalTracker, "_sync_now", counting_sync)
+    monkeypatch.setattr(local, "parse", counting_parse)
+    for n in range(20):
+        auto_project.new_issue(title=f"someone else's {n}", status=Status.OPEN)
+    auto_project.tracker.listing()  # the index knows them all
+    seen: dict[int, tuple[int, list[str]]] = {}
+    for runs in (1, 3):
+        keys = [auto_project.new_issue("say done", title=f"drain {runs}.{n}") for n in range(runs)]
+        scans.clear()
+        parsed.clear()
+        result = beflow("--auto")
+        assert result.exit_code == 0, result.stderr
+        assert all(auto_project.issue(key).status == Status.REVIEW for key in keys)
+        others = [name for name in parsed if local._number_of_name(name) not in keys]
+        seen[runs] = (len(scans), others)
+    assert seen[1][0] == seen[3][0] == 1, seen  # one look at every file per drain
+    assert seen[1][1] == seen[3][1] == [], seen

@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
@@ -26,12 +26,13 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from beflow.config import Project
-    from beflow.operations import Operation
+    from beflow.operations import Context, Operation
 
 T = TypeVar("T")
 P = ParamSpec("P")
 I = TypeVar("I", bound="BaseModel")  # noqa: E741 - an operation's input, as in beflow.operations
 O = TypeVar("O", bound="BaseModel")  # noqa: E741 - and its output
+S = TypeVar("S")  # an output as a stream
 
 
 class _LazyConsole:
@@ -120,6 +121,19 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, default=_json_default, ensure_ascii=False))
 
 
+def emit_json_chunks(chunks: Iterable[str]) -> None:
+    """One JSON document on stdout, written as its pieces come (a listing of 100k issues is never held whole)."""
+    pending: list[str] = []
+    size = 0
+    for chunk in chunks:
+        pending.append(chunk)
+        size += len(chunk)
+        if size >= 1 << 16:
+            click.echo("".join(pending), nl=False)
+            pending, size = [], 0
+    click.echo("".join(pending))
+
+
 def _json_default(value: Any) -> Any:
     if hasattr(value, "model_dump"):
         return value.model_dump(mode="json")
@@ -197,11 +211,33 @@ def call_operation(
 
     Typed end to end: mypy checks each argument against the input model's fields and the result against the
     operation's output model. Bad values are the same usage errors the MCP server's callers get."""
-    from beflow.git import user_name
+    payload = operation.validated(lambda: make(*args, **kwargs), kwargs)
+    return operation.call(_context(app, operation), payload)
+
+
+def call_streamed(
+    app: App,
+    operation: Operation[I, O],
+    stream: Callable[[Context, I], S],
+    make: Callable[P, I],
+    /,
+    *args: P.args,
+    **kwargs: P.kwargs,
+) -> S:
+    """:func:`call_operation` for a result written as it comes: ``stream`` gives ``operation``'s result in pieces
+    (``issues.stream_issues`` gives ``issue.list``'s), its input checked and bound the same way."""
+    payload = operation.validated(lambda: make(*args, **kwargs), kwargs)
+    return operation.call_stream(_context(app, operation), payload, stream)
+
+
+def _context(app: App, operation: Operation[I, O]) -> Context:
     from beflow.operations import Context
 
     project = app.project()
-    payload = operation.validated(lambda: make(*args, **kwargs), kwargs)
-    # Reading acts as nobody: asking git who the user is (a git process) is for operations that write.
-    who = app.actor or ("user" if operation.safety == "read" else user_name(project.directory))
-    return operation.call(Context(project=project, actor=who), payload)
+    who = app.actor
+    # Reading acts as nobody: asking git who the user is (a git process) is for operations that record it.
+    if who is None and operation.needs_actor:
+        from beflow.git import user_name
+
+        who = user_name(project.directory)
+    return Context(project=project, actor=who or "user")

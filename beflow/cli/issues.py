@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -9,9 +10,21 @@ from typing import Any, Literal
 import click
 
 from beflow import issues
-from beflow.cli.common import App, HelpGroup, call_operation, emit_json, err, escape, out, pass_app, print_table
+from beflow.cli.common import (
+    App,
+    HelpGroup,
+    call_operation,
+    call_streamed,
+    emit_json,
+    emit_json_chunks,
+    err,
+    escape,
+    out,
+    pass_app,
+    print_table,
+)
 from beflow.errors import UsageError
-from beflow.trackers.base import DEFAULT_PRIORITY, Status, format_time
+from beflow.trackers.base import DEFAULT_PRIORITY, IssueRow, ListingStream, Status, format_time
 
 STATUS_STYLE = {
     Status.OPEN: "white",
@@ -60,12 +73,22 @@ def group() -> None:
 @pass_app
 def list_command(app: App, status: str | None, label: str | None, as_json: bool) -> None:
     """List issues by key; files that cannot be read are reported, the others still listed."""
-    listing = call_operation(
-        app, issues.list_issues, issues.ListIssues, status=Status(status) if status else None, label=label
+    listing = call_streamed(
+        app,
+        issues.list_issues,
+        issues.stream_issues,
+        issues.ListIssues,
+        status=Status(status) if status else None,
+        label=label,
     )
     if as_json:
-        emit_json(listing)
-    elif listing.issues:
+        emit_json_chunks(listing.json_chunks())
+        return
+    rows = listing.rows()
+    first = next(rows, None)
+    if first is not None and not out.is_terminal:
+        _plain_table(listing)
+    elif first is not None:
         from rich import box
         from rich.table import Table
 
@@ -74,7 +97,7 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
             table.add_column(name, justify=justify)  # type: ignore[arg-type]
         table.add_column("LABELS")
         table.add_column("UPDATED (UTC)", no_wrap=True)
-        for issue in listing.issues:
+        for issue in itertools.chain([first], rows):
             table.add_row(
                 issue.key,
                 styled(issue.status),
@@ -90,12 +113,45 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
         out.print(f"No issues with {escape(wanted)}.")
     elif not listing.problems:
         out.print('No issues yet. File one with: beflow issues new "Fix the login crash"')
-    if listing.problems and not as_json:
+    if listing.problems:
         count = len(listing.problems)
         err.print(f"[yellow]warning:[/] {count} problem{'s' if count > 1 else ''} in issue files (not listed):")
         for problem in listing.problems:
             err.print(f"  {escape(problem.render())}")
         err.print("fix: Fix each file at that line (`beflow docs trackers` describes the format).")
+
+
+TABLE_HEADERS = ("KEY", "STATUS", "PRI", "TITLE", "LABELS", "UPDATED (UTC)")
+RIGHT_ALIGNED = {"KEY", "PRI"}
+
+
+def _cells(row: IssueRow) -> tuple[str, ...]:
+    return (row.key, row.status.value, str(row.priority), row.title, ", ".join(row.labels), short_time(row.updated))
+
+
+def _plain_table(listing: ListingStream) -> None:
+    """The table a terminal shows, for a pipe or a file: nothing cut or wrapped, written a batch of rows at a time
+    (one pass for the column widths, one to write), so 100k issues are never held at once."""
+    from rich.cells import cell_len
+
+    widths = [cell_len(header) for header in TABLE_HEADERS]
+    for row in listing.rows():
+        widths = [max(width, cell_len(cell)) for width, cell in zip(widths, _cells(row), strict=True)]
+
+    def line(cells: tuple[str, ...]) -> str:
+        padded = []
+        for header, width, cell in zip(TABLE_HEADERS, widths, cells, strict=True):
+            space = " " * max(0, width - cell_len(cell))
+            padded.append(space + cell if header in RIGHT_ALIGNED else cell + space)
+        return "   ".join(padded) + "\n"
+
+    pending = [line(TABLE_HEADERS), "─" * (sum(widths) + 3 * (len(widths) - 1)) + "\n"]
+    for row in listing.rows():
+        pending.append(line(_cells(row)))
+        if len(pending) >= 512:
+            click.echo("".join(pending), nl=False)
+            pending = []
+    click.echo("".join(pending), nl=False)
 
 
 @group.command("show", epilog="Example:  beflow issues show 7")

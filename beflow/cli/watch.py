@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import click
-from rich.console import Group
-from rich.live import Live
-from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from beflow import interrupts
-from beflow.cli.common import App, emit_json, err, pass_app
-from beflow.cli.progress import OUTCOME_STYLE
+from beflow.cli.common import App, emit_json, err, escape, pass_app
 from beflow.dispatcher import Dispatcher, Snapshot
 from beflow.events import RunEvent, WatchEvent
 from beflow.records import FAILED_OUTCOMES
+
+if TYPE_CHECKING:  # rich is loaded for the live view only: `watch --json` (cron, scripts) never needs it
+    from rich.console import Group
+    from rich.live import Live
+    from rich.table import Table
+    from rich.text import Text
 
 #: Events worth a line in the scrolling log above the live view.
 LOGGED = {
@@ -35,6 +36,12 @@ LOGGED = {
 
 def render(snapshot: Snapshot, concurrency: int) -> Group:
     """The live view: running runs, the queue, backoffs and recent outcomes."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    from beflow.cli.progress import OUTCOME_STYLE
+
     now = time.time()
     running = Table(title=f"running ({len(snapshot.running)}/{concurrency})", title_justify="left", box=None)
     for column in ("issue", "attempt", "elapsed", "progress", "latest activity"):
@@ -106,6 +113,8 @@ def command(app: App, once: bool, as_json: bool) -> None:
 
     dispatcher = Dispatcher(project, config_option=app.config_option, listener=listener)
     if not as_json and err.is_terminal:
+        from rich.live import Live
+
         concurrency = project.config.watch.concurrency
         live = Live(
             get_renderable=lambda: render(

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -246,6 +247,59 @@ class Listing(BaseModel):
 
     issues: list[Issue] = Field(default_factory=list)
     problems: list[FileProblem] = Field(default_factory=list)
+
+
+class IssueRow(NamedTuple):
+    """What a table of issues shows of one issue (``issues list``), without the body and comments."""
+
+    key: str
+    status: Status
+    priority: int
+    title: str
+    labels: list[str]
+    updated: dt.datetime
+
+
+class ListingStream:
+    """A listing to render row by row, without holding every issue: the rows of a table, or the JSON text of the
+    :class:`Listing` (the same document ``Listing.model_dump_json()`` gives) in pieces. A tracker that can read its
+    issues one at a time (the local one, from its index) makes one; any other listing becomes one with :meth:`of`.
+    Each iteration reads the tracker as it is then."""
+
+    def __init__(
+        self,
+        problems: list[FileProblem],
+        rows: Callable[[], Iterator[IssueRow]],
+        documents: Callable[[], Iterator[str]],
+    ) -> None:
+        self.problems = problems
+        self._rows = rows
+        self._documents = documents
+
+    @classmethod
+    def of(cls, listing: Listing) -> ListingStream:
+        def rows() -> Iterator[IssueRow]:
+            for i in listing.issues:
+                yield IssueRow(i.key, i.status, i.priority, i.title, list(i.labels), i.updated)
+
+        def documents() -> Iterator[str]:
+            for issue in listing.issues:
+                yield issue.model_dump_json()
+
+        return cls(listing.problems, rows, documents)
+
+    def rows(self) -> Iterator[IssueRow]:
+        """The issues, by key, as a table shows them."""
+        return self._rows()
+
+    def json_chunks(self) -> Iterator[str]:
+        """The listing as one JSON document (``{"issues": [...], "problems": [...]}``), a piece at a time."""
+        yield '{"issues":['
+        first = True
+        for document in self._documents():
+            yield document if first else "," + document
+            first = False
+        yield '],"problems":[' + ",".join(p.model_dump_json() for p in self.problems) + "]}"
 
 
 class ClaimLost(BeflowError):

@@ -35,13 +35,14 @@ import json
 import os
 import re
 import socket
+import sqlite3
 import stat
 import threading
 import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -59,7 +60,9 @@ from beflow.trackers.base import (
     Comment,
     FileProblem,
     Issue,
+    IssueRow,
     Listing,
+    ListingStream,
     Status,
     as_utc,
     check_transition,
@@ -77,6 +80,8 @@ if TYPE_CHECKING:
 else:
     yaml = lazy.module("yaml")  # reading from the index needs no YAML
     filelock = lazy.module("filelock")  # reading needs no lock
+
+_T = TypeVar("_T")
 
 #: The line that starts the comments section. Everything after it is comments under ``### author · time`` headings.
 COMMENTS_MARKER = "<!-- beflow:comments -->"
@@ -103,33 +108,45 @@ MAX_FRONT_MATTER = 64 << 10
 MAX_FRONT_MATTER_DEPTH = 8
 
 
-class _FrontMatterLoader(yaml.SafeLoader):
-    """YAML as front matter needs it: no anchors or aliases (a few hundred bytes of aliases expand to gigabytes),
-    no deep nesting (the composer recurses), and no key given twice in one mapping (YAML would silently keep the
-    last value: a person who wrote ``status`` twice meant one of them, and beflow must not guess which)."""
+_CAREFUL: list[Any] = []
 
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        event = self.peek_event()  # type: ignore[no-untyped-call]
-        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
-            raise yaml.composer.ComposerError(
-                None, None, "anchors and aliases (& and *) are not allowed in front matter", event.start_mark
-            )
-        depth = getattr(self, "_depth", 0)
-        if depth >= MAX_FRONT_MATTER_DEPTH:
-            raise yaml.composer.ComposerError(
-                None, None, f"nested too deeply (more than {MAX_FRONT_MATTER_DEPTH} levels)", event.start_mark
-            )
-        self._depth = depth + 1
-        try:
-            return super().compose_node(parent, index)
-        finally:
-            self._depth = depth
+
+def _careful_loader() -> Any:
+    """The careful front matter loader (made on first use: reading from the index needs no YAML)."""
+    if _CAREFUL:
+        return _CAREFUL[0]
+
+    class _FrontMatterLoader(yaml.SafeLoader):
+        """YAML as front matter needs it: no anchors or aliases (a few hundred bytes of aliases expand to gigabytes),
+        no deep nesting (the composer recurses), and no key given twice in one mapping (YAML would silently keep the
+        last value: a person who wrote ``status`` twice meant one of them, and beflow must not guess which)."""
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            event = self.peek_event()  # type: ignore[no-untyped-call]
+            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+                raise yaml.composer.ComposerError(
+                    None, None, "anchors and aliases (& and *) are not allowed in front matter", event.start_mark
+                )
+            depth = getattr(self, "_depth", 0)
+            if depth >= MAX_FRONT_MATTER_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested too deeply (more than {MAX_FRONT_MATTER_DEPTH} levels)", event.start_mark
+                )
+            self._depth = depth + 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self._depth = depth
+
+    _FrontMatterLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+    _CAREFUL.append(_FrontMatterLoader)
+    return _FrontMatterLoader
 
 
 class _FrontMatter(BaseModel):
     """The front matter as a person may write it; unknown keys are errors so that a typo never goes unnoticed."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)  # (reading from the index needs no parsing)
 
     key: int = Field(ge=1)
     title: str
@@ -166,7 +183,7 @@ class _FrontMatter(BaseModel):
         return value
 
 
-def _unique_mapping(loader: _FrontMatterLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node)
@@ -177,9 +194,6 @@ def _unique_mapping(loader: _FrontMatterLoader, node: yaml.MappingNode) -> dict[
                 )
             seen[key] = key_node.start_mark.line
     return loader.construct_mapping(node)
-
-
-_FrontMatterLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
 class IssueFileError(ConfigError):
@@ -324,7 +338,7 @@ def _load_front_matter(text: str) -> Any:
     if fast is not None and shallow and "&" not in text and "*" not in text:
         with contextlib.suppress(yaml.YAMLError):
             return yaml.load(text, Loader=fast)  # a SafeLoader (libyaml's), refusing repeated keys the same way
-    return yaml.load(text, Loader=_FrontMatterLoader)  # a SafeLoader
+    return yaml.load(text, Loader=_careful_loader())  # a SafeLoader
 
 
 _FAST: list[Any] = []
@@ -421,7 +435,7 @@ def file_name(key: str, title: str) -> str:
 
 class _Reading(threading.local):
     holding = 0
-    held: tuple[list[Issue], list[FileProblem]] | None = None
+    synced = False
 
 
 class LocalTracker:
@@ -431,12 +445,12 @@ class LocalTracker:
         self.directory = directory
         self.project_dir = project_dir
         self.description = f"local issues in {directory}"
-        self._index = _Index(directory, project_dir / STATE_DIR / "tracker" / "index.json")
-        #: Per thread (a watch's tick and its runs' steps call from worker threads at once): the last scan,
-        #: reused while :meth:`reading_once` holds it and nothing was written meanwhile.
+        self._index = _Index(directory, project_dir / STATE_DIR)
+        #: Per thread (a watch's tick and its runs' steps call from worker threads at once): whether the index was
+        #: brought up to date within the :meth:`reading_once` that holds, if one does.
         self._reading = _Reading()
-        #: One scan at a time: a scan fills the index's bookkeeping.
-        self._scanning = threading.Lock()
+        #: How many times this tracker looked at every file (the cost that grows with the tracker).
+        self.scans = 0
 
     # paths -------------------------------------------------------------------------------------------------------
 
@@ -454,17 +468,18 @@ class LocalTracker:
 
     # reading -----------------------------------------------------------------------------------------------------
 
-    def _names(self) -> list[str]:
-        """The names of the issue files, sorted (no stat: a scan stats each file once)."""
+    def _names(self, *, sort: bool = True) -> list[str]:
+        """The names of the issue files (no stat: a scan stats each file once)."""
         try:
             names = os.listdir(self.directory)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(n for n in names if _is_issue_name(n))
+        found = [n for n in names if _is_issue_name(n)]
+        return sorted(found) if sort else found
 
-    def _files_named(self, key: str) -> list[Path]:
+    def _files_named(self, key: str) -> list[str]:
         """The issue files whose name starts with the number ``key`` (``0007-x.md`` for 7)."""
-        return [self.directory / n for n in self._names() if _number_of_name(n) == key]
+        return [n for n in self._names() if _number_of_name(n) == key]
 
     def _read(self, path: Path) -> Issue:
         try:
@@ -482,41 +497,45 @@ class LocalTracker:
             raise IssueFileError([FileProblem(path=path, line=line, message="not UTF-8 text")]) from None
         return parse(path, text, mtime=mtime)
 
-    def _cached(self, path: Path | str) -> Issue | list[FileProblem] | None:
-        """The issue in ``path`` (or its problems), parsed only when the file changed since it was last parsed in
-        this process or recorded in the index; None when it is not a regular file (any more)."""
+    def _cached(self, name: str) -> Issue | list[FileProblem] | None:
+        """The issue in file ``name`` (or its problems), from the index when the file is as it was when last
+        parsed, else parsed (and the index updated); None when it is not a regular file (any more)."""
+        path = self.directory / name
         try:
             info = os.stat(path)
         except OSError:
             return None
         if not stat.S_ISREG(info.st_mode):
             return None
-        stamp = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        key = str(path)
-        known = _PARSED.get(key)
-        if known is not None and known[0] == stamp:
-            if isinstance(known[1], Issue):
-                self._index.keep(os.path.basename(key), stamp, known[1])  # for a rewrite of the index
-            return known[1]
-        path = Path(path)
-        result: Issue | list[FileProblem] | None = self._index.lookup(path, stamp)
-        if result is None:
-            try:
-                result = self._read(path)
-            except IssueFileError as error:
-                result = error.problems
-            self._index.fresh += 1
-        # A file changed within the last moment may change again with the same stamp (the clock's granularity):
-        # it is parsed again next time rather than trusted.
-        if time.time_ns() - info.st_ctime_ns > RACY_NS:
-            _PARSED[key] = (stamp, result)
-            if isinstance(result, Issue):
-                self._index.keep(path.name, stamp, result)
+        stamp = self._trusted(info)
+        try:
+            row = self._index.row(name)
+            if row is not None and stamp and row[0] == stamp:
+                return row[1]
+        except (sqlite3.Error, ValueError) as error:  # the file is parsed instead (and a damaged index rebuilt)
+            if not isinstance(error, sqlite3.Error) or _damaged(error):
+                self._index.reset()
+        result = self._parse_file(path)
+        with contextlib.suppress(sqlite3.Error):
+            self._index.put([(name, stamp, result)])
         return result
+
+    @staticmethod
+    def _trusted(info: os.stat_result) -> str:
+        """The stamp of a file, or "" for a file changed within the last moment: it may change again with the same
+        stamp (the clock's granularity), so it is parsed again next time rather than trusted."""
+        return _stamp(info) if time.time_ns() - info.st_ctime_ns > RACY_NS else ""
+
+    def _parse_file(self, path: Path) -> Issue | list[FileProblem]:
+        try:
+            return self._read(path)
+        except IssueFileError as error:
+            return error.problems
 
     @contextlib.contextmanager
     def reading_once(self) -> Iterator[None]:
-        """Scans within the block reuse one reading of the directory (see ``trackers.reading_once``)."""
+        """Questions within the block are answered from one look at the directory (see ``trackers.reading_once``);
+        this thread's own writes make its next question look again."""
         reading = self._reading
         reading.holding += 1
         try:
@@ -524,68 +543,125 @@ class LocalTracker:
         finally:
             reading.holding -= 1
             if not reading.holding:
-                reading.held = None
+                reading.synced = False
 
     def watched_directories(self) -> list[Path]:
         """Where a change may make an issue startable: the issue files, and the claim notes (a claim released)."""
         return [self.directory, self._claims_dir(create=False)]
 
-    def _scan(self) -> tuple[list[Issue], list[FileProblem]]:
+    def _sync(self) -> None:
+        """Bring the index up to date with the directory: one ``stat`` per file, and a parse of each file that
+        changed since any beflow last parsed it (another beflow may have done it already: the index is shared)."""
         reading = self._reading
-        if reading.holding and reading.held is not None:
-            return reading.held
-        with self._scanning:
-            scanned = self._scan_now()
-        if reading.holding:
-            reading.held = scanned
-        return scanned
+        if reading.holding and reading.synced:
+            return
+        try:
+            self._sync_now()
+        except (sqlite3.DatabaseError, ValueError) as error:  # damaged while in use: rebuilt from the files
+            if isinstance(error, sqlite3.DatabaseError) and not _damaged(error):
+                raise
+            self._index.reset()
+            self._sync_now()
+        reading.synced = True
+        self.scans += 1
 
-    def _scan_now(self) -> tuple[list[Issue], list[FileProblem]]:
-        """Every issue that parses (by key) and a problem per file that does not; a repeated key is a problem.
+    def _sync_now(self) -> None:
+        with self._index.lock:  # (threads of one process sync one at a time: they share the known stamps)
+            self._sync_locked()
 
-        Only files that changed since they were last read (by this process, or by any beflow: the index in
-        ``.beflow/tracker``) are parsed; the others cost one ``stat``.
-        """
-        issues: dict[str, Issue] = {}
-        problems: list[FileProblem] = []
-        self._index.begin()
-        prefix = str(self.directory) + os.sep
-        for name in self._names():
-            result = self._cached(prefix + name)
-            if result is None:
+    def _sync_locked(self) -> None:
+        known = self._index.known()
+        present: set[str] = set()
+        changed: list[tuple[str, str]] = []
+        prefix = os.path.join(self.directory, "")
+        for name in self._names(sort=False):
+            try:
+                info = os.stat(prefix + name)
+            except OSError:
                 continue
-            if not isinstance(result, Issue):
-                problems.extend(result)
+            if not stat.S_ISREG(info.st_mode):
                 continue
-            issue = result
-            if issue.key in issues:
-                first = issues[issue.key].path
-                assert first is not None
-                message = f"key: {issue.key} is also the key of {first.name}; give this issue a new key"
-                problems.append(FileProblem(path=self.directory / name, line=2, message=message))
+            present.add(name)
+            stamp = self._trusted(info)
+            if not stamp or known.get(name) != stamp:
+                changed.append((name, stamp))
+        self._index.drop([name for name in known if name not in present])
+        if not changed:
+            return
+        self._index.forget_repeated()  # (rows another beflow wrote count too)
+        current = self._index.stamps_of([name for name, stamp in changed if stamp])
+        rows: list[_Row] = []
+        for name, stamp in changed:
+            if stamp and current.get(name) == stamp:
+                known[name] = stamp  # parsed by another beflow meanwhile
                 continue
-            issues[issue.key] = issue
-        self._index.end(self.project_dir / STATE_DIR)
-        return sorted(issues.values(), key=lambda i: (int(i.key), i.key)), problems
+            rows.append((name, stamp, self._parse_file(self.directory / name)))
+            if len(rows) >= STREAM_BATCH:  # (memory stays bounded while 100k new files are read)
+                self._index.put(rows)
+                rows = []
+        self._index.put(rows)
+
+    def _answer(self, question: Callable[[], _T]) -> _T:
+        """``question`` answered from the index after a sync; an index found damaged meanwhile (written over, a
+        disk error) is rebuilt from the files and asked again."""
+        try:
+            self._sync()
+            return question()
+        except sqlite3.DatabaseError as error:
+            if not _damaged(error):
+                raise
+            self._index.reset()
+            self._reading.synced = False
+            self._sync()
+            return question()
+
+    def _issues(self, status: Status | None = None, label: str | None = None) -> list[Issue]:
+        """The issues (with ``status`` and ``label``), by key, built from the index after a sync."""
+        return self._answer(lambda: self._selected(status, label))
+
+    def _selected(self, status: Status | None = None, label: str | None = None) -> list[Issue]:
+        return [Issue.model_validate_json(text) for (text,) in self._index.select("issue", status, label)]
+
+    def _scan(self) -> tuple[list[Issue], list[FileProblem]]:
+        """Every issue that parses (by key) and a problem per file that does not; a repeated key is a problem."""
+        return self._answer(lambda: (self._selected(), self._index.problems()))
 
     def listing(self, status: Status | None = None, label: str | None = None) -> Listing:
-        issues, problems = self._scan()
-        chosen = [i for i in issues if (status is None or i.status == status) and (label is None or label in i.labels)]
-        return Listing(issues=chosen, problems=problems)
+        issues, problems = self._answer(lambda: (self._selected(status, label), self._index.problems()))
+        return Listing(issues=issues, problems=problems)
+
+    def stream(self, status: Status | None = None, label: str | None = None) -> ListingStream:
+        """The listing row by row, straight from the index: no issue is built, none is held (100k issues list in
+        constant memory). ``issues list`` renders this."""
+        problems = self._answer(self._index.problems)
+
+        def rows() -> Iterator[IssueRow]:
+            for key, state, priority, title, labels, updated in self._index.select(
+                "key, status, priority, title, labels, updated", status, label
+            ):
+                yield IssueRow(
+                    str(key), Status(state), priority, title, json.loads(labels), dt.datetime.fromisoformat(updated)
+                )
+
+        def documents() -> Iterator[str]:
+            for (text,) in self._index.select("issue", status, label):
+                yield text
+
+        return ListingStream(problems, rows, documents)
 
     def ready(self) -> list[Issue]:
-        issues, _ = self._scan()
-        candidates = [i for i in issues if i.status == Status.READY and self.holder(i.key) is None]
+        candidates = [i for i in self._issues(Status.READY) if self.holder(i.key) is None]
         return sorted(candidates, key=Issue.order)
 
     def get(self, key: str) -> Issue:
         wanted = normalize_key(key)
-        # The file named after the key (``0007-...``) is the issue, when its front matter agrees: no scan.
+        # The file of the key, by the index or by its name (``0007-...``), when its front matter agrees: no scan.
         if wanted.isdigit():
-            for path in self._files_named(wanted):
-                found = self._cached(path)
-                if isinstance(found, Issue) and found.key == wanted:
-                    return found
+            found = self._by_name(wanted, self._index_names(wanted))
+            # Not in the index (a file added since, or renamed): the names in the directory, still without a parse.
+            found = found or self._by_name(wanted, self._files_named(wanted))
+            if found is not None:
+                return found
         issues, problems = self._scan()
         for issue in issues:
             if issue.key == wanted:
@@ -595,6 +671,21 @@ class LocalTracker:
         if broken:
             raise IssueFileError(broken)
         raise NotFoundError(self._not_found(key, issues), fix="`beflow issues list` shows every issue.")
+
+    def _by_name(self, key: str, names: list[str]) -> Issue | None:
+        for name in names:
+            found = self._cached(name)
+            if isinstance(found, Issue) and found.key == key:
+                return found
+        return None
+
+    def _index_names(self, key: str) -> list[str]:
+        try:
+            return self._index.names_of(key)
+        except sqlite3.Error as error:
+            if _damaged(error):
+                self._index.reset()
+            return []
 
     def _not_found(self, key: str, issues: list[Issue]) -> str:
         message = f"no issue {key} in {self.directory}"
@@ -616,7 +707,7 @@ class LocalTracker:
 
     def _write(self, issue: Issue) -> None:
         assert issue.path is not None
-        self._reading.held = None
+        self._reading.synced = False
         atomic_write(issue.path, render(issue))
 
     def _update(self, key: str, change: Callable[[Issue], Issue]) -> Issue:
@@ -648,12 +739,20 @@ class LocalTracker:
         return issue
 
     def _last_key(self) -> int:
-        """The highest key ever given here: in a file, in a file name, or (if its file was deleted) remembered."""
-        # File names and the remembered key, without parsing: keys are given in file names; a key typed by hand
-        # into another file's front matter counts when this process has read that file.
+        """The highest key ever given here: in a file name, in a file, or (if its file was deleted) remembered."""
+        # Keys are given in file names: the names suffice, without parsing, but for files named otherwise (by hand),
+        # which are read (from the index when unchanged). A key typed by hand into a file named after another
+        # counts once any beflow has read that file (the index's highest key).
         numbers = [0]
-        numbers += [int(n) for name in self._names() if (n := _number_of_name(name))]
-        numbers.append(self._index.max_key)
+        for name in self._names(sort=False):
+            number = _number_of_name(name)
+            if number is None:
+                found = self._cached(name)
+                number = found.key if isinstance(found, Issue) and found.key.isdigit() else None
+            if number is not None:
+                numbers.append(int(number))
+        with contextlib.suppress(sqlite3.Error):
+            numbers.append(self._index.max_key())
         with contextlib.suppress(OSError, ValueError):
             numbers.append(int((self._state() / "tracker" / "last-key").read_text().strip()))
         return max(numbers)
@@ -720,8 +819,7 @@ class LocalTracker:
         return NotedLock(claims / f"{key}.lock", claims / f"{key}.json", ClaimInfo)
 
     def orphaned(self) -> list[Issue]:
-        issues, _ = self._scan()
-        return [i for i in issues if i.status == Status.IN_PROGRESS and self.holder(i.key) is None]
+        return [i for i in self._issues(Status.IN_PROGRESS) if self.holder(i.key) is None]
 
     def last_holder(self, key: str) -> ClaimInfo | None:
         return self._claim_lock(normalize_key(key), create=False).note()
@@ -745,112 +843,283 @@ def _is_issue_name(name: str) -> bool:
 #: within the file system clock's granularity can leave the stamp as it was.
 RACY_NS = 1_000_000_000
 
-#: Every issue file this process has parsed, by path: its stamp (inode, size, mtime, ctime) and what it held. The
-#: trackers of one process (a watch reloading its config, each run's) share it, so a tick parses what changed only.
-_PARSED: dict[str, tuple[tuple[int, int, int, int], Issue | list[FileProblem]]] = {}
+INDEX_VERSION = "2"
+INDEX_NAME = "index.sqlite"
+#: Rows fetched from the index at a time while a listing streams (memory stays flat however many issues there are).
+STREAM_BATCH = 512
 
-#: How many files a scan must have parsed afresh before it rewrites the index (fewer are cheap to parse again).
-INDEX_REWRITE = 16
-INDEX_VERSION = 1
+#: A row of the index: the file's name, its stamp ("" for a file too new to trust it), and what it held.
+_Row = tuple[str, str, "Issue | list[FileProblem]"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS issues (
+    name TEXT PRIMARY KEY,
+    stamp TEXT NOT NULL,
+    key INTEGER,
+    status TEXT,
+    priority INTEGER,
+    title TEXT,
+    labels TEXT,
+    updated TEXT,
+    issue TEXT,
+    problems TEXT
+);
+CREATE INDEX IF NOT EXISTS issues_key ON issues (key);
+CREATE INDEX IF NOT EXISTS issues_status ON issues (status);
+"""
+
+
+def _damaged(error: sqlite3.Error) -> bool:
+    """Whether the index is damaged, rather than busy: another beflow holding it longer than the wait is no reason
+    to throw it away."""
+    message = str(error).lower()
+    return not (isinstance(error, sqlite3.OperationalError) and ("locked" in message or "busy" in message))
+
+
+def _stamp(info: os.stat_result) -> str:
+    return f"{info.st_ino}:{info.st_size}:{info.st_mtime_ns}:{info.st_ctime_ns}"
 
 
 class _Index:
-    """``.beflow/tracker/index.json``: the parsed issues with the stamp of the file each came from, so that a new
-    beflow process parses only the files that changed since any beflow last read them. A cache, never the truth:
-    an entry whose file's stamp differs is ignored, a missing or damaged index is rebuilt, and it is written
-    without fsync (losing it costs a re-parse)."""
+    """``.beflow/tracker/index.sqlite``: every issue file's parsed content under the stamp (inode, size, mtime,
+    ctime) of the file it came from, so that a beflow process parses only the files that changed since any beflow
+    last read them, and lists 100k issues row by row without holding them.
 
-    def __init__(self, directory: Path, path: Path) -> None:
+    A cache, never the truth: a row whose file's stamp differs is parsed again, a missing, damaged or foreign index
+    (another version, another tracker directory) is rebuilt, and where the project keeps no state yet (no
+    ``.beflow/``) the index lives in memory: reading never creates state. SQLite's write-ahead log lets several
+    beflows read and write it at once; losing it (it is not synced) costs a re-parse.
+    """
+
+    def __init__(self, directory: Path, state: Path) -> None:
         self.directory = directory
-        self.path = path
-        self._entries: dict[str, list[Any]] | None = None
-        self._on_disk = False
-        self._kept: dict[str, list[Any]] = {}
-        self.fresh = 0
-        self.max_key = 0
+        self.state = state
+        self.path = state / "tracker" / INDEX_NAME
+        self._db: sqlite3.Connection | None = None
+        #: The stamp of every row this connection knows to be current (name -> stamp), read once per connection.
+        self._known: dict[str, str] | None = None
+        #: The repeated keys, while the index is as this connection last wrote it.
+        self._repeated: dict[str, tuple[int, str]] | None = None
+        # One connection serves every thread of the process (the dispatcher's work runs in worker threads).
+        self.lock = threading.RLock()
 
-    def _load(self) -> dict[str, list[Any]]:
-        if self._entries is None:
-            self._entries = {}
-            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-                data = json.loads(self.path.read_bytes())
-                if data["version"] == INDEX_VERSION and data["directory"] == str(self.directory):
-                    self._entries = dict(data["entries"])
-                    self._on_disk = bool(self._entries)
-        return self._entries
+    # the connection ---------------------------------------------------------------------------------------------
 
-    def lookup(self, path: Path, stamp: tuple[int, int, int, int]) -> Issue | None:
-        entry = self._load().get(path.name)
+    def db(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = self._open()
+        return self._db
+
+    def _open(self) -> sqlite3.Connection:
+        if not self.state.is_dir():
+            return self._prepare(sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None))
+        for attempt in range(2):
+            try:
+                self.path.parent.mkdir(exist_ok=True)
+                db = sqlite3.connect(self.path, timeout=WRITE_WAIT, check_same_thread=False, isolation_level=None)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                return self._prepare(db)
+            except (OSError, sqlite3.Error) as error:
+                if attempt or (isinstance(error, sqlite3.Error) and not _damaged(error)):
+                    break
+                self._remove()  # damaged (not a database, a directory in its place): start again
+        # Unwritable (a read-only checkout): this process keeps it in memory.
+        return self._prepare(sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None))
+
+    def _prepare(self, db: sqlite3.Connection) -> sqlite3.Connection:
+        """The tables, emptied when they were written by another version or for another directory."""
+        expected = {"version": INDEX_VERSION, "directory": str(self.directory)}
+        if self._meta(db) != expected:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                if self._meta(db) != expected:  # (another beflow may have prepared it meanwhile)
+                    db.execute("DROP TABLE IF EXISTS issues")
+                    db.execute("DROP TABLE IF EXISTS meta")
+                    for statement in _SCHEMA.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    db.executemany("INSERT INTO meta VALUES (?, ?)", expected.items())
+                    with contextlib.suppress(OSError):  # the index of earlier versions, replaced by this one
+                        os.unlink(self.state / "tracker" / "index.json")
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return db
+
+    @staticmethod
+    def _meta(db: sqlite3.Connection) -> dict[str, str]:
         try:
-            if entry is None or tuple(entry[0]) != stamp:
-                return None
-            return _issue_of(entry[1], path)
-        except (KeyError, IndexError, TypeError, ValueError):  # a damaged entry: the file is parsed instead
+            return dict(db.execute("SELECT name, value FROM meta").fetchall())
+        except sqlite3.OperationalError:  # no such table: a new index
+            return {}
+
+    def _remove(self) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                os.unlink(f"{self.path}{suffix}")
+
+    def reset(self) -> None:
+        """Forget the connection and the index file (found damaged while in use): the next use rebuilds it."""
+        with self.lock:
+            if self._db is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.close()
+            self._db, self._known, self._repeated = None, None, None
+            if self.state.is_dir():
+                self._remove()
+
+    # reading and writing rows ----------------------------------------------------------------------------------
+
+    def known(self) -> dict[str, str]:
+        """name -> stamp of every row."""
+        with self.lock:
+            if self._known is None:
+                self._known = dict(self.db().execute("SELECT name, stamp FROM issues").fetchall())
+            return self._known
+
+    def stamps_of(self, names: list[str]) -> dict[str, str]:
+        """The stamps the index holds now for ``names`` (another beflow may have parsed them already)."""
+        found: dict[str, str] = {}
+        with self.lock:
+            for start in range(0, len(names), 500):
+                chunk = names[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                found.update(self.db().execute(f"SELECT name, stamp FROM issues WHERE name IN ({marks})", chunk))
+        return found
+
+    def row(self, name: str) -> tuple[str, Issue | list[FileProblem]] | None:
+        with self.lock:
+            found = self.db().execute("SELECT stamp, issue, problems FROM issues WHERE name = ?", (name,)).fetchone()
+        if found is None:
             return None
+        stamp, issue, problems = found
+        return stamp, _decode(issue, problems)
 
-    def keep(self, name: str, stamp: tuple[int, int, int, int], issue: Issue) -> None:
-        self._kept[name] = [list(stamp), issue]
-        if issue.key.isdigit():
-            self.max_key = max(self.max_key, int(issue.key))
-
-    def begin(self) -> None:
-        self._kept, self.fresh = {}, 0
-
-    def end(self, state: Path) -> None:
-        """Write the index when enough has changed (and only where beflow keeps state already: reading never
-        creates state)."""
-        entries = self._load()
-        stale = self.fresh >= INDEX_REWRITE or (self.fresh and not self._on_disk) or len(entries) > len(self._kept) * 2
-        # Once a scan is done, this process has every issue in memory: the index's copy is not needed again.
-        self._entries, kept, self._kept = {}, self._kept, {}
-        if not stale or not state.is_dir():
+    def put(self, rows: list[_Row]) -> None:
+        """Store freshly parsed files (one transaction: a concurrent reader sees all of them or none)."""
+        if not rows:
             return
-        entries = {name: [stamp, _index_entry(issue)] for name, (stamp, issue) in kept.items()}
-        data = {"version": INDEX_VERSION, "directory": str(self.directory), "entries": entries}
-        with contextlib.suppress(OSError):
-            atomic_write(self.path, json.dumps(data, ensure_ascii=False, separators=(",", ":")), durable=False)
-            self._on_disk = True
+        values = [_encode(name, stamp, result) for name, stamp, result in rows]
+        with self.lock:
+            db = self.db()
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                db.executemany("INSERT OR REPLACE INTO issues VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", values)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+            known = self.known()
+            for name, stamp, _ in rows:
+                known[name] = stamp
+            self._repeated = None
+
+    def drop(self, names: list[str]) -> None:
+        """Forget the rows of files that are gone."""
+        if not names:
+            return
+        with self.lock:
+            self.db().executemany("DELETE FROM issues WHERE name = ?", [(n,) for n in names])
+            self._repeated = None
+            known = self.known()
+            for name in names:
+                known.pop(name, None)
+
+    def names_of(self, key: str) -> list[str]:
+        """The files whose issue has the number ``key``, as last parsed."""
+        if not (key.isascii() and key.isdigit()) or len(key) > 18:  # not a number SQLite holds: no issue has it
+            return []
+        with self.lock:
+            return [n for (n,) in self.db().execute("SELECT name FROM issues WHERE key = ? ORDER BY name", (int(key),))]
+
+    def max_key(self) -> int:
+        with self.lock:
+            (found,) = self.db().execute("SELECT MAX(key) FROM issues").fetchone()
+        return int(found or 0)
+
+    # the answers of a scan --------------------------------------------------------------------------------------
+
+    def repeated(self) -> dict[str, tuple[int, str]]:
+        """Files whose key another file (first by name) already has: name -> (key, the first file's name). Asked
+        again only after this index changed (it costs a pass over every key)."""
+        with self.lock:
+            if self._repeated is None:
+                self._repeated = self._repeated_now()
+            return self._repeated
+
+    def forget_repeated(self) -> None:
+        with self.lock:
+            self._repeated = None
+
+    def _repeated_now(self) -> dict[str, tuple[int, str]]:
+        query = """
+            SELECT i.name, i.key, f.first FROM issues AS i
+            JOIN (SELECT key, MIN(name) AS first FROM issues WHERE problems IS NULL GROUP BY key HAVING COUNT(*) > 1)
+                AS f ON i.key = f.key
+            WHERE i.problems IS NULL AND i.name != f.first
+        """
+        with self.lock:
+            return {name: (key, first) for name, key, first in self.db().execute(query)}
+
+    def problems(self) -> list[FileProblem]:
+        """Every file that did not parse, and every repeated key, by file name."""
+        with self.lock:
+            rows = self.db().execute("SELECT name, problems FROM issues WHERE problems IS NOT NULL").fetchall()
+        found = [(name, FileProblem.model_validate(p)) for name, text in rows for p in json.loads(text)]
+        for name, (key, first) in self.repeated().items():
+            message = f"key: {key} is also the key of {first}; give this issue a new key"
+            found.append((name, FileProblem(path=self.directory / name, line=2, message=message)))
+        return [problem for _, problem in sorted(found, key=lambda pair: pair[0])]
+
+    def select(self, columns: str, status: Status | None = None, label: str | None = None) -> Iterator[tuple[Any, ...]]:
+        """``columns`` of every issue (not the repeated keys), by key, ``STREAM_BATCH`` rows at a time."""
+        repeated = self.repeated()
+        query = f"SELECT name, {columns} FROM issues WHERE problems IS NULL"
+        arguments: list[Any] = []
+        if status is not None:
+            query += " AND status = ?"
+            arguments.append(Status(status).value)
+        if label is not None:
+            query += " AND EXISTS (SELECT 1 FROM json_each(issues.labels) WHERE json_each.value = ?)"
+            arguments.append(label)
+        query += " ORDER BY key"
+        with self.lock:
+            cursor = self.db().execute(query, arguments)
+        while True:
+            with self.lock:
+                batch = cursor.fetchmany(STREAM_BATCH)
+            if not batch:
+                return
+            for row in batch:
+                if row[0] not in repeated:
+                    yield row[1:]
 
 
-def _index_entry(issue: Issue | list[Any]) -> Any:
-    if isinstance(issue, list):  # already in index form (read from the index)
-        return issue
-    comments = [[c.author, format_time(c.created), c.text] for c in issue.comments]
-    return [
-        issue.key,
-        issue.title,
-        issue.status.value,
-        issue.priority,
-        issue.labels,
-        format_time(issue.created),
-        format_time(issue.updated),
-        issue.body,
-        comments,
-        issue.url,
-    ]
+def _encode(name: str, stamp: str, result: Issue | list[FileProblem]) -> tuple[Any, ...]:
+    if isinstance(result, Issue):
+        labels = json.dumps(result.labels, ensure_ascii=False)
+        updated = format_time(result.updated)
+        issue = result.model_dump_json()
+        return (
+            name,
+            stamp,
+            int(result.key),
+            result.status.value,
+            result.priority,
+            result.title,
+            labels,
+            updated,
+            issue,
+            None,
+        )
+    problems = json.dumps([p.model_dump(mode="json") for p in result], ensure_ascii=False)
+    return (name, stamp, None, None, None, None, None, None, None, problems)
 
 
-_ISSUE_FIELDS = set(Issue.model_fields)
-_COMMENT_FIELDS = set(Comment.model_fields)
-
-
-def _issue_of(entry: list[Any], path: Path) -> Issue:
-    """An issue from its index entry: validated when its file was parsed, so built without validating again."""
-    key, title, status, priority, labels, created, updated, body, comments, url = entry
-    return Issue.model_construct(
-        _ISSUE_FIELDS,  # one set shared by all (frozen models never change it): 100k issues, 70 MB less
-        key=key,
-        title=title,
-        status=Status(status),
-        priority=priority,
-        labels=list(labels),
-        created=dt.datetime.fromisoformat(created),
-        updated=dt.datetime.fromisoformat(updated),
-        body=body,
-        comments=[
-            Comment.model_construct(_COMMENT_FIELDS, author=a, created=dt.datetime.fromisoformat(t), text=x)
-            for a, t, x in comments
-        ],
-        path=path,
-        url=url,
-    )
+def _decode(issue: str | None, problems: str | None) -> Issue | list[FileProblem]:
+    if issue is not None:
+        return Issue.model_validate_json(issue)
+    return [FileProblem.model_validate(p) for p in json.loads(problems or "[]")]

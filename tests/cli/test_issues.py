@@ -192,6 +192,27 @@ def test_list_on_an_80_column_pipe_wraps_no_title(repo: Path, beflow, monkeypatc
     assert len(lines) == 3  # the header, its rule, the issue
 
 
+def test_list_writes_its_rows_without_building_an_issue(three: Path, beflow, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`issues list` streams from the tracker's index: 100k issues list in constant memory."""
+    monkeypatch.setattr("beflow.trackers.local.RACY_NS", -(10**12))  # (files just written are trusted at once)
+    table, listing = beflow("issues", "list").stdout, beflow("issues", "list", "--json").stdout
+    from beflow.trackers.base import Issue
+
+    monkeypatch.setattr(Issue, "model_validate_json", lambda *a, **k: pytest.fail("an issue was built"))
+    monkeypatch.setattr(Issue, "__init__", lambda *a, **k: pytest.fail("an issue was built"))
+    monkeypatch.setattr("rich.table.Table.add_row", lambda *a, **k: pytest.fail("a table held in memory"))
+    assert beflow("issues", "list").stdout == table
+    assert beflow("issues", "list", "--json").stdout == listing
+    assert [i["key"] for i in json.loads(listing)["issues"]] == ["1", "2", "3"]
+
+
+def test_new_does_not_ask_git_who_the_user_is(repo: Path, beflow, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing of a new issue names who filed it (a comment does): `issues new` starts no git process for it."""
+    monkeypatch.setattr("beflow.git.user_name", lambda *a, **k: pytest.fail("asked git for the user's name"))
+    result = beflow("issues", "new", "Fix the login crash")
+    assert result.exit_code == 0, result.stderr
+
+
 def test_bad_values_are_named_by_operation_and_field_and_change_nothing(repo: Path, beflow) -> None:
     """The CLI's typed calls explain bad values exactly as the MCP server's callers see them."""
     cases = {

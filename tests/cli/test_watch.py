@@ -70,6 +70,42 @@ def test_once_held_back_by_the_configuration_exits_2_and_changes_nothing(auto_pr
     assert auto_project.issue(key).status.value == "ready"
 
 
+def test_once_with_nothing_ready_still_reports_a_configuration_every_run_would_fail_on(
+    auto_project: AutoProject, beflow
+) -> None:
+    auto_project.configure(agent="claud")
+    auto_project.new_issue("write one.txt 1", status=Status.OPEN)
+
+    result = beflow("watch", "--once", "--json")
+
+    assert result.exit_code == 2
+    assert "agent: 'claud' is not an agent acpx knows" in result.stderr
+
+
+def test_once_with_nothing_ready_opens_no_repository(
+    auto_project: AutoProject, beflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opening the repository with git is for a run about to start: an idle `--once` (cron) stays cheap."""
+    auto_project.new_issue("write one.txt 1", status=Status.OPEN)
+    monkeypatch.setattr("beflow.git.open_repo", lambda *a, **k: pytest.fail("the repository was opened"))
+
+    result = beflow("watch", "--once", "--json")
+
+    assert result.exit_code == 0, result.stderr
+
+
+def test_once_with_nothing_ready_outside_a_repository_says_so(
+    auto_project: AutoProject, beflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    auto_project.new_issue("write one.txt 1", status=Status.OPEN)
+    monkeypatch.setattr("beflow.preflight.git_toplevel", lambda *a, **k: None)
+
+    result = beflow("watch", "--once", "--json")
+
+    assert result.exit_code == 2
+    assert "is not inside a git repository" in result.stderr
+
+
 def test_once_runs_what_is_ready_and_exits_0_when_every_run_succeeded(auto_project: AutoProject, beflow) -> None:
     auto_project.configure(watch=FAST)
     key = auto_project.new_issue("write one.txt 1")
