@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from beflow.trackers import local
+from beflow.trackers import local, local_index
 from beflow.trackers.base import Status
 from beflow.trackers.local import LocalTracker
 
@@ -73,7 +73,7 @@ def test_a_new_process_reads_unchanged_issues_from_the_index(
         tracker.create(f"issue {n}", body=f"body {n}", labels=["a", "b"])
     tracker.comment("3", "a comment", author="alice")
     before = tracker.listing().issues
-    assert (tracker.project_dir / ".beflow" / "tracker" / local.INDEX_NAME).is_file()
+    assert (tracker.project_dir / ".beflow" / "tracker" / local_index.INDEX_NAME).is_file()
     other = fresh_process(monkeypatch, tracker)
     parses.clear()
     after = other.listing().issues
@@ -99,7 +99,7 @@ def test_a_damaged_index_is_ignored(tracker: LocalTracker, monkeypatch: pytest.M
     for n in range(MANY + 2):
         tracker.create(f"issue {n}")
     tracker.listing()
-    index = tracker.project_dir / ".beflow" / "tracker" / local.INDEX_NAME
+    index = tracker.project_dir / ".beflow" / "tracker" / local_index.INDEX_NAME
     index.write_text('{"version": 1, "directory": "' + str(tracker.directory) + '", "entries": {"0001-issue-0.md": 7}}')
     assert len(fresh_process(monkeypatch, tracker).listing().issues) == MANY + 2
 
@@ -245,7 +245,7 @@ def test_an_index_damaged_while_in_use_is_rebuilt(tracker: LocalTracker) -> None
     for n in range(MANY):
         tracker.create(f"issue {n}")
     assert len(tracker.listing().issues) == MANY
-    index = tracker.project_dir / ".beflow" / "tracker" / local.INDEX_NAME
+    index = tracker.project_dir / ".beflow" / "tracker" / local_index.INDEX_NAME
     for suffix in ("-wal", "-shm", ""):  # (written over in place: this process's connection still has it open)
         path = index.with_name(index.name + suffix)
         if path.exists():
