@@ -54,6 +54,15 @@ out: Console = _LazyConsole(highlight=False, soft_wrap=True)  # type: ignore[ass
 err: Console = _LazyConsole(stderr=True, highlight=False, soft_wrap=True)  # type: ignore[assignment]
 
 
+def say(plain: str, markup: Callable[[], str]) -> None:
+    """One line on stdout: on a terminal, styled (``markup()``, rich markup); elsewhere ``plain``, the same words,
+    without loading rich (a script reading ``beflow issues new`` pays nothing for styling it never shows)."""
+    if sys.stdout.isatty():
+        out.print(markup())
+    else:
+        click.echo(plain)
+
+
 def escape(text: str) -> str:
     """Text shown as it is in rich markup (rich's own ``escape``, loaded when something is printed)."""
     from rich.markup import escape as rich_escape

@@ -22,6 +22,7 @@ from beflow.cli.common import (
     out,
     pass_app,
     print_table,
+    say,
 )
 from beflow.errors import UsageError
 from beflow.trackers.base import DEFAULT_PRIORITY, IssueRow, ListingStream, Status, format_time
@@ -246,7 +247,10 @@ def new_command(
         emit_json(issue)
         return
     where = shown_path(issue.path) if issue.path else (issue.url or "")
-    out.print(f"Created issue [bold]{escape(issue.key)}[/] ({styled(issue.status)}): {escape(where)}")
+    say(
+        f"Created issue {issue.key} ({issue.status.value}): {where}",
+        lambda: f"Created issue [bold]{escape(issue.key)}[/] ({styled(issue.status)}): {escape(where)}",
+    )
 
 
 def _read(path: Path) -> str:

@@ -56,6 +56,14 @@ def test_listing_issues_as_json_loads_no_terminal_git_or_template_library(tmp_pa
     assert loaded.isdisjoint({"git", "rich", "jinja2"})
 
 
+def test_a_new_issue_into_a_pipe_loads_no_terminal_git_or_template_library(tmp_path: Path) -> None:
+    """A script's `issues new` gets the plain line (tests/cli/test_issues.py pins its words) without rich."""
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    loaded = loaded_by("issues", "new", "Fix the login crash", cwd=tmp_path)
+    assert loaded.isdisjoint({"git", "rich", "jinja2"})
+    assert (tmp_path / ".beflow" / "issues" / "0001-fix-the-login-crash.md").is_file()
+
+
 @pytest.mark.parametrize(("args", "code", "out"), [(["--version"], 0, "beflow "), (["nonesuch"], 2, "")])
 def test_the_fast_exit_keeps_exit_codes_and_output(args: list[str], code: int, out: str, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "beflow", *args], cwd=tmp_path, capture_output=True, text=True)
