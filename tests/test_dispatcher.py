@@ -231,7 +231,9 @@ def test_a_configuration_every_run_would_fail_on_holds_dispatching_back(auto_pro
         async with watching(auto_project) as watch:
             await watch.ticks(3)
             assert watch.of("dispatched") == []
-            (auto_project.directory / ".mcp.json").write_text(good)
+            # Replaced whole, as an editor saves: the tick reads it in a worker thread, meanwhile.
+            (auto_project.directory / ".mcp.json.new").write_text(good)
+            os.replace(auto_project.directory / ".mcp.json.new", auto_project.directory / ".mcp.json")
             await watch.until(lambda: bool(watch.of("finished", key)))
         return watch
 
