@@ -35,6 +35,10 @@ O = TypeVar("O", bound="BaseModel")  # noqa: E741 - and its output
 S = TypeVar("S")  # an output as a stream
 
 
+#: What makes rich take a stream for a terminal, or not, whatever ``isatty`` says.
+_TERMINAL_OVERRIDES = ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE")
+
+
 class _LazyConsole:
     """A rich console made on first use: commands that print JSON or nothing never load rich."""
 
@@ -42,12 +46,23 @@ class _LazyConsole:
         self._options = options
         self._console: Console | None = None
 
-    def __getattr__(self, name: str) -> Any:
+    def _made(self) -> Console:
         if self._console is None:
             from rich.console import Console
 
             self._console = Console(**self._options)
-        return getattr(self._console, name)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._made(), name)
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the stream is a terminal, asked without loading rich (a pipe never needs it) unless the
+        environment overrides rich's own answer."""
+        if self._console is None and not any(name in os.environ for name in _TERMINAL_OVERRIDES):
+            return (sys.stderr if self._options.get("stderr") else sys.stdout).isatty()
+        return self._made().is_terminal
 
 
 out: Console = _LazyConsole(highlight=False, soft_wrap=True)  # type: ignore[assignment]

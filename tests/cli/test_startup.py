@@ -12,6 +12,8 @@ import click
 import pytest
 
 from beflow.cli import COMMANDS, MODE_FLAGS, cli
+from beflow.trackers import Status
+from tests.support.projects import AutoProject
 
 #: Modules a command that does not need them must not load.
 HEAVY = ("git", "rich", "jinja2", "yaml", "json5", "pydantic", "filelock", "anyio")
@@ -62,6 +64,13 @@ def test_a_new_issue_into_a_pipe_loads_no_terminal_git_or_template_library(tmp_p
     loaded = loaded_by("issues", "new", "Fix the login crash", cwd=tmp_path)
     assert loaded.isdisjoint({"git", "rich", "jinja2"})
     assert (tmp_path / ".beflow" / "issues" / "0001-fix-the-login-crash.md").is_file()
+
+
+def test_an_idle_watch_into_a_pipe_loads_no_terminal_library(auto_project: AutoProject) -> None:
+    """Off a terminal there is no live view: whether stderr is one is asked without loading rich."""
+    auto_project.new_issue(title="not ready yet", status=Status.OPEN)
+    loaded = loaded_by("--config", str(auto_project.config_path), "watch", "--once", cwd=auto_project.directory)
+    assert "rich" not in loaded and "beflow" in loaded
 
 
 @pytest.mark.parametrize(("args", "code", "out"), [(["--version"], 0, "beflow "), (["nonesuch"], 2, "")])
