@@ -23,6 +23,9 @@ class Wakeup:
     def __init__(self) -> None:
         self._event = anyio.Event()
         self.reasons: list[str] = []
+        #: What :func:`watch_directories` watches right now: the directories a change in which wakes the
+        #: dispatcher, an empty list while it waits for one to appear, None when it is not watching.
+        self.watching: list[Path] | None = None
 
     def set(self, reason: str = "") -> None:
         if reason and len(self.reasons) < 16:
@@ -63,6 +66,7 @@ async def watch_directories(paths: Callable[[], list[Path]], wakeup: Wakeup, *, 
             wakeup.set("a directory appeared")  # what was written into it before the watcher started counts
         watched = existing
         if not existing:
+            wakeup.watching = []
             await anyio.sleep(retry)
             watched = [Path()]  # so that the first directory to appear wakes the dispatcher
             continue
@@ -71,14 +75,19 @@ async def watch_directories(paths: Callable[[], list[Path]], wakeup: Wakeup, *, 
             async with anyio.create_task_group() as group:
                 if len(existing) < len(paths()):
                     group.start_soon(_stop_when_more, paths, len(existing), stop, retry)
+                # Set before the watcher exists, but no other task runs until its first wait: by then it watches.
+                wakeup.watching = existing
                 async for _ in watchfiles.awatch(
                     *existing, recursive=False, stop_event=stop, debounce=200, step=20, watch_filter=_interesting
                 ):
                     wakeup.set("files changed")
                 group.cancel_scope.cancel()
         except (OSError, RuntimeError):
+            wakeup.watching = None
             await anyio.sleep(retry)  # a watched directory was removed, the watcher failed: start again
             watched = [Path()]
+        finally:
+            wakeup.watching = None
 
 
 async def _stop_when_more(paths: Callable[[], list[Path]], count: int, stop: anyio.Event, retry: float) -> None:

@@ -16,11 +16,23 @@ import psutil
 import pytest
 
 from beflow.cli import main
+from tests.support import slow
 from tests.support.github import github  # noqa: F401 - the fake GitHub, for the GitHub tracker's tests
 from tests.support.projects import auto_project, finished_run  # noqa: F401 - fixtures for every test module
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_AGENT = Path(__file__).resolve().parent / "support" / "acp_agent.py"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests that start acpx or a beflow process are marked ``slow`` (``pytest -m "not slow"`` is the fast loop)."""
+    slow.mark(items)
+
+
+@pytest.fixture(autouse=True)
+def _slow_processes_are_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """A test not marked slow that starts acpx or beflow fails, saying how to mark it."""
+    yield from slow.guard(request.node, monkeypatch)
 
 
 @pytest.fixture(autouse=True)

@@ -50,6 +50,11 @@ class Watch:
             while not condition():
                 await anyio.sleep(0.05)
 
+    async def directories_watched(self) -> None:
+        """Until the dispatcher watches the tracker's directories (or, with none yet, for one to appear): a change
+        made from here on wakes it."""
+        await self.until(lambda: self.dispatcher.wakeup is not None and self.dispatcher.wakeup.watching is not None)
+
     async def ticks(self, count: int) -> None:
         """Wait for ``count`` more ticks."""
         target = self.dispatcher.tick_count + count

@@ -5,12 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
 
 from beflow import identity
+from tests.support.waiting import eventually
 
 
 def finished_pid() -> int:
@@ -50,9 +50,7 @@ def test_a_finished_process_and_a_zombie_are_not_running() -> None:
     zombie = subprocess.Popen([sys.executable, "-c", "pass"])  # exits, and stays a zombie until it is waited for
     try:
         started = identity.start_time(zombie.pid)
-        deadline = time.monotonic() + 30
-        while psutil.Process(zombie.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
-            time.sleep(0.01)
+        eventually(lambda: psutil.Process(zombie.pid).status() == psutil.STATUS_ZOMBIE, "the child became a zombie")
         assert not identity.is_running(zombie.pid, started)
     finally:
         zombie.wait()

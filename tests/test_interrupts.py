@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import anyio
@@ -15,6 +14,7 @@ import pytest
 
 from beflow import interrupts
 from beflow.errors import Interrupted, NotFoundError
+from tests.support.waiting import eventually
 
 # A program that runs work through `interrupts.run` under the CLI's one handler, as every command does. The work
 # says "started", waits forever, and records its cleanup; a second signal during the cleanup shortens the grace.
@@ -66,12 +66,8 @@ def start(tmp_path: Path, cleanup_seconds: float = 0.0) -> tuple[subprocess.Pope
 
 
 def wait_for(marks: Path, text: str, process: subprocess.Popen[str]) -> None:
-    """Until the program wrote ``text`` (it polls rather than sleeps a fixed time)."""
-    deadline = time.monotonic() + 30
-    while not (marks.exists() and text in marks.read_text().split("\n")):
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, f"{text!r} never came"
-        time.sleep(0.01)
+    """Until the program wrote ``text``."""
+    eventually(lambda: marks.exists() and text in marks.read_text().split("\n"), f"{text!r} came", 30, alive=process)
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])

@@ -21,6 +21,7 @@ from beflow.trackers import Status
 from beflow.trackers.base import normalize_key
 from tests.conftest import processes_under
 from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject, git
+from tests.support.waiting import eventually
 
 # -- success -----------------------------------------------------------------------------------------------------
 
@@ -203,11 +204,7 @@ def test_an_interrupted_run_stops_the_agent_restores_commits_records_and_requeue
     key = auto_project.new_issue("write started.txt x", "sleep 30")
     process = beflow_process("--auto", key, cwd=auto_project.directory)
     started = auto_project.worktrees_dir / key / "started.txt"
-    deadline = time.monotonic() + 30
-    while not started.exists():  # the agent is now in its sleep
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the agent never started"
-        time.sleep(0.05)
+    eventually(started.exists, "the agent started", 30, alive=process)  # the agent is now in its sleep
 
     process.send_signal(signum)
     _, stderr = process.communicate(timeout=30)
@@ -233,18 +230,12 @@ def test_after_beflow_is_killed_its_agent_stops_and_the_next_run_picks_the_issue
     key = auto_project.new_issue("write started.txt x", "sleep 30", "write late.txt too late")
     process = beflow_process("--auto", key, cwd=auto_project.directory)
     worktree = auto_project.worktrees_dir / key
-    deadline = time.monotonic() + 30
-    while not (worktree / "started.txt").exists():
-        assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the agent never started"
-        time.sleep(0.05)
+    eventually((worktree / "started.txt").exists, "the agent started", 30, alive=process)
 
     process.kill()
     process.wait(timeout=10)
-    deadline = time.monotonic() + 10
-    while processes_under(auto_project.directory.parent) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert processes_under(auto_project.directory.parent) == []  # long before the agent's 30 s sleep is over
+    # long before the agent's 30 s sleep is over
+    eventually(lambda: not processes_under(auto_project.directory.parent), "acpx and the agent stopped", 10)
 
     result = beflow("runs", "list", "--json")
     assert result.exit_code == 0

@@ -32,12 +32,12 @@ def test_an_issue_filed_in_another_process_is_dispatched_without_waiting_for_the
     async def scenario() -> None:
         async with watching(auto_project) as watch:
             await watch.ticks(1)
-            await anyio.sleep(0.3)  # the directory watcher is up (and the tracker has no directory yet)
+            await watch.directories_watched()  # the tracker has no directory yet: the watcher waits for it
             file_from_another_process(auto_project, "first", "acp-test: say one")
             await watch.until(lambda: bool(watch.of("finished")), timeout=120)
             # An edit by hand (open -> ready) wakes it too.
             key = auto_project.new_issue("say two", status=Status.OPEN)
-            await anyio.sleep(0.3)
+            await watch.directories_watched()
             path = Path(str(auto_project.issue(key).path))
             path.write_text(path.read_text().replace("status: open", "status: ready"))
             await watch.until(lambda: len(watch.of("finished")) == 2, timeout=120)
@@ -66,7 +66,7 @@ def test_a_released_claim_wakes_the_watch(auto_project: AutoProject) -> None:
     async def scenario() -> None:
         async with watching(auto_project) as watch:
             await watch.ticks(1)
-            await anyio.sleep(0.3)
+            await watch.directories_watched()
             assert not watch.of("dispatched")  # held by someone else
             claim.release()
             await watch.until(lambda: bool(watch.of("finished")), timeout=120)

@@ -18,6 +18,7 @@ import pytest
 from beflow.trackers import Status
 from tests.support import terminal
 from tests.support.projects import AutoProject
+from tests.support.waiting import eventually
 
 #: A prior .acpxrc.json that is not JSON and not UTF-8: only an exact restore gets it back.
 ODD_PRIOR = b'{"defaultAgent": "x",\n  // a comment acpx would choke on\n\xff\xfe trailing\r\n'
@@ -54,14 +55,14 @@ def assert_prior_restored(project: AutoProject) -> None:
 
 def wait_for_prompt_turn(record: Path, timeout: float = 30.0) -> None:
     """Until the test agent has received its prompt (it then sleeps, and acpx waits for it)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if record.exists() and any(
-            json.loads(line)["method"] == "session/prompt" for line in record.read_text().splitlines()
-        ):
-            return
-        time.sleep(0.05)
-    raise AssertionError("the agent never got its prompt")
+    eventually(
+        lambda: (
+            record.exists()
+            and any(json.loads(line)["method"] == "session/prompt" for line in record.read_text().splitlines())
+        ),
+        "the agent got its prompt",
+        timeout,
+    )
 
 
 def test_the_person_answers_the_permission_prompt_and_the_agent_goes_on(

@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 from beflow.trackers import Status
 from tests.support import terminal
 from tests.support.projects import AutoProject
+from tests.support.waiting import eventually
 
 #: A native client stand-in: records what it was given and what it found, then exits with $STANDIN_EXIT.
 STANDIN = """#!{python}
@@ -212,9 +212,7 @@ def test_ctrl_c_at_the_terminal_is_the_clients_and_beflow_hands_back_its_end(
     key = project.new_issue("say hi")
     term = terminal.start("--open", key, cwd=project.directory, env={"STANDIN_SLEEP": "60"})
     try:
-        deadline = time.monotonic() + 30
-        while not calls(standins) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        eventually(lambda: calls(standins), "the native client started", 30)
         term.type("\x03")
         assert term.wait(timeout=30) == 130  # the client died of SIGINT: 128 + 2, as a shell reports it
     finally:

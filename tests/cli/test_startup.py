@@ -73,12 +73,14 @@ def test_an_idle_watch_into_a_pipe_loads_no_terminal_library(auto_project: AutoP
     assert "rich" not in loaded and "beflow" in loaded
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("args", "code", "out"), [(["--version"], 0, "beflow "), (["nonesuch"], 2, "")])
 def test_the_fast_exit_keeps_exit_codes_and_output(args: list[str], code: int, out: str, tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "beflow", *args], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == code and done.stdout.startswith(out)
 
 
+@pytest.mark.slow
 def test_the_fast_exit_flushes_long_output_to_a_pipe(tmp_path: Path) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     beflow = [sys.executable, "-m", "beflow"]

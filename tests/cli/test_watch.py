@@ -22,6 +22,7 @@ from beflow.mcp.inject import ACPXRC, journal_dir
 from beflow.records import RunRecord
 from beflow.trackers import Status
 from tests.support.projects import AutoProject
+from tests.support.waiting import eventually
 
 FAST = {"interval": 0.1, "concurrency": 2, "max_attempts": 2, "backoff": 0.1, "backoff_max": 1}
 
@@ -39,10 +40,7 @@ def events_of(stdout: str) -> list[dict[str, Any]]:
 
 
 def wait_for(path: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
+    eventually(path.exists, f"{path} appeared", timeout)
 
 
 # -- --once and --json ------------------------------------------------------------------------------------------
@@ -259,10 +257,7 @@ def test_a_watcher_stopped_before_any_issue_is_ready_exits_130(auto_project: Aut
     )
     auto_project.runs.create(left, "")
     process = beflow_process("watch", "--json", cwd=auto_project.directory)
-    deadline = time.monotonic() + 60
-    while auto_project.runs.get(left.id).outcome == "running":
-        assert time.monotonic() < deadline and process.poll() is None, "the watcher never ticked"
-        time.sleep(0.02)
+    eventually(lambda: auto_project.runs.get(left.id).outcome != "running", "the watcher ticked", alive=process)
     process.send_signal(signal.SIGTERM)
     try:
         stdout, _ = process.communicate(timeout=30)

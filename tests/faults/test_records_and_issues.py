@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ import pytest
 from beflow.trackers import Status
 from tests.faults.conftest import beflow_run, secrets_in_history
 from tests.support.projects import AutoProject
+from tests.support.waiting import eventually
 
 
 def test_a_lone_surrogate_in_the_agents_message_is_recorded_and_the_issue_moves_on(
@@ -98,13 +98,6 @@ def _start(project: AutoProject, *args: str) -> subprocess.Popen[str]:
     )
 
 
-def _when(condition: Callable[[], bool], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never came true"
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize("step", ["post-checkout", "post-commit"])
 def test_ctrl_c_during_a_git_step_cancels_the_run_and_puts_the_issue_back_to_ready(
     auto_project: AutoProject, tmp_path: Path, step: str, no_leftover_processes: None
@@ -113,7 +106,7 @@ def test_ctrl_c_during_a_git_step_cancels_the_run_and_puts_the_issue_back_to_rea
     _git_hook(auto_project, step, marker)  # post-checkout: git worktree add; post-commit: beflow's commit
     key = auto_project.new_issue("write hello.txt hi\\n")
     process = _start(auto_project, "--auto", key)
-    _when(marker.exists)
+    eventually(marker.exists, "the git hook started", alive=process)
 
     os.killpg(process.pid, signal.SIGINT)  # the terminal's Ctrl-C: beflow, git and the hook alike
     _, stderr = process.communicate(timeout=60)
@@ -138,7 +131,7 @@ def test_a_second_signal_cuts_a_cleanup_hook_short(
     auto_project.configure(hooks={"before_remove": f"trap '' TERM INT; touch {marker}; sleep 60"})
     key = auto_project.new_issue("write hello.txt hi\\n")
     process = _start(auto_project, "--auto", key)
-    _when(marker.exists)
+    eventually(marker.exists, "the git hook started", alive=process)
     started = time.monotonic()
 
     process.send_signal(signal.SIGTERM)
@@ -161,7 +154,7 @@ def test_a_sigterm_stops_a_git_step_that_hangs(
     _git_hook(auto_project, "post-checkout", marker)  # `git worktree add` waits 60 s for it
     key = auto_project.new_issue("write hello.txt hi\\n")
     process = _start(auto_project, "--auto", key)
-    _when(marker.exists)
+    eventually(marker.exists, "the git hook started", alive=process)
     started = time.monotonic()
 
     # `kill` from another shell reaches beflow alone; git runs in a worker thread no cancellation reaches.

@@ -15,6 +15,8 @@ import pytest
 
 from beflow.mcp.inject import ACPXRC, journal_dir
 
+pytestmark = pytest.mark.slow  # every test here starts beflow as a real process
+
 PRIOR = b'{"defaultAgent": "codex",\r\n "ttl": 1}'  # CRLF, no final newline: it must come back as is
 
 

@@ -24,6 +24,8 @@ from beflow.config import load_project
 from beflow.trackers import Status, open_tracker
 from tests.support.projects import config_file
 
+pytestmark = pytest.mark.slow  # every test here starts beflow as a real process
+
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 AGENT_SAFE = {
     "docs_locate",

@@ -28,6 +28,7 @@ from urllib.parse import parse_qsl, quote, urlsplit
 import pytest
 
 from tests.support.openapi import Spec, spec
+from tests.support.waiting import eventually
 
 TOKEN = "ghp_faketoken0123456789abcdefghijklmnopqr"
 OWNER, NAME = "octo", "hello"
@@ -592,7 +593,4 @@ class Watcher:
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
+    eventually(condition, what, timeout, interval=0.1)

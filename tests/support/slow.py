@@ -1,0 +1,79 @@
+"""Which tests are slow: those that start acpx or a ``beflow`` process (``pytest -m "not slow"`` leaves them out).
+
+Tests are marked at collection, from the fixtures they use and where they live; a test that starts such a process
+without having been marked fails in the fast loop with a message saying how to mark it, so the fast loop never
+quietly grows slow and the marks never go stale.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+#: Fixtures that start acpx or a beflow process, or hand the test what it needs to (the pinned acpx).
+SLOW_FIXTURES = frozenset({"acpx_bin", "beflow_process", "auto_project", "finished_run"})
+
+#: Folders whose every test runs beflow as a real process (the benchmarks run it many times).
+SLOW_FOLDERS = ("faults", "bench")
+
+
+def is_slow(item: pytest.Item) -> bool:
+    if item.get_closest_marker("slow") is not None:
+        return True
+    if SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    parts = Path(str(item.fspath)).parts
+    return any(folder in parts for folder in SLOW_FOLDERS)
+
+
+def mark(items: list[pytest.Item]) -> None:
+    for item in items:
+        if is_slow(item) and item.get_closest_marker("slow") is None:
+            item.add_marker(pytest.mark.slow)
+
+
+def starts_a_slow_process(args: Any) -> str | None:
+    """What, in a command line about to be started, makes it slow: the pinned acpx, or beflow (``python -m beflow``)."""
+    argv: Sequence[str] = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
+    words = [os.fsdecode(a) for a in argv]
+    if words and len(words) == 1:
+        words = words[0].split()
+    for index, word in enumerate(words):
+        name = os.path.basename(word)
+        # The pinned acpx (a stand-in script named acpx in a test's temp directory starts in milliseconds).
+        if (name == "acpx" and "node_modules" in word) or name == "npx":
+            return "acpx"
+        if name == "beflow":
+            return name
+        if word == "-m" and index + 1 < len(words) and words[index + 1] == "beflow":
+            return "python -m beflow"
+    return None
+
+
+class _Guarded(subprocess.Popen):  # type: ignore[type-arg]
+    test: str = ""
+
+    def __init__(self, args: Any, *rest: Any, **options: Any) -> None:
+        found = starts_a_slow_process(args)
+        if found is not None:
+            pytest.fail(
+                f"{self.test} starts {found} but is not marked slow: mark it `@pytest.mark.slow` (or use a fixture of "
+                "tests/support/slow.py's SLOW_FIXTURES), so that `pytest -m 'not slow'` stays fast",
+                pytrace=False,
+            )
+        super().__init__(args, *rest, **options)
+
+
+def guard(item: pytest.Item, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Around a test not marked slow: starting acpx or beflow fails it (in this process; children are not watched)."""
+    if item.get_closest_marker("slow") is not None:
+        yield
+        return
+    _Guarded.test = item.nodeid
+    monkeypatch.setattr(subprocess, "Popen", _Guarded)
+    yield
