@@ -92,8 +92,17 @@ Listener = Callable[[WatchEvent | RunEvent], None]
 class Dispatcher:
     """One ``beflow watch`` process."""
 
-    def __init__(self, project: Project, *, config_option: Path | None = None, listener: Listener | None = None):
+    def __init__(
+        self,
+        project: Project,
+        *,
+        config_option: Path | None = None,
+        listener: Listener | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
         self.project = project
+        #: The wall clock backoffs are due by (seconds since the epoch, as run records keep times); tests move it.
+        self.clock = clock
         self.tracker: Tracker = open_tracker(project)
         self.config_option = config_option
         self.listener = listener
@@ -103,7 +112,7 @@ class Dispatcher:
         self.recent: deque[RunRecord] = deque(maxlen=20)
         self.queue: list[Issue] = []
         self.tick_count = 0
-        self.next_tick = time.time()
+        self.next_tick = self.clock()
         self.stopping = False
         #: Why dispatching is held back (a configuration problem every run would hit), if it is.
         self.blocked: str | None = None
@@ -172,7 +181,7 @@ class Dispatcher:
                         await self._drain()
                         break
                     interval = self.project.config.watch.interval
-                    self.next_tick = time.time() + interval
+                    self.next_tick = self.clock() + interval
                     await self.wakeup.wait(self._until_next(interval))
             except anyio.get_cancelled_exc_class():
                 self.stopping = True
@@ -184,7 +193,7 @@ class Dispatcher:
 
     def _until_next(self, interval: float) -> float:
         """Seconds until the next tick is due with no event: the poll, or a backoff falling due before it."""
-        now = time.time()
+        now = self.clock()
         due = [self._polled + interval - time.monotonic()] + [b.due - now for b in self.backoffs.values()]
         return max(0.0, min(due))
 
@@ -302,14 +311,14 @@ class Dispatcher:
 
     def _queue(self) -> None:
         """The queue: what is ready, not running and not backing off (those are shown apart, with their due time)."""
-        now = time.time()
+        now = self.clock()
         ready = [i for i in self.tracker.ready() if i.key not in self.running]
         self._recall([i.key for i in ready if i.key not in self.attempts])
         self.queue = [i for i in ready if not (i.key in self.backoffs and self.backoffs[i.key].due > now)]
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         free = self.project.config.watch.concurrency - len(self.running)
-        now = time.time()
+        now = self.clock()
         for issue in list(self.queue):
             if free <= 0 or self.stopping:
                 break
@@ -409,7 +418,7 @@ class Dispatcher:
             self.attempts[key] = 0
         elif step.action == "retry":
             self.attempts[key] = record.attempt
-            self.backoffs[key] = Backoff(key, step.attempt, time.time() + step.delay, record.stop_reason or "")
+            self.backoffs[key] = Backoff(key, step.attempt, self.clock() + step.delay, record.stop_reason or "")
             self.emit("retry_scheduled", key, attempt=step.attempt, delay=step.delay)
         elif step.action == "give_up":
             self.attempts.pop(key, None)  # a person who fixes the cause and reopens it starts a fresh round

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -61,10 +62,23 @@ class Watch:
         await self.until(lambda: self.dispatcher.tick_count >= target)
 
 
+class Clock:
+    """A wall clock a test moves by hand (``Dispatcher(clock=...)``): backoffs fall due without waiting for them."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
 @asynccontextmanager
-async def watching(project: AutoProject) -> AsyncIterator[Watch]:
+async def watching(project: AutoProject, clock: Clock | None = None) -> AsyncIterator[Watch]:
     """``beflow watch`` on ``project`` for the body of the ``async with``; stopped (runs cancelled) after it."""
-    dispatcher = Dispatcher(load_project(project.config_path))
+    dispatcher = Dispatcher(load_project(project.config_path), clock=clock or time.time)
     watch = Watch(dispatcher)
     dispatcher.listener = lambda event: watch.events.append(event) if isinstance(event, WatchEvent) else None
     async with anyio.create_task_group() as tasks:
@@ -168,23 +182,29 @@ def test_a_failing_issue_is_retried_with_backoff_on_its_branch_then_failed_after
     assert "beflow gives up on this issue: 3 attempt(s)" in issue.comments[-1].text
 
 
-def test_a_retry_waits_for_its_backoff(auto_project: AutoProject) -> None:
-    """While backing off, the issue is ready on the tracker but not dispatched, and shows as backing off."""
+def test_a_retry_waits_for_its_backoff_and_runs_when_it_falls_due(auto_project: AutoProject) -> None:
+    """While backing off, the issue is ready on the tracker but not dispatched, and shows as backing off; an hour
+    later (on the test's clock) the retry runs."""
     auto_project.configure(watch=fast(max_attempts=2, backoff=3600))
     key = auto_project.new_issue("fail once")
+    clock = Clock()
 
-    async def scenario() -> tuple[Watch, list[Any]]:
-        async with watching(auto_project) as watch:
+    async def scenario() -> tuple[Watch, list[Any], int]:
+        async with watching(auto_project, clock) as watch:
             await watch.until(lambda: bool(watch.of("retry_scheduled")))
             await watch.ticks(3)
             backoffs = watch.dispatcher.snapshot().backoffs
-        return watch, backoffs
+            dispatched_while_waiting = len(watch.of("dispatched", key))
+            clock.advance(3600)
+            await watch.until(lambda: len(watch.of("finished", key)) == 2)
+        return watch, backoffs, dispatched_while_waiting
 
-    watch, backoffs = anyio.run(scenario)
+    watch, backoffs, dispatched_while_waiting = anyio.run(scenario)
 
-    assert len(watch.of("dispatched", key)) == 1
+    assert dispatched_while_waiting == 1
     assert [(b.key, b.attempt) for b in backoffs] == [(key, 2)]
-    assert auto_project.issue(key).status == Status.READY
+    assert [e.data["attempt"] for e in watch.of("dispatched", key)] == [1, 2]
+    assert auto_project.issue(key).status == Status.FAILED  # max_attempts reached
 
 
 @pytest.mark.parametrize(
