@@ -201,10 +201,6 @@ class Project(BaseModel):
         return (self.directory / tracker.dir).resolve()
 
     @property
-    def runs_dir(self) -> Path:
-        return self.state_dir / "runs"
-
-    @property
     def worktrees_dir(self) -> Path:
         configured = self.config.worktrees.dir
         if configured:

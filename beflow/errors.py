@@ -21,9 +21,6 @@ class BeflowError(Exception):
         self.message = message
         self.fix = fix
 
-    def to_dict(self) -> dict[str, str | None]:
-        return {"code": self.code, "message": self.message, "fix": self.fix}
-
 
 class UsageError(BeflowError):
     """Bad usage: wrong arguments or options. Nothing was changed."""

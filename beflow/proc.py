@@ -227,11 +227,6 @@ async def stop_group(pgid: int, grace: float = DEFAULT_GRACE, leader: anyio.abc.
                 await anyio.sleep(0.01)
 
 
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (children, their children, ...)."""
-    return [process.pid for process in _tree(pid)[1:]]
-
-
 def _tree(pid: int) -> list[psutil.Process]:
     """``pid`` and every live process below it; empty when ``pid`` is gone."""
     try:

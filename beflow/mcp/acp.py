@@ -71,14 +71,6 @@ def _pairs(record: Mapping[str, str], *, reveal: bool) -> list[NameValue]:
 AcpServer = AcpStdio | AcpRemote
 
 
-def to_acp(name: str, server: Server, *, reveal: bool = True) -> AcpServer:
-    """One server in the ACP shape; ``reveal=False`` masks env and header values (for display only)."""
-    if isinstance(server, StdioServer):
-        return AcpStdio(name=name, command=server.command, args=server.args, env=_pairs(server.env, reveal=reveal))
-    assert isinstance(server, RemoteServer)
-    return AcpRemote(type=server.type, name=name, url=server.url, headers=_pairs(server.headers, reveal=reveal))
-
-
 def acp_servers(servers: Iterable[tuple[str, Server]], *, reveal: bool = True) -> list[AcpServer]:
     """Every server in the ACP shape, sorted by name."""
     ordered = sorted(servers, key=lambda item: item[0])
