@@ -10,7 +10,9 @@ one issue.
 
 from __future__ import annotations
 
+import inspect
 import re
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, cast
@@ -185,11 +187,9 @@ def operation(
     def register(handler: Callable[[Context, I], O]) -> Operation[I, O]:
         if name in REGISTRY:
             raise BeflowError(f"operation {name!r} is registered twice")
-        hints = handler.__annotations__
-        model = _resolve(handler, hints.get("payload") or hints.get("data"))
+        model, output = _models(handler)
         if not (isinstance(model, type) and issubclass(model, BaseModel)):
             raise TypeError(f"{name}: the handler's second parameter must be annotated with a pydantic model")
-        output = _resolve(handler, hints.get("return"))
         if not (isinstance(output, type) and issubclass(output, BaseModel)):
             raise TypeError(f"{name}: the handler must be annotated to return a pydantic model (an object)")
         op = Operation(
@@ -216,14 +216,9 @@ def operation(
     return register
 
 
-def _resolve(handler: Callable[..., Any], annotation: Any) -> Any:
-    return handler.__globals__.get(annotation, annotation) if isinstance(annotation, str) else annotation
-
-
-def load_all() -> dict[str, Operation[Any, Any]]:
-    """Every operation, registered by importing the modules that declare them."""
-    import beflow.handbook
-    import beflow.issues
-    import beflow.runs  # noqa: F401 - each registers its operations
-
-    return REGISTRY
+def _models(handler: Callable[..., Any]) -> tuple[Any, Any]:
+    """The handler's input model (its second parameter's type, whatever the parameter is called) and its output
+    model (its return type), with string annotations resolved in the handler's module."""
+    hints = typing.get_type_hints(handler)
+    parameters = list(inspect.signature(handler).parameters)
+    return (hints.get(parameters[1]) if len(parameters) > 1 else None), hints.get("return")

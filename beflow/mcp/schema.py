@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from beflow import __version__
 from beflow.config import Project
 from beflow.errors import OutOfScopeError, UsageError
-from beflow.operations import Operation, load_all
+from beflow.operations import REGISTRY, Operation
 
 #: The name beflow's server has in MCP client configs (and in injected sets, with ``mcp.self``).
 SERVER_NAME = "beflow"
@@ -30,6 +30,16 @@ TOOL_SERVER_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 META_KEY = "beflow/operation"
 
 Permission = Literal["allow", "ask", "deny"]
+
+
+def load_all() -> dict[str, Operation[Any, Any]]:
+    """Every operation beflow serves, registered by importing the modules that declare them (the registry itself
+    knows none of them: they import it)."""
+    import beflow.handbook
+    import beflow.issues
+    import beflow.runs  # noqa: F401 - each registers its operations
+
+    return REGISTRY
 
 
 def ordered() -> list[Operation[Any, Any]]:

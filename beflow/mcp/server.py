@@ -52,8 +52,8 @@ from beflow.errors import BeflowError, NotFoundError, TooLargeError, UsageError
 from beflow.files import atomic_write
 from beflow.issues import IssueView
 from beflow.manual import docs_dir
-from beflow.mcp.schema import SERVER_NAME, exposed, tool
-from beflow.operations import Context, Operation, load_all
+from beflow.mcp.schema import SERVER_NAME, exposed, load_all, tool
+from beflow.operations import Context, Operation
 from beflow.paths import beflow_home
 from beflow.records import RunRecord
 from beflow.trackers.base import format_time, normalize_key
