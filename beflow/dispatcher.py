@@ -33,6 +33,7 @@ from beflow.lifecycle import RunRequest, requeue_orphans, settle_orphans
 from beflow.policy import after_run, is_final, recall
 from beflow.records import RunRecord, RunStore
 from beflow.trackers import Issue, Status, Tracker, open_tracker, reading_once
+from beflow.trackers.base import WatchesDirectories
 from beflow.wake import Wakeup, watch_directories
 
 #: Finished runs a long watch keeps in memory besides the live view's ``recent`` (the records on disk keep them
@@ -199,8 +200,7 @@ class Dispatcher:
 
     def _watched_directories(self) -> list[Path]:
         """The directories whose changes wake the dispatcher (the local tracker's issues and claims)."""
-        watched = getattr(self.tracker, "watched_directories", None)
-        return list(watched()) if callable(watched) else []
+        return self.tracker.watched_directories() if isinstance(self.tracker, WatchesDirectories) else []
 
     async def _drain(self) -> None:
         """``--once``: dispatch no more, wait for the runs, still reconciling every ``interval`` (a run whose issue is

@@ -14,7 +14,7 @@ from beflow.errors import BeflowError, ConfigError, Interrupted
 from beflow.mcp.acp import shadowed_global_servers
 from beflow.mcp.cascade import check_cascade
 from beflow.trackers import Status, open_tracker
-from beflow.trackers.base import FileProblem
+from beflow.trackers.base import FileProblem, SetsUpLabels
 
 #: acpx probes may download the pinned release through npx on first use.
 ACPX_PROBE_TIMEOUT = 300.0
@@ -192,10 +192,9 @@ def check_tracker(project: Project) -> Check:
     detail = f"{tracker.description}: {total} issue{'s' if total != 1 else ''}"
     if counts:
         detail += " (" + ", ".join(f"{n} {status}" for status, n in counts.items()) + ")"
-    missing = getattr(tracker, "missing_labels", None)
-    if missing is not None:
+    if isinstance(tracker, SetsUpLabels):
         try:
-            absent = missing()
+            absent = tracker.missing_labels()
         except BeflowError as error:
             return Check("tracker", False, error.message, error.fix)
         if absent:

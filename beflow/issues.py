@@ -24,6 +24,7 @@ from beflow.trackers.base import (
     Listing,
     ListingStream,
     Status,
+    StreamsListings,
     Tracker,
     normalize_key,
 )
@@ -113,10 +114,8 @@ def stream_issues(context: Context, payload: ListIssues) -> ListingStream:
     """``issue.list`` row by row, for a caller that renders it as it comes (``issues list``): a tracker that can read
     its issues one at a time (the local one) never holds them all."""
     trackers = tracker(context)
-    stream = getattr(trackers, "stream", None)
-    if callable(stream):
-        result: ListingStream = stream(status=payload.status, label=payload.label)
-        return result
+    if isinstance(trackers, StreamsListings):
+        return trackers.stream(status=payload.status, label=payload.label)
     return ListingStream.of(trackers.listing(status=payload.status, label=payload.label))
 
 

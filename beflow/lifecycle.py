@@ -28,6 +28,7 @@ from beflow.paths import ACPXRC
 from beflow.policy import give_up_note, status_after
 from beflow.records import DONE_OUTCOMES, Mode, Outcome, RunRecord, RunStore, new_run_id, now
 from beflow.trackers import Issue, Status, Tracker
+from beflow.trackers.base import ShowsProgress
 
 
 @dataclass
@@ -242,9 +243,10 @@ class Session:
 
     def emit(self, kind: RunEventKind, **data: Any) -> None:
         self._events(RunEvent(kind, self.record.id, self.record.issue, data))
-        progress = getattr(self.tracker, "progress", None)  # trackers that show a run's progress on the issue
-        if kind == "activity" and progress is not None and self.claim_lost is None:
-            progress(self.record.issue, f"beflow run `{self.record.id}` is working on this issue: {data['latest']}")
+        if kind == "activity" and isinstance(self.tracker, ShowsProgress) and self.claim_lost is None:
+            self.tracker.progress(
+                self.record.issue, f"beflow run `{self.record.id}` is working on this issue: {data['latest']}"
+            )
 
     def start(self, prompt_text: str, note: str | None = None) -> None:
         """The record is written with its prompt, and the tracker says a run works on the issue."""

@@ -43,7 +43,7 @@ from beflow.paths import ACPXRC, acpx_home
 from beflow.policy import judge, status_after
 from beflow.records import CappedLog, Mode, Outcome, RunRecord, RunStore
 from beflow.trackers import Status, Tracker, reading_once
-from beflow.trackers.base import Claim, ClaimLost
+from beflow.trackers.base import Claim, ClaimLost, Publishes
 
 #: Seconds beyond ``timeout`` that beflow gives acpx to stop by itself before stopping it.
 TIMEOUT_MARGIN = 15.0
@@ -237,14 +237,19 @@ class _InWorktree:
         """Push the branch and open (or, on a retry, update) its pull request; a failure is said, not fatal: the
         work is committed on the branch either way."""
         record, issue = self.record, self.session.issue
-        publish = getattr(self.session.tracker, "publish", None)
-        if record.branch is None or record.commit is None or publish is None:
+        tracker = self.session.tracker
+        if record.branch is None or record.commit is None or not isinstance(tracker, Publishes):
             return reason
         draft = record.model_copy(update={"outcome": outcome, "stop_reason": reason})
         body = f"{summary(draft)}\n\nCloses #{issue.key}" + (f" ({issue.url})" if issue.url else "")
         try:
             url, opened = await workers.blocking(
-                publish, self.project.directory, record.branch, issue.title, body, draft=self.config.after_run.draft
+                tracker.publish,
+                self.project.directory,
+                record.branch,
+                issue.title,
+                body,
+                draft=self.config.after_run.draft,
             )
         except BeflowError as error:
             self.emit("notice", message=f"no pull request: {error.message}")

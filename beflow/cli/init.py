@@ -17,16 +17,16 @@ from beflow.scaffold import init_project
 def _github_labels(app: App) -> None:
     from beflow.config import load_project
     from beflow.trackers import open_tracker
+    from beflow.trackers.base import SetsUpLabels
 
     project = load_project(app.config_option)
     tracker = open_tracker(project)
-    ensure = getattr(tracker, "ensure_labels", None)
-    if ensure is None:
+    if not isinstance(tracker, SetsUpLabels):
         raise UsageError(
             f"--github: the tracker in {project.config_path or 'the defaults'} is not GitHub",
             fix='Set "tracker": {"kind": "github", "repo": "owner/name"} in .beflow/config.json, then run it again.',
         )
-    created = ensure()
+    created = tracker.ensure_labels()
     if created:
         out.print(f"Created the labels {', '.join(created)} in {tracker.description.split(' labelled')[0]}")
     else:

@@ -14,6 +14,7 @@ from beflow.trackers.base import (
     FileProblem,
     Issue,
     Listing,
+    ReadsOnce,
     Status,
     Tracker,
 )
@@ -49,6 +50,5 @@ def open_tracker(project: Project) -> Tracker:
 def reading_once(tracker: Tracker) -> Iterator[None]:
     """Within the block, the tracker reads its issues once and answers every question from that reading (its own
     writes start a new one); a tracker that cannot do that reads as usual."""
-    hold = getattr(tracker, "reading_once", None)
-    with hold() if callable(hold) else contextlib.nullcontext():
+    with tracker.reading_once() if isinstance(tracker, ReadsOnce) else contextlib.nullcontext():
         yield

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
@@ -407,16 +408,8 @@ class Tracker(Protocol):
         """Hold the issue exclusively; :class:`~beflow.errors.LockedError` naming the holder when taken."""
         ...
 
-    def release(self, claim: Claim) -> None:
-        """Give up a claim (the same as ``claim.release()``)."""
-        ...
-
     def holder(self, key: str) -> ClaimInfo | None:
         """Who holds a live claim on the issue, if anyone."""
-        ...
-
-    def refresh(self, issue: Issue) -> Issue:
-        """The issue as it is now (people edit issues while runs are going)."""
         ...
 
     def orphaned(self) -> list[Issue]:
@@ -426,3 +419,53 @@ class Tracker(Protocol):
     def last_holder(self, key: str) -> ClaimInfo | None:
         """Who held the claim on the issue last, live or not (the note a killed run left), if anyone said."""
         ...
+
+
+# -- what only some trackers can do ---------------------------------------------------------------------------------
+# Each is a protocol of its own, asked for with isinstance (``isinstance(tracker, ShowsProgress)``): a new tracker
+# implements the ones it can, and every caller says plainly what it does without them.
+
+
+@runtime_checkable
+class StreamsListings(Protocol):
+    """Listings read one issue at a time (the local tracker, from its index), never all of them held at once."""
+
+    def stream(self, status: Status | None = None, label: str | None = None) -> ListingStream: ...
+
+
+@runtime_checkable
+class ReadsOnce(Protocol):
+    """Within :meth:`reading_once`, every question is answered from one look at the issues (a watch tick)."""
+
+    def reading_once(self) -> AbstractContextManager[None]: ...
+
+
+@runtime_checkable
+class WatchesDirectories(Protocol):
+    """Issues live in directories whose changes may make an issue startable: a watch wakes on them."""
+
+    def watched_directories(self) -> list[Path]: ...
+
+
+@runtime_checkable
+class ShowsProgress(Protocol):
+    """A run's progress can be shown on the issue (GitHub edits one comment); whether it was shown now."""
+
+    def progress(self, key: str, text: str, *, force: bool = False) -> bool: ...
+
+
+@runtime_checkable
+class SetsUpLabels(Protocol):
+    """Statuses are labels that must exist first (``beflow init`` creates them, ``beflow doctor`` names the
+    missing ones)."""
+
+    def missing_labels(self) -> list[str]: ...
+
+    def ensure_labels(self) -> list[str]: ...
+
+
+@runtime_checkable
+class Publishes(Protocol):
+    """The branch of a run can be pushed and proposed as a pull request: its URL, and whether it is new."""
+
+    def publish(self, directory: Path, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]: ...

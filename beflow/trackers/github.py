@@ -264,9 +264,6 @@ class GitHubTracker:
         author = (raw.get("user") or {}).get("login") or "ghost"
         return Comment(author=author, created=_time(raw["created_at"]), text=text)
 
-    def refresh(self, issue: Issue) -> Issue:
-        return self.get(issue.key)
-
     # -- writing ---------------------------------------------------------------------------------------------------
 
     def ensure_labels(self) -> builtins.list[str]:
@@ -536,9 +533,6 @@ class GitHubTracker:
             renew_every=max(self.settings.lease / 3, 0.2),
             expires=lambda: state.expires - time.monotonic(),
         )
-
-    def release(self, claim: Claim) -> None:
-        claim.release()
 
     def holder(self, key: str) -> ClaimInfo | None:
         key = normalize_key(key)

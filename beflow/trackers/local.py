@@ -701,9 +701,6 @@ class LocalTracker:
         titles = {i.key: i.title for i in issues}
         return f"{message}; did you mean: " + ", ".join(f"{k} ({titles[k]})" for k in close)
 
-    def refresh(self, issue: Issue) -> Issue:
-        return self.get(issue.key)
-
     # writing -----------------------------------------------------------------------------------------------------
 
     def _write(self, issue: Issue) -> None:
@@ -803,9 +800,6 @@ class LocalTracker:
                 fix="Wait for that run to finish or stop it; a claim ends by itself when its process dies.",
             )
         return Claim(info, lock.release)
-
-    def release(self, claim: Claim) -> None:
-        claim.release()
 
     def holder(self, key: str) -> ClaimInfo | None:
         key = normalize_key(key)

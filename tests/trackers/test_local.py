@@ -274,7 +274,7 @@ def test_refresh_sees_hand_edits(tracker: LocalTracker) -> None:
     issue = tracker.create("Fix the login crash")
     path = Path(str(issue.path))
     path.write_text(path.read_text().replace("status: ready", "status: closed"))
-    assert tracker.refresh(issue).status == Status.CLOSED
+    assert tracker.get(issue.key).status == Status.CLOSED
 
 
 # --- broken files --------------------------------------------------------------------------------------------------
@@ -477,7 +477,7 @@ def test_a_claim_is_exclusive_across_processes_and_ends_when_its_holder_dies(tra
     assert tracker.holder(issue.key) is None
     claim = tracker.claim(issue.key, owner="me")
     assert json.loads((tracker.project_dir / ".beflow" / "claims" / "1.json").read_text())["owner"] == "me"
-    tracker.release(claim)
+    claim.release()
     assert not (tracker.project_dir / ".beflow" / "claims" / "1.json").exists()
 
 
