@@ -279,13 +279,13 @@ class Session:
         self.redact_hooks = Redactor(secret, words=True, secrets=self.secrets)
 
     def mask_record(self) -> None:
-        """The record (in memory: the summary, the comment and the pull request are built from it) and the run's
-        progress file with every secret masked."""
+        """The record (in memory: the summary, the comment and the pull request are built from it), the run's
+        progress file and its prompt with every secret masked."""
         masked = RunRecord.model_validate_json(self.redact.text(self.record.to_json()))
         for name in RunRecord.model_fields:
             if getattr(masked, name) != getattr(self.record, name):
                 setattr(self.record, name, getattr(masked, name))
-        self.store.mask_progress(self.record.id)
+        self.store.mask_files(self.record.id)
 
     @asynccontextmanager
     async def injected(self, cwd: Path) -> AsyncIterator[Injection | None]:

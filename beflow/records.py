@@ -266,17 +266,19 @@ class RunStore:
         finally:
             os.close(fd)
 
-    def mask_progress(self, run_id: str) -> None:
-        """Rewrite the run's progress file with secret values masked (its lines come from another process, which
-        may not know every secret this one holds)."""
-        path = self.directory(run_id) / PROGRESS_FILE
-        try:
-            data = path.read_bytes()
-        except OSError:
-            return
-        masked = self.mask(data.decode("utf-8", "replace"))
-        if masked.encode("utf-8") != data:
-            atomic_write(path, masked, durable=False)
+    def mask_files(self, run_id: str, names: Collection[str] = (PROGRESS_FILE, "prompt.md")) -> None:
+        """Rewrite the run's progress file and prompt with secret values masked, once the agent is done with them:
+        the progress lines come from another process, which may not know every secret this one holds, and the
+        prompt was written before the run's servers were known."""
+        for name in names:
+            path = self.directory(run_id) / name
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            masked = self.mask(data.decode("utf-8", "replace"))
+            if masked.encode("utf-8") != data:
+                atomic_write(path, masked, durable=False)
 
     def progress(self, run_id: str) -> list[ProgressNote]:
         """The run's latest progress lines, oldest first (lines that do not parse are skipped)."""
