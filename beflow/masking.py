@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from pydantic import ValidationError
-
-from beflow.agent_env import held_secrets
-from beflow.mcp.acp import AcpRemote, AcpServer, AcpStdio
-from beflow.mcp.own import is_own_server
-from beflow.mcp.redact import Redactor
 from beflow.operations import Context
-from beflow.paths import ACPXRC
-from beflow.records import RunRecord, RunStore
+
+if TYPE_CHECKING:  # loaded when an agent bound to a run speaks: every other command starts without them
+    from beflow.mcp.acp import AcpServer
+    from beflow.mcp.redact import Redactor
+    from beflow.records import RunRecord
 
 #: The largest injected file read for its values (the injected set of a big ``.mcp.json`` stays well below).
 MAX_INJECTED = 8 << 20
@@ -30,6 +28,12 @@ MAX_INJECTED = 8 << 20
 def injected_servers(record: RunRecord) -> list[AcpServer]:
     """The servers injected into the run's ``.acpxrc.json`` (in its worktree, or the checkout of a supervised run),
     beflow's own left out; none when the file is not there or not the run's."""
+    from pydantic import ValidationError
+
+    from beflow.mcp.acp import AcpRemote, AcpStdio
+    from beflow.mcp.own import is_own_server
+    from beflow.paths import ACPXRC
+
     place = record.worktree or record.checkout
     if not place or not record.mcp_servers:
         return []
@@ -55,6 +59,10 @@ def injected_servers(record: RunRecord) -> list[AcpServer]:
 
 
 def _redactor(context: Context) -> Redactor:
+    from beflow.agent_env import held_secrets
+    from beflow.mcp.redact import Redactor
+    from beflow.records import RunRecord, RunStore
+
     record = None
     if context.bound_run is not None:
         try:
