@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from beflow.mcp.acp import MASK
-from tests.faults.conftest import Done
+from tests.faults.conftest import Done, unprivileged
 from tests.support.github import TOKEN, FakeGitHub
 from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject, git
 
@@ -46,16 +45,6 @@ while [ "$p" -gt 1 ]; do
   if head -c 1 "/proc/$p/mem" >/dev/null 2>&1; then echo "pid $p: mem open" >> "$out"; fi
 done
 """
-
-
-def unprivileged(argv: list[str]) -> list[str]:
-    """``argv`` as an ordinary user's process: as root, without capabilities (no ``CAP_SYS_PTRACE``, which would
-    let any process read any other's environment whatever beflow does)."""
-    if os.geteuid() != 0:
-        return argv
-    setpriv = shutil.which("setpriv")
-    assert setpriv, "setpriv (util-linux) is needed to run these tests as root"
-    return [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--", *argv]
 
 
 def run_beflow(project: AutoProject, *args: str, env: dict[str, str], timeout: float = 180) -> Done:
@@ -125,9 +114,12 @@ def assert_nothing_to_steal(loot: Path) -> None:
 def test_an_agent_that_reads_its_own_and_beflows_environment_finds_no_token_in_any_mode(
     on_github: AutoProject, github: FakeGitHub, tmp_path: Path, mode: str, no_leftover_processes: None
 ) -> None:
-    snoop, loot = tmp_path / "snoop.sh", tmp_path / "loot.txt"
+    snoop, loot, hook_loot = tmp_path / "snoop.sh", tmp_path / "loot.txt", tmp_path / "hook-loot.txt"
     snoop.write_text(SNOOP)
     on_github.configure(open={"default": ["sh", str(snoop), str(loot), "{prompt}"]})
+    worktree = mode in ("--auto", "watch")
+    if worktree:  # a hook runs where the agent worked: it gets what the agent gets
+        on_github.configure(hooks={"after_run": f"sh {snoop} {hook_loot}"})
     github.add_issue("Look around", labels=["beflow", "beflow:ready"], body=f"acp-test: run sh {snoop} {loot}")
     args = {"--auto": ["--auto", "1"], "watch": ["watch", "--once"], "--attend": ["--attend", "1"]}
     done = run_beflow(on_github, *args.get(mode, ["--open", "1"]), env=SECRETS_ENV)
@@ -135,6 +127,8 @@ def test_an_agent_that_reads_its_own_and_beflows_environment_finds_no_token_in_a
     assert done.code == 0, done.stdout + done.stderr
     assert loot.is_file(), done.stderr
     assert_nothing_to_steal(loot)
+    if worktree:
+        assert_nothing_to_steal(hook_loot)
     assert token_anywhere(on_github, github, done) == []
     assert token_anywhere(on_github, github, done, AWS_SECRET) == []
 
