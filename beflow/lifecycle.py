@@ -28,7 +28,17 @@ from beflow.mcp.own import is_own_server
 from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC
 from beflow.policy import give_up_note, status_after
-from beflow.records import DONE_OUTCOMES, Mode, Outcome, RunRecord, RunStore, new_run_id, now
+from beflow.records import (
+    DONE_OUTCOMES,
+    WORDS_FIELDS,
+    Mode,
+    Outcome,
+    RunRecord,
+    RunStore,
+    masked_record,
+    new_run_id,
+    now,
+)
 from beflow.trackers import Issue, Status, Tracker
 
 
@@ -281,8 +291,8 @@ class Session:
     def mask_record(self) -> None:
         """The record (in memory: the summary, the comment and the pull request are built from it), the run's
         progress file and its prompt with every secret masked."""
-        masked = RunRecord.model_validate_json(self.redact.text(self.record.to_json()))
-        for name in RunRecord.model_fields:
+        masked = masked_record(self.record, self.redact.text)
+        for name in WORDS_FIELDS:
             if getattr(masked, name) != getattr(self.record, name):
                 setattr(self.record, name, getattr(masked, name))
         self.store.mask_files(self.record.id)

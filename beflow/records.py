@@ -228,6 +228,25 @@ FINISHED_RUNS = "finished-runs"
 _FINISHED: dict[str, tuple[int, int, int]] = {}
 
 
+#: The fields of a record that hold words (the agent's, a tool's, an error's) rather than names beflow chose: the
+#: ones secrets are masked in. Paths, ids and commits are left alone: a secret value that happens to be a path
+#: (``"DATA_DIR": "/home/me/app"``) must not turn the record's own paths into masks.
+WORDS_FIELDS = ("title", "stop_reason", "final_message", "resume_note", "restored", "changed_files", "dirty_before")
+
+
+def masked_record(record: RunRecord, mask: Callable[[str], str]) -> RunRecord:
+    """A copy of ``record`` with :data:`WORDS_FIELDS` and the progress lines masked."""
+    update: dict[str, object] = {}
+    for name in WORDS_FIELDS:
+        value = getattr(record, name)
+        if isinstance(value, str):
+            update[name] = mask(value)
+        elif isinstance(value, list):
+            update[name] = [mask(item) for item in value]
+    update["progress"] = [note.model_copy(update={"text": mask(note.text)}) for note in record.progress]
+    return record.model_copy(update=update)
+
+
 class RunStore:
     """The run records of one project."""
 
@@ -253,7 +272,7 @@ class RunStore:
         # Only the final record is made durable: after a crash, a record still `running` (whichever version of
         # it survives) is closed as cancelled by the next beflow, which is all recovery needs from it.
         path = self.directory(record.id) / "run.json"
-        atomic_write(path, self.mask(record.to_json()) + "\n", durable=record.finished)
+        atomic_write(path, masked_record(record, self.mask).to_json() + "\n", durable=record.finished)
         if record.finished:
             self._note_finished([record.id])
 

@@ -212,3 +212,18 @@ def test_a_store_with_a_mask_writes_and_reads_back_every_secret_masked(tmp_path:
 
     assert not [p for p in store.directory(record.id).rglob("*") if p.is_file() and secret in p.read_text()]
     assert RunStore(tmp_path).get(record.id).final_message == "final ••••"
+
+
+def test_secrets_are_masked_in_a_records_words_never_in_its_paths_and_ids(tmp_path: Path) -> None:
+    path_secret = str(tmp_path / "app")  # an injected server's env value may well be a path
+    store = RunStore(tmp_path, mask=lambda text: text.replace(path_secret, "••••"))
+    record = RunRecord(id="20240101-000000-1-abcd", issue="1", mode="attend", agent="a", started_at=now())
+    record.checkout = path_secret
+    record.final_message = f"I looked in {path_secret}"
+    record.changed_files = [f"M\t{path_secret}/x"]
+    store.create(record, "prompt")
+
+    saved = RunStore(tmp_path).get(record.id)
+    assert saved.checkout == path_secret
+    assert saved.final_message == "I looked in ••••"
+    assert saved.changed_files == ["M\t••••/x"]
