@@ -19,7 +19,7 @@ from pathlib import Path
 
 import anyio
 
-from beflow import proc
+from beflow import agent_env, proc
 from beflow.acpx import AGENT_MISSING, Transcript, agent_args, forget_session
 from beflow.config import CONFIG_PATH, AgentCommand, Config
 from beflow.errors import BeflowError
@@ -221,7 +221,9 @@ async def probe_async(config: Config, *, timeout: float = PROBE_TIMEOUT) -> Prob
     with tempfile.TemporaryDirectory(prefix="beflow-doctor-") as directory:
         cwd = Path(directory)
         try:
-            result = await proc.run(probe_argv(config, cwd, "beflow-doctor"), cwd=cwd, timeout=timeout)
+            # The environment a run gives the agent: a login that needs a withheld variable shows here.
+            unset = agent_env.for_agent(config).unset
+            result = await proc.run(probe_argv(config, cwd, "beflow-doctor"), cwd=cwd, timeout=timeout, unset=unset)
         except BeflowError as error:
             return Probe(False, error.message, error.fix)
         transcript = Transcript()

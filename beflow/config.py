@@ -50,6 +50,13 @@ class LocalTracker(Model):
     kind: Literal["local"] = "local"
     dir: str = ".beflow/issues"
 
+    def secret_env(self) -> list[str]:
+        """The environment variables holding this tracker's secrets: none (files on disk)."""
+        return []
+
+    def agent_gets_secrets(self) -> bool:
+        return False
+
 
 class GitHubTracker(Model):
     """GitHub Issues (docs/trackers.md): which issues are beflow's, where status lives, how claims are leased."""
@@ -69,6 +76,15 @@ class GitHubTracker(Model):
     lease: Seconds = 300.0
     #: Whether the agent's environment gets the token (it does not by default).
     agent_token: Flag = False
+
+    def secret_env(self) -> list[str]:
+        """The environment variables holding this tracker's secrets: every run masks their values and withholds
+        them from the agent (docs/safety.md)."""
+        return [self.token_env]
+
+    def agent_gets_secrets(self) -> bool:
+        """Whether the agent's environment keeps :meth:`secret_env` (``agent_token``)."""
+        return self.agent_token
 
     @field_validator("repo")
     @classmethod
@@ -134,6 +150,17 @@ class Attend(Model):
     permissions: Permissions = "approve-reads"
 
 
+EnvName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_*?\[\]!.-]+$")]
+
+
+class AgentEnv(Model):
+    """How the agent's environment differs from the default (docs/safety.md#the-agents-environment): names and
+    globs (``fnmatch``) passed although the default drop list names them, and names dropped besides."""
+
+    pass_: list[EnvName] = Field(default_factory=list, alias="pass")
+    drop: list[EnvName] = Field(default_factory=list)
+
+
 class Mcp(Model):
     enabled: Flag = False
     self_server: Flag = Field(default=False, alias="self")
@@ -155,6 +182,7 @@ class Config(Model):
     open: dict[str, list[str]] = Field(default_factory=dict)
     attend: Attend = Field(default_factory=Attend)
     mcp: Mcp = Field(default_factory=Mcp)
+    agent_env: AgentEnv = Field(default_factory=AgentEnv)
 
     @field_validator("tracker", mode="before")
     @classmethod

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from beflow import ACPX_VERSION, agents, preflight, proc
+from beflow import ACPX_VERSION, agent_env, agents, preflight, proc
 from beflow.config import CONFIG_PATH, Config, Project, earlier_root_config, load_project
 from beflow.errors import BeflowError, ConfigError, Interrupted
 from beflow.mcp.acp import shadowed_global_servers
@@ -239,6 +239,23 @@ def check_runs(project: Project) -> Check:
 
 
 PROJECT_CHECKS.append(check_runs)
+
+
+def check_agent_env(project: Project) -> Check:
+    """What an agent would get of this environment: names only, never a value (docs/safety.md)."""
+    environment = agent_env.for_agent(project.config)
+    passed = sorted(environment.env)
+    keys = [name for name in agent_env.agent_keys(project.config) if name in environment.env]
+    withheld = ", ".join(f"{name} ({why})" for name, why in environment.withheld.items()) or "nothing"
+    detail = (
+        f"an agent gets {len(passed)} variables: {', '.join(passed)}\n"
+        f"  its login variables among them: {', '.join(keys) or 'none set'}\n"
+        f"  withheld: {withheld}"
+    )
+    return Check("agent env", True, detail)
+
+
+PROJECT_CHECKS.append(check_agent_env)
 
 
 def check_agent_starts(project: Project) -> Check | None:

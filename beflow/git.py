@@ -566,7 +566,7 @@ def find_leaks(worktree: Path, since: str, head: str, needles: Sequence[bytes], 
                 if found and old_sha.strip("0"):
                     found -= _search(repo, old_sha, [wanted[i] for i in sorted(found)], indices=sorted(found))
                 if found:
-                    leaks.append(Leak(commit, path, "injected MCP server content (a secret value)"))
+                    leaks.append(Leak(commit, path, "a secret value (an injected server's or beflow's own)"))
     return leaks
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, computed_field
 
 from beflow.errors import UsageError
+from beflow.masking import agent_words
 from beflow.operations import Context, Input, operation
 from beflow.trackers import open_tracker
 from beflow.trackers.base import (
@@ -177,7 +178,8 @@ def new_issue(context: Context, payload: NewIssue) -> Issue:
     else:
         status = Status(payload.status or "ready")
     trackers = tracker(context)
-    issue = trackers.create(payload.title, body, payload.labels, payload.priority, status)
+    title, body = agent_words(context, payload.title), agent_words(context, body)
+    issue = trackers.create(title, body, payload.labels, payload.priority, status)
     if context.bound_issue is not None:
         # The link back: whoever reads the bound issue sees what was split off it.
         trackers.comment(context.bound_issue, f"Follow-up filed: issue {issue.key} — {issue.title}", context.actor)
@@ -199,7 +201,8 @@ def new_issue(context: Context, payload: NewIssue) -> Issue:
 )
 def comment_issue(context: Context, payload: NewComment) -> Commented:
     key = payload.key
-    comment = tracker(context).comment(key, payload.text, author=context.actor)
+    text = agent_words(context, payload.text)  # an agent's comment: its run's secrets masked
+    comment = tracker(context).comment(key, text, author=context.actor)
     return Commented(key=normalize_key(key), comment=comment)
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from beflow import interrupts, prompt
+from beflow.agent_env import held_secrets
+from beflow.config import GitHubTracker as GitHubSettings
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
@@ -26,7 +28,17 @@ from beflow.mcp.own import is_own_server
 from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC
 from beflow.policy import give_up_note, status_after
-from beflow.records import DONE_OUTCOMES, Mode, Outcome, RunRecord, RunStore, new_run_id, now
+from beflow.records import (
+    DONE_OUTCOMES,
+    WORDS_FIELDS,
+    Mode,
+    Outcome,
+    RunRecord,
+    RunStore,
+    masked_record,
+    new_run_id,
+    now,
+)
 from beflow.trackers import Issue, Status, Tracker
 from beflow.trackers.base import ShowsProgress
 
@@ -195,6 +207,17 @@ def requeue_orphans(tracker: Tracker, author: str = "beflow") -> list[Issue]:
     return requeued
 
 
+def run_secrets(project: Project, tracker: Tracker) -> list[str]:
+    """The secret values beflow holds for a project's runs: its trackers' (from their variables, or the token
+    GitHub's tracker found through ``gh auth token``)."""
+    values = held_secrets(project.config)
+    if isinstance(project.config.tracker, GitHubSettings):
+        from beflow.trackers.github import secrets_of  # loaded already: the tracker is GitHub's
+
+        values += [value for value in secrets_of(tracker) if value not in values]
+    return values
+
+
 # -- the session ----------------------------------------------------------------------------------------------------
 
 
@@ -223,17 +246,20 @@ class Session:
         self.tracker = tracker
         self.issue = issue
         self.request = request
-        self.store = RunStore(project.directory)
+        #: Every secret beflow holds for this project (the tracker's token): a secret of the run, masked wherever its
+        #: output goes and refused by the check before publishing, like the injected servers' values.
+        self.secrets = run_secrets(project, tracker)
+        self.store = RunStore(project.directory, mask=lambda text: self.redact.text(text))
         # The terminal may be gone (SIGHUP) or a pipe closed: progress never blocks a run or its cleanup.
         self._events = safe_sink(events)
         self.record = new_record(project, issue, request, run_id=run_id or new_run_id(issue.key), branch=branch)
         if checkout is not None:
             self.record.checkout = str(checkout)
         self.servers: list[AcpServer] | None = None
-        #: Masks the injected servers' secret values in everything written to the record.
-        self.redact = Redactor()
+        #: Masks the secrets (the injected servers' values, beflow's own) in everything written to the record.
+        self.redact = Redactor(secrets=self.secrets)
         #: The same for hook output, where values of any length are masked (a hook may print the injected file).
-        self.redact_hooks = Redactor()
+        self.redact_hooks = Redactor(secrets=self.secrets, words=True)
         #: Why the claim's lease was lost, if it was: another machine owns the issue now, and this run leaves it be.
         self.claim_lost: str | None = None
 
@@ -242,6 +268,8 @@ class Session:
         return self.record.id
 
     def emit(self, kind: RunEventKind, **data: Any) -> None:
+        # The agent's words (progress, activity) and every message reach the terminal, --json and the issue masked.
+        data = {name: self.redact.text(v) if isinstance(v, str) else v for name, v in data.items()}
         self._events(RunEvent(kind, self.record.id, self.record.issue, data))
         if kind == "activity" and isinstance(self.tracker, ShowsProgress) and self.claim_lost is None:
             self.tracker.progress(
@@ -259,8 +287,17 @@ class Session:
         self.servers = servers
         self.record.mcp_servers = server_names(servers)
         secret = [s for s in servers or [] if not is_own_server(s)]  # beflow's own has no secret
-        self.redact = Redactor(secret)
-        self.redact_hooks = Redactor(secret, words=True)
+        self.redact = Redactor(secret, secrets=self.secrets)
+        self.redact_hooks = Redactor(secret, words=True, secrets=self.secrets)
+
+    def mask_record(self) -> None:
+        """The record (in memory: the summary, the comment and the pull request are built from it), the run's
+        progress file and its prompt with every secret masked."""
+        masked = masked_record(self.record, self.redact.text)
+        for name in WORDS_FIELDS:
+            if getattr(masked, name) != getattr(self.record, name):
+                setattr(self.record, name, getattr(masked, name))
+        self.store.mask_files(self.record.id)
 
     @asynccontextmanager
     async def injected(self, cwd: Path) -> AsyncIterator[Injection | None]:
@@ -298,6 +335,7 @@ class Session:
         outcome."""
         record = self.record
         record.close(outcome, reason)
+        self.mask_record()
         self.store.save(record)
         if self.claim_lost is not None:  # the issue is another run's now: its status and comments are that run's
             self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
@@ -306,6 +344,7 @@ class Session:
         note = summary(record) if self.project.config.after_run.comment else None
         if status == Status.FAILED and self.request.mode == "watch":
             note = give_up_note(note, record.attempt, permanent=record.permanent)
+        note = self.redact.text(note) if note is not None else None
         key = record.issue
         if status == Status.OPEN:  # in_progress cannot go back to open directly
             left = leave_issue(self.tracker, key, Status.READY, note)

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import anyio
 
-from beflow import acpx, agents, git, interrupts, proc, terminal, workers
+from beflow import acpx, agent_env, agents, git, interrupts, proc, terminal, workers
 from beflow.checkout import Changes, acpxrc_notice, checkout_lock, checkout_of, refuse_read_only
 from beflow.config import Project
 from beflow.errors import BeflowError
@@ -151,7 +151,12 @@ async def _attended_acpx(session: Session, argv: list[str], checkout: Path) -> V
         # come to beflow, which stops acpx and its agent as a group and then restores the file.
         with terminal.settings_kept():
             result = await proc.run(
-                argv, cwd=checkout, terminal=True, grace=interrupts.grace(proc.DEFAULT_GRACE), env=env
+                argv,
+                cwd=checkout,
+                terminal=True,
+                grace=interrupts.grace(proc.DEFAULT_GRACE),
+                env=env,
+                unset=agent_env.for_agent(session.project.config).unset,
             )
     session.record.exit_code = result.returncode
     verdict = judge_attended(result.returncode, result.describe(), session.project.config)
@@ -217,7 +222,12 @@ async def open_native(
             # sends it SIGINT itself); beflow waits. SIGTERM and SIGHUP still stop both.
             with interrupts.leaving_sigint_to_child(), terminal.settings_kept():
                 result = await proc.run(
-                    argv, cwd=checkout, terminal=True, own_group=False, grace=interrupts.grace(proc.DEFAULT_GRACE)
+                    argv,
+                    cwd=checkout,
+                    terminal=True,
+                    own_group=False,
+                    grace=interrupts.grace(proc.DEFAULT_GRACE),
+                    unset=agent_env.for_agent(project.config).unset,
                 )
         except BeflowError as error:
             return await workers.shielded(_finish, session, changes, "failed", error.message, before)

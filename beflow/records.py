@@ -228,12 +228,33 @@ FINISHED_RUNS = "finished-runs"
 _FINISHED: dict[str, tuple[int, int, int]] = {}
 
 
+#: The fields of a record that hold words (the agent's, a tool's, an error's) rather than names beflow chose: the
+#: ones secrets are masked in. Paths, ids and commits are left alone: a secret value that happens to be a path
+#: (``"DATA_DIR": "/home/me/app"``) must not turn the record's own paths into masks.
+WORDS_FIELDS = ("title", "stop_reason", "final_message", "resume_note", "restored", "changed_files", "dirty_before")
+
+
+def masked_record(record: RunRecord, mask: Callable[[str], str]) -> RunRecord:
+    """A copy of ``record`` with :data:`WORDS_FIELDS` and the progress lines masked."""
+    update: dict[str, object] = {}
+    for name in WORDS_FIELDS:
+        value = getattr(record, name)
+        if isinstance(value, str):
+            update[name] = mask(value)
+        elif isinstance(value, list):
+            update[name] = [mask(item) for item in value]
+    update["progress"] = [note.model_copy(update={"text": mask(note.text)}) for note in record.progress]
+    return record.model_copy(update=update)
+
+
 class RunStore:
     """The run records of one project."""
 
-    def __init__(self, project_dir: Path) -> None:
+    def __init__(self, project_dir: Path, mask: Callable[[str], str] | None = None) -> None:
         self.project_dir = project_dir
         self.root = project_dir / ".beflow" / "runs"
+        #: Masks secret values in what this store writes and reads back (a run's session sets its redactor).
+        self.mask: Callable[[str], str] = mask or (lambda text: text)
 
     def directory(self, run_id: str) -> Path:
         return self.root / run_id
@@ -242,7 +263,7 @@ class RunStore:
         state_dir(self.project_dir)
         directory = self.directory(record.id)
         directory.mkdir(parents=True, exist_ok=False)
-        atomic_write(directory / "prompt.md", prompt, durable=False)
+        atomic_write(directory / "prompt.md", self.mask(prompt), durable=False)
         self.save(record)
         return directory
 
@@ -251,18 +272,32 @@ class RunStore:
         # Only the final record is made durable: after a crash, a record still `running` (whichever version of
         # it survives) is closed as cancelled by the next beflow, which is all recovery needs from it.
         path = self.directory(record.id) / "run.json"
-        atomic_write(path, record.to_json() + "\n", durable=record.finished)
+        atomic_write(path, masked_record(record, self.mask).to_json() + "\n", durable=record.finished)
         if record.finished:
             self._note_finished([record.id])
 
     def add_progress(self, run_id: str, note: ProgressNote) -> None:
         """Append one progress line: a single ``O_APPEND`` write, so that concurrent writers never tear a line."""
-        line = (note.model_dump_json() + "\n").encode("utf-8")
+        line = (self.mask(note.model_dump_json()) + "\n").encode("utf-8")
         fd = os.open(self.directory(run_id) / PROGRESS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
         finally:
             os.close(fd)
+
+    def mask_files(self, run_id: str, names: Collection[str] = (PROGRESS_FILE, "prompt.md")) -> None:
+        """Rewrite the run's progress file and prompt with secret values masked, once the agent is done with them:
+        the progress lines come from another process, which may not know every secret this one holds, and the
+        prompt was written before the run's servers were known."""
+        for name in names:
+            path = self.directory(run_id) / name
+            try:
+                data = path.read_bytes()
+            except OSError:
+                continue
+            masked = self.mask(data.decode("utf-8", "replace"))
+            if masked.encode("utf-8") != data:
+                atomic_write(path, masked, durable=False)
 
     def progress(self, run_id: str) -> list[ProgressNote]:
         """The run's latest progress lines, oldest first (lines that do not parse are skipped)."""
@@ -273,7 +308,7 @@ class RunStore:
         notes = []
         for line in lines[-SHOWN_PROGRESS:]:
             try:
-                notes.append(ProgressNote.model_validate_json(line))
+                notes.append(ProgressNote.model_validate_json(self.mask(line.decode("utf-8", "replace"))))
             except ValidationError:
                 continue
         return notes

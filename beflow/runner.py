@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,8 +20,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from beflow import acpx, git, interrupts, preflight, proc, prompt, workers
-from beflow.config import GitHubTracker as GitHubTrackerSettings
+from beflow import acpx, agent_env, git, interrupts, preflight, proc, prompt, workers
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
 from beflow.events import EventSink
@@ -162,6 +160,8 @@ class _InWorktree:
         #: The environment of everything that runs in the worktree while the file is injected (acpx, hooks): it
         #: keeps ``.acpxrc.json`` out of what git stages there.
         self._git_env: dict[str, str] = {}
+        #: What acpx, the agent and the hooks do not get of beflow's environment (docs/safety.md).
+        self._withheld = agent_env.for_agent(self.config).unset
 
     async def run(self) -> RunRecord:
         record, issue = self.record, self.session.issue
@@ -242,6 +242,7 @@ class _InWorktree:
             return reason
         draft = record.model_copy(update={"outcome": outcome, "stop_reason": reason})
         body = f"{summary(draft)}\n\nCloses #{issue.key}" + (f" ({issue.url})" if issue.url else "")
+        body = self.session.redact.text(body)  # the agent's final message, say: the token is a secret of the run
         try:
             url, opened = await workers.blocking(
                 tracker.publish,
@@ -329,7 +330,7 @@ class _InWorktree:
             "on_stderr": on_stderr,
             "grace": interrupts.grace(proc.DEFAULT_GRACE),
             "env": self._git_env,
-            "unset": self._withheld_env(),
+            "unset": self._withheld,
         }
         earlier = self._resumable_session() if self.request.attempt > 1 else None
         if earlier is not None:
@@ -339,6 +340,7 @@ class _InWorktree:
                 cwd=cwd,
                 timeout=60,
                 env=self._git_env,
+                unset=self._withheld,
             )
             if not created.ok:
                 record.resume_note = f"could not name the earlier session: {_tail(created)}; started cold"
@@ -359,15 +361,6 @@ class _InWorktree:
             self.emit("notice", message=record.resume_note)
         return await proc.run(acpx.exec_argv(self.config, **common), **supervise)
 
-    def _withheld_env(self) -> list[str]:
-        """Variables the agent does not get: the tracker's token (unless ``tracker.agent_token`` asks for it)."""
-        settings = self.config.tracker
-        if not isinstance(settings, GitHubTrackerSettings) or settings.agent_token:
-            return []
-        token = os.environ.get(settings.token_env)
-        same = [name for name, value in os.environ.items() if token and value == token]
-        return sorted({settings.token_env, *same})
-
     def _resumable_session(self) -> str | None:
         """The ACP session of this issue's latest earlier run with the same agent, if it recorded one."""
         for earlier in self.store.records([self.record.issue]):
@@ -383,8 +376,10 @@ class _InWorktree:
         """Leave no queue owner behind: cancel an unfinished turn, close the session, stop a lingering owner."""
         with anyio.CancelScope(shield=True):
             if cancel:
-                await proc.run(acpx.cancel_argv(self.config, cwd=cwd, name=name), cwd=cwd, timeout=10)
-            await proc.run(acpx.close_argv(self.config, cwd=cwd, name=name), cwd=cwd, timeout=15)
+                await proc.run(
+                    acpx.cancel_argv(self.config, cwd=cwd, name=name), cwd=cwd, timeout=10, unset=self._withheld
+                )
+            await proc.run(acpx.close_argv(self.config, cwd=cwd, name=name), cwd=cwd, timeout=15, unset=self._withheld)
             for pid in acpx.queue_owner_pids(session_id, acpx_home()):
                 await proc.stop_group(pid, grace=2.0)
             acpx.forget_session(session_id, acpx_home())
@@ -406,6 +401,7 @@ class _InWorktree:
                     cwd=cwd,
                     timeout=hook.timeout,
                     env=self._git_env,
+                    unset=self._withheld,  # a hook runs where the agent worked: it gets what the agent gets
                     on_stdout=log.line,
                     on_stderr=log.line,
                     max_capture=0,
@@ -467,8 +463,9 @@ class _InWorktree:
                 return "failed", f"{reason}; {error.message}; the work is kept in {worktree.path}"
         head = await workers.blocking(git.head, worktree.path)
         # Every commit of the run (the agent's own included) is checked before the branch moves to it.
-        # The session's redactor leaves beflow's own server out: its BEFLOW_HOME is a path, no secret.
-        needles = [injection.written, *self.session.redact.needles()] if injection is not None else []
+        # The session's redactor leaves beflow's own server out: its BEFLOW_HOME is a path, no secret. It holds
+        # beflow's own secrets (the tracker's token) whether or not servers were injected.
+        needles = [*([injection.written] if injection is not None else []), *self.session.redact.needles()]
         leaks = await workers.blocking(
             git.find_leaks, worktree.path, worktree.base_commit, head, needles, managed=injection is not None
         )

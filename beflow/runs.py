@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from beflow import acpx
 from beflow.config import Project
 from beflow.errors import NotBoundError, NotFoundError
+from beflow.masking import agent_words
 from beflow.operations import Context, Input, operation
 from beflow.records import MAX_PROGRESS, ProgressNote, RunRecord, RunStore
 from beflow.trackers.base import normalize_key
@@ -199,6 +200,7 @@ def report_progress(context: Context, payload: ProgressReport) -> ProgressRecord
         )
     runs = store(context)
     record = _readable(context, runs.get(context.bound_run), context.bound_run)
-    note = ProgressNote(time=dt.datetime.now(dt.UTC), text=" ".join(payload.text.split()), actor=context.actor)
+    text = agent_words(context, " ".join(payload.text.split()))  # the run's secrets masked (docs/safety.md)
+    note = ProgressNote(time=dt.datetime.now(dt.UTC), text=text, actor=context.actor)
     runs.add_progress(record.id, note)
     return ProgressRecorded(run=record.id, note=note)

@@ -168,3 +168,38 @@ def test_a_broken_config_still_lets_the_tool_checks_run(
 
     assert [c.name for c in checks][:4] == ["git", "node", "acpx", "config"]
     assert [c.ok for c in checks][:4] == [True, True, True, False]
+
+
+def test_doctor_lists_what_an_agent_gets_by_name_never_a_value(
+    repo: Path, monkeypatch: pytest.MonkeyPatch, beflow
+) -> None:
+    config_file(repo).write_text(
+        '{"agent": {"command": "my-agent"}, "tracker": {"kind": "github", "repo": "octo/hello", '
+        '"api_url": "http://127.0.0.1:9"}, "agent_env": {"pass": ["NPM_TOKEN"], "drop": ["MY_*"]}}'
+    )
+    values = {
+        "GITHUB_TOKEN": "ghp-value-never-shown-1",
+        "AWS_SECRET_ACCESS_KEY": "aws-value-never-shown-2",
+        "OPENAI_API_KEY": "sk-value-never-shown-3",
+        "NPM_TOKEN": "npm-value-never-shown-4",
+        "MY_SETTING": "my-value-never-shown-5",
+    }
+    for name, value in values.items():
+        monkeypatch.setenv(name, value)
+    from beflow.config import load_project
+    from beflow.doctor import check_agent_env
+
+    check = check_agent_env(load_project())
+
+    assert check.ok
+    gets, logins, withheld = check.detail.splitlines()
+    assert "OPENAI_API_KEY" in gets and "NPM_TOKEN" in gets and "PATH" in gets
+    assert "GITHUB_TOKEN" not in gets and "AWS_SECRET_ACCESS_KEY" not in gets
+    assert "OPENAI_API_KEY" in logins
+    assert "GITHUB_TOKEN (tracker secret)" in withheld
+    assert "AWS_SECRET_ACCESS_KEY (drop list)" in withheld
+    assert "MY_SETTING (agent_env.drop)" in withheld
+
+    done = beflow("doctor", "--json")
+    assert "agent env" in done.stdout
+    assert not [value for value in values.values() if value in done.stdout + done.stderr]

@@ -191,3 +191,39 @@ def test_the_newest_runs_are_ordered_by_their_start_even_within_a_second_or_late
     for limit in range(1, 6):
         assert [r.id for r in store.records(limit=limit)] == [r.id for r in every[:limit]]
     assert [r.issue for r in store.records(["a/b"])] == ["a/b"]
+
+
+def test_a_store_with_a_mask_writes_and_reads_back_every_secret_masked(tmp_path: Path) -> None:
+    from beflow.records import PROGRESS_FILE, ProgressNote
+
+    secret = "s3cr3t-value"
+    store = RunStore(tmp_path, mask=lambda text: text.replace(secret, "••••"))
+    record = RunRecord(id="20240101-000000-1-abcd", issue="1", mode="auto", agent="a", started_at=now())
+    store.create(record, f"prompt with {secret}")
+    record.final_message = f"final {secret}"
+    store.save(record)
+    store.add_progress(record.id, ProgressNote(time=now(), text=f"note {secret}", actor="agent"))
+    # A line another process wrote unmasked: read back masked, and rewritten masked once the run is done.
+    with (store.directory(record.id) / PROGRESS_FILE).open("a") as handle:
+        handle.write(ProgressNote(time=now(), text=f"raw {secret}", actor="agent").model_dump_json() + "\n")
+    assert [n.text for n in store.progress(record.id)] == ["note ••••", "raw ••••"]
+    (store.directory(record.id) / "prompt.md").write_text(f"prompt with {secret}")
+    store.mask_files(record.id)
+
+    assert not [p for p in store.directory(record.id).rglob("*") if p.is_file() and secret in p.read_text()]
+    assert RunStore(tmp_path).get(record.id).final_message == "final ••••"
+
+
+def test_secrets_are_masked_in_a_records_words_never_in_its_paths_and_ids(tmp_path: Path) -> None:
+    path_secret = str(tmp_path / "app")  # an injected server's env value may well be a path
+    store = RunStore(tmp_path, mask=lambda text: text.replace(path_secret, "••••"))
+    record = RunRecord(id="20240101-000000-1-abcd", issue="1", mode="attend", agent="a", started_at=now())
+    record.checkout = path_secret
+    record.final_message = f"I looked in {path_secret}"
+    record.changed_files = [f"M\t{path_secret}/x"]
+    store.create(record, "prompt")
+
+    saved = RunStore(tmp_path).get(record.id)
+    assert saved.checkout == path_secret
+    assert saved.final_message == "I looked in ••••"
+    assert saved.changed_files == ["M\t••••/x"]

@@ -196,6 +196,10 @@ def serve(
     flight, exit 0."""
     import anyio
 
+    from beflow import hardening
+
+    hardening.keep_private()  # an agent starts this server: it cannot read what the server holds
+
     from beflow.mcp.schema import parse_allow
     from beflow.mcp.server import Launch, Limits, check_launch
     from beflow.mcp.server import serve as serve_mcp

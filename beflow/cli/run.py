@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from beflow import interrupts, modes
+from beflow import hardening, interrupts, modes
 from beflow.cli.common import App, emit_json, err, escape, pass_app
 from beflow.cli.progress import OUTCOME_STYLE, Progress
 from beflow.events import IDLE, RunEvent
@@ -26,6 +26,7 @@ from beflow.trackers import open_tracker
 def auto(app: App, keys: tuple[str, ...], limit: int | None, concurrency: int, as_json: bool) -> None:
     """Run the agent on the given issues (default: every ready issue, once), unattended, each in a throwaway
     worktree on branch beflow/<key>; commit, record, update the tracker, exit."""
+    hardening.keep_private()  # before any agent runs: its process cannot read beflow's (docs/safety.md)
     project = app.project()
     tracker = open_tracker(project)
     note = invisible_changes(project)
@@ -93,6 +94,7 @@ def attend(app: App, key: str) -> None:
     """Run the agent on one issue in this checkout, with you: acpx's permission prompts come to this terminal
     (attend.permissions, default approve-reads). MCP servers are injected into .acpxrc.json for the run and put
     back afterwards. Nothing is committed; the run record lists the files the run changed."""
+    hardening.keep_private()
     project = app.project()
     tracker = open_tracker(project)
     record = interrupts.run(lambda: modes.attend(project, tracker, key, events=SessionView()))
@@ -111,6 +113,7 @@ def open_(app: App, key: str) -> None:
     """Start the agent's own interactive client (claude, codex, gemini, opencode, cursor-agent, or `open` in
     .beflow/config.json) in this checkout with the issue's prompt as its first message. beflow waits and exits with the
     client's exit code; .acpxrc.json is not touched (the client reads its own MCP configuration)."""
+    hardening.keep_private()
     project = app.project()
     tracker = open_tracker(project)
     record = interrupts.run(lambda: modes.open_native(project, tracker, key, events=SessionView()))

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from beflow import interrupts
+from beflow import hardening, interrupts
 from beflow.cli.common import App, emit_json, err, escape, pass_app
 from beflow.dispatcher import Dispatcher, Snapshot
 from beflow.events import RunEvent, WatchEvent
@@ -97,6 +97,7 @@ def render(snapshot: Snapshot, concurrency: int) -> Group:
 def command(app: App, once: bool, as_json: bool) -> None:
     """Poll the tracker and run ready issues in parallel, unattended, until stopped (Ctrl-C or SIGTERM: running
     runs are cancelled, their files restored and recorded, then beflow exits 130)."""
+    hardening.keep_private()  # before any agent runs: its process cannot read beflow's (docs/safety.md)
     project = app.project()
     live: Live | None = None
 

@@ -1,10 +1,11 @@
-"""Keeping the injected MCP servers' secret values out of everything a run writes down."""
+"""Keeping secret values out of everything a run writes down: the injected MCP servers' and every secret beflow
+holds itself (the tracker's token: :func:`beflow.agent_env.held_secrets`)."""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from beflow.mcp.acp import MASK, AcpServer, secret_values
@@ -13,17 +14,38 @@ from beflow.mcp.acp import MASK, AcpServer, secret_values
 #: free text: masking every "1" or "on" in a transcript would make it unreadable.
 MIN_SCRUBBED = 6
 
+#: The words that start an ``Authorization`` header's value (``Bearer <token>``): the token after one is a secret
+#: of its own, masked when it is said bare too.
+AUTH_SCHEMES = frozenset(
+    {"bearer", "basic", "token", "digest", "bot", "key", "apikey", "api-key", "ssws", "dpop", "hawk", "negotiate"}
+)
+_SCHEMED = re.compile(r"\s*([A-Za-z][A-Za-z0-9-]*)\s+(\S+)\s*")
+
+
+def with_bare_tokens(values: Iterable[str]) -> set[str]:
+    """``values`` and, for each that is a scheme word and a token (``Bearer abc…``), the token alone."""
+    found = set(values)
+    for value in list(found):
+        match = _SCHEMED.fullmatch(value)
+        if match and match[1].lower() in AUTH_SCHEMES:
+            found.add(match[2])
+    return found
+
 
 class Redactor:
-    """Masks the secret values of the injected MCP servers (env and header values) in what goes into a run record.
+    """Masks the secret values of the injected MCP servers (env and header values), and ``secrets`` (the ones beflow
+    holds: the tracker's token), in what goes into a run record.
 
     acpx's ``--format json`` stream repeats ``session/new`` with the ``mcpServers`` it handed over, values and all;
     an agent or a hook may also print a value. Every env and header value is masked inside ``mcpServers``, and
-    any value of :data:`MIN_SCRUBBED` characters or more wherever else it appears (raw or JSON-escaped).
+    any value of :data:`MIN_SCRUBBED` characters or more wherever else it appears (raw or JSON-escaped). The token
+    of a value such as ``Bearer <token>`` is masked on its own as well (:func:`with_bare_tokens`).
     """
 
-    def __init__(self, servers: Sequence[AcpServer] | None = None, *, words: bool = False) -> None:
-        values = secret_values(servers or [])
+    def __init__(
+        self, servers: Sequence[AcpServer] | None = None, *, words: bool = False, secrets: Iterable[str] = ()
+    ) -> None:
+        values = with_bare_tokens(secret_values(servers or []) | {s for s in secrets if s})
         scrubbed = sorted((v for v in values if len(v) >= MIN_SCRUBBED), key=len, reverse=True)
         self._forms = [form for v in scrubbed for form in {v.encode(), json.dumps(v)[1:-1].encode()}]
         self._pattern: re.Pattern[bytes] | None = None

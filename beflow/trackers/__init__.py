@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
+from beflow import hardening
 from beflow.config import GitHubTracker, Project
 from beflow.trackers.base import (
     TRANSITIONS,
@@ -42,6 +43,7 @@ def open_tracker(project: Project) -> Tracker:
     if isinstance(settings, GitHubTracker):
         from beflow.trackers.github import open_github  # httpx is imported only by projects that use GitHub
 
+        hardening.keep_private()  # the process holds a token from here on: no other process reads it
         return open_github(project, settings)
     return LocalTracker(project.tracker_dir, project.directory)
 

@@ -4,6 +4,7 @@ repository with the pinned acpx and the test agent, then checks what beflow prom
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -50,3 +51,13 @@ def secrets_in_files(*roots: Path) -> list[str]:
                 data = path.read_bytes()
                 found += [f"{path}: {s}" for s in SECRETS if s.encode() in data]
     return found
+
+
+def unprivileged(argv: list[str]) -> list[str]:
+    """``argv`` as an ordinary user's process: as root, without capabilities (no ``CAP_SYS_PTRACE``, which would
+    let any process read any other's environment whatever beflow does)."""
+    if os.geteuid() != 0:
+        return argv
+    setpriv = shutil.which("setpriv")
+    assert setpriv, "setpriv (util-linux) is needed to run these tests as root"
+    return [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--", *argv]

@@ -43,3 +43,35 @@ def test_for_hook_output_values_of_any_length_are_masked_where_they_stand_as_wor
     assert redact(b'{"value": "abc"} abc. (abc)') == f'{{"value": "{MASK}"}} {MASK}. ({MASK})'.encode()
     assert redact(b"env-secret-value") == MASK.encode()
     assert redact(b"fabcd abc_1 xabc") == b"fabcd abc_1 xabc"  # inside other words: not the value
+
+
+def test_beflows_own_secrets_are_masked_raw_and_json_escaped_and_are_needles_of_the_leak_check() -> None:
+    token = 'ghp_tok"en\\value-0123'
+    redact = Redactor(SERVERS, secrets=[token, ""])
+
+    assert redact.text(f"the token is {token}") == f"the token is {MASK}"
+    assert redact.text(json.dumps({"said": token})) == json.dumps({"said": MASK}, ensure_ascii=False)
+    assert {token.encode(), json.dumps(token)[1:-1].encode()} <= set(redact.needles())
+    assert b"" not in redact.needles()
+
+
+def test_the_token_of_a_scheme_word_header_is_masked_when_said_bare() -> None:
+    servers = TypeAdapter(list[AcpServer]).validate_python(
+        [
+            {
+                "type": "http",
+                "name": "api",
+                "url": "u",
+                "headers": [{"name": "Authorization", "value": "Bearer tok-12345678"}],
+            },
+            {"type": "http", "name": "x", "url": "u", "headers": [{"name": "X-Note", "value": "hello world-wide"}]},
+        ]
+    )
+    redact = Redactor(servers, secrets=["token gh-abcdefgh"])
+
+    assert redact.text("curl -H 'Authorization: Bearer tok-12345678'") == f"curl -H 'Authorization: {MASK}'"
+    assert redact.text("the token tok-12345678 alone") == f"the token {MASK} alone"
+    assert redact.text("gh-abcdefgh") == MASK
+    assert b"tok-12345678" in redact.needles()
+    # Only after a scheme word: a value with a space is not taken apart
+    assert redact.text("world-wide") == "world-wide"

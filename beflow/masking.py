@@ -1,0 +1,82 @@
+"""An agent's own words, masked before beflow writes them down: the progress lines (``run.progress``), comments and
+follow-ups an agent sends through beflow's MCP server go to ``progress.jsonl``, the record, ``runs show``, MCP
+read-backs and the issue — a public comment, on GitHub — with every secret of its run masked, as transcripts are.
+
+The server that takes them is another process than the run's: it knows the injected servers' values from the run's
+own injected ``.acpxrc.json`` (the file the agent's servers came from) and beflow's own secrets from its
+environment, when it holds them. The run's process masks the progress file again when the run ends, with every
+secret it holds (:meth:`beflow.lifecycle.Session.mask_record`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from beflow.operations import Context
+
+if TYPE_CHECKING:  # loaded when an agent bound to a run speaks: every other command starts without them
+    from beflow.mcp.acp import AcpServer
+    from beflow.mcp.redact import Redactor
+    from beflow.records import RunRecord
+
+#: The largest injected file read for its values (the injected set of a big ``.mcp.json`` stays well below).
+MAX_INJECTED = 8 << 20
+
+
+def injected_servers(record: RunRecord) -> list[AcpServer]:
+    """The servers injected into the run's ``.acpxrc.json`` (in its worktree, or the checkout of a supervised run),
+    beflow's own left out; none when the file is not there or not the run's."""
+    from pydantic import ValidationError
+
+    from beflow.mcp.acp import AcpRemote, AcpStdio
+    from beflow.mcp.own import is_own_server
+    from beflow.paths import ACPXRC
+
+    place = record.worktree or record.checkout
+    if not place or not record.mcp_servers:
+        return []
+    path = Path(place) / ACPXRC
+    try:
+        if not path.is_file() or path.stat().st_size > MAX_INJECTED:
+            return []
+        document = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return []
+    entries = document.get("mcpServers") if isinstance(document, dict) else None
+    servers: list[AcpServer] = []
+    for entry in entries if isinstance(entries, list) else []:
+        if not isinstance(entry, dict) or entry.get("name") not in record.mcp_servers:
+            continue
+        try:
+            server: AcpServer = (AcpStdio if "command" in entry else AcpRemote).model_validate(entry)
+        except ValidationError:
+            continue
+        if not is_own_server(server):
+            servers.append(server)
+    return servers
+
+
+def _redactor(context: Context) -> Redactor:
+    from beflow.agent_env import held_secrets
+    from beflow.mcp.redact import Redactor
+    from beflow.records import RunRecord, RunStore
+
+    record = None
+    if context.bound_run is not None:
+        try:
+            path = RunStore(context.project.directory).directory(context.bound_run) / "run.json"
+            record = RunRecord.model_validate_json(path.read_bytes())  # this run's, never a prefix's match
+        except (OSError, ValueError):
+            record = None
+    servers = injected_servers(record) if record is not None else []
+    return Redactor(servers, secrets=held_secrets(context.project.config))
+
+
+def agent_words(context: Context, text: str) -> str:
+    """``text`` from an agent bound to a run, with the run's secrets masked; anyone else's as it is."""
+    if context.bound_issue is None and context.bound_run is None:
+        return text
+    redact: Redactor = context.service("agent words", lambda _project: _redactor(context))
+    return redact.text(text)
