@@ -26,7 +26,6 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 import re
 import signal
 import sys
@@ -39,7 +38,6 @@ import anyio
 import anyio.abc
 import mcp_types as types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
-from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
@@ -53,6 +51,7 @@ from beflow.files import atomic_write
 from beflow.issues import IssueView
 from beflow.manual import docs_dir
 from beflow.mcp.schema import SERVER_NAME, exposed, tool
+from beflow.mcp.stdio import stdio_streams
 from beflow.operations import Context, Operation, load_all
 from beflow.paths import beflow_home
 from beflow.records import RunRecord
@@ -68,6 +67,8 @@ DEFAULT_POLL = 2.0
 ISSUE_URI = "beflow://issue/{key}"
 RUN_URI = "beflow://run/{id}"
 CUT = "… [cut]"
+#: Requests received and not yet answered, at most: beyond, the server reads no more until one is answered.
+MAX_PENDING = 64
 
 
 @dataclass(frozen=True)
@@ -171,77 +172,6 @@ def fit(data: Any, budget: int) -> Any | None:
     return None
 
 
-class _Stdin:
-    """Lines of fd 0 for the SDK's stdio transport, read without a blocked thread, so that a signal stops reading
-    at once (the SDK's own reader would wait in ``read()`` until the client writes or closes). Frames longer than
-    ``max_frame`` are dropped. While serving, fd 0 itself reads the null device (as the SDK does), so that handlers
-    and their children never read the protocol."""
-
-    def __init__(self, stop: anyio.Event, max_frame: int) -> None:
-        self.stop = stop
-        self.max_frame = max_frame
-        #: A file or /dev/null cannot be polled (and never blocks): it is read straight away.
-        self.pollable = True
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._lines()
-
-    async def _readable(self, fd: int) -> bool:
-        """Wait until ``fd`` can be read (True) or the server is told to stop (False)."""
-        if not self.pollable:
-            return not self.stop.is_set()
-        stopped = True
-        async with anyio.create_task_group() as tasks:
-
-            async def on_stop() -> None:
-                await self.stop.wait()
-                tasks.cancel_scope.cancel()
-
-            tasks.start_soon(on_stop)
-            try:
-                await anyio.wait_readable(fd)
-            except PermissionError:  # epoll refuses regular files and /dev/null
-                self.pollable = False
-            stopped = False
-            tasks.cancel_scope.cancel()
-        return not stopped and not self.stop.is_set()
-
-    async def _lines(self) -> AsyncIterator[str]:
-        fd = os.dup(0)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        was_blocking = os.get_blocking(fd)
-        os.set_blocking(fd, False)
-        pending = bytearray()
-        dropping = False
-        try:
-            while await self._readable(fd):
-                try:
-                    chunk = os.read(fd, 64 * KIB)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    break  # EOF: the client is gone
-                pending += chunk
-                while (end := pending.find(b"\n")) >= 0:
-                    line, pending = bytes(pending[:end]), pending[end + 1 :]
-                    if dropping:
-                        dropping = False
-                    elif line.strip():
-                        yield line.decode("utf-8", errors="replace")
-                if len(pending) > self.max_frame:
-                    if not dropping:
-                        logger.warning("beflow mcp: dropped a frame longer than %d bytes", self.max_frame)
-                    pending.clear()  # up to the frame's end: nothing of it is kept
-                    dropping = True
-        finally:
-            with contextlib.suppress(OSError):
-                os.set_blocking(fd, was_blocking)
-                os.dup2(fd, 0)
-                os.close(fd)
-
-
 class _Drain:
     """Stream wrappers that hold back the end of input until every request received has been answered: stdin EOF
     and signals end the input, but a call in flight still finishes and its answer is written (the SDK would cancel
@@ -252,8 +182,10 @@ class _Drain:
         read: Any,
         write: Any,
         on_draining: Callable[[], None],
+        max_pending: int = MAX_PENDING,
     ) -> None:
         self._read = read
+        self._max_pending = max_pending
         self._write = write
         self._on_draining = on_draining
         self._pending: set[types.RequestId] = set()
@@ -273,6 +205,12 @@ class _Drain:
     def sent(self, item: Any) -> None:
         if isinstance(item, SessionMessage) and isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
             self._settle(item.message.id)
+
+    async def room(self) -> None:
+        """Wait while :data:`MAX_PENDING` requests are unanswered: what is queued for a client that does not read
+        stays bounded (the client's own writes block instead)."""
+        while len(self._pending) >= self._max_pending:
+            await self._changed.wait()
 
     def _settle(self, request_id: Any) -> None:
         self._pending.discard(request_id)
@@ -296,6 +234,7 @@ class _Reader:
         return getattr(self._drain._read, "last_context", None)
 
     async def receive(self) -> Any:
+        await self._drain.room()
         try:
             item = await self._drain._read.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
@@ -662,10 +601,9 @@ class BeflowServer:
 
     # -- serving ----------------------------------------------------------------------------------------------------
 
-    async def serve_streams(self, read: Any, write: Any) -> None:
-        """Serve one connection over a stream pair (the SDK's), answering every request received before the input
-        ended."""
-        drain = _Drain(read, write, on_draining=self.listen.close)
+    async def serve_streams(self, read: Any, write: Any, max_pending: int = MAX_PENDING) -> None:
+        """Serve one connection over a stream pair, answering every request received before the input ended."""
+        drain = _Drain(read, write, on_draining=self.listen.close, max_pending=max_pending)
         options = self.server.create_initialization_options(
             NotificationOptions(resources_changed=self.context.bound_issue is not None)
         )
@@ -700,6 +638,16 @@ async def serve(launch: Launch) -> None:
         logger.setLevel(logging.INFO)
     server = BeflowServer(launch)
     stop = anyio.Event()
+    serving = anyio.CancelScope()
+
+    def on_stuck() -> None:
+        serving.cancel()  # the client does not read: its answers cannot be delivered, the server stops anyway
+
+    with serving:
+        await _serve(server, launch, stop, on_stuck)
+
+
+async def _serve(server: BeflowServer, launch: Launch, stop: anyio.Event, on_stuck: Callable[[], None]) -> None:
     async with anyio.create_task_group() as tasks:
 
         async def on_signals(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -710,6 +658,6 @@ async def serve(launch: Launch) -> None:
                     stop.set()
 
         await tasks.start(on_signals)
-        async with stdio_server(stdin=_Stdin(stop, launch.limits.max_frame)) as (read, write):  # type: ignore[arg-type]
+        async with stdio_streams(stop, launch.limits.max_frame, on_stuck) as (read, write):
             await server.serve_streams(read, write)
         tasks.cancel_scope.cancel()
