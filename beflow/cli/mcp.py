@@ -170,6 +170,7 @@ _issue_option = click.option(
 @_allow_option
 @_issue_option
 @click.option("--run", "run_id", metavar="ID", help="Bind to this run (its progress; its issue unless --issue).")
+@click.option("--channel", metavar="SOCKET", hidden=True, help="A run's channel (mcp.self): forward every operation.")
 @click.option("--actor", default="agent", show_default=True, help="Who comments and reports: the comments say so.")
 @click.option("--max-input", type=click.IntRange(min=1024), default=256 * 1024, show_default=True, help="Bytes.")
 @click.option("--max-output", type=click.IntRange(min=4096), default=1024 * 1024, show_default=True, help="Bytes.")
@@ -186,6 +187,7 @@ def serve(
     allow: str | None,
     issue: str | None,
     run_id: str | None,
+    channel: str | None,
     actor: str,
     max_input: int,
     max_output: int,
@@ -210,6 +212,7 @@ def serve(
         actor=actor.strip(),
         limits=Limits(max_input=max_input, max_output=max_output),
         poll=poll,
+        channel=channel,
     )
     launch = check_launch(launch)
     err.print(f"beflow mcp: serving on stdio{f' (issue {launch.issue})' if launch.issue else ''}", markup=False)

@@ -50,6 +50,7 @@ from beflow.errors import BeflowError, NotFoundError, TooLargeError, UsageError
 from beflow.files import atomic_write
 from beflow.issues import IssueView
 from beflow.manual import docs_dir
+from beflow.mcp.channel import client_from_environment
 from beflow.mcp.schema import SERVER_NAME, exposed, tool
 from beflow.mcp.stdio import stdio_streams
 from beflow.operations import Context, Operation, load_all
@@ -93,6 +94,8 @@ class Launch:
     actor: str = "agent"
     limits: Limits = field(default_factory=Limits)
     poll: float = DEFAULT_POLL
+    #: ``mcp.self``: the run's channel (its socket); every operation is forwarded to the run's process.
+    channel: str | None = None
 
 
 def docs_link(code: str) -> str:
@@ -104,7 +107,7 @@ def error_payload(code: str, message: str, fix: str | None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "fix": fix, "docs": docs_link(code)}}
 
 
-def _without_input(message: str) -> str:
+def without_input(message: str) -> str:
     """A validation message without the values it quotes: an error never echoes the raw input."""
     return "\n".join(re.sub(r" \(got .*\)$", "", line) for line in message.splitlines())
 
@@ -307,6 +310,7 @@ class BeflowServer:
         self.operations: dict[str, Operation[Any, Any]] = {
             op.tool_name: op for op in exposed(launch.allow, bound=issue is not None)
         }
+        self.forward = client_from_environment(launch.channel, issue) if launch.channel else None
         self._calls = anyio.Lock()  # one call at a time, first come first served
         self.bus = InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
@@ -430,9 +434,9 @@ class BeflowServer:
             # Shielded: once it started, a call finishes (and is answered) even when the server is stopping.
             with anyio.CancelScope(shield=True):
                 try:
-                    result = await anyio.to_thread.run_sync(op.call, self.context, arguments)
+                    result = await anyio.to_thread.run_sync(self._invoke, op, arguments)
                 except BeflowError as error:
-                    message = _without_input(error.message) if isinstance(error, UsageError) else error.message
+                    message = without_input(error.message) if isinstance(error, UsageError) else error.message
                     return self._error(error.code, message, error.fix)
                 except Exception as error:
                     where = log_internal(error)
@@ -442,6 +446,12 @@ class BeflowServer:
                         "Report it with that log; the call may be retried.",
                     )
         return self._result(op, result)
+
+    def _invoke(self, op: Operation[Any, Any], arguments: dict[str, Any]) -> Any:
+        """A tool call: in this process, or, for a run's own server, in the run's (through its channel)."""
+        if self.forward is not None:
+            return self.forward.call(op.name, arguments, tool=True)
+        return op.call(self.context, arguments)
 
     def _result(self, op: Operation[Any, Any], result: Any) -> types.CallToolResult:
         data = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
@@ -485,6 +495,8 @@ class BeflowServer:
     def operations_call(self, name: str, arguments: dict[str, Any], context: Context) -> Any:
         """An operation this server uses for resources, through the registry (so the binding applies), whether or
         not ``--allow`` exposes it as a tool."""
+        if self.forward is not None:
+            return self.forward.call(name, arguments)
         return load_all()[name].call(context, arguments)
 
     async def _list_resources(
@@ -574,7 +586,7 @@ class BeflowServer:
                 text, mime = await anyio.to_thread.run_sync(self._read_text, uri, self.context)
         except BeflowError as error:
             # Another issue's resource does not exist for a bound server.
-            raise MCPError(code=types.INVALID_PARAMS, message=_without_input(error.message)) from None
+            raise MCPError(code=types.INVALID_PARAMS, message=without_input(error.message)) from None
         limit = self.launch.limits.max_output
         if len(text.encode("utf-8")) > limit:
             text = text.encode("utf-8")[: limit - 200].decode("utf-8", errors="ignore")
@@ -589,7 +601,7 @@ class BeflowServer:
         try:
             await anyio.to_thread.run_sync(self._read_text, uri, self.context)  # refused like a read
         except BeflowError as error:
-            raise MCPError(code=types.INVALID_PARAMS, message=_without_input(error.message)) from None
+            raise MCPError(code=types.INVALID_PARAMS, message=without_input(error.message)) from None
         self.subscribed.add(uri)
         return types.EmptyResult()
 
@@ -616,16 +628,25 @@ def check_launch(launch: Launch) -> Launch:
     issue = launch.issue
     context = Context(project=launch.project)
     registry = load_all()
+    forward = client_from_environment(launch.channel, issue) if launch.channel else None
+
+    def call(name: str, arguments: dict[str, Any]) -> Any:
+        if forward is not None:  # a run's own server: the run's process answers (it holds the tracker)
+            return forward.call(name, arguments)
+        return registry[name].call(context, arguments)
+
     if launch.run is not None:
-        record = registry["run.show"].call(context, {"id": launch.run})
+        record = call("run.show", {"id": launch.run})
         if issue is not None and normalize_key(issue) != record.issue:
             raise UsageError(f"--run {launch.run} is a run of issue {record.issue}, not of issue {issue}")
         issue = record.issue
         launch = dataclasses.replace(launch, run=record.id, issue=issue)
     if issue is not None:
-        key = registry["issue.show"].call(context, {"key": issue}).key
+        key = call("issue.show", {"key": issue}).key
         launch = dataclasses.replace(launch, issue=key)
     exposed(launch.allow, bound=launch.issue is not None)  # a bad --allow fails before serving
+    if forward is not None:
+        forward.close()
     return launch
 
 

@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from beflow.mcp.acp import MASK
 from tests.support.projects import config_file
 
 
@@ -58,5 +59,7 @@ def test_show_lists_beflows_own_server_when_self_is_on(repo: Path, beflow) -> No
 
     assert "beflow's own server (mcp.self): on" in text.stdout
     assert data["self"]["name"] == "beflow" and data["self"]["command"] == sys.executable
-    assert data["self"]["args"][-4:] == ["--issue", "<KEY>", "--run", "<ID>"]
+    assert data["self"]["args"][-6:] == ["--issue", "<KEY>", "--run", "<ID>", "--channel", "<SOCKET>"]
+    # The run's capability is its secret: shown masked, never a value.
+    assert {pair["name"]: pair["value"] for pair in data["self"]["env"]}["BEFLOW_MCP_CAPABILITY"] == MASK
     assert str(config_file(repo)) in data["self"]["args"]
