@@ -229,7 +229,13 @@ def schema(app: App, allow: str | None, issue: str | None, server_name: str) -> 
     whether agents may use it and whether this launch exposes it; permission hints; Claude Code and OpenCode
     snippets. --allow and --issue narrow it as they narrow serve."""
     from beflow.mcp.schema import TOOL_SERVER_NAME, export, parse_allow
+    from beflow.mcp.server import existing_issue
+    from beflow.operations import Context, load_all
 
     if not TOOL_SERVER_NAME.match(server_name):
         raise click.BadParameter("letters, digits, - and _ only", param_hint="--server")
-    emit_json(export(app.project(), parse_allow(allow), issue, server_name))
+    project = app.project()
+    if issue is not None:  # narrowed to an issue that does not exist, the snippets would start a server that fails
+        show = load_all()["issue.show"]
+        issue = existing_issue(issue, lambda key: show.call(Context(project=project), {"key": key}))
+    emit_json(export(project, parse_allow(allow), issue, server_name))

@@ -46,7 +46,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from beflow import __version__
 from beflow.config import Project
-from beflow.errors import BeflowError, NotFoundError, TooLargeError, UsageError
+from beflow.errors import BeflowError, NotFoundError, TooLargeError, UsageError, excerpt
 from beflow.files import atomic_write
 from beflow.issues import IssueView
 from beflow.manual import docs_dir
@@ -622,6 +622,22 @@ class BeflowServer:
         await self.server.run(drain.reader, drain.writer, options)
 
 
+#: What an issue key given at launch may look like: a tracker's key (``7``, ``#7``, ``PROJ-12``), never a path.
+LAUNCH_KEY = re.compile(r"^#?[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def existing_issue(issue: str, show: Callable[[str], Any]) -> str:
+    """The key of the issue ``--issue`` names, through ``show`` (``issue.show``); a usage error (exit 2) for a key
+    that is not one or an issue that does not exist."""
+    if not LAUNCH_KEY.match(issue) or ".." in issue:
+        raise UsageError(f"--issue {excerpt(issue)} is not an issue key", fix="Give an issue's key, e.g. --issue 7.")
+    try:
+        key: str = show(issue).key
+    except NotFoundError as error:
+        raise UsageError(f"--issue: {error.message}", fix=error.fix) from None
+    return key
+
+
 def check_launch(launch: Launch) -> Launch:
     """The launch, with the issue and run it names checked (and the issue taken from the run when only ``--run``
     is given): a server bound to something that does not exist refuses to start."""
@@ -642,8 +658,7 @@ def check_launch(launch: Launch) -> Launch:
         issue = record.issue
         launch = dataclasses.replace(launch, run=record.id, issue=issue)
     if issue is not None:
-        key = call("issue.show", {"key": issue}).key
-        launch = dataclasses.replace(launch, issue=key)
+        launch = dataclasses.replace(launch, issue=existing_issue(issue, lambda key: call("issue.show", {"key": key})))
     exposed(launch.allow, bound=launch.issue is not None)  # a bad --allow fails before serving
     if forward is not None:
         forward.close()
