@@ -420,7 +420,7 @@ class BeflowServer:
         if op is None:
             names = ", ".join(self.operations)
             return self._error(
-                "unknown_tool", f"no tool {params.name!r} on this server", f"The tools here are: {names}."
+                "unknown_tool", f"no tool {excerpt(params.name)} on this server", f"The tools here are: {names}."
             )
         arguments = params.arguments or {}
         size = len(json.dumps(arguments, ensure_ascii=False).encode("utf-8"))
@@ -574,7 +574,7 @@ class BeflowServer:
         if uri.startswith("beflow://run/"):
             record = self.operations_call("run.show", {"id": uri.removeprefix("beflow://run/")}, context)
             return record.model_dump_json(indent=2), "application/json"
-        raise NotFoundError(f"no resource {uri!r}: beflow serves beflow://issue/<key> and beflow://run/<id>")
+        raise NotFoundError(f"no resource {excerpt(uri)}: beflow serves beflow://issue/<key> and beflow://run/<id>")
 
     async def _read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
