@@ -32,6 +32,9 @@ from beflow.mcp.schema import SERVER_NAME
 from beflow.paths import beflow_home
 from beflow.records import PROGRESS_FILE, ProgressNote, RunStore
 
+#: Seconds between two looks at the bound issue by beflow's server in a run: local tracker, outside service.
+LOCAL_POLL = 2
+REMOTE_POLL = 20
 #: Seconds between two looks at a run's progress file.
 PROGRESS_POLL = 0.5
 
@@ -41,7 +44,10 @@ def own_argv(project: Project, *, issue: str, run_id: str, channel: str) -> list
     argv = [sys.executable, "-m", "beflow"]
     if project.config_path is not None:
         argv += ["--config", str(project.config_path.absolute())]
-    return [*argv, "mcp", "serve", "--issue", issue, "--run", run_id, "--channel", channel]
+    # Each look at the bound issue (for change notifications) is a request to the tracker: an outside service's
+    # rate limit is shared by every run, so its issue is looked at less often than a local one.
+    poll = LOCAL_POLL if project.config.tracker.kind == "local" else REMOTE_POLL
+    return [*argv, "mcp", "serve", "--issue", issue, "--run", run_id, "--channel", channel, "--poll", str(poll)]
 
 
 def own_server(

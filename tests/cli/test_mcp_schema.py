@@ -81,7 +81,7 @@ def test_show_lists_beflows_own_server_when_self_is_on(repo: Path, beflow) -> No
 
     assert "beflow's own server (mcp.self): on" in text.stdout
     assert data["self"]["name"] == "beflow" and data["self"]["command"] == sys.executable
-    assert data["self"]["args"][-6:] == ["--issue", "<KEY>", "--run", "<ID>", "--channel", "<SOCKET>"]
+    assert data["self"]["args"][-8:] == ["--issue", "<KEY>", "--run", "<ID>", "--channel", "<SOCKET>", "--poll", "2"]
     # The run's capability is its secret: shown masked, never a value.
     assert {pair["name"]: pair["value"] for pair in data["self"]["env"]}["BEFLOW_MCP_CAPABILITY"] == MASK
     assert str(config_file(repo)) in data["self"]["args"]

@@ -57,7 +57,7 @@ def test_beflows_own_server_is_acps_stdio_server(project_dir: Path) -> None:
     channel = RunChannel(load_project(), "7", "r-1")
     (entry,) = wire([own_server(load_project(), issue="7", run_id="r-1", channel=channel)])
     acp_schema.mcp_server(entry)
-    assert entry["args"][-6:] == ["--issue", "7", "--run", "r-1", "--channel", str(channel.path)]
+    assert entry["args"][-8:] == ["--issue", "7", "--run", "r-1", "--channel", str(channel.path), "--poll", "2"]
     assert {"name": "BEFLOW_MCP_CAPABILITY", "value": channel.capability} in entry["env"]
 
 
