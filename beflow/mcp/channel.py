@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -47,10 +48,16 @@ from beflow.operations import Context, load_all
 from beflow.paths import beflow_home
 from beflow.trackers.base import normalize_key
 
+logger = logging.getLogger("beflow.mcp")
+
 #: The variable the capability reaches beflow's own server in (from the injected file's ``env``).
 CAPABILITY_ENV = "BEFLOW_MCP_CAPABILITY"
-#: The longest frame either way: room for an input at the server's largest limit and a result at its output limit.
+#: The longest request: room for a tool call at the server's input limit, and little for an agent to flood with.
+MAX_REQUEST = 4 * 1024 * 1024
+#: The longest answer the server reads (a result is cut to the server's output limit only once it has it).
 MAX_FRAME = 64 * 1024 * 1024
+#: Connections served at once: beflow's server holds one; more are an agent's own doing, and wait or are refused.
+MAX_CONNECTIONS = 8
 #: Seconds a call through the channel may take (a tracker with retries) before the server gives up on it.
 CALL_TIMEOUT = 300.0
 #: What an agent's server may ask for: the agent-safe operations, and the issue's run list (its resources).
@@ -129,13 +136,22 @@ class RunChannel:
             services={"tracker": tracker},
         )
         lock = anyio.Lock()  # one call at a time: the run's tracker is shared with the run itself
+        slots = anyio.Semaphore(MAX_CONNECTIONS)
         try:
             listener = await anyio.create_unix_listener(self.path, mode=0o600)
             async with listener, anyio.create_task_group() as tasks:
 
                 async def handle(stream: anyio.abc.SocketStream) -> None:
                     async with stream:
-                        await self._connection(stream, context, lock)
+                        if slots.value == 0:
+                            self.usage.refused += 1
+                            return
+                        async with slots:
+                            try:
+                                await self._connection(stream, context, lock)
+                            except Exception as error:  # whatever a client sends, the run goes on
+                                self.usage.refused += 1
+                                logger.debug("the run's channel dropped a connection: %r", error)
 
                 tasks.start_soon(listener.serve, handle)
                 try:
@@ -155,8 +171,11 @@ class RunChannel:
         first = True
         while True:
             try:
-                line = await frames.receive_until(b"\n", MAX_FRAME)
-            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.DelimiterNotFound, anyio.BrokenResourceError):
+                line = await frames.receive_until(b"\n", MAX_REQUEST)
+            except anyio.DelimiterNotFound:  # a frame longer than any request: nothing more is read from it
+                self.usage.refused += 1
+                return
+            except (anyio.EndOfStream, anyio.IncompleteRead, anyio.BrokenResourceError):
                 return
             answer, accepted = await self._answer(line, context, lock)
             if not accepted:
