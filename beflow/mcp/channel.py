@@ -32,6 +32,7 @@ import socket
 import struct
 import tempfile
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,6 +93,26 @@ def _peer_uid(sock: socket.socket) -> int | None:
     return int(uid)
 
 
+#: Seconds after which a channel directory nobody listens in is a killed run's, and removed.
+STALE_AFTER = 60.0
+
+
+def _sweep(root: Path) -> None:
+    """Remove the channels of runs that were killed (their directory stayed, nothing listens on the socket)."""
+    now = time.time()
+    for directory in root.iterdir() if root.is_dir() else []:
+        try:
+            if now - directory.lstat().st_mtime < STALE_AFTER:
+                continue  # a run that is opening its channel right now
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                probe.settimeout(1)
+                probe.connect(str(directory / "s"))
+        except (ConnectionRefusedError, FileNotFoundError):
+            shutil.rmtree(directory, ignore_errors=True)
+        except OSError:
+            continue
+
+
 def _error(code: str, message: str, fix: str | None = None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "fix": fix}}
 
@@ -127,6 +148,7 @@ class RunChannel:
         """Listen while the body runs (the agent's session), acting with ``tracker``; afterwards the socket and its
         directory are gone, and the capability with them."""
         self.directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _sweep(self.directory.parent)
         os.mkdir(self.directory, 0o700)
         context = Context(
             project=self.project,

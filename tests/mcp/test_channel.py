@@ -80,3 +80,21 @@ def test_the_channel_answers_the_run_and_refuses_everything_else(channel: RunCha
     assert not channel.directory.exists()
     with pytest.raises(BeflowError, match="not reachable"):
         ChannelClient(channel.path, channel.capability, "1").call("issue.show", {})
+
+
+def test_a_killed_runs_channel_is_removed_by_the_next_run(channel: RunChannel) -> None:
+    root = channel.directory.parent
+    root.mkdir(parents=True, exist_ok=True)
+    left, opening = root / "left-by-a-killed-run", root / "being-opened"
+    for directory in (left, opening):
+        directory.mkdir(mode=0o700)
+        with socket.socket(socket.AF_UNIX) as dead:  # bound, then closed: the file stays, nobody listens
+            dead.bind(str(directory / "s"))
+    os.utime(left, (0, 0))
+
+    async def main() -> None:
+        async with channel.serving(None):
+            assert channel.path.exists()
+
+    anyio.run(main)
+    assert not left.exists() and opening.exists()
