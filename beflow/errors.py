@@ -95,3 +95,20 @@ class Interrupted(BeflowError):
     def __init__(self, signal_name: str = "SIGINT") -> None:
         super().__init__(f"interrupted by {signal_name}")
         self.signal_name = signal_name
+
+
+#: How much of a caller's input an error message quotes at most.
+EXCERPT = 60
+
+
+def excerpt(value: object, limit: int = EXCERPT, *, quote: bool = True) -> str:
+    """``value`` as an error message may quote it: escaped (control and invisible characters as escapes, so that a
+    terminal or a log shows what was sent, not what it does) and cut to about ``limit`` characters. With ``quote``
+    false, a short value of printable characters stands as it is (``no issue 999``)."""
+    text = str(value)
+    cut = len(text) > limit
+    if not quote and not cut and text.isprintable():
+        return text
+    quoted = repr(text[:limit])
+    quoted = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" for c in quoted)
+    return f"{quoted}… ({len(text)} characters)" if cut else quoted

@@ -24,7 +24,7 @@ from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
 from beflow.mcp.acp import AcpServer, server_names, shadowed_global_servers
 from beflow.mcp.inject import SAVED_DAYS, Injection, managed_acpxrc
-from beflow.mcp.own import is_own_server
+from beflow.mcp.own import secret_part
 from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC
 from beflow.policy import give_up_note, status_after
@@ -286,7 +286,7 @@ class Session:
         everything the record keeps (hook output and transcripts included)."""
         self.servers = servers
         self.record.mcp_servers = server_names(servers)
-        secret = [s for s in servers or [] if not is_own_server(s)]  # beflow's own has no secret
+        secret = [secret_part(s) for s in servers or []]  # beflow's own: its capability
         self.redact = Redactor(secret, secrets=self.secrets)
         self.redact_hooks = Redactor(secret, words=True, secrets=self.secrets)
 

@@ -31,7 +31,7 @@ from beflow.errors import BeflowError
 from beflow.events import EventSink
 from beflow.lifecycle import RunRequest, Session, cancel_reason, refuse_closed, render_prompt
 from beflow.mcp.acp import resolve_servers
-from beflow.mcp.own import follow_progress, with_own_server
+from beflow.mcp.own import follow_progress, own_channel, with_own_server
 from beflow.native import client_argv, native_client, require
 from beflow.paths import beflow_home, path_key
 from beflow.policy import Verdict, judge_attended, status_after_supervised
@@ -84,7 +84,7 @@ async def attend(
     checkout = checkout_of(project)
     issue = await workers.blocking(_workable, tracker, key)
     run_id = new_run_id(issue.key)
-    servers = with_own_server(project, resolve_servers(project), issue=issue.key, run_id=run_id)
+    servers, channel = with_own_server(project, resolve_servers(project), issue=issue.key, run_id=run_id)
     branch = await workers.blocking(git.current_branch, checkout)
     text = render_prompt(project, issue, request, branch=branch, run_id=run_id)
     permissions = config.attend.permissions
@@ -123,7 +123,10 @@ async def attend(
         if notice:
             session.emit("notice", message=notice)
         try:
-            async with follow_progress(session.store, run_id, lambda note: session.emit("progress", text=note.text)):
+            async with (
+                follow_progress(session.store, run_id, lambda note: session.emit("progress", text=note.text)),
+                own_channel(channel, tracker, lambda: None, lambda message: session.emit("notice", message=message)),
+            ):
                 verdict = await _attended_acpx(session, argv, checkout)
             outcome, reason = verdict.outcome, verdict.reason
         except BeflowError as error:

@@ -20,7 +20,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from beflow.config import Project
-from beflow.errors import BeflowError, OutOfScopeError, UsageError
+from beflow.errors import BeflowError, OutOfScopeError, UsageError, excerpt
 from beflow.trackers.base import normalize_key
 from beflow.validation import messages_of
 
@@ -157,8 +157,9 @@ class Operation(Generic[I, O]):
         if named is None:
             return payload.model_copy(update={self.issue_field: context.bound_issue})
         if normalize_key(str(named)) != normalize_key(context.bound_issue):
+            other = excerpt(named, quote=False)
             raise OutOfScopeError(
-                f"{self.name}: this session works on issue {context.bound_issue} only; it cannot act on issue {named}",
+                f"{self.name}: this session works on issue {context.bound_issue} only; it cannot act on issue {other}",
                 fix=f"Use {self.issue_field} {context.bound_issue!r}.",
             )
         return payload

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticSerializationError
 
 from beflow import identity
-from beflow.errors import NotFoundError
+from beflow.errors import NotFoundError, excerpt
 from beflow.files import atomic_write
 from beflow.paths import STATE_DIR, slug, state_dir
 
@@ -442,12 +442,12 @@ class RunStore:
             if matches:
                 more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
                 raise NotFoundError(
-                    f"run {run_id!r} is ambiguous: {', '.join(matches[:5])}{more}",
+                    f"run {excerpt(run_id)} is ambiguous: {', '.join(matches[:5])}{more}",
                     fix="Give more of the run's id (`beflow runs list` shows them).",
                 )
             close = difflib.get_close_matches(run_id, ids, n=3, cutoff=0.4)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
-            raise NotFoundError(f"no run {run_id!r}{hint}", fix="`beflow runs list` shows the runs.")
+            raise NotFoundError(f"no run {excerpt(run_id)}{hint}", fix="`beflow runs list` shows the runs.")
         path = self.directory(matches[0]) / "run.json"
         record = RunRecord.model_validate_json(path.read_bytes())
         record.progress = self.progress(record.id)  # fresher than run.json while the run is going

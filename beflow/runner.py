@@ -35,8 +35,9 @@ from beflow.lifecycle import (
     summary,
 )
 from beflow.mcp.acp import resolve_servers
+from beflow.mcp.channel import RunChannel
 from beflow.mcp.inject import Injection
-from beflow.mcp.own import follow_progress, with_own_server
+from beflow.mcp.own import follow_progress, own_channel, with_own_server
 from beflow.paths import ACPXRC, acpx_home
 from beflow.policy import judge, status_after
 from beflow.records import CappedLog, Mode, Outcome, RunRecord, RunStore
@@ -162,6 +163,7 @@ class _InWorktree:
         self._git_env: dict[str, str] = {}
         #: What acpx, the agent and the hooks do not get of beflow's environment (docs/safety.md).
         self._withheld = agent_env.for_agent(self.config).unset
+        self._channel: RunChannel | None = None  # mcp.self: where beflow's own server forwards the agent's calls
 
     async def run(self) -> RunRecord:
         record, issue = self.record, self.session.issue
@@ -263,7 +265,7 @@ class _InWorktree:
         """The run's MCP servers, resolved before anything runs: from here on their secret values are masked in
         everything the record keeps (hook output included)."""
         try:
-            servers = with_own_server(
+            servers, self._channel = with_own_server(
                 self.project, resolve_servers(self.project), issue=self.record.issue, run_id=self.record.id
             )
         except ConfigError as error:
@@ -295,7 +297,10 @@ class _InWorktree:
             async with self.session.injected(cwd) as handle:
                 self._injection = handle
                 await self._hook("before_run", cwd, fatal=False)
-                async with follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)):
+                async with (
+                    follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)),
+                    own_channel(self._channel, self.session.tracker, lambda: self.transcript, self._notice),
+                ):
                     result = await self._run_agent(cwd, text, on_stdout, on_stderr)
                 await self._hook("after_run", cwd, fatal=False)
         record.exit_code = result.returncode
@@ -304,7 +309,12 @@ class _InWorktree:
         stderr = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
         verdict = judge(result, self.transcript, self.config, stderr, key=self.request.key, run_id=record.id)
         record.permanent = verdict.permanent
+        if self._channel is not None and self._channel.failure is not None:
+            return verdict.outcome, f"{verdict.reason}; {self._channel.failure}"
         return verdict.outcome, verdict.reason
+
+    def _notice(self, message: str) -> None:
+        self.emit("notice", message=message)
 
     async def _run_agent(
         self, cwd: Path, text: str, on_stdout: proc.LineHandler, on_stderr: proc.LineHandler

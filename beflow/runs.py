@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from beflow import acpx
 from beflow.config import Project
-from beflow.errors import NotBoundError, NotFoundError
+from beflow.errors import NotBoundError, NotFoundError, excerpt
 from beflow.masking import agent_words
 from beflow.operations import Context, Input, operation
 from beflow.records import MAX_PROGRESS, ProgressNote, RunRecord, RunStore
@@ -129,14 +129,29 @@ def list_runs(context: Context, payload: ListRuns) -> RunList:
     whole="`beflow runs show ID --json`",
 )
 def show_run(context: Context, payload: RunId) -> RunRecord:
-    return _readable(context, store(context).get(payload.id), payload.id)
+    return _lookup(context, payload.id)
 
 
-def _readable(context: Context, record: RunRecord, asked: str) -> RunRecord:
-    """``record``, unless the caller is bound to another issue (then it does not exist for them)."""
-    if context.bound_issue is not None and record.issue != normalize_key(context.bound_issue):
-        raise NotFoundError(f"no run {asked!r} for issue {context.bound_issue}")
-    return record
+def _lookup(context: Context, asked: str) -> RunRecord:
+    """The run ``asked`` names (an id, a unique prefix, ``latest``). A caller bound to an issue looks among that
+    issue's runs only: another issue's runs do not exist for it, not even in what an error says."""
+    runs = store(context)
+    if context.bound_issue is None:
+        return runs.get(asked)
+    issue = normalize_key(context.bound_issue)
+    mine = [record.id for record in runs.records([issue])]  # newest first
+    if asked == "latest" and mine:
+        return runs.get(mine[0])
+    matches = [i for i in mine if i == asked] or [i for i in mine if i.startswith(asked)]
+    if len(matches) == 1:
+        return runs.get(matches[0])
+    if matches:
+        more = f" and {len(matches) - 5} more" if len(matches) > 5 else ""
+        raise NotFoundError(
+            f"run {excerpt(asked)} is ambiguous among issue {issue}'s runs: {', '.join(matches[:5])}{more}",
+            fix="Give more of the run's id (`run_status` lists this issue's runs).",
+        )
+    raise NotFoundError(f"no run {excerpt(asked)} of issue {issue}", fix="`run_status` lists this issue's runs.")
 
 
 @operation(
@@ -150,7 +165,7 @@ def _readable(context: Context, record: RunRecord, asked: str) -> RunRecord:
 )
 def run_logs(context: Context, payload: RunId) -> RunLogs:
     runs = store(context)
-    record = _readable(context, runs.get(payload.id), payload.id)
+    record = _lookup(context, payload.id)
     directory = runs.directory(record.id)
     transcript = directory / "transcript.jsonl"
     lines = transcript.read_text(encoding="utf-8", errors="replace").splitlines() if transcript.exists() else []
@@ -174,7 +189,7 @@ def run_status(context: Context, payload: RunStatusQuery) -> RunStatus:
     runs = store(context)
     current = None
     if context.bound_run is not None:
-        current = RunSummary.of(_readable(context, runs.get(context.bound_run), context.bound_run))
+        current = RunSummary.of(_lookup(context, context.bound_run))
     issues = None if payload.issue is None else [normalize_key(payload.issue)]
     records = runs.records(issues, limit=payload.limit + 1)  # (one more: the current run is not an earlier one)
     earlier = [RunSummary.of(r) for r in records if current is None or r.id != current.id]
@@ -199,7 +214,7 @@ def report_progress(context: Context, payload: ProgressReport) -> ProgressRecord
             fix="Progress is for agents in a run (beflow starts its server with --run); comment on the issue instead.",
         )
     runs = store(context)
-    record = _readable(context, runs.get(context.bound_run), context.bound_run)
+    record = _lookup(context, context.bound_run)
     text = agent_words(context, " ".join(payload.text.split()))  # the run's secrets masked (docs/safety.md)
     note = ProgressNote(time=dt.datetime.now(dt.UTC), text=text, actor=context.actor)
     runs.add_progress(record.id, note)

@@ -38,7 +38,7 @@ def test_logs_are_the_transcript_made_readable_with_server_names_only(finished_r
 def test_an_agent_bound_to_an_issue_sees_only_its_runs(finished_run: RunRecord, auto_project: AutoProject) -> None:
     assert call("run.list", bound_issue="1").runs == [finished_run]
     assert call("run.list", bound_issue="2").runs == []
-    with pytest.raises(NotFoundError, match="for issue 2"):
+    with pytest.raises(NotFoundError, match="of issue 2"):
         call("run.show", bound_issue="2", id=finished_run.id)
 
 

@@ -170,6 +170,7 @@ _issue_option = click.option(
 @_allow_option
 @_issue_option
 @click.option("--run", "run_id", metavar="ID", help="Bind to this run (its progress; its issue unless --issue).")
+@click.option("--channel", metavar="SOCKET", hidden=True, help="A run's channel (mcp.self): forward every operation.")
 @click.option("--actor", default="agent", show_default=True, help="Who comments and reports: the comments say so.")
 @click.option("--max-input", type=click.IntRange(min=1024), default=256 * 1024, show_default=True, help="Bytes.")
 @click.option("--max-output", type=click.IntRange(min=4096), default=1024 * 1024, show_default=True, help="Bytes.")
@@ -186,6 +187,7 @@ def serve(
     allow: str | None,
     issue: str | None,
     run_id: str | None,
+    channel: str | None,
     actor: str,
     max_input: int,
     max_output: int,
@@ -214,6 +216,7 @@ def serve(
         actor=actor.strip(),
         limits=Limits(max_input=max_input, max_output=max_output),
         poll=poll,
+        channel=channel,
     )
     launch = check_launch(launch)
     err.print(f"beflow mcp: serving on stdio{f' (issue {launch.issue})' if launch.issue else ''}", markup=False)
@@ -229,8 +232,14 @@ def schema(app: App, allow: str | None, issue: str | None, server_name: str) -> 
     """Print every operation as JSON: name, title, description, input and output schema, annotations, metadata,
     whether agents may use it and whether this launch exposes it; permission hints; Claude Code and OpenCode
     snippets. --allow and --issue narrow it as they narrow serve."""
-    from beflow.mcp.schema import TOOL_SERVER_NAME, export, parse_allow
+    from beflow.mcp.schema import TOOL_SERVER_NAME, export, load_all, parse_allow
+    from beflow.mcp.server import existing_issue
+    from beflow.operations import Context
 
     if not TOOL_SERVER_NAME.match(server_name):
         raise click.BadParameter("letters, digits, - and _ only", param_hint="--server")
-    emit_json(export(app.project(), parse_allow(allow), issue, server_name))
+    project = app.project()
+    if issue is not None:  # narrowed to an issue that does not exist, the snippets would start a server that fails
+        show = load_all()["issue.show"]
+        issue = existing_issue(issue, lambda key: show.call(Context(project=project), {"key": key}))
+    emit_json(export(project, parse_allow(allow), issue, server_name))

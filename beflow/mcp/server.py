@@ -26,7 +26,6 @@ import dataclasses
 import datetime as dt
 import json
 import logging
-import os
 import re
 import signal
 import sys
@@ -39,7 +38,6 @@ import anyio
 import anyio.abc
 import mcp_types as types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
-from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
@@ -48,11 +46,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from beflow import __version__
 from beflow.config import Project
-from beflow.errors import BeflowError, NotFoundError, TooLargeError, UsageError
+from beflow.errors import BeflowError, NotFoundError, TooLargeError, UsageError, excerpt
 from beflow.files import atomic_write
 from beflow.issues import IssueView
 from beflow.manual import docs_dir
+from beflow.mcp.channel import client_from_environment
 from beflow.mcp.schema import SERVER_NAME, exposed, load_all, tool
+from beflow.mcp.stdio import stdio_streams
 from beflow.operations import Context, Operation
 from beflow.paths import beflow_home
 from beflow.records import RunRecord
@@ -68,6 +68,8 @@ DEFAULT_POLL = 2.0
 ISSUE_URI = "beflow://issue/{key}"
 RUN_URI = "beflow://run/{id}"
 CUT = "… [cut]"
+#: Requests received and not yet answered, at most: beyond, the server reads no more until one is answered.
+MAX_PENDING = 64
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ class Launch:
     actor: str = "agent"
     limits: Limits = field(default_factory=Limits)
     poll: float = DEFAULT_POLL
+    #: ``mcp.self``: the run's channel (its socket); every operation is forwarded to the run's process.
+    channel: str | None = None
 
 
 def docs_link(code: str) -> str:
@@ -103,7 +107,7 @@ def error_payload(code: str, message: str, fix: str | None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "fix": fix, "docs": docs_link(code)}}
 
 
-def _without_input(message: str) -> str:
+def without_input(message: str) -> str:
     """A validation message without the values it quotes: an error never echoes the raw input."""
     return "\n".join(re.sub(r" \(got .*\)$", "", line) for line in message.splitlines())
 
@@ -171,77 +175,6 @@ def fit(data: Any, budget: int) -> Any | None:
     return None
 
 
-class _Stdin:
-    """Lines of fd 0 for the SDK's stdio transport, read without a blocked thread, so that a signal stops reading
-    at once (the SDK's own reader would wait in ``read()`` until the client writes or closes). Frames longer than
-    ``max_frame`` are dropped. While serving, fd 0 itself reads the null device (as the SDK does), so that handlers
-    and their children never read the protocol."""
-
-    def __init__(self, stop: anyio.Event, max_frame: int) -> None:
-        self.stop = stop
-        self.max_frame = max_frame
-        #: A file or /dev/null cannot be polled (and never blocks): it is read straight away.
-        self.pollable = True
-
-    def __aiter__(self) -> AsyncIterator[str]:
-        return self._lines()
-
-    async def _readable(self, fd: int) -> bool:
-        """Wait until ``fd`` can be read (True) or the server is told to stop (False)."""
-        if not self.pollable:
-            return not self.stop.is_set()
-        stopped = True
-        async with anyio.create_task_group() as tasks:
-
-            async def on_stop() -> None:
-                await self.stop.wait()
-                tasks.cancel_scope.cancel()
-
-            tasks.start_soon(on_stop)
-            try:
-                await anyio.wait_readable(fd)
-            except PermissionError:  # epoll refuses regular files and /dev/null
-                self.pollable = False
-            stopped = False
-            tasks.cancel_scope.cancel()
-        return not stopped and not self.stop.is_set()
-
-    async def _lines(self) -> AsyncIterator[str]:
-        fd = os.dup(0)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.close(null)
-        was_blocking = os.get_blocking(fd)
-        os.set_blocking(fd, False)
-        pending = bytearray()
-        dropping = False
-        try:
-            while await self._readable(fd):
-                try:
-                    chunk = os.read(fd, 64 * KIB)
-                except BlockingIOError:
-                    continue
-                if not chunk:
-                    break  # EOF: the client is gone
-                pending += chunk
-                while (end := pending.find(b"\n")) >= 0:
-                    line, pending = bytes(pending[:end]), pending[end + 1 :]
-                    if dropping:
-                        dropping = False
-                    elif line.strip():
-                        yield line.decode("utf-8", errors="replace")
-                if len(pending) > self.max_frame:
-                    if not dropping:
-                        logger.warning("beflow mcp: dropped a frame longer than %d bytes", self.max_frame)
-                    pending.clear()  # up to the frame's end: nothing of it is kept
-                    dropping = True
-        finally:
-            with contextlib.suppress(OSError):
-                os.set_blocking(fd, was_blocking)
-                os.dup2(fd, 0)
-                os.close(fd)
-
-
 class _Drain:
     """Stream wrappers that hold back the end of input until every request received has been answered: stdin EOF
     and signals end the input, but a call in flight still finishes and its answer is written (the SDK would cancel
@@ -252,8 +185,10 @@ class _Drain:
         read: Any,
         write: Any,
         on_draining: Callable[[], None],
+        max_pending: int = MAX_PENDING,
     ) -> None:
         self._read = read
+        self._max_pending = max_pending
         self._write = write
         self._on_draining = on_draining
         self._pending: set[types.RequestId] = set()
@@ -273,6 +208,12 @@ class _Drain:
     def sent(self, item: Any) -> None:
         if isinstance(item, SessionMessage) and isinstance(item.message, types.JSONRPCResponse | types.JSONRPCError):
             self._settle(item.message.id)
+
+    async def room(self) -> None:
+        """Wait while :data:`MAX_PENDING` requests are unanswered: what is queued for a client that does not read
+        stays bounded (the client's own writes block instead)."""
+        while len(self._pending) >= self._max_pending:
+            await self._changed.wait()
 
     def _settle(self, request_id: Any) -> None:
         self._pending.discard(request_id)
@@ -296,6 +237,7 @@ class _Reader:
         return getattr(self._drain._read, "last_context", None)
 
     async def receive(self) -> Any:
+        await self._drain.room()
         try:
             item = await self._drain._read.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError):
@@ -368,6 +310,7 @@ class BeflowServer:
         self.operations: dict[str, Operation[Any, Any]] = {
             op.tool_name: op for op in exposed(launch.allow, bound=issue is not None)
         }
+        self.forward = client_from_environment(launch.channel, issue) if launch.channel else None
         self._calls = anyio.Lock()  # one call at a time, first come first served
         self.bus = InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
@@ -477,7 +420,7 @@ class BeflowServer:
         if op is None:
             names = ", ".join(self.operations)
             return self._error(
-                "unknown_tool", f"no tool {params.name!r} on this server", f"The tools here are: {names}."
+                "unknown_tool", f"no tool {excerpt(params.name)} on this server", f"The tools here are: {names}."
             )
         arguments = params.arguments or {}
         size = len(json.dumps(arguments, ensure_ascii=False).encode("utf-8"))
@@ -491,9 +434,9 @@ class BeflowServer:
             # Shielded: once it started, a call finishes (and is answered) even when the server is stopping.
             with anyio.CancelScope(shield=True):
                 try:
-                    result = await anyio.to_thread.run_sync(op.call, self.context, arguments)
+                    result = await anyio.to_thread.run_sync(self._invoke, op, arguments)
                 except BeflowError as error:
-                    message = _without_input(error.message) if isinstance(error, UsageError) else error.message
+                    message = without_input(error.message) if isinstance(error, UsageError) else error.message
                     return self._error(error.code, message, error.fix)
                 except Exception as error:
                     where = log_internal(error)
@@ -503,6 +446,12 @@ class BeflowServer:
                         "Report it with that log; the call may be retried.",
                     )
         return self._result(op, result)
+
+    def _invoke(self, op: Operation[Any, Any], arguments: dict[str, Any]) -> Any:
+        """A tool call: in this process, or, for a run's own server, in the run's (through its channel)."""
+        if self.forward is not None:
+            return self.forward.call(op.name, arguments, tool=True)
+        return op.call(self.context, arguments)
 
     def _result(self, op: Operation[Any, Any], result: Any) -> types.CallToolResult:
         data = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
@@ -546,6 +495,8 @@ class BeflowServer:
     def operations_call(self, name: str, arguments: dict[str, Any], context: Context) -> Any:
         """An operation this server uses for resources, through the registry (so the binding applies), whether or
         not ``--allow`` exposes it as a tool."""
+        if self.forward is not None:
+            return self.forward.call(name, arguments)
         return load_all()[name].call(context, arguments)
 
     async def _list_resources(
@@ -623,7 +574,7 @@ class BeflowServer:
         if uri.startswith("beflow://run/"):
             record = self.operations_call("run.show", {"id": uri.removeprefix("beflow://run/")}, context)
             return record.model_dump_json(indent=2), "application/json"
-        raise NotFoundError(f"no resource {uri!r}: beflow serves beflow://issue/<key> and beflow://run/<id>")
+        raise NotFoundError(f"no resource {excerpt(uri)}: beflow serves beflow://issue/<key> and beflow://run/<id>")
 
     async def _read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
@@ -635,7 +586,7 @@ class BeflowServer:
                 text, mime = await anyio.to_thread.run_sync(self._read_text, uri, self.context)
         except BeflowError as error:
             # Another issue's resource does not exist for a bound server.
-            raise MCPError(code=types.INVALID_PARAMS, message=_without_input(error.message)) from None
+            raise MCPError(code=types.INVALID_PARAMS, message=without_input(error.message)) from None
         limit = self.launch.limits.max_output
         if len(text.encode("utf-8")) > limit:
             text = text.encode("utf-8")[: limit - 200].decode("utf-8", errors="ignore")
@@ -650,7 +601,7 @@ class BeflowServer:
         try:
             await anyio.to_thread.run_sync(self._read_text, uri, self.context)  # refused like a read
         except BeflowError as error:
-            raise MCPError(code=types.INVALID_PARAMS, message=_without_input(error.message)) from None
+            raise MCPError(code=types.INVALID_PARAMS, message=without_input(error.message)) from None
         self.subscribed.add(uri)
         return types.EmptyResult()
 
@@ -662,14 +613,29 @@ class BeflowServer:
 
     # -- serving ----------------------------------------------------------------------------------------------------
 
-    async def serve_streams(self, read: Any, write: Any) -> None:
-        """Serve one connection over a stream pair (the SDK's), answering every request received before the input
-        ended."""
-        drain = _Drain(read, write, on_draining=self.listen.close)
+    async def serve_streams(self, read: Any, write: Any, max_pending: int = MAX_PENDING) -> None:
+        """Serve one connection over a stream pair, answering every request received before the input ended."""
+        drain = _Drain(read, write, on_draining=self.listen.close, max_pending=max_pending)
         options = self.server.create_initialization_options(
             NotificationOptions(resources_changed=self.context.bound_issue is not None)
         )
         await self.server.run(drain.reader, drain.writer, options)
+
+
+#: What an issue key given at launch may look like: a tracker's key (``7``, ``#7``, ``PROJ-12``), never a path.
+LAUNCH_KEY = re.compile(r"^#?[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+def existing_issue(issue: str, show: Callable[[str], Any]) -> str:
+    """The key of the issue ``--issue`` names, through ``show`` (``issue.show``); a usage error (exit 2) for a key
+    that is not one or an issue that does not exist."""
+    if not LAUNCH_KEY.match(issue) or ".." in issue:
+        raise UsageError(f"--issue {excerpt(issue)} is not an issue key", fix="Give an issue's key, e.g. --issue 7.")
+    try:
+        key: str = show(issue).key
+    except NotFoundError as error:
+        raise UsageError(f"--issue: {error.message}", fix=error.fix) from None
+    return key
 
 
 def check_launch(launch: Launch) -> Launch:
@@ -678,16 +644,24 @@ def check_launch(launch: Launch) -> Launch:
     issue = launch.issue
     context = Context(project=launch.project)
     registry = load_all()
+    forward = client_from_environment(launch.channel, issue) if launch.channel else None
+
+    def call(name: str, arguments: dict[str, Any]) -> Any:
+        if forward is not None:  # a run's own server: the run's process answers (it holds the tracker)
+            return forward.call(name, arguments)
+        return registry[name].call(context, arguments)
+
     if launch.run is not None:
-        record = registry["run.show"].call(context, {"id": launch.run})
+        record = call("run.show", {"id": launch.run})
         if issue is not None and normalize_key(issue) != record.issue:
             raise UsageError(f"--run {launch.run} is a run of issue {record.issue}, not of issue {issue}")
         issue = record.issue
         launch = dataclasses.replace(launch, run=record.id, issue=issue)
     if issue is not None:
-        key = registry["issue.show"].call(context, {"key": issue}).key
-        launch = dataclasses.replace(launch, issue=key)
+        launch = dataclasses.replace(launch, issue=existing_issue(issue, lambda key: call("issue.show", {"key": key})))
     exposed(launch.allow, bound=launch.issue is not None)  # a bad --allow fails before serving
+    if forward is not None:
+        forward.close()
     return launch
 
 
@@ -700,6 +674,16 @@ async def serve(launch: Launch) -> None:
         logger.setLevel(logging.INFO)
     server = BeflowServer(launch)
     stop = anyio.Event()
+    serving = anyio.CancelScope()
+
+    def on_stuck() -> None:
+        serving.cancel()  # the client does not read: its answers cannot be delivered, the server stops anyway
+
+    with serving:
+        await _serve(server, launch, stop, on_stuck)
+
+
+async def _serve(server: BeflowServer, launch: Launch, stop: anyio.Event, on_stuck: Callable[[], None]) -> None:
     async with anyio.create_task_group() as tasks:
 
         async def on_signals(*, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -710,6 +694,6 @@ async def serve(launch: Launch) -> None:
                     stop.set()
 
         await tasks.start(on_signals)
-        async with stdio_server(stdin=_Stdin(stop, launch.limits.max_frame)) as (read, write):  # type: ignore[arg-type]
+        async with stdio_streams(stop, launch.limits.max_frame, on_stuck) as (read, write):
             await server.serve_streams(read, write)
         tasks.cancel_scope.cancel()

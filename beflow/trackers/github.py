@@ -36,7 +36,7 @@ import pydantic
 from beflow import proc
 from beflow.config import GitHubTracker as Settings
 from beflow.config import Project
-from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError, UsageError
+from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError, UsageError, excerpt
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
     Claim,
@@ -231,7 +231,8 @@ class GitHubTracker:
     def _raw_issue(self, key: str) -> dict[str, Any]:
         wanted = normalize_key(key)
         if not wanted.isdigit():
-            raise NotFoundError(f"no issue {key} in {self.repo}: GitHub issues are numbers", fix="beflow issues list")
+            shown = excerpt(key, quote=False)
+            raise NotFoundError(f"no issue {shown} in {self.repo}: GitHub issues are numbers", fix="beflow issues list")
         try:
             raw: dict[str, Any] = self._call(self.api.get, f"{self._base}/issues/{wanted}")
         except GitHubError as error:

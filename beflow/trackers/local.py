@@ -48,7 +48,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from beflow import lazy
-from beflow.errors import ConfigError, LockedError, NotFoundError, UsageError
+from beflow.errors import ConfigError, LockedError, NotFoundError, UsageError, excerpt
 from beflow.files import TooLargeError, atomic_write, read_regular
 from beflow.locks import NotedLock
 from beflow.paths import STATE_DIR, state_dir
@@ -689,7 +689,7 @@ class LocalTracker:
             return []
 
     def _not_found(self, key: str, issues: list[Issue]) -> str:
-        message = f"no issue {key} in {self.directory}"
+        message = f"no issue {excerpt(key, quote=False)} in {self.directory}"
         if not issues:
             return f"{message} (there are no issues yet)"
         wanted = normalize_key(key)

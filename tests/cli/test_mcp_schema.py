@@ -7,6 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+from beflow.config import load_project
+from beflow.mcp.acp import MASK
+from beflow.trackers import open_tracker
 from tests.support.projects import config_file
 
 
@@ -32,22 +35,42 @@ def test_schema_lists_every_operation_with_hints_and_snippets(repo: Path, beflow
     assert opencode["mcp"]["beflow"]["command"] == ["beflow", "mcp", "serve"]
 
 
+def with_one_issue(repo: Path) -> str:
+    config_file(repo).parent.mkdir(parents=True, exist_ok=True)
+    config_file(repo).write_text("{}\n")
+    return open_tracker(load_project(config_file(repo))).create("Fix the crash", "").key
+
+
 def test_allow_and_issue_narrow_the_schema_as_they_narrow_serve(repo: Path, beflow) -> None:
-    result = beflow("mcp", "schema", "--issue", "7", "--allow", "issue.show,issue_comment", "--server", "bf")
+    assert with_one_issue(repo) == "1"
+    result = beflow("mcp", "schema", "--issue", "1", "--allow", "issue.show,issue_comment", "--server", "bf")
 
     schema = json.loads(result.stdout)
     exposed = sorted(t["name"] for t in schema["tools"] if t["exposed"])
     assert exposed == ["issue_comment", "issue_show"]
     assert "issue_set_status" in schema["permissionHints"]["deny"]
     comment = next(t for t in schema["tools"] if t["name"] == "issue_comment")
-    assert "issue 7 only" in comment["inputSchema"]["properties"]["key"]["description"]
-    assert schema["launch"]["args"] == ["mcp", "serve", "--allow", "issue.show,issue_comment", "--issue", "7"]
+    assert "issue 1 only" in comment["inputSchema"]["properties"]["key"]["description"]
+    assert schema["launch"]["args"] == ["mcp", "serve", "--allow", "issue.show,issue_comment", "--issue", "1"]
     assert schema["snippets"]["claudeCode"]["settings"]["permissions"]["allow"] == ["mcp__bf__issue_show"]
 
-    refused = beflow("mcp", "schema", "--issue", "7", "--allow", "issue.close")
+    refused = beflow("mcp", "schema", "--issue", "1", "--allow", "issue.close")
     assert refused.exit_code == 2 and "issue.close is not agent-safe" in refused.stderr
     unknown = beflow("mcp", "schema", "--allow", "issue.nuke")
     assert unknown.exit_code == 2 and "no operation 'issue.nuke'" in unknown.stderr
+
+
+def test_schema_refuses_an_issue_that_does_not_exist_or_is_no_key(repo: Path, beflow) -> None:
+    with_one_issue(repo)
+    for issue, said in [
+        ("999", "--issue: no issue 999"),
+        ("../1", "--issue '../1' is not an issue key"),
+        ("1\x1b[2J" + "x" * 5000, "is not an issue key"),
+    ]:
+        result = beflow("mcp", "schema", "--issue", issue)
+        assert result.exit_code == 2, issue
+        assert said in result.stderr and result.stdout == ""
+        assert "\x1b" not in result.stderr and len(result.stderr) < 400
 
 
 def test_show_lists_beflows_own_server_when_self_is_on(repo: Path, beflow) -> None:
@@ -58,5 +81,7 @@ def test_show_lists_beflows_own_server_when_self_is_on(repo: Path, beflow) -> No
 
     assert "beflow's own server (mcp.self): on" in text.stdout
     assert data["self"]["name"] == "beflow" and data["self"]["command"] == sys.executable
-    assert data["self"]["args"][-4:] == ["--issue", "<KEY>", "--run", "<ID>"]
+    assert data["self"]["args"][-8:] == ["--issue", "<KEY>", "--run", "<ID>", "--channel", "<SOCKET>", "--poll", "2"]
+    # The run's capability is its secret: shown masked, never a value.
+    assert {pair["name"]: pair["value"] for pair in data["self"]["env"]}["BEFLOW_MCP_CAPABILITY"] == MASK
     assert str(config_file(repo)) in data["self"]["args"]

@@ -398,3 +398,53 @@ def test_a_new_run_of_the_bound_issue_changes_the_resource_list(project: Path) -
         assert after == ["beflow://issue/1", f"beflow://run/{record.id}"]
 
     run(main)
+
+
+def test_a_bound_server_finds_its_issues_runs_only_and_never_names_another_issues(project: Path) -> None:
+    from beflow.records import RunRecord, RunStore, now
+
+    store = RunStore(project)
+    mine = RunRecord(id="20260101-000001-1-bcde", issue="1", mode="auto", agent="codex", started_at=now())
+    theirs = RunRecord(id="20260101-000000-2-abcd", issue="2", mode="auto", agent="codex", started_at=now())
+    for record in (mine, theirs):
+        store.create(record, "prompt")
+
+    async def main() -> None:
+        async with connect(project, "--issue", "1") as session:
+            by_prefix = await session.call_tool("run_show", {"id": "2026"})  # one of issue 1's: no ambiguity
+            # Their id, a close match of it, a prefix of it alone: each as if their run did not exist.
+            asked = [
+                (wanted, await session.call_tool("run_show", {"id": wanted}))
+                for wanted in (theirs.id, theirs.id[:-1], "20260101-000000")
+            ]
+            with pytest.raises(MCPError) as raised:
+                await session.read_resource(f"beflow://run/{theirs.id}")
+
+        assert not by_prefix.is_error and by_prefix.structured_content["id"] == mine.id  # type: ignore[index]
+        for wanted, result in asked:
+            error = error_of(result)
+            assert error["code"] == "not_found"
+            assert error["message"] == f"no run {wanted!r} of issue 1"
+        assert str(raised.value) == f"no run {theirs.id!r} of issue 1"
+
+    run(main)
+
+
+def test_errors_quote_hostile_input_short_and_escaped(project: Path) -> None:
+    hostile = "\x1b]52;c;" + "A" * 20_000 + "\u202e"
+
+    async def main() -> None:
+        async with connect(project, "--issue", "1") as session:
+            results = [
+                await session.call_tool("issue_comment", {"key": hostile, "text": "x"}),
+                await session.call_tool(hostile, {}),
+                await session.call_tool("run_show", {"id": hostile}),
+            ]
+            with pytest.raises(MCPError) as raised:
+                await session.read_resource(f"beflow://nothing/{hostile}")
+        for result in results:
+            message = error_of(result)["message"]
+            assert len(message) < 300 and "\x1b" not in message and "\u202e" not in message, message
+        assert len(str(raised.value)) < 300 and "\x1b" not in str(raised.value)
+
+    run(main)
