@@ -56,6 +56,14 @@ class _LazyConsole:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._made(), name)
 
+    # Dunders are looked up on the type, never through __getattr__: rich's Live enters its console (`with
+    # console:`) when it stops, at the end of every `--auto` and `watch` on a terminal.
+    def __enter__(self) -> Console:
+        return self._made().__enter__()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._made().__exit__(*exc_info)
+
     @property
     def is_terminal(self) -> bool:
         """Whether the stream is a terminal, asked without loading rich (a pipe never needs it) unless the
