@@ -173,10 +173,14 @@ pass_app = click.make_pass_decorator(App, ensure=True)
 
 def emit_json(value: Any) -> None:
     """One JSON document (or one event line) on stdout."""
+    click.echo(json_text(value))
+
+
+def json_text(value: Any) -> str:
+    """``value`` (a model, or plain data) as one line of JSON, as :func:`emit_json` writes it."""
     if hasattr(value, "model_dump_json"):  # straight from the model: no copy of it as Python objects in between
-        click.echo(value.model_dump_json())
-        return
-    click.echo(json.dumps(value, default=_json_default, ensure_ascii=False))
+        return str(value.model_dump_json())
+    return json.dumps(value, default=_json_default, ensure_ascii=False)
 
 
 def emit_json_chunks(chunks: Iterable[str]) -> None:
