@@ -27,6 +27,7 @@ from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC
 from beflow.policy import give_up_note, status_after
 from beflow.records import DONE_OUTCOMES, Mode, Outcome, RunRecord, RunStore, new_run_id, now
+from beflow.reporter import ProgressReporter
 from beflow.trackers import Issue, Status, Tracker
 
 
@@ -235,16 +236,23 @@ class Session:
         self.redact_hooks = Redactor()
         #: Why the claim's lease was lost, if it was: another machine owns the issue now, and this run leaves it be.
         self.claim_lost: str | None = None
+        #: Trackers that show a run's progress on the issue are told from a thread of the run's own.
+        self._reporter = ProgressReporter(self._progress) if hasattr(tracker, "progress") else None
 
     @property
     def run_id(self) -> str:
         return self.record.id
 
     def emit(self, kind: RunEventKind, **data: Any) -> None:
+        """Only emits: the tracker is told of the activity from the run's reporter thread (beflow.reporter)."""
         self._events(RunEvent(kind, self.record.id, self.record.issue, data))
-        progress = getattr(self.tracker, "progress", None)  # trackers that show a run's progress on the issue
-        if kind == "activity" and progress is not None and self.claim_lost is None:
-            progress(self.record.issue, f"beflow run `{self.record.id}` is working on this issue: {data['latest']}")
+        if kind == "activity" and self._reporter is not None and self.claim_lost is None:
+            self._reporter.report(f"beflow run `{self.record.id}` is working on this issue: {data['latest']}")
+
+    def _progress(self, text: str) -> None:
+        progress = getattr(self.tracker, "progress", None)
+        if progress is not None and self.claim_lost is None:  # (the lease may have been lost since)
+            progress(self.record.issue, text)
 
     def start(self, prompt_text: str, note: str | None = None) -> None:
         """The record is written with its prompt, and the tracker says a run works on the issue."""
@@ -295,6 +303,8 @@ class Session:
         ``finished`` with ``details``. The tracker's failure is a notice, never the run's: the record keeps the
         outcome."""
         record = self.record
+        if self._reporter is not None:
+            self._reporter.close()  # (its last update must not land on the issue after the outcome)
         record.close(outcome, reason)
         self.store.save(record)
         if self.claim_lost is not None:  # the issue is another run's now: its status and comments are that run's
