@@ -4,10 +4,12 @@ the screen shows), Ctrl-C typed there stops them, and text from issues and agent
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -54,6 +56,7 @@ def test_auto_stopped_by_ctrl_c_exits_130_and_says_so(
     assert "failed unexpectedly" not in term.text
     assert auto_project.only_record().outcome == "cancelled"
     assert auto_project.issue(key).status == Status.READY
+    assert not list((Path(os.environ["BEFLOW_HOME"]) / "journal").glob("*.json"))  # the managed file put back
 
 
 def test_watch_runs_an_issue_and_ctrl_c_stops_it_cleanly(
@@ -68,6 +71,7 @@ def test_watch_runs_an_issue_and_ctrl_c_stops_it_cleanly(
     assert "failed unexpectedly" not in term.text
     assert auto_project.only_record().outcome == "succeeded"
     assert auto_project.issue(key).status == Status.REVIEW
+    assert not list((Path(os.environ["BEFLOW_HOME"]) / "journal").glob("*.json"))
     # The live view was put away: the cursor is shown again (rich hid it while the view was live).
     assert term.output.rfind(b"\x1b[?25h") > term.output.rfind(b"\x1b[?25l")
 
