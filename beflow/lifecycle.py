@@ -39,6 +39,7 @@ from beflow.records import (
     new_run_id,
     now,
 )
+from beflow.reporter import ProgressReporter
 from beflow.trackers import Issue, Status, Tracker
 from beflow.trackers.base import ShowsProgress
 
@@ -262,19 +263,24 @@ class Session:
         self.redact_hooks = Redactor(secrets=self.secrets, words=True)
         #: Why the claim's lease was lost, if it was: another machine owns the issue now, and this run leaves it be.
         self.claim_lost: str | None = None
+        #: Trackers that show a run's progress on the issue are told from a thread of the run's own.
+        self._reporter = ProgressReporter(self._progress) if isinstance(tracker, ShowsProgress) else None
 
     @property
     def run_id(self) -> str:
         return self.record.id
 
     def emit(self, kind: RunEventKind, **data: Any) -> None:
+        """Only emits: the tracker is told of the activity from the run's reporter thread (beflow.reporter)."""
         # The agent's words (progress, activity) and every message reach the terminal, --json and the issue masked.
         data = {name: self.redact.text(v) if isinstance(v, str) else v for name, v in data.items()}
         self._events(RunEvent(kind, self.record.id, self.record.issue, data))
-        if kind == "activity" and isinstance(self.tracker, ShowsProgress) and self.claim_lost is None:
-            self.tracker.progress(
-                self.record.issue, f"beflow run `{self.record.id}` is working on this issue: {data['latest']}"
-            )
+        if kind == "activity" and self._reporter is not None and self.claim_lost is None:
+            self._reporter.report(f"beflow run `{self.record.id}` is working on this issue: {data['latest']}")
+
+    def _progress(self, text: str) -> None:
+        if isinstance(self.tracker, ShowsProgress) and self.claim_lost is None:  # (the lease may have been lost since)
+            self.tracker.progress(self.record.issue, text)
 
     def start(self, prompt_text: str, note: str | None = None) -> None:
         """The record is written with its prompt, and the tracker says a run works on the issue."""
@@ -334,6 +340,8 @@ class Session:
         ``finished`` with ``details``. The tracker's failure is a notice, never the run's: the record keeps the
         outcome."""
         record = self.record
+        if self._reporter is not None:
+            self._reporter.close()  # (its last update must not land on the issue after the outcome)
         record.close(outcome, reason)
         self.mask_record()
         self.store.save(record)

@@ -3,7 +3,8 @@ git alone is run by GitPython, behind :mod:`beflow.git`.
 
 Children start in their own process group, so that a timeout or a cancellation can stop the child *and*
 everything it started (acpx's agent, a hook's tools): SIGTERM to the group, a grace period, then SIGKILL. When a
-child exits on its own, whatever it left behind in its group is stopped the same way.
+child exits on its own, whatever it left behind in its group is stopped the same way. When beflow itself dies
+(SIGKILL leaves it no say), the child gets a parent-death signal, and a watchdog stops its whole group.
 """
 
 from __future__ import annotations
@@ -106,6 +107,51 @@ _GUARD = (
     '[ "$parent" = "$PPID" ] || { sleep 2; kill -KILL 0; }; exit 143\' TERM; '
     'sh -c "$1" & wait $!'
 )
+
+#: The watchdog of a child's process group (:func:`_watchdog`): it reads a pipe only beflow holds open, and when
+#: that ends without beflow having stopped the watchdog first — beflow died, even by SIGKILL — the group gets
+#: SIGTERM, then SIGKILL. The parent-death signal reaches the child alone; this reaches what it started too (acpx's
+#: agent, the agent's tools), however they treat SIGTERM.
+_WATCHDOG = 'read -r _; kill -s TERM -- "-$1" 2>/dev/null || exit 0; sleep 2; kill -s KILL -- "-$1" 2>/dev/null'
+
+
+@dataclass
+class _Watchdog:
+    process: subprocess.Popen[bytes]
+    pipe: int
+
+    def dismiss(self) -> None:
+        """The group was stopped by beflow (or is gone): the watchdog goes without doing anything."""
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            self.process.wait(timeout=KILL_WAIT)
+        with contextlib.suppress(OSError):
+            os.close(self.pipe)
+
+
+def _watchdog(pgid: int) -> _Watchdog | None:
+    """A watchdog for process group ``pgid`` (Linux, where it is the only way; elsewhere None). It lives in a
+    session of its own, so that the terminal's Ctrl-C and hang-up reach beflow, not it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    read_end, write_end = os.pipe()  # (not inherited: only this watchdog holds the read end, only beflow the other)
+    try:
+        process = subprocess.Popen(
+            ["sh", "-c", _WATCHDOG, "sh", str(pgid)],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            start_new_session=True,
+        )
+    except OSError:
+        os.close(write_end)
+        return None
+    finally:
+        os.close(read_end)
+    return _Watchdog(process, write_end)
+
 
 #: The environment variable that marks every process started for one :func:`run` with ``stop_escaped``: processes
 #: inherit it, even those that leave the group and the session (``setsid``, a double fork), so they can be found.
@@ -376,6 +422,7 @@ async def run(
         raise BeflowError(f"{argv[0]}: cannot start: {exc.strerror or exc}") from None
 
     pgid = process.pid if own_group else None
+    watchdog = _watchdog(pgid) if pgid is not None else None
     out, err = _Tail(max_capture), _Tail(max_capture)
     exited = False
     try:
@@ -413,6 +460,8 @@ async def run(
                 await stop_tagged(tag, grace)
             await process.wait()
             await process.aclose()
+            if watchdog is not None:
+                watchdog.dismiss()
     return Completed(
         argv=argv,
         returncode=process.returncode,

@@ -75,10 +75,18 @@ async def watch_directories(paths: Callable[[], list[Path]], wakeup: Wakeup, *, 
             async with anyio.create_task_group() as group:
                 if len(existing) < len(paths()):
                     group.start_soon(_stop_when_more, paths, len(existing), stop, retry)
+                # rust_timeout: a cancellation (Ctrl-C, SIGTERM) waits for the watcher's thread to come back, which
+                # by default it does after 5 s without a change; a quarter of a second keeps a stop prompt.
                 # Set before the watcher exists, but no other task runs until its first wait: by then it watches.
                 wakeup.watching = existing
                 async for _ in watchfiles.awatch(
-                    *existing, recursive=False, stop_event=stop, debounce=200, step=20, watch_filter=_interesting
+                    *existing,
+                    recursive=False,
+                    stop_event=stop,
+                    debounce=200,
+                    step=20,
+                    rust_timeout=250,
+                    watch_filter=_interesting,
                 ):
                     wakeup.set("files changed")
                 group.cancel_scope.cancel()

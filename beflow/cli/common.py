@@ -7,6 +7,7 @@ import dataclasses
 import datetime as dt
 import json
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Iterable
@@ -56,6 +57,14 @@ class _LazyConsole:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._made(), name)
 
+    # Dunders are looked up on the type, never through __getattr__: rich's Live enters its console (`with
+    # console:`) when it stops, at the end of every `--auto` and `watch` on a terminal.
+    def __enter__(self) -> Console:
+        return self._made().__enter__()
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self._made().__exit__(*exc_info)
+
     @property
     def is_terminal(self) -> bool:
         """Whether the stream is a terminal, asked without loading rich (a pipe never needs it) unless the
@@ -75,14 +84,39 @@ def say(plain: str, markup: Callable[[], str]) -> None:
     if sys.stdout.isatty():
         out.print(markup())
     else:
-        click.echo(plain)
+        click.echo(visible(plain))
+
+
+#: What text from issues, comments, agents and files may not send to a terminal as it is: C0 controls but tab and
+#: line feed (ESC starts clear-screen, cursor moves and OSC 52 clipboard writes), DEL, C1 controls (U+009B is a CSI
+#: on its own), the bidirectional overrides, embeddings, isolates and marks that reorder what follows (a title that
+#: reads backwards), the line and paragraph separators, and lone surrogates (undecodable bytes).
+_INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _visibly(match: re.Match[str]) -> str:
+    char = match.group()
+    code = ord(char)
+    if code < 0x20 or code == 0x7F:  # caret notation, as `cat -v` and terminals show them: ESC is ^[
+        return "^" + chr(code ^ 0x40)
+    return f"<U+{code:04X}>"
+
+
+def visible(text: str) -> str:
+    """``text`` with everything that would drive the terminal shown instead (``\x1b`` as ``^[``, U+202E as
+    ``<U+202E>``); tabs and line ends kept (``\r\n`` as a line end). What every renderer of the CLI prints of
+    text beflow did not write itself; ``--json`` keeps the text exact (JSON escapes it)."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n")
+    return _INVISIBLE.sub(_visibly, text)
 
 
 def escape(text: str) -> str:
-    """Text shown as it is in rich markup (rich's own ``escape``, loaded when something is printed)."""
+    """Text shown as it is in rich markup, every control in it made :func:`visible` (rich's own ``escape``,
+    loaded when something is printed)."""
     from rich.markup import escape as rich_escape
 
-    return rich_escape(text)
+    return rich_escape(visible(text))
 
 
 @dataclass
@@ -139,10 +173,14 @@ pass_app = click.make_pass_decorator(App, ensure=True)
 
 def emit_json(value: Any) -> None:
     """One JSON document (or one event line) on stdout."""
+    click.echo(json_text(value))
+
+
+def json_text(value: Any) -> str:
+    """``value`` (a model, or plain data) as one line of JSON, as :func:`emit_json` writes it."""
     if hasattr(value, "model_dump_json"):  # straight from the model: no copy of it as Python objects in between
-        click.echo(value.model_dump_json())
-        return
-    click.echo(json.dumps(value, default=_json_default, ensure_ascii=False))
+        return str(value.model_dump_json())
+    return json.dumps(value, default=_json_default, ensure_ascii=False)
 
 
 def emit_json_chunks(chunks: Iterable[str]) -> None:

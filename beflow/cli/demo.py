@@ -8,11 +8,10 @@ import tempfile
 from pathlib import Path
 
 import click
-from rich.markup import escape
 from rich.syntax import Syntax
 
 from beflow import demo, git, interrupts
-from beflow.cli.common import out
+from beflow.cli.common import escape, out
 from beflow.cli.progress import OUTCOME_STYLE, Progress
 from beflow.paths import beflow_home
 from beflow.records import DONE_OUTCOMES

@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 
 import click
-from rich.markup import escape
 
-from beflow.cli.common import App, emit_json, out, pass_app
+from beflow.cli.common import App, emit_json, escape, out, pass_app
 from beflow.doctor import run_checks
 
 

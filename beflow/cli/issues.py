@@ -23,6 +23,7 @@ from beflow.cli.common import (
     pass_app,
     print_table,
     say,
+    visible,
 )
 from beflow.errors import UsageError
 from beflow.trackers.base import DEFAULT_PRIORITY, IssueRow, ListingStream, Status, format_time
@@ -127,7 +128,8 @@ RIGHT_ALIGNED = {"KEY", "PRI"}
 
 
 def _cells(row: IssueRow) -> tuple[str, ...]:
-    return (row.key, row.status.value, str(row.priority), row.title, ", ".join(row.labels), short_time(row.updated))
+    labels = visible(", ".join(row.labels))
+    return (row.key, row.status.value, str(row.priority), visible(row.title), labels, short_time(row.updated))
 
 
 def _plain_table(listing: ListingStream) -> None:

@@ -6,7 +6,8 @@ import time
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from beflow.cli.common import emit_json, err, escape
+from beflow.cli.common import err, escape
+from beflow.cli.stream import EventStream
 
 if TYPE_CHECKING:  # the live view is only for a terminal: runs printing JSON or into a file never load it
     from rich.live import Live
@@ -29,6 +30,8 @@ class Progress:
         self.as_json = as_json
         self.running: dict[str, dict[str, object]] = {}
         self.live: Live | None = None
+        # A reader that stops reading never holds up a run or a signal (beflow.cli.stream).
+        self.stream = EventStream() if as_json else None
         if not as_json and err.is_terminal:
             from rich.live import Live
 
@@ -44,10 +47,12 @@ class Progress:
     ) -> None:
         if self.live is not None:
             self.live.stop()
+        if self.stream is not None:
+            self.stream.close()
 
     def __call__(self, event: RunEvent) -> None:
-        if self.as_json:
-            emit_json(event.to_json())
+        if self.stream is not None:
+            self.stream(event.to_json())
             return
         if event.type == "started":
             self.running[event.run_id] = {"issue": event.issue, "since": event.time, "latest": "starting"}

@@ -91,9 +91,9 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
         out.print(f"resume    {escape(r.resume_note)}")
     if r.worktree_kept:
         out.print(f"[yellow]worktree kept at {escape(r.worktree or '')}[/]")
-    out.print(f"MCP       {', '.join(r.mcp_servers) or 'none injected'}")
+    out.print(f"MCP       {escape(', '.join(r.mcp_servers)) or 'none injected'}")
     if r.mcp_shadowed:
-        out.print(f"          (shadowed acpx global servers: {', '.join(r.mcp_shadowed)})")
+        out.print(f"          (shadowed acpx global servers: {escape(', '.join(r.mcp_shadowed))})")
     for note in r.restored:
         out.print(f"restore   {escape(note)}")
     if r.changed_files:

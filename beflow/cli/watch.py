@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 import click
 
 from beflow import hardening, interrupts
-from beflow.cli.common import App, emit_json, err, escape, pass_app
+from beflow.cli.common import App, err, escape, pass_app
+from beflow.cli.stream import EventStream
 from beflow.dispatcher import Dispatcher, Snapshot
 from beflow.events import RunEvent, WatchEvent
 from beflow.records import FAILED_OUTCOMES
@@ -100,12 +101,14 @@ def command(app: App, once: bool, as_json: bool) -> None:
     hardening.keep_private()  # before any agent runs: its process cannot read beflow's (docs/safety.md)
     project = app.project()
     live: Live | None = None
+    # A reader that stops reading never holds up the runs, the dispatcher or a signal (beflow.cli.stream).
+    stream = EventStream() if as_json else None
 
     def listener(event: WatchEvent | RunEvent) -> None:
-        if as_json:
+        if stream is not None:
             # The dispatcher's events, and the progress lines agents report (run events of their own).
             if isinstance(event, WatchEvent) or event.type == "progress":
-                emit_json(event.to_json())
+                stream(event.to_json())
             return
         if isinstance(event, WatchEvent) and event.type in LOGGED:
             details = ", ".join(f"{k}={v}" for k, v in event.data.items() if v is not None)
@@ -131,5 +134,7 @@ def command(app: App, once: bool, as_json: bool) -> None:
     finally:
         if live is not None:
             live.stop()
+        if stream is not None:
+            stream.close()
     if once and any(r.outcome in FAILED_OUTCOMES for r in records):
         raise SystemExit(1)

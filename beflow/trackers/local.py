@@ -72,7 +72,7 @@ from beflow.trackers.base import (
     normalize_text,
     utc_now,
 )
-from beflow.trackers.local_index import STREAM_BATCH, IssueIndex, Row, damaged, stamp_of
+from beflow.trackers.local_index import STREAM_BATCH, IssueIndex, Row, stamp_of
 from beflow.validation import problems_of
 
 if TYPE_CHECKING:
@@ -92,6 +92,9 @@ FENCE = "---"
 CLAIM_WAIT = 0.5
 #: How long a write waits for another write to the same issue (they take milliseconds).
 WRITE_WAIT = 30.0
+#: Seconds to wait for another process's write to the index before reading the files instead: it is a cache, and
+#: beflow's own writes to it take milliseconds.
+INDEX_WAIT = 2.0
 
 # A comment heading is any line that starts with "### " after the marker; the marker is that line (trailing blanks
 # aside). Lines of text that would read as either are written with one more backslash in front, and read back
@@ -446,7 +449,7 @@ class LocalTracker:
         self.directory = directory
         self.project_dir = project_dir
         self.description = f"local issues in {directory}"
-        self._index = IssueIndex(directory, project_dir / STATE_DIR, wait=WRITE_WAIT)
+        self._index = IssueIndex(directory, project_dir / STATE_DIR, wait=INDEX_WAIT)
         #: Per thread (a watch's tick and its runs' steps call from worker threads at once): whether the index was
         #: brought up to date within the :meth:`reading_once` that holds, if one does.
         self._reading = _Reading()
@@ -498,9 +501,10 @@ class LocalTracker:
             raise IssueFileError([FileProblem(path=path, line=line, message="not UTF-8 text")]) from None
         return parse(path, text, mtime=mtime)
 
-    def _cached(self, name: str) -> Issue | list[FileProblem] | None:
+    def _cached(self, name: str, *, from_file: bool = False) -> Issue | list[FileProblem] | None:
         """The issue in file ``name`` (or its problems), from the index when the file is as it was when last
-        parsed, else parsed (and the index updated); None when it is not a regular file (any more)."""
+        parsed (unless ``from_file``), else parsed (and the index updated); None when it is not a regular file
+        (any more)."""
         path = self.directory / name
         try:
             info = os.stat(path)
@@ -509,16 +513,20 @@ class LocalTracker:
         if not stat.S_ISREG(info.st_mode):
             return None
         stamp = self._trusted(info)
+        row = None
         try:
             row = self._index.row(name)
-            if row is not None and stamp and row[0] == stamp:
+            if row is not None and stamp and row[0] == stamp and not from_file:
                 return row[1]
         except (sqlite3.Error, ValueError) as error:  # the file is parsed instead (and a damaged index rebuilt)
-            if not isinstance(error, sqlite3.Error) or damaged(error):
-                self._index.reset()
+            self._index.set_back(error)
         result = self._parse_file(path)
-        with contextlib.suppress(sqlite3.Error):
+        if row is not None and stamp and row == (stamp, result):
+            return result  # (the row says what the file says: nothing to write)
+        try:
             self._index.put([(name, stamp, result)])
+        except sqlite3.Error as error:
+            self._index.set_back(error)
         return result
 
     @staticmethod
@@ -558,10 +566,8 @@ class LocalTracker:
             return
         try:
             self._sync_now()
-        except (sqlite3.DatabaseError, ValueError) as error:  # damaged while in use: rebuilt from the files
-            if isinstance(error, sqlite3.DatabaseError) and not damaged(error):
-                raise
-            self._index.reset()
+        except (sqlite3.DatabaseError, ValueError) as error:  # damaged, busy or read-only: from the files
+            self._index.set_back(error)
             self._sync_now()
         reading.synced = True
         self.scans += 1
@@ -609,9 +615,7 @@ class LocalTracker:
             self._sync()
             return question()
         except sqlite3.DatabaseError as error:
-            if not damaged(error):
-                raise
-            self._index.reset()
+            self._index.set_back(error)
             self._reading.synced = False
             self._sync()
             return question()
@@ -655,6 +659,9 @@ class LocalTracker:
         return sorted(candidates, key=Issue.order)
 
     def get(self, key: str) -> Issue:
+        """The issue read from its file, never from its row in the index: the index only says which file to read.
+        The index is a cache any process of the user can write (an agent's too); what a run reads, and what
+        ``issues show`` shows, is what the file says."""
         wanted = normalize_key(key)
         # The file of the key, by the index or by its name (``0007-...``), when its front matter agrees: no scan.
         if wanted.isdigit():
@@ -665,8 +672,10 @@ class LocalTracker:
                 return found
         issues, problems = self._scan()
         for issue in issues:
-            if issue.key == wanted:
-                return issue
+            if issue.key == wanted and issue.path is not None:
+                found = self._by_name(wanted, [issue.path.name])
+                if found is not None:
+                    return found
         # The file of that key may be the broken one: say what is wrong with it rather than "not found".
         broken = [p for p in problems if _number_of(p.path) == wanted]
         if broken:
@@ -675,7 +684,7 @@ class LocalTracker:
 
     def _by_name(self, key: str, names: list[str]) -> Issue | None:
         for name in names:
-            found = self._cached(name)
+            found = self._cached(name, from_file=True)
             if isinstance(found, Issue) and found.key == key:
                 return found
         return None
@@ -684,8 +693,7 @@ class LocalTracker:
         try:
             return self._index.names_of(key)
         except sqlite3.Error as error:
-            if damaged(error):
-                self._index.reset()
+            self._index.set_back(error)
             return []
 
     def _not_found(self, key: str, issues: list[Issue]) -> str:

@@ -44,10 +44,13 @@ CREATE INDEX IF NOT EXISTS issues_status ON issues (status);
 
 
 def damaged(error: sqlite3.Error) -> bool:
-    """Whether the index is damaged, rather than busy: another beflow holding it longer than the wait is no reason
-    to throw it away."""
+    """Whether the index is damaged, rather than busy or read-only: another process holding it longer than the
+    wait, or a file this user may not write, is no reason to throw it away (:meth:`IssueIndex.set_back`)."""
     message = str(error).lower()
-    return not (isinstance(error, sqlite3.OperationalError) and ("locked" in message or "busy" in message))
+    return not (
+        isinstance(error, sqlite3.OperationalError)
+        and ("locked" in message or "busy" in message or "readonly" in message or "read-only" in message)
+    )
 
 
 def stamp_of(info: os.stat_result) -> str:
@@ -78,6 +81,8 @@ class IssueIndex:
         self._repeated: dict[str, tuple[int, str]] | None = None
         # One connection serves every thread of the process (the dispatcher's work runs in worker threads).
         self.lock = threading.RLock()
+        #: Whether this process keeps the index in memory: the file was busy or read-only when it was needed.
+        self.in_memory = False
 
     # the connection ---------------------------------------------------------------------------------------------
 
@@ -87,7 +92,7 @@ class IssueIndex:
         return self._db
 
     def _open(self) -> sqlite3.Connection:
-        if not self.state.is_dir():
+        if self.in_memory or not self.state.is_dir():
             return self._prepare(sqlite3.connect(":memory:", check_same_thread=False, isolation_level=None))
         for attempt in range(2):
             try:
@@ -139,12 +144,27 @@ class IssueIndex:
     def reset(self) -> None:
         """Forget the connection and the index file (found damaged while in use): the next use rebuilds it."""
         with self.lock:
-            if self._db is not None:
-                with contextlib.suppress(sqlite3.Error):
-                    self._db.close()
-            self._db, self._known, self._repeated = None, None, None
-            if self.state.is_dir():
+            self._forget()
+            if self.state.is_dir() and not self.in_memory:
                 self._remove()
+
+    def _forget(self) -> None:
+        if self._db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._db.close()
+        self._db, self._known, self._repeated = None, None, None
+
+    def set_back(self, error: sqlite3.Error | ValueError) -> None:
+        """After ``error`` from the index: a damaged index is rebuilt from the files; one that is busy (another
+        process holds it longer than the wait) or read-only is left as it is, and this process keeps its own in
+        memory from then on, filled from the files as when there is none. A cache never stops a listing or a
+        watch."""
+        with self.lock:
+            if isinstance(error, sqlite3.Error) and not damaged(error):
+                self.in_memory = True
+                self._forget()
+            else:
+                self.reset()
 
     # reading and writing rows ----------------------------------------------------------------------------------
 

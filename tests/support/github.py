@@ -80,6 +80,25 @@ class FakeGitHub:
         self.rate_remaining = 5000
         self.default_branch = "main"
         self.server: ThreadingHTTPServer | None = None
+        #: Requests held before they are answered: (method, text in the body, seconds).
+        self.holds: list[tuple[str, str, float]] = []
+        #: When each held request arrived (time.time()).
+        self.held: list[float] = []
+        #: Set to answer every held request at once (the fixture does, on the way out).
+        self.released = threading.Event()
+
+    def hold(self, method: str, body_contains: str, seconds: float) -> None:
+        """Answer every ``method`` request whose body holds ``body_contains`` only after ``seconds`` (a slow
+        GitHub: the connection open, no answer yet)."""
+        self.holds.append((method, body_contains, seconds))
+
+    def _wait_if_held(self, method: str, raw: bytes) -> None:
+        with self.lock:
+            seconds = max((s for m, text, s in self.holds if m == method and text.encode() in raw), default=0.0)
+            if seconds:
+                self.held.append(time.time())
+        if seconds:
+            self.released.wait(seconds)
 
     @property
     def url(self) -> str:
@@ -500,6 +519,7 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(length) if length else b""
             body = json.loads(raw) if raw else None
             headers = {k.lower(): v for k, v in self.headers.items()}
+            fake._wait_if_held(self.command, raw)
             status, extra, data = fake.handle(self.command, parts.path, query, body, headers)
             payload = b"" if data is None else json.dumps(data).encode()
             out = {"Content-Type": "application/json; charset=utf-8", **extra}
@@ -544,6 +564,7 @@ def github() -> Iterator[FakeGitHub]:
     try:
         yield fake
     finally:
+        fake.released.set()
         server.shutdown()
         server.server_close()
     assert not fake.violations, (
