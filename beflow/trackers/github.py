@@ -43,6 +43,7 @@ from beflow.trackers.base import (
     ClaimInfo,
     ClaimLost,
     Comment,
+    FileProblem,
     Issue,
     Listing,
     Status,
@@ -159,6 +160,8 @@ class GitHubTracker:
         self._progress: dict[str, tuple[int, float]] = {}  # issue key -> (the run's progress comment, last edit)
         self._lock = threading.Lock()
         self._login: str | None = None
+        #: The issues the last listing could not read (a hostile label) and why: they are skipped until fixed.
+        self.unreadable: dict[str, str] = {}
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -186,6 +189,25 @@ class GitHubTracker:
                 priorities.append(int(match.group(1)))
             elif not name.startswith(self.prefix) or name.removeprefix(self.prefix) not in STATUS_LABELS.values():
                 shown.append(name)
+        try:
+            return self._model(raw, names, shown, priorities, comments)
+        except pydantic.ValidationError as exc:  # a label a person (or an agent) made that no issue may carry
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error["loc"])
+            message = str(error["msg"]).removeprefix("Value error, ")
+            raise UnreadableIssue(
+                f"issue {raw['number']} in {self.repo} cannot be read: {where}: {message}",
+                fix="Rename or remove that label on GitHub; beflow skips the issue until then.",
+            ) from None
+
+    def _model(
+        self,
+        raw: dict[str, Any],
+        names: builtins.list[str],
+        shown: builtins.list[str],
+        priorities: builtins.list[int],
+        comments: builtins.list[Comment] | None,
+    ) -> Issue:
         return Issue(
             key=str(raw["number"]),
             title=(raw.get("title") or "").strip().splitlines()[0]
@@ -219,12 +241,25 @@ class GitHubTracker:
             wanted = self.status_label(status)
             if wanted:
                 extra.append(wanted)
-        issues = [self._issue(raw) for raw in self._raw_issues(state, extra)]
+        issues, problems = self._readable(self._raw_issues(state, extra))
         chosen = [i for i in issues if (status is None or i.status == status) and (label is None or label in i.labels)]
-        return Listing(issues=sorted(chosen, key=lambda i: int(i.key)))
+        return Listing(issues=sorted(chosen, key=lambda i: int(i.key)), problems=problems)
+
+    def _readable(self, raws: Iterable[dict[str, Any]]) -> tuple[builtins.list[Issue], builtins.list[FileProblem]]:
+        """The issues beflow can read, and a problem naming each one it cannot: one hostile issue is that issue's
+        problem (skipped, named), never a stall of every listing, pick and watch tick."""
+        issues, problems, unreadable = [], [], {}
+        for raw in raws:
+            try:
+                issues.append(self._issue(raw))
+            except UnreadableIssue as error:
+                unreadable[str(raw["number"])] = error.message
+                problems.append(FileProblem(path=Path(f"{self.repo}#{raw['number']}"), message=error.message))
+        self.unreadable = unreadable
+        return issues, problems
 
     def ready(self) -> builtins.list[Issue]:
-        candidates = [self._issue(raw) for raw in self._raw_issues("open", [self.status_label(Status.READY) or ""])]
+        candidates, _ = self._readable(self._raw_issues("open", [self.status_label(Status.READY) or ""]))
         held = self._held_keys() if candidates else set()
         return sorted((i for i in candidates if i.status == Status.READY and i.key not in held), key=Issue.order)
 
@@ -571,7 +606,7 @@ class GitHubTracker:
 
     def orphaned(self) -> builtins.list[Issue]:
         label = self.status_label(Status.IN_PROGRESS) or ""
-        issues = [self._issue(raw) for raw in self._raw_issues("open", [label])]
+        issues, _ = self._readable(self._raw_issues("open", [label]))
         held = self._held_keys() if issues else set()
         return [i for i in issues if i.status == Status.IN_PROGRESS and i.key not in held]
 
@@ -673,6 +708,13 @@ class GitHubTracker:
                 return False
             raise
         return True
+
+
+class UnreadableIssue(BeflowError):
+    """An issue beflow cannot take as it is on GitHub (a label holding a line break or control characters, or
+    longer than labels may be): named and skipped, never a crash of the listing it is in."""
+
+    code = "unreadable_issue"
 
 
 @dataclass
