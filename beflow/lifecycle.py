@@ -26,6 +26,7 @@ from beflow.mcp.own import is_own_server
 from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC
 from beflow.policy import give_up_note, status_after
+from beflow.quoting import code, fenced, inert
 from beflow.records import DONE_OUTCOMES, Mode, Outcome, RunRecord, RunStore, new_run_id, now
 from beflow.trackers import Issue, Status, Tracker
 
@@ -107,7 +108,7 @@ def leave_issue(tracker: Tracker, key: str, status: Status, note: str | None) ->
 
 def summary(record: RunRecord) -> str:
     """The comment a finished run leaves on its issue."""
-    lines = [f"beflow run `{record.id}`: **{record.outcome}** — {record.stop_reason}"]
+    lines = [f"beflow run `{record.id}`: **{record.outcome}** — {inert(record.stop_reason or '')}"]
     lines.append(f"- agent: {record.agent}, attempt {record.attempt}, {record.duration or 0:.1f} s")
     if record.branch:
         lines.append(f"- branch: `{record.branch}`" + (f", commit `{record.commit[:12]}`" if record.commit else ""))
@@ -126,14 +127,14 @@ def summary(record: RunRecord) -> str:
         lines.append(f"- MCP servers: {', '.join(record.mcp_servers)}")
     if record.worktree_kept:
         lines.append(f"- worktree kept at `{record.worktree}`")
-    if record.final_message:
+    if record.final_message:  # the agent's words, quoted: GitHub neither closes issues nor pings for them
         lines.append("")
-        lines.append("> " + "\n> ".join(record.final_message.strip().splitlines()[:20]))
+        lines.append(fenced("\n".join(record.final_message.strip().splitlines()[:20])))
     return "\n".join(lines)
 
 
 def _file_list(lines: list[str], limit: int = 10) -> str:
-    shown = ", ".join(f"`{line.split(chr(9))[-1]}`" for line in lines[:limit])
+    shown = ", ".join(code(line.split(chr(9))[-1]) for line in lines[:limit])
     return shown + (f" and {len(lines) - limit} more" if len(lines) > limit else "")
 
 
@@ -244,7 +245,8 @@ class Session:
         self._events(RunEvent(kind, self.record.id, self.record.issue, data))
         progress = getattr(self.tracker, "progress", None)  # trackers that show a run's progress on the issue
         if kind == "activity" and progress is not None and self.claim_lost is None:
-            progress(self.record.issue, f"beflow run `{self.record.id}` is working on this issue: {data['latest']}")
+            latest = inert(str(data["latest"]))  # the agent's activity: no mention pings, no reference links
+            progress(self.record.issue, f"beflow run `{self.record.id}` is working on this issue: {latest}")
 
     def start(self, prompt_text: str, note: str | None = None) -> None:
         """The record is written with its prompt, and the tracker says a run works on the issue."""

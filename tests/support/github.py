@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -596,3 +597,12 @@ def wait_until(condition: Callable[[], bool], what: str, timeout: float = 90) ->
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.1)
+
+
+def acted_on(markdown: str) -> list[str]:
+    """What GitHub would act on in ``markdown``: closing keywords with a reference, and mentions, outside code."""
+    text = re.sub(r"^(`{3,})[^\n]*\n.*?^\1`*[ \t]*$", "", markdown, flags=re.S | re.M)  # fenced blocks
+    text = re.sub(r"(`+)(?!`).+?(?<!`)\1(?!`)", "", text)  # inline code
+    keywords = re.findall(r"(?i)\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s+[\w.-]*(?:/[\w.-]+)?#\d+", text)
+    mentions = re.findall(r"(?<![\w`])@[\w-]+(?:/[\w-]+)?", text)
+    return keywords + mentions
