@@ -40,6 +40,20 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None
     only: str | None = None  # a method, or None for every request
+    #: Only requests whose path starts with this.
+    prefix: str = ""
+    #: The request is done first, and then answered with this status: an answer lost on the way back.
+    after: bool = False
+
+
+@dataclass
+class Delay:
+    """Requests (of ``method``, on paths starting with ``prefix``) held this long before they are handled."""
+
+    method: str
+    prefix: str
+    seconds: float
+    times: int = 1
 
 
 @dataclass
@@ -75,6 +89,7 @@ class FakeGitHub:
         self.numbers = itertools.count(1)
         self.ids = itertools.count(1000)
         self.faults: list[Fault] = []
+        self.delays: list[Delay] = []
         self.seen: list[Seen] = []
         self.violations: list[str] = []
         self.rate_remaining = 5000
@@ -184,10 +199,30 @@ class FakeGitHub:
         headers: dict[str, str] | None = None,
         body: Any = None,
         only: str | None = None,
+        prefix: str = "",
+        after: bool = False,
     ) -> None:
-        """The next ``times`` requests (of method ``only``) get this answer."""
+        """The next ``times`` requests (of method ``only``, on paths starting with ``prefix``) get this answer;
+        ``after``: they are done first (the answer is lost on the way back, as a proxy's 502 loses it)."""
         message = body if body is not None else {"message": "fault", "documentation_url": "https://docs.github.com"}
-        self.faults.extend(Fault(status, headers or {}, message, only) for _ in range(times))
+        self.faults.extend(Fault(status, headers or {}, message, only, prefix, after) for _ in range(times))
+
+    def delay(self, method: str, prefix: str, seconds: float, *, times: int = 1) -> None:
+        """Hold the next ``times`` requests of ``method`` on paths starting with ``prefix`` for ``seconds`` before
+        handling them (a GitHub that hangs); the other requests are answered meanwhile."""
+        with self.lock:
+            self.delays.append(Delay(method, prefix, seconds, times))
+
+    def held(self, method: str, path: str) -> float:
+        """How long to hold this request (and one use of the delay that says so is spent)."""
+        with self.lock:
+            for delay in self.delays:
+                if delay.method == method and path.startswith(delay.prefix):
+                    delay.times -= 1
+                    if delay.times <= 0:
+                        self.delays.remove(delay)
+                    return delay.seconds
+        return 0.0
 
     def requests(self, method: str | None = None, prefix: str = "") -> list[Seen]:
         return [s for s in self.seen if (method is None or s.method == method) and s.path.startswith(prefix)]
@@ -202,10 +237,17 @@ class FakeGitHub:
                 self.violations.append(f"request: {problem}")
             if headers.get("authorization", "").removeprefix("Bearer ") not in self.tokens:
                 return 401, {}, {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
-            fault = next((f for f in self.faults if f.only in (None, method)), None)
+            fault = next((f for f in self.faults if f.only in (None, method) and path.startswith(f.prefix)), None)
             if fault is not None:
                 self.faults.remove(fault)
+                if not fault.after:
+                    return fault.status, dict(fault.headers), fault.body
+                self._answer(method, path, query, body)
                 return fault.status, dict(fault.headers), fault.body
+            return self._answer(method, path, query, body)
+
+    def _answer(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, dict[str, str], Any]:
+        with self.lock:
             try:
                 route, params = self.spec.route(method, path)
             except LookupError:
@@ -500,6 +542,9 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(length) if length else b""
             body = json.loads(raw) if raw else None
             headers = {k.lower(): v for k, v in self.headers.items()}
+            hold = fake.held(self.command, parts.path)
+            if hold:
+                time.sleep(hold)  # (outside the fake's lock: every other request is answered meanwhile)
             status, extra, data = fake.handle(self.command, parts.path, query, body, headers)
             payload = b"" if data is None else json.dumps(data).encode()
             out = {"Content-Type": "application/json; charset=utf-8", **extra}
