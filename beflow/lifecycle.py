@@ -315,12 +315,24 @@ class Session:
             left = leave_issue(self.tracker, key, status, note)
         if not left:
             try:
-                self.tracker.get(key)  # moved by hand (closed, say): theirs is the last word, nothing to say
+                now_status = self.tracker.get(key).status  # moved by hand (closed, say): theirs is the last word
             except BeflowError as error:
-                self.emit(
-                    "notice",
-                    message=f"the issue could not be updated ({error.message}); the run record keeps the outcome, "
-                    "and the next beflow run or watch tick brings the issue up to date",
-                )
+                self._unreported(f"the issue could not be updated ({error.message})")
+            else:
+                if now_status == Status.IN_PROGRESS:  # still ours: the tracker failed past every retry
+                    self._unreported("the tracker was not told how the run ended (it failed to answer)")
+                elif note and now_status == status:  # moved, but its comment was not posted
+                    self._unreported(
+                        "the comment saying how the run ended could not be posted",
+                        later=f"it is in the run record (beflow runs show {record.id})",
+                    )
         self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
         return record
+
+    def _unreported(
+        self, why: str, later: str = "the next beflow run or watch tick brings the issue up to date"
+    ) -> None:
+        """Say on the terminal and in the record that the tracker's last word on the run is missing."""
+        self.record.unreported = why
+        self.store.save(self.record)
+        self.emit("notice", message=f"{why}; the run record keeps the outcome, and {later}")
