@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -550,3 +551,28 @@ def test_an_issue_file_beyond_the_size_limit_is_a_problem_of_that_file(tmp_path:
     listing = tracker.listing()
     assert [i.title for i in listing.issues] == ["fine"]
     assert [p.message for p in listing.problems] == ["the file is larger than 4 MiB; beflow does not read it"]
+
+
+def test_an_index_of_an_earlier_version_with_a_label_refused_now_is_rebuilt(project: Path) -> None:
+    import sqlite3
+
+    first = LocalTracker(project / ".beflow" / "issues", project)
+    first.create("Labelled", labels=["bug"])
+    db = sqlite3.connect(first._index.path)
+
+    def trusted() -> bool:  # a file changed within the last second is parsed again, not trusted to its stamp
+        assert first.listing().issues[0].labels == ["bug"]
+        return db.execute("SELECT stamp FROM issues").fetchone()[0] != ""
+
+    deadline = time.monotonic() + 10
+    while not trusted():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    with db:  # the row an earlier beflow wrote, its label allowed then (an escape sequence), its stamp still good
+        (text,) = db.execute("SELECT issue FROM issues").fetchone()
+        db.execute("UPDATE issues SET issue = ?", (text.replace('"bug"', '"a\\u001b[2Jb"'),))
+        db.execute("UPDATE meta SET value = '2' WHERE name = 'version'")
+    db.close()
+
+    listing = LocalTracker(project / ".beflow" / "issues", project).listing()
+    assert [i.labels for i in listing.issues] == [["bug"]] and listing.problems == []
