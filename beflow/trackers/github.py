@@ -750,6 +750,10 @@ class GitHubTracker:
                 data = self._call(self.api.request, "POST", f"{self._base}/pulls", json=opening)
                 return str(data.data["html_url"]), True
             except GitHubError as error:
+                if error.status == 422:  # "a pull request already exists": opened meanwhile (a retry elsewhere)
+                    found = self._open_pull(branch)
+                    if found is not None:
+                        return str(found["html_url"]), False
                 if error.status is not None and error.status < 500 and error.status != 429:
                     raise
                 try:
