@@ -751,9 +751,8 @@ class GitHubTracker:
                 return str(data.data["html_url"]), True
             except GitHubError as error:
                 if error.status == 422:  # "a pull request already exists": opened meanwhile (a retry elsewhere)
-                    found = self._open_pull(branch)
-                    if found is not None:
-                        return str(found["html_url"]), False
+                    if self._open_pull(branch) is not None:
+                        return self._open_or_update(branch, title, body, draft=draft)  # (updates it)
                 if error.status is not None and error.status < 500 and error.status != 429:
                     raise
                 try:
