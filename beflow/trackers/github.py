@@ -750,9 +750,9 @@ class GitHubTracker:
                 data = self._call(self.api.request, "POST", f"{self._base}/pulls", json=opening)
                 return str(data.data["html_url"]), True
             except GitHubError as error:
-                if error.status == 422:  # "a pull request already exists": opened meanwhile (a retry elsewhere)
-                    if self._open_pull(branch) is not None:
-                        return self._open_or_update(branch, title, body, draft=draft)  # (updates it)
+                # 422 "a pull request already exists": opened meanwhile (a retry elsewhere): updated.
+                if error.status == 422 and self._open_pull(branch) is not None:
+                    return self._open_or_update(branch, title, body, draft=draft)
                 if error.status is not None and error.status < 500 and error.status != 429:
                     raise
                 try:
