@@ -146,3 +146,11 @@ def test_an_outcome_github_never_took_is_said_on_the_terminal_and_in_the_record(
         assert "beflow:in-progress" in github.issue_labels(1) and "next beflow run or watch tick" in notices[0]
     else:
         assert "beflow:review" in github.issue_labels(1) and f"beflow runs show {record.id}" in notices[0]
+
+
+def test_a_pull_request_opened_meanwhile_is_updated(gh: AutoProject, github: FakeGitHub) -> None:
+    # The POST is refused (422: one exists for the branch) because another try opened it in the meantime.
+    github.fail(422, only="POST", prefix="/repos/octo/hello/pulls", after=True)
+    url, opened = tracker(gh).pull_request("beflow/1", "One", "the run's body", draft=True)
+    (pull,) = github.pulls.values()
+    assert (url, opened, pull["body"]) == (pull["html_url"], False, "the run's body")
