@@ -109,6 +109,7 @@ class Dispatcher:
         self.listener = listener
         self.running: dict[str, Running] = {}
         self.backoffs: dict[str, Backoff] = {}
+        self._unreadable: dict[str, str] = {}  # issues the tracker cannot read, as last said
         self.attempts: dict[str, int] = {}
         self.recent: deque[RunRecord] = deque(maxlen=20)
         self.queue: list[Issue] = []
@@ -313,6 +314,10 @@ class Dispatcher:
         """The queue: what is ready, not running and not backing off (those are shown apart, with their due time)."""
         now = self.clock()
         ready = [i for i in self.tracker.ready() if i.key not in self.running]
+        for key, why in getattr(self.tracker, "unreadable", {}).items():  # named once, skipped until fixed
+            if self._unreadable.get(key) != why:
+                self.emit("skipped", key, reason=why)
+        self._unreadable = dict(getattr(self.tracker, "unreadable", {}))
         self._recall([i.key for i in ready if i.key not in self.attempts])
         self.queue = [i for i in ready if not (i.key in self.backoffs and self.backoffs[i.key].due > now)]
 

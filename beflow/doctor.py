@@ -192,6 +192,14 @@ def check_tracker(project: Project) -> Check:
     detail = f"{tracker.description}: {total} issue{'s' if total != 1 else ''}"
     if counts:
         detail += " (" + ", ".join(f"{n} {status}" for status, n in counts.items()) + ")"
+    if listing.problems:
+        lines = "\n".join(f"  {p.render()}" for p in listing.problems)
+        return Check(
+            "tracker",
+            False,
+            f"{detail}; {_problems_in_files(listing.problems)}:\n{lines}",
+            "Fix each file at that line (`beflow docs trackers` describes the format).",
+        )
     if isinstance(tracker, SetsUpLabels):
         try:
             absent = tracker.missing_labels()
@@ -205,14 +213,6 @@ def check_tracker(project: Project) -> Check:
                 "`beflow init --github` creates them (or beflow does on its first write).",
                 warning=True,
             )
-    if listing.problems:
-        lines = "\n".join(f"  {p.render()}" for p in listing.problems)
-        return Check(
-            "tracker",
-            False,
-            f"{detail}; {_problems_in_files(listing.problems)}:\n{lines}",
-            "Fix each file at that line (`beflow docs trackers` describes the format).",
-        )
     return Check("tracker", True, detail)
 
 

@@ -13,6 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, computed_field
 
 from beflow.errors import UsageError
+from beflow.followups import agent_follow_up
 from beflow.masking import agent_words
 from beflow.operations import Context, Input, operation
 from beflow.trackers import open_tracker
@@ -169,17 +170,20 @@ def show_issue(context: Context, payload: IssueKey) -> IssueView:
     names_actor=False,  # only agents' follow-ups name who filed them, and an agent's session says who it is
 )
 def new_issue(context: Context, payload: NewIssue) -> Issue:
-    body = payload.body
+    body, labels, priority = payload.body, payload.labels, payload.priority
     if context.bound_issue is not None:
         if payload.status == "ready":
             raise UsageError("issues filed by an agent are open; a person makes them ready", fix="Leave out status.")
         status = Status.OPEN
+        # Nor may its labels make it ready or urgent (docs/safety.md): a person decides both.
+        prefix = getattr(context.project.config.tracker, "status_prefix", None)
+        labels, priority, _ = agent_follow_up(labels, priority, prefix)
         body = f"{body}\n\n_Follow-up of issue {context.bound_issue}, filed by {context.actor}._".strip()
     else:
         status = Status(payload.status or "ready")
     trackers = tracker(context)
     title, body = agent_words(context, payload.title), agent_words(context, body)
-    issue = trackers.create(title, body, payload.labels, payload.priority, status)
+    issue = trackers.create(title, body, labels, priority, status)
     if context.bound_issue is not None:
         # The link back: whoever reads the bound issue sees what was split off it.
         trackers.comment(context.bound_issue, f"Follow-up filed: issue {issue.key} — {issue.title}", context.actor)

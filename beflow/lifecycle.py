@@ -28,6 +28,7 @@ from beflow.mcp.own import secret_part
 from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC
 from beflow.policy import give_up_note, status_after
+from beflow.quoting import code, fenced, inert
 from beflow.records import (
     DONE_OUTCOMES,
     WORDS_FIELDS,
@@ -121,7 +122,7 @@ def leave_issue(tracker: Tracker, key: str, status: Status, note: str | None) ->
 
 def summary(record: RunRecord) -> str:
     """The comment a finished run leaves on its issue."""
-    lines = [f"beflow run `{record.id}`: **{record.outcome}** — {record.stop_reason}"]
+    lines = [f"beflow run `{record.id}`: **{record.outcome}** — {inert(record.stop_reason or '')}"]
     lines.append(f"- agent: {record.agent}, attempt {record.attempt}, {record.duration or 0:.1f} s")
     if record.branch:
         lines.append(f"- branch: `{record.branch}`" + (f", commit `{record.commit[:12]}`" if record.commit else ""))
@@ -140,14 +141,14 @@ def summary(record: RunRecord) -> str:
         lines.append(f"- MCP servers: {', '.join(record.mcp_servers)}")
     if record.worktree_kept:
         lines.append(f"- worktree kept at `{record.worktree}`")
-    if record.final_message:
+    if record.final_message:  # the agent's words, quoted: GitHub neither closes issues nor pings for them
         lines.append("")
-        lines.append("> " + "\n> ".join(record.final_message.strip().splitlines()[:20]))
+        lines.append(fenced("\n".join(record.final_message.strip().splitlines()[:20])))
     return "\n".join(lines)
 
 
 def _file_list(lines: list[str], limit: int = 10) -> str:
-    shown = ", ".join(f"`{line.split(chr(9))[-1]}`" for line in lines[:limit])
+    shown = ", ".join(code(line.split(chr(9))[-1]) for line in lines[:limit])
     return shown + (f" and {len(lines) - limit} more" if len(lines) > limit else "")
 
 
@@ -276,7 +277,8 @@ class Session:
         data = {name: self.redact.text(v) if isinstance(v, str) else v for name, v in data.items()}
         self._events(RunEvent(kind, self.record.id, self.record.issue, data))
         if kind == "activity" and self._reporter is not None and self.claim_lost is None:
-            self._reporter.report(f"beflow run `{self.record.id}` is working on this issue: {data['latest']}")
+            latest = inert(str(data["latest"]))  # the agent's activity: no mention pings, no reference links
+            self._reporter.report(f"beflow run `{self.record.id}` is working on this issue: {latest}")
 
     def _progress(self, text: str) -> None:
         if isinstance(self.tracker, ShowsProgress) and self.claim_lost is None:  # (the lease may have been lost since)
@@ -362,12 +364,24 @@ class Session:
             left = leave_issue(self.tracker, key, status, note)
         if not left:
             try:
-                self.tracker.get(key)  # moved by hand (closed, say): theirs is the last word, nothing to say
+                now_status = self.tracker.get(key).status  # moved by hand (closed, say): theirs is the last word
             except BeflowError as error:
-                self.emit(
-                    "notice",
-                    message=f"the issue could not be updated ({error.message}); the run record keeps the outcome, "
-                    "and the next beflow run or watch tick brings the issue up to date",
-                )
+                self._unreported(f"the issue could not be updated ({error.message})")
+            else:
+                if now_status == Status.IN_PROGRESS:  # still ours: the tracker failed past every retry
+                    self._unreported("the tracker was not told how the run ended (it failed to answer)")
+                elif note and now_status == status:  # moved, but its comment was not posted
+                    self._unreported(
+                        "the comment saying how the run ended could not be posted",
+                        later=f"it is in the run record (beflow runs show {record.id})",
+                    )
         self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
         return record
+
+    def _unreported(
+        self, why: str, later: str = "the next beflow run or watch tick brings the issue up to date"
+    ) -> None:
+        """Say on the terminal and in the record that the tracker's last word on the run is missing."""
+        self.record.unreported = why
+        self.store.save(self.record)
+        self.emit("notice", message=f"{why}; the run record keeps the outcome, and {later}")

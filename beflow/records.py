@@ -124,6 +124,9 @@ class RunRecord(BaseModel):
     progress: list[ProgressNote] = Field(default_factory=list)
     #: ``after_run.pull_request``: the pull request the run opened or updated.
     pull_request: str | None = None
+    #: Why the tracker was not told how the run ended (GitHub failing past every retry), when it was not: this
+    #: record keeps the last word, and the next beflow command or watch tick settles what it can.
+    unreported: str | None = None
 
     @field_validator("*", mode="before")
     @classmethod

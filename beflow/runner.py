@@ -128,8 +128,13 @@ class Run:
         while True:
             await anyio.sleep(claim.renew_every)
             try:
-                await anyio.to_thread.run_sync(claim.renew)
+                # A renewal bounds its own requests by the time the lease has left; this run never waits for one
+                # past that either: a lease it cannot prove is a lease it has lost, before another machine's turn.
+                with anyio.fail_after(max(claim.seconds_left() or 0.0, 0.0)):
+                    await anyio.to_thread.run_sync(claim.renew, abandon_on_cancel=True)
                 continue
+            except TimeoutError:
+                reason = "the claim could not be renewed before it ran out"
             except ClaimLost as error:
                 reason = error.message
             except BeflowError as error:
@@ -254,6 +259,10 @@ class _InWorktree:
                 body,
                 draft=self.config.after_run.draft,
             )
+        except ClaimLost as error:  # another machine runs the issue now: nothing of this run is published
+            self.session.claim_lost = error.message
+            self.emit("notice", message=f"no pull request: {error.message}")
+            return f"{reason}; not published: {error.message}"
         except BeflowError as error:
             self.emit("notice", message=f"no pull request: {error.message}")
             return f"{reason}; the pull request could not be opened: {error.message}"

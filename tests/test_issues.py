@@ -189,3 +189,35 @@ def test_the_command_line_prints_the_same_one_line_message_and_exits_2(repo: Pat
 
     assert result.exit_code == 2
     assert result.stderr == 'error: issue.new: title: expected at least 1 character (got "")\n'
+
+
+def test_an_agent_cannot_make_its_follow_up_ready_or_urgent_through_labels(agent: Context) -> None:
+    call(agent, "issue.new", title="Agent's issue")
+    labels = ["bug", "beflow:ready", "Beflow:Ready", " beflow:ready ", "priority:0", "ｐｒｉｏｒｉｔｙ:０"]
+    follow_up = call(agent, "issue.new", title="Queue me", labels=labels, priority=0)
+    assert (follow_up.status, follow_up.labels, follow_up.priority) == (Status.OPEN, ["bug"], 2)
+    assert call(agent, "issue.new", title="Later", priority=5).priority == 5  # less urgent is the agent's to say
+
+
+def test_a_follow_up_body_of_the_documented_maximum_is_filed_with_its_footer(agent: Context) -> None:
+    from beflow.trackers.base import MAX_TEXT
+
+    call(agent, "issue.new", title="Agent's issue")
+    follow_up = call(agent, "issue.new", title="Long", body="x" * MAX_TEXT)
+    assert follow_up.body.startswith("x" * MAX_TEXT) and follow_up.body.endswith("filed by agent (run r1)._")
+    assert open_tracker(agent.project).get(follow_up.key).body == follow_up.body  # and read back whole
+    with pytest.raises(UsageError, match="64000"):
+        call(agent, "issue.new", title="Longer", body="x" * (MAX_TEXT + 1))
+
+
+@pytest.mark.parametrize("label", ["x" * 100_000, "x" * 51, "a\u2028b", "a\nb", "a\x1b[2Jb", "a\x00b"])
+def test_a_label_no_tracker_can_keep_is_refused_at_input_without_echoing_it(context: Context, label: str) -> None:
+    with pytest.raises(UsageError, match="label") as refused:
+        call(context, "issue.new", title="Labelled", labels=[label])
+    assert label not in refused.value.message and len(refused.value.message) < 300
+    assert call(context, "issue.list").issues == []  # nothing filed
+
+
+def test_a_label_of_fifty_characters_is_kept(context: Context) -> None:
+    made = call(context, "issue.new", title="Labelled", labels=["x" * 50])
+    assert call(context, "issue.show", key=made.key).labels == ["x" * 50]

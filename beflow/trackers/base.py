@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import unicodedata
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from enum import StrEnum
@@ -83,6 +84,12 @@ def format_time(value: dt.datetime) -> str:
 #: The longest body or comment an issue may have, in characters: enough for any real issue, not for a flood (an
 #: agent's tool call or a hand-written file alike; the whole text goes into every prompt).
 MAX_TEXT = 64_000
+#: The longest body a tracker stores: what a caller wrote (at most :data:`MAX_TEXT`) and the line beflow adds to an
+#: agent's follow-up (who filed it, and from which issue).
+MAX_STORED_TEXT = MAX_TEXT + 1_000
+#: The longest label, in characters: GitHub's own limit on label names, for every tracker (a label is a word or
+#: two, and a local issue file keeps its labels in front matter of bounded size).
+MAX_LABEL = 50
 
 
 def normalize_text(text: str) -> str:
@@ -140,11 +147,21 @@ class Comment(BaseModel):
         return value
 
 
+def _label(value: str) -> str:
+    value = _one_line(value, "a label")
+    if len(value) > MAX_LABEL:
+        raise ValueError(f"a label is at most {MAX_LABEL} characters (this one has {len(value):,})")
+    if any(unicodedata.category(c) == "Cc" for c in value):  # ESC, NUL, DEL...: nothing a label name needs
+        raise ValueError("a label must not hold control characters")
+    return value
+
+
 def normalize_labels(labels: list[str]) -> list[str]:
-    """Labels stripped, without empties or repeats, in the order given."""
+    """Labels stripped, without empties or repeats, in the order given; each one line of at most
+    :data:`MAX_LABEL` characters without control characters (else a ``ValueError`` saying which rule)."""
     cleaned: list[str] = []
     for label in labels:
-        label = _one_line(str(label), "a label")
+        label = _label(str(label))
         if label not in cleaned:
             cleaned.append(label)
     return cleaned
@@ -216,8 +233,8 @@ def draft_issue(title: str, body: str, labels: list[str] | None, priority: int, 
         error = exc.errors()[0]
         field = ".".join(str(p) for p in error["loc"])
         raise UsageError(f"new issue: {field}: {str(error['msg']).removeprefix('Value error, ')}") from None
-    if len(draft.body) > MAX_TEXT:
-        raise UsageError(f"new issue: body: {len(draft.body):,} characters; at most {MAX_TEXT:,}")
+    if len(draft.body) > MAX_STORED_TEXT:
+        raise UsageError(f"new issue: body: {len(draft.body):,} characters; at most {MAX_STORED_TEXT:,}")
     return draft
 
 

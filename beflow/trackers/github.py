@@ -20,13 +20,14 @@ import datetime as dt
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlparse
@@ -43,6 +44,7 @@ from beflow.trackers.base import (
     ClaimInfo,
     ClaimLost,
     Comment,
+    FileProblem,
     Issue,
     Listing,
     Status,
@@ -58,12 +60,14 @@ from beflow.trackers.github_api import (
     GitHubAccessError,
     GitHubAuthError,
     GitHubError,
+    RateLimited,
 )
 
 #: The hidden marker at the end of every comment beflow writes; the progress comment of a run has its own.
 MARKER = "<!-- beflow -->"
 PROGRESS_MARKER = "<!-- beflow:progress -->"
-_MARKERS = re.compile(r"\s*<!-- beflow(:progress)? -->\s*$")
+#: Before the marker, a comment beflow posted holds a token of its own: a post whose answer was lost is found by it.
+_MARKERS = re.compile(r"\s*(<!-- beflow:post [0-9a-f]+ -->\s*)?<!-- beflow(:progress)? -->\s*$")
 #: The label suffix of each status an open issue can have (``open`` is "no status label").
 STATUS_LABELS: dict[Status, str] = {
     Status.READY: "ready",
@@ -156,9 +160,14 @@ class GitHubTracker:
         self._labels_checked = False
         self._tree: str | None = None
         self._commits: dict[str, dict[str, Any]] = {}  # lease commits are immutable: read each once
+        self._seen: dict[str, float] = {}  # lease commit -> when this process first saw it (monotonic)
+        self._written: set[str] = set()  # lease commits this process wrote
+        self._holding: dict[str, _Held] = {}  # issue key -> the lease this process holds on it
         self._progress: dict[str, tuple[int, float]] = {}  # issue key -> (the run's progress comment, last edit)
         self._lock = threading.Lock()
         self._login: str | None = None
+        #: The issues the last listing could not read (a hostile label) and why: they are skipped until fixed.
+        self.unreadable: dict[str, str] = {}
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -186,6 +195,25 @@ class GitHubTracker:
                 priorities.append(int(match.group(1)))
             elif not name.startswith(self.prefix) or name.removeprefix(self.prefix) not in STATUS_LABELS.values():
                 shown.append(name)
+        try:
+            return self._model(raw, names, shown, priorities, comments)
+        except pydantic.ValidationError as exc:  # a label a person (or an agent) made that no issue may carry
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error["loc"])
+            message = str(error["msg"]).removeprefix("Value error, ")
+            raise UnreadableIssue(
+                f"issue {raw['number']} in {self.repo} cannot be read: {where}: {message}",
+                fix="Rename or remove that label on GitHub; beflow skips the issue until then.",
+            ) from None
+
+    def _model(
+        self,
+        raw: dict[str, Any],
+        names: builtins.list[str],
+        shown: builtins.list[str],
+        priorities: builtins.list[int],
+        comments: builtins.list[Comment] | None,
+    ) -> Issue:
         return Issue(
             key=str(raw["number"]),
             title=(raw.get("title") or "").strip().splitlines()[0]
@@ -219,12 +247,25 @@ class GitHubTracker:
             wanted = self.status_label(status)
             if wanted:
                 extra.append(wanted)
-        issues = [self._issue(raw) for raw in self._raw_issues(state, extra)]
+        issues, problems = self._readable(self._raw_issues(state, extra))
         chosen = [i for i in issues if (status is None or i.status == status) and (label is None or label in i.labels)]
-        return Listing(issues=sorted(chosen, key=lambda i: int(i.key)))
+        return Listing(issues=sorted(chosen, key=lambda i: int(i.key)), problems=problems)
+
+    def _readable(self, raws: Iterable[dict[str, Any]]) -> tuple[builtins.list[Issue], builtins.list[FileProblem]]:
+        """The issues beflow can read, and a problem naming each one it cannot: one hostile issue is that issue's
+        problem (skipped, named), never a stall of every listing, pick and watch tick."""
+        issues, problems, unreadable = [], [], {}
+        for raw in raws:
+            try:
+                issues.append(self._issue(raw))
+            except UnreadableIssue as error:
+                unreadable[str(raw["number"])] = error.message
+                problems.append(FileProblem(path=Path(f"{self.repo}#{raw['number']}"), message=error.message))
+        self.unreadable = unreadable
+        return issues, problems
 
     def ready(self) -> builtins.list[Issue]:
-        candidates = [self._issue(raw) for raw in self._raw_issues("open", [self.status_label(Status.READY) or ""])]
+        candidates, _ = self._readable(self._raw_issues("open", [self.status_label(Status.READY) or ""]))
         held = self._held_keys() if candidates else set()
         return sorted((i for i in candidates if i.status == Status.READY and i.key not in held), key=Issue.order)
 
@@ -282,6 +323,7 @@ class GitHubTracker:
                 f"{self._base}/labels",
                 json={"name": name, "color": color, "description": "beflow: issues for coding agents"},
                 ok=(422,),  # created meanwhile by another machine
+                retry=True,
             )
             if response.status == 201:
                 created.append(name)
@@ -323,17 +365,41 @@ class GitHubTracker:
         except pydantic.ValidationError as exc:
             raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
         number = self._raw_issue(key)["number"]
-        raw = self._post_comment(number, text)
+        with self._under_lease(str(number)):
+            raw = self._post_comment(number, text)
         made = self._comment(raw)
         assert made is not None
         return made
 
     def _post_comment(self, number: int, text: str, marker: str = MARKER) -> dict[str, Any]:
-        body = f"{text.rstrip()}\n\n{marker}"
-        data: dict[str, Any] = self._call(
-            self.api.request, "POST", f"{self._base}/issues/{number}/comments", json={"body": body}
-        ).data
-        return data
+        """Post a comment once: a POST whose answer was lost (no answer, a 5xx) may have been done, so before trying
+        again the issue's comments are searched for this one (its marker carries a token of its own)."""
+        token = f"<!-- beflow:post {secrets.token_hex(6)} -->"
+        body = f"{text.rstrip()}\n\n{token}\n{marker}"
+        path = f"{self._base}/issues/{number}/comments"
+        for attempt in range(3):
+            try:
+                data: dict[str, Any] = self._call(self.api.request, "POST", path, json={"body": body}).data
+                return data
+            except RateLimited:
+                raise
+            except GitHubError as error:
+                if error.status is not None and error.status < 500:
+                    raise
+                found = self._find_comment(number, token)
+                if found is not None:
+                    return found
+                if attempt == 2:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _find_comment(self, number: int, token: str) -> dict[str, Any] | None:
+        try:
+            comments = self._call(self.api.paginate, f"{self._base}/issues/{number}/comments")
+        except GitHubError:
+            return None
+        return next((c for c in reversed(comments) if token in (c.get("body") or "")), None)
 
     def _edit_comment(self, comment_id: int, text: str, marker: str = PROGRESS_MARKER) -> None:
         body = f"{text.rstrip()}\n\n{marker}"
@@ -345,13 +411,14 @@ class GitHubTracker:
         number = raw["number"]
         current = self._status_of(raw, _label_names(raw))
         check_transition(str(number), current, status)
-        if current != status:
-            self._labels_ready()
-            self._move(raw, status)
-        if note and note.strip():
-            self._note(str(number), current, status, note)
-        elif status == Status.IN_PROGRESS and current != status:
-            self._start_progress(str(number), "beflow is working on this issue.")
+        with self._under_lease(str(number)):  # a run's labels and comments, only while the issue is its own
+            if current != status:
+                self._labels_ready()
+                self._move(raw, status)
+            if note and note.strip():
+                self._note(str(number), current, status, note)
+            elif status == Status.IN_PROGRESS and current != status:
+                self._start_progress(str(number), "beflow is working on this issue.")
         # As it is now, even if it stopped being beflow's meanwhile (a person took the label away).
         raw = self._call(self.api.get, f"{self._base}/issues/{number}")
         comments = self._call(self.api.paginate, f"{self._base}/issues/{number}/comments")
@@ -367,7 +434,7 @@ class GitHubTracker:
         elif raw.get("state") == "closed":
             self._call(self.api.request, "PATCH", path, json={"state": "open", "state_reason": "reopened"})
         if target and target not in names:
-            self._call(self.api.request, "POST", f"{path}/labels", json={"labels": [target]})
+            self._call(self.api.request, "POST", f"{path}/labels", json={"labels": [target]}, retry=True)
         for other in STATUS_LABELS.values():
             name = f"{self.prefix}{other}"
             if name != target and name in names:
@@ -402,8 +469,9 @@ class GitHubTracker:
                 return False
             self._progress[key] = (held[0], time.monotonic())
         try:
-            self._edit_comment(held[0], text)
-        except GitHubError:
+            with self._under_lease(key, prove=False):
+                self._edit_comment(held[0], text)
+        except (GitHubError, ClaimLost):
             return False  # progress is a courtesy: a failed edit never fails a run
         return True
 
@@ -415,7 +483,8 @@ class GitHubTracker:
     def _lease_tree(self) -> str:
         if self._tree is None:
             payload = {"tree": [{"path": "claim", "mode": "100644", "type": "blob", "content": "beflow claim\n"}]}
-            self._tree = self._call(self.api.request, "POST", f"{self._base}/git/trees", json=payload).data["sha"]
+            tree = self._call(self.api.request, "POST", f"{self._base}/git/trees", json=payload, retry=True)
+            self._tree = tree.data["sha"]
         return self._tree
 
     def _lease_commit(self, key: str, lease: dict[str, Any], parent: str | None) -> str:
@@ -425,8 +494,12 @@ class GitHubTracker:
             "tree": self._lease_tree(),
             "parents": [parent] if parent else [],
         }
-        sha: str = self._call(self.api.request, "POST", f"{self._base}/git/commits", json=payload).data["sha"]
+        sha: str = self._call(self.api.request, "POST", f"{self._base}/git/commits", json=payload, retry=True).data[
+            "sha"
+        ]
         self._commits[sha] = lease
+        self._seen.setdefault(sha, time.monotonic())
+        self._written.add(sha)
         return sha
 
     def _read_ref(self, key: str) -> str | None:
@@ -455,8 +528,19 @@ class GitHubTracker:
             self._commits[sha] = lease
         return self._commits[sha]
 
-    def _live(self, lease: dict[str, Any]) -> bool:
-        return not lease.get("released") and float(lease.get("expires", 0)) > self.api.now()
+    def _live(self, sha: str, lease: dict[str, Any]) -> bool:
+        """Whether the lease in commit ``sha`` still holds: not released, not expired on GitHub's clock — and never
+        longer than ``lease`` seconds after this process first saw it, on its own monotonic clock (a lease written
+        while GitHub's ``Date`` was ten years ahead is not honoured for ten years)."""
+        if lease.get("released"):
+            return False
+        seen = self._seen.setdefault(sha, time.monotonic())
+        return float(lease.get("expires", 0)) > self.api.now() and time.monotonic() - seen < self.settings.lease
+
+    def _margin(self) -> float:
+        """How much sooner than GitHub this process takes its own lease to end: GitHub's clock shows whole seconds,
+        and the requests that wrote the lease took time."""
+        return min(2.0, self.settings.lease / 4)
 
     def _new_lease(self, owner: str, since: float | None = None) -> dict[str, Any]:
         now = self.api.now()
@@ -470,56 +554,81 @@ class GitHubTracker:
         }
 
     def _move_ref(self, key: str, sha: str) -> bool:
-        """Fast-forward the claim ref to ``sha``; False when GitHub refuses (someone moved it first)."""
-        response = self._call(
-            self.api.request,
-            "PATCH",
-            f"{self._base}/git/refs/{CLAIM_NAMESPACE}/{key}",
-            json={"sha": sha, "force": False},
-            ok=(409, 422),
-        )
+        """Fast-forward the claim ref to ``sha``; False when GitHub refuses (someone moved it first). An answer
+        that was lost (no answer, a 5xx) is settled by reading the ref: it points at ``sha`` or it does not."""
+        try:
+            response = self._call(
+                self.api.request,
+                "PATCH",
+                f"{self._base}/git/refs/{CLAIM_NAMESPACE}/{key}",
+                json={"sha": sha, "force": False},
+                ok=(409, 422),
+            )
+        except GitHubError:
+            if self._read_ref(key) == sha:
+                return True
+            raise
         return bool(response.status == 200)
 
     def claim(self, key: str, owner: str) -> Claim:
         key = str(self._raw_issue(key)["number"])
+        started = time.monotonic()
         lease = self._new_lease(owner)
         current = self._read_ref(key)
         if current is None:
             sha = self._lease_commit(key, lease, None)
-            created = self._call(
-                self.api.request,
-                "POST",
-                f"{self._base}/git/refs",
-                json={"ref": f"refs/{CLAIM_NAMESPACE}/{key}", "sha": sha},
-                ok=(422,),
-            )
-            if created.status == 201:
-                return self._held(key, owner, sha, lease)
-            current = self._read_ref(key)  # another machine created it between our look and our write
+            try:
+                created = self._call(
+                    self.api.request,
+                    "POST",
+                    f"{self._base}/git/refs",
+                    json={"ref": f"refs/{CLAIM_NAMESPACE}/{key}", "sha": sha},
+                    ok=(422,),
+                )
+                if created.status == 201:
+                    return self._held(key, owner, sha, lease, started)
+            except GitHubError:
+                pass  # no answer: the ref says whether it was created, below
+            current = self._read_ref(key)  # another machine created it between our look and our write (or we did)
+            if current == sha:  # ours: the answer to our write was lost on the way
+                return self._held(key, owner, sha, lease, started)
             if current is None:
                 raise LockedError(f"issue {key} is being claimed by another beflow", fix="Try again in a moment.")
         held = self._lease(current)
-        if self._live(held):
+        # A lease this process wrote and holds for no run any more is its own (the answer to an earlier claim was
+        # lost): taken over like a dead one, never reported as "claimed by" itself.
+        own = current in self._written and key not in self._holding
+        if self._live(current, held) and not own:
             raise LockedError(f"issue {key} is claimed by {_who(held)}", fix=_LOCKED_FIX)
         sha = self._lease_commit(key, lease, current)
         if not self._move_ref(key, sha):
             raise LockedError(f"issue {key} was claimed by another beflow just now", fix=_LOCKED_FIX)
-        return self._held(key, owner, sha, lease)
+        return self._held(key, owner, sha, lease, started)
 
-    def _held(self, key: str, owner: str, sha: str, lease: dict[str, Any]) -> Claim:
-        state = _Held(sha, lease, time.monotonic() + self.settings.lease)
+    def _held(self, key: str, owner: str, sha: str, lease: dict[str, Any], started: float) -> Claim:
+        # The lease runs from before the requests that wrote it, on this process's clock, less a margin.
+        state = _Held(sha, lease, started + self.settings.lease - self._margin())
         info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
 
         def renew() -> None:
-            fresh = self._new_lease(owner, since=state.lease["since"])
-            new = self._lease_commit(key, fresh, state.sha)
-            if not self._move_ref(key, new):
-                holder = self._read_ref(key)
-                who = _who(self._lease(holder)) if holder else "nobody (the claim was deleted)"
-                raise ClaimLost(f"the claim on issue {key} was taken over by {who}")
-            state.sha, state.lease, state.expires = new, fresh, time.monotonic() + self.settings.lease
+            # Bounded by the time the lease has left: a renewal that hangs fails before the lease ends, so that
+            # the run is stopped while the issue is still its own (docs/trackers.md: leases).
+            with state.lock, self.api.deadline(state.expires):
+                begun = time.monotonic()
+                fresh = self._new_lease(owner, since=state.lease["since"])
+                new = self._lease_commit(key, fresh, state.sha)
+                if not self._move_ref(key, new):
+                    holder = self._read_ref(key)
+                    who = _who(self._lease(holder)) if holder else "nobody (the claim was deleted)"
+                    state.lost = f"the claim on issue {key} was taken over by {who}"
+                    raise ClaimLost(state.lost)
+                state.sha, state.lease = new, fresh
+                state.expires = begun + self.settings.lease - self._margin()
+
+        state.renew = renew
 
         def release() -> None:
+            self._holding.pop(key, None)
             done = {**state.lease, "released": True, "expires": 0}
             try:
                 new = self._lease_commit(key, done, state.sha)
@@ -527,6 +636,7 @@ class GitHubTracker:
             except BeflowError:
                 pass  # unreachable GitHub: the lease runs out by itself
 
+        self._holding[key] = state
         return Claim(
             info,
             release,
@@ -535,13 +645,33 @@ class GitHubTracker:
             expires=lambda: state.expires - time.monotonic(),
         )
 
+    @contextlib.contextmanager
+    def _under_lease(self, key: str, *, prove: bool = True) -> Iterator[None]:
+        """The writes of the block, on an issue this process holds a lease on, are this lease's: first the lease is
+        proven (renewed: a compare-and-swap on the claim ref, which fails when another machine took the issue
+        over), then every request of the block ends before the lease does. ``prove=False`` (progress edits, which
+        are frequent) only checks that the lease was not lost and has time left. An issue this process holds no
+        lease on is written as it is (a person's command, a settling of an orphan under its own claim)."""
+        state = self._holding.get(normalize_key(key))
+        if state is None:
+            yield
+            return
+        if state.lost:
+            raise ClaimLost(state.lost)
+        if prove:
+            state.renew()
+        elif state.expires - time.monotonic() <= 0:
+            raise ClaimLost(f"the claim on issue {key} could not be renewed in time")
+        with self.api.deadline(state.expires):
+            yield
+
     def holder(self, key: str) -> ClaimInfo | None:
         key = normalize_key(key)
         sha = self._read_ref(key)
         if sha is None:
             return None
         lease = self._lease(sha)
-        return self._info(key, lease) if self._live(lease) else None
+        return self._info(key, lease) if self._live(sha, lease) else None
 
     def _info(self, key: str, lease: dict[str, Any]) -> ClaimInfo | None:
         if "owner" not in lease:
@@ -561,12 +691,12 @@ class GitHubTracker:
         return {
             ref["ref"].removeprefix(prefix)
             for ref in refs
-            if ref["ref"].startswith(prefix) and self._live(self._lease(ref["object"]["sha"]))
+            if ref["ref"].startswith(prefix) and self._live(ref["object"]["sha"], self._lease(ref["object"]["sha"]))
         }
 
     def orphaned(self) -> builtins.list[Issue]:
         label = self.status_label(Status.IN_PROGRESS) or ""
-        issues = [self._issue(raw) for raw in self._raw_issues("open", [label])]
+        issues, _ = self._readable(self._raw_issues("open", [label]))
         held = self._held_keys() if issues else set()
         return [i for i in issues if i.status == Status.IN_PROGRESS and i.key not in held]
 
@@ -585,17 +715,52 @@ class GitHubTracker:
 
     def pull_request(self, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
         """Open a pull request from ``branch`` to the default branch, or update the open one: (its URL, opened)."""
+        with self._branch_lease(branch):
+            return self._open_or_update(branch, title, body, draft=draft)
+
+    def _branch_lease(self, branch: str) -> contextlib.AbstractContextManager[None]:
+        """:meth:`_under_lease` for the issue whose run's branch this is, if this process holds its lease."""
+        from beflow import git
+
+        held = next((key for key in list(self._holding) if git.branch_for(key) == branch), None)
+        return self._under_lease(held) if held is not None else contextlib.nullcontext()
+
+    def _open_pull(self, branch: str) -> dict[str, Any] | None:
         owner = self.repo.split("/")[0]
-        existing = self._call(self.api.get, f"{self._base}/pulls", {"head": f"{owner}:{branch}", "state": "open"})
+        found = self._call(self.api.get, f"{self._base}/pulls", {"head": f"{owner}:{branch}", "state": "open"})
+        return found[0] if found else None
+
+    def _open_or_update(self, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
+        existing = self._open_pull(branch)
         if existing:
-            number = existing[0]["number"]
             payload = {"title": title, "body": body}
-            data = self._call(self.api.request, "PATCH", f"{self._base}/pulls/{number}", json=payload).data
-            return str(data["html_url"]), False
+            data = self._call(self.api.request, "PATCH", f"{self._base}/pulls/{existing['number']}", json=payload)
+            return str(data.data["html_url"]), False
         base = self.repository()["default_branch"]
         opening: dict[str, Any] = {"title": title, "body": body, "head": branch, "base": base, "draft": draft}
-        data = self._call(self.api.request, "POST", f"{self._base}/pulls", json=opening).data
-        return str(data["html_url"]), True
+        # A POST whose answer was lost may have opened it, and one that failed (a 5xx, a rate limit) did not:
+        # look for the branch's pull request first, then try again, as the client retries everything else.
+        for attempt in range(3):
+            try:
+                data = self._call(self.api.request, "POST", f"{self._base}/pulls", json=opening)
+                return str(data.data["html_url"]), True
+            except GitHubError as error:
+                # 422 "a pull request already exists": opened meanwhile (a retry elsewhere): updated.
+                if error.status == 422 and self._open_pull(branch) is not None:
+                    return self._open_or_update(branch, title, body, draft=draft)
+                if error.status is not None and error.status < 500 and error.status != 429:
+                    raise
+                try:
+                    found = self._open_pull(branch)
+                except GitHubError:
+                    found = None
+                if found is not None:
+                    return str(found["html_url"]), True
+                wait = max(0.0, error.until - time.time()) if isinstance(error, RateLimited) else 0.5 * (attempt + 1)
+                if attempt == 2 or wait > 60 or not self.api._can_wait(wait):
+                    raise
+                time.sleep(wait)
+        raise AssertionError("unreachable")
 
     @contextlib.contextmanager
     def git_credentials(self, remote_url: str | None) -> Iterator[dict[str, str]]:
@@ -628,6 +793,8 @@ class GitHubTracker:
         """Push ``branch`` to ``origin`` and open (or update) its pull request: (the pull request's URL, opened)."""
         from beflow import git
 
+        with self._branch_lease(branch):  # the lease is proven before the push (and again before the PR)
+            pass
         with self.git_credentials(git.remote_url(directory, "origin")) as env:
             git.push(directory, "origin", branch, env)
         return self.pull_request(branch, title, body, draft=draft)
@@ -670,13 +837,24 @@ class GitHubTracker:
         return True
 
 
+class UnreadableIssue(BeflowError):
+    """An issue beflow cannot take as it is on GitHub (a label holding a line break or control characters, or
+    longer than labels may be): named and skipped, never a crash of the listing it is in."""
+
+    code = "unreadable_issue"
+
+
 @dataclass
 class _Held:
-    """A lease this process holds: the commit the claim ref points at, its content, when it runs out (monotonic)."""
+    """A lease this process holds: the commit the claim ref points at, its content, when it runs out (monotonic,
+    with a margin), why it was lost if it was; renewals one at a time (each is a compare-and-swap on the ref)."""
 
     sha: str
     lease: dict[str, Any]
     expires: float
+    lost: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    renew: Any = None
 
 
 _LOCKED_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."

@@ -12,11 +12,13 @@ The token is sent in the ``Authorization`` header only and never appears in an e
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import re
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +131,8 @@ class Api:
         #: Server time minus local time, from the ``Date`` of the last answer: leases are timed on GitHub's clock.
         self.clock_offset = 0.0
         self.stats = Stats()
+        self.timeout = timeout
+        self._local = threading.local()  # this thread's deadline (monotonic), if a caller set one
 
     def close(self) -> None:
         self._client.close()
@@ -136,6 +140,29 @@ class Api:
     def now(self) -> float:
         """GitHub's clock (epoch seconds), as its last answer's ``Date`` showed it."""
         return time.time() + self.clock_offset
+
+    @contextlib.contextmanager
+    def deadline(self, at: float) -> Iterator[None]:
+        """Every request of this thread inside the block ends by ``at`` (``time.monotonic()``): its timeouts, its
+        retries and its waits (the gate, the one-write-at-a-time lock) all fit in what is left, and a request that
+        cannot is :class:`Unavailable` at once. A claim's lease bounds the requests made under it this way."""
+        outer = getattr(self._local, "deadline", None)
+        self._local.deadline = at if outer is None else min(outer, at)
+        try:
+            yield
+        finally:
+            self._local.deadline = outer
+
+    def _left(self) -> float | None:
+        """Seconds left before this thread's deadline (None: no deadline)."""
+        at = getattr(self._local, "deadline", None)
+        return None if at is None else at - time.monotonic()
+
+    def _out_of_time(self, method: str, path: str) -> Unavailable:
+        return Unavailable(
+            f"GitHub: {method} {path}: no answer in the time the lease had left",
+            fix="Check the network (and tracker.api_url); beflow tries again by itself.",
+        )
 
     # -- requests --------------------------------------------------------------------------------------------------
 
@@ -147,12 +174,26 @@ class Api:
         params: dict[str, Any] | None = None,
         json: Any = None,
         ok: tuple[int, ...] = (),
+        retry: bool | None = None,
     ) -> Response:
-        """Send one request; 2xx (and any status in ``ok``) is returned, anything else raised as a GitHubError."""
+        """Send one request; 2xx (and any status in ``ok``) is returned, anything else raised as a GitHubError.
+
+        No answer or a 5xx is tried again (twice) for every method but POST: a POST whose answer was lost may have
+        been done, and doing it again files a second comment or issue. Its caller looks first (a comment by its
+        marker, a pull request by its branch), or says ``retry=True`` for a POST that is harmless twice (git
+        objects). A rate limit (403/429 with its headers) is waited out for every method: GitHub did nothing."""
+        again = method != "POST" if retry is None else retry
         if method == "GET":
-            return self._send(method, path, params, json, ok)
-        with self._writes:  # no parallel bursts of writes (GitHub's secondary limits punish them)
-            return self._send(method, path, params, json, ok)
+            return self._send(method, path, params, json, ok, again)
+        left = self._left()
+        # No parallel bursts of writes (GitHub's secondary limits punish them); a write with a deadline waits for
+        # its turn no longer than it has.
+        if not self._writes.acquire(timeout=-1 if left is None else max(left, 0.0)):
+            raise self._out_of_time(method, path)
+        try:
+            return self._send(method, path, params, json, ok, again)
+        finally:
+            self._writes.release()
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         return self.request("GET", path, params=params).data
@@ -169,10 +210,16 @@ class Api:
             url, query = (match.group(1), None) if match else (None, None)
         return items
 
-    def _send(self, method: str, path: str, params: dict[str, Any] | None, body: Any, ok: tuple[int, ...]) -> Response:
+    def _send(
+        self, method: str, path: str, params: dict[str, Any] | None, body: Any, ok: tuple[int, ...], again: bool
+    ) -> Response:
         for attempt in range(4):
             self._wait_for_gate()
-            request = self._client.build_request(method, path, params=params, json=body)
+            left = self._left()
+            if left is not None and left <= 0:
+                raise self._out_of_time(method, path)
+            timeout = self.timeout if left is None else min(self.timeout, left)
+            request = self._client.build_request(method, path, params=params, json=body, timeout=timeout)
             key = str(request.url)
             cached = self._cache.get(key) if method == "GET" else None
             if cached is not None:
@@ -180,9 +227,12 @@ class Api:
             try:
                 answer = self._client.send(request)
             except httpx.HTTPError as error:
-                if attempt < 2:
+                if again and attempt < 2 and self._can_wait(0.5 * (attempt + 1)):
                     time.sleep(0.5 * (attempt + 1))
                     continue
+                left = self._left()
+                if left is not None and left <= 0.5:  # the timeout was what the deadline left
+                    raise self._out_of_time(method, path) from None
                 raise Unavailable(
                     f"GitHub ({self.base_url}) does not answer: {type(error).__name__}",
                     fix="Check the network (and tracker.api_url); beflow tries again by itself.",
@@ -197,7 +247,7 @@ class Api:
                 if self._gate - time.time() <= self.inline_wait and attempt < 3:
                     continue  # a short wait, taken in line by _wait_for_gate
                 raise RateLimited(self._gate_reason, self._gate)
-            if answer.status_code >= 500 and attempt < 2:
+            if answer.status_code >= 500 and again and attempt < 2 and self._can_wait(0.5 * (attempt + 1)):
                 time.sleep(0.5 * (attempt + 1))
                 continue
             data = _json(answer)
@@ -211,11 +261,16 @@ class Api:
             raise self._error(method, path, answer, data)
         raise RateLimited(self._gate_reason or "GitHub keeps asking beflow to slow down", self._gate)
 
+    def _can_wait(self, seconds: float) -> bool:
+        """Whether a wait of ``seconds`` (and a try after it) fits before this thread's deadline."""
+        left = self._left()
+        return left is None or left > seconds + 0.5
+
     def _wait_for_gate(self) -> None:
         wait = self._gate - time.time()
         if wait <= 0:
             return
-        if wait > self.inline_wait:
+        if wait > self.inline_wait or not self._can_wait(wait):
             raise RateLimited(self._gate_reason, self._gate)
         time.sleep(wait)
 

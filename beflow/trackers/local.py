@@ -54,7 +54,7 @@ from beflow.locks import NotedLock
 from beflow.paths import STATE_DIR, state_dir
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
-    MAX_TEXT,
+    MAX_STORED_TEXT,
     Claim,
     ClaimInfo,
     Comment,
@@ -307,9 +307,9 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
     comments = [] if marker_at is None else _parse_comments(path, rest[marker_at + 1 :], end + 2 + marker_at + 1)
 
     body = _unescape(body_lines, _ESCAPED_MARKER)
-    if len(body) > MAX_TEXT and len(normalize_text(body)) > MAX_TEXT:
+    if len(body) > MAX_STORED_TEXT and len(normalize_text(body)) > MAX_STORED_TEXT:
         size = len(normalize_text(body))
-        raise fail(end + 2, f"the body is {size:,} characters long; an issue's body is at most {MAX_TEXT:,}")
+        raise fail(end + 2, f"the body is {size:,} characters long; an issue's body is at most {MAX_STORED_TEXT:,}")
     created = front.created or mtime or dt.datetime.now(dt.UTC)
     try:
         return Issue(

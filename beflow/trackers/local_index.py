@@ -16,7 +16,9 @@ from typing import Any
 
 from beflow.trackers.base import FileProblem, Issue, Status, format_time
 
-INDEX_VERSION = "2"
+#: "3": labels are bounded (one line of at most 50 characters, no control characters), so the rows of an older
+#: index may hold issues the model refuses now: it is rebuilt from the files, which report each such issue.
+INDEX_VERSION = "3"
 INDEX_NAME = "index.sqlite"
 #: Rows fetched from the index at a time while a listing streams (memory stays flat however many issues there are).
 STREAM_BATCH = 512

@@ -34,7 +34,7 @@ def test_a_held_progress_update_holds_up_no_other_run_nor_ctrl_c(
     # B: busy throughout, a message every 0.2 s.
     github.add_issue("B", labels=[*labels, "priority:1"],
                      body="".join(f"acp-test: say b{n}\nacp-test: sleep 0.2\n" for n in range(200)))  # fmt: skip
-    github.hold("PATCH", PROGRESS_TEXT, 20)
+    github.delay("PATCH", "", 20, times=None, body=PROGRESS_TEXT)
 
     events: list[dict[str, Any]] = []
     beflow = subprocess.Popen(

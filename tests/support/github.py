@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -40,6 +41,22 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     body: Any = None
     only: str | None = None  # a method, or None for every request
+    #: Only requests whose path starts with this.
+    prefix: str = ""
+    #: The request is done first, and then answered with this status: an answer lost on the way back.
+    after: bool = False
+
+
+@dataclass
+class Delay:
+    """Requests (of ``method``, on paths starting with ``prefix``, whose body holds ``body``) held this long before
+    they are handled; the next ``times`` of them (None: all)."""
+
+    method: str
+    prefix: str
+    seconds: float
+    times: int | None = 1
+    body: str = ""
 
 
 @dataclass
@@ -75,30 +92,16 @@ class FakeGitHub:
         self.numbers = itertools.count(1)
         self.ids = itertools.count(1000)
         self.faults: list[Fault] = []
+        self.delays: list[Delay] = []
         self.seen: list[Seen] = []
         self.violations: list[str] = []
         self.rate_remaining = 5000
         self.default_branch = "main"
         self.server: ThreadingHTTPServer | None = None
-        #: Requests held before they are answered: (method, text in the body, seconds).
-        self.holds: list[tuple[str, str, float]] = []
         #: When each held request arrived (time.time()).
         self.held: list[float] = []
         #: Set to answer every held request at once (the fixture does, on the way out).
         self.released = threading.Event()
-
-    def hold(self, method: str, body_contains: str, seconds: float) -> None:
-        """Answer every ``method`` request whose body holds ``body_contains`` only after ``seconds`` (a slow
-        GitHub: the connection open, no answer yet)."""
-        self.holds.append((method, body_contains, seconds))
-
-    def _wait_if_held(self, method: str, raw: bytes) -> None:
-        with self.lock:
-            seconds = max((s for m, text, s in self.holds if m == method and text.encode() in raw), default=0.0)
-            if seconds:
-                self.held.append(time.time())
-        if seconds:
-            self.released.wait(seconds)
 
     @property
     def url(self) -> str:
@@ -203,10 +206,33 @@ class FakeGitHub:
         headers: dict[str, str] | None = None,
         body: Any = None,
         only: str | None = None,
+        prefix: str = "",
+        after: bool = False,
     ) -> None:
-        """The next ``times`` requests (of method ``only``) get this answer."""
+        """The next ``times`` requests (of method ``only``, on paths starting with ``prefix``) get this answer;
+        ``after``: they are done first (the answer is lost on the way back, as a proxy's 502 loses it)."""
         message = body if body is not None else {"message": "fault", "documentation_url": "https://docs.github.com"}
-        self.faults.extend(Fault(status, headers or {}, message, only) for _ in range(times))
+        self.faults.extend(Fault(status, headers or {}, message, only, prefix, after) for _ in range(times))
+
+    def delay(self, method: str, prefix: str, seconds: float, *, times: int | None = 1, body: str = "") -> None:
+        """Hold the next ``times`` requests (None: every one) of ``method`` on paths starting with ``prefix`` whose
+        body holds ``body`` for ``seconds`` before handling them (a GitHub that hangs, the connection open); the
+        other requests are answered meanwhile."""
+        with self.lock:
+            self.delays.append(Delay(method, prefix, seconds, times, body))
+
+    def _delay_of(self, method: str, path: str, raw: bytes) -> float:
+        """How long to hold this request (and one use of the delay that says so is spent)."""
+        with self.lock:
+            for delay in self.delays:
+                if delay.method == method and path.startswith(delay.prefix) and delay.body.encode() in raw:
+                    if delay.times is not None:
+                        delay.times -= 1
+                        if delay.times <= 0:
+                            self.delays.remove(delay)
+                    self.held.append(time.time())
+                    return delay.seconds
+        return 0.0
 
     def requests(self, method: str | None = None, prefix: str = "") -> list[Seen]:
         return [s for s in self.seen if (method is None or s.method == method) and s.path.startswith(prefix)]
@@ -221,10 +247,17 @@ class FakeGitHub:
                 self.violations.append(f"request: {problem}")
             if headers.get("authorization", "").removeprefix("Bearer ") not in self.tokens:
                 return 401, {}, {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
-            fault = next((f for f in self.faults if f.only in (None, method)), None)
+            fault = next((f for f in self.faults if f.only in (None, method) and path.startswith(f.prefix)), None)
             if fault is not None:
                 self.faults.remove(fault)
+                if not fault.after:
+                    return fault.status, dict(fault.headers), fault.body
+                self._answer(method, path, query, body)
                 return fault.status, dict(fault.headers), fault.body
+            return self._answer(method, path, query, body)
+
+    def _answer(self, method: str, path: str, query: dict[str, str], body: Any) -> tuple[int, dict[str, str], Any]:
+        with self.lock:
             try:
                 route, params = self.spec.route(method, path)
             except LookupError:
@@ -519,7 +552,9 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(length) if length else b""
             body = json.loads(raw) if raw else None
             headers = {k.lower(): v for k, v in self.headers.items()}
-            fake._wait_if_held(self.command, raw)
+            hold = fake._delay_of(self.command, parts.path, raw)
+            if hold:
+                fake.released.wait(hold)  # (outside the fake's lock: every other request is answered meanwhile)
             status, extra, data = fake.handle(self.command, parts.path, query, body, headers)
             payload = b"" if data is None else json.dumps(data).encode()
             out = {"Content-Type": "application/json; charset=utf-8", **extra}
@@ -615,3 +650,12 @@ class Watcher:
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 90) -> None:
     eventually(condition, what, timeout, interval=0.1)
+
+
+def acted_on(markdown: str) -> list[str]:
+    """What GitHub would act on in ``markdown``: closing keywords with a reference, and mentions, outside code."""
+    text = re.sub(r"^(`{3,})[^\n]*\n.*?^\1`*[ \t]*$", "", markdown, flags=re.S | re.M)  # fenced blocks
+    text = re.sub(r"(`+)(?!`).+?(?<!`)\1(?!`)", "", text)  # inline code
+    keywords = re.findall(r"(?i)\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s+[\w.-]*(?:/[\w.-]+)?#\d+", text)
+    mentions = re.findall(r"(?<![\w`])@[\w-]+(?:/[\w-]+)?", text)
+    return keywords + mentions

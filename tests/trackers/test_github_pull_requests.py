@@ -12,7 +12,7 @@ import pytest
 from beflow.config import load_project
 from beflow.trackers import open_tracker
 from beflow.trackers.github import GitHubTracker, web_host
-from tests.support.github import TOKEN, FakeGitHub
+from tests.support.github import TOKEN, FakeGitHub, acted_on
 from tests.support.projects import AutoProject
 
 pytestmark = pytest.mark.slow
@@ -102,3 +102,19 @@ def test_git_gets_the_token_from_askpass_in_its_environment_only(published: Auto
         assert TOKEN not in other.values()  # another host never sees it
     with opened.git_credentials(f"git@{host}:octo/hello.git") as ssh:
         assert "GIT_ASKPASS" not in ssh
+
+
+def test_the_agents_closing_keywords_and_mentions_act_on_nothing(
+    published: AutoProject, github: FakeGitHub, beflow
+) -> None:
+    github.add_issue("Other", labels=["beflow"])  # 1: what "Fixes #1" would close
+    said = "Fixes #1, closes org/repo#3 @org/security-team @user"
+    github.add_issue(
+        "Add notes", labels=["beflow", "beflow:ready"], body=f"acp-test: write notes.txt first\nacp-test: say {said}"
+    )
+    done = beflow("--auto", "2")
+    assert done.exit_code == 0, done.stderr
+    (pull,) = github.pulls.values()
+    assert said in pull["body"]  # the words, quoted
+    assert acted_on(pull["body"]) == ["Closes #2"]  # only beflow's own line acts
+    assert all(acted_on(c["body"]) == [] for n in (1, 2) for c in github.comments_of(n))
