@@ -170,6 +170,7 @@ def test_a_broken_config_still_lets_the_tool_checks_run(
     assert [c.ok for c in checks][:4] == [True, True, True, False]
 
 
+@pytest.mark.slow  # doctor starts the agent through acpx
 def test_doctor_lists_what_an_agent_gets_by_name_never_a_value(
     repo: Path, monkeypatch: pytest.MonkeyPatch, beflow
 ) -> None:

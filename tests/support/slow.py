@@ -57,15 +57,17 @@ def starts_a_slow_process(args: Any) -> str | None:
 
 class _Guarded(subprocess.Popen):  # type: ignore[type-arg]
     test: str = ""
+    offences: list[str] = []
 
     def __init__(self, args: Any, *rest: Any, **options: Any) -> None:
         found = starts_a_slow_process(args)
         if found is not None:
-            pytest.fail(
+            message = (
                 f"{self.test} starts {found} but is not marked slow: mark it `@pytest.mark.slow` (or use a fixture of "
-                "tests/support/slow.py's SLOW_FIXTURES), so that `pytest -m 'not slow'` stays fast",
-                pytrace=False,
+                "tests/support/slow.py's SLOW_FIXTURES), so that `pytest -m 'not slow'` stays fast"
             )
+            self.offences.append(message)  # said again after the test, in case beflow's own handler caught this
+            pytest.fail(message, pytrace=False)
         super().__init__(args, *rest, **options)
 
 
@@ -74,6 +76,8 @@ def guard(item: pytest.Item, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     if item.get_closest_marker("slow") is not None:
         yield
         return
-    _Guarded.test = item.nodeid
+    _Guarded.test, _Guarded.offences = item.nodeid, []
     monkeypatch.setattr(subprocess, "Popen", _Guarded)
     yield
+    if _Guarded.offences:
+        pytest.fail(_Guarded.offences[0], pytrace=False)
