@@ -11,7 +11,7 @@ import os
 import subprocess
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -56,8 +56,8 @@ def starts_a_slow_process(args: Any) -> str | None:
 
 
 class _Guarded(subprocess.Popen):  # type: ignore[type-arg]
-    test: str = ""
-    offences: list[str] = []
+    test: ClassVar[str] = ""
+    offences: ClassVar[list[str]] = []
 
     def __init__(self, args: Any, *rest: Any, **options: Any) -> None:
         found = starts_a_slow_process(args)
