@@ -21,7 +21,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from beflow import acpx, git, interrupts, preflight, proc, prompt, workers
+from beflow import acpx, git, interrupts, preflight, proc, prompt, repoguard, workers
 from beflow.config import GitHubTracker as GitHubTrackerSettings
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
@@ -162,6 +162,8 @@ class _InWorktree:
         #: The environment of everything that runs in the worktree while the file is injected (acpx, hooks): it
         #: keeps ``.acpxrc.json`` out of what git stages there.
         self._git_env: dict[str, str] = {}
+        #: The guard of the repository's git directory around the agent: what it put back, if anything.
+        self._guard: repoguard.Guard | None = None
 
     async def run(self) -> RunRecord:
         record, issue = self.record, self.session.issue
@@ -201,7 +203,8 @@ class _InWorktree:
             if self.session.servers:
                 self._git_env = await workers.blocking(git.hide_managed_file, worktree.path)
             await self._hook("after_create", worktree.path, fatal=True)
-            outcome, reason = await self._agent_session(worktree.path, text)
+            with self.session.repository_guarded(worktree.path) as self._guard:
+                outcome, reason = await self._agent_session(worktree.path, text)
         except BeflowError as error:  # bad configuration, MCP servers that do not resolve: permanent
             record.permanent = error.permanent
             outcome, reason = "failed", error.message
@@ -243,9 +246,10 @@ class _InWorktree:
         draft = record.model_copy(update={"outcome": outcome, "stop_reason": reason})
         body = f"{summary(draft)}\n\nCloses #{issue.key}" + (f" ({issue.url})" if issue.url else "")
         try:
-            url, opened = await workers.blocking(
-                publish, self.project.directory, record.branch, issue.title, body, draft=self.config.after_run.draft
-            )
+            with git.distrusting():
+                url, opened = await workers.blocking(
+                    publish, self.project.directory, record.branch, issue.title, body, draft=self.config.after_run.draft
+                )
         except BeflowError as error:
             self.emit("notice", message=f"no pull request: {error.message}")
             return f"{reason}; the pull request could not be opened: {error.message}"
@@ -430,7 +434,8 @@ class _InWorktree:
         agent's work is never lost, and the run is still recorded and reported.
         """
         try:
-            return await self._commit_and_clean(worktree, repo, outcome, reason)
+            with git.distrusting():  # the agent has run: no hook, no configured command in beflow's git from here
+                return await self._commit_and_clean(worktree, repo, outcome, reason)
         except Exception as error:
             if worktree is None:  # nothing was there to commit: nothing to keep either
                 raise
@@ -449,6 +454,8 @@ class _InWorktree:
         if injection is not None and (injection.restored is None or injection.restored.action == "failed"):
             # The worktree may still hold the injected file: nothing is committed, the branch stays where it was.
             return await self._keep(worktree, f"{reason}; {ACPXRC} could not be put back")
+        if self._guard is not None and self._guard.changed:  # an agent that works against the user: not delivered
+            return await self._keep(worktree, f"{reason}; {repoguard.describe(self._guard)}")
         if self._git_env:
             await workers.blocking(git.unhide_managed_file, worktree.path)
         if self.config.after_run.commit:

@@ -165,7 +165,10 @@ def cli(ctx: click.Context, config_path: Path | None) -> None:
 def _journal_has_entries() -> bool:
     """Whether any managed file may need restoring (a look at one directory, without loading the machinery)."""
     try:
-        return any(name.endswith(".json") for name in os.listdir(beflow_home() / "journal"))
+        names = os.listdir(beflow_home() / "journal")
+        if "git" in names and os.listdir(beflow_home() / "journal" / "git"):  # a guarded repository's snapshot
+            return True
+        return any(name.endswith(".json") for name in names)
     except OSError:  # no journal yet, or not readable: the restore itself reports what it cannot do
         return not isinstance(sys.exc_info()[1], FileNotFoundError)
 
