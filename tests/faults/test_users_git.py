@@ -173,6 +173,8 @@ def test_an_agent_that_changes_the_repositorys_git_directory_is_put_back_and_not
     worktree = Path(record.worktree or "")
     assert (worktree / "notes.txt").read_text() == "hi\n"  # the work is kept, uncommitted, for a person
     assert "beflow:failed" in github.issue_labels(1)
+    shown = beflow_run(hosted, "runs", "show", record.id, env=with_token())
+    assert "git put back: config, " in shown.stdout
 
 
 def test_the_same_in_attend(auto_project: AutoProject, no_leftover_processes: None) -> None:
