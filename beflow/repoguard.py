@@ -109,9 +109,31 @@ def _changes(before: dict[str, Item], now: dict[str, Item]) -> list[str]:
     return sorted(path for path in before.keys() | now.keys() if before.get(path) != now.get(path))
 
 
-def _put_back(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> list[str]:
-    """Make the guarded paths what ``before`` says; the paths that differed."""
+def _save_aside(git_dir: Path, now: dict[str, Item], changed: list[str]) -> Path | None:
+    """The changed files as they were found, saved under ``$BEFLOW_HOME/saved/`` (``0600``, pruned with the other
+    saved versions after some days) before they are put back: a change that was the user's own, made during the
+    run (``git push -u`` writes ``config``), is not lost. Where they went (None: no file to save)."""
+    import datetime as dt
+
+    from beflow.mcp.inject import prune_saved, saved_dir
+
+    found = [(relative, now[relative]) for relative in changed if relative in now and now[relative].kind == "file"]
+    if not found:
+        return None
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    prefix = f"git-{path_key(git_dir.parent)}-{stamp}-{os.getpid()}"
+    for relative, item in found:
+        name = relative.replace("/", "%")
+        atomic_write(saved_dir() / f"{prefix}-{name}", base64.b64decode(item.data or ""), mode=0o600)
+    prune_saved()
+    return saved_dir() / f"{prefix}-*"
+
+
+def _put_back(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> tuple[list[str], Path | None]:
+    """Make the guarded paths what ``before`` says (what was found saved aside first): the paths that differed,
+    and where what was found went."""
     changed = _changes(before, now)
+    saved = _save_aside(git_dir, now, changed) if changed else None
     # What was added (or changed kind) goes first, deepest first: a planted directory with all it holds.
     for relative in sorted(changed, key=lambda p: p.count("/"), reverse=True):
         current, prior = now.get(relative), before.get(relative)
@@ -139,7 +161,7 @@ def _put_back(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> l
         # "other" (a FIFO of the user's): left as it is; beflow never makes one
     with contextlib.suppress(OSError):
         fsync_dir(git_dir)
-    return [f"{relative}" for relative in changed]
+    return changed, saved
 
 
 # --- the journal ----------------------------------------------------------------------------------------------
@@ -200,14 +222,15 @@ def recover() -> list[str]:
             others = [e for p, e in _entries_of(entry.git_dir) if p != path and e is not None and _alive(e)]
             if not others and entry.git_dir.is_dir():  # a live one puts back the same snapshot itself
                 try:
-                    changed = _put_back(entry.git_dir, entry.items, _take(entry.git_dir))
+                    changed, saved = _put_back(entry.git_dir, entry.items, _take(entry.git_dir))
                 except (GitDirError, OSError) as exc:
                     done.append(f"could not put back {entry.git_dir} as it was before a run: {exc}")
                     continue
                 if changed:
+                    found = f" (the versions found are saved as {saved})" if saved is not None else ""
                     done.append(
                         f"put back {', '.join(changed)} in {entry.git_dir} as before the run of beflow pid "
-                        f"{entry.pid}, which was killed"
+                        f"{entry.pid}, which was killed{found}"
                     )
             remove(path)
     return done
@@ -230,6 +253,8 @@ class Guard:
 
     git_dir: Path
     changed: list[str] = field(default_factory=list)
+    #: Where the changed files were saved, as found, before they were put back.
+    saved: Path | None = None
     #: Why what changed could not all be put back (the journal then stays for ``beflow restore``).
     failed: str | None = None
 
@@ -292,15 +317,16 @@ def end(guard: Guard) -> list[str]:
     with _ACTIVE_LOCK:
         shared = _ACTIVE[guard.git_dir]
         with _locked(guard.git_dir):
-            failed = None
+            failed, saved = None, None
             try:
-                changed = _put_back(guard.git_dir, shared.items, _take(guard.git_dir))
+                changed, saved = _put_back(guard.git_dir, shared.items, _take(guard.git_dir))
             except (OSError, BeflowError) as exc:  # the journal stays: `beflow restore` tries again
                 failed = str(exc)
                 changed = ["(the git directory)"]
             for other in shared.guards:
                 other.changed += [path for path in changed if path not in other.changed]
                 other.failed = other.failed or failed
+                other.saved = saved or other.saved
             shared.guards.remove(guard)
             if not shared.guards:
                 del _ACTIVE[guard.git_dir]
@@ -327,7 +353,8 @@ def describe(guard: Guard) -> str:
             f"the agent changed {', '.join(guard.changed)} in {where}, which a run must not touch, and beflow could "
             f"not put it all back ({guard.failed}); run `beflow restore` once the cause is fixed"
         )
+    saved = f" (the versions it found are saved as {guard.saved})" if guard.saved is not None else ""
     return (
         f"the agent changed {', '.join(guard.changed)} in {where}, which a run must not touch; beflow put them "
-        "back as they were"
+        f"back as they were{saved}"
     )

@@ -77,9 +77,15 @@ def test_the_journal_puts_back_what_a_killed_beflow_left(repo: Path) -> None:
     journal.write_text(entry.model_copy(update={"pid": 2**22 + 1, "pid_start": 1.0}).model_dump_json())
     repoguard._ACTIVE.clear()
 
-    assert repoguard.recover() == [
+    (said,) = repoguard.recover()
+    assert said.startswith(
         f"put back config, hooks/post-commit in {guard.git_dir} as before the run of beflow pid {2**22 + 1}, "
-        "which was killed"
-    ]
+        "which was killed (the versions found are saved as "
+    )
+    # What was found is saved aside, in case a change was the user's own (0600: a config may hold credentials).
+    saved = Path(said.rsplit(" ", 1)[1].rstrip(")"))
+    config = next(saved.parent.glob(saved.name.replace("*", "config")))
+    assert "pushurl = /evil" in config.read_text() and stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert next(saved.parent.glob(saved.name.replace("*", "hooks%post-commit"))).read_text() == "#!/bin/sh\n"
     assert state(repo) == before
     assert not repoguard.has_entries()
