@@ -126,15 +126,18 @@ def distrusting() -> Iterator[None]:
         _DISTRUSTED.reset(token)
 
 
+def _sq(text: str) -> str:
+    """``text`` quoted as git quotes the values of ``GIT_CONFIG_PARAMETERS`` (``quote.c``'s ``sq_quote_buf``)."""
+    return "'" + text.replace("'", "'\\''").replace("!", "'\\!'") + "'"
+
+
 def _config_env(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
-    """``GIT_CONFIG_COUNT``/``KEY``/``VALUE`` entries for ``pairs``, after the user's own such entries."""
-    count = os.environ.get("GIT_CONFIG_COUNT", "")
-    start = int(count) if count.isdigit() else 0
-    env = {"GIT_CONFIG_COUNT": str(start + len(pairs))}
-    for offset, (key, value) in enumerate(pairs):
-        env[f"GIT_CONFIG_KEY_{start + offset}"] = key
-        env[f"GIT_CONFIG_VALUE_{start + offset}"] = value
-    return env
+    """``GIT_CONFIG_PARAMETERS`` (how ``git -c`` passes settings on, to the git processes git itself starts in a
+    submodule too) with ``pairs`` after the user's own entries. Git reads it after every configuration file and
+    after ``GIT_CONFIG_COUNT``: its values win."""
+    ours = " ".join(f"{_sq(key)}={_sq(value)}" for key, value in pairs)
+    theirs = os.environ.get("GIT_CONFIG_PARAMETERS", "").strip()
+    return {"GIT_CONFIG_PARAMETERS": f"{theirs} {ours}" if theirs else ours}
 
 
 def _untrusted_env(runner: git.Git, cache: dict[str, dict[str, str]]) -> dict[str, str]:

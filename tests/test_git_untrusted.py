@@ -157,3 +157,25 @@ def test_outside_an_agents_run_the_users_hooks_still_run(repo: Path, tmp_path: P
     hook.chmod(0o755)
     git.create_worktree(git.open_repo(repo), tmp_path / "wt" / "1", "beflow/1", "HEAD")
     assert marker.exists()
+
+
+def test_the_settings_reach_the_git_that_git_starts_in_a_submodule(repo: Path, tmp_path: Path) -> None:
+    library = tmp_path / "library"
+    library.mkdir()
+    run_git(library, "init", "-q", "-b", "main")
+    (library / "lib.txt").write_text("lib\n")
+    run_git(library, "add", "lib.txt")
+    run_git(library, "commit", "-q", "-m", "lib")
+    run_git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(library), "lib")
+    run_git(repo, "commit", "-q", "-m", "with a submodule")
+    marker = tmp_path / "marker"
+    tool = tmp_path / "tool"
+    tool.write_text(f'#!/bin/sh\necho "$0 $*" >> {marker}\n')
+    tool.chmod(0o755)
+    # Planted in the submodule's own config, which `git status` of the superproject reaches by starting a git there.
+    run_git(repo / "lib", "config", "core.fsmonitor", str(tool))
+    (repo / "lib" / "lib.txt").write_text("changed\n")
+
+    with git.distrusting():
+        assert git.checkout_status(repo)["lib"].strip() == "M"
+    assert not marker.exists()
