@@ -3,7 +3,7 @@
 An agent runs as the user in a worktree that shares the user's git directory, so it can write the repository's
 ``config`` (a ``pushurl``, a filter driver), plant ``hooks/``, or edit ``info/`` (``exclude``, ``attributes``).
 Around every agent session :func:`guarded` takes a snapshot of :data:`GUARDED` (bytes, modes, symlinks, which files
-exist), journals it under ``$BEFLOW_HOME/journal/git/`` (fsynced, ``0600``: a config may hold credentials) before
+exist), journals it under ``$BEFLOW_HOME/git-journal/`` (fsynced, ``0600``: a config may hold credentials) before
 the agent starts, and afterwards puts back, byte for byte, whatever changed; the caller records it and does not
 publish the run. When beflow is killed outright, :func:`recover` (``beflow restore``, and every beflow command at
 start) puts the repository back from the journal once its process is gone.
@@ -168,7 +168,7 @@ def _put_back(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> t
 
 
 def journal_dir() -> Path:
-    return beflow_home() / "journal" / "git"
+    return beflow_home() / "git-journal"
 
 
 def _key(git_dir: Path) -> str:
