@@ -159,8 +159,9 @@ def _put_back(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> t
                 os.unlink(path)
             os.symlink(prior.link or "", path)
         # "other" (a FIFO of the user's): left as it is; beflow never makes one
-    with contextlib.suppress(OSError):
-        fsync_dir(git_dir)
+    if changed:
+        with contextlib.suppress(OSError):
+            fsync_dir(git_dir)
     return changed, saved
 
 

@@ -677,7 +677,8 @@ class GitHubTracker:
         from beflow import git
 
         url = self._push_url()
-        commit = git.branch_tip(git.open_repo(directory), branch)
+        with git.open_repo(directory) as repo:
+            commit = git.branch_tip(repo, branch)
         if commit is None:
             raise GitHubError(f"there is no branch {branch} to push")
         with self.git_credentials(url) as auth:
