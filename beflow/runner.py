@@ -455,6 +455,7 @@ class _InWorktree:
             # The worktree may still hold the injected file: nothing is committed, the branch stays where it was.
             return await self._keep(worktree, f"{reason}; {ACPXRC} could not be put back")
         if self._guard is not None and self._guard.changed:  # an agent that works against the user: not delivered
+            record.permanent = True  # nor tried again by a watch: the issue is a person's to look at
             return await self._keep(worktree, f"{reason}; {repoguard.describe(self._guard)}")
         if self._git_env:
             await workers.blocking(git.unhide_managed_file, worktree.path)

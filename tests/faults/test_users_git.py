@@ -158,6 +158,7 @@ def test_an_agent_that_changes_the_repositorys_git_directory_is_put_back_and_not
     assert git_dir_state(hosted.directory) == before  # byte for byte, modes, deleted and added files
     record = hosted.only_record()
     assert record.outcome == "failed" and record.commit is None and record.pull_request is None
+    assert record.permanent  # a watch does not hand the issue to an agent again by itself
     assert {"config", "hooks/pre-push", "hooks/pre-commit.sample", "hooks/pre-rebase.sample"} <= set(
         record.git_restored
     )
