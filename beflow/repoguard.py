@@ -14,13 +14,17 @@ worktree and branch), and beflow checks what reaches a branch separately (``git.
 Several runs of one repository in one process (a watch) share one snapshot: the first takes it, the last drops
 its journal, and a change found when any of them ends is put back and told to every run still active (any of
 their agents may have made it). A beflow process that finds a live journal of another process for the same
-repository takes that snapshot as its own, so it never takes a change of the other's agent for the user's.
+repository takes that snapshot as its own, so it never takes a change of the other's agent for the user's, and
+tells that process what it found through a note beside its journal (``<journal>.changed``), read when its runs end.
+While any agent is at work on the repository (:func:`agent_at_work`), another run's git is distrusted from its
+start: the config may hold that agent's changes already.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import shutil
 import stat
@@ -180,6 +184,11 @@ def _journal_path(git_dir: Path, pid: int) -> Path:
     return journal_dir() / f"{_key(git_dir)}-{pid}.json"
 
 
+def _told_path(journal: Path) -> Path:
+    """Where other beflows note what they found changed (and put back) while this journal's runs were active."""
+    return journal.with_suffix(".changed")
+
+
 def _read(path: Path) -> Entry | None:
     try:
         return Entry.model_validate_json(read_regular(path, limit=64 << 20))
@@ -234,6 +243,7 @@ def recover() -> list[str]:
                         f"{entry.pid}, which was killed{found}"
                     )
             remove(path)
+            remove(_told_path(path))
     return done
 
 
@@ -279,6 +289,16 @@ def common_git_dir(directory: Path) -> Path:
         return Path(repo.common_dir).resolve()
 
 
+def agent_at_work(directory: Path) -> bool:
+    """Whether an agent may be at work on ``directory``'s repository right now: a run of this process, or a live
+    beflow's journal, guards it. Its config and hooks may be the agent's until that run ends."""
+    git_dir = common_git_dir(directory)
+    with _ACTIVE_LOCK:
+        if git_dir in _ACTIVE:
+            return True
+    return any(entry is not None and _alive(entry) for _, entry in _entries_of(git_dir))
+
+
 def begin(directory: Path) -> Guard:
     """Snapshot (and journal) the guarded files of ``directory``'s repository, or join the snapshot active."""
     git_dir = common_git_dir(directory)
@@ -300,8 +320,10 @@ def begin(directory: Path) -> Guard:
                                 fix="Fix the cause, then run `beflow restore`.",
                             ) from None
                         remove(path)
+                        remove(_told_path(path))
                     else:
                         remove(path)
+                        remove(_told_path(path))
                 if items is None:
                     items = _take(git_dir)
                 journal = _journal_path(git_dir, os.getpid())
@@ -324,6 +346,22 @@ def end(guard: Guard) -> list[str]:
             except (OSError, BeflowError) as exc:  # the journal stays: `beflow restore` tries again
                 failed = str(exc)
                 changed = ["(the git directory)"]
+            # Another beflow's run on the repository may be the one whose agent did it: it is told too, through a
+            # note beside its journal, read when it ends. What others noted for this process is read here.
+            told = _told_path(shared.journal)
+            with contextlib.suppress(OSError, ValueError):
+                noted = json.loads(read_regular(told, limit=1 << 20))
+                changed += [path for path in noted if isinstance(path, str) and path not in changed]
+            remove(told)
+            if changed:
+                for path, entry in _entries_of(guard.git_dir):
+                    if path != shared.journal and entry is not None and _alive(entry):
+                        with contextlib.suppress(OSError, ValueError):
+                            earlier = json.loads(read_regular(_told_path(path), limit=1 << 20))
+                            changed_there = [*earlier, *(c for c in changed if c not in earlier)]
+                            atomic_write(_told_path(path), json.dumps(changed_there), mode=0o600)
+                            continue
+                        atomic_write(_told_path(path), json.dumps(changed), mode=0o600)
             for other in shared.guards:
                 other.changed += [path for path in changed if path not in other.changed]
                 other.failed = other.failed or failed

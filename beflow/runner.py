@@ -193,15 +193,19 @@ class _InWorktree:
         try:
             self._resolve_servers()
             path = git.worktree_path(self.project.worktrees_dir, record.issue)
-            worktree = await workers.blocking(git.create_worktree, repo, path, branch, self.config.worktrees.base)
-            record.worktree = str(worktree.path)
-            record.base_commit = worktree.base_commit
-            self.store.save(record)
-            await workers.blocking(
-                git.copy_included, self.project.directory, worktree.path, self.config.worktrees.include
-            )
-            if self.session.servers:
-                self._git_env = await workers.blocking(git.hide_managed_file, worktree.path)
+            # Another run's agent at work on the repository may have planted hooks or commands in its config
+            # already: then this run's git, before its own agent, is distrusted as well.
+            distrust = await workers.blocking(repoguard.agent_at_work, self.project.directory)
+            with git.distrusting() if distrust else contextlib.nullcontext():
+                worktree = await workers.blocking(git.create_worktree, repo, path, branch, self.config.worktrees.base)
+                record.worktree = str(worktree.path)
+                record.base_commit = worktree.base_commit
+                self.store.save(record)
+                await workers.blocking(
+                    git.copy_included, self.project.directory, worktree.path, self.config.worktrees.include
+                )
+                if self.session.servers:
+                    self._git_env = await workers.blocking(git.hide_managed_file, worktree.path)
             await self._hook("after_create", worktree.path, fatal=True)
             with self.session.repository_guarded(worktree.path) as self._guard:
                 outcome, reason = await self._agent_session(worktree.path, text)

@@ -224,3 +224,44 @@ def test_a_beflow_killed_while_the_agent_has_changed_the_git_directory_is_put_ba
     assert "put back config" in done.stdout and "which was killed" in done.stdout
     assert git_dir_state(auto_project.directory) == before
     assert beflow_run(auto_project, "restore").stdout.strip() == "Nothing to restore."
+
+
+def test_while_another_beflows_agent_has_changed_the_config_a_run_runs_none_of_it_and_both_runs_fail(
+    auto_project: AutoProject, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    before = git_dir_state(auto_project.directory)
+    marker, tampered, release = tmp_path / "planted-ran", tmp_path / "tampered", tmp_path / "release"
+    hooks = tmp_path / "planted-hooks"
+    hostile = auto_project.new_issue(
+        f"run mkdir -p {hooks} && printf '#!/bin/sh\\\\nenv >> {marker}\\\\n' > {hooks}/post-checkout",
+        f"run chmod +x {hooks}/post-checkout && git config core.hooksPath {hooks} && touch {tampered}",
+        f"run while [ ! -e {release} ]; do sleep 0.1; done",
+        title="hostile",
+    )
+    innocent = auto_project.new_issue("write notes.txt hi\\n", title="innocent")
+    first = subprocess.Popen(
+        [sys.executable, "-m", "beflow", "--config", str(auto_project.config_path), "--auto", hostile],
+        cwd=auto_project.directory,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not tampered.exists():
+        assert first.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+
+    # A second beflow, while the first one's agent holds the planted core.hooksPath in the shared config.
+    second = beflow_run(auto_project, "--auto", innocent)
+    release.touch()
+    first.communicate(timeout=60)
+
+    assert not marker.exists(), marker.read_text()[:2000]  # its `git worktree add` ran no planted hook
+    assert git_dir_state(auto_project.directory) == before
+    # Either agent may have done it, as far as beflow can tell: neither run is delivered.
+    records = {r.issue: r for r in auto_project.records()}
+    assert records[innocent].outcome == "failed" and records[innocent].git_restored == ["config"]
+    assert records[hostile].outcome == "failed" and records[hostile].git_restored == ["config"], first.returncode
+    assert second.code == 1
+    assert auto_project.branches() == ["main"]
