@@ -20,6 +20,7 @@ Core functions: no printing, they return the :class:`~beflow.records.RunRecord` 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import anyio
@@ -103,7 +104,10 @@ async def attend(
         current = await workers.blocking(tracker.get, issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
         # Before the tracker is touched (the local tracker's files live in the checkout, and are excluded anyway).
-        changes = await workers.blocking(Changes, project, checkout)
+        # Distrusted while another run's agent is at work on the repository (its config may be the agent's now).
+        distrust = await workers.blocking(repoguard.agent_at_work, checkout)
+        with git.distrusting() if distrust else contextlib.nullcontext():
+            changes = await workers.blocking(Changes, project, checkout)
         session = Session(project, tracker, current, request, events, branch=None, checkout=checkout, run_id=run_id)
         session.use_servers(servers)
         await workers.shielded(session.start, text)
