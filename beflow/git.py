@@ -745,6 +745,9 @@ def push(directory: Path, url: str, commit: str, branch: str, auth: PushAuth | N
         formats = "\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = sha256\n" if len(commit) == 64 else ""
         (root / "config").write_text(f"[core]\n\tbare = true\n{formats}", encoding="utf-8")
         pairs = [
+            # The URL goes in as a remote of this configuration, not in argv (readable by every user on the
+            # machine), where credentials in it would show.
+            ("remote.beflow.url", url),
             ("core.hooksPath", os.devnull),
             ("http.followRedirects", "false"),  # the token goes to the URL's host, never where it redirects
             ("credential.helper", ""),
@@ -766,6 +769,18 @@ def push(directory: Path, url: str, commit: str, branch: str, auth: PushAuth | N
         runner = _timed()[1](str(root))
         setattr(runner, "hardened", False)  # noqa: B010 - its configuration is all here: nothing else is read
         try:
-            runner.push("--no-verify", "--", url, f"{commit}:refs/heads/{branch}", env=env)
+            runner.push("--no-verify", "--", "beflow", f"{commit}:refs/heads/{branch}", env=env)
         except git.GitCommandError as exc:
-            raise GitError(f"git push {url} {branch} failed: {str(exc.stderr).strip()}") from None
+            shown = without_credentials(url)
+            said = str(exc.stderr).strip().replace(url, shown)
+            raise GitError(f"git push {shown} {branch} failed: {said}") from None
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without the user name and password it may carry (``https://user:token@host/...``), to show it."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc or not parts.scheme:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))

@@ -4,6 +4,7 @@ command beflow runs starts a hook or a configured command (real git, real hooks 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -179,3 +180,24 @@ def test_the_settings_reach_the_git_that_git_starts_in_a_submodule(repo: Path, t
     with git.distrusting():
         assert git.checkout_status(repo)["lib"].strip() == "M"
     assert not marker.exists()
+
+
+def test_credentials_in_the_url_are_never_in_a_git_argv_nor_in_the_error(
+    repo: Path, remotes: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = shutil.which("git")
+    assert real is not None
+    wrapper, log = tmp_path / "git-wrapper", tmp_path / "argv.log"
+    wrapper.mkdir()
+    (wrapper / "git").write_text(f'#!/bin/sh\necho "$@" >> "{log}"\nexec "{real}" "$@"\n')
+    (wrapper / "git").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{wrapper}{os.pathsep}{os.environ['PATH']}")
+    commit = run_git(repo, "rev-parse", "beflow/1").strip()
+
+    # /proc/<pid>/cmdline is readable by every user: a password in the URL must not be there (port 1: refused).
+    with pytest.raises(BeflowError) as raised:
+        git.push(repo, "https://someone:s3cret-password@127.0.0.1:1/octo/hello.git", commit, "beflow/1")
+
+    assert "s3cret-password" not in str(raised.value)
+    assert "https://127.0.0.1:1/octo/hello.git" in str(raised.value)
+    assert "push" in log.read_text() and "s3cret-password" not in log.read_text()

@@ -161,9 +161,10 @@ def open_github(project: Project, settings: Settings) -> GitHubTracker:
 
 
 class GitHubTracker:
+    """Issues of one GitHub repository (see the module's description)."""
+
     #: Where ``publish`` pushes: ``origin``'s push URL, read when the tracker was opened (None: no origin).
     push_url: str | None = None
-    """Issues of one GitHub repository (see the module's description)."""
 
     def __init__(self, settings: Settings, repo: str, api: Api, project: Project | None = None) -> None:
         self.settings = settings
@@ -655,6 +656,8 @@ class GitHubTracker:
     def _push_url(self) -> str:
         """Where the branch is pushed: ``origin`` as it was when the tracker was opened (before any agent ran), and
         on this GitHub only the tracker's own repository."""
+        from beflow import git
+
         url = self.push_url
         if url is None:
             raise GitHubError(
@@ -666,7 +669,8 @@ class GitHubTracker:
             path = parsed.path.strip("/").removesuffix(".git")
             if parsed.scheme != "https" or path.lower() != self.repo.lower():
                 raise GitHubError(
-                    f"origin is {url}, not https://{web_host(self.api.base_url)}/{self.repo}; beflow pushes only "
+                    f"origin is {git.without_credentials(url)}, not https://{web_host(self.api.base_url)}/{self.repo}; "
+                    "beflow pushes only "
                     "to the tracker's repository",
                     fix='Point origin at the repository of "repo" in the tracker settings.',
                 )
