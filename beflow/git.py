@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fnmatch
 import functools
 import getpass
 import os
 import shutil
+import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,7 +51,13 @@ def _timed() -> tuple[type[git.Repo], type[git.Git]]:
     GitPython is imported lazily)."""
 
     class TimedGit(git.Git):
+        #: False for the push's own git (``push``), which reads no configuration file at all.
+        hardened = True
+
         def execute(self, *args: Any, **kwargs: Any) -> Any:
+            distrusted = _DISTRUSTED.get()
+            if distrusted is not None and self.hardened:
+                kwargs["env"] = {**_untrusted_env(self, distrusted), **(kwargs.get("env") or {})}
             if kwargs.get("as_process") or kwargs.get("kill_after_timeout") is not None:
                 return super().execute(*args, **kwargs)  # a long-lived cat-file process, or a timeout of its own
             kwargs["kill_after_timeout"] = GIT_TIMEOUT
@@ -68,6 +76,91 @@ def _timed() -> tuple[type[git.Repo], type[git.Git]]:
         GitCommandWrapperType = TimedGit
 
     return TimedRepo, TimedGit
+
+
+# -- after an agent: the repository is not trusted -----------------------------------------------------------------
+#
+# An agent runs as the user, in a worktree of the user's repository: it can write hooks, `core.hooksPath`,
+# `core.fsmonitor`, filter drivers and the like into any git configuration it reaches, and git would run them in
+# beflow's own git commands afterwards (the commit, the leak check, the branch update, the worktree's removal), with
+# beflow's environment. Inside :func:`distrusting`, every git command beflow runs gets the settings below on top of
+# every configuration file (git gives GIT_CONFIG_* entries precedence), the way git's own protections treat a
+# repository it does not trust: no hook, no configured command runs.
+
+#: Settings of every git command beflow runs after an agent. Single-valued keys: the last one read wins, and these
+#: are read last. ``credential.helper`` empty resets the list of helpers.
+UNTRUSTED_CONFIG: tuple[tuple[str, str], ...] = (
+    ("core.hooksPath", os.devnull),  # no hook at all: none is found under /dev/null
+    ("core.fsmonitor", "false"),
+    ("core.sshCommand", "ssh"),
+    ("core.askPass", ""),
+    ("core.pager", "cat"),
+    ("core.editor", ":"),
+    ("sequence.editor", ":"),
+    ("credential.helper", ""),
+    ("commit.gpgSign", "false"),
+    ("tag.gpgSign", "false"),
+    ("gc.auto", "0"),  # `git gc --auto` after a commit would run the pre-auto-gc hook and take its time
+    ("maintenance.auto", "false"),
+    ("protocol.ext.allow", "never"),
+)
+#: The keys of a filter driver (``filter.<name>.*``): each configured driver is turned off by emptying them (git
+#: skips an empty command) and making it optional. Diff drivers (``diff.<name>.textconv|command``) are turned off
+#: by the ``--no-ext-diff --no-textconv`` of every diff beflow runs.
+_FILTER_OFF = (("clean", ""), ("smudge", ""), ("process", ""), ("required", "false"))
+
+#: Set while beflow's git commands follow an agent's run: the settings per directory, asked of git once.
+_DISTRUSTED: contextvars.ContextVar[dict[str, dict[str, str]] | None] = contextvars.ContextVar(
+    "beflow_git_distrusted", default=None
+)
+
+
+@contextlib.contextmanager
+def distrusting() -> Iterator[None]:
+    """Every git command beflow runs inside (in this task and the worker threads it starts) runs no hook and no
+    configured command: see :data:`UNTRUSTED_CONFIG`."""
+    token = _DISTRUSTED.set({})
+    try:
+        yield
+    finally:
+        _DISTRUSTED.reset(token)
+
+
+def _sq(text: str) -> str:
+    """``text`` quoted as git quotes the values of ``GIT_CONFIG_PARAMETERS`` (``quote.c``'s ``sq_quote_buf``)."""
+    return "'" + text.replace("'", "'\\''").replace("!", "'\\!'") + "'"
+
+
+def _config_env(pairs: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """``GIT_CONFIG_PARAMETERS`` (how ``git -c`` passes settings on, to the git processes git itself starts in a
+    submodule too) with ``pairs`` after the user's own entries. Git reads it after every configuration file and
+    after ``GIT_CONFIG_COUNT``: its values win."""
+    ours = " ".join(f"{_sq(key)}={_sq(value)}" for key, value in pairs)
+    theirs = os.environ.get("GIT_CONFIG_PARAMETERS", "").strip()
+    return {"GIT_CONFIG_PARAMETERS": f"{theirs} {ours}" if theirs else ours}
+
+
+def _untrusted_env(runner: git.Git, cache: dict[str, dict[str, str]]) -> dict[str, str]:
+    """The environment of a git command run in ``runner``'s directory after an agent (cached per directory)."""
+    directory = str(runner.working_dir or os.getcwd())
+    if directory not in cache:
+        base = _config_env(UNTRUSTED_CONFIG)
+        drivers: list[str] = []
+        try:
+            # `git config` runs nothing; it reads every file git would (includes too) in this directory.
+            names = git.Git.execute(
+                runner,
+                ["git", "config", "-z", "--name-only", "--get-regexp", r"^filter\..*\.(clean|smudge|process)$"],
+                env=base,
+                kill_after_timeout=GIT_TIMEOUT,
+            )
+            drivers = sorted({name.split(".", 1)[1].rsplit(".", 1)[0] for name in str(names).split("\0") if name})
+        except git.GitCommandError:  # exit 1: no filter driver is configured
+            pass
+        pairs = [*UNTRUSTED_CONFIG]
+        pairs += [(f"filter.{name}.{key}", value) for name in drivers for key, value in _FILTER_OFF]
+        cache[directory] = {**_config_env(pairs), "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": ""}
+    return cache[directory]
 
 
 def _repo(path: Path | str, **kwargs: Any) -> git.Repo:
@@ -326,7 +419,7 @@ def commit_all(worktree: Path, message: str) -> str | None:
 def _has_staged_changes(repo: git.Repo) -> bool:
     """Whether the index differs from HEAD (one ``git diff --quiet``; exit status 1 means it does)."""
     try:
-        repo.git.diff("--cached", "--quiet", "HEAD", "--")
+        repo.git.diff("--cached", "--quiet", "--no-ext-diff", "--no-textconv", "HEAD", "--")
     except git.GitCommandError as exc:
         if exc.status == 1:
             return True
@@ -361,12 +454,12 @@ def changed_files(worktree: Path, base: str, head: str) -> list[str]:
     if base == head:
         return []
     with _repo(worktree) as repo:
-        return str(repo.git.diff("--name-status", base, head)).splitlines()
+        return str(repo.git.diff("--name-status", "--no-ext-diff", "--no-textconv", base, head)).splitlines()
 
 
 def diff(directory: Path, base: str, head: str) -> str:
     with _repo(directory) as repo:
-        return str(repo.git.diff("--stat", "--patch", base, head))
+        return str(repo.git.diff("--stat", "--patch", "--no-ext-diff", "--no-textconv", base, head))
 
 
 def remove_worktree(repo: git.Repo, path: Path, *, prune_parent: bool = False) -> None:
@@ -610,18 +703,84 @@ def uncommit(worktree: Path, commit: str) -> None:
         repo.git.reflog("expire", "--expire=now", "--expire-unreachable=now", "HEAD")
 
 
-def remote_url(directory: Path, remote: str) -> str | None:
-    """The URL of ``remote`` in the repository at ``directory`` (None when there is no such remote)."""
+def remote_url(directory: Path, remote: str, *, push: bool = False) -> str | None:
+    """The URL of ``remote`` in the repository at ``directory`` (its push URL with ``push``; None when there is no
+    such remote), with the user's ``insteadOf`` rewrites applied, as git itself would."""
     try:
-        return _git(directory).remote("get-url", remote).strip() or None
+        args = ["get-url", "--push", remote] if push else ["get-url", remote]
+        return _git(directory).remote(*args).strip() or None
     except (git.GitCommandError, git.GitCommandNotFound, OSError):
         return None
 
 
-def push(directory: Path, remote: str, branch: str, env: dict[str, str]) -> None:
-    """Push ``branch`` to the same branch of ``remote`` (a fast-forward; never forced), with ``env`` for git."""
-    try:
-        with _repo(directory) as repo:
-            repo.git.push(remote, f"refs/heads/{branch}:refs/heads/{branch}", env=env)
-    except git.GitCommandError as exc:
-        raise GitError(f"git push {remote} {branch} failed: {str(exc.stderr).strip()}") from None
+@dataclass(frozen=True)
+class PushAuth:
+    """How a push authenticates: git settings (a credential helper, say) and variables of its environment."""
+
+    config: tuple[tuple[str, str], ...] = ()
+    env: dict[str, str] | None = None
+
+
+#: Variables of the push's environment emptied: configuration from a parent git (``git -c``), and an askpass
+#: program that would be asked for any host (beflow's credential helper answers for one).
+_PUSH_CLEARED = ("GIT_CONFIG_PARAMETERS", "GIT_ASKPASS")
+
+
+def push(directory: Path, url: str, commit: str, branch: str, auth: PushAuth | None = None) -> None:
+    """Push ``commit`` to ``branch`` of the repository at ``url`` (a fast-forward; never forced).
+
+    The push goes exactly to ``url``: it runs in an empty repository of its own that borrows the objects of
+    ``directory``'s (``objects/info/alternates``), with no configuration file read at all — not the repository's,
+    whose ``pushurl``, ``insteadOf``, ``pushInsteadOf``, hooks or ``core.sshCommand`` an agent may have written, nor
+    the system's or the user's global one. Only the settings of ``auth`` and git's defaults apply; no hook runs.
+    """
+    with _repo(directory, search_parent_directories=True) as repo:
+        objects = _common_dir(repo) / "objects"
+    with tempfile.TemporaryDirectory(prefix="beflow-push-") as scratch:
+        root = Path(scratch)
+        (root / "objects" / "info").mkdir(parents=True)
+        (root / "refs").mkdir()
+        (root / "objects" / "info" / "alternates").write_text(f"{objects}\n", encoding="utf-8")
+        (root / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
+        formats = "\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = sha256\n" if len(commit) == 64 else ""
+        (root / "config").write_text(f"[core]\n\tbare = true\n{formats}", encoding="utf-8")
+        pairs = [
+            # The URL goes in as a remote of this configuration, not in argv (readable by every user on the
+            # machine), where credentials in it would show.
+            ("remote.beflow.url", url),
+            ("core.hooksPath", os.devnull),
+            ("http.followRedirects", "false"),  # the token goes to the URL's host, never where it redirects
+            ("credential.helper", ""),
+            *(auth.config if auth is not None else ()),
+        ]
+        entries = {"GIT_CONFIG_COUNT": str(len(pairs))}
+        for index, (key, value) in enumerate(pairs):
+            entries |= {f"GIT_CONFIG_KEY_{index}": key, f"GIT_CONFIG_VALUE_{index}": value}
+        env = {
+            **dict.fromkeys(_PUSH_CLEARED, ""),
+            "GIT_DIR": str(root),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_TRACE_REDACT": "1",
+            **entries,
+            **((auth.env or {}) if auth is not None else {}),
+        }
+        runner = _timed()[1](str(root))
+        setattr(runner, "hardened", False)  # noqa: B010 - its configuration is all here: nothing else is read
+        try:
+            runner.push("--no-verify", "--", "beflow", f"{commit}:refs/heads/{branch}", env=env)
+        except git.GitCommandError as exc:
+            shown = without_credentials(url)
+            said = str(exc.stderr).strip().replace(url, shown)
+            raise GitError(f"git push {shown} {branch} failed: {said}") from None
+
+
+def without_credentials(url: str) -> str:
+    """``url`` without the user name and password it may carry (``https://user:token@host/...``), to show it."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc or not parts.scheme:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))

@@ -8,15 +8,16 @@ checkout) compose a session, so that a run reads, records and reports the same w
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from beflow import interrupts, prompt
+from beflow import interrupts, prompt, repoguard
 from beflow.agent_env import held_secrets
 from beflow.config import GitHubTracker as GitHubSettings
 from beflow.config import Project
@@ -306,6 +307,21 @@ class Session:
             if getattr(masked, name) != getattr(self.record, name):
                 setattr(self.record, name, getattr(masked, name))
         self.store.mask_files(self.record.id)
+
+    @contextlib.contextmanager
+    def repository_guarded(self, directory: Path) -> Iterator[repoguard.Guard]:
+        """The body (the agent's session) cannot change the repository's git directory for good: what it changed
+        there is put back, named in the record and said on the terminal (:mod:`beflow.repoguard`)."""
+        guard = repoguard.begin(directory)
+        try:
+            yield guard
+        finally:
+            # Synchronous, like the managed file's restore: nothing here for a cancellation to cut in two.
+            repoguard.end(guard)
+            if guard.changed:
+                self.record.git_restored = list(guard.changed)
+                self.store.save(self.record)
+                self.emit("notice", message=repoguard.describe(guard))
 
     @asynccontextmanager
     async def injected(self, cwd: Path) -> AsyncIterator[Injection | None]:

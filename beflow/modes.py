@@ -20,11 +20,12 @@ Core functions: no printing, they return the :class:`~beflow.records.RunRecord` 
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import anyio
 
-from beflow import acpx, agent_env, agents, git, interrupts, proc, terminal, workers
+from beflow import acpx, agent_env, agents, git, interrupts, proc, repoguard, terminal, workers
 from beflow.checkout import Changes, acpxrc_notice, checkout_lock, checkout_of, refuse_read_only
 from beflow.config import Project
 from beflow.errors import BeflowError
@@ -52,7 +53,8 @@ def _finish(session: Session, changes: Changes, outcome: Outcome, reason: str, b
     """The session ended: what it changed in the checkout, then the record and the tracker (the issue goes back
     to ``before`` unless the session finished)."""
     record = session.record
-    record.changed_files, record.dirty_before = changes.compare()
+    with git.distrusting():  # the agent has run in the checkout: its git runs no hook or configured command now
+        record.changed_files, record.dirty_before = changes.compare()
     if outcome == "succeeded" and not record.changed_files:
         outcome, reason = "no_changes", f"{reason}; no file in the checkout changed"
     mode = session.request.mode
@@ -102,7 +104,10 @@ async def attend(
         current = await workers.blocking(tracker.get, issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
         # Before the tracker is touched (the local tracker's files live in the checkout, and are excluded anyway).
-        changes = await workers.blocking(Changes, project, checkout)
+        # Distrusted while another run's agent is at work on the repository (its config may be the agent's now).
+        distrust = await workers.blocking(repoguard.agent_at_work, checkout)
+        with git.distrusting() if distrust else contextlib.nullcontext():
+            changes = await workers.blocking(Changes, project, checkout)
         session = Session(project, tracker, current, request, events, branch=None, checkout=checkout, run_id=run_id)
         session.use_servers(servers)
         await workers.shielded(session.start, text)
@@ -142,25 +147,30 @@ async def attend(
 
 async def _attended_acpx(session: Session, argv: list[str], checkout: Path) -> Verdict:
     """Inject, run acpx on the user's terminal, restore; how it ended."""
-    async with session.injected(checkout) as handle:
-        # The agent's git ignores the injected file (untracked) through its environment, so that nothing of the
-        # user's repository changes; a tracked one is the user's to keep out of a commit (a notice says so).
-        env: dict[str, str] = {}
-        if handle is not None:
-            excludes = beflow_home() / "git" / f"exclude-{path_key(checkout)}"
-            env = await workers.blocking(git.excludes_env, checkout, excludes)
-        # acpx gets its own process group (and session): it reads and writes the terminal all the same
-        # (tests/cli/test_attend.py answers its prompt through a pseudo-terminal), while Ctrl-C and a hang-up
-        # come to beflow, which stops acpx and its agent as a group and then restores the file.
-        with terminal.settings_kept():
-            result = await proc.run(
-                argv,
-                cwd=checkout,
-                terminal=True,
-                grace=interrupts.grace(proc.DEFAULT_GRACE),
-                env=env,
-                unset=agent_env.for_agent(session.project.config).unset,
-            )
+    # The checkout's git directory is the user's: what the agent changes there is put back, and the run fails.
+    with session.repository_guarded(checkout) as guard:
+        async with session.injected(checkout) as handle:
+            # The agent's git ignores the injected file (untracked) through its environment, so that nothing of the
+            # user's repository changes; a tracked one is the user's to keep out of a commit (a notice says so).
+            env: dict[str, str] = {}
+            if handle is not None:
+                excludes = beflow_home() / "git" / f"exclude-{path_key(checkout)}"
+                env = await workers.blocking(git.excludes_env, checkout, excludes)
+            # acpx gets its own process group (and session): it reads and writes the terminal all the same
+            # (tests/cli/test_attend.py answers its prompt through a pseudo-terminal), while Ctrl-C and a hang-up
+            # come to beflow, which stops acpx and its agent as a group and then restores the file.
+            with terminal.settings_kept():
+                result = await proc.run(
+                    argv,
+                    cwd=checkout,
+                    terminal=True,
+                    grace=interrupts.grace(proc.DEFAULT_GRACE),
+                    env=env,
+                    unset=agent_env.for_agent(session.project.config).unset,
+                )
+    if guard.changed:
+        session.record.exit_code = result.returncode
+        return Verdict("failed", repoguard.describe(guard))
     session.record.exit_code = result.returncode
     verdict = judge_attended(result.returncode, result.describe(), session.project.config)
     if verdict.outcome == "failed":

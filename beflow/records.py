@@ -112,6 +112,9 @@ class RunRecord(BaseModel):
     resumed_session: str | None = None  # the earlier session this run resumed
     resume_note: str | None = None  # why a retry did not resume, when it did not
     restored: list[str] = Field(default_factory=list)
+    #: Files of the repository's git directory the agent changed (``config``, ``hooks/pre-push``...), put back as
+    #: they were; a run with any is not published.
+    git_restored: list[str] = Field(default_factory=list)
     #: ``--attend`` and ``--open``: the checkout the session ran in (no worktree, no commit).
     checkout: str | None = None
     #: ``--attend`` and ``--open``: files that were uncommitted before the session and that it left as they were

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from beflow import acpx, agent_env, git, interrupts, preflight, proc, prompt, workers
+from beflow import acpx, agent_env, git, interrupts, preflight, proc, prompt, repoguard, workers
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
 from beflow.events import EventSink
@@ -169,6 +169,8 @@ class _InWorktree:
         #: What acpx, the agent and the hooks do not get of beflow's environment (docs/safety.md).
         self._withheld = agent_env.for_agent(self.config).unset
         self._channel: RunChannel | None = None  # mcp.self: where beflow's own server forwards the agent's calls
+        #: The guard of the repository's git directory around the agent: what it put back, if anything.
+        self._guard: repoguard.Guard | None = None
 
     async def run(self) -> RunRecord:
         record, issue = self.record, self.session.issue
@@ -198,17 +200,22 @@ class _InWorktree:
         try:
             self._resolve_servers()
             path = git.worktree_path(self.project.worktrees_dir, record.issue)
-            worktree = await workers.blocking(git.create_worktree, repo, path, branch, self.config.worktrees.base)
-            record.worktree = str(worktree.path)
-            record.base_commit = worktree.base_commit
-            self.store.save(record)
-            await workers.blocking(
-                git.copy_included, self.project.directory, worktree.path, self.config.worktrees.include
-            )
-            if self.session.servers:
-                self._git_env = await workers.blocking(git.hide_managed_file, worktree.path)
+            # Another run's agent at work on the repository may have planted hooks or commands in its config
+            # already: then this run's git, before its own agent, is distrusted as well.
+            distrust = await workers.blocking(repoguard.agent_at_work, self.project.directory)
+            with git.distrusting() if distrust else contextlib.nullcontext():
+                worktree = await workers.blocking(git.create_worktree, repo, path, branch, self.config.worktrees.base)
+                record.worktree = str(worktree.path)
+                record.base_commit = worktree.base_commit
+                self.store.save(record)
+                await workers.blocking(
+                    git.copy_included, self.project.directory, worktree.path, self.config.worktrees.include
+                )
+                if self.session.servers:
+                    self._git_env = await workers.blocking(git.hide_managed_file, worktree.path)
             await self._hook("after_create", worktree.path, fatal=True)
-            outcome, reason = await self._agent_session(worktree.path, text)
+            with self.session.repository_guarded(worktree.path) as self._guard:
+                outcome, reason = await self._agent_session(worktree.path, text)
         except BeflowError as error:  # bad configuration, MCP servers that do not resolve: permanent
             record.permanent = error.permanent
             outcome, reason = "failed", error.message
@@ -251,14 +258,15 @@ class _InWorktree:
         body = f"{summary(draft)}\n\nCloses #{issue.key}" + (f" ({issue.url})" if issue.url else "")
         body = self.session.redact.text(body)  # the agent's final message, say: the token is a secret of the run
         try:
-            url, opened = await workers.blocking(
-                tracker.publish,
-                self.project.directory,
-                record.branch,
-                issue.title,
-                body,
-                draft=self.config.after_run.draft,
-            )
+            with git.distrusting():
+                url, opened = await workers.blocking(
+                    tracker.publish,
+                    self.project.directory,
+                    record.branch,
+                    issue.title,
+                    body,
+                    draft=self.config.after_run.draft,
+                )
         except ClaimLost as error:  # another machine runs the issue now: nothing of this run is published
             self.session.claim_lost = error.message
             self.emit("notice", message=f"no pull request: {error.message}")
@@ -450,7 +458,8 @@ class _InWorktree:
         agent's work is never lost, and the run is still recorded and reported.
         """
         try:
-            return await self._commit_and_clean(worktree, repo, outcome, reason)
+            with git.distrusting():  # the agent has run: no hook, no configured command in beflow's git from here
+                return await self._commit_and_clean(worktree, repo, outcome, reason)
         except Exception as error:
             if worktree is None:  # nothing was there to commit: nothing to keep either
                 raise
@@ -469,6 +478,9 @@ class _InWorktree:
         if injection is not None and (injection.restored is None or injection.restored.action == "failed"):
             # The worktree may still hold the injected file: nothing is committed, the branch stays where it was.
             return await self._keep(worktree, f"{reason}; {ACPXRC} could not be put back")
+        if self._guard is not None and self._guard.changed:  # an agent that works against the user: not delivered
+            record.permanent = True  # nor tried again by a watch: the issue is a person's to look at
+            return await self._keep(worktree, f"{reason}; {repoguard.describe(self._guard)}")
         if self._git_env:
             await workers.blocking(git.unhide_managed_file, worktree.path)
         if self.config.after_run.commit:

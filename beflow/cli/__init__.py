@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import gc
 import importlib
@@ -164,6 +165,9 @@ def cli(ctx: click.Context, config_path: Path | None) -> None:
 
 def _journal_has_entries() -> bool:
     """Whether any managed file may need restoring (a look at one directory, without loading the machinery)."""
+    with contextlib.suppress(OSError):
+        if os.listdir(beflow_home() / "git-journal"):  # a guarded repository's snapshot (beflow.repoguard)
+            return True
     try:
         return any(name.endswith(".json") for name in os.listdir(beflow_home() / "journal"))
     except OSError:  # no journal yet, or not readable: the restore itself reports what it cannot do

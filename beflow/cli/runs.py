@@ -96,6 +96,8 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
         out.print(f"          (shadowed acpx global servers: {escape(', '.join(r.mcp_shadowed))})")
     for note in r.restored:
         out.print(f"restore   {escape(note)}")
+    if r.git_restored:
+        out.print(f"[yellow]git put back: {escape(', '.join(r.git_restored))} (the agent changed them)[/]")
     if r.changed_files:
         out.print(f"changed   {len(r.changed_files)} file(s)")
         for line in r.changed_files:

@@ -21,6 +21,7 @@ import json
 import os
 import re
 import secrets
+import shlex
 import shutil
 import socket
 import tempfile
@@ -29,7 +30,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlparse
 
 import pydantic
@@ -63,6 +64,9 @@ from beflow.trackers.github_api import (
     RateLimited,
 )
 
+if TYPE_CHECKING:
+    from beflow.git import PushAuth
+
 #: The hidden marker at the end of every comment beflow writes; the progress comment of a run has its own.
 MARKER = "<!-- beflow -->"
 PROGRESS_MARKER = "<!-- beflow:progress -->"
@@ -82,12 +86,20 @@ _PRIORITY = re.compile(r"^priority:\s*(\d+)$")
 #: Edits of a run's progress comment are at most this often (seconds): people see the progress, GitHub is spared.
 PROGRESS_EVERY = 15.0
 CLAIM_NAMESPACE = "beflow/claims"
-#: git's askpass: the user name GitHub expects with a token, and the token from the child's environment.
-ASKPASS = """#!/bin/sh
-case "$1" in
-  Username*) printf '%s\\n' x-access-token ;;
-  *) printf '%s\\n' "$BEFLOW_GIT_TOKEN" ;;
-esac
+#: beflow's git credential helper: the token (from the child's environment, never a file or argv) for exactly one
+#: protocol and host, ``https`` and ``$BEFLOW_GIT_HOST``; nothing for any other (a redirect, a rewritten URL).
+CREDENTIAL_HELPER = """#!/bin/sh
+[ "$1" = get ] || exit 0
+protocol= host=
+while IFS= read -r line && [ -n "$line" ]; do
+  case "$line" in
+    protocol=*) protocol=${line#protocol=} ;;
+    host=*) host=${line#host=} ;;
+  esac
+done
+if [ "$protocol" = https ] && [ -n "$BEFLOW_GIT_HOST" ] && [ "$host" = "$BEFLOW_GIT_HOST" ]; then
+  printf 'username=x-access-token\\npassword=%s\\n' "$BEFLOW_GIT_TOKEN"
+fi
 """
 
 
@@ -143,11 +155,20 @@ def repo_from_remote(project: Project, api: str) -> str:
 def open_github(project: Project, settings: Settings) -> GitHubTracker:
     api = api_url(settings)
     repo = settings.repo or repo_from_remote(project, api)
-    return GitHubTracker(settings, repo, Api(api, resolve_token(settings), token_name=settings.token_env), project)
+    tracker = GitHubTracker(settings, repo, Api(api, resolve_token(settings), token_name=settings.token_env), project)
+    if project.config.after_run.pull_request:
+        from beflow import git
+
+        # Read now, before any agent runs in a worktree of this repository (they share its config).
+        tracker.push_url = git.remote_url(project.directory, "origin", push=True)
+    return tracker
 
 
 class GitHubTracker:
     """Issues of one GitHub repository (see the module's description)."""
+
+    #: Where ``publish`` pushes: ``origin``'s push URL, read when the tracker was opened (None: no origin).
+    push_url: str | None = None
 
     def __init__(self, settings: Settings, repo: str, api: Api, project: Project | None = None) -> None:
         self.settings = settings
@@ -763,31 +784,57 @@ class GitHubTracker:
         raise AssertionError("unreachable")
 
     @contextlib.contextmanager
-    def git_credentials(self, remote_url: str | None) -> Iterator[dict[str, str]]:
-        """The environment of a git child that pushes to ``remote_url``.
+    def git_credentials(self, remote_url: str | None) -> Iterator[PushAuth]:
+        """How git authenticates a push to ``remote_url``.
 
-        For an https remote on this GitHub, git asks an askpass script (it holds no secret) that answers with the
-        token from the child's environment: the token is never in argv, the remote URL, git config or a file.
-        Credential helpers are turned off for that one command, so that none stores the token. Any other remote
-        (ssh, a path, another host) never sees the token.
+        For an https URL on this GitHub, beflow's credential helper (a script that holds no secret) answers with the
+        token from the git child's environment, and only for that exact host (port included): the token is never in
+        argv, the remote URL, git config or a file. Any other URL (ssh, a path, another host) never sees the token.
         """
-        quiet = {"GIT_TERMINAL_PROMPT": "0"}
+        from beflow.git import PushAuth
+
+        host = self._token_host(remote_url)
+        if host is None:
+            yield PushAuth()
+            return
+        with tempfile.TemporaryDirectory(prefix="beflow-credential-") as directory:
+            script = Path(directory) / "credential-helper"
+            script.write_text(CREDENTIAL_HELPER)
+            script.chmod(0o700)
+            yield PushAuth(
+                config=(("credential.helper", ""), ("credential.helper", "!" + shlex.quote(str(script)))),
+                env={"BEFLOW_GIT_TOKEN": self.api.token, "BEFLOW_GIT_HOST": host},
+            )
+
+    def _token_host(self, remote_url: str | None) -> str | None:
+        """``host[:port]`` of an https URL on this GitHub (the one the token is for), else None."""
         parsed = urlparse(remote_url or "")
         if parsed.scheme != "https" or parsed.hostname != web_host(self.api.base_url):
-            yield quiet
-            return
-        with tempfile.TemporaryDirectory(prefix="beflow-askpass-") as directory:
-            script = Path(directory) / "askpass"
-            script.write_text(ASKPASS)
-            script.chmod(0o700)
-            yield {
-                **quiet,
-                "GIT_ASKPASS": str(script),
-                "BEFLOW_GIT_TOKEN": self.api.token,
-                "GIT_CONFIG_COUNT": "1",
-                "GIT_CONFIG_KEY_0": "credential.helper",
-                "GIT_CONFIG_VALUE_0": "",
-            }
+            return None
+        return parsed.netloc.rpartition("@")[2]
+
+    def _push_url(self) -> str:
+        """Where the branch is pushed: ``origin`` as it was when the tracker was opened (before any agent ran), and
+        on this GitHub only the tracker's own repository."""
+        from beflow import git
+
+        url = self.push_url
+        if url is None:
+            raise GitHubError(
+                "the checkout has no origin remote to push the branch to",
+                fix=f"Add it: git remote add origin https://{web_host(self.api.base_url)}/{self.repo}.git",
+            )
+        parsed = urlparse(url)
+        if parsed.scheme in ("http", "https") and parsed.hostname == web_host(self.api.base_url):
+            path = parsed.path.strip("/").removesuffix(".git")
+            if parsed.scheme != "https" or path.lower() != self.repo.lower():
+                raise GitHubError(
+                    f"origin is {git.without_credentials(url)}, not https://{web_host(self.api.base_url)}/{self.repo}; "
+                    "beflow pushes only "
+                    "to the tracker's repository",
+                    fix='Point origin at the repository of "repo" in the tracker settings.',
+                )
+        return url
 
     def publish(self, directory: Path, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
         """Push ``branch`` to ``origin`` and open (or update) its pull request: (the pull request's URL, opened)."""
@@ -795,8 +842,13 @@ class GitHubTracker:
 
         with self._branch_lease(branch):  # the lease is proven before the push (and again before the PR)
             pass
-        with self.git_credentials(git.remote_url(directory, "origin")) as env:
-            git.push(directory, "origin", branch, env)
+        url = self._push_url()
+        with git.open_repo(directory) as repo:
+            commit = git.branch_tip(repo, branch)
+        if commit is None:
+            raise GitHubError(f"there is no branch {branch} to push")
+        with self.git_credentials(url) as auth:
+            git.push(directory, url, commit, branch, auth)
         return self.pull_request(branch, title, body, draft=draft)
 
     def web_url(self) -> str:

@@ -52,6 +52,7 @@ def test_restore_json(beflow, orphaned: tuple[Path, int]) -> None:
             {"target": str(directory / ACPXRC), "action": "restored", "pid": pid, "saved": None, "detail": None}
         ],
         "in_use": [],
+        "git": [],  # repositories put back (tests/faults/test_users_git.py)
     }
 
 

@@ -98,12 +98,14 @@ def _start(project: AutoProject, *args: str) -> subprocess.Popen[str]:
     )
 
 
-@pytest.mark.parametrize("step", ["post-checkout", "post-commit"])
+# Only `worktree add` (before the agent) runs the repository's hooks: beflow's commit, after the agent, runs none
+# (docs/safety.md, "Your repository's git"; tests/faults/test_users_git.py), so no hook can hold it any more.
+@pytest.mark.parametrize("step", ["post-checkout"])
 def test_ctrl_c_during_a_git_step_cancels_the_run_and_puts_the_issue_back_to_ready(
     auto_project: AutoProject, tmp_path: Path, step: str, no_leftover_processes: None
 ) -> None:
     marker = tmp_path / f"{step}-started"
-    _git_hook(auto_project, step, marker)  # post-checkout: git worktree add; post-commit: beflow's commit
+    _git_hook(auto_project, step, marker)  # post-checkout: git worktree add
     key = auto_project.new_issue("write hello.txt hi\\n")
     process = _start(auto_project, "--auto", key)
     eventually(marker.exists, "the git hook started", alive=process)

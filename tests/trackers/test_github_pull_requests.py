@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
 from beflow.config import load_project
+from beflow.git import PushAuth
 from beflow.trackers import open_tracker
 from beflow.trackers.github import GitHubTracker, web_host
 from tests.support.github import TOKEN, FakeGitHub, acted_on
@@ -83,25 +85,47 @@ def test_pull_requests_need_the_github_tracker(auto_project: AutoProject, beflow
     assert refused.exit_code == 2 and "pull requests need the GitHub tracker" in refused.stderr
 
 
-def test_git_gets_the_token_from_askpass_in_its_environment_only(published: AutoProject) -> None:
+def credential_fill(directory: Path, auth: PushAuth, url: str) -> str:
+    """What git's credential machinery answers for ``url`` with beflow's push settings (and nothing else)."""
+    parsed = urlparse(url)
+    options = [arg for key, value in auth.config for arg in ("-c", f"{key}={value}")]
+    env = {**os.environ, **(auth.env or {}), "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": ""}
+    done = subprocess.run(
+        ["git", *options, "credential", "fill"],
+        cwd=directory,
+        env=env,
+        input=f"protocol={parsed.scheme}\nhost={parsed.netloc}\npath={parsed.path.lstrip('/')}\n\n",
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout
+
+
+def test_git_gets_the_token_from_beflows_credential_helper_for_exactly_its_host(published: AutoProject) -> None:
     opened = open_tracker(load_project(published.config_path))
     assert isinstance(opened, GitHubTracker)
     host = web_host(opened.api.base_url)  # github.com for the public API; here the fake's
-    with opened.git_credentials(f"https://{host}/octo/hello.git") as env:
-        assert TOKEN not in Path(env["GIT_ASKPASS"]).read_text()  # the script holds no secret
-        answer = git(
-            published.directory,
-            "credential",
-            "fill",
-            env={**os.environ, **env},
-            stdin=f"protocol=https\nhost={host}\npath=octo/hello.git\n\n",
-        )
-    assert "username=x-access-token\n" in answer and f"password={TOKEN}\n" in answer
-    assert not Path(env["GIT_ASKPASS"]).exists()  # gone after the push
+    port = urlparse(opened.api.base_url).port
+    netloc = f"{host}:{port}" if port else host
+    url = f"https://{netloc}/octo/hello.git"
+    with opened.git_credentials(url) as auth:
+        (helper,) = [Path(value.lstrip("!").strip("'")) for key, value in auth.config if value]
+        assert TOKEN not in helper.read_text()  # the script holds no secret
+        assert all(TOKEN not in value for _, value in auth.config)  # nor git's settings (argv of a `git -c`)
+        answer = credential_fill(published.directory, auth, url)
+        assert "username=x-access-token\n" in answer and f"password={TOKEN}\n" in answer
+        # The same helper, asked for another host (a redirect, a rewritten URL), another port or plain http: nothing.
+        for other in (
+            "https://elsewhere.example.com/octo/hello.git",
+            f"https://{host}:1/octo/hello.git",
+            f"http://{netloc}/octo/hello.git",
+        ):
+            assert TOKEN not in credential_fill(published.directory, auth, other)
+    assert not helper.exists()  # gone after the push
     with opened.git_credentials("https://elsewhere.example.com/octo/hello.git") as other:
-        assert TOKEN not in other.values()  # another host never sees it
+        assert other.env is None and other.config == ()  # another host never sees it
     with opened.git_credentials(f"git@{host}:octo/hello.git") as ssh:
-        assert "GIT_ASKPASS" not in ssh
+        assert ssh.env is None
 
 
 def test_the_agents_closing_keywords_and_mentions_act_on_nothing(
