@@ -38,20 +38,22 @@ def mark(items: list[pytest.Item]) -> None:
 
 
 def starts_a_slow_process(args: Any) -> str | None:
-    """What, in a command line about to be started, makes it slow: the pinned acpx, or beflow (``python -m beflow``)."""
+    """What, in a command line about to be started, makes it slow: the pinned acpx, or beflow (``python -m beflow``
+    or its script). Only the program counts, and ``-m beflow`` after it: ``git push beflow`` starts no beflow."""
     argv: Sequence[str] = [args] if isinstance(args, str | bytes | os.PathLike) else list(args)
     words = [os.fsdecode(a) for a in argv]
-    if words and len(words) == 1:
+    if len(words) == 1:
         words = words[0].split()
-    for index, word in enumerate(words):
-        name = os.path.basename(word)
-        # The pinned acpx (a stand-in script named acpx in a test's temp directory starts in milliseconds).
-        if (name == "acpx" and "node_modules" in word) or name == "npx":
-            return "acpx"
-        if name == "beflow":
-            return name
-        if word == "-m" and index + 1 < len(words) and words[index + 1] == "beflow":
-            return "python -m beflow"
+    if not words:
+        return None
+    program = os.path.basename(words[0])
+    # The pinned acpx (a stand-in script named acpx in a test's temp directory starts in milliseconds).
+    if (program == "acpx" and "node_modules" in words[0]) or program == "npx":
+        return "acpx"
+    if program == "beflow":
+        return program
+    if program.startswith("python") and words[1:3] == ["-m", "beflow"]:
+        return "python -m beflow"
     return None
 
 
