@@ -32,11 +32,12 @@ from beflow.errors import BeflowError
 from beflow.events import EventSink
 from beflow.lifecycle import RunRequest, Session, cancel_reason, refuse_closed, render_prompt
 from beflow.mcp.acp import resolve_servers
-from beflow.mcp.own import follow_progress, own_channel, with_own_server
+from beflow.mcp.own import follow_progress
 from beflow.native import client_argv, native_client, require
 from beflow.paths import beflow_home, path_key
 from beflow.policy import Verdict, judge_attended, status_after_supervised
 from beflow.records import Outcome, RunRecord, RunStore, new_run_id
+from beflow.server.channel import own_channel, with_own_server
 from beflow.trackers import Issue, Status, Tracker
 
 #: Seconds to start the agent again after an attended run failed, to say why in the record.

@@ -35,12 +35,12 @@ from beflow.lifecycle import (
     summary,
 )
 from beflow.mcp.acp import resolve_servers
-from beflow.mcp.channel import RunChannel
 from beflow.mcp.inject import Injection
-from beflow.mcp.own import follow_progress, own_channel, with_own_server
+from beflow.mcp.own import follow_progress
 from beflow.paths import ACPXRC, acpx_home
 from beflow.policy import judge, status_after
 from beflow.records import CappedLog, Mode, Outcome, RunRecord, RunStore
+from beflow.server.channel import RunChannel, own_channel, with_own_server
 from beflow.trackers import Status, Tracker, reading_once
 from beflow.trackers.base import Claim, ClaimLost, Publishes
 

@@ -202,9 +202,9 @@ def serve(
 
     hardening.keep_private()  # an agent starts this server: it cannot read what the server holds
 
-    from beflow.mcp.schema import parse_allow
-    from beflow.mcp.server import Launch, Limits, check_launch
-    from beflow.mcp.server import serve as serve_mcp
+    from beflow.server.mcp import Launch, Limits, check_launch
+    from beflow.server.mcp import serve as serve_mcp
+    from beflow.server.schema import parse_allow
 
     if not actor.strip() or len(actor.splitlines()) > 1:
         raise click.BadParameter("one line, not empty", param_hint="--actor")
@@ -232,9 +232,9 @@ def schema(app: App, allow: str | None, issue: str | None, server_name: str) -> 
     """Print every operation as JSON: name, title, description, input and output schema, annotations, metadata,
     whether agents may use it and whether this launch exposes it; permission hints; Claude Code and OpenCode
     snippets. --allow and --issue narrow it as they narrow serve."""
-    from beflow.mcp.schema import TOOL_SERVER_NAME, export, load_all, parse_allow
-    from beflow.mcp.server import existing_issue
     from beflow.operations import Context
+    from beflow.server.mcp import existing_issue
+    from beflow.server.schema import TOOL_SERVER_NAME, export, load_all, parse_allow
 
     if not TOOL_SERVER_NAME.match(server_name):
         raise click.BadParameter("letters, digits, - and _ only", param_hint="--server")

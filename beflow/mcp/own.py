@@ -5,7 +5,7 @@ With ``"mcp": {"self": true}`` a run (``--auto``, ``watch``, ``--attend``) hands
 interpreter is the one running beflow (no reliance on PATH), and the config file and ``BEFLOW_HOME`` are explicit,
 so the server finds the project from the worktree the agent works in. It is bound to the run's issue and run, and
 exposes the agent-safe operations. It holds no credentials: every operation goes through the run's private channel
-(:mod:`beflow.mcp.channel`) to the run's process, with the run's capability. A cascade server already named
+(:mod:`beflow.server.channel`) to the run's process, with the run's capability. A cascade server already named
 ``beflow`` is a configuration error.
 
 The agent's progress lines (``run.progress``) are written by that server, another process, into the run's
@@ -16,21 +16,21 @@ The agent's progress lines (``run.progress``) are written by that server, anothe
 from __future__ import annotations
 
 import contextlib
-import re
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
 
 import anyio
 
-from beflow.acpx import Transcript
 from beflow.config import Project
 from beflow.errors import ConfigError
 from beflow.mcp.acp import MASK, AcpServer, AcpStdio, NameValue
-from beflow.mcp.channel import CAPABILITY_ENV, RunChannel
-from beflow.mcp.schema import SERVER_NAME
 from beflow.paths import beflow_home
 from beflow.records import PROGRESS_FILE, ProgressNote, RunStore
+
+#: The name beflow's server has in MCP client configs (and in injected sets, with ``mcp.self``).
+SERVER_NAME = "beflow"
+#: The variable the run's capability reaches beflow's own server in (from the injected file's ``env``).
+CAPABILITY_ENV = "BEFLOW_MCP_CAPABILITY"
 
 #: Seconds between two looks at the bound issue by beflow's server in a run: local tracker, outside service.
 LOCAL_POLL = 2
@@ -51,15 +51,14 @@ def own_argv(project: Project, *, issue: str, run_id: str, channel: str) -> list
 
 
 def own_server(
-    project: Project, *, issue: str, run_id: str, channel: RunChannel | None = None, capability: str = MASK
+    project: Project, *, issue: str, run_id: str, socket: str = "<SOCKET>", capability: str = MASK
 ) -> AcpStdio:
     """The ``beflow`` server in the ACP shape acpx forwards to the agent: it forwards every operation to the run's
-    ``channel`` with the run's capability (without a channel, the shape ``beflow mcp show`` prints)."""
-    path = str(channel.path) if channel is not None else "<SOCKET>"
-    command, *args = own_argv(project, issue=issue, run_id=run_id, channel=path)
+    channel at ``socket`` with the run's ``capability`` (by default, the shape ``beflow mcp show`` prints)."""
+    command, *args = own_argv(project, issue=issue, run_id=run_id, channel=socket)
     env = [
         NameValue(name="BEFLOW_HOME", value=str(beflow_home())),
-        NameValue(name=CAPABILITY_ENV, value=channel.capability if channel is not None else capability),
+        NameValue(name=CAPABILITY_ENV, value=capability),
     ]
     return AcpStdio(name=SERVER_NAME, command=command, args=args, env=env)
 
@@ -94,64 +93,6 @@ def check_name(project: Project, servers: Sequence[AcpServer] | None) -> None:
             "beflow's own server",
             fix='Rename that server in .mcp.json (or disable it with "disabled": true), or set "self" to false.',
         )
-
-
-def with_own_server(
-    project: Project, servers: list[AcpServer] | None, *, issue: str, run_id: str
-) -> tuple[list[AcpServer] | None, RunChannel | None]:
-    """A run's injected set: the cascade's ``servers`` and, with ``mcp.self``, beflow's own (sorted by name, as
-    :func:`beflow.mcp.acp.acp_servers` sorts; ``None`` when there is none), with the run's channel, which the run
-    serves around the agent's session (:func:`own_channel`)."""
-    if not project.config.mcp.self_server:
-        return servers, None
-    check_name(project, servers)
-    channel = RunChannel(project, issue, run_id)
-    combined: list[AcpServer] = [*(servers or []), own_server(project, issue=issue, run_id=run_id, channel=channel)]
-    return sorted(combined, key=lambda server: server.name), channel
-
-
-@contextlib.asynccontextmanager
-async def own_channel(
-    channel: RunChannel | None, tracker: Any, transcript: Callable[[], Transcript | None], notice: Callable[[str], None]
-) -> AsyncIterator[RunChannel | None]:
-    """While the body runs (the agent's session), the run's channel is served with the run's ``tracker``; then, if
-    the agent called beflow's server more often than the channel answered, ``notice`` says the server failed (its
-    message is the value of :attr:`RunChannel.failure` too, for the record)."""
-    if channel is None:
-        yield None
-        return
-    async with channel.serving(tracker):
-        yield channel
-    failure = own_failure(channel, transcript())
-    if failure is not None:
-        channel.failure = failure
-        notice(failure)
-
-
-#: Tool call titles that name beflow's own server: ``mcp beflow.issue_show``, ``mcp__beflow__issue_show``, ...
-OWN_TOOL = re.compile(rf"(?<![A-Za-z0-9])(?:mcp__)?{SERVER_NAME}(?:[._]|__)[a-z]+_[a-z_]+")
-
-
-def own_failure(channel: RunChannel, transcript: Transcript | None) -> str | None:
-    """Why beflow's own server failed the agent, judged from what the agent tried (its tool calls naming the
-    server, in the transcript) and what the channel served; ``None`` when nothing points at a failure."""
-    tried = []
-    if transcript is not None:
-        tried = [
-            call
-            for call in transcript.tool_calls.values()
-            if OWN_TOOL.search(str(call.get("title") or "")) or OWN_TOOL.search(str(call.get("kind") or ""))
-        ]
-    usage = channel.usage
-    unanswered = len(tried) - usage.calls
-    if tried and unanswered > 0 and any(call.get("status") == "failed" for call in tried):
-        started = "it never started" if usage.sessions == 0 else "the run answered fewer of them"
-        refused = f"; {usage.refused} refused" if usage.refused else ""
-        return (
-            f"beflow's own MCP server failed the agent: {unanswered} of its {len(tried)} call(s) to it never "
-            f"reached the run ({started}{refused})"
-        )
-    return None
 
 
 @contextlib.asynccontextmanager

@@ -22,8 +22,8 @@ from beflow.mcp.acp import (
     wire,
 )
 from beflow.mcp.cascade import RemoteServer, StdioServer, resolved_servers
-from beflow.mcp.channel import RunChannel
 from beflow.mcp.own import own_server
+from beflow.server.channel import RunChannel
 from tests.mcp.conftest import SEED_CODEGRAPH, SEED_DOCS, SEED_MCP_JSON, write_mcp
 from tests.support import acp_schema
 
@@ -55,7 +55,8 @@ def test_every_shape_is_acps_mcp_server_of_its_kind(reveal: bool) -> None:
 
 def test_beflows_own_server_is_acps_stdio_server(project_dir: Path) -> None:
     channel = RunChannel(load_project(), "7", "r-1")
-    (entry,) = wire([own_server(load_project(), issue="7", run_id="r-1", channel=channel)])
+    own = own_server(load_project(), issue="7", run_id="r-1", socket=str(channel.path), capability=channel.capability)
+    (entry,) = wire([own])
     acp_schema.mcp_server(entry)
     assert entry["args"][-8:] == ["--issue", "7", "--run", "r-1", "--channel", str(channel.path), "--poll", "2"]
     assert {"name": "BEFLOW_MCP_CAPABILITY", "value": channel.capability} in entry["env"]

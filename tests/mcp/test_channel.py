@@ -14,7 +14,7 @@ import pytest
 
 from beflow.config import load_project
 from beflow.errors import BeflowError
-from beflow.mcp.channel import MAX_REQUEST, ChannelClient, RunChannel
+from beflow.server.channel import MAX_REQUEST, ChannelClient, RunChannel
 from beflow.trackers import open_tracker
 from tests.support.projects import config_file
 

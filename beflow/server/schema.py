@@ -20,10 +20,9 @@ from pydantic import BaseModel
 from beflow import __version__
 from beflow.config import Project
 from beflow.errors import OutOfScopeError, UsageError
+from beflow.mcp.own import SERVER_NAME
 from beflow.operations import REGISTRY, Operation
 
-#: The name beflow's server has in MCP client configs (and in injected sets, with ``mcp.self``).
-SERVER_NAME = "beflow"
 #: What a server name may be in the snippets (Claude Code builds ``mcp__<server>__<tool>`` from it).
 TOOL_SERVER_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 #: The ``_meta`` key of beflow's own tool metadata.

@@ -23,13 +23,11 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import datetime as dt
 import json
 import logging
 import re
 import signal
 import sys
-import traceback
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,15 +45,15 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from beflow import __version__
 from beflow.config import Project
 from beflow.errors import BeflowError, NotFoundError, TooLargeError, UsageError, excerpt
-from beflow.files import atomic_write
 from beflow.issues import IssueView
 from beflow.manual import docs_dir
-from beflow.mcp.channel import client_from_environment
-from beflow.mcp.schema import SERVER_NAME, exposed, load_all, tool
-from beflow.mcp.stdio import stdio_streams
+from beflow.mcp.own import SERVER_NAME
 from beflow.operations import Context, Operation
-from beflow.paths import beflow_home
 from beflow.records import RunRecord
+from beflow.server.channel import client_from_environment
+from beflow.server.failures import log_internal, without_input
+from beflow.server.schema import exposed, load_all, tool
+from beflow.server.stdio import stdio_streams
 from beflow.trackers.base import format_time, normalize_key
 
 logger = logging.getLogger("beflow.mcp")
@@ -105,23 +103,6 @@ def docs_link(code: str) -> str:
 
 def error_payload(code: str, message: str, fix: str | None) -> dict[str, Any]:
     return {"error": {"code": code, "message": message, "fix": fix, "docs": docs_link(code)}}
-
-
-def without_input(message: str) -> str:
-    """A validation message without the values it quotes: an error never echoes the raw input."""
-    return "\n".join(re.sub(r" \(got .*\)$", "", line) for line in message.splitlines())
-
-
-def log_internal(error: BaseException) -> str:
-    """The traceback of an unexpected error, in a log file under ``$BEFLOW_HOME/logs``; its path."""
-    stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-    path = beflow_home() / "logs" / f"mcp-{stamp}.log"
-    try:
-        atomic_write(path, "".join(traceback.format_exception(error)), mode=0o600)
-    except OSError:
-        logger.error("beflow mcp: unexpected error", exc_info=error)
-        return "beflow's stderr"
-    return str(path)
 
 
 def _leaves(data: Any) -> tuple[list[tuple[int, Any, Any]], list[tuple[int, Any, Any]]]:

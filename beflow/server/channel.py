@@ -26,6 +26,7 @@ import hmac
 import json
 import logging
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -33,7 +34,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,17 +44,19 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from beflow import workers
+from beflow.acpx import Transcript
 from beflow.config import Project
 from beflow.errors import BeflowError, UsageError, excerpt
-from beflow.mcp.schema import load_all
+from beflow.mcp.acp import AcpServer
+from beflow.mcp.own import CAPABILITY_ENV, SERVER_NAME, check_name, own_server
 from beflow.operations import Context
 from beflow.paths import beflow_home
+from beflow.server.failures import log_internal, without_input
+from beflow.server.schema import load_all
 from beflow.trackers.base import normalize_key
 
 logger = logging.getLogger("beflow.mcp")
 
-#: The variable the capability reaches beflow's own server in (from the injected file's ``env``).
-CAPABILITY_ENV = "BEFLOW_MCP_CAPABILITY"
 #: The longest request: room for a tool call at the server's input limit, and little for an agent to flood with.
 MAX_REQUEST = 4 * 1024 * 1024
 #: The longest answer the server reads (a result is cut to the server's output limit only once it has it).
@@ -242,8 +245,6 @@ class RunChannel:
             except BeflowError as error:
                 return {"error": error_fields(error)}, True
             except Exception as error:
-                from beflow.mcp.server import log_internal
-
                 where = log_internal(error)
                 message = f"{name}: beflow failed unexpectedly; the details are logged in {where}"
                 return _error("internal", message), True
@@ -251,7 +252,6 @@ class RunChannel:
 
 
 def error_fields(error: BeflowError) -> dict[str, Any]:
-    from beflow.mcp.server import without_input
 
     message = without_input(error.message) if isinstance(error, UsageError) else error.message
     return {"code": error.code, "message": message, "fix": error.fix}
@@ -342,3 +342,67 @@ def client_from_environment(path: str, issue: str | None) -> ChannelClient:
     if issue is None:
         raise UsageError("--channel needs --issue: the issue of the run the channel belongs to")
     return ChannelClient(Path(path), capability, normalize_key(issue))
+
+
+# -- the run's side -----------------------------------------------------------------------------------------------
+
+
+def with_own_server(
+    project: Project, servers: list[AcpServer] | None, *, issue: str, run_id: str
+) -> tuple[list[AcpServer] | None, RunChannel | None]:
+    """A run's injected set: the cascade's ``servers`` and, with ``mcp.self``, beflow's own (sorted by name, as
+    :func:`beflow.mcp.acp.acp_servers` sorts; ``None`` when there is none), with the run's channel, which the run
+    serves around the agent's session (:func:`own_channel`)."""
+    if not project.config.mcp.self_server:
+        return servers, None
+    check_name(project, servers)
+    channel = RunChannel(project, issue, run_id)
+    combined: list[AcpServer] = [
+        *(servers or []),
+        own_server(project, issue=issue, run_id=run_id, socket=str(channel.path), capability=channel.capability),
+    ]
+    return sorted(combined, key=lambda server: server.name), channel
+
+
+@contextlib.asynccontextmanager
+async def own_channel(
+    channel: RunChannel | None, tracker: Any, transcript: Callable[[], Transcript | None], notice: Callable[[str], None]
+) -> AsyncIterator[RunChannel | None]:
+    """While the body runs (the agent's session), the run's channel is served with the run's ``tracker``; then, if
+    the agent called beflow's server more often than the channel answered, ``notice`` says the server failed (its
+    message is the value of :attr:`RunChannel.failure` too, for the record)."""
+    if channel is None:
+        yield None
+        return
+    async with channel.serving(tracker):
+        yield channel
+    failure = own_failure(channel, transcript())
+    if failure is not None:
+        channel.failure = failure
+        notice(failure)
+
+
+#: Tool call titles that name beflow's own server: ``mcp beflow.issue_show``, ``mcp__beflow__issue_show``, ...
+OWN_TOOL = re.compile(rf"(?<![A-Za-z0-9])(?:mcp__)?{SERVER_NAME}(?:[._]|__)[a-z]+_[a-z_]+")
+
+
+def own_failure(channel: RunChannel, transcript: Transcript | None) -> str | None:
+    """Why beflow's own server failed the agent, judged from what the agent tried (its tool calls naming the
+    server, in the transcript) and what the channel served; ``None`` when nothing points at a failure."""
+    tried = []
+    if transcript is not None:
+        tried = [
+            call
+            for call in transcript.tool_calls.values()
+            if OWN_TOOL.search(str(call.get("title") or "")) or OWN_TOOL.search(str(call.get("kind") or ""))
+        ]
+    usage = channel.usage
+    unanswered = len(tried) - usage.calls
+    if tried and unanswered > 0 and any(call.get("status") == "failed" for call in tried):
+        started = "it never started" if usage.sessions == 0 else "the run answered fewer of them"
+        refused = f"; {usage.refused} refused" if usage.refused else ""
+        return (
+            f"beflow's own MCP server failed the agent: {unanswered} of its {len(tried)} call(s) to it never "
+            f"reached the run ({started}{refused})"
+        )
+    return None
