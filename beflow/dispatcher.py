@@ -33,7 +33,7 @@ from beflow.lifecycle import RunRequest, requeue_orphans, settle_orphans
 from beflow.policy import after_run, is_final, recall
 from beflow.records import RunRecord, RunStore
 from beflow.trackers import Issue, Status, Tracker, open_tracker, reading_once
-from beflow.trackers.base import WatchesDirectories
+from beflow.trackers.base import NamesUnreadable, WatchesDirectories
 from beflow.wake import Wakeup, watch_directories
 
 #: Finished runs a long watch keeps in memory besides the live view's ``recent`` (the records on disk keep them
@@ -314,10 +314,11 @@ class Dispatcher:
         """The queue: what is ready, not running and not backing off (those are shown apart, with their due time)."""
         now = self.clock()
         ready = [i for i in self.tracker.ready() if i.key not in self.running]
-        for key, why in getattr(self.tracker, "unreadable", {}).items():  # named once, skipped until fixed
+        unreadable = self.tracker.unreadable if isinstance(self.tracker, NamesUnreadable) else {}
+        for key, why in unreadable.items():  # named once, skipped until fixed
             if self._unreadable.get(key) != why:
                 self.emit("skipped", key, reason=why)
-        self._unreadable = dict(getattr(self.tracker, "unreadable", {}))
+        self._unreadable = dict(unreadable)
         self._recall([i.key for i in ready if i.key not in self.attempts])
         self.queue = [i for i in ready if not (i.key in self.backoffs and self.backoffs[i.key].due > now)]
 

@@ -486,3 +486,11 @@ class Publishes(Protocol):
     """The branch of a run can be pushed and proposed as a pull request: its URL, and whether it is new."""
 
     def publish(self, directory: Path, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]: ...
+
+
+@runtime_checkable
+class NamesUnreadable(Protocol):
+    """Issues it skips because they cannot be read (a hostile label on GitHub), by key, with why, as of its last
+    listing: a watch names each once (the local tracker reports its files as ``Listing.problems`` instead)."""
+
+    unreadable: dict[str, str]
