@@ -11,11 +11,13 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from beflow import interrupts, prompt, repoguard
 from beflow.agent_env import held_secrets
@@ -224,6 +226,31 @@ def run_secrets(project: Project, tracker: Tracker) -> list[str]:
 # -- the session ----------------------------------------------------------------------------------------------------
 
 
+def unexpected(error: BaseException) -> str:
+    """The reason a run records for a bug in beflow: the error itself, not the task group's wrapping of it."""
+    while isinstance(error, BaseExceptionGroup) and len(error.exceptions) == 1:
+        error = error.exceptions[0]
+    return f"beflow failed unexpectedly: {type(error).__name__}: {error}"
+
+
+@dataclass
+class Ending:
+    """How the body of :meth:`Session.guarded` ended: it says so (``outcome``, ``reason``), or an error says it for
+    it; ``record`` is the finished record once the block is left."""
+
+    outcome: Outcome = "failed"
+    reason: str = "the run did not finish"
+    record: RunRecord | None = None
+
+    def set(self, outcome: Outcome, reason: str) -> None:
+        self.outcome, self.reason = outcome, reason
+
+    @property
+    def finished(self) -> RunRecord:
+        assert self.record is not None, "read after the guarded block"
+        return self.record
+
+
 class Session:
     """One run of one issue, in any mode, from its record to the tracker's last word.
 
@@ -284,6 +311,40 @@ class Session:
     def _progress(self, text: str) -> None:
         if isinstance(self.tracker, ShowsProgress) and self.claim_lost is None:  # (the lease may have been lost since)
             self.tracker.progress(self.record.issue, text)
+
+    @asynccontextmanager
+    async def guarded(
+        self,
+        finish: Callable[[Outcome, str], Awaitable[RunRecord]],
+        *,
+        cancelled_because: Callable[[], str | None] = lambda: None,
+        interrupted: Callable[[], Awaitable[bool]] | None = None,
+    ) -> AsyncIterator[Ending]:
+        """The body of a run, every way out of it ending in exactly one ``finish(outcome, reason)`` (a mode's
+        wrap-up, then :meth:`finish`; shielded after a cancellation or a bug). The body says how it ended on the
+        :class:`Ending` it is given; a :class:`BeflowError` is a failure with its message (permanent when the
+        error is); a cancellation is ``cancelled`` (``cancelled_because`` says why, if the canceller told) and goes
+        on; a bug in beflow is recorded and raised — unless ``interrupted()`` says the run is being cancelled, when
+        the step that broke was only the first to feel it and the run ends as the body's end does."""
+        ending = Ending()
+        try:
+            yield ending
+        except BeflowError as error:
+            self.record.permanent = self.record.permanent or error.permanent
+            ending.set("failed", error.message)
+        except anyio.get_cancelled_exc_class():
+            with anyio.CancelScope(shield=True):
+                ending.record = await finish("cancelled", cancel_reason(cancelled_because()))
+            raise
+        except Exception as error:
+            if interrupted is None or not await interrupted():
+                with anyio.CancelScope(shield=True):
+                    ending.record = await finish("failed", unexpected(error))
+                raise
+            ending.set("failed", f"{type(error).__name__}: {error}")
+        # Not shielded here: ``finish`` shields what must not be cut, and may still ask whether the run is being
+        # cancelled (a shield would hide that).
+        ending.record = await finish(ending.outcome, ending.reason)
 
     def start(self, prompt_text: str, note: str | None = None) -> None:
         """The record is written with its prompt, and the tracker says a run works on the issue."""

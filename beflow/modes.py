@@ -23,14 +23,11 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-import anyio
-
 from beflow import acpx, agent_env, agents, git, interrupts, proc, repoguard, terminal, workers
 from beflow.checkout import Changes, acpxrc_notice, checkout_lock, checkout_of, refuse_read_only
 from beflow.config import Project
-from beflow.errors import BeflowError
 from beflow.events import EventSink
-from beflow.lifecycle import RunRequest, Session, cancel_reason, refuse_closed, render_prompt
+from beflow.lifecycle import RunRequest, Session, refuse_closed, render_prompt
 from beflow.mcp.acp import resolve_servers
 from beflow.mcp.own import follow_progress
 from beflow.native import client_argv, native_client, require
@@ -128,22 +125,15 @@ async def attend(
         notice = await workers.blocking(acpxrc_notice, checkout) if servers else None
         if notice:
             session.emit("notice", message=notice)
-        try:
+        # Every way out (a bug in beflow too) is recorded, and the issue goes back where it was.
+        async with session.guarded(lambda o, r: workers.shielded(_finish, session, changes, o, r, before)) as ending:
             async with (
                 follow_progress(session.store, run_id, lambda note: session.emit("progress", text=note.text)),
                 own_channel(channel, tracker, lambda: None, lambda message: session.emit("notice", message=message)),
             ):
                 verdict = await _attended_acpx(session, argv, checkout)
-            outcome, reason = verdict.outcome, verdict.reason
-        except BeflowError as error:
-            outcome, reason = "failed", error.message
-        except anyio.get_cancelled_exc_class():
-            await workers.shielded(_finish, session, changes, "cancelled", cancel_reason(), before)
-            raise
-        except Exception as error:  # a bug in beflow: recorded, and the issue goes back where it was
-            await workers.shielded(_finish, session, changes, "failed", _unexpected(error), before)
-            raise
-        return await workers.shielded(_finish, session, changes, outcome, reason, before)
+            ending.set(verdict.outcome, verdict.reason)
+        return ending.finished
 
 
 async def _attended_acpx(session: Session, argv: list[str], checkout: Path) -> Verdict:
@@ -181,13 +171,6 @@ async def _attended_acpx(session: Session, argv: list[str], checkout: Path) -> V
         if not checked.ok:
             return Verdict("failed", f"acpx {result.describe()}: {checked.detail}. Fix: {checked.fix}")
     return verdict
-
-
-def _unexpected(error: Exception) -> str:
-    """The reason a run records for a bug in beflow: the error itself, not the task group's wrapping of it."""
-    while isinstance(error, ExceptionGroup) and len(error.exceptions) == 1:
-        error = error.exceptions[0]
-    return f"beflow failed unexpectedly: {type(error).__name__}: {error}"
 
 
 # --- --open ---------------------------------------------------------------------------------------------------
@@ -231,7 +214,8 @@ async def open_native(
         note = f"beflow --open: a supervised `{client}` session started in the checkout (run `{run_id}`)."
         await workers.shielded(session.start, text, note if project.config.after_run.comment else None)
         session.emit("started", mode="open", checkout=str(checkout), client=client, source=choice.source)
-        try:
+        # Every way out (a bug in beflow too) is recorded, and the issue goes back where it was.
+        async with session.guarded(lambda o, r: workers.shielded(_finish, session, changes, o, r, before)) as ending:
             # The client owns the terminal and shares beflow's process group: Ctrl-C is the client's (the terminal
             # sends it SIGINT itself); beflow waits. SIGTERM and SIGHUP still stop both.
             with interrupts.leaving_sigint_to_child(), terminal.settings_kept():
@@ -243,15 +227,8 @@ async def open_native(
                     grace=interrupts.grace(proc.DEFAULT_GRACE),
                     unset=agent_env.for_agent(project.config).unset,
                 )
-        except BeflowError as error:
-            return await workers.shielded(_finish, session, changes, "failed", error.message, before)
-        except anyio.get_cancelled_exc_class():
-            await workers.shielded(_finish, session, changes, "cancelled", cancel_reason(), before)
-            raise
-        except Exception as error:  # a bug in beflow: recorded, and the issue goes back where it was
-            await workers.shielded(_finish, session, changes, "failed", _unexpected(error), before)
-            raise
-        session.record.exit_code = result.returncode
-        outcome: Outcome = "succeeded" if result.returncode == 0 else "failed"
-        ended = f"the {client} session ended ({result.describe()})"
-        return await workers.shielded(_finish, session, changes, outcome, ended, before)
+            session.record.exit_code = result.returncode
+            ending.set(
+                "succeeded" if result.returncode == 0 else "failed", f"the {client} session ended ({result.describe()})"
+            )
+        return ending.finished

@@ -194,10 +194,30 @@ class _InWorktree:
 
     async def _in_worktree(self, repo: Any, branch: str, text: str) -> RunRecord:
         record = self.record
-        outcome: Outcome = "failed"
-        reason = "the run did not finish"
         worktree: git.Worktree | None = None
-        try:
+
+        async def end(outcome: Outcome, reason: str) -> RunRecord:
+            """After any way out: commit what the agent changed (the work is never lost), publish a success, then
+            record and report."""
+            # A step that failed because it was interrupted (git gets the terminal's Ctrl-C too, and dies of it) is
+            # a cancellation, not a failure: the issue goes back to ready.
+            if outcome == "failed" and await _interrupted():
+                outcome, reason = "cancelled", f"{cancel_reason(self._cancelled_because())} ({reason})"
+            with anyio.CancelScope(shield=True):
+                if outcome == "cancelled":  # cancelled it stays, whatever its commit did
+                    await self._wrap_up(worktree, repo, outcome, reason)
+                else:
+                    outcome, reason = await self._wrap_up(worktree, repo, outcome, reason)
+                    if outcome == "succeeded" and self.config.after_run.pull_request:
+                        reason = await self._publish(outcome, reason)
+            if outcome == "failed" and await _interrupted():  # a git step of the cleanup (the commit), interrupted
+                outcome, reason = "cancelled", f"{cancel_reason(self._cancelled_because())} ({reason})"
+            return await self._finish(outcome, reason)
+
+        # Bad configuration and MCP servers that do not resolve are permanent failures; a bug in beflow is still
+        # recorded, the tracker told and the work kept.
+        guarded = self.session.guarded(end, cancelled_because=self._cancelled_because, interrupted=_interrupted)
+        async with guarded as ending:
             self._resolve_servers()
             path = git.worktree_path(self.project.worktrees_dir, record.issue)
             # Another run's agent at work on the repository may have planted hooks or commands in its config
@@ -215,37 +235,9 @@ class _InWorktree:
                     self._git_env = await workers.blocking(git.hide_managed_file, worktree.path)
             await self._hook("after_create", worktree.path, fatal=True)
             with self.session.repository_guarded(worktree.path) as self._guard:
-                outcome, reason = await self._agent_session(worktree.path, text)
-        except BeflowError as error:  # bad configuration, MCP servers that do not resolve: permanent
-            record.permanent = error.permanent
-            outcome, reason = "failed", error.message
-        except anyio.get_cancelled_exc_class():
-            with anyio.CancelScope(shield=True):
-                reason = cancel_reason(self._cancelled_because())
-                await self._wrap_up(worktree, repo, "cancelled", reason)
-                await self._finish("cancelled", reason)
-            raise
-        except Exception as error:  # a bug in beflow: still record it, restore the tracker and keep the work
-            if not await _interrupted():
-                with anyio.CancelScope(shield=True):
-                    reason = f"beflow failed unexpectedly: {type(error).__name__}: {error}"
-                    await self._wrap_up(worktree, repo, "failed", reason)
-                    await self._finish("failed", reason)
-                raise
-            outcome, reason = "failed", f"{type(error).__name__}: {error}"
-        # A step that failed because it was interrupted (git gets the terminal's Ctrl-C too, and dies of it) is a
-        # cancellation, not a failure: the issue goes back to ready.
-        if outcome == "failed" and await _interrupted():
-            outcome, reason = "cancelled", f"{cancel_reason(self._cancelled_because())} ({reason})"
-        with anyio.CancelScope(shield=True):
-            outcome, reason = await self._wrap_up(worktree, repo, outcome, reason)
-            if outcome == "succeeded" and self.config.after_run.pull_request:
-                reason = await self._publish(outcome, reason)
-        if outcome == "failed" and await _interrupted():  # a git step of the cleanup (the commit), interrupted
-            outcome, reason = "cancelled", f"{cancel_reason(self._cancelled_because())} ({reason})"
-        finished = await self._finish(outcome, reason)
+                ending.set(*await self._agent_session(worktree.path, text))
         await anyio.lowlevel.checkpoint()  # a pending cancellation goes on from here, the record written
-        return finished
+        return ending.finished
 
     async def _publish(self, outcome: Outcome, reason: str) -> str:
         """Push the branch and open (or, on a retry, update) its pull request; a failure is said, not fatal: the

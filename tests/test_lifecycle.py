@@ -85,3 +85,62 @@ def test_an_issue_that_cannot_be_read_any_more_is_a_notice_not_a_failure(tracker
     assert record.outcome == "succeeded"
     assert [e.type for e in events] == ["notice", "finished"]
     assert "the issue could not be updated" in events[0].data["message"]
+
+
+# -- one guarded session: every way out of a run's body ends in exactly one finish ---------------------------------
+
+
+class Broken(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("body", "finished", "raises"),
+    [
+        ("says", [("succeeded", "the agent finished")], None),
+        ("beflow error", [("failed", "the prompt did not render")], None),
+        ("cancelled", [("cancelled", "the issue is now closed")], "cancelled"),
+        ("bug", [("failed", "beflow failed unexpectedly: Broken: oops")], Broken),
+        ("bug while interrupted", [("failed", "Broken: oops")], None),
+    ],
+)
+def test_every_way_out_of_a_guarded_session_finishes_it_once(
+    tracker: Tracker, body: str, finished: list[tuple[str, str]], raises: object
+) -> None:
+    import anyio
+
+    from beflow.errors import BeflowError
+
+    run = session(tracker, [])
+    calls: list[tuple[str, str]] = []
+
+    async def finish(outcome: str, reason: str):  # type: ignore[no-untyped-def]
+        calls.append((outcome, reason))
+        return run.record
+
+    async def interrupted() -> bool:
+        return body == "bug while interrupted"
+
+    async def scenario() -> None:
+        with anyio.CancelScope() as scope:
+            async with run.guarded(
+                finish, cancelled_because=lambda: "the issue is now closed", interrupted=interrupted
+            ) as ending:  # type: ignore[arg-type]
+                if body == "says":
+                    ending.set("succeeded", "the agent finished")
+                elif body == "beflow error":
+                    raise BeflowError("the prompt did not render")
+                elif body == "cancelled":
+                    scope.cancel()
+                    await anyio.sleep(1)
+                else:
+                    raise Broken("oops")
+            assert ending.finished is run.record
+        assert scope.cancelled_caught == (body == "cancelled")
+
+    if raises is Broken:
+        with pytest.raises(Broken):
+            anyio.run(scenario)
+    else:
+        anyio.run(scenario)
+    assert calls == finished
