@@ -38,7 +38,7 @@ from pydantic import BaseModel, ValidationError
 
 from beflow import identity
 from beflow.errors import BeflowError
-from beflow.files import NotRegularError, TooLargeError, atomic_write, fsync_dir, read_regular, remove
+from beflow.files import FileTooLarge, NotRegularError, atomic_write, fsync_dir, read_regular, remove
 from beflow.paths import beflow_home, path_key
 
 #: What is guarded, relative to the repository's common git directory. ``config.worktree`` holds per-worktree
@@ -98,7 +98,7 @@ def _take(git_dir: Path) -> dict[str, Item]:
         elif stat.S_ISREG(info.st_mode):
             try:
                 data = read_regular(path, limit=MAX_FILE, follow_symlinks=False)
-            except (OSError, NotRegularError, TooLargeError) as exc:
+            except (OSError, NotRegularError, FileTooLarge) as exc:
                 raise GitDirError(f"{path}: cannot read it ({exc})") from None
             items[relative] = Item(kind="file", mode=mode, data=base64.b64encode(data).decode("ascii"))
         else:
@@ -192,7 +192,7 @@ def _told_path(journal: Path) -> Path:
 def _read(path: Path) -> Entry | None:
     try:
         return Entry.model_validate_json(read_regular(path, limit=64 << 20))
-    except (OSError, ValueError, ValidationError, NotRegularError, TooLargeError):
+    except (OSError, ValueError, ValidationError, NotRegularError, FileTooLarge):
         return None
 
 

@@ -46,7 +46,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
-from beflow.files import NotRegularError, TooLargeError, atomic_write, fsync_dir, read_regular, remove
+from beflow.files import FileTooLarge, NotRegularError, atomic_write, fsync_dir, read_regular, remove
 from beflow.locks import NotedLock, waiting_for
 from beflow.mcp.acp import AcpServer, server_names, wire
 from beflow.paths import ACPXRC, beflow_home, path_key
@@ -370,7 +370,7 @@ def _finish(entry: JournalEntry, key: str, journal: Path | None = None) -> Resto
 
 def _drop_marker(key: str, journal: Path) -> None:
     """Forget the per-user marker of ``key`` when it names ``journal`` (never another run's)."""
-    with contextlib.suppress(OSError, ValueError, ValidationError, NotRegularError, TooLargeError):
+    with contextlib.suppress(OSError, ValueError, ValidationError, NotRegularError, FileTooLarge):
         marker = _Marker.model_validate_json(read_regular(_marker_path(key), limit=1 << 16))
         if marker.journal == journal:
             remove(_marker_path(key))
@@ -393,7 +393,7 @@ def _read_entry(path: Path) -> JournalEntry | None:
         return None
     except NotRegularError as exc:
         raise _Damaged(f"it is {exc.kind}", None) from None
-    except TooLargeError:
+    except FileTooLarge:
         raise _Damaged(f"it is larger than {MAX_JOURNAL_ENTRY} bytes", None) from None
     except OSError as exc:
         raise _Damaged(f"it cannot be read ({exc.strerror or type(exc).__name__})", None) from None
@@ -474,7 +474,7 @@ def _recover_foreign(key: str) -> list[Restored]:
         marker = _Marker.model_validate_json(read_regular(_marker_path(key), limit=1 << 16))
     except FileNotFoundError:
         return []
-    except (OSError, ValueError, ValidationError, NotRegularError, TooLargeError):
+    except (OSError, ValueError, ValidationError, NotRegularError, FileTooLarge):
         remove(_marker_path(key))
         return []
     if marker.journal == _journal_path(key):
@@ -564,7 +564,7 @@ def _recover_other_homes() -> list[Restored]:
         try:
             marker = _Marker.model_validate_json(read_regular(path, limit=1 << 16))
             entry = _read_entry(marker.journal)
-        except (OSError, ValueError, ValidationError, NotRegularError, TooLargeError, _Damaged):
+        except (OSError, ValueError, ValidationError, NotRegularError, FileTooLarge, _Damaged):
             continue  # a session start in that directory deals with it
         if marker.journal == _journal_path(key) or entry is None or _owner_alive(entry):
             continue
@@ -589,13 +589,13 @@ def _holder(key: str) -> str:
     except _Damaged:
         entry = None
     if entry is None:
-        with contextlib.suppress(OSError, ValueError, ValidationError, NotRegularError, TooLargeError):
+        with contextlib.suppress(OSError, ValueError, ValidationError, NotRegularError, FileTooLarge):
             marker = _Marker.model_validate_json(read_regular(_marker_path(key), limit=1 << 16))
             return f"pid {marker.pid}, of another BEFLOW_HOME"
     return f"pid {entry.pid}" if entry is not None else "pid unknown"
 
 
-class _Held:
+class _DirectoryLocks:
     """Both locks of a managed directory: beflow's own (in ``BEFLOW_HOME``) and an exclusive ``flock`` on the
     directory itself, which every beflow on the machine sees whatever its ``BEFLOW_HOME``. The OS drops both
     when the holder dies."""
@@ -611,7 +611,7 @@ class _Held:
         self.lock.release()
 
 
-def _try_lock(key: str, directory: Path) -> _Held | None:
+def _try_lock(key: str, directory: Path) -> _DirectoryLocks | None:
     """Both locks at once, or neither (None when another beflow holds one)."""
     lock = _lock(key)
     if not lock.acquire(None):
@@ -620,7 +620,7 @@ def _try_lock(key: str, directory: Path) -> _Held | None:
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         # Gone (nothing there to manage), or not readable by us: beflow's own lock is all there is.
-        return _Held(lock, None)
+        return _DirectoryLocks(lock, None)
     except BaseException:
         lock.release()
         raise
@@ -630,10 +630,12 @@ def _try_lock(key: str, directory: Path) -> _Held | None:
         os.close(fd)
         lock.release()
         return None
-    return _Held(lock, fd)
+    return _DirectoryLocks(lock, fd)
 
 
-async def _acquire(target: Path, key: str, on_wait: Callable[[str], None] | None, timeout: float, poll: float) -> _Held:
+async def _acquire(
+    target: Path, key: str, on_wait: Callable[[str], None] | None, timeout: float, poll: float
+) -> _DirectoryLocks:
     """The locks for ``target``, waiting for another beflow run to finish with it."""
 
     def waiting() -> None:

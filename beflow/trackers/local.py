@@ -49,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from beflow import lazy
 from beflow.errors import ConfigError, LockedError, NotFoundError, UsageError, excerpt
-from beflow.files import TooLargeError, atomic_write, read_regular
+from beflow.files import FileTooLarge, atomic_write, read_regular
 from beflow.locks import NotedLock
 from beflow.paths import STATE_DIR, state_dir
 from beflow.trackers.base import (
@@ -489,7 +489,7 @@ class LocalTracker:
         try:
             raw = read_regular(path, limit=MAX_ISSUE_FILE)
             mtime = dt.datetime.fromtimestamp(path.stat().st_mtime, dt.UTC)
-        except TooLargeError:
+        except FileTooLarge:
             message = f"the file is larger than {MAX_ISSUE_FILE // (1 << 20)} MiB; beflow does not read it"
             raise IssueFileError([FileProblem(path=path, message=message)]) from None
         except OSError as exc:
