@@ -11,6 +11,12 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    M = TypeVar("M", bound=BaseModel)
 
 
 class NotRegularError(OSError):
@@ -80,6 +86,17 @@ def read_regular(path: Path, *, limit: int | None = None, follow_symlinks: bool 
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def read_note(path: Path, model: type[M], *, limit: int) -> M | None:
+    """The small JSON note at ``path`` (a marker, a journal of beflow's own) as ``model``; ``None`` when there is
+    none or it cannot be used (not a regular file, over ``limit`` bytes, unreadable, not valid): whoever reads a
+    note treats a damaged one as absent."""
+    try:
+        return model.model_validate_json(read_regular(path, limit=limit))
+    # NotRegularError and FileTooLarge are OSErrors; pydantic's ValidationError is a ValueError.
+    except (OSError, ValueError):
+        return None
 
 
 def fsync_dir(directory: Path) -> None:

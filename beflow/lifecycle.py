@@ -23,7 +23,8 @@ from beflow.config import GitHubTrackerSettings, Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
 from beflow.mcp.acp import AcpServer, server_names, shadowed_global_servers
-from beflow.mcp.inject import SAVED_DAYS, Injection, managed_acpxrc
+from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.mcp.journal import SAVED_DAYS
 from beflow.mcp.own import secret_part
 from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC
