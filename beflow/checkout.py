@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from beflow import git
-from beflow.config import LocalTracker, Project
+from beflow.config import LocalTrackerSettings, Project
 from beflow.errors import LockedError, UsageError
 from beflow.locks import NotedLock
 from beflow.paths import ACPXRC, beflow_home, path_key
@@ -95,7 +95,7 @@ def refuse_read_only(project: Project, checkout: Path, mode: str, *, injects: bo
     and the claim (``.beflow``), the local tracker's issue file, and — when MCP servers are injected — the
     checkout's ``.acpxrc.json``, which would otherwise be left injected (or half-restored) for good."""
     needed = [(project.state_dir, "the run record goes there")]
-    if isinstance(project.config.tracker, LocalTracker):
+    if isinstance(project.config.tracker, LocalTrackerSettings):
         needed.append((project.tracker_dir, "the issue's status is kept there"))
     if injects:
         needed.append((checkout, f"the MCP servers are injected into its {ACPXRC} for the run"))
@@ -113,7 +113,7 @@ def refuse_read_only(project: Project, checkout: Path, mode: str, *, injects: bo
 
 def excluded(project: Project) -> list[Path]:
     tracker = project.config.tracker
-    return [project.tracker_dir] if isinstance(tracker, LocalTracker) else []
+    return [project.tracker_dir] if isinstance(tracker, LocalTrackerSettings) else []
 
 
 class _Holder(BaseModel):

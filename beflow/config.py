@@ -46,7 +46,7 @@ class AgentCommand(Model):
     command: str = Field(min_length=1)
 
 
-class LocalTracker(Model):
+class LocalTrackerSettings(Model):
     kind: Literal["local"] = "local"
     dir: str = ".beflow/issues"
 
@@ -58,7 +58,7 @@ class LocalTracker(Model):
         return False
 
 
-class GitHubTracker(Model):
+class GitHubTrackerSettings(Model):
     """GitHub Issues (docs/trackers.md): which issues are beflow's, where status lives, how claims are leased."""
 
     kind: Literal["github"]
@@ -101,7 +101,7 @@ class GitHubTracker(Model):
         return value.rstrip("/") if value else value
 
 
-Tracker = Annotated[LocalTracker | GitHubTracker, Field(discriminator="kind")]
+Tracker = Annotated[LocalTrackerSettings | GitHubTrackerSettings, Field(discriminator="kind")]
 
 
 class Worktrees(Model):
@@ -173,7 +173,7 @@ class Config(Model):
     acpx: list[str] | None = Field(default=None, min_length=1)
     permissions: Permissions = "approve-all"
     timeout: Seconds | None = 3600.0
-    tracker: Tracker = Field(default_factory=LocalTracker)
+    tracker: Tracker = Field(default_factory=LocalTrackerSettings)
     worktrees: Worktrees = Field(default_factory=Worktrees)
     hooks: Hooks = Field(default_factory=Hooks)
     after_run: AfterRun = Field(default_factory=AfterRun)
@@ -225,7 +225,7 @@ class Project(BaseModel):
     @property
     def tracker_dir(self) -> Path:
         tracker = self.config.tracker
-        assert isinstance(tracker, LocalTracker)
+        assert isinstance(tracker, LocalTrackerSettings)
         return (self.directory / tracker.dir).resolve()
 
     @property

@@ -11,6 +11,12 @@ import os
 import stat
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    M = TypeVar("M", bound=BaseModel)
 
 
 class NotRegularError(OSError):
@@ -22,7 +28,7 @@ class NotRegularError(OSError):
         self.kind = describe_kind(mode)
 
 
-class TooLargeError(OSError):
+class FileTooLarge(OSError):
     """The file is larger than the caller is willing to read."""
 
     def __init__(self, path: Path, limit: int) -> None:
@@ -50,7 +56,7 @@ def read_regular(path: Path, *, limit: int | None = None, follow_symlinks: bool 
 
     The file is opened without blocking (a FIFO would wait for a writer forever) and checked on the open
     descriptor, so a swap between a check and the open cannot fool it. Raises :class:`NotRegularError` for
-    anything else (through a symlink too), :class:`TooLargeError` beyond ``limit`` bytes, ``FileNotFoundError``.
+    anything else (through a symlink too), :class:`FileTooLarge` beyond ``limit`` bytes, ``FileNotFoundError``.
     """
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
     if not follow_symlinks:
@@ -66,7 +72,7 @@ def read_regular(path: Path, *, limit: int | None = None, follow_symlinks: bool 
         if not stat.S_ISREG(info.st_mode):
             raise NotRegularError(path, info.st_mode)
         if limit is not None and info.st_size > limit:
-            raise TooLargeError(path, limit)
+            raise FileTooLarge(path, limit)
         chunks = []
         total = 0
         while True:
@@ -75,11 +81,22 @@ def read_regular(path: Path, *, limit: int | None = None, follow_symlinks: bool 
                 break
             total += len(chunk)
             if limit is not None and total > limit:  # it grew while being read
-                raise TooLargeError(path, limit)
+                raise FileTooLarge(path, limit)
             chunks.append(chunk)
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def read_note(path: Path, model: type[M], *, limit: int) -> M | None:
+    """The small JSON note at ``path`` (a marker, a journal of beflow's own) as ``model``; ``None`` when there is
+    none or it cannot be used (not a regular file, over ``limit`` bytes, unreadable, not valid): whoever reads a
+    note treats a damaged one as absent."""
+    try:
+        return model.model_validate_json(read_regular(path, limit=limit))
+    # NotRegularError and FileTooLarge are OSErrors; pydantic's ValidationError is a ValueError.
+    except (OSError, ValueError):
+        return None
 
 
 def fsync_dir(directory: Path) -> None:

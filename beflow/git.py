@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from beflow import lazy
 from beflow.errors import BeflowError, ConfigError, UsageError
-from beflow.files import NotRegularError, TooLargeError, atomic_write, read_regular
+from beflow.files import FileTooLarge, NotRegularError, atomic_write, read_regular
 from beflow.paths import ACPXRC, beflow_home, git_toplevel, path_key, slug
 
 #: The top level of the git work tree around a path (found without git: see ``paths.git_toplevel``).
@@ -567,7 +567,7 @@ def _user_excludes(repo: git.Repo) -> str:
         path = Path(xdg) / "git" / "ignore"
     try:
         data = read_regular(path, limit=MAX_EXCLUDES)
-    except (OSError, NotRegularError, TooLargeError):
+    except (OSError, NotRegularError, FileTooLarge):
         return ""
     return data.decode("utf-8", errors="surrogateescape")
 

@@ -21,12 +21,12 @@ import anyio
 
 from beflow import interrupts, prompt, repoguard
 from beflow.agent_env import held_secrets
-from beflow.config import GitHubTracker as GitHubSettings
-from beflow.config import Project
+from beflow.config import GitHubTrackerSettings, Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
 from beflow.mcp.acp import AcpServer, server_names, shadowed_global_servers
-from beflow.mcp.inject import SAVED_DAYS, Injection, managed_acpxrc
+from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.mcp.journal import SAVED_DAYS
 from beflow.mcp.own import secret_part
 from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC
@@ -216,10 +216,11 @@ def run_secrets(project: Project, tracker: Tracker) -> list[str]:
     """The secret values beflow holds for a project's runs: its trackers' (from their variables, or the token
     GitHub's tracker found through ``gh auth token``)."""
     values = held_secrets(project.config)
-    if isinstance(project.config.tracker, GitHubSettings):
-        from beflow.trackers.github import secrets_of  # loaded already: the tracker is GitHub's
+    if isinstance(project.config.tracker, GitHubTrackerSettings):
+        from beflow.trackers.github import GitHubTracker  # loaded already: the tracker is GitHub's
 
-        values += [value for value in secrets_of(tracker) if value not in values]
+        if isinstance(tracker, GitHubTracker):
+            values += [value for value in tracker.held_secrets() if value not in values]
     return values
 
 

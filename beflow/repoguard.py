@@ -34,11 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from beflow import identity
 from beflow.errors import BeflowError
-from beflow.files import NotRegularError, TooLargeError, atomic_write, fsync_dir, read_regular, remove
+from beflow.files import FileTooLarge, NotRegularError, atomic_write, fsync_dir, read_note, read_regular, remove
 from beflow.paths import beflow_home, path_key
 
 #: What is guarded, relative to the repository's common git directory. ``config.worktree`` holds per-worktree
@@ -98,7 +98,7 @@ def _take(git_dir: Path) -> dict[str, Item]:
         elif stat.S_ISREG(info.st_mode):
             try:
                 data = read_regular(path, limit=MAX_FILE, follow_symlinks=False)
-            except (OSError, NotRegularError, TooLargeError) as exc:
+            except (OSError, NotRegularError, FileTooLarge) as exc:
                 raise GitDirError(f"{path}: cannot read it ({exc})") from None
             items[relative] = Item(kind="file", mode=mode, data=base64.b64encode(data).decode("ascii"))
         else:
@@ -119,7 +119,7 @@ def _save_aside(git_dir: Path, now: dict[str, Item], changed: list[str]) -> Path
     run (``git push -u`` writes ``config``), is not lost. Where they went (None: no file to save)."""
     import datetime as dt
 
-    from beflow.mcp.inject import prune_saved, saved_dir
+    from beflow.mcp.journal import prune_saved, saved_dir
 
     found = [(relative, now[relative]) for relative in changed if relative in now and now[relative].kind == "file"]
     if not found:
@@ -190,10 +190,7 @@ def _told_path(journal: Path) -> Path:
 
 
 def _read(path: Path) -> Entry | None:
-    try:
-        return Entry.model_validate_json(read_regular(path, limit=64 << 20))
-    except (OSError, ValueError, ValidationError, NotRegularError, TooLargeError):
-        return None
+    return read_note(path, Entry, limit=64 << 20)
 
 
 def _alive(entry: Entry) -> bool:

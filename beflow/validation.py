@@ -23,7 +23,7 @@ import pydantic
 
 from beflow import lazy
 from beflow.errors import ConfigError
-from beflow.files import NotRegularError, TooLargeError, read_regular
+from beflow.files import FileTooLarge, NotRegularError, read_regular
 
 if TYPE_CHECKING:
     import json5
@@ -86,7 +86,7 @@ def read_config_text(path: Path) -> str:
         raise ConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except NotRegularError as exc:
         raise ConfigError(f"{path}: cannot read: it is {exc.kind}, not a file") from None
-    except TooLargeError:
+    except FileTooLarge:
         raise ConfigError(f"{path}: cannot read: larger than {MAX_CONFIG_FILE // (1 << 20)} MiB") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None

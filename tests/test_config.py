@@ -15,9 +15,9 @@ from beflow import ACPX_VERSION
 from beflow.config import (
     AfterRun,
     Config,
-    GitHubTracker,
+    GitHubTrackerSettings,
     Hook,
-    LocalTracker,
+    LocalTrackerSettings,
     Mcp,
     Watch,
     Worktrees,
@@ -224,7 +224,7 @@ def test_defaults_are_those_of_the_design() -> None:
     assert config.acpx is None
     assert config.permissions == "approve-all"
     assert config.timeout == 3600
-    assert config.tracker == LocalTracker(kind="local", dir=".beflow/issues")
+    assert config.tracker == LocalTrackerSettings(kind="local", dir=".beflow/issues")
     assert config.worktrees == Worktrees(dir=None, base="HEAD", include=[])
     assert all(config.hooks.get(name) is None for name in ("after_create", "before_run", "after_run", "before_remove"))
     assert config.after_run == AfterRun(commit=True, comment=True, pull_request=False)
@@ -263,7 +263,7 @@ def test_a_tracker_without_kind_is_the_local_one(repo: Path) -> None:
 
     project = load_project()
 
-    assert project.config.tracker == LocalTracker(dir="issues")
+    assert project.config.tracker == LocalTrackerSettings(dir="issues")
     assert project.tracker_dir == repo / "issues"
 
 
@@ -280,7 +280,7 @@ def test_a_github_tracker_and_union_values_load(repo: Path) -> None:
     config = load_project().config
 
     assert config.agent_label() == "python agent.py"
-    assert config.tracker == GitHubTracker(kind="github", repo="octo/hello", labels=["beflow"])
+    assert config.tracker == GitHubTrackerSettings(kind="github", repo="octo/hello", labels=["beflow"])
     assert config.hooks.get("after_create") == Hook(command="npm ci", timeout=60)
     assert config.hooks.get("after_run") == Hook(command="make lint", timeout=5)
     assert config.timeout is None

@@ -7,7 +7,7 @@ import click
 from beflow import repoguard
 from beflow.cli.common import emit_json, err, escape, out
 from beflow.errors import BeflowError
-from beflow.mcp.inject import active_entries, recover_orphans
+from beflow.mcp.journal import active_entries, recover_orphans
 
 
 @click.command(

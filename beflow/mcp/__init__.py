@@ -5,7 +5,8 @@ in :func:`managed_acpxrc`, and records :func:`server_names` (never values).
 """
 
 from beflow.mcp.acp import resolve_servers, server_names, shadowed_global_servers, translate
-from beflow.mcp.inject import Injection, Restored, managed_acpxrc, recover_orphans
+from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.mcp.journal import Restored, recover_orphans
 
 __all__ = [
     "Injection",

@@ -6,7 +6,7 @@ import contextlib
 from collections.abc import Iterator
 
 from beflow import hardening
-from beflow.config import GitHubTracker, Project
+from beflow.config import GitHubTrackerSettings, Project
 from beflow.trackers.base import (
     TRANSITIONS,
     Claim,
@@ -40,7 +40,7 @@ __all__ = [
 def open_tracker(project: Project) -> Tracker:
     """The tracker the config names (``tracker``), ready to use."""
     settings = project.config.tracker
-    if isinstance(settings, GitHubTracker):
+    if isinstance(settings, GitHubTrackerSettings):
         from beflow.trackers.github import open_github  # httpx is imported only by projects that use GitHub
 
         hardening.keep_private()  # the process holds a token from here on: no other process reads it

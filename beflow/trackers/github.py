@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import builtins
 import contextlib
 import datetime as dt
 import json
@@ -36,8 +35,7 @@ from urllib.parse import quote, urlparse
 import pydantic
 
 from beflow import proc
-from beflow.config import GitHubTracker as Settings
-from beflow.config import Project
+from beflow.config import GitHubTrackerSettings, Project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError, UsageError, excerpt
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
@@ -103,7 +101,7 @@ fi
 """
 
 
-def resolve_token(settings: Settings) -> str:
+def resolve_token(settings: GitHubTrackerSettings) -> str:
     """The token: ``$token_env``, else ``gh auth token``; a clear error naming both when neither gives one."""
     token = os.environ.get(settings.token_env, "").strip()
     if token:
@@ -123,7 +121,7 @@ def resolve_token(settings: Settings) -> str:
     )
 
 
-def api_url(settings: Settings) -> str:
+def api_url(settings: GitHubTrackerSettings) -> str:
     return settings.api_url or os.environ.get("GITHUB_API_URL", "").strip().rstrip("/") or PUBLIC_API
 
 
@@ -152,7 +150,7 @@ def repo_from_remote(project: Project, api: str) -> str:
     )
 
 
-def open_github(project: Project, settings: Settings) -> GitHubTracker:
+def open_github(project: Project, settings: GitHubTrackerSettings) -> GitHubTracker:
     api = api_url(settings)
     repo = settings.repo or repo_from_remote(project, api)
     tracker = GitHubTracker(settings, repo, Api(api, resolve_token(settings), token_name=settings.token_env), project)
@@ -170,7 +168,7 @@ class GitHubTracker:
     #: Where ``publish`` pushes: ``origin``'s push URL, read when the tracker was opened (None: no origin).
     push_url: str | None = None
 
-    def __init__(self, settings: Settings, repo: str, api: Api, project: Project | None = None) -> None:
+    def __init__(self, settings: GitHubTrackerSettings, repo: str, api: Api, project: Project | None = None) -> None:
         self.settings = settings
         self.repo = repo
         self.api = api
@@ -183,7 +181,7 @@ class GitHubTracker:
         self._commits: dict[str, dict[str, Any]] = {}  # lease commits are immutable: read each once
         self._seen: dict[str, float] = {}  # lease commit -> when this process first saw it (monotonic)
         self._written: set[str] = set()  # lease commits this process wrote
-        self._holding: dict[str, _Held] = {}  # issue key -> the lease this process holds on it
+        self._holding: dict[str, _HeldLease] = {}  # issue key -> the lease this process holds on it
         self._progress: dict[str, tuple[int, float]] = {}  # issue key -> (the run's progress comment, last edit)
         self._lock = threading.Lock()
         self._login: str | None = None
@@ -196,7 +194,7 @@ class GitHubTracker:
         suffix = STATUS_LABELS.get(status)
         return f"{self.prefix}{suffix}" if suffix else None
 
-    def _status_of(self, raw: dict[str, Any], names: builtins.list[str]) -> Status:
+    def _status_of(self, raw: dict[str, Any], names: list[str]) -> Status:
         if raw.get("state") == "closed":
             return Status.DONE if raw.get("state_reason") == "completed" else Status.CLOSED
         present = {s for s in _PRECEDENCE if self.status_label(s) in names}
@@ -206,7 +204,7 @@ class GitHubTracker:
         names = _label_names(raw)
         return "pull_request" not in raw and all(label in names for label in self.settings.labels)
 
-    def _issue(self, raw: dict[str, Any], comments: builtins.list[Comment] | None = None) -> Issue:
+    def _issue(self, raw: dict[str, Any], comments: list[Comment] | None = None) -> Issue:
         names = _label_names(raw)
         priorities = []
         shown = []
@@ -230,10 +228,10 @@ class GitHubTracker:
     def _model(
         self,
         raw: dict[str, Any],
-        names: builtins.list[str],
-        shown: builtins.list[str],
-        priorities: builtins.list[int],
-        comments: builtins.list[Comment] | None,
+        names: list[str],
+        shown: list[str],
+        priorities: list[int],
+        comments: list[Comment] | None,
     ) -> Issue:
         return Issue(
             key=str(raw["number"]),
@@ -250,7 +248,7 @@ class GitHubTracker:
             url=raw.get("html_url"),
         )
 
-    def _raw_issues(self, state: str, extra: builtins.list[str] = ()) -> builtins.list[dict[str, Any]]:  # type: ignore[assignment]
+    def _raw_issues(self, state: str, extra: list[str] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
         labels = [*self.settings.labels, *extra]
         params: dict[str, Any] = {"state": state, "sort": "created", "direction": "asc"}
         if labels:
@@ -272,7 +270,7 @@ class GitHubTracker:
         chosen = [i for i in issues if (status is None or i.status == status) and (label is None or label in i.labels)]
         return Listing(issues=sorted(chosen, key=lambda i: int(i.key)), problems=problems)
 
-    def _readable(self, raws: Iterable[dict[str, Any]]) -> tuple[builtins.list[Issue], builtins.list[FileProblem]]:
+    def _readable(self, raws: Iterable[dict[str, Any]]) -> tuple[list[Issue], list[FileProblem]]:
         """The issues beflow can read, and a problem naming each one it cannot: one hostile issue is that issue's
         problem (skipped, named), never a stall of every listing, pick and watch tick."""
         issues, problems, unreadable = [], [], {}
@@ -285,7 +283,7 @@ class GitHubTracker:
         self.unreadable = unreadable
         return issues, problems
 
-    def ready(self) -> builtins.list[Issue]:
+    def ready(self) -> list[Issue]:
         candidates, _ = self._readable(self._raw_issues("open", [self.status_label(Status.READY) or ""]))
         held = self._held_keys() if candidates else set()
         return sorted((i for i in candidates if i.status == Status.READY and i.key not in held), key=Issue.order)
@@ -329,7 +327,7 @@ class GitHubTracker:
 
     # -- writing ---------------------------------------------------------------------------------------------------
 
-    def ensure_labels(self) -> builtins.list[str]:
+    def ensure_labels(self) -> list[str]:
         """Create the labels beflow needs that the repository lacks; returns the names created."""
         existing = {label["name"] for label in self._call(self.api.paginate, f"{self._base}/labels")}
         wanted = [*self.settings.labels, *(f"{self.prefix}{suffix}" for suffix in STATUS_LABELS.values())]
@@ -351,7 +349,7 @@ class GitHubTracker:
         self._labels_checked = True
         return created
 
-    def missing_labels(self) -> builtins.list[str]:
+    def missing_labels(self) -> list[str]:
         existing = {label["name"] for label in self._call(self.api.paginate, f"{self._base}/labels")}
         wanted = [*self.settings.labels, *(f"{self.prefix}{suffix}" for suffix in STATUS_LABELS.values())]
         return [name for name in wanted if name not in existing]
@@ -364,7 +362,7 @@ class GitHubTracker:
         self,
         title: str,
         body: str = "",
-        labels: builtins.list[str] | None = None,
+        labels: list[str] | None = None,
         priority: int = DEFAULT_PRIORITY,
         status: Status = Status.READY,
     ) -> Issue:
@@ -628,7 +626,7 @@ class GitHubTracker:
 
     def _held(self, key: str, owner: str, sha: str, lease: dict[str, Any], started: float) -> Claim:
         # The lease runs from before the requests that wrote it, on this process's clock, less a margin.
-        state = _Held(sha, lease, started + self.settings.lease - self._margin())
+        state = _HeldLease(sha, lease, started + self.settings.lease - self._margin())
         info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
 
         def renew() -> None:
@@ -715,7 +713,7 @@ class GitHubTracker:
             if ref["ref"].startswith(prefix) and self._live(ref["object"]["sha"], self._lease(ref["object"]["sha"]))
         }
 
-    def orphaned(self) -> builtins.list[Issue]:
+    def orphaned(self) -> list[Issue]:
         label = self.status_label(Status.IN_PROGRESS) or ""
         issues, _ = self._readable(self._raw_issues("open", [label]))
         held = self._held_keys() if issues else set()
@@ -851,8 +849,10 @@ class GitHubTracker:
             git.push(directory, url, commit, branch, auth)
         return self.pull_request(branch, title, body, draft=draft)
 
-    def web_url(self) -> str:
-        return f"https://{web_host(self.api.base_url)}/{self.repo}"
+    def held_secrets(self) -> list[str]:
+        """Values that must never reach the agent, a log or a record: the token this tracker calls GitHub with
+        (from its variable, or found through ``gh auth token``)."""
+        return [self.api.token] if self.api.token else []
 
     # -- errors ----------------------------------------------------------------------------------------------------
 
@@ -897,7 +897,7 @@ class UnreadableIssue(BeflowError):
 
 
 @dataclass
-class _Held:
+class _HeldLease:
     """A lease this process holds: the commit the claim ref points at, its content, when it runs out (monotonic,
     with a margin), why it was lost if it was; renewals one at a time (each is a compare-and-swap on the ref)."""
 
@@ -916,7 +916,7 @@ def _who(lease: dict[str, Any]) -> str:
     return f"{lease.get('owner', 'unknown')} (pid {lease.get('pid', '?')} on {lease.get('host', '?')})"
 
 
-def _label_names(raw: dict[str, Any]) -> builtins.list[str]:
+def _label_names(raw: dict[str, Any]) -> list[str]:
     return [label if isinstance(label, str) else label.get("name", "") for label in raw.get("labels") or []]
 
 
@@ -926,12 +926,3 @@ def _time(value: str) -> dt.datetime:
 
 def _epoch(value: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(value, dt.UTC)
-
-
-def secrets_of(tracker: Any) -> Iterable[str]:
-    """Values that must never reach the agent, a log or a record (the token)."""
-    api = getattr(tracker, "api", None)
-    if api is None:
-        return []
-    header = api._client.headers.get("authorization", "")
-    return [header.removeprefix("Bearer ")] if header else []

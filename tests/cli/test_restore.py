@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from beflow.mcp.inject import ACPXRC, journal_dir
+from beflow.mcp.journal import journal_dir
+from beflow.paths import ACPXRC
 from tests.mcp.conftest import spawn_holder
 
 PRIOR = b'{"ttl": 1}\r\n'

@@ -18,7 +18,8 @@ from rich.console import Console
 from beflow.cli.watch import render
 from beflow.dispatcher import Backoff, Running, Snapshot
 from beflow.events import WATCH_EVENTS
-from beflow.mcp.inject import ACPXRC, journal_dir
+from beflow.mcp.journal import journal_dir
+from beflow.paths import ACPXRC
 from beflow.records import RunRecord
 from beflow.trackers import Status
 from tests.support.projects import AutoProject

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from beflow.mcp.inject import ACPXRC, journal_dir
+from beflow.mcp.journal import journal_dir
+from beflow.paths import ACPXRC
 from tests.mcp.conftest import Holder, spawn_holder
 
 PRIOR = b'{"defaultAgent": "codex", "env-like": "user-secret-3141"}\n'

@@ -12,7 +12,9 @@ import pytest
 
 from beflow.config import load_project
 from beflow.mcp.acp import resolve_servers, wire
-from beflow.mcp.inject import ACPXRC, journal_dir, managed_acpxrc
+from beflow.mcp.inject import managed_acpxrc
+from beflow.mcp.journal import journal_dir
+from beflow.paths import ACPXRC
 from tests.conftest import processes_under
 from tests.mcp.conftest import SEED_MCP_JSON, write_mcp
 from tests.support import acp_schema

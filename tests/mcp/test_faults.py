@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from beflow.mcp.inject import ACPXRC, journal_dir
+from beflow.mcp.journal import journal_dir
+from beflow.paths import ACPXRC
 
 pytestmark = pytest.mark.slow  # every test here starts beflow as a real process
 

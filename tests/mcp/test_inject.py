@@ -25,18 +25,9 @@ from pydantic import TypeAdapter
 from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.mcp.acp import AcpServer
-from beflow.mcp.inject import (
-    ACPXRC,
-    SAVED_DAYS,
-    Injection,
-    JournalEntry,
-    Restored,
-    damaged_dir,
-    journal_dir,
-    managed_acpxrc,
-    recover_orphans,
-)
-from beflow.paths import beflow_home, path_key
+from beflow.mcp.inject import Injection, managed_acpxrc
+from beflow.mcp.journal import SAVED_DAYS, JournalEntry, Restored, damaged_dir, journal_dir, recover_orphans
+from beflow.paths import ACPXRC, beflow_home, path_key
 
 #: The servers as ``.acpxrc.json`` holds them, and as a run hands them over.
 WIRE = [

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from beflow.errors import LockedError, NotFoundError, UsageError
 from beflow.lifecycle import requeue_orphans
 from beflow.trackers.base import Comment, Issue, Status
-from beflow.trackers.local import COMMENTS_MARKER, IssueFileError, LocalTracker, file_name, parse, render
+from beflow.trackers.local import LocalTracker
+from beflow.trackers.local_format import COMMENTS_MARKER, IssueFileError, file_name, parse, render
 
 T0 = dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.UTC)
 
