@@ -633,8 +633,9 @@ def find_leaks(worktree: Path, since: str, head: str, needles: Sequence[bytes], 
     """Commits of ``since..head`` that carry injected content, first found first.
 
     ``needles`` are the injected file's bytes (found anywhere, in any file) and the secret values of the injected
-    servers (found in a file whose earlier version did not already hold them). ``managed``: an injection
-    happened, so any change to ``.acpxrc.json`` itself in a commit is a leak (during the run it held the servers).
+    servers and of beflow itself (found in a file whose earlier version did not already hold them, in a file's
+    path, or in a commit's message: all of it is pushed). ``managed``: an injection happened, so any change to
+    ``.acpxrc.json`` itself in a commit is a leak (during the run it held the servers).
     """
     wanted = [n for n in dict.fromkeys(needles) if n]
     leaks: list[Leak] = []
@@ -643,6 +644,10 @@ def find_leaks(worktree: Path, since: str, head: str, needles: Sequence[bytes], 
     with _repo(worktree) as repo:
         commits = str(repo.git.rev_list("--reverse", head, f"^{since}")).split()
         for commit in commits:
+            message = repo.commit(commit).message
+            text = message.encode() if isinstance(message, str) else bytes(message)
+            if any(needle in text for needle in wanted):
+                leaks.append(Leak(commit, "its message", "a secret value (an injected server's or beflow's own)"))
             raw = str(repo.git.diff_tree("-r", "-m", "--root", "--no-renames", "--no-commit-id", "-z", commit))
             fields = raw.split("\0")
             for meta, path in zip(fields[0::2], fields[1::2], strict=False):
@@ -654,6 +659,9 @@ def find_leaks(worktree: Path, since: str, head: str, needles: Sequence[bytes], 
                     leaks.append(Leak(commit, path, "a version of .acpxrc.json, which held the injected servers"))
                     continue
                 if not wanted:
+                    continue
+                if any(needle in path.encode() for needle in wanted):
+                    leaks.append(Leak(commit, "a file's name", "a secret value"))  # the name itself is not repeated
                     continue
                 found = _search(repo, new_sha, wanted)
                 if found and old_sha.strip("0"):

@@ -489,8 +489,13 @@ class _InWorktree:
         # The session's redactor leaves beflow's own server out: its BEFLOW_HOME is a path, no secret. It holds
         # beflow's own secrets (the tracker's token) whether or not servers were injected.
         needles = [*([injection.written] if injection is not None else []), *self.session.redact.needles()]
+        # A continued branch is checked from the base, whole: it may hold commits no run of this issue made (moved
+        # by hand, or by another run's agent, which shares the repository), and all of them would be pushed.
+        since = worktree.base_commit
+        if worktree.continued:
+            since = await workers.blocking(git.resolve_base, repo, self.config.worktrees.base)
         leaks = await workers.blocking(
-            git.find_leaks, worktree.path, worktree.base_commit, head, needles, managed=injection is not None
+            git.find_leaks, worktree.path, since, head, needles, managed=injection is not None
         )
         if leaks:
             return await self._keep(worktree, f"{reason}; {leaks[0].describe()}")

@@ -292,6 +292,25 @@ def test_find_leaks_catches_the_managed_path_and_a_secret_value_but_not_one_that
     assert git.find_leaks(path, start, git.head(path), [], managed=False) == []
 
 
+def test_find_leaks_reads_commit_messages_and_file_names_too(repo: Path, worktrees: Path) -> None:
+    """Both are pushed with the branch: a secret said there leaves as surely as one in a file."""
+    path = worktrees / "1"
+    start = git.create_worktree(git.open_repo(repo), path, "beflow/1", "HEAD").base_commit
+    (path / "plain.txt").write_text("nothing to see\n")
+    run_git(path, "add", ".")
+    run_git(path, "commit", "-q", "-m", f"note {SECRET.decode()}")
+    said = git.head(path)
+    (path / f"d-{SECRET.decode()}").write_text("x\n")
+    run_git(path, "add", ".")
+    run_git(path, "commit", "-q", "-m", "a file")
+    named = git.head(path)
+
+    leaks = git.find_leaks(path, start, git.head(path), [SECRET], managed=False)
+
+    assert [(leak.commit, leak.path) for leak in leaks] == [(said, "its message"), (named, "a file's name")]
+    assert all(SECRET.decode() not in leak.describe() for leak in leaks)
+
+
 def test_publish_moves_the_branch_only_from_where_it_was(repo: Path, worktrees: Path) -> None:
     path = worktrees / "1"
     tree = git.create_worktree(git.open_repo(repo), path, "beflow/1", "HEAD")
