@@ -10,7 +10,7 @@ import getpass
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,6 +44,16 @@ RUN_IN_A_CHECKOUT = "Run beflow in a git checkout."
 #: run — or a watch waiting for it — forever.
 GIT_TIMEOUT = 600.0
 
+#: Variables that hold beflow's own secrets (the tracker's token): emptied in the environment of every git command,
+#: which a hook or a configured command an agent planted could read, and which any process of the user can read
+#: while it runs (``/proc/<pid>/environ``).
+_WITHHELD: set[str] = set()
+
+
+def withhold(names: Iterable[str]) -> None:
+    """Keep the variables ``names`` out of every git command beflow runs from now on."""
+    _WITHHELD.update(names)
+
 
 @functools.cache
 def _timed() -> tuple[type[git.Repo], type[git.Git]]:
@@ -58,6 +68,8 @@ def _timed() -> tuple[type[git.Repo], type[git.Git]]:
             distrusted = _DISTRUSTED.get()
             if distrusted is not None and self.hardened:
                 kwargs["env"] = {**_untrusted_env(self, distrusted), **(kwargs.get("env") or {})}
+            if _WITHHELD:  # beflow's own secrets reach no git (the push gets its credential its own way)
+                kwargs["env"] = {**dict.fromkeys(_WITHHELD, ""), **(kwargs.get("env") or {})}
             if kwargs.get("as_process") or kwargs.get("kill_after_timeout") is not None:
                 return super().execute(*args, **kwargs)  # a long-lived cat-file process, or a timeout of its own
             kwargs["kill_after_timeout"] = GIT_TIMEOUT
@@ -151,7 +163,7 @@ def _untrusted_env(runner: git.Git, cache: dict[str, dict[str, str]]) -> dict[st
             names = git.Git.execute(
                 runner,
                 ["git", "config", "-z", "--name-only", "--get-regexp", r"^filter\..*\.(clean|smudge|process)$"],
-                env=base,
+                env={**dict.fromkeys(_WITHHELD, ""), **base},
                 kill_after_timeout=GIT_TIMEOUT,
             )
             drivers = sorted({name.split(".", 1)[1].rsplit(".", 1)[0] for name in str(names).split("\0") if name})

@@ -144,6 +144,7 @@ def _watchdog(pgid: int) -> _Watchdog | None:
             stderr=subprocess.DEVNULL,
             cwd="/",
             start_new_session=True,
+            env={"PATH": os.environ.get("PATH", os.defpath)},  # nothing of beflow's: any process of the user reads it
         )
     except OSError:
         os.close(write_end)

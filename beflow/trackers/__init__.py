@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 
 from beflow import hardening
@@ -44,8 +45,19 @@ def open_tracker(project: Project) -> Tracker:
         from beflow.trackers.github import open_github  # httpx is imported only by projects that use GitHub
 
         hardening.keep_private()  # the process holds a token from here on: no other process reads it
+        _withhold_from_git(project)
         return open_github(project, settings)
     return LocalTracker(project.tracker_dir, project.directory)
+
+
+def _withhold_from_git(project: Project) -> None:
+    """The tracker's secret variables, and any other holding the same value, never reach a git command."""
+    from beflow import agent_env, git
+
+    names = set(agent_env.held_secret_env(project.config))
+    values = set(agent_env.held_secrets(project.config))
+    names |= {name for name, value in os.environ.items() if value.strip() in values}
+    git.withhold(names)
 
 
 @contextlib.contextmanager
