@@ -56,17 +56,18 @@ open(sys.argv[1], "w").write(f"beflow {beflow}\n" + "\n".join(found))
 
 #: A git on PATH that writes down, for every call, its arguments and whether the token is in its environment.
 GIT_SPY = """#!/bin/sh
-if tr '\\0' '\\n' < /proc/$$/environ | grep -v '^BEFLOW_TEST_SPY' | grep -q "$BEFLOW_TEST_SPY_TOKEN_NEEDLE"; then held=token; else held=none; fi
+held=none
+tr '\\0' '\\n' < /proc/$$/environ | grep -v '^BEFLOW_TEST_SPY' | grep -q "$BEFLOW_TEST_SPY_TOKEN_NEEDLE" && held=token
 printf '%s %s\\n' "$held" "$*" >> "$BEFLOW_TEST_SPY_LOG"
 exec {git} "$@"
 """
 
 
 def test_no_child_of_beflow_but_the_push_holds_the_token(
-    on_github: AutoProject,
+    on_github: AutoProject,  # noqa: F811 - the fixture imported above
     github: FakeGitHub,
     tmp_path: Path,
-    no_leftover_processes: None,  # noqa: F811
+    no_leftover_processes: None,
 ) -> None:
     scan, loot, log = tmp_path / "scan.py", tmp_path / "loot.txt", tmp_path / "git.log"
     scan.write_text(SCAN)
