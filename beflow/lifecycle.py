@@ -145,9 +145,17 @@ def summary(record: RunRecord) -> str:
     if record.worktree_kept:
         lines.append(f"- worktree kept at `{record.worktree}`")
     if record.final_message:  # the agent's words, quoted: GitHub neither closes issues nor pings for them
+        said = "\n".join(record.final_message.strip().splitlines()[:20])
         lines.append("")
-        lines.append(fenced("\n".join(record.final_message.strip().splitlines()[:20])))
+        lines.append(fenced(said[:FINAL_MESSAGE_SHOWN]))
+        if len(said) > FINAL_MESSAGE_SHOWN:
+            lines.append(f"(the agent's message goes on: `beflow runs show {record.id}` has it whole)")
     return "\n".join(lines)
+
+
+#: Characters of the agent's final message a comment or pull request body quotes: GitHub refuses a body of more
+#: than 65,536, and an agent's message can be any length.
+FINAL_MESSAGE_SHOWN = 4000
 
 
 def _file_list(lines: list[str], limit: int = 10) -> str:

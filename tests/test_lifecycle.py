@@ -144,3 +144,13 @@ def test_every_way_out_of_a_guarded_session_finishes_it_once(
     else:
         anyio.run(scenario)
     assert calls == finished
+
+
+def test_a_huge_final_message_is_quoted_short_enough_for_github(tracker: Tracker) -> None:
+    from beflow.lifecycle import FINAL_MESSAGE_SHOWN, summary
+
+    run = session(tracker, [])
+    run.record.final_message = "x" * 300_000
+    text = summary(run.record)
+    assert len(text) < FINAL_MESSAGE_SHOWN + 1000 < 65_536
+    assert f"beflow runs show {run.record.id}" in text
