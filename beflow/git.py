@@ -654,11 +654,12 @@ def find_leaks(worktree: Path, since: str, head: str, needles: Sequence[bytes], 
     if not wanted and not managed:
         return leaks
     with _repo(worktree) as repo:
-        commits = str(repo.git.rev_list("--reverse", head, f"^{since}")).split()
-        for commit in commits:
-            message = repo.commit(commit).message
-            text = message.encode() if isinstance(message, str) else bytes(message)
-            if any(needle in text for needle in wanted):
+        # Each commit with its message, in the one rev-list: NUL, the commit, a line end, its message (a commit
+        # message holds no NUL).
+        listed = str(repo.git.rev_list("--reverse", "--no-commit-header", "--format=%x00%H%n%B", head, f"^{since}"))
+        messages = dict(entry.partition("\n")[::2] for entry in listed.split("\0") if entry.strip())
+        for commit, message in messages.items():
+            if any(needle in message.encode() for needle in wanted):
                 leaks.append(Leak(commit, "its message", "a secret value (an injected server's or beflow's own)"))
             raw = str(repo.git.diff_tree("-r", "-m", "--root", "--no-renames", "--no-commit-id", "-z", commit))
             fields = raw.split("\0")
