@@ -94,7 +94,7 @@ def _text(path: Path) -> str:
 
 def stolen(loot: Path) -> tuple[dict[str, str], list[str]]:
     """What the snooping agent saw: its own environment, and the lines about its ancestors."""
-    lines = loot.read_text().splitlines()
+    lines = _text(loot).splitlines()  # an ancestor's command line need not be UTF-8
     own = dict(line.removeprefix("self: ").split("=", 1) for line in lines if line.startswith("self: ") and "=" in line)
     return own, [line for line in lines if line.startswith("pid ")]
 
@@ -106,7 +106,7 @@ def assert_nothing_to_steal(loot: Path) -> None:
     beflow = [line for line in ancestors if " -m beflow " in line and "mcp serve" not in line]
     assert beflow and all(line.endswith(": denied") for line in beflow), ancestors
     assert not [line for line in ancestors if line.endswith("mem open") and "beflow" in line]
-    text = loot.read_text()
+    text = _text(loot)
     assert TOKEN not in text and AWS_SECRET not in text
 
 

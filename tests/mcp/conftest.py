@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -43,9 +44,25 @@ class Holder:
                 return event
 
     def finish(self, timeout: float = 20.0) -> int:
-        out, _ = self.process.communicate(timeout=timeout)
+        try:
+            out, _ = self.process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            masks = signal_masks(self.process.pid)
+            self.process.send_signal(signal.SIGUSR1)  # its stacks, then the end
+            try:
+                _, err = self.process.communicate(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                _, err = self.process.communicate()
+            raise AssertionError(f"holder still running after {timeout} s ({masks}):\n{err}") from None
         self.events.extend(json.loads(line) for line in out.splitlines() if line.strip())
         return self.process.returncode
+
+
+def signal_masks(pid: int) -> str:
+    """The blocked, ignored and caught signal masks of a process, as /proc shows them."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return ", ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
 
 
 def spawn_holder(directory: Path, *args: str) -> Holder:

@@ -10,8 +10,10 @@ test can wait for ``injected`` before it signals or kills the process. ``--then 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -68,6 +70,9 @@ def main() -> int:
     def work() -> object:
         return session(args.directory, args.then, args.lock_timeout)
 
+    faulthandler.register(signal.SIGUSR1)  # a test that waits too long asks for the stacks before it gives up
+    if not args.interrupts:  # Python's own Ctrl-C, even when started with SIGINT ignored (as a background job is)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         if args.interrupts:
             interrupts.run(work)
