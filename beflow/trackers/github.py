@@ -20,22 +20,20 @@ import json
 import os
 import re
 import secrets
-import shlex
 import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, urlparse
 
 import pydantic
 
 from beflow import proc
-from beflow.config import GitHubTrackerSettings, Project
+from beflow.config import GitHubCodeHostSettings, GitHubTrackerSettings, Project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError, UsageError, excerpt
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
@@ -62,9 +60,6 @@ from beflow.trackers.github_api import (
     RateLimited,
 )
 
-if TYPE_CHECKING:
-    from beflow.git import PushAuth
-
 #: The hidden marker at the end of every comment beflow writes; the progress comment of a run has its own.
 MARKER = "<!-- beflow -->"
 PROGRESS_MARKER = "<!-- beflow:progress -->"
@@ -84,25 +79,11 @@ _PRIORITY = re.compile(r"^priority:\s*(\d+)$")
 #: Edits of a run's progress comment are at most this often (seconds): people see the progress, GitHub is spared.
 PROGRESS_EVERY = 15.0
 CLAIM_NAMESPACE = "beflow/claims"
-#: beflow's git credential helper: the token (from the child's environment, never a file or argv) for exactly one
-#: protocol and host, ``https`` and ``$BEFLOW_GIT_HOST``; nothing for any other (a redirect, a rewritten URL).
-CREDENTIAL_HELPER = """#!/bin/sh
-[ "$1" = get ] || exit 0
-protocol= host=
-while IFS= read -r line && [ -n "$line" ]; do
-  case "$line" in
-    protocol=*) protocol=${line#protocol=} ;;
-    host=*) host=${line#host=} ;;
-  esac
-done
-if [ "$protocol" = https ] && [ -n "$BEFLOW_GIT_HOST" ] && [ "$host" = "$BEFLOW_GIT_HOST" ]; then
-  printf 'username=x-access-token\\npassword=%s\\n' "$BEFLOW_GIT_TOKEN"
-fi
-"""
 
 
-def resolve_token(settings: GitHubTrackerSettings) -> str:
-    """The token: ``$token_env``, else ``gh auth token``; a clear error naming both when neither gives one."""
+def resolve_token(settings: GitHubTrackerSettings | GitHubCodeHostSettings, what: str = "tracker") -> str:
+    """The token: ``$token_env``, else ``gh auth token``; a clear error naming both when neither gives one
+    (``what``: the setting it is for, ``tracker`` or ``code_host``)."""
     token = os.environ.get(settings.token_env, "").strip()
     if token:
         return token
@@ -114,14 +95,14 @@ def resolve_token(settings: GitHubTrackerSettings) -> str:
         if result is not None and result.ok and result.stdout.strip():
             return result.stdout.decode("utf-8", "replace").strip()
     raise GitHubAuthError(
-        f"tracker: no GitHub token: ${settings.token_env} is not set"
+        f"{what}: no GitHub token: ${settings.token_env} is not set"
         + ("" if shutil.which("gh") else ", and the GitHub CLI (gh) is not installed"),
         fix=f"export {settings.token_env}=<a token with issues, contents and pull requests: write>, or "
-        "`gh auth login`; tracker.token_env names another variable.",
+        f"`gh auth login`; {what}.token_env names another variable.",
     )
 
 
-def api_url(settings: GitHubTrackerSettings) -> str:
+def api_url(settings: GitHubTrackerSettings | GitHubCodeHostSettings) -> str:
     return settings.api_url or os.environ.get("GITHUB_API_URL", "").strip().rstrip("/") or PUBLIC_API
 
 
@@ -131,8 +112,8 @@ def web_host(api: str) -> str:
     return "github.com" if host == "api.github.com" else host
 
 
-def repo_from_remote(project: Project, api: str) -> str:
-    """``owner/name`` of the checkout's ``origin`` when it points at GitHub (``tracker.repo`` left out)."""
+def repo_from_remote(project: Project, api: str, setting: str = "tracker.repo") -> str:
+    """``owner/name`` of the checkout's ``origin`` when it points at GitHub (``setting`` left out)."""
     from beflow import git
 
     url = git.remote_url(project.directory, "origin")
@@ -145,28 +126,19 @@ def repo_from_remote(project: Project, api: str) -> str:
     where = f"{project.config_path}: " if project.config_path else ""
     said = f"origin is {url}" if url else "the checkout has no origin remote"
     raise ConfigError(
-        f"{where}tracker.repo: not set, and {said}, which is not a repository on {host}",
-        fix='Set "repo": "owner/name" in the tracker settings.',
+        f"{where}{setting}: not set, and {said}, which is not a repository on {host}",
+        fix=f'Set "repo": "owner/name" in the {setting.partition(".")[0]} settings.',
     )
 
 
 def open_github(project: Project, settings: GitHubTrackerSettings) -> GitHubTracker:
     api = api_url(settings)
     repo = settings.repo or repo_from_remote(project, api)
-    tracker = GitHubTracker(settings, repo, Api(api, resolve_token(settings), token_name=settings.token_env), project)
-    if project.config.after_run.pull_request:
-        from beflow import git
-
-        # Read now, before any agent runs in a worktree of this repository (they share its config).
-        tracker.push_url = git.remote_url(project.directory, "origin", push=True)
-    return tracker
+    return GitHubTracker(settings, repo, Api(api, resolve_token(settings), token_name=settings.token_env), project)
 
 
 class GitHubTracker:
     """Issues of one GitHub repository (see the module's description)."""
-
-    #: Where ``publish`` pushes: ``origin``'s push URL, read when the tracker was opened (None: no origin).
-    push_url: str | None = None
 
     def __init__(self, settings: GitHubTrackerSettings, repo: str, api: Api, project: Project | None = None) -> None:
         self.settings = settings
@@ -659,6 +631,7 @@ class GitHubTracker:
         return Claim(
             info,
             release,
+            held=lambda: self._under_lease(key),
             renew=renew,
             renew_every=max(self.settings.lease / 3, 0.2),
             expires=lambda: state.expires - time.monotonic(),
@@ -725,129 +698,12 @@ class GitHubTracker:
             return None
         return self._info(normalize_key(key), self._lease(sha))
 
-    # -- the repository and pull requests --------------------------------------------------------------------------
+    # -- the repository --------------------------------------------------------------------------------------------
 
     def repository(self) -> dict[str, Any]:
         """The repository as GitHub describes it (checks the token and its access on the way)."""
         data: dict[str, Any] = self._call(self.api.get, self._base)
         return data
-
-    def pull_request(self, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
-        """Open a pull request from ``branch`` to the default branch, or update the open one: (its URL, opened)."""
-        with self._branch_lease(branch):
-            return self._open_or_update(branch, title, body, draft=draft)
-
-    def _branch_lease(self, branch: str) -> contextlib.AbstractContextManager[None]:
-        """:meth:`_under_lease` for the issue whose run's branch this is, if this process holds its lease."""
-        from beflow import git
-
-        held = next((key for key in list(self._holding) if git.branch_for(key) == branch), None)
-        return self._under_lease(held) if held is not None else contextlib.nullcontext()
-
-    def _open_pull(self, branch: str) -> dict[str, Any] | None:
-        owner = self.repo.split("/")[0]
-        found = self._call(self.api.get, f"{self._base}/pulls", {"head": f"{owner}:{branch}", "state": "open"})
-        return found[0] if found else None
-
-    def _open_or_update(self, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
-        existing = self._open_pull(branch)
-        if existing:
-            payload = {"title": title, "body": body}
-            data = self._call(self.api.request, "PATCH", f"{self._base}/pulls/{existing['number']}", json=payload)
-            return str(data.data["html_url"]), False
-        base = self.repository()["default_branch"]
-        opening: dict[str, Any] = {"title": title, "body": body, "head": branch, "base": base, "draft": draft}
-        # A POST whose answer was lost may have opened it, and one that failed (a 5xx, a rate limit) did not:
-        # look for the branch's pull request first, then try again, as the client retries everything else.
-        for attempt in range(3):
-            try:
-                data = self._call(self.api.request, "POST", f"{self._base}/pulls", json=opening)
-                return str(data.data["html_url"]), True
-            except GitHubError as error:
-                # 422 "a pull request already exists": opened meanwhile (a retry elsewhere): updated.
-                if error.status == 422 and self._open_pull(branch) is not None:
-                    return self._open_or_update(branch, title, body, draft=draft)
-                if error.status is not None and error.status < 500 and error.status != 429:
-                    raise
-                try:
-                    found = self._open_pull(branch)
-                except GitHubError:
-                    found = None
-                if found is not None:
-                    return str(found["html_url"]), True
-                wait = max(0.0, error.until - time.time()) if isinstance(error, RateLimited) else 0.5 * (attempt + 1)
-                if attempt == 2 or wait > 60 or not self.api._can_wait(wait):
-                    raise
-                time.sleep(wait)
-        raise AssertionError("unreachable")
-
-    @contextlib.contextmanager
-    def git_credentials(self, remote_url: str | None) -> Iterator[PushAuth]:
-        """How git authenticates a push to ``remote_url``.
-
-        For an https URL on this GitHub, beflow's credential helper (a script that holds no secret) answers with the
-        token from the git child's environment, and only for that exact host (port included): the token is never in
-        argv, the remote URL, git config or a file. Any other URL (ssh, a path, another host) never sees the token.
-        """
-        from beflow.git import PushAuth
-
-        host = self._token_host(remote_url)
-        if host is None:
-            yield PushAuth()
-            return
-        with tempfile.TemporaryDirectory(prefix="beflow-credential-") as directory:
-            script = Path(directory) / "credential-helper"
-            script.write_text(CREDENTIAL_HELPER)
-            script.chmod(0o700)
-            yield PushAuth(
-                config=(("credential.helper", ""), ("credential.helper", "!" + shlex.quote(str(script)))),
-                env={"BEFLOW_GIT_TOKEN": self.api.token, "BEFLOW_GIT_HOST": host},
-            )
-
-    def _token_host(self, remote_url: str | None) -> str | None:
-        """``host[:port]`` of an https URL on this GitHub (the one the token is for), else None."""
-        parsed = urlparse(remote_url or "")
-        if parsed.scheme != "https" or parsed.hostname != web_host(self.api.base_url):
-            return None
-        return parsed.netloc.rpartition("@")[2]
-
-    def _push_url(self) -> str:
-        """Where the branch is pushed: ``origin`` as it was when the tracker was opened (before any agent ran), and
-        on this GitHub only the tracker's own repository."""
-        from beflow import git
-
-        url = self.push_url
-        if url is None:
-            raise GitHubError(
-                "the checkout has no origin remote to push the branch to",
-                fix=f"Add it: git remote add origin https://{web_host(self.api.base_url)}/{self.repo}.git",
-            )
-        parsed = urlparse(url)
-        if parsed.scheme in ("http", "https") and parsed.hostname == web_host(self.api.base_url):
-            path = parsed.path.strip("/").removesuffix(".git")
-            if parsed.scheme != "https" or path.lower() != self.repo.lower():
-                raise GitHubError(
-                    f"origin is {git.without_credentials(url)}, not https://{web_host(self.api.base_url)}/{self.repo}; "
-                    "beflow pushes only "
-                    "to the tracker's repository",
-                    fix='Point origin at the repository of "repo" in the tracker settings.',
-                )
-        return url
-
-    def publish(self, directory: Path, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
-        """Push ``branch`` to ``origin`` and open (or update) its pull request: (the pull request's URL, opened)."""
-        from beflow import git
-
-        with self._branch_lease(branch):  # the lease is proven before the push (and again before the PR)
-            pass
-        url = self._push_url()
-        with git.open_repo(directory) as repo:
-            commit = git.branch_tip(repo, branch)
-        if commit is None:
-            raise GitHubError(f"there is no branch {branch} to push")
-        with self.git_credentials(url) as auth:
-            git.push(directory, url, commit, branch, auth)
-        return self.pull_request(branch, title, body, draft=draft)
 
     def held_secrets(self) -> list[str]:
         """Values that must never reach the agent, a log or a record: the token this tracker calls GitHub with
