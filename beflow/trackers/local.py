@@ -48,7 +48,7 @@ from beflow.trackers.base import (
     normalize_key,
     utc_now,
 )
-from beflow.trackers.claims import FileClaims, orphans_of, ready_of
+from beflow.trackers.claims import ClaimStore, FileClaims, orphans_of, ready_of
 from beflow.trackers.local_format import IssueFileError, file_name, parse, read_text, render
 from beflow.trackers.local_index import STREAM_BATCH, IssueIndex, Row, stamp_of
 
@@ -79,7 +79,7 @@ class _Reading(threading.local):
 class LocalTracker:
     """Issues as Markdown files in ``directory``; locks and claims in the project's ``.beflow/``."""
 
-    def __init__(self, directory: Path, project_dir: Path) -> None:
+    def __init__(self, directory: Path, project_dir: Path, claims: ClaimStore | None = None) -> None:
         self.directory = directory
         self.project_dir = project_dir
         self.description = f"local issues in {directory}"
@@ -89,8 +89,11 @@ class LocalTracker:
         self._reading = _Reading()
         #: How many times this tracker looked at every file (the cost that grows with the tracker).
         self.scans = 0
-        #: Who runs which issue: file locks in ``.beflow/claims`` (made, and git-ignored, on the first claim).
-        self.claims = FileClaims(project_dir / STATE_DIR / "claims", create=lambda: self._state() / "claims")
+        #: Who runs which issue: file locks in ``.beflow/claims`` (made, and git-ignored, on the first claim), unless
+        #: another store is given (one that holds across machines, say).
+        self.claims: ClaimStore = claims or FileClaims(
+            project_dir / STATE_DIR / "claims", create=lambda: self._state() / "claims"
+        )
 
     # paths -------------------------------------------------------------------------------------------------------
 
@@ -177,7 +180,8 @@ class LocalTracker:
 
     def watched_directories(self) -> list[Path]:
         """Where a change may make an issue startable: the issue files, and the claim notes (a claim released)."""
-        return [self.directory, self.claims.directory]
+        claims = self.claims.directory if isinstance(self.claims, FileClaims) else None
+        return [self.directory] + ([claims] if claims is not None else [])
 
     def _sync(self) -> None:
         """Bring the index up to date with the directory: one ``stat`` per file, and a parse of each file that

@@ -59,7 +59,7 @@ def test_a_runs_writes_first_prove_the_lease_is_its_own(gh: AutoProject, github:
     mine.set_status("1", Status.IN_PROGRESS, note="started")
     other = tracker(gh)
     current = github.refs["refs/beflow/claims/1"]
-    github.refs["refs/beflow/claims/1"] = other._lease_commit("1", other._new_lease("watcher b"), current)
+    github.refs["refs/beflow/claims/1"] = other.leases._lease_commit("1", other.leases._new_lease("watcher b"), current)
     labels, comments = github.issue_labels(1), len(github.comments_of(1))
 
     with pytest.raises(ClaimLost, match="taken over by watcher b"):
@@ -74,8 +74,8 @@ def test_a_runs_writes_first_prove_the_lease_is_its_own(gh: AutoProject, github:
 
 def test_a_lease_from_a_clock_ten_years_ahead_ends_after_its_length(gh: AutoProject, github: FakeGitHub) -> None:
     other = tracker(gh)
-    skewed = {**other._new_lease("watcher b"), "expires": time.time() + 10 * 365 * 86400}
-    sha = other._lease_commit("1", skewed, None)
+    skewed = {**other.leases._new_lease("watcher b"), "expires": time.time() + 10 * 365 * 86400}
+    sha = other.leases._lease_commit("1", skewed, None)
     github.refs["refs/beflow/claims/1"] = sha
     mine = tracker(gh)
     with pytest.raises(LockedError, match="claimed by watcher b"):
