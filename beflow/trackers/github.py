@@ -15,10 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-import secrets
 import shutil
-import threading
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -33,7 +30,6 @@ from beflow.trackers.base import (
     DEFAULT_PRIORITY,
     Claim,
     ClaimInfo,
-    ClaimLost,
     Comment,
     FileProblem,
     Issue,
@@ -52,13 +48,10 @@ from beflow.trackers.github_api import (
     GitHubAccessError,
     GitHubAuthError,
     GitHubError,
-    RateLimited,
 )
+from beflow.trackers.github_comments import IssueComments
 from beflow.trackers.github_leases import GitHubLeases
 
-#: The hidden marker at the end of every comment beflow writes; the progress comment of a run has its own.
-MARKER = "<!-- beflow -->"
-PROGRESS_MARKER = "<!-- beflow:progress -->"
 #: Before the marker, a comment beflow posted holds a token of its own: a post whose answer was lost is found by it.
 _MARKERS = re.compile(r"\s*(<!-- beflow:post [0-9a-f]+ -->\s*)?<!-- beflow(:progress)? -->\s*$")
 #: The label suffix of each status an open issue can have (``open`` is "no status label").
@@ -72,8 +65,6 @@ STATUS_LABELS: dict[Status, str] = {
 _PRECEDENCE = [Status.IN_PROGRESS, Status.REVIEW, Status.FAILED, Status.READY]
 LABEL_COLORS = {"ready": "0e8a16", "in-progress": "fbca04", "review": "1d76db", "failed": "b60205"}
 _PRIORITY = re.compile(r"^priority:\s*(\d+)$")
-#: Edits of a run's progress comment are at most this often (seconds): people see the progress, GitHub is spared.
-PROGRESS_EVERY = 15.0
 
 
 def resolve_token(settings: GitHubTrackerSettings | GitHubCodeHostSettings, what: str = "tracker") -> str:
@@ -143,11 +134,12 @@ class GitHubTracker:
         self.prefix = settings.status_prefix
         self.description = f"GitHub issues of {repo} labelled {', '.join(settings.labels) or '(any)'}"
         self._base = f"/repos/{repo}"
+        self._call = _RepoCalls(api, repo, settings.token_env)
         self._labels_checked = False
         #: Who runs which issue: leases in git refs of the repository (beflow.trackers.github_leases).
         self.leases = GitHubLeases(settings, api, self._base, self._call)
-        self._progress: dict[str, tuple[int, float]] = {}  # issue key -> (the run's progress comment, last edit)
-        self._lock = threading.Lock()
+        #: The comments beflow writes: each posted once, and a run's one progress comment (github_comments.py).
+        self.comments = IssueComments(api, self._base, self._call, self.leases)
         self._login: str | None = None
         #: The issues the last listing could not read (a hostile label) and why: they are skipped until fixed.
         self.unreadable: dict[str, str] = {}
@@ -348,44 +340,10 @@ class GitHubTracker:
             raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
         number = self._raw_issue(key)["number"]
         with self.leases.under_lease(str(number)):
-            raw = self._post_comment(number, text)
+            raw = self.comments.post(number, text)
         made = self._comment(raw)
         assert made is not None
         return made
-
-    def _post_comment(self, number: int, text: str, marker: str = MARKER) -> dict[str, Any]:
-        """Post a comment once: a POST whose answer was lost (no answer, a 5xx) may have been done, so before trying
-        again the issue's comments are searched for this one (its marker carries a token of its own)."""
-        token = f"<!-- beflow:post {secrets.token_hex(6)} -->"
-        body = f"{text.rstrip()}\n\n{token}\n{marker}"
-        path = f"{self._base}/issues/{number}/comments"
-        for attempt in range(3):
-            try:
-                data: dict[str, Any] = self._call(self.api.request, "POST", path, json={"body": body}).data
-                return data
-            except RateLimited:
-                raise
-            except GitHubError as error:
-                if error.status is not None and error.status < 500:
-                    raise
-                found = self._find_comment(number, token)
-                if found is not None:
-                    return found
-                if attempt == 2:
-                    raise
-                time.sleep(0.5 * (attempt + 1))
-        raise AssertionError("unreachable")
-
-    def _find_comment(self, number: int, token: str) -> dict[str, Any] | None:
-        try:
-            comments = self._call(self.api.paginate, f"{self._base}/issues/{number}/comments")
-        except GitHubError:
-            return None
-        return next((c for c in reversed(comments) if token in (c.get("body") or "")), None)
-
-    def _edit_comment(self, comment_id: int, text: str, marker: str = PROGRESS_MARKER) -> None:
-        body = f"{text.rstrip()}\n\n{marker}"
-        self._call(self.api.request, "PATCH", f"{self._base}/issues/comments/{comment_id}", json={"body": body})
 
     def set_status(self, key: str, status: Status, note: str | None = None, author: str = "beflow") -> Issue:
         status = Status(status)
@@ -398,9 +356,9 @@ class GitHubTracker:
                 self._labels_ready()
                 self._move(raw, status)
             if note and note.strip():
-                self._note(str(number), current, status, note)
+                self.comments.note(str(number), current, status, note)
             elif status == Status.IN_PROGRESS and current != status:
-                self._start_progress(str(number), "beflow is working on this issue.")
+                self.comments.start_progress(str(number), "beflow is working on this issue.")
         # As it is now, even if it stopped being beflow's meanwhile (a person took the label away).
         raw = self._call(self.api.get, f"{self._base}/issues/{number}")
         comments = self._call(self.api.paginate, f"{self._base}/issues/{number}/comments")
@@ -422,40 +380,9 @@ class GitHubTracker:
             if name != target and name in names:
                 self._call(self.api.request, "DELETE", f"{path}/labels/{quote(name, safe='')}", ok=(404,))
 
-    def _note(self, key: str, before: Status, after: Status, note: str) -> None:
-        if after == Status.IN_PROGRESS and before != after:
-            self._start_progress(key, note)
-            return
-        with self._lock:
-            progress = self._progress.pop(key, None) if before == Status.IN_PROGRESS else None
-        if progress is not None:
-            try:
-                self._edit_comment(progress[0], note)  # the run's one comment now says how it ended
-                return
-            except GitHubError as error:
-                if error.status != 404:  # deleted by a person: say it in a new comment
-                    raise
-        self._post_comment(int(key), note)
-
-    def _start_progress(self, key: str, text: str) -> None:
-        raw = self._post_comment(int(key), text, PROGRESS_MARKER)
-        with self._lock:
-            self._progress[key] = (int(raw["id"]), time.monotonic())
-
     def progress(self, key: str, text: str, *, force: bool = False) -> bool:
         """Edit the run's progress comment (at most every ``PROGRESS_EVERY`` seconds); whether it was edited."""
-        key = normalize_key(key)
-        with self._lock:
-            held = self._progress.get(key)
-            if held is None or (not force and time.monotonic() - held[1] < PROGRESS_EVERY):
-                return False
-            self._progress[key] = (held[0], time.monotonic())
-        try:
-            with self.leases.under_lease(key, prove=False):
-                self._edit_comment(held[0], text)
-        except (GitHubError, ClaimLost):
-            return False  # progress is a courtesy: a failed edit never fails a run
-        return True
+        return self.comments.progress(key, text, force=force)
 
     # -- claims: leases in git refs (beflow.trackers.github_leases) ----------------------------------------------
 
@@ -484,9 +411,18 @@ class GitHubTracker:
         (from its variable, or found through ``gh auth token``)."""
         return [self.api.token] if self.api.token else []
 
-    # -- errors ----------------------------------------------------------------------------------------------------
 
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+class _RepoCalls:
+    """The API called for one repository: "the repository is not there for this token" becomes an error naming the
+    setting, and a refusal names the token's variable."""
+
+    def __init__(self, api: Api, repo: str, token_env: str) -> None:
+        self.api = api
+        self.repo = repo
+        self.token_env = token_env
+        self._base = f"/repos/{repo}"
+
+    def __call__(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Call the API, turning "the repository is not there for this token" into an error naming the setting."""
         try:
             return fn(*args, **kwargs)
@@ -497,12 +433,12 @@ class GitHubTracker:
                 raise GitHubAccessError(
                     f"tracker.repo: {self.repo} is not a repository this token can see"
                     + (" (403)" if error.status == 403 else " (404)"),
-                    fix=f'Check "repo" in the tracker settings, and that the token in ${self.settings.token_env} '
+                    fix=f'Check "repo" in the tracker settings, and that the token in ${self.token_env} '
                     "has access to it (issues, contents and pull requests: read and write).",
                 ) from None
             if error.status == 403:
                 raise GitHubAccessError(
-                    f"{error.message} — the token in ${self.settings.token_env} may not do this in {self.repo}",
+                    f"{error.message} — the token in ${self.token_env} may not do this in {self.repo}",
                     fix="Give the token issues, contents and pull requests: read and write.",
                 ) from None
             raise
