@@ -11,13 +11,12 @@ session ended is :func:`beflow.policy.judge`'s call.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable
 
 import anyio
 import anyio.lowlevel
 
-from beflow import acpx, delivery, git, preflight, prompt, repoguard, workers
+from beflow import acpx, delivery, git, interrupts, preflight, prompt, repoguard, workers
 from beflow.codehosts import CodeHost, open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
@@ -40,7 +39,8 @@ from beflow.policy import judge, status_after
 from beflow.records import CappedLog, Mode, Outcome, RunRecord, RunStore
 from beflow.server.channel import RunChannel, own_channel, with_own_server
 from beflow.trackers import Status, Tracker, reading_once
-from beflow.trackers.base import Claim, ClaimLost
+from beflow.trackers.base import Claim
+from beflow.trackers.claims import keep_renewed
 from beflow.workspace import Workspace
 
 #: Bytes kept of acpx's transcript and of its stderr; beyond, a note says what was left out.
@@ -117,8 +117,17 @@ class Run:
             claim,
         )
         run_scope, record, failure = anyio.CancelScope(), None, None
+
+        def lose(reason: str) -> None:
+            lost.append(reason)
+            session.claim_lost = reason  # the issue is the new holder's: this run leaves it be
+            run_scope.cancel()
+
+        def notice(message: str) -> None:
+            session.emit("notice", message=message)
+
         async with anyio.create_task_group() as keeper:
-            keeper.start_soon(self._keep_claim, claim, session, run_scope, lost)
+            keeper.start_soon(keep_renewed, claim, lose, notice)
             try:
                 with run_scope:
                     record = await steps.run()
@@ -129,31 +138,6 @@ class Run:
         if failure is not None:
             raise failure
         return record if record is not None else session.record  # lost: the run recorded itself cancelled
-
-    async def _keep_claim(self, claim: Claim, session: Session, scope: anyio.CancelScope, lost: list[str]) -> None:
-        assert claim.renew_every is not None
-        while True:
-            await anyio.sleep(claim.renew_every)
-            try:
-                # A renewal bounds its own requests by the time the lease has left; this run never waits for one
-                # past that either: a lease it cannot prove is a lease it has lost, before another machine's turn.
-                with anyio.fail_after(max(claim.seconds_left() or 0.0, 0.0)):
-                    await anyio.to_thread.run_sync(claim.renew, abandon_on_cancel=True)
-                continue
-            except TimeoutError:
-                reason = "the claim could not be renewed before it ran out"
-            except ClaimLost as error:
-                reason = error.message
-            except BeflowError as error:
-                left = claim.seconds_left()
-                if left is None or left > claim.renew_every:
-                    session.emit("notice", message=f"could not renew the claim (trying again): {error.message}")
-                    continue
-                reason = f"the claim could not be renewed before it ran out: {error.message}"
-            lost.append(reason)
-            session.claim_lost = reason  # the issue is the new holder's: this run leaves it be
-            scope.cancel()
-            return
 
 
 class _InWorktree:
@@ -209,20 +193,24 @@ class _InWorktree:
             report."""
             # A step that failed because it was interrupted (git gets the terminal's Ctrl-C too, and dies of it) is
             # a cancellation, not a failure: the issue goes back to ready.
-            if outcome == "failed" and await _interrupted():
+            if outcome == "failed" and await interrupts.being_cancelled():
                 outcome, reason = "cancelled", f"{cancel_reason(self._cancelled_because())} ({reason})"
             with anyio.CancelScope(shield=True):
                 if workspace.worktree is not None:
                     delivered = await self._deliver(workspace, outcome, reason)
                     if outcome != "cancelled":  # cancelled it stays, whatever its commit did
                         outcome, reason = delivered
-            if outcome == "failed" and await _interrupted():  # a git step of the cleanup (the commit), interrupted
+            if (
+                outcome == "failed" and await interrupts.being_cancelled()
+            ):  # a git step of the cleanup (the commit), interrupted
                 outcome, reason = "cancelled", f"{cancel_reason(self._cancelled_because())} ({reason})"
             return await self._finish(outcome, reason)
 
         # Bad configuration and MCP servers that do not resolve are permanent failures; a bug in beflow is still
         # recorded, the tracker told and the work kept.
-        guarded = self.session.guarded(end, cancelled_because=self._cancelled_because, interrupted=_interrupted)
+        guarded = self.session.guarded(
+            end, cancelled_because=self._cancelled_because, interrupted=interrupts.being_cancelled
+        )
         async with guarded as ending:
             self._resolve_servers()
             await workspace.create()
@@ -395,51 +383,6 @@ class _InWorktree:
             commit=record.commit,
             changed=len(record.changed_files),
         )
-
-
-def _cancel_pending() -> bool:
-    """Whether the current task is being cancelled (a signal, a watch stopping the run) though no checkpoint has
-    said so yet: the step that was running failed of the same interruption."""
-    return anyio.current_effective_deadline() == -math.inf
-
-
-async def _interrupted() -> bool:
-    """Whether the run is being cancelled, for a step that just failed. Git gets the terminal's Ctrl-C too and can
-    die of it before beflow's own signal handler has had its turn on the event loop: a short shielded pause lets
-    the handler run, so an interrupted step is taken for the cancellation it is, never for a failure."""
-    if _cancel_pending():
-        return True
-    with anyio.CancelScope(shield=True):
-        await anyio.sleep(0.1)
-    return _cancel_pending()
-
-
-#: What beflow reads from the checkout itself (not from a run's worktree): uncommitted, it still counts.
-_READ_FROM_THE_CHECKOUT = (".beflow/", ".mcp.json", ".acpxrc.json")
-
-
-def invisible_changes(project: Project) -> str | None:
-    """A note for uncommitted changes in the checkout, which no unattended run sees: each starts from
-    ``worktrees.base`` in a worktree of its own. None when there are none (or no repository to look at)."""
-    try:
-        status = git.checkout_status(project.directory)
-    except Exception:  # no repository, or git failing: the checks before the run say what is wrong
-        return None
-    top = git.toplevel(project.directory) or project.directory
-    prefix = project.directory.resolve().relative_to(top.resolve()).as_posix() if project.directory != top else ""
-    changed = [
-        path
-        for path in status
-        if not path.removeprefix(f"{prefix}/" if prefix else "").startswith(_READ_FROM_THE_CHECKOUT)
-    ]
-    if not changed:
-        return None
-    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-    return (
-        f"{len(changed)} uncommitted change{'s' if len(changed) != 1 else ''} in {top} ({shown}) will not be seen "
-        f"by the agent: each run starts from worktrees.base ({project.config.worktrees.base}) in a worktree of its "
-        "own. Commit them first to include them."
-    )
 
 
 async def run_many(

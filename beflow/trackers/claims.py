@@ -16,9 +16,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from beflow.errors import LockedError
+import anyio
+import anyio.to_thread
+
+from beflow.errors import BeflowError, LockedError
 from beflow.locks import NotedLock
-from beflow.trackers.base import Claim, ClaimInfo, Issue, Status, format_time, normalize_key, utc_now
+from beflow.trackers.base import Claim, ClaimInfo, ClaimLost, Issue, Status, format_time, normalize_key, utc_now
 
 #: How long a file claim waits for a lock someone else holds before reporting who holds it. A little more than
 #: zero, because ``holder()`` probes a lock by taking it for an instant.
@@ -103,3 +106,30 @@ class FileClaims:
         """The claim of ``key``: a lock, and the holder's note beside it."""
         directory = self._create() if create and self._create is not None else self.directory
         return NotedLock(directory / f"{key}.lock", directory / f"{key}.json", ClaimInfo)
+
+
+async def keep_renewed(claim: Claim, lost: Callable[[str], None], notice: Callable[[str], None]) -> None:
+    """Renew a lease every ``claim.renew_every`` seconds while the task lives; when it is lost — taken over, or not
+    renewed before it ran out — say why (``lost(reason)``) and return. A renewal that failed while the lease still
+    has time is said (``notice``) and tried again."""
+    assert claim.renew_every is not None
+    while True:
+        await anyio.sleep(claim.renew_every)
+        try:
+            # A renewal bounds its own requests by the time the lease has left; the run never waits for one past
+            # that either: a lease it cannot prove is a lease it has lost, before another machine's turn.
+            with anyio.fail_after(max(claim.seconds_left() or 0.0, 0.0)):
+                await anyio.to_thread.run_sync(claim.renew, abandon_on_cancel=True)
+            continue
+        except TimeoutError:
+            reason = "the claim could not be renewed before it ran out"
+        except ClaimLost as error:
+            reason = error.message
+        except BeflowError as error:
+            left = claim.seconds_left()
+            if left is None or left > claim.renew_every:
+                notice(f"could not renew the claim (trying again): {error.message}")
+                continue
+            reason = f"the claim could not be renewed before it ran out: {error.message}"
+        lost(reason)
+        return
