@@ -1,11 +1,14 @@
 """One unattended run: every ``--auto`` run and every ``watch`` dispatch is exactly this.
 
-claim → worktree on ``beflow/<key>`` → include files → ``after_create`` hook → prompt → MCP servers → inject →
-``before_run`` → acpx (supervised) → ``after_run`` → restore → commit → record → tracker update → remove the
-worktree (kept, and said so, when that could lose the agent's work) → release the claim.
+claim → prompt → MCP servers → the workspace (:mod:`beflow.workspace`: worktree on ``beflow/<key>``, included
+files, ``after_create``) → inject → ``before_run`` → the agent (:class:`beflow.acpx.AgentSession`, cold or resumed)
+→ ``after_run`` → restore → delivery (:func:`beflow.delivery.deliver`, one thread hop: commit, leak check,
+compare-and-swap, push and pull request through the code host) → record → tracker update → remove the worktree
+(kept, and said so, when that could lose the agent's work) → release the claim.
 
 The record, the tracker, the events and the injection are the run's :class:`~beflow.lifecycle.Session`; how the
-session ended is :func:`beflow.policy.judge`'s call.
+session ended is :func:`beflow.policy.judge`'s call, what became of its work the delivery's
+:class:`~beflow.delivery.Verdict`.
 """
 
 from __future__ import annotations
