@@ -11,12 +11,16 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
+
+from beflow import interrupts, proc
 from beflow.config import AgentCommand, Config
-from beflow.paths import slug
+from beflow.paths import acpx_home, slug
 from beflow.records import clean_text
 
 #: acpx's exit codes beyond 0 (success) and 1 (error).
@@ -394,3 +398,111 @@ def forget_session(session_id: str, home: Path) -> list[Path]:
     with contextlib.suppress(OSError):
         (Path("/tmp") / f"acpx-{hashlib.sha256(str(home).encode()).hexdigest()[:10]}").rmdir()
     return removed
+
+
+# -- one agent session of an unattended run: cold, or resuming the agent's earlier ACP session ---------------------
+
+#: Seconds beyond ``timeout`` that beflow gives acpx to stop by itself before stopping it.
+TIMEOUT_MARGIN = 15.0
+
+
+class AgentSession:
+    """acpx for one unattended run: a cold ``exec``, or, on a retry, ``prompt -s`` on the agent's earlier ACP session.
+
+    Resuming needs the earlier run's session id and an agent that supports ``session/resume`` or ``session/load``;
+    when acpx cannot resume, the run goes on cold and :attr:`resume_note` says why. :attr:`transcript` is the
+    stream being read (a fresh one when a resume fell through to a cold start): feed it what acpx prints.
+    """
+
+    def __init__(
+        self, config: Config, cwd: Path, *, env: dict[str, str] | None = None, unset: list[str] | None = None
+    ) -> None:
+        self.config = config
+        self.cwd = cwd
+        self.env = env or {}
+        self.unset = unset or []
+        self.transcript = Transcript()
+        #: The earlier session this run resumed, if it did; why it could not, if it tried and could not.
+        self.resumed_session: str | None = None
+        self.resume_note: str | None = None
+
+    async def run(
+        self,
+        text: str,
+        *,
+        key: str,
+        prompt_file: Path,
+        earlier: str | None,
+        on_stdout: proc.LineHandler,
+        on_stderr: proc.LineHandler,
+        on_cold_start: Callable[[str], None] = lambda why: None,
+    ) -> proc.Completed:
+        """Run the agent on ``text`` (resuming ``earlier`` when given) to the end: how acpx ended. A resume that
+        fell through calls ``on_cold_start(why)`` before the cold start."""
+        config, cwd = self.config, self.cwd
+        timeout = config.timeout
+        common: dict[str, Any] = {
+            "cwd": cwd,
+            "prompt": text,
+            "prompt_file": prompt_file,
+            "permissions": config.permissions,
+            "timeout": timeout,
+        }
+        supervise: dict[str, Any] = {
+            "cwd": cwd,
+            "timeout": None if timeout is None else timeout + TIMEOUT_MARGIN,
+            "on_stdout": on_stdout,
+            "on_stderr": on_stderr,
+            "grace": interrupts.grace(proc.DEFAULT_GRACE),
+            "env": self.env,
+            "unset": self.unset,
+        }
+        if earlier is not None:
+            name = session_name(key)
+            created = await proc.run(
+                resume_argv(config, cwd=cwd, name=name, session_id=earlier),
+                cwd=cwd,
+                timeout=60,
+                env=self.env,
+                unset=self.unset,
+            )
+            if not created.ok:
+                self.resume_note = f"could not name the earlier session: {tail(created)}; started cold"
+            else:
+                finished = False
+                try:
+                    result = await proc.run(prompt_argv(config, name=name, **common), **supervise)
+                    finished = self.transcript.stop_reason is not None
+                finally:
+                    await self._end(name, earlier, cancel=not finished)
+                if self.transcript.prompted:
+                    self.resumed_session = earlier
+                    self.transcript.session_id = self.transcript.session_id or earlier  # the next retry resumes it
+                    return result
+                why = self.transcript.acpx_error or tail(result)
+                self.resume_note = f"acpx could not resume session {earlier}: {why}; started cold"
+                self.transcript = Transcript()
+            on_cold_start(self.resume_note)
+        return await proc.run(exec_argv(config, **common), **supervise)
+
+    async def _end(self, name: str, session_id: str, *, cancel: bool) -> None:
+        """Leave no queue owner behind: cancel an unfinished turn, close the session, stop a lingering owner."""
+        config, cwd = self.config, self.cwd
+        with anyio.CancelScope(shield=True):
+            if cancel:
+                await proc.run(cancel_argv(config, cwd=cwd, name=name), cwd=cwd, timeout=10, unset=self.unset)
+            await proc.run(close_argv(config, cwd=cwd, name=name), cwd=cwd, timeout=15, unset=self.unset)
+            for pid in queue_owner_pids(session_id, acpx_home()):
+                await proc.stop_group(pid, grace=2.0)
+            forget_session(session_id, acpx_home())
+
+
+def tail(result: proc.Completed) -> str:
+    """What a failed acpx call said, for notes: its JSON error's message, else its last line."""
+    lines = (result.stderr or result.stdout).decode("utf-8", "replace").strip().splitlines()
+    if not lines:
+        return result.describe()
+    last = lines[-1]
+    with contextlib.suppress(ValueError, KeyError, TypeError):
+        last = str(json.loads(last)["error"]["message"])
+    return f"{result.describe()}: {last[:300]}"

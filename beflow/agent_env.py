@@ -114,17 +114,20 @@ def agent_keys(config: Config) -> tuple[str, ...]:
 
 
 def tracker_secrets(config: Config) -> tuple[list[str], list[str]]:
-    """The variables holding the tracker's secrets: (withheld, granted). Withheld unless the tracker's own setting
-    (``agent_token``) grants them to the agent."""
+    """The variables holding the tracker's and the code host's secrets: (withheld, granted). Withheld unless the
+    tracker's own setting (``agent_token``) grants its own to the agent; the code host's are always withheld (but
+    for a variable the tracker grants, which is the same token)."""
     tracker = config.tracker
     names = tracker.secret_env()
-    return ([], names) if tracker.agent_gets_secrets() else (names, [])
+    withheld, granted = ([], names) if tracker.agent_gets_secrets() else (names, [])
+    hosts = [name for name in config.code_host_settings().secret_env() if name not in names]
+    return [*withheld, *hosts], granted
 
 
 def held_secret_env(config: Config) -> list[str]:
-    """Every variable beflow holds a secret in for this project (the tracker's; code hosts and engines add
+    """Every variable beflow holds a secret in for this project (the tracker's, the code host's; engines will add
     theirs): their values are masked in everything a run writes, whoever gets them."""
-    return list(config.tracker.secret_env())
+    return list(dict.fromkeys([*config.tracker.secret_env(), *config.code_host_settings().secret_env()]))
 
 
 def held_secrets(config: Config, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -132,6 +135,16 @@ def held_secrets(config: Config, environ: Mapping[str, str] | None = None) -> li
     environ = os.environ if environ is None else environ
     values = (environ.get(name, "").strip() for name in held_secret_env(config))
     return [value for value in values if value]
+
+
+def withhold_from_git(config: Config) -> None:
+    """The project's secret variables, and any other holding the same value, never reach a git command."""
+    from beflow import git
+
+    names = set(held_secret_env(config))
+    values = set(held_secrets(config))
+    names |= {name for name, value in os.environ.items() if value.strip() in values}
+    git.withhold(names)
 
 
 def _matches(name: str, patterns: Iterable[str]) -> bool:

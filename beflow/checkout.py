@@ -179,3 +179,31 @@ def acpxrc_notice(checkout: Path) -> str | None:
             f"afterwards). To ignore it, add this line to {checkout / '.gitignore'}:\n    {ACPXRC}"
         )
     return None
+
+
+#: What beflow reads from the checkout itself (not from a run's worktree): uncommitted, it still counts.
+_READ_FROM_THE_CHECKOUT = (".beflow/", ".mcp.json", ".acpxrc.json")
+
+
+def invisible_changes(project: Project) -> str | None:
+    """A note for uncommitted changes in the checkout, which no unattended run sees: each starts from
+    ``worktrees.base`` in a worktree of its own. None when there are none (or no repository to look at)."""
+    try:
+        status = git.checkout_status(project.directory)
+    except Exception:  # no repository, or git failing: the checks before the run say what is wrong
+        return None
+    top = git.toplevel(project.directory) or project.directory
+    prefix = project.directory.resolve().relative_to(top.resolve()).as_posix() if project.directory != top else ""
+    changed = [
+        path
+        for path in status
+        if not path.removeprefix(f"{prefix}/" if prefix else "").startswith(_READ_FROM_THE_CHECKOUT)
+    ]
+    if not changed:
+        return None
+    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
+    return (
+        f"{len(changed)} uncommitted change{'s' if len(changed) != 1 else ''} in {top} ({shown}) will not be seen "
+        f"by the agent: each run starts from worktrees.base ({project.config.worktrees.base}) in a worktree of its "
+        "own. Commit them first to include them."
+    )

@@ -89,19 +89,65 @@ class GitHubTrackerSettings(Model):
     @field_validator("repo")
     @classmethod
     def _owner_slash_name(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", value):
-            raise ValueError('expected "owner/name"')
-        return value
+        return _owner_slash_name(value)
 
     @field_validator("api_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
-            raise ValueError('expected an http(s) URL, such as "https://github.example.com/api/v3"')
-        return value.rstrip("/") if value else value
+        return _http_url(value)
+
+
+def _owner_slash_name(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", value):
+        raise ValueError('expected "owner/name"')
+    return value
+
+
+def _http_url(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        raise ValueError('expected an http(s) URL, such as "https://github.example.com/api/v3"')
+    return value.rstrip("/") if value else value
 
 
 Tracker = Annotated[LocalTrackerSettings | GitHubTrackerSettings, Field(discriminator="kind")]
+
+
+class GitHubCodeHostSettings(Model):
+    """GitHub as the code host (docs/config.md): where runs' branches are pushed and proposed as pull requests."""
+
+    kind: Literal["github"]
+    #: ``owner/name``; left out, it is read from the checkout's ``origin`` remote.
+    repo: str | None = None
+    #: The REST API's base URL; else ``$GITHUB_API_URL``; else https://api.github.com.
+    api_url: str | None = None
+    #: The environment variable holding the token (else ``gh auth token``).
+    token_env: str = Field(default="GITHUB_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    @field_validator("repo")
+    @classmethod
+    def _owner_slash_name(cls, value: str | None) -> str | None:
+        return _owner_slash_name(value)
+
+    @field_validator("api_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        return _http_url(value)
+
+    def secret_env(self) -> list[str]:
+        """The environment variables holding this code host's secrets: masked in every run, never the agent's."""
+        return [self.token_env]
+
+
+class NoCodeHostSettings(Model):
+    """No code host: branches stay in the local repository."""
+
+    kind: Literal["none"]
+
+    def secret_env(self) -> list[str]:
+        return []
+
+
+CodeHostSettings = Annotated[GitHubCodeHostSettings | NoCodeHostSettings, Field(discriminator="kind")]
 
 
 class Worktrees(Model):
@@ -132,7 +178,7 @@ class Hooks(Model):
 class AfterRun(Model):
     commit: Flag = True
     comment: Flag = True
-    #: Push ``beflow/<key>`` and open (or update) a pull request; needs the GitHub tracker.
+    #: Push ``beflow/<key>`` and open (or update) a pull request; needs a code host (``code_host``).
     pull_request: Flag = False
     #: Pull requests are opened as drafts.
     draft: Flag = True
@@ -174,6 +220,8 @@ class Config(Model):
     permissions: Permissions = "approve-all"
     timeout: Seconds | None = 3600.0
     tracker: Tracker = Field(default_factory=LocalTrackerSettings)
+    #: Where branches are pushed and proposed; left out, the GitHub tracker's repository (the local tracker: none).
+    code_host: CodeHostSettings | None = None
     worktrees: Worktrees = Field(default_factory=Worktrees)
     hooks: Hooks = Field(default_factory=Hooks)
     after_run: AfterRun = Field(default_factory=AfterRun)
@@ -191,6 +239,18 @@ class Config(Model):
         if isinstance(value, dict) and "kind" not in value:
             return {"kind": "local", **value}
         return value
+
+    def code_host_settings(self) -> GitHubCodeHostSettings | NoCodeHostSettings:
+        """The code host: ``code_host`` as configured, else the one the tracker implies (GitHub's repository for
+        the GitHub tracker, none for the local one)."""
+        if self.code_host is not None:
+            return self.code_host
+        tracker = self.tracker
+        if isinstance(tracker, GitHubTrackerSettings):
+            return GitHubCodeHostSettings(
+                kind="github", repo=tracker.repo, api_url=tracker.api_url, token_env=tracker.token_env
+            )
+        return NoCodeHostSettings(kind="none")
 
     def acpx_argv(self) -> list[str]:
         """The argv prefix that starts acpx: configured, else ``acpx`` on PATH, else the pinned one via npx."""

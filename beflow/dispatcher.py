@@ -26,6 +26,7 @@ from typing import Any
 import anyio
 
 from beflow import preflight, workers
+from beflow.codehosts import CodeHost, open_code_host
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError
 from beflow.events import RunEvent, WatchEvent, WatchEventKind
@@ -105,6 +106,8 @@ class Dispatcher:
         #: The wall clock backoffs are due by (seconds since the epoch, as run records keep times); tests move it.
         self.clock = clock
         self.tracker: Tracker = open_tracker(project)
+        #: Where runs publish, opened with the tracker (before any agent runs: where to push is read then).
+        self.code_host: CodeHost | None = open_code_host(project, self.tracker)
         self.config_option = config_option
         self.listener = listener
         self.running: dict[str, Running] = {}
@@ -283,6 +286,7 @@ class Dispatcher:
         try:
             project = load_project(self.config_option or self.project.config_path, cwd=self.project.directory)
             tracker = open_tracker(project)
+            code_host = open_code_host(project, tracker)
         except BeflowError as error:
             self.emit("error", message=f"config not reloaded, keeping the last good one: {error.message}")
             return
@@ -291,7 +295,7 @@ class Dispatcher:
             self.emit("error", message=f"config not reloaded, keeping the last good one: {why}")
             return
         if project.config != self.project.config:
-            self.project, self.tracker = project, tracker
+            self.project, self.tracker, self.code_host = project, tracker, code_host
             self.emit("config_reloaded", path=str(project.config_path))
 
     def _reconcile(self) -> None:
@@ -368,7 +372,14 @@ class Dispatcher:
             final=is_final(running.attempt, self.project.config.watch),
             only_if_ready=True,
         )
-        run = Run(self.project, running.tracker, request, self._on_run_event, cancelled_because=lambda: running.reason)
+        run = Run(
+            self.project,
+            running.tracker,
+            request,
+            self._on_run_event,
+            cancelled_because=lambda: running.reason,
+            code_host=self.code_host,
+        )
         record: RunRecord | None = None
         try:
             with running.scope:

@@ -11,6 +11,7 @@ of the cleanup that may take long (a hook) runs in :func:`cut_short_by_signal`: 
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
@@ -142,3 +143,20 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
         return result[0]
 
     return anyio.run(main)
+
+
+def _cancel_pending() -> bool:
+    """Whether the current task is being cancelled (a signal, a watch stopping the run) though no checkpoint has
+    said so yet: the step that was running failed of the same interruption."""
+    return anyio.current_effective_deadline() == -math.inf
+
+
+async def being_cancelled() -> bool:
+    """Whether the run is being cancelled, for a step that just failed. Git gets the terminal's Ctrl-C too and can
+    die of it before beflow's own signal handler has had its turn on the event loop: a short shielded pause lets
+    the handler run, so an interrupted step is taken for the cancellation it is, never for a failure."""
+    if _cancel_pending():
+        return True
+    with anyio.CancelScope(shield=True):
+        await anyio.sleep(0.1)
+    return _cancel_pending()

@@ -21,6 +21,7 @@ import anyio
 
 from beflow import interrupts, prompt, repoguard
 from beflow.agent_env import held_secrets
+from beflow.codehosts.base import CodeHost
 from beflow.config import GitHubTrackerSettings, Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
@@ -220,15 +221,17 @@ def requeue_orphans(tracker: Tracker, author: str = "beflow") -> list[Issue]:
     return requeued
 
 
-def run_secrets(project: Project, tracker: Tracker) -> list[str]:
-    """The secret values beflow holds for a project's runs: its trackers' (from their variables, or the token
-    GitHub's tracker found through ``gh auth token``)."""
+def run_secrets(project: Project, tracker: Tracker, code_host: CodeHost | None = None) -> list[str]:
+    """The secret values beflow holds for a project's runs: its tracker's and its code host's (from their
+    variables, or the token GitHub's tracker or code host found through ``gh auth token``)."""
     values = held_secrets(project.config)
     if isinstance(project.config.tracker, GitHubTrackerSettings):
         from beflow.trackers.github import GitHubTracker  # loaded already: the tracker is GitHub's
 
         if isinstance(tracker, GitHubTracker):
             values += [value for value in tracker.held_secrets() if value not in values]
+    if code_host is not None:
+        values += [value for value in code_host.held_secrets() if value not in values]
     return values
 
 
@@ -280,6 +283,7 @@ class Session:
         branch: str | None,
         checkout: Path | None = None,
         run_id: str | None = None,
+        code_host: CodeHost | None = None,
     ) -> None:
         self.project = project
         self.tracker = tracker
@@ -287,7 +291,7 @@ class Session:
         self.request = request
         #: Every secret beflow holds for this project (the tracker's token): a secret of the run, masked wherever its
         #: output goes and refused by the check before publishing, like the injected servers' values.
-        self.secrets = run_secrets(project, tracker)
+        self.secrets = run_secrets(project, tracker, code_host)
         self.store = RunStore(project.directory, mask=lambda text: self.redact.text(text))
         # The terminal may be gone (SIGHUP) or a pipe closed: progress never blocks a run or its cleanup.
         self._events = safe_sink(events)

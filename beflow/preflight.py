@@ -106,11 +106,11 @@ class _Stop(Exception):
 
 def _pull_request(project: Project) -> None:
     config = project.config
-    if config.after_run.pull_request and config.tracker.kind != "github":
+    if config.after_run.pull_request and config.code_host_settings().kind == "none":
         raise ConfigError(
-            f"{_where(project, 'after_run', 'pull_request')}after_run.pull_request: pull requests need the GitHub "
-            'tracker ("tracker": {"kind": "github"})',
-            fix=f'Use the GitHub tracker, or remove "pull_request" from "after_run" in {project.config_name}.',
+            f"{_where(project, 'after_run', 'pull_request')}after_run.pull_request: pull requests need a code host "
+            '("code_host": {"kind": "github"}, which the GitHub tracker implies)',
+            fix=f'Name one in "code_host", or remove "pull_request" from "after_run" in {project.config_name}.',
         )
 
 

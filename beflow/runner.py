@@ -1,26 +1,26 @@
 """One unattended run: every ``--auto`` run and every ``watch`` dispatch is exactly this.
 
-claim → worktree on ``beflow/<key>`` → include files → ``after_create`` hook → prompt → MCP servers → inject →
-``before_run`` → acpx (supervised) → ``after_run`` → restore → commit → record → tracker update → remove the
-worktree (kept, and said so, when that could lose the agent's work) → release the claim.
+claim → prompt → MCP servers → the workspace (:mod:`beflow.workspace`: worktree on ``beflow/<key>``, included
+files, ``after_create``) → inject → ``before_run`` → the agent (:class:`beflow.acpx.AgentSession`, cold or resumed)
+→ ``after_run`` → restore → delivery (:func:`beflow.delivery.deliver`, one thread hop: commit, leak check,
+compare-and-swap, push and pull request through the code host) → record → tracker update → remove the worktree
+(kept, and said so, when that could lose the agent's work) → release the claim.
 
 The record, the tracker, the events and the injection are the run's :class:`~beflow.lifecycle.Session`; how the
-session ended is :func:`beflow.policy.judge`'s call.
+session ended is :func:`beflow.policy.judge`'s call, what became of its work the delivery's
+:class:`~beflow.delivery.Verdict`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import math
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import anyio
 import anyio.lowlevel
 
-from beflow import acpx, agent_env, git, interrupts, preflight, proc, prompt, repoguard, workers
+from beflow import acpx, delivery, git, interrupts, preflight, prompt, repoguard, workers
+from beflow.codehosts import CodeHost, open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
 from beflow.events import EventSink
@@ -37,18 +37,16 @@ from beflow.lifecycle import (
 from beflow.mcp.acp import resolve_servers
 from beflow.mcp.inject import Injection
 from beflow.mcp.own import follow_progress
-from beflow.paths import ACPXRC, acpx_home
+from beflow.paths import ACPXRC
 from beflow.policy import judge, status_after
 from beflow.records import CappedLog, Mode, Outcome, RunRecord, RunStore
 from beflow.server.channel import RunChannel, own_channel, with_own_server
 from beflow.trackers import Status, Tracker, reading_once
-from beflow.trackers.base import Claim, ClaimLost, Publishes
+from beflow.trackers.base import Claim
+from beflow.trackers.claims import keep_renewed
+from beflow.workspace import Workspace
 
-#: Seconds beyond ``timeout`` that beflow gives acpx to stop by itself before stopping it.
-TIMEOUT_MARGIN = 15.0
-
-#: Bytes kept of each hook's output, of acpx's transcript and of its stderr; beyond, a note says what was left out.
-HOOK_LOG_LIMIT = 4 << 20
+#: Bytes kept of acpx's transcript and of its stderr; beyond, a note says what was left out.
 TRANSCRIPT_LIMIT = 64 << 20
 STDERR_LIMIT = 4 << 20
 
@@ -63,7 +61,8 @@ class Run:
     """One run of one issue. Build it, then ``await execute()``; the record says how it ended.
 
     ``cancelled_because`` tells, when the run is cancelled, why, if whoever cancels it knows (the dispatcher's
-    reconciliation: "the issue is now closed").
+    reconciliation: "the issue is now closed"). ``code_host`` is where a succeeded run's branch is proposed
+    (:func:`beflow.codehosts.open_code_host`, opened before any agent ran); None: the branch stays local.
     """
 
     def __init__(
@@ -74,9 +73,11 @@ class Run:
         events: EventSink | None = None,
         *,
         cancelled_because: Callable[[], str | None] | None = None,
+        code_host: CodeHost | None = None,
     ) -> None:
         self.project = project
         self.tracker = tracker
+        self.code_host = code_host
         self.request = request
         self._events = workers.looped(events) if events is not None else None  # steps in worker threads emit too
         self._cancelled_because = cancelled_because or (lambda: None)
@@ -93,10 +94,16 @@ class Run:
                 raise NoLongerReady(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
             refuse_closed(issue)
             session = Session(
-                self.project, self.tracker, issue, self.request, self._events, branch=git.branch_for(issue.key)
+                self.project,
+                self.tracker,
+                issue,
+                self.request,
+                self._events,
+                branch=git.branch_for(issue.key),
+                code_host=self.code_host,
             )
             if claim.renew_every is None:
-                return await _InWorktree(session, self._cancelled_because).run()
+                return await _InWorktree(session, self._cancelled_because, self.code_host, claim).run()
             return await self._leased(claim, session)
         finally:
             with anyio.CancelScope(shield=True):
@@ -107,11 +114,23 @@ class Run:
         or not renewed before it ran out — cancels the run: another machine may be running the issue now."""
         lost: list[str] = []
         steps = _InWorktree(
-            session, lambda: f"lost the claim on the issue: {lost[0]}" if lost else self._cancelled_because()
+            session,
+            lambda: f"lost the claim on the issue: {lost[0]}" if lost else self._cancelled_because(),
+            self.code_host,
+            claim,
         )
         run_scope, record, failure = anyio.CancelScope(), None, None
+
+        def lose(reason: str) -> None:
+            lost.append(reason)
+            session.claim_lost = reason  # the issue is the new holder's: this run leaves it be
+            run_scope.cancel()
+
+        def notice(message: str) -> None:
+            session.emit("notice", message=message)
+
         async with anyio.create_task_group() as keeper:
-            keeper.start_soon(self._keep_claim, claim, session, run_scope, lost)
+            keeper.start_soon(keep_renewed, claim, lose, notice)
             try:
                 with run_scope:
                     record = await steps.run()
@@ -123,36 +142,18 @@ class Run:
             raise failure
         return record if record is not None else session.record  # lost: the run recorded itself cancelled
 
-    async def _keep_claim(self, claim: Claim, session: Session, scope: anyio.CancelScope, lost: list[str]) -> None:
-        assert claim.renew_every is not None
-        while True:
-            await anyio.sleep(claim.renew_every)
-            try:
-                # A renewal bounds its own requests by the time the lease has left; this run never waits for one
-                # past that either: a lease it cannot prove is a lease it has lost, before another machine's turn.
-                with anyio.fail_after(max(claim.seconds_left() or 0.0, 0.0)):
-                    await anyio.to_thread.run_sync(claim.renew, abandon_on_cancel=True)
-                continue
-            except TimeoutError:
-                reason = "the claim could not be renewed before it ran out"
-            except ClaimLost as error:
-                reason = error.message
-            except BeflowError as error:
-                left = claim.seconds_left()
-                if left is None or left > claim.renew_every:
-                    session.emit("notice", message=f"could not renew the claim (trying again): {error.message}")
-                    continue
-                reason = f"the claim could not be renewed before it ran out: {error.message}"
-            lost.append(reason)
-            session.claim_lost = reason  # the issue is the new holder's: this run leaves it be
-            scope.cancel()
-            return
-
 
 class _InWorktree:
-    """The steps of one unattended run, around its session."""
+    """One unattended run, composed: its session, its workspace (:mod:`beflow.workspace`), the agent
+    (:class:`beflow.acpx.AgentSession`) and the delivery of its work (:mod:`beflow.delivery`)."""
 
-    def __init__(self, session: Session, cancelled_because: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        session: Session,
+        cancelled_because: Callable[[], str | None],
+        code_host: CodeHost | None = None,
+        claim: Claim | None = None,
+    ) -> None:
         self.session = session
         self.record = session.record
         self.store = session.store
@@ -160,17 +161,14 @@ class _InWorktree:
         self.config = session.project.config
         self.request = session.request
         self.emit = session.emit
-        self.transcript = acpx.Transcript()
+        self.code_host = code_host
+        self.claim = claim
         self._cancelled_because = cancelled_because
         self._injection: Injection | None = None
-        #: The environment of everything that runs in the worktree while the file is injected (acpx, hooks): it
-        #: keeps ``.acpxrc.json`` out of what git stages there.
-        self._git_env: dict[str, str] = {}
-        #: What acpx, the agent and the hooks do not get of beflow's environment (docs/safety.md).
-        self._withheld = agent_env.for_agent(self.config).unset
         self._channel: RunChannel | None = None  # mcp.self: where beflow's own server forwards the agent's calls
         #: The guard of the repository's git directory around the agent: what it put back, if anything.
         self._guard: repoguard.Guard | None = None
+        self._agent: acpx.AgentSession | None = None
 
     async def run(self) -> RunRecord:
         record, issue = self.record, self.session.issue
@@ -188,87 +186,113 @@ class _InWorktree:
         self.emit("started", attempt=self.request.attempt, branch=branch)
         repo = await workers.blocking(git.open_repo, self.project.directory)
         try:
-            return await self._in_worktree(repo, branch, text)
+            return await self._in_worktree(Workspace(self.session, repo), text)
         finally:
             repo.close()  # it holds git processes
 
-    async def _in_worktree(self, repo: Any, branch: str, text: str) -> RunRecord:
-        record = self.record
-        worktree: git.Worktree | None = None
-
+    async def _in_worktree(self, workspace: Workspace, text: str) -> RunRecord:
         async def end(outcome: Outcome, reason: str) -> RunRecord:
-            """After any way out: commit what the agent changed (the work is never lost), publish a success, then
-            record and report."""
+            """After any way out: deliver what the agent changed (the work is never lost), then record and
+            report."""
             # A step that failed because it was interrupted (git gets the terminal's Ctrl-C too, and dies of it) is
             # a cancellation, not a failure: the issue goes back to ready.
-            if outcome == "failed" and await _interrupted():
+            if outcome == "failed" and await interrupts.being_cancelled():
                 outcome, reason = "cancelled", f"{cancel_reason(self._cancelled_because())} ({reason})"
             with anyio.CancelScope(shield=True):
-                if outcome == "cancelled":  # cancelled it stays, whatever its commit did
-                    await self._wrap_up(worktree, repo, outcome, reason)
-                else:
-                    outcome, reason = await self._wrap_up(worktree, repo, outcome, reason)
-                    if outcome == "succeeded" and self.config.after_run.pull_request:
-                        reason = await self._publish(outcome, reason)
-            if outcome == "failed" and await _interrupted():  # a git step of the cleanup (the commit), interrupted
+                if workspace.worktree is not None:
+                    delivered = await self._deliver(workspace, outcome, reason)
+                    if outcome != "cancelled":  # cancelled it stays, whatever its commit did
+                        outcome, reason = delivered
+            if (
+                outcome == "failed" and await interrupts.being_cancelled()
+            ):  # a git step of the cleanup (the commit), interrupted
                 outcome, reason = "cancelled", f"{cancel_reason(self._cancelled_because())} ({reason})"
             return await self._finish(outcome, reason)
 
         # Bad configuration and MCP servers that do not resolve are permanent failures; a bug in beflow is still
         # recorded, the tracker told and the work kept.
-        guarded = self.session.guarded(end, cancelled_because=self._cancelled_because, interrupted=_interrupted)
+        guarded = self.session.guarded(
+            end, cancelled_because=self._cancelled_because, interrupted=interrupts.being_cancelled
+        )
         async with guarded as ending:
             self._resolve_servers()
-            path = git.worktree_path(self.project.worktrees_dir, record.issue)
-            # Another run's agent at work on the repository may have planted hooks or commands in its config
-            # already: then this run's git, before its own agent, is distrusted as well.
-            distrust = await workers.blocking(repoguard.agent_at_work, self.project.directory)
-            with git.distrusting() if distrust else contextlib.nullcontext():
-                worktree = await workers.blocking(git.create_worktree, repo, path, branch, self.config.worktrees.base)
-                record.worktree = str(worktree.path)
-                record.base_commit = worktree.base_commit
-                self.store.save(record)
-                await workers.blocking(
-                    git.copy_included, self.project.directory, worktree.path, self.config.worktrees.include
-                )
-                if self.session.servers:
-                    self._git_env = await workers.blocking(git.hide_managed_file, worktree.path)
-            await self._hook("after_create", worktree.path, fatal=True)
-            with self.session.repository_guarded(worktree.path) as self._guard:
-                ending.set(*await self._agent_session(worktree.path, text))
+            await workspace.create()
+            with self.session.repository_guarded(workspace.path) as self._guard:
+                ending.set(*await self._agent_session(workspace, text))
         await anyio.lowlevel.checkpoint()  # a pending cancellation goes on from here, the record written
         return ending.finished
 
-    async def _publish(self, outcome: Outcome, reason: str) -> str:
-        """Push the branch and open (or, on a retry, update) its pull request; a failure is said, not fatal: the
-        work is committed on the branch either way."""
+    async def _deliver(self, workspace: Workspace, outcome: Outcome, reason: str) -> tuple[Outcome, str]:
+        """Delivery in one thread hop (:func:`beflow.delivery.deliver`), its verdict written into the record, then
+        the worktree removed unless it is kept."""
+        record, worktree = self.record, workspace.worktree
+        assert worktree is not None
+        injection, guard = self._injection, self._guard
+        refuse, for_good = None, False
+        if injection is not None and (injection.restored is None or injection.restored.action == "failed"):
+            refuse = f"{ACPXRC} could not be put back"  # the worktree may still hold the injected file
+        elif guard is not None and guard.changed:  # an agent that works against the user: not delivered
+            refuse, for_good = repoguard.describe(guard), True  # nor tried again by a watch: a person's to look at
+        title = prompt.without_controls(record.title or record.issue)
+        job = delivery.Job(
+            worktree=worktree,
+            directory=self.project.directory,
+            repo=workspace.repo,
+            outcome=outcome,
+            reason=reason,
+            message=f"{title}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
+            if self.config.after_run.commit
+            else None,
+            base=self.config.worktrees.base,
+            # The session's redactor leaves beflow's own server out: its BEFLOW_HOME is a path, no secret. It holds
+            # beflow's own secrets (the tracker's token) whether or not servers were injected.
+            needles=[*([injection.written] if injection is not None else []), *self.session.redact.needles()],
+            managed=injection is not None,
+            refuse=refuse,
+            refuse_for_good=for_good,
+            hidden=bool(workspace.git_env),
+            run_id=record.id,
+            proposal=self._proposal() if outcome != "cancelled" else None,
+        )
+        verdict = await workers.blocking(delivery.deliver, job)
+        record.commit = verdict.commit
+        record.changed_files = list(verdict.changed_files)
+        record.permanent = record.permanent or verdict.permanent
+        record.worktree_kept = verdict.worktree_kept
+        if verdict.pull_request is not None:
+            record.pull_request = verdict.pull_request
+        if verdict.claim_lost is not None:
+            self.session.claim_lost = verdict.claim_lost
+        self.store.save(record)
+        for notice in verdict.notices:
+            self.emit("notice", message=notice)
+        if not verdict.worktree_kept:
+            # A new branch that holds nothing but its base would only be clutter: `git branch` stays clean.
+            fresh = record.commit is None and not worktree.continued
+            await workspace.remove(delete_fresh_branch=lambda: fresh and not record.worktree_kept)
+        return verdict.outcome, verdict.reason
+
+    def _proposal(self) -> delivery.Proposal | None:
+        """How a succeeded run is proposed, when the config asks for pull requests and a code host takes them."""
+        if not self.config.after_run.pull_request or self.code_host is None:
+            return None
         record, issue = self.record, self.session.issue
-        tracker = self.session.tracker
-        if record.branch is None or record.commit is None or not isinstance(tracker, Publishes):
-            return reason
-        draft = record.model_copy(update={"outcome": outcome, "stop_reason": reason})
-        body = f"{summary(draft)}\n\nCloses #{issue.key}" + (f" ({issue.url})" if issue.url else "")
-        body = self.session.redact.text(body)  # the agent's final message, say: the token is a secret of the run
-        try:
-            with git.distrusting():
-                url, opened = await workers.blocking(
-                    tracker.publish,
-                    self.project.directory,
-                    record.branch,
-                    issue.title,
-                    body,
-                    draft=self.config.after_run.draft,
-                )
-        except ClaimLost as error:  # another machine runs the issue now: nothing of this run is published
-            self.session.claim_lost = error.message
-            self.emit("notice", message=f"no pull request: {error.message}")
-            return f"{reason}; not published: {error.message}"
-        except BeflowError as error:
-            self.emit("notice", message=f"no pull request: {error.message}")
-            return f"{reason}; the pull request could not be opened: {error.message}"
-        record.pull_request = url
-        self.emit("notice", message=f"pull request {'opened' if opened else 'updated'}: {url}")
-        return reason
+
+        def body(verdict: delivery.Verdict) -> str:
+            draft = record.model_copy(
+                update={
+                    "outcome": verdict.outcome,
+                    "stop_reason": verdict.reason,
+                    "commit": verdict.commit,
+                    "changed_files": list(verdict.changed_files),
+                    "worktree_kept": verdict.worktree_kept,
+                }
+            )
+            text = f"{summary(draft)}\n\nCloses #{issue.key}" + (f" ({issue.url})" if issue.url else "")
+            return self.session.redact.text(text)  # the agent's final message, say: the token is a secret of the run
+
+        held = self.claim.held if self.claim is not None else contextlib.nullcontext
+        return delivery.Proposal(self.code_host, issue.title, body, self.config.after_run.draft, held)
 
     def _resolve_servers(self) -> None:
         """The run's MCP servers, resolved before anything runs: from here on their secret values are masked in
@@ -281,10 +305,11 @@ class _InWorktree:
             raise PermanentFailure(f"MCP servers: {error.message}") from None
         self.session.use_servers(servers)
 
-    async def _agent_session(self, cwd: Path, text: str) -> tuple[Outcome, str]:
+    async def _agent_session(self, workspace: Workspace, text: str) -> tuple[Outcome, str]:
         """Inject, run acpx, restore. Returns the outcome and a reason."""
-        record = self.record
+        record, cwd = self.record, workspace.path
         redact = self.session.redact
+        agent = self._agent = acpx.AgentSession(self.config, cwd, env=workspace.git_env, unset=workspace.withheld)
         directory = self.store.directory(record.id)
         transcript_path = directory / "transcript.jsonl"
         stderr_path = directory / "stderr.log"
@@ -296,27 +321,37 @@ class _InWorktree:
             def on_stdout(line: bytes) -> None:
                 line = redact(line)
                 transcript_file.line(line)
-                before = self.transcript.latest
-                self.transcript.feed(line)
-                if self.transcript.latest and self.transcript.latest != before:
-                    self.emit("activity", latest=self.transcript.latest)
-
-            on_stderr = stderr_file.line
+                transcript = agent.transcript
+                before = transcript.latest
+                transcript.feed(line)
+                if transcript.latest and transcript.latest != before:
+                    self.emit("activity", latest=transcript.latest)
 
             async with self.session.injected(cwd) as handle:
                 self._injection = handle
-                await self._hook("before_run", cwd, fatal=False)
+                await workspace.hook("before_run", fatal=False)
                 async with (
                     follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)),
-                    own_channel(self._channel, self.session.tracker, lambda: self.transcript, self._notice),
+                    own_channel(self._channel, self.session.tracker, lambda: agent.transcript, self._notice),
                 ):
-                    result = await self._run_agent(cwd, text, on_stdout, on_stderr)
-                await self._hook("after_run", cwd, fatal=False)
+                    earlier = self._resumable_session() if self.request.attempt > 1 else None
+                    result = await agent.run(
+                        text,
+                        key=record.issue,
+                        prompt_file=directory / "prompt.md",
+                        earlier=earlier,
+                        on_stdout=on_stdout,
+                        on_stderr=stderr_file.line,
+                        on_cold_start=self._started_cold,
+                    )
+                    record.resumed_session = agent.resumed_session
+                await workspace.hook("after_run", fatal=False)
+        transcript = agent.transcript
         record.exit_code = result.returncode
-        record.final_message = self.transcript.final_message
-        record.session = self.transcript.session_id
+        record.final_message = transcript.final_message
+        record.session = transcript.session_id
         stderr = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-        verdict = judge(result, self.transcript, self.config, stderr, key=self.request.key, run_id=record.id)
+        verdict = judge(result, transcript, self.config, stderr, key=self.request.key, run_id=record.id)
         record.permanent = verdict.permanent
         if self._channel is not None and self._channel.failure is not None:
             return verdict.outcome, f"{verdict.reason}; {self._channel.failure}"
@@ -325,60 +360,9 @@ class _InWorktree:
     def _notice(self, message: str) -> None:
         self.emit("notice", message=message)
 
-    async def _run_agent(
-        self, cwd: Path, text: str, on_stdout: proc.LineHandler, on_stderr: proc.LineHandler
-    ) -> proc.Completed:
-        """acpx for this run: a cold ``exec``, or, on a retry, ``prompt -s`` on the agent's earlier ACP session.
-
-        Resuming needs the earlier run's session id and an agent that supports ``session/resume`` or
-        ``session/load``; when acpx cannot resume, the run goes on cold and the record says why.
-        """
-        record = self.record
-        timeout = self.config.timeout
-        common: dict[str, Any] = {
-            "cwd": cwd,
-            "prompt": text,
-            "prompt_file": self.store.directory(record.id) / "prompt.md",
-            "permissions": self.config.permissions,
-            "timeout": timeout,
-        }
-        supervise: dict[str, Any] = {
-            "cwd": cwd,
-            "timeout": None if timeout is None else timeout + TIMEOUT_MARGIN,
-            "on_stdout": on_stdout,
-            "on_stderr": on_stderr,
-            "grace": interrupts.grace(proc.DEFAULT_GRACE),
-            "env": self._git_env,
-            "unset": self._withheld,
-        }
-        earlier = self._resumable_session() if self.request.attempt > 1 else None
-        if earlier is not None:
-            name = acpx.session_name(record.issue)
-            created = await proc.run(
-                acpx.resume_argv(self.config, cwd=cwd, name=name, session_id=earlier),
-                cwd=cwd,
-                timeout=60,
-                env=self._git_env,
-                unset=self._withheld,
-            )
-            if not created.ok:
-                record.resume_note = f"could not name the earlier session: {_tail(created)}; started cold"
-            else:
-                finished = False
-                try:
-                    result = await proc.run(acpx.prompt_argv(self.config, name=name, **common), **supervise)
-                    finished = self.transcript.stop_reason is not None
-                finally:
-                    await self._end_session(cwd, name, earlier, cancel=not finished)
-                if self.transcript.prompted:
-                    record.resumed_session = earlier
-                    self.transcript.session_id = self.transcript.session_id or earlier  # the next retry resumes it too
-                    return result
-                why = self.transcript.acpx_error or _tail(result)
-                record.resume_note = f"acpx could not resume session {earlier}: {why}; started cold"
-                self.transcript = acpx.Transcript()
-            self.emit("notice", message=record.resume_note)
-        return await proc.run(acpx.exec_argv(self.config, **common), **supervise)
+    def _started_cold(self, why: str) -> None:
+        self.record.resume_note = why
+        self.emit("notice", message=why)
 
     def _resumable_session(self) -> str | None:
         """The ACP session of this issue's latest earlier run with the same agent, if it recorded one."""
@@ -390,170 +374,6 @@ class _InWorktree:
             ):
                 return earlier.session
         return None
-
-    async def _end_session(self, cwd: Path, name: str, session_id: str, *, cancel: bool) -> None:
-        """Leave no queue owner behind: cancel an unfinished turn, close the session, stop a lingering owner."""
-        with anyio.CancelScope(shield=True):
-            if cancel:
-                await proc.run(
-                    acpx.cancel_argv(self.config, cwd=cwd, name=name), cwd=cwd, timeout=10, unset=self._withheld
-                )
-            await proc.run(acpx.close_argv(self.config, cwd=cwd, name=name), cwd=cwd, timeout=15, unset=self._withheld)
-            for pid in acpx.queue_owner_pids(session_id, acpx_home()):
-                await proc.stop_group(pid, grace=2.0)
-            acpx.forget_session(session_id, acpx_home())
-
-    async def _hook(self, name: str, cwd: Path, *, fatal: bool) -> None:
-        hook = self.config.hooks.get(name)
-        if hook is None:
-            return
-        self.emit("activity", latest=f"hook {name}: {hook.command}")
-        # Streamed to the log as it comes, up to a limit: a hook that floods (`yes`) keeps beflow's memory flat.
-        path = self.store.directory(self.record.id) / "hooks" / f"{name}.log"
-        result: proc.Completed | None = None
-        with CappedLog(path, HOOK_LOG_LIMIT, self.session.redact_hooks) as log:
-            log.write(f"$ {self.session.redact.text(hook.command)}\n".encode())
-            # A signal stops a hook even in the shielded cleanup (before_remove): it never holds beflow up.
-            with interrupts.cut_short_by_signal():
-                result = await proc.run(
-                    proc.shell(hook.command),
-                    cwd=cwd,
-                    timeout=hook.timeout,
-                    env=self._git_env,
-                    unset=self._withheld,  # a hook runs where the agent worked: it gets what the agent gets
-                    on_stdout=log.line,
-                    on_stderr=log.line,
-                    max_capture=0,
-                    grace=interrupts.grace(proc.DEFAULT_GRACE),
-                    stop_escaped=True,
-                )
-            ending = f"{result.describe()} after {result.duration:.1f} s" if result else "stopped by a signal"
-            log.close(f"[{ending}]\n".encode())
-        if result is None:
-            message = f"hook {name} was stopped by a signal; its output is in the run record"
-            if fatal:
-                raise BeflowError(message)
-            self.emit("notice", message=message)
-            return
-        if not result.ok:
-            message = f"hook {name} failed ({result.describe()}); its output is in the run record"
-            if fatal:
-                raise BeflowError(message)
-            self.emit("notice", message=message)
-
-    async def _wrap_up(
-        self, worktree: git.Worktree | None, repo: Any, outcome: Outcome, reason: str
-    ) -> tuple[Outcome, str]:
-        """Commit what the agent changed (whatever the outcome: it is the agent's work) and remove the worktree.
-
-        Whatever goes wrong here (git refusing a tree the agent broke, say), the worktree is kept and named: the
-        agent's work is never lost, and the run is still recorded and reported.
-        """
-        try:
-            with git.distrusting():  # the agent has run: no hook, no configured command in beflow's git from here
-                return await self._commit_and_clean(worktree, repo, outcome, reason)
-        except Exception as error:
-            if worktree is None:  # nothing was there to commit: nothing to keep either
-                raise
-            self.record.worktree_kept = True
-            self.store.save(self.record)
-            why = error.message if isinstance(error, BeflowError) else f"{type(error).__name__}: {error}"
-            return "failed", f"{reason}; committing the work failed ({why}); the work is kept in {worktree.path}"
-
-    async def _commit_and_clean(
-        self, worktree: git.Worktree | None, repo: Any, outcome: Outcome, reason: str
-    ) -> tuple[Outcome, str]:
-        record = self.record
-        if worktree is None:
-            return outcome, reason
-        injection = self._injection
-        if injection is not None and (injection.restored is None or injection.restored.action == "failed"):
-            # The worktree may still hold the injected file: nothing is committed, the branch stays where it was.
-            return await self._keep(worktree, f"{reason}; {ACPXRC} could not be put back")
-        if self._guard is not None and self._guard.changed:  # an agent that works against the user: not delivered
-            record.permanent = True  # nor tried again by a watch: the issue is a person's to look at
-            return await self._keep(worktree, f"{reason}; {repoguard.describe(self._guard)}")
-        if self._git_env:
-            await workers.blocking(git.unhide_managed_file, worktree.path)
-        if self.config.after_run.commit:
-            title = prompt.without_controls(record.title or record.issue)
-            message = f"{title}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
-            try:
-                await workers.blocking(git.commit_all, worktree.path, message)
-            except BeflowError as error:
-                record.worktree_kept = True
-                self.store.save(record)
-                return "failed", f"{reason}; {error.message}; the work is kept in {worktree.path}"
-        head = await workers.blocking(git.head, worktree.path)
-        # Every commit of the run (the agent's own included) is checked before the branch moves to it.
-        # The session's redactor leaves beflow's own server out: its BEFLOW_HOME is a path, no secret. It holds
-        # beflow's own secrets (the tracker's token) whether or not servers were injected.
-        needles = [*([injection.written] if injection is not None else []), *self.session.redact.needles()]
-        # A continued branch is checked from the base, whole: it may hold commits no run of this issue made (moved
-        # by hand, or by another run's agent, which shares the repository), and all of them would be pushed.
-        since = worktree.base_commit
-        if worktree.continued:
-            since = await workers.blocking(git.resolve_base, repo, self.config.worktrees.base)
-        leaks = await workers.blocking(
-            git.find_leaks, worktree.path, since, head, needles, managed=injection is not None
-        )
-        if leaks:
-            return await self._keep(worktree, f"{reason}; {leaks[0].describe()}")
-        if head != worktree.tip:
-            try:
-                await workers.blocking(
-                    git.publish, worktree.path, worktree.branch, head, worktree.tip, f"beflow run {record.id}"
-                )
-            except BeflowError as error:
-                record.worktree_kept = True
-                self.store.save(record)
-                return "failed", f"{reason}; {error.message}; the work is commit {head[:12]} in {worktree.path}"
-        record.commit = head if head != worktree.base_commit else None
-        record.changed_files = await workers.blocking(git.changed_files, worktree.path, worktree.base_commit, head)
-        if not self.config.after_run.commit:
-            # Nothing is committed: what changed is what the worktree's status says, left there for a person.
-            status = await workers.blocking(git.checkout_status, worktree.path)
-            record.changed_files += [f"{code.strip()}\t{path}" for path, code in status.items() if path != ACPXRC]
-        if outcome == "succeeded" and not record.changed_files:
-            outcome, reason = "no_changes", "the agent finished without changing any file"
-        if await workers.blocking(git.is_dirty, worktree.path):
-            record.worktree_kept = True
-            why = "after_run.commit is false" if not self.config.after_run.commit else "uncommitted changes"
-            reason += f"; the worktree is kept ({why}): {worktree.path}"
-        else:
-            await self._remove(repo, worktree)
-            # A new branch that holds nothing but its base would only be clutter: `git branch` stays clean.
-            fresh = record.commit is None and not worktree.continued and not record.worktree_kept
-            if fresh and await workers.blocking(git.delete_branch_at, repo, worktree.branch, worktree.base_commit):
-                record.branch = None
-        return outcome, reason
-
-    async def _keep(self, worktree: git.Worktree, why: str) -> tuple[Outcome, str]:
-        """Fail closed: the branch is not moved, the run's commits are undone into uncommitted changes (nothing
-        names them any more), and the worktree is kept with the work."""
-        record = self.record
-        record.worktree_kept = True
-        record.commit = None
-        with contextlib.suppress(Exception):
-            await workers.blocking(git.uncommit, worktree.path, worktree.base_commit)
-        with contextlib.suppress(Exception):
-            status = await workers.blocking(git.checkout_status, worktree.path)
-            record.changed_files = [f"{code.strip()}\t{path}" for path, code in status.items() if path != ACPXRC]
-        self.store.save(record)
-        # Whatever the agent achieved, the run did not deliver it: failed.
-        return "failed", (
-            f"{why}: nothing was committed and {worktree.branch} was not updated; the work is kept as uncommitted "
-            f"changes in {worktree.path}"
-        )
-
-    async def _remove(self, repo: Any, worktree: git.Worktree) -> None:
-        await self._hook("before_remove", worktree.path, fatal=False)
-        try:
-            prune = self.config.worktrees.dir is None  # beflow's own folder under $BEFLOW_HOME, not the user's
-            await workers.blocking(git.remove_worktree, repo, worktree.path, prune_parent=prune)
-        except BeflowError as error:
-            self.record.worktree_kept = True
-            self.emit("notice", message=error.message)
 
     async def _finish(self, outcome: Outcome, reason: str) -> RunRecord:
         record = self.record
@@ -568,62 +388,6 @@ class _InWorktree:
         )
 
 
-def _cancel_pending() -> bool:
-    """Whether the current task is being cancelled (a signal, a watch stopping the run) though no checkpoint has
-    said so yet: the step that was running failed of the same interruption."""
-    return anyio.current_effective_deadline() == -math.inf
-
-
-async def _interrupted() -> bool:
-    """Whether the run is being cancelled, for a step that just failed. Git gets the terminal's Ctrl-C too and can
-    die of it before beflow's own signal handler has had its turn on the event loop: a short shielded pause lets
-    the handler run, so an interrupted step is taken for the cancellation it is, never for a failure."""
-    if _cancel_pending():
-        return True
-    with anyio.CancelScope(shield=True):
-        await anyio.sleep(0.1)
-    return _cancel_pending()
-
-
-def _tail(result: proc.Completed) -> str:
-    """What a failed acpx call said, for notes: its JSON error's message, else its last line."""
-    lines = (result.stderr or result.stdout).decode("utf-8", "replace").strip().splitlines()
-    if not lines:
-        return result.describe()
-    last = lines[-1]
-    with contextlib.suppress(ValueError, KeyError, TypeError):
-        last = str(json.loads(last)["error"]["message"])
-    return f"{result.describe()}: {last[:300]}"
-
-
-#: What beflow reads from the checkout itself (not from a run's worktree): uncommitted, it still counts.
-_READ_FROM_THE_CHECKOUT = (".beflow/", ".mcp.json", ".acpxrc.json")
-
-
-def invisible_changes(project: Project) -> str | None:
-    """A note for uncommitted changes in the checkout, which no unattended run sees: each starts from
-    ``worktrees.base`` in a worktree of its own. None when there are none (or no repository to look at)."""
-    try:
-        status = git.checkout_status(project.directory)
-    except Exception:  # no repository, or git failing: the checks before the run say what is wrong
-        return None
-    top = git.toplevel(project.directory) or project.directory
-    prefix = project.directory.resolve().relative_to(top.resolve()).as_posix() if project.directory != top else ""
-    changed = [
-        path
-        for path in status
-        if not path.removeprefix(f"{prefix}/" if prefix else "").startswith(_READ_FROM_THE_CHECKOUT)
-    ]
-    if not changed:
-        return None
-    shown = ", ".join(changed[:3]) + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
-    return (
-        f"{len(changed)} uncommitted change{'s' if len(changed) != 1 else ''} in {top} ({shown}) will not be seen "
-        f"by the agent: each run starts from worktrees.base ({project.config.worktrees.base}) in a worktree of its "
-        "own. Commit them first to include them."
-    )
-
-
 async def run_many(
     project: Project,
     tracker: Tracker,
@@ -636,6 +400,7 @@ async def run_many(
 ) -> list[RunRecord]:
     """Run the named issues, or every ready issue once, ``concurrency`` at a time."""
     preflight.check(project)
+    code_host = open_code_host(project, tracker)  # before any agent runs: where to push is read now
     picked = not keys
     store = RunStore(project.directory)
     store.close_orphans()
@@ -657,7 +422,7 @@ async def run_many(
         async with limiter:
             request = RunRequest(key=key, mode=mode, only_if_ready=picked)
             try:
-                records.append(await Run(project, tracker, request, events).execute())
+                records.append(await Run(project, tracker, request, events, code_host=code_host).execute())
             except NoLongerReady:
                 pass  # another beflow ran it meanwhile: nothing to do here
             except LockedError as error:

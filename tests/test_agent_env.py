@@ -37,6 +37,7 @@ ENVIRON = {
 }
 
 GITHUB = {"kind": "github", "repo": "octo/hello"}
+CODE_HOST = {"kind": "github", "repo": "octo/hello"}
 
 
 @pytest.mark.parametrize(
@@ -54,6 +55,13 @@ GITHUB = {"kind": "github", "repo": "octo/hello"}
         # the local tracker holds no secret: GITHUB_TOKEN is just a *_TOKEN
         ({}, "GITHUB_TOKEN", False),
         ({"agent_env": {"pass": ["GITHUB_TOKEN"]}}, "GITHUB_TOKEN", True),
+        # the code host's secret, whatever the tracker: withheld even from agent_env.pass; the tracker's own grant
+        # of the same variable (the code host it implies) still gives it
+        ({"code_host": CODE_HOST, "agent_env": {"pass": ["GITHUB_TOKEN"]}}, "GITHUB_TOKEN", False),
+        ({"code_host": CODE_HOST, "agent_env": {"pass": ["*"]}}, "GH_ENTERPRISE_COPY", False),
+        ({"code_host": {**CODE_HOST, "token_env": "MY_TOOL_URL"}, "agent_env": {"pass": ["*"]}}, "MY_TOOL_URL", False),
+        ({"tracker": {**GITHUB, "agent_token": True}, "code_host": CODE_HOST}, "GITHUB_TOKEN", True),
+        ({"code_host": {"kind": "none"}, "agent_env": {"pass": ["GITHUB_TOKEN"]}}, "GITHUB_TOKEN", True),
         # the default drop list
         ({}, "AWS_SECRET_ACCESS_KEY", False),
         ({}, "AWS_ACCESS_KEY_ID", False),
@@ -125,6 +133,15 @@ def test_held_secrets_are_the_trackers_values_that_are_set() -> None:
     assert held_secrets(Config.model_validate({"tracker": GITHUB}), ENVIRON) == [TOKEN]
     assert held_secrets(Config.model_validate({"tracker": GITHUB}), {}) == []
     assert held_secrets(Config(), ENVIRON) == []
+
+
+def test_held_secrets_are_the_code_hosts_too_whatever_the_tracker() -> None:
+    assert held_secrets(Config.model_validate({"code_host": CODE_HOST}), ENVIRON) == [TOKEN]
+    mine = {"code_host": {**CODE_HOST, "token_env": "MY_TOOL_URL"}}
+    assert held_secrets(Config.model_validate(mine), ENVIRON) == ["https://example.com"]
+    both = {"tracker": GITHUB, "code_host": {**CODE_HOST, "token_env": "NPM_TOKEN"}}
+    assert held_secrets(Config.model_validate(both), ENVIRON) == [TOKEN, "npm"]
+    assert held_secrets(Config.model_validate({"tracker": GITHUB, "code_host": {"kind": "none"}}), ENVIRON) == [TOKEN]
 
 
 def test_bad_agent_env_entries_are_refused() -> None:

@@ -15,10 +15,12 @@ from beflow import ACPX_VERSION
 from beflow.config import (
     AfterRun,
     Config,
+    GitHubCodeHostSettings,
     GitHubTrackerSettings,
     Hook,
     LocalTrackerSettings,
     Mcp,
+    NoCodeHostSettings,
     Watch,
     Worktrees,
     find_config,
@@ -286,6 +288,37 @@ def test_a_github_tracker_and_union_values_load(repo: Path) -> None:
     assert config.timeout is None
 
 
+def test_the_code_host_is_the_one_named_else_the_one_the_tracker_implies(repo: Path) -> None:
+    github = {"kind": "github", "repo": "octo/hello", "api_url": "https://ghe.example.com/api/v3", "token_env": "GH"}
+    implied = Config.model_validate({"tracker": github}).code_host_settings()
+    api = github["api_url"]
+    assert implied == GitHubCodeHostSettings(kind="github", repo="octo/hello", api_url=api, token_env="GH")
+    assert Config().code_host_settings() == NoCodeHostSettings(kind="none")
+    named = {"kind": "github", "repo": "octo/code", "token_env": "CODE_TOKEN"}
+    assert Config.model_validate({"code_host": named}).code_host_settings().repo == "octo/code"  # type: ignore[union-attr]
+    none = Config.model_validate({"tracker": github, "code_host": {"kind": "none"}})
+    assert none.code_host_settings() == NoCodeHostSettings(kind="none")
+
+
+@pytest.mark.parametrize(
+    ("code_host", "said"),
+    [
+        ({"kind": "gitlab"}, "code_host"),
+        ({"kind": "github", "repo": "hello"}, 'code_host.repo: expected "owner/name"'),
+        ({"kind": "github", "api_url": "ftp://x"}, "code_host.api_url: expected an http(s) URL"),
+        ({"kind": "github", "token_env": "no spaces"}, "code_host.token_env"),
+        ({"kind": "github", "labels": ["x"]}, "code_host.labels"),
+        ({"kind": "none", "repo": "octo/hello"}, "code_host.repo"),
+    ],
+)
+def test_a_bad_code_host_is_refused_naming_the_file_and_the_field(repo: Path, code_host: object, said: str) -> None:
+    path = config_file(repo)
+    path.write_text(json.dumps({"code_host": code_host}))
+    with pytest.raises(ConfigError) as raised:
+        load_config_file(path)
+    assert str(path) in raised.value.message and said in raised.value.message, raised.value.message
+
+
 # --- the example --------------------------------------------------------------------------------------------------
 
 
@@ -331,8 +364,8 @@ def test_the_example_never_says_that_a_setting_does_nothing(repo: Path) -> None:
     path.write_text(json.dumps({"after_run": {"pull_request": True}}))
 
     assert "does nothing" not in text
-    assert "`pull_request` (GitHub tracker only)" in text
-    with pytest.raises(ConfigError, match="need the GitHub tracker"):
+    assert "`pull_request` (needs a code host)" in text
+    with pytest.raises(ConfigError, match="need a code host"):
         preflight.check(load_project(path))
 
 

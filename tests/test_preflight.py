@@ -42,7 +42,7 @@ def assert_nothing_changed(project: AutoProject, key: str) -> None:
         (lambda p: p.configure(prompt="{{ issue.nope }}"), "issue has no field 'nope'"),
         (
             lambda p: p.configure(after_run={"pull_request": True}),
-            "after_run.pull_request: pull requests need the GitHub tracker",
+            "after_run.pull_request: pull requests need a code host",
         ),
     ],
     ids=[

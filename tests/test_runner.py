@@ -623,37 +623,6 @@ def test_when_the_commit_fails_the_worktree_is_kept_and_named(auto_project: Auto
     assert f"worktree kept at `{worktree}`" in comment
 
 
-def test_when_the_tree_is_dirty_after_the_commit_the_worktree_is_kept_and_named(
-    auto_project: AutoProject, beflow
-) -> None:
-    # A nested repository with a commit is staged as a gitlink; the file changed inside it stays uncommitted.
-    hook = "git init -q sub && git -C sub commit -q --allow-empty -m x && echo y > sub/f"
-    auto_project.configure(hooks={"after_run": hook})
-    key = auto_project.new_issue("write a.txt x")
-
-    beflow("--auto", key)
-
-    record = auto_project.only_record()
-    worktree = Path(record.worktree or "")
-    assert record.worktree_kept and worktree.is_dir()
-    assert f"the worktree is kept (uncommitted changes): {worktree}" in (record.stop_reason or "")
-    assert record.commit is not None and "a.txt" in auto_project.branch_files("beflow/1")
-
-
-def test_without_commits_the_changes_stay_in_the_kept_worktree(auto_project: AutoProject, beflow) -> None:
-    auto_project.configure(after_run={"commit": False})
-    key = auto_project.new_issue("write c.txt changed")
-
-    result = beflow("--auto", key)
-
-    assert result.exit_code == 0, result.stderr
-    record = auto_project.only_record()
-    assert record.outcome == "succeeded" and record.commit is None
-    assert record.changed_files == ["??\tc.txt"]
-    assert record.worktree_kept and "after_run.commit is false" in (record.stop_reason or "")
-    assert (Path(record.worktree or "") / "c.txt").read_text() == "changed"
-
-
 def test_a_progress_display_that_fails_does_not_break_the_run(auto_project: AutoProject) -> None:
     """``beflow --auto --json | head -1``: the pipe closes, the run still ends properly."""
     key = auto_project.new_issue("say hi", "write a.txt x")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 
 from beflow import hardening, interrupts, modes
+from beflow.checkout import invisible_changes
 from beflow.cli.common import App, emit_json, err, escape, pass_app
 from beflow.cli.progress import OUTCOME_STYLE, Progress
 from beflow.events import IDLE, RunEvent
 from beflow.records import FAILED_OUTCOMES
-from beflow.runner import invisible_changes, run_many
+from beflow.runner import run_many
 from beflow.trackers import open_tracker
 
 

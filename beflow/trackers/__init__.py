@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
 
 from beflow import hardening
@@ -52,12 +51,9 @@ def open_tracker(project: Project) -> Tracker:
 
 def _withhold_from_git(project: Project) -> None:
     """The tracker's secret variables, and any other holding the same value, never reach a git command."""
-    from beflow import agent_env, git
+    from beflow import agent_env
 
-    names = set(agent_env.held_secret_env(project.config))
-    values = set(agent_env.held_secrets(project.config))
-    names |= {name for name, value in os.environ.items() if value.strip() in values}
-    git.withhold(names)
+    agent_env.withhold_from_git(project.config)
 
 
 @contextlib.contextmanager

@@ -10,7 +10,7 @@ import datetime as dt
 import re
 import unicodedata
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
@@ -331,7 +331,8 @@ class Claim:
 
     The hold ends when it is released or when the holding process dies, whichever comes first. A claim on a remote
     tracker is a lease: its holder calls :meth:`renew` every ``renew_every`` seconds while the run lives, and a lease
-    not renewed in time may be taken over by another machine (``renew`` then raises :class:`ClaimLost`).
+    not renewed in time may be taken over by another machine (``renew`` then raises :class:`ClaimLost`), and a write
+    made on the run's behalf elsewhere (a push, a pull request) is made within :meth:`held`.
     """
 
     def __init__(
@@ -339,12 +340,14 @@ class Claim:
         info: ClaimInfo,
         release: Any,
         *,
+        held: Callable[[], AbstractContextManager[Any]] | None = None,
         renew: Any = None,
         renew_every: float | None = None,
         expires: Any = None,
     ) -> None:
         self.info = info
         self._release = release
+        self._held = held
         self._renew = renew
         self._expires = expires
         #: Seconds between renewals; None for claims that last as long as their process (local file locks).
@@ -355,6 +358,12 @@ class Claim:
         """Extend the lease; :class:`ClaimLost` when another process holds the issue now."""
         if self._renew is not None and not self.released:
             self._renew()
+
+    def held(self) -> AbstractContextManager[Any]:
+        """A block whose writes are this claim's: a lease is proven first (:class:`ClaimLost` when another process
+        holds the issue now) and its requests end before the lease does; a claim that lasts as long as its process
+        needs nothing."""
+        return self._held() if self._held is not None else nullcontext()
 
     def seconds_left(self) -> float | None:
         """How long the lease lasts without another renewal (None: it lasts as long as its process)."""
@@ -479,13 +488,6 @@ class SetsUpLabels(Protocol):
     def missing_labels(self) -> list[str]: ...
 
     def ensure_labels(self) -> list[str]: ...
-
-
-@runtime_checkable
-class Publishes(Protocol):
-    """The branch of a run can be pushed and proposed as a pull request: its URL, and whether it is new."""
-
-    def publish(self, directory: Path, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]: ...
 
 
 @runtime_checkable

@@ -6,42 +6,30 @@
   ``beflow:review``, ``beflow:failed``; an open issue without one is ``open``. A closed issue is ``done`` when it was
   closed as completed, else ``closed``. Priority comes from a ``priority:N`` label.
 - **Comments** beflow writes end with a hidden marker; a run keeps one progress comment that it edits in place.
-- **Claims** are leases kept in git refs ``refs/beflow/claims/<number>``, each pointing at a commit whose message
-  holds the lease (owner, host, pid, expiry on GitHub's clock). Creating the ref fails with 422 when it exists, and
-  every later change is a fast-forward-only update, which GitHub refuses when someone moved the ref first: each
-  take-over, renewal and release is a compare-and-swap, so two machines can never both hold one issue.
+- **Claims** are leases kept in git refs ``refs/beflow/claims/<number>``, each a compare-and-swap, so two machines
+  can never both hold one issue (:mod:`beflow.trackers.github_leases`, the tracker's claim store).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import json
 import os
 import re
-import secrets
-import shlex
 import shutil
-import socket
-import tempfile
-import threading
-import time
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import quote, urlparse
 
 import pydantic
 
 from beflow import proc
-from beflow.config import GitHubTrackerSettings, Project
-from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError, UsageError, excerpt
+from beflow.config import GitHubCodeHostSettings, GitHubTrackerSettings, Project
+from beflow.errors import BeflowError, ConfigError, NotFoundError, UsageError, excerpt
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
     Claim,
     ClaimInfo,
-    ClaimLost,
     Comment,
     FileProblem,
     Issue,
@@ -53,21 +41,17 @@ from beflow.trackers.base import (
     normalize_key,
     utc_now,
 )
+from beflow.trackers.claims import orphans_of, ready_of
 from beflow.trackers.github_api import (
     PUBLIC_API,
     Api,
     GitHubAccessError,
     GitHubAuthError,
     GitHubError,
-    RateLimited,
 )
+from beflow.trackers.github_comments import IssueComments
+from beflow.trackers.github_leases import GitHubLeases
 
-if TYPE_CHECKING:
-    from beflow.git import PushAuth
-
-#: The hidden marker at the end of every comment beflow writes; the progress comment of a run has its own.
-MARKER = "<!-- beflow -->"
-PROGRESS_MARKER = "<!-- beflow:progress -->"
 #: Before the marker, a comment beflow posted holds a token of its own: a post whose answer was lost is found by it.
 _MARKERS = re.compile(r"\s*(<!-- beflow:post [0-9a-f]+ -->\s*)?<!-- beflow(:progress)? -->\s*$")
 #: The label suffix of each status an open issue can have (``open`` is "no status label").
@@ -81,28 +65,11 @@ STATUS_LABELS: dict[Status, str] = {
 _PRECEDENCE = [Status.IN_PROGRESS, Status.REVIEW, Status.FAILED, Status.READY]
 LABEL_COLORS = {"ready": "0e8a16", "in-progress": "fbca04", "review": "1d76db", "failed": "b60205"}
 _PRIORITY = re.compile(r"^priority:\s*(\d+)$")
-#: Edits of a run's progress comment are at most this often (seconds): people see the progress, GitHub is spared.
-PROGRESS_EVERY = 15.0
-CLAIM_NAMESPACE = "beflow/claims"
-#: beflow's git credential helper: the token (from the child's environment, never a file or argv) for exactly one
-#: protocol and host, ``https`` and ``$BEFLOW_GIT_HOST``; nothing for any other (a redirect, a rewritten URL).
-CREDENTIAL_HELPER = """#!/bin/sh
-[ "$1" = get ] || exit 0
-protocol= host=
-while IFS= read -r line && [ -n "$line" ]; do
-  case "$line" in
-    protocol=*) protocol=${line#protocol=} ;;
-    host=*) host=${line#host=} ;;
-  esac
-done
-if [ "$protocol" = https ] && [ -n "$BEFLOW_GIT_HOST" ] && [ "$host" = "$BEFLOW_GIT_HOST" ]; then
-  printf 'username=x-access-token\\npassword=%s\\n' "$BEFLOW_GIT_TOKEN"
-fi
-"""
 
 
-def resolve_token(settings: GitHubTrackerSettings) -> str:
-    """The token: ``$token_env``, else ``gh auth token``; a clear error naming both when neither gives one."""
+def resolve_token(settings: GitHubTrackerSettings | GitHubCodeHostSettings, what: str = "tracker") -> str:
+    """The token: ``$token_env``, else ``gh auth token``; a clear error naming both when neither gives one
+    (``what``: the setting it is for, ``tracker`` or ``code_host``)."""
     token = os.environ.get(settings.token_env, "").strip()
     if token:
         return token
@@ -114,14 +81,14 @@ def resolve_token(settings: GitHubTrackerSettings) -> str:
         if result is not None and result.ok and result.stdout.strip():
             return result.stdout.decode("utf-8", "replace").strip()
     raise GitHubAuthError(
-        f"tracker: no GitHub token: ${settings.token_env} is not set"
+        f"{what}: no GitHub token: ${settings.token_env} is not set"
         + ("" if shutil.which("gh") else ", and the GitHub CLI (gh) is not installed"),
         fix=f"export {settings.token_env}=<a token with issues, contents and pull requests: write>, or "
-        "`gh auth login`; tracker.token_env names another variable.",
+        f"`gh auth login`; {what}.token_env names another variable.",
     )
 
 
-def api_url(settings: GitHubTrackerSettings) -> str:
+def api_url(settings: GitHubTrackerSettings | GitHubCodeHostSettings) -> str:
     return settings.api_url or os.environ.get("GITHUB_API_URL", "").strip().rstrip("/") or PUBLIC_API
 
 
@@ -131,8 +98,8 @@ def web_host(api: str) -> str:
     return "github.com" if host == "api.github.com" else host
 
 
-def repo_from_remote(project: Project, api: str) -> str:
-    """``owner/name`` of the checkout's ``origin`` when it points at GitHub (``tracker.repo`` left out)."""
+def repo_from_remote(project: Project, api: str, setting: str = "tracker.repo") -> str:
+    """``owner/name`` of the checkout's ``origin`` when it points at GitHub (``setting`` left out)."""
     from beflow import git
 
     url = git.remote_url(project.directory, "origin")
@@ -145,28 +112,19 @@ def repo_from_remote(project: Project, api: str) -> str:
     where = f"{project.config_path}: " if project.config_path else ""
     said = f"origin is {url}" if url else "the checkout has no origin remote"
     raise ConfigError(
-        f"{where}tracker.repo: not set, and {said}, which is not a repository on {host}",
-        fix='Set "repo": "owner/name" in the tracker settings.',
+        f"{where}{setting}: not set, and {said}, which is not a repository on {host}",
+        fix=f'Set "repo": "owner/name" in the {setting.partition(".")[0]} settings.',
     )
 
 
 def open_github(project: Project, settings: GitHubTrackerSettings) -> GitHubTracker:
     api = api_url(settings)
     repo = settings.repo or repo_from_remote(project, api)
-    tracker = GitHubTracker(settings, repo, Api(api, resolve_token(settings), token_name=settings.token_env), project)
-    if project.config.after_run.pull_request:
-        from beflow import git
-
-        # Read now, before any agent runs in a worktree of this repository (they share its config).
-        tracker.push_url = git.remote_url(project.directory, "origin", push=True)
-    return tracker
+    return GitHubTracker(settings, repo, Api(api, resolve_token(settings), token_name=settings.token_env), project)
 
 
 class GitHubTracker:
     """Issues of one GitHub repository (see the module's description)."""
-
-    #: Where ``publish`` pushes: ``origin``'s push URL, read when the tracker was opened (None: no origin).
-    push_url: str | None = None
 
     def __init__(self, settings: GitHubTrackerSettings, repo: str, api: Api, project: Project | None = None) -> None:
         self.settings = settings
@@ -176,14 +134,12 @@ class GitHubTracker:
         self.prefix = settings.status_prefix
         self.description = f"GitHub issues of {repo} labelled {', '.join(settings.labels) or '(any)'}"
         self._base = f"/repos/{repo}"
+        self._call = _RepoCalls(api, repo, settings.token_env)
         self._labels_checked = False
-        self._tree: str | None = None
-        self._commits: dict[str, dict[str, Any]] = {}  # lease commits are immutable: read each once
-        self._seen: dict[str, float] = {}  # lease commit -> when this process first saw it (monotonic)
-        self._written: set[str] = set()  # lease commits this process wrote
-        self._holding: dict[str, _HeldLease] = {}  # issue key -> the lease this process holds on it
-        self._progress: dict[str, tuple[int, float]] = {}  # issue key -> (the run's progress comment, last edit)
-        self._lock = threading.Lock()
+        #: Who runs which issue: leases in git refs of the repository (beflow.trackers.github_leases).
+        self.leases = GitHubLeases(settings, api, self._base, self._call)
+        #: The comments beflow writes: each posted once, and a run's one progress comment (github_comments.py).
+        self.comments = IssueComments(api, self._base, self._call, self.leases)
         self._login: str | None = None
         #: The issues the last listing could not read (a hostile label) and why: they are skipped until fixed.
         self.unreadable: dict[str, str] = {}
@@ -285,8 +241,7 @@ class GitHubTracker:
 
     def ready(self) -> list[Issue]:
         candidates, _ = self._readable(self._raw_issues("open", [self.status_label(Status.READY) or ""]))
-        held = self._held_keys() if candidates else set()
-        return sorted((i for i in candidates if i.status == Status.READY and i.key not in held), key=Issue.order)
+        return ready_of(candidates, self.leases)
 
     def _raw_issue(self, key: str) -> dict[str, Any]:
         wanted = normalize_key(key)
@@ -384,45 +339,11 @@ class GitHubTracker:
         except pydantic.ValidationError as exc:
             raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
         number = self._raw_issue(key)["number"]
-        with self._under_lease(str(number)):
-            raw = self._post_comment(number, text)
+        with self.leases.under_lease(str(number)):
+            raw = self.comments.post(number, text)
         made = self._comment(raw)
         assert made is not None
         return made
-
-    def _post_comment(self, number: int, text: str, marker: str = MARKER) -> dict[str, Any]:
-        """Post a comment once: a POST whose answer was lost (no answer, a 5xx) may have been done, so before trying
-        again the issue's comments are searched for this one (its marker carries a token of its own)."""
-        token = f"<!-- beflow:post {secrets.token_hex(6)} -->"
-        body = f"{text.rstrip()}\n\n{token}\n{marker}"
-        path = f"{self._base}/issues/{number}/comments"
-        for attempt in range(3):
-            try:
-                data: dict[str, Any] = self._call(self.api.request, "POST", path, json={"body": body}).data
-                return data
-            except RateLimited:
-                raise
-            except GitHubError as error:
-                if error.status is not None and error.status < 500:
-                    raise
-                found = self._find_comment(number, token)
-                if found is not None:
-                    return found
-                if attempt == 2:
-                    raise
-                time.sleep(0.5 * (attempt + 1))
-        raise AssertionError("unreachable")
-
-    def _find_comment(self, number: int, token: str) -> dict[str, Any] | None:
-        try:
-            comments = self._call(self.api.paginate, f"{self._base}/issues/{number}/comments")
-        except GitHubError:
-            return None
-        return next((c for c in reversed(comments) if token in (c.get("body") or "")), None)
-
-    def _edit_comment(self, comment_id: int, text: str, marker: str = PROGRESS_MARKER) -> None:
-        body = f"{text.rstrip()}\n\n{marker}"
-        self._call(self.api.request, "PATCH", f"{self._base}/issues/comments/{comment_id}", json={"body": body})
 
     def set_status(self, key: str, status: Status, note: str | None = None, author: str = "beflow") -> Issue:
         status = Status(status)
@@ -430,14 +351,14 @@ class GitHubTracker:
         number = raw["number"]
         current = self._status_of(raw, _label_names(raw))
         check_transition(str(number), current, status)
-        with self._under_lease(str(number)):  # a run's labels and comments, only while the issue is its own
+        with self.leases.under_lease(str(number)):  # a run's labels and comments, only while the issue is its own
             if current != status:
                 self._labels_ready()
                 self._move(raw, status)
             if note and note.strip():
-                self._note(str(number), current, status, note)
+                self.comments.note(str(number), current, status, note)
             elif status == Status.IN_PROGRESS and current != status:
-                self._start_progress(str(number), "beflow is working on this issue.")
+                self.comments.start_progress(str(number), "beflow is working on this issue.")
         # As it is now, even if it stopped being beflow's meanwhile (a person took the label away).
         raw = self._call(self.api.get, f"{self._base}/issues/{number}")
         comments = self._call(self.api.paginate, f"{self._base}/issues/{number}/comments")
@@ -459,404 +380,49 @@ class GitHubTracker:
             if name != target and name in names:
                 self._call(self.api.request, "DELETE", f"{path}/labels/{quote(name, safe='')}", ok=(404,))
 
-    def _note(self, key: str, before: Status, after: Status, note: str) -> None:
-        if after == Status.IN_PROGRESS and before != after:
-            self._start_progress(key, note)
-            return
-        with self._lock:
-            progress = self._progress.pop(key, None) if before == Status.IN_PROGRESS else None
-        if progress is not None:
-            try:
-                self._edit_comment(progress[0], note)  # the run's one comment now says how it ended
-                return
-            except GitHubError as error:
-                if error.status != 404:  # deleted by a person: say it in a new comment
-                    raise
-        self._post_comment(int(key), note)
-
-    def _start_progress(self, key: str, text: str) -> None:
-        raw = self._post_comment(int(key), text, PROGRESS_MARKER)
-        with self._lock:
-            self._progress[key] = (int(raw["id"]), time.monotonic())
-
     def progress(self, key: str, text: str, *, force: bool = False) -> bool:
         """Edit the run's progress comment (at most every ``PROGRESS_EVERY`` seconds); whether it was edited."""
-        key = normalize_key(key)
-        with self._lock:
-            held = self._progress.get(key)
-            if held is None or (not force and time.monotonic() - held[1] < PROGRESS_EVERY):
-                return False
-            self._progress[key] = (held[0], time.monotonic())
-        try:
-            with self._under_lease(key, prove=False):
-                self._edit_comment(held[0], text)
-        except (GitHubError, ClaimLost):
-            return False  # progress is a courtesy: a failed edit never fails a run
-        return True
+        return self.comments.progress(key, text, force=force)
 
-    # -- claims: leases in git refs --------------------------------------------------------------------------------
-
-    def _ref_path(self, key: str) -> str:
-        return f"{self._base}/git/ref/{CLAIM_NAMESPACE}/{key}"
-
-    def _lease_tree(self) -> str:
-        if self._tree is None:
-            payload = {"tree": [{"path": "claim", "mode": "100644", "type": "blob", "content": "beflow claim\n"}]}
-            tree = self._call(self.api.request, "POST", f"{self._base}/git/trees", json=payload, retry=True)
-            self._tree = tree.data["sha"]
-        return self._tree
-
-    def _lease_commit(self, key: str, lease: dict[str, Any], parent: str | None) -> str:
-        message = f"beflow claim on issue {key}\n\n{json.dumps(lease, sort_keys=True)}\n"
-        payload: dict[str, Any] = {
-            "message": message,
-            "tree": self._lease_tree(),
-            "parents": [parent] if parent else [],
-        }
-        sha: str = self._call(self.api.request, "POST", f"{self._base}/git/commits", json=payload, retry=True).data[
-            "sha"
-        ]
-        self._commits[sha] = lease
-        self._seen.setdefault(sha, time.monotonic())
-        self._written.add(sha)
-        return sha
-
-    def _read_ref(self, key: str) -> str | None:
-        try:
-            data = self._call(self.api.get, self._ref_path(key))
-        except GitHubError as error:
-            if error.status == 404:
-                return None
-            raise
-        if isinstance(data, list):  # GitHub lists refs that start with the name when there is no exact match
-            data = next((d for d in data if d.get("ref") == f"refs/{CLAIM_NAMESPACE}/{key}"), None)
-            if data is None:
-                return None
-        sha: str = data["object"]["sha"]
-        return sha
-
-    def _lease(self, sha: str) -> dict[str, Any]:
-        if sha not in self._commits:
-            message = self._call(self.api.get, f"{self._base}/git/commits/{sha}")["message"]
-            try:
-                lease = json.loads(message.split("\n\n", 1)[1])
-                if not isinstance(lease, dict):
-                    raise ValueError
-            except (IndexError, ValueError):
-                lease = {"released": True}  # not a lease beflow wrote: nobody holds it
-            self._commits[sha] = lease
-        return self._commits[sha]
-
-    def _live(self, sha: str, lease: dict[str, Any]) -> bool:
-        """Whether the lease in commit ``sha`` still holds: not released, not expired on GitHub's clock — and never
-        longer than ``lease`` seconds after this process first saw it, on its own monotonic clock (a lease written
-        while GitHub's ``Date`` was ten years ahead is not honoured for ten years)."""
-        if lease.get("released"):
-            return False
-        seen = self._seen.setdefault(sha, time.monotonic())
-        return float(lease.get("expires", 0)) > self.api.now() and time.monotonic() - seen < self.settings.lease
-
-    def _margin(self) -> float:
-        """How much sooner than GitHub this process takes its own lease to end: GitHub's clock shows whole seconds,
-        and the requests that wrote the lease took time."""
-        return min(2.0, self.settings.lease / 4)
-
-    def _new_lease(self, owner: str, since: float | None = None) -> dict[str, Any]:
-        now = self.api.now()
-        return {
-            "owner": owner,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "since": since or now,
-            "expires": now + self.settings.lease,
-            "released": False,
-        }
-
-    def _move_ref(self, key: str, sha: str) -> bool:
-        """Fast-forward the claim ref to ``sha``; False when GitHub refuses (someone moved it first). An answer
-        that was lost (no answer, a 5xx) is settled by reading the ref: it points at ``sha`` or it does not."""
-        try:
-            response = self._call(
-                self.api.request,
-                "PATCH",
-                f"{self._base}/git/refs/{CLAIM_NAMESPACE}/{key}",
-                json={"sha": sha, "force": False},
-                ok=(409, 422),
-            )
-        except GitHubError:
-            if self._read_ref(key) == sha:
-                return True
-            raise
-        return bool(response.status == 200)
+    # -- claims: leases in git refs (beflow.trackers.github_leases) ----------------------------------------------
 
     def claim(self, key: str, owner: str) -> Claim:
-        key = str(self._raw_issue(key)["number"])
-        started = time.monotonic()
-        lease = self._new_lease(owner)
-        current = self._read_ref(key)
-        if current is None:
-            sha = self._lease_commit(key, lease, None)
-            try:
-                created = self._call(
-                    self.api.request,
-                    "POST",
-                    f"{self._base}/git/refs",
-                    json={"ref": f"refs/{CLAIM_NAMESPACE}/{key}", "sha": sha},
-                    ok=(422,),
-                )
-                if created.status == 201:
-                    return self._held(key, owner, sha, lease, started)
-            except GitHubError:
-                pass  # no answer: the ref says whether it was created, below
-            current = self._read_ref(key)  # another machine created it between our look and our write (or we did)
-            if current == sha:  # ours: the answer to our write was lost on the way
-                return self._held(key, owner, sha, lease, started)
-            if current is None:
-                raise LockedError(f"issue {key} is being claimed by another beflow", fix="Try again in a moment.")
-        held = self._lease(current)
-        # A lease this process wrote and holds for no run any more is its own (the answer to an earlier claim was
-        # lost): taken over like a dead one, never reported as "claimed by" itself.
-        own = current in self._written and key not in self._holding
-        if self._live(current, held) and not own:
-            raise LockedError(f"issue {key} is claimed by {_who(held)}", fix=_LOCKED_FIX)
-        sha = self._lease_commit(key, lease, current)
-        if not self._move_ref(key, sha):
-            raise LockedError(f"issue {key} was claimed by another beflow just now", fix=_LOCKED_FIX)
-        return self._held(key, owner, sha, lease, started)
-
-    def _held(self, key: str, owner: str, sha: str, lease: dict[str, Any], started: float) -> Claim:
-        # The lease runs from before the requests that wrote it, on this process's clock, less a margin.
-        state = _HeldLease(sha, lease, started + self.settings.lease - self._margin())
-        info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
-
-        def renew() -> None:
-            # Bounded by the time the lease has left: a renewal that hangs fails before the lease ends, so that
-            # the run is stopped while the issue is still its own (docs/trackers.md: leases).
-            with state.lock, self.api.deadline(state.expires):
-                begun = time.monotonic()
-                fresh = self._new_lease(owner, since=state.lease["since"])
-                new = self._lease_commit(key, fresh, state.sha)
-                if not self._move_ref(key, new):
-                    holder = self._read_ref(key)
-                    who = _who(self._lease(holder)) if holder else "nobody (the claim was deleted)"
-                    state.lost = f"the claim on issue {key} was taken over by {who}"
-                    raise ClaimLost(state.lost)
-                state.sha, state.lease = new, fresh
-                state.expires = begun + self.settings.lease - self._margin()
-
-        state.renew = renew
-
-        def release() -> None:
-            self._holding.pop(key, None)
-            done = {**state.lease, "released": True, "expires": 0}
-            try:
-                new = self._lease_commit(key, done, state.sha)
-                self._move_ref(key, new)  # refused: taken over already, nothing of ours to release
-            except BeflowError:
-                pass  # unreachable GitHub: the lease runs out by itself
-
-        self._holding[key] = state
-        return Claim(
-            info,
-            release,
-            renew=renew,
-            renew_every=max(self.settings.lease / 3, 0.2),
-            expires=lambda: state.expires - time.monotonic(),
-        )
-
-    @contextlib.contextmanager
-    def _under_lease(self, key: str, *, prove: bool = True) -> Iterator[None]:
-        """The writes of the block, on an issue this process holds a lease on, are this lease's: first the lease is
-        proven (renewed: a compare-and-swap on the claim ref, which fails when another machine took the issue
-        over), then every request of the block ends before the lease does. ``prove=False`` (progress edits, which
-        are frequent) only checks that the lease was not lost and has time left. An issue this process holds no
-        lease on is written as it is (a person's command, a settling of an orphan under its own claim)."""
-        state = self._holding.get(normalize_key(key))
-        if state is None:
-            yield
-            return
-        if state.lost:
-            raise ClaimLost(state.lost)
-        if prove:
-            state.renew()
-        elif state.expires - time.monotonic() <= 0:
-            raise ClaimLost(f"the claim on issue {key} could not be renewed in time")
-        with self.api.deadline(state.expires):
-            yield
+        return self.leases.claim(str(self._raw_issue(key)["number"]), owner)
 
     def holder(self, key: str) -> ClaimInfo | None:
-        key = normalize_key(key)
-        sha = self._read_ref(key)
-        if sha is None:
-            return None
-        lease = self._lease(sha)
-        return self._info(key, lease) if self._live(sha, lease) else None
-
-    def _info(self, key: str, lease: dict[str, Any]) -> ClaimInfo | None:
-        if "owner" not in lease:
-            return None
-        return ClaimInfo(
-            key=key,
-            owner=str(lease.get("owner", "unknown")),
-            pid=int(lease.get("pid", 0)),
-            host=str(lease.get("host", "unknown")),
-            since=as_utc(_epoch(float(lease.get("since", 0)))),
-        )
-
-    def _held_keys(self) -> set[str]:
-        """Issues with a live lease: one (conditional) listing of every claim ref, not one request per issue."""
-        prefix = f"refs/{CLAIM_NAMESPACE}/"
-        refs = self._call(self.api.get, f"{self._base}/git/matching-refs/{CLAIM_NAMESPACE}/") or []
-        return {
-            ref["ref"].removeprefix(prefix)
-            for ref in refs
-            if ref["ref"].startswith(prefix) and self._live(ref["object"]["sha"], self._lease(ref["object"]["sha"]))
-        }
+        return self.leases.holder(normalize_key(key))
 
     def orphaned(self) -> list[Issue]:
-        label = self.status_label(Status.IN_PROGRESS) or ""
-        issues, _ = self._readable(self._raw_issues("open", [label]))
-        held = self._held_keys() if issues else set()
-        return [i for i in issues if i.status == Status.IN_PROGRESS and i.key not in held]
+        issues, _ = self._readable(self._raw_issues("open", [self.status_label(Status.IN_PROGRESS) or ""]))
+        return orphans_of(issues, self.leases)
 
     def last_holder(self, key: str) -> ClaimInfo | None:
-        sha = self._read_ref(normalize_key(key))
-        if sha is None:
-            return None
-        return self._info(normalize_key(key), self._lease(sha))
+        return self.leases.last_holder(key)
 
-    # -- the repository and pull requests --------------------------------------------------------------------------
+    # -- the repository --------------------------------------------------------------------------------------------
 
     def repository(self) -> dict[str, Any]:
         """The repository as GitHub describes it (checks the token and its access on the way)."""
         data: dict[str, Any] = self._call(self.api.get, self._base)
         return data
 
-    def pull_request(self, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
-        """Open a pull request from ``branch`` to the default branch, or update the open one: (its URL, opened)."""
-        with self._branch_lease(branch):
-            return self._open_or_update(branch, title, body, draft=draft)
-
-    def _branch_lease(self, branch: str) -> contextlib.AbstractContextManager[None]:
-        """:meth:`_under_lease` for the issue whose run's branch this is, if this process holds its lease."""
-        from beflow import git
-
-        held = next((key for key in list(self._holding) if git.branch_for(key) == branch), None)
-        return self._under_lease(held) if held is not None else contextlib.nullcontext()
-
-    def _open_pull(self, branch: str) -> dict[str, Any] | None:
-        owner = self.repo.split("/")[0]
-        found = self._call(self.api.get, f"{self._base}/pulls", {"head": f"{owner}:{branch}", "state": "open"})
-        return found[0] if found else None
-
-    def _open_or_update(self, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
-        existing = self._open_pull(branch)
-        if existing:
-            payload = {"title": title, "body": body}
-            data = self._call(self.api.request, "PATCH", f"{self._base}/pulls/{existing['number']}", json=payload)
-            return str(data.data["html_url"]), False
-        base = self.repository()["default_branch"]
-        opening: dict[str, Any] = {"title": title, "body": body, "head": branch, "base": base, "draft": draft}
-        # A POST whose answer was lost may have opened it, and one that failed (a 5xx, a rate limit) did not:
-        # look for the branch's pull request first, then try again, as the client retries everything else.
-        for attempt in range(3):
-            try:
-                data = self._call(self.api.request, "POST", f"{self._base}/pulls", json=opening)
-                return str(data.data["html_url"]), True
-            except GitHubError as error:
-                # 422 "a pull request already exists": opened meanwhile (a retry elsewhere): updated.
-                if error.status == 422 and self._open_pull(branch) is not None:
-                    return self._open_or_update(branch, title, body, draft=draft)
-                if error.status is not None and error.status < 500 and error.status != 429:
-                    raise
-                try:
-                    found = self._open_pull(branch)
-                except GitHubError:
-                    found = None
-                if found is not None:
-                    return str(found["html_url"]), True
-                wait = max(0.0, error.until - time.time()) if isinstance(error, RateLimited) else 0.5 * (attempt + 1)
-                if attempt == 2 or wait > 60 or not self.api._can_wait(wait):
-                    raise
-                time.sleep(wait)
-        raise AssertionError("unreachable")
-
-    @contextlib.contextmanager
-    def git_credentials(self, remote_url: str | None) -> Iterator[PushAuth]:
-        """How git authenticates a push to ``remote_url``.
-
-        For an https URL on this GitHub, beflow's credential helper (a script that holds no secret) answers with the
-        token from the git child's environment, and only for that exact host (port included): the token is never in
-        argv, the remote URL, git config or a file. Any other URL (ssh, a path, another host) never sees the token.
-        """
-        from beflow.git import PushAuth
-
-        host = self._token_host(remote_url)
-        if host is None:
-            yield PushAuth()
-            return
-        with tempfile.TemporaryDirectory(prefix="beflow-credential-") as directory:
-            script = Path(directory) / "credential-helper"
-            script.write_text(CREDENTIAL_HELPER)
-            script.chmod(0o700)
-            yield PushAuth(
-                config=(("credential.helper", ""), ("credential.helper", "!" + shlex.quote(str(script)))),
-                env={"BEFLOW_GIT_TOKEN": self.api.token, "BEFLOW_GIT_HOST": host},
-            )
-
-    def _token_host(self, remote_url: str | None) -> str | None:
-        """``host[:port]`` of an https URL on this GitHub (the one the token is for), else None."""
-        parsed = urlparse(remote_url or "")
-        if parsed.scheme != "https" or parsed.hostname != web_host(self.api.base_url):
-            return None
-        return parsed.netloc.rpartition("@")[2]
-
-    def _push_url(self) -> str:
-        """Where the branch is pushed: ``origin`` as it was when the tracker was opened (before any agent ran), and
-        on this GitHub only the tracker's own repository."""
-        from beflow import git
-
-        url = self.push_url
-        if url is None:
-            raise GitHubError(
-                "the checkout has no origin remote to push the branch to",
-                fix=f"Add it: git remote add origin https://{web_host(self.api.base_url)}/{self.repo}.git",
-            )
-        parsed = urlparse(url)
-        if parsed.scheme in ("http", "https") and parsed.hostname == web_host(self.api.base_url):
-            path = parsed.path.strip("/").removesuffix(".git")
-            if parsed.scheme != "https" or path.lower() != self.repo.lower():
-                raise GitHubError(
-                    f"origin is {git.without_credentials(url)}, not https://{web_host(self.api.base_url)}/{self.repo}; "
-                    "beflow pushes only "
-                    "to the tracker's repository",
-                    fix='Point origin at the repository of "repo" in the tracker settings.',
-                )
-        return url
-
-    def publish(self, directory: Path, branch: str, title: str, body: str, *, draft: bool) -> tuple[str, bool]:
-        """Push ``branch`` to ``origin`` and open (or update) its pull request: (the pull request's URL, opened)."""
-        from beflow import git
-
-        with self._branch_lease(branch):  # the lease is proven before the push (and again before the PR)
-            pass
-        url = self._push_url()
-        with git.open_repo(directory) as repo:
-            commit = git.branch_tip(repo, branch)
-        if commit is None:
-            raise GitHubError(f"there is no branch {branch} to push")
-        with self.git_credentials(url) as auth:
-            git.push(directory, url, commit, branch, auth)
-        return self.pull_request(branch, title, body, draft=draft)
-
     def held_secrets(self) -> list[str]:
         """Values that must never reach the agent, a log or a record: the token this tracker calls GitHub with
         (from its variable, or found through ``gh auth token``)."""
         return [self.api.token] if self.api.token else []
 
-    # -- errors ----------------------------------------------------------------------------------------------------
 
-    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+class _RepoCalls:
+    """The API called for one repository: "the repository is not there for this token" becomes an error naming the
+    setting, and a refusal names the token's variable."""
+
+    def __init__(self, api: Api, repo: str, token_env: str) -> None:
+        self.api = api
+        self.repo = repo
+        self.token_env = token_env
+        self._base = f"/repos/{repo}"
+
+    def __call__(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Call the API, turning "the repository is not there for this token" into an error naming the setting."""
         try:
             return fn(*args, **kwargs)
@@ -867,12 +433,12 @@ class GitHubTracker:
                 raise GitHubAccessError(
                     f"tracker.repo: {self.repo} is not a repository this token can see"
                     + (" (403)" if error.status == 403 else " (404)"),
-                    fix=f'Check "repo" in the tracker settings, and that the token in ${self.settings.token_env} '
+                    fix=f'Check "repo" in the tracker settings, and that the token in ${self.token_env} '
                     "has access to it (issues, contents and pull requests: read and write).",
                 ) from None
             if error.status == 403:
                 raise GitHubAccessError(
-                    f"{error.message} — the token in ${self.settings.token_env} may not do this in {self.repo}",
+                    f"{error.message} — the token in ${self.token_env} may not do this in {self.repo}",
                     fix="Give the token issues, contents and pull requests: read and write.",
                 ) from None
             raise
@@ -896,33 +462,9 @@ class UnreadableIssue(BeflowError):
     code = "unreadable_issue"
 
 
-@dataclass
-class _HeldLease:
-    """A lease this process holds: the commit the claim ref points at, its content, when it runs out (monotonic,
-    with a margin), why it was lost if it was; renewals one at a time (each is a compare-and-swap on the ref)."""
-
-    sha: str
-    lease: dict[str, Any]
-    expires: float
-    lost: str | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    renew: Any = None
-
-
-_LOCKED_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."
-
-
-def _who(lease: dict[str, Any]) -> str:
-    return f"{lease.get('owner', 'unknown')} (pid {lease.get('pid', '?')} on {lease.get('host', '?')})"
-
-
 def _label_names(raw: dict[str, Any]) -> list[str]:
     return [label if isinstance(label, str) else label.get("name", "") for label in raw.get("labels") or []]
 
 
 def _time(value: str) -> dt.datetime:
     return as_utc(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))
-
-
-def _epoch(value: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(value, dt.UTC)

@@ -18,7 +18,6 @@ import difflib
 import json
 import os
 import re
-import socket
 import sqlite3
 import stat
 import threading
@@ -30,9 +29,8 @@ from typing import TYPE_CHECKING, TypeVar
 import pydantic
 
 from beflow import lazy
-from beflow.errors import LockedError, NotFoundError, UsageError, excerpt
+from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.files import atomic_write
-from beflow.locks import NotedLock
 from beflow.paths import STATE_DIR, state_dir
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
@@ -47,10 +45,10 @@ from beflow.trackers.base import (
     Status,
     check_transition,
     draft_issue,
-    format_time,
     normalize_key,
     utc_now,
 )
+from beflow.trackers.claims import ClaimStore, FileClaims, orphans_of, ready_of
 from beflow.trackers.local_format import IssueFileError, file_name, parse, read_text, render
 from beflow.trackers.local_index import STREAM_BATCH, IssueIndex, Row, stamp_of
 
@@ -61,9 +59,6 @@ else:
 
 _T = TypeVar("_T")
 
-#: How long ``claim`` waits for a lock someone else holds before reporting who holds it. A little more than zero,
-#: because ``holder()`` probes a lock by taking it for an instant.
-CLAIM_WAIT = 0.5
 #: How long a write waits for another write to the same issue (they take milliseconds).
 WRITE_WAIT = 30.0
 #: Seconds to wait for another process's write to the index before reading the files instead: it is a cache, and
@@ -84,7 +79,7 @@ class _Reading(threading.local):
 class LocalTracker:
     """Issues as Markdown files in ``directory``; locks and claims in the project's ``.beflow/``."""
 
-    def __init__(self, directory: Path, project_dir: Path) -> None:
+    def __init__(self, directory: Path, project_dir: Path, claims: ClaimStore | None = None) -> None:
         self.directory = directory
         self.project_dir = project_dir
         self.description = f"local issues in {directory}"
@@ -94,15 +89,17 @@ class LocalTracker:
         self._reading = _Reading()
         #: How many times this tracker looked at every file (the cost that grows with the tracker).
         self.scans = 0
+        #: Who runs which issue: file locks in ``.beflow/claims`` (made, and git-ignored, on the first claim), unless
+        #: another store is given (one that holds across machines, say).
+        self.claims: ClaimStore = claims or FileClaims(
+            project_dir / STATE_DIR / "claims", create=lambda: self._state() / "claims"
+        )
 
     # paths -------------------------------------------------------------------------------------------------------
 
     def _state(self) -> Path:
         """``.beflow/`` (created, and git-ignored, on first use)."""
         return state_dir(self.project_dir)
-
-    def _claims_dir(self, *, create: bool) -> Path:
-        return (self._state() if create else self.project_dir / STATE_DIR) / "claims"
 
     def _lock(self, name: str) -> filelock.FileLock:
         path = self._state() / "tracker" / "locks" / f"{name}.lock"
@@ -183,7 +180,8 @@ class LocalTracker:
 
     def watched_directories(self) -> list[Path]:
         """Where a change may make an issue startable: the issue files, and the claim notes (a claim released)."""
-        return [self.directory, self._claims_dir(create=False)]
+        claims = self.claims.directory if isinstance(self.claims, FileClaims) else None
+        return [self.directory] + ([claims] if claims is not None else [])
 
     def _sync(self) -> None:
         """Bring the index up to date with the directory: one ``stat`` per file, and a parse of each file that
@@ -282,8 +280,7 @@ class LocalTracker:
         return ListingStream(problems, rows, documents)
 
     def ready(self) -> list[Issue]:
-        candidates = [i for i in self._issues(Status.READY) if self.holder(i.key) is None]
-        return sorted(candidates, key=Issue.order)
+        return ready_of(self._issues(Status.READY), self.claims)
 
     def get(self, key: str) -> Issue:
         """The issue read from its file, never from its row in the index: the index only says which file to read.
@@ -417,42 +414,19 @@ class LocalTracker:
 
         return self._update(key, move)
 
-    # claims ------------------------------------------------------------------------------------------------------
+    # claims (file locks: beflow.trackers.claims) -----------------------------------------------------------------
 
     def claim(self, key: str, owner: str) -> Claim:
-        key = self.get(key).key
-        lock = self._claim_lock(key, create=True)
-        info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
-        if not lock.acquire(info, timeout=CLAIM_WAIT):
-            holder = lock.note()
-            who = (
-                f"{holder.owner} (pid {holder.pid} on {holder.host} since {format_time(holder.since)})"
-                if holder
-                else "another process"
-            )
-            raise LockedError(
-                f"issue {key} is claimed by {who}",
-                fix="Wait for that run to finish or stop it; a claim ends by itself when its process dies.",
-            )
-        return Claim(info, lock.release)
+        return self.claims.claim(self.get(key).key, owner)
 
     def holder(self, key: str) -> ClaimInfo | None:
-        key = normalize_key(key)
-        lock = self._claim_lock(key, create=False)
-        if not lock.held_elsewhere():
-            return None
-        return lock.note() or ClaimInfo(key=key, owner="unknown", pid=0, host="unknown", since=utc_now())
-
-    def _claim_lock(self, key: str, *, create: bool) -> NotedLock[ClaimInfo]:
-        """The claim of ``key``: a lock, and the holder's note beside it."""
-        claims = self._claims_dir(create=create)
-        return NotedLock(claims / f"{key}.lock", claims / f"{key}.json", ClaimInfo)
+        return self.claims.holder(key)
 
     def orphaned(self) -> list[Issue]:
-        return [i for i in self._issues(Status.IN_PROGRESS) if self.holder(i.key) is None]
+        return orphans_of(self._issues(Status.IN_PROGRESS), self.claims)
 
     def last_holder(self, key: str) -> ClaimInfo | None:
-        return self._claim_lock(normalize_key(key), create=False).note()
+        return self.claims.last_holder(key)
 
 
 def _number_of(path: Path) -> str | None:

@@ -189,8 +189,8 @@ def test_every_problem_a_run_would_hit_is_listed_with_its_line_in_the_named_conf
     assert result.exit_code == 1
     text = result.stdout
     assert "✗ runs: 2 problems:\n" in text
-    assert f"  {named}:6: after_run.pull_request: pull requests need the GitHub tracker" in text
+    assert f"  {named}:6: after_run.pull_request: pull requests need a code host" in text
     assert f"  {named}:8: prompt: template file {repo / 'missing.md'} does not exist" in text
-    assert f'Use the GitHub tracker, or remove "pull_request" from "after_run" in {named}.' in text
+    assert f'Name one in "code_host", or remove "pull_request" from "after_run" in {named}.' in text
     assert f"Fix `prompt` in {named}." in text
     assert "config.json" not in text.replace(str(named), "")

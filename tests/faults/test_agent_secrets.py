@@ -225,3 +225,32 @@ def test_secrets_in_an_agents_progress_and_comments_are_masked_everywhere(
             holding = [p for p in root.rglob("*") if p.is_file() and secret in _text(p) and p.name != ".mcp.json"]
             assert [p for p in holding if not {"issues", "tracker"} & set(p.parts)] == []
         assert secret not in done.stdout + done.stderr + shown.stdout
+
+
+def test_the_code_hosts_token_is_withheld_from_the_agent_with_the_local_tracker(
+    auto_project: AutoProject, github: FakeGitHub, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    # The issues are local; GitHub is only the code host, its token in a variable of its own (a name the default
+    # drop list does not match: it is withheld as the code host's secret): the agent gets none
+    # of it, nor does any process it can read, and the token ends up nowhere.
+    origin = auto_project.directory.parent / "origin.git"
+    git(auto_project.directory.parent, "clone", "-q", "--bare", str(auto_project.directory), str(origin))
+    git(auto_project.directory, "remote", "add", "origin", str(origin))
+    snoop, loot = tmp_path / "snoop.sh", tmp_path / "loot.txt"
+    snoop.write_text(SNOOP)
+    auto_project.configure(
+        code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url, "token_env": "HOSTPAT"},
+        after_run={"pull_request": True},
+    )
+    key = auto_project.new_issue("write notes.txt hello", f"run sh {snoop} {loot}")
+
+    done = run_beflow(auto_project, "--auto", key, env={"HOSTPAT": TOKEN, "GITHUB_TOKEN": ""})
+
+    assert done.code == 0, done.stdout + done.stderr
+    own, ancestors = stolen(loot)
+    assert "HOSTPAT" not in own and TOKEN not in loot.read_text()
+    beflow = [line for line in ancestors if " -m beflow " in line and "mcp serve" not in line]
+    assert beflow and all(line.endswith(": denied") for line in beflow), ancestors
+    (pull,) = github.pulls.values()
+    assert pull["head"]["ref"] == "beflow/1"
+    assert token_anywhere(auto_project, github, done) == []

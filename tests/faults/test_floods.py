@@ -10,8 +10,8 @@ import time
 
 import psutil
 
-from beflow.runner import HOOK_LOG_LIMIT
 from beflow.trackers import Status
+from beflow.workspace import HOOK_LOG_LIMIT
 from tests.support.projects import AutoProject
 
 #: What the hook prints: 300 MB of 1 KB lines, then 300 MB without a single newline.

@@ -59,20 +59,6 @@ def test_an_agent_that_forces_the_injected_file_into_a_commit_does_not_move_the_
     assert secrets_in_history(auto_project.directory) == []
 
 
-def test_a_copy_of_the_injected_file_under_another_name_is_caught_too(
-    auto_project: AutoProject, no_leftover_processes: None
-) -> None:
-    key = auto_project.new_issue("run cp .acpxrc.json settings.json && git add settings.json && git commit -qm x")
-
-    done = beflow_run(auto_project, "--auto", key)
-
-    assert done.code == 1
-    record = auto_project.only_record()
-    assert "settings.json" in (record.stop_reason or "")
-    assert "beflow/1" not in auto_project.branches()
-    assert secrets_in_history(auto_project.directory) == []
-
-
 def test_when_the_file_cannot_be_put_back_nothing_is_committed(
     auto_project: AutoProject, no_leftover_processes: None
 ) -> None:

@@ -192,7 +192,7 @@ def test_doctor_checks_the_token_the_repository_and_the_labels(gh: AutoProject, 
 
 def take_over(other: GitHubTracker, current: str) -> str:
     """What another machine's take-over leaves the claim ref at: its own lease, on top of ``current``."""
-    return other._lease_commit("1", other._new_lease("watcher b"), current)
+    return other.leases._lease_commit("1", other.leases._new_lease("watcher b"), current)
 
 
 def test_a_lease_is_renewed_and_a_taken_over_lease_is_lost(gh: AutoProject, github: FakeGitHub) -> None:

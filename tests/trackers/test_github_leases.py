@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from beflow.codehosts.github import GitHubCodeHost, open_github
 from beflow.config import load_project
 from beflow.errors import BeflowError, LockedError
 from beflow.trackers import Status, open_tracker
@@ -34,6 +35,14 @@ def tracker(project: AutoProject) -> GitHubTracker:
     return opened
 
 
+def code_host(project: AutoProject, tracker: GitHubTracker) -> GitHubCodeHost:
+    """The code host the GitHub tracker implies, sharing its client (as runs open it)."""
+    loaded = load_project(project.config_path)
+    settings = loaded.config.code_host_settings()
+    assert settings.kind == "github"
+    return open_github(loaded, settings, tracker.api)
+
+
 def test_a_hanging_renewal_fails_before_the_lease_ends(gh: AutoProject, github: FakeGitHub) -> None:
     claim = tracker(gh).claim("1", owner="watcher a")
     github.delay("PATCH", REF, 25)
@@ -50,23 +59,23 @@ def test_a_runs_writes_first_prove_the_lease_is_its_own(gh: AutoProject, github:
     mine.set_status("1", Status.IN_PROGRESS, note="started")
     other = tracker(gh)
     current = github.refs["refs/beflow/claims/1"]
-    github.refs["refs/beflow/claims/1"] = other._lease_commit("1", other._new_lease("watcher b"), current)
+    github.refs["refs/beflow/claims/1"] = other.leases._lease_commit("1", other.leases._new_lease("watcher b"), current)
     labels, comments = github.issue_labels(1), len(github.comments_of(1))
 
     with pytest.raises(ClaimLost, match="taken over by watcher b"):
         mine.set_status("1", Status.REVIEW, note="done")
     with pytest.raises(ClaimLost):
         mine.comment("1", "a late word", author="beflow")
-    with pytest.raises(ClaimLost):
-        mine.pull_request("beflow/1", "One", "body", draft=True)
+    with pytest.raises(ClaimLost), claim.held():  # as delivery proposes a branch: within the claim
+        code_host(gh, mine).propose("beflow/1", "One", "body", draft=True)
     assert github.issue_labels(1) == labels and len(github.comments_of(1)) == comments and not github.pulls
     claim.release()
 
 
 def test_a_lease_from_a_clock_ten_years_ahead_ends_after_its_length(gh: AutoProject, github: FakeGitHub) -> None:
     other = tracker(gh)
-    skewed = {**other._new_lease("watcher b"), "expires": time.time() + 10 * 365 * 86400}
-    sha = other._lease_commit("1", skewed, None)
+    skewed = {**other.leases._new_lease("watcher b"), "expires": time.time() + 10 * 365 * 86400}
+    sha = other.leases._lease_commit("1", skewed, None)
     github.refs["refs/beflow/claims/1"] = sha
     mine = tracker(gh)
     with pytest.raises(LockedError, match="claimed by watcher b"):
@@ -105,9 +114,9 @@ def test_a_pull_request_post_that_failed_or_lost_its_answer_opens_one(
 ) -> None:
     headers = {"retry-after": "6"} if status == 429 else {}  # longer than the client waits in line
     github.fail(status, only="POST", prefix="/repos/octo/hello/pulls", after=after, times=times, headers=headers)
-    url, opened = tracker(gh).pull_request("beflow/1", "One", "body", draft=True)
+    pull_request = code_host(gh, tracker(gh)).propose("beflow/1", "One", "body", draft=True)
     (pull,) = github.pulls.values()
-    assert (url, opened) == (pull["html_url"], True)
+    assert (pull_request.url, pull_request.opened) == (pull["html_url"], True)
 
 
 def test_a_comment_whose_answer_was_lost_is_posted_once(gh: AutoProject, github: FakeGitHub) -> None:
@@ -151,6 +160,6 @@ def test_an_outcome_github_never_took_is_said_on_the_terminal_and_in_the_record(
 def test_a_pull_request_opened_meanwhile_is_updated(gh: AutoProject, github: FakeGitHub) -> None:
     # The POST is refused (422: one exists for the branch) because another try opened it in the meantime.
     github.fail(422, only="POST", prefix="/repos/octo/hello/pulls", after=True)
-    url, opened = tracker(gh).pull_request("beflow/1", "One", "the run's body", draft=True)
+    pull_request = code_host(gh, tracker(gh)).propose("beflow/1", "One", "the run's body", draft=True)
     (pull,) = github.pulls.values()
-    assert (url, opened, pull["body"]) == (pull["html_url"], False, "the run's body")
+    assert (pull_request.url, pull_request.opened, pull["body"]) == (pull["html_url"], False, "the run's body")

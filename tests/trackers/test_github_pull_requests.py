@@ -10,10 +10,12 @@ from urllib.parse import urlparse
 
 import pytest
 
+from beflow.codehosts import open_code_host
+from beflow.codehosts.github import GitHubCodeHost
 from beflow.config import load_project
 from beflow.git import PushAuth
 from beflow.trackers import open_tracker
-from beflow.trackers.github import GitHubTracker, web_host
+from beflow.trackers.github import web_host
 from tests.support.github import TOKEN, FakeGitHub, acted_on
 from tests.support.projects import AutoProject
 
@@ -78,11 +80,11 @@ def test_a_run_opens_a_pull_request_and_a_retry_updates_it(published: AutoProjec
     assert TOKEN not in git(published.directory, "config", "--list")
 
 
-def test_pull_requests_need_the_github_tracker(auto_project: AutoProject, beflow) -> None:
+def test_pull_requests_need_a_code_host(auto_project: AutoProject, beflow) -> None:
     auto_project.configure(after_run={"pull_request": True})
     key = auto_project.new_issue("say hi")
     refused = beflow("--auto", key)
-    assert refused.exit_code == 2 and "pull requests need the GitHub tracker" in refused.stderr
+    assert refused.exit_code == 2 and "pull requests need a code host" in refused.stderr
 
 
 def credential_fill(directory: Path, auth: PushAuth, url: str) -> str:
@@ -102,8 +104,9 @@ def credential_fill(directory: Path, auth: PushAuth, url: str) -> str:
 
 
 def test_git_gets_the_token_from_beflows_credential_helper_for_exactly_its_host(published: AutoProject) -> None:
-    opened = open_tracker(load_project(published.config_path))
-    assert isinstance(opened, GitHubTracker)
+    project = load_project(published.config_path)
+    opened = open_code_host(project, open_tracker(project))
+    assert isinstance(opened, GitHubCodeHost)
     host = web_host(opened.api.base_url)  # github.com for the public API; here the fake's
     port = urlparse(opened.api.base_url).port
     netloc = f"{host}:{port}" if port else host

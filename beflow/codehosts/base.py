@@ -1,0 +1,47 @@
+"""What every code host speaks: where a run's branch is pushed and proposed as a pull request.
+
+A code host is chosen apart from the tracker (``code_host`` in the config; a GitHub tracker implies GitHub's for its
+repository): the local tracker can open GitHub pull requests, and a tracker of another kind can too. Delivery
+(:mod:`beflow.delivery`) is its one caller in a run; docs/architecture.md says how to add one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    """A pull request of a run's branch: where people see it, and whether this call opened it (else it was open
+    already and was updated)."""
+
+    url: str
+    opened: bool = False
+
+
+@runtime_checkable
+class CodeHost(Protocol):
+    """Where branches go. Every method raises :class:`~beflow.errors.BeflowError` subclasses only, and may be
+    called from a worker thread (delivery runs in one)."""
+
+    #: A short description for people: ``GitHub repository octo/hello``.
+    description: str
+
+    def push(self, directory: Path, branch: str) -> str:
+        """Push ``branch`` of the repository at ``directory`` (a fast-forward, never forced) to the URL the host
+        resolved when it was opened, before any agent ran; the commit pushed."""
+        ...
+
+    def propose(self, branch: str, title: str, body: str, *, draft: bool) -> PullRequest:
+        """Open a pull request from ``branch`` to the default branch, or update the one open for it."""
+        ...
+
+    def find(self, branch: str) -> PullRequest | None:
+        """The open pull request of ``branch``, if there is one."""
+        ...
+
+    def held_secrets(self) -> list[str]:
+        """Values that must never reach the agent, a log or a record (its token, however it was found)."""
+        ...

@@ -1,0 +1,189 @@
+"""GitHub as a code host: a run's branch pushed to the repository's ``origin`` and proposed as a pull request.
+
+- **The push** goes to ``origin``'s push URL as it was when the code host was opened (before any agent ran), and on
+  this GitHub only to the code host's own repository; it runs from an empty repository that borrows the objects
+  (:func:`beflow.git.push`), so no configuration an agent wrote is read.
+- **The token** reaches git through beflow's credential helper, for exactly this GitHub's host: never in argv, the
+  remote URL, git config or a file; every other git child of beflow has it withheld.
+- **Pull requests** are opened from ``beflow/<key>`` to the default branch, or the open one is updated; a request
+  whose answer was lost is found rather than done twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from beflow import git
+from beflow.codehosts.base import PullRequest
+from beflow.config import GitHubCodeHostSettings, Project
+from beflow.trackers.github import api_url, repo_from_remote, resolve_token, web_host
+from beflow.trackers.github_api import Api, GitHubAccessError, GitHubAuthError, GitHubError, RateLimited
+
+#: beflow's git credential helper: the token (from the child's environment, never a file or argv) for exactly one
+#: protocol and host, ``https`` and ``$BEFLOW_GIT_HOST``; nothing for any other (a redirect, a rewritten URL).
+CREDENTIAL_HELPER = """#!/bin/sh
+[ "$1" = get ] || exit 0
+protocol= host=
+while IFS= read -r line && [ -n "$line" ]; do
+  case "$line" in
+    protocol=*) protocol=${line#protocol=} ;;
+    host=*) host=${line#host=} ;;
+  esac
+done
+if [ "$protocol" = https ] && [ -n "$BEFLOW_GIT_HOST" ] && [ "$host" = "$BEFLOW_GIT_HOST" ]; then
+  printf 'username=x-access-token\\npassword=%s\\n' "$BEFLOW_GIT_TOKEN"
+fi
+"""
+
+
+def open_github(project: Project, settings: GitHubCodeHostSettings, api: Api | None = None) -> GitHubCodeHost:
+    """The code host of ``settings``; ``api``: the GitHub tracker's client, shared when it speaks to the same API
+    with the same token (one client, one rate limit, and a claim's lease bounds the code host's requests too)."""
+    base = api_url(settings)
+    repo = settings.repo or repo_from_remote(project, base, setting="code_host.repo")
+    if api is None or api.base_url != base or api.token_name != settings.token_env:
+        api = Api(base, resolve_token(settings, what="code_host"), token_name=settings.token_env)
+    # Read now, before any agent runs in a worktree of this repository (they share its config).
+    return GitHubCodeHost(settings, repo, api, git.remote_url(project.directory, "origin", push=True))
+
+
+class GitHubCodeHost:
+    """One GitHub repository as the place runs' branches go (see the module's description)."""
+
+    def __init__(self, settings: GitHubCodeHostSettings, repo: str, api: Api, push_url: str | None) -> None:
+        self.settings = settings
+        self.repo = repo
+        self.api = api
+        #: Where :meth:`push` pushes: ``origin``'s push URL, read when the code host was opened (None: no origin).
+        self.push_url = push_url
+        self.description = f"GitHub repository {repo}"
+        self._base = f"/repos/{repo}"
+
+    # -- the push --------------------------------------------------------------------------------------------------
+
+    def push(self, directory: Path, branch: str) -> str:
+        """Push ``branch`` to ``origin`` (see the module's description); the commit pushed."""
+        url = self._push_url()
+        with git.open_repo(directory) as repo:
+            commit = git.branch_tip(repo, branch)
+        if commit is None:
+            raise GitHubError(f"there is no branch {branch} to push")
+        with self.git_credentials(url) as auth:
+            git.push(directory, url, commit, branch, auth)
+        return commit
+
+    @contextlib.contextmanager
+    def git_credentials(self, remote_url: str | None) -> Iterator[git.PushAuth]:
+        """How git authenticates a push to ``remote_url``.
+
+        For an https URL on this GitHub, beflow's credential helper (a script that holds no secret) answers with the
+        token from the git child's environment, and only for that exact host (port included): the token is never in
+        argv, the remote URL, git config or a file. Any other URL (ssh, a path, another host) never sees the token.
+        """
+        host = self._token_host(remote_url)
+        if host is None:
+            yield git.PushAuth()
+            return
+        with tempfile.TemporaryDirectory(prefix="beflow-credential-") as directory:
+            script = Path(directory) / "credential-helper"
+            script.write_text(CREDENTIAL_HELPER)
+            script.chmod(0o700)
+            yield git.PushAuth(
+                config=(("credential.helper", ""), ("credential.helper", "!" + shlex.quote(str(script)))),
+                env={"BEFLOW_GIT_TOKEN": self.api.token, "BEFLOW_GIT_HOST": host},
+            )
+
+    def _token_host(self, remote_url: str | None) -> str | None:
+        """``host[:port]`` of an https URL on this GitHub (the one the token is for), else None."""
+        parsed = urlparse(remote_url or "")
+        if parsed.scheme != "https" or parsed.hostname != web_host(self.api.base_url):
+            return None
+        return parsed.netloc.rpartition("@")[2]
+
+    def _push_url(self) -> str:
+        """Where the branch is pushed: ``origin`` as it was when the code host was opened (before any agent ran),
+        and on this GitHub only the code host's own repository."""
+        url = self.push_url
+        if url is None:
+            raise GitHubError(
+                "the checkout has no origin remote to push the branch to",
+                fix=f"Add it: git remote add origin https://{web_host(self.api.base_url)}/{self.repo}.git",
+            )
+        parsed = urlparse(url)
+        if parsed.scheme in ("http", "https") and parsed.hostname == web_host(self.api.base_url):
+            path = parsed.path.strip("/").removesuffix(".git")
+            if parsed.scheme != "https" or path.lower() != self.repo.lower():
+                raise GitHubError(
+                    f"origin is {git.without_credentials(url)}, not https://{web_host(self.api.base_url)}/{self.repo}; "
+                    "beflow pushes only to the code host's repository",
+                    fix='Point origin at the repository of "repo" in the code_host (or tracker) settings.',
+                )
+        return url
+
+    # -- pull requests ---------------------------------------------------------------------------------------------
+
+    def find(self, branch: str) -> PullRequest | None:
+        found = self._open_pull(branch)
+        return PullRequest(str(found["html_url"])) if found is not None else None
+
+    def propose(self, branch: str, title: str, body: str, *, draft: bool) -> PullRequest:
+        existing = self._open_pull(branch)
+        if existing:
+            payload = {"title": title, "body": body}
+            data = self._call(self.api.request, "PATCH", f"{self._base}/pulls/{existing['number']}", json=payload)
+            return PullRequest(str(data.data["html_url"]), opened=False)
+        base = self._call(self.api.get, self._base)["default_branch"]
+        opening: dict[str, Any] = {"title": title, "body": body, "head": branch, "base": base, "draft": draft}
+        # A POST whose answer was lost may have opened it, and one that failed (a 5xx, a rate limit) did not:
+        # look for the branch's pull request first, then try again, as the client retries everything else.
+        for attempt in range(3):
+            try:
+                data = self._call(self.api.request, "POST", f"{self._base}/pulls", json=opening)
+                return PullRequest(str(data.data["html_url"]), opened=True)
+            except GitHubError as error:
+                # 422 "a pull request already exists": opened meanwhile (a retry elsewhere): updated.
+                if error.status == 422 and self._open_pull(branch) is not None:
+                    return self.propose(branch, title, body, draft=draft)
+                if error.status is not None and error.status < 500 and error.status != 429:
+                    raise
+                try:
+                    found = self._open_pull(branch)
+                except GitHubError:
+                    found = None
+                if found is not None:
+                    return PullRequest(str(found["html_url"]), opened=True)
+                wait = max(0.0, error.until - time.time()) if isinstance(error, RateLimited) else 0.5 * (attempt + 1)
+                if attempt == 2 or wait > 60 or not self.api._can_wait(wait):
+                    raise
+                time.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _open_pull(self, branch: str) -> dict[str, Any] | None:
+        owner = self.repo.split("/")[0]
+        found = self._call(self.api.get, f"{self._base}/pulls", {"head": f"{owner}:{branch}", "state": "open"})
+        return found[0] if found else None
+
+    def held_secrets(self) -> list[str]:
+        """The token this code host calls GitHub and pushes with (from its variable, or ``gh auth token``)."""
+        return [self.api.token] if self.api.token else []
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """Call the API, turning "the repository is not there for this token" into an error naming the setting."""
+        try:
+            return fn(*args, **kwargs)
+        except GitHubAuthError:
+            raise
+        except GitHubError as error:
+            if error.status == 403:
+                raise GitHubAccessError(
+                    f"{error.message} — the token in ${self.settings.token_env} may not do this in {self.repo}",
+                    fix="Give the token contents and pull requests: read and write.",
+                ) from None
+            raise

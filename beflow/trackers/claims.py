@@ -1,0 +1,135 @@
+"""Claims behind one protocol: who holds an issue, and the ready and orphan logic every tracker shares.
+
+A tracker keeps its issues; a :class:`ClaimStore` keeps who runs them. The local tracker's store is file locks
+(:class:`FileClaims`: a claim lasts as long as its process), GitHub's is leases in git refs
+(:class:`beflow.trackers.github_leases.GitHubLeases`: a claim is renewed, and a write made on its behalf proves it
+first, :meth:`Claim.held`). A third — a workflow engine's exactly-once start — is a store of its own; the runner and
+the dispatcher only ever see :class:`~beflow.trackers.base.Claim` objects. What is ready and what is orphaned
+follows from the issues and the store alone (:func:`ready_of`, :func:`orphans_of`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import anyio
+import anyio.to_thread
+
+from beflow.errors import BeflowError, LockedError
+from beflow.locks import NotedLock
+from beflow.trackers.base import Claim, ClaimInfo, ClaimLost, Issue, Status, format_time, normalize_key, utc_now
+
+#: How long a file claim waits for a lock someone else holds before reporting who holds it. A little more than
+#: zero, because ``holder()`` probes a lock by taking it for an instant.
+CLAIM_WAIT = 0.5
+
+
+@runtime_checkable
+class ClaimStore(Protocol):
+    """Exclusive holds on issues across processes (and machines, for a remote store). Keys are the tracker's,
+    already checked: the tracker says which issues exist, the store only who runs them."""
+
+    def claim(self, key: str, owner: str) -> Claim:
+        """Hold ``key`` exclusively; :class:`~beflow.errors.LockedError` naming the holder when taken."""
+        ...
+
+    def holder(self, key: str) -> ClaimInfo | None:
+        """Who holds a live claim on ``key``, if anyone."""
+        ...
+
+    def last_holder(self, key: str) -> ClaimInfo | None:
+        """Who held ``key`` last, live or not (the note a killed run left), if anyone said."""
+        ...
+
+    def held(self, keys: Iterable[str]) -> set[str]:
+        """Which of ``keys`` have a live claim: one question for a whole listing (GitHub lists its claim refs once)."""
+        ...
+
+
+def ready_of(issues: Iterable[Issue], store: ClaimStore) -> list[Issue]:
+    """The issues a run may start now: ``ready`` and unclaimed, by priority (lower first), then age."""
+    candidates = [issue for issue in issues if issue.status == Status.READY]
+    held = store.held([issue.key for issue in candidates]) if candidates else set()
+    return sorted((issue for issue in candidates if issue.key not in held), key=Issue.order)
+
+
+def orphans_of(issues: Iterable[Issue], store: ClaimStore) -> list[Issue]:
+    """The issues ``in_progress`` that no live claim holds: the run that took them was killed."""
+    candidates = [issue for issue in issues if issue.status == Status.IN_PROGRESS]
+    held = store.held([issue.key for issue in candidates]) if candidates else set()
+    return [issue for issue in candidates if issue.key not in held]
+
+
+class FileClaims:
+    """Claims as file locks with a note naming the holder, in ``directory`` (``.beflow/claims``): a claim ends when
+    it is released or when its process dies, whichever comes first."""
+
+    def __init__(self, directory: Path, *, create: Callable[[], Path] | None = None) -> None:
+        self.directory = directory
+        #: Makes the directory (and whatever it needs around it) on a first claim; reading never creates it.
+        self._create = create
+
+    def claim(self, key: str, owner: str) -> Claim:
+        lock = self._lock(key, create=True)
+        info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
+        if not lock.acquire(info, timeout=CLAIM_WAIT):
+            holder = lock.note()
+            who = (
+                f"{holder.owner} (pid {holder.pid} on {holder.host} since {format_time(holder.since)})"
+                if holder
+                else "another process"
+            )
+            raise LockedError(
+                f"issue {key} is claimed by {who}",
+                fix="Wait for that run to finish or stop it; a claim ends by itself when its process dies.",
+            )
+        return Claim(info, lock.release)
+
+    def holder(self, key: str) -> ClaimInfo | None:
+        key = normalize_key(key)
+        lock = self._lock(key, create=False)
+        if not lock.held_elsewhere():
+            return None
+        return lock.note() or ClaimInfo(key=key, owner="unknown", pid=0, host="unknown", since=utc_now())
+
+    def last_holder(self, key: str) -> ClaimInfo | None:
+        return self._lock(normalize_key(key), create=False).note()
+
+    def held(self, keys: Iterable[str]) -> set[str]:
+        return {key for key in keys if self.holder(key) is not None}
+
+    def _lock(self, key: str, *, create: bool) -> NotedLock[ClaimInfo]:
+        """The claim of ``key``: a lock, and the holder's note beside it."""
+        directory = self._create() if create and self._create is not None else self.directory
+        return NotedLock(directory / f"{key}.lock", directory / f"{key}.json", ClaimInfo)
+
+
+async def keep_renewed(claim: Claim, lost: Callable[[str], None], notice: Callable[[str], None]) -> None:
+    """Renew a lease every ``claim.renew_every`` seconds while the task lives; when it is lost — taken over, or not
+    renewed before it ran out — say why (``lost(reason)``) and return. A renewal that failed while the lease still
+    has time is said (``notice``) and tried again."""
+    assert claim.renew_every is not None
+    while True:
+        await anyio.sleep(claim.renew_every)
+        try:
+            # A renewal bounds its own requests by the time the lease has left; the run never waits for one past
+            # that either: a lease it cannot prove is a lease it has lost, before another machine's turn.
+            with anyio.fail_after(max(claim.seconds_left() or 0.0, 0.0)):
+                await anyio.to_thread.run_sync(claim.renew, abandon_on_cancel=True)
+            continue
+        except TimeoutError:
+            reason = "the claim could not be renewed before it ran out"
+        except ClaimLost as error:
+            reason = error.message
+        except BeflowError as error:
+            left = claim.seconds_left()
+            if left is None or left > claim.renew_every:
+                notice(f"could not renew the claim (trying again): {error.message}")
+                continue
+            reason = f"the claim could not be renewed before it ran out: {error.message}"
+        lost(reason)
+        return

@@ -1,0 +1,102 @@
+"""The comments beflow writes on a GitHub issue: each posted once (a post whose answer was lost is found by a token
+of its own), and a run's one progress comment, edited in place at most every ``PROGRESS_EVERY`` seconds and
+finally saying how the run ended."""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from beflow.trackers.base import ClaimLost, Status, normalize_key
+from beflow.trackers.github_api import Api, GitHubError, RateLimited
+from beflow.trackers.github_leases import GitHubLeases
+
+#: The hidden marker at the end of every comment beflow writes; the progress comment of a run has its own.
+MARKER = "<!-- beflow -->"
+PROGRESS_MARKER = "<!-- beflow:progress -->"
+#: Edits of a run's progress comment are at most this often (seconds): people see the progress, GitHub is spared.
+PROGRESS_EVERY = 15.0
+
+
+class IssueComments:
+    """The comments of one repository's issues that beflow writes (``call``: the tracker's way of calling the API)."""
+
+    def __init__(self, api: Api, base: str, call: Callable[..., Any], leases: GitHubLeases) -> None:
+        self.api = api
+        self._base = base
+        self._call = call
+        self._leases = leases
+        self._progress: dict[str, tuple[int, float]] = {}  # issue key -> (the run's progress comment, last edit)
+        self._lock = threading.Lock()
+
+    def post(self, number: int, text: str, marker: str = MARKER) -> dict[str, Any]:
+        """Post a comment once: a POST whose answer was lost (no answer, a 5xx) may have been done, so before trying
+        again the issue's comments are searched for this one (its marker carries a token of its own)."""
+        token = f"<!-- beflow:post {secrets.token_hex(6)} -->"
+        body = f"{text.rstrip()}\n\n{token}\n{marker}"
+        path = f"{self._base}/issues/{number}/comments"
+        for attempt in range(3):
+            try:
+                data: dict[str, Any] = self._call(self.api.request, "POST", path, json={"body": body}).data
+                return data
+            except RateLimited:
+                raise
+            except GitHubError as error:
+                if error.status is not None and error.status < 500:
+                    raise
+                found = self._find(number, token)
+                if found is not None:
+                    return found
+                if attempt == 2:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def _find(self, number: int, token: str) -> dict[str, Any] | None:
+        try:
+            comments = self._call(self.api.paginate, f"{self._base}/issues/{number}/comments")
+        except GitHubError:
+            return None
+        return next((c for c in reversed(comments) if token in (c.get("body") or "")), None)
+
+    def edit(self, comment_id: int, text: str, marker: str = PROGRESS_MARKER) -> None:
+        body = f"{text.rstrip()}\n\n{marker}"
+        self._call(self.api.request, "PATCH", f"{self._base}/issues/comments/{comment_id}", json={"body": body})
+
+    def note(self, key: str, before: Status, after: Status, note: str) -> None:
+        if after == Status.IN_PROGRESS and before != after:
+            self.start_progress(key, note)
+            return
+        with self._lock:
+            progress = self._progress.pop(key, None) if before == Status.IN_PROGRESS else None
+        if progress is not None:
+            try:
+                self.edit(progress[0], note)  # the run's one comment now says how it ended
+                return
+            except GitHubError as error:
+                if error.status != 404:  # deleted by a person: say it in a new comment
+                    raise
+        self.post(int(key), note)
+
+    def start_progress(self, key: str, text: str) -> None:
+        raw = self.post(int(key), text, PROGRESS_MARKER)
+        with self._lock:
+            self._progress[key] = (int(raw["id"]), time.monotonic())
+
+    def progress(self, key: str, text: str, *, force: bool = False) -> bool:
+        """Edit the run's progress comment (at most every ``PROGRESS_EVERY`` seconds); whether it was edited."""
+        key = normalize_key(key)
+        with self._lock:
+            held = self._progress.get(key)
+            if held is None or (not force and time.monotonic() - held[1] < PROGRESS_EVERY):
+                return False
+            self._progress[key] = (held[0], time.monotonic())
+        try:
+            with self._leases.under_lease(key, prove=False):
+                self.edit(held[0], text)
+        except (GitHubError, ClaimLost):
+            return False  # progress is a courtesy: a failed edit never fails a run
+        return True

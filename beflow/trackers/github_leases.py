@@ -1,0 +1,291 @@
+"""GitHub's claims, a :class:`~beflow.trackers.claims.ClaimStore`: leases kept in git refs ``refs/beflow/claims/<n>``.
+
+Each ref points at a commit whose message holds the lease (owner, host, pid, expiry on GitHub's clock). Creating
+the ref fails with 422 when it exists, and every later change is a fast-forward-only update, which GitHub refuses
+when someone moved the ref first: each take-over, renewal and release is a compare-and-swap, so two machines can
+never both hold one issue. A lease is renewed while its run lives, bounds the requests made under it
+(:meth:`GitHubLeases.under_lease`), and is never honoured longer than its length from when it was first seen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from beflow.config import GitHubTrackerSettings
+from beflow.errors import BeflowError, LockedError
+from beflow.trackers.base import Claim, ClaimInfo, ClaimLost, as_utc, normalize_key, utc_now
+from beflow.trackers.github_api import Api, GitHubError
+
+CLAIM_NAMESPACE = "beflow/claims"
+
+
+class GitHubLeases:
+    """The leases of one repository's issues; ``call`` is the tracker's way of calling the API (its errors name
+    the tracker's settings)."""
+
+    def __init__(self, settings: GitHubTrackerSettings, api: Api, base: str, call: Callable[..., Any]) -> None:
+        self.settings = settings
+        self.api = api
+        self._base = base
+        self._call = call
+        self._tree: str | None = None
+        self._commits: dict[str, dict[str, Any]] = {}  # lease commits are immutable: read each once
+        self._seen: dict[str, float] = {}  # lease commit -> when this process first saw it (monotonic)
+        self._written: set[str] = set()  # lease commits this process wrote
+        self._holding: dict[str, _HeldLease] = {}  # issue key -> the lease this process holds on it
+
+    def _ref_path(self, key: str) -> str:
+        return f"{self._base}/git/ref/{CLAIM_NAMESPACE}/{key}"
+
+    def _lease_tree(self) -> str:
+        if self._tree is None:
+            payload = {"tree": [{"path": "claim", "mode": "100644", "type": "blob", "content": "beflow claim\n"}]}
+            tree = self._call(self.api.request, "POST", f"{self._base}/git/trees", json=payload, retry=True)
+            self._tree = tree.data["sha"]
+        return self._tree
+
+    def _lease_commit(self, key: str, lease: dict[str, Any], parent: str | None) -> str:
+        message = f"beflow claim on issue {key}\n\n{json.dumps(lease, sort_keys=True)}\n"
+        payload: dict[str, Any] = {
+            "message": message,
+            "tree": self._lease_tree(),
+            "parents": [parent] if parent else [],
+        }
+        sha: str = self._call(self.api.request, "POST", f"{self._base}/git/commits", json=payload, retry=True).data[
+            "sha"
+        ]
+        self._commits[sha] = lease
+        self._seen.setdefault(sha, time.monotonic())
+        self._written.add(sha)
+        return sha
+
+    def _read_ref(self, key: str) -> str | None:
+        try:
+            data = self._call(self.api.get, self._ref_path(key))
+        except GitHubError as error:
+            if error.status == 404:
+                return None
+            raise
+        if isinstance(data, list):  # GitHub lists refs that start with the name when there is no exact match
+            data = next((d for d in data if d.get("ref") == f"refs/{CLAIM_NAMESPACE}/{key}"), None)
+            if data is None:
+                return None
+        sha: str = data["object"]["sha"]
+        return sha
+
+    def _lease(self, sha: str) -> dict[str, Any]:
+        if sha not in self._commits:
+            message = self._call(self.api.get, f"{self._base}/git/commits/{sha}")["message"]
+            try:
+                lease = json.loads(message.split("\n\n", 1)[1])
+                if not isinstance(lease, dict):
+                    raise ValueError
+            except (IndexError, ValueError):
+                lease = {"released": True}  # not a lease beflow wrote: nobody holds it
+            self._commits[sha] = lease
+        return self._commits[sha]
+
+    def _live(self, sha: str, lease: dict[str, Any]) -> bool:
+        """Whether the lease in commit ``sha`` still holds: not released, not expired on GitHub's clock — and never
+        longer than ``lease`` seconds after this process first saw it, on its own monotonic clock (a lease written
+        while GitHub's ``Date`` was ten years ahead is not honoured for ten years)."""
+        if lease.get("released"):
+            return False
+        seen = self._seen.setdefault(sha, time.monotonic())
+        return float(lease.get("expires", 0)) > self.api.now() and time.monotonic() - seen < self.settings.lease
+
+    def _margin(self) -> float:
+        """How much sooner than GitHub this process takes its own lease to end: GitHub's clock shows whole seconds,
+        and the requests that wrote the lease took time."""
+        return min(2.0, self.settings.lease / 4)
+
+    def _new_lease(self, owner: str, since: float | None = None) -> dict[str, Any]:
+        now = self.api.now()
+        return {
+            "owner": owner,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "since": since or now,
+            "expires": now + self.settings.lease,
+            "released": False,
+        }
+
+    def _move_ref(self, key: str, sha: str) -> bool:
+        """Fast-forward the claim ref to ``sha``; False when GitHub refuses (someone moved it first). An answer
+        that was lost (no answer, a 5xx) is settled by reading the ref: it points at ``sha`` or it does not."""
+        try:
+            response = self._call(
+                self.api.request,
+                "PATCH",
+                f"{self._base}/git/refs/{CLAIM_NAMESPACE}/{key}",
+                json={"sha": sha, "force": False},
+                ok=(409, 422),
+            )
+        except GitHubError:
+            if self._read_ref(key) == sha:
+                return True
+            raise
+        return bool(response.status == 200)
+
+    def claim(self, key: str, owner: str) -> Claim:
+        started = time.monotonic()
+        lease = self._new_lease(owner)
+        current = self._read_ref(key)
+        if current is None:
+            sha = self._lease_commit(key, lease, None)
+            try:
+                created = self._call(
+                    self.api.request,
+                    "POST",
+                    f"{self._base}/git/refs",
+                    json={"ref": f"refs/{CLAIM_NAMESPACE}/{key}", "sha": sha},
+                    ok=(422,),
+                )
+                if created.status == 201:
+                    return self._held(key, owner, sha, lease, started)
+            except GitHubError:
+                pass  # no answer: the ref says whether it was created, below
+            current = self._read_ref(key)  # another machine created it between our look and our write (or we did)
+            if current == sha:  # ours: the answer to our write was lost on the way
+                return self._held(key, owner, sha, lease, started)
+            if current is None:
+                raise LockedError(f"issue {key} is being claimed by another beflow", fix="Try again in a moment.")
+        held = self._lease(current)
+        # A lease this process wrote and holds for no run any more is its own (the answer to an earlier claim was
+        # lost): taken over like a dead one, never reported as "claimed by" itself.
+        own = current in self._written and key not in self._holding
+        if self._live(current, held) and not own:
+            raise LockedError(f"issue {key} is claimed by {_who(held)}", fix=_LOCKED_FIX)
+        sha = self._lease_commit(key, lease, current)
+        if not self._move_ref(key, sha):
+            raise LockedError(f"issue {key} was claimed by another beflow just now", fix=_LOCKED_FIX)
+        return self._held(key, owner, sha, lease, started)
+
+    def _held(self, key: str, owner: str, sha: str, lease: dict[str, Any], started: float) -> Claim:
+        # The lease runs from before the requests that wrote it, on this process's clock, less a margin.
+        state = _HeldLease(sha, lease, started + self.settings.lease - self._margin())
+        info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
+
+        def renew() -> None:
+            # Bounded by the time the lease has left: a renewal that hangs fails before the lease ends, so that
+            # the run is stopped while the issue is still its own (docs/trackers.md: leases).
+            with state.lock, self.api.deadline(state.expires):
+                begun = time.monotonic()
+                fresh = self._new_lease(owner, since=state.lease["since"])
+                new = self._lease_commit(key, fresh, state.sha)
+                if not self._move_ref(key, new):
+                    holder = self._read_ref(key)
+                    who = _who(self._lease(holder)) if holder else "nobody (the claim was deleted)"
+                    state.lost = f"the claim on issue {key} was taken over by {who}"
+                    raise ClaimLost(state.lost)
+                state.sha, state.lease = new, fresh
+                state.expires = begun + self.settings.lease - self._margin()
+
+        state.renew = renew
+
+        def release() -> None:
+            self._holding.pop(key, None)
+            done = {**state.lease, "released": True, "expires": 0}
+            try:
+                new = self._lease_commit(key, done, state.sha)
+                self._move_ref(key, new)  # refused: taken over already, nothing of ours to release
+            except BeflowError:
+                pass  # unreachable GitHub: the lease runs out by itself
+
+        self._holding[key] = state
+        return Claim(
+            info,
+            release,
+            held=lambda: self.under_lease(key),
+            renew=renew,
+            renew_every=max(self.settings.lease / 3, 0.2),
+            expires=lambda: state.expires - time.monotonic(),
+        )
+
+    @contextlib.contextmanager
+    def under_lease(self, key: str, *, prove: bool = True) -> Iterator[None]:
+        """The writes of the block, on an issue this process holds a lease on, are this lease's: first the lease is
+        proven (renewed: a compare-and-swap on the claim ref, which fails when another machine took the issue
+        over), then every request of the block ends before the lease does. ``prove=False`` (progress edits, which
+        are frequent) only checks that the lease was not lost and has time left. An issue this process holds no
+        lease on is written as it is (a person's command, a settling of an orphan under its own claim)."""
+        state = self._holding.get(normalize_key(key))
+        if state is None:
+            yield
+            return
+        if state.lost:
+            raise ClaimLost(state.lost)
+        if prove:
+            state.renew()
+        elif state.expires - time.monotonic() <= 0:
+            raise ClaimLost(f"the claim on issue {key} could not be renewed in time")
+        with self.api.deadline(state.expires):
+            yield
+
+    def holder(self, key: str) -> ClaimInfo | None:
+        key = normalize_key(key)
+        sha = self._read_ref(key)
+        if sha is None:
+            return None
+        lease = self._lease(sha)
+        return self._info(key, lease) if self._live(sha, lease) else None
+
+    def _info(self, key: str, lease: dict[str, Any]) -> ClaimInfo | None:
+        if "owner" not in lease:
+            return None
+        return ClaimInfo(
+            key=key,
+            owner=str(lease.get("owner", "unknown")),
+            pid=int(lease.get("pid", 0)),
+            host=str(lease.get("host", "unknown")),
+            since=as_utc(_epoch(float(lease.get("since", 0)))),
+        )
+
+    def held(self, keys: Iterable[str] = ()) -> set[str]:
+        """Issues with a live lease: one (conditional) listing of every claim ref, not one request per issue."""
+        prefix = f"refs/{CLAIM_NAMESPACE}/"
+        refs = self._call(self.api.get, f"{self._base}/git/matching-refs/{CLAIM_NAMESPACE}/") or []
+        return {
+            ref["ref"].removeprefix(prefix)
+            for ref in refs
+            if ref["ref"].startswith(prefix) and self._live(ref["object"]["sha"], self._lease(ref["object"]["sha"]))
+        }
+
+    def last_holder(self, key: str) -> ClaimInfo | None:
+        sha = self._read_ref(normalize_key(key))
+        if sha is None:
+            return None
+        return self._info(normalize_key(key), self._lease(sha))
+
+
+@dataclass
+class _HeldLease:
+    """A lease this process holds: the commit the claim ref points at, its content, when it runs out (monotonic,
+    with a margin), why it was lost if it was; renewals one at a time (each is a compare-and-swap on the ref)."""
+
+    sha: str
+    lease: dict[str, Any]
+    expires: float
+    lost: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    renew: Any = None
+
+
+_LOCKED_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."
+
+
+def _who(lease: dict[str, Any]) -> str:
+    return f"{lease.get('owner', 'unknown')} (pid {lease.get('pid', '?')} on {lease.get('host', '?')})"
+
+
+def _epoch(value: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(value, dt.UTC)
