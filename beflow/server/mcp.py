@@ -348,12 +348,12 @@ class BeflowServer:
             for uri in sorted(uris):
                 stamp = await anyio.to_thread.run_sync(self._stamp, uri)
                 if uri in seen and stamp != seen[uri]:
-                    await self._announce(uri)
+                    await self.announce(uri)
                 seen[uri] = stamp
             if self.context.bound_issue is not None:
                 runs = await anyio.to_thread.run_sync(self._run_uris)
                 if listing is not None and runs != listing:
-                    await self._announce(None)
+                    await self.announce(None)
                 listing = runs
             await anyio.sleep(self.launch.poll)
 
@@ -369,7 +369,7 @@ class BeflowServer:
         except Exception:
             return []
 
-    async def _announce(self, uri: str | None) -> None:
+    async def announce(self, uri: str | None) -> None:
         """``uri`` changed (None: the list of resources did): tell listen streams and a subscribed session."""
         with contextlib.suppress(Exception):  # a client that went away
             if uri is None:
