@@ -33,7 +33,7 @@ class Dropped(Exception):
     """A client fell further behind than the ring holds: it is disconnected."""
 
 
-@dataclass
+@dataclass(eq=False)  # each client is its own: hashed by identity
 class Subscriber:
     """One SSE client: where it is in the ring, and what wakes it (on the server's loop)."""
 

@@ -37,7 +37,7 @@ from beflow.errors import BeflowError, NotFoundError, UsageError
 from beflow.operations import Context
 from beflow.server import api
 from beflow.server.guard import COOKIE, Policy, bearer
-from beflow.server.live import Dropped, Hub, WatchData, WatchSource
+from beflow.server.live import Dropped, Hub, Subscriber, WatchData, WatchSource
 
 HERE = Path(__file__).parent
 #: Bytes of a request body, at most (the API's bodies are a status and a note).
@@ -49,6 +49,8 @@ TAIL_LINES = 8
 MAX_TEXT = 4000
 #: Seconds a write to an SSE client may take before the client is dropped.
 SEND_TIMEOUT = 5.0
+#: Seconds between keep-alive comments on a quiet event stream.
+PING = 15.0
 #: Events an SSE client may fall behind the newest before it is dropped.
 BEHIND = 1000
 _ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
@@ -328,35 +330,13 @@ def build_app(server: Server) -> ASGIApp:
         await server.off_loop(server.source.refresh)
         return server.json(api.Accepted(message="the watch looks at the tracker now"), 202)
 
-    async def events(request: Request) -> Response:
-        from sse_starlette import EventSourceResponse, ServerSentEvent
-
-        hub = server.hub
+    async def events(request: Request) -> Response | EventStream:
         last = _int(request.headers.get("last-event-id") or request.query_params.get("since"), -1)
         try:
-            subscriber = hub.subscribe(None if last < 0 else last)
+            subscriber = server.hub.subscribe(None if last < 0 else last)
         except OverflowError as error:
             return server.problem(503, "too_many_clients", str(error), "Close another page or client, then retry.")
-
-        async def stream() -> AsyncIterator[ServerSentEvent]:
-            try:
-                yield ServerSentEvent(comment="beflow events", retry=1000)
-                while True:
-                    missed, batch = await hub.next_batch(subscriber, BEHIND)
-                    if missed:
-                        notice = {"event": "notice", "issue": None, "time": time.time()}
-                        notice["message"] = f"{missed} events are no longer kept: read /api/v1/state"
-                        yield ServerSentEvent(data=json.dumps(notice))
-                    for event in batch:
-                        identifier = event.pop("id")
-                        text = server.redact.text(json.dumps(event, ensure_ascii=False, default=str))
-                        yield ServerSentEvent(data=text, id=str(identifier))
-            except Dropped:
-                return
-            finally:
-                hub.unsubscribe(subscriber)
-
-        return EventSourceResponse(stream(), ping=15, send_timeout=SEND_TIMEOUT, headers={"Cache-Control": "no-store"})
+        return EventStream(server, subscriber)
 
     async def openapi(request: Request) -> Response:
         return JSONResponse(openapi_document())
@@ -438,6 +418,58 @@ def _int(text: str | None, default: int) -> int:
         return max(0, int(text)) if text is not None else default
     except ValueError:
         return default
+
+
+class EventStream:
+    """``/api/v1/events``: server-sent events from the hub's ring, for one client. A write the client does not
+    take within :data:`SEND_TIMEOUT`, or a client :data:`BEHIND` events behind, ends the stream (the client may
+    reconnect and resume with ``Last-Event-ID``); the client going away ends it too."""
+
+    def __init__(self, server: Server, subscriber: Subscriber) -> None:
+        self.server = server
+        self.subscriber = subscriber
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hub = self.server.hub
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        try:
+            async with anyio.create_task_group() as tasks:
+
+                async def disconnected() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    tasks.cancel_scope.cancel()
+
+                tasks.start_soon(disconnected)
+
+                async def write(text: str) -> None:
+                    with anyio.fail_after(SEND_TIMEOUT):
+                        await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
+
+                with anyio.fail_after(SEND_TIMEOUT):
+                    await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await write(": beflow events\nretry: 1000\n\n")
+                while True:
+                    with anyio.move_on_after(PING):
+                        missed, batch = await hub.next_batch(self.subscriber, BEHIND)
+                        if missed:
+                            notice = {"event": "notice", "issue": None, "time": time.time()}
+                            notice["message"] = f"{missed} events are no longer kept: read /api/v1/state"
+                            await write(f"data: {json.dumps(notice)}\n\n")
+                        for event in batch:
+                            identifier = event.pop("id")
+                            text = self.server.redact.text(json.dumps(event, ensure_ascii=False, default=str))
+                            await write(f"id: {identifier}\ndata: {text}\n\n")
+                        continue
+                    await write(": ping\n\n")  # a proxy keeps the connection; a dead client is found out
+        except (Dropped, TimeoutError, OSError):
+            pass  # a client that does not keep up is let go; the watch never waits for one
+        finally:
+            hub.unsubscribe(self.subscriber)
 
 
 class Guard:
