@@ -404,7 +404,9 @@ def build_app(server: Server) -> ASGIApp:
             yield
 
     if server.mcp is not None:
-        routes.insert(0, Mount("/mcp", server.mcp.asgi))
+        endpoint = _Asgi(server.mcp.asgi)  # (an ASGI app: Starlette calls a function with a Request)
+        methods = ["GET", "POST", "DELETE"]
+        routes[:0] = [Route("/mcp", endpoint, methods=methods), Route("/mcp/issues/{key}", endpoint, methods=methods)]
     app = Starlette(routes=routes, lifespan=lifespan)
     return Guard(app, server)
 
@@ -470,6 +472,14 @@ class EventStream:
             pass  # a client that does not keep up is let go; the watch never waits for one
         finally:
             hub.unsubscribe(self.subscriber)
+
+
+class _Asgi:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
 
 
 class Guard:
