@@ -90,6 +90,8 @@ class Server:
         self.actor = actor
         self.registry = load_all()
         self.context = Context(project=project, actor=actor)
+        #: Titles of issues whose lane has no record yet (asked of the tracker once).
+        self._titles: dict[str, str] = {}
         self.redact = Redactor(secrets=run_secrets(project, tracker(self.context)))
         self.templates = Environment(
             loader=FileSystemLoader(HERE / "templates"),
@@ -119,7 +121,10 @@ class Server:
         backoffs: list[api.Backoff] = []
         if data is not None:
             for lane in data.lanes:
-                title, progress = "", [lane.progress] if lane.progress else []
+                title, progress = self._titles.get(lane.key, ""), [lane.progress] if lane.progress else []
+                if lane.run_id is None and not title:  # (dispatched, its record not written yet)
+                    with contextlib.suppress(BeflowError, OSError):
+                        title = self._titles[lane.key] = self.call("issue.show", {"key": lane.key}).title
                 if lane.run_id is not None:
                     with contextlib.suppress(BeflowError, OSError, ValueError):
                         record = store.get(lane.run_id)

@@ -5,13 +5,23 @@
   var actions = document.body.dataset.actions === "on";
   var pending = false, inFlight = false, lastEvent = null;
 
+  // Text from data as the server renders it (web.plain): terminal escapes and control characters removed, a huge
+  // text cut. It is then set as textContent: never parsed as HTML.
+  var ANSI = /\x1b(?:\[[0-?]*[ -\/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])/g;
+  var CONTROL = /[\x00-\x08\x0b-\x1f\x7f-\x9f]/g;
+  var MAX_TEXT = 4000;
+  function plain(value, limit) {
+    var text = String(value).replace(ANSI, "").replace(CONTROL, "");
+    limit = limit || MAX_TEXT;
+    return text.length > limit ? text.slice(0, limit) + "… [" + (text.length - limit) + " more characters]" : text;
+  }
   function el(tag, cls, text) {
     var node = document.createElement(tag);
     if (cls) node.className = cls;
-    if (text !== undefined && text !== null) node.textContent = String(text);
+    if (text !== undefined && text !== null) node.textContent = plain(text);
     return node;
   }
-  function link(href, text) { var a = el("a", null, text); a.href = href; return a; }
+  function link(href, text) { var a = el("a", null, text); a.setAttribute("href", href); return a; }
   function seconds(v) {
     if (v === null || v === undefined) return "-";
     v = Math.max(0, v);
@@ -22,7 +32,7 @@
   function when(t) { return t ? new Date(t * 1000).toLocaleTimeString() : "-"; }
   function cell(row, content, cls) {
     var td = el("td", cls);
-    if (content instanceof Node) td.appendChild(content); else td.textContent = content === null ? "" : String(content);
+    if (content instanceof Node) td.appendChild(content); else td.textContent = content === null ? "" : plain(content);
     row.appendChild(td);
     return td;
   }
@@ -51,7 +61,7 @@
       var art = el("article", "lane");
       art.dataset.issue = lane.issue; art.dataset.started = lane.started;
       var h = el("h3"); h.appendChild(link("/issues/" + encodeURIComponent(lane.issue), lane.issue));
-      h.appendChild(document.createTextNode(" ")); h.appendChild(el("span", "title", lane.title));
+      h.appendChild(document.createTextNode(" ")); h.appendChild(el("span", "title", plain(lane.title, 300)));
       art.appendChild(h);
       var meta = el("p", "meta", "attempt " + lane.attempt + " · ");
       meta.appendChild(el("span", "elapsed", seconds(lane.elapsed)));
@@ -103,7 +113,7 @@
     });
     renderTable("recent", state.recent, function (tr, r) {
       tr.dataset.run = r.id; tr.dataset.outcome = r.outcome;
-      var first = cell(tr, r.issue + " "); first.appendChild(el("span", "title", r.title.slice(0, 120)));
+      var first = cell(tr, r.issue + " "); first.appendChild(el("span", "title", plain(r.title, 120)));
       cell(tr, r.outcome, "o-" + r.outcome); cell(tr, (r.reason || "").slice(0, 200)); cell(tr, r.branch || "-");
       var pr = null;
       if (r.pull_request && /^https?:\/\//.test(r.pull_request)) { pr = link(r.pull_request, "PR"); pr.rel = "noreferrer noopener"; }
