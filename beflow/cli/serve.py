@@ -53,7 +53,7 @@ def _actor(app: App) -> str:
 @click.command(
     "serve",
     short_help="Serve the dashboard, the HTTP API and MCP over HTTP (no watch).",
-    epilog="Examples:\n\n  beflow serve 8765\n\n  BEFLOW_HTTP_TOKEN=... beflow serve 0.0.0.0:8765",
+    epilog="Examples:\n\n  beflow serve 8765\n\n  BEFLOW_HTTP_TOKEN=$(openssl rand -hex 24) beflow serve 0.0.0.0:8765",
 )
 @click.argument("where", metavar="[HOST:]PORT")
 @pass_app
