@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,10 +19,11 @@ import pytest
 
 from beflow.config import load_project
 from beflow.server.guard import TOKEN_ENV, Bind, load_token, parse_bind
-from beflow.server.live import Hub
+from beflow.server.live import RING, Hub
 from beflow.server.serving import Serving, beside
 from beflow.trackers import open_tracker
 from tests.support.projects import config_file
+from tests.support.waiting import eventually
 
 TOKEN = "t" * 20 + "-secret-token"
 
@@ -247,3 +250,21 @@ def read_events(http: httpx.Client, headers: dict[str, str], count: int) -> list
             name, _, value = line.partition(":")
             current[name] = value.removeprefix(" ")
     return found
+
+
+@pytest.mark.slow  # it waits out the server's 5 s write timeout
+def test_a_client_that_does_not_read_is_dropped_and_never_holds_up_the_watch(project: Path) -> None:
+    hub = Hub()
+    with serving(project, hub=hub) as (served, _):
+        stalled = socket.create_connection(("127.0.0.1", served.bind.port))
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.sendall(f"GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1:{served.bind.port}\r\n\r\n".encode())
+        eventually(lambda: hub.clients == 1, "the stalled client subscribed")
+        # It never reads: what the watch hands over still takes no time, and the ring stays bounded.
+        started = time.perf_counter()
+        for n in range(3000):
+            hub.publish({"event": "activity", "issue": "1", "time": 1.0, "latest": f"{n} " + "x" * 2000})
+        assert time.perf_counter() - started < 2.0
+        assert len(hub.since(0)[1]) <= RING
+        eventually(lambda: hub.clients == 0, "the stalled client was let go", timeout=30)
+        stalled.close()
