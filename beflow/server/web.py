@@ -443,6 +443,32 @@ class EventStream:
             (b"cache-control", b"no-store"),
             (b"x-accel-buffering", b"no"),
         ]
+
+        async def write(text: str) -> None:
+            with anyio.fail_after(SEND_TIMEOUT):
+                await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
+
+        async def stream() -> None:
+            with anyio.fail_after(SEND_TIMEOUT):
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await write(": beflow events\nretry: 1000\n\n")
+            while True:
+                got: tuple[int, list[dict[str, Any]]] | None = None
+                with anyio.move_on_after(PING):
+                    got = await hub.next_batch(self.subscriber, BEHIND)
+                if got is None:
+                    await write(": ping\n\n")  # a proxy keeps the connection; a dead client is found out
+                    continue
+                missed, batch = got
+                if missed:
+                    notice = {"event": "notice", "issue": None, "time": time.time()}
+                    notice["message"] = f"{missed} events are no longer kept: read /api/v1/state"
+                    await write(f"data: {json.dumps(notice)}\n\n")
+                for event in batch:
+                    identifier = event.pop("id")
+                    text = self.server.redact.text(json.dumps(event, ensure_ascii=False, default=str))
+                    await write(f"id: {identifier}\ndata: {text}\n\n")
+
         try:
             async with anyio.create_task_group() as tasks:
 
@@ -452,29 +478,14 @@ class EventStream:
                     tasks.cancel_scope.cancel()
 
                 tasks.start_soon(disconnected)
-
-                async def write(text: str) -> None:
-                    with anyio.fail_after(SEND_TIMEOUT):
-                        await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
-
-                with anyio.fail_after(SEND_TIMEOUT):
-                    await send({"type": "http.response.start", "status": 200, "headers": headers})
-                await write(": beflow events\nretry: 1000\n\n")
-                while True:
-                    with anyio.move_on_after(PING):
-                        missed, batch = await hub.next_batch(self.subscriber, BEHIND)
-                        if missed:
-                            notice = {"event": "notice", "issue": None, "time": time.time()}
-                            notice["message"] = f"{missed} events are no longer kept: read /api/v1/state"
-                            await write(f"data: {json.dumps(notice)}\n\n")
-                        for event in batch:
-                            identifier = event.pop("id")
-                            text = self.server.redact.text(json.dumps(event, ensure_ascii=False, default=str))
-                            await write(f"id: {identifier}\ndata: {text}\n\n")
-                        continue
-                    await write(": ping\n\n")  # a proxy keeps the connection; a dead client is found out
-        except (Dropped, TimeoutError, OSError):
-            pass  # a client that does not keep up is let go; the watch never waits for one
+                try:
+                    await stream()
+                except (Dropped, TimeoutError, OSError):
+                    # A client that does not keep up is let go (the watch never waits for one): the response is
+                    # ended if the client takes that much, else the connection is closed.
+                    with anyio.move_on_after(1), contextlib.suppress(Exception):
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                tasks.cancel_scope.cancel()
         finally:
             hub.unsubscribe(self.subscriber)
 
