@@ -41,7 +41,12 @@ def beside_watch(app: App, where: str, dispatcher: Dispatcher, hub: Hub) -> Iter
     source = WatchSource(dispatcher, hub)
     with beside(dispatcher.project, parse_bind(where), hub, source, actor=_actor(app)) as serving:
         announce(serving)
-        yield source
+        try:
+            yield source
+        finally:
+            if serving.failure is not None:
+                why = f"{type(serving.failure).__name__}: {serving.failure}"
+                err.print(f"beflow: warning: the HTTP server stopped: {escape(why)}")
 
 
 def _actor(app: App) -> str:

@@ -34,6 +34,8 @@ class Serving:
     bind: Bind
     token: Token
     policy: Policy
+    #: Why the server stopped serving, when it failed (the watch goes on without it).
+    failure: BaseException | None = None
 
     @property
     def url(self) -> str:
@@ -84,34 +86,43 @@ def _config(app: ASGIApp) -> uvicorn.Config:
 def beside(
     project: Project, bind: Bind, hub: Hub, source: WatchSource | None, actor: str = "user"
 ) -> Iterator[Serving]:
-    """The HTTP server in its own thread while the block runs."""
-    from beflow.server.web import Server, build_app
-
+    """The HTTP server in its own thread while the block runs. The socket is bound here (a port in use fails at
+    once); the server is built in its thread (its imports take a second of CPU the watch need not wait for)."""
     token = load_token()
     sock, bound = listen(bind)
     policy = policy_for(project, bound, token)
-    server = Server(project, policy, hub, source, actor=actor)
-    import uvicorn
-
-    http, loop = uvicorn.Server(_config(build_app(server))), asyncio.new_event_loop()
-    failure: list[BaseException] = []
+    serving = Serving(bound, token, policy)
+    running: list[uvicorn.Server] = []
+    stopping = threading.Event()
 
     def run() -> None:
+        import uvicorn
+
+        from beflow.server.web import Server, build_app
+
+        loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         try:
-            loop.run_until_complete(http.serve(sockets=[sock]))
-        except BaseException as error:  # reported by the caller when the watch ends
-            failure.append(error)
+            http = uvicorn.Server(_config(build_app(Server(project, policy, hub, source, actor=actor))))
+            running.append(http)
+            if not stopping.is_set():
+                loop.run_until_complete(http.serve(sockets=[sock]))
+        except BaseException as error:  # the watch goes on without its server; the caller says so at the end
+            serving.failure = error
         finally:
             loop.close()
 
     thread = threading.Thread(target=run, name="beflow-http", daemon=True)
     thread.start()
     try:
-        yield Serving(bound, token, policy)
+        yield serving
     finally:
-        http.should_exit = True
+        stopping.set()
+        for http in running:
+            http.should_exit = True
         thread.join(STOP_WAIT)
+        if running:
+            running[0].should_exit = True  # (made while joining)
         sock.close()
 
 
