@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
@@ -23,7 +23,13 @@ from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.server.guard import Policy
 from beflow.server.live import Hub
-from beflow.server.mcp import ISSUE_URI, RUN_URI, BeflowServer, Launch, check_launch
+
+if TYPE_CHECKING:  # the MCP SDK's server costs a second of CPU to load: only the first /mcp request pays for it
+    from beflow.server.mcp import BeflowServer, Launch
+
+#: The resources a watch's events touch (beflow.server.mcp's URIs).
+ISSUE_URI = "beflow://issue/{key}"
+RUN_URI = "beflow://run/{id}"
 
 #: Servers bound to an issue kept at once, at most.
 MAX_BOUND = 32
@@ -33,12 +39,9 @@ class RemoteMcp:
     """The MCP servers of one HTTP server: the unbound one and those bound to an issue, made on first use."""
 
     def __init__(self, project: Project, hub: Hub, policy: Policy) -> None:
-        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-
         self.project = project
         self.hub = hub
         self.policy = policy
-        self._manager_type = StreamableHTTPSessionManager
         self.servers: dict[str | None, tuple[BeflowServer, Any]] = {}
         self._tasks: anyio.abc.TaskGroup | None = None
         self._making = anyio.Lock()
@@ -46,16 +49,19 @@ class RemoteMcp:
         hub.observers.append(self._on_events)
 
     def _manager(self, launch: Launch) -> tuple[BeflowServer, Any]:
+        from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+        from beflow.server.mcp import BeflowServer
+
         server = BeflowServer(launch)
         # The guard has checked Host, Origin and the token; the manager checks the body's size.
-        return server, self._manager_type(server.server, session_idle_timeout=600, max_sessions=64)
+        return server, StreamableHTTPSessionManager(server.server, session_idle_timeout=600, max_sessions=64)
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         async with anyio.create_task_group() as tasks:
             self._tasks = tasks
             self._cursor = self.hub.newest
-            await self._start(None, Launch(project=self.project, actor="agent"))
             try:
                 yield
             finally:
@@ -75,7 +81,17 @@ class RemoteMcp:
         self.servers[key] = (server, manager)
         return server, manager
 
+    async def _unbound(self) -> tuple[BeflowServer, Any]:
+        async with self._making:
+            if None not in self.servers:
+                from beflow.server.mcp import Launch
+
+                await self._start(None, Launch(project=self.project, actor="agent"))
+            return self.servers[None]
+
     async def _bound(self, key: str) -> tuple[BeflowServer, Any] | JSONResponse:
+        from beflow.server.mcp import Launch, check_launch
+
         async with self._making:
             try:
                 launch = await anyio.to_thread.run_sync(check_launch, Launch(project=self.project, issue=key))
@@ -94,7 +110,7 @@ class RemoteMcp:
             )
             return
         key = scope.get("path_params", {}).get("key")
-        found = self.servers[None] if key is None else await self._bound(str(key))
+        found = await self._unbound() if key is None else await self._bound(str(key))
         if isinstance(found, JSONResponse):
             await found(scope, receive, send)
             return

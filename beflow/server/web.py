@@ -29,7 +29,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from beflow import __version__, acpx
 from beflow.config import Project
@@ -502,9 +502,7 @@ class Guard:
     """Host, Origin, token and body size, checked before any route (docs/dashboard.md#security)."""
 
     def __init__(self, app: ASGIApp, server: Server) -> None:
-        from mcp.server.transport_security import RequestBodyLimitMiddleware
-
-        self.app = RequestBodyLimitMiddleware(app, MAX_BODY)
+        self.app = app
         self.server = server
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -516,7 +514,25 @@ class Guard:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        declared = request.headers.get("content-length", "0")
+        if not declared.isdigit() or int(declared) > MAX_BODY:
+            await self.server.problem(413, "too_large", f"request bodies are {MAX_BODY} bytes at most")(
+                scope, receive, send
+            )
+            return
+        received = 0
+
+        async def bounded() -> Message:
+            # A body sent without a length (chunked) is counted as it comes, and cut off at the limit.
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > MAX_BODY:
+                    return {"type": "http.disconnect"}
+            return message
+
+        await self.app(scope, bounded, send)
 
     def refusal(self, request: Request) -> Response | None:
         policy, server = self.server.policy, self.server
