@@ -17,6 +17,8 @@ from beflow.records import RunRecord
 API_VERSION = "v1"
 #: Transcript lines in one page, at most (``limit``); a page asks for fewer.
 MAX_PAGE = 500
+#: Queued issues in the state, at most (``totals.queued`` counts them all).
+MAX_QUEUE = 100
 
 
 class TranscriptLine(BaseModel):
@@ -119,7 +121,7 @@ class State(BaseModel):
 
     project: str
     lanes: list[Lane]
-    queue: list[Queued]
+    queue: list[Queued] = Field(description="The first 100 ready issues in dispatch order (totals.queued: all).")
     backoffs: list[Backoff]
     recent: list[RecentRun]
     totals: Totals

@@ -146,6 +146,7 @@ class Server:
                     )
                 )
             queue = [api.Queued(issue=k, title=t, priority=p) for k, t, p in data.queue]
+            queued = len(queue)
             backoffs = [api.Backoff(issue=k, attempt=a, due=d, reason=r) for k, a, d, r in data.backoffs]
         else:
             try:
@@ -154,16 +155,17 @@ class Server:
                 ready = []
             ready.sort(key=lambda i: (-i.priority, i.created))
             queue = [api.Queued(issue=i.key, title=i.title, priority=i.priority) for i in ready]
+            queued = len(queue)
         recent = [api.RecentRun.of(r) for r in self.call("run.list", {"limit": 30}).runs if r.finished][:20]
         return api.State(
             project=str(self.project.directory),
             lanes=lanes,
-            queue=queue,
+            queue=queue[: api.MAX_QUEUE],  # the state is read on every event: 10k ready issues must not go each time
             backoffs=backoffs,
             recent=recent,
             totals=api.Totals(
                 running=len(lanes),
-                queued=len(queue),
+                queued=queued,
                 backing_off=len(backoffs),
                 concurrency=data.concurrency if data else self.project.config.watch.concurrency,
                 ticks=data.tick if data else 0,

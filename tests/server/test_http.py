@@ -268,3 +268,12 @@ def test_a_client_that_does_not_read_is_dropped_and_never_holds_up_the_watch(pro
         assert len(hub.since(0)[1]) <= RING
         eventually(lambda: hub.clients == 0, "the stalled client was let go", timeout=30)
         stalled.close()
+
+
+def test_the_state_carries_the_head_of_a_long_queue_and_counts_it_all(project: Path) -> None:
+    tracker = open_tracker(load_project(config_file(project)))
+    for n in range(110):
+        tracker.create(f"queued {n}", "")
+    with serving(project) as (served, _), client(served) as http:
+        state = http.get("/api/v1/state").json()
+    assert len(state["queue"]) == 100 and state["totals"]["queued"] == 112
