@@ -18,6 +18,7 @@ import jsonschema
 import pytest
 
 from beflow.config import load_project
+from beflow.server import api
 from beflow.server.guard import TOKEN_ENV, Bind, load_token, parse_bind
 from beflow.server.live import RING, Hub
 from beflow.server.serving import Serving, beside
@@ -270,10 +271,13 @@ def test_a_client_that_does_not_read_is_dropped_and_never_holds_up_the_watch(pro
         stalled.close()
 
 
-def test_the_state_carries_the_head_of_a_long_queue_and_counts_it_all(project: Path) -> None:
+def test_the_state_carries_the_head_of_a_long_queue_and_counts_it_all(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api, "MAX_QUEUE", 3)  # (100 in use)
     tracker = open_tracker(load_project(config_file(project)))
-    for n in range(110):
+    for n in range(3):
         tracker.create(f"queued {n}", "")
     with serving(project) as (served, _), client(served) as http:
         state = http.get("/api/v1/state").json()
-    assert len(state["queue"]) == 100 and state["totals"]["queued"] == 112
+    assert [q["issue"] for q in state["queue"]] == ["1", "2", "3"] and state["totals"]["queued"] == 5
