@@ -39,7 +39,7 @@ def beside_watch(app: App, where: str, dispatcher: Dispatcher, hub: Hub) -> Iter
     from beflow.server.serving import beside
 
     source = WatchSource(dispatcher, hub)
-    with beside(dispatcher.project, parse_bind(where), hub, source, actor=_actor(app)) as serving:
+    with beside(dispatcher.project, parse_bind(where), hub, source, actor=app.actor) as serving:
         announce(serving)
         try:
             yield source
@@ -47,12 +47,6 @@ def beside_watch(app: App, where: str, dispatcher: Dispatcher, hub: Hub) -> Iter
             if serving.failure is not None:
                 why = f"{type(serving.failure).__name__}: {serving.failure}"
                 err.print(f"beflow: warning: the HTTP server stopped: {escape(why)}")
-
-
-def _actor(app: App) -> str:
-    from beflow.git import user_name
-
-    return app.actor or user_name(app.project().directory)
 
 
 @click.command(
@@ -72,4 +66,4 @@ def command(app: App, where: str) -> None:
 
     hardening.keep_private()
     project = app.project()
-    serve_forever(project, parse_bind(where), _actor(app), announce)
+    serve_forever(project, parse_bind(where), app.actor, announce)

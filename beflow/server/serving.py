@@ -84,7 +84,7 @@ def _config(app: ASGIApp) -> uvicorn.Config:
 
 @contextlib.contextmanager
 def beside(
-    project: Project, bind: Bind, hub: Hub, source: WatchSource | None, actor: str = "user"
+    project: Project, bind: Bind, hub: Hub, source: WatchSource | None, actor: str | None = None
 ) -> Iterator[Serving]:
     """The HTTP server in its own thread while the block runs. The socket is bound here (a port in use fails at
     once); the server is built in its thread (its imports take a second of CPU the watch need not wait for)."""
@@ -126,7 +126,7 @@ def beside(
         sock.close()
 
 
-def serve_forever(project: Project, bind: Bind, actor: str, on_ready: Callable[[Serving], None]) -> None:
+def serve_forever(project: Project, bind: Bind, actor: str | None, on_ready: Callable[[Serving], None]) -> None:
     """``beflow serve``: the server in this thread until SIGINT/SIGTERM."""
     import uvicorn
 

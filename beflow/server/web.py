@@ -75,7 +75,7 @@ class Server:
         policy: Policy,
         hub: Hub | None = None,
         source: WatchSource | None = None,
-        actor: str = "user",
+        actor: str | None = None,
         mcp: bool = True,
     ) -> None:
         from beflow.issues import tracker
@@ -87,9 +87,11 @@ class Server:
         self.policy = policy
         self.hub = hub or Hub()
         self.source = source
-        self.actor = actor
         self.registry = load_all()
-        self.context = Context(project=project, actor=actor)
+        #: Who acts (a status a person sets from the page is theirs): given, or git's user.name, asked when an action
+        #: first needs it (a git process the watch's start need not wait for).
+        self.context = Context(project=project, actor=actor or "user")
+        self._actor_known = actor is not None
         #: Titles of issues whose lane has no record yet (asked of the tracker once).
         self._titles: dict[str, str] = {}
         self.redact = Redactor(secrets=run_secrets(project, tracker(self.context)))
@@ -109,7 +111,12 @@ class Server:
     # -- reading, through the registry -------------------------------------------------------------------------------
 
     def call(self, name: str, arguments: dict[str, Any]) -> Any:
-        return self.registry[name].call(self.context, arguments)
+        operation = self.registry[name]
+        if operation.needs_actor and not self._actor_known:
+            from beflow.git import user_name
+
+            self.context.actor, self._actor_known = user_name(self.project.directory), True
+        return operation.call(self.context, arguments)
 
     def state(self) -> api.State:
         """The live state (a watch's), or what the records and the tracker say (``beflow serve``)."""
