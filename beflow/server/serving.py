@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -17,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from beflow.config import Project
-from beflow.errors import UsageError
+from beflow.errors import Interrupted, UsageError
 from beflow.server.guard import Bind, Policy, Token, load_token
 from beflow.server.live import Hub, WatchSource
 
@@ -127,9 +128,7 @@ def beside(
 
 
 def serve_forever(project: Project, bind: Bind, actor: str | None, on_ready: Callable[[Serving], None]) -> None:
-    """``beflow serve``: the server in this thread until SIGINT/SIGTERM."""
-    import uvicorn
-
+    """``beflow serve``: the server in this thread until SIGINT/SIGTERM (then :class:`Interrupted`)."""
     from beflow.server.web import Server, build_app
 
     token = load_token()
@@ -137,4 +136,32 @@ def serve_forever(project: Project, bind: Bind, actor: str | None, on_ready: Cal
     policy = policy_for(project, bound, token)
     server = Server(project, policy, Hub(), None, actor=actor)
     on_ready(Serving(bound, token, policy))
-    uvicorn.Server(_config(build_app(server))).run(sockets=[sock])
+    http = _stoppable()(_config(build_app(server)))
+    http.run(sockets=[sock])
+    stopped_by: int | None = getattr(http, "stopped_by", None)
+    if stopped_by is not None:
+        raise Interrupted(signal.Signals(stopped_by).name)  # after a graceful stop: exit 130, as a watch
+
+
+def _stoppable() -> type[uvicorn.Server]:
+    """uvicorn's server, stopped gracefully by SIGINT or SIGTERM, which it then reports (``stopped_by``) instead of
+    raising the signal again: beflow exits 130 after cleanup, as every command does."""
+    import uvicorn
+
+    class Stoppable(uvicorn.Server):
+        stopped_by: int | None = None
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            def stop(signum: int, _frame: object) -> None:
+                self.stopped_by = signum
+                self.should_exit = True
+
+            before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in before.items():
+                    signal.signal(sig, handler)
+
+    return Stoppable

@@ -153,3 +153,18 @@ def test_the_api_of_a_running_watch_shows_its_lane_and_streams_its_events(
         assert http.get(f"/api/v1/runs/{run}").json()["outcome"] == "succeeded"
         page = http.get(f"/api/v1/runs/{run}/transcript", params={"limit": 2}).json()
         assert len(page["lines"]) <= 2 and page["total"] >= len(page["lines"])
+
+
+def test_serve_shows_a_project_with_no_watch_and_stops_on_sigterm_with_130(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, beflow_process
+) -> None:
+    key = auto_project.new_issue("say hi", title="waiting")
+    process = beflow_process("serve", "0", cwd=auto_project.directory)
+    served = Watch(process)
+    threading.Thread(target=lambda: served.stderr.extend(process.stderr), daemon=True).start()  # type: ignore[arg-type]
+    state = httpx.get(served.url + "/api/v1/state", timeout=30).json()
+    assert state["health"]["live"] is False and state["lanes"] == []
+    assert [q["issue"] for q in state["queue"]] == [key]
+    assert httpx.post(served.url + "/api/v1/refresh", timeout=30).status_code == 202
+    process.terminate()
+    assert process.wait(30) == 130  # stopped, after a graceful shutdown
