@@ -639,6 +639,42 @@ class Bench:
                 f"p99 {p99 * 1000:.0f} ms over {len(latencies)} events",
             )
         )
+        # The page of a project with 10k issues (1k of them ready) and 1k runs, served by `beflow serve`.
+        repo = self.repo(mcp=False)
+        generate_issues(repo, s.issues - s.issues // 10)
+        generate_issues(repo, s.issues // 10, status="ready", start=s.issues - s.issues // 10 + 1)
+        generate_runs(repo, max(10, s.issues // 10))
+        serve = Watch.__new__(Watch)  # (only its child and its stderr: no events)
+        serve.child = subprocess.Popen(
+            beflow(repo, "serve", "0"), cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        try:
+            base = served_url(serve)
+            import httpx
+
+            loads = []
+            with httpx.Client(base_url=base, timeout=120) as http:
+                http.get("/").raise_for_status()  # the first look builds the tracker's index
+                for _ in range(s.runs):
+                    loads.append(_timed(lambda: http.get("/").raise_for_status()))
+        finally:
+            serve.child.terminate()
+            serve.child.wait(60)
+        self.add(
+            Row(
+                "http page",
+                f"`beflow serve`: GET / with {count(s.issues)} issues, {count(max(10, s.issues // 10))} runs",
+                "",
+                None,
+                median(loads),
+                "s",
+                "< 1 s",
+                median(loads) < 1.0,
+                None,
+                {"beflow": loads},
+                f"{count(s.issues // 10)} of the issues ready",
+            )
+        )
         self.add(
             Row(
                 "http efficiency",
