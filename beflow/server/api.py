@@ -102,6 +102,7 @@ class Health(BaseModel):
     tracker: str = Field(description="The tracker's kind.")
     tracker_reachable: bool | None = Field(description="Whether the tracker's last look succeeded (None: unknown).")
     blocked: str | None = Field(description="Why dispatching is held back (a configuration problem), if it is.")
+    blocked_fix: str | None = Field(default=None, description="How to fix it, as the check says.")
     config_reloaded: float | None = Field(description="When the config was last reloaded, if it was.")
     errors: list[str] = Field(description="The latest errors the watch reported, newest last.")
     rate_limit: RateLimit | None

@@ -160,6 +160,8 @@ class WatchData:
     concurrency: int
     interval: float
     blocked: str | None
+    #: How to fix what holds dispatching back (the check's fix).
+    blocked_fix: str | None
     tracker: Any
 
 
@@ -191,6 +193,7 @@ class WatchSource:
             concurrency=self.dispatcher.project.config.watch.concurrency,
             interval=self.dispatcher.project.config.watch.interval,
             blocked=self.dispatcher.blocked,
+            blocked_fix=self.dispatcher.blocked_by.fix if self.dispatcher.blocked_by is not None else None,
             tracker=self.dispatcher.tracker,
         )
 

@@ -198,6 +198,7 @@ class Server:
             tracker=self.project.config.tracker.kind,
             tracker_reachable=reachable,
             blocked=data.blocked if data else None,
+            blocked_fix=data.blocked_fix if data else None,
             config_reloaded=self.hub.config_reloaded,
             errors=list(self.hub.errors),
             rate_limit=rate,

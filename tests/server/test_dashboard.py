@@ -168,3 +168,25 @@ def test_serve_shows_a_project_with_no_watch_and_stops_on_sigterm_with_130(  # t
     assert httpx.post(served.url + "/api/v1/refresh", timeout=30).status_code == 202
     process.terminate()
     assert process.wait(30) == 130  # stopped, after a graceful shutdown
+
+
+def test_the_health_says_why_the_watch_holds_back_and_how_to_fix_it(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, beflow_process
+) -> None:
+    auto_project.configure(agent="claud", watch={"interval": 0.2})
+    auto_project.new_issue("say hi")
+    process = beflow_process("watch", "--json", "--http", "0", cwd=auto_project.directory)
+    watching = Watch(process)
+    threading.Thread(target=lambda: watching.stderr.extend(process.stderr), daemon=True).start()  # type: ignore[arg-type]
+    threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()  # type: ignore[union-attr]
+    url = watching.url
+
+    def health() -> dict[str, object] | None:
+        found = httpx.get(url + "/api/v1/state", timeout=30).json()["health"]
+        return found if found["blocked"] else None
+
+    found = eventually(health, "the watch held dispatching back", alive=process)
+    assert "'claud' is not an agent acpx knows" in str(found["blocked"]) and found["blocked_fix"]
+    assert any("not dispatching until this is fixed" in e for e in found["errors"])  # type: ignore[attr-defined]
+    page = httpx.get(url + "/", timeout=30).text
+    assert "held back" in page

@@ -92,7 +92,7 @@
     row("watch", h.live ? "running" : "not running (beflow serve)");
     row("tracker", h.tracker + (h.tracker_reachable === null ? "" : h.tracker_reachable ? " · reachable" : " · errors"));
     if (h.rate_limit) row("rate limit", h.rate_limit.remaining + " left, resets " + when(h.rate_limit.reset));
-    if (h.blocked) row("held back", h.blocked, "bad");
+    if (h.blocked) row("held back", h.blocked + (h.blocked_fix ? " — " + h.blocked_fix : ""), "bad");
     if (h.config_reloaded) row("config", "reloaded " + when(h.config_reloaded));
     var errors = document.getElementById("errors");
     errors.replaceChildren();
