@@ -212,6 +212,21 @@ class Mcp(Model):
     self_server: Flag = Field(default=False, alias="self")
 
 
+HostName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[A-Za-z0-9.:\[\]-]+$")]
+OriginUrl = Annotated[str, Field(min_length=1, max_length=300, pattern=r"^https?://[A-Za-z0-9.:\[\]-]+$")]
+
+
+class Http(Model):
+    """``beflow watch --http`` and ``beflow serve`` (docs/dashboard.md)."""
+
+    #: Cancel a run, retry an issue, set a status from the page and the API (POST, token, same origin).
+    actions: Flag = False
+    #: Host names the server answers to besides its bind address (DNS rebinding is refused for every other).
+    hosts: list[HostName] = Field(default_factory=list)
+    #: Origins besides the server's own that may call the API from a browser.
+    origins: list[OriginUrl] = Field(default_factory=list)
+
+
 class Config(Model):
     """Every key of ``.beflow/config.json``, with its default (docs/config.md)."""
 
@@ -231,6 +246,7 @@ class Config(Model):
     attend: Attend = Field(default_factory=Attend)
     mcp: Mcp = Field(default_factory=Mcp)
     agent_env: AgentEnv = Field(default_factory=AgentEnv)
+    http: Http = Field(default_factory=Http)
 
     @field_validator("tracker", mode="before")
     @classmethod

@@ -39,7 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
 ACPX = ROOT / "tools" / "acpx" / "node_modules" / ".bin" / "acpx"
 AGENT = f"{sys.executable} {ROOT / 'tests' / 'support' / 'acp_agent.py'}"
 BEFLOW = [sys.executable, "-m", "beflow"]
-ROWS = ("help", "startup", "run", "watch", "latency", "issues", "issues100k", "idle", "drain", "mcp", "rss")
+ROWS = ("help", "startup", "run", "watch", "latency", "issues", "issues100k", "idle", "drain", "mcp", "rss", "http")
+BROWSER = ROOT / "tools" / "browser" / "node_modules"
 
 
 # --- sizes --------------------------------------------------------------------------------------------------------
@@ -279,9 +280,9 @@ def prompt_for(turn: float) -> str:
 class Watch:
     """A ``beflow watch --json`` in the background, its events read as they come."""
 
-    def __init__(self, repo: Path) -> None:
+    def __init__(self, repo: Path, *extra: str) -> None:
         self.child = subprocess.Popen(
-            beflow(repo, "watch", "--json"), cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            beflow(repo, "watch", "--json", *extra), cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
         self.events: list[tuple[float, dict[str, Any]]] = []
         self._lock = threading.Condition()
@@ -336,9 +337,36 @@ class Watch:
                 self.child.wait()
 
 
+def served_url(watch: Watch, timeout: float = 60) -> str:
+    """Where ``beflow watch --http`` serves, from the first line of its stderr."""
+    assert watch.child.stderr is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = watch.child.stderr.readline().decode(errors="replace")
+        if "serving http://" in line:
+            threading.Thread(target=lambda: [None for _ in watch.child.stderr], daemon=True).start()  # type: ignore
+            return line.split("serving ", 1)[1].split("/ ", 1)[0]
+        if not line and watch.child.poll() is not None:
+            break
+    raise RuntimeError("watch --http did not say where it serves")
+
+
+def sse_reader(url: str, stop: threading.Event) -> int:
+    """An SSE client of ``url`` reading until ``stop``; the events it read."""
+    import httpx
+
+    read = 0
+    with httpx.Client(timeout=None) as http, http.stream("GET", url) as stream:
+        for line in stream.iter_lines():
+            read += line.startswith("data: ")
+            if stop.is_set():
+                break
+    return read
+
+
 @contextlib.contextmanager
-def watching(repo: Path) -> Iterator[Watch]:
-    watch = Watch(repo)
+def watching(repo: Path, *extra: str) -> Iterator[Watch]:
+    watch = Watch(repo, *extra)
     try:
         yield watch
     finally:
@@ -535,6 +563,131 @@ class Bench:
                 None,
                 {"beflow": delays},
                 f"interval {s.interval:g} s",
+            )
+        )
+
+    def http(self) -> None:
+        """``watch --http``: the live page's event -> DOM latency in a real headless Chromium; and the watch draining
+        N issues with 5 event stream clients attached against none (efficiency, as the ``watch`` row)."""
+        if not (BROWSER / "puppeteer-core").is_dir():
+            raise RuntimeError(f"{BROWSER} is missing: run ./scripts/test once (it installs the test browser)")
+        s = self.sizes
+        prompt = prompt_for(s.turn)
+
+        def drain(clients: int) -> float:
+            repo = self.repo(concurrency=s.lanes, interval=s.interval)
+            for index in range(s.watch_issues):
+                new_issue(repo, f"http {index}", prompt)
+            stop = threading.Event()
+            started = time.perf_counter()
+            with watching(repo, *(["--http", "0"] if clients else [])) as watch:
+                readers = []
+                if clients:
+                    url = served_url(watch) + "/api/v1/events"
+                    readers = [
+                        threading.Thread(target=sse_reader, args=(url, stop), daemon=True) for _ in range(clients)
+                    ]
+                    for reader in readers:
+                        reader.start()
+                done = watch.wait_for(
+                    lambda ev: sum(e.get("event") == "finished" for e in ev) >= s.watch_issues,
+                    timeout=max(600, 10 * s.watch_issues * (s.turn + 5)),
+                )
+                stop.set()
+            return done - started
+
+        alone, attached = [], []
+        for _ in range(max(1, min(s.runs, 2))):  # interleaved: load on the machine hits both alike
+            alone.append(drain(0))
+            attached.append(drain(5))
+        efficiency = median(alone) / median(attached)
+
+        repo = self.repo(concurrency=s.lanes, interval=s.interval)
+        with watching(repo, "--http", "0") as watch:
+            url = served_url(watch)
+            wanted = max(3, 3 * s.runs)
+            driver = subprocess.Popen(
+                ["node", str(ROOT / "bench" / "dashboard_latency.mjs"), str(BROWSER), url + "/", str(wanted)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            assert driver.stdout is not None and driver.stdin is not None
+            if driver.stdout.readline().strip() != "ready":
+                raise RuntimeError("the browser did not open the page")
+            for index in range(s.runs):
+                key = new_issue(repo, f"dom {index}", prompt_for(0))
+                watch.wait_for(
+                    lambda ev, k=key: any(e.get("event") == "finished" and e.get("issue") == k for e in ev), timeout=120
+                )
+            latencies = json.loads(driver.communicate("", timeout=120)[0].splitlines()[-1])  # stdin ends: report
+        ordered = sorted(latencies)
+        p50 = median(ordered) / 1000
+        p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] / 1000
+        self.add(
+            Row(
+                "http latency",
+                "watch event -> the live page's DOM (Chromium)",
+                "",
+                None,
+                p50,
+                "s",
+                "p50 < 0.2 s",
+                p50 < 0.2,
+                None,
+                {"beflow": [x / 1000 for x in latencies]},
+                f"p99 {p99 * 1000:.0f} ms over {len(latencies)} events",
+            )
+        )
+        # The page of a project with 10k issues (1k of them ready) and 1k runs, served by `beflow serve`.
+        repo = self.repo(mcp=False)
+        generate_issues(repo, s.issues - s.issues // 10)
+        generate_issues(repo, s.issues // 10, status="ready", start=s.issues - s.issues // 10 + 1)
+        generate_runs(repo, max(10, s.issues // 10))
+        serve = Watch.__new__(Watch)  # (only its child and its stderr: no events)
+        serve.child = subprocess.Popen(
+            beflow(repo, "serve", "0"), cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        try:
+            base = served_url(serve)
+            import httpx
+
+            loads = []
+            with httpx.Client(base_url=base, timeout=120) as http:
+                http.get("/").raise_for_status()  # the first look builds the tracker's index
+                for _ in range(s.runs):
+                    loads.append(_timed(lambda: http.get("/").raise_for_status()))
+        finally:
+            serve.child.terminate()
+            serve.child.wait(60)
+        self.add(
+            Row(
+                "http page",
+                f"`beflow serve`: GET / with {count(s.issues)} issues, {count(max(10, s.issues // 10))} runs",
+                "",
+                None,
+                median(loads),
+                "s",
+                "< 1 s",
+                median(loads) < 1.0,
+                None,
+                {"beflow": loads},
+                f"{count(s.issues // 10)} of the issues ready",
+            )
+        )
+        self.add(
+            Row(
+                "http efficiency",
+                f"watch, {s.watch_issues} issues, 5 SSE clients vs none",
+                "no clients",
+                median(alone),
+                median(attached),
+                "s",
+                ">= 0.97",
+                efficiency >= 0.97,
+                efficiency,
+                {"none": alone, "5 clients": attached},
+                f"efficiency {efficiency:.2f}",
             )
         )
 

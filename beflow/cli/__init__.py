@@ -33,6 +33,7 @@ COMMANDS = {
     "mcp": "beflow.cli.mcp:group",
     "restore": "beflow.cli.restore:command",
     "watch": "beflow.cli.watch:command",
+    "serve": "beflow.cli.serve:command",
     "demo": "beflow.cli.demo:command",
     "docs": "beflow.cli.docs:command",
     "auto": "beflow.cli.run:auto",

@@ -227,11 +227,18 @@ def serve(
 @_allow_option
 @_issue_option
 @click.option("--server", "server_name", default="beflow", show_default=True, help="The server's name in snippets.")
+@click.option(
+    "--http-url",
+    default="http://127.0.0.1:8765",
+    show_default=True,
+    help="Where `beflow watch --http` or `beflow serve` listens, for the HTTP snippets.",
+)
 @pass_app
-def schema(app: App, allow: str | None, issue: str | None, server_name: str) -> None:
+def schema(app: App, allow: str | None, issue: str | None, server_name: str, http_url: str) -> None:
     """Print every operation as JSON: name, title, description, input and output schema, annotations, metadata,
     whether agents may use it and whether this launch exposes it; permission hints; Claude Code and OpenCode
-    snippets. --allow and --issue narrow it as they narrow serve."""
+    snippets, and the same for MCP over HTTP (`beflow watch --http`). --allow and --issue narrow it as they narrow
+    serve."""
     from beflow.operations import Context
     from beflow.server.mcp import existing_issue
     from beflow.server.schema import TOOL_SERVER_NAME, export, load_all, parse_allow
@@ -242,4 +249,6 @@ def schema(app: App, allow: str | None, issue: str | None, server_name: str) -> 
     if issue is not None:  # narrowed to an issue that does not exist, the snippets would start a server that fails
         show = load_all()["issue.show"]
         issue = existing_issue(issue, lambda key: show.call(Context(project=project), {"key": key}))
-    emit_json(export(project, parse_allow(allow), issue, server_name))
+    if not http_url.startswith(("http://", "https://")):
+        raise click.BadParameter("an http:// or https:// URL", param_hint="--http-url")
+    emit_json(export(project, parse_allow(allow), issue, server_name, http_url))

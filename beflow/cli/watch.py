@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import TYPE_CHECKING
 
@@ -12,7 +13,7 @@ from beflow.cli.common import App, err, escape, pass_app
 from beflow.cli.stream import EventStream
 from beflow.dispatcher import Dispatcher, Snapshot
 from beflow.events import RunEvent, WatchEvent
-from beflow.records import FAILED_OUTCOMES
+from beflow.records import FAILED_OUTCOMES, RunRecord
 
 if TYPE_CHECKING:  # rich is loaded for the live view only: `watch --json` (cron, scripts) never needs it
     from rich.console import Group
@@ -33,6 +34,9 @@ LOGGED = {
     "stopping",
     "settled",
 }
+
+#: The run events the HTTP server's event stream carries besides the watch's (its lanes move with them).
+HTTP_RUN_EVENTS = {"started", "activity", "progress", "finished", "notice"}
 
 
 def render(snapshot: Snapshot, concurrency: int) -> Group:
@@ -94,8 +98,14 @@ def render(snapshot: Snapshot, concurrency: int) -> Group:
 )
 @click.option("--once", is_flag=True, help="One tick: dispatch what is ready, wait for those runs, exit.")
 @click.option("--json", "as_json", is_flag=True, help="Stream one JSON event per line instead of the live view.")
+@click.option(
+    "--http",
+    "http",
+    metavar="[HOST:]PORT",
+    help="Also serve the live dashboard, the HTTP API and MCP over HTTP (127.0.0.1 unless a host is given).",
+)
 @pass_app
-def command(app: App, once: bool, as_json: bool) -> None:
+def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
     """Poll the tracker and run ready issues in parallel, unattended, until stopped (Ctrl-C or SIGTERM: running
     runs are cancelled, their files restored and recorded, then beflow exits 130)."""
     hardening.keep_private()  # before any agent runs: its process cannot read beflow's (docs/safety.md)
@@ -103,8 +113,15 @@ def command(app: App, once: bool, as_json: bool) -> None:
     live: Live | None = None
     # A reader that stops reading never holds up the runs, the dispatcher or a signal (beflow.cli.stream).
     stream = EventStream() if as_json else None
+    hub = None
+    if http is not None:
+        from beflow.server.live import Hub
+
+        hub = Hub()
 
     def listener(event: WatchEvent | RunEvent) -> None:
+        if hub is not None and (isinstance(event, WatchEvent) or event.type in HTTP_RUN_EVENTS):
+            hub.publish(event.to_json())  # never waits (beflow.server.live)
         if stream is not None:
             # The dispatcher's events, and the progress lines agents report (run events of their own).
             if isinstance(event, WatchEvent) or event.type == "progress":
@@ -130,7 +147,19 @@ def command(app: App, once: bool, as_json: bool) -> None:
         )
         live.start()
     try:
-        records = interrupts.run(lambda: dispatcher.watch(once=once))
+        with contextlib.ExitStack() as serving:
+            if hub is not None and http is not None:
+                from beflow.cli.serve import beside_watch
+
+                source = serving.enter_context(beside_watch(app, http, dispatcher, hub))
+
+                async def watching() -> list[RunRecord]:
+                    source.attach()  # the server asks for the dispatcher's state on this loop
+                    return await dispatcher.watch(once=once)
+
+                records = interrupts.run(watching)
+            else:
+                records = interrupts.run(lambda: dispatcher.watch(once=once))
     finally:
         if live is not None:
             live.stop()

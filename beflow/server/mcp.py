@@ -5,8 +5,10 @@ is bound to (``--issue``, ``--run``), who is acting (``--actor``) and the limits
 registry (:meth:`beflow.operations.Operation.call`), which enforces the binding once for every operation.
 
 - Tool calls run one at a time, in the order they arrive (a call waits for the one before it).
-- Errors cross as data: ``isError`` with ``{"error": {"code", "message", "fix", "docs"}}``; never a stack, the raw
-  input or a secret. Anything unexpected is ``internal``, its traceback in a log file the error names.
+- Errors cross as data: ``isError`` with ``{"error": {"code", "message", "fix", "docs"}}`` as text and the error
+  object in ``_meta["beflow/error"]`` (not ``structuredContent``, which must match the tool's output schema);
+  never a stack, the raw input or a secret. Anything unexpected is ``internal``, its traceback in a log file the
+  error names.
 - Inputs above ``max_input`` bytes are refused (``too_large``); results above ``max_output`` are cut, with a note
   saying where the whole of it can be read. Frames above ``max_frame`` are dropped unread.
 - stdout carries protocol frames only: while serving, the SDK points file descriptor 1 at stderr, so a stray print
@@ -66,6 +68,8 @@ DEFAULT_POLL = 2.0
 ISSUE_URI = "beflow://issue/{key}"
 RUN_URI = "beflow://run/{id}"
 CUT = "… [cut]"
+#: The ``_meta`` key of a tool error's code, message, fix and docs (structured, for clients that act on it).
+ERROR_META = "beflow/error"
 #: Requests received and not yet answered, at most: beyond, the server reads no more until one is answered.
 MAX_PENDING = 64
 
@@ -348,12 +352,12 @@ class BeflowServer:
             for uri in sorted(uris):
                 stamp = await anyio.to_thread.run_sync(self._stamp, uri)
                 if uri in seen and stamp != seen[uri]:
-                    await self._announce(uri)
+                    await self.announce(uri)
                 seen[uri] = stamp
             if self.context.bound_issue is not None:
                 runs = await anyio.to_thread.run_sync(self._run_uris)
                 if listing is not None and runs != listing:
-                    await self._announce(None)
+                    await self.announce(None)
                 listing = runs
             await anyio.sleep(self.launch.poll)
 
@@ -369,7 +373,7 @@ class BeflowServer:
         except Exception:
             return []
 
-    async def _announce(self, uri: str | None) -> None:
+    async def announce(self, uri: str | None) -> None:
         """``uri`` changed (None: the list of resources did): tell listen streams and a subscribed session."""
         with contextlib.suppress(Exception):  # a client that went away
             if uri is None:
@@ -461,10 +465,12 @@ class BeflowServer:
 
     def _error(self, code: str, message: str, fix: str | None) -> types.CallToolResult:
         payload = error_payload(code, message, fix)
+        # No structuredContent: it must match the tool's outputSchema, and an error is not a result (clients that
+        # validate it, such as the MCP Inspector, refuse the call). The error goes as text, and as data in _meta.
         return types.CallToolResult(
             content=[types.TextContent(text=json.dumps(payload, ensure_ascii=False))],
-            structured_content=payload,
             is_error=True,
+            _meta={ERROR_META: payload["error"]},
         )
 
     # -- resources --------------------------------------------------------------------------------------------------

@@ -162,8 +162,21 @@ def launch_of(allow: Sequence[str] | None, issue: str | None) -> Launch:
     return Launch(command="beflow", args=args)
 
 
+#: Where the snippets say ``beflow watch --http`` / ``beflow serve`` listens (the example port of the docs).
+HTTP_URL = "http://127.0.0.1:8765"
+
+
+def http_endpoint(base: str, issue: str | None) -> str:
+    """The MCP endpoint of beflow's HTTP server: ``/mcp``, or ``/mcp/issues/<key>`` bound to an issue."""
+    return f"{base.rstrip('/')}/mcp" + (f"/issues/{issue}" if issue else "")
+
+
 def export(
-    project: Project | None, allow: Sequence[str] | None, issue: str | None, server: str = SERVER_NAME
+    project: Project | None,
+    allow: Sequence[str] | None,
+    issue: str | None,
+    server: str = SERVER_NAME,
+    http_url: str = HTTP_URL,
 ) -> dict[str, Any]:
     """``beflow mcp schema``: every operation with its schemas, annotations, metadata, whether agents may use it and
     whether this launch exposes it; permission hints; snippets for Claude Code and OpenCode."""
@@ -179,6 +192,8 @@ def export(
         claude[verdict].append(f"mcp__{server}__{op.tool_name}")
         opencode[f"{server}_{op.tool_name}"] = verdict
     launch = launch_of(allow, issue)
+    endpoint = http_endpoint(http_url, issue)
+    bearer = {"Authorization": "Bearer ${BEFLOW_HTTP_TOKEN}"}
     return {
         "server": {"name": server, "version": __version__, "python": sys.version.split()[0]},
         "launch": launch.model_dump(),
@@ -193,6 +208,16 @@ def export(
                 "$schema": "https://opencode.ai/config.json",
                 "mcp": {server: {"type": "local", "command": [launch.command, *launch.args], "enabled": True}},
                 "permission": opencode,
+            },
+            # MCP over Streamable HTTP (`beflow watch --http PORT`, `beflow serve PORT`): the agent-safe tools;
+            # the token is the server's (BEFLOW_HTTP_TOKEN, or the one it printed when it made it).
+            "http": {
+                "url": endpoint,
+                "claudeCode": {"mcpServers": {server: {"type": "http", "url": endpoint, "headers": bearer}}},
+                "opencode": {
+                    "$schema": "https://opencode.ai/config.json",
+                    "mcp": {server: {"type": "remote", "url": endpoint, "headers": bearer, "enabled": True}},
+                },
             },
         },
     }

@@ -35,6 +35,20 @@ def test_schema_lists_every_operation_with_hints_and_snippets(repo: Path, beflow
     assert opencode["mcp"]["beflow"]["command"] == ["beflow", "mcp", "serve"]
 
 
+def test_schema_gives_the_snippets_for_mcp_over_http_too(repo: Path, beflow) -> None:
+    key = with_one_issue(repo)
+
+    plain = json.loads(beflow("mcp", "schema", "--http-url", "http://10.0.0.5:9000").stdout)["snippets"]["http"]
+    bound = json.loads(beflow("mcp", "schema", "--issue", key).stdout)["snippets"]["http"]
+
+    assert plain["url"] == "http://10.0.0.5:9000/mcp"
+    server = plain["claudeCode"]["mcpServers"]["beflow"]
+    assert server == {"type": "http", "url": plain["url"], "headers": {"Authorization": "Bearer ${BEFLOW_HTTP_TOKEN}"}}
+    assert plain["opencode"]["mcp"]["beflow"]["type"] == "remote"
+    assert bound["url"] == f"http://127.0.0.1:8765/mcp/issues/{key}"
+    assert beflow("mcp", "schema", "--http-url", "ftp://x").exit_code == 2
+
+
 def with_one_issue(repo: Path) -> str:
     config_file(repo).parent.mkdir(parents=True, exist_ok=True)
     config_file(repo).write_text("{}\n")

@@ -93,11 +93,14 @@ def run(main: Callable[[], Awaitable[None]]) -> None:
 
 
 def error_of(result: types.CallToolResult) -> dict[str, Any]:
+    """The error of a failed call: as text, and in ``_meta``; never as ``structuredContent``, which every client
+    that validates it (the MCP Inspector) would check against the tool's output schema, and refuse."""
     assert result.is_error, result
-    assert isinstance(result.structured_content, dict)
-    error = result.structured_content["error"]
+    assert result.structured_content is None
+    assert result.meta is not None
+    error = result.meta["beflow/error"]
     assert set(error) == {"code", "message", "fix", "docs"}
-    assert json.loads(result.content[0].text) == result.structured_content  # type: ignore[union-attr]
+    assert json.loads(result.content[0].text) == {"error": error}  # type: ignore[union-attr]
     return error
 
 
@@ -198,7 +201,7 @@ def test_errors_cross_as_data_with_a_code_a_fix_and_no_raw_input(project: Path) 
 
         usage = error_of(bad_status)
         assert usage["code"] == "usage" and "status" in usage["message"] and "done-ish" not in usage["message"]
-        assert secret not in json.dumps(bad_field.structured_content)
+        assert secret not in bad_field.model_dump_json()
         assert error_of(bad_field)["message"].startswith("issue.comment: token: unknown key")
         moved = error_of(transition)
         assert moved["code"] == "transition" and "from ready it can go to" in moved["message"]

@@ -573,7 +573,8 @@ class Agent:
                 "status": "failed" if failed else "completed",
             },
         )
-        structured = result.get("structuredContent") or {}
+        structured = {"error": (result.get("_meta") or {}).get("beflow/error")} if failed else {}
+        structured = structured if structured.get("error") else result.get("structuredContent") or {}
         if failed:
             self.say(session, f"mcp {tool}: error {structured.get('error', {}).get('code')}")
         else:

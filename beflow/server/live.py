@@ -1,0 +1,223 @@
+"""A running watch, as the HTTP server sees it: its events (the ``--json`` stream, numbered, in a bounded ring)
+and its state (the dispatcher's snapshot, taken on the watch's own event loop).
+
+The watch only ever hands an event over (:meth:`Hub.publish`: a lock held for an append, and at most one wake-up
+of the server's loop pending): it never waits for the server, a client, or a socket. Each client reads the ring
+at its own pace; one that falls behind by more than the ring holds is dropped (it may reconnect, and resume from
+what the ring still has).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from anyio.lowlevel import EventLoopToken
+
+    from beflow.dispatcher import Dispatcher
+
+#: Events the ring keeps for clients that resume (``Last-Event-ID``) or fall behind.
+RING = 2000
+#: Errors the health panel shows.
+ERRORS_KEPT = 10
+
+
+class Dropped(Exception):
+    """A client fell further behind than the ring holds: it is disconnected."""
+
+
+@dataclass(eq=False)  # each client is its own: hashed by identity
+class Subscriber:
+    """One SSE client: where it is in the ring, and what wakes it (on the server's loop)."""
+
+    last: int
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Hub:
+    """The event ring and its subscribers. :meth:`publish` may be called from any thread and never blocks."""
+
+    def __init__(self, ring: int = RING, max_clients: int = 16) -> None:
+        self.max_clients = max_clients
+        self._ring: deque[tuple[int, dict[str, Any]]] = deque(maxlen=ring)
+        self._next = 1
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._subscribers: set[Subscriber] = set()
+        self._wake_pending = False
+        self.errors: deque[str] = deque(maxlen=ERRORS_KEPT)
+        self.last_error: float | None = None
+        self.config_reloaded: float | None = None
+        #: Called on the server's loop when new events came (MCP resource notifications read them with :meth:`since`).
+        self.observers: list[Callable[[], None]] = []
+
+    # -- the watch's side -------------------------------------------------------------------------------------------
+
+    def publish(self, event: dict[str, Any]) -> None:
+        """Number ``event`` and keep it; wake the server's loop if it is not woken already."""
+        with self._lock:
+            self._ring.append((self._next, event))
+            self._next += 1
+            if event.get("event") == "error":
+                self.errors.append(str(event.get("message", "")))
+                self.last_error = time.time()
+            elif event.get("event") == "config_reloaded":
+                self.config_reloaded = time.time()
+            loop, wake = self._loop, not self._wake_pending and self._loop is not None
+            if wake:
+                self._wake_pending = True
+        if wake and loop is not None:
+            with contextlib.suppress(RuntimeError):  # the server's loop is closed: nobody to tell
+                loop.call_soon_threadsafe(self._fan_out)
+
+    # -- the server's side ------------------------------------------------------------------------------------------
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            self._loop = loop
+
+    def _fan_out(self) -> None:
+        with self._lock:
+            self._wake_pending = False
+        for subscriber in list(self._subscribers):
+            subscriber.wake.set()
+        for observer in list(self.observers):
+            observer()
+
+    @property
+    def newest(self) -> int:
+        with self._lock:
+            return self._next - 1
+
+    def since(self, last: int) -> tuple[int, list[dict[str, Any]]]:
+        """Events after id ``last``: ``(missed, events)``, ``missed`` the count of those the ring no longer holds.
+        A ``last`` ahead of the ring (from before a restart) starts over from what the ring holds."""
+        with self._lock:
+            if not self._ring:
+                return 0, []
+            first = self._ring[0][0]
+            if last >= self._next:
+                last = first - 1
+            missed = max(0, first - 1 - last)
+            return missed, [{"id": i, **e} for i, e in self._ring if i > last]
+
+    def subscribe(self, last: int | None) -> Subscriber:
+        if len(self._subscribers) >= self.max_clients:
+            raise OverflowError(f"{self.max_clients} event streams are open already")
+        subscriber = Subscriber(self.newest if last is None else last)
+        self._subscribers.add(subscriber)
+        return subscriber
+
+    def unsubscribe(self, subscriber: Subscriber) -> None:
+        self._subscribers.discard(subscriber)
+
+    @property
+    def clients(self) -> int:
+        return len(self._subscribers)
+
+    async def next_batch(self, subscriber: Subscriber, behind: int) -> tuple[int, list[dict[str, Any]]]:
+        """The subscriber's next events (waiting for some); :class:`Dropped` when it is more than ``behind``
+        events behind the newest (a reader that does not keep up)."""
+        while True:
+            missed, events = self.since(subscriber.last)
+            if events:
+                if self.newest - subscriber.last > behind and subscriber.last != 0:
+                    raise Dropped(f"{self.newest - subscriber.last} events behind")
+                subscriber.last = events[-1]["id"]
+                return missed, events
+            subscriber.wake.clear()
+            await subscriber.wake.wait()
+
+
+@dataclass(frozen=True)
+class LaneData:
+    key: str
+    run_id: str | None
+    attempt: int
+    started: float
+    latest: str
+    progress: str
+    cancelling: bool
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class WatchData:
+    """The dispatcher's state, copied on its loop: plain values the server's threads may read."""
+
+    lanes: list[LaneData]
+    queue: list[tuple[str, str, int]]
+    backoffs: list[tuple[str, int, float, str]]
+    tick: int
+    next_tick: float
+    concurrency: int
+    interval: float
+    blocked: str | None
+    #: How to fix what holds dispatching back (the check's fix).
+    blocked_fix: str | None
+    tracker: Any
+
+
+class WatchSource:
+    """A running watch's dispatcher, asked on its own event loop (it is single-threaded there)."""
+
+    def __init__(self, dispatcher: Dispatcher, hub: Hub) -> None:
+        self.dispatcher = dispatcher
+        self.hub = hub
+        self.token: EventLoopToken | None = None
+
+    def attach(self) -> None:
+        """Called on the watch's loop before it starts."""
+        from anyio.lowlevel import current_token
+
+        self.token = current_token()
+
+    def _copy(self) -> WatchData:
+        snapshot = self.dispatcher.snapshot()
+        return WatchData(
+            lanes=[
+                LaneData(r.key, r.run_id, r.attempt, r.started, r.latest, r.progress, r.cancelling, r.reason)
+                for r in snapshot.running
+            ],
+            queue=[(i.key, i.title, i.priority) for i in snapshot.queue],
+            backoffs=[(b.key, b.attempt, b.due, b.reason) for b in snapshot.backoffs],
+            tick=snapshot.tick,
+            next_tick=snapshot.next_tick,
+            concurrency=self.dispatcher.project.config.watch.concurrency,
+            interval=self.dispatcher.project.config.watch.interval,
+            blocked=self.dispatcher.blocked,
+            blocked_fix=self.dispatcher.blocked_by.fix if self.dispatcher.blocked_by is not None else None,
+            tracker=self.dispatcher.tracker,
+        )
+
+    def data(self) -> WatchData | None:
+        """The state, from a thread that is not the watch's loop; None before the watch started or after it ended."""
+        import anyio.from_thread
+
+        if self.token is None:
+            return None
+        try:
+            return anyio.from_thread.run_sync(self._copy, token=self.token)
+        except RuntimeError:  # the loop has ended
+            return None
+
+    def refresh(self) -> None:
+        """Look at the tracker now (``POST /api/v1/refresh``): the dispatcher's wait ends at once."""
+        import anyio.from_thread
+
+        if self.token is None:
+            return
+
+        def wake() -> None:
+            if self.dispatcher.wakeup is not None:
+                self.dispatcher.wakeup.set("refresh asked over HTTP")
+
+        with contextlib.suppress(RuntimeError):  # the watch has ended
+            anyio.from_thread.run_sync(wake, token=self.token)

@@ -1,0 +1,670 @@
+"""beflow's HTTP server: the live page, the JSON API under ``/api/v1/`` and MCP at ``/mcp`` (docs/dashboard.md).
+
+A presenter, not a core: what it shows comes from the watch's event stream (:class:`beflow.server.live.Hub`), the
+dispatcher's snapshot (:class:`beflow.server.live.WatchSource`) and the operations registry (issues, runs,
+transcripts); what it does (``http.actions``) goes through the registry too. Everything it sends is masked as run
+records are (:class:`beflow.mcp.redact.Redactor`, with every secret beflow holds for the project).
+
+Reading records, issues and transcripts runs in worker threads of the server's own loop, which runs in a thread
+of its own (:mod:`beflow.server.serving`): no request ever runs on the watch's loop, which is only asked for its
+snapshot (a copy of a few lists).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from beflow import __version__, acpx
+from beflow.config import Project
+from beflow.errors import BeflowError, NotFoundError, UsageError
+from beflow.operations import Context
+from beflow.server import api
+from beflow.server.guard import COOKIE, Policy, bearer
+from beflow.server.live import Dropped, Hub, Subscriber, WatchData, WatchSource
+
+HERE = Path(__file__).parent
+#: Bytes of a request body, at most (the API's bodies are a status and a note).
+MAX_BODY = 64 * 1024
+#: Bytes of the end of a transcript a lane's tail is read from.
+TAIL_BYTES = 64 * 1024
+TAIL_LINES = 8
+#: Characters of one text shown, at most: a huge line is cut, with a note.
+MAX_TEXT = 4000
+#: Seconds a write to an SSE client may take before the client is dropped.
+SEND_TIMEOUT = 5.0
+#: Seconds between keep-alive comments on a quiet event stream.
+PING = 15.0
+#: Events an SSE client may fall behind the newest before it is dropped.
+BEHIND = 1000
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def plain(text: object, limit: int = MAX_TEXT) -> str:
+    """``text`` as plain text for a page: terminal escape sequences and control characters removed, a huge text
+    cut (escaping for HTML is the templates' and the browser's ``textContent``)."""
+    value = _CONTROL.sub("", _ANSI.sub("", str(text)))
+    if len(value) > limit:
+        value = value[:limit] + f"… [{len(value) - limit} more characters]"
+    return value
+
+
+class Server:
+    """What one HTTP server presents: a project, and a running watch if there is one."""
+
+    def __init__(
+        self,
+        project: Project,
+        policy: Policy,
+        hub: Hub | None = None,
+        source: WatchSource | None = None,
+        actor: str | None = None,
+        mcp: bool = True,
+    ) -> None:
+        from beflow.issues import tracker
+        from beflow.lifecycle import run_secrets
+        from beflow.mcp.redact import Redactor
+        from beflow.server.schema import load_all
+
+        self.project = project
+        self.policy = policy
+        self.hub = hub or Hub()
+        self.source = source
+        self.registry = load_all()
+        #: Who acts (a status a person sets from the page is theirs): given, or git's user.name, asked when an action
+        #: first needs it (a git process the watch's start need not wait for).
+        self.context = Context(project=project, actor=actor or "user")
+        self._actor_known = actor is not None
+        #: Titles of issues whose lane has no record yet (asked of the tracker once).
+        self._titles: dict[str, str] = {}
+        self.redact = Redactor(secrets=run_secrets(project, tracker(self.context)))
+        self.templates = Environment(
+            loader=FileSystemLoader(HERE / "templates"),
+            autoescape=select_autoescape(default=True, default_for_string=True),
+        )
+        self.templates.filters["plain"] = plain
+        self.templates.filters["when"] = lambda t: time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
+        self.templates.filters["seconds"] = _seconds
+        self.mcp = None
+        if mcp:
+            from beflow.server.remote import RemoteMcp
+
+            self.mcp = RemoteMcp(project, self.hub, policy)
+
+    # -- reading, through the registry -------------------------------------------------------------------------------
+
+    def call(self, name: str, arguments: dict[str, Any]) -> Any:
+        operation = self.registry[name]
+        if operation.needs_actor and not self._actor_known:
+            from beflow.git import user_name
+
+            self.context.actor, self._actor_known = user_name(self.project.directory), True
+        return operation.call(self.context, arguments)
+
+    def state(self) -> api.State:
+        """The live state (a watch's), or what the records and the tracker say (``beflow serve``)."""
+        data = self.source.data() if self.source is not None else None
+        now = time.time()
+        store = self._store()
+        lanes: list[api.Lane] = []
+        queue: list[api.Queued]
+        backoffs: list[api.Backoff] = []
+        if data is not None:
+            for lane in data.lanes:
+                title, progress = self._titles.get(lane.key, ""), [lane.progress] if lane.progress else []
+                if lane.run_id is None and not title:  # (dispatched, its record not written yet)
+                    with contextlib.suppress(BeflowError, OSError):
+                        title = self._titles[lane.key] = self.call("issue.show", {"key": lane.key}).title
+                if lane.run_id is not None:
+                    with contextlib.suppress(BeflowError, OSError, ValueError):
+                        record = store.get(lane.run_id)
+                        title = record.title
+                        progress = [note.text for note in store.progress(lane.run_id)][-10:] or progress
+                lanes.append(
+                    api.Lane(
+                        issue=lane.key,
+                        title=title,
+                        run=lane.run_id,
+                        attempt=lane.attempt,
+                        started=lane.started,
+                        elapsed=max(0.0, now - lane.started),
+                        latest=lane.latest,
+                        progress=progress,
+                        tail=self.tail(lane.run_id) if lane.run_id else [],
+                        cancelling=lane.cancelling,
+                        reason=lane.reason,
+                    )
+                )
+            queue = [api.Queued(issue=k, title=t, priority=p) for k, t, p in data.queue]
+            queued = len(queue)
+            backoffs = [api.Backoff(issue=k, attempt=a, due=d, reason=r) for k, a, d, r in data.backoffs]
+        else:
+            try:
+                ready = self.call("issue.list", {"status": "ready"}).issues
+            except BeflowError:
+                ready = []
+            ready.sort(key=lambda i: (-i.priority, i.created))
+            queue = [api.Queued(issue=i.key, title=i.title, priority=i.priority) for i in ready]
+            queued = len(queue)
+        recent = [api.RecentRun.of(r) for r in self.call("run.list", {"limit": 30}).runs if r.finished][:20]
+        return api.State(
+            project=str(self.project.directory),
+            lanes=lanes,
+            queue=queue[: api.MAX_QUEUE],  # the state is read on every event: 10k ready issues must not go each time
+            backoffs=backoffs,
+            recent=recent,
+            totals=api.Totals(
+                running=len(lanes),
+                queued=queued,
+                backing_off=len(backoffs),
+                concurrency=data.concurrency if data else self.project.config.watch.concurrency,
+                ticks=data.tick if data else 0,
+                next_tick=data.next_tick if data else None,
+            ),
+            health=self._health(data, now),
+            actions=self.policy.actions,
+            time=now,
+        )
+
+    def _health(self, data: WatchData | None, now: float) -> api.Health:
+        reachable: bool | None = None
+        rate: api.RateLimit | None = None
+        if data is not None:
+            # An error within the last two polls says the tracker (or the config) is in trouble.
+            last = self.hub.last_error
+            reachable = last is None or now - last > 2 * data.interval
+            stats = getattr(getattr(data.tracker, "api", None), "stats", None)
+            if stats is not None:
+                rate = api.RateLimit(remaining=stats.remaining, reset=stats.reset, limited=stats.rate_limited)
+        return api.Health(
+            live=data is not None,
+            tracker=self.project.config.tracker.kind,
+            tracker_reachable=reachable,
+            blocked=data.blocked if data else None,
+            blocked_fix=data.blocked_fix if data else None,
+            config_reloaded=self.hub.config_reloaded,
+            errors=list(self.hub.errors),
+            rate_limit=rate,
+        )
+
+    def _store(self) -> Any:
+        from beflow.runs import store
+
+        return store(self.context)
+
+    def tail(self, run_id: str) -> list[api.TranscriptLine]:
+        """The last readable lines of a run's transcript (read from its end only)."""
+        path = self._store().directory(run_id) / "transcript.jsonl"
+        try:
+            with path.open("rb") as file:
+                size = file.seek(0, 2)
+                file.seek(max(0, size - TAIL_BYTES))
+                data = file.read(TAIL_BYTES)
+        except OSError:
+            return []
+        lines = data.decode("utf-8", errors="replace").splitlines()
+        if size > TAIL_BYTES:
+            lines = lines[1:]  # the first is cut
+        return [api.TranscriptLine(kind=line.kind, text=line.text) for line in acpx.readable(lines)[-TAIL_LINES:]]
+
+    def transcript(self, run_id: str, offset: int, limit: int) -> api.TranscriptPage:
+        logs = self.call("run.logs", {"id": run_id})
+        lines = [api.TranscriptLine(kind=line.kind, text=line.text) for line in logs.lines]
+        page = lines[offset : offset + limit]
+        end = offset + len(page)
+        return api.TranscriptPage(
+            run=logs.record.id, offset=offset, total=len(lines), lines=page, next=end if end < len(lines) else None
+        )
+
+    def issue(self, key: str) -> api.IssueDetail:
+        issue = self.call("issue.show", {"key": key})
+        runs = [api.RecentRun.of(r) for r in self.call("run.list", {"issue": issue.key, "limit": 20}).runs]
+        return api.IssueDetail(issue=issue, runs=runs)
+
+    # -- answers -----------------------------------------------------------------------------------------------------
+
+    def json(self, model: BaseModel, status: int = 200) -> Response:
+        body = self.redact.text(model.model_dump_json())
+        return Response(body, status_code=status, media_type="application/json")
+
+    def problem(self, status: int, code: str, message: str, fix: str | None = None) -> Response:
+        return self.json(api.Problem(error=api.ProblemDetail(code=code, message=message, fix=fix)), status)
+
+    def html(self, template: str, **values: Any) -> HTMLResponse:
+        page = self.templates.get_template(template).render(version=__version__, policy=self.policy, **values)
+        return HTMLResponse(self.redact.text(page), headers=PAGE_HEADERS)
+
+    async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await anyio.to_thread.run_sync(fn, *args)
+
+    async def answer(self, fn: Callable[[], Awaitable[Response]]) -> Response:
+        try:
+            return await fn()
+        except NotFoundError as error:
+            return self.problem(404, error.code, error.message, error.fix)
+        except UsageError as error:
+            return self.problem(400, error.code, error.message, error.fix)
+        except BeflowError as error:
+            return self.problem(409 if error.code == "conflict" else 500, error.code, error.message, error.fix)
+
+
+#: The page may run its own script and style only, and be framed by nobody.
+PAGE_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    value = max(0.0, float(value))
+    if value < 120:
+        return f"{value:.0f}s"
+    if value < 7200:
+        return f"{value / 60:.0f}m"
+    return f"{value / 3600:.1f}h"
+
+
+# -- the application ---------------------------------------------------------------------------------------------------
+
+
+def build_app(server: Server) -> ASGIApp:
+    """The ASGI application: routes behind the guard (Host, Origin, token, body size)."""
+
+    async def index(request: Request) -> Response:
+        token = request.query_params.get("token")
+        if token is not None:  # the link `beflow watch --http` prints: keep the token as a cookie, drop it from the URL
+            if not server.policy.token_ok(token):
+                return server.problem(401, "unauthorized", "that token is not this server's")
+            response = RedirectResponse("/", status_code=303)
+            response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+            return response
+
+        async def page() -> Response:
+            state = await server.off_loop(server.state)
+            return server.html("index.html", state=state, now=time.time())
+
+        return await server.answer(page)
+
+    async def run_page(request: Request) -> Response:
+        run_id = request.path_params["id"]
+        offset = _int(request.query_params.get("offset"), 0)
+
+        async def page() -> Response:
+            record = await server.off_loop(server.call, "run.show", {"id": run_id})
+            transcript = await server.off_loop(server.transcript, record.id, offset, api.MAX_PAGE)
+            fields = record.model_dump(mode="json", exclude={"progress", "final_message"})
+            return server.html("run.html", record=record, fields=fields, transcript=transcript)
+
+        return await server.answer(page)
+
+    async def issue_page(request: Request) -> Response:
+        async def page() -> Response:
+            detail = await server.off_loop(server.issue, request.path_params["key"])
+            return server.html("issue.html", detail=detail)
+
+        return await server.answer(page)
+
+    async def get_state(request: Request) -> Response:
+        return await server.answer(lambda: _json(server, server.state))
+
+    async def get_issue(request: Request) -> Response:
+        return await server.answer(lambda: _json(server, server.issue, request.path_params["key"]))
+
+    async def get_run(request: Request) -> Response:
+        return await server.answer(lambda: _json(server, server.call, "run.show", {"id": request.path_params["id"]}))
+
+    async def get_transcript(request: Request) -> Response:
+        offset = _int(request.query_params.get("offset"), 0)
+        limit = min(api.MAX_PAGE, max(1, _int(request.query_params.get("limit"), api.MAX_PAGE)))
+        return await server.answer(lambda: _json(server, server.transcript, request.path_params["id"], offset, limit))
+
+    async def refresh(request: Request) -> Response:
+        if server.source is None:
+            return server.json(api.Accepted(message="no watch is running: nothing to refresh"), 202)
+        await server.off_loop(server.source.refresh)
+        return server.json(api.Accepted(message="the watch looks at the tracker now"), 202)
+
+    async def events(request: Request) -> Response | EventStream:
+        last = _int(request.headers.get("last-event-id") or request.query_params.get("since"), -1)
+        try:
+            subscriber = server.hub.subscribe(None if last < 0 else last)
+        except OverflowError as error:
+            return server.problem(503, "too_many_clients", str(error), "Close another page or client, then retry.")
+        return EventStream(server, subscriber)
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(openapi_document())
+
+    async def action(request: Request) -> Response:
+        if not server.policy.actions:
+            return server.problem(
+                403, "actions_off", "actions are off on this server", 'Set "http": {"actions": true} in the config.'
+            )
+        kind = request.path_params["action"]
+        allowed = ("cancel",) if request.url.path.startswith("/api/v1/runs/") else ("retry", "status")
+        if kind not in allowed:
+            return server.problem(404, "not_found", f"no action {kind[:40]!r} here; there are: {', '.join(allowed)}")
+        try:
+            body = await request.json() if kind == "status" else {}
+            change = api.SetStatusBody.model_validate(body) if kind == "status" else None
+        except (ValueError, ValidationError):
+            return server.problem(400, "usage", 'the body must be JSON: {"status": …, "note": …}')
+
+        def act() -> api.ActionDone:
+            target = request.path_params["target"]
+            if kind == "cancel":  # a run: its issue moves back to open, and the watch cancels it
+                record = server.call("run.show", {"id": target})
+                arguments = {"key": record.issue, "status": "open", "note": "Cancelled from beflow's dashboard."}
+            elif kind == "retry":
+                arguments = {"key": target, "status": "ready", "note": "Retried from beflow's dashboard."}
+            else:
+                assert change is not None
+                arguments = {"key": target, "status": change.status, "note": change.note}
+            result = server.call("issue.set_status", arguments)
+            if server.source is not None:
+                server.source.refresh()
+            return api.ActionDone(operation="issue.set_status", result=result.model_dump(mode="json"))
+
+        async def done() -> Response:
+            return server.json(await server.off_loop(act))
+
+        return await server.answer(done)
+
+    routes: list[Route | Mount] = [
+        Route("/", index),
+        Route("/runs/{id}", run_page),
+        Route("/issues/{key}", issue_page),
+        Route("/api/v1/state", get_state),
+        Route("/api/v1/issues/{key}", get_issue),
+        Route("/api/v1/runs/{id}", get_run),
+        Route("/api/v1/runs/{id}/transcript", get_transcript),
+        Route("/api/v1/events", events),
+        Route("/api/v1/refresh", refresh, methods=["POST"]),
+        Route("/api/v1/openapi.json", openapi),
+        Route("/api/v1/runs/{target}/{action:str}", action, methods=["POST"]),
+        Route("/api/v1/issues/{target}/{action:str}", action, methods=["POST"]),
+        Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        import asyncio
+
+        server.hub.attach(asyncio.get_running_loop())
+        if server.mcp is None:
+            yield
+            return
+        async with server.mcp.running():
+            yield
+
+    if server.mcp is not None:
+        endpoint = _Asgi(server.mcp.asgi)  # (an ASGI app: Starlette calls a function with a Request)
+        methods = ["GET", "POST", "DELETE"]
+        routes[:0] = [Route("/mcp", endpoint, methods=methods), Route("/mcp/issues/{key}", endpoint, methods=methods)]
+    app = Starlette(routes=routes, lifespan=lifespan)
+    return Guard(app, server)
+
+
+async def _json(server: Server, fn: Callable[..., Any], *args: Any) -> Response:
+    return server.json(await server.off_loop(fn, *args))
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return max(0, int(text)) if text is not None else default
+    except ValueError:
+        return default
+
+
+class EventStream:
+    """``/api/v1/events``: server-sent events from the hub's ring, for one client. A write the client does not
+    take within :data:`SEND_TIMEOUT`, or a client :data:`BEHIND` events behind, ends the stream (the client may
+    reconnect and resume with ``Last-Event-ID``); the client going away ends it too."""
+
+    def __init__(self, server: Server, subscriber: Subscriber) -> None:
+        self.server = server
+        self.subscriber = subscriber
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        hub = self.server.hub
+        headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no"),
+        ]
+
+        async def write(text: str) -> None:
+            with anyio.fail_after(SEND_TIMEOUT):
+                await send({"type": "http.response.body", "body": text.encode(), "more_body": True})
+
+        async def stream() -> None:
+            with anyio.fail_after(SEND_TIMEOUT):
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+            await write(": beflow events\nretry: 1000\n\n")
+            while True:
+                got: tuple[int, list[dict[str, Any]]] | None = None
+                with anyio.move_on_after(PING):
+                    got = await hub.next_batch(self.subscriber, BEHIND)
+                if got is None:
+                    await write(": ping\n\n")  # a proxy keeps the connection; a dead client is found out
+                    continue
+                missed, batch = got
+                if missed:
+                    notice = {"event": "notice", "issue": None, "time": time.time()}
+                    notice["message"] = f"{missed} events are no longer kept: read /api/v1/state"
+                    await write(f"data: {json.dumps(notice)}\n\n")
+                for event in batch:
+                    identifier = event.pop("id")
+                    text = self.server.redact.text(json.dumps(event, ensure_ascii=False, default=str))
+                    await write(f"id: {identifier}\ndata: {text}\n\n")
+
+        try:
+            async with anyio.create_task_group() as tasks:
+
+                async def disconnected() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    tasks.cancel_scope.cancel()
+
+                tasks.start_soon(disconnected)
+                try:
+                    await stream()
+                except (Dropped, TimeoutError, OSError):
+                    # A client that does not keep up is let go (the watch never waits for one): the response is
+                    # ended if the client takes that much, else the connection is closed.
+                    with anyio.move_on_after(1), contextlib.suppress(Exception):
+                        await send({"type": "http.response.body", "body": b"", "more_body": False})
+                tasks.cancel_scope.cancel()
+        finally:
+            hub.unsubscribe(self.subscriber)
+
+
+class _Asgi:
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.app(scope, receive, send)
+
+
+class Guard:
+    """Host, Origin, token and body size, checked before any route (docs/dashboard.md#security)."""
+
+    def __init__(self, app: ASGIApp, server: Server) -> None:
+        self.app = app
+        self.server = server
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        refusal = self.refusal(request)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
+        declared = request.headers.get("content-length", "0")
+        if not declared.isdigit() or int(declared) > MAX_BODY:
+            await self.server.problem(413, "too_large", f"request bodies are {MAX_BODY} bytes at most")(
+                scope, receive, send
+            )
+            return
+        received = 0
+
+        async def bounded() -> Message:
+            # A body sent without a length (chunked) is counted as it comes, and cut off at the limit.
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > MAX_BODY:
+                    return {"type": "http.disconnect"}
+            return message
+
+        await self.app(scope, bounded, send)
+
+    def refusal(self, request: Request) -> Response | None:
+        policy, server = self.server.policy, self.server
+        host = request.headers.get("host")
+        origin = request.headers.get("origin")
+        path = request.url.path
+        if not policy.host_allowed(host):
+            return server.problem(421, "bad_host", "this server does not answer to that Host", _HOST_FIX)
+        if not policy.origin_allowed(origin, host):
+            return server.problem(403, "bad_origin", "requests from that origin are refused", _ORIGIN_FIX)
+        presented = bearer(request.headers.get("authorization"))
+        cookie = request.cookies.get(COOKIE)
+        mcp = path == "/mcp" or path.startswith("/mcp/")
+        first_visit = path == "/" and "token" in request.query_params
+        if mcp:
+            if not policy.token_ok(presented):
+                return server.problem(401, "unauthorized", "/mcp needs the server's token", _TOKEN_FIX)
+        elif policy.token_required and not first_visit and not (policy.token_ok(presented) or policy.token_ok(cookie)):
+            return server.problem(401, "unauthorized", "this server needs its token", _TOKEN_FIX)
+        acting = request.method == "POST" and path.startswith("/api/v1/") and path != "/api/v1/refresh"
+        if acting:
+            if not (policy.token_ok(presented) or policy.token_ok(cookie)):
+                return server.problem(401, "unauthorized", "actions need the server's token", _TOKEN_FIX)
+            if not policy.same_origin(origin, host, request.headers.get("sec-fetch-site")):
+                return server.problem(403, "bad_origin", "actions come from this server's own page only")
+        if request.method not in ("GET", "HEAD", "POST", "DELETE", "OPTIONS"):
+            return server.problem(405, "method", "method not allowed")
+        return None
+
+
+_HOST_FIX = "Open the address `beflow watch --http` printed, or name this host in http.hosts."
+_ORIGIN_FIX = "Call the API from this server's own page, or name the origin in http.origins."
+_TOKEN_FIX = "Send `Authorization: Bearer <token>` ($BEFLOW_HTTP_TOKEN, or the token beflow printed when it made it)."
+
+
+def openapi_document() -> dict[str, Any]:
+    """``/api/v1/openapi.json``: the paths and, from the response models, their schemas."""
+    from pydantic.json_schema import models_json_schema
+
+    models: list[type[BaseModel]] = [
+        api.State,
+        api.IssueDetail,
+        api.TranscriptPage,
+        api.Accepted,
+        api.ActionDone,
+        api.Problem,
+        api.SetStatusBody,
+    ]
+    from beflow.records import RunRecord
+
+    models.append(RunRecord)
+    _, schemas = models_json_schema([(m, "serialization") for m in models], ref_template="#/components/schemas/{model}")
+
+    def ok(model: str, status: str = "200", description: str = "OK") -> dict[str, Any]:
+        return {
+            status: {
+                "description": description,
+                "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{model}"}}},
+            },
+            "default": {
+                "description": "An error",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Problem"}}},
+            },
+        }
+
+    key = {"name": "key", "in": "path", "required": True, "schema": {"type": "string"}}
+    run = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+    paging = [
+        {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
+        {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": api.MAX_PAGE}},
+    ]
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "beflow", "version": __version__, "description": "A watch's state, issues and runs."},
+        "paths": {
+            "/api/v1/state": {"get": {"summary": "The live state", "responses": ok("State")}},
+            "/api/v1/issues/{key}": {
+                "get": {"summary": "An issue and its runs", "parameters": [key], "responses": ok("IssueDetail")}
+            },
+            "/api/v1/runs/{id}": {
+                "get": {"summary": "A run's record", "parameters": [run], "responses": ok("RunRecord")}
+            },
+            "/api/v1/runs/{id}/transcript": {
+                "get": {
+                    "summary": "A page of a run's readable transcript",
+                    "parameters": [run, *paging],
+                    "responses": ok("TranscriptPage"),
+                }
+            },
+            "/api/v1/events": {
+                "get": {
+                    "summary": "The watch's event stream (the `--json` events) as server-sent events, resumable with "
+                    "Last-Event-ID",
+                    "responses": {"200": {"description": "text/event-stream"}},
+                }
+            },
+            "/api/v1/refresh": {
+                "post": {"summary": "Look at the tracker now", "responses": ok("Accepted", "202", "Accepted")}
+            },
+            "/api/v1/runs/{id}/cancel": {
+                "post": {"summary": "Cancel a run (http.actions)", "parameters": [run], "responses": ok("ActionDone")}
+            },
+            "/api/v1/issues/{key}/retry": {
+                "post": {
+                    "summary": "Make an issue ready again (http.actions)",
+                    "parameters": [key],
+                    "responses": ok("ActionDone"),
+                }
+            },
+            "/api/v1/issues/{key}/status": {
+                "post": {
+                    "summary": "Set an issue's status (http.actions)",
+                    "parameters": [key],
+                    "requestBody": {
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/SetStatusBody"}}}
+                    },
+                    "responses": ok("ActionDone"),
+                }
+            },
+        },
+        "components": {
+            "schemas": schemas.get("$defs", {}),
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+    }

@@ -1,0 +1,192 @@
+"""The live page of a real ``beflow watch --http`` with the test agent, in a real headless Chromium: a lane
+appears when the run starts, its progress lines stream in, the run moves to the recent runs with its outcome, and a
+hostile title renders as text. Screenshots are kept in the test's temporary directory (``artifacts/``).
+
+Also the same watch through the API alone: the state has the lane, the event stream carries the run's events."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from beflow.trackers import Status
+from tests.support.projects import AutoProject
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.slow
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
+DRIVER = REPO_ROOT / "tests" / "support" / "dashboard.mjs"
+HOSTILE = "<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script> \x1b[31mred\x1b[0m " + "y" * 3000
+
+
+def progress(text: str) -> str:
+    return f"mcp-call beflow run_progress {json.dumps({'text': text})}"
+
+
+@pytest.fixture(scope="session")
+def browser_modules() -> Path:
+    """tools/browser/node_modules, which scripts/test installs; its absence is a failure, never a skip."""
+    configured = os.environ.get("BEFLOW_TEST_BROWSER")
+    path = Path(configured) if configured else REPO_ROOT / "tools" / "browser" / "node_modules"
+    if not (path / "puppeteer-core").is_dir() or not (path / "@sparticuz" / "chromium").is_dir():
+        pytest.fail("the test browser is not installed: run ./scripts/test (it installs it into tools/browser)")
+    return path
+
+
+@dataclass
+class Watch:
+    process: subprocess.Popen[str]
+    stderr: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        found = eventually(self._url, "the watch said where it serves", alive=self.process)
+        return found
+
+    def _url(self) -> str | None:
+        for line in list(self.stderr):
+            match = re.search(r"serving (http://\S+?)/ ", line)
+            if match:
+                return match.group(1)
+        return None
+
+
+@pytest.fixture
+def watch(auto_project: AutoProject, beflow_process) -> Iterator[Watch]:  # type: ignore[no-untyped-def]
+    auto_project.configure(mcp={"self": True}, watch={"interval": 0.2, "concurrency": 1})
+    process = beflow_process("watch", "--json", "--http", "0", cwd=auto_project.directory)
+    watching = Watch(process)
+
+    def drain(stream: object, into: list[str] | None) -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            if into is not None:
+                into.append(line)
+
+    threading.Thread(target=drain, args=(process.stderr, watching.stderr), daemon=True).start()
+    threading.Thread(target=drain, args=(process.stdout, None), daemon=True).start()
+    yield watching
+    process.terminate()
+    process.wait(60)
+
+
+def test_the_live_page_follows_a_run_in_a_real_browser(
+    auto_project: AutoProject, watch: Watch, browser_modules: Path, tmp_path: Path
+) -> None:
+    key = auto_project.new_issue(
+        progress("reading the code"),
+        "sleep 1",
+        progress("tests pass"),
+        "sleep 1",
+        "write done.txt yes",
+        title=HOSTILE,
+        status=Status.OPEN,
+    )
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    driver = subprocess.Popen(
+        ["node", str(DRIVER), str(browser_modules), watch.url + "/", key, str(artifacts)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert driver.stdout is not None
+        assert driver.stdout.readline().strip() == "ready", driver.stderr.read() if driver.stderr else ""
+        auto_project.tracker.set_status(key, Status.READY)  # the run starts while the page watches
+        out, err = driver.communicate(timeout=150)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    seen = json.loads(out.splitlines()[-1])
+    assert "error" not in seen, (seen, err)
+    assert seen["steps"] == ["lane", "progress: reading the code", "progress: tests pass", "recent"]
+    # The hostile title is text: its markup shows as characters, nothing of it ran, its escapes are gone.
+    assert seen["title"].startswith("<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script> red")
+    assert "\x1b" not in seen["title"] and "[31m" not in seen["title"]
+    assert seen["title"].endswith("more characters]")  # a huge line is cut
+    assert seen["pwned"] is None and seen["images"] == 0 and seen["scripts"] == ["/static/dashboard.js"]
+    assert seen["recentTitle"].startswith("<img src=x")
+    assert seen["wide"] <= 390 + 1  # a phone's width, a 3000-character title and all
+    assert seen["outcome"] == "succeeded" and seen["back"] == "succeeded"
+    assert seen["runPage"].startswith("succeeded") and seen["transcriptLines"] > 0
+    shots = sorted(path.name for path in artifacts.iterdir())
+    assert shots == ["0-idle.png", "1-lane.png", "2-progress.png", "3-recent.png", "4-run.png"]
+
+
+def test_the_api_of_a_running_watch_shows_its_lane_and_streams_its_events(
+    auto_project: AutoProject, watch: Watch
+) -> None:
+    key = auto_project.new_issue(progress("halfway"), "sleep 2", "write a.txt x", title="plain", status=Status.OPEN)
+    base = watch.url
+    with httpx.Client(base_url=base, timeout=30) as http:
+        assert http.get("/api/v1/state").json()["health"]["live"] is True
+        kinds: list[str] = []
+        with http.stream("GET", "/api/v1/events") as events:
+            auto_project.tracker.set_status(key, Status.READY)
+            assert http.post("/api/v1/refresh").status_code == 202
+            lanes: list[dict[str, object]] = []
+            for line in events.iter_lines():
+                if line.startswith("data: "):
+                    event = json.loads(line.removeprefix("data: "))
+                    kinds.append(event["event"])
+                    if event["event"] == "progress" and not lanes:
+                        lanes = http.get("/api/v1/state").json()["lanes"]
+                    if event["event"] == "finished" and "outcome" in event:
+                        break
+        assert "dispatched" in kinds and "progress" in kinds
+        (lane,) = lanes
+        assert lane["issue"] == key and lane["progress"] == ["halfway"] and lane["title"] == "plain"
+        # (the run's own `finished` may come before the watch has let go of its lane)
+        state = eventually(lambda: (got := http.get("/api/v1/state").json())["lanes"] == [] and got, "the lane ended")
+        assert state["recent"][0]["issue"] == key
+        run = state["recent"][0]["id"]
+        assert http.get(f"/api/v1/runs/{run}").json()["outcome"] == "succeeded"
+        page = http.get(f"/api/v1/runs/{run}/transcript", params={"limit": 2}).json()
+        assert len(page["lines"]) <= 2 and page["total"] >= len(page["lines"])
+
+
+def test_serve_shows_a_project_with_no_watch_and_stops_on_sigterm_with_130(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, beflow_process
+) -> None:
+    key = auto_project.new_issue("say hi", title="waiting")
+    process = beflow_process("serve", "0", cwd=auto_project.directory)
+    served = Watch(process)
+    threading.Thread(target=lambda: served.stderr.extend(process.stderr), daemon=True).start()  # type: ignore[arg-type]
+    state = httpx.get(served.url + "/api/v1/state", timeout=30).json()
+    assert state["health"]["live"] is False and state["lanes"] == []
+    assert [q["issue"] for q in state["queue"]] == [key]
+    assert httpx.post(served.url + "/api/v1/refresh", timeout=30).status_code == 202
+    process.terminate()
+    assert process.wait(30) == 130  # stopped, after a graceful shutdown
+
+
+def test_the_health_says_why_the_watch_holds_back_and_how_to_fix_it(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, beflow_process
+) -> None:
+    auto_project.configure(agent="claud", watch={"interval": 0.2})
+    auto_project.new_issue("say hi")
+    process = beflow_process("watch", "--json", "--http", "0", cwd=auto_project.directory)
+    watching = Watch(process)
+    threading.Thread(target=lambda: watching.stderr.extend(process.stderr), daemon=True).start()  # type: ignore[arg-type]
+    threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()  # type: ignore[union-attr]
+    url = watching.url
+
+    def health() -> dict[str, object] | None:
+        found = httpx.get(url + "/api/v1/state", timeout=30).json()["health"]
+        return found if found["blocked"] else None
+
+    found = eventually(health, "the watch held dispatching back", alive=process)
+    assert "'claud' is not an agent acpx knows" in str(found["blocked"]) and found["blocked_fix"]
+    assert any("not dispatching until this is fixed" in e for e in found["errors"])  # type: ignore[attr-defined]
+    page = httpx.get(url + "/", timeout=30).text
+    assert "held back" in page

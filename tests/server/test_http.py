@@ -1,0 +1,283 @@
+"""beflow's HTTP server, served for real on a socket (its own thread, as beside a watch) and asked with httpx: the
+API against its own JSON Schema, the event stream and its resume, the guard (Host, Origin, token, actions)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+
+from beflow.config import load_project
+from beflow.server import api
+from beflow.server.guard import TOKEN_ENV, Bind, load_token, parse_bind
+from beflow.server.live import RING, Hub
+from beflow.server.serving import Serving, beside
+from beflow.trackers import open_tracker
+from tests.support.projects import config_file
+from tests.support.waiting import eventually
+
+TOKEN = "t" * 20 + "-secret-token"
+
+
+@pytest.fixture
+def project(repo: Path) -> Path:
+    config_file(repo).parent.mkdir(parents=True, exist_ok=True)
+    config_file(repo).write_text(json.dumps({"http": {"actions": True}}) + "\n")
+    tracker = open_tracker(load_project(config_file(repo)))
+    tracker.create("<script>alert('title')</script> \x1b[31mred\x1b[0m " + "x" * 10_000, "a hostile title")
+    tracker.create("Second issue", "plain")
+    return repo
+
+
+@contextmanager
+def serving(project: Path, host: str = "127.0.0.1", hub: Hub | None = None) -> Iterator[tuple[Serving, Hub]]:
+    hub = hub or Hub()
+    with beside(load_project(config_file(project)), Bind(host, 0), hub, None) as served:
+        yield served, hub
+
+
+def client(served: Serving, **headers: str) -> httpx.Client:
+    base = f"http://127.0.0.1:{served.bind.port}"
+    return httpx.Client(base_url=base, headers=headers, timeout=10)
+
+
+def schema_of(document: dict[str, Any], name: str) -> dict[str, Any]:
+    return {"$ref": f"#/components/schemas/{name}", "components": document["components"]}
+
+
+@pytest.fixture(autouse=True)
+def token_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+
+
+def test_the_api_answers_in_the_shapes_its_openapi_document_gives(project: Path) -> None:
+    with serving(project) as (served, _), client(served) as http:
+        document = http.get("/api/v1/openapi.json").json()
+        assert document["openapi"].startswith("3.1")
+        state = http.get("/api/v1/state")
+        assert state.status_code == 200
+        jsonschema.validate(state.json(), schema_of(document, "State"))
+        assert [q["issue"] for q in state.json()["queue"]] == ["1", "2"]
+        issue = http.get("/api/v1/issues/1")
+        jsonschema.validate(issue.json(), schema_of(document, "IssueDetail"))
+        missing = http.get("/api/v1/issues/99")
+        assert missing.status_code == 404
+        jsonschema.validate(missing.json(), schema_of(document, "Problem"))
+        refresh = http.post("/api/v1/refresh")
+        assert refresh.status_code == 202
+        jsonschema.validate(refresh.json(), schema_of(document, "Accepted"))
+
+
+def test_the_event_stream_numbers_events_and_resumes_after_last_event_id(project: Path) -> None:
+    with serving(project) as (served, hub), client(served) as http:
+        for n in range(5):
+            hub.publish({"event": "dispatched", "issue": str(n), "time": 1.0, "attempt": 1})
+        seen = read_events(http, {"Last-Event-ID": "0"}, 5)
+        assert [e["issue"] for _, e in seen] == ["0", "1", "2", "3", "4"]
+        ids = [int(i) for i, _ in seen]
+        assert ids == sorted(ids) and len(set(ids)) == 5
+        resumed = read_events(http, {"Last-Event-ID": str(ids[2])}, 2)
+        assert [e["issue"] for _, e in resumed] == ["3", "4"]
+
+
+def test_a_client_that_resumes_from_before_the_ring_is_told_what_it_missed(project: Path) -> None:
+    hub = Hub(ring=3)
+    with serving(project, hub=hub) as (served, _), client(served) as http:
+        for n in range(6):
+            hub.publish({"event": "dispatched", "issue": str(n), "time": 1.0})
+        seen = read_events(http, {"Last-Event-ID": "1"}, 4)
+        assert seen[0][1]["event"] == "notice" and "2 events are no longer kept" in seen[0][1]["message"]
+        assert [e["issue"] for _, e in seen[1:]] == ["3", "4", "5"]
+
+
+def test_event_streams_are_bounded(project: Path) -> None:
+    hub = Hub(max_clients=1)
+    with serving(project, hub=hub) as (served, _), client(served) as http:
+        hub.publish({"event": "dispatched", "issue": "1", "time": 1.0})
+        with http.stream("GET", "/api/v1/events", headers={"Last-Event-ID": "0"}) as first:
+            assert first.status_code == 200
+            lines = first.iter_lines()  # (held: a dropped iterator closes the stream)
+            assert next(lines) == ": beflow events"
+            second = httpx.get(f"http://127.0.0.1:{served.bind.port}/api/v1/events", timeout=10)
+            assert second.status_code == 503
+            assert second.json()["error"]["code"] == "too_many_clients"
+
+
+def test_secrets_are_masked_in_what_the_server_sends(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "ghp_" + "s3cr3t" * 6
+    monkeypatch.setenv("GITHUB_TOKEN", secret)
+    config_file(project).write_text(json.dumps({"tracker": {"kind": "github", "repo": "o/r"}}))
+    hub = Hub()
+    with serving(project, hub=hub) as (served, _), client(served) as http:
+        hub.publish({"event": "error", "issue": None, "time": 1.0, "message": f"GitHub said no to {secret}"})
+        (_, event), *_ = read_events(http, {"Last-Event-ID": "0"}, 1)
+        assert secret not in json.dumps(event) and "GitHub said no to" in event["message"]
+        assert secret not in http.get("/api/v1/openapi.json").text
+
+
+def test_the_page_shows_a_hostile_title_as_text(project: Path) -> None:
+    with serving(project) as (served, _), client(served) as http:
+        page = http.get("/")
+        assert page.status_code == 200
+        assert "<script>alert" not in page.text
+        assert "&lt;script&gt;alert(&#39;title&#39;)&lt;/script&gt;" in page.text
+        assert "\x1b" not in page.text
+        assert "more characters]" in page.text or "x" * 10_000 not in page.text
+        assert "default-src 'self'" in page.headers["content-security-policy"]
+
+
+# -- the guard --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:80", "127.0.0.1:1", ""])
+def test_a_forged_host_is_refused(project: Path, host: str) -> None:
+    with serving(project) as (served, _), client(served) as http:
+        answer = http.get("/api/v1/state", headers={"Host": host})
+        assert answer.status_code in (400, 421)
+        if answer.status_code == 421:
+            assert answer.json()["error"]["code"] == "bad_host"
+
+
+def test_a_foreign_origin_is_refused(project: Path) -> None:
+    with serving(project) as (served, _), client(served) as http:
+        answer = http.get("/api/v1/state", headers={"Origin": "http://evil.example"})
+        assert answer.status_code == 403
+        assert answer.json()["error"]["code"] == "bad_origin"
+        own = http.get("/api/v1/state", headers={"Origin": f"http://127.0.0.1:{served.bind.port}"})
+        assert own.status_code == 200
+
+
+def test_off_loopback_every_request_needs_the_token(project: Path) -> None:
+    with serving(project, host="0.0.0.0") as (served, _), client(served) as http:
+        assert served.policy.token_required
+        refused = http.get("/api/v1/state")
+        assert refused.status_code == 401
+        assert refused.json()["error"]["code"] == "unauthorized"
+        assert http.get("/api/v1/state", headers={"Authorization": "Bearer wrong-token-0123456789"}).status_code == 401
+        assert http.get("/", follow_redirects=False).status_code == 401
+        assert http.get("/api/v1/state", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+        # The page's link: the token becomes a cookie, and the page answers with it.
+        landing = http.get(f"/?token={TOKEN}", follow_redirects=False)
+        assert landing.status_code == 303 and landing.headers["location"] == "/"
+        assert http.get("/").status_code == 200
+
+
+def test_on_loopback_mcp_still_needs_the_token(project: Path) -> None:
+    with serving(project) as (served, _), client(served) as http:
+        assert http.get("/api/v1/state").status_code == 200
+        assert http.post("/mcp", json={}).status_code == 401
+
+
+def test_an_action_needs_the_token_and_the_servers_own_origin(project: Path) -> None:
+    with serving(project) as (served, _), client(served) as http:
+        body = {"status": "open", "note": "not now"}
+        assert http.post("/api/v1/issues/2/status", json=body).status_code == 401
+        own = f"http://127.0.0.1:{served.bind.port}"
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        cross = http.post("/api/v1/issues/2/status", json=body, headers={**auth, "Sec-Fetch-Site": "cross-site"})
+        assert cross.status_code == 403
+        assert http.get("/api/v1/issues/2").json()["issue"]["status"] == "ready"
+        done = http.post("/api/v1/issues/2/status", json=body, headers={**auth, "Origin": own})
+        assert done.status_code == 200, done.text
+        assert done.json()["operation"] == "issue.set_status"
+        assert http.get("/api/v1/issues/2").json()["issue"]["status"] == "open"
+        assert http.post("/api/v1/issues/2/retry", headers=auth).json()["result"]["status"] == "ready"
+
+
+def test_actions_are_off_unless_configured(project: Path) -> None:
+    config_file(project).write_text("{}\n")
+    with serving(project) as (served, _), client(served) as http:
+        answer = http.post("/api/v1/issues/2/retry", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert answer.status_code == 403
+        assert answer.json()["error"]["code"] == "actions_off"
+
+
+def test_request_bodies_are_bounded(project: Path) -> None:
+    with serving(project) as (served, _), client(served) as http:
+        big = http.post(
+            "/api/v1/issues/2/status",
+            content=b"x" * (1 << 20),
+            headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+        )
+        assert big.status_code == 413
+
+
+# -- binding and the token -----------------------------------------------------------------------------------------
+
+
+def test_bind_addresses_default_to_loopback() -> None:
+    assert parse_bind("8765") == Bind("127.0.0.1", 8765)
+    assert parse_bind("0.0.0.0:80") == Bind("0.0.0.0", 80)
+    assert parse_bind("[::1]:9000") == Bind("::1", 9000)
+    assert parse_bind("8765").loopback and not parse_bind("0.0.0.0:1").loopback
+    for bad in ("", "host:", "99999", "a:b"):
+        with pytest.raises(Exception, match="is not \\[HOST:\\]PORT"):
+            parse_bind(bad)
+
+
+def test_a_token_is_made_once_and_stored_for_the_user_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(TOKEN_ENV)
+    first = load_token()
+    assert first.created and first.path is not None
+    assert stat.S_IMODE(os.stat(first.path).st_mode) == 0o600
+    again = load_token()
+    assert not again.created and again.value == first.value
+
+
+def read_events(http: httpx.Client, headers: dict[str, str], count: int) -> list[tuple[str, dict[str, Any]]]:
+    """The first ``count`` events of ``/api/v1/events``: (id, event)."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    current: dict[str, str] = {}
+    with http.stream("GET", "/api/v1/events", headers=headers) as stream:
+        assert stream.status_code == 200
+        for line in stream.iter_lines():
+            if not line:
+                if "data" in current:
+                    found.append((current.get("id", ""), json.loads(current["data"])))
+                    if len(found) == count:
+                        return found
+                current = {}
+                continue
+            name, _, value = line.partition(":")
+            current[name] = value.removeprefix(" ")
+    return found
+
+
+@pytest.mark.slow  # it waits out the server's 5 s write timeout
+def test_a_client_that_does_not_read_is_dropped_and_never_holds_up_the_watch(project: Path) -> None:
+    hub = Hub()
+    with serving(project, hub=hub) as (served, _):
+        stalled = socket.create_connection(("127.0.0.1", served.bind.port))
+        stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        stalled.sendall(f"GET /api/v1/events HTTP/1.1\r\nHost: 127.0.0.1:{served.bind.port}\r\n\r\n".encode())
+        eventually(lambda: hub.clients == 1, "the stalled client subscribed")
+        # It never reads: what the watch hands over still takes no time, and the ring stays bounded.
+        started = time.perf_counter()
+        for n in range(3000):
+            hub.publish({"event": "activity", "issue": "1", "time": 1.0, "latest": f"{n} " + "x" * 2000})
+        assert time.perf_counter() - started < 2.0
+        assert len(hub.since(0)[1]) <= RING
+        eventually(lambda: hub.clients == 0, "the stalled client was let go", timeout=30)
+        stalled.close()
+
+
+def test_the_state_carries_the_head_of_a_long_queue_and_counts_it_all(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(api, "MAX_QUEUE", 3)  # (100 in use)
+    tracker = open_tracker(load_project(config_file(project)))
+    for n in range(3):
+        tracker.create(f"queued {n}", "")
+    with serving(project) as (served, _), client(served) as http:
+        state = http.get("/api/v1/state").json()
+    assert [q["issue"] for q in state["queue"]] == ["1", "2", "3"] and state["totals"]["queued"] == 5

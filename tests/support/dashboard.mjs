@@ -1,0 +1,83 @@
+// Drives beflow's live page in a real headless Chromium (@sparticuz/chromium, which carries its binary, through
+// puppeteer-core), both installed in tools/browser by scripts/test.
+//
+//   node dashboard.mjs MODULES URL KEY ARTIFACTS
+//
+// It opens the page, says `ready` on stdout, then waits — for conditions, never for a duration — until the lane of
+// issue KEY appears, its progress lines stream in, and its run shows in the recent runs with an outcome. It prints
+// one JSON line of what it saw, and saves a screenshot of each step in ARTIFACTS.
+import { createRequire } from "node:module";
+import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+
+const [modules, url, key, artifacts] = process.argv.slice(2);
+const require = createRequire(join(modules, "package.json"));
+const load = async (name) => (await import(pathToFileURL(require.resolve(name)).href)).default;
+const chromium = await load("@sparticuz/chromium");
+const puppeteer = await load("puppeteer-core");
+
+const timeout = 90_000;
+const seen = { steps: [], latency: [] };
+const browser = await puppeteer.launch({
+  executablePath: await chromium.executablePath(),
+  args: [...chromium.args, "--no-sandbox"],
+  headless: true,
+});
+try {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 390, height: 844 }); // a phone
+  page.on("pageerror", (error) => seen.steps.push({ pageerror: String(error) }));
+  await page.goto(url, { waitUntil: "load" });
+  await page.waitForFunction(() => document.getElementById("connection").textContent === "live", { timeout });
+  await page.screenshot({ path: join(artifacts, "0-idle.png"), fullPage: true });
+  process.stdout.write("ready\n");
+
+  const lane = `.lane[data-issue="${key}"]`;
+  await page.waitForSelector(lane, { timeout });
+  seen.title = await page.$eval(`${lane} .title`, (node) => node.textContent);
+  seen.steps.push("lane");
+  await page.screenshot({ path: join(artifacts, "1-lane.png"), fullPage: true });
+
+  for (const text of ["reading the code", "tests pass"]) {
+    await page.waitForFunction(
+      (selector, wanted) => [...document.querySelectorAll(`${selector} .progress li`)].some((li) => li.textContent === wanted),
+      { timeout },
+      lane,
+      text,
+    );
+    seen.steps.push(`progress: ${text}`);
+  }
+  await page.screenshot({ path: join(artifacts, "2-progress.png"), fullPage: true });
+
+  await page.waitForFunction(
+    (wanted) => {
+      const row = [...document.querySelectorAll("#recent tbody tr")].find((tr) => tr.textContent.startsWith(wanted + " "));
+      return row && !document.querySelector(`.lane[data-issue="${wanted}"]`) ? row.dataset.outcome : false;
+    },
+    { timeout },
+    key,
+  );
+  seen.outcome = await page.$eval("#recent tbody tr", (row) => row.dataset.outcome);
+  seen.recentTitle = await page.$eval("#recent tbody tr .title", (node) => node.textContent);
+  seen.steps.push("recent");
+  await page.screenshot({ path: join(artifacts, "3-recent.png"), fullPage: true });
+
+  // Nothing of the hostile title ran or became markup.
+  seen.pwned = await page.evaluate(() => window.__pwned ?? null);
+  seen.scripts = await page.$$eval("script", (nodes) => nodes.map((node) => node.getAttribute("src")));
+  seen.images = await page.$$eval("img", (nodes) => nodes.length);
+  seen.wide = await page.evaluate(() => document.documentElement.scrollWidth);
+
+  // The run's page, from the recent runs' link (and the back button returns to the live page).
+  await Promise.all([page.waitForNavigation(), page.click("#recent tbody tr td:last-child a")]);
+  seen.runPage = await page.$eval("#outcome", (node) => node.textContent);
+  seen.transcriptLines = await page.$$eval(".transcript li", (nodes) => nodes.length);
+  await page.screenshot({ path: join(artifacts, "4-run.png"), fullPage: true });
+  await Promise.all([page.waitForNavigation(), page.goBack()]);
+  seen.back = await page.$eval("#recent tbody tr", (row) => row.dataset.outcome);
+} catch (error) {
+  seen.error = String(error);
+} finally {
+  await browser.close();
+}
+process.stdout.write(JSON.stringify(seen) + "\n");
