@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import anyio.lowlevel
 
-from beflow import acpx, agent_env, git, interrupts, preflight, proc, prompt, repoguard, workers
+from beflow import acpx, agent_env, git, guardrails, interrupts, preflight, proc, prompt, repoguard, workers
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
 from beflow.events import EventSink
@@ -34,6 +34,7 @@ from beflow.lifecycle import (
     settle_orphans,
     summary,
 )
+from beflow.limits import Limiter, UsageEvents
 from beflow.mcp.acp import resolve_servers
 from beflow.mcp.inject import Injection
 from beflow.mcp.own import follow_progress
@@ -292,16 +293,26 @@ class _InWorktree:
             CappedLog(transcript_path, TRANSCRIPT_LIMIT) as transcript_file,
             CappedLog(stderr_path, STDERR_LIMIT, redact) as stderr_file,
         ):
+            # Every line acpx prints is life (the agent's messages, tool calls, a running tool's output, its
+            # stderr); what the agent reports it used is held to the budgets as it comes (beflow.limits).
+            limiter = Limiter(self.config.limits, lambda: self.transcript.latest)
+            usage = UsageEvents(self.emit)
 
             def on_stdout(line: bytes) -> None:
+                limiter.alive()
                 line = redact(line)
                 transcript_file.line(line)
-                before = self.transcript.latest
+                before, updates = self.transcript.latest, self.transcript.usage.updates
                 self.transcript.feed(line)
                 if self.transcript.latest and self.transcript.latest != before:
                     self.emit("activity", latest=self.transcript.latest)
+                if self.transcript.usage.updates != updates or self.transcript.stop_reason is not None:
+                    limiter.check(self.transcript.usage)
+                    usage.seen(self.transcript.usage)
 
-            on_stderr = stderr_file.line
+            def on_stderr(line: bytes) -> None:
+                limiter.alive()
+                stderr_file.line(line)
 
             async with self.session.injected(cwd) as handle:
                 self._injection = handle
@@ -310,11 +321,20 @@ class _InWorktree:
                     follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)),
                     own_channel(self._channel, self.session.tracker, lambda: self.transcript, self._notice),
                 ):
-                    result = await self._run_agent(cwd, text, on_stdout, on_stderr)
+                    result = await limiter.supervise(lambda: self._run_agent(cwd, text, on_stdout, on_stderr))
                 await self._hook("after_run", cwd, fatal=False)
-        record.exit_code = result.returncode
         record.final_message = self.transcript.final_message
         record.session = self.transcript.session_id
+        record.usage = None if self.transcript.usage.empty else self.transcript.usage
+        if result is None or limiter.breach is not None:  # a limit stopped the agent: the limit says why
+            breach = limiter.breach
+            assert breach is not None
+            record.permanent = breach.permanent
+            if limiter.stall is not None:
+                record.silent_for, record.last_activity = limiter.stall.silent_for, limiter.stall.last_activity
+            self.emit("notice", message=breach.reason)
+            return breach.outcome, breach.reason
+        record.exit_code = result.returncode
         stderr = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
         verdict = judge(result, self.transcript, self.config, stderr, key=self.request.key, run_id=record.id)
         record.permanent = verdict.permanent
@@ -565,6 +585,7 @@ class _InWorktree:
             lambda ended: status_after(ended, retry=retry),
             commit=record.commit,
             changed=len(record.changed_files),
+            **({"usage": used} if (used := guardrails.event_data(record.usage)) else {}),
         )
 
 
