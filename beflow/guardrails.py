@@ -217,10 +217,10 @@ class Totals:
         return f"{used} over {self.runs} run{'s' if self.runs != 1 else ''}"
 
 
-def total(usages: Iterable[Usage | None]) -> Totals:
-    """The sum of runs' usage (a run without any counts as a run, adds nothing)."""
-    runs = reported = tokens = 0
-    cost: dict[str, float] = {}
+def total(usages: Iterable[Usage | None], start: Totals | None = None) -> Totals:
+    """The sum of runs' usage, added to ``start`` (a run without any counts as a run, adds nothing)."""
+    base = start or Totals()
+    runs, reported, tokens, cost = base.runs, base.reported, base.tokens, dict(base.cost)
     for usage in usages:
         runs += 1
         if usage is None:
