@@ -375,6 +375,13 @@ class RunStore:
         found.sort(key=lambda r: (r.started_at, r.id), reverse=True)
         return found if limit is None else found[:limit]
 
+    def started_since(self, since: dt.datetime) -> list[RunRecord]:
+        """The readable records of runs started at ``since`` or later (their ids say when, give or take
+        :data:`ID_CLOCK_SLACK`: only those directories are read)."""
+        cutoff = _before(since.astimezone(dt.UTC).strftime("%Y%m%d-%H%M%S"), ID_CLOCK_SLACK)
+        names = [n for n in self._names() if (m := _RUN_ID.match(n)) is None or m.group("start") >= cutoff]
+        return [record for _, record in self._read(lambda path: True, names) if record.started_at >= since]
+
     def _names(self) -> list[str]:
         try:
             return os.listdir(self.root)
