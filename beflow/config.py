@@ -146,7 +146,7 @@ class Watch(Model):
     backoff_max: Seconds = 300.0
 
 
-Currency = Annotated[str, Field(pattern=r"^[A-Z]{3}$")]
+Currency = Annotated[str, Field(min_length=1)]
 Money = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 
 
@@ -164,6 +164,13 @@ class Limits(Model):
     cost_per_day: Money | None = None
     #: The ISO 4217 currency of the cost budgets: the one the agent reports its cost in.
     currency: Currency = "USD"
+
+    @field_validator("currency")
+    @classmethod
+    def _iso_code(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Z]{3}", value):
+            raise ValueError('expected an ISO 4217 currency code in capitals, such as "USD" or "EUR"')
+        return value
 
 
 class Attend(Model):

@@ -306,7 +306,7 @@ class _InWorktree:
                 self.transcript.feed(line)
                 if self.transcript.latest and self.transcript.latest != before:
                     self.emit("activity", latest=self.transcript.latest)
-                if self.transcript.usage.updates != updates or self.transcript.stop_reason is not None:
+                if self.transcript.usage.updates != updates:  # (the turn's own counts come with its end)
                     limiter.check(self.transcript.usage)
                     usage.seen(self.transcript.usage)
 

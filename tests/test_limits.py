@@ -3,11 +3,17 @@ silent, streaming a tool's output, and reporting usage past a budget."""
 
 from __future__ import annotations
 
+import datetime as dt
 import json
+from pathlib import Path
 
 import anyio
 import pytest
 
+from beflow.config import Limits
+from beflow.guardrails import Usage
+from beflow.records import RunRecord, RunStore, new_run_id
+from beflow.spending import Ledger
 from beflow.trackers import Status
 from tests.support.projects import AutoProject
 from tests.test_dispatcher import Watch, fast, watching
@@ -255,3 +261,34 @@ def test_a_watch_stops_dispatching_at_its_day_budget_and_resumes_when_the_limit_
     assert watch.of("budget_cleared")[0].data["message"] == "dispatching again"
     assert held.budget is not None and held.budget.reached and held.queue  # type: ignore[attr-defined]
     assert held.used.cost == {"USD": 1.25}  # type: ignore[attr-defined]
+
+
+def test_a_days_spending_counts_the_days_watch_runs_from_their_records_and_starts_again_the_next_day(
+    tmp_path: Path,
+) -> None:
+    store = RunStore(tmp_path)
+    today = dt.datetime.now().astimezone()
+    spent = [
+        (today, "watch", 2.0, "USD"),
+        (today, "auto", 9.0, "USD"),
+        (today - dt.timedelta(days=1), "watch", 5.0, "USD"),
+    ]
+    for started, mode, cost, currency in spent:
+        record = RunRecord(id=new_run_id("7"), issue="7", mode=mode, agent="a", started_at=started)  # type: ignore[arg-type]
+        record.usage = Usage(cost=cost, currency=currency, updates=1)
+        record.close("succeeded", "done")
+        store.create(record, "prompt")
+    day = [today.date()]
+    ledger = Ledger(day=lambda: day[0])
+    limits = Limits(cost_per_day=2)
+
+    ledger.refresh(store)
+    budget = ledger.budget(limits, [])
+    assert budget is not None and (budget.spent, budget.reached) == (2.0, True)  # the watch's run of today only
+    live = ledger.budget(Limits(cost_per_day=3), [Usage(cost=0.5, currency="USD", updates=1), None])
+    assert live is not None and live.spent == 2.5  # a run still going counts with what it reported so far
+
+    day[0] += dt.timedelta(days=1)
+    ledger.refresh(store)
+    budget = ledger.budget(limits, [])
+    assert budget is not None and (budget.spent, budget.reached) == (0.0, False)
