@@ -159,7 +159,7 @@ class Dispatcher:
             elif event.type == "progress":
                 running.progress = str(event.data.get("text", ""))
             elif event.type == "usage":
-                running.usage = guardrails.Usage.model_validate(event.data)
+                running.usage = guardrails.Usage.of(event.data)
             elif event.type == "finished":
                 running.finished = True
         self._tell(event)

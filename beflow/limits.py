@@ -41,6 +41,8 @@ class Limiter:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limits = limits
+        limited = (limits.cost_per_run, limits.tokens_per_run, limits.cost_per_day)
+        self._budgeted = any(limit is not None for limit in limited)  # else nothing to check, thousands of times
         self._latest = latest
         self._clock = clock
         self.last_life = clock()
@@ -54,7 +56,7 @@ class Limiter:
 
     def check(self, usage: Usage) -> None:
         """The agent reported usage: stop the session at once when it passed a budget."""
-        if self.breach is None and usage.updates:
+        if self._budgeted and self.breach is None and usage.updates:
             breach = run_breach(usage, self.limits)
             if breach is not None:
                 self._trip(breach)

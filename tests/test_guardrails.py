@@ -85,7 +85,7 @@ def test_a_currency_is_an_iso_code(value: object, code: str | None) -> None:
 
 
 def usage(**fields: object) -> Usage:
-    return Usage.model_validate({"updates": 1, **fields})
+    return Usage.of({"updates": 1, **fields})
 
 
 BREACHES = [

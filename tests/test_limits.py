@@ -1,5 +1,5 @@
-"""The guardrails of unattended runs end to end (docs/config.md#limits, docs/runs.md): the real pinned acpx drives the test agent
-silent, streaming a tool's output, and reporting usage past a budget."""
+"""The guardrails of unattended runs end to end (docs/config.md#limits, docs/runs.md): the real pinned acpx drives
+the test agent silent, streaming a tool's output, and reporting usage past a budget."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ROWS = ("help", "startup", "run", "watch", "latency", "issues", "issues100k", "idle", "drain", "mcp", "rss")
+ROWS = ("help", "startup", "run", "usage", "watch", "latency", "issues", "issues100k", "idle", "drain", "mcp", "rss")
 
 
 @pytest.mark.parametrize("row", ROWS)

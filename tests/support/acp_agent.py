@@ -92,9 +92,11 @@ against the session cwd.
 ``usage <used> <size> [<amount> <currency>]``
     Send one ``usage_update`` (context tokens used, window size, and the
     session's cumulative cost when given).
-``usage-burst <count>``
+``usage-burst <count> [thought]``
     Send ``<count>`` ``usage_update`` s (``used`` counting up, no cost):
-    for the benchmark of following them.
+    for the benchmark of following them; with ``thought``, as many
+    ``agent_thought_chunk`` s of about the same size instead (the same
+    traffic, none of it usage).
 ``update <json>``
     Send the JSON object as a ``session/update``'s ``update``, exactly (for
     shapes no other verb sends: garbage usage values, say).
@@ -586,8 +588,13 @@ class Agent:
         elif verb == "usage":
             self.update(session, directive.usage_update())
         elif verb == "usage-burst":
-            for used in range(int(args)):
-                self.update(session, {"sessionUpdate": "usage_update", "used": used, "size": 200_000})
+            count, _, kind = args.partition(" ")
+            for used in range(int(count)):
+                if kind == "thought":  # the same traffic, of a kind a client lets pass by
+                    thought = {"type": "text", "text": f"{used:06d} of 200000"}
+                    self.update(session, {"sessionUpdate": "agent_thought_chunk", "content": thought})
+                else:
+                    self.update(session, {"sessionUpdate": "usage_update", "used": used, "size": 200_000})
         elif verb == "update":
             self.update(session, directive.raw_update())
         elif verb == "tokens":
