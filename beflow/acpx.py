@@ -20,6 +20,7 @@ import anyio
 
 from beflow import interrupts, proc
 from beflow.config import AgentCommand, Config
+from beflow.guardrails import Usage, amount, currency_code, token_count
 from beflow.paths import acpx_home, slug
 from beflow.records import clean_text
 
@@ -40,6 +41,19 @@ REQUEST_PERMISSION = "session/request_permission"
 MESSAGE_CHUNK = "agent_message_chunk"
 TOOL_CALL = "tool_call"
 TOOL_CALL_UPDATE = "tool_call_update"
+#: The agent's report of its context and cost (``used``, ``size``, optional ``cost``: ``amount``, ``currency``).
+USAGE_UPDATE = "usage_update"
+USAGE_FIELDS = ("used", "size")
+COST_FIELDS = ("amount", "currency")
+#: The turn's token counts in the prompt's response (``usage``), as ACP names them, and the record's names.
+TURN_TOKENS = {
+    "inputTokens": "input_tokens",
+    "outputTokens": "output_tokens",
+    "totalTokens": "total_tokens",
+    "thoughtTokens": "thought_tokens",
+    "cachedReadTokens": "cached_read_tokens",
+    "cachedWriteTokens": "cached_write_tokens",
+}
 #: What a tool call's updates may change, as the reader keeps it; and the statuses that end a tool call.
 TOOL_FIELDS = ("title", "kind", "status")
 TOOL_ENDED = ("completed", "failed")
@@ -120,6 +134,7 @@ class Transcript:
     acpx_code: str | None = None  # its ``data.acpxCode``: TIMEOUT, PERMISSION_PROMPT_UNAVAILABLE, ...
     acpx_detail: str | None = None  # its ``data.detailCode``: AGENT_SPAWN_ENOENT, AGENT_DISCONNECTED, ...
     latest: str | None = None  # the most recent activity, for progress displays
+    usage: Usage = field(default_factory=Usage)  # what the agent reported it used (guardrails.Usage)
     _chunks: list[str] = field(default_factory=list)
     _chunk_bytes: int = 0
     _tail: str = ""
@@ -161,6 +176,8 @@ class Transcript:
             if "stopReason" in result:
                 self.stop_reason = result["stopReason"]
                 self._flush()
+                if "usage" in result:
+                    _turn_usage(self.usage, result["usage"])
         elif "error" in message and message.get("id") is None:
             error = message["error"] or {}
             self.acpx_error = str(error.get("message") or error)
@@ -200,6 +217,8 @@ class Transcript:
                 self.tool_calls.pop(next(iter(self.tool_calls)))
             call = _tool_call(self.tool_calls, update)
             self.latest = f"{call.get('title', 'tool call')} ({call.get('status', 'pending')})"
+        elif kind == USAGE_UPDATE:
+            _usage_update(self.usage, update)
 
     def _flush(self) -> None:
         if self._chunks:
@@ -211,6 +230,45 @@ class Transcript:
     def final_message(self) -> str | None:
         self._flush()
         return self.messages[-1] if self.messages else None
+
+
+def _usage_update(usage: Usage, update: dict[str, Any]) -> None:
+    """Take one ``usage_update`` into ``usage``; a value that is not valid is counted and ignored (the others of
+    the update still count): an agent's bad number never breaks a run, nor becomes a figure."""
+    usage.updates += 1
+    used, size = token_count(update.get("used")), token_count(update.get("size"))
+    usage.rejected += (used is None) + (size is None)
+    if used is not None:
+        usage.context_used = used
+        usage.context_peak = max(used, usage.context_peak or 0)
+    if size is not None:
+        usage.context_size = size
+    cost = update.get("cost")
+    if cost is None:
+        return
+    value = amount(cost.get("amount")) if isinstance(cost, dict) else None
+    currency = currency_code(cost.get("currency")) if isinstance(cost, dict) else None
+    if value is None or currency is None:
+        usage.rejected += 1
+        return
+    if usage.currency is not None and currency != usage.currency:
+        usage.note = f"the agent changed its cost's currency from {usage.currency} to {currency} during the run"
+    usage.cost, usage.currency = value, currency
+
+
+def _turn_usage(usage: Usage, reported: object) -> None:
+    """The prompt response's ``usage`` (the turn's token counts) into ``usage``."""
+    if not isinstance(reported, dict):
+        usage.rejected += 1
+        return
+    for wire, name in TURN_TOKENS.items():
+        if wire not in reported or reported[wire] is None:
+            continue
+        count = token_count(reported[wire])
+        if count is None:
+            usage.rejected += 1
+        else:
+            setattr(usage, name, count)
 
 
 def _decoded(line: bytes | str) -> dict[str, Any] | None:

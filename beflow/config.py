@@ -192,6 +192,33 @@ class Watch(Model):
     backoff_max: Seconds = 300.0
 
 
+Currency = Annotated[str, Field(min_length=1)]
+Money = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+
+
+class Limits(Model):
+    """What an unattended run may take (docs/config.md#limits): silence, tokens and cost (as the agent reports
+    them over ACP), and a watch's spending per day."""
+
+    #: Seconds the agent may send nothing (no message, tool call or output) before the run is stopped as stalled.
+    stall: Seconds = 300.0
+    #: The most one run may cost, in ``currency``; a run past it is stopped as over budget.
+    cost_per_run: Money | None = None
+    #: The most tokens one run may use.
+    tokens_per_run: Count | None = None
+    #: What a watch may spend in a day (the local calendar day) before it stops dispatching.
+    cost_per_day: Money | None = None
+    #: The ISO 4217 currency of the cost budgets: the one the agent reports its cost in.
+    currency: Currency = "USD"
+
+    @field_validator("currency")
+    @classmethod
+    def _iso_code(cls, value: str) -> str:
+        if not re.fullmatch(r"[A-Z]{3}", value):
+            raise ValueError('expected an ISO 4217 currency code in capitals, such as "USD" or "EUR"')
+        return value
+
+
 class Attend(Model):
     permissions: Permissions = "approve-reads"
 
@@ -247,6 +274,7 @@ class Config(Model):
     mcp: Mcp = Field(default_factory=Mcp)
     agent_env: AgentEnv = Field(default_factory=AgentEnv)
     http: Http = Field(default_factory=Http)
+    limits: Limits = Field(default_factory=Limits)
 
     @field_validator("tracker", mode="before")
     @classmethod

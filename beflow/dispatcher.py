@@ -25,7 +25,7 @@ from typing import Any
 
 import anyio
 
-from beflow import preflight, workers
+from beflow import guardrails, preflight, workers
 from beflow.codehosts import CodeHost, open_code_host
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError
@@ -33,6 +33,7 @@ from beflow.events import RunEvent, WatchEvent, WatchEventKind
 from beflow.lifecycle import RunRequest, requeue_orphans, settle_orphans
 from beflow.policy import after_run, is_final, recall
 from beflow.records import RunRecord, RunStore
+from beflow.spending import Ledger
 from beflow.trackers import Issue, Status, Tracker, open_tracker, reading_once
 from beflow.trackers.base import NamesUnreadable, WatchesDirectories
 from beflow.wake import Wakeup, watch_directories
@@ -58,6 +59,8 @@ class Running:
     reason: str | None = None
     #: The run has finished (it moved its issue on itself; reconciliation leaves it be).
     finished: bool = False
+    #: What its agent reported it used so far (its ``usage`` events).
+    usage: guardrails.Usage | None = None
 
     def cancel(self, reason: str) -> None:
         self.reason = reason
@@ -86,6 +89,9 @@ class Snapshot:
     recent: list[RunRecord]
     tick: int
     next_tick: float
+    #: What the watch's runs used since it started, and its day against ``limits.cost_per_day`` (if set).
+    used: guardrails.Totals = field(default_factory=guardrails.Totals)
+    budget: guardrails.DayBudget | None = None
 
 
 Listener = Callable[[WatchEvent | RunEvent], None]
@@ -127,6 +133,8 @@ class Dispatcher:
         self.wakeup: Wakeup | None = None
         #: When the last full poll ran (the fallback when no event says anything changed).
         self._polled = 0.0
+        #: What the watch's runs used, and its day's spending (beflow.spending).
+        self.ledger = Ledger()
 
     @property
     def store(self) -> RunStore:
@@ -153,6 +161,8 @@ class Dispatcher:
                 running.latest = str(event.data.get("latest", ""))
             elif event.type == "progress":
                 running.progress = str(event.data.get("text", ""))
+            elif event.type == "usage":
+                running.usage = guardrails.Usage.of(event.data)
             elif event.type == "finished":
                 running.finished = True
         self._tell(event)
@@ -165,7 +175,26 @@ class Dispatcher:
             recent=list(self.recent),
             tick=self.tick_count,
             next_tick=self.next_tick,
+            used=self.ledger.watch,
+            budget=self._day_budget(),
         )
+
+    def _day_budget(self) -> guardrails.DayBudget | None:
+        return self.ledger.budget(self.project.config.limits, [r.usage for r in self.running.values()])
+
+    def _held_by_budget(self) -> bool:
+        """Whether the day's spending has reached ``limits.cost_per_day``: said once when it is, and again when
+        dispatching resumes (a new day, a raised limit)."""
+        budget = self._day_budget()
+        reached = budget is not None and budget.reached
+        if reached != self.ledger.holding:
+            self.ledger.holding = reached
+            kind: WatchEventKind = "budget_reached" if reached else "budget_cleared"
+            figures: dict[str, Any] = {"message": budget.describe() if budget and reached else "dispatching again"}
+            if budget is not None:
+                figures.update(spent=round(budget.spent, 6), limit=budget.limit, currency=budget.currency)
+            self.emit(kind, **figures)
+        return reached
 
     # -- the loop --------------------------------------------------------------------------------------------------
 
@@ -234,6 +263,8 @@ class Dispatcher:
             with reading_once(self.tracker):  # one scan of the tracker serves the whole tick
                 store = self.store
                 store.close_orphans()
+                if self.project.config.limits.cost_per_day is not None:
+                    self.ledger.refresh(store)
                 for key in settle_orphans(self.tracker, store):
                     self.emit("settled", key, reason="its run had finished; the issue now says so")
                 for issue in requeue_orphans(self.tracker):
@@ -327,6 +358,8 @@ class Dispatcher:
         self.queue = [i for i in ready if not (i.key in self.backoffs and self.backoffs[i.key].due > now)]
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
+        if self._held_by_budget():
+            return
         free = self.project.config.watch.concurrency - len(self.running)
         now = self.clock()
         for issue in list(self.queue):
@@ -420,7 +453,16 @@ class Dispatcher:
     def _finished(self, record: RunRecord, finished: list[RunRecord]) -> None:
         finished.append(record)
         self.recent.appendleft(record)
-        self.emit("finished", record.issue, run=record.id, outcome=record.outcome, reason=record.stop_reason)
+        self.ledger.finished(record)
+        used = guardrails.event_data(record.usage)
+        self.emit(
+            "finished",
+            record.issue,
+            run=record.id,
+            outcome=record.outcome,
+            reason=record.stop_reason,
+            **({"usage": used} if used else {}),
+        )
 
     def _after(self, record: RunRecord) -> None:
         key = record.issue

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 #: A run's events, in every mode (``--auto --json`` streams them). ``progress``: a line the agent reported through
-#: beflow's own MCP server (``run.progress``).
-RunEventKind = Literal["started", "activity", "notice", "finished", "progress"]
+#: beflow's own MCP server (``run.progress``). ``usage``: what the agent reported it used (at most one a second).
+RunEventKind = Literal["started", "activity", "notice", "finished", "progress", "usage"]
 #: What ``--auto --json`` prints when no issue is ready (the only line then: it belongs to no run).
 IDLE = "idle"
 #: A watcher's events (``beflow watch --json`` streams them).
@@ -29,6 +29,8 @@ WatchEventKind = Literal[
     "config_reloaded",
     "error",
     "stopping",
+    "budget_reached",
+    "budget_cleared",
 ]
 RUN_EVENTS: frozenset[str] = frozenset(get_args(RunEventKind))
 WATCH_EVENTS: frozenset[str] = frozenset(get_args(WatchEventKind))

@@ -19,12 +19,13 @@ from typing import Any
 
 import anyio
 
-from beflow import interrupts, prompt, repoguard
+from beflow import guardrails, interrupts, prompt, repoguard
 from beflow.agent_env import held_secrets
 from beflow.codehosts.base import CodeHost
 from beflow.config import GitHubTrackerSettings, Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
+from beflow.guardrails import Totals
 from beflow.mcp.acp import AcpServer, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
 from beflow.mcp.journal import SAVED_DAYS
@@ -124,10 +125,15 @@ def leave_issue(tracker: Tracker, key: str, status: Status, note: str | None) ->
     return True
 
 
-def summary(record: RunRecord) -> str:
-    """The comment a finished run leaves on its issue."""
+def summary(record: RunRecord, issue_usage: Totals | None = None) -> str:
+    """The comment a finished run leaves on its issue; ``issue_usage``: what all of the issue's runs used."""
     lines = [f"beflow run `{record.id}`: **{record.outcome}** — {inert(record.stop_reason or '')}"]
     lines.append(f"- agent: {record.agent}, attempt {record.attempt}, {record.duration or 0:.1f} s")
+    used = guardrails.describe(record.usage)
+    if used is not None or (issue_usage is not None and issue_usage.runs > 1):
+        lines.append(f"- usage: {inert(used or 'none reported by the agent')}")
+    if issue_usage is not None and issue_usage.runs > 1:
+        lines.append(f"- all runs of this issue: {issue_usage.describe()}")
     if record.branch:
         lines.append(f"- branch: `{record.branch}`" + (f", commit `{record.commit[:12]}`" if record.commit else ""))
     if record.pull_request:
@@ -441,7 +447,7 @@ class Session:
             self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
             return record
         status = status_for(record.outcome)
-        note = summary(record) if self.project.config.after_run.comment else None
+        note = summary(record, self._issue_usage()) if self.project.config.after_run.comment else None
         if status == Status.FAILED and self.request.mode == "watch":
             note = give_up_note(note, record.attempt, permanent=record.permanent)
         note = self.redact.text(note) if note is not None else None
@@ -467,6 +473,13 @@ class Session:
                     )
         self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
         return record
+
+    def _issue_usage(self) -> Totals | None:
+        """What every run of the issue used (all rounds and attempts, this one included), for its comment."""
+        try:
+            return guardrails.total(r.usage for r in self.store.records([self.record.issue]) if r.finished)
+        except OSError:
+            return None
 
     def _unreported(
         self, why: str, later: str = "the next beflow run or watch tick brings the issue up to date"

@@ -12,8 +12,8 @@ from beflow.proc import Completed
 from beflow.records import DONE_OUTCOMES, Outcome, RunRecord
 from beflow.trackers import Status
 
-#: Outcomes ``beflow watch`` retries (unless the failure is permanent).
-FAILURES: frozenset[str] = frozenset({"failed", "timeout"})
+#: Outcomes ``beflow watch`` retries (unless the failure is permanent: ``over_budget`` always is).
+FAILURES: frozenset[str] = frozenset({"failed", "timeout", "stalled", "over_budget"})
 
 
 @dataclass(frozen=True)

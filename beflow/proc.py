@@ -339,6 +339,30 @@ class _Tail:
         return bytes(self.data[-self.limit :]) if self.limit > 0 else b""
 
 
+#: After a short read of a child's output, the next waits this long: a child that prints line by line (acpx
+#: relaying thousands of ACP messages) is read a few lines a wake-up, not one, at a few milliseconds' delay.
+GATHER = 0.005
+GATHER_BELOW = 4096
+
+
+class _Gathered(anyio.abc.ByteReceiveStream):
+    """``stream``, read with a short pause after each short read (:data:`GATHER`)."""
+
+    def __init__(self, stream: anyio.abc.ByteReceiveStream) -> None:
+        self._stream = stream
+        self._trickling = False
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        if self._trickling:
+            await anyio.sleep(GATHER)
+        chunk = await self._stream.receive(max_bytes)
+        self._trickling = len(chunk) < GATHER_BELOW
+        return chunk
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
 async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: _Tail, handler: LineHandler | None) -> None:
     if stream is None:
         return
@@ -346,7 +370,7 @@ async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: _Tail, handler
         async for chunk in stream:
             sink.add(chunk)
         return
-    lines = BufferedByteReceiveStream(stream)
+    lines = BufferedByteReceiveStream(_Gathered(stream))
     while True:
         try:
             line = await lines.receive_until(b"\n", MAX_LINE)

@@ -25,13 +25,14 @@ from pydantic_core import PydanticSerializationError
 from beflow import identity
 from beflow.errors import NotFoundError, excerpt
 from beflow.files import atomic_write
+from beflow.guardrails import Usage
 from beflow.paths import STATE_DIR, slug, state_dir
 
-Outcome = Literal["running", "succeeded", "no_changes", "failed", "timeout", "cancelled"]
+Outcome = Literal["running", "succeeded", "no_changes", "failed", "timeout", "stalled", "over_budget", "cancelled"]
 #: Outcomes of runs that did what they were asked (a finished run that changed nothing included).
 DONE_OUTCOMES = frozenset({"succeeded", "no_changes"})
 #: Outcomes a command reports with exit code 1.
-FAILED_OUTCOMES = frozenset({"failed", "timeout", "cancelled"})
+FAILED_OUTCOMES = frozenset({"failed", "timeout", "stalled", "over_budget", "cancelled"})
 Mode = Literal["auto", "watch", "attend", "open"]
 
 #: The file of a run's progress lines: appended to by beflow's MCP server (another process than the run's), so
@@ -130,6 +131,11 @@ class RunRecord(BaseModel):
     #: Why the tracker was not told how the run ended (GitHub failing past every retry), when it was not: this
     #: record keeps the last word, and the next beflow command or watch tick settles what it can.
     unreported: str | None = None
+    #: What the agent reported it used (tokens, context, cost): None when it reported nothing (docs/runs.md).
+    usage: Usage | None = None
+    #: A stalled run: how long the agent had been silent (seconds) and what it was doing last.
+    silent_for: float | None = None
+    last_activity: str | None = None
 
     @field_validator("*", mode="before")
     @classmethod
@@ -237,7 +243,16 @@ _FINISHED: dict[str, tuple[int, int, int]] = {}
 #: The fields of a record that hold words (the agent's, a tool's, an error's) rather than names beflow chose: the
 #: ones secrets are masked in. Paths, ids and commits are left alone: a secret value that happens to be a path
 #: (``"DATA_DIR": "/home/me/app"``) must not turn the record's own paths into masks.
-WORDS_FIELDS = ("title", "stop_reason", "final_message", "resume_note", "restored", "changed_files", "dirty_before")
+WORDS_FIELDS = (
+    "title",
+    "stop_reason",
+    "final_message",
+    "resume_note",
+    "restored",
+    "changed_files",
+    "dirty_before",
+    "last_activity",
+)
 
 
 def masked_record(record: RunRecord, mask: Callable[[str], str]) -> RunRecord:
@@ -359,6 +374,13 @@ class RunStore:
         # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
         found.sort(key=lambda r: (r.started_at, r.id), reverse=True)
         return found if limit is None else found[:limit]
+
+    def started_since(self, since: dt.datetime) -> list[RunRecord]:
+        """The readable records of runs started at ``since`` or later (their ids say when, give or take
+        :data:`ID_CLOCK_SLACK`: only those directories are read)."""
+        cutoff = _before(since.astimezone(dt.UTC).strftime("%Y%m%d-%H%M%S"), ID_CLOCK_SLACK)
+        names = [n for n in self._names() if (m := _RUN_ID.match(n)) is None or m.group("start") >= cutoff]
+        return [record for _, record in self._read(lambda path: True, names) if record.started_at >= since]
 
     def _names(self) -> list[str]:
         try:

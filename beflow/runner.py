@@ -19,7 +19,7 @@ from collections.abc import Callable
 import anyio
 import anyio.lowlevel
 
-from beflow import acpx, delivery, git, interrupts, preflight, prompt, repoguard, workers
+from beflow import acpx, delivery, git, guardrails, interrupts, preflight, prompt, repoguard, workers
 from beflow.codehosts import CodeHost, open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
@@ -34,6 +34,7 @@ from beflow.lifecycle import (
     settle_orphans,
     summary,
 )
+from beflow.limits import Limiter, UsageEvents
 from beflow.mcp.acp import resolve_servers
 from beflow.mcp.inject import Injection
 from beflow.mcp.own import follow_progress
@@ -317,15 +318,27 @@ class _InWorktree:
             CappedLog(transcript_path, TRANSCRIPT_LIMIT) as transcript_file,
             CappedLog(stderr_path, STDERR_LIMIT, redact) as stderr_file,
         ):
+            # Every line acpx prints is life (the agent's messages, tool calls, a running tool's output, its
+            # stderr); what the agent reports it used is held to the budgets as it comes (beflow.limits).
+            limiter = Limiter(self.config.limits, lambda: agent.transcript.latest)
+            usage = UsageEvents(self.emit)
 
             def on_stdout(line: bytes) -> None:
+                limiter.alive()
                 line = redact(line)
                 transcript_file.line(line)
                 transcript = agent.transcript
-                before = transcript.latest
+                before, updates = transcript.latest, transcript.usage.updates
                 transcript.feed(line)
                 if transcript.latest and transcript.latest != before:
                     self.emit("activity", latest=transcript.latest)
+                if transcript.usage.updates != updates:  # (the turn's own counts come with its end)
+                    limiter.check(transcript.usage)
+                    usage.seen(transcript.usage)
+
+            def on_stderr(line: bytes) -> None:
+                limiter.alive()
+                stderr_file.line(line)
 
             async with self.session.injected(cwd) as handle:
                 self._injection = handle
@@ -335,21 +348,32 @@ class _InWorktree:
                     own_channel(self._channel, self.session.tracker, lambda: agent.transcript, self._notice),
                 ):
                     earlier = self._resumable_session() if self.request.attempt > 1 else None
-                    result = await agent.run(
-                        text,
-                        key=record.issue,
-                        prompt_file=directory / "prompt.md",
-                        earlier=earlier,
-                        on_stdout=on_stdout,
-                        on_stderr=stderr_file.line,
-                        on_cold_start=self._started_cold,
+                    result = await limiter.supervise(
+                        lambda: agent.run(
+                            text,
+                            key=record.issue,
+                            prompt_file=directory / "prompt.md",
+                            earlier=earlier,
+                            on_stdout=on_stdout,
+                            on_stderr=on_stderr,
+                            on_cold_start=self._started_cold,
+                        )
                     )
                     record.resumed_session = agent.resumed_session
                 await workspace.hook("after_run", fatal=False)
         transcript = agent.transcript
-        record.exit_code = result.returncode
         record.final_message = transcript.final_message
         record.session = transcript.session_id
+        record.usage = None if transcript.usage.empty else transcript.usage
+        if result is None or limiter.breach is not None:  # a limit stopped the agent: the limit says why
+            breach = limiter.breach
+            assert breach is not None
+            record.permanent = breach.permanent
+            if limiter.stall is not None:
+                record.silent_for, record.last_activity = limiter.stall.silent_for, limiter.stall.last_activity
+            self.emit("notice", message=breach.reason)
+            return breach.outcome, breach.reason
+        record.exit_code = result.returncode
         stderr = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
         verdict = judge(result, transcript, self.config, stderr, key=self.request.key, run_id=record.id)
         record.permanent = verdict.permanent
@@ -385,6 +409,7 @@ class _InWorktree:
             lambda ended: status_after(ended, retry=retry),
             commit=record.commit,
             changed=len(record.changed_files),
+            **({"usage": used} if (used := guardrails.event_data(record.usage)) else {}),
         )
 
 

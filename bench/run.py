@@ -39,7 +39,21 @@ ROOT = Path(__file__).resolve().parent.parent
 ACPX = ROOT / "tools" / "acpx" / "node_modules" / ".bin" / "acpx"
 AGENT = f"{sys.executable} {ROOT / 'tests' / 'support' / 'acp_agent.py'}"
 BEFLOW = [sys.executable, "-m", "beflow"]
-ROWS = ("help", "startup", "run", "watch", "latency", "issues", "issues100k", "idle", "drain", "mcp", "rss", "http")
+ROWS = (
+    "help",
+    "startup",
+    "run",
+    "usage",
+    "watch",
+    "latency",
+    "issues",
+    "issues100k",
+    "idle",
+    "drain",
+    "mcp",
+    "rss",
+    "http",
+)
 BROWSER = ROOT / "tools" / "browser" / "node_modules"
 
 
@@ -59,6 +73,7 @@ class Sizes:
     idle_seconds: float = 60.0
     drain: int = 8
     rss_runs: int = 240
+    usage_updates: int = 10_000  # the usage row: usage updates the agent sends in one run
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -89,6 +104,7 @@ class Sizes:
             idle_seconds=1.0,
             drain=2,
             rss_runs=4,
+            usage_updates=50,
         )
 
 
@@ -188,6 +204,20 @@ def measure_rusage(argv: list[str], cwd: Path, *, check: bool = True) -> Measure
             f"{argv} exited {child.returncode}: {b''.join(chunks['err']).decode(errors='replace')[-2000:]}"
         )
     return Measured(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, b"".join(chunks["out"]))
+
+
+def measure_own_cpu(argv: list[str], cwd: Path) -> tuple[float, float]:
+    """CPU seconds of the process itself (its children not counted) and of its whole tree: read from
+    ``/proc/<pid>/stat`` once it has exited but before it is reaped (``WNOWAIT``), then from ``wait4``."""
+    child = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    fields = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    _, status, usage = os.wait4(child.pid, 0)
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise RuntimeError(f"{argv} exited {child.returncode}")
+    return own, usage.ru_utime + usage.ru_stime
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -475,6 +505,55 @@ class Bench:
                 ratio,
                 {"bare": bare, "beflow": ours},
                 f"{(value - base) * 1000:.0f} ms over",
+            )
+        )
+
+    def usage(self) -> None:
+        """The cost of following usage updates. Three ``--auto`` runs of the same agent: one sends N usage updates,
+        one N thoughts of about the same size (the same traffic, which beflow reads but does not follow), one
+        nothing. beflow's own CPU time (its process alone: acpx and the agent, which spend far more on the
+        messages than beflow, are not counted) tells the cost of following them (usage run minus thoughts run) and
+        of reading that many lines at all (thoughts run minus the run with none); the ratio is following's cost
+        against the whole run with no updates (its process tree's CPU time)."""
+        repo = self.repo()
+        count = self.sizes.usage_updates
+        write = "acp-test: write out.txt hello"
+        prompts = {
+            "usage": f"acp-test: usage-burst {count}\n{write}",
+            "thoughts": f"acp-test: usage-burst {count} thought\n{write}",
+            "none": write,
+        }
+        own: dict[str, list[float]] = {name: [] for name in prompts}
+        tree: dict[str, list[float]] = {name: [] for name in prompts}
+        for round_ in range(self.sizes.runs):  # interleaved: load on the machine hits all alike
+            for name, prompt in prompts.items():
+                key = new_issue(repo, f"bench {name} {round_}", prompt)
+                mine, whole = measure_own_cpu(beflow(repo, "--auto", key), repo)
+                own[name].append(mine)
+                tree[name].append(whole)
+        records = json.loads(measure(beflow(repo, "runs", "list", "--json", "--limit", "1000"), repo).stdout)
+        followed = {r["usage"]["context_used"] for r in records if r.get("usage")}
+        if followed != {count - 1}:
+            raise RuntimeError(f"the usage runs did not record the agent's last update: {followed}")
+        m = {name: median(values) for name, values in own.items()}
+        following, reading = m["usage"] - m["thoughts"], m["thoughts"] - m["none"]
+        base = median(tree["none"])
+        ratio = (base + following) / base
+        self.add(
+            Row(
+                "usage",
+                f"`--auto` run following {count:,} usage updates, CPU",
+                "no updates",
+                base,
+                base + following,
+                "s",
+                "<= 1.05x",
+                ratio <= 1.05,
+                ratio,
+                {**{f"beflow {k}": v for k, v in own.items()}, **{f"tree {k}": v for k, v in tree.items()}},
+                f"beflow itself: following them {following * 1000:+.0f} ms, reading {count:,} lines of any kind "
+                f"{reading * 1000:+.0f} ms ({(base + reading + following) / base:.2f}x in all); the whole tree "
+                f"{base:.2f} -> {median(tree['usage']):.2f} s (acpx and the agent on the messages)",
             )
         )
 

@@ -277,3 +277,162 @@ def test_the_reader_understands_what_the_acp_sdk_writes() -> None:
         ("agent", "Ok"),
         ("end", "stop reason: end_turn"),
     ]
+
+
+# -- usage: what the agent reports it used ------------------------------------------------------------------------
+
+
+def test_the_usage_names_the_reader_acts_on_are_acps() -> None:
+    """``usage_update`` (context used, window size, cumulative cost) and the prompt response's token counts, as
+    the ACP SDK's schema spells them."""
+    from acp import schema
+
+    assert get_args(schema.UsageUpdate.model_fields["session_update"].annotation) == (acpx.USAGE_UPDATE,)
+    wire = {field.alias or name for name, field in schema.UsageUpdate.model_fields.items()}
+    assert set(acpx.USAGE_FIELDS) <= wire and "cost" in wire
+    assert set(acpx.COST_FIELDS) <= set(schema.Cost.model_fields)
+    tokens = {field.alias or name for name, field in schema.Usage.model_fields.items()} - {"_meta"}
+    assert set(acpx.TURN_TOKENS) == tokens
+    assert schema.PromptResponse.model_fields["usage"].alias in (None, "usage")
+
+
+def test_the_reader_keeps_the_usage_the_acp_sdk_writes() -> None:
+    from acp import schema
+
+    def notification(update: BaseModel) -> dict[str, object]:
+        params = schema.SessionNotification(session_id="s", update=update)
+        return {
+            "jsonrpc": "2.0",
+            "method": "session/update",
+            "params": params.model_dump(by_alias=True, exclude_none=True),
+        }
+
+    lines = [
+        {"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": "s", "prompt": []}},
+        notification(schema.UsageUpdate(session_update="usage_update", used=1200, size=200_000)),
+        notification(
+            schema.UsageUpdate(
+                session_update="usage_update", used=5000, size=200_000, cost=schema.Cost(amount=0.25, currency="USD")
+            )
+        ),
+        notification(
+            schema.UsageUpdate(
+                session_update="usage_update", used=3000, size=200_000, cost=schema.Cost(amount=0.5, currency="USD")
+            )
+        ),
+        {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "result": schema.PromptResponse(
+                stop_reason="end_turn",
+                usage=schema.Usage(total_tokens=9000, input_tokens=7000, output_tokens=2000, cached_read_tokens=100),
+            ).model_dump(by_alias=True, exclude_none=True),
+        },
+    ]
+    assert [acp_schema.message(line) for line in lines][1:] == ["session/update"] * 3 + ["PromptResponse"]
+    transcript = acpx.Transcript()
+    for line in lines:
+        transcript.feed(json.dumps(line))
+
+    usage = transcript.usage
+    assert (usage.context_used, usage.context_peak, usage.context_size) == (3000, 5000, 200_000)
+    assert (usage.cost, usage.currency) == (0.5, "USD")  # cumulative: the latest, not a sum
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens, usage.cached_read_tokens) == (
+        7000,
+        2000,
+        9000,
+        100,
+    )
+    assert usage.tokens == 9000 and usage.updates == 3 and usage.rejected == 0
+
+
+def test_an_agent_that_reports_no_usage_has_none_and_no_price() -> None:
+    transcript = acpx.Transcript()
+    for line in (chunk("Done."), {"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn"}}):
+        transcript.feed(json.dumps(line))
+
+    assert transcript.usage.empty and transcript.usage.cost is None and transcript.usage.tokens is None
+
+
+GARBAGE = [
+    # update fields, what is kept: (context_used, context_size, cost, currency), rejected values
+    pytest.param({"used": -5, "size": 100}, (None, 100, None, None), 1, id="negative"),
+    pytest.param({"used": "12", "size": "x"}, (None, None, None, None), 2, id="strings"),
+    pytest.param({"used": 10**30, "size": 100}, (None, 100, None, None), 1, id="huge"),
+    pytest.param({"used": 1.5, "size": True}, (None, None, None, None), 2, id="float-and-bool"),
+    pytest.param(
+        {"used": 7, "size": 9, "cost": {"amount": "NaN", "currency": "USD"}}, (7, 9, None, None), 1, id="str-amount"
+    ),
+    pytest.param(
+        {"used": 7, "size": 9, "cost": {"amount": -1, "currency": "USD"}}, (7, 9, None, None), 1, id="neg-cost"
+    ),
+    pytest.param(
+        {"used": 7, "size": 9, "cost": {"amount": 1e300, "currency": "USD"}}, (7, 9, None, None), 1, id="huge-cost"
+    ),
+    pytest.param(
+        {"used": 7, "size": 9, "cost": {"amount": 1, "currency": "US Dollar"}}, (7, 9, None, None), 1, id="bad-code"
+    ),
+    pytest.param({"used": 7, "size": 9, "cost": "a lot"}, (7, 9, None, None), 1, id="cost-not-object"),
+    pytest.param({}, (None, None, None, None), 2, id="empty"),
+    pytest.param(
+        {"used": 7, "size": 9, "cost": {"amount": 2, "currency": "eur"}}, (7, 9, 2.0, "EUR"), 0, id="lowercase"
+    ),
+]
+
+
+@pytest.mark.parametrize(("fields", "kept", "rejected"), GARBAGE)
+def test_usage_values_that_are_not_valid_are_counted_and_ignored(
+    fields: dict[str, object], kept: tuple[object, ...], rejected: int
+) -> None:
+    transcript = acpx.Transcript()
+    transcript.feed(json.dumps(update(sessionUpdate="usage_update", **fields)))
+
+    usage = transcript.usage
+    assert (usage.context_used, usage.context_size, usage.cost, usage.currency) == kept
+    assert usage.rejected == rejected and usage.updates == 1
+
+
+def test_nan_and_infinite_costs_in_the_stream_are_ignored_and_a_currency_change_is_noted() -> None:
+    transcript = acpx.Transcript()
+    for text in (
+        '{"method": "session/update", "params": {"update": {"sessionUpdate": "usage_update", "used": 1, "size": 2, '
+        '"cost": {"amount": NaN, "currency": "USD"}}}}',
+        '{"method": "session/update", "params": {"update": {"sessionUpdate": "usage_update", "used": 1, "size": 2, '
+        '"cost": {"amount": Infinity, "currency": "USD"}}}}',
+    ):
+        transcript.feed(text)
+    assert transcript.usage.cost is None and transcript.usage.rejected == 2
+    for currency in ("USD", "EUR"):
+        transcript.feed(
+            json.dumps(update(sessionUpdate="usage_update", used=1, size=2, cost={"amount": 1, "currency": currency}))
+        )
+    assert (transcript.usage.cost, transcript.usage.currency) == (1.0, "EUR")
+    assert transcript.usage.note is not None and "from USD to EUR" in transcript.usage.note
+    # A prompt response whose usage is garbage leaves the turn's counts unset.
+    transcript.feed(
+        json.dumps({"id": 2, "result": {"stopReason": "end_turn", "usage": {"inputTokens": -1, "totalTokens": "9"}}})
+    )
+    assert transcript.usage.total_tokens is None and transcript.usage.input_tokens is None
+
+
+def test_a_real_acpx_stream_carries_the_test_agents_usage_as_acp_defines_it(
+    tmp_path: Path, acpx_bin: Path, test_agent_command: str
+) -> None:
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    prompt = "acp-test: usage 1500 100000\nacp-test: usage 2500 100000 0.75 USD\nacp-test: tokens 3000 400"
+    argv = [str(acpx_bin), "--cwd", str(workdir), "--format", "json", "--approve-all"]
+    result = subprocess.run(
+        [*argv, "--agent", test_agent_command, "exec", prompt], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    checked = [acp_schema.message(line) for line in lines]
+    assert checked.count("session/update") == 2 and "PromptResponse" in checked
+
+    transcript = acpx.Transcript()
+    for line in lines:
+        transcript.feed(line)
+    usage = transcript.usage
+    assert (usage.context_used, usage.context_size, usage.cost, usage.currency) == (2500, 100000, 0.75, "USD")
+    assert (usage.input_tokens, usage.output_tokens, usage.total_tokens, usage.tokens) == (3000, 400, 3400, 3400)

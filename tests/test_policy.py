@@ -182,6 +182,9 @@ def test_judge_attended(code: int, outcome: str, reason: str) -> None:
         ("timeout", True, Status.READY),
         ("failed", False, Status.FAILED),
         ("timeout", False, Status.FAILED),
+        ("stalled", True, Status.READY),
+        ("stalled", False, Status.FAILED),
+        ("over_budget", False, Status.FAILED),
     ],
 )
 def test_status_after_an_unattended_run(outcome: str, retry: bool, status: Status) -> None:
@@ -243,6 +246,9 @@ def test_backoff_never_exceeds_a_ceiling_below_the_base() -> None:
         ("failed", 3, False, Next("give_up", reason="gave up after 3 attempts")),
         ("failed", 1, True, Next("give_up", reason="not retried: boom")),
         ("timeout", 2, True, Next("give_up", reason="not retried: boom")),
+        ("stalled", 1, False, Next("retry", 2, 10.0)),  # a stall is not permanent: retried like a failure
+        ("stalled", 3, False, Next("give_up", reason="gave up after 3 attempts")),
+        ("over_budget", 1, True, Next("give_up", reason="not retried: boom")),  # a budget is permanent
     ],
 )
 def test_after_run(outcome: str, attempt: int, permanent: bool, expected: Next) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 import secrets
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import beflow
 from beflow.errors import NotFoundError
 from beflow.paths import slug
 from beflow.records import CappedLog, RunRecord, RunStore, new_run_id, now
@@ -227,3 +229,13 @@ def test_secrets_are_masked_in_a_records_words_never_in_its_paths_and_ids(tmp_pa
     assert saved.checkout == path_secret
     assert saved.final_message == "I looked in ••••"
     assert saved.changed_files == ["M\t••••/x"]
+
+
+def test_the_docs_describe_every_field_of_the_run_record() -> None:
+    """docs/runs.md names each field of run.json, usage's included."""
+    from beflow.guardrails import Usage
+
+    text = (Path(beflow.__file__).parent / "docs" / "runs.md").read_text()
+
+    fields = [*RunRecord.model_fields, *(field.name for field in dataclasses.fields(Usage))]
+    assert [name for name in fields if f"`{name}`" not in text] == []

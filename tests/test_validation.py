@@ -53,6 +53,12 @@ def problem(tmp_path: Path, text: str) -> str:
         ('{"watch": [1, true]}', "watch: expected an object (got [1, true])"),
         # constraints
         ('{"timeout": 0}', "timeout: expected a number greater than 0 (got 0)"),
+        ('{"limits": {"stall": 0}}', "limits.stall: expected a number greater than 0 (got 0)"),
+        ('{"limits": {"cost_per_run": "2"}}', 'limits.cost_per_run: expected a number (got "2")'),
+        ('{"limits": {"cost_per_day": -1}}', "limits.cost_per_day: expected a number greater than 0 (got -1)"),
+        ('{"limits": {"tokens_per_run": 1.5}}', "limits.tokens_per_run: expected a whole number (got 1.5)"),
+        ('{"limits": {"currency": "usd"}}', "limits.currency: expected an ISO 4217 currency code in capitals, such as"),
+        ('{"limits": {"cost_per_rn": 1}}', "limits.cost_per_rn: unknown key (did you mean 'cost_per_run'?)"),
         ('{"watch": {"interval": 1e999}}', "watch.interval: expected a finite number (got Infinity)"),
         # enums
         ('{"permissions": "yes"}', "permissions: expected 'approve-all', 'approve-reads' or 'deny-all' (got \"yes\")"),

@@ -19,6 +19,8 @@ OUTCOME_STYLE = {
     "no_changes": "cyan",
     "failed": "red",
     "timeout": "red",
+    "stalled": "red",
+    "over_budget": "red",
     "cancelled": "yellow",
 }
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from beflow import runs
+from beflow import guardrails, runs
 from beflow.cli.common import App, HelpGroup, call_operation, emit_json, escape, out, pass_app, print_table
 from beflow.cli.progress import OUTCOME_STYLE
 
@@ -41,12 +41,13 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
             r.mode,
             r.outcome,
             f"{r.duration:.0f}s" if r.duration is not None else "-",
+            guardrails.short(r.usage),
             r.branch or "-",
             (r.commit or "-")[:12],
         )
         for r in records
     ]
-    headers = ("run", "issue", "mode", "outcome", "duration", "branch", "commit")
+    headers = ("run", "issue", "mode", "outcome", "duration", "usage", "branch", "commit")
     widths = [max(len(header), *(len(row[index]) for row in rows)) for index, header in enumerate(headers)]
     table = Table(box=None, pad_edge=False)
     # What identifies a run and says how it went is never cut short (ids are what `runs show` and `runs logs`
@@ -60,6 +61,8 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
         style = OUTCOME_STYLE.get(r.outcome, "white")
         table.add_row(*row[:3], f"[{style}]{escape(row[3])}[/]", *row[4:])
     print_table(table)
+    if issue is not None:  # what the issue's runs used, all rounds and attempts (of those listed)
+        out.print(f"issue {escape(records[0].issue)}: {guardrails.total(r.usage for r in records).describe()}")
 
 
 @group.command("show", epilog="Example:  beflow runs show latest")
@@ -85,6 +88,14 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
         out.print(f"client    {escape(r.client)}")
     if r.exit_code is not None:
         out.print(f"exit      {r.exit_code}")
+    if r.silent_for is not None:
+        out.print(f"stalled   silent for {r.silent_for:.0f} s; last activity: {escape(r.last_activity or 'none')}")
+    out.print(f"usage     {escape(guardrails.describe(r.usage) or 'none reported by the agent')}")
+    earlier = call_operation(app, runs.list_runs, runs.ListRuns, issue=r.issue, limit=1000).runs
+    if len(earlier) > 1:
+        out.print(
+            f"          all runs of issue {escape(r.issue)}: {guardrails.total(e.usage for e in earlier).describe()}"
+        )
     if r.resumed_session:
         out.print(f"resumed   ACP session {escape(r.resumed_session)}")
     elif r.resume_note:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from beflow import hardening, interrupts
+from beflow import guardrails, hardening, interrupts
 from beflow.cli.common import App, err, escape, pass_app
 from beflow.cli.stream import EventStream
 from beflow.dispatcher import Dispatcher, Snapshot
@@ -33,6 +33,8 @@ LOGGED = {
     "config_reloaded",
     "stopping",
     "settled",
+    "budget_reached",
+    "budget_cleared",
 }
 
 #: The run events the HTTP server's event stream carries besides the watch's (its lanes move with them).
@@ -49,7 +51,7 @@ def render(snapshot: Snapshot, concurrency: int) -> Group:
 
     now = time.time()
     running = Table(title=f"running ({len(snapshot.running)}/{concurrency})", title_justify="left", box=None)
-    for column in ("issue", "attempt", "elapsed", "progress", "latest activity"):
+    for column in ("issue", "attempt", "elapsed", "usage", "progress", "latest activity"):
         running.add_column(
             column,
             no_wrap=True,
@@ -58,7 +60,12 @@ def render(snapshot: Snapshot, concurrency: int) -> Group:
         )
     for run in snapshot.running:
         running.add_row(
-            run.key, str(run.attempt), f"{now - run.started:.0f}s", escape(run.progress or "-"), escape(run.latest)
+            run.key,
+            str(run.attempt),
+            f"{now - run.started:.0f}s",
+            guardrails.short(run.usage),
+            escape(run.progress or "-"),
+            escape(run.latest),
         )
     parts: list[Table | Text] = [running]
     if snapshot.queue:
@@ -85,6 +92,13 @@ def render(snapshot: Snapshot, concurrency: int) -> Group:
             style = OUTCOME_STYLE.get(record.outcome, "white")
             recent.add_row(record.issue, f"[{style}]{record.outcome}[/]", record.id)
         parts.append(recent)
+    if snapshot.budget is not None and snapshot.budget.reached:
+        parts.append(Text(f"not dispatching: {snapshot.budget.describe()}", style="yellow"))
+    used = f"used: {snapshot.used.describe()}"
+    if snapshot.budget is not None:
+        budget = snapshot.budget
+        used += f"; today {budget.spent:.2f} of {budget.limit:g} {budget.currency} (limits.cost_per_day)"
+    parts.append(Text(used, style="dim"))
     parts.append(
         Text(f"tick {snapshot.tick}; next poll in {max(0, snapshot.next_tick - now):.0f}s — Ctrl-C stops", style="dim")
     )
@@ -124,7 +138,7 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
             hub.publish(event.to_json())  # never waits (beflow.server.live)
         if stream is not None:
             # The dispatcher's events, and the progress lines agents report (run events of their own).
-            if isinstance(event, WatchEvent) or event.type == "progress":
+            if isinstance(event, WatchEvent) or event.type in ("progress", "usage"):
                 stream(event.to_json())
             return
         if isinstance(event, WatchEvent) and event.type in LOGGED:

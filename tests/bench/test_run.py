@@ -12,7 +12,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ROWS = ("help", "startup", "run", "watch", "latency", "issues", "issues100k", "idle", "drain", "mcp", "rss", "http")
+ROWS = (
+    "help",
+    "startup",
+    "run",
+    "usage",
+    "watch",
+    "latency",
+    "issues",
+    "issues100k",
+    "idle",
+    "drain",
+    "mcp",
+    "rss",
+    "http",
+)
 
 
 @pytest.mark.parametrize("row", ROWS)

@@ -296,3 +296,33 @@ def test_the_live_view_shows_running_runs_the_queue_and_backoffs(auto_project: A
     assert "queue (1)" in text and "Waiting its turn" in text
     assert "backing off" in text and "the agent reported an error: boom" in text
     assert "tick 5" in text
+
+
+def test_the_live_view_shows_what_runs_use_and_a_day_budget_that_holds_dispatching(auto_project: AutoProject) -> None:
+    from beflow.guardrails import DayBudget, Totals, Usage
+
+    now = time.time()
+
+    async def running() -> Running:
+        return Running("7", 1, anyio.CancelScope(), auto_project.tracker, started=now - 5, latest="thinking")
+
+    run = anyio.run(running)
+    run.usage = Usage(context_used=12_000, context_peak=12_000, cost=0.5, currency="USD", updates=3)
+    snapshot = Snapshot(
+        running=[run],
+        queue=[],
+        backoffs=[],
+        recent=[],
+        tick=2,
+        next_tick=now + 20,
+        used=Totals(runs=4, reported=3, tokens=48_000, cost={"USD": 3.25}),
+        budget=DayBudget(spent=3.75, limit=3, currency="USD", day=dt.date(2026, 12, 1)),
+    )
+    console = Console(width=200, record=True, color_system=None)
+
+    console.print(render(snapshot, concurrency=2))
+    text = console.export_text()
+
+    assert "usage" in text and "12.0k tok 0.50 USD" in text
+    assert "used: 48,000 tokens, 3.25 USD over 4 runs; today 3.75 of 3 USD (limits.cost_per_day)" in text
+    assert "not dispatching: 3.75 USD spent on 2026-12-01, limits.cost_per_day is 3 USD" in text

@@ -89,6 +89,24 @@ against the session cwd.
     tool would: ``git add -A && git commit -m x``), reported as a
     ``tool_call`` of kind ``execute``; its exit code and output are said in an
     agent message.  A failing command does not fail the prompt.
+``usage <used> <size> [<amount> <currency>]``
+    Send one ``usage_update`` (context tokens used, window size, and the
+    session's cumulative cost when given).
+``usage-burst <count> [thought]``
+    Send ``<count>`` ``usage_update`` s (``used`` counting up, no cost):
+    for the benchmark of following them; with ``thought``, as many
+    ``agent_thought_chunk`` s of about the same size instead (the same
+    traffic, none of it usage).
+``update <json>``
+    Send the JSON object as a ``session/update``'s ``update``, exactly (for
+    shapes no other verb sends: garbage usage values, say).
+``tokens <input> <output>``
+    Answer the prompt with ``usage`` (``inputTokens``, ``outputTokens``,
+    ``totalTokens``) besides its ``stopReason``.
+``tool-stream <seconds> <interval>``
+    A tool call (kind ``execute``) that stays ``in_progress`` for
+    ``<seconds>``, sending a ``tool_call_update`` with a line of output
+    every ``<interval>`` seconds, then completes (a long build that prints).
 ``mark <abspath>``
     Not executed in order: wraps the whole prompt, appending
     ``start <epoch> <pid>`` before the first directive and
@@ -154,7 +172,25 @@ DIRECTIVE_RE = re.compile(r"^\s*acp-test:\s*(?P<verb>\S+)(?:\s+(?P<args>.*?))?\s
 ESCAPE_RE = re.compile(r"\\(.)")
 UNICODE_RE = re.compile(r"(?<!\\)\\u([0-9a-fA-F]{4})")
 ESCAPES = {"n": "\n", "t": "\t", "\\": "\\"}
-VERBS = frozenset({"say", "write", "ask", "sleep", "fail", "crash", "mcp", "mcp-call", "mark", "run"})
+VERBS = frozenset(
+    {
+        "say",
+        "write",
+        "ask",
+        "sleep",
+        "fail",
+        "crash",
+        "mcp",
+        "mcp-call",
+        "mark",
+        "run",
+        "usage",
+        "usage-burst",
+        "update",
+        "tokens",
+        "tool-stream",
+    }
+)
 
 ALLOW_OPTION_ID = "allow"
 REJECT_OPTION_ID = "reject"
@@ -212,6 +248,12 @@ class Directive:
             self.seconds()
         if self.verb == "crash":
             self.exit_code()
+        if self.verb == "update":
+            self.raw_update()
+        if self.verb == "usage" and len(self.args.split()) not in (2, 4):
+            raise DirectiveError("usage needs <used> <size> [<amount> <currency>]")
+        if self.verb in ("usage-burst", "tokens", "tool-stream") and not self.args:
+            raise DirectiveError(f"{self.verb} needs numbers")
 
     def path_and_content(self) -> tuple[str, str]:
         relpath, _, content = self.args.partition(" ")
@@ -239,6 +281,22 @@ class Directive:
             raise DirectiveError("mcp-call arguments must be a JSON object")
         return server, tool, parsed
 
+    def usage_update(self) -> JsonObject:
+        parts = self.args.split()
+        update: JsonObject = {"sessionUpdate": "usage_update", "used": int(parts[0]), "size": int(parts[1])}
+        if len(parts) == 4:
+            update["cost"] = {"amount": float(parts[2]), "currency": parts[3]}
+        return update
+
+    def raw_update(self) -> JsonObject:
+        try:
+            update = json.loads(self.args)
+        except ValueError:
+            raise DirectiveError(f"update needs a JSON object, got {self.args!r}") from None
+        if not isinstance(update, dict):
+            raise DirectiveError("update needs a JSON object")
+        return update
+
     def exit_code(self) -> int:
         try:
             return int(self.args) if self.args else 1
@@ -263,6 +321,7 @@ class Session:
     cwd: Path
     mcp_servers: list[JsonObject]
     cancelled: threading.Event = field(default_factory=threading.Event)
+    turn_usage: JsonObject | None = None
 
 
 class PendingRequest:
@@ -496,8 +555,12 @@ class Agent:
             log(f"prompt failed unexpectedly: {error!r}")
             self.respond_error(request_id, INTERNAL_ERROR, f"acp-test agent error: {error}")
         else:
-            self.respond(request_id, {"stopReason": "end_turn"})
+            result: JsonObject = {"stopReason": "end_turn"}
+            if session.turn_usage is not None:
+                result["usage"] = session.turn_usage
+            self.respond(request_id, result)
         finally:
+            session.turn_usage = None
             append_marks(marks, "end")
 
     def execute(self, session: Session, directive: Directive) -> None:
@@ -522,6 +585,23 @@ class Agent:
             self.call_mcp_tool(session, *directive.mcp_call())
         elif verb == "run":
             self.run_command(session, unescape(args))
+        elif verb == "usage":
+            self.update(session, directive.usage_update())
+        elif verb == "usage-burst":
+            count, _, kind = args.partition(" ")
+            for used in range(int(count)):
+                if kind == "thought":  # the same traffic, of a kind a client lets pass by
+                    thought = {"type": "text", "text": f"{used:06d} of 200000"}
+                    self.update(session, {"sessionUpdate": "agent_thought_chunk", "content": thought})
+                else:
+                    self.update(session, {"sessionUpdate": "usage_update", "used": used, "size": 200_000})
+        elif verb == "update":
+            self.update(session, directive.raw_update())
+        elif verb == "tokens":
+            given, output = (int(n) for n in args.split())
+            session.turn_usage = {"inputTokens": given, "outputTokens": output, "totalTokens": given + output}
+        elif verb == "tool-stream":
+            self.stream_tool(session, *(float(n) for n in args.split()))
         # "mark" is handled around the whole prompt in run_prompt.
 
     def run_command(self, session: Session, command: str) -> None:
@@ -541,6 +621,19 @@ class Agent:
         status = "completed" if done.returncode == 0 else "failed"
         self.update(session, {"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "status": status})
         self.say(session, f"ran {command!r}: exit {done.returncode}: {(done.stdout + done.stderr).strip()[-500:]}")
+
+    def stream_tool(self, session: Session, seconds: float, interval: float) -> None:
+        tool_call_id = self.new_tool_call_id("stream")
+        start = {"sessionUpdate": "tool_call", "toolCallId": tool_call_id, "title": "Run a long build"}
+        self.update(session, {**start, "kind": "execute", "status": "in_progress"})
+        end, line = time.monotonic() + seconds, 0
+        while time.monotonic() < end:
+            if session.cancelled.wait(interval):
+                raise PromptCancelled
+            line += 1
+            output = {"type": "content", "content": {"type": "text", "text": f"build step {line}\n"}}
+            self.update(session, {"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "content": [output]})
+        self.update(session, {"sessionUpdate": "tool_call_update", "toolCallId": tool_call_id, "status": "completed"})
 
     def call_mcp_tool(self, session: Session, server_name: str, tool: str, arguments: JsonObject) -> None:
         """Call ``tool`` on the session's stdio MCP server ``server_name``, as a real agent does."""

@@ -1,0 +1,168 @@
+"""The guardrails' decisions (beflow.guardrails), each a pure function, each tested by a table: stalls, budgets,
+the budgets' currency, and the sums over runs."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from beflow.config import Limits
+from beflow.guardrails import (
+    Totals,
+    Usage,
+    amount,
+    currency_code,
+    day_budget,
+    describe,
+    is_stalled,
+    run_breach,
+    short,
+    stall_reason,
+    token_count,
+    total,
+)
+
+
+@pytest.mark.parametrize(
+    ("last_life", "now", "limit", "stalled"),
+    [
+        (100.0, 100.0, 300, False),
+        (100.0, 399.9, 300, False),
+        (100.0, 400.0, 300, True),
+        (100.0, 1000.0, 300, True),
+        (100.0, 90.0, 300, False),  # a clock that went back is no silence
+        (0.0, 1.0, 1, True),
+    ],
+)
+def test_an_agent_silent_for_the_limit_has_stalled(last_life: float, now: float, limit: float, stalled: bool) -> None:
+    assert is_stalled(last_life, now, limit) is stalled
+
+
+@pytest.mark.parametrize(
+    ("seconds", "last", "words"),
+    [
+        (
+            301.4,
+            "Run make test (in_progress)",
+            "sent nothing for 301 s (its last activity: Run make test (in_progress))",
+        ),
+        (5, None, "sent nothing for 5 s (it had shown no activity yet)"),
+    ],
+)
+def test_a_stall_says_how_long_and_what_the_agent_did_last(seconds: float, last: str | None, words: str) -> None:
+    assert words in stall_reason(seconds, last) and "limits.stall" in stall_reason(seconds, last)
+
+
+@pytest.mark.parametrize(
+    ("value", "count", "money"),
+    [
+        (0, 0, 0.0),
+        (12, 12, 12.0),
+        (-1, None, None),
+        (True, None, None),
+        ("12", None, None),
+        (1.5, None, 1.5),
+        (float("nan"), None, None),
+        (float("inf"), None, None),
+        (10**16, None, None),
+        (1e13, None, None),
+        (None, None, None),
+        ([1], None, None),
+    ],
+)
+def test_only_real_figures_are_taken_from_an_agent(value: object, count: int | None, money: float | None) -> None:
+    assert token_count(value) == count
+    assert amount(value) == money
+
+
+@pytest.mark.parametrize(
+    ("value", "code"),
+    [("USD", "USD"), ("eur", "EUR"), ("US Dollar", None), ("U$D", None), ("ÜSD", None), (840, None), ("", None)],
+)
+def test_a_currency_is_an_iso_code(value: object, code: str | None) -> None:
+    assert currency_code(value) == code
+
+
+def usage(**fields: object) -> Usage:
+    return Usage.of({"updates": 1, **fields})
+
+
+BREACHES = [
+    # limits, usage, outcome (None: within), words
+    ({}, usage(cost=100.0, currency="USD", context_peak=10**9), None, ""),
+    ({"cost_per_run": 1}, usage(cost=1.0, currency="USD"), None, ""),
+    ({"cost_per_run": 1}, usage(cost=1.01, currency="USD"), "over_budget", "raise limits.cost_per_run"),
+    ({"cost_per_run": 1}, usage(context_peak=10**9), None, ""),  # no cost reported: none invented
+    ({"tokens_per_run": 1000}, usage(context_peak=1000), None, ""),
+    ({"tokens_per_run": 1000}, usage(context_peak=1001), "over_budget", "1,001 tokens, past limits.tokens_per_run"),
+    ({"tokens_per_run": 1000}, usage(context_peak=10, total_tokens=5000), "over_budget", "5,000 tokens"),
+    ({"tokens_per_run": 1000}, usage(input_tokens=600, output_tokens=600), "over_budget", "1,200 tokens"),
+    ({"cost_per_run": 1, "currency": "EUR"}, usage(cost=0.1, currency="USD"), "failed", "reports its cost in USD"),
+    ({"cost_per_day": 5, "currency": "EUR"}, usage(cost=0.1, currency="USD"), "failed", '"currency": "USD"'),
+    ({"tokens_per_run": 5, "currency": "EUR"}, usage(cost=0.1, currency="USD"), None, ""),  # no cost budget to keep
+]
+
+
+@pytest.mark.parametrize(("limits", "used", "outcome", "words"), BREACHES)
+def test_a_run_passes_its_budget_only_on_what_the_agent_reported(
+    limits: dict[str, object], used: Usage, outcome: str | None, words: str
+) -> None:
+    breach = run_breach(used, Limits.model_validate(limits))
+
+    assert (breach.outcome if breach else None) == outcome
+    if breach is not None:
+        assert words in breach.reason and breach.permanent
+
+
+@pytest.mark.parametrize(
+    ("limit", "spent", "reached"),
+    [
+        (None, {"USD": 100.0}, None),
+        (5, {}, False),
+        (5, {"USD": 4.99}, False),
+        (5, {"USD": 5.0}, True),
+        (5, {"EUR": 9.0}, False),
+    ],
+)
+def test_a_days_spending_reaches_its_budget_in_the_budgets_currency(
+    limit: float | None, spent: dict[str, float], reached: bool | None
+) -> None:
+    budget = day_budget(Totals(cost=spent), Limits(cost_per_day=limit), dt.date(2026, 12, 1))
+
+    assert (budget.reached if budget else None) is reached
+
+
+def test_sums_keep_currencies_apart_and_count_runs_that_reported_nothing() -> None:
+    summed = total(
+        [
+            usage(total_tokens=1000, cost=0.5, currency="USD"),
+            None,
+            usage(context_peak=300, cost=2.0, currency="EUR"),
+            usage(cost=0.25, currency="USD"),
+        ]
+    )
+
+    assert (summed.runs, summed.reported, summed.tokens, summed.cost) == (4, 2, 1300, {"USD": 0.75, "EUR": 2.0})
+    assert summed.describe() == "1,300 tokens, 2.00 EUR, 0.75 USD over 4 runs"
+    assert total([None]).describe() == "no usage reported over 1 run"
+    assert total([usage(total_tokens=1)], summed).runs == 5
+
+
+@pytest.mark.parametrize(
+    ("used", "line", "column"),
+    [
+        (None, None, "-"),
+        (Usage(), None, "-"),
+        (usage(context_used=10, context_peak=20, context_size=100), "context 10 of 100 tokens, peak 20", "20 tok"),
+        (
+            usage(total_tokens=3400, input_tokens=3000, output_tokens=400),
+            "3,400 tokens (3,000 in, 400 out)",
+            "3.4k tok",
+        ),
+        (usage(cost=0.4, currency="USD", rejected=2), "cost 0.40 USD; 2 invalid values ignored", "0.40 USD"),
+    ],
+)
+def test_usage_reads_as_one_line_and_a_column(used: Usage | None, line: str | None, column: str) -> None:
+    assert describe(used) == line
+    assert short(used) == column

@@ -1,0 +1,294 @@
+"""The guardrails of unattended runs end to end (docs/config.md#limits, docs/runs.md): the real pinned acpx drives
+the test agent silent, streaming a tool's output, and reporting usage past a budget."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from beflow.config import Limits
+from beflow.guardrails import Usage
+from beflow.records import RunRecord, RunStore, new_run_id
+from beflow.spending import Ledger
+from beflow.trackers import Status
+from tests.support.projects import AutoProject
+from tests.test_dispatcher import Watch, fast, watching
+
+
+def test_a_silent_agent_is_stopped_as_stalled_its_work_committed_and_the_issue_failed_with_why(
+    auto_project: AutoProject, beflow, no_leftover_processes: None
+) -> None:
+    auto_project.configure(limits={"stall": 1})
+    key = auto_project.new_issue("write started.txt x", "say thinking hard", "sleep 60")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 1, result.stderr
+    record = auto_project.only_record()
+    assert record.outcome == "stalled" and not record.permanent
+    assert record.silent_for is not None and 1 <= record.silent_for < 10
+    assert record.last_activity == "thinking hard"
+    assert "sent nothing for 1 s" in (record.stop_reason or "") and "thinking hard" in (record.stop_reason or "")
+    assert record.duration is not None and record.duration < 30  # long before the agent's sleep is over
+    # Restored and committed like any run that ends early: the agent's work is on the branch, nothing else.
+    assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", "started.txt": "x"}
+    assert record.restored and "removed" in record.restored[0]
+    assert auto_project.registered_worktrees() == []
+    issue = auto_project.issue(key)
+    assert issue.status == Status.FAILED
+    assert "stalled" in issue.comments[-1].text and "thinking hard" in issue.comments[-1].text
+
+
+def test_a_tool_call_that_keeps_printing_is_not_a_stall(
+    auto_project: AutoProject, beflow, no_leftover_processes: None
+) -> None:
+    auto_project.configure(limits={"stall": 1.5})
+    key = auto_project.new_issue("tool-stream 4 0.3", "write done.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    record = auto_project.only_record()
+    assert record.outcome == "succeeded" and record.silent_for is None
+    assert record.duration is not None and record.duration >= 4
+
+
+def test_a_watch_retries_a_stalled_run_as_it_retries_a_failure(auto_project: AutoProject) -> None:
+    auto_project.configure(watch=fast(max_attempts=2, backoff=0.1, backoff_max=0.1), limits={"stall": 1})
+    key = auto_project.new_issue("sleep 60")
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("failed")))
+        return watch
+
+    watch = anyio.run(scenario)
+
+    assert [e.data["attempt"] for e in watch.of("retry_scheduled", key)] == [2]
+    assert [e.data["outcome"] for e in watch.of("finished", key)] == ["stalled", "stalled"]
+    assert "gave up after 2 attempts" in watch.of("failed", key)[0].data["reason"]
+    assert auto_project.issue(key).status == Status.FAILED
+
+
+# -- usage -----------------------------------------------------------------------------------------------------
+
+
+def test_what_the_agent_reports_it_used_is_recorded_shown_and_summed_per_issue(
+    auto_project: AutoProject, beflow
+) -> None:
+    key = auto_project.new_issue("usage 1500 100000", "usage 2500 100000 0.40 USD", "write a.txt x", "tokens 3000 400")
+
+    result = beflow("--auto", key, "--json")
+
+    assert result.exit_code == 0, result.stderr
+    record = auto_project.only_record()
+    assert record.usage is not None
+    usage = record.usage
+    assert (usage.context_used, usage.context_peak, usage.context_size) == (2500, 2500, 100000)
+    assert (usage.input_tokens, usage.output_tokens, usage.tokens, usage.cost, usage.currency) == (
+        3000,
+        400,
+        3400,
+        0.4,
+        "USD",
+    )
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    (finished,) = [e for e in events if e["event"] == "finished"]
+    assert finished["usage"]["cost"] == 0.4 and finished["usage"]["tokens"] == 3400
+    assert any(e["event"] == "usage" and e["context_used"] == 1500 for e in events)
+    comment = auto_project.issue(key).comments[-1].text
+    assert "- usage: context 2,500 of 100,000 tokens; 3,400 tokens (3,000 in, 400 out); cost 0.40 USD" in comment
+
+    # A second round: the issue's comment and `runs show` sum every run of the issue.
+    auto_project.tracker.set_status(key, Status.READY)
+    assert beflow("--auto", key).exit_code == 0
+    assert "- all runs of this issue: 6,800 tokens, 0.80 USD over 2 runs" in auto_project.issue(key).comments[-1].text
+    shown = beflow("runs", "show", "latest")
+    assert "usage     context 2,500 of 100,000 tokens; 3,400 tokens" in shown.stdout
+    assert f"all runs of issue {key}: 6,800 tokens, 0.80 USD over 2 runs" in shown.stdout
+    listed = beflow("runs", "list", "--issue", key)
+    assert "usage" in listed.stdout and "3.4k tok 0.40 USD" in listed.stdout
+    assert f"issue {key}: 6,800 tokens, 0.80 USD over 2 runs" in listed.stdout
+
+
+def test_an_agent_that_reports_nothing_has_no_usage_and_no_price(auto_project: AutoProject, beflow) -> None:
+    key = auto_project.new_issue("write a.txt x")
+
+    assert beflow("--auto", key).exit_code == 0
+
+    record = auto_project.only_record()
+    assert record.usage is None
+    assert "usage" not in auto_project.issue(key).comments[-1].text
+    assert "usage     none reported by the agent" in beflow("runs", "show", "latest").stdout
+
+
+def test_garbage_usage_values_are_ignored_and_counted_never_breaking_the_run(auto_project: AutoProject, beflow) -> None:
+    auto_project.configure(limits={"cost_per_run": 5, "tokens_per_run": 10_000})
+    garbage = [
+        '{"sessionUpdate": "usage_update", "used": -5, "size": "lots", "cost": {"amount": "NaN", "currency": "USD"}}',
+        '{"sessionUpdate": "usage_update", "used": 1e400, "size": 1e999, "cost": {"amount": 1e400, "currency": "USD"}}',
+        '{"sessionUpdate": "usage_update", "used": 99999999999999999999999, "size": 10, "cost": [1, 2]}',
+        '{"sessionUpdate": "usage_update"}',
+    ]
+    key = auto_project.new_issue(*(f"update {g}" for g in garbage), "usage 100 1000 0.1 USD", "write a.txt x")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    record = auto_project.only_record()
+    assert record.outcome == "succeeded" and record.usage is not None
+    assert (record.usage.context_used, record.usage.cost, record.usage.currency) == (100, 0.1, "USD")
+    assert record.usage.rejected >= 6
+    assert "invalid values ignored" in auto_project.issue(key).comments[-1].text
+
+
+# -- budgets ---------------------------------------------------------------------------------------------------
+
+BUDGETS = [
+    # limits, directives, outcome, words in the reason, permanent
+    pytest.param(
+        {"cost_per_run": 1},
+        ["usage 100 1000 0.5 USD", "usage 200 1000 1.5 USD"],
+        "over_budget",
+        ["cost 1.50 USD, past limits.cost_per_run (1 USD)", "raise limits.cost_per_run"],
+        id="cost",
+    ),
+    pytest.param(
+        {"tokens_per_run": 1000},
+        ["usage 5000 10000"],
+        "over_budget",
+        ["5,000 tokens, past limits.tokens_per_run (1,000)", "raise limits.tokens_per_run"],
+        id="tokens",
+    ),
+    pytest.param(
+        {"cost_per_run": 1, "currency": "EUR"},
+        ["usage 100 1000 0.1 USD"],
+        "failed",
+        ["limits.currency is EUR but the agent reports its cost in USD", '"currency": "USD"'],
+        id="currency-the-agent-does-not-report",
+    ),
+    pytest.param(
+        {"cost_per_day": 10},
+        [
+            "usage 100 1000 0.1 USD",
+            "update "
+            + json.dumps(
+                {"sessionUpdate": "usage_update", "used": 1, "size": 9, "cost": {"amount": 0.2, "currency": "EUR"}}
+            ),
+        ],
+        "failed",
+        ["agent reports its cost in EUR"],
+        id="currency-changed-mid-run",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("limits", "directives", "outcome", "reason", "permanent"),
+    [pytest.param(*p.values, True, id=p.id) for p in BUDGETS],
+)
+def test_a_run_past_its_budget_is_stopped_at_once_and_not_retried(
+    auto_project: AutoProject,
+    beflow,
+    no_leftover_processes: None,
+    limits: dict[str, object],
+    directives: list[str],
+    outcome: str,
+    reason: list[str],
+    permanent: bool,
+) -> None:
+    auto_project.configure(limits=limits)
+    key = auto_project.new_issue("write started.txt x", *directives, "sleep 60", "write late.txt y")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 1, result.stderr
+    record = auto_project.only_record()
+    assert record.outcome == outcome and record.permanent is permanent
+    for words in reason:
+        assert words in (record.stop_reason or "")
+    assert record.duration is not None and record.duration < 30  # the agent was stopped, not waited for
+    assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", "started.txt": "x"}
+    issue = auto_project.issue(key)
+    assert issue.status == Status.FAILED
+    assert all(words in issue.comments[-1].text for words in reason)
+
+
+def test_an_over_budget_run_is_not_retried_by_a_watch(auto_project: AutoProject) -> None:
+    auto_project.configure(watch=fast(max_attempts=3), limits={"tokens_per_run": 10})
+    key = auto_project.new_issue("usage 500 1000", "sleep 60")
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("failed")))
+            await watch.ticks(2)
+        return watch
+
+    watch = anyio.run(scenario)
+
+    assert len(watch.of("dispatched", key)) == 1 and watch.of("retry_scheduled") == []
+    assert watch.of("failed", key)[0].data["reason"].startswith("not retried: the run used 500 tokens")
+    assert watch.of("finished", key)[0].data["usage"]["context_used"] == 500
+    assert auto_project.issue(key).status == Status.FAILED
+
+
+def test_a_watch_stops_dispatching_at_its_day_budget_and_resumes_when_the_limit_is_raised(
+    auto_project: AutoProject,
+) -> None:
+    auto_project.configure(watch=fast(concurrency=1), limits={"cost_per_day": 1})
+    first = auto_project.new_issue("usage 10 100 1.25 USD", "write a.txt x", priority=1)
+    second = auto_project.new_issue("write b.txt y", priority=2)
+
+    async def scenario() -> tuple[Watch, object]:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("budget_reached")))
+            await watch.ticks(2)
+            held = watch.dispatcher.snapshot()
+            auto_project.configure(limits={"cost_per_day": 5})
+            await watch.until(lambda: len(watch.of("finished")) == 2)
+        return watch, held
+
+    watch, held = anyio.run(scenario)
+
+    (reached,) = watch.of("budget_reached")
+    assert (reached.data["spent"], reached.data["limit"], reached.data["currency"]) == (1.25, 1, "USD")
+    assert "no run is dispatched until tomorrow or until the limit is raised" in reached.data["message"]
+    assert [e.issue for e in watch.of("dispatched")] == [first, second]
+    assert watch.of("budget_cleared")[0].data["message"] == "dispatching again"
+    assert held.budget is not None and held.budget.reached and held.queue  # type: ignore[attr-defined]
+    assert held.used.cost == {"USD": 1.25}  # type: ignore[attr-defined]
+
+
+def test_a_days_spending_counts_the_days_watch_runs_from_their_records_and_starts_again_the_next_day(
+    tmp_path: Path,
+) -> None:
+    store = RunStore(tmp_path)
+    today = dt.datetime.now().astimezone()
+    spent = [
+        (today, "watch", 2.0, "USD"),
+        (today, "auto", 9.0, "USD"),
+        (today - dt.timedelta(days=1), "watch", 5.0, "USD"),
+    ]
+    for started, mode, cost, currency in spent:
+        record = RunRecord(id=new_run_id("7"), issue="7", mode=mode, agent="a", started_at=started)  # type: ignore[arg-type]
+        record.usage = Usage(cost=cost, currency=currency, updates=1)
+        record.close("succeeded", "done")
+        store.create(record, "prompt")
+    day = [today.date()]
+    ledger = Ledger(day=lambda: day[0])
+    limits = Limits(cost_per_day=2)
+
+    ledger.refresh(store)
+    budget = ledger.budget(limits, [])
+    assert budget is not None and (budget.spent, budget.reached) == (2.0, True)  # the watch's run of today only
+    live = ledger.budget(Limits(cost_per_day=3), [Usage(cost=0.5, currency="USD", updates=1), None])
+    assert live is not None and live.spent == 2.5  # a run still going counts with what it reported so far
+
+    day[0] += dt.timedelta(days=1)
+    ledger.refresh(store)
+    budget = ledger.budget(limits, [])
+    assert budget is not None and (budget.spent, budget.reached) == (0.0, False)
