@@ -165,6 +165,8 @@ class Dispatcher:
                 running.usage = guardrails.Usage.of(event.data)
             elif event.type == "finished":
                 running.finished = True
+                if isinstance(event.data.get("usage"), dict):  # the run's last figures, whatever `usage` left out
+                    running.usage = guardrails.Usage.of(event.data["usage"])
         self._tell(event)
 
     def snapshot(self) -> Snapshot:

@@ -37,8 +37,9 @@ LOGGED = {
     "budget_cleared",
 }
 
-#: The run events the HTTP server's event stream carries besides the watch's (its lanes move with them).
-HTTP_RUN_EVENTS = {"started", "activity", "progress", "finished", "notice"}
+#: The run events the HTTP server's event stream carries besides the watch's (its lanes move with them; `usage` at
+#: most once a second a run, beflow.limits).
+HTTP_RUN_EVENTS = {"started", "activity", "progress", "usage", "finished", "notice"}
 
 
 def render(snapshot: Snapshot, concurrency: int) -> Group:

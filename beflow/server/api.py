@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from beflow import guardrails
 from beflow.issues import IssueView
 from beflow.records import RunRecord
 
@@ -19,6 +20,46 @@ API_VERSION = "v1"
 MAX_PAGE = 500
 #: Queued issues in the state, at most (``totals.queued`` counts them all).
 MAX_QUEUE = 100
+
+
+class Usage(BaseModel):
+    """What a run used, as its agent reported it (ACP's ``usage_update`` and the prompt's ``usage``): a figure the
+    agent did not send is absent, never estimated, and a cost is in the currency the agent named."""
+
+    context_used: int | None = Field(default=None, description="Tokens in the agent's context at its latest report.")
+    context_size: int | None = Field(default=None, description="The context window's size, in tokens.")
+    tokens: int | None = Field(
+        default=None, description="Tokens the run is known to have used (the turn's total, else the context's peak)."
+    )
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost: float | None = Field(default=None, description="The session's cumulative cost, in `currency`.")
+    currency: str | None = Field(default=None, description="ISO 4217, as the agent said it.")
+
+    @classmethod
+    def of(cls, usage: guardrails.Usage | None) -> Usage | None:
+        data = guardrails.event_data(usage)
+        return cls.model_validate(data) if data is not None else None
+
+
+class UsageTotals(BaseModel):
+    """Usage summed over the watch's finished runs (costs per currency: never added across currencies)."""
+
+    runs: int
+    reported: int = Field(description="How many of them reported tokens.")
+    tokens: int
+    cost: dict[str, float] = Field(description="Cost per currency (ISO 4217).")
+
+
+class DayBudget(BaseModel):
+    """The day's spending against ``limits.cost_per_day`` (finished runs and what running ones reported so far)."""
+
+    day: str
+    spent: float
+    limit: float
+    currency: str
+    held: bool = Field(description="Dispatching is held back until tomorrow or a raised limit (budget_reached).")
+    message: str | None = Field(description="What the watch said when it held dispatching back.")
 
 
 class TranscriptLine(BaseModel):
@@ -40,6 +81,7 @@ class Lane(BaseModel):
     tail: list[TranscriptLine] = Field(description="The last readable lines of its transcript.")
     cancelling: bool = Field(description="The watch is cancelling it (and says why in `reason`).")
     reason: str | None = None
+    usage: Usage | None = Field(default=None, description="The run's latest reported usage (None: none reported).")
 
 
 class Queued(BaseModel):
@@ -71,6 +113,7 @@ class RecentRun(BaseModel):
     pull_request: str | None
     duration: float | None
     started_at: str
+    usage: Usage | None = Field(default=None, description="What the run used, as its record says.")
 
     @classmethod
     def of(cls, record: RunRecord) -> RecentRun:
@@ -84,6 +127,7 @@ class RecentRun(BaseModel):
             pull_request=record.pull_request,
             duration=record.duration,
             started_at=record.started_at.isoformat(),
+            usage=Usage.of(record.usage),
         )
 
 
@@ -115,6 +159,10 @@ class Totals(BaseModel):
     concurrency: int
     ticks: int
     next_tick: float | None
+    used: UsageTotals | None = Field(
+        default=None, description="What the watch's finished runs used since it started (None: no watch)."
+    )
+    budget: DayBudget | None = Field(default=None, description="The day against limits.cost_per_day, if set.")
 
 
 class State(BaseModel):

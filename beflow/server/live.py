@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from anyio.lowlevel import EventLoopToken
 
     from beflow.dispatcher import Dispatcher
+    from beflow.guardrails import DayBudget, Totals, Usage
 
 #: Events the ring keeps for clients that resume (``Last-Event-ID``) or fall behind.
 RING = 2000
@@ -146,6 +147,8 @@ class LaneData:
     progress: str
     cancelling: bool
     reason: str | None
+    #: The run's latest reported usage (its ``usage`` events, then its ``finished`` event's).
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,11 @@ class WatchData:
     #: How to fix what holds dispatching back (the check's fix).
     blocked_fix: str | None
     tracker: Any
+    #: What the watch's finished runs used, the day against ``limits.cost_per_day``, and whether that holds
+    #: dispatching back (``budget_reached``).
+    used: Totals | None = None
+    budget: DayBudget | None = None
+    budget_held: bool = False
 
 
 class WatchSource:
@@ -183,7 +191,7 @@ class WatchSource:
         snapshot = self.dispatcher.snapshot()
         return WatchData(
             lanes=[
-                LaneData(r.key, r.run_id, r.attempt, r.started, r.latest, r.progress, r.cancelling, r.reason)
+                LaneData(r.key, r.run_id, r.attempt, r.started, r.latest, r.progress, r.cancelling, r.reason, r.usage)
                 for r in snapshot.running
             ],
             queue=[(i.key, i.title, i.priority) for i in snapshot.queue],
@@ -195,6 +203,9 @@ class WatchSource:
             blocked=self.dispatcher.blocked,
             blocked_fix=self.dispatcher.blocked_by.fix if self.dispatcher.blocked_by is not None else None,
             tracker=self.dispatcher.tracker,
+            used=snapshot.used,
+            budget=snapshot.budget,
+            budget_held=self.dispatcher.ledger.holding,
         )
 
     def data(self) -> WatchData | None:

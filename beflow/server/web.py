@@ -31,7 +31,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from beflow import __version__, acpx
+from beflow import __version__, acpx, guardrails
 from beflow.config import Project
 from beflow.errors import BeflowError, NotFoundError, UsageError
 from beflow.operations import Context
@@ -102,6 +102,8 @@ class Server:
         self.templates.filters["plain"] = plain
         self.templates.filters["when"] = lambda t: time.strftime("%H:%M:%S", time.localtime(t)) if t else "-"
         self.templates.filters["seconds"] = _seconds
+        self.templates.filters["usage"] = usage_text
+        self.templates.filters["totals"] = totals_text
         self.mcp = None
         if mcp:
             from beflow.server.remote import RemoteMcp
@@ -150,6 +152,7 @@ class Server:
                         tail=self.tail(lane.run_id) if lane.run_id else [],
                         cancelling=lane.cancelling,
                         reason=lane.reason,
+                        usage=api.Usage.of(lane.usage),
                     )
                 )
             queue = [api.Queued(issue=k, title=t, priority=p) for k, t, p in data.queue]
@@ -177,6 +180,8 @@ class Server:
                 concurrency=data.concurrency if data else self.project.config.watch.concurrency,
                 ticks=data.tick if data else 0,
                 next_tick=data.next_tick if data else None,
+                used=_used(data),
+                budget=_budget(data),
             ),
             health=self._health(data, now),
             actions=self.policy.actions,
@@ -272,6 +277,49 @@ PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+
+
+def _used(data: WatchData | None) -> api.UsageTotals | None:
+    if data is None or data.used is None:
+        return None
+    used = data.used
+    return api.UsageTotals(runs=used.runs, reported=used.reported, tokens=used.tokens, cost=dict(used.cost))
+
+
+def _budget(data: WatchData | None) -> api.DayBudget | None:
+    if data is None or data.budget is None:
+        return None
+    budget = data.budget
+    return api.DayBudget(
+        day=budget.day.isoformat(),
+        spent=round(budget.spent, 6),
+        limit=budget.limit,
+        currency=budget.currency,
+        held=data.budget_held,
+        message=budget.describe() if data.budget_held else None,
+    )
+
+
+def usage_text(usage: api.Usage | None) -> str:
+    """``context 2,500/100,000 · 3,400 tokens · 0.40 USD``: what the agent reported, and nothing else."""
+    if usage is None:
+        return ""
+    parts = []
+    if usage.context_used is not None:
+        window = f"/{usage.context_size:,}" if usage.context_size else ""
+        parts.append(f"context {usage.context_used:,}{window}")
+    if usage.tokens is not None:
+        parts.append(f"{usage.tokens:,} tokens")
+    if usage.cost is not None:
+        parts.append(f"{usage.cost:.2f} {usage.currency or ''}".strip())
+    return " · ".join(parts)
+
+
+def totals_text(used: api.UsageTotals | None) -> str:
+    """``12,345 tokens, 0.42 USD over 3 runs`` (as ``beflow runs`` says it)."""
+    if used is None:
+        return ""
+    return guardrails.Totals(used.runs, used.reported, used.tokens, dict(used.cost)).describe()
 
 
 def _seconds(value: float | None) -> str:

@@ -63,7 +63,10 @@ class Watch:
 
 @pytest.fixture
 def watch(auto_project: AutoProject, beflow_process) -> Iterator[Watch]:  # type: ignore[no-untyped-def]
-    auto_project.configure(mcp={"self": True}, watch={"interval": 0.2, "concurrency": 1})
+    # (A day budget the usage test passes; the browser test's agent reports no cost.)
+    auto_project.configure(
+        mcp={"self": True}, watch={"interval": 0.2, "concurrency": 1}, limits={"cost_per_day": 0.3, "currency": "USD"}
+    )
     process = beflow_process("watch", "--json", "--http", "0", cwd=auto_project.directory)
     watching = Watch(process)
 
@@ -123,10 +126,18 @@ def test_the_live_page_follows_a_run_in_a_real_browser(
     assert shots == ["0-idle.png", "1-lane.png", "2-progress.png", "3-recent.png", "4-run.png"]
 
 
-def test_the_api_of_a_running_watch_shows_its_lane_and_streams_its_events(
+def test_the_api_of_a_running_watch_shows_its_lane_its_usage_and_streams_its_events(
     auto_project: AutoProject, watch: Watch
 ) -> None:
-    key = auto_project.new_issue(progress("halfway"), "sleep 2", "write a.txt x", title="plain", status=Status.OPEN)
+    key = auto_project.new_issue(
+        "usage 2500 100000 0.40 USD",
+        progress("halfway"),
+        "sleep 2",
+        "write a.txt x",
+        "tokens 3000 400",
+        title="plain",
+        status=Status.OPEN,
+    )
     base = watch.url
     with httpx.Client(base_url=base, timeout=30) as http:
         assert http.get("/api/v1/state").json()["health"]["live"] is True
@@ -140,19 +151,47 @@ def test_the_api_of_a_running_watch_shows_its_lane_and_streams_its_events(
                     event = json.loads(line.removeprefix("data: "))
                     kinds.append(event["event"])
                     if event["event"] == "progress" and not lanes:
-                        lanes = http.get("/api/v1/state").json()["lanes"]
+                        lanes = eventually(
+                            lambda: [la for la in http.get("/api/v1/state").json()["lanes"] if la["usage"]],
+                            "the lane showed the reported usage",
+                        )
                     if event["event"] == "finished" and "outcome" in event:
                         break
-        assert "dispatched" in kinds and "progress" in kinds
+        assert "dispatched" in kinds and "progress" in kinds and "usage" in kinds
         (lane,) = lanes
         assert lane["issue"] == key and lane["progress"] == ["halfway"] and lane["title"] == "plain"
+        # Only what the agent reported: the context, its window and the cost in its currency (no tokens yet).
+        assert lane["usage"] == {
+            "context_used": 2500,
+            "context_size": 100000,
+            "tokens": 2500,
+            "input_tokens": None,
+            "output_tokens": None,
+            "cost": 0.4,
+            "currency": "USD",
+        }
         # (the run's own `finished` may come before the watch has let go of its lane)
         state = eventually(lambda: (got := http.get("/api/v1/state").json())["lanes"] == [] and got, "the lane ended")
         assert state["recent"][0]["issue"] == key
+        used = state["recent"][0]["usage"]
+        assert (used["tokens"], used["input_tokens"], used["output_tokens"], used["cost"]) == (3400, 3000, 400, 0.4)
+        assert state["totals"]["used"] == {"runs": 1, "reported": 1, "tokens": 3400, "cost": {"USD": 0.4}}
+        budget = state["totals"]["budget"]
+        assert (budget["spent"], budget["limit"], budget["currency"]) == (0.4, 0.3, "USD")
         run = state["recent"][0]["id"]
         assert http.get(f"/api/v1/runs/{run}").json()["outcome"] == "succeeded"
         page = http.get(f"/api/v1/runs/{run}/transcript", params={"limit": 2}).json()
         assert len(page["lines"]) <= 2 and page["total"] >= len(page["lines"])
+        # The day's budget is spent: the next ready issue waits in the queue, and the state says why.
+        waiting = auto_project.new_issue("write b.txt x", title="next")
+        held = eventually(
+            lambda: (b := http.get("/api/v1/state").json()["totals"]["budget"])["held"] and b, "the budget held"
+        )
+        assert "limits.cost_per_day is 0.3 USD" in held["message"]
+        state = http.get("/api/v1/state").json()
+        assert [q["issue"] for q in state["queue"]] == [waiting] and state["lanes"] == []
+        page_text = http.get("/").text
+        assert "day budget" in page_text and "3,400 tokens" in page_text and "0.40 USD" in page_text
 
 
 def test_serve_shows_a_project_with_no_watch_and_stops_on_sigterm_with_130(  # type: ignore[no-untyped-def]

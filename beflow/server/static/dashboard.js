@@ -29,6 +29,21 @@
     if (v < 7200) return Math.round(v / 60) + "m";
     return (v / 3600).toFixed(1) + "h";
   }
+  // What the agent reported, as the server says it (web.usage_text): nothing estimated.
+  function num(n) { return Number(n).toLocaleString("en-US"); }
+  function usageText(u) {
+    if (!u) return "";
+    var parts = [];
+    if (u.context_used !== null && u.context_used !== undefined) parts.push("context " + num(u.context_used) + (u.context_size ? "/" + num(u.context_size) : ""));
+    if (u.tokens !== null && u.tokens !== undefined) parts.push(num(u.tokens) + " tokens");
+    if (u.cost !== null && u.cost !== undefined) parts.push((u.cost.toFixed(2) + " " + (u.currency || "")).trim());
+    return parts.join(" · ");
+  }
+  function totalsText(t) {
+    var parts = t.reported ? [num(t.tokens) + " tokens"] : [];
+    Object.keys(t.cost).sort().forEach(function (c) { parts.push(t.cost[c].toFixed(2) + " " + c); });
+    return (parts.length ? parts.join(", ") : "no usage reported") + " over " + t.runs + " run" + (t.runs !== 1 ? "s" : "");
+  }
   function when(t) { return t ? new Date(t * 1000).toLocaleTimeString() : "-"; }
   function cell(row, content, cls) {
     var td = el("td", cls);
@@ -69,6 +84,7 @@
       if (lane.cancelling) meta.appendChild(document.createTextNode(" · cancelling: " + (lane.reason || "")));
       if (actions && lane.run && !lane.cancelling) meta.appendChild(button("cancel", "/api/v1/runs/" + encodeURIComponent(lane.run) + "/cancel"));
       art.appendChild(meta);
+      if (lane.usage) art.appendChild(el("p", "usage", usageText(lane.usage)));
       art.appendChild(el("p", "latest", lane.latest));
       var ul = el("ul", "progress");
       lane.progress.forEach(function (p) { ul.appendChild(el("li", null, p)); });
@@ -93,6 +109,9 @@
     row("tracker", h.tracker + (h.tracker_reachable === null ? "" : h.tracker_reachable ? " · reachable" : " · errors"));
     if (h.rate_limit) row("rate limit", h.rate_limit.remaining + " left, resets " + when(h.rate_limit.reset));
     if (h.blocked) row("held back", h.blocked + (h.blocked_fix ? " — " + h.blocked_fix : ""), "bad");
+    var b = state.totals.budget;
+    if (b) row("day budget", b.spent.toFixed(2) + " of " + b.limit + " " + b.currency + (b.held ? " — held: " + (b.message || "") : ""), b.held ? "bad" : null);
+    if (state.totals.used) row("used", totalsText(state.totals.used));
     if (h.config_reloaded) row("config", "reloaded " + when(h.config_reloaded));
     var errors = document.getElementById("errors");
     errors.replaceChildren();
@@ -117,7 +136,7 @@
       cell(tr, r.outcome, "o-" + r.outcome); cell(tr, (r.reason || "").slice(0, 200)); cell(tr, r.branch || "-");
       var pr = null;
       if (r.pull_request && /^https?:\/\//.test(r.pull_request)) { pr = link(r.pull_request, "PR"); pr.rel = "noreferrer noopener"; }
-      cell(tr, pr || ""); cell(tr, seconds(r.duration)); cell(tr, link("/runs/" + encodeURIComponent(r.id), r.id));
+      cell(tr, pr || ""); cell(tr, seconds(r.duration)); cell(tr, usageText(r.usage), "usage"); cell(tr, link("/runs/" + encodeURIComponent(r.id), r.id));
     });
     if (seen !== null) document.body.dataset.lastEvent = seen;
     document.body.dataset.rendered = String(Date.now());
