@@ -84,12 +84,33 @@ class Lane(BaseModel):
     usage: Usage | None = Field(default=None, description="The run's latest reported usage (None: none reported).")
 
 
+class Hold(BaseModel):
+    """Why an issue is not started: the check (or the budget, or the tracker) that holds it, its message and fix."""
+
+    check: Literal["config", "budget", "unreadable", "skipped"] = Field(
+        description="config: a check every run would fail (preflight); budget: limits.cost_per_day is reached; "
+        "unreadable: the tracker cannot read the issue; skipped: the watch's last start of it was skipped "
+        "(claimed by another machine, or no longer ready)."
+    )
+    message: str
+    fix: str | None = None
+    since: float | None = Field(default=None, description="When the watch said so, seconds since the epoch.")
+
+
 class Queued(BaseModel):
     """A ready issue, in dispatch order."""
 
     issue: str
     title: str
     priority: int
+    held: Hold | None = Field(default=None, description="What holds it back from being dispatched, if anything.")
+
+
+class HeldIssue(BaseModel):
+    """An issue the watch does not start, and is not in the queue: unreadable, or claimed elsewhere."""
+
+    issue: str
+    held: Hold
 
 
 class Backoff(BaseModel):
@@ -172,6 +193,11 @@ class State(BaseModel):
     lanes: list[Lane]
     queue: list[Queued] = Field(description="The first 100 ready issues in dispatch order (totals.queued: all).")
     backoffs: list[Backoff]
+    held: list[HeldIssue] = Field(
+        default_factory=list,
+        description="Issues the watch skips: unreadable at the tracker's last listing, or whose last start was "
+        "skipped (a claim another machine holds), as the watch's own events said.",
+    )
     recent: list[RecentRun]
     totals: Totals
     health: Health

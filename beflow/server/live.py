@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 RING = 2000
 #: Errors the health panel shows.
 ERRORS_KEPT = 10
+#: Issues whose latest start was skipped (claimed elsewhere, unreadable) the queue shows, at most.
+SKIPS_KEPT = 50
 
 
 class Dropped(Exception):
@@ -56,6 +58,9 @@ class Hub:
         self.errors: deque[str] = deque(maxlen=ERRORS_KEPT)
         self.last_error: float | None = None
         self.config_reloaded: float | None = None
+        #: Issues the watch skipped (its ``skipped`` events: claimed by another machine, no longer ready, unreadable):
+        #: key -> (why, when), until a run of the issue starts or ends here.
+        self.skipped: dict[str, tuple[str, float]] = {}
         #: Called on the server's loop when new events came (MCP resource notifications read them with :meth:`since`).
         self.observers: list[Callable[[], None]] = []
 
@@ -71,12 +76,29 @@ class Hub:
                 self.last_error = time.time()
             elif event.get("event") == "config_reloaded":
                 self.config_reloaded = time.time()
+            self._note_skip(event)
             loop, wake = self._loop, not self._wake_pending and self._loop is not None
             if wake:
                 self._wake_pending = True
         if wake and loop is not None:
             with contextlib.suppress(RuntimeError):  # the server's loop is closed: nobody to tell
                 loop.call_soon_threadsafe(self._fan_out)
+
+    def _note_skip(self, event: dict[str, Any]) -> None:
+        kind, key = event.get("event"), event.get("issue")
+        if not isinstance(key, str):
+            return
+        if kind == "skipped":
+            self.skipped.pop(key, None)
+            self.skipped[key] = (str(event.get("reason", "")), time.time())
+            while len(self.skipped) > SKIPS_KEPT:
+                self.skipped.pop(next(iter(self.skipped)))
+        elif kind in ("dispatched", "started", "finished"):
+            self.skipped.pop(key, None)
+
+    def skips(self) -> dict[str, tuple[str, float]]:
+        with self._lock:
+            return dict(self.skipped)
 
     # -- the server's side ------------------------------------------------------------------------------------------
 
@@ -171,6 +193,8 @@ class WatchData:
     used: Totals | None = None
     budget: DayBudget | None = None
     budget_held: bool = False
+    #: Issues the tracker could not read at its last listing, with why (GitHub: a hostile label, say).
+    unreadable: dict[str, str] = field(default_factory=dict)
 
 
 class WatchSource:
@@ -188,7 +212,10 @@ class WatchSource:
         self.token = current_token()
 
     def _copy(self) -> WatchData:
+        from beflow.trackers.base import NamesUnreadable
+
         snapshot = self.dispatcher.snapshot()
+        tracker = self.dispatcher.tracker
         return WatchData(
             lanes=[
                 LaneData(r.key, r.run_id, r.attempt, r.started, r.latest, r.progress, r.cancelling, r.reason, r.usage)
@@ -206,6 +233,7 @@ class WatchSource:
             used=snapshot.used,
             budget=snapshot.budget,
             budget_held=self.dispatcher.ledger.holding,
+            unreadable=dict(tracker.unreadable) if isinstance(tracker, NamesUnreadable) else {},
         )
 
     def data(self) -> WatchData | None:

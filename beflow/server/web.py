@@ -128,6 +128,7 @@ class Server:
         lanes: list[api.Lane] = []
         queue: list[api.Queued]
         backoffs: list[api.Backoff] = []
+        held: list[api.HeldIssue] = []
         if data is not None:
             for lane in data.lanes:
                 title, progress = self._titles.get(lane.key, ""), [lane.progress] if lane.progress else []
@@ -155,8 +156,10 @@ class Server:
                         usage=api.Usage.of(lane.usage),
                     )
                 )
-            queue = [api.Queued(issue=k, title=t, priority=p) for k, t, p in data.queue]
+            hold = _queue_hold(data)
+            queue = [api.Queued(issue=k, title=t, priority=p, held=hold) for k, t, p in data.queue]
             queued = len(queue)
+            held = self._held(data, {q.issue for q in queue} | {lane.key for lane in data.lanes})
             backoffs = [api.Backoff(issue=k, attempt=a, due=d, reason=r) for k, a, d, r in data.backoffs]
         else:
             try:
@@ -172,6 +175,7 @@ class Server:
             lanes=lanes,
             queue=queue[: api.MAX_QUEUE],  # the state is read on every event: 10k ready issues must not go each time
             backoffs=backoffs,
+            held=held,
             recent=recent,
             totals=api.Totals(
                 running=len(lanes),
@@ -187,6 +191,18 @@ class Server:
             actions=self.policy.actions,
             time=now,
         )
+
+    def _held(self, data: WatchData, shown: set[str]) -> list[api.HeldIssue]:
+        """The issues the watch skips: unreadable ones (the tracker's last listing), then those whose last start
+        was skipped (its ``skipped`` events; an issue queued or running here again is not held)."""
+        held = [
+            api.HeldIssue(issue=key, held=api.Hold(check="unreadable", message=why, fix=_UNREADABLE_FIX))
+            for key, why in sorted(data.unreadable.items())
+        ]
+        for key, (why, since) in sorted(self.hub.skips().items(), key=lambda item: -item[1][1]):
+            if key not in shown and key not in data.unreadable:
+                held.append(api.HeldIssue(issue=key, held=api.Hold(check="skipped", message=why, since=since)))
+        return held
 
     def _health(self, data: WatchData | None, now: float) -> api.Health:
         reachable: bool | None = None
@@ -277,6 +293,22 @@ PAGE_HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+
+
+_UNREADABLE_FIX = "Fix the issue as the message says (its labels, its text); the watch reads it again at its next look."
+
+
+def _queue_hold(data: WatchData) -> api.Hold | None:
+    """What holds every ready issue back, if anything: a check every run would fail, or the day's budget."""
+    if data.blocked is not None:
+        return api.Hold(check="config", message=data.blocked, fix=data.blocked_fix)
+    if data.budget_held and data.budget is not None:
+        return api.Hold(
+            check="budget",
+            message=data.budget.describe(),
+            fix="Raise limits.cost_per_day in the config, or wait for tomorrow.",
+        )
+    return None
 
 
 def _used(data: WatchData | None) -> api.UsageTotals | None:

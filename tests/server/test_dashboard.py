@@ -190,6 +190,8 @@ def test_the_api_of_a_running_watch_shows_its_lane_its_usage_and_streams_its_eve
         assert "limits.cost_per_day is 0.3 USD" in held["message"]
         state = http.get("/api/v1/state").json()
         assert [q["issue"] for q in state["queue"]] == [waiting] and state["lanes"] == []
+        hold = state["queue"][0]["held"]
+        assert hold["check"] == "budget" and "limits.cost_per_day" in hold["message"] and hold["fix"]
         page_text = http.get("/").text
         assert "day budget" in page_text and "3,400 tokens" in page_text and "0.40 USD" in page_text
 
@@ -227,5 +229,9 @@ def test_the_health_says_why_the_watch_holds_back_and_how_to_fix_it(  # type: ig
     found = eventually(health, "the watch held dispatching back", alive=process)
     assert "'claud' is not an agent acpx knows" in str(found["blocked"]) and found["blocked_fix"]
     assert any("not dispatching until this is fixed" in e for e in found["errors"])  # type: ignore[attr-defined]
+    # Each queued issue says what holds it back, with the check's message and its fix.
+    (queued,) = httpx.get(url + "/api/v1/state", timeout=30).json()["queue"]
+    held = {"check": "config", "message": found["blocked"], "fix": found["blocked_fix"], "since": None}
+    assert queued["held"] == held
     page = httpx.get(url + "/", timeout=30).text
-    assert "held back" in page
+    assert "held back" in page and "config: " in page

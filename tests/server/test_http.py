@@ -281,3 +281,15 @@ def test_the_state_carries_the_head_of_a_long_queue_and_counts_it_all(
     with serving(project) as (served, _), client(served) as http:
         state = http.get("/api/v1/state").json()
     assert [q["issue"] for q in state["queue"]] == ["1", "2", "3"] and state["totals"]["queued"] == 5
+
+
+def test_the_hub_keeps_the_issues_the_watch_skipped_until_a_run_of_them_starts() -> None:
+    hub = Hub()
+    claimed = "issue 7 is claimed by ann (pid 9 on box since …)"
+    hub.publish({"event": "skipped", "issue": "7", "reason": claimed})
+    hub.publish({"event": "skipped", "issue": "8", "reason": "no longer ready"})
+    hub.publish({"event": "dispatched", "issue": "8", "attempt": 1})
+    assert {key: why for key, (why, _) in hub.skips().items()} == {"7": claimed}
+    for n in range(100):
+        hub.publish({"event": "skipped", "issue": str(n + 100), "reason": "x"})
+    assert len(hub.skips()) == 50 and "199" in hub.skips()  # bounded, the newest kept

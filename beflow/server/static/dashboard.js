@@ -44,6 +44,10 @@
     Object.keys(t.cost).sort().forEach(function (c) { parts.push(t.cost[c].toFixed(2) + " " + c); });
     return (parts.length ? parts.join(", ") : "no usage reported") + " over " + t.runs + " run" + (t.runs !== 1 ? "s" : "");
   }
+  function holdText(h, bare) {
+    var text = plain(h.message, 300) + (h.fix ? " — " + plain(h.fix, 300) : "");
+    return bare ? text : h.check + ": " + text;
+  }
   function when(t) { return t ? new Date(t * 1000).toLocaleTimeString() : "-"; }
   function cell(row, content, cls) {
     var td = el("td", cls);
@@ -124,6 +128,12 @@
     renderTable("queue", state.queue.slice(0, 50), function (tr, q) {
       tr.dataset.issue = q.issue;
       cell(tr, link("/issues/" + encodeURIComponent(q.issue), q.issue)); cell(tr, q.priority); cell(tr, q.title.slice(0, 300));
+      cell(tr, q.held ? holdText(q.held) : "", "held");
+    });
+    renderTable("held", state.held, function (tr, h) {
+      tr.dataset.issue = h.issue;
+      cell(tr, link("/issues/" + encodeURIComponent(h.issue), h.issue)); cell(tr, h.held.check);
+      cell(tr, holdText(h.held, true)); cell(tr, when(h.held.since));
     });
     renderTable("backoffs", state.backoffs, function (tr, b) {
       tr.dataset.issue = b.issue;
