@@ -293,3 +293,13 @@ def test_the_hub_keeps_the_issues_the_watch_skipped_until_a_run_of_them_starts()
     for n in range(100):
         hub.publish({"event": "skipped", "issue": str(n + 100), "reason": "x"})
     assert len(hub.skips()) == 50 and "199" in hub.skips()  # bounded, the newest kept
+
+
+def test_an_issues_page_names_who_holds_its_claim(project: Path) -> None:
+    claim = open_tracker(load_project(config_file(project))).claim("2", "<b>ann</b>")
+    try:
+        with serving(project) as (served, _), client(served) as http:
+            page = http.get("/issues/2").text
+    finally:
+        claim.release()
+    assert "claimed by &lt;b&gt;ann&lt;/b&gt; (pid" in page
