@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -309,9 +309,14 @@ class LogLine:
     text: str
 
 
-def readable(lines: list[str]) -> list[LogLine]:
+#: What :func:`readable` asks of a tool call's ``content`` items: the lines to show for one, given the call's id.
+ContentReader = Callable[[str, dict[str, Any]], Iterable[LogLine]]
+
+
+def readable(lines: list[str], content: ContentReader | None = None) -> list[LogLine]:
     """A transcript as a person reads it: messages whole, tool calls with their final status, permission
-    requests, the MCP servers handed over by name (never their values), and errors."""
+    requests, the MCP servers handed over by name (never their values), and errors. ``content``, when given, is
+    shown each ``content`` item of a tool call (a ``diff``, say) with the call's id, and may add lines for it."""
     out: list[LogLine] = []
     chunks: list[str] = []
     calls: dict[str, dict[str, Any]] = {}
@@ -344,6 +349,10 @@ def readable(lines: list[str]) -> list[LogLine]:
                 status = call.get("status", "pending")
                 if kind == TOOL_CALL or status in TOOL_ENDED:
                     out.append(LogLine("tool", f"{call.get('title', 'tool call')} [{call.get('kind', '?')}] {status}"))
+                items = update.get("content")
+                if content is not None and isinstance(items, list):
+                    identifier = str(update.get("toolCallId", "?"))
+                    out.extend(line for item in items if isinstance(item, dict) for line in content(identifier, item))
         elif method == REQUEST_PERMISSION:
             flush()
             tool = params.get("toolCall") or {}

@@ -63,7 +63,7 @@ class DayBudget(BaseModel):
 
 
 class TranscriptLine(BaseModel):
-    kind: str = Field(description="agent, tool, permission, client, error, …")
+    kind: str = Field(description="agent, tool, diff (a file edit as a unified diff), permission, client, error, …")
     text: str
 
 

@@ -246,12 +246,20 @@ class Server:
         return [api.TranscriptLine(kind=line.kind, text=line.text) for line in acpx.readable(lines)[-TAIL_LINES:]]
 
     def transcript(self, run_id: str, offset: int, limit: int) -> api.TranscriptPage:
-        logs = self.call("run.logs", {"id": run_id})
-        lines = [api.TranscriptLine(kind=line.kind, text=line.text) for line in logs.lines]
+        """A page of the readable transcript, file edits included as unified diffs (``diff`` lines)."""
+        from beflow.server import diffs
+
+        record = self.call("run.show", {"id": run_id})
+        path = self._store().directory(record.id) / "transcript.jsonl"
+        try:
+            raw = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        except FileNotFoundError:
+            raw = []
+        lines = [api.TranscriptLine(kind=line.kind, text=line.text) for line in acpx.readable(raw, diffs.reader())]
         page = lines[offset : offset + limit]
         end = offset + len(page)
         return api.TranscriptPage(
-            run=logs.record.id, offset=offset, total=len(lines), lines=page, next=end if end < len(lines) else None
+            run=record.id, offset=offset, total=len(lines), lines=page, next=end if end < len(lines) else None
         )
 
     def issue(self, key: str) -> api.IssueDetail:

@@ -16,13 +16,17 @@ from typing import Any
 import httpx
 import jsonschema
 import pytest
+from pydantic import BaseModel
 
 from beflow.config import load_project
+from beflow.records import RunRecord, RunStore, new_run_id
 from beflow.server import api
 from beflow.server.guard import TOKEN_ENV, Bind, load_token, parse_bind
 from beflow.server.live import RING, Hub
 from beflow.server.serving import Serving, beside
 from beflow.trackers import open_tracker
+from beflow.trackers.base import utc_now
+from tests.support import acp_schema
 from tests.support.projects import config_file
 from tests.support.waiting import eventually
 
@@ -303,3 +307,66 @@ def test_an_issues_page_names_who_holds_its_claim(project: Path) -> None:
     finally:
         claim.release()
     assert "claimed by &lt;b&gt;ann&lt;/b&gt; (pid" in page
+
+
+def edit_transcript() -> list[str]:
+    """A transcript of file edits as an agent on the ACP SDK sends them: a new file, a change whose text is
+    hostile markup and terminal escapes, the same diff sent again when the call ends, and a huge edit."""
+    from acp import schema
+
+    def update(value: BaseModel) -> str:
+        params = schema.SessionNotification(session_id="s", update=value)
+        line = {"jsonrpc": "2.0", "method": "session/update", "params": params.model_dump(mode="json", by_alias=True)}
+        return json.dumps(line)
+
+    def diff(path: str, old: str | None, new: str) -> schema.FileEditToolCallContent:
+        return schema.FileEditToolCallContent(type="diff", path=path, old_text=old, new_text=new)
+
+    hostile = "<script>window.__pwned=1</script>\x1b[31mred\x1b[0m</pre><img src=x onerror=alert(1)>"
+    changed = diff("/w/<b>app</b>.py", "a = 1\nb = 2\n", f"a = 1\nb = '{hostile}'\n")
+    huge = diff("/w/big.txt", None, "line\n" * 100_000)
+    return [
+        update(schema.ToolCallStart(session_update="tool_call", tool_call_id="t1", title="Write new.py", kind="edit")),
+        update(
+            schema.ToolCallProgress(
+                session_update="tool_call_update",
+                tool_call_id="t1",
+                status="completed",
+                content=[diff("/w/new.py", None, "print('hi')\n")],
+            )
+        ),
+        update(
+            schema.ToolCallStart(
+                session_update="tool_call", tool_call_id="t2", title="Edit app.py", kind="edit", content=[changed]
+            )
+        ),
+        update(
+            schema.ToolCallProgress(
+                session_update="tool_call_update", tool_call_id="t2", status="completed", content=[changed]
+            )
+        ),
+        update(schema.ToolCallStart(session_update="tool_call", tool_call_id="t3", title="Write big", content=[huge])),
+    ]
+
+
+def test_the_run_page_shows_file_edits_as_unified_diffs_and_their_text_as_text(project: Path) -> None:
+    lines = edit_transcript()
+    assert {acp_schema.message(line) for line in lines} == {"session/update"}  # ACP as its SDK defines it
+    store = RunStore(project)
+    record = RunRecord(id=new_run_id("1"), issue="1", mode="auto", agent="a", started_at=utc_now())
+    store.create(record, "prompt")
+    store.write(record.id, "transcript.jsonl", "\n".join(lines) + "\n")
+    with serving(project) as (served, _), client(served) as http:
+        page = http.get(f"/runs/{record.id}").text
+        transcript = http.get(f"/api/v1/runs/{record.id}/transcript").json()
+    diffs = [line["text"] for line in transcript["lines"] if line["kind"] == "diff"]
+    assert len(diffs) == 3  # the diff sent twice for one call is shown once
+    assert diffs[0].splitlines() == ["--- /dev/null", "+++ /w/new.py", "@@ -0,0 +1 @@", "+print('hi')"]
+    assert "-b = 2" in diffs[1].splitlines() and diffs[1].splitlines()[-1].startswith("+b = '<script>")
+    assert "too large to show: a new file → 100,000 lines" in diffs[2]
+    # On the page, every line of a diff is a line of text: the markup in it is characters, the escapes are gone.
+    assert '<span class="d-add">+print(&#39;hi&#39;)</span>' in page
+    assert '<span class="d-del">-b = 2</span>' in page
+    assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;red&lt;/pre&gt;&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "<script>window" not in page and "<img" not in page and "\x1b" not in page
+    assert '<span class="d-file">+++ /w/&lt;b&gt;app&lt;/b&gt;.py</span>' in page
