@@ -100,6 +100,13 @@ class Hub:
         with self._lock:
             return dict(self.skipped)
 
+    def forget(self, keys: set[str]) -> None:
+        """Skips the state shows otherwise (an issue the tracker cannot read is shown as such, and its ``skipped``
+        is not shown again once it can be read)."""
+        with self._lock:
+            for key in keys & self.skipped.keys():
+                del self.skipped[key]
+
     # -- the server's side ------------------------------------------------------------------------------------------
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -199,8 +199,9 @@ class Server:
             api.HeldIssue(issue=key, held=api.Hold(check="unreadable", message=why, fix=_UNREADABLE_FIX))
             for key, why in sorted(data.unreadable.items())
         ]
+        self.hub.forget(set(data.unreadable))
         for key, (why, since) in sorted(self.hub.skips().items(), key=lambda item: -item[1][1]):
-            if key not in shown and key not in data.unreadable:
+            if key not in shown:
                 held.append(api.HeldIssue(issue=key, held=api.Hold(check="skipped", message=why, since=since)))
         return held
 

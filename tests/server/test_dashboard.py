@@ -86,11 +86,12 @@ def test_the_live_page_follows_a_run_in_a_real_browser(
     auto_project: AutoProject, watch: Watch, browser_modules: Path, tmp_path: Path
 ) -> None:
     key = auto_project.new_issue(
+        "usage 1200 100000 0.05 USD",
         progress("reading the code"),
         "sleep 1",
         progress("tests pass"),
         "sleep 1",
-        "write done.txt yes",
+        "write done.txt <img src=x onerror=window.__pwned=3>",
         title=HOSTILE,
         status=Status.OPEN,
     )
@@ -122,6 +123,10 @@ def test_the_live_page_follows_a_run_in_a_real_browser(
     assert seen["wide"] <= 390 + 1  # a phone's width, a 3000-character title and all
     assert seen["outcome"] == "succeeded" and seen["back"] == "succeeded"
     assert seen["runPage"].startswith("succeeded") and seen["transcriptLines"] > 0
+    assert seen["usage"] == "context 1,200/100,000 · 1,200 tokens · 0.05 USD"  # what the agent reported
+    # The run's file edit is a unified diff, its markup text, on a phone's width too.
+    assert seen["diffAdded"] == ["+<img src=x onerror=window.__pwned=3>"]
+    assert seen["runPwned"] is None and seen["runImages"] == 0 and seen["runWide"] <= 390 + 1
     shots = sorted(path.name for path in artifacts.iterdir())
     assert shots == ["0-idle.png", "1-lane.png", "2-progress.png", "3-recent.png", "4-run.png"]
 

@@ -297,6 +297,8 @@ def test_the_hub_keeps_the_issues_the_watch_skipped_until_a_run_of_them_starts()
     for n in range(100):
         hub.publish({"event": "skipped", "issue": str(n + 100), "reason": "x"})
     assert len(hub.skips()) == 50 and "199" in hub.skips()  # bounded, the newest kept
+    hub.forget({"199", "nope"})  # (an issue the state shows as unreadable)
+    assert "199" not in hub.skips() and len(hub.skips()) == 49
 
 
 def test_an_issues_page_names_who_holds_its_claim(project: Path) -> None:

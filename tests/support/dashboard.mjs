@@ -4,7 +4,7 @@
 //   node dashboard.mjs MODULES URL KEY ARTIFACTS
 //
 // It opens the page, says `ready` on stdout, then waits — for conditions, never for a duration — until the lane of
-// issue KEY appears, its progress lines stream in, and its run shows in the recent runs with an outcome. It prints
+// issue KEY appears, its progress lines and usage stream in, and its run shows in the recent runs with an outcome. It prints
 // one JSON line of what it saw, and saves a screenshot of each step in ARTIFACTS.
 import { createRequire } from "node:module";
 import { join } from "node:path";
@@ -47,6 +47,8 @@ try {
     );
     seen.steps.push(`progress: ${text}`);
   }
+  await page.waitForSelector(`${lane} .usage`, { timeout });
+  seen.usage = await page.$eval(`${lane} .usage`, (node) => node.textContent);
   await page.screenshot({ path: join(artifacts, "2-progress.png"), fullPage: true });
 
   await page.waitForFunction(
@@ -72,6 +74,10 @@ try {
   await Promise.all([page.waitForNavigation(), page.click("#recent tbody tr td:last-child a")]);
   seen.runPage = await page.$eval("#outcome", (node) => node.textContent);
   seen.transcriptLines = await page.$$eval(".transcript li", (nodes) => nodes.length);
+  seen.diffAdded = await page.$$eval("pre.diff .d-add", (nodes) => nodes.map((node) => node.textContent));
+  seen.runPwned = await page.evaluate(() => window.__pwned ?? null);
+  seen.runImages = await page.$$eval("img", (nodes) => nodes.length);
+  seen.runWide = await page.evaluate(() => document.documentElement.scrollWidth);
   await page.screenshot({ path: join(artifacts, "4-run.png"), fullPage: true });
   await Promise.all([page.waitForNavigation(), page.goBack()]);
   seen.back = await page.$eval("#recent tbody tr", (row) => row.dataset.outcome);
