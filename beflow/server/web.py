@@ -402,8 +402,9 @@ def build_app(server: Server) -> ASGIApp:
         async def page() -> Response:
             record = await server.off_loop(server.call, "run.show", {"id": run_id})
             transcript = await server.off_loop(server.transcript, record.id, offset, api.MAX_PAGE)
-            fields = record.model_dump(mode="json", exclude={"progress", "final_message"})
-            return server.html("run.html", record=record, fields=fields, transcript=transcript)
+            fields = record.model_dump(mode="json", exclude={"progress", "final_message", "usage"})
+            used = guardrails.describe(record.usage)  # what the agent reported, as `beflow runs show` says it
+            return server.html("run.html", record=record, fields=fields, used=used, transcript=transcript)
 
         return await server.answer(page)
 

@@ -185,6 +185,10 @@ def test_the_api_of_a_running_watch_shows_its_lane_its_usage_and_streams_its_eve
         assert (budget["spent"], budget["limit"], budget["currency"]) == (0.4, 0.3, "USD")
         run = state["recent"][0]["id"]
         assert http.get(f"/api/v1/runs/{run}").json()["outcome"] == "succeeded"
+        assert (
+            "context 2,500 of 100,000 tokens; 3,400 tokens (3,000 in, 400 out); cost 0.40 USD"
+            in http.get(f"/runs/{run}").text
+        )
         page = http.get(f"/api/v1/runs/{run}/transcript", params={"limit": 2}).json()
         assert len(page["lines"]) <= 2 and page["total"] >= len(page["lines"])
         # The day's budget is spent: the next ready issue waits in the queue, and the state says why.
