@@ -13,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import httpx
 import jsonschema
 import pytest
@@ -372,3 +374,35 @@ def test_the_run_page_shows_file_edits_as_unified_diffs_and_their_text_as_text(p
     assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;red&lt;/pre&gt;&lt;img src=x onerror=alert(1)&gt;" in page
     assert "<script>window" not in page and "<img" not in page and "\x1b" not in page
     assert '<span class="d-file">+++ /w/&lt;b&gt;app&lt;/b&gt;.py</span>' in page
+
+
+def test_the_state_lists_an_issue_the_tracker_cannot_read_once_with_why(  # type: ignore[no-untyped-def]
+    auto_project, github, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow import workers
+    from beflow.dispatcher import Dispatcher
+    from beflow.server.live import WatchSource
+    from tests.support.github import TOKEN as GITHUB_TOKEN
+
+    monkeypatch.setenv("GITHUB_TOKEN", GITHUB_TOKEN)
+    auto_project.configure(tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": 30})
+    github.add_issue("Good", labels=["beflow", "beflow:ready"])
+    github.add_issue("Hostile", labels=["beflow", "beflow:ready", "two\nlines"])
+    project = load_project(auto_project.config_path)
+    hub = Hub()
+
+    async def scenario() -> dict[str, Any]:
+        dispatcher = Dispatcher(project, listener=lambda event: hub.publish(event.to_json()))
+        source = WatchSource(dispatcher, hub)
+        source.attach()
+        await workers.blocking(dispatcher._survey, False)  # one look at the tracker, as a tick's
+        with beside(project, Bind("127.0.0.1", 0), hub, source) as served:
+            url = f"http://127.0.0.1:{served.bind.port}/api/v1/state"
+            got: dict[str, Any] = await anyio.to_thread.run_sync(lambda: httpx.get(url, timeout=30).json())
+            return got
+
+    state = anyio.run(scenario)
+    assert [q["issue"] for q in state["queue"]] == ["1"]
+    (held,) = state["held"]  # named as unreadable, not again as skipped
+    assert held["issue"] == "2" and held["held"]["check"] == "unreadable" and held["held"]["fix"]
+    assert "issue 2 in octo/hello cannot be read: labels" in held["held"]["message"]
