@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+import jsonschema
 import pytest
 
 from beflow.trackers import Status
@@ -199,6 +200,10 @@ def test_the_api_of_a_running_watch_shows_its_lane_its_usage_and_streams_its_eve
         assert "limits.cost_per_day is 0.3 USD" in held["message"]
         state = http.get("/api/v1/state").json()
         assert [q["issue"] for q in state["queue"]] == [waiting] and state["lanes"] == []
+        # The figures, the hold and the lane are in the shapes the OpenAPI document gives.
+        components = http.get("/api/v1/openapi.json").json()["components"]
+        jsonschema.validate(state, {"$ref": "#/components/schemas/State", "components": components})
+        jsonschema.validate(lane, {"$ref": "#/components/schemas/Lane", "components": components})
         hold = state["queue"][0]["held"]
         assert hold["check"] == "budget" and "limits.cost_per_day" in hold["message"] and hold["fix"]
         page_text = http.get("/").text
