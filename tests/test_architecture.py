@@ -140,3 +140,17 @@ def test_no_capability_of_a_tracker_or_code_host_is_found_by_getattr() -> None:
         and HOLDER.search(ast.unparse(node.args[0]))
     ]
     assert found == []
+
+
+def test_every_module_is_in_the_readmes_map() -> None:
+    """The README's "How the code is laid out" names every module, so that a newcomer finds where a change goes."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    layout = readme[readme.index("## How the code is laid out") :]
+    missing = [
+        str(path.relative_to(PACKAGE))
+        for path in MODULES.values()
+        if path.name not in ("__init__.py", "__main__.py")
+        and path.parent.name != "cli"  # (cli/ is named as a whole: a module per command group)
+        and not re.search(rf"(?<![\w]){re.escape(path.name)}", layout)
+    ]
+    assert missing == []
