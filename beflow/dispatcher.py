@@ -25,14 +25,17 @@ from typing import Any
 
 import anyio
 
-from beflow import guardrails, preflight, workers
+from beflow import guardrails, workers
 from beflow.codehosts import CodeHost, open_code_host
-from beflow.config import Project, load_project
+from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError
 from beflow.events import RunEvent, WatchEvent, WatchEventKind
+from beflow.holds import Holds
 from beflow.lifecycle import RunRequest, requeue_orphans, settle_orphans
-from beflow.policy import after_run, is_final, recall
+from beflow.policy import is_final
 from beflow.records import RunRecord, RunStore
+from beflow.reloading import ConfigReload
+from beflow.retries import Backoff, Retries
 from beflow.spending import Ledger
 from beflow.trackers import Issue, Status, Tracker, open_tracker, reading_once
 from beflow.trackers.base import NamesUnreadable, WatchesDirectories
@@ -70,13 +73,31 @@ class Running:
     def cancelling(self) -> bool:
         return self.scope.cancel_called
 
+    def moved_on(self) -> str | None:
+        """Why reconciliation cancels the run: its issue is gone, or no longer ``in_progress``; None: it goes on."""
+        if self.cancelling or self.finished:
+            return None  # a run that has finished moved its issue on itself: that is no reason to cancel it
+        gone = "the issue was removed"
+        try:
+            status = self.tracker.get(self.key).status
+        except NotFoundError as error:
+            status, gone = None, f"the issue was removed ({error.message})"  # GitHub: or lost its label
+        except BeflowError:
+            return None  # unreadable for a moment (a hand edit, an editor's save): look again next tick
+        if status is None or (status != Status.IN_PROGRESS and self.run_id is not None):
+            return gone if status is None else f"the issue is now {status}"
+        return None
 
-@dataclass
-class Backoff:
-    key: str
-    attempt: int  # the attempt that will run when it is due
-    due: float
-    reason: str
+    def record(self, store: RunStore) -> RunRecord | None:
+        """The finished record of a run that did not return one (cancelled, or failed inside beflow): the run's
+        events named it."""
+        if self.run_id is None:
+            return None
+        try:
+            record = store.get(self.run_id)
+        except (BeflowError, OSError, ValueError):
+            return None
+        return record if record.finished else None
 
 
 @dataclass
@@ -117,18 +138,18 @@ class Dispatcher:
         self.config_option = config_option
         self.listener = listener
         self.running: dict[str, Running] = {}
-        self.backoffs: dict[str, Backoff] = {}
+        #: Each issue's round of attempts, and its backoff (beflow.retries).
+        self.retries = Retries(clock)
         self._unreadable: dict[str, str] = {}  # issues the tracker cannot read, as last said
-        self.attempts: dict[str, int] = {}
         self.recent: deque[RunRecord] = deque(maxlen=20)
         self.queue: list[Issue] = []
         self.tick_count = 0
         self.next_tick = self.clock()
         self.stopping = False
-        #: Why dispatching is held back (a configuration problem every run would hit), if it is.
-        self.blocked: str | None = None
-        self.blocked_by: ConfigError | None = None
-        self._config_seen = self._config_stamp()
+        #: What holds dispatching back: a configuration problem every run would hit, the day's budget (beflow.holds).
+        self.holds = Holds(self.emit)
+        #: The config file, reloaded between ticks when it changed (beflow.reloading).
+        self.config = ConfigReload(project, config_option, self.emit)
         #: What ends the wait between ticks early: a run ending, the tracker's files changing (beflow.wake).
         self.wakeup: Wakeup | None = None
         #: When the last full poll ran (the fallback when no event says anything changed).
@@ -139,6 +160,15 @@ class Dispatcher:
     @property
     def store(self) -> RunStore:
         return RunStore(self.project.directory)
+
+    @property
+    def blocked(self) -> str | None:
+        """Why dispatching is held back (a configuration problem every run would hit), if it is."""
+        return self.holds.blocked
+
+    @property
+    def blocked_by(self) -> ConfigError | None:
+        return self.holds.blocked_by
 
     # -- events ----------------------------------------------------------------------------------------------------
 
@@ -173,7 +203,7 @@ class Dispatcher:
         return Snapshot(
             running=list(self.running.values()),
             queue=list(self.queue),
-            backoffs=sorted(self.backoffs.values(), key=lambda b: b.due),
+            backoffs=self.retries.waiting(),
             recent=list(self.recent),
             tick=self.tick_count,
             next_tick=self.next_tick,
@@ -183,20 +213,6 @@ class Dispatcher:
 
     def _day_budget(self) -> guardrails.DayBudget | None:
         return self.ledger.budget(self.project.config.limits, [r.usage for r in self.running.values()])
-
-    def _held_by_budget(self) -> bool:
-        """Whether the day's spending has reached ``limits.cost_per_day``: said once when it is, and again when
-        dispatching resumes (a new day, a raised limit)."""
-        budget = self._day_budget()
-        reached = budget is not None and budget.reached
-        if reached != self.ledger.holding:
-            self.ledger.holding = reached
-            kind: WatchEventKind = "budget_reached" if reached else "budget_cleared"
-            figures: dict[str, Any] = {"message": budget.describe() if budget and reached else "dispatching again"}
-            if budget is not None:
-                figures.update(spent=round(budget.spent, 6), limit=budget.limit, currency=budget.currency)
-            self.emit(kind, **figures)
-        return reached
 
     # -- the loop --------------------------------------------------------------------------------------------------
 
@@ -230,7 +246,7 @@ class Dispatcher:
     def _until_next(self, interval: float) -> float:
         """Seconds until the next tick is due with no event: the poll, or a backoff falling due before it."""
         now = self.clock()
-        due = [self._polled + interval - time.monotonic()] + [b.due - now for b in self.backoffs.values()]
+        due = [self._polled + interval - time.monotonic()] + [b.due - now for b in self.retries.backoffs.values()]
         return max(0.0, min(due))
 
     def _watched_directories(self) -> list[Path]:
@@ -250,6 +266,14 @@ class Dispatcher:
                 except BeflowError as error:
                     self.emit("error", message=error.message)
 
+    def _reconcile(self) -> None:
+        """Cancel the runs whose issue is gone or was moved on by hand."""
+        for key, running in list(self.running.items()):
+            reason = running.moved_on()
+            if reason is not None:
+                workers.on_the_loop(running.cancel, reason)  # cancel scopes belong to the loop
+                self.emit("cancelled", key, reason=reason)
+
     async def tick(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord], *, once: bool = True) -> None:
         """One look at the tracker, in a worker thread (a scan, a write waiting for an issue's lock and the checks
         before a run must not hold the runs' output or the signal handlers), then dispatching, on the loop."""
@@ -260,7 +284,9 @@ class Dispatcher:
 
     def _survey(self, once: bool) -> bool:
         """Settle, requeue and reconcile; queue what is ready; whether runs can be dispatched now."""
-        self._reload_config()
+        reloaded = self.config.reload(self.project)
+        if reloaded is not None:
+            self.project, self.tracker, self.code_host = reloaded
         try:
             with reading_once(self.tracker):  # one scan of the tracker serves the whole tick
                 store = self.store
@@ -279,73 +305,14 @@ class Dispatcher:
                 # `--once` with nothing to start still reports a configuration every run would fail on, from the
                 # checks that need no git process (a bad `worktrees.base` waits for a run to start).
                 idle = bool(once and not startable and self.blocked is None)
-                return bool((startable or self.blocked is not None or once) and self._ready_to_dispatch(idle=idle))
+                return bool(
+                    (startable or self.blocked is not None or once) and self.holds.config_ready(self.project, idle=idle)
+                )
         except BeflowError as error:
             self.emit("error", message=error.message)
         except OSError as error:  # a full disk, a permission gone: say so and try again next tick
             self.emit("error", message=f"{type(error).__name__}: {error}")
         return False
-
-    def _ready_to_dispatch(self, *, idle: bool = False) -> bool:
-        """Whether runs can start: a prompt or `.mcp.json` that would fail every run alike holds dispatching back
-        (reported once, and again when the problem changes) instead of failing the issues one by one."""
-        try:
-            preflight.check(self.project, idle=idle)
-        except ConfigError as error:
-            self.blocked_by = error
-            if error.message != self.blocked:
-                self.blocked = error.message
-                self.emit("error", message=f"not dispatching until this is fixed: {error.message}")
-            return False
-        self.blocked_by = None
-        if self.blocked is not None:
-            self.blocked = None
-            self.emit("config_reloaded", path=str(self.project.config_path), message="dispatching again")
-        return True
-
-    def _config_stamp(self) -> tuple[float, int] | None:
-        path = self.project.config_path
-        try:
-            stat = path.stat() if path else None
-        except OSError:
-            return None
-        return (stat.st_mtime, stat.st_size) if stat else None
-
-    def _reload_config(self) -> None:
-        stamp = self._config_stamp()
-        if stamp == self._config_seen:
-            return
-        self._config_seen = stamp
-        try:
-            project = load_project(self.config_option or self.project.config_path, cwd=self.project.directory)
-            tracker = open_tracker(project)
-            code_host = open_code_host(project, tracker)
-        except BeflowError as error:
-            self.emit("error", message=f"config not reloaded, keeping the last good one: {error.message}")
-            return
-        except Exception as error:  # whatever a hand edit does to the file, the watch goes on with what it has
-            why = f"{type(error).__name__}: {error}"
-            self.emit("error", message=f"config not reloaded, keeping the last good one: {why}")
-            return
-        if project.config != self.project.config:
-            self.project, self.tracker, self.code_host = project, tracker, code_host
-            self.emit("config_reloaded", path=str(project.config_path))
-
-    def _reconcile(self) -> None:
-        for key, running in list(self.running.items()):
-            if running.cancelling or running.finished:
-                continue  # a run that has finished moved its issue on itself: that is no reason to cancel it
-            gone = "the issue was removed"
-            try:
-                status = running.tracker.get(key).status
-            except NotFoundError as error:
-                status, gone = None, f"the issue was removed ({error.message})"  # GitHub: or lost its label
-            except BeflowError:
-                continue  # unreadable for a moment (a hand edit, an editor's save): look again next tick
-            if status is None or (status != Status.IN_PROGRESS and running.run_id is not None):
-                reason = gone if status is None else f"the issue is now {status}"
-                workers.on_the_loop(running.cancel, reason)  # cancel scopes belong to the loop
-                self.emit("cancelled", key, reason=reason)
 
     def _queue(self) -> None:
         """The queue: what is ready, not running and not backing off (those are shown apart, with their due time)."""
@@ -356,45 +323,26 @@ class Dispatcher:
             if self._unreadable.get(key) != why:
                 self.emit("skipped", key, reason=why)
         self._unreadable = dict(unreadable)
-        self._recall([i.key for i in ready if i.key not in self.attempts])
-        self.queue = [i for i in ready if not (i.key in self.backoffs and self.backoffs[i.key].due > now)]
+        self.retries.recall(self.store, [i.key for i in ready], self.project.config.watch)
+        self.queue = [i for i in ready if not self.retries.backing_off(i.key, now)]
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
-        if self._held_by_budget():
+        if self.holds.budget_reached(self.ledger, self._day_budget()):
             return
         free = self.project.config.watch.concurrency - len(self.running)
         now = self.clock()
         for issue in list(self.queue):
             if free <= 0 or self.stopping:
                 break
-            backoff = self.backoffs.get(issue.key)
-            if issue.key in self.running or (backoff is not None and backoff.due > now):
+            if issue.key in self.running or self.retries.backing_off(issue.key, now):
                 continue  # its run ended, and a retry was scheduled, while the tick looked at the tracker
-            self.backoffs.pop(issue.key, None)
-            attempt = self.attempts.get(issue.key, 0) + 1
+            attempt = self.retries.start(issue.key)
             running = Running(issue.key, attempt, anyio.CancelScope(), self.tracker)
             self.running[issue.key] = running
             self.queue.remove(issue)
             free -= 1
             self.emit("dispatched", issue.key, attempt=attempt)
             tasks.start_soon(self._run, running, finished)
-
-    def _recall(self, keys: list[str]) -> None:
-        """Take up the retry count and backoff of issues this process has not run yet from their run records, so that
-        a restarted watcher, another watcher, or ``--once`` from cron goes on counting where the last run stopped."""
-        if not keys:
-            return
-        latest: dict[str, RunRecord] = {}
-        for record in self.store.records(keys):  # newest first
-            if record.issue in keys and record.issue not in latest and record.outcome not in ("running", "cancelled"):
-                latest[record.issue] = record
-        for key in keys:
-            last = latest.get(key)
-            recalled = recall(last, self.project.config.watch)
-            self.attempts[key] = recalled.attempts
-            if recalled.retry is not None and last is not None:
-                attempt, due = recalled.retry
-                self.backoffs[key] = Backoff(key, attempt, due, last.stop_reason or "")
 
     async def _run(self, running: Running, finished: list[RunRecord]) -> None:
         from beflow.runner import Run  # (the run machinery: an idle `watch --once` never loads it)
@@ -427,7 +375,7 @@ class Dispatcher:
             self.emit("error", key, message=f"{type(error).__name__}: {error}")
         except anyio.get_cancelled_exc_class():
             # The watch itself is stopping (a signal): the run has recorded itself cancelled; say so, then go on.
-            stopped = self._record_of(running)
+            stopped = running.record(self.store)
             if stopped is not None:
                 self._finished(stopped, finished)
             raise
@@ -435,22 +383,11 @@ class Dispatcher:
             self.running.pop(key, None)
             if self.wakeup is not None:
                 self.wakeup.set(f"run of {key} ended")  # its slot is free: fill it now, not at the next poll
-        record = record or self._record_of(running)
+        record = record or running.record(self.store)
         if record is None:
             return
         self._finished(record, finished)
         self._after(record)
-
-    def _record_of(self, running: Running) -> RunRecord | None:
-        """The finished record of a run that did not return one (cancelled, or failed inside beflow): the run's
-        events named it."""
-        if running.run_id is None:
-            return None
-        try:
-            record = RunStore(self.project.directory).get(running.run_id)
-        except (BeflowError, OSError, ValueError):
-            return None
-        return record if record.finished else None
 
     def _finished(self, record: RunRecord, finished: list[RunRecord]) -> None:
         finished.append(record)
@@ -467,20 +404,8 @@ class Dispatcher:
         )
 
     def _after(self, record: RunRecord) -> None:
-        key = record.issue
-        step = after_run(
-            record.outcome,
-            record.attempt,
-            permanent=record.permanent,
-            reason=record.stop_reason or "",
-            watch=self.project.config.watch,
-        )
-        if step.action == "done":
-            self.attempts[key] = 0
-        elif step.action == "retry":
-            self.attempts[key] = record.attempt
-            self.backoffs[key] = Backoff(key, step.attempt, self.clock() + step.delay, record.stop_reason or "")
-            self.emit("retry_scheduled", key, attempt=step.attempt, delay=step.delay)
+        step = self.retries.after(record, self.project.config.watch)
+        if step.action == "retry":
+            self.emit("retry_scheduled", record.issue, attempt=step.attempt, delay=step.delay)
         elif step.action == "give_up":
-            self.attempts.pop(key, None)  # a person who fixes the cause and reopens it starts a fresh round
-            self.emit("failed", key, reason=step.reason)
+            self.emit("failed", record.issue, reason=step.reason)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 #: A run's events, in every mode (``--auto --json`` streams them). ``progress``: a line the agent reported through
 #: beflow's own MCP server (``run.progress``). ``usage``: what the agent reported it used (at most one a second).
@@ -64,6 +64,12 @@ class WatchEvent:
 
 
 EventSink = Callable[[RunEvent], None]
+
+
+class WatchEmit(Protocol):
+    """How the dispatcher, and what it delegates to, tells a watch event (``Dispatcher.emit``)."""
+
+    def __call__(self, kind: WatchEventKind, issue: str | None = None, **data: Any) -> None: ...
 
 
 def safe_sink(sink: EventSink | None) -> EventSink:

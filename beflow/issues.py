@@ -12,6 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
 
+from beflow.config import GitHubTrackerSettings
 from beflow.errors import UsageError
 from beflow.followups import agent_follow_up
 from beflow.masking import agent_words
@@ -176,7 +177,8 @@ def new_issue(context: Context, payload: NewIssue) -> Issue:
             raise UsageError("issues filed by an agent are open; a person makes them ready", fix="Leave out status.")
         status = Status.OPEN
         # Nor may its labels make it ready or urgent (docs/safety.md): a person decides both.
-        prefix = getattr(context.project.config.tracker, "status_prefix", None)
+        settings = context.project.config.tracker
+        prefix = settings.status_prefix if isinstance(settings, GitHubTrackerSettings) else None
         labels, priority, _ = agent_follow_up(labels, priority, prefix)
         body = f"{body}\n\n_Follow-up of issue {context.bound_issue}, filed by {context.actor}._".strip()
     else:

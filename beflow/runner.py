@@ -44,7 +44,7 @@ from beflow.records import CappedLog, Mode, Outcome, RunRecord, RunStore
 from beflow.server.channel import RunChannel, own_channel, with_own_server
 from beflow.trackers import Status, Tracker, reading_once
 from beflow.trackers.base import Claim
-from beflow.trackers.claims import keep_renewed
+from beflow.trackers.claims import while_held
 from beflow.workspace import Workspace
 
 #: Bytes kept of acpx's transcript and of its stderr; beyond, a note says what was left out.
@@ -103,45 +103,26 @@ class Run:
                 branch=git.branch_for(issue.key),
                 code_host=self.code_host,
             )
-            if claim.renew_every is None:
-                return await _InWorktree(session, self._cancelled_because, self.code_host, claim).run()
-            return await self._leased(claim, session)
+            return await self._held(claim, session)
         finally:
             with anyio.CancelScope(shield=True):
                 await workers.blocking(claim.release)  # a remote tracker's release is a request
 
-    async def _leased(self, claim: Claim, session: Session) -> RunRecord:
-        """The run, with its claim's lease renewed beside it while it lives (GitHub). Losing the lease — taken over,
-        or not renewed before it ran out — cancels the run: another machine may be running the issue now."""
+    async def _held(self, claim: Claim, session: Session) -> RunRecord:
+        """The run, while its claim holds (a lease is renewed beside it: :func:`~beflow.trackers.claims.while_held`).
+        A lost lease cancels the run, which records itself cancelled and leaves the issue to its new holder."""
         lost: list[str] = []
-        steps = _InWorktree(
-            session,
-            lambda: f"lost the claim on the issue: {lost[0]}" if lost else self._cancelled_because(),
-            self.code_host,
-            claim,
-        )
-        run_scope, record, failure = anyio.CancelScope(), None, None
 
         def lose(reason: str) -> None:
             lost.append(reason)
             session.claim_lost = reason  # the issue is the new holder's: this run leaves it be
-            run_scope.cancel()
 
-        def notice(message: str) -> None:
-            session.emit("notice", message=message)
+        def cancelled_because() -> str | None:
+            return f"lost the claim on the issue: {lost[0]}" if lost else self._cancelled_because()
 
-        async with anyio.create_task_group() as keeper:
-            keeper.start_soon(keep_renewed, claim, lose, notice)
-            try:
-                with run_scope:
-                    record = await steps.run()
-            except Exception as error:  # raised as it is below, not wrapped in the task group's ExceptionGroup
-                failure = error
-            finally:
-                keeper.cancel_scope.cancel()
-        if failure is not None:
-            raise failure
-        return record if record is not None else session.record  # lost: the run recorded itself cancelled
+        steps = _InWorktree(session, cancelled_because, self.code_host, claim)
+        record = await while_held(claim, steps.run, lose, lambda message: session.emit("notice", message=message))
+        return record if record is not None else session.record
 
 
 class _InWorktree:

@@ -795,23 +795,23 @@ def test_draining_ready_issues_reads_the_tracker_a_constant_number_of_times(
 ) -> None:
     """Draining N issues is O(N): the tracker's files are all looked at a fixed number of times per drain however
     many runs it makes, and no run parses an issue file but its own."""
-    from beflow.trackers import local
+    from beflow.trackers import local_files
 
-    monkeypatch.setattr(local, "RACY_NS", -(10**12))  # (files just written are trusted to their stamp at once)
+    monkeypatch.setattr(local_files, "RACY_NS", -(10**12))  # (files just written are trusted to their stamp at once)
     scans: list[int] = []
     parsed: list[str] = []
-    sync, parse = local.LocalTracker._sync_now, local.parse
+    sync, parse = local_files.IssueFiles._sync_now, local_files.parse
 
-    def counting_sync(self: local.LocalTracker) -> None:
+    def counting_sync(self: local_files.IssueFiles) -> None:
         scans.append(1)
         sync(self)
 
-    def counting_parse(path: Path, text: str, **kwargs: object) -> local.Issue:
+    def counting_parse(path: Path, text: str, **kwargs: object) -> local_files.Issue:
         parsed.append(path.name)
         return parse(path, text, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(local.LocalTracker, "_sync_now", counting_sync)
-    monkeypatch.setattr(local, "parse", counting_parse)
+    monkeypatch.setattr(local_files.IssueFiles, "_sync_now", counting_sync)
+    monkeypatch.setattr(local_files, "parse", counting_parse)
     for n in range(20):
         auto_project.new_issue(title=f"someone else's {n}", status=Status.OPEN)
     auto_project.tracker.listing()  # the index knows them all
@@ -823,7 +823,7 @@ def test_draining_ready_issues_reads_the_tracker_a_constant_number_of_times(
         result = beflow("--auto")
         assert result.exit_code == 0, result.stderr
         assert all(auto_project.issue(key).status == Status.REVIEW for key in keys)
-        others = [name for name in parsed if local._number_of_name(name) not in keys]
+        others = [name for name in parsed if local_files.number_of_name(name) not in keys]
         seen[runs] = (len(scans), others)
     assert seen[1][0] == seen[3][0] == 1, seen  # one look at every file per drain
     assert seen[1][1] == seen[3][1] == [], seen

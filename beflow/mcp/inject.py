@@ -37,11 +37,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+import beflow.mcp.journal as journal
 from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.files import NotRegularError, atomic_write, read_regular
 from beflow.locks import waiting_for
-from beflow.mcp import journal
 from beflow.mcp.acp import AcpServer, server_names, wire
 from beflow.mcp.journal import JournalEntry, Restored
 from beflow.paths import ACPXRC, path_key

@@ -38,11 +38,8 @@ import anyio
 import anyio.abc
 import mcp_types as types
 from mcp.server import NotificationOptions, Server, ServerRequestContext
-from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
-from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from beflow import __version__
 from beflow.config import Project
@@ -56,6 +53,7 @@ from beflow.server.channel import client_from_environment
 from beflow.server.failures import log_internal, without_input
 from beflow.server.schema import exposed, load_all, tool
 from beflow.server.stdio import stdio_streams
+from beflow.server.subscriptions import ISSUE_URI, ResourceWatch
 from beflow.trackers.base import format_time, normalize_key
 
 logger = logging.getLogger("beflow.mcp")
@@ -65,7 +63,6 @@ DEFAULT_MAX_INPUT = 256 * KIB
 DEFAULT_MAX_OUTPUT = 1024 * KIB
 #: Seconds between two looks at the bound issue and the subscribed resources.
 DEFAULT_POLL = 2.0
-ISSUE_URI = "beflow://issue/{key}"
 RUN_URI = "beflow://run/{id}"
 CUT = "… [cut]"
 #: The ``_meta`` key of a tool error's code, message, fix and docs (structured, for clients that act on it).
@@ -297,10 +294,8 @@ class BeflowServer:
         }
         self.forward = client_from_environment(launch.channel, issue) if launch.channel else None
         self._calls = anyio.Lock()  # one call at a time, first come first served
-        self.bus = InMemorySubscriptionBus()
-        self.listen = ListenHandler(self.bus)
-        self.subscribed: set[str] = set()
-        self._session: Any = None  # the handshake-era session, for notifications nobody asked for in a request
+        #: The subscribed resources (and the bound issue), and what changed in them (beflow.server.subscriptions).
+        self.watch = ResourceWatch(bound_issue=issue, poll=launch.poll, stamp=self._stamp, run_uris=self._run_uris)
         self.server: Server[dict[str, Any]] = Server(
             SERVER_NAME,
             version=__version__,
@@ -314,7 +309,7 @@ class BeflowServer:
             on_read_resource=self._read_resource,
             on_subscribe_resource=self._subscribe,
             on_unsubscribe_resource=self._unsubscribe,
-            on_subscriptions_listen=self.listen,
+            on_subscriptions_listen=self.watch.listen,
         )
 
     def _instructions(self) -> str:
@@ -328,38 +323,14 @@ class BeflowServer:
             "follow-ups with issue_new for work you should not do now."
         )
 
-    # -- the lifespan: the watcher of the bound issue and subscribed resources --------------------------------------
+    # -- the lifespan: the watch of the bound issue and subscribed resources ----------------------------------------
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, _server: Server[dict[str, Any]]) -> AsyncIterator[dict[str, Any]]:
         async with anyio.create_task_group() as tasks:
-            tasks.start_soon(self._watch)
+            tasks.start_soon(self.watch.run)
             yield {}
             tasks.cancel_scope.cancel()
-
-    def _remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            self._session = ctx.session
-
-    async def _watch(self) -> None:
-        """Look at the watched resources every ``poll`` seconds; announce what changed."""
-        seen: dict[str, Any] = {}
-        listing: Any = None
-        while True:
-            uris = set(self.subscribed)
-            if self.context.bound_issue is not None:
-                uris.add(ISSUE_URI.format(key=self.context.bound_issue))
-            for uri in sorted(uris):
-                stamp = await anyio.to_thread.run_sync(self._stamp, uri)
-                if uri in seen and stamp != seen[uri]:
-                    await self.announce(uri)
-                seen[uri] = stamp
-            if self.context.bound_issue is not None:
-                runs = await anyio.to_thread.run_sync(self._run_uris)
-                if listing is not None and runs != listing:
-                    await self.announce(None)
-                listing = runs
-            await anyio.sleep(self.launch.poll)
 
     def _stamp(self, uri: str) -> Any:
         try:
@@ -375,22 +346,14 @@ class BeflowServer:
 
     async def announce(self, uri: str | None) -> None:
         """``uri`` changed (None: the list of resources did): tell listen streams and a subscribed session."""
-        with contextlib.suppress(Exception):  # a client that went away
-            if uri is None:
-                await self.bus.publish(ResourcesListChanged())
-                if self._session is not None:
-                    await self._session.send_resource_list_changed()
-                return
-            await self.bus.publish(ResourceUpdated(uri=uri))
-            if self._session is not None and uri in self.subscribed:
-                await self._session.send_resource_updated(uri)
+        await self.watch.announce(uri)
 
     # -- tools ------------------------------------------------------------------------------------------------------
 
     async def _list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        self._remember(ctx)
+        self.watch.remember(ctx)
         tools = [
             types.Tool.model_validate(tool(op, self.launch.project, self.context.bound_issue))
             for op in self.operations.values()
@@ -400,7 +363,7 @@ class BeflowServer:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        self._remember(ctx)
+        self.watch.remember(ctx)
         op = self.operations.get(params.name)
         if op is None:
             names = ", ".join(self.operations)
@@ -489,7 +452,7 @@ class BeflowServer:
     async def _list_resources(
         self, ctx: ServerRequestContext[Any, Any], params: types.PaginatedRequestParams | None
     ) -> types.ListResourcesResult:
-        self._remember(ctx)
+        self.watch.remember(ctx)
 
         def collect() -> list[types.Resource]:
             found = []
@@ -566,7 +529,7 @@ class BeflowServer:
     async def _read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> types.ReadResourceResult:
-        self._remember(ctx)
+        self.watch.remember(ctx)
         uri = str(params.uri)
         try:
             async with self._calls:
@@ -583,26 +546,26 @@ class BeflowServer:
     async def _subscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> types.EmptyResult:
-        self._remember(ctx)
+        self.watch.remember(ctx)
         uri = str(params.uri)
         try:
             await anyio.to_thread.run_sync(self._read_text, uri, self.context)  # refused like a read
         except BeflowError as error:
             raise MCPError(code=types.INVALID_PARAMS, message=without_input(error.message)) from None
-        self.subscribed.add(uri)
+        self.watch.subscribed.add(uri)
         return types.EmptyResult()
 
     async def _unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
-        self.subscribed.discard(str(params.uri))
+        self.watch.subscribed.discard(str(params.uri))
         return types.EmptyResult()
 
     # -- serving ----------------------------------------------------------------------------------------------------
 
     async def serve_streams(self, read: Any, write: Any, max_pending: int = MAX_PENDING) -> None:
         """Serve one connection over a stream pair, answering every request received before the input ended."""
-        drain = _Drain(read, write, on_draining=self.listen.close, max_pending=max_pending)
+        drain = _Drain(read, write, on_draining=self.watch.listen.close, max_pending=max_pending)
         options = self.server.create_initialization_options(
             NotificationOptions(resources_changed=self.context.bound_issue is not None)
         )

@@ -38,6 +38,7 @@ from beflow.operations import Context
 from beflow.server import api
 from beflow.server.guard import COOKIE, Policy, bearer
 from beflow.server.live import Dropped, Hub, Subscriber, WatchData, WatchSource
+from beflow.trackers.base import MetersRequests
 
 HERE = Path(__file__).parent
 #: Bytes of a request body, at most (the API's bodies are a status and a note).
@@ -212,9 +213,9 @@ class Server:
             # An error within the last two polls says the tracker (or the config) is in trouble.
             last = self.hub.last_error
             reachable = last is None or now - last > 2 * data.interval
-            stats = getattr(getattr(data.tracker, "api", None), "stats", None)
-            if stats is not None:
-                rate = api.RateLimit(remaining=stats.remaining, reset=stats.reset, limited=stats.rate_limited)
+            if isinstance(data.tracker, MetersRequests):
+                budget = data.tracker.rate_budget()
+                rate = api.RateLimit(remaining=budget.remaining, reset=budget.reset, limited=budget.limited)
         return api.Health(
             live=data is not None,
             tracker=self.project.config.tracker.kind,

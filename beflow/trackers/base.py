@@ -496,3 +496,18 @@ class NamesUnreadable(Protocol):
     listing: a watch names each once (the local tracker reports its files as ``Listing.problems`` instead)."""
 
     unreadable: dict[str, str]
+
+
+class RateBudget(NamedTuple):
+    """What a rate-limited API last said of its limit."""
+
+    remaining: int | None
+    reset: float | None  # when it resets, seconds since the epoch
+    limited: int  # requests refused for the limit so far
+
+
+@runtime_checkable
+class MetersRequests(Protocol):
+    """Its API is rate limited (GitHub): what is left of the limit, as the API last said (the dashboard shows it)."""
+
+    def rate_budget(self) -> RateBudget: ...

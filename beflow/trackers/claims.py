@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.to_thread
@@ -22,6 +22,8 @@ import anyio.to_thread
 from beflow.errors import BeflowError, LockedError
 from beflow.locks import NotedLock
 from beflow.trackers.base import Claim, ClaimInfo, ClaimLost, Issue, Status, format_time, normalize_key, utc_now
+
+_T = TypeVar("_T")
 
 #: How long a file claim waits for a lock someone else holds before reporting who holds it. A little more than
 #: zero, because ``holder()`` probes a lock by taking it for an instant.
@@ -133,3 +135,31 @@ async def keep_renewed(claim: Claim, lost: Callable[[str], None], notice: Callab
             reason = f"the claim could not be renewed before it ran out: {error.message}"
         lost(reason)
         return
+
+
+async def while_held(
+    claim: Claim, work: Callable[[], Awaitable[_T]], lost: Callable[[str], None], notice: Callable[[str], None]
+) -> _T | None:
+    """``work()``, with ``claim``'s lease renewed beside it while it lives (:func:`keep_renewed`; a claim without a
+    lease is held as it is). Losing the lease — taken over, or not renewed before it ran out — says why
+    (``lost(reason)``) and cancels the work: another machine may be running the issue now. None: it was lost."""
+    if claim.renew_every is None:
+        return await work()
+    run_scope, result, failure = anyio.CancelScope(), None, None
+
+    def lose(reason: str) -> None:
+        lost(reason)
+        run_scope.cancel()
+
+    async with anyio.create_task_group() as keeper:
+        keeper.start_soon(keep_renewed, claim, lose, notice)
+        try:
+            with run_scope:
+                result = await work()
+        except Exception as error:  # raised as it is below, not wrapped in the task group's ExceptionGroup
+            failure = error
+        finally:
+            keeper.cancel_scope.cancel()
+    if failure is not None:
+        raise failure
+    return result

@@ -34,6 +34,7 @@ from beflow.trackers.base import (
     FileProblem,
     Issue,
     Listing,
+    RateBudget,
     Status,
     as_utc,
     check_transition,
@@ -303,6 +304,10 @@ class GitHubTracker:
                 created.append(name)
         self._labels_checked = True
         return created
+
+    def rate_budget(self) -> RateBudget:
+        stats = self.api.stats
+        return RateBudget(stats.remaining, stats.reset, stats.rate_limited)
 
     def missing_labels(self) -> list[str]:
         existing = {label["name"] for label in self._call(self.api.paginate, f"{self._base}/labels")}

@@ -194,7 +194,7 @@ def test_list_on_an_80_column_pipe_wraps_no_title(repo: Path, beflow, monkeypatc
 
 def test_list_writes_its_rows_without_building_an_issue(three: Path, beflow, monkeypatch: pytest.MonkeyPatch) -> None:
     """`issues list` streams from the tracker's index: 100k issues list in constant memory."""
-    monkeypatch.setattr("beflow.trackers.local.RACY_NS", -(10**12))  # (files just written are trusted at once)
+    monkeypatch.setattr("beflow.trackers.local_files.RACY_NS", -(10**12))  # (files just written are trusted at once)
     table, listing = beflow("issues", "list").stdout, beflow("issues", "list", "--json").stdout
     from beflow.trackers.base import Issue
 

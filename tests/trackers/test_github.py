@@ -15,7 +15,7 @@ import pytest
 from beflow.config import load_project
 from beflow.errors import ConfigError, LockedError
 from beflow.trackers import Status, open_tracker
-from beflow.trackers.base import ClaimLost
+from beflow.trackers.base import ClaimLost, MetersRequests
 from beflow.trackers.github import GitHubTracker
 from beflow.trackers.github_api import RateLimited, Unavailable
 from tests.support.github import TOKEN, FakeGitHub
@@ -172,6 +172,16 @@ def test_a_claim_is_exclusive_and_released(gh: AutoProject, github: FakeGitHub) 
     assert second.holder("1") is None
     with second.claim("1", owner="watcher b"):
         assert first.holder("1").owner == "watcher b"  # type: ignore[union-attr]
+
+
+def test_its_rate_limit_is_a_capability_asked_for_by_isinstance(gh: AutoProject, github: FakeGitHub) -> None:
+    """The dashboard's health shows what is left of GitHub's rate limit: asked of the tracker as a capability."""
+    github.add_issue("One", labels=["beflow", "beflow:ready"])
+    github_tracker = tracker(gh)
+    assert isinstance(github_tracker, MetersRequests)
+    github_tracker.listing()
+    budget = github_tracker.rate_budget()
+    assert budget.remaining == github.rate_remaining and budget.limited == 0
 
 
 def test_a_config_without_token_env_name_is_refused(repo: Path) -> None:

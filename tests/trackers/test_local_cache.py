@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from beflow.trackers import local, local_index
+from beflow.trackers import local, local_files, local_index
 from beflow.trackers.base import Status
 from beflow.trackers.local import LocalTracker
 
@@ -20,7 +20,7 @@ MANY = 18
 def tracker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalTracker:
     # Files written a moment ago are never trusted to their stamp; here "a moment" is nothing, so the cache is used
     # at once (the racy window has its own test).
-    monkeypatch.setattr(local, "RACY_NS", -(10**12))
+    monkeypatch.setattr(local_files, "RACY_NS", -(10**12))
     project = tmp_path / "project"
     project.mkdir()
     return LocalTracker(project / ".beflow" / "issues", project)
@@ -30,13 +30,13 @@ def tracker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalTracker:
 def parses(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     """Every file parsed, in order."""
     seen: list[Path] = []
-    real = local.parse
+    real = local_files.parse
 
     def counting(path: Path, text: str, **kwargs: object) -> local.Issue:
         seen.append(path)
         return real(path, text, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(local, "parse", counting)
+    monkeypatch.setattr(local_files, "parse", counting)
     return seen
 
 
@@ -121,7 +121,7 @@ def test_one_issue_is_read_by_its_file_name_without_a_scan(
 def test_a_file_just_written_is_read_again_until_its_stamp_can_be_trusted(
     tracker: LocalTracker, parses: list[Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(local, "RACY_NS", 3600 * 10**9)
+    monkeypatch.setattr(local_files, "RACY_NS", 3600 * 10**9)
     tracker.create("new")
     tracker.listing()
     parses.clear()

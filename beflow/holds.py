@@ -1,0 +1,53 @@
+"""What holds a watch's dispatching back as a whole: a configuration problem every run would hit, and the day's
+spending at ``limits.cost_per_day``. Each is said once when it starts holding, and again when dispatching resumes,
+instead of failing (or refusing) the issues one by one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from beflow import guardrails, preflight
+from beflow.config import Project
+from beflow.errors import ConfigError
+from beflow.events import WatchEmit, WatchEventKind
+from beflow.spending import Ledger
+
+
+class Holds:
+    """One watch's holds, told through ``emit`` (the dispatcher's)."""
+
+    def __init__(self, emit: WatchEmit) -> None:
+        self.emit = emit
+        #: Why dispatching is held back (a configuration problem every run would hit), if it is.
+        self.blocked: str | None = None
+        self.blocked_by: ConfigError | None = None
+
+    def config_ready(self, project: Project, *, idle: bool = False) -> bool:
+        """Whether runs can start: a prompt or `.mcp.json` that would fail every run alike holds dispatching back
+        (reported once, and again when the problem changes) instead of failing the issues one by one."""
+        try:
+            preflight.check(project, idle=idle)
+        except ConfigError as error:
+            self.blocked_by = error
+            if error.message != self.blocked:
+                self.blocked = error.message
+                self.emit("error", message=f"not dispatching until this is fixed: {error.message}")
+            return False
+        self.blocked_by = None
+        if self.blocked is not None:
+            self.blocked = None
+            self.emit("config_reloaded", path=str(project.config_path), message="dispatching again")
+        return True
+
+    def budget_reached(self, ledger: Ledger, budget: guardrails.DayBudget | None) -> bool:
+        """Whether the day's spending has reached ``limits.cost_per_day``: said once when it is, and again when
+        dispatching resumes (a new day, a raised limit)."""
+        reached = budget is not None and budget.reached
+        if reached != ledger.holding:
+            ledger.holding = reached
+            kind: WatchEventKind = "budget_reached" if reached else "budget_cleared"
+            figures: dict[str, Any] = {"message": budget.describe() if budget and reached else "dispatching again"}
+            if budget is not None:
+                figures.update(spent=round(budget.spent, 6), limit=budget.limit, currency=budget.currency)
+            self.emit(kind, **figures)
+        return reached

@@ -1,0 +1,156 @@
+"""The shape of ``beflow/`` stays as docs/architecture.md says: no import cycle, no class doing too many jobs, and
+what only some trackers or code hosts can do asked for with ``isinstance`` on a capability protocol, never found
+by ``getattr``. Read from the source (ast), so a lazy import inside a function counts as much as one at the top."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import beflow
+
+PACKAGE = Path(beflow.__file__).parent
+#: Lines a class may span, its docstring and comments included: beyond, it does more than one job.
+MAX_CLASS_LINES = 300
+#: What a tracker or a code host is called where it is used (``self.tracker``, ``data.tracker``, ``code_host``).
+HOLDER = re.compile(r"tracker|code_?host", re.IGNORECASE)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+TREES = {name: ast.parse(path.read_text(), filename=str(path)) for name, path in MODULES.items()}
+
+
+def _known(name: str) -> str | None:
+    """The beflow module ``name`` is, or is in (``beflow.trackers.base.Issue`` -> ``beflow.trackers.base``)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports_of(module: str) -> set[str]:
+    """The beflow modules ``module`` imports, anywhere in it. ``from a import b`` imports ``a`` (Python runs it,
+    and reads ``b`` from it), and ``a.b`` too when that is a module."""
+    is_package = MODULES[module].name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(TREES[module]):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".") if is_package else module.split(".")[:-1]
+                base = base[: len(base) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            names = [source] + [f"{source}.{alias.name}" for alias in node.names]
+        for name in names:
+            known = _known(name)
+            if known is not None and known != module:
+                found.add(known)
+    return found
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            step = next(edges, None)
+            if step is not None:
+                if step not in index:
+                    index[step] = low[step] = len(index)
+                    stack.append(step)
+                    on_stack.add(step)
+                    work.append((step, iter(sorted(graph[step]))))
+                elif step in on_stack:
+                    low[node] = min(low[node], index[step])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_import_graph_of_beflow_has_no_cycle() -> None:
+    graph = {module: imports_of(module) for module in MODULES}
+    assert graph["beflow.dispatcher"] >= {"beflow.runner", "beflow.trackers"}  # (an import inside a function counts)
+    assert cycles(graph) == []
+
+
+def test_no_class_spans_more_than_300_lines() -> None:
+    spans = {
+        f"{module}.{node.name}": (node.end_lineno or node.lineno) - node.lineno + 1
+        for module, tree in TREES.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+    }
+    assert spans["beflow.trackers.local.LocalTracker"] > 100  # (the spans are measured)
+    assert {name: lines for name, lines in spans.items() if lines > MAX_CLASS_LINES} == {}
+
+
+def test_no_capability_of_a_tracker_or_code_host_is_found_by_getattr() -> None:
+    """``getattr(tracker, "progress", None)`` hides what a tracker can do: a capability is a protocol
+    (``trackers.base``, ``codehosts.base``) asked for with ``isinstance``."""
+    found = [
+        f"{MODULES[module].relative_to(PACKAGE.parent)}:{node.lineno}: {ast.unparse(node)}"
+        for module, tree in TREES.items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in ("getattr", "hasattr")
+        and node.args
+        and HOLDER.search(ast.unparse(node.args[0]))
+    ]
+    assert found == []
+
+
+def test_every_module_is_in_the_readmes_map() -> None:
+    """The README's "How the code is laid out" names every module, so that a newcomer finds where a change goes."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    layout = readme[readme.index("## How the code is laid out") :]
+    missing = [
+        str(path.relative_to(PACKAGE))
+        for path in MODULES.values()
+        if path.name not in ("__init__.py", "__main__.py")
+        and path.parent.name != "cli"  # (cli/ is named as a whole: a module per command group)
+        and not re.search(rf"(?<![\w]){re.escape(path.name)}", layout)
+    ]
+    assert missing == []
