@@ -263,6 +263,36 @@ def test_a_watch_stops_dispatching_at_its_day_budget_and_resumes_when_the_limit_
     assert held.used.cost == {"USD": 1.25}  # type: ignore[attr-defined]
 
 
+def test_a_retry_that_resumes_the_session_counts_its_own_cost_once_in_the_issues_and_the_days_sums(
+    auto_project: AutoProject, no_leftover_processes: None
+) -> None:
+    """ACP's cost is the session's, cumulative: the resumed retry reports 0.60 USD (the first run's 0.30 and its
+    own 0.30); it records both and counts 0.30, so the issue, the watch and the day have spent 0.60, not 0.90."""
+    auto_project.configure(watch=fast(max_attempts=2), limits={"cost_per_day": 0.8})
+    key = auto_project.new_issue("spend 1000 200000 0.30 USD", "fail not yet")
+
+    async def scenario() -> tuple[Watch, object]:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("failed", key)))
+            await watch.ticks(2)
+            state = watch.dispatcher.snapshot()
+        return watch, state
+
+    watch, state = anyio.run(scenario)
+
+    second, first = auto_project.records(key)
+    assert second.resumed_session == first.session is not None
+    assert first.usage is not None and (first.usage.cost, first.usage.session_cost) == (0.3, 0.3)
+    assert second.usage is not None
+    assert (second.usage.cost, second.usage.session_cost, second.usage.earlier_cost) == (0.3, 0.6, 0.3)
+    assert watch.of("finished", key)[-1].data["usage"]["cost"] == 0.3
+    assert state.used.cost == {"USD": pytest.approx(0.6)}  # type: ignore[attr-defined]
+    assert watch.of("budget_reached") == []  # 0.60 of the day's 0.80: the session's 0.30 is not counted twice
+    comment = auto_project.issue(key).comments[-1].text
+    assert "cost 0.30 USD; the resumed session's 0.60 USD, less the earlier runs' 0.30" in comment
+    assert "- all runs of this issue: 2,000 tokens, 0.60 USD over 2 runs" in comment
+
+
 def test_a_days_spending_counts_the_days_watch_runs_from_their_records_and_starts_again_the_next_day(
     tmp_path: Path,
 ) -> None:
