@@ -92,6 +92,9 @@ class Snapshot:
     #: What the watch's runs used since it started, and its day against ``limits.cost_per_day`` (if set).
     used: guardrails.Totals = field(default_factory=guardrails.Totals)
     budget: guardrails.DayBudget | None = None
+    #: Why dispatching is held back (a configuration problem every run would hit), if it is, and how to fix it.
+    blocked: str | None = None
+    blocked_fix: str | None = None
 
 
 Listener = Callable[[WatchEvent | RunEvent], None]
@@ -135,6 +138,9 @@ class Dispatcher:
         self._polled = 0.0
         #: What the watch's runs used, and its day's spending (beflow.spending).
         self.ledger = Ledger()
+        #: The currency a run's agent reported its cost in when it was not ``limits.currency``, and that agent:
+        #: every run would fail on it, so dispatching is held until the config is fixed (or the agent changed).
+        self._wrong_currency: tuple[str, object] | None = None
 
     @property
     def store(self) -> RunStore:
@@ -177,6 +183,8 @@ class Dispatcher:
             next_tick=self.next_tick,
             used=self.ledger.watch,
             budget=self._day_budget(),
+            blocked=self.blocked,
+            blocked_fix=self.blocked_by.fix if self.blocked_by is not None else None,
         )
 
     def _day_budget(self) -> guardrails.DayBudget | None:
@@ -195,6 +203,20 @@ class Dispatcher:
                 figures.update(spent=round(budget.spent, 6), limit=budget.limit, currency=budget.currency)
             self.emit(kind, **figures)
         return reached
+
+    def _currency_held(self) -> ConfigError | None:
+        """Why no run can keep the budgets, when a run's agent reported its cost in another currency than
+        ``limits.currency``; None once the config is fixed (the currency, no cost budget, another agent)."""
+        if self._wrong_currency is None:
+            return None
+        currency, agent = self._wrong_currency
+        config = self.project.config
+        wrong = guardrails.currency_mismatch(currency, config.limits) if agent == config.agent else None
+        if wrong is None:
+            self._wrong_currency = None
+            return None
+        problem, fix = wrong
+        return ConfigError(f"{problem}; every run would fail on it", fix=f"{fix} (beflow watch reloads it)")
 
     # -- the loop --------------------------------------------------------------------------------------------------
 
@@ -277,7 +299,8 @@ class Dispatcher:
                 # `--once` with nothing to start still reports a configuration every run would fail on, from the
                 # checks that need no git process (a bad `worktrees.base` waits for a run to start).
                 idle = bool(once and not startable and self.blocked is None)
-                return bool((startable or self.blocked is not None or once) and self._ready_to_dispatch(idle=idle))
+                looked = startable or self.blocked is not None or self._wrong_currency is not None or once
+                return bool(looked and self._ready_to_dispatch(idle=idle))
         except BeflowError as error:
             self.emit("error", message=error.message)
         except OSError as error:  # a full disk, a permission gone: say so and try again next tick
@@ -289,6 +312,9 @@ class Dispatcher:
         (reported once, and again when the problem changes) instead of failing the issues one by one."""
         try:
             preflight.check(self.project, idle=idle)
+            held = self._currency_held()
+            if held is not None:
+                raise held
         except ConfigError as error:
             self.blocked_by = error
             if error.message != self.blocked:
@@ -358,8 +384,8 @@ class Dispatcher:
         self.queue = [i for i in ready if not (i.key in self.backoffs and self.backoffs[i.key].due > now)]
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
-        if self._held_by_budget():
-            return
+        if self._held_by_budget() or self._currency_held() is not None:
+            return  # (a run that ended while the tick looked at the tracker may have found the currency wrong)
         free = self.project.config.watch.concurrency - len(self.running)
         now = self.clock()
         for issue in list(self.queue):
@@ -454,6 +480,9 @@ class Dispatcher:
         finished.append(record)
         self.recent.appendleft(record)
         self.ledger.finished(record)
+        usage, config = record.usage, self.project.config
+        if usage is not None and guardrails.currency_mismatch(usage.currency, config.limits) is not None:
+            self._wrong_currency = (usage.currency or "", config.agent)
         used = guardrails.event_data(record.usage)
         self.emit(
             "finished",

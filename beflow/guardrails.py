@@ -173,17 +173,27 @@ class Breach:
     permanent: bool = True
 
 
-def currency_breach(usage: Usage, limits: Limits) -> Breach | None:
-    """A cost budget in a currency the agent does not report cannot be kept: a configuration error, naming the
-    currency the agent did report (nothing is converted)."""
-    if not _cost_budgeted(limits) or usage.currency is None or usage.currency == limits.currency:
+def currency_mismatch(currency: str | None, limits: Limits) -> tuple[str, str] | None:
+    """A cost budget in a currency the agent does not report cannot be kept: what is wrong, naming the currency the
+    agent did report, and the fix (nothing is converted); None when the budgets can be kept."""
+    if not _cost_budgeted(limits) or currency is None or currency == limits.currency:
         return None
-    return Breach(
-        "failed",
-        f"limits.currency is {limits.currency} but the agent reports its cost in {usage.currency}: a budget it "
-        f'does not report cannot be kept. Fix: set "limits": {{"currency": "{usage.currency}"}} (and the budgets '
-        f"in {usage.currency}) in the config",
+    return (
+        f"limits.currency is {limits.currency} but the agent reports its cost in {currency}: a budget it does not "
+        "report cannot be kept",
+        f'set "limits": {{"currency": "{currency}"}} (and the budgets in {currency}) in the config',
     )
+
+
+def currency_breach(usage: Usage, limits: Limits) -> Breach | None:
+    """A run whose agent reports its cost in another currency than the budgets': a configuration error. Not
+    permanent: every run would fail on it alike, so a watch holds dispatching until the config is fixed, then
+    retries the run."""
+    wrong = currency_mismatch(usage.currency, limits)
+    if wrong is None:
+        return None
+    problem, fix = wrong
+    return Breach("failed", f"{problem}. Fix: {fix}", permanent=False)
 
 
 def run_breach(usage: Usage, limits: Limits) -> Breach | None:
