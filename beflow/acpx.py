@@ -251,9 +251,7 @@ def _usage_update(usage: Usage, update: dict[str, Any]) -> None:
     if value is None or currency is None:
         usage.rejected += 1
         return
-    if usage.currency is not None and currency != usage.currency:
-        usage.note = f"the agent changed its cost's currency from {usage.currency} to {currency} during the run"
-    usage.cost, usage.currency = value, currency
+    usage.report_cost(value, currency)
 
 
 def _turn_usage(usage: Usage, reported: object) -> None:
@@ -503,9 +501,11 @@ class AgentSession:
         on_stdout: proc.LineHandler,
         on_stderr: proc.LineHandler,
         on_cold_start: Callable[[str], None] = lambda why: None,
+        earlier_usage: Usage | None = None,
     ) -> proc.Completed:
         """Run the agent on ``text`` (resuming ``earlier`` when given) to the end: how acpx ended. A resume that
-        fell through calls ``on_cold_start(why)`` before the cold start."""
+        fell through calls ``on_cold_start(why)`` before the cold start. ``earlier_usage``: what the last run on
+        ``earlier`` reported, so that a resumed run's cost is its own (ACP's is the session's, cumulative)."""
         config, cwd = self.config, self.cwd
         timeout = config.timeout
         common: dict[str, Any] = {
@@ -536,6 +536,7 @@ class AgentSession:
             if not created.ok:
                 self.resume_note = f"could not name the earlier session: {tail(created)}; started cold"
             else:
+                self.transcript.usage = Usage.resuming(earlier_usage)
                 finished = False
                 try:
                     result = await proc.run(prompt_argv(config, name=name, **common), **supervise)

@@ -113,6 +113,9 @@ class Snapshot:
     #: What the watch's runs used since it started, and its day against ``limits.cost_per_day`` (if set).
     used: guardrails.Totals = field(default_factory=guardrails.Totals)
     budget: guardrails.DayBudget | None = None
+    #: Why dispatching is held back (a configuration problem every run would hit), if it is, and how to fix it.
+    blocked: str | None = None
+    blocked_fix: str | None = None
 
 
 Listener = Callable[[WatchEvent | RunEvent], None]
@@ -209,6 +212,8 @@ class Dispatcher:
             next_tick=self.next_tick,
             used=self.ledger.watch,
             budget=self._day_budget(),
+            blocked=self.blocked,
+            blocked_fix=self.blocked_by.fix if self.blocked_by is not None else None,
         )
 
     def _day_budget(self) -> guardrails.DayBudget | None:
@@ -305,9 +310,8 @@ class Dispatcher:
                 # `--once` with nothing to start still reports a configuration every run would fail on, from the
                 # checks that need no git process (a bad `worktrees.base` waits for a run to start).
                 idle = bool(once and not startable and self.blocked is None)
-                return bool(
-                    (startable or self.blocked is not None or once) and self.holds.config_ready(self.project, idle=idle)
-                )
+                looked = startable or self.blocked is not None or self.holds.wrong_currency is not None or once
+                return bool(looked and self.holds.config_ready(self.project, idle=idle))
         except BeflowError as error:
             self.emit("error", message=error.message)
         except OSError as error:  # a full disk, a permission gone: say so and try again next tick
@@ -327,8 +331,8 @@ class Dispatcher:
         self.queue = [i for i in ready if not self.retries.backing_off(i.key, now)]
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
-        if self.holds.budget_reached(self.ledger, self._day_budget()):
-            return
+        if self.holds.budget_reached(self.ledger, self._day_budget()) or self.holds.currency_held(self.project):
+            return  # (a run that ended while the tick looked at the tracker may have found the currency wrong)
         free = self.project.config.watch.concurrency - len(self.running)
         now = self.clock()
         for issue in list(self.queue):
@@ -393,6 +397,9 @@ class Dispatcher:
         finished.append(record)
         self.recent.appendleft(record)
         self.ledger.finished(record)
+        usage, config = record.usage, self.project.config
+        if usage is not None and guardrails.currency_mismatch(usage.currency, config.limits) is not None:
+            self.holds.wrong_currency = (usage.currency or "", config.agent)
         used = guardrails.event_data(record.usage)
         self.emit(
             "finished",

@@ -45,9 +45,14 @@ class Usage:
     thought_tokens: int | None = None
     cached_read_tokens: int | None = None
     cached_write_tokens: int | None = None
-    #: The session's cumulative cost at its latest update, in ``currency`` (ISO 4217, as the agent said it).
+    #: The run's own cost, in ``currency`` (ISO 4217, as the agent said it): what budgets and sums count. ACP's
+    #: cost is the session's, cumulative (``session_cost``, at the latest update); a run that resumed an earlier
+    #: run's session counts only what came after that run's last figure (``earlier_cost``).
     cost: float | None = None
     currency: str | None = None
+    session_cost: float | None = None
+    earlier_cost: float | None = None
+    earlier_currency: str | None = None
     #: How many usage updates were read, and how many values in them were not valid (negative, not a number,
     #: beyond :data:`MAX_TOKENS`) and were ignored.
     updates: int = 0
@@ -68,6 +73,38 @@ class Usage:
     @property
     def empty(self) -> bool:
         return self.updates == 0 and self.tokens is None and self.cost is None
+
+    @classmethod
+    def resuming(cls, earlier: Usage | None) -> Usage:
+        """The usage of a run that resumes the session ``earlier`` (the last run on it) reported on: its cost
+        counts from that run's last figure of the session's cost."""
+        usage = cls()
+        if earlier is not None and earlier.currency is not None:
+            figure = earlier.session_cost if earlier.session_cost is not None else earlier.cost  # (older records)
+            usage.earlier_cost, usage.earlier_currency = figure, earlier.currency
+        return usage
+
+    def report_cost(self, session_cost: float, currency: str) -> None:
+        """The agent reported the session's cumulative cost: the run's own share of it becomes ``cost``."""
+        earlier = self.earlier_cost
+        if earlier is not None and currency != self.earlier_currency:
+            self.note = (
+                f"the earlier run reported the session's cost in {self.earlier_currency}, this one in {currency}: "
+                "nothing could be subtracted, the session's whole cost is counted"
+            )
+            self.earlier_cost = self.earlier_currency = None
+        elif earlier is not None and session_cost < earlier:
+            # A cumulative figure that includes the earlier runs' is never below theirs: this agent counts afresh.
+            self.note = (
+                f"the session's cost ({session_cost:.2f} {currency}) fell below what the earlier run reported "
+                f"({earlier:.2f}): the agent counts afresh, and its figures are this run's own"
+            )
+            self.earlier_cost = self.earlier_currency = None
+        if self.currency is not None and currency != self.currency:
+            self.note = f"the agent changed its cost's currency from {self.currency} to {currency} during the run"
+        self.session_cost, self.currency = session_cost, currency
+        # (rounded: 0.5 - 0.3 is no 0.20000000000000004 in a record)
+        self.cost = round(session_cost - self.earlier_cost, 10) if self.earlier_cost is not None else session_cost
 
     @classmethod
     def of(cls, data: dict[str, Any]) -> Usage:
@@ -136,17 +173,27 @@ class Breach:
     permanent: bool = True
 
 
-def currency_breach(usage: Usage, limits: Limits) -> Breach | None:
-    """A cost budget in a currency the agent does not report cannot be kept: a configuration error, naming the
-    currency the agent did report (nothing is converted)."""
-    if not _cost_budgeted(limits) or usage.currency is None or usage.currency == limits.currency:
+def currency_mismatch(currency: str | None, limits: Limits) -> tuple[str, str] | None:
+    """A cost budget in a currency the agent does not report cannot be kept: what is wrong, naming the currency the
+    agent did report, and the fix (nothing is converted); None when the budgets can be kept."""
+    if not _cost_budgeted(limits) or currency is None or currency == limits.currency:
         return None
-    return Breach(
-        "failed",
-        f"limits.currency is {limits.currency} but the agent reports its cost in {usage.currency}: a budget it "
-        f'does not report cannot be kept. Fix: set "limits": {{"currency": "{usage.currency}"}} (and the budgets '
-        f"in {usage.currency}) in the config",
+    return (
+        f"limits.currency is {limits.currency} but the agent reports its cost in {currency}: a budget it does not "
+        "report cannot be kept",
+        f'set "limits": {{"currency": "{currency}"}} (and the budgets in {currency}) in the config',
     )
+
+
+def currency_breach(usage: Usage, limits: Limits) -> Breach | None:
+    """A run whose agent reports its cost in another currency than the budgets': a configuration error. Not
+    permanent: every run would fail on it alike, so a watch holds dispatching until the config is fixed, then
+    retries the run."""
+    wrong = currency_mismatch(usage.currency, limits)
+    if wrong is None:
+        return None
+    problem, fix = wrong
+    return Breach("failed", f"{problem}. Fix: {fix}", permanent=False)
 
 
 def run_breach(usage: Usage, limits: Limits) -> Breach | None:
@@ -274,6 +321,11 @@ def describe(usage: Usage | None) -> str | None:
         parts.append(f"{usage.tokens or 0:,} tokens{split}")
     if usage.cost is not None:
         parts.append(f"cost {usage.cost:.2f} {usage.currency}")
+        if usage.earlier_cost is not None and usage.session_cost is not None:
+            parts.append(
+                f"the resumed session's {usage.session_cost:.2f} {usage.currency}, less the earlier runs' "
+                f"{usage.earlier_cost:.2f}"
+            )
     if usage.rejected:
         parts.append(f"{usage.rejected} invalid value{'s' if usage.rejected != 1 else ''} ignored")
     if usage.note:

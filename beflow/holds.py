@@ -1,6 +1,7 @@
-"""What holds a watch's dispatching back as a whole: a configuration problem every run would hit, and the day's
-spending at ``limits.cost_per_day``. Each is said once when it starts holding, and again when dispatching resumes,
-instead of failing (or refusing) the issues one by one."""
+"""What holds a watch's dispatching back as a whole: a configuration problem every run would hit (a cost budget in
+another currency than the agent reports included), and the day's spending at ``limits.cost_per_day``. Each is said
+once when it starts holding, and again when dispatching resumes, instead of failing (or refusing) the issues one
+by one."""
 
 from __future__ import annotations
 
@@ -21,12 +22,18 @@ class Holds:
         #: Why dispatching is held back (a configuration problem every run would hit), if it is.
         self.blocked: str | None = None
         self.blocked_by: ConfigError | None = None
+        #: The currency a run's agent reported its cost in when it was not ``limits.currency``, and that agent:
+        #: every run would fail on it, so dispatching is held until the config is fixed (or the agent changed).
+        self.wrong_currency: tuple[str, object] | None = None
 
     def config_ready(self, project: Project, *, idle: bool = False) -> bool:
         """Whether runs can start: a prompt or `.mcp.json` that would fail every run alike holds dispatching back
         (reported once, and again when the problem changes) instead of failing the issues one by one."""
         try:
             preflight.check(project, idle=idle)
+            held = self.currency_held(project)
+            if held is not None:
+                raise held
         except ConfigError as error:
             self.blocked_by = error
             if error.message != self.blocked:
@@ -51,3 +58,17 @@ class Holds:
                 figures.update(spent=round(budget.spent, 6), limit=budget.limit, currency=budget.currency)
             self.emit(kind, **figures)
         return reached
+
+    def currency_held(self, project: Project) -> ConfigError | None:
+        """Why no run can keep the budgets, when a run's agent reported its cost in another currency than
+        ``limits.currency``; None once the config is fixed (the currency, no cost budget, another agent)."""
+        if self.wrong_currency is None:
+            return None
+        currency, agent = self.wrong_currency
+        config = project.config
+        wrong = guardrails.currency_mismatch(currency, config.limits) if agent == config.agent else None
+        if wrong is None:
+            self.wrong_currency = None
+            return None
+        problem, fix = wrong
+        return ConfigError(f"{problem}; every run would fail on it", fix=f"{fix} (beflow watch reloads it)")

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import anyio
 import anyio.lowlevel
 
-from beflow import acpx, delivery, git, guardrails, interrupts, preflight, prompt, repoguard, workers
+from beflow import acpx, delivery, git, guardrails, interrupts, preflight, prompt, repoguard, spending, workers
 from beflow.codehosts import CodeHost, open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
@@ -335,6 +335,7 @@ class _InWorktree:
                             key=record.issue,
                             prompt_file=directory / "prompt.md",
                             earlier=earlier,
+                            earlier_usage=self._session_spent(earlier),
                             on_stdout=on_stdout,
                             on_stderr=on_stderr,
                             on_cold_start=self._started_cold,
@@ -379,6 +380,12 @@ class _InWorktree:
             ):
                 return earlier.session
         return None
+
+    def _session_spent(self, session: str | None) -> guardrails.Usage | None:
+        """What the latest run on the ACP session ``session`` reported, that a resumed run's cost counts from."""
+        if session is None:
+            return None
+        return spending.last_on_session(self.store.records([self.record.issue]), session)
 
     async def _finish(self, outcome: Outcome, reason: str) -> RunRecord:
         record = self.record

@@ -10,10 +10,14 @@ from pydantic import BaseModel, Field
 from beflow import acpx
 from beflow.config import Project
 from beflow.errors import NotBoundError, NotFoundError, excerpt
+from beflow.guardrails import Usage
 from beflow.masking import agent_words
 from beflow.operations import Context, Input, operation
 from beflow.records import MAX_PROGRESS, ProgressNote, RunRecord, RunStore
 from beflow.trackers.base import normalize_key
+
+#: The context's service holding what the run going on reported so far (a :class:`Usage`), set by its channel.
+LIVE_USAGE = "usage"
 
 
 def store(context: Context) -> RunStore:
@@ -67,9 +71,16 @@ class RunSummary(BaseModel):
     commit: str | None
     changed_files: int
     progress: str | None = Field(description="The latest progress line the agent reported, if any.")
+    usage: Usage | None = Field(
+        default=None,
+        description="What the agent reported the run used (tokens, cost and its currency), if it reported anything; "
+        "for the run going on, the figures so far.",
+    )
 
     @classmethod
-    def of(cls, record: RunRecord) -> RunSummary:
+    def of(cls, record: RunRecord, live: Usage | None = None) -> RunSummary:
+        """``record``'s summary; ``live``: what a run still going reported so far (its record has it at the end)."""
+        usage = record.usage if record.usage is not None else live
         return cls(
             id=record.id,
             issue=record.issue,
@@ -83,6 +94,7 @@ class RunSummary(BaseModel):
             commit=record.commit,
             changed_files=len(record.changed_files),
             progress=record.progress[-1].text if record.progress else None,
+            usage=None if usage is None or usage.empty else usage,
         )
 
 
@@ -178,7 +190,8 @@ def run_logs(context: Context, payload: RunId) -> RunLogs:
     "run.status",
     title="Status of this run and earlier ones",
     description="Where your run stands and how the issue's earlier runs ended (outcome, why, branch, commit, latest "
-    "progress). Call it at the start to learn from earlier attempts. Reads run records; cheap, always current.",
+    "progress, what each used). Call it at the start to learn from earlier attempts. Reads run records; cheap, "
+    "always current.",
     safety="read",
     agent=True,
     issue_field="issue",
@@ -189,7 +202,8 @@ def run_status(context: Context, payload: RunStatusQuery) -> RunStatus:
     runs = store(context)
     current = None
     if context.bound_run is not None:
-        current = RunSummary.of(_lookup(context, context.bound_run))
+        # The run's own channel hands over what its agent reported so far (beflow.server.channel).
+        current = RunSummary.of(_lookup(context, context.bound_run), context.services.get(LIVE_USAGE))
     issues = None if payload.issue is None else [normalize_key(payload.issue)]
     records = runs.records(issues, limit=payload.limit + 1)  # (one more: the current run is not an earlier one)
     earlier = [RunSummary.of(r) for r in records if current is None or r.id != current.id]

@@ -112,7 +112,8 @@ def test_a_run_passes_its_budget_only_on_what_the_agent_reported(
 
     assert (breach.outcome if breach else None) == outcome
     if breach is not None:
-        assert words in breach.reason and breach.permanent
+        # Over a budget: not retried. The wrong currency: every run alike, so a watch holds and retries it once fixed.
+        assert words in breach.reason and breach.permanent is (outcome == "over_budget")
 
 
 @pytest.mark.parametrize(
@@ -166,3 +167,64 @@ def test_sums_keep_currencies_apart_and_count_runs_that_reported_nothing() -> No
 def test_usage_reads_as_one_line_and_a_column(used: Usage | None, line: str | None, column: str) -> None:
     assert describe(used) == line
     assert short(used) == column
+
+
+SESSIONS = [
+    # what the last run on the session reported, the resumed run's reports (the session's cumulative cost), then
+    # the run's own cost, the session's, what was subtracted, words of the note
+    (None, [(0.3, "USD")], 0.3, 0.3, None, None),
+    (usage(cost=0.3, currency="USD"), [(0.5, "USD")], 0.2, 0.5, 0.3, None),  # a record from before session_cost
+    (usage(cost=0.2, session_cost=0.5, currency="USD"), [(0.6, "USD"), (0.9, "USD")], 0.4, 0.9, 0.5, None),
+    (usage(cost=0.5, currency="USD"), [(0.5, "USD")], 0.0, 0.5, 0.5, None),  # nothing spent since
+    (usage(cost=0.5, currency="USD"), [(0.1, "USD"), (0.6, "USD")], 0.6, 0.6, None, "the agent counts afresh"),
+    (usage(cost=0.5, currency="EUR"), [(0.9, "USD")], 0.9, 0.9, None, "the earlier run reported the session's"),
+    (usage(context_peak=10), [(0.4, "USD")], 0.4, 0.4, None, None),  # the earlier run reported no cost
+    (usage(cost=0.5, currency="USD"), [], None, None, 0.5, None),  # nor did this one: none invented
+]
+
+
+@pytest.mark.parametrize(("earlier", "reports", "cost", "session", "subtracted", "note"), SESSIONS)
+def test_a_resumed_sessions_cost_counts_from_the_earlier_runs_last_figure(
+    earlier: Usage | None,
+    reports: list[tuple[float, str]],
+    cost: float | None,
+    session: float | None,
+    subtracted: float | None,
+    note: str | None,
+) -> None:
+    """ACP's cost is the session's, cumulative: a run that resumed a session counts what came after the last
+    figure the earlier run on it reported, and a figure that cannot include it (lower, another currency) is the
+    run's own."""
+    used = Usage.resuming(earlier)
+    for value, currency in reports:
+        used.updates += 1
+        used.report_cost(value, currency)
+
+    assert (used.cost, used.session_cost, used.earlier_cost) == (
+        pytest.approx(cost) if cost is not None else None,
+        session,
+        subtracted,
+    )
+    assert (note in (used.note or "")) if note else used.note is None
+    assert used.empty is (not reports)
+
+
+def test_budgets_and_sums_count_a_resumed_runs_own_cost_and_tokens() -> None:
+    """The per-run budget holds the run's share; an issue's sum adds the shares, so the session's cost is counted
+    once; the turn's tokens are the turn's own (ACP counts them per turn) and are not subtracted."""
+    first = Usage.resuming(None)
+    first.updates = 1
+    first.report_cost(0.8, "USD")
+    first.total_tokens = 1000
+    second = Usage.resuming(first)
+    second.updates = 1
+    second.report_cost(1.5, "USD")
+    second.total_tokens = 600
+
+    assert second.cost == pytest.approx(0.7) and second.tokens == 600
+    assert run_breach(second, Limits(cost_per_run=1)) is None  # the session's 1.50 is past it, the run's 0.70 not
+    summed = total([first, second])
+    assert summed.cost == {"USD": pytest.approx(1.5)} and summed.tokens == 1600
+    assert describe(second) == (
+        "600 tokens; cost 0.70 USD; the resumed session's 1.50 USD, less the earlier runs' 0.80"
+    )

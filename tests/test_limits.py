@@ -9,7 +9,9 @@ from pathlib import Path
 
 import anyio
 import pytest
+from rich.console import Console
 
+from beflow.cli.watch import render
 from beflow.config import Limits
 from beflow.guardrails import Usage
 from beflow.records import RunRecord, RunStore, new_run_id
@@ -189,7 +191,8 @@ BUDGETS = [
 
 @pytest.mark.parametrize(
     ("limits", "directives", "outcome", "reason", "permanent"),
-    [pytest.param(*p.values, True, id=p.id) for p in BUDGETS],
+    # (the wrong currency is no run's fault: a watch holds dispatching until it is fixed, then retries the run)
+    [pytest.param(*p.values, p.values[2] == "over_budget", id=p.id) for p in BUDGETS],
 )
 def test_a_run_past_its_budget_is_stopped_at_once_and_not_retried(
     auto_project: AutoProject,
@@ -261,6 +264,72 @@ def test_a_watch_stops_dispatching_at_its_day_budget_and_resumes_when_the_limit_
     assert watch.of("budget_cleared")[0].data["message"] == "dispatching again"
     assert held.budget is not None and held.budget.reached and held.queue  # type: ignore[attr-defined]
     assert held.used.cost == {"USD": 1.25}  # type: ignore[attr-defined]
+
+
+def test_a_watch_holds_dispatching_on_a_cost_in_another_currency_and_resumes_when_the_config_is_fixed(
+    auto_project: AutoProject,
+) -> None:
+    """Every run would fail on a cost in another currency than limits.currency: the first run to report one fails,
+    the watch dispatches nothing more and says why and how to fix it; a config reload that fixes the currency
+    dispatches again, the failed issue's retry included."""
+    auto_project.configure(watch=fast(concurrency=1, max_attempts=2), limits={"cost_per_run": 5, "currency": "EUR"})
+    first = auto_project.new_issue("usage 10 100 0.10 USD", "write a.txt x", priority=1)
+    second = auto_project.new_issue("usage 10 100 0.10 USD", "write b.txt y", priority=2)
+
+    async def scenario() -> tuple[Watch, object]:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: any("not dispatching" in e.data["message"] for e in watch.of("error")))
+            await watch.ticks(3)
+            held = watch.dispatcher.snapshot()
+            auto_project.configure(limits={"cost_per_run": 5, "currency": "USD"})
+            await watch.until(lambda: len(watch.of("finished")) == 3)
+        return watch, held
+
+    watch, held = anyio.run(scenario)
+
+    (error,) = [e for e in watch.of("error") if "not dispatching" in e.data["message"]]
+    assert "limits.currency is EUR but the agent reports its cost in USD" in error.data["message"]
+    assert held.blocked is not None and "every run would fail on it" in held.blocked  # type: ignore[attr-defined]
+    assert '"currency": "USD"' in (held.blocked_fix or "")  # type: ignore[attr-defined]
+    assert second in [i.key for i in held.queue]  # type: ignore[attr-defined]
+    console = Console(width=300, record=True, color_system=None)
+    console.print(render(held, concurrency=1))  # type: ignore[arg-type]
+    assert "not dispatching: limits.currency is EUR but the agent reports its cost in USD" in console.export_text()
+    # One run failed on it; nothing else was dispatched until the reload, then the retry and the next issue ran.
+    assert [(e.issue, e.data["attempt"]) for e in watch.of("dispatched")] == [(first, 1), (first, 2), (second, 1)]
+    assert watch.of("finished")[0].data["outcome"] == "failed"
+    assert any(e.data.get("message") == "dispatching again" for e in watch.of("config_reloaded"))
+    assert auto_project.issue(first).status == Status.REVIEW and auto_project.issue(second).status == Status.REVIEW
+
+
+def test_a_retry_that_resumes_the_session_counts_its_own_cost_once_in_the_issues_and_the_days_sums(
+    auto_project: AutoProject, no_leftover_processes: None
+) -> None:
+    """ACP's cost is the session's, cumulative: the resumed retry reports 0.60 USD (the first run's 0.30 and its
+    own 0.30); it records both and counts 0.30, so the issue, the watch and the day have spent 0.60, not 0.90."""
+    auto_project.configure(watch=fast(max_attempts=2), limits={"cost_per_day": 0.8})
+    key = auto_project.new_issue("spend 1000 200000 0.30 USD", "fail not yet")
+
+    async def scenario() -> tuple[Watch, object]:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("failed", key)))
+            await watch.ticks(2)
+            state = watch.dispatcher.snapshot()
+        return watch, state
+
+    watch, state = anyio.run(scenario)
+
+    second, first = auto_project.records(key)
+    assert second.resumed_session == first.session is not None
+    assert first.usage is not None and (first.usage.cost, first.usage.session_cost) == (0.3, 0.3)
+    assert second.usage is not None
+    assert (second.usage.cost, second.usage.session_cost, second.usage.earlier_cost) == (0.3, 0.6, 0.3)
+    assert watch.of("finished", key)[-1].data["usage"]["cost"] == 0.3
+    assert state.used.cost == {"USD": pytest.approx(0.6)}  # type: ignore[attr-defined]
+    assert watch.of("budget_reached") == []  # 0.60 of the day's 0.80: the session's 0.30 is not counted twice
+    comment = auto_project.issue(key).comments[-1].text
+    assert "cost 0.30 USD; the resumed session's 0.60 USD, less the earlier runs' 0.30" in comment
+    assert "- all runs of this issue: 2,000 tokens, 0.60 USD over 2 runs" in comment
 
 
 def test_a_days_spending_counts_the_days_watch_runs_from_their_records_and_starts_again_the_next_day(

@@ -93,6 +93,9 @@ def render(snapshot: Snapshot, concurrency: int) -> Group:
             style = OUTCOME_STYLE.get(record.outcome, "white")
             recent.add_row(record.issue, f"[{style}]{record.outcome}[/]", record.id)
         parts.append(recent)
+    if snapshot.blocked is not None:
+        fix = f" — fix: {snapshot.blocked_fix}" if snapshot.blocked_fix else ""
+        parts.append(Text(f"not dispatching: {snapshot.blocked}{fix}", style="yellow"))
     if snapshot.budget is not None and snapshot.budget.reached:
         parts.append(Text(f"not dispatching: {snapshot.budget.describe()}", style="yellow"))
     used = f"used: {snapshot.used.describe()}"

@@ -22,6 +22,7 @@ The frames are JSON lines: ``{"capability", "issue", "op", "arguments", "tool"}`
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hmac
 import json
 import logging
@@ -43,7 +44,7 @@ import anyio
 import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from beflow import workers
+from beflow import guardrails, workers
 from beflow.acpx import Transcript
 from beflow.config import Project
 from beflow.errors import BeflowError, UsageError, excerpt
@@ -51,6 +52,7 @@ from beflow.mcp.acp import AcpServer
 from beflow.mcp.own import CAPABILITY_ENV, SERVER_NAME, check_name, own_server
 from beflow.operations import Context
 from beflow.paths import beflow_home
+from beflow.runs import LIVE_USAGE
 from beflow.server.failures import log_internal, without_input
 from beflow.server.schema import load_all
 from beflow.trackers.base import normalize_key
@@ -134,6 +136,7 @@ class RunChannel:
     usage: Usage = field(default_factory=Usage)
     #: Why beflow's server failed the agent, when it did (:func:`beflow.mcp.own.own_failure`).
     failure: str | None = None
+    _live: Callable[[], guardrails.Usage | None] = field(default=lambda: None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.issue = normalize_key(self.issue)
@@ -148,9 +151,13 @@ class RunChannel:
         return self.directory / "s"
 
     @contextlib.asynccontextmanager
-    async def serving(self, tracker: Any) -> AsyncIterator[RunChannel]:
+    async def serving(
+        self, tracker: Any, usage: Callable[[], guardrails.Usage | None] = lambda: None
+    ) -> AsyncIterator[RunChannel]:
         """Listen while the body runs (the agent's session), acting with ``tracker``; afterwards the socket and its
-        directory are gone, and the capability with them."""
+        directory are gone, and the capability with them. ``usage``: what the agent reported so far (``run.status``
+        says it)."""
+        self._live = usage
         self.directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         _sweep(self.directory.parent)
         os.mkdir(self.directory, 0o700)
@@ -240,6 +247,9 @@ class RunChannel:
         if frame.get("tool"):
             self.usage.calls += 1  # answered, whatever the answer: the server did its part
         async with lock:
+            # What the agent reported so far, copied here on the loop that updates it, not in the worker thread.
+            live = self._live()
+            context.services[LIVE_USAGE] = None if live is None else dataclasses.replace(live)
             try:
                 result = await workers.blocking(op.call, context, arguments)
             except BeflowError as error:
@@ -374,7 +384,12 @@ async def own_channel(
     if channel is None:
         yield None
         return
-    async with channel.serving(tracker):
+
+    def usage() -> guardrails.Usage | None:
+        live = transcript()
+        return None if live is None else live.usage
+
+    async with channel.serving(tracker, usage):
         yield channel
     failure = own_failure(channel, transcript())
     if failure is not None:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import pytest
 
+from beflow.trackers import Status
 from tests.support.projects import AutoProject
 
 
@@ -94,3 +96,28 @@ def test_an_attended_run_hands_the_agent_beflows_own_server_too(auto_project: Au
         "Looked at it with a person watching."
     ]
     assert "progress: done looking" in stderr
+
+
+@pytest.mark.slow
+def test_run_status_carries_what_the_run_used_so_far_and_what_earlier_runs_used(
+    auto_project: AutoProject, beflow
+) -> None:
+    auto_project.configure(mcp={"self": True})
+    key = auto_project.new_issue("write a.txt x", "usage 2500 100000 0.40 USD", directive("run_status", {}))
+
+    def status() -> dict[str, Any]:
+        said = auto_project.records(key)[0].final_message or ""
+        assert said.startswith("mcp run_status: ok "), said
+        answer: dict[str, Any] = json.loads(said.removeprefix("mcp run_status: ok "))
+        return answer
+
+    assert beflow("--auto", key).exit_code == 0
+    first = status()
+    # The run going on: what its agent reported so far, though its record gets it only at the end.
+    assert first["current"]["usage"] == {**first["current"]["usage"], "context_used": 2500, "cost": 0.4}
+    assert first["current"]["usage"]["currency"] == "USD" and first["earlier"] == []
+
+    auto_project.tracker.set_status(key, Status.READY)
+    assert beflow("--auto", key).exit_code == 0
+    (earlier,) = status()["earlier"]
+    assert earlier["usage"]["cost"] == 0.4 and earlier["usage"]["context_peak"] == 2500

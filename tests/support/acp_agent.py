@@ -92,6 +92,12 @@ against the session cwd.
 ``usage <used> <size> [<amount> <currency>]``
     Send one ``usage_update`` (context tokens used, window size, and the
     session's cumulative cost when given).
+``spend <used> <size> <amount> <currency>``
+    Like ``usage``, but ``<amount>`` is what this turn adds to the session's
+    cumulative cost, and the update carries the new total.  The total is
+    kept in ``$HOME/.acp-test/spent/<session id>``, so that a session loaded
+    or resumed by a later process goes on from it, as a real agent's cost
+    does.
 ``usage-burst <count> [thought]``
     Send ``<count>`` ``usage_update`` s (``used`` counting up, no cost):
     for the benchmark of following them; with ``thought``, as many
@@ -185,6 +191,7 @@ VERBS = frozenset(
         "mark",
         "run",
         "usage",
+        "spend",
         "usage-burst",
         "update",
         "tokens",
@@ -252,6 +259,8 @@ class Directive:
             self.raw_update()
         if self.verb == "usage" and len(self.args.split()) not in (2, 4):
             raise DirectiveError("usage needs <used> <size> [<amount> <currency>]")
+        if self.verb == "spend" and len(self.args.split()) != 4:
+            raise DirectiveError("spend needs <used> <size> <amount> <currency>")
         if self.verb in ("usage-burst", "tokens", "tool-stream") and not self.args:
             raise DirectiveError(f"{self.verb} needs numbers")
 
@@ -302,6 +311,15 @@ class Directive:
             return int(self.args) if self.args else 1
         except ValueError:
             raise DirectiveError(f"crash needs an integer exit code, got {self.args!r}") from None
+
+
+def spend(session_id: str, amount: float) -> float:
+    """Add ``amount`` to the session's cumulative cost, kept on disk across processes; the new total."""
+    path = Path(os.environ.get("HOME", ".")) / ".acp-test" / "spent" / session_id
+    path.parent.mkdir(parents=True, exist_ok=True)
+    spent = (float(path.read_text()) if path.exists() else 0.0) + amount
+    path.write_text(repr(spent))
+    return spent
 
 
 def prompt_text(blocks: list[JsonObject]) -> str:
@@ -587,6 +605,10 @@ class Agent:
             self.run_command(session, unescape(args))
         elif verb == "usage":
             self.update(session, directive.usage_update())
+        elif verb == "spend":
+            update = directive.usage_update()
+            update["cost"]["amount"] = spend(session.session_id, update["cost"]["amount"])
+            self.update(session, update)
         elif verb == "usage-burst":
             count, _, kind = args.partition(" ")
             for used in range(int(count)):
