@@ -552,13 +552,13 @@ class BeflowServer:
             await anyio.to_thread.run_sync(self._read_text, uri, self.context)  # refused like a read
         except BeflowError as error:
             raise MCPError(code=types.INVALID_PARAMS, message=without_input(error.message)) from None
-        self.watch.subscribed.add(uri)
+        self.watch.subscribe(ctx, uri)
         return types.EmptyResult()
 
     async def _unsubscribe(
         self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
     ) -> types.EmptyResult:
-        self.watch.subscribed.discard(str(params.uri))
+        self.watch.unsubscribe(ctx, str(params.uri))
         return types.EmptyResult()
 
     # -- serving ----------------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """What a client of beflow's MCP server hears without asking: a subscribed resource that changed
 (``notifications/resources/updated``) and, on a server bound to an issue, its issue changing and a new run of it
 (``notifications/resources/list_changed``). The watched resources are looked at every ``poll`` seconds; listen
-streams hear through the SDK's subscription bus, a client of an older protocol through the session of its
-handshake."""
+streams hear through the SDK's subscription bus, a client of an older protocol through its own session: each
+session hears of what it subscribed to, however many clients share the server (MCP over HTTP)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 ISSUE_URI = "beflow://issue/{key}"
+
+#: The most handshake-era sessions one server remembers (the HTTP session manager allows 64).
+MAX_SESSIONS = 64
 
 
 class ResourceWatch:
@@ -37,12 +40,28 @@ class ResourceWatch:
         self._run_uris = run_uris
         self.bus = InMemorySubscriptionBus()
         self.listen = ListenHandler(self.bus)
-        self.subscribed: set[str] = set()
-        self._session: Any = None  # the handshake-era session, for notifications nobody asked for in a request
+        #: The handshake-era sessions and what each subscribed to, for notifications nobody asked for in a
+        #: request; newest last, at most MAX_SESSIONS (a session that went away is dropped when a send fails).
+        self._sessions: dict[Any, set[str]] = {}
+        self._listened: set[str] = set()  # subscribed to by clients of the modern protocol: they hear on the bus
+
+    @property
+    def subscribed(self) -> set[str]:
+        """Every resource some client subscribed to: what :meth:`run` looks at."""
+        return self._listened.union(*self._sessions.values())
 
     def remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            self._session = ctx.session
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS and ctx.session not in self._sessions:
+            self._sessions[ctx.session] = set()
+            while len(self._sessions) > MAX_SESSIONS:
+                del self._sessions[next(iter(self._sessions))]
+
+    def subscribe(self, ctx: ServerRequestContext[Any, Any], uri: str) -> None:
+        self.remember(ctx)
+        self._sessions.get(ctx.session, self._listened).add(uri)
+
+    def unsubscribe(self, ctx: ServerRequestContext[Any, Any], uri: str) -> None:
+        self._sessions.get(ctx.session, self._listened).discard(uri)
 
     async def run(self) -> None:
         """Look at the watched resources every ``poll`` seconds; announce what changed."""
@@ -65,13 +84,15 @@ class ResourceWatch:
             await anyio.sleep(self.poll)
 
     async def announce(self, uri: str | None) -> None:
-        """``uri`` changed (None: the list of resources did): tell listen streams and a subscribed session."""
-        with contextlib.suppress(Exception):  # a client that went away
-            if uri is None:
-                await self.bus.publish(ResourcesListChanged())
-                if self._session is not None:
-                    await self._session.send_resource_list_changed()
-                return
-            await self.bus.publish(ResourceUpdated(uri=uri))
-            if self._session is not None and uri in self.subscribed:
-                await self._session.send_resource_updated(uri)
+        """``uri`` changed (None: the list of resources did): tell listen streams and each session that
+        subscribed to it (every session, for the list)."""
+        with contextlib.suppress(Exception):  # the bus has no client that could make it fail; be sure
+            await self.bus.publish(ResourcesListChanged() if uri is None else ResourceUpdated(uri=uri))
+        for session, uris in list(self._sessions.items()):
+            try:
+                if uri is None:
+                    await session.send_resource_list_changed()
+                elif uri in uris:
+                    await session.send_resource_updated(uri)
+            except Exception:  # a client that went away: it hears nothing more
+                self._sessions.pop(session, None)

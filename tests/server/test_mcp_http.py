@@ -151,3 +151,35 @@ def test_a_resource_update_is_pushed_when_a_run_progresses(served: tuple[Serving
 
     run(main)
     assert "beflow://issue/1" in updated
+
+
+def test_every_client_that_subscribed_hears_of_the_update_not_only_the_last(served: tuple[Serving, Hub]) -> None:
+    serving, hub = served
+    heard: dict[str, list[str]] = {"first": [], "second": [], "other": []}
+    events = {name: anyio.Event() for name in heard}
+
+    def listener(name: str) -> Any:
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ResourceUpdatedNotification):
+                heard[name].append(str(message.params.uri))
+                events[name].set()
+
+        return on_message
+
+    async def main() -> None:
+        async with (
+            connect(serving, on_message=listener("first")) as first,
+            connect(serving, on_message=listener("second")) as second,
+            connect(serving, on_message=listener("other")) as other,
+        ):
+            await first.subscribe_resource("beflow://issue/1")
+            await second.subscribe_resource("beflow://issue/1")
+            await other.subscribe_resource("beflow://issue/2")
+            hub.publish({"event": "progress", "run": "r1", "issue": "1", "time": 1.0, "text": "halfway"})
+            await events["first"].wait()
+            await events["second"].wait()
+            await other.send_ping()  # anything announced to it would have arrived before the answer
+
+    run(main)
+    assert heard["first"] == heard["second"] == ["beflow://issue/1"]
+    assert heard["other"] == []
