@@ -51,9 +51,9 @@ from beflow.operations import Context, Operation
 from beflow.records import RunRecord
 from beflow.server.channel import client_from_environment
 from beflow.server.failures import log_internal, without_input
-from beflow.server.schema import exposed, load_all, tool
+from beflow.server.schema import ISSUE_URI, RUN_URI, exposed, load_all, tool
 from beflow.server.stdio import stdio_streams
-from beflow.server.subscriptions import ISSUE_URI, ResourceWatch
+from beflow.server.subscriptions import ResourceWatch
 from beflow.trackers.base import format_time, normalize_key
 
 logger = logging.getLogger("beflow.mcp")
@@ -63,7 +63,6 @@ DEFAULT_MAX_INPUT = 256 * KIB
 DEFAULT_MAX_OUTPUT = 1024 * KIB
 #: Seconds between two looks at the bound issue and the subscribed resources.
 DEFAULT_POLL = 2.0
-RUN_URI = "beflow://run/{id}"
 CUT = "… [cut]"
 #: The ``_meta`` key of a tool error's code, message, fix and docs (structured, for clients that act on it).
 ERROR_META = "beflow/error"

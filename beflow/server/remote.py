@@ -23,13 +23,12 @@ from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.server.guard import Policy
 from beflow.server.live import Hub
+from beflow.server.schema import ISSUE_URI, RUN_URI
 
 if TYPE_CHECKING:  # the MCP SDK's server costs a second of CPU to load: only the first /mcp request pays for it
     from beflow.server.mcp import BeflowServer, Launch
 
 #: The resources a watch's events touch (beflow.server.mcp's URIs).
-ISSUE_URI = "beflow://issue/{key}"
-RUN_URI = "beflow://run/{id}"
 
 #: Servers bound to an issue kept at once, at most.
 MAX_BOUND = 32

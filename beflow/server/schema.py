@@ -23,6 +23,10 @@ from beflow.errors import OutOfScopeError, UsageError
 from beflow.mcp.own import SERVER_NAME
 from beflow.operations import REGISTRY, Operation
 
+#: The resources beflow serves: an issue, and a run with its record and transcript.
+ISSUE_URI = "beflow://issue/{key}"
+RUN_URI = "beflow://run/{id}"
+
 #: What a server name may be in the snippets (Claude Code builds ``mcp__<server>__<tool>`` from it).
 TOOL_SERVER_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 #: The ``_meta`` key of beflow's own tool metadata.

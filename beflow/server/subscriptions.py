@@ -16,7 +16,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.subscriptions import ResourcesListChanged, ResourceUpdated
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-ISSUE_URI = "beflow://issue/{key}"
+from beflow.server.schema import ISSUE_URI
 
 #: The most handshake-era sessions one server remembers (the HTTP session manager allows 64).
 MAX_SESSIONS = 64
