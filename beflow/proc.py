@@ -340,27 +340,65 @@ class _Tail:
 
 
 #: After a short read of a child's output, the next waits this long: a child that prints line by line (acpx
-#: relaying thousands of ACP messages) is read a few lines a wake-up, not one, at a few milliseconds' delay.
+#: relaying thousands of ACP messages) is read many lines a wake-up, not one, at a few milliseconds' delay.
 GATHER = 0.005
 GATHER_BELOW = 4096
+READ_SIZE = 1 << 20
 
 
-class _Gathered(anyio.abc.ByteReceiveStream):
-    """``stream``, read with a short pause after each short read (:data:`GATHER`)."""
+class _Pipe(anyio.abc.ByteReceiveStream):
+    """The read end of a child's output pipe, read by beflow itself rather than by the event loop's transport: the
+    transport reads (and wakes the loop) once for every write of the child's, this reads once per wake-up all that
+    the pipe gathered meanwhile — after a short read it lets :data:`GATHER` pass first."""
 
-    def __init__(self, stream: anyio.abc.ByteReceiveStream) -> None:
-        self._stream = stream
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd: int | None = fd
         self._trickling = False
 
-    async def receive(self, max_bytes: int = 65536) -> bytes:
+    async def receive(self, max_bytes: int = READ_SIZE) -> bytes:
         if self._trickling:
             await anyio.sleep(GATHER)
-        chunk = await self._stream.receive(max_bytes)
-        self._trickling = len(chunk) < GATHER_BELOW
-        return chunk
+        while True:
+            if self._fd is None:
+                raise anyio.ClosedResourceError
+            try:
+                chunk = os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                await anyio.wait_readable(self._fd)
+                continue
+            if not chunk:
+                raise anyio.EndOfStream
+            self._trickling = len(chunk) < GATHER_BELOW
+            return chunk
 
     async def aclose(self) -> None:
-        await self._stream.aclose()
+        self.close()
+
+    def close(self) -> None:
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            anyio.notify_closing(fd)
+            os.close(fd)
+
+
+def _close(readers: list[_Pipe]) -> None:
+    for reader in readers:
+        reader.close()
+
+
+def _pipes(count: int) -> list[tuple[int, int]]:
+    """``count`` pipes (read end, write end), none inherited by other children than the one they are made for."""
+    made: list[tuple[int, int]] = []
+    try:
+        for _ in range(count):
+            made.append(os.pipe())
+    except OSError:
+        for pair in made:
+            for fd in pair:
+                os.close(fd)
+        raise
+    return made
 
 
 async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: _Tail, handler: LineHandler | None) -> None:
@@ -370,7 +408,7 @@ async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: _Tail, handler
         async for chunk in stream:
             sink.add(chunk)
         return
-    lines = BufferedByteReceiveStream(_Gathered(stream))
+    lines = BufferedByteReceiveStream(stream)
     while True:
         try:
             line = await lines.receive_until(b"\n", MAX_LINE)
@@ -423,7 +461,9 @@ async def run(
     tag = f"{os.getpid()}-{uuid.uuid4().hex}" if stop_escaped else None
     if tag is not None:
         env = {**(env or {}), TAG: tag}
-    std = None if terminal else subprocess.PIPE
+    # Output comes through pipes of beflow's own (see _Pipe); with a terminal the child has beflow's streams.
+    pipes = [] if terminal else _pipes(2)
+    readers = [_Pipe(read) for read, _ in pipes]
     started = anyio.current_time()
     try:
         # Not cancellable while the child starts: asyncio, cancelled before it has connected the child's pipes,
@@ -435,16 +475,25 @@ async def run(
                 cwd=cwd,
                 env=child_env(env, unset),
                 stdin=subprocess.PIPE if stdin is not None else (None if terminal else subprocess.DEVNULL),
-                stdout=std,
-                stderr=std,
+                stdout=pipes[0][1] if pipes else None,
+                stderr=pipes[1][1] if pipes else None,
                 start_new_session=own_group,
             )
     except FileNotFoundError:
+        _close(readers)
         raise ToolMissingError(f"{argv[0]}: command not found") from None
     except PermissionError:
+        _close(readers)
         raise ToolMissingError(f"{argv[0]}: not executable") from None
     except OSError as exc:  # E2BIG (a prompt too long for argv), ENOEXEC, ...
+        _close(readers)
         raise BeflowError(f"{argv[0]}: cannot start: {exc.strerror or exc}") from None
+    except BaseException:
+        _close(readers)
+        raise
+    finally:
+        for _, write in pipes:  # the child has its copies: the output ends when the child's side is closed
+            os.close(write)
 
     pgid = process.pid if own_group else None
     watchdog = _watchdog(pgid) if pgid is not None else None
@@ -455,8 +504,9 @@ async def run(
             async with anyio.create_task_group() as tasks:
                 # Output is read while input is written: a child that answers before it has read everything
                 # would otherwise block on a full pipe while we block on its full stdin.
-                tasks.start_soon(_pump, process.stdout, out, on_stdout)
-                tasks.start_soon(_pump, process.stderr, err, on_stderr)
+                if readers:
+                    tasks.start_soon(_pump, readers[0], out, on_stdout)
+                    tasks.start_soon(_pump, readers[1], err, on_stderr)
                 if stdin is not None and process.stdin is not None:
                     tasks.start_soon(_feed, process.stdin, stdin)
                 await process.wait()
@@ -477,16 +527,19 @@ async def run(
         raise
     finally:
         with anyio.CancelScope(shield=True):
-            if pgid is not None:
-                await stop_group(pgid, grace, process)
-            elif process.returncode is None:
-                await stop_tree(process, grace)
-            if tag is not None:
-                await stop_tagged(tag, grace)
-            await process.wait()
-            await process.aclose()
-            if watchdog is not None:
-                watchdog.dismiss()
+            try:
+                if pgid is not None:
+                    await stop_group(pgid, grace, process)
+                elif process.returncode is None:
+                    await stop_tree(process, grace)
+                if tag is not None:
+                    await stop_tagged(tag, grace)
+                await process.wait()
+                await process.aclose()
+            finally:
+                _close(readers)  # after the child ended: what it says on its way out does not meet a closed pipe
+                if watchdog is not None:
+                    watchdog.dismiss()
     return Completed(
         argv=argv,
         returncode=process.returncode,
