@@ -248,7 +248,7 @@ def test_the_code_hosts_token_is_withheld_from_the_agent_with_the_local_tracker(
 
     assert done.code == 0, done.stdout + done.stderr
     own, ancestors = stolen(loot)
-    assert "HOSTPAT" not in own and TOKEN not in loot.read_text()
+    assert "HOSTPAT" not in own and TOKEN not in _text(loot)
     beflow = [line for line in ancestors if " -m beflow " in line and "mcp serve" not in line]
     assert beflow and all(line.endswith(": denied") for line in beflow), ancestors
     (pull,) = github.pulls.values()
