@@ -254,6 +254,20 @@ class Http(Model):
     origins: list[OriginUrl] = Field(default_factory=list)
 
 
+class Feedback(Model):
+    """Review rounds (docs/rounds.md): what counts as feedback on a run's work, from whom, and how many rounds."""
+
+    #: A conversation comment starts a round only when it mentions this (a word, any case).
+    trigger: str = Field(default="@beflow", min_length=1)
+    #: Seconds to wait after the latest piece before a round starts (reviewers batch their comments).
+    settle: Seconds = 60.0
+    max_rounds: int = Field(default=5, ge=1)
+    #: Failed check runs and commit statuses on the pull request's head start rounds too.
+    checks: bool = False
+    #: Logins whose feedback counts besides the repository's owners, members and collaborators.
+    allow: list[str] = Field(default_factory=list)
+
+
 class Config(Model):
     """Every key of ``.beflow/config.json``, with its default (docs/config.md)."""
 
@@ -275,6 +289,7 @@ class Config(Model):
     agent_env: AgentEnv = Field(default_factory=AgentEnv)
     http: Http = Field(default_factory=Http)
     limits: Limits = Field(default_factory=Limits)
+    feedback: Feedback = Field(default_factory=Feedback)
 
     @field_validator("tracker", mode="before")
     @classmethod
