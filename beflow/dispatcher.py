@@ -29,7 +29,7 @@ from beflow import guardrails, workers
 from beflow.codehosts import CodeHost, open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, NotFoundError
-from beflow.events import RunEvent, WatchEvent, WatchEventKind
+from beflow.events import Activity, AgentProgress, Finished, RunEvent, UsageReport, WatchEvent, WatchEventKind
 from beflow.holds import Holds
 from beflow.lifecycle import RunRequest, requeue_orphans, settle_orphans
 from beflow.policy import is_final
@@ -176,7 +176,7 @@ class Dispatcher:
     # -- events ----------------------------------------------------------------------------------------------------
 
     def emit(self, kind: WatchEventKind, issue: str | None = None, **data: Any) -> None:
-        workers.on_the_loop(self._tell, WatchEvent(kind, issue, data))  # a tick's survey runs in a worker thread
+        workers.on_the_loop(self._tell, WatchEvent.of(kind, issue, **data))  # a tick's survey runs in a worker thread
 
     def _tell(self, event: WatchEvent | RunEvent) -> None:
         if self.listener is None:
@@ -190,16 +190,17 @@ class Dispatcher:
         running = self.running.get(event.issue)
         if running is not None:
             running.run_id = event.run_id
-            if event.type == "activity":
-                running.latest = str(event.data.get("latest", ""))
-            elif event.type == "progress":
-                running.progress = str(event.data.get("text", ""))
-            elif event.type == "usage":
-                running.usage = guardrails.Usage.of(event.data)
-            elif event.type == "finished":
-                running.finished = True
-                if isinstance(event.data.get("usage"), dict):  # the run's last figures, whatever `usage` left out
-                    running.usage = guardrails.Usage.of(event.data["usage"])
+            match event.data:
+                case Activity(latest=latest):
+                    running.latest = latest
+                case AgentProgress(text=text):
+                    running.progress = text
+                case UsageReport() as figures:
+                    running.usage = guardrails.Usage.of(figures.fields())
+                case Finished(usage=used):
+                    running.finished = True
+                    if used is not None:  # the run's last figures, whatever `usage` left out
+                        running.usage = guardrails.Usage.of(used.fields())
         self._tell(event)
 
     def snapshot(self) -> Snapshot:

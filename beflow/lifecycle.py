@@ -322,7 +322,7 @@ class Session:
         """Only emits: the tracker is told of the activity from the run's reporter thread (beflow.reporter)."""
         # The agent's words (progress, activity) and every message reach the terminal, --json and the issue masked.
         data = {name: self.redact.text(v) if isinstance(v, str) else v for name, v in data.items()}
-        self._events(RunEvent(kind, self.record.id, self.record.issue, data))
+        self._events(RunEvent.of(kind, self.record.id, self.record.issue, **data))
         if kind == "activity" and self._reporter is not None and self.claim_lost is None:
             latest = inert(str(data["latest"]))  # the agent's activity: no mention pings, no reference links
             self._reporter.report(f"beflow run `{self.record.id}` is working on this issue: {latest}")

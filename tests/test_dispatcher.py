@@ -163,10 +163,10 @@ def test_a_failing_issue_is_retried_with_backoff_on_its_branch_then_failed_after
     watch = anyio.run(scenario)
 
     # Delays double from `backoff`, capped by `backoff_max`; each names the attempt it is for.
-    retries = [(e.data["attempt"], e.data["delay"]) for e in watch.of("retry_scheduled", key)]
+    retries = [(e.data.attempt, e.data.delay) for e in watch.of("retry_scheduled", key)]
     assert retries == [(2, 0.1), (3, 0.15)]
-    assert [e.data["attempt"] for e in watch.of("dispatched", key)] == [1, 2, 3]
-    assert "gave up after 3 attempts" in watch.of("failed", key)[0].data["reason"]
+    assert [e.data.attempt for e in watch.of("dispatched", key)] == [1, 2, 3]
+    assert "gave up after 3 attempts" in watch.of("failed", key)[0].data.reason
 
     first, second, third = reversed(auto_project.records(key))
     assert [r.attempt for r in (first, second, third)] == [1, 2, 3]
@@ -203,7 +203,7 @@ def test_a_retry_waits_for_its_backoff_and_runs_when_it_falls_due(auto_project: 
 
     assert dispatched_while_waiting == 1
     assert [(b.key, b.attempt) for b in backoffs] == [(key, 2)]
-    assert [e.data["attempt"] for e in watch.of("dispatched", key)] == [1, 2]
+    assert [e.data.attempt for e in watch.of("dispatched", key)] == [1, 2]
     assert auto_project.issue(key).status == Status.FAILED  # max_attempts reached
 
 
@@ -236,7 +236,7 @@ def test_a_permanent_failure_is_not_retried_and_fails_the_issue(
 
     assert len(watch.of("dispatched", key)) == 1
     assert watch.of("retry_scheduled") == []
-    assert watch.of("failed", key)[0].data["reason"].startswith("not retried: ")
+    assert watch.of("failed", key)[0].data.reason.startswith("not retried: ")
     (record,) = auto_project.records(key)
     assert record.outcome == "failed"
     issue = auto_project.issue(key)
@@ -264,9 +264,9 @@ def test_a_configuration_every_run_would_fail_on_holds_dispatching_back(auto_pro
 
     watch = anyio.run(scenario)
 
-    errors = [e for e in watch.of("error") if "not dispatching until this is fixed" in e.data["message"]]
-    assert len(errors) == 1 and "mcpServers.broken" in errors[0].data["message"]
-    assert watch.of("finished", key)[0].data["outcome"] == "succeeded"
+    errors = [e for e in watch.of("error") if "not dispatching until this is fixed" in e.data.message]
+    assert len(errors) == 1 and "mcpServers.broken" in errors[0].data.message
+    assert watch.of("finished", key)[0].data.outcome == "succeeded"
     assert auto_project.issue(key).status == Status.REVIEW
 
 
@@ -337,7 +337,7 @@ def test_closing_an_issue_mid_run_cancels_the_run_and_restores_its_worktree(
     gc.collect()  # GitPython keeps a `git cat-file` per Repo object until it is collected
 
     assert acpxrc_seen == [True]  # injected while the agent ran
-    assert "the issue is now closed" in watch.of("cancelled", key)[0].data["reason"]
+    assert "the issue is now closed" in watch.of("cancelled", key)[0].data.reason
     (record,) = auto_project.records(key)
     assert record.outcome == "cancelled" and record.stop_reason == "the issue is now closed"
     assert any("removed" in line for line in record.restored)
@@ -369,7 +369,7 @@ def test_an_issue_moved_out_of_the_ready_set_by_hand_mid_run_is_cancelled(
 
     watch = anyio.run(scenario)
 
-    assert watch.of("cancelled", key)[0].data["reason"] == "the issue is now open"
+    assert watch.of("cancelled", key)[0].data.reason == "the issue is now open"
     assert auto_project.only_record().outcome == "cancelled"
     assert auto_project.issue(key).status == Status.OPEN
 
@@ -444,7 +444,7 @@ def test_config_changes_are_picked_up_between_ticks_and_a_broken_config_keeps_th
 
     auto_project.config_path.write_text('{"watch": {"concurrency": "many"}}\n')
     assert tick() == ["error"]
-    message = events[-1].data["message"]
+    message = events[-1].data.message
     assert message.startswith("config not reloaded, keeping the last good one: ")
     assert "config.json" in message and "watch.concurrency" in message
     assert tick() == []  # reported once, not every tick
@@ -475,8 +475,8 @@ def test_a_config_edited_into_a_hostile_file_keeps_the_watch_on_its_last_good_on
     anyio.run(lambda: dispatcher.watch(once=True))
 
     [error] = [e for e in events if e.type == "error"]
-    assert error.data["message"].startswith("config not reloaded, keeping the last good one: ")
-    assert expected in error.data["message"]
+    assert error.data.message.startswith("config not reloaded, keeping the last good one: ")
+    assert expected in error.data.message
     assert dispatcher.project.config.watch.concurrency == 2
 
 
@@ -493,5 +493,5 @@ def test_a_watch_error_about_mcp_json_never_echoes_a_value(auto_project: AutoPro
         anyio.run(lambda: dispatcher.watch(once=True))
 
     [error] = [e for e in events if e.type == "error"]
-    assert "mcpServers.api.headers: expected an object (got a string of 21 characters)" in error.data["message"]
+    assert "mcpServers.api.headers: expected an object (got a string of 21 characters)" in error.data.message
     assert "sk-live" not in json.dumps([e.to_json() for e in events])

@@ -39,7 +39,7 @@ def test_a_session_records_the_run_and_tells_the_tracker_from_start_to_finish(tr
     issue = tracker.get(record.issue)
     assert issue.status == Status.REVIEW
     assert issue.comments[-1].text.startswith(f"beflow run `{record.id}`: **succeeded**")
-    assert [(e.type, e.data) for e in events] == [
+    assert [(e.type, e.data.fields()) for e in events] == [
         ("finished", {"outcome": "succeeded", "reason": "the agent finished (end_turn)", "changed": 1})
     ]
 
@@ -84,7 +84,7 @@ def test_an_issue_that_cannot_be_read_any_more_is_a_notice_not_a_failure(tracker
 
     assert record.outcome == "succeeded"
     assert [e.type for e in events] == ["notice", "finished"]
-    assert "the issue could not be updated" in events[0].data["message"]
+    assert "the issue could not be updated" in events[0].data.message
 
 
 # -- one guarded session: every way out of a run's body ends in exactly one finish ---------------------------------

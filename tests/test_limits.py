@@ -70,9 +70,9 @@ def test_a_watch_retries_a_stalled_run_as_it_retries_a_failure(auto_project: Aut
 
     watch = anyio.run(scenario)
 
-    assert [e.data["attempt"] for e in watch.of("retry_scheduled", key)] == [2]
-    assert [e.data["outcome"] for e in watch.of("finished", key)] == ["stalled", "stalled"]
-    assert "gave up after 2 attempts" in watch.of("failed", key)[0].data["reason"]
+    assert [e.data.attempt for e in watch.of("retry_scheduled", key)] == [2]
+    assert [e.data.outcome for e in watch.of("finished", key)] == ["stalled", "stalled"]
+    assert "gave up after 2 attempts" in watch.of("failed", key)[0].data.reason
     assert auto_project.issue(key).status == Status.FAILED
 
 
@@ -234,8 +234,8 @@ def test_an_over_budget_run_is_not_retried_by_a_watch(auto_project: AutoProject)
     watch = anyio.run(scenario)
 
     assert len(watch.of("dispatched", key)) == 1 and watch.of("retry_scheduled") == []
-    assert watch.of("failed", key)[0].data["reason"].startswith("not retried: the run used 500 tokens")
-    assert watch.of("finished", key)[0].data["usage"]["context_used"] == 500
+    assert watch.of("failed", key)[0].data.reason.startswith("not retried: the run used 500 tokens")
+    assert watch.of("finished", key)[0].data.usage.context_used == 500
     assert auto_project.issue(key).status == Status.FAILED
 
 
@@ -258,10 +258,10 @@ def test_a_watch_stops_dispatching_at_its_day_budget_and_resumes_when_the_limit_
     watch, held = anyio.run(scenario)
 
     (reached,) = watch.of("budget_reached")
-    assert (reached.data["spent"], reached.data["limit"], reached.data["currency"]) == (1.25, 1, "USD")
-    assert "no run is dispatched until tomorrow or until the limit is raised" in reached.data["message"]
+    assert (reached.data.spent, reached.data.limit, reached.data.currency) == (1.25, 1, "USD")
+    assert "no run is dispatched until tomorrow or until the limit is raised" in reached.data.message
     assert [e.issue for e in watch.of("dispatched")] == [first, second]
-    assert watch.of("budget_cleared")[0].data["message"] == "dispatching again"
+    assert watch.of("budget_cleared")[0].data.message == "dispatching again"
     assert held.budget is not None and held.budget.reached and held.queue  # type: ignore[attr-defined]
     assert held.used.cost == {"USD": 1.25}  # type: ignore[attr-defined]
 
@@ -278,7 +278,7 @@ def test_a_watch_holds_dispatching_on_a_cost_in_another_currency_and_resumes_whe
 
     async def scenario() -> tuple[Watch, object]:
         async with watching(auto_project) as watch:
-            await watch.until(lambda: any("not dispatching" in e.data["message"] for e in watch.of("error")))
+            await watch.until(lambda: any("not dispatching" in e.data.message for e in watch.of("error")))
             await watch.ticks(3)
             held = watch.dispatcher.snapshot()
             auto_project.configure(limits={"cost_per_run": 5, "currency": "USD"})
@@ -287,8 +287,8 @@ def test_a_watch_holds_dispatching_on_a_cost_in_another_currency_and_resumes_whe
 
     watch, held = anyio.run(scenario)
 
-    (error,) = [e for e in watch.of("error") if "not dispatching" in e.data["message"]]
-    assert "limits.currency is EUR but the agent reports its cost in USD" in error.data["message"]
+    (error,) = [e for e in watch.of("error") if "not dispatching" in e.data.message]
+    assert "limits.currency is EUR but the agent reports its cost in USD" in error.data.message
     assert held.blocked is not None and "every run would fail on it" in held.blocked  # type: ignore[attr-defined]
     assert '"currency": "USD"' in (held.blocked_fix or "")  # type: ignore[attr-defined]
     assert second in [i.key for i in held.queue]  # type: ignore[attr-defined]
@@ -296,9 +296,9 @@ def test_a_watch_holds_dispatching_on_a_cost_in_another_currency_and_resumes_whe
     console.print(render(held, concurrency=1))  # type: ignore[arg-type]
     assert "not dispatching: limits.currency is EUR but the agent reports its cost in USD" in console.export_text()
     # One run failed on it; nothing else was dispatched until the reload, then the retry and the next issue ran.
-    assert [(e.issue, e.data["attempt"]) for e in watch.of("dispatched")] == [(first, 1), (first, 2), (second, 1)]
-    assert watch.of("finished")[0].data["outcome"] == "failed"
-    assert any(e.data.get("message") == "dispatching again" for e in watch.of("config_reloaded"))
+    assert [(e.issue, e.data.attempt) for e in watch.of("dispatched")] == [(first, 1), (first, 2), (second, 1)]
+    assert watch.of("finished")[0].data.outcome == "failed"
+    assert any(getattr(e.data, "message", None) == "dispatching again" for e in watch.of("config_reloaded"))
     assert auto_project.issue(first).status == Status.REVIEW and auto_project.issue(second).status == Status.REVIEW
 
 
@@ -324,7 +324,7 @@ def test_a_retry_that_resumes_the_session_counts_its_own_cost_once_in_the_issues
     assert first.usage is not None and (first.usage.cost, first.usage.session_cost) == (0.3, 0.3)
     assert second.usage is not None
     assert (second.usage.cost, second.usage.session_cost, second.usage.earlier_cost) == (0.3, 0.6, 0.3)
-    assert watch.of("finished", key)[-1].data["usage"]["cost"] == 0.3
+    assert watch.of("finished", key)[-1].data.usage.cost == 0.3
     assert state.used.cost == {"USD": pytest.approx(0.6)}  # type: ignore[attr-defined]
     assert watch.of("budget_reached") == []  # 0.60 of the day's 0.80: the session's 0.30 is not counted twice
     comment = auto_project.issue(key).comments[-1].text

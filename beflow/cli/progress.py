@@ -12,7 +12,7 @@ from beflow.cli.stream import EventStream
 if TYPE_CHECKING:  # the live view is only for a terminal: runs printing JSON or into a file never load it
     from rich.live import Live
     from rich.table import Table
-from beflow.events import RunEvent
+from beflow.events import Activity, AgentProgress, Finished, Notice, RunEvent, Started
 
 OUTCOME_STYLE = {
     "succeeded": "green",
@@ -56,25 +56,24 @@ class Progress:
         if self.stream is not None:
             self.stream(event.to_json())
             return
-        if event.type == "started":
-            self.running[event.run_id] = {"issue": event.issue, "since": event.time, "latest": "starting"}
-            self._print(f"▶ issue {event.issue}: run {event.run_id} on {event.data.get('branch')}")
-        elif event.type == "activity" and event.run_id in self.running:
-            self.running[event.run_id]["latest"] = event.data.get("latest", "")
-        elif event.type == "progress":
-            self._print(f"  issue {event.issue}: progress: {event.data.get('text')}")
-        elif event.type == "notice":
-            self._print(f"  issue {event.issue}: {event.data.get('message')}")
-        elif event.type == "finished":
-            self.running.pop(event.run_id, None)
-            outcome = str(event.data.get("outcome"))
-            style = OUTCOME_STYLE.get(outcome, "white")
-            commit = event.data.get("commit")
-            tail = f" → commit {str(commit)[:12]}" if commit else ""
-            self._print(
-                f"[{style}]■ issue {escape(event.issue)}: {outcome}[/] — {escape(str(event.data.get('reason')))}{tail}",
-                markup=True,
-            )
+        match event.data:
+            case Started(branch=branch):
+                self.running[event.run_id] = {"issue": event.issue, "since": event.time, "latest": "starting"}
+                self._print(f"▶ issue {event.issue}: run {event.run_id} on {branch}")
+            case Activity(latest=latest) if event.run_id in self.running:
+                self.running[event.run_id]["latest"] = latest
+            case AgentProgress(text=text):
+                self._print(f"  issue {event.issue}: progress: {text}")
+            case Notice(message=message):
+                self._print(f"  issue {event.issue}: {message}")
+            case Finished(outcome=outcome, reason=reason, commit=commit):
+                self.running.pop(event.run_id, None)
+                style = OUTCOME_STYLE.get(outcome, "white")
+                tail = f" → commit {commit[:12]}" if commit else ""
+                self._print(
+                    f"[{style}]■ issue {escape(event.issue)}: {outcome}[/] — {escape(str(reason))}{tail}",
+                    markup=True,
+                )
         if self.live is not None:
             self.live.update(self._table())
 

@@ -8,7 +8,7 @@ from beflow import hardening, interrupts, modes
 from beflow.checkout import invisible_changes
 from beflow.cli.common import App, emit_json, err, escape, pass_app
 from beflow.cli.progress import OUTCOME_STYLE, Progress
-from beflow.events import IDLE, RunEvent
+from beflow.events import IDLE, AgentProgress, Finished, Notice, RunEvent, Started
 from beflow.records import FAILED_OUTCOMES
 from beflow.runner import run_many
 from beflow.trackers import open_tracker
@@ -53,35 +53,34 @@ class SessionView:
     there is no live view to fight it."""
 
     def __call__(self, event: RunEvent) -> None:
-        data = event.data
-        if event.type == "started":
-            if data.get("mode") == "attend":
-                servers = ", ".join(data.get("servers") or []) or "none injected"
+        match event.data:
+            case Started(mode="attend") as started:
+                servers = ", ".join(started.servers or []) or "none injected"
                 what = (
-                    f"attended run {event.run_id} in {data.get('checkout')} "
-                    f"(permissions: {data.get('permissions')}; MCP servers: {servers})"
+                    f"attended run {event.run_id} in {started.checkout} "
+                    f"(permissions: {started.permissions}; MCP servers: {servers})"
                 )
-            else:
-                what = f"{data.get('client')} in {data.get('checkout')} (run {event.run_id}; {data.get('source')})"
-            err.print(f"▶ issue {escape(event.issue)}: {escape(what)}", highlight=False)
-        elif event.type == "notice":
-            err.print(f"[yellow]![/] {escape(str(data.get('message')))}", highlight=False)
-        elif event.type == "progress":
-            err.print(f"  progress: {escape(str(data.get('text')))}", highlight=False)
-        elif event.type == "finished":
-            outcome = str(data.get("outcome"))
-            style = OUTCOME_STYLE.get(outcome, "white")
-            reason = escape(str(data.get("reason")))
-            err.print(f"[{style}]■ issue {escape(event.issue)}: {outcome}[/] — {reason}", highlight=False)
-            changed = list(data.get("changed") or [])
-            if changed:
-                err.print(f"  changed in the checkout ({len(changed)}, not committed):", highlight=False)
-                for line in changed:
-                    err.print(f"    {escape(line.replace(chr(9), ' '))}", highlight=False)
-            before = list(data.get("dirty_before") or [])
-            if before:
-                err.print(f"  uncommitted before the session, left as they were: {len(before)}", highlight=False)
-            err.print(f"  record: beflow runs show {event.run_id}", highlight=False)
+                err.print(f"▶ issue {escape(event.issue)}: {escape(what)}", highlight=False)
+            case Started() as started:
+                what = f"{started.client} in {started.checkout} (run {event.run_id}; {started.source})"
+                err.print(f"▶ issue {escape(event.issue)}: {escape(what)}", highlight=False)
+            case Notice(message=message):
+                err.print(f"[yellow]![/] {escape(message)}", highlight=False)
+            case AgentProgress(text=text):
+                err.print(f"  progress: {escape(text)}", highlight=False)
+            case Finished(outcome=outcome, reason=reason) as finished:
+                style = OUTCOME_STYLE.get(outcome, "white")
+                reason = escape(str(reason))
+                err.print(f"[{style}]■ issue {escape(event.issue)}: {outcome}[/] — {reason}", highlight=False)
+                changed = finished.changed if isinstance(finished.changed, list) else []
+                if changed:
+                    err.print(f"  changed in the checkout ({len(changed)}, not committed):", highlight=False)
+                    for line in changed:
+                        err.print(f"    {escape(line.replace(chr(9), ' '))}", highlight=False)
+                if finished.dirty_before:
+                    left = len(finished.dirty_before)
+                    err.print(f"  uncommitted before the session, left as they were: {left}", highlight=False)
+                err.print(f"  record: beflow runs show {event.run_id}", highlight=False)
 
 
 @click.command(

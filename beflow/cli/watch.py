@@ -146,7 +146,7 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
                 stream(event.to_json())
             return
         if isinstance(event, WatchEvent) and event.type in LOGGED:
-            details = ", ".join(f"{k}={v}" for k, v in event.data.items() if v is not None)
+            details = ", ".join(f"{k}={v}" for k, v in event.data.fields().items() if v is not None)
             line = f"{time.strftime('%H:%M:%S')} {event.type:<16} {event.issue or '':<6} {details}"
             (live.console if live else err).print(escape(line), highlight=False)
 

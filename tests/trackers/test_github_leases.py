@@ -148,7 +148,7 @@ def test_an_outcome_github_never_took_is_said_on_the_terminal_and_in_the_record(
         github.fail(502, only="PATCH", prefix="/repos/octo/hello/issues/comments/", times=5)
     record = run.finish("succeeded", "the agent finished", status_after)
 
-    notices = [e.data["message"] for e in events if e.type == "notice"]
+    notices = [e.data.message for e in events if e.type == "notice"]
     assert record.outcome == "succeeded" and record.unreported and len(notices) == 1, notices
     assert RunStore(gh.directory).get(record.id).unreported == record.unreported
     if what == "labels":
