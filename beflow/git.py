@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from beflow import lazy
+from beflow import startup
 from beflow.errors import BeflowError, ConfigError, UsageError
 from beflow.files import FileTooLarge, NotRegularError, atomic_write, read_regular
 from beflow.paths import ACPXRC, beflow_home, git_toplevel, path_key, slug
@@ -28,7 +28,7 @@ toplevel = git_toplevel
 if TYPE_CHECKING:
     import git
 else:
-    git = lazy.module("git")
+    git = startup.module("git")
 
 
 class GitError(BeflowError):

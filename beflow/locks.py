@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 import anyio
 from pydantic import BaseModel, ValidationError
 
-from beflow import lazy
+from beflow import startup
 from beflow.files import atomic_write, remove
 
 if TYPE_CHECKING:
     import filelock
 else:
-    filelock = lazy.module("filelock")  # (it imports asyncio): a probe of a lock that was never taken needs none
+    filelock = startup.module("filelock")  # (it imports asyncio): a probe of a lock that was never taken needs none
 
 M = TypeVar("M", bound=BaseModel)
 

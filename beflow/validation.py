@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 
-from beflow import lazy
+from beflow import startup
 from beflow.errors import ConfigError
 from beflow.files import FileTooLarge, NotRegularError, read_regular
 
 if TYPE_CHECKING:
     import json5
 else:
-    json5 = lazy.module("json5")  # plain JSON, the usual case, needs none
+    json5 = startup.module("json5")  # plain JSON, the usual case, needs none
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import difflib
-import gc
 import importlib
-import importlib.util
 import os
 import sys
 from pathlib import Path
 
 import click
 
-from beflow import __version__
+from beflow import __version__, startup
 from beflow.cli.common import App, HelpGroup, guarded
 from beflow.paths import beflow_home
 
@@ -74,21 +71,9 @@ class BeflowGroup(HelpGroup):
             command = self.get_command(ctx, name)
             return command.get_short_help_str(limit) if command is not None else ""
         module, attribute = COMMANDS[name].split(":")
-        spec = importlib.util.find_spec(module)
-        if spec is None or spec.origin is None:
-            return ""
-        for node in ast.parse(Path(spec.origin).read_text(encoding="utf-8")).body:
-            if isinstance(node, ast.FunctionDef) and node.name == attribute:
-                # A `short_help=` of the decorator wins over the docstring, as it does once the command is loaded.
-                short = [
-                    str(keyword.value.value)
-                    for decorator in node.decorator_list
-                    if isinstance(decorator, ast.Call)
-                    for keyword in decorator.keywords
-                    if keyword.arg == "short_help" and isinstance(keyword.value, ast.Constant)
-                ]
-                docstring = ast.get_docstring(node) or ""
-                return click.Command(name, help=docstring, short_help=next(iter(short), None)).get_short_help_str(limit)
+        summary = startup.summary_from_source(module, attribute, name, limit)
+        if summary is not None:
+            return summary
         command = self.get_command(ctx, name)  # not a plain decorated function: load it
         return command.get_short_help_str(limit) if command is not None else ""
 
@@ -179,27 +164,12 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point."""
     args = argv if argv is not None else sys.argv[1:]
     # Start-up builds many long-lived objects (models, commands): keep the collector from walking them again.
-    gc.freeze()
+    startup.freeze()
     try:
         code = guarded(lambda: cli.main(args=args, prog_name="beflow", standalone_mode=False))
         status: int | str | None = code if isinstance(code, int) else 0
     except SystemExit as done:
         status = done.code
-    if argv is None and sys.getprofile() is None and sys.gettrace() is None:  # no profiler or coverage to report
-        _leave(status)
+    if argv is None:  # the console script, not a test calling main()
+        startup.leave(status)
     sys.exit(status)
-
-
-def _leave(status: int | str | None) -> None:
-    """Exit at once with ``status`` once output is flushed: the interpreter's teardown (freeing every module and
-    object one by one) is work nobody waits for. Falls back to a normal exit when output cannot be flushed, so
-    that a broken pipe is reported as Python reports it."""
-    if isinstance(status, str):
-        print(status, file=sys.stderr)
-        status = 1
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):
-        return
-    os._exit(status or 0)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import pydantic
 
-from beflow import lazy
+from beflow import startup
 from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.files import atomic_write
 from beflow.paths import STATE_DIR, state_dir
@@ -52,7 +52,7 @@ from beflow.trackers.local_index import IssueIndex
 if TYPE_CHECKING:
     import filelock
 else:
-    filelock = lazy.module("filelock")  # reading needs no lock
+    filelock = startup.module("filelock")  # reading needs no lock
 
 #: How long a write waits for another write to the same issue (they take milliseconds).
 WRITE_WAIT = 30.0

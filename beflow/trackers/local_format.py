@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from beflow import lazy
+from beflow import startup
 from beflow.errors import ConfigError
 from beflow.files import FileTooLarge, read_regular
 from beflow.trackers.base import (
@@ -56,7 +56,7 @@ from beflow.validation import problems_of
 if TYPE_CHECKING:
     import yaml
 else:
-    yaml = lazy.module("yaml")  # reading from the index needs no YAML
+    yaml = startup.module("yaml")  # reading from the index needs no YAML
 
 #: The line that starts the comments section. Everything after it is comments under ``### author · time`` headings.
 COMMENTS_MARKER = "<!-- beflow:comments -->"
