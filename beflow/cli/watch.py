@@ -11,8 +11,9 @@ import click
 from beflow import guardrails, hardening, interrupts
 from beflow.cli.common import App, err, escape, pass_app
 from beflow.cli.stream import EventStream
-from beflow.dispatcher import Dispatcher, Snapshot
+from beflow.dispatcher import Dispatcher
 from beflow.events import RunEvent, WatchEvent
+from beflow.lanes import Snapshot
 from beflow.records import FAILED_OUTCOMES, RunRecord
 
 if TYPE_CHECKING:  # rich is loaded for the live view only: `watch --json` (cron, scripts) never needs it

@@ -16,13 +16,17 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from anyio.lowlevel import EventLoopToken
 
-    from beflow.dispatcher import Dispatcher
+    from beflow.config import Project
     from beflow.guardrails import DayBudget, Totals, Usage
+    from beflow.lanes import Snapshot
+    from beflow.spending import Ledger
+    from beflow.trackers import Tracker
+    from beflow.wake import Wakeup
 
 #: Events the ring keeps for clients that resume (``Last-Event-ID``) or fall behind.
 RING = 2000
@@ -204,10 +208,22 @@ class WatchData:
     unreadable: dict[str, str] = field(default_factory=dict)
 
 
-class WatchSource:
-    """A running watch's dispatcher, asked on its own event loop (it is single-threaded there)."""
+class Watching(Protocol):
+    """What the server reads of a running watch (:class:`beflow.dispatcher.Dispatcher` is one): its state, never
+    its machinery."""
 
-    def __init__(self, dispatcher: Dispatcher, hub: Hub) -> None:
+    project: Project
+    tracker: Tracker
+    ledger: Ledger
+    wakeup: Wakeup | None
+
+    def snapshot(self) -> Snapshot: ...
+
+
+class WatchSource:
+    """A running watch, asked on its own event loop (it is single-threaded there)."""
+
+    def __init__(self, dispatcher: Watching, hub: Hub) -> None:
         self.dispatcher = dispatcher
         self.hub = hub
         self.token: EventLoopToken | None = None
@@ -234,9 +250,9 @@ class WatchSource:
             next_tick=snapshot.next_tick,
             concurrency=self.dispatcher.project.config.watch.concurrency,
             interval=self.dispatcher.project.config.watch.interval,
-            blocked=self.dispatcher.blocked,
-            blocked_fix=self.dispatcher.blocked_by.fix if self.dispatcher.blocked_by is not None else None,
-            tracker=self.dispatcher.tracker,
+            blocked=snapshot.blocked,
+            blocked_fix=snapshot.blocked_fix,
+            tracker=tracker,
             used=snapshot.used,
             budget=snapshot.budget,
             budget_held=self.dispatcher.ledger.holding,

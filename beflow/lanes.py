@@ -1,0 +1,91 @@
+"""A watch's lanes as they run, and the snapshot of the watch its views read (the terminal, the dashboard).
+
+The dispatcher (:mod:`beflow.dispatcher`) keeps a :class:`Running` per issue it runs; a view asks it for a
+:class:`Snapshot`. They live apart from the dispatcher so that what presents a watch depends on its state, not on
+the machinery that makes it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import anyio
+
+from beflow import guardrails
+from beflow.errors import BeflowError, NotFoundError
+from beflow.records import RunRecord, RunStore
+from beflow.retries import Backoff
+from beflow.trackers import Issue, Status, Tracker
+
+
+@dataclass
+class Running:
+    key: str
+    attempt: int
+    scope: anyio.CancelScope
+    #: The tracker the run started with: a config change between ticks does not move a running issue.
+    tracker: Tracker
+    started: float = field(default_factory=time.time)
+    run_id: str | None = None
+    latest: str = "starting"
+    #: The latest progress line the agent reported (beflow's MCP server, ``run.progress``).
+    progress: str = ""
+    #: Why reconciliation cancelled it, for the run's record.
+    reason: str | None = None
+    #: The run has finished (it moved its issue on itself; reconciliation leaves it be).
+    finished: bool = False
+    #: What its agent reported it used so far (its ``usage`` events).
+    usage: guardrails.Usage | None = None
+
+    def cancel(self, reason: str) -> None:
+        self.reason = reason
+        self.scope.cancel()
+
+    @property
+    def cancelling(self) -> bool:
+        return self.scope.cancel_called
+
+    def moved_on(self) -> str | None:
+        """Why reconciliation cancels the run: its issue is gone, or no longer ``in_progress``; None: it goes on."""
+        if self.cancelling or self.finished:
+            return None  # a run that has finished moved its issue on itself: that is no reason to cancel it
+        gone = "the issue was removed"
+        try:
+            status = self.tracker.get(self.key).status
+        except NotFoundError as error:
+            status, gone = None, f"the issue was removed ({error.message})"  # GitHub: or lost its label
+        except BeflowError:
+            return None  # unreadable for a moment (a hand edit, an editor's save): look again next tick
+        if status is None or (status != Status.IN_PROGRESS and self.run_id is not None):
+            return gone if status is None else f"the issue is now {status}"
+        return None
+
+    def record(self, store: RunStore) -> RunRecord | None:
+        """The finished record of a run that did not return one (cancelled, or failed inside beflow): the run's
+        events named it."""
+        if self.run_id is None:
+            return None
+        try:
+            record = store.get(self.run_id)
+        except (BeflowError, OSError, ValueError):
+            return None
+        return record if record.finished else None
+
+
+@dataclass
+class Snapshot:
+    """What the live view shows."""
+
+    running: list[Running]
+    queue: list[Issue]
+    backoffs: list[Backoff]
+    recent: list[RunRecord]
+    tick: int
+    next_tick: float
+    #: What the watch's runs used since it started, and its day against ``limits.cost_per_day`` (if set).
+    used: guardrails.Totals = field(default_factory=guardrails.Totals)
+    budget: guardrails.DayBudget | None = None
+    #: Why dispatching is held back (a configuration problem every run would hit), if it is, and how to fix it.
+    blocked: str | None = None
+    blocked_fix: str | None = None
