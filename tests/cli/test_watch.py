@@ -16,11 +16,12 @@ import pytest
 from rich.console import Console
 
 from beflow.cli.watch import render
-from beflow.dispatcher import Backoff, Running, Snapshot
 from beflow.events import WATCH_EVENTS
+from beflow.lanes import Running, Snapshot
 from beflow.mcp.journal import journal_dir
 from beflow.paths import ACPXRC
 from beflow.records import RunRecord
+from beflow.retries import Backoff
 from beflow.trackers import Status
 from tests.support.projects import AutoProject
 from tests.support.waiting import eventually
