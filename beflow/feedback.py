@@ -11,6 +11,7 @@ This module holds the shapes and the pure decisions; sources live with the code 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -87,3 +88,137 @@ class FeedbackSource(Protocol):
         """Answer ``piece`` where it was given (in its review thread on GitHub), once the round's work is
         delivered."""
         ...
+
+
+# -- the pure decisions ----------------------------------------------------------------------------------------------
+
+#: Characters a reader never sees: zero-width spaces and joiners, the bidirectional marks, embeddings, overrides and
+#: isolates (which also reorder what is shown), invisible operators, the byte-order mark, soft hyphen and its kin.
+INVISIBLE = frozenset(
+    [chr(c) for c in range(0x200B, 0x2010)]
+    + [chr(c) for c in range(0x202A, 0x202F)]
+    + [chr(c) for c in range(0x2060, 0x2065)]
+    + [chr(c) for c in range(0x2066, 0x206A)]
+    + ["\ufeff", "\u00ad", "\u034f", "\u061c", "\u180e"]
+)
+_INVISIBLE = re.compile("[" + "".join(sorted(INVISIBLE)) + "]")
+#: A fenced code block (its content is shown as it is: an HTML comment in it is visible text).
+_FENCE = re.compile(r"^([ \t]{0,3})(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]{0,3}\2[`~]*[ \t]*$|\Z)", re.S | re.M)
+_INLINE_CODE = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.S)
+#: An HTML comment, or one left open (a browser hides everything after ``<!--`` that is never closed).
+_COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+#: Images: Markdown's ``![alt](url "title")`` and ``![alt][ref]``, and HTML's ``<img ...>``.
+_IMAGE = re.compile(r"!\[(?:[^\[\]]|\[[^\[\]]*\])*\](?:\([^()]*(?:\([^()]*\)[^()]*)*\)|\[[^\]]*\])?")
+_IMG_TAG = re.compile(r"<img\b[^>]*>", re.I)
+#: A link's title (shown only on hover): ``[text](url "title")``, and a reference definition's ``[ref]: url "t"``
+#: (the definition line itself is never shown: ``[//]: # (words)`` is a known way to hide words).
+_LINK_TITLE = re.compile(r"(\]\(\s*<?[^\s()<>]*>?)\s+(?:\"[^\"]*\"|'[^']*'|\([^()]*\))\s*\)")
+_REFERENCE = re.compile(r"^[ \t]{0,3}\[[^\]\n]+\]:[^\n]*$", re.M)
+_DETAILS = re.compile(r"<details\b([^>]*)>(.*?)</details\s*>", re.S | re.I)
+_SUMMARY = re.compile(r"<summary\b[^>]*>(.*?)</summary\s*>", re.S | re.I)
+COLLAPSED = "[collapsed section left out]"
+
+
+def strip_hidden(text: str) -> str:
+    """``text`` as a person reading the rendered page sees it: what could carry instructions no reviewer saw is
+    removed before it reaches a prompt (a known attack on agents that read GitHub).
+
+    - HTML comments (and one left open, to the end), outside code: GitHub shows none of them.
+    - Zero-width and bidirectional control characters, everywhere (in code too: they are no more visible there).
+    - Images become ``[image]``: their alt text is shown to nobody who sees the picture.
+    - Link titles (a tooltip) and reference definitions (never rendered) are dropped; the link text and URL stay.
+    - A ``<details>`` block that is not ``open`` keeps its summary, and its content is left out, marked: a reader of
+      the page sees only the summary unless they choose to expand it, so its content is not what the reviewer was
+      seen to ask for. (An ``open`` one is shown as it is and is kept.)
+
+    Code (fenced blocks and inline spans) is shown literally and is kept as it is, but for invisible characters.
+    Stripping again changes nothing: the steps repeat until nothing more comes out (a removal may join what was
+    around it into something new, ``<<!-- -->!-- x -->``)."""
+    while True:
+        cleaned = _strip_once(text)
+        if cleaned == text:
+            return cleaned
+        text = cleaned
+
+
+def _strip_once(text: str) -> str:
+    text = _INVISIBLE.sub("", text)
+    out: list[str] = []
+    at = 0
+    for block in _FENCE.finditer(text):
+        out.append(_strip_prose(text[at : block.start()]))
+        out.append(block.group(0))
+        at = block.end()
+    out.append(_strip_prose(text[at:]))
+    return "".join(out)
+
+
+def _strip_prose(text: str) -> str:
+    out: list[str] = []
+    at = 0
+    for span in _INLINE_CODE.finditer(text):
+        out.append(_strip_markup(text[at : span.start()]))
+        out.append(span.group(0))
+        at = span.end()
+    out.append(_strip_markup(text[at:]))
+    return "".join(out)
+
+
+def _strip_markup(text: str) -> str:
+    text = _COMMENT.sub("", text)
+    text = _IMAGE.sub("[image]", text)
+    text = _IMG_TAG.sub("[image]", text)
+    text = _LINK_TITLE.sub(r"\1)", text)
+    text = _REFERENCE.sub("", text)
+    return _DETAILS.sub(_details, text)
+
+
+def _details(match: re.Match[str]) -> str:
+    if re.search(r"\bopen\b", match.group(1), re.I):
+        return match.group(2)
+    summary = _SUMMARY.search(match.group(2))
+    shown = summary.group(1).strip() if summary else "Details"
+    return f"{shown}\n{COLLAPSED}"
+
+
+def mentions(text: str, trigger: str) -> bool:
+    """Whether ``text`` mentions ``trigger`` as a word, in any case, outside code: not inside an email address
+    (``me@beflow.dev``), a longer handle (``@beflowbot``), a team (``@beflow/core``) or a domain (``@beflow.dev``)."""
+    text = _FENCE.sub("", _INVISIBLE.sub("", text))
+    text = _INLINE_CODE.sub("", text)
+    word = re.escape(trigger.strip())
+    pattern = rf"(?<![\w@.+\-]){word}(?![\w\-/]|\.\w)"
+    return re.search(pattern, text, re.I) is not None
+
+
+#: GitHub's ``author_association`` values of people with write access to the repository.
+TRUSTED_ASSOCIATIONS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+
+
+def trusted(association: str | None, login: str, allow: list[str]) -> str | None:
+    """None when ``login`` may give feedback (an owner, member or collaborator of the repository, or a login of
+    ``feedback.allow``, in any case); else why not, for the round's record."""
+    if (association or "").upper() in TRUSTED_ASSOCIATIONS:
+        return None
+    if login.lower() in {name.lower() for name in allow}:
+        return None
+    said = (association or "none").lower().replace("_", " ")
+    return f"{login} has no write access to the repository ({said}) and is not in feedback.allow"
+
+
+def unanswered(pieces: list[Feedback], consumed: set[str]) -> list[Feedback]:
+    """The pieces no round has consumed yet (by :attr:`Feedback.id`), in their order."""
+    return [piece for piece in pieces if piece.id not in consumed]
+
+
+def settled(pieces: list[Feedback], now: dt.datetime, settle: float) -> bool:
+    """Whether a round may start on ``pieces``: there is one, and the latest was given ``settle`` seconds ago or
+    more (reviewers batch their comments: those that come together make one round)."""
+    if not pieces:
+        return False
+    latest = max(_aware(piece.created) for piece in pieces)
+    return (_aware(now) - latest).total_seconds() >= settle
+
+
+def _aware(when: dt.datetime) -> dt.datetime:
+    return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
