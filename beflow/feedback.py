@@ -53,6 +53,8 @@ class Feedback(BaseModel):
     thread: list[ThreadComment] = Field(default_factory=list)
     #: What a reply in this piece's thread goes to (a review comment id on GitHub), when it can have one.
     reply_to: str | None = None
+    #: The pull request or issue (its number on the code host) the piece was given on: where its reply goes.
+    conversation: int | None = None
 
 
 class Ignored(BaseModel):
