@@ -190,8 +190,13 @@ class Replies(_Client):
         number = piece.conversation or self._number_of(piece)
         if piece.kind == "inline" and piece.reply_to is not None:
             path = f"{self._base}/pulls/{number}/comments/{piece.reply_to}/replies"
-            self._post_once(path, text, f"{self._base}/pulls/{number}/comments")
-            return
+            try:
+                self._post_once(path, text, f"{self._base}/pulls/{number}/comments")
+                return
+            except GitHubError as error:
+                if error.status != 404 or number is None:
+                    raise
+                # The thread is gone (its comment deleted): the answer goes into the pull request's conversation.
         if number is None:
             raise GitHubError(f"feedback {piece.id} names no pull request or issue to answer in")
         self._post_once(f"{self._base}/issues/{number}/comments", text, f"{self._base}/issues/{number}/comments")
@@ -287,7 +292,7 @@ class GitHubFeedback(_Client):
             if known is not None and known.pull is not None and not self._changed(known, number):
                 if not self.settings.checks or known.head is None or known.gathered.ended:
                     return known.gathered
-                checks = self._checks(known.head)
+                checks = self._checks(known.head, known.pull)
                 return self._assemble(known, checks)
             read_from = _iso(self.api.now() - SAME_SECOND)
             pull = self._pull(branch)
@@ -311,7 +316,7 @@ class GitHubFeedback(_Client):
                 known.gathered = Gathered(pieces=pieces, ignored=ignored)
             self._known[key] = known
             if ended is None and self.settings.checks and head is not None:
-                return self._assemble(known, self._checks(head))
+                return self._assemble(known, self._checks(head, known.pull))
             return known.gathered
 
     def _assemble(self, known: _Known, checks: list[Feedback]) -> Gathered:
@@ -436,7 +441,7 @@ class GitHubFeedback(_Client):
                 )
             )
 
-    def _checks(self, sha: str) -> list[Feedback]:
+    def _checks(self, sha: str, pull: int | None) -> list[Feedback]:
         """The failed check runs and commit statuses of commit ``sha`` (two conditional requests, and one for the
         annotations of each failed run)."""
         pieces: list[Feedback] = []
@@ -462,6 +467,7 @@ class GitHubFeedback(_Client):
                     url=run.get("html_url"),
                     body=strip_hidden("\n".join(lines)),
                     created=_when(run.get("completed_at")),
+                    conversation=pull,
                 )
             )
         combined = self._get(f"{self._base}/commits/{sha}/status", {"per_page": 100}) or {}
@@ -478,6 +484,7 @@ class GitHubFeedback(_Client):
                     url=status.get("target_url"),
                     body=strip_hidden(text),
                     created=_when(status.get("updated_at")),
+                    conversation=pull,
                 )
             )
         return pieces

@@ -346,3 +346,42 @@ def test_a_not_modified_answer_costs_no_rate_limit(github: FakeGitHub) -> None:
         assert github.rate_used == before + 1
     finally:
         api.close()
+
+
+def test_a_failed_check_is_answered_in_the_pull_requests_conversation(make_host: Host, github: FakeGitHub) -> None:
+    number = github.open_pull("beflow/1")
+    github.set_head(number, "c" * 40)
+    github.add_check_run("c" * 40, "tests")
+    host = make_host(checks=True)
+    (check,) = host.gather("1", "beflow/1").pieces
+
+    host.reply(check, "Fixed the failing test in abc123.")
+
+    (comment,) = github.comments_of(number)
+    assert comment["body"].startswith("Fixed the failing test in abc123.")
+
+
+def test_a_reply_to_a_deleted_thread_goes_to_the_conversation(make_host: Host, github: FakeGitHub) -> None:
+    number = github.open_pull("beflow/1")
+    github.submit_review(number, "", state="COMMENTED", comments=[{"path": "a.py", "line": 1, "body": "Rename."}])
+    host = make_host()
+    (inline,) = host.gather("1", "beflow/1").pieces
+    del github.review_comments[int(inline.reply_to or 0)]  # a person deleted the comment
+
+    host.reply(inline, "Renamed in abc123.")
+
+    (comment,) = github.comments_of(number)
+    assert comment["body"].startswith("Renamed in abc123.")
+
+
+def test_a_reply_whose_answer_was_lost_is_not_posted_twice(make_host: Host, github: FakeGitHub) -> None:
+    number = github.open_pull("beflow/1")
+    github.submit_review(number, "", state="COMMENTED", comments=[{"path": "a.py", "line": 1, "body": "Rename."}])
+    host = make_host()
+    (inline,) = host.gather("1", "beflow/1").pieces
+    github.fail(502, only="POST", after=True)  # done, and the answer lost on the way back
+
+    host.reply(inline, "Renamed in abc123.")
+
+    replies = [c for c in github.review_comments_of(number) if c.get("in_reply_to_id")]
+    assert len(replies) == 1 and replies[0]["body"].startswith("Renamed in abc123.")
