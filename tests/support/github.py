@@ -10,6 +10,7 @@ rate limits, 5xx, a revoked token, a renamed repository.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import itertools
@@ -913,9 +914,10 @@ class _Server(ThreadingHTTPServer):
         pass  # a client killed mid-request (the tests kill watchers with SIGKILL) is no failure of the fake
 
 
-@pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    """A fake GitHub on a local port; the test fails if any request or answer strays from GitHub's description."""
+@contextlib.contextmanager
+def serve() -> Iterator[FakeGitHub]:
+    """A fake GitHub on a local port, served from a thread of this process until the block ends (the benchmark
+    uses it too)."""
     fake = FakeGitHub(spec())
     server = _Server(("127.0.0.1", 0), _handler(fake))
     server.daemon_threads = True
@@ -928,6 +930,13 @@ def github() -> Iterator[FakeGitHub]:
         fake.released.set()
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    """A fake GitHub on a local port; the test fails if any request or answer strays from GitHub's description."""
+    with serve() as fake:
+        yield fake
     assert not fake.violations, (
         "the fake GitHub saw requests or gave answers GitHub's description does not allow:\n"
         + ("\n".join(fake.violations[:20]))
