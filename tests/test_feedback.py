@@ -51,7 +51,8 @@ def test_strip_hidden_keeps_what_a_reader_sees(given_text: str, shown: str) -> N
     assert strip_hidden(given_text) == shown
 
 
-_MARKUP = ["<details>", "</details>", "<summary>", "```"]
+_MARKUP = ["<details>", "<details open>", "</details>", "<summary>", "</summary>", "```", "~~~", "<!--", "-->"]
+_MARKUP += ["![", "](", "[x]: ", "<img ", "\u202e"]
 _PIECES = st.sampled_from([*"<!->`[]()!\"' \nab~", *sorted(INVISIBLE)[:6], *_MARKUP])
 
 

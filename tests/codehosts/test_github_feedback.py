@@ -8,13 +8,15 @@ from typing import Any
 
 import pytest
 
-from beflow.codehosts import github_feedback
+from beflow.codehosts import github_feedback, open_code_host
 from beflow.codehosts.github import GitHubCodeHost
 from beflow.config import Feedback as FeedbackSettings
-from beflow.config import GitHubCodeHostSettings
+from beflow.config import GitHubCodeHostSettings, load_project
 from beflow.feedback import FeedbackSource, Gathered
+from beflow.trackers import open_tracker
 from beflow.trackers.github_api import Api
 from tests.support.github import TOKEN, FakeGitHub, wait_until
+from tests.support.projects import AutoProject
 
 Host = Callable[..., GitHubCodeHost]
 
@@ -385,3 +387,24 @@ def test_a_reply_whose_answer_was_lost_is_not_posted_twice(make_host: Host, gith
 
     replies = [c for c in github.review_comments_of(number) if c.get("in_reply_to_id")]
     assert len(replies) == 1 and replies[0]["body"].startswith("Renamed in abc123.")
+
+
+def test_the_code_host_a_github_tracker_implies_reads_its_issues_with_the_projects_settings(
+    auto_project: AutoProject, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    auto_project.configure(
+        tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url},
+        after_run={"pull_request": True},
+        feedback={"trigger": "@robot"},
+    )
+    issue = github.add_issue("One", labels=["beflow"])
+    asked = github.add_comment(issue, "@robot also the README")
+    github.add_comment(issue, "@beflow not the trigger here")
+    github.open_pull(f"beflow/{issue}")
+    project = load_project(auto_project.config_path)
+
+    host = open_code_host(project, open_tracker(project))
+
+    assert isinstance(host, FeedbackSource)
+    assert ids(host.gather(str(issue), f"beflow/{issue}")) == [f"issue-comment:{asked['id']}"]
