@@ -106,18 +106,47 @@ INVISIBLE = frozenset(
 _INVISIBLE = re.compile("[" + "".join(sorted(INVISIBLE)) + "]")
 #: A fenced code block (its content is shown as it is: an HTML comment in it is visible text).
 _FENCE = re.compile(r"^([ \t]{0,3})(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]{0,3}\2[`~]*[ \t]*$|\Z)", re.S | re.M)
-_INLINE_CODE = re.compile(r"(`+)(?!`).+?(?<!`)\1(?!`)", re.S)
+#: A code span (from the start of a run of backticks only: a search stays linear when runs are left unclosed).
+_INLINE_CODE = re.compile(r"(?<!`)(`+)(?!`).+?(?<!`)\1(?!`)", re.S)
 #: An HTML comment, or one left open (a browser hides everything after ``<!--`` that is never closed).
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
 #: Images: Markdown's ``![alt](url "title")`` and ``![alt][ref]``, and HTML's ``<img ...>``.
 _IMAGE = re.compile(r"!\[(?:[^\[\]]|\[[^\[\]]*\])*\](?:\([^()]*(?:\([^()]*\)[^()]*)*\)|\[[^\]]*\])?")
-_IMG_TAG = re.compile(r"<img\b[^>]*>", re.I)
+_IMG_TAG = re.compile(r"<img\b[^>]{0,4000}>", re.I)
 #: A link's title (shown only on hover): ``[text](url "title")``, and a reference definition's ``[ref]: url "t"``
 #: (the definition line itself is never shown: ``[//]: # (words)`` is a known way to hide words).
-_LINK_TITLE = re.compile(r"(\]\(\s*<?[^\s()<>]*>?)\s+(?:\"[^\"]*\"|'[^']*'|\([^()]*\))\s*\)")
-_REFERENCE = re.compile(r"^[ \t]{0,3}\[[^\]\n]+\]:[^\n]*$", re.M)
-_DETAILS = re.compile(r"<details\b([^>]*)>(.*?)</details\s*>", re.S | re.I)
-_SUMMARY = re.compile(r"<summary\b[^>]*>(.*?)</summary\s*>", re.S | re.I)
+_LINK_TITLE = re.compile(r"(\]\(\s*<?[^\s()<>]*>?)\s+(?:\"[^\"]{0,500}\"|'[^']{0,500}'|\([^()]{0,500}\))\s*\)")
+_REFERENCE = re.compile(
+    r"^[ \t]{0,3}\[[^\]\n]+\]:[ \t]*(?:<[^>\n]*>|\S+)(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$", re.M
+)
+#: A ``<details>`` that is not ``open`` (an open one is shown, and read as text).
+_DETAILS = re.compile(r"<details\b(?![^>\n]{0,500}\bopen\b)[^>\n]{0,500}>(.*?)</details\s*>", re.S | re.I)
+_CLOSE_DETAILS = re.compile(r"</details\s*>")
+_SUMMARY = re.compile(r"<summary\b[^>\n]{0,500}>(.*?)</summary\s*>", re.S | re.I)
+
+
+class _Finder(Protocol):
+    def search(self, text: str, at: int = 0, /) -> re.Match[str] | None: ...
+
+
+class _CollapsedDetails:
+    """Finds the next collapsed ``<details>`` block: a regular expression searched from every ``<details`` to its
+    close would take quadratic time on many that are never closed; here each start is tried only while a close is
+    still ahead."""
+
+    def search(self, text: str, at: int = 0, /) -> re.Match[str] | None:
+        lower = text.lower()
+        start = lower.find("<details", at)
+        while start != -1 and _CLOSE_DETAILS.search(lower, start) is not None:
+            found = _DETAILS.match(text, start)
+            if found is not None:
+                return found
+            start = lower.find("<details", start + 1)
+        return None
+
+
+#: What a pass looks for, by rank (an earlier rank wins a tie: a fence is also the start of a code span).
+_TOKENS: tuple[_Finder, ...] = (_FENCE, _INLINE_CODE, _COMMENT, _CollapsedDetails())
 COLLAPSED = "[collapsed section left out]"
 
 
@@ -144,43 +173,47 @@ def strip_hidden(text: str) -> str:
 
 
 def _strip_once(text: str) -> str:
+    """One pass, in the order a Markdown reader meets things: whichever of a fenced block, a code span, an HTML
+    comment or a collapsed ``<details>`` starts first decides (a comment holding code hides the code; code holding
+    ``<!--`` shows it)."""
     text = _INVISIBLE.sub("", text)
     out: list[str] = []
     at = 0
-    for block in _FENCE.finditer(text):
-        out.append(_strip_prose(text[at : block.start()]))
-        out.append(block.group(0))
-        at = block.end()
-    out.append(_strip_prose(text[at:]))
-    return "".join(out)
-
-
-def _strip_prose(text: str) -> str:
-    out: list[str] = []
-    at = 0
-    for span in _INLINE_CODE.finditer(text):
-        out.append(_strip_markup(text[at : span.start()]))
-        out.append(span.group(0))
-        at = span.end()
+    # Each pattern's next match, searched again only once the scan has passed its start: linear in the text.
+    ahead: list[re.Match[str] | None] = [r.search(text, 0) for r in _TOKENS]
+    while at < len(text):
+        for rank, pattern in enumerate(_TOKENS):
+            held = ahead[rank]
+            if held is not None and held.start() < at:
+                ahead[rank] = pattern.search(text, at)
+        found = [(m.start(), rank, m) for rank, m in enumerate(ahead) if m is not None]
+        if not found:
+            break
+        start, rank, match = min(found, key=lambda f: (f[0], f[1]))
+        out.append(_strip_markup(text[at:start]))
+        if rank <= 1:  # code, shown as it is
+            out.append(match.group(0))
+        elif rank == 3:  # a collapsed <details>: its summary, its content marked as left out
+            summary = _summary(match.group(1))
+            shown = _strip_markup(summary.group(1)).strip() if summary else "Details"
+            out.append(f"{shown}\n{COLLAPSED}")
+        at = max(match.end(), start + 1)  # (an HTML comment: nothing of it)
     out.append(_strip_markup(text[at:]))
     return "".join(out)
 
 
+def _summary(inner: str) -> re.Match[str] | None:
+    """The first ``<summary>`` of a details block's content (tried at its start only: linear, however many)."""
+    lower = inner.lower()
+    start = lower.find("<summary")
+    return _SUMMARY.match(inner, start) if start != -1 and "</summary" in lower[start:] else None
+
+
 def _strip_markup(text: str) -> str:
-    text = _COMMENT.sub("", text)
     text = _IMAGE.sub("[image]", text)
     text = _IMG_TAG.sub("[image]", text)
     text = _LINK_TITLE.sub(r"\1)", text)
-    text = _REFERENCE.sub("", text)
-    return _DETAILS.sub(_details, text)
-
-
-def _details(match: re.Match[str]) -> str:
-    if re.search(r"\bopen\b", match.group(1), re.I):
-        return match.group(2)
-    summary = _SUMMARY.search(match.group(2))
-    shown = summary.group(1).strip() if summary else "Details"
-    return f"{shown}\n{COLLAPSED}"
+    return _REFERENCE.sub("", text)
 
 
 def mentions(text: str, trigger: str) -> bool:
