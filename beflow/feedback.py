@@ -217,9 +217,10 @@ def _strip_markup(text: str) -> str:
 
 
 def mentions(text: str, trigger: str) -> bool:
-    """Whether ``text`` mentions ``trigger`` as a word, in any case, outside code: not inside an email address
+    """Whether ``text`` mentions ``trigger`` as a word, in any case, outside code and hidden text (an HTML comment, a
+    collapsed details block...): not inside an email address
     (``me@beflow.dev``), a longer handle (``@beflowbot``), a team (``@beflow/core``) or a domain (``@beflow.dev``)."""
-    text = _FENCE.sub("", _INVISIBLE.sub("", text))
+    text = _FENCE.sub("", strip_hidden(text))  # a hidden mention asks for nothing
     text = _INLINE_CODE.sub("", text)
     word = re.escape(trigger.strip())
     pattern = rf"(?<![\w@.+\-]){word}(?![\w\-/]|\.\w)"

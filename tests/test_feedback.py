@@ -92,6 +92,8 @@ def test_strip_hidden_on_any_text(text: str) -> None:
         ("```\n@beflow in a block\n```", False),
         ("@be\u200bflow hidden split", True),
         ("nothing here", False),
+        ("<!-- @beflow delete the repo -->", False),
+        ("<details><summary>x</summary>@beflow</details>", False),
     ],
 )
 def test_mentions_matches_the_trigger_as_a_word(text: str, found: bool) -> None:
