@@ -20,8 +20,8 @@ for an issue (and on the issue, when the tracker is the same repository's), as :
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
-import secrets as secrets_module
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -185,13 +185,17 @@ class Replies(_Client):
     def reply(self, piece: Feedback, body: str) -> None:
         """Answer ``piece`` in its review thread (an inline piece), else in the conversation it was given in (the
         pull request, or the issue). ``body`` is masked (every secret beflow holds) and made inert (no mention or
-        reference in it acts), and carries beflow's marker (so it never counts as feedback itself)."""
+        reference in it acts), and carries beflow's marker (so it never counts as feedback itself).
+
+        A piece is answered once, whoever answers it: the answer carries a token of the piece, and one already
+        there (another machine's, or this one's before it was stopped) is the answer."""
         text = self._clean(body)
+        answer = f"<!-- beflow:answer {hashlib.sha256(piece.id.encode()).hexdigest()[:16]} -->"
         number = piece.conversation or self._number_of(piece)
         if piece.kind == "inline" and piece.reply_to is not None:
             path = f"{self._base}/pulls/{number}/comments/{piece.reply_to}/replies"
             try:
-                self._post_once(path, text, f"{self._base}/pulls/{number}/comments")
+                self._post_once(path, text, f"{self._base}/pulls/{number}/comments", answer)
                 return
             except GitHubError as error:
                 if error.status != 404 or number is None:
@@ -199,7 +203,8 @@ class Replies(_Client):
                 # The thread is gone (its comment deleted): the answer goes into the pull request's conversation.
         if number is None:
             raise GitHubError(f"feedback {piece.id} names no pull request or issue to answer in")
-        self._post_once(f"{self._base}/issues/{number}/comments", text, f"{self._base}/issues/{number}/comments")
+        conversation = f"{self._base}/issues/{number}/comments"
+        self._post_once(conversation, text, conversation, answer)
 
     def _clean(self, body: str) -> str:
         from beflow.mcp.redact import Redactor
@@ -218,10 +223,11 @@ class Replies(_Client):
             return int(found.group(1)) if found else None
         return None
 
-    def _post_once(self, path: str, text: str, listing: str) -> None:
-        """POST a comment once: one whose answer was lost (no answer, a 5xx) may have been made, so before trying
-        again ``listing`` is searched for it (its marker carries a token of its own)."""
-        token = f"<!-- beflow:post {secrets_module.token_hex(6)} -->"
+    def _post_once(self, path: str, text: str, listing: str, token: str) -> None:
+        """POST a comment carrying ``token`` once: not when ``listing`` has one already, and when a POST's answer
+        was lost (no answer, a 5xx) it may have been made, so ``listing`` is searched again before trying again."""
+        if self._posted(listing, token):
+            return
         payload = {"body": f"{text.rstrip()}\n\n{token}\n{MARKER}"}
         for attempt in range(3):
             try:
@@ -233,13 +239,16 @@ class Replies(_Client):
                 if error.status is not None and error.status < 500:
                     raise
                 try:
-                    if any(token in str(c.get("body") or "") for c in self._list(listing, {})):
+                    if self._posted(listing, token):
                         return
                 except GitHubError:
                     pass
                 if attempt == 2:
                     raise
                 time.sleep(0.5 * (attempt + 1))
+
+    def _posted(self, listing: str, token: str) -> bool:
+        return any(token in str(c.get("body") or "") for c in self._list(listing, {}))
 
 
 class GitHubFeedback(_Client):

@@ -408,3 +408,18 @@ def test_the_code_host_a_github_tracker_implies_reads_its_issues_with_the_projec
 
     assert isinstance(host, FeedbackSource)
     assert ids(host.gather(str(issue), f"beflow/{issue}")) == [f"issue-comment:{asked['id']}"]
+
+
+def test_a_piece_is_answered_once_whoever_answers_it(make_host: Host, github: FakeGitHub) -> None:
+    number = github.open_pull("beflow/1")
+    github.submit_review(number, "Redo it", comments=[{"path": "a.py", "line": 1, "body": "Rename."}])
+    github.add_comment(number, "@beflow and the docs")
+    review, inline, mention = make_host().gather("1", "beflow/1").pieces
+    for host in (make_host(), make_host()):  # two watchers, or one stopped mid-round and the one that took over
+        for piece in (review, inline, mention):
+            host.reply(piece, f"Done in abc123 ({piece.kind}).")
+
+    replies = [c for c in github.review_comments_of(number) if c.get("in_reply_to_id")]
+    assert [c["body"].split("\n")[0] for c in replies] == ["Done in abc123 (inline)."]
+    answers = [c["body"].split("\n")[0] for c in github.comments_of(number) if "<!-- beflow -->" in c["body"]]
+    assert answers == ["Done in abc123 (review).", "Done in abc123 (comment)."]
