@@ -341,6 +341,8 @@ class GitHubFeedback(_Client):
         changed. While nothing changed each is one conditional request that GitHub answers 304, for free."""
         if time.monotonic() - self._listed_at < FRESH:
             return
+        if any(listing.since is None for listing in self._listings):
+            self.authors.me()  # an answer first: its Date sets GitHub's clock, which the watermarks are on
         start = _iso(self.api.now() - SLACK)
         for listing in self._listings:
             listing.since = listing.since or start

@@ -3,6 +3,8 @@ description): what counts, from whom, what is stripped, where replies go, and wh
 
 from __future__ import annotations
 
+import time
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -13,7 +15,7 @@ from beflow.codehosts.github import GitHubCodeHost
 from beflow.config import Feedback as FeedbackSettings
 from beflow.config import GitHubCodeHostSettings, load_project
 from beflow.feedback import FeedbackSource, Gathered
-from beflow.trackers import open_tracker
+from beflow.trackers import github_api, open_tracker
 from beflow.trackers.github_api import Api
 from tests.support.github import TOKEN, FakeGitHub, wait_until
 from tests.support.projects import AutoProject
@@ -423,3 +425,17 @@ def test_a_piece_is_answered_once_whoever_answers_it(make_host: Host, github: Fa
     assert [c["body"].split("\n")[0] for c in replies] == ["Done in abc123 (inline)."]
     answers = [c["body"].split("\n")[0] for c in github.comments_of(number) if "<!-- beflow -->" in c["body"]]
     assert answers == ["Done in abc123 (review).", "Done in abc123 (comment)."]
+
+
+def test_the_watermarks_are_on_githubs_clock_not_this_machines(
+    make_host: Host, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    number = github.open_pull("beflow/1")
+    host = make_host()
+    ahead = types.SimpleNamespace(time=lambda: time.time() + 3600, sleep=time.sleep, monotonic=time.monotonic)
+    monkeypatch.setattr(github_api, "time", ahead)  # the client's machine's clock an hour ahead of GitHub's
+    assert host.gather("1", "beflow/1").pieces == []
+
+    later = github.add_comment(number, "@beflow now")
+
+    assert ids(host.gather("1", "beflow/1")) == [f"issue-comment:{later['id']}"]
