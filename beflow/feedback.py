@@ -16,9 +16,10 @@ from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-#: What kind of feedback: a submitted review (with its inline comments as ``thread``), one inline comment on a
-#: line, a conversation comment that mentions the trigger, a failed check run or commit status, a tracker comment
-#: left with ``--rework``.
+#: What kind of feedback: a submitted review's own text, one inline comment on a line (each inline comment of a
+#: review is a piece of its own, with the earlier comments of its review thread as ``thread``, so that each thread
+#: gets its own reply), a conversation comment that mentions the trigger, a failed check run or commit status, a
+#: tracker comment left with ``--rework``.
 Kind = Literal["review", "inline", "comment", "check", "rework"]
 
 
