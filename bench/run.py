@@ -53,6 +53,7 @@ ROWS = (
     "mcp",
     "rss",
     "http",
+    "feedback",
 )
 BROWSER = ROOT / "tools" / "browser" / "node_modules"
 
@@ -74,6 +75,8 @@ class Sizes:
     drain: int = 8
     rss_runs: int = 240
     usage_updates: int = 10_000  # the usage row: usage updates the agent sends in one run
+    review_pulls: int = 50  # the feedback row: open review pull requests watched
+    polls: int = 20  # the feedback row: polls measured (at watch.interval apart on a real watch)
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -87,6 +90,7 @@ class Sizes:
             idle_seconds=10,
             drain=4,
             rss_runs=40,
+            polls=10,
         )
 
     @classmethod
@@ -105,6 +109,8 @@ class Sizes:
             drain=2,
             rss_runs=4,
             usage_updates=50,
+            review_pulls=3,
+            polls=2,
         )
 
 
@@ -882,6 +888,74 @@ class Bench:
                 per_minute / 0.5,
                 {"beflow": [per_minute]},
                 f"over {elapsed:.0f} s, interval {s.interval:g} s",
+            )
+        )
+
+    def feedback(self) -> None:
+        """Watching N open review pull requests with no activity for feedback, against the fake GitHub: the API
+        requests a poll sends and those that count against the rate limit (a 304 does not), per hour at
+        ``watch.interval``. Each pull request has a review with inline comments and a mention already (read by the
+        first poll, shown apart), as a watch that started on a busy repository would."""
+        sys.path.insert(0, str(ROOT))
+        from beflow.codehosts import github_feedback
+        from beflow.codehosts.github import GitHubCodeHost
+        from beflow.config import Feedback, GitHubCodeHostSettings
+        from beflow.trackers.github_api import Api
+        from tests.support.github import TOKEN, serve
+
+        s = self.sizes
+        github_feedback.FRESH = 3600.0  # one reading of the repository's listings a poll, as a watch's tick makes
+        with serve() as fake:
+            for key in range(1, s.review_pulls + 1):
+                number = fake.open_pull(f"beflow/{key}")
+                fake.submit_review(number, "Please redo", comments=[{"path": "a.py", "line": 1, "body": "Rename."}])
+                fake.add_comment(number, "@beflow and the docs")
+            hosts = {}
+            for checks in (False, True):
+                api = Api(fake.url, TOKEN)
+                settings = GitHubCodeHostSettings(kind="github", repo="octo/hello", api_url=fake.url)
+                hosts[checks] = GitHubCodeHost(settings, "octo/hello", api, None, feedback=Feedback(checks=checks))
+            sent: dict[bool, list[float]] = {False: [], True: []}
+            costly: dict[bool, list[float]] = {False: [], True: []}
+            first: dict[bool, tuple[int, int]] = {}
+
+            def poll(checks: bool) -> tuple[int, int]:
+                before = (len(fake.seen), fake.rate_used)
+                host = hosts[checks]
+                host.look_again()
+                for key in range(1, s.review_pulls + 1):
+                    host.gather(str(key), f"beflow/{key}")
+                return len(fake.seen) - before[0], fake.rate_used - before[1]
+
+            for checks in (False, True):
+                first[checks] = poll(checks)
+                time.sleep(1.1)  # what changed in the second of the first reading is read again once: past it
+                poll(checks)
+                for _ in range(s.polls):
+                    requests, counted = poll(checks)
+                    sent[checks].append(requests)
+                    costly[checks].append(counted)
+            for host in hosts.values():
+                host.api.close()
+            assert not fake.violations, fake.violations[:5]
+        per_hour = 3600 / s.interval
+        measured = median(costly[False]) * per_hour
+        self.add(
+            Row(
+                f"feedback, {s.review_pulls} PRs",
+                "rate-limited API requests per hour, no activity",
+                "",
+                None,
+                measured,
+                "req/h",
+                "< 400 req/h",  # at most the three repository-wide listings a poll, whatever the number of PRs
+                measured < 400,
+                None,
+                {"rate_limited_per_poll": costly[False], "sent_per_poll": sent[False]},
+                f"{median(sent[False]):.0f} requests a poll ({median(sent[False]) * per_hour:.0f}/h, 304s) at "
+                f"interval {s.interval:g} s; with feedback.checks {median(sent[True]):.0f} a poll, "
+                f"{median(costly[True]) * per_hour:.0f} rate-limited/h; the first poll "
+                f"{first[False][0]} requests, {first[False][1]} rate-limited",
             )
         )
 

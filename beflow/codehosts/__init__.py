@@ -28,4 +28,4 @@ def open_code_host(project: Project, tracker: Tracker | None = None) -> CodeHost
         return open_github(project, settings)
     if project.config.code_host is None:  # implied by the tracker: its repository, as it resolved it
         settings = settings.model_copy(update={"repo": tracker.repo})
-    return open_github(project, settings, tracker.api)
+    return open_github(project, settings, tracker.api, tracker_repo=tracker.repo)

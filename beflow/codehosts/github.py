@@ -7,6 +7,8 @@
   remote URL, git config or a file; every other git child of beflow has it withheld.
 - **Pull requests** are opened from ``beflow/<key>`` to the default branch, or the open one is updated; a request
   whose answer was lost is found rather than done twice.
+- **Feedback** on them (reviews, threads, mentions, failed checks) is read and answered for review rounds:
+  :mod:`beflow.codehosts.github_feedback`; the code host is a :class:`~beflow.feedback.FeedbackSource`.
 """
 
 from __future__ import annotations
@@ -15,14 +17,17 @@ import contextlib
 import shlex
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from beflow import git
 from beflow.codehosts.base import PullRequest
+from beflow.codehosts.github_feedback import GitHubFeedback
+from beflow.config import Feedback as FeedbackSettings
 from beflow.config import GitHubCodeHostSettings, Project
+from beflow.feedback import Feedback, Gathered
 from beflow.trackers.github import api_url, repo_from_remote, resolve_token, web_host
 from beflow.trackers.github_api import Api, GitHubAccessError, GitHubAuthError, GitHubError, RateLimited
 
@@ -43,21 +48,44 @@ fi
 """
 
 
-def open_github(project: Project, settings: GitHubCodeHostSettings, api: Api | None = None) -> GitHubCodeHost:
+def open_github(
+    project: Project, settings: GitHubCodeHostSettings, api: Api | None = None, *, tracker_repo: str | None = None
+) -> GitHubCodeHost:
     """The code host of ``settings``; ``api``: the GitHub tracker's client, shared when it speaks to the same API
-    with the same token (one client, one rate limit, and a claim's lease bounds the code host's requests too)."""
+    with the same token (one client, one rate limit, and a claim's lease bounds the code host's requests too);
+    ``tracker_repo``: the GitHub tracker's repository (when it is this one, issues' feedback is read here too)."""
+    from beflow.agent_env import held_secrets
+
     base = api_url(settings)
     repo = settings.repo or repo_from_remote(project, base, setting="code_host.repo")
     if api is None or api.base_url != base or api.token_name != settings.token_env:
         api = Api(base, resolve_token(settings, what="code_host"), token_name=settings.token_env)
     # Read now, before any agent runs in a worktree of this repository (they share its config).
-    return GitHubCodeHost(settings, repo, api, git.remote_url(project.directory, "origin", push=True))
+    return GitHubCodeHost(
+        settings,
+        repo,
+        api,
+        git.remote_url(project.directory, "origin", push=True),
+        feedback=project.config.feedback,
+        issues=tracker_repo is not None and tracker_repo.lower() == repo.lower(),
+        secrets=lambda: held_secrets(project.config),
+    )
 
 
 class GitHubCodeHost:
     """One GitHub repository as the place runs' branches go (see the module's description)."""
 
-    def __init__(self, settings: GitHubCodeHostSettings, repo: str, api: Api, push_url: str | None) -> None:
+    def __init__(
+        self,
+        settings: GitHubCodeHostSettings,
+        repo: str,
+        api: Api,
+        push_url: str | None,
+        *,
+        feedback: FeedbackSettings | None = None,
+        issues: bool = False,
+        secrets: Callable[[], Iterable[str]] = lambda: (),
+    ) -> None:
         self.settings = settings
         self.repo = repo
         self.api = api
@@ -65,6 +93,7 @@ class GitHubCodeHost:
         self.push_url = push_url
         self.description = f"GitHub repository {repo}"
         self._base = f"/repos/{repo}"
+        self._feedback = GitHubFeedback(api, repo, feedback or FeedbackSettings(), issues=issues, secrets=secrets)
 
     # -- the push --------------------------------------------------------------------------------------------------
 
@@ -169,6 +198,20 @@ class GitHubCodeHost:
         owner = self.repo.split("/")[0]
         found = self._call(self.api.get, f"{self._base}/pulls", {"head": f"{owner}:{branch}", "state": "open"})
         return found[0] if found else None
+
+    # -- feedback (review rounds) ----------------------------------------------------------------------------------
+
+    def gather(self, key: str, branch: str) -> Gathered:
+        """The feedback on issue ``key`` and the pull request of ``branch`` (a ``FeedbackSource``)."""
+        return self._call(self._feedback.gather, key, branch)  # type: ignore[no-any-return]
+
+    def reply(self, piece: Feedback, body: str) -> None:
+        """Answer ``piece`` in its review thread, else in its conversation (a ``FeedbackSource``)."""
+        self._call(self._feedback.reply, piece, body)
+
+    def look_again(self) -> None:
+        """The next :meth:`gather` reads the repository's changes afresh (a refresh asked for by a person)."""
+        self._feedback.look_again()
 
     def held_secrets(self) -> list[str]:
         """The token this code host calls GitHub and pushes with (from its variable, or ``gh auth token``)."""

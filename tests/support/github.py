@@ -2,12 +2,15 @@
 and answer checked against GitHub's published OpenAPI description (``tests/support/openapi.py``).
 
 It keeps one repository's issues, comments, labels, pull requests and git refs (enough of the git database for
-claims), answers conditional requests with ETags (a 304 costs no rate limit, as on GitHub), paginates with ``Link``
-headers, and can be told to fail: rate limits, 5xx, a revoked token, a renamed repository.
+claims), the feedback on pull requests (reviews, review comments and their threads, check runs with annotations,
+commit statuses, collaborators' permissions), answers conditional requests with ETags (a 304 costs no rate limit, as
+on GitHub: :attr:`FakeGitHub.rate_used` counts what did), paginates with ``Link`` headers, and can be told to fail:
+rate limits, 5xx, a revoked token, a renamed repository.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import hashlib
 import itertools
@@ -89,6 +92,19 @@ class FakeGitHub:
         self.commits: dict[str, dict[str, Any]] = {}
         self.trees: dict[str, dict[str, Any]] = {}
         self.pulls: dict[int, dict[str, Any]] = {}
+        #: Feedback on pull requests: review id -> raw (``pull`` number kept aside), review comment id -> raw.
+        self.reviews: dict[int, dict[str, Any]] = {}
+        self.review_pull: dict[int, int] = {}
+        self.review_comments: dict[int, dict[str, Any]] = {}
+        self.review_comment_pull: dict[int, int] = {}
+        #: Check runs and commit statuses by commit, annotations by check run id.
+        self.check_runs: dict[str, list[dict[str, Any]]] = {}
+        self.annotations: dict[int, list[dict[str, Any]]] = {}
+        self.statuses: dict[str, list[dict[str, Any]]] = {}
+        #: Collaborators' permission (``admin``, ``maintain``, ``write``, ``triage``, ``read``); others: ``none``.
+        self.permissions: dict[str, str] = {}
+        #: Requests that counted against the rate limit (a 304 does not, as on GitHub; nor a refused token).
+        self.rate_used = 0
         self.numbers = itertools.count(1)
         self.ids = itertools.count(1000)
         self.faults: list[Fault] = []
@@ -143,6 +159,7 @@ class FakeGitHub:
         author: str = "alice",
         state_reason: str | None = None,
         pull: bool = False,
+        association: str = "OWNER",
     ) -> int:
         with self.lock:
             number = next(self.numbers)
@@ -162,14 +179,16 @@ class FakeGitHub:
                 closed_at=now if state == "closed" else None,
                 html_url=f"https://github.com/{self.repo}/issues/{number}",
                 comments=0,
-                author_association="OWNER",
+                author_association=association,
             )
             if pull:
                 raw["pull_request"] = {"url": None, "html_url": None, "diff_url": None, "patch_url": None}
             self.issues[number] = raw
             return number
 
-    def add_comment(self, number: int, body: str, author: str = "alice") -> dict[str, Any]:
+    def add_comment(
+        self, number: int, body: str, author: str = "alice", *, association: str = "OWNER"
+    ) -> dict[str, Any]:
         with self.lock:
             cid = next(self.ids)
             now = _now()
@@ -180,8 +199,10 @@ class FakeGitHub:
                 user=self.user(author),
                 created_at=now,
                 updated_at=now,
-                html_url=f"https://github.com/{self.repo}/issues/{number}#issuecomment-{cid}",
-                author_association="OWNER",
+                issue_url=f"https://api.github.com/repos/{self.repo}/issues/{number}",
+                html_url=f"https://github.com/{self.repo}/{'pull' if number in self.pulls else 'issues'}/{number}"
+                f"#issuecomment-{cid}",
+                author_association=association,
             )
             self.comments[cid] = raw
             self.comment_issue[cid] = number
@@ -191,6 +212,212 @@ class FakeGitHub:
 
     def _touch(self, number: int) -> None:
         self.issues[number]["updated_at"] = _now()
+        if number in self.pulls:
+            self.pulls[number]["updated_at"] = self.issues[number]["updated_at"]
+
+    # -- feedback on pull requests -----------------------------------------------------------------------------------
+
+    def submit_review(
+        self,
+        number: int,
+        body: str = "",
+        *,
+        state: str = "CHANGES_REQUESTED",
+        author: str = "alice",
+        association: str = "OWNER",
+        comments: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        """A review submitted on pull request ``number`` with its inline comments (each ``path``, ``line``,
+        ``body``, optionally ``hunk``), as a person does it on the page; the review."""
+        with self.lock:
+            pull = self.pulls[number]
+            rid = next(self.ids)
+            review = self.spec.example(
+                "/components/schemas/pull-request-review",
+                id=rid,
+                user=self.user(author),
+                body=body,
+                state=state,
+                commit_id=pull["head"]["sha"],
+                html_url=f"https://github.com/{self.repo}/pull/{number}#pullrequestreview-{rid}",
+                pull_request_url=f"https://api.github.com/repos/{self.repo}/pulls/{number}",
+                _links={"html": {"href": "https://github.com/x"}, "pull_request": {"href": "https://github.com/x"}},
+                author_association=association,
+                submitted_at=_now(),
+            )
+            self.reviews[rid] = review
+            self.review_pull[rid] = number
+            for comment in comments:
+                self.add_review_comment(
+                    number,
+                    comment["body"],
+                    path=comment["path"],
+                    line=comment["line"],
+                    hunk=comment.get("hunk"),
+                    author=author,
+                    association=association,
+                    review=rid,
+                )
+            self._touch(number)
+            return review
+
+    def add_review_comment(
+        self,
+        number: int,
+        body: str,
+        *,
+        path: str = "",
+        line: int | None = None,
+        hunk: str | None = None,
+        author: str = "alice",
+        association: str = "OWNER",
+        review: int | None = None,
+        in_reply_to: int | None = None,
+    ) -> dict[str, Any]:
+        """One review comment on pull request ``number``: on ``path`` at ``line``, or a reply in the thread of
+        ``in_reply_to`` (its path, line and hunk, as GitHub answers). A reply outside a review is a review of its
+        own that comments, as on GitHub."""
+        with self.lock:
+            pull = self.pulls[number]
+            if in_reply_to is not None:
+                root = self.review_comments[in_reply_to]
+                path, line, hunk = root["path"], root["line"], root["diff_hunk"]
+                in_reply_to = root.get("in_reply_to_id") or in_reply_to
+            if review is None:
+                review = self.submit_review(number, "", state="COMMENTED", author=author, association=association)["id"]
+            cid = next(self.ids)
+            raw = self.spec.example(
+                "/components/schemas/pull-request-review-comment",
+                url=f"https://api.github.com/repos/{self.repo}/pulls/comments/{cid}",
+                id=cid,
+                pull_request_review_id=review,
+                diff_hunk=hunk or f"@@ -1,3 +1,3 @@ {path}",
+                path=path,
+                line=line,
+                original_line=line,
+                side="RIGHT",
+                commit_id=pull["head"]["sha"],
+                original_commit_id=pull["head"]["sha"],
+                user=self.user(author),
+                body=body,
+                created_at=_now(),
+                updated_at=_now(),
+                html_url=f"https://github.com/{self.repo}/pull/{number}#discussion_r{cid}",
+                pull_request_url=f"https://api.github.com/repos/{self.repo}/pulls/{number}",
+                author_association=association,
+                _links={
+                    "self": {"href": "https://github.com/x"},
+                    "html": {"href": "https://github.com/x"},
+                    "pull_request": {"href": "https://github.com/x"},
+                },
+            )
+            if in_reply_to is not None:
+                raw["in_reply_to_id"] = in_reply_to
+            self.review_comments[cid] = raw
+            self.review_comment_pull[cid] = number
+            self._touch(number)
+            return raw
+
+    def review_comments_of(self, number: int) -> list[dict[str, Any]]:
+        return [c for cid, c in self.review_comments.items() if self.review_comment_pull[cid] == number]
+
+    def add_check_run(
+        self,
+        sha: str,
+        name: str,
+        *,
+        conclusion: str | None = "failure",
+        title: str | None = None,
+        summary: str | None = None,
+        annotations: list[dict[str, Any]] = (),  # type: ignore[assignment]
+    ) -> dict[str, Any]:
+        """A completed check run on commit ``sha`` (``conclusion`` None: still in progress) with its annotations
+        (each ``path``, ``line``, ``message``, optionally ``level``)."""
+        with self.lock:
+            rid = next(self.ids)
+            run = self.spec.example(
+                "/components/schemas/check-run",
+                id=rid,
+                head_sha=sha,
+                name=name,
+                url=f"https://api.github.com/repos/{self.repo}/check-runs/{rid}",
+                html_url=f"https://github.com/{self.repo}/runs/{rid}",
+                details_url=f"https://ci.example/runs/{rid}",
+                status="completed" if conclusion else "in_progress",
+                conclusion=conclusion,
+                started_at=_now(),
+                completed_at=_now() if conclusion else None,
+                output={
+                    "title": title,
+                    "summary": summary,
+                    "text": None,
+                    "annotations_count": len(annotations),
+                    "annotations_url": f"https://api.github.com/repos/{self.repo}/check-runs/{rid}/annotations",
+                },
+                app=None,
+                pull_requests=[],
+            )
+            self.check_runs.setdefault(sha, []).append(run)
+            self.annotations[rid] = [
+                self.spec.example(
+                    "/components/schemas/check-annotation",
+                    path=a["path"],
+                    blob_href=f"https://github.com/{self.repo}/blob/{sha}/{a['path']}",
+                    start_line=a["line"],
+                    end_line=a["line"],
+                    start_column=None,
+                    end_column=None,
+                    annotation_level=a.get("level", "failure"),
+                    title=a.get("title"),
+                    message=a["message"],
+                    raw_details=None,
+                )
+                for a in annotations
+            ]
+            return run
+
+    def add_status(self, sha: str, context: str, state: str = "failure", description: str = "") -> dict[str, Any]:
+        """A commit status on ``sha`` (``error``, ``failure``, ``pending``, ``success``); the latest of a context
+        replaces the one before, as in GitHub's combined status."""
+        with self.lock:
+            status = self.spec.example(
+                "/components/schemas/simple-commit-status",
+                description=description,
+                id=next(self.ids),
+                node_id="x",
+                state=state,
+                context=context,
+                target_url=f"https://ci.example/{context}",
+                avatar_url=None,
+                url=f"https://api.github.com/repos/{self.repo}/statuses/{sha}",
+                created_at=_now(),
+                updated_at=_now(),
+            )
+            kept = [s for s in self.statuses.get(sha, []) if s["context"] != context]
+            self.statuses[sha] = [*kept, status]
+            return status
+
+    def open_pull(self, head: str, title: str = "A change", *, body: str = "", draft: bool = True) -> int:
+        """A pull request from branch ``head`` to the default branch, opened by the token's user (as beflow
+        opens them); its number."""
+        with self.lock:
+            payload = {"title": title, "body": body, "head": head, "base": self.default_branch, "draft": draft}
+            number: int = self._pulls_create({}, {}, payload)[2]["number"]
+            return number
+
+    def set_head(self, number: int, sha: str) -> None:
+        """A new commit on pull request ``number``'s branch."""
+        with self.lock:
+            self.pulls[number]["head"]["sha"] = sha
+            self._touch(number)
+
+    def end_pull(self, number: int, *, merged: bool) -> None:
+        """Pull request ``number`` merged, or closed without merging, by a person."""
+        with self.lock:
+            now = _now()
+            self.pulls[number].update(state="closed", closed_at=now, merged_at=now if merged else None)
+            self.issues[number].update(state="closed", closed_at=now)
+            self._touch(number)
 
     def issue_labels(self, number: int) -> list[str]:
         return [label["name"] for label in self.issues[number]["labels"]]
@@ -262,7 +489,7 @@ class FakeGitHub:
                 route, params = self.spec.route(method, path)
             except LookupError:
                 return 404, {}, _not_found()
-            if f"{params.get('owner')}/{params.get('repo')}" != self.repo:
+            if "owner" in params and f"{params.get('owner')}/{params.get('repo')}" != self.repo:
                 return 404, {}, _not_found()
             handler = getattr(self, "_" + route.operation["operationId"].replace("/", "_").replace("-", "_"), None)
             if handler is None:
@@ -294,8 +521,11 @@ class FakeGitHub:
             for raw in sorted(self.issues.values(), key=lambda r: r["number"])
             if (state == "all" or raw["state"] == state)
             and all(n in [label["name"] for label in raw["labels"]] for n in wanted)
+            and raw["updated_at"] >= query.get("since", "")
         ]
-        if query.get("direction") == "desc":
+        if query.get("sort") == "updated":
+            found.sort(key=lambda r: r["updated_at"])
+        if query.get("direction", "asc" if query.get("sort") == "updated" else "") == "desc":
             found.reverse()
         return self._page(f"/repos/{self.repo}/issues", query, found)
 
@@ -362,7 +592,12 @@ class FakeGitHub:
         raw = self._issue(params)
         if raw is None:
             return 404, {}, _not_found()
-        return self._page(f"/repos/{self.repo}/issues/{raw['number']}/comments", query, self.comments_of(raw["number"]))
+        found = [c for c in self.comments_of(raw["number"]) if c["updated_at"] >= query.get("since", "")]
+        return self._page(f"/repos/{self.repo}/issues/{raw['number']}/comments", query, found)
+
+    def _issues_list_comments_for_repo(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        found = _listed(list(self.comments.values()), query)
+        return self._page(f"/repos/{self.repo}/issues/comments", query, found)
 
     def _issues_create_comment(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
         raw = self._issue(params)
@@ -524,6 +759,88 @@ class FakeGitHub:
         self.pulls[number] = pull
         return 201, {}, pull
 
+    def _pulls_get(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        pull = self.pulls.get(int(params["pull_number"]))
+        return (200, {}, pull) if pull else (404, {}, _not_found())
+
+    def _pulls_list_reviews(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        number = int(params["pull_number"])
+        if number not in self.pulls:
+            return 404, {}, _not_found()
+        found = [r for rid, r in self.reviews.items() if self.review_pull[rid] == number]
+        return self._page(f"/repos/{self.repo}/pulls/{number}/reviews", query, found)
+
+    def _pulls_list_review_comments(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        number = int(params["pull_number"])
+        if number not in self.pulls:
+            return 404, {}, _not_found()
+        found = _listed(self.review_comments_of(number), query)
+        return self._page(f"/repos/{self.repo}/pulls/{number}/comments", query, found)
+
+    def _pulls_list_review_comments_for_repo(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        found = _listed(list(self.review_comments.values()), query)
+        return self._page(f"/repos/{self.repo}/pulls/comments", query, found)
+
+    def _pulls_get_review_comment(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        comment = self.review_comments.get(int(params["comment_id"]))
+        return (200, {}, comment) if comment else (404, {}, _not_found())
+
+    def _pulls_create_reply_for_review_comment(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        number, cid = int(params["pull_number"]), int(params["comment_id"])
+        root = self.review_comments.get(cid)
+        if number not in self.pulls or root is None or self.review_comment_pull[cid] != number:
+            return 404, {}, _not_found()
+        if root.get("in_reply_to_id"):  # GitHub: "replies to replies are not supported"
+            return 404, {}, _not_found()
+        reply = self.add_review_comment(number, body["body"], author=self.tokens[TOKEN], in_reply_to=cid)
+        return 201, {}, reply
+
+    # checks, statuses, collaborators, the token's user
+
+    def _checks_list_for_ref(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        runs = self.check_runs.get(params["ref"], [])
+        per_page, page = min(int(query.get("per_page", 30)), 100), int(query.get("page", 1))
+        return 200, {}, {"total_count": len(runs), "check_runs": runs[(page - 1) * per_page : page * per_page]}
+
+    def _checks_list_annotations(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        rid = int(params["check_run_id"])
+        if rid not in self.annotations:
+            return 404, {}, _not_found()
+        return self._page(f"/repos/{self.repo}/check-runs/{rid}/annotations", query, self.annotations[rid])
+
+    def _repos_get_combined_status_for_ref(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        sha = params["ref"]
+        statuses = self.statuses.get(sha, [])
+        states = {s["state"] for s in statuses}
+        state = next((s for s in ("failure", "pending") if s in states), "success" if statuses else "pending")
+        if "error" in states:
+            state = "failure"
+        repository = self.spec.example(
+            "/components/schemas/minimal-repository", name=NAME, full_name=self.repo, owner=self.user(OWNER)
+        )
+        data = self.spec.example(
+            "/components/schemas/combined-commit-status",
+            state=state,
+            sha=sha,
+            total_count=len(statuses),
+            statuses=statuses,
+            repository=repository,
+            commit_url=f"https://api.github.com/repos/{self.repo}/commits/{sha}",
+            url=f"https://api.github.com/repos/{self.repo}/commits/{sha}/status",
+        )
+        return 200, {}, data
+
+    def _repos_get_collaborator_permission_level(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        login = params["username"]
+        permission = self.permissions.get(login, "none")
+        user = self.spec.example("/components/schemas/collaborator", **self.user(login), role_name=permission)
+        data = {"permission": permission, "role_name": permission, "user": user}
+        return 200, {}, data
+
+    def _users_get_authenticated(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        login = self.tokens[TOKEN]
+        return 200, {}, self.spec.example("/components/schemas/private-user", **self.user(login))
+
     def _pulls_update(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
         pull = self.pulls.get(int(params["pull_number"]))
         if pull is None:
@@ -532,6 +849,15 @@ class FakeGitHub:
             if key in body:
                 pull[key] = body[key]
         return 200, {}, pull
+
+
+def _listed(items: list[dict[str, Any]], query: dict[str, str]) -> list[dict[str, Any]]:
+    """Comments as GitHub lists them: ``since`` (updated at or after), sorted by ``sort`` (``created``, or
+    ``updated``) in ``direction`` (ascending unless told)."""
+    found = [c for c in items if c["updated_at"] >= query.get("since", "")]
+    field = "updated_at" if query.get("sort") == "updated" else "created_at"
+    found.sort(key=lambda c: (c[field], c["id"]), reverse=query.get("direction") == "desc")
+    return found
 
 
 def _not_found() -> dict[str, str]:
@@ -566,6 +892,7 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                         status, payload = 304, b""
                 if status != 304 and status not in (401,) and "x-ratelimit-remaining" not in {k.lower() for k in out}:
                     fake.rate_remaining -= 1
+                    fake.rate_used += 1
                     out["X-RateLimit-Remaining"] = str(max(fake.rate_remaining, 0))
                 for problem in fake.spec.check_response(self.command, parts.path, status, data if payload else None):
                     fake.violations.append(f"response: {problem}")
@@ -587,9 +914,10 @@ class _Server(ThreadingHTTPServer):
         pass  # a client killed mid-request (the tests kill watchers with SIGKILL) is no failure of the fake
 
 
-@pytest.fixture
-def github() -> Iterator[FakeGitHub]:
-    """A fake GitHub on a local port; the test fails if any request or answer strays from GitHub's description."""
+@contextlib.contextmanager
+def serve() -> Iterator[FakeGitHub]:
+    """A fake GitHub on a local port, served from a thread of this process until the block ends (the benchmark
+    uses it too)."""
     fake = FakeGitHub(spec())
     server = _Server(("127.0.0.1", 0), _handler(fake))
     server.daemon_threads = True
@@ -602,6 +930,13 @@ def github() -> Iterator[FakeGitHub]:
         fake.released.set()
         server.shutdown()
         server.server_close()
+
+
+@pytest.fixture
+def github() -> Iterator[FakeGitHub]:
+    """A fake GitHub on a local port; the test fails if any request or answer strays from GitHub's description."""
+    with serve() as fake:
+        yield fake
     assert not fake.violations, (
         "the fake GitHub saw requests or gave answers GitHub's description does not allow:\n"
         + ("\n".join(fake.violations[:20]))
