@@ -266,12 +266,28 @@ def _read(path: Path) -> str:
 @click.argument("key")
 @click.argument("text")
 @click.option("--author", help="Who is commenting (default: git's user.name).")
+@click.option(
+    "--rework",
+    is_flag=True,
+    help="Record it as rework feedback: an issue in review goes back into the queue for a review round.",
+)
 @json_option
 @pass_app
-def comment_command(app: App, key: str, text: str, author: str | None, as_json: bool) -> None:
+def comment_command(app: App, key: str, text: str, author: str | None, rework: bool, as_json: bool) -> None:
     """Add a comment to an issue (TEXT '-' reads it from standard input)."""
     if text == "-":
         text = sys.stdin.read()
+    if rework:
+        reworked = call_operation(app.acting_as(author), issues.rework_issue, issues.NewComment, key=key, text=text)
+        if as_json:
+            emit_json(reworked)
+            return
+        queued = " It is back in the queue for a review round." if reworked.status == Status.READY else ""
+        queued += f" It stays in {reworked.status.value}: {reworked.why}." if reworked.why else ""
+        out.print(
+            f"Asked for rework on issue [bold]{escape(reworked.key)}[/] as {escape(reworked.comment.author)}.{queued}"
+        )
+        return
     result = call_operation(app.acting_as(author), issues.comment_issue, issues.NewComment, key=key, text=text)
     if as_json:
         emit_json(result)
