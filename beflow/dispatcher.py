@@ -333,7 +333,7 @@ class Dispatcher:
         self._unreadable = dict(unreadable)
         self.retries.recall(self.store, [i.key for i in ready], self.project.config.watch)
         queue = [i for i in ready if not self.retries.backing_off(i.key, now)]
-        self.queue = queue + self.rounds.survey(self.project, self.tracker, self.code_host, self.store, self.running)
+        self.queue = queue + self.rounds.survey(self.project, self.tracker, self.code_host, self.running, queue)
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         if self.holds.budget_reached(self.ledger, self._day_budget()) or self.holds.currency_held(self.project):

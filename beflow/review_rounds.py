@@ -9,6 +9,7 @@ from beflow import rounds, workers
 from beflow.codehosts.base import CodeHost
 from beflow.config import Project
 from beflow.errors import BeflowError
+from beflow.feedback import FeedbackSource
 from beflow.lifecycle import RunRequest
 from beflow.records import RunStore
 from beflow.trackers import Issue, Status, Tracker
@@ -29,27 +30,27 @@ class ReviewRounds:
         project: Project,
         tracker: Tracker,
         code_host: CodeHost | None,
-        store: RunStore,
         running: Collection[str],
+        ready: list[Issue],
     ) -> list[Issue]:
-        """The issues in review (not running) whose feedback settled: their round is due, one
-        per batch of feedback (blocking: a tick's survey, in a worker thread). A merged pull request moves its issue
-        to done; an issue whose rounds ended (closed, ``feedback.max_rounds``) is told so once."""
-        found = rounds.sources(tracker, code_host)
-        self.settling = {}
+        """The issues in review (not running) whose feedback settled: their round is due, one per batch of
+        feedback; and the round each ready issue of the queue (``ready``: put back with rework, a round's retry)
+        runs, if it is one (blocking: a tick's survey, in a worker thread). A merged pull request moves its issue to
+        done; an issue whose rounds ended (closed, ``feedback.max_rounds``) is told so once."""
+        found, store = rounds.sources(tracker, code_host), RunStore(project.directory)
+        due = {key: planned for key, planned in self.due.items() if key in running}  # (being dispatched)
+        self.due, self.settling = due, {}
         if not found:
             return []
+        for issue in ready:
+            planned = self._plan(project, found, issue.key, store)
+            if planned is not None and planned.startable:
+                self.due[issue.key] = planned  # queued already: no settle wait
         now, config = self.clock(), project.config.feedback
-        ready: list[Issue] = []
+        queued: list[Issue] = []
         for issue in tracker.listing(status=Status.REVIEW).issues:
             key = issue.key
-            if key in running:
-                continue
-            try:
-                planned = rounds.plan(project, found, key, store)
-            except BeflowError as error:
-                self.emit("error", key, message=f"reading the feedback on issue {key} failed: {error.message}")
-                continue
+            planned = None if key in running else self._plan(project, found, key, store)
             if planned is None:
                 continue
             if planned.ended is not None or (planned.capped and planned.pieces):
@@ -63,8 +64,15 @@ class ReviewRounds:
                 self.settling[key] = planned.due.timestamp()  # reviewers batch their comments: wait for the rest
                 continue
             self.due[key] = planned
-            ready.append(issue)
-        return ready
+            queued.append(issue)
+        return queued
+
+    def _plan(self, project: Project, found: list[FeedbackSource], key: str, store: RunStore) -> rounds.Plan | None:
+        try:
+            return rounds.plan(project, found, key, store)
+        except BeflowError as error:
+            self.emit("error", key, message=f"reading the feedback on issue {key} failed: {error.message}")
+            return None
 
     def round_of(self, key: str) -> int:
         planned = self.due.get(key)

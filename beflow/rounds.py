@@ -241,11 +241,11 @@ def commit_messages(title: str, run_id: str, key: str, number: int, ids: list[st
     return f"{head}\n\n{trailers}", f"{empty}\n\n{trailers}"
 
 
-def reply_text(record: RunRecord) -> str:
-    """What beflow answers in each piece's thread once its round is delivered."""
+def reply_text(record: RunRecord, outcome: str) -> str:
+    """What beflow answers in each piece's thread once its round is delivered (``outcome``: its delivery's)."""
     short = record.commit[:12] if record.commit else None
     files = [line.split("\t")[-1] for line in record.changed_files]
-    if record.outcome == "succeeded" and files:
+    if outcome == "succeeded" and files:
         more = f" and {len(files) - 10} more" if len(files) > 10 else ""
         shown = ", ".join(f"`{name}`" for name in files[:10]) + more
         what = f"changed {shown}"

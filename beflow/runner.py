@@ -271,17 +271,17 @@ class _InWorktree:
             self.emit("notice", message=notice)
         published = verdict.claim_lost is None and verdict.proposed in (None, "opened", "updated")
         if self.request.round and verdict.outcome in DONE_OUTCOMES and verdict.commit is not None and published:
-            await workers.blocking(self._reply)
+            await workers.blocking(self._reply, verdict.outcome)
         if not verdict.worktree_kept:
             # A new branch that holds nothing but its base would only be clutter: `git branch` stays clean.
             fresh = record.commit is None and not worktree.continued
             await workspace.remove(delete_fresh_branch=lambda: fresh and not record.worktree_kept)
         return verdict.outcome, verdict.reason
 
-    def _reply(self) -> None:
+    def _reply(self, outcome: Outcome) -> None:
         """Answer each piece the round consumed where it was given: what changed, with the commit."""
         found = rounds.sources(self.session.tracker, self.code_host)
-        body = self.session.redact.text(rounds.reply_text(self.record))
+        body = self.session.redact.text(rounds.reply_text(self.record, outcome))
         for problem in rounds.reply_all(found, self.request.feedback, body):
             self.emit("notice", message=problem)
 

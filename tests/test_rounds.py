@@ -1,0 +1,152 @@
+"""Review rounds on the local tracker, end to end through the real acpx and the test agent (docs/rounds.md):
+``issues comment KEY TEXT --rework`` → a round that continues the branch, answers the feedback once, and says so."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+
+from beflow.records import RunRecord
+from beflow.trackers import Status
+from tests.support.projects import AutoProject, git
+from tests.test_dispatcher import Watch, fast, watching
+
+FEEDBACK = "also handle the empty case\nacp-test: write empty.txt handled"
+
+
+def rounds_of(project: AutoProject, key: str) -> list[RunRecord]:
+    """The issue's finished runs, oldest first."""
+    return [r for r in reversed(project.records(key)) if r.finished]
+
+
+def replies(project: AutoProject, key: str) -> list[str]:
+    return [c.text for c in project.issue(key).comments if c.text.startswith("beflow answered this")]
+
+
+def first_run(project: AutoProject, beflow, key: str) -> RunRecord:  # type: ignore[no-untyped-def]
+    done = beflow("--auto", key)
+    assert done.exit_code == 0, done.stdout + done.stderr
+    assert project.issue(key).status == Status.REVIEW
+    (record,) = project.records(key)
+    return record
+
+
+def test_rework_on_the_local_tracker_runs_one_round_on_the_same_branch_and_answers_it_once(
+    auto_project: AutoProject, beflow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_leftover_processes: None
+) -> None:  # type: ignore[no-untyped-def]
+    requests = tmp_path / "agent.jsonl"
+    monkeypatch.setenv("ACP_TEST_RECORD", str(requests))
+    auto_project.configure(watch=fast(), feedback={"settle": 0.1})
+    key = auto_project.new_issue("write hello.txt hi", "say hello written")
+    first = first_run(auto_project, beflow, key)
+    assert first.round == 0 and first.commit is not None
+
+    done = beflow("issues", "comment", key, FEEDBACK, "--rework", "--author", "alice")
+    assert done.exit_code == 0, done.stderr
+    assert "back in the queue for a review round" in done.stdout
+    assert auto_project.issue(key).status == Status.READY
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: len(rounds_of(auto_project, key)) == 2 and bool(watch.of("finished", key)))
+            await watch.ticks(3)  # it looks again: the answered piece starts nothing more
+        return watch
+
+    watch = anyio.run(scenario)
+    dispatched = watch.of("dispatched", key)
+    assert [e.data["round"] for e in dispatched] == [1]
+    _, second = rounds_of(auto_project, key)
+    assert second.round == 1 and second.outcome == "succeeded"
+    (piece,) = second.feedback
+    assert piece.id.startswith("local:") and piece.author == "alice" and piece.kind == "rework"
+    assert "also handle the empty case" in piece.excerpt
+
+    # On top of the first run's commit, on the same branch, saying what it answered.
+    branch = first.branch
+    assert branch is not None
+    assert git(auto_project.directory, "rev-parse", f"{branch}^").strip() == first.commit
+    assert git(auto_project.directory, "rev-parse", branch).strip() == second.commit
+    trailers = git(auto_project.directory, "log", "-1", "--format=%(trailers:key=Beflow-Feedback,valueonly)", branch)
+    assert trailers.strip() == piece.id
+    files = auto_project.branch_files(branch)
+    assert (files["hello.txt"], files["empty.txt"]) == ("hi", "handled")
+
+    # The prompt said what the reviewer asked, and what the first run did; the agent's session went on.
+    prompt = (auto_project.run_dir(second) / "prompt.md").read_text()
+    assert "Review round 1" in prompt and "also handle the empty case" in prompt and "alice" in prompt
+    assert "The first run" in prompt and "hello.txt" in prompt
+    assert second.resumed_session == first.session is not None
+    methods = [json.loads(line)["method"] for line in requests.read_text().splitlines()]
+    assert "session/resume" in methods
+
+    # One reply on the issue, naming the commit; back in review.
+    (reply,) = replies(auto_project, key)
+    assert second.commit is not None and second.commit[:12] in reply and "`empty.txt`" in reply
+    assert auto_project.issue(key).status == Status.REVIEW
+
+    # A watcher started afresh (another process, another machine sharing the branch) answers nothing twice.
+    async def again() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.ticks(4)
+        return watch
+
+    restarted = anyio.run(again)
+    assert not restarted.of("dispatched", key)
+    assert len(rounds_of(auto_project, key)) == 2 and len(replies(auto_project, key)) == 1
+
+
+def test_auto_runs_a_round_at_once_and_a_round_that_changes_nothing_still_records_what_it_answered(
+    auto_project: AutoProject, beflow, no_leftover_processes: None
+) -> None:  # type: ignore[no-untyped-def]
+    auto_project.configure(feedback={"settle": 3600})  # --auto does not wait for feedback to settle
+    key = auto_project.new_issue("write hello.txt hi")
+    first = first_run(auto_project, beflow, key)
+    assert beflow("issues", "comment", key, "looks good, nothing to change", "--rework").exit_code == 0
+
+    done = beflow("--auto", key)
+    assert done.exit_code == 0, done.stdout + done.stderr
+    _, second = rounds_of(auto_project, key)
+    assert second.round == 1 and second.outcome == "no_changes"
+    assert second.commit is not None and second.commit != first.commit
+    branch = first.branch or ""
+    message = git(auto_project.directory, "log", "-1", "--format=%B", branch)
+    assert "The agent changed no file in this round" in message
+    assert f"Beflow-Feedback: {second.feedback[0].id}" in message
+    assert git(auto_project.directory, "rev-parse", f"{branch}^").strip() == first.commit
+    assert len(replies(auto_project, key)) == 1 and "changed no file" in replies(auto_project, key)[0]
+
+    # Nothing left to answer: --auto runs the issue as any run again, not as a round.
+    assert beflow("--auto", key).exit_code == 0
+    assert [r.round for r in rounds_of(auto_project, key)] == [0, 1, 0]
+    assert len(replies(auto_project, key)) == 1
+
+
+def test_rounds_stop_at_max_rounds_and_the_issue_stays_in_review_saying_why(
+    auto_project: AutoProject, beflow, no_leftover_processes: None
+) -> None:  # type: ignore[no-untyped-def]
+    auto_project.configure(watch=fast(), feedback={"settle": 0.1, "max_rounds": 1})
+    key = auto_project.new_issue("write hello.txt hi")
+    first_run(auto_project, beflow, key)
+    assert beflow("issues", "comment", key, "acp-test: write one.txt 1", "--rework").exit_code == 0
+    assert beflow("--auto", key).exit_code == 0
+    assert [r.round for r in rounds_of(auto_project, key)] == [0, 1]
+
+    done = beflow("issues", "comment", key, "acp-test: write two.txt 2", "--rework")
+    assert done.exit_code == 0, done.stderr
+    assert "stays in review" in done.stdout and "feedback.max_rounds" in done.stdout
+    assert auto_project.issue(key).status == Status.REVIEW
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.ticks(4)
+        return watch
+
+    watch = anyio.run(scenario)
+    assert not watch.of("dispatched", key)
+    assert [r.round for r in rounds_of(auto_project, key)] == [0, 1]
+    notes = [c.text for c in auto_project.issue(key).comments if c.text.startswith("beflow does not start another")]
+    assert len(notes) == 1 and "1 review round(s) (feedback.max_rounds)" in notes[0]
+    assert auto_project.issue(key).status == Status.REVIEW
