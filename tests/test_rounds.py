@@ -3,16 +3,18 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from pathlib import Path
 
 import anyio
 import pytest
 
+from beflow.feedback import Feedback, Gathered, Ignored, ThreadComment
 from beflow.records import RunRecord
 from beflow.trackers import Status
 from tests.support.projects import AutoProject, git
-from tests.test_dispatcher import Watch, fast, watching
+from tests.test_dispatcher import Clock, Watch, fast, watching
 
 FEEDBACK = "also handle the empty case\nacp-test: write empty.txt handled"
 
@@ -150,3 +152,91 @@ def test_rounds_stop_at_max_rounds_and_the_issue_stays_in_review_saying_why(
     notes = [c.text for c in auto_project.issue(key).comments if c.text.startswith("beflow does not start another")]
     assert len(notes) == 1 and "1 review round(s) (feedback.max_rounds)" in notes[0]
     assert auto_project.issue(key).status == Status.REVIEW
+
+
+class ReviewSource:
+    """A feedback source shaped like a code host's review (inline pieces with a path, a line, a hunk and a thread),
+    standing in for one: what it was asked to reply, by piece."""
+
+    description = "a review in a test"
+
+    def __init__(self, pieces: list[Feedback], ignored: list[Ignored]) -> None:
+        self.pieces = pieces
+        self.ignored = ignored
+        self.replies: list[tuple[str, str]] = []
+
+    def gather(self, key: str, branch: str) -> Gathered:
+        return Gathered(pieces=self.pieces, ignored=self.ignored)
+
+    def reply(self, piece: Feedback, body: str) -> None:
+        if piece.id.startswith("review-comment:"):  # (a source answers only what it gave)
+            self.replies.append((piece.id, body))
+
+    def fetch(self, directory: Path, branch: str) -> str | None:
+        return None
+
+    def held_secrets(self) -> list[str]:
+        return []
+
+
+def test_a_review_with_two_inline_comments_waits_to_settle_then_makes_one_round_with_both_in_its_prompt(
+    auto_project: AutoProject, beflow, no_leftover_processes: None
+) -> None:  # type: ignore[no-untyped-def]
+    auto_project.configure(watch=fast(), feedback={"settle": 30})
+    key = auto_project.new_issue("write hello.txt hi")
+    first = first_run(auto_project, beflow, key)
+    now = dt.datetime.now(dt.UTC)
+    hunk = "@@ -0,0 +1 @@\n+hi"
+    pieces = [
+        Feedback(
+            id="review-comment:11",
+            kind="inline",
+            author="carol",
+            url="https://example.test/pull/1#discussion_r11",
+            body="say hello, not hi\nacp-test: write hello.txt hello",
+            created=now,
+            path="hello.txt",
+            line=1,
+            hunk=hunk,
+            thread=[ThreadComment(author="dave", body="is hi enough?")],
+            reply_to="11",
+        ),
+        Feedback(
+            id="review-comment:12",
+            kind="inline",
+            author="carol",
+            body="and add a second line\nacp-test: write second.txt two",
+            created=now,
+            path="second.txt",
+            line=3,
+            reply_to="12",
+        ),
+    ]
+    source = ReviewSource(pieces, [Ignored(id="issue-comment:5", author="mallory", why="not a collaborator")])
+    clock = Clock()
+
+    async def scenario() -> Watch:
+        async with watching(auto_project, clock) as watch:
+            watch.dispatcher.code_host = source  # type: ignore[assignment]
+            await watch.ticks(3)
+            assert not watch.of("dispatched", key)  # the reviewer may not be done: it waits feedback.settle
+            clock.advance(31)
+            await watch.until(lambda: len(rounds_of(auto_project, key)) == 2 and bool(watch.of("finished", key)))
+            await watch.ticks(3)
+        return watch
+
+    watch = anyio.run(scenario)
+    assert [e.data["round"] for e in watch.of("dispatched", key)] == [1]  # two pieces, one round
+    _, second = rounds_of(auto_project, key)
+    assert [p.id for p in second.feedback] == ["review-comment:11", "review-comment:12"]
+    assert [(i.id, i.why) for i in second.feedback_ignored] == [("issue-comment:5", "not a collaborator")]
+    prompt = (auto_project.run_dir(second) / "prompt.md").read_text()
+    assert "`hello.txt` line 1: inline by carol" in prompt and "`second.txt` line 3" in prompt
+    assert hunk in prompt and "- dave: is hi enough?" in prompt and "say hello, not hi" in prompt
+    files = auto_project.branch_files(first.branch or "")
+    assert (files["hello.txt"], files["second.txt"]) == ("hello", "two")
+    assert [piece for piece, _ in source.replies] == ["review-comment:11", "review-comment:12"]
+    assert all(second.commit is not None and second.commit[:12] in body for _, body in source.replies)
+    trailers = git(auto_project.directory, "log", "-1", "--format=%(trailers:key=Beflow-Feedback,valueonly)", "beflow/1")
+    assert trailers.split() == ["review-comment:11", "review-comment:12"]
+    assert not [c for c in auto_project.issue(key).comments if c.text.startswith("beflow answered")]
