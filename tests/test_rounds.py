@@ -16,6 +16,7 @@ from beflow.trackers import Status
 from tests.support.projects import AutoProject, git
 from tests.test_dispatcher import Clock, Watch, fast, watching
 
+TRAILERS = "%(trailers:key=Beflow-Feedback,valueonly)"
 FEEDBACK = "also handle the empty case\nacp-test: write empty.txt handled"
 
 
@@ -71,7 +72,7 @@ def test_rework_on_the_local_tracker_runs_one_round_on_the_same_branch_and_answe
     assert branch is not None
     assert git(auto_project.directory, "rev-parse", f"{branch}^").strip() == first.commit
     assert git(auto_project.directory, "rev-parse", branch).strip() == second.commit
-    trailers = git(auto_project.directory, "log", "-1", "--format=%(trailers:key=Beflow-Feedback,valueonly)", branch)
+    trailers = git(auto_project.directory, "log", "-1", f"--format={TRAILERS}", branch)
     assert trailers.strip() == piece.id
     files = auto_project.branch_files(branch)
     assert (files["hello.txt"], files["empty.txt"]) == ("hi", "handled")
@@ -237,6 +238,6 @@ def test_a_review_with_two_inline_comments_waits_to_settle_then_makes_one_round_
     assert (files["hello.txt"], files["second.txt"]) == ("hello", "two")
     assert [piece for piece, _ in source.replies] == ["review-comment:11", "review-comment:12"]
     assert all(second.commit is not None and second.commit[:12] in body for _, body in source.replies)
-    trailers = git(auto_project.directory, "log", "-1", "--format=%(trailers:key=Beflow-Feedback,valueonly)", "beflow/1")
+    trailers = git(auto_project.directory, "log", "-1", f"--format={TRAILERS}", "beflow/1")
     assert trailers.split() == ["review-comment:11", "review-comment:12"]
     assert not [c for c in auto_project.issue(key).comments if c.text.startswith("beflow answered")]
