@@ -121,6 +121,16 @@ def test_auto_runs_a_round_at_once_and_a_round_that_changes_nothing_still_record
     assert git(auto_project.directory, "rev-parse", f"{branch}^").strip() == first.commit
     assert len(replies(auto_project, key)) == 1 and "changed no file" in replies(auto_project, key)[0]
 
+    # What people read: the round of each run, and the issue's rounds with their feedback.
+    listed = beflow("runs", "list", "--issue", key)
+    assert listed.exit_code == 0 and "round" in listed.stdout.splitlines()[0]
+    shown = beflow("runs", "show", second.id)
+    assert "review round 1: 1 piece(s) of feedback answered" in shown.stdout
+    assert "rework by" in shown.stdout and "looks good, nothing to change" in shown.stdout
+    issue = beflow("issues", "show", key)
+    assert "Review rounds (1)" in issue.stdout and "round 1 · run" in issue.stdout and "no_changes" in issue.stdout
+    assert "rework" in issue.stdout and "<!-- beflow:rework -->" not in issue.stdout
+
     # Nothing left to answer: --auto runs the issue as any run again, not as a round.
     assert beflow("--auto", key).exit_code == 0
     assert [r.round for r in rounds_of(auto_project, key)] == [0, 1, 0]

@@ -27,6 +27,7 @@ from beflow.cli.common import (
 )
 from beflow.errors import UsageError
 from beflow.trackers.base import DEFAULT_PRIORITY, IssueRow, ListingStream, Status, format_time
+from beflow.trackers.local_feedback import is_rework, shown
 
 STATUS_STYLE = {
     Status.OPEN: "white",
@@ -191,8 +192,30 @@ def show_command(app: App, key: str, as_json: bool) -> None:
         out.print(f"[bold]Comments ({len(issue.comments)})[/]")
         for comment in issue.comments:
             out.print()
-            out.print(f"[bold]{escape(comment.author)}[/] · {short_time(comment.created)} UTC")
-            out.print(escape(comment.text))
+            rework = " · [yellow]rework[/]" if is_rework(comment) else ""
+            out.print(f"[bold]{escape(comment.author)}[/] · {short_time(comment.created)} UTC{rework}")
+            out.print(escape(shown(comment.text)))
+    _show_rounds(app, issue.key)
+
+
+def _show_rounds(app: App, key: str) -> None:
+    """The issue's review rounds (its runs' records), each with the feedback it answered."""
+    from beflow import runs
+    from beflow.cli.runs import feedback_line
+
+    records = call_operation(app, runs.list_runs, runs.ListRuns, issue=key, limit=1000).runs
+    held = [r for r in reversed(records) if r.round > 0]
+    if not held:
+        return
+    out.print()
+    out.print(f"[bold]Review rounds ({len({r.round for r in held})})[/]")
+    for r in held:
+        commit = f", commit {r.commit[:12]}" if r.commit else ""
+        out.print(f"round {r.round} · run {escape(r.id)} · {escape(r.outcome)}{commit}")
+        for piece in r.feedback:
+            out.print(f"  {escape(feedback_line(piece))}")
+        for left in r.feedback_ignored:
+            out.print(f"  left out: {escape(left.id)} by {escape(left.author)}: {escape(left.why)}")
 
 
 @group.command(
