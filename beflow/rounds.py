@@ -107,7 +107,9 @@ def plan(project: Project, found: list[FeedbackSource], key: str, store: RunStor
     branch = git.branch_for(key)
     gathered = gather(found, key, branch)
     config = project.config.feedback
-    left = pending(gathered.pieces, answered(project.directory, branch, project.config.worktrees.base))
+    # The branch's history is read only when there is feedback to hold against it (a git process per issue).
+    done = answered(project.directory, branch, project.config.worktrees.base) if gathered.pieces else set()
+    left = pending(gathered.pieces, done)
     number = completed(records) + 1
     return Plan(
         number,
