@@ -38,7 +38,7 @@ class ReviewRounds:
         runs, if it is one (blocking: a tick's survey, in a worker thread). A merged pull request moves its issue to
         done; an issue whose rounds ended (closed, ``feedback.max_rounds``) is told so once."""
         found, store = rounds.sources(tracker, code_host), RunStore(project.directory)
-        due = {key: planned for key, planned in self.due.items() if key in running}  # (being dispatched)
+        due = {key: planned for key, planned in list(self.due.items()) if key in running}  # (being dispatched)
         self.due, self.settling = due, {}
         if not found:
             return []

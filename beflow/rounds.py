@@ -142,7 +142,7 @@ def note_end(tracker: Tracker, key: str, planned: Plan, max_rounds: int) -> bool
     if planned.ended == "merged" and issue.status == Status.REVIEW:
         tracker.set_status(key, Status.DONE, note=f"{CAPPED}: {end_reason(planned, max_rounds)}.")
         return True
-    if any(c.text.startswith(CAPPED) for c in issue.comments) or issue.status in (Status.CLOSED, Status.DONE):
+    if any(CAPPED in c.text for c in issue.comments) or issue.status in (Status.CLOSED, Status.DONE):
         return False
     text = f"{CAPPED}: {end_reason(planned, max_rounds)}. The issue stays in review"
     if planned.capped:

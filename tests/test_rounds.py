@@ -251,3 +251,29 @@ def test_a_review_with_two_inline_comments_waits_to_settle_then_makes_one_round_
     trailers = git(auto_project.directory, "log", "-1", f"--format={TRAILERS}", "beflow/1")
     assert trailers.split() == ["review-comment:11", "review-comment:12"]
     assert not [c for c in auto_project.issue(key).comments if c.text.startswith("beflow answered")]
+
+
+def test_a_failed_round_is_retried_as_the_same_round_and_answers_nothing_until_it_succeeds(
+    auto_project: AutoProject, beflow, no_leftover_processes: None
+) -> None:  # type: ignore[no-untyped-def]
+    auto_project.configure(watch=fast(max_attempts=2), feedback={"settle": 0.1})
+    key = auto_project.new_issue("write hello.txt hi")
+    first = first_run(auto_project, beflow, key)
+    assert beflow("issues", "comment", key, "acp-test: fail the reviewer's ask", "--rework").exit_code == 0
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("failed", key)))
+        return watch
+
+    watch = anyio.run(scenario)
+    assert [(e.data["attempt"], e.data["round"]) for e in watch.of("dispatched", key)] == [(1, 1), (2, 1)]
+    assert [(r.round, r.attempt, r.outcome) for r in rounds_of(auto_project, key)] == [
+        (0, 1, "succeeded"),
+        (1, 1, "failed"),
+        (1, 2, "failed"),
+    ]
+    assert auto_project.issue(key).status == Status.FAILED  # the retry policy's last word
+    assert git(auto_project.directory, "log", f"--format={TRAILERS}", "beflow/1").split() == []
+    assert git(auto_project.directory, "rev-parse", "beflow/1").strip() == first.commit
+    assert replies(auto_project, key) == []
