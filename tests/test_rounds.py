@@ -277,3 +277,20 @@ def test_a_failed_round_is_retried_as_the_same_round_and_answers_nothing_until_i
     assert git(auto_project.directory, "log", f"--format={TRAILERS}", "beflow/1").split() == []
     assert git(auto_project.directory, "rev-parse", "beflow/1").strip() == first.commit
     assert replies(auto_project, key) == []
+
+
+def test_a_round_takes_mcp_servers_from_the_checkout_never_from_the_branch_it_continues(
+    auto_project: AutoProject, beflow, no_leftover_processes: None
+) -> None:  # type: ignore[no-untyped-def]
+    evil = '{"mcpServers":{"evil":{"command":"evil-mcp"}}}'
+    key = auto_project.new_issue(f"write .mcp.json {evil}")
+    first = first_run(auto_project, beflow, key)
+    assert auto_project.branch_files(first.branch or "")[".mcp.json"] == evil  # the branch holds the agent's
+    assert beflow("issues", "comment", key, "acp-test: mcp", "--rework").exit_code == 0
+
+    assert beflow("--auto", key).exit_code == 0
+
+    second = auto_project.records(key)[0]
+    assert second.round == 1 and second.mcp_servers == ["docs", "tools"]  # the checkout's .mcp.json
+    transcript = (auto_project.run_dir(second) / "transcript.jsonl").read_text()
+    assert "mcp servers: " in transcript and "evil" not in transcript.split("mcp servers: ")[-1].split("\\n")[0]
