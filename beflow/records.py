@@ -287,7 +287,7 @@ WORDS_FIELDS = (
 
 
 def masked_record(record: RunRecord, mask: Callable[[str], str]) -> RunRecord:
-    """A copy of ``record`` with :data:`WORDS_FIELDS` and the progress lines masked."""
+    """A copy of ``record`` with :data:`WORDS_FIELDS`, the progress lines and the feedback's words masked."""
     update: dict[str, object] = {}
     for name in WORDS_FIELDS:
         value = getattr(record, name)
@@ -296,6 +296,7 @@ def masked_record(record: RunRecord, mask: Callable[[str], str]) -> RunRecord:
         elif isinstance(value, list):
             update[name] = [mask(item) for item in value]
     update["progress"] = [note.model_copy(update={"text": mask(note.text)}) for note in record.progress]
+    update["feedback"] = [piece.model_copy(update={"excerpt": mask(piece.excerpt)}) for piece in record.feedback]
     return record.model_copy(update=update)
 
 
