@@ -74,6 +74,10 @@ class Job:
     hidden: bool = False
     run_id: str = ""
     proposal: Proposal | None = None
+    #: A review round's commit message once it succeeded (with a ``Beflow-Feedback`` trailer per piece it
+    #: answered): the round's commit on top of the branch, an empty one when the agent changed nothing.
+    #: (the message, the message of an empty commit).
+    answered: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,9 @@ def deliver(job: Job) -> Verdict:
             why = error.message if isinstance(error, BeflowError) else f"{type(error).__name__}: {error}"
             reason = f"{job.reason}; committing the work failed ({why}); the work is kept in {job.worktree.path}"
             return Verdict("failed", "failed", reason, worktree_kept=True)
-        if job.proposal is not None and verdict.outcome == "succeeded" and verdict.commit is not None:
+        # A round that changed nothing still publishes its (empty) commit: it says, on the branch, what it answered.
+        publish = verdict.outcome == "succeeded" or (job.answered is not None and verdict.outcome == "no_changes")
+        if job.proposal is not None and publish and verdict.commit is not None:
             verdict = _propose(job, job.proposal, verdict)
     return verdict
 
@@ -122,7 +128,12 @@ def _commit(job: Job) -> Verdict:
         git.unhide_managed_file(worktree.path)
     if job.message is not None:
         try:
-            git.commit_all(worktree.path, job.message)
+            if job.answered is not None and job.outcome == "succeeded":
+                message, empty = job.answered
+                if git.commit_all(worktree.path, message) is None:
+                    git.commit_empty(worktree.path, empty)
+            else:
+                git.commit_all(worktree.path, job.message)
         except BeflowError as error:
             why = f"{reason}; {error.message}; the work is kept in {worktree.path}"
             return Verdict("failed", "failed", why, worktree_kept=True)

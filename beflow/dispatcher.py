@@ -28,7 +28,7 @@ from beflow import guardrails, workers
 from beflow.codehosts import CodeHost, open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError
-from beflow.events import Activity, AgentProgress, Finished, RunEvent, UsageReport, WatchEvent, WatchEventKind
+from beflow.events import RunEvent, WatchEvent, WatchEventKind
 from beflow.holds import Holds
 from beflow.lanes import Running, Snapshot
 from beflow.lifecycle import RunRequest, requeue_orphans, settle_orphans
@@ -36,6 +36,7 @@ from beflow.policy import is_final
 from beflow.records import RunRecord, RunStore
 from beflow.reloading import ConfigReload
 from beflow.retries import Retries
+from beflow.review_rounds import ReviewRounds
 from beflow.spending import Ledger
 from beflow.trackers import Issue, Tracker, open_tracker, reading_once
 from beflow.trackers.base import NamesUnreadable, WatchesDirectories
@@ -69,7 +70,7 @@ class Dispatcher:
         self.config_option = config_option
         self.listener = listener
         self.running: dict[str, Running] = {}
-        #: Each issue's round of attempts, and its backoff (beflow.retries).
+        #: Each issue's series of attempts, and its backoff (beflow.retries).
         self.retries = Retries(clock)
         self._unreadable: dict[str, str] = {}  # issues the tracker cannot read, as last said
         self.recent: deque[RunRecord] = deque(maxlen=20)
@@ -87,6 +88,7 @@ class Dispatcher:
         self._polled = 0.0
         #: What the watch's runs used, and its day's spending (beflow.spending).
         self.ledger = Ledger()
+        self.rounds = ReviewRounds(clock, self.emit)  # review rounds due, or waiting for feedback to settle
 
     @property
     def store(self) -> RunStore:
@@ -117,18 +119,7 @@ class Dispatcher:
     def _on_run_event(self, event: RunEvent) -> None:
         running = self.running.get(event.issue)
         if running is not None:
-            running.run_id = event.run_id
-            match event.data:
-                case Activity(latest=latest):
-                    running.latest = latest
-                case AgentProgress(text=text):
-                    running.progress = text
-                case UsageReport() as figures:
-                    running.usage = guardrails.Usage.of(figures.fields())
-                case Finished(usage=used):
-                    running.finished = True
-                    if used is not None:  # the run's last figures, whatever `usage` left out
-                        running.usage = guardrails.Usage.of(used.fields())
+            running.heard(event)
         self._tell(event)
 
     def snapshot(self) -> Snapshot:
@@ -181,7 +172,7 @@ class Dispatcher:
         """Seconds until the next tick is due with no event: the poll, or a backoff falling due before it."""
         now = self.clock()
         due = [self._polled + interval - time.monotonic()] + [b.due - now for b in self.retries.backoffs.values()]
-        return max(0.0, min(due))
+        return max(0.0, min(due + [when - now for when in self.rounds.settling.values()]))  # (feedback settling)
 
     def _watched_directories(self) -> list[Path]:
         """The directories whose changes wake the dispatcher (the local tracker's issues and claims)."""
@@ -257,7 +248,8 @@ class Dispatcher:
                 self.emit("skipped", key, reason=why)
         self._unreadable = dict(unreadable)
         self.retries.recall(self.store, [i.key for i in ready], self.project.config.watch)
-        self.queue = [i for i in ready if not self.retries.backing_off(i.key, now)]
+        queue = [i for i in ready if not self.retries.backing_off(i.key, now)]
+        self.queue = queue + self.rounds.survey(self.project, self.tracker, self.code_host, self.running, queue)
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         if self.holds.budget_reached(self.ledger, self._day_budget()) or self.holds.currency_held(self.project):
@@ -270,11 +262,13 @@ class Dispatcher:
             if issue.key in self.running or self.retries.backing_off(issue.key, now):
                 continue  # its run ended, and a retry was scheduled, while the tick looked at the tracker
             attempt = self.retries.start(issue.key)
-            running = Running(issue.key, attempt, anyio.CancelScope(), self.tracker)
+            running = Running(
+                issue.key, attempt, anyio.CancelScope(), self.tracker, round=self.rounds.round_of(issue.key)
+            )
             self.running[issue.key] = running
             self.queue.remove(issue)
             free -= 1
-            self.emit("dispatched", issue.key, attempt=attempt)
+            self.emit("dispatched", issue.key, attempt=attempt, round=self.rounds.round_of(issue.key))
             tasks.start_soon(self._run, running, finished)
 
     async def _run(self, running: Running, finished: list[RunRecord]) -> None:
@@ -288,6 +282,7 @@ class Dispatcher:
             final=is_final(running.attempt, self.project.config.watch),
             only_if_ready=True,
         )
+        running.round = await self.rounds.shape(request, self.project, running.tracker, self.code_host)
         run = Run(
             self.project,
             running.tracker,

@@ -78,6 +78,8 @@ class Started(Payload):
 
     attempt: int | None = None
     branch: str | None = None
+    #: A review round's number (docs/rounds.md); left out of a first run's events.
+    round: int | None = None
     mode: str | None = None
     checkout: str | None = None
     permissions: str | None = None
@@ -118,6 +120,7 @@ class Finished(Payload):
     dirty_before: list[str] | None = None
     exit_code: int | None = None
     usage: UsageFigures | None = None
+    round: int | None = None
 
 
 RUN_PAYLOADS: dict[str, type[Payload]] = {
@@ -135,6 +138,8 @@ RUN_PAYLOADS: dict[str, type[Payload]] = {
 
 class Dispatched(Payload):
     attempt: int
+    #: The review round it runs (0: the issue's first run).
+    round: int = 0
 
 
 class RunFinished(Payload):

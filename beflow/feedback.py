@@ -259,3 +259,43 @@ def settled(pieces: list[Feedback], now: dt.datetime, settle: float) -> bool:
 
 def _aware(when: dt.datetime) -> dt.datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
+
+
+# -- what a round consumed, and when it may start (the run side of rounds: beflow/rounds.py) ------------------------
+
+#: The trailer a round's commit carries once per piece of feedback it answered: read back from the branch's history
+#: (by every watcher, on every machine that fetches the branch), it is what was answered.
+TRAILER = "Beflow-Feedback"
+
+
+def trailer_lines(ids: list[str]) -> str:
+    """The trailer block of a round's commit message for the pieces ``ids`` (one line each, in order)."""
+    return "\n".join(f"{TRAILER}: {piece}" for piece in dict.fromkeys(ids))
+
+
+def pending(pieces: list[Feedback], answered: set[str]) -> list[Feedback]:
+    """The pieces no round has answered yet, oldest first, each once."""
+    seen: set[str] = set()
+    left: list[Feedback] = []
+    for piece in sorted(pieces, key=lambda p: p.created):
+        if piece.id not in answered and piece.id not in seen:
+            seen.add(piece.id)
+            left.append(piece)
+    return left
+
+
+def due_at(pieces: list[Feedback], settle: float) -> dt.datetime | None:
+    """When a round for ``pieces`` may start: ``settle`` seconds after the latest of them (None: no piece)."""
+    if not pieces:
+        return None
+    return max(piece.created for piece in pieces) + dt.timedelta(seconds=settle)
+
+
+def merged(found: list[Gathered]) -> Gathered:
+    """What several sources of one issue found, as one: every piece once, and the rounds' end if any source saw it
+    (merged wins over closed)."""
+    pieces = {piece.id: piece for each in found for piece in each.pieces}
+    ignored = {item.id: item for each in found for item in each.ignored}
+    ends = {each.ended for each in found if each.ended is not None}
+    ended: Literal["merged", "closed"] | None = "merged" if "merged" in ends else ("closed" if ends else None)
+    return Gathered(pieces=list(pieces.values()), ignored=list(ignored.values()), ended=ended)

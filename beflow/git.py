@@ -805,3 +805,120 @@ def without_credentials(url: str) -> str:
     if "@" not in parts.netloc or not parts.scheme:
         return url
     return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+# -- review rounds: what a branch's history says was answered, and the branch as another machine pushed it ---------
+
+
+def trailer_values(directory: Path, branch: str, key: str, since: str | None = None) -> list[str]:
+    """The values of every ``key:`` trailer in the commits of ``branch`` (those after ``since`` only, when given),
+    newest first; none when there is no such branch."""
+    with _repo(directory, search_parent_directories=True) as repo:
+        tip = branch_tip(repo, branch)
+        if tip is None:
+            return []
+        spec = f"%(trailers:key={key},valueonly,separator=%x00)%x01"
+        revs = f"{since}..{tip}" if since is not None and since != tip else tip
+        if since == tip:
+            return []
+        try:
+            out = str(repo.git.log(f"--format={spec}", revs, "--"))
+        except git.GitCommandError as exc:
+            raise GitError(f"git log {branch} failed: {exc.stderr.strip()}") from None
+    return [value.strip() for entry in out.split("\x01") for value in entry.split("\x00") if value.strip()]
+
+
+def commit_empty(worktree: Path, message: str) -> str:
+    """A commit that changes nothing, with ``message`` (a review round whose agent changed no file still says, on
+    the branch, what it answered); its sha."""
+    with _repo(worktree) as repo:
+        try:
+            try:
+                repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message)
+            except git.GitCommandError:
+                if _has_identity(repo):
+                    raise
+                env = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
+                env |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
+                with repo.git.custom_environment(**env):
+                    repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message)
+        except git.GitCommandError as exc:
+            raise GitError(f"git commit failed in {worktree}: {exc.stderr.strip()}") from None
+        return _head_of(repo)
+
+
+def is_ancestor(directory: Path, older: str, newer: str) -> bool:
+    """Whether ``older`` is ``newer`` or one of its ancestors."""
+    with _repo(directory, search_parent_directories=True) as repo:
+        try:
+            repo.git.merge_base("--is-ancestor", older, newer)
+        except git.GitCommandError:
+            return False
+    return True
+
+
+def fetch(directory: Path, url: str, branch: str, auth: PushAuth | None = None) -> str | None:
+    """The commit ``branch`` points to at ``url``, its objects fetched into the repository at ``directory``; None
+    when the remote has no such branch. No local ref is moved (the caller decides).
+
+    As :func:`push`: from an empty repository of its own (no configuration file of the repository's, the system's
+    or the user's is read, no hook runs), writing the objects into the repository's object store."""
+    with _repo(directory, search_parent_directories=True) as repo:
+        objects = _common_dir(repo) / "objects"
+        have = [c for c in (branch_tip(repo, branch), _head_of(repo)) if c]
+    with tempfile.TemporaryDirectory(prefix="beflow-fetch-") as scratch:
+        root = Path(scratch)
+        (root / "objects").mkdir()
+        (root / "refs" / "have").mkdir(parents=True)
+        for index, commit in enumerate(have):  # what the repository has already: only the rest is fetched
+            (root / "refs" / "have" / str(index)).write_text(f"{commit}\n", encoding="utf-8")
+        (root / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
+        (root / "config").write_text("[core]\n\tbare = true\n", encoding="utf-8")
+        pairs = [
+            ("remote.beflow.url", url),
+            ("core.hooksPath", os.devnull),
+            ("http.followRedirects", "false"),
+            ("credential.helper", ""),
+            ("protocol.ext.allow", "never"),
+            ("fetch.writeCommitGraph", "false"),
+            ("gc.auto", "0"),
+            *(auth.config if auth is not None else ()),
+        ]
+        entries = {"GIT_CONFIG_COUNT": str(len(pairs))}
+        for index, (key, value) in enumerate(pairs):
+            entries |= {f"GIT_CONFIG_KEY_{index}": key, f"GIT_CONFIG_VALUE_{index}": value}
+        env = {
+            **dict.fromkeys(_PUSH_CLEARED, ""),
+            "GIT_DIR": str(root),
+            # The objects land in the repository's own store: the branch can then be moved to them.
+            "GIT_OBJECT_DIRECTORY": str(objects),
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_TRACE_REDACT": "1",
+            **entries,
+            **((auth.env or {}) if auth is not None else {}),
+        }
+        runner = _timed()[1](str(root))
+        setattr(runner, "hardened", False)  # noqa: B010 - its configuration is all here: nothing else is read
+        ref = f"refs/heads/{branch}"
+        try:
+            listed = str(runner.ls_remote("--", "beflow", ref, env=env)).strip()
+            if not listed:
+                return None
+            runner.fetch("--no-tags", "--no-write-fetch-head", "--", "beflow", f"+{ref}:{ref}", env=env)
+        except git.GitCommandError as exc:
+            shown = without_credentials(url)
+            said = str(exc.stderr).strip().replace(url, shown)
+            raise GitError(f"git fetch {shown} {branch} failed: {said}") from None
+        return (root / ref).read_text(encoding="utf-8").strip() if (root / ref).is_file() else listed.split()[0]
+
+
+def move_branch(directory: Path, branch: str, new: str, expected: str | None, message: str) -> None:
+    """Move ``branch`` to ``new`` only if it still points to ``expected`` (None: only if it does not exist)."""
+    with _repo(directory, search_parent_directories=True) as repo:
+        try:
+            repo.git.update_ref("-m", message, f"refs/heads/{branch}", new, expected or "0" * len(new))
+        except git.GitCommandError as exc:
+            why = exc.stderr.strip()
+            raise GitError(f"branch {branch} changed meanwhile, so beflow did not move it: {why}") from None

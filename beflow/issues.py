@@ -12,11 +12,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
 
+from beflow import rounds
 from beflow.config import GitHubTrackerSettings
 from beflow.errors import UsageError
 from beflow.followups import agent_follow_up
 from beflow.masking import agent_words
 from beflow.operations import Context, Input, operation
+from beflow.records import RunStore
 from beflow.trackers import open_tracker
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
@@ -210,6 +212,51 @@ def comment_issue(context: Context, payload: NewComment) -> Commented:
     text = agent_words(context, payload.text)  # an agent's comment: its run's secrets masked
     comment = tracker(context).comment(key, text, author=context.actor)
     return Commented(key=normalize_key(key), comment=comment)
+
+
+class Reworked(BaseModel):
+    key: str
+    comment: Comment
+    #: Where the issue is now: an issue that was in review is back in the queue (ready) for a review round.
+    status: Status
+    #: Why it stays in review, when it does (its rounds reached ``feedback.max_rounds``).
+    why: str | None = None
+
+
+@operation(
+    "issue.rework",
+    title="Ask for rework on an issue",
+    description="Leave a comment on an issue as rework feedback: an issue in review goes back into the queue, and "
+    "its next run is a review round that continues its branch with this comment in its prompt. Local tracker "
+    "only (on GitHub, review the pull request or mention beflow's trigger). Writes to the tracker.",
+    safety="action",
+    issue_field="key",
+    category="issues",
+    tags=("issues", "write", "comment", "rounds"),
+    tracker=True,
+)
+def rework_issue(context: Context, payload: NewComment) -> Reworked:
+    from beflow.trackers.local import LocalTracker
+    from beflow.trackers.local_feedback import rework_text
+
+    trackers = tracker(context)
+    if not isinstance(trackers, LocalTracker):
+        raise UsageError(
+            "--rework is the local tracker's: this project's tracker is not local",
+            fix="On GitHub, review the pull request or mention the trigger (feedback.trigger) in a comment.",
+        )
+    issue = trackers.get(payload.key)
+    comment = trackers.comment(issue.key, rework_text(payload.text), author=context.actor)
+    status, why = issue.status, None
+    most = context.project.config.feedback.max_rounds
+    done = rounds.completed(RunStore(context.project.directory).records([issue.key]))
+    if status == Status.REVIEW and done >= most:  # no more rounds: it stays in review, and says why
+        planned = rounds.Plan(done + 1, capped=True)
+        rounds.note_end(trackers, issue.key, planned, most)
+        why = rounds.end_reason(planned, most)
+    elif status == Status.REVIEW:  # back into the queue: the next run is a review round
+        status = trackers.set_status(issue.key, Status.READY, author=context.actor).status
+    return Reworked(key=issue.key, comment=comment, status=status, why=why)
 
 
 def _change(context: Context, key: str, status: Status, note: str | None) -> StatusChange:

@@ -14,6 +14,7 @@ import anyio
 
 from beflow import guardrails
 from beflow.errors import BeflowError, NotFoundError
+from beflow.events import Activity, AgentProgress, Finished, RunEvent, UsageReport
 from beflow.records import RunRecord, RunStore
 from beflow.retries import Backoff
 from beflow.trackers import Issue, Status, Tracker
@@ -37,6 +38,23 @@ class Running:
     finished: bool = False
     #: What its agent reported it used so far (its ``usage`` events).
     usage: guardrails.Usage | None = None
+    #: The review round it is (0: not a round; docs/rounds.md).
+    round: int = 0
+
+    def heard(self, event: RunEvent) -> None:
+        """What the lane learns from its run's event: the run's id, its latest activity, progress and usage."""
+        self.run_id = event.run_id
+        match event.data:
+            case Activity(latest=latest):
+                self.latest = latest
+            case AgentProgress(text=text):
+                self.progress = text
+            case UsageReport() as figures:
+                self.usage = guardrails.Usage.of(figures.fields())
+            case Finished(usage=used):
+                self.finished = True
+                if used is not None:  # the run's last figures, whatever `usage` left out
+                    self.usage = guardrails.Usage.of(used.fields())
 
     def cancel(self, reason: str) -> None:
         self.reason = reason

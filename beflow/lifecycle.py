@@ -19,12 +19,13 @@ from typing import Any
 
 import anyio
 
-from beflow import guardrails, interrupts, prompt, repoguard
+from beflow import guardrails, interrupts, prompt, repoguard, rounds
 from beflow.agent_env import held_secrets
 from beflow.codehosts.base import CodeHost
 from beflow.config import GitHubTrackerSettings, Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
+from beflow.feedback import Feedback, Ignored
 from beflow.guardrails import Totals
 from beflow.mcp.acp import AcpServer, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
@@ -63,9 +64,17 @@ class RunRequest:
     #: or another beflow ran it meanwhile and this run is skipped.
     only_if_ready: bool = False
     owner: str = field(default_factory=lambda: f"beflow {socket.gethostname()}:{os.getpid()}")
+    #: 0: the issue's first run; 1, 2...: a review round (docs/rounds.md), answering ``feedback`` on the branch.
+    round: int = 0
+    feedback: list[Feedback] = field(default_factory=list)
+    #: Feedback the round's sources left out, and why (for its record).
+    ignored: list[Ignored] = field(default_factory=list)
 
 
-def _prompt_variables(issue: Issue, request: RunRequest, branch: str, run_id: str) -> dict[str, Any]:
+def _prompt_variables(
+    issue: Issue, request: RunRequest, branch: str, run_id: str, previous: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    previous = previous or []
     comments = [{"author": c.author, "created": c.created.isoformat(), "body": c.text} for c in issue.comments]
     return {
         "issue": {
@@ -77,6 +86,9 @@ def _prompt_variables(issue: Issue, request: RunRequest, branch: str, run_id: st
             "comments": comments,
         },
         "attempt": request.attempt,
+        "round": request.round,
+        "feedback": rounds.prompt_feedback(request.feedback),
+        "previous": previous,
         "branch": branch,
         "run_id": run_id,
         "mode": request.mode,
@@ -88,7 +100,10 @@ def _prompt_variables(issue: Issue, request: RunRequest, branch: str, run_id: st
 
 def render_prompt(project: Project, issue: Issue, request: RunRequest, *, branch: str, run_id: str) -> str:
     """The prompt of one run, from the configured template and the same variables in every mode."""
-    return prompt.render(project.config.prompt, project.directory, _prompt_variables(issue, request, branch, run_id))
+    # A round's prompt says what the earlier rounds changed and said (their records).
+    earlier = rounds.previous(RunStore(project.directory).records([issue.key]), request.round) if request.round else []
+    variables = _prompt_variables(issue, request, branch, run_id, earlier)
+    return prompt.render(project.config.prompt, project.directory, variables)
 
 
 def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: str, branch: str | None) -> RunRecord:
@@ -100,6 +115,9 @@ def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: s
         mode=request.mode,
         agent=project.config.agent_label(),
         attempt=request.attempt,
+        round=request.round,
+        feedback=rounds.consumed(request.feedback),
+        feedback_ignored=rounds.left_out(request.ignored),
         branch=branch,
         started_at=now(),
     )

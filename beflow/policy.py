@@ -149,7 +149,7 @@ def is_final(attempt: int, watch: Watch) -> bool:
 
 @dataclass(frozen=True)
 class Recalled:
-    """Where an issue's round of attempts stands, taken up from its latest run record."""
+    """Where an issue's series of attempts stands, taken up from its latest run record."""
 
     attempts: int
     #: The next attempt and when it is due (seconds since the epoch), when a retry is pending.
@@ -160,7 +160,7 @@ def recall(latest: RunRecord | None, watch: Watch) -> Recalled:
     """A restarted watcher, another watcher or ``--once`` from cron goes on counting where the last run stopped.
 
     ``latest`` is the issue's newest run record that is neither running nor cancelled. A run that gave up (its
-    last attempt) and an issue that is ready again: a person reopened it, and it gets a fresh round.
+    last attempt) and an issue that is ready again: a person reopened it, and it gets a fresh series.
     """
     if latest is None or latest.mode != "watch" or latest.outcome not in FAILURES:
         return Recalled(0)

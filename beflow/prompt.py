@@ -17,7 +17,9 @@ from beflow.files import read_regular
 DEFAULT_TEMPLATE = "templates/prompt.md.j2"
 
 #: The variables every prompt is rendered with (docs/config.md).
-VARIABLES = frozenset({"issue", "attempt", "branch", "run_id", "mode"})
+VARIABLES = frozenset({"issue", "attempt", "branch", "run_id", "mode", "round", "feedback", "previous"})
+#: What a message about an unknown variable says to do.
+USE_ONLY = "Use only issue, attempt, branch, run_id, mode, round, feedback and previous."
 #: What ``issue`` has.
 ISSUE_FIELDS = frozenset({"key", "title", "body", "labels", "url", "comments"})
 
@@ -90,7 +92,7 @@ def check(setting: str | None, project_dir: Path) -> None:
     if unknown:
         raise PromptError(
             f"{where}: unknown variable{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}",
-            fix="Use only issue, attempt, branch, run_id and mode.",
+            fix=USE_ONLY,
         )
     fields = sorted({node.attr for node in parsed.find_all(nodes.Getattr) if _is_issue(node.node)} - ISSUE_FIELDS)
     fields += sorted(
@@ -121,6 +123,6 @@ def render(setting: str | None, project_dir: Path, variables: dict[str, Any]) ->
     except jinja2.TemplateSyntaxError as exc:
         raise PromptError(f"{where}:{exc.lineno}: template syntax error: {exc.message}") from None
     except jinja2.UndefinedError as exc:
-        raise PromptError(f"{where}: {exc.message}", fix="Use only issue, attempt, branch, run_id and mode.") from None
+        raise PromptError(f"{where}: {exc.message}", fix=USE_ONLY) from None
     except Exception as exc:  # a template can fail in its own ways ({{ 1 / 0 }}, a filter on the wrong type)
         raise PromptError(f"{where}: the template failed: {type(exc).__name__}: {exc}") from None

@@ -76,6 +76,31 @@ class ProgressNote(BaseModel):
     actor: str = "agent"
 
 
+class Consumed(BaseModel):
+    """A piece of feedback a review round answered: who gave it, where, and the start of what they said."""
+
+    id: str
+    kind: str
+    author: str
+    url: str | None = None
+    path: str | None = None
+    line: int | None = None
+    #: The first :data:`CONSUMED_TEXT` characters of its text.
+    excerpt: str = ""
+
+
+class LeftOut(BaseModel):
+    """A piece of feedback a round left out, and why (not someone allowed to give feedback, beflow's own...)."""
+
+    id: str
+    author: str
+    why: str
+
+
+#: Characters of a piece of feedback a record keeps (the prompt has it whole).
+CONSUMED_TEXT = 300
+
+
 class RunRecord(BaseModel):
     """``run.json``: what ran, where, and how it ended."""
 
@@ -89,6 +114,12 @@ class RunRecord(BaseModel):
     mode: Mode
     agent: str
     attempt: int = 1
+    #: 0: the issue's first run (and its retries); 1, 2...: a review round, continuing the branch with feedback.
+    round: int = 0
+    #: The feedback the round answered (its ids are on the round's commit too, as ``Beflow-Feedback:`` trailers).
+    feedback: list[Consumed] = Field(default_factory=list)
+    #: Feedback the round left out, and why.
+    feedback_ignored: list[LeftOut] = Field(default_factory=list)
     branch: str | None = None
     base_commit: str | None = None
     commit: str | None = None
@@ -256,7 +287,7 @@ WORDS_FIELDS = (
 
 
 def masked_record(record: RunRecord, mask: Callable[[str], str]) -> RunRecord:
-    """A copy of ``record`` with :data:`WORDS_FIELDS` and the progress lines masked."""
+    """A copy of ``record`` with :data:`WORDS_FIELDS`, the progress lines and the feedback's words masked."""
     update: dict[str, object] = {}
     for name in WORDS_FIELDS:
         value = getattr(record, name)
@@ -265,6 +296,7 @@ def masked_record(record: RunRecord, mask: Callable[[str], str]) -> RunRecord:
         elif isinstance(value, list):
             update[name] = [mask(item) for item in value]
     update["progress"] = [note.model_copy(update={"text": mask(note.text)}) for note in record.progress]
+    update["feedback"] = [piece.model_copy(update={"excerpt": mask(piece.excerpt)}) for piece in record.feedback]
     return record.model_copy(update=update)
 
 

@@ -1,8 +1,8 @@
-"""A watch's rounds of attempts: how many times each issue has run, and which issues are backing off until when.
+"""A watch's series of attempts: how many times each issue has run, and which issues are backing off until when.
 
 The dispatcher asks what attempt comes next and whether an issue may start now; after each run it hands the
 record here, and :func:`beflow.policy.after_run` decides (done, retry later, give up). A watcher that has not run
-an issue yet takes up its round from its run records (:func:`beflow.policy.recall`), so that a restarted watcher,
+an issue yet takes up its series from its run records (:func:`beflow.policy.recall`), so that a restarted watcher,
 another watcher or ``--once`` from cron goes on counting where the last run stopped.
 """
 
@@ -64,7 +64,7 @@ class Retries:
                 self.backoffs[key] = Backoff(key, attempt, due, last.stop_reason or "")
 
     def after(self, record: RunRecord, watch: Watch) -> Next:
-        """What follows ``record``'s run, written into the round (a retry's backoff, a fresh round after giving up)."""
+        """What follows ``record``'s run, written into the series (a retry's backoff, a new series after giving up)."""
         key = record.issue
         step = after_run(
             record.outcome,
@@ -79,5 +79,5 @@ class Retries:
             self.attempts[key] = record.attempt
             self.backoffs[key] = Backoff(key, step.attempt, self.clock() + step.delay, record.stop_reason or "")
         elif step.action == "give_up":
-            self.attempts.pop(key, None)  # a person who fixes the cause and reopens it starts a fresh round
+            self.attempts.pop(key, None)  # a person who fixes the cause and reopens it starts a fresh series
         return step

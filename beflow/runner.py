@@ -19,11 +19,12 @@ from collections.abc import Callable
 import anyio
 import anyio.lowlevel
 
-from beflow import acpx, delivery, git, guardrails, interrupts, preflight, prompt, repoguard, spending, workers
+from beflow import acpx, delivery, git, guardrails, interrupts, preflight, prompt, repoguard, rounds, spending, workers
 from beflow.codehosts import CodeHost, open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
 from beflow.events import EventSink
+from beflow.feedback import pending
 from beflow.lifecycle import (
     RunRequest,
     Session,
@@ -40,7 +41,7 @@ from beflow.mcp.inject import Injection
 from beflow.mcp.own import follow_progress
 from beflow.paths import ACPXRC
 from beflow.policy import judge, status_after
-from beflow.records import CappedLog, Mode, Outcome, RunRecord, RunStore
+from beflow.records import DONE_OUTCOMES, CappedLog, Mode, Outcome, RunRecord, RunStore
 from beflow.server.channel import RunChannel, own_channel, with_own_server
 from beflow.trackers import Status, Tracker, reading_once
 from beflow.trackers.base import Claim
@@ -91,9 +92,13 @@ class Run:
         try:
             # What the issue is now that it is ours: another beflow may have run it between our look and our claim.
             issue = await workers.blocking(self.tracker.get, issue.key)
-            if self.request.only_if_ready and issue.status != Status.READY:
+            # A review round starts from review (or from ready: put back in the queue, or retried).
+            startable = (Status.READY, Status.REVIEW) if self.request.round else (Status.READY,)
+            if self.request.only_if_ready and issue.status not in startable:
                 raise NoLongerReady(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
             refuse_closed(issue)
+            if self.request.round:
+                await workers.blocking(self._round_catch_up, issue.key)
             session = Session(
                 self.project,
                 self.tracker,
@@ -107,6 +112,17 @@ class Run:
         finally:
             with anyio.CancelScope(shield=True):
                 await workers.blocking(claim.release)  # a remote tracker's release is a request
+
+    def _round_catch_up(self, key: str) -> None:
+        """Before a round, once the issue is ours: the branch as the code host has it (another machine may have
+        pushed a round), and only the feedback no round on it answered yet; none left: another run answered it."""
+        project, request = self.project, self.request
+        branch = git.branch_for(key)
+        rounds.catch_up(self.code_host, project.directory, branch)
+        done = rounds.answered(project.directory, branch, project.config.worktrees.base)
+        request.feedback = pending(request.feedback, done)
+        if not request.feedback:
+            raise NoLongerReady(f"the feedback on issue {key} was answered meanwhile")
 
     async def _held(self, claim: Claim, session: Session) -> RunRecord:
         """The run, while its claim holds (a lease is renewed beside it: :func:`~beflow.trackers.claims.while_held`).
@@ -165,7 +181,7 @@ class _InWorktree:
             await workers.shielded(self.session.start, text)  # the tracker's lock may be busy for seconds
         except BeflowError as error:  # the issue changed under us (closed, unlabelled): record why, run nothing
             return await self._finish("failed", f"the tracker could not be told that the run started: {error.message}")
-        self.emit("started", attempt=self.request.attempt, branch=branch)
+        self.emit("started", attempt=self.request.attempt, branch=branch, **self._round())
         repo = await workers.blocking(git.open_repo, self.project.directory)
         try:
             return await self._in_worktree(Workspace(self.session, repo), text)
@@ -235,6 +251,11 @@ class _InWorktree:
             hidden=bool(workspace.git_env),
             run_id=record.id,
             proposal=self._proposal() if outcome != "cancelled" else None,
+            answered=rounds.commit_messages(
+                title, record.id, record.issue, self.request.round, [p.id for p in self.request.feedback]
+            )
+            if self.request.round and self.config.after_run.commit
+            else None,
         )
         verdict = await workers.blocking(delivery.deliver, job)
         record.commit = verdict.commit
@@ -248,11 +269,21 @@ class _InWorktree:
         self.store.save(record)
         for notice in verdict.notices:
             self.emit("notice", message=notice)
+        published = verdict.claim_lost is None and verdict.proposed in (None, "opened", "updated")
+        if self.request.round and verdict.outcome in DONE_OUTCOMES and verdict.commit is not None and published:
+            await workers.blocking(self._reply, verdict.outcome)
         if not verdict.worktree_kept:
             # A new branch that holds nothing but its base would only be clutter: `git branch` stays clean.
             fresh = record.commit is None and not worktree.continued
             await workspace.remove(delete_fresh_branch=lambda: fresh and not record.worktree_kept)
         return verdict.outcome, verdict.reason
+
+    def _reply(self, outcome: Outcome) -> None:
+        """Answer each piece the round consumed where it was given: what changed, with the commit."""
+        found = rounds.sources(self.session.tracker, self.code_host)
+        body = self.session.redact.text(rounds.reply_text(self.record, outcome))
+        for problem in rounds.reply_all(found, self.request.feedback, body):
+            self.emit("notice", message=problem)
 
     def _proposal(self) -> delivery.Proposal | None:
         """How a succeeded run is proposed, when the config asks for pull requests and a code host takes them."""
@@ -328,7 +359,8 @@ class _InWorktree:
                     follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)),
                     own_channel(self._channel, self.session.tracker, lambda: agent.transcript, self._notice),
                 ):
-                    earlier = self._resumable_session() if self.request.attempt > 1 else None
+                    resume = self.request.attempt > 1 or self.request.round > 0  # a retry, or a review round
+                    earlier = self._resumable_session() if resume else None
                     result = await limiter.supervise(
                         lambda: agent.run(
                             text,
@@ -362,6 +394,10 @@ class _InWorktree:
         if self._channel is not None and self._channel.failure is not None:
             return verdict.outcome, f"{verdict.reason}; {self._channel.failure}"
         return verdict.outcome, verdict.reason
+
+    def _round(self) -> dict[str, int]:
+        """What a review round's events add: its number."""
+        return {"round": self.request.round} if self.request.round else {}
 
     def _notice(self, message: str) -> None:
         self.emit("notice", message=message)
@@ -397,6 +433,7 @@ class _InWorktree:
             lambda ended: status_after(ended, retry=retry),
             commit=record.commit,
             changed=len(record.changed_files),
+            **self._round(),
             **({"usage": used} if (used := guardrails.event_data(record.usage)) else {}),
         )
 
@@ -414,6 +451,7 @@ async def run_many(
     """Run the named issues, or every ready issue once, ``concurrency`` at a time."""
     preflight.check(project)
     code_host = open_code_host(project, tracker)  # before any agent runs: where to push is read now
+    found = rounds.sources(tracker, code_host)
     picked = not keys
     store = RunStore(project.directory)
     store.close_orphans()
@@ -435,6 +473,14 @@ async def run_many(
         async with limiter:
             request = RunRequest(key=key, mode=mode, only_if_ready=picked)
             try:
+                # Unanswered feedback on an issue's work makes its run a review round, at once (no settle wait).
+                planned = await workers.blocking(rounds.plan, project, found, key)
+                if planned is not None and planned.pieces:
+                    if planned.capped or planned.ended is not None:
+                        most = project.config.feedback.max_rounds
+                        await workers.blocking(rounds.note_end, tracker, key, planned, most)
+                        raise rounds.RoundsEnded(rounds.end_reason(planned, most))
+                    request.round, request.feedback, request.ignored = planned.round, planned.pieces, planned.ignored
                 records.append(await Run(project, tracker, request, events, code_host=code_host).execute())
             except NoLongerReady:
                 pass  # another beflow ran it meanwhile: nothing to do here

@@ -201,3 +201,36 @@ def test_credentials_in_the_url_are_never_in_a_git_argv_nor_in_the_error(
     assert "s3cret-password" not in str(raised.value)
     assert "https://127.0.0.1:1/octo/hello.git" in str(raised.value)
     assert "push" in log.read_text() and "s3cret-password" not in log.read_text()
+
+
+@pytest.mark.parametrize(
+    "redirect",
+    [["url.{evil}.insteadOf", "{origin}"], ["--global", "url.{evil}.insteadOf", "{origin}"]],
+)
+def test_a_rounds_fetch_reads_the_branch_from_the_url_beflow_resolved_and_runs_no_hook(
+    repo: Path, remotes: tuple[Path, Path], redirect: list[str]
+) -> None:
+    origin, evil = remotes
+    first = run_git(repo, "rev-parse", "beflow/1").strip()
+    git.push(repo, str(origin), first, "beflow/1")
+    # Another machine pushed a round on top; the evil remote has a branch of the same name.
+    other = repo.parent / "other"
+    run_git(repo.parent, "clone", "-q", "--branch", "beflow/1", str(origin), str(other))
+    run_git(other, "-c", "user.name=o", "-c", "user.email=o@o", "commit", "-q", "--allow-empty", "-m", "round")
+    run_git(other, "push", "-q", "origin", "beflow/1")
+    theirs = run_git(other, "rev-parse", "HEAD").strip()
+    run_git(other, "push", "-q", str(evil), "HEAD:refs/heads/beflow/1")
+    run_git(evil, "update-ref", "refs/heads/beflow/1", first)
+    run_git(repo, "config", *[part.format(origin=origin, evil=evil) for part in redirect])
+    marker = repo.parent / "marker"
+    for name in ("reference-transaction", "post-checkout"):
+        hook = repo / ".git" / "hooks" / name
+        hook.write_text(f"#!/bin/sh\necho {name} >> {marker}\n")
+        hook.chmod(0o755)
+
+    assert git.fetch(repo, str(origin), "beflow/1") == theirs
+    assert git.fetch(repo, str(origin), "beflow/none") is None
+
+    assert run_git(repo, "cat-file", "-t", theirs).strip() == "commit"  # its objects are here now
+    assert run_git(repo, "rev-parse", "beflow/1").strip() == first  # and no branch moved
+    assert not marker.exists()

@@ -41,6 +41,7 @@ def test_the_operations_and_what_they_declare() -> None:
         "issue.set_status": ("action", True, "key"),
         "issue.close": ("action", False, "key"),
         "issue.reopen": ("action", False, "key"),
+        "issue.rework": ("action", False, "key"),
     }
     for name in declared:
         op = REGISTRY[name]

@@ -88,3 +88,74 @@ def test_control_characters_from_an_issue_never_reach_the_prompt(tmp_path: Path)
     rendered = prompt.render("{{ issue.body }}", tmp_path, variables)
 
     assert rendered == "a\ufffdb\ufffd[31mc\nd\ne\tf\ufffdg\ufffdh\n"
+
+
+def test_a_review_rounds_prompt_says_what_the_reviewers_asked_file_by_file_and_what_came_before(
+    tmp_path: Path,
+) -> None:
+    import datetime as dt
+
+    from beflow import rounds
+    from beflow.feedback import Feedback, ThreadComment
+    from beflow.records import Consumed, RunRecord
+
+    when = dt.datetime(2026, 1, 2, tzinfo=dt.UTC)
+    pieces = [
+        Feedback(
+            id="review-comment:2",
+            kind="inline",
+            author="bo",
+            body="Name it bye.",
+            created=when,
+            path="b.py",
+            line=9,
+            hunk="@@ -1 +1 @@\n-x\n+y",
+            thread=[ThreadComment(author="cy", body="Why y?")],
+        ),
+        Feedback(id="review:1", kind="review", author="bo", body="Close, but see the comments.", created=when),
+        Feedback(id="review-comment:3", kind="inline", author="bo", body="And a test.", created=when, path="a.py"),
+    ]
+    first = RunRecord(
+        id="r0",
+        issue="7",
+        mode="auto",
+        agent="a",
+        started_at=when,
+        outcome="succeeded",
+        commit="c0ffee" * 7,
+        changed_files=["A\thello.py"],
+        final_message="Added hello.py.",
+    )
+    one = RunRecord(
+        id="r1",
+        issue="7",
+        mode="watch",
+        agent="a",
+        started_at=when,
+        outcome="no_changes",
+        round=1,
+        feedback=[Consumed(id="local:x", kind="rework", author="di", excerpt="Is it fine?")],
+    )
+    variables = {
+        **VARIABLES,
+        "attempt": 1,
+        "round": 2,
+        "feedback": rounds.prompt_feedback(pieces),
+        "previous": rounds.previous([one, first], 2),
+    }
+
+    text = prompt.render(None, tmp_path, variables)
+
+    assert "## Review round 2: what the reviewers asked" in text
+    # What concerns the whole change first, then file by file.
+    assert text.index("review by bo") < text.index("`a.py`: inline by bo") < text.index("`b.py` line 9: inline by bo")
+    assert "```diff\n@@ -1 +1 @@\n-x\n+y\n```" in text and "- cy: Why y?" in text and "Name it bye." in text
+    assert "The first run (commit c0ffeec0ffee) changed hello.py. It said: Added hello.py." in text
+    assert "Round 1 changed no file." in text
+    assert "this is review round 2, attempt 1: the earlier rounds' work is already here" in text
+
+
+def test_a_template_may_use_round_feedback_and_previous(tmp_path: Path) -> None:
+    prompt.check("{{ round }} {% for p in feedback %}{{ p.body }}{% endfor %} {{ previous | length }}", tmp_path)
+    text = prompt.render("r{{ round }}: {{ feedback | length }}", tmp_path, {**VARIABLES, "round": 1, "feedback": []})
+    assert text == "r1: 0\n"

@@ -216,6 +216,19 @@ def test_a_store_with_a_mask_writes_and_reads_back_every_secret_masked(tmp_path:
     assert RunStore(tmp_path).get(record.id).final_message == "final ••••"
 
 
+def test_the_words_of_a_rounds_feedback_are_masked_in_its_record(tmp_path: Path) -> None:
+    from beflow.records import Consumed
+
+    secret = "s3cr3t-value"
+    store = RunStore(tmp_path, mask=lambda text: text.replace(secret, "••••"))
+    record = RunRecord(id="20240101-000000-1-abcd", issue="1", mode="watch", agent="a", started_at=now(), round=1)
+    record.feedback = [Consumed(id="review:1", kind="review", author="bo", excerpt=f"use {secret} here")]
+    store.create(record, "prompt")
+
+    assert secret not in (store.directory(record.id) / "run.json").read_text()
+    assert RunStore(tmp_path).get(record.id).feedback[0].excerpt == "use •••• here"
+
+
 def test_secrets_are_masked_in_a_records_words_never_in_its_paths_and_ids(tmp_path: Path) -> None:
     path_secret = str(tmp_path / "app")  # an injected server's env value may well be a path
     store = RunStore(tmp_path, mask=lambda text: text.replace(path_secret, "••••"))

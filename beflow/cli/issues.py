@@ -27,6 +27,7 @@ from beflow.cli.common import (
 )
 from beflow.errors import UsageError
 from beflow.trackers.base import DEFAULT_PRIORITY, IssueRow, ListingStream, Status, format_time
+from beflow.trackers.local_feedback import is_rework, shown
 
 STATUS_STYLE = {
     Status.OPEN: "white",
@@ -191,8 +192,30 @@ def show_command(app: App, key: str, as_json: bool) -> None:
         out.print(f"[bold]Comments ({len(issue.comments)})[/]")
         for comment in issue.comments:
             out.print()
-            out.print(f"[bold]{escape(comment.author)}[/] · {short_time(comment.created)} UTC")
-            out.print(escape(comment.text))
+            rework = " · [yellow]rework[/]" if is_rework(comment) else ""
+            out.print(f"[bold]{escape(comment.author)}[/] · {short_time(comment.created)} UTC{rework}")
+            out.print(escape(shown(comment.text)))
+    _show_rounds(app, issue.key)
+
+
+def _show_rounds(app: App, key: str) -> None:
+    """The issue's review rounds (its runs' records), each with the feedback it answered."""
+    from beflow import runs
+    from beflow.cli.runs import feedback_line
+
+    records = call_operation(app, runs.list_runs, runs.ListRuns, issue=key, limit=1000).runs
+    held = [r for r in reversed(records) if r.round > 0]
+    if not held:
+        return
+    out.print()
+    out.print(f"[bold]Review rounds ({len({r.round for r in held})})[/]")
+    for r in held:
+        commit = f", commit {r.commit[:12]}" if r.commit else ""
+        out.print(f"round {r.round} · run {escape(r.id)} · {escape(r.outcome)}{commit}")
+        for piece in r.feedback:
+            out.print(f"  {escape(feedback_line(piece))}")
+        for left in r.feedback_ignored:
+            out.print(f"  left out: {escape(left.id)} by {escape(left.author)}: {escape(left.why)}")
 
 
 @group.command(
@@ -266,12 +289,28 @@ def _read(path: Path) -> str:
 @click.argument("key")
 @click.argument("text")
 @click.option("--author", help="Who is commenting (default: git's user.name).")
+@click.option(
+    "--rework",
+    is_flag=True,
+    help="Record it as rework feedback: an issue in review goes back into the queue for a review round.",
+)
 @json_option
 @pass_app
-def comment_command(app: App, key: str, text: str, author: str | None, as_json: bool) -> None:
+def comment_command(app: App, key: str, text: str, author: str | None, rework: bool, as_json: bool) -> None:
     """Add a comment to an issue (TEXT '-' reads it from standard input)."""
     if text == "-":
         text = sys.stdin.read()
+    if rework:
+        reworked = call_operation(app.acting_as(author), issues.rework_issue, issues.NewComment, key=key, text=text)
+        if as_json:
+            emit_json(reworked)
+            return
+        queued = " It is back in the queue for a review round." if reworked.status == Status.READY else ""
+        queued += f" It stays in {reworked.status.value}: {reworked.why}." if reworked.why else ""
+        out.print(
+            f"Asked for rework on issue [bold]{escape(reworked.key)}[/] as {escape(reworked.comment.author)}.{queued}"
+        )
+        return
     result = call_operation(app.acting_as(author), issues.comment_issue, issues.NewComment, key=key, text=text)
     if as_json:
         emit_json(result)

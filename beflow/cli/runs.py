@@ -7,6 +7,7 @@ import click
 from beflow import guardrails, runs
 from beflow.cli.common import App, HelpGroup, call_operation, emit_json, escape, out, pass_app, print_table
 from beflow.cli.progress import OUTCOME_STYLE
+from beflow.records import Consumed
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 
@@ -38,6 +39,7 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
         (
             r.id,
             r.issue,
+            str(r.round) if r.round else "-",
             r.mode,
             r.outcome,
             f"{r.duration:.0f}s" if r.duration is not None else "-",
@@ -47,7 +49,7 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
         )
         for r in records
     ]
-    headers = ("run", "issue", "mode", "outcome", "duration", "usage", "branch", "commit")
+    headers = ("run", "issue", "round", "mode", "outcome", "duration", "usage", "branch", "commit")
     widths = [max(len(header), *(len(row[index]) for row in rows)) for index, header in enumerate(headers)]
     table = Table(box=None, pad_edge=False)
     # What identifies a run and says how it went is never cut short (ids are what `runs show` and `runs logs`
@@ -59,7 +61,7 @@ def list_command(app: App, issue: str | None, limit: int, as_json: bool) -> None
             table.add_column(header, no_wrap=True, min_width=widest)
     for r, row in zip(records, rows, strict=True):
         style = OUTCOME_STYLE.get(r.outcome, "white")
-        table.add_row(*row[:3], f"[{style}]{escape(row[3])}[/]", *row[4:])
+        table.add_row(*row[:4], f"[{style}]{escape(row[4])}[/]", *row[5:])
     print_table(table)
     if issue is not None:  # what the issue's runs used, all rounds and attempts (of those listed)
         out.print(f"issue {escape(records[0].issue)}: {guardrails.total(r.usage for r in records).describe()}")
@@ -79,6 +81,12 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
     out.print(f"[bold]run {escape(r.id)}[/] — issue {escape(r.issue)}: {escape(r.title)}")
     out.print(f"outcome   [{style}]{r.outcome}[/] — {escape(r.stop_reason or '')}")
     out.print(f"mode      {r.mode}, agent {escape(r.agent)}, attempt {r.attempt}")
+    if r.round:
+        out.print(f"round     review round {r.round}: {len(r.feedback)} piece(s) of feedback answered")
+        for piece in r.feedback:
+            out.print(f"          {escape(feedback_line(piece))}")
+        for left in r.feedback_ignored:
+            out.print(f"          left out: {escape(left.id)} by {escape(left.author)}: {escape(left.why)}")
     out.print(f"started   {r.started_at:%Y-%m-%d %H:%M:%S} UTC, {r.duration or 0:.1f} s")
     if r.branch:
         out.print(f"branch    {escape(r.branch)}" + (f" at {r.commit}" if r.commit else " (no commit)"))
@@ -123,6 +131,13 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
     if r.final_message:
         out.print("[bold]final message[/]")
         out.print(escape(r.final_message))
+
+
+def feedback_line(piece: Consumed) -> str:
+    """One piece of feedback a round answered, on one line: who, where, and the start of what they said."""
+    where = f" on {piece.path}" + (f":{piece.line}" if piece.line else "") if piece.path else ""
+    said = " ".join(piece.excerpt.split())
+    return f"{piece.kind} by {piece.author}{where}: {said[:100]}{'…' if len(said) > 100 else ''} ({piece.id})"
 
 
 @group.command("logs", epilog="Example:  beflow runs logs latest")

@@ -63,7 +63,7 @@ def render(snapshot: Snapshot, concurrency: int) -> Group:
     for run in snapshot.running:
         running.add_row(
             run.key,
-            str(run.attempt),
+            f"{run.attempt} (round {run.round})" if run.round else str(run.attempt),
             f"{now - run.started:.0f}s",
             guardrails.short(run.usage),
             escape(run.progress or "-"),

@@ -34,6 +34,12 @@ class CodeHost(Protocol):
         resolved when it was opened, before any agent ran; the commit pushed."""
         ...
 
+    def fetch(self, directory: Path, branch: str) -> str | None:
+        """The commit ``branch`` points to on the host (another machine may have pushed it), its objects fetched
+        into the repository at ``directory`` from the URL resolved when the host was opened; None when the host
+        has no such branch. No local branch is moved."""
+        ...
+
     def propose(self, branch: str, title: str, body: str, *, draft: bool) -> PullRequest:
         """Open a pull request from ``branch`` to the default branch, or update the one open for it."""
         ...

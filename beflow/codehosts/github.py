@@ -108,6 +108,13 @@ class GitHubCodeHost:
             git.push(directory, url, commit, branch, auth)
         return commit
 
+    def fetch(self, directory: Path, branch: str) -> str | None:
+        """The commit of ``branch`` on ``origin`` (as the push's URL, with the same credential helper and from an
+        empty repository of its own: :func:`beflow.git.fetch`), None when it has no such branch."""
+        url = self._push_url()
+        with self.git_credentials(url) as auth:
+            return git.fetch(directory, url, branch, auth)
+
     @contextlib.contextmanager
     def git_credentials(self, remote_url: str | None) -> Iterator[git.PushAuth]:
         """How git authenticates a push to ``remote_url``.

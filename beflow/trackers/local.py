@@ -26,6 +26,7 @@ import pydantic
 
 from beflow import startup
 from beflow.errors import NotFoundError, UsageError, excerpt
+from beflow.feedback import Feedback, Gathered
 from beflow.files import atomic_write
 from beflow.paths import STATE_DIR, state_dir
 from beflow.trackers.base import (
@@ -45,6 +46,7 @@ from beflow.trackers.base import (
     utc_now,
 )
 from beflow.trackers.claims import ClaimStore, FileClaims, orphans_of, ready_of
+from beflow.trackers.local_feedback import gathered as local_gathered
 from beflow.trackers.local_files import IssueFiles, number_of, number_of_name
 from beflow.trackers.local_format import IssueFileError, file_name, render
 from beflow.trackers.local_index import IssueIndex
@@ -276,6 +278,15 @@ class LocalTracker:
             return issue.model_copy(update={"status": status, "comments": comments, "updated": now})
 
         return self._update(key, move)
+
+    # feedback (beflow.feedback.FeedbackSource: comments left with --rework) ------------------------------------
+
+    def gather(self, key: str, branch: str) -> Gathered:
+        return local_gathered(self.get(key))
+
+    def reply(self, piece: Feedback, body: str) -> None:
+        if piece.id.startswith("local:") and piece.reply_to is not None:  # (a piece another source gave is not ours)
+            self.comment(piece.reply_to, body, author="beflow")
 
     # claims (file locks: beflow.trackers.claims) -----------------------------------------------------------------
 

@@ -16,8 +16,8 @@ def test_list_shows_each_run_with_its_outcome_and_branch(finished_run: RunRecord
 
     assert result.exit_code == 0
     header, row = result.stdout.splitlines()
-    assert header.split() == ["run", "issue", "mode", "outcome", "duration", "usage", "branch", "commit"]
-    assert row.split()[:4] == [finished_run.id, "1", "auto", "succeeded"]
+    assert header.split() == ["run", "issue", "round", "mode", "outcome", "duration", "usage", "branch", "commit"]
+    assert row.split()[:5] == [finished_run.id, "1", "-", "auto", "succeeded"]
     assert "beflow/1" in row and (finished_run.commit or "")[:12] in row
 
 
@@ -37,11 +37,11 @@ def test_list_on_an_80_column_pipe_cuts_nothing(repo: Path, beflow, monkeypatch:
     result = beflow("runs", "list")
 
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["run", "issue", "mode", "outcome", "duration", "usage", "branch", "commit"]
+    assert lines[0].split() == ["run", "issue", "round", "mode", "outcome", "duration", "usage", "branch", "commit"]
     for record in store.records():
         (row,) = [line for line in lines if line.startswith(record.id)]
-        assert row.split()[1:4] == [record.issue, "watch", record.outcome]
-        assert row.split()[5:] == ["-", f"beflow/{record.issue}", "0123456789ab" if record.commit else "-"]
+        assert row.split()[1:5] == [record.issue, "-", "watch", record.outcome]
+        assert row.split()[6:] == ["-", f"beflow/{record.issue}", "0123456789ab" if record.commit else "-"]
 
 
 def test_list_json_is_the_records(finished_run: RunRecord, beflow) -> None:
