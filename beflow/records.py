@@ -136,6 +136,9 @@ class RunRecord(BaseModel):
     #: A stalled run: how long the agent had been silent (seconds) and what it was doing last.
     silent_for: float | None = None
     last_activity: str | None = None
+    #: ``sandbox.enabled``: the agent ran in the sandbox; the connections its proxy refused, by host.
+    sandboxed: bool = False
+    blocked: dict[str, int] = Field(default_factory=dict)
 
     @field_validator("*", mode="before")
     @classmethod

@@ -41,6 +41,7 @@ from beflow.mcp.own import follow_progress
 from beflow.paths import ACPXRC
 from beflow.policy import judge, status_after
 from beflow.records import CappedLog, Mode, Outcome, RunRecord, RunStore
+from beflow.sandbox.box import Sandbox
 from beflow.server.channel import RunChannel, own_channel, with_own_server
 from beflow.trackers import Status, Tracker, reading_once
 from beflow.trackers.base import Claim
@@ -291,7 +292,10 @@ class _InWorktree:
         """Inject, run acpx, restore. Returns the outcome and a reason."""
         record, cwd = self.record, workspace.path
         redact = self.session.redact
-        agent = self._agent = acpx.AgentSession(self.config, cwd, env=workspace.git_env, unset=workspace.withheld)
+        box = self._sandbox(workspace)
+        agent = self._agent = acpx.AgentSession(
+            self.config, cwd, env=workspace.git_env, unset=workspace.withheld, sandbox=box
+        )
         directory = self.store.directory(record.id)
         transcript_path = directory / "transcript.jsonl"
         stderr_path = directory / "stderr.log"
@@ -329,18 +333,22 @@ class _InWorktree:
                     own_channel(self._channel, self.session.tracker, lambda: agent.transcript, self._notice),
                 ):
                     earlier = self._resumable_session() if self.request.attempt > 1 else None
-                    result = await limiter.supervise(
-                        lambda: agent.run(
-                            text,
-                            key=record.issue,
-                            prompt_file=directory / "prompt.md",
-                            earlier=earlier,
-                            earlier_usage=self._session_spent(earlier),
-                            on_stdout=on_stdout,
-                            on_stderr=on_stderr,
-                            on_cold_start=self._started_cold,
+                    try:
+                        result = await limiter.supervise(
+                            lambda: agent.run(
+                                text,
+                                key=record.issue,
+                                prompt_file=directory / "prompt.md",
+                                earlier=earlier,
+                                earlier_usage=self._session_spent(earlier),
+                                on_stdout=on_stdout,
+                                on_stderr=on_stderr,
+                                on_cold_start=self._started_cold,
+                            )
                         )
-                    )
+                    finally:
+                        if box is not None:  # what the sandbox's proxy refused, however the run ended
+                            record.blocked = dict(box.blocked)
                     record.resumed_session = agent.resumed_session
                 await workspace.hook("after_run", fatal=False)
         transcript = agent.transcript
@@ -362,6 +370,16 @@ class _InWorktree:
         if self._channel is not None and self._channel.failure is not None:
             return verdict.outcome, f"{verdict.reason}; {self._channel.failure}"
         return verdict.outcome, verdict.reason
+
+    def _sandbox(self, workspace: Workspace) -> Sandbox | None:
+        """``sandbox.enabled``: the run's sandbox, with what beflow's own server in it writes (the run's record,
+        the channel)."""
+        if not self.config.sandbox.enabled:
+            return None
+        own = [self.store.directory(self.record.id)] + ([self._channel.directory] if self._channel else [])
+        box = Sandbox(self.config, worktree=workspace.path, checkout=self.project.directory, own=own)
+        self.record.sandboxed = True
+        return box
 
     def _notice(self, message: str) -> None:
         self.emit("notice", message=message)

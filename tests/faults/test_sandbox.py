@@ -1,0 +1,113 @@
+"""A hostile agent in the sandbox (docs/safety.md#the-sandbox): beflow as a real process, the pinned acpx, the test
+agent's ``run`` directive, real local HTTP servers. With ``"sandbox": {"enabled": true}`` it cannot read the home,
+write the user's checkout or its git directory, reach a host not on the list, see or signal processes outside; it
+still works in its worktree, reaches an allowed host through beflow's proxy, and the run publishes normally."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.faults.conftest import beflow_run
+from tests.support.projects import AutoProject
+
+pytestmark = pytest.mark.slow
+
+HOME_SECRET = "home-secret-61c0f2d9"
+
+
+class _Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = f"hello from {self.server.server_address[1]}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def servers() -> Iterator[tuple[int, int]]:
+    """Two local HTTP servers: the first goes on the allowlist, the second does not."""
+    started = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hello) for _ in range(2)]
+    for server in started:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield started[0].server_address[1], started[1].server_address[1]
+    for server in started:
+        server.shutdown()
+        server.server_close()
+
+
+def fetch(port: int) -> str:
+    """A shell line: GET http://127.0.0.1:<port>/ through whatever proxy the environment names; says the result."""
+    code = (
+        "import urllib.request,sys\n"
+        f"try: print('GOT', urllib.request.urlopen('http://127.0.0.1:{port}/', timeout=10).read().decode())\n"
+        "except Exception as e: print('NO', e)"
+    )
+    return f"python3 -c {json.dumps(code)}"
+
+
+def hostile(checkout: Path, allowed: int, denied: int) -> str:
+    """What the agent runs, its findings written to probe.txt in its worktree (which the run commits)."""
+    steps = [
+        "echo home: $(cat $HOME/secret.txt 2>&1)",
+        f"echo checkout: $(echo planted 2>&1 > {checkout}/planted.txt && echo WROTE)",
+        f"echo config: $(echo '[core]' 2>&1 >> {checkout}/.git/config && echo WROTE)",
+        f"echo hook: $(echo 'exit 0' 2>&1 > {checkout}/.git/hooks/pre-commit && echo WROTE)",
+        f"echo allowed: $({fetch(allowed)})",
+        f"echo denied: $({fetch(denied)}) $({fetch(denied)}) $({fetch(denied)})",
+        "echo processes: $(ls /proc | grep -c '^[0-9]')",
+        f"echo signal: $(kill -0 {os.getpid()} 2>&1 && echo SIGNALLED)",
+        "echo worktree: $(cat README.md 2>&1 | head -c 20)",
+    ]
+    return "run { " + "; ".join(steps) + "; } > probe.txt 2>&1"
+
+
+@pytest.mark.parametrize("mode", ["--auto", "watch"])
+def test_a_hostile_agent_in_the_sandbox_reaches_only_its_worktree_and_allowed_hosts(
+    auto_project: AutoProject, servers: tuple[int, int], mode: str, no_leftover_processes: None
+) -> None:
+    allowed, denied = servers
+    home = Path(os.environ["HOME"])
+    (home / "secret.txt").write_text(HOME_SECRET)
+    checkout = auto_project.directory
+    config_before = (checkout / ".git" / "config").read_bytes()
+    auto_project.configure(sandbox={"enabled": True, "hosts": [f"127.0.0.1:{allowed}"]})
+    key = auto_project.new_issue(hostile(checkout, allowed, denied), "say done", title="probe")
+    args = ["--auto", key] if mode == "--auto" else ["watch", "--once"]
+    done = beflow_run(auto_project, *args)
+    assert done.code == 0, done.stderr + done.stdout
+
+    record = auto_project.only_record()
+    assert record.outcome == "succeeded", record.stop_reason
+    assert record.sandboxed
+    assert record.blocked == {"127.0.0.1": 3}
+    probe = auto_project.branch_files(f"beflow/{key}")["probe.txt"]
+    found = dict(line.split(": ", 1) for line in probe.strip().splitlines())
+    assert HOME_SECRET not in probe
+    assert "No such file" in found["home"]
+    for what in ("checkout", "config", "hook"):
+        assert "WROTE" not in found[what] and "Read-only file system" in found[what], probe
+    assert not (checkout / "planted.txt").exists()
+    assert (checkout / ".git" / "config").read_bytes() == config_before
+    assert not (checkout / ".git" / "hooks" / "pre-commit").exists()
+    assert found["allowed"] == f"GOT hello from {allowed}"
+    assert found["denied"].startswith("NO HTTP Error 403")
+    assert int(found["processes"]) < 10  # the sandbox's own few (bwrap's init, acpx, the agent, the shell...)
+    assert "SIGNALLED" not in found["signal"] and "No such process" in found["signal"]
+    assert found["worktree"].strip()  # its worktree's files are there to read
+    # The run's record, its comment and `runs show` say what was refused.
+    assert not record.git_restored
+    shown = beflow_run(auto_project, "runs", "show", record.id)
+    assert "blocked: 3 connections to 127.0.0.1" in shown.stdout
+    comments = [comment.text for comment in auto_project.issue(key).comments]
+    assert any("sandbox: blocked: 3 connections to 127.0.0.1" in text for text in comments), comments
