@@ -111,3 +111,25 @@ def test_a_hostile_agent_in_the_sandbox_reaches_only_its_worktree_and_allowed_ho
     assert "blocked: 3 connections to 127.0.0.1" in shown.stdout
     comments = [comment.text for comment in auto_project.issue(key).comments]
     assert any("sandbox: blocked: 3 connections to 127.0.0.1" in text for text in comments), comments
+
+
+def test_a_sandbox_that_cannot_start_fails_the_run_with_its_reason_and_no_agent_starts(
+    auto_project: AutoProject, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    """bwrap unusable (here: a kernel without user namespaces, as bwrap says it): the run fails before the agent,
+    with bwrap's own words; it never runs unsandboxed."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    agent_log = tmp_path / "agent.jsonl"
+    auto_project.configure(sandbox={"enabled": True})
+    key = auto_project.new_issue("write escaped.txt unsandboxed", title="never runs")
+    done = beflow_run(auto_project, "--auto", key, env={"BEFLOW_BWRAP": str(fake), "ACP_TEST_RECORD": str(agent_log)})
+    assert done.code != 0
+    record = auto_project.only_record()
+    assert record.outcome == "failed"
+    reason = "the sandbox could not start: bwrap: No permissions to create a new namespace"
+    assert record.stop_reason is not None and reason in record.stop_reason
+    assert reason in done.stderr + done.stdout
+    assert not agent_log.exists()  # no agent ever started
+    assert record.permanent, record.stop_reason
