@@ -53,6 +53,7 @@ ROWS = (
     "mcp",
     "rss",
     "http",
+    "sandbox",
 )
 BROWSER = ROOT / "tools" / "browser" / "node_modules"
 
@@ -505,6 +506,50 @@ class Bench:
                 ratio,
                 {"bare": bare, "beflow": ours},
                 f"{(value - base) * 1000:.0f} ms over",
+            )
+        )
+
+    def sandbox(self) -> None:
+        """The sandbox's cost per run: the same ``--auto`` run (the agent fetches a local page 20 times, over the
+        proxy when sandboxed) with ``sandbox.enabled`` and without, interleaved; the difference is bwrap's start-up,
+        the probe, the bridge and the proxy."""
+        import http.server
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        repo = self.repo(mcp=False)
+        config = json.loads((repo / "config.json").read_text())
+        config["sandbox"] = {"enabled": True, "hosts": [f"127.0.0.1:{port}"]}
+        (repo / "config-sandbox.json").write_text(json.dumps(config, indent=2))
+        fetch = f"import urllib.request as u; [u.urlopen('http://127.0.0.1:{port}/').read() for _ in range(20)]"
+        prompt = f"acp-test: run python3 -c {json.dumps(fetch)}\nacp-test: write out.txt hello"
+        bare, boxed = [], []
+        try:
+            for index in range(self.sizes.runs):
+                key = new_issue(repo, f"bench plain {index}", prompt)
+                bare.append(_timed(lambda k=key: measure(beflow(repo, "--auto", k), repo)))
+                key = new_issue(repo, f"bench sandboxed {index}", prompt)
+                argv = [*BEFLOW, "--config", str(repo / "config-sandbox.json"), "--auto", key]
+                boxed.append(_timed(lambda a=argv: measure(a, repo)))
+        finally:
+            server.shutdown()
+            server.server_close()
+        base, value = median(bare), median(boxed)
+        cost = value - base
+        self.add(
+            Row(
+                "sandbox",
+                "one `--auto` run, sandboxed (20 proxied GETs)",
+                "unsandboxed",
+                base,
+                value,
+                "s",
+                "< 100 ms over",
+                cost < 0.1,
+                value / base,
+                {"unsandboxed": bare, "sandboxed": boxed},
+                f"{cost * 1000:.0f} ms over; {cost / 10 * 100:.1f} % of a 10-s turn",
             )
         )
 
