@@ -526,6 +526,12 @@ class AgentSession:
     def _argv(self, argv: list[str]) -> list[str]:
         return argv if self.sandbox is None else self.sandbox.wrap(argv, cwd=self.cwd)
 
+    def _started(self, result: proc.Completed) -> proc.Completed:
+        """``result``, once it is sure the sandbox started it: one that did not fails the run with its reason."""
+        if self.sandbox is not None:
+            self.sandbox.check(result)
+        return result
+
     async def _run(
         self,
         text: str,
@@ -564,13 +570,16 @@ class AgentSession:
                 env=self.env,
                 unset=self.unset,
             )
+            self._started(created)
             if not created.ok:
                 self.resume_note = f"could not name the earlier session: {tail(created)}; started cold"
             else:
                 self.transcript.usage = Usage.resuming(earlier_usage)
                 finished = False
                 try:
-                    result = await proc.run(self._argv(prompt_argv(config, name=name, **common)), **supervise)
+                    result = self._started(
+                        await proc.run(self._argv(prompt_argv(config, name=name, **common)), **supervise)
+                    )
                     finished = self.transcript.stop_reason is not None
                 finally:
                     await self._end(name, earlier, cancel=not finished)
@@ -582,7 +591,7 @@ class AgentSession:
                 self.resume_note = f"acpx could not resume session {earlier}: {why}; started cold"
                 self.transcript = Transcript()
             on_cold_start(self.resume_note)
-        return await proc.run(self._argv(exec_argv(config, **common)), **supervise)
+        return self._started(await proc.run(self._argv(exec_argv(config, **common)), **supervise))
 
     async def _end(self, name: str, session_id: str, *, cancel: bool) -> None:
         """Leave no queue owner behind: cancel an unfinished turn, close the session, stop a lingering owner."""

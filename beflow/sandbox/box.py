@@ -1,8 +1,9 @@
-"""A run's sandbox (:class:`Sandbox`): opened around the agent's session, it serves the proxy, proves that the
-sandbox starts (a probe, before any agent), and wraps each acpx command line.
+"""A run's sandbox (:class:`Sandbox`): opened around the agent's session, it serves the proxy and wraps each acpx
+command line.
 
-A sandbox that cannot start fails the run with bwrap's reason (:class:`SandboxError`); a run is never carried on
-unsandboxed.
+A sandbox that cannot start fails the run with bwrap's reason (:class:`SandboxError`): the bridge marks that it
+started just before it becomes acpx, so a missing mark means that nothing ran inside (:meth:`Sandbox.check`). A
+run is never carried on unsandboxed. ``beflow doctor`` starts it ahead of any run (:mod:`beflow.sandbox.check`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,18 @@ from beflow.sandbox import bridge, bwrap, policy
 from beflow.sandbox.presets import PRESETS, preset
 from beflow.sandbox.proxy import Proxy
 
+#: In a wrapped argv, what precedes the path of the bridge's marker (:meth:`Sandbox.check`).
+READY = "--ready"
+
+_IDENTITIES: dict[Path, dict[str, str]] = {}
+
+
+def identity(checkout: Path) -> dict[str, str]:
+    """The user's git identity in ``checkout`` as variables, once per checkout and process (a watch's runs)."""
+    if checkout not in _IDENTITIES:
+        _IDENTITIES[checkout] = git.identity_env(checkout)
+    return _IDENTITIES[checkout]
+
 
 class SandboxError(PermanentFailure):
     """The sandbox cannot start: the run fails before its agent starts (and would fail the same way again)."""
@@ -36,9 +49,11 @@ def preset_name(config: Config) -> str | None:
     return chosen
 
 
-def git_dirs(worktree: Path) -> tuple[Path, Path]:
+def git_dirs(worktree: Path) -> tuple[Path | None, Path | None]:
     """The worktree's own git directory and the repository's common one, read from its ``.git`` file."""
     dot_git = worktree / ".git"
+    if not dot_git.exists():  # not in git at all (doctor's empty directory): no git directory to mount
+        return None, None
     if dot_git.is_dir():  # not a linked worktree: the repository itself
         return dot_git.resolve(), dot_git.resolve()
     text = dot_git.read_text(encoding="utf-8").strip()
@@ -84,6 +99,7 @@ class Sandbox:
         self._scratch: Path | None = None
         self._bwrap: Path | None = None
         self._env: dict[str, str] = {}
+        self._started = 0
         self._mounts: list[policy.Mount] = []
 
     @property
@@ -130,30 +146,38 @@ class Sandbox:
             self._scratch = scratch
             self._mounts = policy.mounts(self.layout(scratch))
             # The user's global git config is not in the sandbox: the agent's commits get the user's identity.
-            self._env = {**await workers.blocking(git.identity_env, self.worktree), "TMPDIR": "/tmp"}
+            self._env = {**await workers.blocking(identity, self.checkout), "TMPDIR": "/tmp"}
+            (scratch / "status").mkdir(mode=0o700)
             async with self.proxy.serving(scratch / "proxy.sock"):
-                await self._probe()
                 yield self
         finally:
             self._scratch = None
             shutil.rmtree(scratch, ignore_errors=True)
 
-    async def _probe(self) -> None:
-        """Start the sandbox as the agent's will be, with a check that acpx is there inside: bwrap's own error
-        (no user namespaces, a path it cannot mount) or the missing program is the run's reason."""
-        acpx = self.config.acpx_argv()[0]
-        check = 'command -v "$1" >/dev/null || { echo "$1: not found inside the sandbox" >&2; exit 127; }'
-        result = await proc.run(self.wrap(["sh", "-c", check, "sh", acpx], cwd=self.worktree), timeout=30)
-        if not result.ok:
-            said = result.stderr.decode("utf-8", "replace").strip().splitlines()
-            raise SandboxError(f"the sandbox could not start: {said[-1] if said else result.describe()}")
+    async def probe(self) -> None:
+        """Start the sandbox once as the agent's will be, running ``acpx --version`` (``beflow doctor``): bwrap's
+        own error (no user namespaces, a path it cannot mount) or the missing program is the reason."""
+        argv = [*self.config.acpx_argv(), "--version"]
+        self.check(await proc.run(self.wrap(argv, cwd=self.worktree), timeout=60))
+
+    def check(self, result: proc.Completed) -> None:
+        """After a wrapped command: a :class:`SandboxError` when the sandbox never started it (the bridge's
+        marker is missing), with the reason bwrap or the bridge gave."""
+        marker = Path(result.argv[result.argv.index(READY) + 1]) if READY in result.argv else None
+        if marker is None or marker.exists():
+            return
+        said = [line for line in result.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+        reason = said[-1].strip() if said else result.describe()
+        raise SandboxError(f"the sandbox could not start: {reason}")
 
     def wrap(self, argv: Sequence[str], *, cwd: Path) -> list[str]:
         """``argv`` to run in the sandbox, in ``cwd``, with the proxy's bridge before it."""
         assert self._scratch is not None and self._bwrap is not None, "the sandbox is opened first"
-        socket_path = self._scratch / "proxy.sock"
-        inner = [sys.executable, "-I", "-S", bridge.__file__, str(socket_path), "--", *argv]
-        mounts = [*self._mounts, policy.Mount("rw", socket_path, socket_path)]
+        socket_path, status = self._scratch / "proxy.sock", self._scratch / "status"
+        self._started += 1
+        ready = status / f"{self._started}"
+        inner = [sys.executable, "-I", "-S", bridge.__file__, str(socket_path), READY, str(ready), "--", *argv]
+        mounts = [*self._mounts, policy.Mount("rw", socket_path, socket_path), policy.Mount("rw", status, status)]
         return bwrap.argv(self._bwrap, mounts, inner, cwd=cwd, env={**self._env, "HOME": str(self.home)})
 
 

@@ -37,8 +37,8 @@ class Layout:
     home: Path
     worktree: Path
     #: The worktree's own git directory (``.git/worktrees/<name>``) and the repository's common one.
-    worktree_git: Path
-    common_git: Path
+    worktree_git: Path | None
+    common_git: Path | None
     #: The user's checkout (the project directory).
     checkout: Path
     #: The run's private ``~/.acpx`` (acpx's sessions), and the user's acpx config shown read-only in it.
@@ -71,20 +71,23 @@ def mounts(layout: Layout) -> list[Mount]:
     out = [Mount("ro", Path("/"), Path("/")), Mount("dev", Path("/dev")), Mount("proc", Path("/proc"))]
     out += [Mount("tmpfs", path) for path in EMPTIED]
     out.append(Mount("tmpfs", home))
-    readable = [layout.checkout, layout.common_git, *layout.installs]
+    git_dir = layout.common_git
+    readable = [layout.checkout, *([git_dir] if git_dir else []), *layout.installs]
     out += [Mount("ro", path, path) for path in _unique(readable)]
     out += [
         Mount("ro", path, path, optional=True) for path in _unique(expand(p, home, base) for p in layout.preset.read)
     ]
     out += [Mount("ro", path, path, optional=True) for path in _unique(expand(p, home, base) for p in layout.read)]
-    writable = [layout.worktree, layout.common_git / "objects", layout.worktree_git, *layout.own]
+    gits = [git_dir / "objects", layout.worktree_git] if git_dir and layout.worktree_git else []
+    writable = [layout.worktree, *gits, *layout.own]
     out += [Mount("rw", path, path) for path in _unique(writable)]
     optional = [*layout.preset.write, *layout.write]
     out += [Mount("rw", path, path, optional=True) for path in _unique(expand(p, home, base) for p in optional)]
     out.append(Mount("rw", home / ".acpx", layout.acpx_home))
     acpx_config = home / ".acpx" / "config.json"  # (a bind's source is read outside the sandbox: the user's own)
     out.append(Mount("ro", acpx_config, acpx_config, optional=True))
-    out.append(Mount("ro", layout.common_git / "objects" / "info", layout.common_git / "objects" / "info", True))
+    if git_dir is not None:
+        out.append(Mount("ro", git_dir / "objects" / "info", git_dir / "objects" / "info", True))
     return out
 
 
