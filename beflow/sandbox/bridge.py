@@ -10,40 +10,43 @@ before, it creates the file ``READY``: beflow, finding it missing after the run,
 
 from __future__ import annotations
 
-import contextlib
+# The C modules, not socket/threading/signal: those pull in enum, selectors and more, which would double the
+# bridge's start-up, paid once per acpx command of every sandboxed run.
+import _signal  # type: ignore[import-not-found]  # (no stub: the C half of signal)
+import _socket
+import _thread
 import os
-import signal
-import socket
 import sys
-import threading
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
-def _pipe(source: socket.socket, sink: socket.socket) -> None:
+def _pipe(source: _socket.socket, sink: _socket.socket) -> None:
     try:
         while chunk := source.recv(65536):
             sink.sendall(chunk)
     except OSError:
         pass
-    finally:
-        for end in (sink, source):
-            with contextlib.suppress(OSError):
-                end.shutdown(socket.SHUT_RDWR)
+    for end in (sink, source):
+        try:  # noqa: SIM105 - contextlib is one import more at every start
+            end.shutdown(_socket.SHUT_RDWR)
+        except OSError:
+            pass
 
 
-def _serve(listener: socket.socket, path: str) -> None:
+def _serve(listener: _socket.socket, path: str) -> None:
     while True:
-        client, _ = listener.accept()
-        upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        fd, _ = listener._accept()  # type: ignore[attr-defined]  # (_socket's accept: a file descriptor)
+        client = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM, 0, fd)
+        upstream = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             upstream.connect(path)
         except OSError:
             client.close()
             upstream.close()
             continue
-        threading.Thread(target=_pipe, args=(client, upstream), daemon=True).start()
-        threading.Thread(target=_pipe, args=(upstream, client), daemon=True).start()
+        _thread.start_new_thread(_pipe, (client, upstream))
+        _thread.start_new_thread(_pipe, (upstream, client))
 
 
 def _found(program: str) -> bool:
@@ -63,7 +66,7 @@ def main(args: list[str]) -> None:
     if not _found(argv[0]):
         print(f"bwrap: {argv[0]}: not found inside the sandbox", file=sys.stderr)
         sys.exit(127)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener = _socket.socket(_socket.AF_INET, _socket.SOCK_STREAM)
     listener.bind(("127.0.0.1", 0))
     listener.listen(64)
     url = f"http://127.0.0.1:{listener.getsockname()[1]}"
@@ -75,7 +78,7 @@ def main(args: list[str]) -> None:
         os._exit(0)
     listener.close()
     env = dict(os.environ, **dict.fromkeys(PROXY_VARS, url), NO_PROXY="", no_proxy="")
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # ignored by bwrap (see bwrap.py), not by acpx
+    _signal.signal(_signal.SIGTERM, _signal.SIG_DFL)  # ignored by bwrap (see bwrap.py), not by acpx
     os.close(os.open(ready, os.O_WRONLY | os.O_CREAT, 0o600))
     os.execvpe(argv[0], argv, env)
 
