@@ -8,12 +8,18 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import signal
+import subprocess
+import sys
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
+from tests.conftest import processes_under
 from tests.faults.conftest import beflow_run
 from tests.support.projects import AutoProject
 
@@ -133,3 +139,51 @@ def test_a_sandbox_that_cannot_start_fails_the_run_with_its_reason_and_no_agent_
     assert reason in done.stderr + done.stdout
     assert not agent_log.exists()  # no agent ever started
     assert record.permanent, record.stop_reason
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_the_sandbox_dies_with_the_run_whatever_its_tools_do(
+    auto_project: AutoProject, tmp_path: Path, signum: int, no_leftover_processes: None
+) -> None:
+    """beflow stopped (SIGTERM: the run is cancelled in order) or killed outright (SIGKILL): bwrap, acpx, the
+    agent and a tool that ignores every polite signal are all gone within seconds."""
+    auto_project.configure(sandbox={"enabled": True})
+    key = auto_project.new_issue("run touch started; trap '' TERM INT HUP; sleep 60 & wait; sleep 60", title="long")
+    started = auto_project.worktrees_dir / key / "started"
+    beflow = subprocess.Popen(
+        [sys.executable, "-m", "beflow", "--config", str(auto_project.config_path), "--auto", key],
+        cwd=auto_project.directory,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(started.exists, 60, "the agent's tool never started")
+        below = psutil.Process(beflow.pid).children(recursive=True)
+        names = " ".join(" ".join(p.cmdline()) for p in below)
+        assert "bwrap" in names and "acp_agent.py" in names and "sleep 60" in names, names
+        beflow.send_signal(signum)
+        beflow.wait(timeout=30)
+    finally:
+        if beflow.poll() is None:
+            beflow.kill()
+            beflow.wait()
+    wait_for(lambda: not any(_alive(p) for p in below), 10, f"left running: {processes_under(tmp_path)}")
+    if signum == signal.SIGKILL:
+        assert beflow_run(auto_project, "runs", "list").code == 0  # the next command records the run
+    assert auto_project.only_record().outcome == "cancelled"
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(what)
+        time.sleep(0.05)
+
+
+def _alive(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
