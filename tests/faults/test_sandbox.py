@@ -187,3 +187,23 @@ def _alive(process: psutil.Process) -> bool:
         return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def test_beflows_own_server_works_from_inside_the_sandbox(auto_project: AutoProject) -> None:
+    """``mcp.self``: the agent starts beflow's server inside the sandbox; its channel and the run's progress file
+    are there, so its comment reaches the issue and its progress the record."""
+    auto_project.configure(mcp={"enabled": True, "self": True}, sandbox={"enabled": True})
+    key = auto_project.new_issue(
+        "mcp-call beflow run_progress " + json.dumps({"text": "halfway, sandboxed"}),
+        "mcp-call beflow issue_comment " + json.dumps({"text": "written from the sandbox"}),
+        "write done.txt ok",
+        title="own server",
+    )
+    done = beflow_run(auto_project, "--auto", key)
+    assert done.code == 0, done.stderr + done.stdout
+    record = auto_project.only_record()
+    assert record.outcome == "succeeded", record.stop_reason
+    assert record.sandboxed and "beflow" in record.mcp_servers
+    assert [note.text for note in record.progress] == ["halfway, sandboxed"]
+    agent_comments = [c.text for c in auto_project.issue(key).comments if c.author == "agent"]
+    assert agent_comments == ["written from the sandbox"]
