@@ -377,7 +377,8 @@ class _InWorktree:
         if not self.config.sandbox.enabled:
             return None
         own = [self.store.directory(self.record.id)] + ([self._channel.directory] if self._channel else [])
-        box = Sandbox(self.config, worktree=workspace.path, checkout=self.project.directory, own=own)
+        servers = self.session.servers or []  # the injected HTTP servers are reached through the proxy
+        box = Sandbox(self.config, worktree=workspace.path, checkout=self.project.directory, own=own, servers=servers)
         self.record.sandboxed = True
         return box
 

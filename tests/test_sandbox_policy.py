@@ -139,3 +139,15 @@ def test_bad_sandbox_config_names_the_file_and_field(sandbox: dict[str, object],
     with pytest.raises(ConfigError) as raised:
         validate(Config, {"sandbox": sandbox}, path=path, text=json.dumps({"sandbox": sandbox}))
     assert str(path) in raised.value.message and field in raised.value.message
+
+
+def test_injected_http_servers_are_allowed_hosts() -> None:
+    from beflow.mcp.acp import AcpRemote, AcpStdio
+    from beflow.sandbox.box import server_hosts
+
+    servers = [
+        AcpRemote(name="docs", type="http", url="https://mcp.example.com/mcp", headers=[]),
+        AcpRemote(name="local", type="sse", url="http://127.0.0.1:8123/sse", headers=[]),
+        AcpStdio(name="tools", command="tools-mcp", args=[], env=[]),
+    ]
+    assert server_hosts(servers) == ["mcp.example.com:443", "127.0.0.1:8123"]

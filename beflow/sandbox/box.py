@@ -16,6 +16,7 @@ import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from beflow import git, proc, workers
 from beflow.config import Config
@@ -35,6 +36,19 @@ def identity(checkout: Path) -> dict[str, str]:
     if checkout not in _IDENTITIES:
         _IDENTITIES[checkout] = git.identity_env(checkout)
     return _IDENTITIES[checkout]
+
+
+def server_hosts(servers: Sequence[object]) -> list[str]:
+    """``host:port`` of each injected HTTP/SSE MCP server: the agent reaches them through the proxy."""
+    hosts = []
+    for server in servers:
+        url = getattr(server, "url", None)
+        if isinstance(url, str):
+            parts = urlsplit(url)
+            if parts.hostname:
+                port = parts.port or (443 if parts.scheme == "https" else 80)
+                hosts.append(f"{parts.hostname}:{port}")
+    return hosts
 
 
 class SandboxError(PermanentFailure):
@@ -86,7 +100,15 @@ def install_root(program: str) -> list[Path]:
 class Sandbox:
     """The sandbox of one run: the worktree's paths, the config's lists and preset, and, once opened, its proxy."""
 
-    def __init__(self, config: Config, *, worktree: Path, checkout: Path, own: Sequence[Path] = ()) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        worktree: Path,
+        checkout: Path,
+        own: Sequence[Path] = (),
+        servers: Sequence[object] = (),
+    ) -> None:
         self.config = config
         self.worktree = worktree
         self.checkout = checkout
@@ -94,7 +116,7 @@ class Sandbox:
         self.home = Path(os.environ.get("HOME") or os.path.expanduser("~")).absolute()
         self.preset = preset_name(config)
         chosen = preset(self.preset)
-        self.proxy = Proxy([*chosen.hosts, *config.sandbox.hosts])
+        self.proxy = Proxy([*chosen.hosts, *config.sandbox.hosts, *server_hosts(servers)])
         self._chosen = chosen
         self._scratch: Path | None = None
         self._bwrap: Path | None = None
