@@ -47,6 +47,9 @@ def where(mounts: list[policy.Mount], target: Path) -> list[str]:
         (HOME / "app/.git/objects", ["rw"]),  # what a commit writes
         (HOME / "app/.git/objects/info", ["ro?"]),  # alternates stay out
         (HOME / "app/.git/worktrees/7", ["rw"]),  # the worktree's own HEAD, index, logs
+        (HOME / "app/.git/worktrees/7/commondir", ["ro?"]),  # but not what ties it to the repository
+        (HOME / "app/.git/worktrees/7/gitdir", ["ro?"]),
+        (HOME / ".beflow/worktrees/app/7/.git", ["ro?"]),
         (HOME / ".beflow/worktrees/app/7", ["rw"]),
         (HOME / ".codex", ["rw?"]),  # the preset's auth and config
         (HOME / ".npm", ["rw?"]),  # npx's cache: acpx's adapters
@@ -151,3 +154,9 @@ def test_injected_http_servers_are_allowed_hosts() -> None:
         AcpStdio(name="tools", command="tools-mcp", args=[], env=[]),
     ]
     assert server_hosts(servers) == ["mcp.example.com:443", "127.0.0.1:8123"]
+
+
+def test_beflows_excludes_file_is_among_the_pinned() -> None:
+    from beflow.git import EXCLUDES_NAME
+
+    assert EXCLUDES_NAME in policy.PINNED

@@ -57,6 +57,10 @@ class Layout:
 EMPTIED = (Path("/tmp"), Path("/run"), Path("/var/tmp"))
 
 
+#: Files of the worktree's own git directory that stay read-only (its HEAD, index and logs do not).
+PINNED = ("commondir", "gitdir", "config.worktree", "beflow-exclude")
+
+
 def expand(path: str, home: Path, base: Path) -> Path:
     """A configured path: ``~/x`` under ``home``, an absolute one as it is, a relative one under ``base``."""
     if path == "~" or path.startswith("~/"):
@@ -88,6 +92,11 @@ def mounts(layout: Layout) -> list[Mount]:
     out.append(Mount("ro", acpx_config, acpx_config, optional=True))
     if git_dir is not None:
         out.append(Mount("ro", git_dir / "objects" / "info", git_dir / "objects" / "info", True))
+    if layout.worktree_git is not None and layout.worktree_git != git_dir:
+        # What ties the worktree to the repository stays as beflow made it: a `.git` file or `commondir` pointed
+        # elsewhere would have beflow's own git after the run read another repository; its excludes file too.
+        pinned = [layout.worktree / ".git", *(layout.worktree_git / name for name in PINNED)]
+        out += [Mount("ro", path, path, optional=True) for path in pinned]
     return out
 
 

@@ -69,6 +69,8 @@ def hostile(checkout: Path, allowed: int, denied: int) -> str:
         f"echo checkout: $(echo planted 2>&1 > {checkout}/planted.txt && echo WROTE)",
         f"echo config: $(echo '[core]' 2>&1 >> {checkout}/.git/config && echo WROTE)",
         f"echo hook: $(echo 'exit 0' 2>&1 > {checkout}/.git/hooks/pre-commit && echo WROTE)",
+        "echo dotgit: $(echo 'gitdir: /tmp/elsewhere' 2>&1 > .git && echo WROTE)",
+        "echo commondir: $(echo /tmp/elsewhere 2>&1 > $(git rev-parse --git-dir)/commondir && echo WROTE)",
         f"echo allowed: $({fetch(allowed)})",
         f"echo denied: $({fetch(denied)}) $({fetch(denied)}) $({fetch(denied)})",
         "echo processes: $(ls /proc | grep -c '^[0-9]')",
@@ -101,7 +103,7 @@ def test_a_hostile_agent_in_the_sandbox_reaches_only_its_worktree_and_allowed_ho
     found = dict(line.split(": ", 1) for line in probe.strip().splitlines())
     assert HOME_SECRET not in probe
     assert "No such file" in found["home"]
-    for what in ("checkout", "config", "hook"):
+    for what in ("checkout", "config", "hook", "dotgit", "commondir"):
         assert "WROTE" not in found[what] and "Read-only file system" in found[what], probe
     assert not (checkout / "planted.txt").exists()
     assert (checkout / ".git" / "config").read_bytes() == config_before
