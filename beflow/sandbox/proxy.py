@@ -26,6 +26,8 @@ MAX_HEAD = 64 * 1024
 #: Seconds a client may take to send its request head, and the proxy to connect upstream.
 HEAD_TIMEOUT = 30.0
 CONNECT_TIMEOUT = 30.0
+#: Connections relayed at once: beyond, a new one is answered 503 (an agent that floods stays beflow's cost-free).
+MAX_CONNECTIONS = 256
 #: Hosts counted by name: beyond, the rest are counted together (an agent that tries a million names).
 MAX_HOSTS = 100
 OTHERS = "(other hosts)"
@@ -50,6 +52,7 @@ class Proxy:
     rules: Sequence[str]
     blocked: Counter[str] = field(default_factory=Counter)
     allowed_connections: int = 0
+    active: int = 0
 
     def refuse(self, host: str) -> None:
         host = re.sub(r"[^A-Za-z0-9.:_-]", "?", host)[:100]  # the agent's text, for a record and a terminal
@@ -75,7 +78,14 @@ class Proxy:
     async def _handle(self, client: anyio.abc.ByteStream) -> None:
         async with client:
             with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, OSError):
-                await self._one(client)
+                if self.active >= MAX_CONNECTIONS:
+                    await client.send(b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n\r\n")
+                    return
+                self.active += 1
+                try:
+                    await self._one(client)
+                finally:
+                    self.active -= 1
 
     async def _one(self, client: anyio.abc.ByteStream) -> None:
         buffered = BufferedByteReceiveStream(client)
