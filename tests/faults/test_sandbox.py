@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from tests.conftest import processes_under
-from tests.faults.conftest import beflow_run
+from tests.faults.conftest import beflow_run, unprivileged
 from tests.support.projects import AutoProject
 
 pytestmark = pytest.mark.slow
@@ -209,3 +209,26 @@ def test_beflows_own_server_works_from_inside_the_sandbox(auto_project: AutoProj
     assert [note.text for note in record.progress] == ["halfway, sandboxed"]
     agent_comments = [c.text for c in auto_project.issue(key).comments if c.author == "agent"]
     assert agent_comments == ["written from the sandbox"]
+
+
+def test_without_user_namespaces_the_run_fails_with_bwraps_reason(auto_project: AutoProject, tmp_path: Path) -> None:
+    """The real bwrap where it cannot make its namespaces (root without capabilities, as a container that drops
+    them): the run fails with bwrap's words and nothing ran. (The suite runs as root, as test_agent_secrets.py's
+    ordinary-user runs do.)"""
+    auto_project.configure(sandbox={"enabled": True})
+    key = auto_project.new_issue("write escaped.txt unsandboxed", title="never runs")
+    done = subprocess.run(
+        unprivileged([sys.executable, "-m", "beflow", "--config", str(auto_project.config_path), "--auto", key]),
+        cwd=auto_project.directory,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    record = auto_project.only_record()
+    assert record.outcome == "failed" and record.permanent
+    assert record.stop_reason is not None
+    assert "the sandbox could not start: bwrap: " in record.stop_reason
+    assert "Operation not permitted" in record.stop_reason
+    assert not list(auto_project.worktrees_dir.rglob("escaped.txt"))
