@@ -157,7 +157,7 @@ class Sandbox:
 
     @contextlib.asynccontextmanager
     async def opened(self) -> AsyncIterator[Sandbox]:
-        """Serve the proxy and prove the sandbox starts while the body runs; then nothing of it is left."""
+        """Work out the mounts and serve the proxy while the body runs; then nothing of it is left."""
         path, why = bwrap.bwrap_path()
         if path is None:
             raise SandboxError(f"the sandbox could not start: {why}")
@@ -166,7 +166,10 @@ class Sandbox:
         try:
             (scratch / "acpx").mkdir(mode=0o700)
             self._scratch = scratch
-            self._mounts = policy.mounts(self.layout(scratch))
+            try:
+                self._mounts = policy.mounts(self.layout(scratch))
+            except (OSError, UnicodeDecodeError) as error:  # a worktree's `.git` file that cannot be read
+                raise SandboxError(f"the sandbox could not start: {self.worktree}: {error}") from None
             # The user's global git config is not in the sandbox: the agent's commits get the user's identity.
             self._env = {**await workers.blocking(identity, self.checkout), "TMPDIR": "/tmp"}
             (scratch / "status").mkdir(mode=0o700)
