@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from beflow.records import RunRecord
 from tests.conftest import processes_under
 from tests.faults.conftest import beflow_run, unprivileged
 from tests.support.projects import AutoProject
@@ -232,3 +233,36 @@ def test_without_user_namespaces_the_run_fails_with_bwraps_reason(auto_project: 
     assert "the sandbox could not start: bwrap: " in record.stop_reason
     assert "Operation not permitted" in record.stop_reason
     assert not list(auto_project.worktrees_dir.rglob("escaped.txt"))
+
+
+def ended(project: AutoProject, key: str) -> list[RunRecord]:
+    return [record for record in project.records(key) if record.outcome != "running"]
+
+
+def test_a_retry_in_the_sandbox_resumes_the_agents_session(
+    auto_project: AutoProject, no_leftover_processes: None
+) -> None:
+    """``watch``'s second attempt resumes the agent's ACP session: acpx's named session (``sessions new``, then
+    ``prompt -s`` and its queue owner) works inside the sandbox, in the run's private acpx state."""
+    auto_project.configure(
+        sandbox={"enabled": True},
+        watch={"interval": 0.2, "backoff": 0.1, "backoff_max": 0.2, "max_attempts": 2, "concurrency": 1},
+    )
+    key = auto_project.new_issue("write progress.txt step", "fail not yet")
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "beflow", "--config", str(auto_project.config_path), "watch"],
+        cwd=auto_project.directory,
+        env={**os.environ, "ACP_TEST_RESUME": "resume"},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(lambda: len(ended(auto_project, key)) == 2, 120, "the second attempt never ended")
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        watch.wait(timeout=60)
+    second, first = auto_project.records(key)
+    assert (first.attempt, second.attempt) == (1, 2)
+    assert first.sandboxed and second.sandboxed, (first.stop_reason, second.stop_reason)
+    assert second.resumed_session == first.session is not None, second.resume_note
