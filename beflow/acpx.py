@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import anyio
 
@@ -23,6 +23,21 @@ from beflow.config import AgentCommand, Config
 from beflow.guardrails import Usage, amount, currency_code, token_count
 from beflow.paths import acpx_home, slug
 from beflow.records import clean_text
+
+if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
+
+class Confinement(Protocol):
+    """What every acpx command line of a session runs in when it is confined (:class:`beflow.sandbox.box.Sandbox`):
+    opened around the session, wrapping each command line, and asked after each whether it really ran inside."""
+
+    def opened(self) -> AbstractAsyncContextManager[object]: ...
+
+    def wrap(self, argv: Sequence[str], *, cwd: Path) -> list[str]: ...
+
+    def check(self, result: proc.Completed) -> None: ...
+
 
 #: acpx's exit codes beyond 0 (success) and 1 (error).
 ACPX_TIMEOUT = 3
@@ -480,9 +495,17 @@ class AgentSession:
     """
 
     def __init__(
-        self, config: Config, cwd: Path, *, env: dict[str, str] | None = None, unset: list[str] | None = None
+        self,
+        config: Config,
+        cwd: Path,
+        *,
+        env: dict[str, str] | None = None,
+        unset: list[str] | None = None,
+        sandbox: Confinement | None = None,
     ) -> None:
         self.config = config
+        #: ``sandbox.enabled``: every acpx command line of the session runs in it (docs/safety.md#the-sandbox).
+        self.sandbox = sandbox
         self.cwd = cwd
         self.env = env or {}
         self.unset = unset or []
@@ -505,7 +528,33 @@ class AgentSession:
     ) -> proc.Completed:
         """Run the agent on ``text`` (resuming ``earlier`` when given) to the end: how acpx ended. A resume that
         fell through calls ``on_cold_start(why)`` before the cold start. ``earlier_usage``: what the last run on
-        ``earlier`` reported, so that a resumed run's cost is its own (ACP's is the session's, cumulative)."""
+        ``earlier`` reported, so that a resumed run's cost is its own (ACP's is the session's, cumulative). In a
+        sandbox that cannot start, nothing runs: :class:`~beflow.sandbox.box.SandboxError` says why."""
+        if self.sandbox is None:
+            return await self._run(text, key, prompt_file, earlier, on_stdout, on_stderr, on_cold_start, earlier_usage)
+        async with self.sandbox.opened():
+            return await self._run(text, key, prompt_file, earlier, on_stdout, on_stderr, on_cold_start, earlier_usage)
+
+    def _argv(self, argv: list[str]) -> list[str]:
+        return argv if self.sandbox is None else self.sandbox.wrap(argv, cwd=self.cwd)
+
+    def _started(self, result: proc.Completed) -> proc.Completed:
+        """``result``, once it is sure the sandbox started it: one that did not fails the run with its reason."""
+        if self.sandbox is not None:
+            self.sandbox.check(result)
+        return result
+
+    async def _run(
+        self,
+        text: str,
+        key: str,
+        prompt_file: Path,
+        earlier: str | None,
+        on_stdout: proc.LineHandler,
+        on_stderr: proc.LineHandler,
+        on_cold_start: Callable[[str], None],
+        earlier_usage: Usage | None,
+    ) -> proc.Completed:
         config, cwd = self.config, self.cwd
         timeout = config.timeout
         common: dict[str, Any] = {
@@ -527,19 +576,22 @@ class AgentSession:
         if earlier is not None:
             name = session_name(key)
             created = await proc.run(
-                resume_argv(config, cwd=cwd, name=name, session_id=earlier),
+                self._argv(resume_argv(config, cwd=cwd, name=name, session_id=earlier)),
                 cwd=cwd,
                 timeout=60,
                 env=self.env,
                 unset=self.unset,
             )
+            self._started(created)
             if not created.ok:
                 self.resume_note = f"could not name the earlier session: {tail(created)}; started cold"
             else:
                 self.transcript.usage = Usage.resuming(earlier_usage)
                 finished = False
                 try:
-                    result = await proc.run(prompt_argv(config, name=name, **common), **supervise)
+                    result = self._started(
+                        await proc.run(self._argv(prompt_argv(config, name=name, **common)), **supervise)
+                    )
                     finished = self.transcript.stop_reason is not None
                 finally:
                     await self._end(name, earlier, cancel=not finished)
@@ -551,15 +603,17 @@ class AgentSession:
                 self.resume_note = f"acpx could not resume session {earlier}: {why}; started cold"
                 self.transcript = Transcript()
             on_cold_start(self.resume_note)
-        return await proc.run(exec_argv(config, **common), **supervise)
+        return self._started(await proc.run(self._argv(exec_argv(config, **common)), **supervise))
 
     async def _end(self, name: str, session_id: str, *, cancel: bool) -> None:
         """Leave no queue owner behind: cancel an unfinished turn, close the session, stop a lingering owner."""
         config, cwd = self.config, self.cwd
         with anyio.CancelScope(shield=True):
             if cancel:
-                await proc.run(cancel_argv(config, cwd=cwd, name=name), cwd=cwd, timeout=10, unset=self.unset)
-            await proc.run(close_argv(config, cwd=cwd, name=name), cwd=cwd, timeout=15, unset=self.unset)
+                await proc.run(
+                    self._argv(cancel_argv(config, cwd=cwd, name=name)), cwd=cwd, timeout=10, unset=self.unset
+                )
+            await proc.run(self._argv(close_argv(config, cwd=cwd, name=name)), cwd=cwd, timeout=15, unset=self.unset)
             for pid in queue_owner_pids(session_id, acpx_home()):
                 await proc.stop_group(pid, grace=2.0)
             forget_session(session_id, acpx_home())

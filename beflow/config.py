@@ -268,6 +268,24 @@ class Feedback(Model):
     allow: list[str] = Field(default_factory=list)
 
 
+SandboxPath = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[^\x00]+$")]
+#: A host the sandbox's proxy lets through: ``name``, ``name:port``, or ``*.domain`` (any name below it).
+SandboxHost = Annotated[str, Field(min_length=1, max_length=260, pattern=r"^(\*\.)?[A-Za-z0-9._-]+(:[0-9]{1,5})?$")]
+#: The agents with a preset (beflow/sandbox/presets.py), and "agent": the preset named after ``agent``, if any.
+SandboxPreset = Literal["agent", "codex", "claude", "gemini", "opencode"]
+
+
+class Sandbox(Model):
+    """Unattended runs in a sandbox (docs/safety.md#the-sandbox): what the agent may read and write besides its
+    worktree and its preset's directories, and the hosts it may reach through beflow's proxy."""
+
+    enabled: Flag = False
+    read: list[SandboxPath] = Field(default_factory=list)
+    write: list[SandboxPath] = Field(default_factory=list)
+    hosts: list[SandboxHost] = Field(default_factory=list)
+    preset: SandboxPreset | None = "agent"
+
+
 class Config(Model):
     """Every key of ``.beflow/config.json``, with its default (docs/config.md)."""
 
@@ -290,6 +308,7 @@ class Config(Model):
     http: Http = Field(default_factory=Http)
     limits: Limits = Field(default_factory=Limits)
     feedback: Feedback = Field(default_factory=Feedback)
+    sandbox: Sandbox = Field(default_factory=Sandbox)
 
     @field_validator("tracker", mode="before")
     @classmethod

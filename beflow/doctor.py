@@ -271,3 +271,17 @@ def check_agent_starts(project: Project) -> Check | None:
 
 
 PROJECT_CHECKS.append(check_agent_starts)
+
+
+def check_sandbox(project: Project) -> Check | None:
+    """With ``sandbox.enabled``: the sandbox starts, the agent starts in it and reaches its model's host through the
+    proxy (beflow/sandbox/check.py)."""
+    if not project.config.sandbox.enabled:
+        return None
+    from beflow.sandbox import check  # (loaded only where a sandbox is configured)
+
+    ok, detail, fix = check.check(project, AGENT_PROBE_TIMEOUT)
+    return Check("sandbox", ok, detail, fix)
+
+
+PROJECT_CHECKS.append(check_sandbox)

@@ -89,7 +89,7 @@ class FeedbackSource(Protocol):
 
     def reply(self, piece: Feedback, body: str) -> None:
         """Answer ``piece`` where it was given (in its review thread on GitHub), once the round's work is
-        delivered."""
+        delivered. Every piece of a round is offered to every source: one a source did not give, it ignores."""
         ...
 
 

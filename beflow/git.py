@@ -8,6 +8,7 @@ import fnmatch
 import functools
 import getpass
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -451,6 +452,21 @@ def _has_identity(repo: git.Repo) -> bool:
         except git.GitCommandError:
             _IDENTITIES[key] = False
     return _IDENTITIES[key]
+
+
+def identity_env(directory: Path) -> dict[str, str]:
+    """The author and committer git would use in ``directory``, as ``GIT_AUTHOR_NAME``, ... variables: for a git
+    that cannot read the user's global config (a sandboxed agent's). Empty when git has none."""
+    env: dict[str, str] = {}
+    for role in ("AUTHOR", "COMMITTER"):
+        try:
+            ident = str(_git(directory).var(f"GIT_{role}_IDENT"))
+        except (git.GitCommandError, git.GitCommandNotFound, OSError):
+            continue
+        match = re.match(r"^(.*) <([^>]*)>", ident)
+        if match:
+            env[f"GIT_{role}_NAME"], env[f"GIT_{role}_EMAIL"] = match[1], match[2]
+    return env
 
 
 def is_dirty(worktree: Path) -> bool:

@@ -167,6 +167,8 @@ def summary(record: RunRecord, issue_usage: Totals | None = None) -> str:
         )
     if record.mcp_servers:
         lines.append(f"- MCP servers: {', '.join(record.mcp_servers)}")
+    if record.sandboxed:  # host names are the agent's choice: shown inert
+        lines.append(f"- sandbox: {inert(_blocked(record.blocked) or 'no connection blocked')}")
     if record.worktree_kept:
         lines.append(f"- worktree kept at `{record.worktree}`")
     if record.final_message:  # the agent's words, quoted: GitHub neither closes issues nor pings for them
@@ -181,6 +183,12 @@ def summary(record: RunRecord, issue_usage: Totals | None = None) -> str:
 #: Characters of the agent's final message a comment or pull request body quotes: GitHub refuses a body of more
 #: than 65,536, and an agent's message can be any length.
 FINAL_MESSAGE_SHOWN = 4000
+
+
+def _blocked(blocked: dict[str, int]) -> str | None:
+    from beflow.sandbox.box import describe_blocked  # (the sandbox is loaded by runs that use it)
+
+    return describe_blocked(blocked)
 
 
 def _file_list(lines: list[str], limit: int = 10) -> str:

@@ -167,6 +167,9 @@ class RunRecord(BaseModel):
     #: A stalled run: how long the agent had been silent (seconds) and what it was doing last.
     silent_for: float | None = None
     last_activity: str | None = None
+    #: ``sandbox.enabled``: the agent ran in the sandbox; the connections its proxy refused, by host.
+    sandboxed: bool = False
+    blocked: dict[str, int] = Field(default_factory=dict)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -371,6 +374,14 @@ class RunStore:
         path = self.directory(run_id) / name
         atomic_write(path, data, durable=False)
         return path
+
+    def resumable_session(self, record: RunRecord) -> str | None:
+        """The ACP session of ``record``'s issue's latest earlier run with the same agent, if it recorded one (a
+        retry and a review round resume it)."""
+        for earlier in self.records([record.issue]):
+            if earlier.issue == record.issue and earlier.id != record.id and earlier.agent == record.agent:
+                return earlier.session
+        return None
 
     def records(self, issues: Collection[str] | None = None, limit: int | None = None) -> list[RunRecord]:
         """The readable records (of ``issues`` only, when given), newest first; with ``limit``, the newest ``limit``.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
+from pathlib import Path
 
 import anyio
 import anyio.lowlevel
@@ -42,6 +43,7 @@ from beflow.mcp.own import follow_progress
 from beflow.paths import ACPXRC
 from beflow.policy import judge, status_after
 from beflow.records import DONE_OUTCOMES, CappedLog, Mode, Outcome, RunRecord, RunStore
+from beflow.sandbox.box import Sandbox
 from beflow.server.channel import RunChannel, own_channel, with_own_server
 from beflow.trackers import Status, Tracker, reading_once
 from beflow.trackers.base import Claim
@@ -322,7 +324,13 @@ class _InWorktree:
         """Inject, run acpx, restore. Returns the outcome and a reason."""
         record, cwd = self.record, workspace.path
         redact = self.session.redact
-        agent = self._agent = acpx.AgentSession(self.config, cwd, env=workspace.git_env, unset=workspace.withheld)
+        box = None
+        if self.config.sandbox.enabled:
+            box = Sandbox.for_run(self.config, cwd, self.project.directory, self._own_paths(), self.session.servers)
+        record.sandboxed = box is not None
+        agent = self._agent = acpx.AgentSession(
+            self.config, cwd, env=workspace.git_env, unset=workspace.withheld, sandbox=box
+        )
         directory = self.store.directory(record.id)
         transcript_path = directory / "transcript.jsonl"
         stderr_path = directory / "stderr.log"
@@ -360,19 +368,23 @@ class _InWorktree:
                     own_channel(self._channel, self.session.tracker, lambda: agent.transcript, self._notice),
                 ):
                     resume = self.request.attempt > 1 or self.request.round > 0  # a retry, or a review round
-                    earlier = self._resumable_session() if resume else None
-                    result = await limiter.supervise(
-                        lambda: agent.run(
-                            text,
-                            key=record.issue,
-                            prompt_file=directory / "prompt.md",
-                            earlier=earlier,
-                            earlier_usage=self._session_spent(earlier),
-                            on_stdout=on_stdout,
-                            on_stderr=on_stderr,
-                            on_cold_start=self._started_cold,
+                    earlier = self.store.resumable_session(record) if resume else None
+                    try:
+                        result = await limiter.supervise(
+                            lambda: agent.run(
+                                text,
+                                key=record.issue,
+                                prompt_file=directory / "prompt.md",
+                                earlier=earlier,
+                                earlier_usage=self._session_spent(earlier),
+                                on_stdout=on_stdout,
+                                on_stderr=on_stderr,
+                                on_cold_start=self._started_cold,
+                            )
                         )
-                    )
+                    finally:
+                        if box is not None:  # what the sandbox's proxy refused, however the run ended
+                            record.blocked = dict(box.blocked)
                     record.resumed_session = agent.resumed_session
                 await workspace.hook("after_run", fatal=False)
         transcript = agent.transcript
@@ -399,23 +411,16 @@ class _InWorktree:
         """What a review round's events add: its number."""
         return {"round": self.request.round} if self.request.round else {}
 
+    def _own_paths(self) -> list[Path]:
+        """What beflow's own server writes for the run (its record, the channel): a sandbox lets it through."""
+        return [self.store.directory(self.record.id)] + ([self._channel.directory] if self._channel else [])
+
     def _notice(self, message: str) -> None:
         self.emit("notice", message=message)
 
     def _started_cold(self, why: str) -> None:
         self.record.resume_note = why
         self.emit("notice", message=why)
-
-    def _resumable_session(self) -> str | None:
-        """The ACP session of this issue's latest earlier run with the same agent, if it recorded one."""
-        for earlier in self.store.records([self.record.issue]):
-            if (
-                earlier.issue == self.record.issue
-                and earlier.id != self.record.id
-                and earlier.agent == self.record.agent
-            ):
-                return earlier.session
-        return None
 
     def _session_spent(self, session: str | None) -> guardrails.Usage | None:
         """What the latest run on the ACP session ``session`` reported, that a resumed run's cost counts from."""

@@ -54,6 +54,7 @@ ROWS = (
     "rss",
     "http",
     "feedback",
+    "sandbox",
 )
 BROWSER = ROOT / "tools" / "browser" / "node_modules"
 
@@ -513,6 +514,80 @@ class Bench:
                 f"{(value - base) * 1000:.0f} ms over",
             )
         )
+
+    def sandbox(self) -> None:
+        """The sandbox's cost per run: the same ``--auto`` run (the agent fetches a local page 20 times, over the
+        proxy when sandboxed) with ``sandbox.enabled`` and without, interleaved; the difference is bwrap's start-up,
+        the probe, the bridge and the proxy."""
+        import http.server
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        port = server.server_address[1]
+        repo = self.repo(mcp=False)
+        config = json.loads((repo / "config.json").read_text())
+        config["sandbox"] = {"enabled": True, "hosts": [f"127.0.0.1:{port}"]}
+        (repo / "config-sandbox.json").write_text(json.dumps(config, indent=2))
+        fetch = f"import urllib.request as u; [u.urlopen('http://127.0.0.1:{port}/').read() for _ in range(20)]"
+        prompt = f"acp-test: run python3 -c {json.dumps(fetch)}\nacp-test: write out.txt hello"
+        bare, boxed = [], []
+        try:
+            for index in range(self.sizes.runs):
+                key = new_issue(repo, f"bench plain {index}", prompt)
+                bare.append(_timed(lambda k=key: measure(beflow(repo, "--auto", k), repo)))
+                key = new_issue(repo, f"bench sandboxed {index}", prompt)
+                argv = [*BEFLOW, "--config", str(repo / "config-sandbox.json"), "--auto", key]
+                boxed.append(_timed(lambda a=argv: measure(a, repo)))
+        finally:
+            server.shutdown()
+            server.server_close()
+        base, value = median(bare), median(boxed)
+        parts = self._sandbox_parts(repo)
+        # Whole runs on a shared machine vary by more than the cost: the goal is held against the parts, measured
+        # side by side in-process (a run's sandbox opened + acpx started in it, against acpx's start alone).
+        start = median(parts["sandboxed start"]) - median(parts["bare start"])
+        cost = start
+        self.add(
+            Row(
+                "sandbox",
+                "sandbox start-up per run (open + wrapped start)",
+                "bare start",
+                median(parts["bare start"]),
+                median(parts["sandboxed start"]),
+                "s",
+                "< 100 ms over",
+                cost < 0.1,
+                median(parts["sandboxed start"]) / median(parts["bare start"]),
+                {"unsandboxed": bare, "sandboxed": boxed, **parts},
+                f"{start * 1000:.0f} ms over, {start / 10 * 100:.1f} % of a 10-s turn; whole `--auto` runs with 20 "
+                f"GETs: {base:.2f} s bare, {value:.2f} s sandboxed ({(value - base) * 1000:+.0f} ms)",
+            )
+        )
+
+    def _sandbox_parts(self, repo: Path) -> dict[str, list[float]]:
+        """A run's sandbox opened and a program started in it (the bridge, then ``true``), against ``true``
+        started bare; interleaved."""
+        import anyio
+
+        from beflow import proc
+        from beflow.config import Config
+        from beflow.sandbox.box import Sandbox
+
+        worktree = repo / "wt-bench"
+        if not worktree.exists():
+            git(repo, "worktree", "add", "-q", "--detach", str(worktree))
+        config = Config.model_validate({"acpx": [str(ACPX)], "sandbox": {"enabled": True}})
+        samples: dict[str, list[float]] = {"sandboxed start": [], "bare start": []}
+
+        async def boxed() -> None:
+            box = Sandbox(config, worktree=worktree, checkout=repo)
+            async with box.opened():
+                box.check(await proc.run(box.wrap(["true"], cwd=worktree)))
+
+        for _ in range(max(self.sizes.runs, 5) * 3):
+            samples["sandboxed start"].append(_timed(lambda: anyio.run(boxed)))
+            samples["bare start"].append(_timed(lambda: anyio.run(lambda: proc.run(["true"], cwd=worktree))))
+        return samples
 
     def usage(self) -> None:
         """The cost of following usage updates. Three ``--auto`` runs of the same agent: one sends N usage updates,

@@ -115,6 +115,10 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
         out.print(f"          (shadowed acpx global servers: {escape(', '.join(r.mcp_shadowed))})")
     for note in r.restored:
         out.print(f"restore   {escape(note)}")
+    if r.sandboxed:
+        from beflow.sandbox.box import describe_blocked
+
+        out.print(f"sandbox   {escape(describe_blocked(r.blocked) or 'no connection blocked')}")
     if r.git_restored:
         out.print(f"[yellow]git put back: {escape(', '.join(r.git_restored))} (the agent changed them)[/]")
     if r.changed_files:

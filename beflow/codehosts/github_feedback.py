@@ -76,6 +76,10 @@ def _login(raw: dict[str, Any]) -> str:
     return str(user.get("login") or "ghost")
 
 
+#: The prefixes of the ids of the pieces GitHub gives (:attr:`beflow.feedback.Feedback.id`).
+GITHUB_KINDS = frozenset({"review", "review-comment", "issue-comment", "check-run", "status"})
+
+
 @dataclass
 class _Listing:
     """One repository-wide listing read ``since`` its watermark, which moves to the latest time it showed."""
@@ -189,6 +193,8 @@ class Replies(_Client):
 
         A piece is answered once, whoever answers it: the answer carries a token of the piece, and one already
         there (another machine's, or this one's before it was stopped) is the answer."""
+        if piece.id.partition(":")[0] not in GITHUB_KINDS:
+            return  # another source's piece (the local tracker's --rework): not ours to answer on GitHub
         text = self._clean(body)
         answer = f"<!-- beflow:answer {hashlib.sha256(piece.id.encode()).hexdigest()[:16]} -->"
         number = piece.conversation or self._number_of(piece)

@@ -128,10 +128,15 @@ async def follow_progress(
             await anyio.sleep(PROGRESS_POLL)
             deliver()
 
-    async with anyio.create_task_group() as tasks:
-        tasks.start_soon(poll)
-        try:
-            yield
-        finally:
-            tasks.cancel_scope.cancel()
-            deliver()
+    try:
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(poll)
+            try:
+                yield
+            finally:
+                tasks.cancel_scope.cancel()
+                deliver()
+    except BaseExceptionGroup as group:  # the block's own error (a sandbox that cannot start), not anyio's group
+        if len(group.exceptions) == 1 and isinstance(group.exceptions[0], Exception):
+            raise group.exceptions[0] from None
+        raise

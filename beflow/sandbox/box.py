@@ -1,0 +1,224 @@
+"""A run's sandbox (:class:`Sandbox`): opened around the agent's session, it serves the proxy and wraps each acpx
+command line.
+
+A sandbox that cannot start fails the run with bwrap's reason (:class:`SandboxError`): the bridge marks that it
+started just before it becomes acpx, so a missing mark means that nothing ran inside (:meth:`Sandbox.check`). A
+run is never carried on unsandboxed. ``beflow doctor`` starts it ahead of any run (:mod:`beflow.sandbox.check`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from beflow import git, proc, workers
+from beflow.config import Config
+from beflow.errors import PermanentFailure
+from beflow.sandbox import bridge, bwrap, policy
+from beflow.sandbox.presets import PRESETS, preset
+from beflow.sandbox.proxy import Proxy
+
+#: In a wrapped argv, what precedes the path of the bridge's marker (:meth:`Sandbox.check`).
+READY = "--ready"
+
+_IDENTITIES: dict[Path, dict[str, str]] = {}
+
+
+def identity(checkout: Path) -> dict[str, str]:
+    """The user's git identity in ``checkout`` as variables, once per checkout and process (a watch's runs)."""
+    if checkout not in _IDENTITIES:
+        _IDENTITIES[checkout] = git.identity_env(checkout)
+    return _IDENTITIES[checkout]
+
+
+def server_hosts(servers: Sequence[object]) -> list[str]:
+    """``host:port`` of each injected HTTP/SSE MCP server: the agent reaches them through the proxy."""
+    hosts = []
+    for server in servers:
+        url = getattr(server, "url", None)
+        if isinstance(url, str):
+            parts = urlsplit(url)
+            if parts.hostname:
+                port = parts.port or (443 if parts.scheme == "https" else 80)
+                hosts.append(f"{parts.hostname}:{port}")
+    return hosts
+
+
+class SandboxError(PermanentFailure):
+    """The sandbox cannot start: the run fails before its agent starts (and would fail the same way again)."""
+
+
+def preset_name(config: Config) -> str | None:
+    """The preset in use: ``sandbox.preset``, where ``"agent"`` is the one named after ``agent`` (if any)."""
+    chosen = config.sandbox.preset
+    if chosen == "agent":
+        return config.agent if isinstance(config.agent, str) and config.agent in PRESETS else None
+    return chosen
+
+
+def git_dirs(worktree: Path) -> tuple[Path | None, Path | None]:
+    """The worktree's own git directory and the repository's common one, read from its ``.git`` file."""
+    dot_git = worktree / ".git"
+    if not dot_git.exists():  # not in git at all (doctor's empty directory): no git directory to mount
+        return None, None
+    if dot_git.is_dir():  # not a linked worktree: the repository itself
+        return dot_git.resolve(), dot_git.resolve()
+    text = dot_git.read_text(encoding="utf-8").strip()
+    own = (worktree / text.removeprefix("gitdir:").strip()).resolve()
+    common_file = own / "commondir"
+    common = (own / common_file.read_text(encoding="utf-8").strip()).resolve() if common_file.exists() else own
+    return own, common
+
+
+def hidden(path: Path, home: Path) -> bool:
+    """Whether ``path`` is under a directory the sandbox empties (``$HOME``, ``/tmp``, ...)."""
+    return any(path == root or root in path.parents for root in (home, *policy.EMPTIED))
+
+
+def install_root(program: str) -> list[Path]:
+    """Where ``program`` (a name on PATH, or a path) and what it runs from are installed: its directory's parent
+    (``…/node-v22/bin/node`` → ``…/node-v22``), and for a script the package it belongs to (``package.json``)."""
+    found = shutil.which(program)
+    if found is None:
+        return []
+    roots = [Path(found).absolute().parent]
+    real = Path(found).resolve()
+    for parent in real.parents:
+        if (parent / "package.json").exists() or (parent / "bin").is_dir():
+            roots.append(parent)
+            break
+    return roots
+
+
+class Sandbox:
+    """The sandbox of one run: the worktree's paths, the config's lists and preset, and, once opened, its proxy."""
+
+    @classmethod
+    def for_run(
+        cls, config: Config, worktree: Path, checkout: Path, own: Sequence[Path], servers: Sequence[object] | None
+    ) -> Sandbox:
+        """A run's sandbox: ``own``, what beflow's own server in it writes (the run's record, the channel), and
+        ``servers``, the injected ones (their HTTP hosts are reached through the proxy)."""
+        return cls(config, worktree=worktree, checkout=checkout, own=own, servers=servers or [])
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        worktree: Path,
+        checkout: Path,
+        own: Sequence[Path] = (),
+        servers: Sequence[object] = (),
+    ) -> None:
+        self.config = config
+        self.worktree = worktree
+        self.checkout = checkout
+        self.own = list(own)
+        self.home = Path(os.environ.get("HOME") or os.path.expanduser("~")).absolute()
+        self.preset = preset_name(config)
+        chosen = preset(self.preset)
+        self.proxy = Proxy([*chosen.hosts, *config.sandbox.hosts, *server_hosts(servers)])
+        self._chosen = chosen
+        self._scratch: Path | None = None
+        self._bwrap: Path | None = None
+        self._env: dict[str, str] = {}
+        self._started = 0
+        self._mounts: list[policy.Mount] = []
+
+    @property
+    def blocked(self) -> Counter[str]:
+        """Connections the proxy refused, by host."""
+        return self.proxy.blocked
+
+    def layout(self, scratch: Path) -> policy.Layout:
+        own_git, common_git = git_dirs(self.worktree)
+        acpx = self.config.acpx_argv()[0]
+        programs = [p for prog in (acpx, "node", "sh") for p in install_root(prog)]
+        python = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, Path(__file__).parents[2]]
+        python += [Path(entry) for entry in sys.path if entry.endswith(("site-packages", "dist-packages"))]
+        # Only what the sandbox would hide, and never the home itself or a directory holding it.
+        installs = [
+            p
+            for p in (*programs, *python)
+            if p.exists() and hidden(p.absolute(), self.home) and not (p == self.home or p in self.home.parents)
+        ]
+        return policy.Layout(
+            home=self.home,
+            worktree=self.worktree,
+            worktree_git=own_git,
+            common_git=common_git,
+            checkout=self.checkout,
+            acpx_home=scratch / "acpx",
+            installs=[p.absolute() for p in installs],
+            own=[p for p in self.own if p.exists()],
+            preset=self._chosen,
+            read=self.config.sandbox.read,
+            write=self.config.sandbox.write,
+        )
+
+    @contextlib.asynccontextmanager
+    async def opened(self) -> AsyncIterator[Sandbox]:
+        """Work out the mounts and serve the proxy while the body runs; then nothing of it is left."""
+        path, why = bwrap.bwrap_path()
+        if path is None:
+            raise SandboxError(f"the sandbox could not start: {why}")
+        self._bwrap = path
+        scratch = Path(tempfile.mkdtemp(prefix="beflow-sandbox-"))
+        try:
+            (scratch / "acpx").mkdir(mode=0o700)
+            self._scratch = scratch
+            try:
+                self._mounts = policy.mounts(self.layout(scratch))
+            except (OSError, UnicodeDecodeError) as error:  # a worktree's `.git` file that cannot be read
+                raise SandboxError(f"the sandbox could not start: {self.worktree}: {error}") from None
+            # The user's global git config is not in the sandbox: the agent's commits get the user's identity.
+            self._env = {**await workers.blocking(identity, self.checkout), "TMPDIR": "/tmp"}
+            (scratch / "status").mkdir(mode=0o700)
+            async with self.proxy.serving(scratch / "proxy.sock"):
+                yield self
+        finally:
+            self._scratch = None
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    async def probe(self) -> None:
+        """Start the sandbox once as the agent's will be, running ``acpx --version`` (``beflow doctor``): bwrap's
+        own error (no user namespaces, a path it cannot mount) or the missing program is the reason."""
+        argv = [*self.config.acpx_argv(), "--version"]
+        self.check(await proc.run(self.wrap(argv, cwd=self.worktree), timeout=60))
+
+    def check(self, result: proc.Completed) -> None:
+        """After a wrapped command: a :class:`SandboxError` when the sandbox never started it (the bridge's
+        marker is missing), with the reason bwrap or the bridge gave."""
+        marker = Path(result.argv[result.argv.index(READY) + 1]) if READY in result.argv else None
+        if marker is None or marker.exists():
+            return
+        said = [line for line in result.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+        reason = said[-1].strip() if said else result.describe()
+        raise SandboxError(f"the sandbox could not start: {reason}")
+
+    def wrap(self, argv: Sequence[str], *, cwd: Path) -> list[str]:
+        """``argv`` to run in the sandbox, in ``cwd``, with the proxy's bridge before it."""
+        assert self._scratch is not None and self._bwrap is not None, "the sandbox is opened first"
+        socket_path, status = self._scratch / "proxy.sock", self._scratch / "status"
+        self._started += 1
+        ready = status / f"{self._started}"
+        inner = [sys.executable, "-I", "-S", bridge.__file__, str(socket_path), READY, str(ready), "--", *argv]
+        mounts = [*self._mounts, policy.Mount("rw", socket_path, socket_path), policy.Mount("rw", status, status)]
+        return bwrap.argv(self._bwrap, mounts, inner, cwd=cwd, env={**self._env, "HOME": str(self.home)})
+
+
+def describe_blocked(blocked: dict[str, int]) -> str | None:
+    """``blocked: 3 connections to example.org, 1 to x.test``; None when nothing was refused."""
+    if not blocked:
+        return None
+    ordered = sorted(blocked.items(), key=lambda item: (-item[1], item[0]))
+    parts = [f"{count} connection{'s' if count != 1 else ''} to {host}" for host, count in ordered[:5]]
+    more = f" and {len(ordered) - 5} more hosts" if len(ordered) > 5 else ""
+    return "blocked: " + ", ".join(parts) + more

@@ -1,0 +1,108 @@
+"""What a run's sandbox mounts, and where: pure, from the run's paths and the ``sandbox`` config.
+
+The system is read-only; ``$HOME``, ``/tmp`` and ``/run`` are empty in-memory directories (so neither the home's
+files nor the sockets of ``/run`` and ``/tmp`` are reachable); then, on top, in this order: what is read-only (the
+user's checkout and its git directory, the programs' installs, the preset's and ``sandbox.read``'s paths), what is
+read-write (the worktree, the git objects and the worktree's own git directory, the preset's and
+``sandbox.write``'s paths, what beflow's own server writes), and last the read-only pieces inside read-write ones
+(``objects/info``, where ``alternates`` would let other objects in). A later mount covers an earlier one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from beflow.sandbox.presets import Preset
+
+Kind = Literal["ro", "rw", "tmpfs", "dev", "proc"]
+
+
+@dataclass(frozen=True)
+class Mount:
+    """One mount: ``source`` at ``target``; ``optional`` ones are skipped when the source does not exist."""
+
+    kind: Kind
+    target: Path
+    source: Path | None = None
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The paths of one run that the sandbox is made of."""
+
+    home: Path
+    worktree: Path
+    #: The worktree's own git directory (``.git/worktrees/<name>``) and the repository's common one.
+    worktree_git: Path | None
+    common_git: Path | None
+    #: The user's checkout (the project directory).
+    checkout: Path
+    #: The run's private ``~/.acpx`` (acpx's sessions), and the user's acpx config shown read-only in it.
+    acpx_home: Path
+    #: Programs' install directories (acpx, node, Python and beflow) that would otherwise be hidden.
+    installs: Sequence[Path] = ()
+    #: What beflow's own server in the run writes (the run's record directory, the channel's directory).
+    own: Sequence[Path] = ()
+    preset: Preset = field(default_factory=Preset)
+    read: Sequence[str] = ()
+    write: Sequence[str] = ()
+
+
+#: Directories emptied in the sandbox besides ``$HOME``: the private temporary directory, and the system's
+#: sockets (an ssh agent, a container engine's socket).
+EMPTIED = (Path("/tmp"), Path("/run"), Path("/var/tmp"))
+
+
+#: Files of the worktree's own git directory that stay read-only (its HEAD, index and logs do not).
+PINNED = ("commondir", "gitdir", "config.worktree", "beflow-exclude")
+
+
+def expand(path: str, home: Path, base: Path) -> Path:
+    """A configured path: ``~/x`` under ``home``, an absolute one as it is, a relative one under ``base``."""
+    if path == "~" or path.startswith("~/"):
+        return home / path[2:] if path != "~" else home
+    candidate = Path(path)
+    return candidate if candidate.is_absolute() else base / candidate
+
+
+def mounts(layout: Layout) -> list[Mount]:
+    """The mounts of ``layout``'s sandbox, in the order they are made."""
+    home, base = layout.home, layout.checkout
+    out = [Mount("ro", Path("/"), Path("/")), Mount("dev", Path("/dev")), Mount("proc", Path("/proc"))]
+    out += [Mount("tmpfs", path) for path in EMPTIED]
+    out.append(Mount("tmpfs", home))
+    git_dir = layout.common_git
+    readable = [layout.checkout, *([git_dir] if git_dir else []), *layout.installs]
+    out += [Mount("ro", path, path) for path in _unique(readable)]
+    out += [
+        Mount("ro", path, path, optional=True) for path in _unique(expand(p, home, base) for p in layout.preset.read)
+    ]
+    out += [Mount("ro", path, path, optional=True) for path in _unique(expand(p, home, base) for p in layout.read)]
+    gits = [git_dir / "objects", layout.worktree_git] if git_dir and layout.worktree_git else []
+    writable = [layout.worktree, *gits, *layout.own]
+    out += [Mount("rw", path, path) for path in _unique(writable)]
+    optional = [*layout.preset.write, *layout.write]
+    out += [Mount("rw", path, path, optional=True) for path in _unique(expand(p, home, base) for p in optional)]
+    out.append(Mount("rw", home / ".acpx", layout.acpx_home))
+    acpx_config = home / ".acpx" / "config.json"  # (a bind's source is read outside the sandbox: the user's own)
+    out.append(Mount("ro", acpx_config, acpx_config, optional=True))
+    if git_dir is not None:
+        out.append(Mount("ro", git_dir / "objects" / "info", git_dir / "objects" / "info", True))
+    if layout.worktree_git is not None and layout.worktree_git != git_dir:
+        # What ties the worktree to the repository stays as beflow made it: a `.git` file or `commondir` pointed
+        # elsewhere would have beflow's own git after the run read another repository; its excludes file too.
+        pinned = [layout.worktree / ".git", *(layout.worktree_git / name for name in PINNED)]
+        out += [Mount("ro", path, path, optional=True) for path in pinned]
+    return out
+
+
+def _unique(paths: Iterable[Path]) -> list[Path]:
+    seen: list[Path] = []
+    for path in paths:
+        if path not in seen:
+            seen.append(path)
+    return seen

@@ -1,0 +1,67 @@
+"""What each agent needs inside the sandbox (docs/safety.md#the-sandbox): its install and its auth/config
+directories, and the hosts of its model API. One table; ``sandbox.read``, ``sandbox.write`` and ``sandbox.hosts``
+add to it.
+
+Paths start with ``~/`` (the user's home) or are absolute. acpx starts the registry agents through npm adapters
+(``npx @zed-industries/codex-acp`` and the like), so npm's cache and registry come with every preset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Preset:
+    """One agent's needs: read-only paths, read-write paths, and the hosts its proxy lets through."""
+
+    read: tuple[str, ...] = ()
+    write: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()
+
+
+#: What every registry agent needs through acpx: npx's cache (the adapters acpx starts) and npm's registry.
+NPX = Preset(write=("~/.npm",), hosts=("registry.npmjs.org",))
+
+PRESETS: dict[str, Preset] = {
+    # Codex keeps its login (auth.json), config and sessions in ~/.codex; ChatGPT sign-in talks to chatgpt.com.
+    "codex": Preset(
+        write=("~/.codex",),
+        hosts=("api.openai.com", "chatgpt.com", "auth.openai.com"),
+    ),
+    # Claude Code: ~/.claude (settings, credentials, sessions) and ~/.claude.json (its state file).
+    "claude": Preset(
+        write=("~/.claude", "~/.claude.json"),
+        read=("~/.local/share/claude",),  # the native installer's versions (~/.local/bin/claude links there)
+        hosts=("api.anthropic.com", "console.anthropic.com", "claude.ai", "statsig.anthropic.com"),
+    ),
+    # Gemini CLI: ~/.gemini (settings, OAuth credentials); Google sign-in and the Code Assist API.
+    "gemini": Preset(
+        write=("~/.gemini",),
+        hosts=(
+            "generativelanguage.googleapis.com",
+            "cloudcode-pa.googleapis.com",
+            "oauth2.googleapis.com",
+            "accounts.google.com",
+        ),
+    ),
+    # opencode: its install (~/.opencode), XDG config, data (auth.json), state and cache; models.dev lists models.
+    "opencode": Preset(
+        read=("~/.opencode",),
+        write=(
+            "~/.config/opencode",
+            "~/.local/share/opencode",
+            "~/.local/state/opencode",
+            "~/.cache/opencode",
+        ),
+        hosts=("opencode.ai", "models.dev", "api.openai.com", "api.anthropic.com"),
+    ),
+}
+
+
+def preset(name: str | None) -> Preset:
+    """The preset called ``name`` with npx's needs added; no name: nothing."""
+    if name is None:
+        return Preset()
+    chosen = PRESETS[name]
+    return Preset(read=chosen.read, write=(*chosen.write, *NPX.write), hosts=(*chosen.hosts, *NPX.hosts))

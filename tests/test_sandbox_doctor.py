@@ -1,0 +1,85 @@
+"""``beflow doctor`` with ``sandbox.enabled``: the sandbox starts, the agent (the test agent, through the pinned
+acpx) opens a session inside, and the allowed host is reached through the proxy; each failure names what is
+missing."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from beflow.config import load_project
+from beflow.doctor import check_sandbox
+from tests.support.projects import config_file
+
+pytestmark = pytest.mark.slow  # the doctor starts the agent through acpx, in the sandbox
+
+
+@pytest.fixture
+def listening() -> Iterator[int]:
+    """A local TCP server that accepts (and drops) connections: a host the proxy can reach."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            client.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield server.getsockname()[1]
+    stop.set()
+    server.close()
+
+
+def configure(repo: Path, acpx_bin: Path, agent: str, **sandbox: object) -> None:
+    config = {"agent": {"command": agent}, "acpx": [str(acpx_bin)], "sandbox": {"enabled": True, **sandbox}}
+    config_file(repo).write_text(json.dumps(config))
+
+
+def test_the_doctor_starts_the_agent_in_the_sandbox_and_reaches_its_host(
+    repo: Path, acpx_bin: Path, test_agent_command: str, listening: int
+) -> None:
+    configure(repo, acpx_bin, test_agent_command, hosts=[f"127.0.0.1:{listening}"])
+    check = check_sandbox(load_project(config_file(repo)))
+    assert check is not None and check.ok, check
+    assert "starts" in check.detail
+    assert "opened a session inside" in check.detail
+    assert f"127.0.0.1:{listening} reached through the proxy" in check.detail
+
+
+def test_a_host_the_proxy_cannot_reach_is_named(repo: Path, acpx_bin: Path, test_agent_command: str) -> None:
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()  # nothing listens there
+    configure(repo, acpx_bin, test_agent_command, hosts=[f"127.0.0.1:{port}"])
+    check = check_sandbox(load_project(config_file(repo)))
+    assert check is not None and not check.ok
+    assert f"127.0.0.1:{port} not reached through the proxy: HTTP/1.1 502" in check.detail
+    assert check.fix and f"127.0.0.1:{port}" in check.fix
+
+
+def test_a_sandbox_that_cannot_start_is_named_with_a_fix(
+    repo: Path, acpx_bin: Path, test_agent_command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Operation not permitted' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("BEFLOW_BWRAP", str(fake))
+    configure(repo, acpx_bin, test_agent_command)
+    check = check_sandbox(load_project(config_file(repo)))
+    assert check is not None and not check.ok
+    assert check.detail == "the sandbox could not start: bwrap: setting up uid map: Operation not permitted"
+    assert check.fix and "user namespaces" in check.fix
+
+
+def test_no_check_without_the_sandbox(repo: Path) -> None:
+    config_file(repo).write_text("{}")
+    assert check_sandbox(load_project(config_file(repo))) is None

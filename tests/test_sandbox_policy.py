@@ -1,0 +1,162 @@
+"""The sandbox's pieces on their own: what is mounted where (pure), the bwrap command line, the proxy's allowlist,
+the presets table and the config's errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from beflow.config import Config, SandboxPreset
+from beflow.errors import ConfigError
+from beflow.sandbox import bwrap, policy
+from beflow.sandbox.box import describe_blocked, preset_name
+from beflow.sandbox.presets import PRESETS, preset
+from beflow.sandbox.proxy import allowed
+from beflow.validation import validate
+
+HOME = Path("/home/me")
+LAYOUT = policy.Layout(
+    home=HOME,
+    worktree=HOME / ".beflow/worktrees/app/7",
+    worktree_git=HOME / "app/.git/worktrees/7",
+    common_git=HOME / "app/.git",
+    checkout=HOME / "app",
+    acpx_home=Path("/tmp/beflow-sandbox-x/acpx"),
+    preset=preset("codex"),
+    read=["~/datasets"],
+    write=["/srv/cache"],
+)
+
+
+def where(mounts: list[policy.Mount], target: Path) -> list[str]:
+    """The kinds mounted at ``target``, in order: the last one is what the agent sees."""
+    return [m.kind + ("?" if m.optional else "") for m in mounts if m.target == target]
+
+
+@pytest.mark.parametrize(
+    ("target", "kinds"),
+    [
+        (Path("/"), ["ro"]),
+        (HOME, ["tmpfs"]),  # nothing of the home but what comes below
+        (Path("/tmp"), ["tmpfs"]),
+        (Path("/run"), ["tmpfs"]),  # the system's sockets
+        (HOME / "app", ["ro"]),  # the user's checkout
+        (HOME / "app/.git", ["ro"]),  # config, hooks, refs
+        (HOME / "app/.git/objects", ["rw"]),  # what a commit writes
+        (HOME / "app/.git/objects/info", ["ro?"]),  # alternates stay out
+        (HOME / "app/.git/worktrees/7", ["rw"]),  # the worktree's own HEAD, index, logs
+        (HOME / "app/.git/worktrees/7/commondir", ["ro?"]),  # but not what ties it to the repository
+        (HOME / "app/.git/worktrees/7/gitdir", ["ro?"]),
+        (HOME / ".beflow/worktrees/app/7/.git", ["ro?"]),
+        (HOME / ".beflow/worktrees/app/7", ["rw"]),
+        (HOME / ".codex", ["rw?"]),  # the preset's auth and config
+        (HOME / ".npm", ["rw?"]),  # npx's cache: acpx's adapters
+        (HOME / "datasets", ["ro?"]),  # sandbox.read
+        (Path("/srv/cache"), ["rw?"]),  # sandbox.write
+        (HOME / ".acpx", ["rw"]),  # the run's private acpx state
+        (HOME / ".acpx/config.json", ["ro?"]),  # the user's acpx config, read-only
+        (HOME / ".ssh", []),
+    ],
+)
+def test_what_the_sandbox_mounts(target: Path, kinds: list[str]) -> None:
+    assert where(policy.mounts(LAYOUT), target) == kinds
+
+
+def test_later_mounts_cover_earlier_ones_in_the_right_order() -> None:
+    targets = [m.target for m in policy.mounts(LAYOUT)]
+    assert targets.index(HOME) < targets.index(HOME / "app") < targets.index(HOME / "app/.git/objects")
+    assert targets.index(HOME / "app/.git/objects") < targets.index(HOME / "app/.git/objects/info")
+    assert targets.index(HOME / ".acpx") < targets.index(HOME / ".acpx/config.json")
+
+
+def test_the_private_acpx_state_comes_from_the_run_and_the_config_from_the_user() -> None:
+    mounts = {m.target: m for m in policy.mounts(LAYOUT)}
+    assert mounts[HOME / ".acpx"].source == Path("/tmp/beflow-sandbox-x/acpx")
+    assert mounts[HOME / ".acpx/config.json"].source == HOME / ".acpx/config.json"
+
+
+def test_the_bwrap_command_line() -> None:
+    argv = bwrap.argv(Path("/bin/bwrap"), policy.mounts(LAYOUT), ["acpx", "exec"], cwd=LAYOUT.worktree, env={"A": "1"})
+    assert argv[:5] == ["sh", "-c", 'trap "" TERM; exec "$@"', "sh", "/bin/bwrap"]
+    for flag in ("--unshare-net", "--unshare-pid", "--die-with-parent"):
+        assert flag in argv
+    assert argv[-3:] == ["--", "acpx", "exec"]
+    at = argv.index("--setenv")
+    assert argv[at : at + 3] == ["--setenv", "A", "1"]
+    at = argv.index(str(HOME / ".codex"))
+    assert argv[at - 1 : at + 2] == ["--bind-try", str(HOME / ".codex"), str(HOME / ".codex")]
+
+
+@pytest.mark.parametrize(
+    ("host", "port", "rules", "expected"),
+    [
+        ("api.openai.com", 443, ["api.openai.com"], True),
+        ("API.OpenAI.com.", 443, ["api.openai.com"], True),
+        ("api.openai.com", 80, ["api.openai.com:443"], False),
+        ("127.0.0.1", 8080, ["127.0.0.1:8080"], True),
+        ("127.0.0.1", 8081, ["127.0.0.1:8080"], False),
+        ("a.b.example.org", 443, ["*.example.org"], True),
+        ("example.org", 443, ["*.example.org"], False),
+        ("evilexample.org", 443, ["*.example.org"], False),
+        ("example.org", 443, [], False),
+    ],
+)
+def test_the_proxys_allowlist(host: str, port: int, rules: list[str], expected: bool) -> None:
+    assert allowed(host, port, rules) is expected
+
+
+def test_blocked_connections_are_said_by_host() -> None:
+    assert describe_blocked({}) is None
+    said = describe_blocked({"example.org": 3, "x.test": 1})
+    assert said == "blocked: 3 connections to example.org, 1 connection to x.test"
+
+
+def test_every_preset_has_a_config_name_and_back() -> None:
+    names = set(SandboxPreset.__args__) - {"agent"}  # type: ignore[attr-defined]
+    assert names == set(PRESETS)
+    for name in PRESETS:
+        assert preset(name).hosts and (preset(name).write or preset(name).read)
+
+
+def test_the_preset_follows_the_agent_unless_named() -> None:
+    assert preset_name(Config.model_validate({"agent": "claude"})) == "claude"
+    assert preset_name(Config.model_validate({"agent": {"command": "my-agent"}})) is None
+    assert preset_name(Config.model_validate({"agent": "claude", "sandbox": {"preset": "gemini"}})) == "gemini"
+    assert preset_name(Config.model_validate({"agent": "claude", "sandbox": {"preset": None}})) is None
+
+
+@pytest.mark.parametrize(
+    ("sandbox", "field"),
+    [
+        ({"enabled": "yes"}, "sandbox.enabled"),
+        ({"hosts": ["https://example.org"]}, "sandbox.hosts.0"),
+        ({"preset": "vim"}, "sandbox.preset"),
+        ({"read": [""]}, "sandbox.read.0"),
+        ({"network": True}, "sandbox.network"),
+    ],
+)
+def test_bad_sandbox_config_names_the_file_and_field(sandbox: dict[str, object], field: str, tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    with pytest.raises(ConfigError) as raised:
+        validate(Config, {"sandbox": sandbox}, path=path, text=json.dumps({"sandbox": sandbox}))
+    assert str(path) in raised.value.message and field in raised.value.message
+
+
+def test_injected_http_servers_are_allowed_hosts() -> None:
+    from beflow.mcp.acp import AcpRemote, AcpStdio
+    from beflow.sandbox.box import server_hosts
+
+    servers = [
+        AcpRemote(name="docs", type="http", url="https://mcp.example.com/mcp", headers=[]),
+        AcpRemote(name="local", type="sse", url="http://127.0.0.1:8123/sse", headers=[]),
+        AcpStdio(name="tools", command="tools-mcp", args=[], env=[]),
+    ]
+    assert server_hosts(servers) == ["mcp.example.com:443", "127.0.0.1:8123"]
+
+
+def test_beflows_excludes_file_is_among_the_pinned() -> None:
+    from beflow.git import EXCLUDES_NAME
+
+    assert EXCLUDES_NAME in policy.PINNED
