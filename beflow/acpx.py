@@ -22,7 +22,7 @@ from beflow import interrupts, proc
 from beflow.config import AgentCommand, Config
 from beflow.guardrails import Usage, amount, currency_code, token_count
 from beflow.paths import acpx_home, slug
-from beflow.records import clean_text
+from beflow.records import RunRecord, RunStore, clean_text
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -458,6 +458,19 @@ def queue_owner_pids(session_id: str, home: Path) -> list[int]:
         if isinstance(data, dict) and data.get("sessionId") == session_id and isinstance(data.get("pid"), int):
             pids.append(data["pid"])
     return pids
+
+
+def close_killed_runs(store: RunStore, home: Path | None = None) -> list[RunRecord]:
+    """Close the records of runs whose beflow was killed (:meth:`~beflow.records.RunStore.close_orphans`), and
+    stop the acpx queue owners still serving their sessions: a resumed turn runs in acpx's detached owner, which
+    outlives a SIGKILLed beflow with its agent still at work in the worktree. The records closed."""
+    closed = store.close_orphans()
+    for record in closed:
+        if not record.session:
+            continue
+        for pid in queue_owner_pids(record.session, home or acpx_home()):
+            proc.kill_group_of(pid, marker="__queue-owner")
+    return closed
 
 
 def forget_session(session_id: str, home: Path) -> list[Path]:

@@ -24,7 +24,7 @@ from typing import Any
 
 import anyio
 
-from beflow import guardrails, workers
+from beflow import acpx, guardrails, workers
 from beflow.codehosts import CodeHost, open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError
@@ -215,7 +215,7 @@ class Dispatcher:
         try:
             with reading_once(self.tracker):  # one scan of the tracker serves the whole tick
                 store = self.store
-                store.close_orphans()
+                acpx.close_killed_runs(store)
                 if self.project.config.limits.cost_per_day is not None:
                     self.ledger.refresh(store)
                 for key in settle_orphans(self.tracker, store):

@@ -211,6 +211,27 @@ def _signal_group(pgid: int, signum: int) -> bool:
     return True
 
 
+def kill_group_of(pid: int, *, marker: str) -> bool:
+    """SIGKILL the process group that ``pid`` leads, if ``pid`` is alive and its command line holds ``marker`` (a
+    pid read from a file may have been reused by another process since); whether it was there to kill."""
+    try:
+        process = psutil.Process(pid)
+        if not _live(process) or not any(marker in part for part in process.cmdline()):
+            return False
+        pgid = os.getpgid(pid)
+    except (psutil.Error, OSError):
+        return False
+    return _signal_group(pgid, signal.SIGKILL) if pgid == pid else _kill(process)
+
+
+def _kill(process: psutil.Process) -> bool:
+    try:
+        process.kill()
+    except psutil.Error:
+        return False
+    return True
+
+
 def _live(process: psutil.Process) -> bool:
     """Still running: not gone, not a zombie, and not a later process that got the pid (psutil checks that).
 

@@ -324,9 +324,7 @@ class _InWorktree:
         """Inject, run acpx, restore. Returns the outcome and a reason."""
         record, cwd = self.record, workspace.path
         redact = self.session.redact
-        box = None
-        if self.config.sandbox.enabled:
-            box = Sandbox.for_run(self.config, cwd, self.project.directory, self._own_paths(), self.session.servers)
+        box = Sandbox.for_run(self.config, cwd, self.project.directory, self._own_paths(), self.session.servers)
         record.sandboxed = box is not None
         agent = self._agent = acpx.AgentSession(
             self.config, cwd, env=workspace.git_env, unset=workspace.withheld, sandbox=box
@@ -369,6 +367,9 @@ class _InWorktree:
                 ):
                     resume = self.request.attempt > 1 or self.request.round > 0  # a retry, or a review round
                     earlier = self.store.resumable_session(record) if resume else None
+                    if earlier is not None:  # kept before the turn: a killed beflow's next command ends its owner
+                        record.session = earlier
+                        await workers.blocking(self.store.save, record)
                     try:
                         result = await limiter.supervise(
                             lambda: agent.run(
@@ -459,7 +460,7 @@ async def run_many(
     found = rounds.sources(tracker, code_host)
     picked = not keys
     store = RunStore(project.directory)
-    store.close_orphans()
+    acpx.close_killed_runs(store)
     with reading_once(tracker):  # one scan of the tracker for all of this
         settle_orphans(tracker, store)
         if picked:

@@ -25,7 +25,7 @@ def store(context: Context) -> RunStore:
 
     def open_store(project: Project) -> RunStore:
         runs = RunStore(project.directory)
-        runs.close_orphans()
+        acpx.close_killed_runs(runs)
         return runs
 
     result: RunStore = context.service("runs", open_store)

@@ -103,9 +103,11 @@ class Sandbox:
     @classmethod
     def for_run(
         cls, config: Config, worktree: Path, checkout: Path, own: Sequence[Path], servers: Sequence[object] | None
-    ) -> Sandbox:
-        """A run's sandbox: ``own``, what beflow's own server in it writes (the run's record, the channel), and
-        ``servers``, the injected ones (their HTTP hosts are reached through the proxy)."""
+    ) -> Sandbox | None:
+        """A run's sandbox, when ``sandbox.enabled``: ``own``, what beflow's own server in it writes (the run's
+        record, the channel), and ``servers``, the injected ones (their HTTP hosts are reached through the proxy)."""
+        if not config.sandbox.enabled:
+            return None
         return cls(config, worktree=worktree, checkout=checkout, own=own, servers=servers or [])
 
     def __init__(
