@@ -46,7 +46,13 @@ def open_tracker(project: Project) -> Tracker:
         hardening.keep_private()  # the process holds a token from here on: no other process reads it
         _withhold_from_git(project)
         return open_github(project, settings)
-    return LocalTracker(project.tracker_dir, project.directory)
+    tracker = LocalTracker(project.tracker_dir, project.directory)
+    if project.config.engine.kind == "temporal":  # one authority for claims: the fleet's running workflows
+        from beflow.fleet.claims import FleetClaims
+        from beflow.fleet.shapes import engine_of, tracker_id
+
+        tracker.claims = FleetClaims(engine_of(project), tracker_id(project), tracker.claims)
+    return tracker
 
 
 def _withhold_from_git(project: Project) -> None:
