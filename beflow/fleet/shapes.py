@@ -19,6 +19,9 @@ WORKFLOW = "beflow.issue"
 CLAIM_LANE = "beflow.claim_lane"
 RUN_ISSUE = "beflow.run_issue"
 
+#: The failure type of a run whose worker was stopped (SIGTERM, Ctrl-C): the workflow takes it up elsewhere.
+WORKER_STOPPED = "WorkerStopped"
+
 #: How many times a run is resumed on another worker after its worker went silent, before the workflow fails.
 MAX_RESUMES = 5
 
@@ -90,6 +93,8 @@ class IssueEnd:
     outcome: str | None
     run_id: str | None
     attempts: int
+    #: The worker that ran the last attempt.
+    worker: str = ""
 
 
 def engine_of(project: Project) -> TemporalEngineSettings:

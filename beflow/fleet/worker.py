@@ -20,7 +20,7 @@ from datetime import timedelta
 
 import anyio
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 from temporalio.worker import Worker
 
 from beflow import workers
@@ -30,7 +30,17 @@ from beflow.errors import BeflowError, LockedError
 from beflow.events import RunEvent, WatchEvent
 from beflow.fleet.claims import FleetClaims
 from beflow.fleet.remote import connect
-from beflow.fleet.shapes import CLAIM_LANE, RUN_ISSUE, Lane, LaneRequest, RunEnd, RunInput, engine_of, worker_queue
+from beflow.fleet.shapes import (
+    CLAIM_LANE,
+    RUN_ISSUE,
+    WORKER_STOPPED,
+    Lane,
+    LaneRequest,
+    RunEnd,
+    RunInput,
+    engine_of,
+    worker_queue,
+)
 from beflow.fleet.workflow import IssueWorkflow
 from beflow.lifecycle import RunRequest
 from beflow.policy import after_run, is_final
@@ -98,7 +108,10 @@ class FleetWorker:
     async def claim_lane(self, request: LaneRequest) -> Lane:
         """A lane of this worker for the workflow, or a failure that Temporal retries (on any worker)."""
         if not self.lanes.take(request.workflow_id, time.monotonic()):
-            raise ApplicationError(f"no free lane on {self.name}", type="NoFreeLane")
+            # Benign: the wait for a lane is this failure retried, not a fault worth a log line.
+            raise ApplicationError(
+                f"no free lane on {self.name}", type="NoFreeLane", category=ApplicationErrorCategory.BENIGN
+            )
         return Lane(worker=self.name, queue=self.queue)
 
     @activity.defn(name=RUN_ISSUE)
@@ -109,7 +122,7 @@ class FleetWorker:
         why: list[str] = []
         work = asyncio.ensure_future(self._run(run, scope, lambda: why[0] if why else None))
         beat = asyncio.ensure_future(self._heartbeats(run))
-        cancelled = False
+        cancelled = stopping = False
         try:
             while not work.done():
                 try:
@@ -120,12 +133,17 @@ class FleetWorker:
                     # Temporal cancels the activity's task; the run must end its own way instead (the agent
                     # stopped, the managed file put back, the record closed): it is cancelled, then waited for.
                     cancelled = True
-                    why.append("its workflow was cancelled")
+                    details = activity.cancellation_details()
+                    stopping = details is not None and details.worker_shutdown
+                    why.append(f"worker {self.name} stopped" if stopping else "its workflow was cancelled")
                     scope.cancel()
         finally:
             beat.cancel()
             self.lanes.free(run.workflow_id)
         if cancelled:
+            if stopping:
+                # Not the workflow's cancellation: the run is taken up again on another worker.
+                raise ApplicationError(f"worker {self.name} stopped during the run", type=WORKER_STOPPED)
             raise asyncio.CancelledError
         return work.result()
 
@@ -213,10 +231,19 @@ class FleetWorker:
             activities=[self.run_issue],
             max_concurrent_activities=self.lanes.count,
             identity=self.name,
-            # A cancelled run ends its own way (the agent stopped, files put back): the worker waits for it.
-            graceful_shutdown_timeout=timedelta(seconds=30),
+            # A worker that stops cancels its runs at once (each ends its own way: the agent stopped, files put
+            # back, the record closed); their workflows take them up on another worker.
+            graceful_shutdown_timeout=timedelta(0),
         )
-        async with shared, own:
+        polling = [asyncio.ensure_future(worker.run()) for worker in (shared, own)]
+        try:
             if ready is not None:
                 ready()
-            await asyncio.Event().wait()
+            done, _ = await asyncio.wait(polling, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a worker that failed (the service gone for good) says why
+        finally:
+            # The shutdown itself must not be cut short by the cancellation that asked for it: the runs end first.
+            with anyio.CancelScope(shield=True):
+                await asyncio.gather(own.shutdown(), shared.shutdown(), return_exceptions=True)
+                await asyncio.gather(*polling, return_exceptions=True)

@@ -17,7 +17,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, CancelledError, TimeoutError, TimeoutType
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         CLAIM_LANE,
         MAX_RESUMES,
         RUN_ISSUE,
+        WORKER_STOPPED,
         WORKFLOW,
         IssueEnd,
         IssueStart,
@@ -89,12 +90,16 @@ class IssueWorkflow:
             except ActivityError as error:
                 if isinstance(error.cause, CancelledError):
                     raise asyncio.CancelledError from error  # the workflow was cancelled: it ends cancelled
-                if not isinstance(error.cause, TimeoutError) or state.resumes >= MAX_RESUMES:
+                stopped = isinstance(error.cause, ApplicationError) and error.cause.type == WORKER_STOPPED
+                if not (stopped or isinstance(error.cause, TimeoutError)) or state.resumes >= MAX_RESUMES:
                     raise
-                # The worker went silent (killed, cut off from the service) or never took the run: the same
-                # attempt, on whichever worker has a lane; taken up as in progress if it had started.
+                # The worker went silent (killed, cut off from the service), was stopped, or never took the run:
+                # the same attempt, on whichever worker has a lane; taken up as in progress if it had started.
                 state.resumes += 1
-                resumed = resumed or error.cause.type != TimeoutType.SCHEDULE_TO_START
+                cause = error.cause
+                resumed = resumed or not (
+                    isinstance(cause, TimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_START
+                )
                 continue
             state.run_id, state.outcome = end.run_id, end.outcome
             if end.action == "retry":
@@ -105,5 +110,10 @@ class IssueWorkflow:
                 continue
             state.phase = "ended"
             return IssueEnd(
-                key=start.key, action=end.action, outcome=end.outcome, run_id=end.run_id, attempts=state.attempt
+                key=start.key,
+                action=end.action,
+                outcome=end.outcome,
+                run_id=end.run_id,
+                attempts=state.attempt,
+                worker=end.worker,
             )

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import signal
+import time
+from pathlib import Path
+
+import psutil
+from temporalio.client import Client
 
 from beflow.trackers import Status
-from tests.fleet.conftest import Fleet
+from tests.fleet.conftest import HEARTBEAT, Fleet, ask, read_events
 from tests.support.waiting import eventually
 
 
@@ -21,5 +26,110 @@ def test_an_issue_runs_once_on_a_worker_and_its_workflow_ends(fleet: Fleet) -> N
     assert fleet.project.branch_files(f"beflow/{key}")["notes.txt"] == "hi"
     end = fleet.result(key)
     assert end["action"] == "done" and end["run_id"] == record.id
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(60)
+
+
+def test_two_dispatchers_starting_the_same_issues_start_each_once(fleet: Fleet) -> None:
+    """Ten races of two dispatchers over the same issue: one workflow each time, and one run of each issue."""
+    import asyncio
+
+    from temporalio.client import Client
+
+    from beflow.config import load_project
+    from beflow.fleet.dispatch import FleetDispatcher
+
+    keys = [fleet.project.new_issue(f"say issue {n}", title=f"issue {n}") for n in range(10)]
+    project = load_project(fleet.project.config_path)
+
+    async def race() -> list[tuple[bool, bool]]:
+        one, two = FleetDispatcher(project), FleetDispatcher(project)
+        first, second = await Client.connect(fleet.address), await Client.connect(fleet.address)
+        return [await asyncio.gather(one.start(first, key), two.start(second, key)) for key in keys]
+
+    starts = asyncio.run(race())
+    assert all(sorted(pair) == [False, True] for pair in starts), starts
+
+    async def executions(client: Client) -> list[str]:
+        ids = [fleet.workflow(key) for key in keys]
+        found = [w.id async for w in client.list_workflows(f'TaskQueue = "{fleet.task_queue}"')]
+        for workflow in ids:  # no worker runs them here: they are ended, having been counted
+            await client.get_workflow_handle(workflow).terminate("counted")
+        return sorted(w for w in found if w in ids)
+
+    found = eventually(lambda: ask(fleet.address, executions), "the workflows listed")
+    assert found == sorted(fleet.workflow(key) for key in keys)  # one execution each
+
+
+def test_two_dispatcher_processes_at_once_run_every_ready_issue_once(fleet: Fleet) -> None:
+    keys = [fleet.project.new_issue(f"say issue {n}", title=f"issue {n}") for n in range(3)]
+    worker = fleet.worker("w1", lanes=2)
+    dispatchers = [fleet.beflow("watch", "--once", "--json") for _ in range(2)]
+    dispatched = []
+    for dispatcher in dispatchers:
+        dispatched += [e["issue"] for e in read_events(dispatcher) if e["event"] == "dispatched"]
+        assert dispatcher.returncode == 0
+    assert sorted(dispatched) == sorted(keys)  # each started by one of them
+    for key in keys:
+        eventually(lambda key=key: fleet.status(key) == "COMPLETED", f"issue {key}'s workflow completing", alive=worker)
+        assert [r.outcome for r in fleet.project.records(key)] == ["no_changes"]  # one run: it said something
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(60)
+
+
+def test_a_worker_killed_mid_run_has_its_run_resumed_on_another_worker(fleet: Fleet, tmp_path: Path) -> None:
+    mark = tmp_path / "first-run"
+    key = fleet.project.new_issue(
+        f"run test -e {mark} && exit 0; echo $$ > {mark}; sleep 120",
+        "write result.txt resumed",
+        title="Survive a crash",
+    )
+    first = fleet.worker("w1")
+    dispatcher = fleet.beflow("watch", "--once")
+    assert dispatcher.wait(60) == 0, dispatcher.communicate()
+    eventually(mark.exists, "the first run's agent at work", alive=first)
+    second = fleet.worker("w2")
+    first.kill()  # SIGKILL: no cleanup, no last heartbeat
+    first.wait()
+    eventually(lambda: fleet.status(key) == "COMPLETED", "the workflow completing on the other worker", alive=second)
+    end = fleet.result(key)
+    assert end["worker"] == "w2" and end["action"] == "done"
+    records = fleet.project.records(key)
+    assert sorted(r.outcome for r in records) == ["cancelled", "succeeded"]  # the killed run, closed; the resumed
+    assert fleet.project.branch_files(f"beflow/{key}")["result.txt"] == "resumed"
+    assert fleet.project.issue(key).status == Status.REVIEW
+    shell = int(mark.read_text())
+    eventually(
+        lambda: not psutil.pid_exists(shell) or psutil.Process(shell).status() == "zombie",
+        "the killed worker's agent gone",
+    )
+    second.send_signal(signal.SIGTERM)
+    second.wait(60)
+
+
+def test_cancelling_the_workflow_stops_the_running_agent_and_puts_the_managed_file_back(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    mark = tmp_path / "started"
+    key = fleet.project.new_issue(f"run touch {mark}", "sleep 120", "write never.txt x", title="Long")
+    worker = fleet.worker("w1")
+    dispatcher = fleet.beflow("watch", "--once")
+    assert dispatcher.wait(60) == 0, dispatcher.communicate()
+    eventually(mark.exists, "the agent at work", alive=worker)
+    (running,) = fleet.project.runs.running()
+    acpxrc = Path(running.worktree or "") / ".acpxrc.json" if running.worktree else None
+    cancelled_at = time.monotonic()
+
+    async def cancel(client: Client) -> None:
+        await client.get_workflow_handle(fleet.workflow(key)).cancel()
+
+    ask(fleet.address, cancel)
+    eventually(lambda: fleet.status(key) == "CANCELED", "the workflow ending cancelled", alive=worker)
+    took = time.monotonic() - cancelled_at
+    (record,) = fleet.project.records(key)
+    assert record.outcome == "cancelled" and "its workflow was cancelled" in (record.stop_reason or "")
+    assert took < HEARTBEAT + 15
+    assert acpxrc is None or not acpxrc.exists()
+    assert fleet.project.issue(key).status == Status.READY
     worker.send_signal(signal.SIGTERM)
     worker.wait(60)
