@@ -28,6 +28,16 @@ def test_an_issue_runs_once_on_a_worker_and_its_workflow_ends(fleet: Fleet) -> N
     assert end["action"] == "done" and end["run_id"] == record.id
     worker.send_signal(signal.SIGTERM)
     worker.wait(60)
+    # The workflow is deterministic: its recorded history replays on the workflow code as it is.
+    from temporalio.worker import Replayer
+
+    from beflow.fleet.workflow import IssueWorkflow
+
+    async def replayed(client: Client) -> None:
+        history = await client.get_workflow_handle(fleet.workflow(key)).fetch_history()
+        await Replayer(workflows=[IssueWorkflow]).replay_workflow(history)
+
+    ask(fleet.address, replayed)
 
 
 def test_two_dispatchers_starting_the_same_issues_start_each_once(fleet: Fleet) -> None:

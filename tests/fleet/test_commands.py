@@ -1,0 +1,58 @@
+"""The fleet from the command line, as a user sets it up: ``beflow temporal dev``, two ``beflow worker`` and
+``beflow watch``, on the local tracker."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+from beflow.trackers import Status
+from tests.fleet.conftest import HEARTBEAT, free_port
+from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject
+from tests.support.waiting import eventually
+
+
+def test_dev_server_two_workers_and_watch_turn_ready_issues_into_branches_once(
+    auto_project: AutoProject, beflow_process: Any, tmp_path: Path
+) -> None:
+    database = tmp_path / "temporal.db"
+    port = free_port()
+    server = beflow_process("temporal", "dev", "--port", str(port), "--db", str(database), cwd=auto_project.directory)
+    assert server.stdout is not None
+    address = server.stdout.readline().strip()  # printed once it takes connections
+    assert address == f"127.0.0.1:{port}", address + server.communicate()[1]
+    auto_project.configure(
+        engine={"kind": "temporal", "address": address, "task_queue": "e2e", "heartbeat": HEARTBEAT},
+        watch={"interval": 0.5},
+    )
+    keys = [auto_project.new_issue("mcp", f"write issue-{n}.txt from the fleet", title=f"n{n}") for n in range(3)]
+
+    def start(*args: str) -> Any:
+        return beflow_process("--config", str(auto_project.config_path), *args, cwd=auto_project.directory)
+
+    workers = [start("worker", "--id", name, "--lanes", "2") for name in ("one", "two")]
+    for worker in workers:
+        assert worker.stderr is not None
+        assert "lane(s)" in worker.stderr.readline()
+    watch = start("watch")
+    for key in keys:
+        eventually(
+            lambda key=key: auto_project.issue(key).status == Status.REVIEW,
+            f"issue {key} in review",
+            timeout=120,
+            alive=watch,
+        )
+    for n, key in enumerate(keys):
+        assert [r.outcome for r in auto_project.records(key)] == ["succeeded"]
+        assert auto_project.branch_files(f"beflow/{key}")[f"issue-{n}.txt"] == "from the fleet"
+    for process in (watch, *workers):
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+    server.send_signal(signal.SIGTERM)
+    server.wait(60)
+    # What the service stored (inputs, results, heartbeats) holds no secret of the runs' MCP servers.
+    stored = b"".join(path.read_bytes() for path in tmp_path.glob("temporal.db*"))
+    assert b"beflow/local:" in stored  # the workflows are there
+    assert SECRET_ENV.encode() not in stored and SECRET_HEADER.encode() not in stored
+    assert b"issue-0.txt" not in stored  # nor the prompt
