@@ -27,12 +27,12 @@ def _line(event: WatchEvent | RunEvent, as_json: bool) -> None:
     err.print(escape(f"{time.strftime('%H:%M:%S')} {event.type:<12} {event.issue or '':<6} {details}"), highlight=False)
 
 
-@click.group("temporal", cls=HelpGroup)
+@click.group("temporal", cls=HelpGroup, epilog="Example:\n\n  beflow temporal dev")
 def group() -> None:
     """Temporal, the engine of a fleet: a local dev server for a try-out."""
 
 
-@group.command("dev")
+@group.command("dev", epilog="Examples:\n\n  beflow temporal dev\n\n  beflow temporal dev --port 7300 --ui-port 8233")
 @click.option("--port", type=click.IntRange(1, 65535), default=7233, show_default=True, help="The frontend's port.")
 @click.option("--ui-port", type=click.IntRange(1, 65535), help="Also serve Temporal's web UI on this port.")
 @click.option(
@@ -57,7 +57,11 @@ def dev(port: int, ui_port: int | None, database: Path | None) -> None:
         raise SystemExit(code)
 
 
-@click.command("worker", short_help="Run a fleet's issues on this machine (the Temporal engine).")
+@click.command(
+    "worker",
+    short_help="Run a fleet's issues on this machine (the Temporal engine).",
+    epilog="Examples:\n\n  beflow worker\n\n  beflow worker --lanes 4 --id build-box-1",
+)
 @click.option("--lanes", type=click.IntRange(1, 64), default=2, show_default=True, help="Runs at once here.")
 @click.option("--id", "name", metavar="NAME", help="This worker's name (default: host and pid); unique in the fleet.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON event per line.")

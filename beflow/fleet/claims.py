@@ -64,7 +64,7 @@ class FleetClaims:
         if running is not None:
             raise LockedError(
                 f"issue {key} is run by the fleet ({running.owner})",
-                fix="Let the fleet run it, or cancel its workflow (docs/fleet.md).",
+                fix="Let the fleet run it, or cancel its workflow (`beflow docs fleet`).",
             )
         return self.inner.claim(key, owner)
 

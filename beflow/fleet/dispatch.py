@@ -61,6 +61,7 @@ class FleetDispatcher:
     async def watch(self, *, once: bool = False) -> list[str]:
         """Tick until cancelled (``once``: one tick); the keys whose workflows this dispatcher started."""
         import anyio
+        from temporalio.service import RPCError
 
         client = await connect(self.settings)
         wakeup = Wakeup()
@@ -74,6 +75,10 @@ class FleetDispatcher:
                     if once:
                         raise
                     self.emit("error", message=error.message)  # the service restarts: try again next tick
+                except RPCError as error:
+                    if once:
+                        raise Unreachable(f"Temporal at {self.settings.address}: {error.message}") from None
+                    self.emit("error", message=f"Temporal at {self.settings.address}: {error.message}")
                 if once:
                     tasks.cancel_scope.cancel()
                     break

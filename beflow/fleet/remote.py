@@ -63,7 +63,7 @@ async def connect(settings: TemporalEngineSettings) -> Client:
     except (TimeoutError, RuntimeError, OSError) as error:
         raise Unreachable(
             f"cannot reach Temporal at {settings.address} (namespace {settings.namespace}): {error}",
-            fix="Start one with `beflow temporal dev`, or set engine.address to the service (docs/fleet.md).",
+            fix="Start one with `beflow temporal dev`, or set engine.address to the service (`beflow docs fleet`).",
         ) from None
 
 
@@ -92,7 +92,7 @@ class Bridge:
             future.cancel()
             raise Unreachable(
                 f"Temporal at {self.settings.address} did not answer within {ASK_TIMEOUT:g} s",
-                fix="Check that the service is up (docs/fleet.md).",
+                fix="Check that the service is up (`beflow docs fleet`).",
             ) from None
 
     def _started(self) -> asyncio.AbstractEventLoop:

@@ -102,20 +102,22 @@ def engine_of(project: Project) -> TemporalEngineSettings:
     if not isinstance(engine, TemporalEngineSettings):
         raise ConfigError(
             f"{project.config_name}: engine: this needs the Temporal engine",
-            fix='Set "engine": {"kind": "temporal", ...} (docs/fleet.md).',
+            fix='Set "engine": {"kind": "temporal", ...} (`beflow docs fleet`).',
         )
     return engine
 
 
 def tracker_id(project: Project) -> str:
-    """The tracker, named the same on every machine: GitHub's repository, or the local tracker's directory (a local
-    tracker lives on one machine; its path and a short digest of it tell two projects apart)."""
+    """The tracker, named the same on every machine: GitHub's repository (configured, or the checkout's
+    ``origin``), or the local tracker's directory (a local tracker lives on one machine; its path and a short digest
+    of it tell two projects apart)."""
     tracker = project.config.tracker
-    if isinstance(tracker, GitHubTrackerSettings) and tracker.repo:
-        return f"github:{tracker.repo}"
-    where = str(project.tracker_dir) if not isinstance(tracker, GitHubTrackerSettings) else str(project.directory)
+    if isinstance(tracker, GitHubTrackerSettings):
+        from beflow.trackers.github import api_url, repo_from_remote
+
+        return f"github:{tracker.repo or repo_from_remote(project, api_url(tracker))}"
     name = re.sub(r"[^A-Za-z0-9._-]+", "-", project.directory.name)[:40] or "project"
-    return f"local:{name}-{hashlib.sha256(where.encode()).hexdigest()[:10]}"
+    return f"local:{name}-{hashlib.sha256(str(project.tracker_dir).encode()).hexdigest()[:10]}"
 
 
 def workflow_id(tracker: str, key: str) -> str:

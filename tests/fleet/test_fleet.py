@@ -143,3 +143,19 @@ def test_cancelling_the_workflow_stops_the_running_agent_and_puts_the_managed_fi
     assert fleet.project.issue(key).status == Status.READY
     worker.send_signal(signal.SIGTERM)
     worker.wait(60)
+
+
+def test_closing_a_running_issue_by_hand_cancels_its_workflow(fleet: Fleet, tmp_path: Path) -> None:
+    mark = tmp_path / "started"
+    key = fleet.project.new_issue(f"run touch {mark}", "sleep 120", title="Closed meanwhile")
+    worker = fleet.worker("w1")
+    watch = fleet.beflow("watch", "--json")
+    eventually(mark.exists, "the agent at work", alive=worker)
+    fleet.project.tracker.set_status(key, Status.CLOSED, note="not needed after all")
+    eventually(lambda: fleet.status(key) == "CANCELED", "the workflow cancelled by the dispatcher", alive=watch)
+    (record,) = fleet.project.records(key)
+    assert record.outcome == "cancelled"
+    assert fleet.project.issue(key).status == Status.CLOSED  # the person's word stands
+    for process in (watch, worker):
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
