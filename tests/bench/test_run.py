@@ -26,6 +26,7 @@ ROWS = (
     "mcp",
     "rss",
     "http",
+    "fleet",
 )
 
 
