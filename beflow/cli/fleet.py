@@ -11,6 +11,7 @@ import click
 from beflow import hardening, interrupts
 from beflow.cli.common import App, HelpGroup, emit_json, err, escape, out, pass_app
 from beflow.config import Project
+from beflow.errors import UsageError
 from beflow.events import RunEvent, WatchEvent
 
 #: The events a worker or a fleet's dispatcher gives a line.
@@ -81,9 +82,15 @@ def worker(app: App, lanes: int, name: str | None, as_json: bool) -> None:
     interrupts.run(lambda: fleet.serve(ready))
 
 
-def watch_fleet(project: Project, *, once: bool, as_json: bool) -> None:
+def watch_fleet(project: Project, *, once: bool, as_json: bool, http: str | None = None) -> None:
     """``beflow watch`` with the Temporal engine: the fleet's dispatcher."""
     from beflow.fleet.dispatch import FleetDispatcher
+
+    if http is not None:
+        raise UsageError(
+            "--http shows the runs of this machine's watch; with the Temporal engine the runs are the workers'",
+            fix="Leave --http out, and see the fleet in Temporal's web UI (`beflow temporal dev --ui-port 8233`).",
+        )
 
     dispatcher = FleetDispatcher(project, lambda event: _line(event, as_json))
     if not as_json:

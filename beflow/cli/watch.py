@@ -131,7 +131,7 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
     if project.config.engine.kind == "temporal":  # the fleet's workers run the issues; this starts their workflows
         from beflow.cli.fleet import watch_fleet
 
-        return watch_fleet(project, once=once, as_json=as_json)
+        return watch_fleet(project, once=once, as_json=as_json, http=http)
     live: Live | None = None
     # A reader that stops reading never holds up the runs, the dispatcher or a signal (beflow.cli.stream).
     stream = EventStream() if as_json else None

@@ -7,8 +7,12 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from temporalio.client import Client
+
+from beflow.config import load_project
+from beflow.fleet.shapes import tracker_id, workflow_id
 from beflow.trackers import Status
-from tests.fleet.conftest import HEARTBEAT, free_port
+from tests.fleet.conftest import HEARTBEAT, ask, free_port
 from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject
 from tests.support.waiting import eventually
 
@@ -46,6 +50,13 @@ def test_dev_server_two_workers_and_watch_turn_ready_issues_into_branches_once(
     for n, key in enumerate(keys):
         assert [r.outcome for r in auto_project.records(key)] == ["succeeded"]
         assert auto_project.branch_files(f"beflow/{key}")[f"issue-{n}.txt"] == "from the fleet"
+    # Three issues on two workers of two lanes each: both took work, and each says so in its workflow's result.
+    tracker = tracker_id(load_project(auto_project.config_path))
+
+    async def workers_of(client: Client) -> set[str]:
+        return {(await client.get_workflow_handle(workflow_id(tracker, key)).result())["worker"] for key in keys}
+
+    assert ask(address, workers_of) == {"one", "two"}
     for process in (watch, *workers):
         process.send_signal(signal.SIGTERM)
         process.wait(60)

@@ -88,3 +88,11 @@ def test_beflow_on_the_default_engine_never_loads_the_temporal_sdk() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_watch_on_a_fleet_refuses_http_saying_where_the_runs_are(beflow, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"engine": {"kind": "temporal", "address": "127.0.0.1:1"}}))
+    result = beflow("--config", str(path), "watch", "--http", "0")
+    assert result.exit_code == 2
+    assert "--http" in result.stderr and "Temporal's web UI" in result.stderr
