@@ -10,6 +10,7 @@ id. So any number of dispatchers may run; none keeps state of its own between ti
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,8 @@ Listener = Callable[[WatchEvent], None]
 
 #: Statuses whose issue still wants its workflow (running, or waiting for its next attempt).
 LIVE = (Status.READY, Status.IN_PROGRESS)
+#: Seconds an issue's workflow must be seen running with its issue moved on before it is cancelled.
+MOVED_GRACE = 2.0
 
 
 class FleetDispatcher:
@@ -53,6 +56,8 @@ class FleetDispatcher:
         self.listener = listener
         #: Workflows this dispatcher started (its own count; a start that joined another's is not one).
         self.started: list[str] = []
+        #: Running workflows whose issue was seen moved on (closed, by hand), and since when.
+        self._moved: dict[str, float] = {}
 
     def emit(self, kind: WatchEventKind, issue: str | None = None, **data: Any) -> None:
         if self.listener is not None:
@@ -140,15 +145,24 @@ class FleetDispatcher:
         prefix = workflow_id(self.tracker_id, "")
         query = f'WorkflowType = "{WORKFLOW}" AND ExecutionStatus = "Running"'
         running = [w.id async for w in client.list_workflows(query) if w.id.startswith(prefix)]
+        now = time.monotonic()
+        self._moved = {w: seen for w, seen in self._moved.items() if w in running}
         for workflow in running:
             key = workflow.removeprefix(prefix)
             try:
                 status = await workers.blocking(lambda key=key: self.tracker.get(key).status)
             except BeflowError:
                 continue  # unreadable for a moment: look again next tick
-            if status not in LIVE:
+            if status in LIVE:
+                self._moved.pop(workflow, None)
+                continue
+            # A run that ended moves its issue on itself, a moment before its workflow ends (and the list lags
+            # behind that): only an issue seen moved on twice, MOVED_GRACE seconds apart, was moved by hand.
+            first = self._moved.setdefault(workflow, now)
+            if now - first >= MOVED_GRACE:
                 try:
                     await client.get_workflow_handle(workflow).cancel()
                 except RPCError:
                     continue  # it ended meanwhile (the list lags a little behind the workflows)
+                del self._moved[workflow]
                 self.emit("cancelled", key, reason=f"the issue is now {status}")

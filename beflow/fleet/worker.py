@@ -11,8 +11,10 @@ activity's cancellation (the workflow cancelled) becomes the run's own cancellat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,7 +23,16 @@ from datetime import timedelta
 import anyio
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
-from temporalio.worker import Worker
+from temporalio.worker import (
+    CustomSlotSupplier,
+    FixedSizeSlotSupplier,
+    SlotMarkUsedContext,
+    SlotPermit,
+    SlotReleaseContext,
+    SlotReserveContext,
+    Worker,
+    WorkerTuner,
+)
 
 from beflow import workers
 from beflow.codehosts import open_code_host
@@ -61,27 +72,90 @@ def default_name() -> str:
 
 @dataclass
 class Lanes:
-    """A worker's lanes: each held by one workflow, from its lane's claim to its run's end."""
+    """A worker's lanes: each held by one workflow, from its lane's claim to its run's end. Asked from the
+    worker's event loop and from the SDK's threads (its slot supplier), hence the lock."""
 
     count: int
     #: workflow id → until when the lane waits for the run (``inf`` while the run runs).
     held: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: What to call when a lane may have become free (the slot supplier's waiters).
+    on_free: Callable[[], None] = lambda: None
+
+    def free_now(self, now: float) -> int:
+        with self._lock:
+            self._expire(now)
+            return self.count - len(self.held)
 
     def take(self, workflow: str, now: float) -> bool:
         """Hold a lane for ``workflow`` (again, if it holds one); False: none is free."""
+        with self._lock:
+            self._expire(now)
+            if workflow not in self.held and len(self.held) >= self.count:
+                return False
+            self.held[workflow] = max(self.held.get(workflow, 0.0), now + LANE_HOLD)
+            return True
+
+    def running(self, workflow: str) -> None:
+        with self._lock:
+            self.held[workflow] = float("inf")
+
+    def free(self, workflow: str) -> None:
+        with self._lock:
+            self.held.pop(workflow, None)
+        self.on_free()
+
+    def _expire(self, now: float) -> None:
         for other, until in list(self.held.items()):
             if until < now:
                 del self.held[other]
-        if workflow not in self.held and len(self.held) >= self.count:
+
+
+class LaneSlots(CustomSlotSupplier):
+    """The activity slots of the fleet's queue on one worker: a slot is offered only while a lane is free, so the
+    worker asks the service for a lane's claim only when it can grant one, and asks again the moment a lane frees
+    (no claim waits on a busy worker, none is retried on a timer)."""
+
+    def __init__(self, lanes: Lanes) -> None:
+        self.lanes = lanes
+        self.reserved = 0
+        self._lock = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        lanes.on_free = self._wake
+
+    def _wake(self) -> None:
+        with self._lock:
+            waiters, self._waiters = self._waiters, []
+        for loop, event in waiters:
+            loop.call_soon_threadsafe(event.set)
+
+    def _try(self) -> bool:
+        with self._lock:
+            if self.lanes.free_now(time.monotonic()) - self.reserved > 0:
+                self.reserved += 1
+                return True
             return False
-        self.held[workflow] = max(self.held.get(workflow, 0.0), now + LANE_HOLD)
-        return True
 
-    def running(self, workflow: str) -> None:
-        self.held[workflow] = float("inf")
+    async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
+        while not self._try():
+            event = asyncio.Event()
+            with self._lock:
+                self._waiters.append((asyncio.get_running_loop(), event))
+            # A lane held for a run that never came frees by time alone: look again now and then.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), 1.0)
+        return SlotPermit()
 
-    def free(self, workflow: str) -> None:
-        self.held.pop(workflow, None)
+    def try_reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit | None:
+        return SlotPermit() if self._try() else None
+
+    def mark_slot_used(self, ctx: SlotMarkUsedContext) -> None:
+        pass
+
+    def release_slot(self, ctx: SlotReleaseContext) -> None:
+        with self._lock:
+            self.reserved = max(0, self.reserved - 1)
+        self._wake()
 
 
 class FleetWorker:
@@ -224,6 +298,12 @@ class FleetWorker:
             workflows=[IssueWorkflow],
             activities=[self.claim_lane],
             identity=self.name,
+            tuner=WorkerTuner.create_composite(
+                workflow_supplier=FixedSizeSlotSupplier(100),
+                activity_supplier=LaneSlots(self.lanes),
+                local_activity_supplier=FixedSizeSlotSupplier(10),
+                nexus_supplier=FixedSizeSlotSupplier(10),
+            ),
         )
         own = Worker(
             client,
