@@ -182,7 +182,7 @@ class FleetWorker:
     async def claim_lane(self, request: LaneRequest) -> Lane:
         """A lane of this worker for the workflow, or a failure that Temporal retries (on any worker)."""
         if not self.lanes.take(request.workflow_id, time.monotonic()):
-            # Benign: the wait for a lane is this failure retried, not a fault worth a log line.
+            # Rare (a slot is offered only while a lane is free, LaneSlots) and benign: not worth a log line.
             raise ApplicationError(
                 f"no free lane on {self.name}", type="NoFreeLane", category=ApplicationErrorCategory.BENIGN
             )
