@@ -159,3 +159,26 @@ def test_closing_a_running_issue_by_hand_cancels_its_workflow(fleet: Fleet, tmp_
     for process in (watch, worker):
         process.send_signal(signal.SIGTERM)
         process.wait(60)
+
+
+def test_a_worker_stopped_mid_run_cancels_its_run_and_the_workflow_takes_it_up_elsewhere(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    mark = tmp_path / "first-run"
+    key = fleet.project.new_issue(
+        f"run test -e {mark} && exit 0; touch {mark}; sleep 120", "write result.txt taken up", title="Stopped"
+    )
+    first = fleet.worker("w1")
+    assert fleet.beflow("watch", "--once").wait(60) == 0
+    eventually(mark.exists, "the first run's agent at work", alive=first)
+    second = fleet.worker("w2")
+    first.send_signal(signal.SIGTERM)
+    first.wait(60)
+    eventually(lambda: fleet.status(key) == "COMPLETED", "the workflow completing on the other worker", alive=second)
+    assert fleet.result(key)["worker"] == "w2"
+    stopped, resumed = sorted(fleet.project.records(key), key=lambda r: r.started_at)
+    assert stopped.outcome == "cancelled" and "worker w1 stopped" in (stopped.stop_reason or "")
+    assert resumed.outcome == "succeeded"
+    assert fleet.project.branch_files(f"beflow/{key}")["result.txt"] == "taken up"
+    second.send_signal(signal.SIGTERM)
+    second.wait(60)
