@@ -158,6 +158,17 @@ class LaneSlots(CustomSlotSupplier):
         self._wake()
 
 
+def _why_cancelled(worker: str, details: activity.ActivityCancellationDetails | None) -> str:
+    """Why a run activity was cancelled, for its record."""
+    if details is not None and details.worker_shutdown:
+        return f"worker {worker} stopped"
+    if details is not None and details.cancel_requested:
+        return "its workflow was cancelled"
+    if details is not None and details.timed_out:
+        return f"worker {worker} was not heard from in time: the run is taken up again"
+    return f"worker {worker} lost its hold on the run (Temporal no longer knows it): the run is taken up again"
+
+
 class FleetWorker:
     """The activities of one worker, on one project (the directory ``beflow worker`` was started in)."""
 
@@ -208,8 +219,10 @@ class FleetWorker:
                     # stopped, the managed file put back, the record closed): it is cancelled, then waited for.
                     cancelled = True
                     details = activity.cancellation_details()
-                    stopping = details is not None and details.worker_shutdown
-                    why.append(f"worker {self.name} stopped" if stopping else "its workflow was cancelled")
+                    # The workflow's cancellation is the service's request; anything else (this worker stopping,
+                    # the run timed out or unknown to a restarted service) is not the issue's end: taken up again.
+                    stopping = details is None or details.worker_shutdown or not details.cancel_requested
+                    why.append(_why_cancelled(self.name, details))
                     scope.cancel()
         finally:
             beat.cancel()
@@ -217,7 +230,7 @@ class FleetWorker:
         if cancelled:
             if stopping:
                 # Not the workflow's cancellation: the run is taken up again on another worker.
-                raise ApplicationError(f"worker {self.name} stopped during the run", type=WORKER_STOPPED)
+                raise ApplicationError(f"{why[0]} (worker {self.name})", type=WORKER_STOPPED)
             raise asyncio.CancelledError
         return work.result()
 

@@ -67,3 +67,60 @@ def test_dev_server_two_workers_and_watch_turn_ready_issues_into_branches_once(
     assert b"beflow/local:" in stored  # the workflows are there
     assert SECRET_ENV.encode() not in stored and SECRET_HEADER.encode() not in stored
     assert b"issue-0.txt" not in stored  # nor the prompt
+
+
+def test_the_dev_server_restarted_mid_run_loses_nothing(
+    auto_project: AutoProject, beflow_process: Any, tmp_path: Path
+) -> None:
+    """The service stops while a run is in progress and comes back on the same database: the workflow goes on,
+    the issue ends in review with its work on its branch."""
+    import subprocess
+
+    from beflow.fleet import devserver
+
+    port, database = free_port(), tmp_path / "temporal.db"
+    command = [*devserver.argv(port, database), "--http-port", str(free_port()), "--metrics-port", str(free_port())]
+
+    def serve() -> subprocess.Popen[bytes]:
+        server = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        eventually(lambda: devserver.accepting(port), "the dev server accepting connections")
+        return server
+
+    server = serve()
+    auto_project.configure(
+        engine={"kind": "temporal", "address": f"127.0.0.1:{port}", "task_queue": "restart", "heartbeat": HEARTBEAT}
+    )
+    mark = tmp_path / "at-work"
+    key = auto_project.new_issue(f"run touch {mark}", "sleep 4", "write kept.txt after the restart", title="Restart")
+
+    def start(*args: str) -> Any:
+        return beflow_process("--config", str(auto_project.config_path), *args, cwd=auto_project.directory)
+
+    worker = start("worker", "--id", "w1")
+    assert "lane(s)" in worker.stderr.readline()
+    assert start("watch", "--once").wait(60) == 0
+    eventually(mark.exists, "the agent at work", alive=worker)
+    server.terminate()
+    server.wait(30)
+    server = serve()  # the same port and database
+    tracker = tracker_id(load_project(auto_project.config_path))
+
+    async def status(client: Client) -> str:
+        return str((await client.get_workflow_handle(workflow_id(tracker, key)).describe()).status.name)
+
+    eventually(
+        lambda: ask(f"127.0.0.1:{port}", status) == "COMPLETED", "the workflow completing", timeout=120, alive=worker
+    )
+    assert auto_project.issue(key).status == Status.REVIEW
+    assert auto_project.branch_files(f"beflow/{key}")["kept.txt"] == "after the restart"
+    assert "succeeded" in [r.outcome for r in auto_project.records(key)]
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(60)
+    server.terminate()
+    server.wait(30)
