@@ -102,3 +102,22 @@ class Bridge:
                 threading.Thread(target=loop.run_forever, name="beflow-temporal", daemon=True).start()
                 self._loop = loop
             return self._loop
+
+
+def probe(settings: TemporalEngineSettings) -> tuple[bool, str, str | None]:
+    """Whether the service answers (``beflow doctor``): ok, what was found, and the fix when it does not."""
+
+    async def asked() -> str:
+        from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+
+        client = await connect(settings)
+        info = await client.service_client.workflow_service.get_system_info(GetSystemInfoRequest())
+        return f"server {info.server_version}" if info.server_version else "a server"
+
+    try:
+        version = asyncio.run(asked())
+    except BeflowError as error:
+        return False, error.message, error.fix
+    except Exception as error:  # an answer of the service's that is no answer: say what it was
+        return False, f"Temporal at {settings.address}: {type(error).__name__}: {error}", None
+    return True, f"Temporal at {settings.address} answers (namespace {settings.namespace}, {version})", None

@@ -36,8 +36,8 @@ with workflow.unsafe.imports_passed_through():
         RunInput,
     )
 
-#: A lane's claim fails at once on a worker without a free lane, and is tried again (on whichever worker polls):
-#: the wait for a lane is Temporal's retry, not a task held by a busy worker.
+#: A worker polls for lane claims only while it has a free lane (beflow.fleet.worker.LaneSlots); a claim that
+#: finds its lane taken after all (a rare race) fails at once and is tried again, on whichever worker polls.
 LANE_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=200), backoff_coefficient=1.5, maximum_interval=timedelta(seconds=2)
 )

@@ -96,3 +96,14 @@ def test_watch_on_a_fleet_refuses_http_saying_where_the_runs_are(beflow, tmp_pat
     result = beflow("--config", str(path), "watch", "--http", "0")
     assert result.exit_code == 2
     assert "--http" in result.stderr and "Temporal's web UI" in result.stderr
+
+
+def test_doctor_says_when_the_fleets_service_does_not_answer(tmp_path: Path) -> None:
+    from beflow.config import Project
+    from beflow.doctor import check_engine
+
+    config = Config.model_validate({"engine": {"kind": "temporal", "address": "127.0.0.1:1"}})
+    check = check_engine(Project(config=config, config_path=None, directory=tmp_path))
+    assert check is not None and not check.ok
+    assert "cannot reach Temporal at 127.0.0.1:1" in check.detail and "beflow temporal dev" in (check.fix or "")
+    assert check_engine(Project(config=Config(), config_path=None, directory=tmp_path)) is None

@@ -15,6 +15,11 @@ from tests.support.waiting import eventually
 
 
 def test_an_issue_runs_once_on_a_worker_and_its_workflow_ends(fleet: Fleet) -> None:
+    from beflow.config import load_project
+    from beflow.doctor import check_engine
+
+    engine = check_engine(load_project(fleet.project.config_path))
+    assert engine is not None and engine.ok and "answers" in engine.detail  # beflow doctor sees the service
     key = fleet.project.new_issue("say hello from the fleet", "write notes.txt hi", title="Take notes")
     worker = fleet.worker("w1")
     dispatcher = fleet.beflow("watch", "--once", "--json")
