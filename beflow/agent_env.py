@@ -121,13 +121,18 @@ def tracker_secrets(config: Config) -> tuple[list[str], list[str]]:
     names = tracker.secret_env()
     withheld, granted = ([], names) if tracker.agent_gets_secrets() else (names, [])
     hosts = [name for name in config.code_host_settings().secret_env() if name not in names]
-    return [*withheld, *hosts], granted
+    engine = [name for name in config.engine.secret_env() if name not in names and name not in hosts]
+    return [*withheld, *hosts, *engine], granted
 
 
 def held_secret_env(config: Config) -> list[str]:
-    """Every variable beflow holds a secret in for this project (the tracker's, the code host's; engines will add
-    theirs): their values are masked in everything a run writes, whoever gets them."""
-    return list(dict.fromkeys([*config.tracker.secret_env(), *config.code_host_settings().secret_env()]))
+    """Every variable beflow holds a secret in for this project (the tracker's, the code host's, the engine's):
+    their values are masked in everything a run writes, whoever gets them."""
+    return list(
+        dict.fromkeys(
+            [*config.tracker.secret_env(), *config.code_host_settings().secret_env(), *config.engine.secret_env()]
+        )
+    )
 
 
 def held_secrets(config: Config, environ: Mapping[str, str] | None = None) -> list[str]:

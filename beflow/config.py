@@ -286,6 +286,40 @@ class Sandbox(Model):
     preset: SandboxPreset | None = "agent"
 
 
+class LocalEngineSettings(Model):
+    """The embedded engine: ``beflow watch`` dispatches and runs on this machine (docs/fleet.md)."""
+
+    kind: Literal["local"] = "local"
+
+    def secret_env(self) -> list[str]:
+        return []
+
+
+class TemporalEngineSettings(Model):
+    """A fleet on Temporal (docs/fleet.md): ``beflow watch`` starts one workflow per issue, ``beflow worker`` runs
+    them on any machine that can reach the service."""
+
+    kind: Literal["temporal"]
+    #: The Temporal frontend, ``host:port`` (``beflow temporal dev`` prints a local one).
+    address: str = Field(default="127.0.0.1:7233", min_length=3, pattern=r"^[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}$")
+    namespace: str = Field(default="default", min_length=1, max_length=200)
+    #: The queue every worker polls for workflows and lane claims; each worker also has its own, named after it.
+    task_queue: str = Field(default="beflow", min_length=1, max_length=200, pattern=r"^[A-Za-z0-9._\-]+$")
+    #: Connect over TLS (Temporal Cloud, a production service).
+    tls: Flag = False
+    #: The environment variable holding the API key (Temporal Cloud); never the agent's.
+    api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: Seconds a run's worker may go unheard before its run is resumed on another worker.
+    heartbeat: Seconds = 30.0
+
+    def secret_env(self) -> list[str]:
+        """The variable holding the API key, if any: masked in every run, withheld from the agent."""
+        return [self.api_key_env] if self.api_key_env else []
+
+
+Engine = Annotated[LocalEngineSettings | TemporalEngineSettings, Field(discriminator="kind")]
+
+
 class Config(Model):
     """Every key of ``.beflow/config.json``, with its default (docs/config.md)."""
 
@@ -309,6 +343,8 @@ class Config(Model):
     limits: Limits = Field(default_factory=Limits)
     feedback: Feedback = Field(default_factory=Feedback)
     sandbox: Sandbox = Field(default_factory=Sandbox)
+    #: What dispatches and runs issues: this machine's ``beflow watch``, or a fleet on Temporal.
+    engine: Engine = Field(default_factory=LocalEngineSettings)
 
     @field_validator("tracker", mode="before")
     @classmethod

@@ -258,6 +258,20 @@ def check_agent_env(project: Project) -> Check:
 PROJECT_CHECKS.append(check_agent_env)
 
 
+def check_engine(project: Project) -> Check | None:
+    """A fleet's Temporal service answers (docs/fleet.md); the default engine needs nothing."""
+    engine = project.config.engine
+    if engine.kind != "temporal":
+        return None
+    from beflow.fleet.remote import probe  # the Temporal SDK, for fleet projects only
+
+    ok, detail, fix = probe(engine)
+    return Check("engine", ok, detail, fix)
+
+
+PROJECT_CHECKS.append(check_engine)
+
+
 def check_agent_starts(project: Project) -> Check | None:
     """Start the configured agent through acpx (initialize and a new session, no prompt): is it installed, and
     logged in? Skipped when acpx or the agent cannot be found at all (the runs check says so)."""

@@ -140,6 +140,8 @@ class Dispatched(Payload):
     attempt: int
     #: The review round it runs (0: the issue's first run).
     round: int = 0
+    #: On a fleet (docs/fleet.md): the issue's workflow, which a worker runs.
+    workflow: str | None = None
 
 
 class RunFinished(Payload):

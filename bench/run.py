@@ -55,6 +55,7 @@ ROWS = (
     "http",
     "feedback",
     "sandbox",
+    "fleet",
 )
 BROWSER = ROOT / "tools" / "browser" / "node_modules"
 
@@ -78,6 +79,7 @@ class Sizes:
     usage_updates: int = 10_000  # the usage row: usage updates the agent sends in one run
     review_pulls: int = 50  # the feedback row: open review pull requests watched
     polls: int = 20  # the feedback row: polls measured (at watch.interval apart on a real watch)
+    fleet_runs: int = 10  # the fleet row: runs drained one at a time, by `beflow watch` and by a fleet
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -92,6 +94,7 @@ class Sizes:
             drain=4,
             rss_runs=40,
             polls=10,
+            fleet_runs=5,
         )
 
     @classmethod
@@ -112,6 +115,7 @@ class Sizes:
             usage_updates=50,
             review_pulls=3,
             polls=2,
+            fleet_runs=2,
         )
 
 
@@ -317,9 +321,9 @@ def prompt_for(turn: float) -> str:
 class Watch:
     """A ``beflow watch --json`` in the background, its events read as they come."""
 
-    def __init__(self, repo: Path, *extra: str) -> None:
+    def __init__(self, repo: Path, *extra: str, command: tuple[str, ...] = ("watch", "--json")) -> None:
         self.child = subprocess.Popen(
-            beflow(repo, "watch", "--json", *extra), cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            beflow(repo, *command, *extra), cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE
         )
         self.events: list[tuple[float, dict[str, Any]]] = []
         self._lock = threading.Condition()
@@ -402,8 +406,8 @@ def sse_reader(url: str, stop: threading.Event) -> int:
 
 
 @contextlib.contextmanager
-def watching(repo: Path, *extra: str) -> Iterator[Watch]:
-    watch = Watch(repo, *extra)
+def watching(repo: Path, *extra: str, command: tuple[str, ...] = ("watch", "--json")) -> Iterator[Watch]:
+    watch = Watch(repo, *extra, command=command)
     try:
         yield watch
     finally:
@@ -687,6 +691,97 @@ class Bench:
                 efficiency,
                 {"bare": [bare], "beflow": [ours]},
                 f"efficiency {efficiency:.2f}, interval {s.interval:g} s",
+            )
+        )
+
+    def fleet(self) -> None:
+        """Temporal's cost per run: the same runs (one lane, one after the other) drained by ``beflow watch`` and by
+        a fleet — the dev server, one ``beflow worker --lanes 1``, ``beflow watch --once`` starting the workflows —
+        in pairs, interleaved. The difference per run is what the engine adds: two workflow tasks, a lane's claim
+        and the run's activity, their round trips and the worker's hand-off."""
+        import socket
+
+        from beflow.fleet import devserver
+
+        s = self.sizes
+
+        def port() -> int:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                return int(probe.getsockname()[1])
+
+        frontend = port()
+        server = subprocess.Popen(
+            [
+                *devserver.argv(frontend, self.root / "temporal.db"),
+                "--http-port",
+                str(port()),
+                "--metrics-port",
+                str(port()),
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 60
+            while not devserver.accepting(frontend):
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError("the Temporal dev server did not start")
+                time.sleep(0.05)
+            embedded: list[float] = []
+            fleet: list[float] = []
+            for pair in range(max(1, s.runs // 2)):
+                repo = self.repo(concurrency=1, interval=s.interval)
+                for index in range(s.fleet_runs):
+                    new_issue(repo, f"run {index}", prompt_for(0))
+                started = time.perf_counter()
+                with watching(repo) as watch:
+                    done = watch.wait_for(
+                        lambda ev: sum(e.get("event") == "finished" for e in ev) >= s.fleet_runs,
+                        timeout=120 + 30 * s.fleet_runs,
+                    )
+                embedded.append((done - started) / s.fleet_runs)
+
+                repo = self.repo(concurrency=1, interval=s.interval)
+                config = json.loads((repo / "config.json").read_text())
+                config["engine"] = {
+                    "kind": "temporal",
+                    "address": f"127.0.0.1:{frontend}",
+                    "task_queue": f"bench-{pair}",
+                }
+                (repo / "config.json").write_text(json.dumps(config, indent=2))
+                for index in range(s.fleet_runs):
+                    new_issue(repo, f"run {index}", prompt_for(0))
+                with watching(repo, command=("worker", "--json", "--lanes", "1", "--id", f"bench-{pair}")) as worker:
+                    assert worker.child.stderr is not None
+                    if b"lane(s)" not in worker.child.stderr.readline():  # it polls
+                        raise RuntimeError("beflow worker did not start")
+                    started = time.perf_counter()
+                    subprocess.run(beflow(repo, "watch", "--once"), cwd=repo, check=True, capture_output=True)
+                    done = worker.wait_for(
+                        lambda ev: sum(e.get("event") == "finished" for e in ev) >= s.fleet_runs,
+                        timeout=120 + 30 * s.fleet_runs,
+                    )
+                fleet.append((done - started) / s.fleet_runs)
+        finally:
+            server.terminate()
+            server.wait(60)
+        base, value = median(embedded), median(fleet)
+        added = value - base
+        self.add(
+            Row(
+                "fleet",
+                f"a run on a fleet (Temporal), {s.fleet_runs} runs in 1 lane",
+                "beflow watch",
+                base,
+                value,
+                "s",
+                "<= +150 ms",
+                added <= 0.15,
+                value / base,
+                {"watch": embedded, "fleet": fleet},
+                f"Temporal adds {added * 1000:+.0f} ms a run",
             )
         )
 

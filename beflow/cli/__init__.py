@@ -30,6 +30,8 @@ COMMANDS = {
     "mcp": "beflow.cli.mcp:group",
     "restore": "beflow.cli.restore:command",
     "watch": "beflow.cli.watch:command",
+    "worker": "beflow.cli.fleet:worker",
+    "temporal": "beflow.cli.fleet:group",
     "serve": "beflow.cli.serve:command",
     "demo": "beflow.cli.demo:command",
     "docs": "beflow.cli.docs:command",

@@ -9,9 +9,9 @@ from beflow.checkout import invisible_changes
 from beflow.cli.common import App, emit_json, err, escape, pass_app
 from beflow.cli.progress import OUTCOME_STYLE, Progress
 from beflow.events import IDLE, AgentProgress, Finished, Notice, RunEvent, Started
+from beflow.fleet.claims import open_tracker
 from beflow.records import FAILED_OUTCOMES
 from beflow.runner import run_many
-from beflow.trackers import open_tracker
 
 
 @click.command(
@@ -29,7 +29,7 @@ def auto(app: App, keys: tuple[str, ...], limit: int | None, concurrency: int, a
     worktree on branch beflow/<key>; commit, record, update the tracker, exit."""
     hardening.keep_private()  # before any agent runs: its process cannot read beflow's (docs/safety.md)
     project = app.project()
-    tracker = open_tracker(project)
+    tracker = open_tracker(project)  # (the fleet's claims, on the Temporal engine)
     note = invisible_changes(project)
     if note and as_json:
         emit_json({"event": "notice", "issue": None, "message": note})

@@ -129,6 +129,10 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
     runs are cancelled, their files restored and recorded, then beflow exits 130)."""
     hardening.keep_private()  # before any agent runs: its process cannot read beflow's (docs/safety.md)
     project = app.project()
+    if project.config.engine.kind == "temporal":  # the fleet's workers run the issues; this starts their workflows
+        from beflow.cli.fleet import watch_fleet
+
+        return watch_fleet(project, once=once, as_json=as_json, http=http)
     live: Live | None = None
     # A reader that stops reading never holds up the runs, the dispatcher or a signal (beflow.cli.stream).
     stream = EventStream() if as_json else None

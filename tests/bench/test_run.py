@@ -28,6 +28,7 @@ ROWS = (
     "http",
     "feedback",
     "sandbox",
+    "fleet",
 )
 
 

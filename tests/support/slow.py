@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import pytest
 
 #: Fixtures that start acpx or a beflow process, or hand the test what it needs to (the pinned acpx).
-SLOW_FIXTURES = frozenset({"acpx_bin", "beflow_process", "auto_project", "finished_run"})
+SLOW_FIXTURES = frozenset({"acpx_bin", "beflow_process", "auto_project", "finished_run", "temporal_server"})
 
 #: Folders whose every test runs beflow as a real process (the benchmarks run it many times).
 SLOW_FOLDERS = ("faults", "bench")

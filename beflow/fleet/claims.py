@@ -1,0 +1,127 @@
+"""The claim store of a fleet: a running workflow holds its issue.
+
+Temporal keeps one running workflow per id, and an issue's workflow id names its tracker and key
+(:func:`beflow.fleet.shapes.workflow_id`): that is the exactly-once start, and so the one authority for who runs
+an issue. A run inside the workflow (the worker's run activity) holds its issue through the workflow: the worker
+says so (:meth:`FleetClaims.holding`) before it starts the run, and the runner's ``tracker.claim`` is answered
+from that. A run outside the fleet (``beflow --auto`` on the same project) is refused while the issue's workflow
+runs, and otherwise takes the tracker's own claim, which the fleet's questions count too. The runner and the
+dispatcher see only :class:`~beflow.trackers.base.Claim` objects: nothing in them knows of Temporal.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import os
+import socket
+import threading
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from beflow import trackers
+from beflow.config import Project, TemporalEngineSettings
+from beflow.errors import LockedError
+from beflow.fleet.remote import Bridge
+from beflow.fleet.shapes import workflow_id
+from beflow.trackers import LocalTracker, Tracker
+from beflow.trackers.base import Claim, ClaimInfo, utc_now
+from beflow.trackers.claims import ClaimStore
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+
+class FleetClaims:
+    """Claims as running workflows, over the tracker's own store (``inner``) for runs outside the fleet."""
+
+    def __init__(self, settings: TemporalEngineSettings, tracker: str, inner: ClaimStore) -> None:
+        self.settings = settings
+        self.tracker = tracker
+        self.inner = inner
+        self._bridge = Bridge(settings)
+        self._lock = threading.Lock()
+        #: The issues this process runs inside their workflows (key → workflow id): the worker's run activities.
+        self._mine: dict[str, str] = {}
+
+    @contextlib.contextmanager
+    def holding(self, key: str, workflow: str) -> Iterator[None]:
+        """Within the block, this process runs ``key`` for its workflow ``workflow``: its claims are answered."""
+        with self._lock:
+            self._mine[key] = workflow
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._mine.pop(key, None)
+
+    def claim(self, key: str, owner: str) -> Claim:
+        with self._lock:
+            workflow = self._mine.get(key)
+        info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
+        if workflow is not None:
+            return Claim(info, lambda: None)  # the workflow holds it: it ends when the workflow does
+        running = self.holder(key)
+        if running is not None:
+            raise LockedError(
+                f"issue {key} is run by the fleet ({running.owner})",
+                fix="Let the fleet run it, or cancel its workflow (`beflow docs fleet`).",
+            )
+        return self.inner.claim(key, owner)
+
+    def holder(self, key: str) -> ClaimInfo | None:
+        running = self._running([key])
+        if key in running:
+            return ClaimInfo(
+                key=key,
+                owner=f"workflow {workflow_id(self.tracker, key)}",
+                pid=0,
+                host="temporal",
+                since=running[key] or utc_now(),
+            )
+        return self.inner.holder(key)
+
+    def last_holder(self, key: str) -> ClaimInfo | None:
+        return self.inner.last_holder(key)
+
+    def held(self, keys: Iterable[str]) -> set[str]:
+        keys = list(keys)
+        if not keys:
+            return set()
+        return set(self._running(keys)) | self.inner.held(keys)
+
+    def _running(self, keys: list[str]) -> dict[str, datetime.datetime]:
+        """Which of ``keys`` have a running workflow (each asked of the service, strongly consistent), and since
+        when."""
+        from temporalio.client import WorkflowExecutionStatus
+        from temporalio.service import RPCError, RPCStatusCode
+
+        async def one(client: Client, key: str) -> tuple[str, datetime.datetime] | None:
+            try:
+                described = await client.get_workflow_handle(workflow_id(self.tracker, key)).describe()
+            except RPCError as error:
+                if error.status == RPCStatusCode.NOT_FOUND:
+                    return None
+                raise
+            if described.status == WorkflowExecutionStatus.RUNNING:
+                return key, described.start_time
+            return None
+
+        async def all_of(client: Client) -> dict[str, datetime.datetime]:
+            found = await asyncio.gather(*(one(client, key) for key in keys))
+            return dict(pair for pair in found if pair is not None)
+
+        return self._bridge.ask(all_of)
+
+
+def open_tracker(project: Project) -> Tracker:
+    """The project's tracker (:func:`beflow.trackers.open_tracker`); on the Temporal engine, its claims answered by
+    the fleet's running workflows (one authority for who runs an issue), so that a run outside the fleet
+    (``beflow --auto`` by hand) and the fleet's workers never run an issue twice."""
+    tracker = trackers.open_tracker(project)
+    if project.config.engine.kind == "temporal" and isinstance(tracker, LocalTracker):
+        from beflow.fleet.shapes import engine_of, tracker_id
+
+        tracker.claims = FleetClaims(engine_of(project), tracker_id(project), tracker.claims)
+    return tracker

@@ -1,0 +1,169 @@
+"""``beflow watch`` on a fleet: ready issues become workflows; the workers run them.
+
+Every tick (the first at once, then every ``watch.interval`` seconds, or sooner when the local tracker's files
+change) the dispatcher settles and requeues orphans as the embedded watch does (an issue ``in_progress`` that no
+running workflow holds), starts a workflow for every ready issue that no workflow holds, and cancels the workflow
+of an issue closed or moved by hand. Starting an issue's workflow twice — two dispatchers, on two machines, at the
+same moment — starts it once: its id names the tracker and the key, and Temporal keeps one running workflow per
+id. So any number of dispatchers may run; none keeps state of its own between ticks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from beflow import workers
+from beflow.config import Project
+from beflow.errors import BeflowError
+from beflow.events import WatchEvent, WatchEventKind
+from beflow.fleet.claims import open_tracker
+from beflow.fleet.remote import Unreachable, connect
+from beflow.fleet.shapes import (
+    WORKFLOW,
+    IssueStart,
+    engine_of,
+    run_timeout,
+    tracker_id,
+    workflow_id,
+)
+from beflow.lifecycle import requeue_orphans, settle_orphans
+from beflow.records import RunStore
+from beflow.trackers import Issue, Status, reading_once
+from beflow.trackers.base import WatchesDirectories
+from beflow.wake import Wakeup, watch_directories
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+Listener = Callable[[WatchEvent], None]
+
+#: Statuses whose issue still wants its workflow (running, or waiting for its next attempt).
+LIVE = (Status.READY, Status.IN_PROGRESS)
+#: Seconds an issue's workflow must be seen running with its issue moved on before it is cancelled.
+MOVED_GRACE = 2.0
+
+
+class FleetDispatcher:
+    """One dispatcher of a fleet (as many as wanted may run)."""
+
+    def __init__(self, project: Project, listener: Listener | None = None) -> None:
+        self.project = project
+        self.settings = engine_of(project)
+        self.tracker = open_tracker(project)
+        self.tracker_id = tracker_id(project)
+        self.listener = listener
+        #: Workflows this dispatcher started (its own count; a start that joined another's is not one).
+        self.started: list[str] = []
+        #: Running workflows whose issue was seen moved on (closed, by hand), and since when.
+        self._moved: dict[str, float] = {}
+
+    def emit(self, kind: WatchEventKind, issue: str | None = None, **data: Any) -> None:
+        if self.listener is not None:
+            workers.on_the_loop(self.listener, WatchEvent.of(kind, issue, **data))
+
+    async def watch(self, *, once: bool = False) -> list[str]:
+        """Tick until cancelled (``once``: one tick); the keys whose workflows this dispatcher started."""
+        import anyio
+        from temporalio.service import RPCError
+
+        client = await connect(self.settings)
+        wakeup = Wakeup()
+        async with anyio.create_task_group() as tasks:
+            if not once:
+                tasks.start_soon(watch_directories, self._watched, wakeup)
+            while True:
+                try:
+                    await self.tick(client)
+                except Unreachable as error:
+                    if once:
+                        raise
+                    self.emit("error", message=error.message)  # the service restarts: try again next tick
+                except RPCError as error:
+                    if once:
+                        raise Unreachable(f"Temporal at {self.settings.address}: {error.message}") from None
+                    self.emit("error", message=f"Temporal at {self.settings.address}: {error.message}")
+                if once:
+                    tasks.cancel_scope.cancel()
+                    break
+                await wakeup.wait(self.project.config.watch.interval)
+        return list(self.started)
+
+    def _watched(self) -> list[Path]:
+        return self.tracker.watched_directories() if isinstance(self.tracker, WatchesDirectories) else []
+
+    async def tick(self, client: Client) -> None:
+        ready = await workers.blocking(self._survey)
+        for issue in ready:
+            await self.start(client, issue.key)
+        await self._reconcile(client)
+
+    def _survey(self) -> list[Issue]:
+        """Settle and requeue orphans; the ready issues no workflow holds."""
+        try:
+            with reading_once(self.tracker):
+                store = RunStore(self.project.directory)
+                for key in settle_orphans(self.tracker, store):
+                    self.emit("settled", key, reason="its run had finished; the issue now says so")
+                for issue in requeue_orphans(self.tracker):
+                    self.emit("requeued", issue.key, reason="its run stopped without finishing")
+                return self.tracker.ready()
+        except Unreachable:
+            raise
+        except BeflowError as error:
+            self.emit("error", message=error.message)
+        except OSError as error:
+            self.emit("error", message=f"{type(error).__name__}: {error}")
+        return []
+
+    async def start(self, client: Client, key: str) -> bool:
+        """Start ``key``'s workflow; False: it runs already (this start joined it)."""
+        from temporalio.common import WorkflowIDReusePolicy
+        from temporalio.exceptions import WorkflowAlreadyStartedError
+
+        start = IssueStart(key=key, heartbeat=self.settings.heartbeat, run_timeout=run_timeout(self.project), attempt=1)
+        try:
+            await client.start_workflow(
+                WORKFLOW,
+                start,
+                id=workflow_id(self.tracker_id, key),
+                task_queue=self.settings.task_queue,
+                # An issue that is ready again after its workflow ended (requeued by hand) gets a new one.
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            )
+        except WorkflowAlreadyStartedError:
+            return False
+        self.started.append(key)
+        self.emit("dispatched", key, attempt=1, workflow=workflow_id(self.tracker_id, key))
+        return True
+
+    async def _reconcile(self, client: Client) -> None:
+        """Cancel the workflows of issues closed or moved by hand (their run stops, its files put back)."""
+        from temporalio.service import RPCError
+
+        prefix = workflow_id(self.tracker_id, "")
+        query = f'WorkflowType = "{WORKFLOW}" AND ExecutionStatus = "Running"'
+        running = [w.id async for w in client.list_workflows(query) if w.id.startswith(prefix)]
+        now = time.monotonic()
+        self._moved = {w: seen for w, seen in self._moved.items() if w in running}
+        for workflow in running:
+            key = workflow.removeprefix(prefix)
+            try:
+                status = await workers.blocking(lambda key=key: self.tracker.get(key).status)
+            except BeflowError:
+                continue  # unreadable for a moment: look again next tick
+            if status in LIVE:
+                self._moved.pop(workflow, None)
+                continue
+            # A run that ended moves its issue on itself, a moment before its workflow ends (and the list lags
+            # behind that): only an issue seen moved on twice, MOVED_GRACE seconds apart, was moved by hand.
+            first = self._moved.setdefault(workflow, now)
+            if now - first >= MOVED_GRACE:
+                try:
+                    await client.get_workflow_handle(workflow).cancel()
+                except RPCError:
+                    continue  # it ended meanwhile (the list lags a little behind the workflows)
+                del self._moved[workflow]
+                self.emit("cancelled", key, reason=f"the issue is now {status}")

@@ -1,0 +1,137 @@
+"""What crosses Temporal, and the names both sides agree on.
+
+Everything here is stored in the Temporal service's database (workflow inputs, activity inputs and results,
+heartbeats, queries): it carries keys, ids, outcomes and counts, never a token, an injected server value, a
+prompt or a transcript. Records stay on the worker that ran the run, as under ``beflow watch``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+from beflow.config import GitHubTrackerSettings, Project, TemporalEngineSettings
+from beflow.errors import ConfigError
+
+#: The workflow type and the activity names (stable: a running workflow's history names them).
+WORKFLOW = "beflow.issue"
+CLAIM_LANE = "beflow.claim_lane"
+RUN_ISSUE = "beflow.run_issue"
+
+#: The failure type of a run whose worker was stopped (SIGTERM, Ctrl-C): the workflow takes it up elsewhere.
+WORKER_STOPPED = "WorkerStopped"
+
+#: How many times a run is resumed on another worker after its worker went silent, before the workflow fails.
+MAX_RESUMES = 5
+
+
+@dataclass
+class IssueStart:
+    """A workflow's input: the issue, and the timeouts it runs with (fixed when it starts)."""
+
+    key: str
+    #: Seconds a run's worker may go unheard before the run is resumed elsewhere (``engine.heartbeat``).
+    heartbeat: float
+    #: Seconds one run may take at most (the config's ``timeout`` and a margin for delivery).
+    run_timeout: float
+    attempt: int = 1
+
+
+@dataclass
+class LaneRequest:
+    key: str
+    workflow_id: str
+
+
+@dataclass
+class Lane:
+    """A lane held on one worker: the run goes to that worker's own task queue."""
+
+    worker: str
+    queue: str
+
+
+@dataclass
+class RunInput:
+    key: str
+    workflow_id: str
+    attempt: int
+    #: The run is taken up after its worker went silent: the issue is ``in_progress`` already.
+    resumed: bool = False
+
+
+@dataclass
+class RunEnd:
+    """How a run ended, and what the workflow does next (:func:`beflow.policy.after_run`'s decision)."""
+
+    #: ``done``, ``retry``, ``give_up``, ``nothing`` (cancelled), or ``skipped`` (no longer ready: not ours).
+    action: str
+    run_id: str | None = None
+    outcome: str | None = None
+    delay: float = 0.0
+    worker: str = ""
+
+
+@dataclass
+class IssueState:
+    """What the workflow's ``state`` query answers."""
+
+    key: str
+    phase: str = "starting"
+    attempt: int = 1
+    worker: str = ""
+    run_id: str | None = None
+    resumes: int = 0
+    outcome: str | None = None
+
+
+@dataclass
+class IssueEnd:
+    key: str
+    action: str
+    outcome: str | None
+    run_id: str | None
+    attempts: int
+    #: The worker that ran the last attempt.
+    worker: str = ""
+
+
+def engine_of(project: Project) -> TemporalEngineSettings:
+    engine = project.config.engine
+    if not isinstance(engine, TemporalEngineSettings):
+        raise ConfigError(
+            f"{project.config_name}: engine: this needs the Temporal engine",
+            fix='Set "engine": {"kind": "temporal", ...} (`beflow docs fleet`).',
+        )
+    return engine
+
+
+def tracker_id(project: Project) -> str:
+    """The tracker, named the same on every machine: GitHub's repository (configured, or the checkout's
+    ``origin``), or the local tracker's directory (a local tracker lives on one machine; its path and a short digest
+    of it tell two projects apart)."""
+    tracker = project.config.tracker
+    if isinstance(tracker, GitHubTrackerSettings):
+        from beflow.trackers.github import api_url, repo_from_remote
+
+        return f"github:{tracker.repo or repo_from_remote(project, api_url(tracker))}"
+    name = re.sub(r"[^A-Za-z0-9._-]+", "-", project.directory.name)[:40] or "project"
+    return f"local:{name}-{hashlib.sha256(str(project.tracker_dir).encode()).hexdigest()[:10]}"
+
+
+def workflow_id(tracker: str, key: str) -> str:
+    """The issue's workflow id: its tracker and its key. Temporal keeps one running workflow per id, so a second
+    start from any dispatcher joins the first: exactly-once without leases."""
+    return f"beflow/{tracker}/{key}"
+
+
+def worker_queue(task_queue: str, worker: str) -> str:
+    """The task queue of one worker: every step of a run after its lane is claimed goes there, to the worker that
+    holds the run's worktree."""
+    return f"{task_queue}/worker/{worker}"
+
+
+def run_timeout(project: Project) -> float:
+    """The longest one run activity may take: the agent's timeout, and time for the steps around it."""
+    return (project.config.timeout or 24 * 3600.0) + 600.0

@@ -1,0 +1,342 @@
+"""``beflow worker``: one machine's lanes in the fleet, and the activities that run issues on them.
+
+A worker polls two task queues: the fleet's (``engine.task_queue``: the issues' workflows, and the claims of a
+lane) and its own (:func:`~beflow.fleet.shapes.worker_queue`: the runs of the lanes it claimed). A lane's claim
+succeeds only on a worker with a free lane, and names that worker's own queue; the run then goes there, so every
+step after the worktree is made runs on the machine that holds the worktree. The run is exactly a ``watch`` run
+(:class:`beflow.runner.Run`: record, tracker updates, delivery as today); it heartbeats while it lives, and the
+activity's cancellation (the workflow cancelled) becomes the run's own cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import anyio
+from temporalio import activity
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
+from temporalio.worker import (
+    CustomSlotSupplier,
+    FixedSizeSlotSupplier,
+    SlotMarkUsedContext,
+    SlotPermit,
+    SlotReleaseContext,
+    SlotReserveContext,
+    Worker,
+    WorkerTuner,
+)
+
+from beflow import workers
+from beflow.codehosts import open_code_host
+from beflow.config import Project
+from beflow.errors import BeflowError, LockedError
+from beflow.events import RunEvent, WatchEvent
+from beflow.fleet.claims import FleetClaims, open_tracker
+from beflow.fleet.remote import connect
+from beflow.fleet.shapes import (
+    CLAIM_LANE,
+    RUN_ISSUE,
+    WORKER_STOPPED,
+    Lane,
+    LaneRequest,
+    RunEnd,
+    RunInput,
+    engine_of,
+    worker_queue,
+)
+from beflow.fleet.workflow import IssueWorkflow
+from beflow.lifecycle import RunRequest
+from beflow.policy import after_run, is_final
+from beflow.records import RunRecord, RunStore
+from beflow.trackers import LocalTracker
+
+#: Seconds a claimed lane waits for its run before it is free again (the run was never taken: its workflow was
+#: cancelled, or timed the run out while waiting).
+LANE_HOLD = 60.0
+
+Listener = Callable[[WatchEvent | RunEvent], None]
+
+
+def default_name() -> str:
+    """A worker's name when none is given: its host and process."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+@dataclass
+class Lanes:
+    """A worker's lanes: each held by one workflow, from its lane's claim to its run's end. Asked from the
+    worker's event loop and from the SDK's threads (its slot supplier), hence the lock."""
+
+    count: int
+    #: workflow id → until when the lane waits for the run (``inf`` while the run runs).
+    held: dict[str, float] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    #: What to call when a lane may have become free (the slot supplier's waiters).
+    on_free: Callable[[], None] = lambda: None
+
+    def free_now(self, now: float) -> int:
+        with self._lock:
+            self._expire(now)
+            return self.count - len(self.held)
+
+    def take(self, workflow: str, now: float) -> bool:
+        """Hold a lane for ``workflow`` (again, if it holds one); False: none is free."""
+        with self._lock:
+            self._expire(now)
+            if workflow not in self.held and len(self.held) >= self.count:
+                return False
+            self.held[workflow] = max(self.held.get(workflow, 0.0), now + LANE_HOLD)
+            return True
+
+    def running(self, workflow: str) -> None:
+        with self._lock:
+            self.held[workflow] = float("inf")
+
+    def free(self, workflow: str) -> None:
+        with self._lock:
+            self.held.pop(workflow, None)
+        self.on_free()
+
+    def _expire(self, now: float) -> None:
+        for other, until in list(self.held.items()):
+            if until < now:
+                del self.held[other]
+
+
+class LaneSlots(CustomSlotSupplier):
+    """The activity slots of the fleet's queue on one worker: a slot is offered only while a lane is free, so the
+    worker asks the service for a lane's claim only when it can grant one, and asks again the moment a lane frees
+    (no claim waits on a busy worker, none is retried on a timer)."""
+
+    def __init__(self, lanes: Lanes) -> None:
+        self.lanes = lanes
+        self.reserved = 0
+        self._lock = threading.Lock()
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        lanes.on_free = self._wake
+
+    def _wake(self) -> None:
+        with self._lock:
+            waiters, self._waiters = self._waiters, []
+        for loop, event in waiters:
+            loop.call_soon_threadsafe(event.set)
+
+    def _try(self) -> bool:
+        with self._lock:
+            if self.lanes.free_now(time.monotonic()) - self.reserved > 0:
+                self.reserved += 1
+                return True
+            return False
+
+    async def reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit:
+        while not self._try():
+            event = asyncio.Event()
+            with self._lock:
+                self._waiters.append((asyncio.get_running_loop(), event))
+            # A lane held for a run that never came frees by time alone: look again now and then.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), 1.0)
+        return SlotPermit()
+
+    def try_reserve_slot(self, ctx: SlotReserveContext) -> SlotPermit | None:
+        return SlotPermit() if self._try() else None
+
+    def mark_slot_used(self, ctx: SlotMarkUsedContext) -> None:
+        pass
+
+    def release_slot(self, ctx: SlotReleaseContext) -> None:
+        with self._lock:
+            self.reserved = max(0, self.reserved - 1)
+        self._wake()
+
+
+def _why_cancelled(worker: str, details: activity.ActivityCancellationDetails | None) -> str:
+    """Why a run activity was cancelled, for its record."""
+    if details is not None and details.worker_shutdown:
+        return f"worker {worker} stopped"
+    if details is not None and details.cancel_requested:
+        return "its workflow was cancelled"
+    if details is not None and details.timed_out:
+        return f"worker {worker} was not heard from in time: the run is taken up again"
+    return f"worker {worker} lost its hold on the run (Temporal no longer knows it): the run is taken up again"
+
+
+class FleetWorker:
+    """The activities of one worker, on one project (the directory ``beflow worker`` was started in)."""
+
+    def __init__(self, project: Project, lanes: int, name: str, listener: Listener | None = None) -> None:
+        self.project = project
+        self.settings = engine_of(project)
+        self.name = name
+        self.queue = worker_queue(self.settings.task_queue, name)
+        self.lanes = Lanes(lanes)
+        self.listener = listener
+        self.tracker = open_tracker(project)
+        self.code_host = open_code_host(project, self.tracker)
+
+    def _tell(self, event: WatchEvent | RunEvent) -> None:
+        if self.listener is not None:
+            try:
+                self.listener(event)
+            except Exception:  # a display that is gone must not stop the runs
+                self.listener = None
+
+    @activity.defn(name=CLAIM_LANE)
+    async def claim_lane(self, request: LaneRequest) -> Lane:
+        """A lane of this worker for the workflow, or a failure that Temporal retries (on any worker)."""
+        if not self.lanes.take(request.workflow_id, time.monotonic()):
+            # Rare (a slot is offered only while a lane is free, LaneSlots) and benign: not worth a log line.
+            raise ApplicationError(
+                f"no free lane on {self.name}", type="NoFreeLane", category=ApplicationErrorCategory.BENIGN
+            )
+        return Lane(worker=self.name, queue=self.queue)
+
+    @activity.defn(name=RUN_ISSUE)
+    async def run_issue(self, run: RunInput) -> RunEnd:
+        """The run, heartbeating; cancelled through the run's own cancellation when the workflow is."""
+        self.lanes.running(run.workflow_id)
+        scope = anyio.CancelScope()
+        why: list[str] = []
+        work = asyncio.ensure_future(self._run(run, scope, lambda: why[0] if why else None))
+        beat = asyncio.ensure_future(self._heartbeats(run))
+        cancelled = stopping = False
+        try:
+            while not work.done():
+                try:
+                    await asyncio.shield(work)
+                except asyncio.CancelledError:
+                    if work.done():
+                        break
+                    # Temporal cancels the activity's task; the run must end its own way instead (the agent
+                    # stopped, the managed file put back, the record closed): it is cancelled, then waited for.
+                    cancelled = True
+                    details = activity.cancellation_details()
+                    # The workflow's cancellation is the service's request; anything else (this worker stopping,
+                    # the run timed out or unknown to a restarted service) is not the issue's end: taken up again.
+                    stopping = details is None or details.worker_shutdown or not details.cancel_requested
+                    why.append(_why_cancelled(self.name, details))
+                    scope.cancel()
+        finally:
+            beat.cancel()
+            self.lanes.free(run.workflow_id)
+        if cancelled:
+            if stopping:
+                # Not the workflow's cancellation: the run is taken up again on another worker.
+                raise ApplicationError(f"{why[0]} (worker {self.name})", type=WORKER_STOPPED)
+            raise asyncio.CancelledError
+        return work.result()
+
+    async def _heartbeats(self, run: RunInput) -> None:
+        """Tell the service the run lives, a few times per heartbeat timeout (the SDK sends at most one per 0.8 of
+        it); the details are the key and the worker's name, nothing of the run's content."""
+        every = max(0.2, self.settings.heartbeat / 4)
+        while True:
+            activity.heartbeat(run.key, self.name)
+            await asyncio.sleep(every)
+
+    async def _run(self, run: RunInput, scope: anyio.CancelScope, because: Callable[[], str | None]) -> RunEnd:
+        from beflow.mcp.journal import recover_orphans
+        from beflow.runner import NoLongerReady
+
+        project, watch = self.project, self.project.config.watch
+        store = RunStore(project.directory)
+        if run.resumed:  # a killed worker's run: its record closed, its managed file put back
+            await workers.blocking(store.close_orphans)
+            await workers.blocking(recover_orphans)
+        request = RunRequest(
+            key=run.key,
+            mode="watch",
+            attempt=run.attempt,
+            final=is_final(run.attempt, watch),
+            only_if_ready=not run.resumed,
+            owner=f"beflow worker {self.name}",
+        )
+        run_ids: list[str] = []
+
+        def on_event(event: RunEvent) -> None:
+            if not run_ids:
+                run_ids.append(event.run_id)
+            self._tell(event)
+
+        claims = self.tracker.claims if isinstance(self.tracker, LocalTracker) else None
+        record: RunRecord | None = None
+        try:
+            with scope:
+                if isinstance(claims, FleetClaims):
+                    with claims.holding(run.key, run.workflow_id):
+                        record = await self._execute(project, request, on_event, because)
+                else:
+                    record = await self._execute(project, request, on_event, because)
+        except (NoLongerReady, LockedError) as error:
+            self._tell(WatchEvent.of("skipped", run.key, reason=error.message))
+            return RunEnd(action="skipped", worker=self.name)
+        except BeflowError as error:  # closed, gone: nothing to run
+            self._tell(WatchEvent.of("error", run.key, message=error.message))
+            return RunEnd(action="skipped", worker=self.name)
+        if record is None and run_ids:
+            record = await workers.blocking(store.get, run_ids[0])
+        if record is None:
+            return RunEnd(action="nothing", worker=self.name)
+        step = after_run(
+            record.outcome, run.attempt, permanent=record.permanent, reason=record.stop_reason or "", watch=watch
+        )
+        return RunEnd(action=step.action, run_id=record.id, outcome=record.outcome, delay=step.delay, worker=self.name)
+
+    async def _execute(
+        self,
+        project: Project,
+        request: RunRequest,
+        on_event: Callable[[RunEvent], None],
+        because: Callable[[], str | None],
+    ) -> RunRecord:
+        from beflow.runner import Run
+
+        run = Run(project, self.tracker, request, on_event, cancelled_because=because, code_host=self.code_host)
+        return await run.execute()
+
+    async def serve(self, ready: Callable[[], None] | None = None) -> None:
+        """Poll the fleet's queue and this worker's own until cancelled."""
+        client = await connect(self.settings)
+        shared = Worker(
+            client,
+            task_queue=self.settings.task_queue,
+            workflows=[IssueWorkflow],
+            activities=[self.claim_lane],
+            identity=self.name,
+            tuner=WorkerTuner.create_composite(
+                workflow_supplier=FixedSizeSlotSupplier(100),
+                activity_supplier=LaneSlots(self.lanes),
+                local_activity_supplier=FixedSizeSlotSupplier(10),
+                nexus_supplier=FixedSizeSlotSupplier(10),
+            ),
+        )
+        own = Worker(
+            client,
+            task_queue=self.queue,
+            activities=[self.run_issue],
+            max_concurrent_activities=self.lanes.count,
+            identity=self.name,
+            # A worker that stops cancels its runs at once (each ends its own way: the agent stopped, files put
+            # back, the record closed); their workflows take them up on another worker.
+            graceful_shutdown_timeout=timedelta(0),
+        )
+        polling = [asyncio.ensure_future(worker.run()) for worker in (shared, own)]
+        try:
+            if ready is not None:
+                ready()
+            done, _ = await asyncio.wait(polling, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                task.result()  # a worker that failed (the service gone for good) says why
+        finally:
+            # The shutdown itself must not be cut short by the cancellation that asked for it: the runs end first.
+            with anyio.CancelScope(shield=True):
+                await asyncio.gather(own.shutdown(), shared.shutdown(), return_exceptions=True)
+                await asyncio.gather(*polling, return_exceptions=True)

@@ -1,0 +1,119 @@
+"""The issue's workflow: one per issue, from its first dispatch to its last run.
+
+Deterministic (Temporal replays it from its history): it decides nothing of its own but which activity comes
+next; how a run ended and what follows (retry, give up) is the worker's call through :mod:`beflow.policy`, and
+comes back in :class:`~beflow.fleet.shapes.RunEnd`.
+
+claim a lane (any worker with a free one) → the run on that worker's own queue (heartbeating) → done; or a
+durable timer and the next attempt; or, when the worker went silent (killed, cut off), the same attempt again on
+another worker. Cancelling the workflow cancels the running activity, which stops the agent through the run's own
+cancellation (the managed file restored, the record closed ``cancelled``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, TimeoutError, TimeoutType
+from temporalio.workflow import ActivityCancellationType
+
+with workflow.unsafe.imports_passed_through():
+    from beflow.fleet.shapes import (
+        CLAIM_LANE,
+        MAX_RESUMES,
+        RUN_ISSUE,
+        WORKER_STOPPED,
+        WORKFLOW,
+        IssueEnd,
+        IssueStart,
+        IssueState,
+        Lane,
+        LaneRequest,
+        RunEnd,
+        RunInput,
+    )
+
+#: A worker polls for lane claims only while it has a free lane (beflow.fleet.worker.LaneSlots); a claim that
+#: finds its lane taken after all (a rare race) fails at once and is tried again, on whichever worker polls.
+LANE_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200), backoff_coefficient=1.5, maximum_interval=timedelta(seconds=2)
+)
+#: A run is never retried by the service: its queue is its worker's, which may be gone. The workflow claims a lane
+#: again instead.
+RUN_ONCE = RetryPolicy(maximum_attempts=1)
+
+
+@workflow.defn(name=WORKFLOW)
+class IssueWorkflow:
+    def __init__(self) -> None:
+        self._state = IssueState(key="")
+
+    @workflow.query(name="state")
+    def state(self) -> IssueState:
+        """Where the issue's work is: its phase, attempt, worker and latest run."""
+        return self._state
+
+    # Review rounds come in here: a signal (feedback on the run's pull request) will queue a round, and the loop
+    # below will wait for it (``workflow.wait_condition``) after a run that finished, instead of ending.
+
+    @workflow.run
+    async def run(self, start: IssueStart) -> IssueEnd:
+        state = self._state = IssueState(key=start.key, attempt=start.attempt)
+        info = workflow.info()
+        resumed = False
+        while True:
+            state.phase = "waiting for a lane"
+            lane = await workflow.execute_activity(
+                CLAIM_LANE,
+                LaneRequest(key=start.key, workflow_id=info.workflow_id),
+                result_type=Lane,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=LANE_RETRY,
+            )
+            state.phase, state.worker = "running", lane.worker
+            try:
+                end = await workflow.execute_activity(
+                    RUN_ISSUE,
+                    RunInput(key=start.key, workflow_id=info.workflow_id, attempt=state.attempt, resumed=resumed),
+                    result_type=RunEnd,
+                    task_queue=lane.queue,
+                    # The lane is held for this run: a worker that died before it took the run frees it soon.
+                    schedule_to_start_timeout=timedelta(seconds=max(start.heartbeat, 10.0)),
+                    start_to_close_timeout=timedelta(seconds=start.run_timeout),
+                    heartbeat_timeout=timedelta(seconds=start.heartbeat),
+                    retry_policy=RUN_ONCE,
+                    cancellation_type=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                )
+            except ActivityError as error:
+                if isinstance(error.cause, CancelledError):
+                    raise asyncio.CancelledError from error  # the workflow was cancelled: it ends cancelled
+                stopped = isinstance(error.cause, ApplicationError) and error.cause.type == WORKER_STOPPED
+                if not (stopped or isinstance(error.cause, TimeoutError)) or state.resumes >= MAX_RESUMES:
+                    raise
+                # The worker went silent (killed, cut off from the service), was stopped, or never took the run:
+                # the same attempt, on whichever worker has a lane; taken up as in progress if it had started.
+                state.resumes += 1
+                cause = error.cause
+                resumed = resumed or not (
+                    isinstance(cause, TimeoutError) and cause.type == TimeoutType.SCHEDULE_TO_START
+                )
+                continue
+            state.run_id, state.outcome = end.run_id, end.outcome
+            if end.action == "retry":
+                state.phase = "backing off"
+                await workflow.sleep(timedelta(seconds=end.delay))  # a durable timer: it outlives every process
+                state.attempt += 1
+                resumed = False
+                continue
+            state.phase = "ended"
+            return IssueEnd(
+                key=start.key,
+                action=end.action,
+                outcome=end.outcome,
+                run_id=end.run_id,
+                attempts=state.attempt,
+                worker=end.worker,
+            )

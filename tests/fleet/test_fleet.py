@@ -1,0 +1,189 @@
+"""A fleet end to end: workflows started by dispatchers, runs on ``beflow worker`` processes."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import psutil
+from temporalio.client import Client
+
+from beflow.trackers import Status
+from tests.fleet.conftest import HEARTBEAT, Fleet, ask, read_events
+from tests.support.waiting import eventually
+
+
+def test_an_issue_runs_once_on_a_worker_and_its_workflow_ends(fleet: Fleet) -> None:
+    from beflow.config import load_project
+    from beflow.doctor import check_engine
+
+    engine = check_engine(load_project(fleet.project.config_path))
+    assert engine is not None and engine.ok and "answers" in engine.detail  # beflow doctor sees the service
+    key = fleet.project.new_issue("say hello from the fleet", "write notes.txt hi", title="Take notes")
+    worker = fleet.worker("w1")
+    dispatcher = fleet.beflow("watch", "--once", "--json")
+    assert dispatcher.wait(60) == 0, dispatcher.communicate()
+    eventually(lambda: fleet.status(key) == "COMPLETED", "the issue's workflow completing", alive=worker)
+    assert fleet.project.issue(key).status == Status.REVIEW
+    (record,) = fleet.project.records(key)
+    assert record.outcome == "succeeded"
+    assert fleet.project.branch_files(f"beflow/{key}")["notes.txt"] == "hi"
+    end = fleet.result(key)
+    assert end["action"] == "done" and end["run_id"] == record.id
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(60)
+    # The workflow is deterministic: its recorded history replays on the workflow code as it is.
+    from temporalio.worker import Replayer
+
+    from beflow.fleet.workflow import IssueWorkflow
+
+    async def replayed(client: Client) -> None:
+        history = await client.get_workflow_handle(fleet.workflow(key)).fetch_history()
+        await Replayer(workflows=[IssueWorkflow]).replay_workflow(history)
+
+    ask(fleet.address, replayed)
+
+
+def test_two_dispatchers_starting_the_same_issues_start_each_once(fleet: Fleet) -> None:
+    """Ten races of two dispatchers over the same issue: one workflow each time, and one run of each issue."""
+    import asyncio
+
+    from temporalio.client import Client
+
+    from beflow.config import load_project
+    from beflow.fleet.dispatch import FleetDispatcher
+
+    keys = [fleet.project.new_issue(f"say issue {n}", title=f"issue {n}") for n in range(10)]
+    project = load_project(fleet.project.config_path)
+
+    async def race() -> list[tuple[bool, bool]]:
+        one, two = FleetDispatcher(project), FleetDispatcher(project)
+        first, second = await Client.connect(fleet.address), await Client.connect(fleet.address)
+        return [await asyncio.gather(one.start(first, key), two.start(second, key)) for key in keys]
+
+    starts = asyncio.run(race())
+    assert all(sorted(pair) == [False, True] for pair in starts), starts
+
+    async def executions(client: Client) -> list[str]:
+        ids = [fleet.workflow(key) for key in keys]
+        found = [w.id async for w in client.list_workflows(f'TaskQueue = "{fleet.task_queue}"')]
+        for workflow in ids:  # no worker runs them here: they are ended, having been counted
+            await client.get_workflow_handle(workflow).terminate("counted")
+        return sorted(w for w in found if w in ids)
+
+    found = eventually(lambda: ask(fleet.address, executions), "the workflows listed")
+    assert found == sorted(fleet.workflow(key) for key in keys)  # one execution each
+
+
+def test_two_dispatcher_processes_at_once_run_every_ready_issue_once(fleet: Fleet) -> None:
+    keys = [fleet.project.new_issue(f"say issue {n}", title=f"issue {n}") for n in range(3)]
+    worker = fleet.worker("w1", lanes=2)
+    dispatchers = [fleet.beflow("watch", "--once", "--json") for _ in range(2)]
+    dispatched = []
+    for dispatcher in dispatchers:
+        dispatched += [e["issue"] for e in read_events(dispatcher) if e["event"] == "dispatched"]
+        assert dispatcher.returncode == 0
+    assert sorted(dispatched) == sorted(keys)  # each started by one of them
+    for key in keys:
+        eventually(lambda key=key: fleet.status(key) == "COMPLETED", f"issue {key}'s workflow completing", alive=worker)
+        assert [r.outcome for r in fleet.project.records(key)] == ["no_changes"]  # one run: it said something
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(60)
+
+
+def test_a_worker_killed_mid_run_has_its_run_resumed_on_another_worker(fleet: Fleet, tmp_path: Path) -> None:
+    mark = tmp_path / "first-run"
+    key = fleet.project.new_issue(
+        f"run test -e {mark} && exit 0; echo $$ > {mark}; sleep 120",
+        "write result.txt resumed",
+        title="Survive a crash",
+    )
+    first = fleet.worker("w1")
+    dispatcher = fleet.beflow("watch", "--once")
+    assert dispatcher.wait(60) == 0, dispatcher.communicate()
+    eventually(mark.exists, "the first run's agent at work", alive=first)
+    second = fleet.worker("w2")
+    first.kill()  # SIGKILL: no cleanup, no last heartbeat
+    first.wait()
+    eventually(lambda: fleet.status(key) == "COMPLETED", "the workflow completing on the other worker", alive=second)
+    end = fleet.result(key)
+    assert end["worker"] == "w2" and end["action"] == "done"
+    records = fleet.project.records(key)
+    assert sorted(r.outcome for r in records) == ["cancelled", "succeeded"]  # the killed run, closed; the resumed
+    assert fleet.project.branch_files(f"beflow/{key}")["result.txt"] == "resumed"
+    assert fleet.project.issue(key).status == Status.REVIEW
+    shell = int(mark.read_text())
+    eventually(
+        lambda: not psutil.pid_exists(shell) or psutil.Process(shell).status() == "zombie",
+        "the killed worker's agent gone",
+    )
+    second.send_signal(signal.SIGTERM)
+    second.wait(60)
+
+
+def test_cancelling_the_workflow_stops_the_running_agent_and_puts_the_managed_file_back(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    mark = tmp_path / "started"
+    key = fleet.project.new_issue(f"run touch {mark}", "sleep 120", "write never.txt x", title="Long")
+    worker = fleet.worker("w1")
+    dispatcher = fleet.beflow("watch", "--once")
+    assert dispatcher.wait(60) == 0, dispatcher.communicate()
+    eventually(mark.exists, "the agent at work", alive=worker)
+    (running,) = fleet.project.runs.running()
+    acpxrc = Path(running.worktree or "") / ".acpxrc.json" if running.worktree else None
+    cancelled_at = time.monotonic()
+
+    async def cancel(client: Client) -> None:
+        await client.get_workflow_handle(fleet.workflow(key)).cancel()
+
+    ask(fleet.address, cancel)
+    eventually(lambda: fleet.status(key) == "CANCELED", "the workflow ending cancelled", alive=worker)
+    took = time.monotonic() - cancelled_at
+    (record,) = fleet.project.records(key)
+    assert record.outcome == "cancelled" and "its workflow was cancelled" in (record.stop_reason or "")
+    assert took < HEARTBEAT + 15
+    assert acpxrc is None or not acpxrc.exists()
+    assert fleet.project.issue(key).status == Status.READY
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(60)
+
+
+def test_closing_a_running_issue_by_hand_cancels_its_workflow(fleet: Fleet, tmp_path: Path) -> None:
+    mark = tmp_path / "started"
+    key = fleet.project.new_issue(f"run touch {mark}", "sleep 120", title="Closed meanwhile")
+    worker = fleet.worker("w1")
+    watch = fleet.beflow("watch", "--json")
+    eventually(mark.exists, "the agent at work", alive=worker)
+    fleet.project.tracker.set_status(key, Status.CLOSED, note="not needed after all")
+    eventually(lambda: fleet.status(key) == "CANCELED", "the workflow cancelled by the dispatcher", alive=watch)
+    (record,) = fleet.project.records(key)
+    assert record.outcome == "cancelled"
+    assert fleet.project.issue(key).status == Status.CLOSED  # the person's word stands
+    for process in (watch, worker):
+        process.send_signal(signal.SIGTERM)
+        process.wait(60)
+
+
+def test_a_worker_stopped_mid_run_cancels_its_run_and_the_workflow_takes_it_up_elsewhere(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    mark = tmp_path / "first-run"
+    key = fleet.project.new_issue(
+        f"run test -e {mark} && exit 0; touch {mark}; sleep 120", "write result.txt taken up", title="Stopped"
+    )
+    first = fleet.worker("w1")
+    assert fleet.beflow("watch", "--once").wait(60) == 0
+    eventually(mark.exists, "the first run's agent at work", alive=first)
+    second = fleet.worker("w2")
+    first.send_signal(signal.SIGTERM)
+    first.wait(60)
+    eventually(lambda: fleet.status(key) == "COMPLETED", "the workflow completing on the other worker", alive=second)
+    assert fleet.result(key)["worker"] == "w2"
+    stopped, resumed = sorted(fleet.project.records(key), key=lambda r: r.started_at)
+    assert stopped.outcome == "cancelled" and "worker w1 stopped" in (stopped.stop_reason or "")
+    assert resumed.outcome == "succeeded"
+    assert fleet.project.branch_files(f"beflow/{key}")["result.txt"] == "taken up"
+    second.send_signal(signal.SIGTERM)
+    second.wait(60)
