@@ -182,6 +182,8 @@ class LaneData:
     reason: str | None
     #: The run's latest reported usage (its ``usage`` events, then its ``finished`` event's).
     usage: Usage | None = None
+    #: The review round it runs (0: the issue's first run).
+    round: int = 0
 
 
 @dataclass(frozen=True)
@@ -241,7 +243,18 @@ class WatchSource:
         tracker = self.dispatcher.tracker
         return WatchData(
             lanes=[
-                LaneData(r.key, r.run_id, r.attempt, r.started, r.latest, r.progress, r.cancelling, r.reason, r.usage)
+                LaneData(
+                    r.key,
+                    r.run_id,
+                    r.attempt,
+                    r.started,
+                    r.latest,
+                    r.progress,
+                    r.cancelling,
+                    r.reason,
+                    r.usage,
+                    r.round,
+                )
                 for r in snapshot.running
             ],
             queue=[(i.key, i.title, i.priority) for i in snapshot.queue],

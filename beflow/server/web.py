@@ -147,6 +147,7 @@ class Server:
                         title=title,
                         run=lane.run_id,
                         attempt=lane.attempt,
+                        round=lane.round,
                         started=lane.started,
                         elapsed=max(0.0, now - lane.started),
                         latest=lane.latest,

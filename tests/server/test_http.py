@@ -406,3 +406,30 @@ def test_the_state_lists_an_issue_the_tracker_cannot_read_once_with_why(  # type
     (held,) = state["held"]  # named as unreadable, not again as skipped
     assert held["issue"] == "2" and held["held"]["check"] == "unreadable" and held["held"]["fix"]
     assert "issue 2 in octo/hello cannot be read: labels" in held["held"]["message"]
+
+
+def test_a_lane_in_a_review_round_says_which_round(project: Path) -> None:
+    from beflow import workers
+    from beflow.dispatcher import Dispatcher
+    from beflow.lanes import Running
+    from beflow.server.live import WatchSource
+
+    loaded = load_project(project / ".beflow" / "config.json")
+    hub = Hub()
+
+    async def scenario() -> tuple[dict[str, Any], str]:
+        dispatcher = Dispatcher(loaded)
+        dispatcher.running["1"] = Running("1", 1, anyio.CancelScope(), dispatcher.tracker, round=2)
+        source = WatchSource(dispatcher, hub)
+        source.attach()
+        await workers.blocking(lambda: None)
+        with beside(loaded, Bind("127.0.0.1", 0), hub, source) as served:
+            base = f"http://127.0.0.1:{served.bind.port}"
+            state = await anyio.to_thread.run_sync(lambda: httpx.get(f"{base}/api/v1/state", timeout=30).json())
+            page = await anyio.to_thread.run_sync(lambda: httpx.get(f"{base}/", timeout=30).text)
+            return state, page
+
+    state, page = anyio.run(scenario)
+    (lane,) = state["lanes"]
+    assert lane["issue"] == "1" and lane["round"] == 2
+    assert "round 2, attempt 1" in page

@@ -82,7 +82,7 @@
       var h = el("h3"); h.appendChild(link("/issues/" + encodeURIComponent(lane.issue), lane.issue));
       h.appendChild(document.createTextNode(" ")); h.appendChild(el("span", "title", plain(lane.title, 300)));
       art.appendChild(h);
-      var meta = el("p", "meta", "attempt " + lane.attempt + " · ");
+      var meta = el("p", "meta", (lane.round ? "round " + lane.round + ", " : "") + "attempt " + lane.attempt + " · ");
       meta.appendChild(el("span", "elapsed", seconds(lane.elapsed)));
       if (lane.run) { meta.appendChild(document.createTextNode(" · ")); meta.appendChild(link("/runs/" + encodeURIComponent(lane.run), lane.run)); }
       if (lane.cancelling) meta.appendChild(document.createTextNode(" · cancelling: " + (lane.reason || "")));
