@@ -781,36 +781,52 @@ def push(directory: Path, url: str, commit: str, branch: str, auth: PushAuth | N
         (root / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
         formats = "\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = sha256\n" if len(commit) == 64 else ""
         (root / "config").write_text(f"[core]\n\tbare = true\n{formats}", encoding="utf-8")
-        pairs = [
-            # The URL goes in as a remote of this configuration, not in argv (readable by every user on the
-            # machine), where credentials in it would show.
-            ("remote.beflow.url", url),
-            ("core.hooksPath", os.devnull),
-            ("http.followRedirects", "false"),  # the token goes to the URL's host, never where it redirects
-            ("credential.helper", ""),
-            *(auth.config if auth is not None else ()),
-        ]
-        entries = {"GIT_CONFIG_COUNT": str(len(pairs))}
-        for index, (key, value) in enumerate(pairs):
-            entries |= {f"GIT_CONFIG_KEY_{index}": key, f"GIT_CONFIG_VALUE_{index}": value}
-        env = {
-            **dict.fromkeys(_PUSH_CLEARED, ""),
-            "GIT_DIR": str(root),
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": os.devnull,
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_TRACE_REDACT": "1",
-            **entries,
-            **((auth.env or {}) if auth is not None else {}),
-        }
-        runner = _timed()[1](str(root))
-        setattr(runner, "hardened", False)  # noqa: B010 - its configuration is all here: nothing else is read
+        runner, env = _isolated(root, url, auth)
         try:
             runner.push("--no-verify", "--", "beflow", f"{commit}:refs/heads/{branch}", env=env)
         except git.GitCommandError as exc:
-            shown = without_credentials(url)
-            said = str(exc.stderr).strip().replace(url, shown)
-            raise GitError(f"git push {shown} {branch} failed: {said}") from None
+            raise _remote_failed("push", url, branch, exc) from None
+
+
+def _isolated(
+    root: Path, url: str, auth: PushAuth | None, *settings: tuple[str, str], **env: str
+) -> tuple[git.Git, dict[str, str]]:
+    """A git for the scratch repository ``root`` that talks to ``url`` as the remote ``beflow``, and its
+    environment: only these settings (``auth``'s, ``settings``) and git's defaults apply — no configuration file
+    (the repository's, the system's, the user's) is read, no hook runs, no redirect is followed."""
+    pairs = [
+        # The URL goes in as a remote of this configuration, not in argv (readable by every user on the
+        # machine), where credentials in it would show.
+        ("remote.beflow.url", url),
+        ("core.hooksPath", os.devnull),
+        ("http.followRedirects", "false"),  # the token goes to the URL's host, never where it redirects
+        ("credential.helper", ""),
+        *settings,
+        *(auth.config if auth is not None else ()),
+    ]
+    entries = {"GIT_CONFIG_COUNT": str(len(pairs))}
+    for index, (key, value) in enumerate(pairs):
+        entries |= {f"GIT_CONFIG_KEY_{index}": key, f"GIT_CONFIG_VALUE_{index}": value}
+    environment = {
+        **dict.fromkeys(_PUSH_CLEARED, ""),
+        "GIT_DIR": str(root),
+        **env,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": os.devnull,
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_TRACE_REDACT": "1",
+        **entries,
+        **((auth.env or {}) if auth is not None else {}),
+    }
+    runner = _timed()[1](str(root))
+    setattr(runner, "hardened", False)  # noqa: B010 - its configuration is all here: nothing else is read
+    return runner, environment
+
+
+def _remote_failed(verb: str, url: str, branch: str, exc: git.GitCommandError) -> GitError:
+    shown = without_credentials(url)
+    said = str(exc.stderr).strip().replace(url, shown)
+    return GitError(f"git {verb} {shown} {branch} failed: {said}")
 
 
 def without_credentials(url: str) -> str:
@@ -890,33 +906,9 @@ def fetch(directory: Path, url: str, branch: str, auth: PushAuth | None = None) 
             (root / "refs" / "have" / str(index)).write_text(f"{commit}\n", encoding="utf-8")
         (root / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
         (root / "config").write_text("[core]\n\tbare = true\n", encoding="utf-8")
-        pairs = [
-            ("remote.beflow.url", url),
-            ("core.hooksPath", os.devnull),
-            ("http.followRedirects", "false"),
-            ("credential.helper", ""),
-            ("protocol.ext.allow", "never"),
-            ("fetch.writeCommitGraph", "false"),
-            ("gc.auto", "0"),
-            *(auth.config if auth is not None else ()),
-        ]
-        entries = {"GIT_CONFIG_COUNT": str(len(pairs))}
-        for index, (key, value) in enumerate(pairs):
-            entries |= {f"GIT_CONFIG_KEY_{index}": key, f"GIT_CONFIG_VALUE_{index}": value}
-        env = {
-            **dict.fromkeys(_PUSH_CLEARED, ""),
-            "GIT_DIR": str(root),
-            # The objects land in the repository's own store: the branch can then be moved to them.
-            "GIT_OBJECT_DIRECTORY": str(objects),
-            "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": os.devnull,
-            "GIT_TERMINAL_PROMPT": "0",
-            "GIT_TRACE_REDACT": "1",
-            **entries,
-            **((auth.env or {}) if auth is not None else {}),
-        }
-        runner = _timed()[1](str(root))
-        setattr(runner, "hardened", False)  # noqa: B010 - its configuration is all here: nothing else is read
+        settings = [("protocol.ext.allow", "never"), ("fetch.writeCommitGraph", "false"), ("gc.auto", "0")]
+        # The objects land in the repository's own store: the branch can then be moved to them.
+        runner, env = _isolated(root, url, auth, *settings, GIT_OBJECT_DIRECTORY=str(objects))
         ref = f"refs/heads/{branch}"
         try:
             listed = str(runner.ls_remote("--", "beflow", ref, env=env)).strip()
@@ -924,9 +916,7 @@ def fetch(directory: Path, url: str, branch: str, auth: PushAuth | None = None) 
                 return None
             runner.fetch("--no-tags", "--no-write-fetch-head", "--", "beflow", f"+{ref}:{ref}", env=env)
         except git.GitCommandError as exc:
-            shown = without_credentials(url)
-            said = str(exc.stderr).strip().replace(url, shown)
-            raise GitError(f"git fetch {shown} {branch} failed: {said}") from None
+            raise _remote_failed("fetch", url, branch, exc) from None
         return (root / ref).read_text(encoding="utf-8").strip() if (root / ref).is_file() else listed.split()[0]
 
 
