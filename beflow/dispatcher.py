@@ -40,7 +40,7 @@ from beflow.review_rounds import ReviewRounds
 from beflow.spending import Ledger
 from beflow.trackers import Issue, Tracker, open_tracker, reading_once
 from beflow.trackers.base import NamesUnreadable, WatchesDirectories
-from beflow.wake import Wakeup, watch_directories
+from beflow.wake import REFRESH, Wakeup, watch_directories
 
 #: Finished runs a long watch keeps in memory besides the live view's ``recent`` (the records on disk keep them
 #: all): none, so that its memory stays flat. ``--once`` returns every run of its tick.
@@ -159,7 +159,8 @@ class Dispatcher:
                         break
                     interval = self.project.config.watch.interval
                     self.next_tick = self.clock() + interval
-                    await self.wakeup.wait(self._until_next(interval))
+                    if REFRESH in await self.wakeup.wait(self._until_next(interval)):
+                        self.rounds.look_again(self.tracker, self.code_host)
             except anyio.get_cancelled_exc_class():
                 self.stopping = True
                 self.emit("stopping", running=len(self.running))

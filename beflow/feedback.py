@@ -93,6 +93,14 @@ class FeedbackSource(Protocol):
         ...
 
 
+@runtime_checkable
+class LooksAgain(Protocol):
+    """A source that reads its changes at most every few seconds (GitHub's repository-wide listings), and can be
+    asked to read them afresh at the next gather (a person pressed refresh)."""
+
+    def look_again(self) -> None: ...
+
+
 # -- the pure decisions ----------------------------------------------------------------------------------------------
 
 #: Characters a reader never sees: zero-width spaces and joiners, the bidirectional marks, embeddings, overrides and

@@ -9,7 +9,7 @@ from beflow import rounds, workers
 from beflow.codehosts.base import CodeHost
 from beflow.config import Project
 from beflow.errors import BeflowError
-from beflow.feedback import FeedbackSource
+from beflow.feedback import FeedbackSource, LooksAgain
 from beflow.lifecycle import RunRequest
 from beflow.records import RunStore
 from beflow.trackers import Issue, Status, Tracker
@@ -24,6 +24,13 @@ class ReviewRounds:
         self.due: dict[str, rounds.Plan] = {}
         #: Issue → when its feedback will have settled (seconds since the epoch): the watch wakes then.
         self.settling: dict[str, float] = {}
+
+    def look_again(self, tracker: Tracker, code_host: CodeHost | None) -> None:
+        """A person asked to look now (the dashboard's refresh): the next survey reads every source's feedback
+        afresh, however recently it was read."""
+        for source in rounds.sources(tracker, code_host):
+            if isinstance(source, LooksAgain):
+                source.look_again()
 
     def survey(
         self,

@@ -16,6 +16,9 @@ from pathlib import Path
 
 import anyio
 
+#: Why a person woke the watch (the dashboard's refresh): feedback is read afresh too.
+REFRESH = "refresh asked over HTTP"
+
 
 class Wakeup:
     """A level-triggered wake-up: ``set`` any number of times, one ``wait`` returns (and clears it)."""

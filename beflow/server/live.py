@@ -291,8 +291,10 @@ class WatchSource:
             return
 
         def wake() -> None:
+            from beflow.wake import REFRESH
+
             if self.dispatcher.wakeup is not None:
-                self.dispatcher.wakeup.set("refresh asked over HTTP")
+                self.dispatcher.wakeup.set(REFRESH)
 
         with contextlib.suppress(RuntimeError):  # the watch has ended
             anyio.from_thread.run_sync(wake, token=self.token)

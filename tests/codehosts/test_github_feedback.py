@@ -439,3 +439,25 @@ def test_the_watermarks_are_on_githubs_clock_not_this_machines(
     later = github.add_comment(number, "@beflow now")
 
     assert ids(host.gather("1", "beflow/1")) == [f"issue-comment:{later['id']}"]
+
+
+def test_a_refresh_makes_the_next_gather_read_the_repository_afresh(
+    make_host: Host, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow.review_rounds import ReviewRounds
+    from beflow.trackers import LocalTracker
+
+    monkeypatch.setattr(github_feedback, "FRESH", 3600.0)  # the listings were just read: not again for an hour
+    number = github.open_pull("beflow/1")
+    host = make_host()
+    host.look_again()
+    host.gather("1", "beflow/1")
+    time.sleep(1.1)  # (GitHub's times are to the second: what changed in the second of a reading is read again)
+    host.look_again()
+    assert host.gather("1", "beflow/1").pieces == []
+    github.add_comment(number, "@beflow also the empty case")
+    assert host.gather("1", "beflow/1").pieces == []  # (within the freshness window: not seen yet)
+
+    ReviewRounds(time.time, lambda *a, **k: None).look_again(LocalTracker.__new__(LocalTracker), host)
+
+    assert [p.body for p in host.gather("1", "beflow/1").pieces] == ["@beflow also the empty case"]
