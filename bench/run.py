@@ -1230,7 +1230,7 @@ class Bench:
                 None,
                 median(latencies),
                 "s",
-                "settle + own < 1 s",
+                "own part < 1 s",
                 own < 1.0,
                 None,
                 {"beflow": latencies, "waited": waits, "own": overheads, "poll": polls, "at_defaults": at_defaults},
