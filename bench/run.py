@@ -54,6 +54,7 @@ ROWS = (
     "rss",
     "http",
     "feedback",
+    "round",
     "sandbox",
     "fleet",
 )
@@ -80,6 +81,10 @@ class Sizes:
     review_pulls: int = 50  # the feedback row: open review pull requests watched
     polls: int = 20  # the feedback row: polls measured (at watch.interval apart on a real watch)
     fleet_runs: int = 10  # the fleet row: runs drained one at a time, by `beflow watch` and by a fleet
+    settle: float = 4.0  # the round row's feedback.settle (the default is 60 s: see the row's notes)
+    round_interval: float = (
+        2.0  # the round row's watch.interval (the default is 30 s; at least FRESH in github_feedback)
+    )
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -1126,6 +1131,114 @@ class Bench:
                 f"interval {s.interval:g} s; with feedback.checks {median(sent[True]):.0f} a poll, "
                 f"{median(costly[True]) * per_hour:.0f} rate-limited/h; the first poll "
                 f"{first[False][0]} requests, {first[False][1]} rate-limited",
+            )
+        )
+
+    def round(self) -> None:
+        """A review submitted on the pull request of an issue in review (the fake GitHub) until the running watch
+        dispatches its round: ``runs`` reviews, each after the previous round finished. Measured at a small
+        ``feedback.settle`` and ``watch.interval``; beflow's own part is the latency less the wait it owes to them
+        (until the round is due — the review's time, which GitHub gives in whole seconds, plus settle — or until the
+        poll that first read GitHub after the review, whichever is later), and the figures at the defaults are
+        derived from it."""
+        sys.path.insert(0, str(ROOT))
+        from tests.support.github import TOKEN, serve
+
+        s = self.sizes
+        repo = self.repo(mcp=False)
+        origin = self.root / f"origin-{self._repos}.git"
+        git(self.root, "clone", "-q", "--bare", str(repo), str(origin))
+        git(repo, "remote", "add", "origin", str(origin))
+        latencies, waits, overheads, polls = [], [], [], []
+        stray = 0  # rounds that started before the review they were waited for (none expected)
+        with serve() as fake:
+            config = json.loads((repo / "config.json").read_text())
+            config |= {
+                "code_host": {"kind": "github", "repo": "octo/hello", "api_url": fake.url, "token_env": "HOSTPAT"},
+                "after_run": {"pull_request": True},
+                "feedback": {"settle": s.settle, "max_rounds": 2 * s.runs + 5},
+                "watch": {"interval": s.round_interval},
+            }
+            (repo / "config.json").write_text(json.dumps(config, indent=2))
+            os.environ["HOSTPAT"] = TOKEN  # the watch inherits it: the code host's token
+            new_issue(repo, "round", prompt_for(0))
+            listed: list[float] = []  # when the fake GitHub answered a repository-wide listing (a poll reading it)
+            stop = threading.Event()
+
+            def clock_listings() -> None:
+                seen = 0
+                while not stop.is_set():
+                    now, requests = time.perf_counter(), fake.seen[seen:]
+                    listed.extend(now for request in requests if "since" in request.query)
+                    seen += len(requests)
+                    time.sleep(0.002)
+
+            def settled(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                kinds = [e.get("event") for e in events]
+                return events if kinds.count("dispatched") == kinds.count("finished") > 0 else []
+
+            def rounds_after(events: list[dict[str, Any]], last: int) -> list[dict[str, Any]]:
+                return [e for e in events if e.get("event") == "dispatched" and e.get("round", 0) > last]
+
+            timer = threading.Thread(target=clock_listings, daemon=True)
+            timer.start()
+            try:
+                with watching(repo) as watch:
+                    watch.wait_for(settled, 180)  # issue 1 ran into review with its pull request
+                    (number,) = fake.pulls
+                    for index in range(s.runs):
+                        watch.wait_for(settled, 180)  # the last round finished: no run in progress
+                        with watch._lock:
+                            last = max(e.get("round", 0) for _, e in watch.events if e.get("event") == "dispatched")
+                        time.sleep(s.round_interval * ((index * 0.37) % 1))  # the review falls anywhere in a poll
+                        filed, wall = time.perf_counter(), time.time()
+                        review = fake.submit_review(
+                            number,
+                            "",
+                            comments=[{"path": "out.txt", "line": 1, "body": f"acp-test: write r{index}.txt x"}],
+                        )
+                        watch.wait_for(
+                            lambda ev, n=last: bool(rounds_after(ev, n)), s.settle + s.round_interval * 3 + 60
+                        )
+                        with watch._lock:
+                            seen = next(t for t, e in watch.events if rounds_after([e], last))
+                        if seen < filed:  # a round started before this review: not one it started
+                            stray += 1
+                            continue
+                        stamp = dt.datetime.fromisoformat(review["submitted_at"].replace("Z", "+00:00")).timestamp()
+                        due = filed + (stamp + s.settle - wall)  # when the round may start, on this clock
+                        poll = min((t for t in listed if t > filed), default=seen)  # the first poll to read it
+                        latencies.append(seen - filed)
+                        waits.append(max(due, poll) - filed)
+                        overheads.append(seen - max(due, poll))
+                        polls.append(poll - filed)
+                    watch.wait_for(settled, 180)
+            finally:
+                stop.set()
+                os.environ.pop("HOSTPAT", None)
+            assert not fake.violations, fake.violations[:5]
+        own, worst = median(overheads), max(overheads)
+        if s.settle > s.round_interval:  # as at the defaults: the poll falls within the settle, which alone waits
+            at_defaults = [latency + 60 - s.settle for latency in latencies]
+        else:  # the wait was the poll's: at the defaults it is the settle's (GitHub's whole seconds not counted)
+            at_defaults = [60 + part for part in overheads]
+        self.add(
+            Row(
+                "round",
+                "review submitted -> its round starts",
+                "",
+                None,
+                median(latencies),
+                "s",
+                "own part < 1 s",
+                own < 1.0,
+                None,
+                {"beflow": latencies, "waited": waits, "own": overheads, "poll": polls, "at_defaults": at_defaults},
+                f"settle {s.settle:g} s, interval {s.round_interval:g} s; max {_fmt(max(latencies), 's')}; "
+                f"beflow's own part median {_fmt(own, 's')}, max {_fmt(worst, 's')}; the first poll after the "
+                f"review {_fmt(median(polls), 's')} (median); derived at the defaults (settle 60 s, interval 30 s, "
+                f"the poll within the settle): median {median(at_defaults):.1f} s, max {max(at_defaults):.1f} s"
+                + (f"; {stray} rounds started before their review (not counted)" if stray else ""),
             )
         )
 

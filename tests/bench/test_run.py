@@ -27,6 +27,7 @@ ROWS = (
     "rss",
     "http",
     "feedback",
+    "round",
     "sandbox",
     "fleet",
 )
