@@ -29,6 +29,8 @@ ROWS = (
     "feedback",
     "sandbox",
     "fleet",
+    "fleet2x2",
+    "fleetfailover",
 )
 
 
