@@ -122,6 +122,7 @@ class Sizes:
             review_pulls=3,
             polls=2,
             fleet_runs=2,
+            fleet_issues=4,  # one issue a lane: both workers, every lane
             fleet_turn=1.0,
         )
 
@@ -865,6 +866,17 @@ class Bench:
                             spans.setdefault(str(event.get("run")), []).append(at)
                 lengths = [max(a) - min(a) for a in spans.values() if len(a) == 2]
                 busy = sum(lengths) / (slots * measured)
+        # The same turns under one `beflow watch` in as many lanes: what the machine itself allows, engine apart.
+        repo = self.repo(concurrency=slots, interval=s.interval)
+        for index in range(s.fleet_issues):
+            new_issue(repo, f"turn {index}", prompt_for(s.fleet_turn))
+        started = time.perf_counter()
+        with watching(repo) as watch:
+            embedded = watch.wait_for(
+                lambda ev: sum(e.get("event") == "finished" for e in ev) >= s.fleet_issues,
+                timeout=120 + 30 * s.fleet_issues * max(1.0, s.fleet_turn),
+            )
+        embedded -= started
         ideal = -(-s.fleet_issues // slots) * s.fleet_turn + bare
         efficiency = ideal / measured
         self.add(
@@ -878,9 +890,10 @@ class Bench:
                 ">= 0.9 of ideal",
                 efficiency >= 0.9,
                 efficiency,
-                {"ideal": [ideal], "bare": [bare], "fleet": [measured], "busy": [busy]},
+                {"ideal": [ideal], "bare": [bare], "fleet": [measured], "busy": [busy], "watch": [embedded]},
                 f"efficiency {efficiency:.2f}, bare run {bare * 1000:.0f} ms, lanes busy {busy:.0%}, "
-                f"a run {median(lengths):.1f} s, runs per worker {spread[0]}+{spread[1]}",
+                f"a run {median(lengths):.1f} s, runs per worker {spread[0]}+{spread[1]}; "
+                f"one beflow watch in {slots} lanes {embedded:.1f} s ({ideal / embedded:.2f} of the ideal)",
             )
         )
 
