@@ -57,6 +57,8 @@ ROWS = (
     "round",
     "sandbox",
     "fleet",
+    "fleet2x2",
+    "fleetfailover",
 )
 BROWSER = ROOT / "tools" / "browser" / "node_modules"
 
@@ -85,6 +87,9 @@ class Sizes:
     round_interval: float = (
         2.0  # the round row's watch.interval (the default is 30 s; at least FRESH in github_feedback)
     )
+    fleet_issues: int = 8  # the fleet2x2 row: issues on two workers with two lanes each
+    fleet_turn: float = 10.0  # the fleet2x2 row: seconds the agent works on each of them
+    heartbeat: float = 3.0  # the fleetfailover row: engine.heartbeat, the seconds before a dead worker's run moves
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -100,6 +105,7 @@ class Sizes:
             rss_runs=40,
             polls=10,
             fleet_runs=5,
+            fleet_turn=5.0,
         )
 
     @classmethod
@@ -121,6 +127,8 @@ class Sizes:
             review_pulls=3,
             polls=2,
             fleet_runs=2,
+            fleet_issues=4,  # one issue a lane: both workers, every lane
+            fleet_turn=1.0,
         )
 
 
@@ -419,6 +427,34 @@ def watching(repo: Path, *extra: str, command: tuple[str, ...] = ("watch", "--js
         watch.stop()
 
 
+@contextlib.contextmanager
+def working(repo: Path, name: str, *, lanes: int) -> Iterator[Watch]:
+    """A ``beflow worker --json`` in the background, polling its queue when this yields."""
+    with watching(repo, command=("worker", "--json", "--lanes", str(lanes), "--id", name)) as worker:
+        assert worker.child.stderr is not None
+        if b"lane(s)" not in worker.child.stderr.readline():  # it polls
+            raise RuntimeError(f"beflow worker {name} did not start")
+        yield worker
+
+
+def times_of(watches: list[Watch], kind: str) -> list[float]:
+    """When each event of ``kind`` came, from any of ``watches``, in order."""
+    found = []
+    for watch in watches:
+        with watch._lock:
+            found += [at for at, e in watch.events if e.get("event") == kind]
+    return sorted(found)
+
+
+def until(test: Callable[[], bool], what: str, timeout: float, alive: list[Watch]) -> None:
+    """Wait for ``test`` (polled); an error naming ``what`` after ``timeout`` s or when a process of ``alive`` ends."""
+    deadline = time.monotonic() + timeout
+    while not test():
+        if time.monotonic() > deadline or any(w.child.poll() is not None for w in alive):
+            raise RuntimeError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
 # --- the rows -----------------------------------------------------------------------------------------------------
 
 
@@ -699,16 +735,12 @@ class Bench:
             )
         )
 
-    def fleet(self) -> None:
-        """Temporal's cost per run: the same runs (one lane, one after the other) drained by ``beflow watch`` and by
-        a fleet — the dev server, one ``beflow worker --lanes 1``, ``beflow watch --once`` starting the workflows —
-        in pairs, interleaved. The difference per run is what the engine adds: two workflow tasks, a lane's claim
-        and the run's activity, their round trips and the worker's hand-off."""
+    @contextlib.contextmanager
+    def temporal(self) -> Iterator[int]:
+        """The Temporal dev server on free loopback ports (its database in the scratch directory); its port."""
         import socket
 
         from beflow.fleet import devserver
-
-        s = self.sizes
 
         def port() -> int:
             with socket.socket() as probe:
@@ -718,7 +750,7 @@ class Bench:
         frontend = port()
         server = subprocess.Popen(
             [
-                *devserver.argv(frontend, self.root / "temporal.db"),
+                *devserver.argv(frontend, self.root / f"temporal-{self._repos}.db"),
                 "--http-port",
                 str(port()),
                 "--metrics-port",
@@ -734,6 +766,28 @@ class Bench:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise RuntimeError("the Temporal dev server did not start")
                 time.sleep(0.05)
+            yield frontend
+        finally:
+            server.terminate()
+            server.wait(60)
+
+    def fleet_repo(self, frontend: int, queue: str, *, heartbeat: float | None = None, **watch: Any) -> Path:
+        """A repository whose engine is the dev server on ``frontend``, its workflows on task queue ``queue``."""
+        repo = self.repo(**watch)
+        config = json.loads((repo / "config.json").read_text())
+        config["engine"] = {"kind": "temporal", "address": f"127.0.0.1:{frontend}", "task_queue": queue}
+        if heartbeat is not None:
+            config["engine"]["heartbeat"] = heartbeat
+        (repo / "config.json").write_text(json.dumps(config, indent=2))
+        return repo
+
+    def fleet(self) -> None:
+        """Temporal's cost per run: the same runs (one lane, one after the other) drained by ``beflow watch`` and by
+        a fleet — the dev server, one ``beflow worker --lanes 1``, ``beflow watch --once`` starting the workflows —
+        in pairs, interleaved. The difference per run is what the engine adds: two workflow tasks, a lane's claim
+        and the run's activity, their round trips and the worker's hand-off."""
+        s = self.sizes
+        with self.temporal() as frontend:
             embedded: list[float] = []
             fleet: list[float] = []
             for pair in range(max(1, s.runs // 2)):
@@ -748,20 +802,10 @@ class Bench:
                     )
                 embedded.append((done - started) / s.fleet_runs)
 
-                repo = self.repo(concurrency=1, interval=s.interval)
-                config = json.loads((repo / "config.json").read_text())
-                config["engine"] = {
-                    "kind": "temporal",
-                    "address": f"127.0.0.1:{frontend}",
-                    "task_queue": f"bench-{pair}",
-                }
-                (repo / "config.json").write_text(json.dumps(config, indent=2))
+                repo = self.fleet_repo(frontend, f"bench-{pair}", concurrency=1, interval=s.interval)
                 for index in range(s.fleet_runs):
                     new_issue(repo, f"run {index}", prompt_for(0))
-                with watching(repo, command=("worker", "--json", "--lanes", "1", "--id", f"bench-{pair}")) as worker:
-                    assert worker.child.stderr is not None
-                    if b"lane(s)" not in worker.child.stderr.readline():  # it polls
-                        raise RuntimeError("beflow worker did not start")
+                with working(repo, f"bench-{pair}", lanes=1) as worker:
                     started = time.perf_counter()
                     subprocess.run(beflow(repo, "watch", "--once"), cwd=repo, check=True, capture_output=True)
                     done = worker.wait_for(
@@ -769,9 +813,6 @@ class Bench:
                         timeout=120 + 30 * s.fleet_runs,
                     )
                 fleet.append((done - started) / s.fleet_runs)
-        finally:
-            server.terminate()
-            server.wait(60)
         base, value = median(embedded), median(fleet)
         added = value - base
         self.add(
@@ -787,6 +828,122 @@ class Bench:
                 value / base,
                 {"watch": embedded, "fleet": fleet},
                 f"Temporal adds {added * 1000:+.0f} ms a run",
+            )
+        )
+
+    def fleet2x2(self) -> None:
+        """Fleet efficiency: ``fleet_issues`` issues, each an agent turn of ``fleet_turn`` seconds, on two workers
+        with two lanes each, from ``beflow watch --once`` starting the workflows to the last ``finished``. The ideal
+        is ceil(issues / 4) turns plus one bare run's wall time (the same start to ``finished`` for one issue whose
+        turn is empty, on the same fleet): every lane busy with a turn from the start to the end."""
+        s = self.sizes
+        slots = 2 * 2
+        with self.temporal() as frontend:
+            repo = self.fleet_repo(frontend, "bench-2x2", concurrency=slots, interval=s.interval)
+            with working(repo, "w1", lanes=2) as first, working(repo, "w2", lanes=2) as second:
+                workers = [first, second]
+                new_issue(repo, "bare", prompt_for(0))
+                started = time.perf_counter()
+                subprocess.run(beflow(repo, "watch", "--once"), cwd=repo, check=True, capture_output=True)
+                until(lambda: len(times_of(workers, "finished")) >= 1, "the bare run", 180, workers)
+                bare = times_of(workers, "finished")[0] - started
+                before = [w.count("started") for w in workers]
+                for index in range(s.fleet_issues):
+                    new_issue(repo, f"turn {index}", prompt_for(s.fleet_turn))
+                started = time.perf_counter()
+                subprocess.run(beflow(repo, "watch", "--once"), cwd=repo, check=True, capture_output=True)
+                wanted = 1 + s.fleet_issues
+                until(
+                    lambda: len(times_of(workers, "finished")) >= wanted,
+                    "the fleet's runs",
+                    120 + 30 * s.fleet_issues * max(1.0, s.fleet_turn),
+                    workers,
+                )
+                measured = times_of(workers, "finished")[-1] - started
+                spread = [w.count("started") - b for w, b in zip(workers, before, strict=True)]
+                # How full the lanes were: each run's time from its `started` to its `finished`, over all the lanes'
+                # time — what is lost between runs (claims, hand-offs) against what is lost inside them (worktree,
+                # acpx, delivery: the per-run cost, which the ideal counts once).
+                spans: dict[str, list[float]] = {}
+                for watch in workers:
+                    for at, event in list(watch.events):
+                        if event.get("event") in ("started", "finished") and at >= started:
+                            spans.setdefault(str(event.get("run")), []).append(at)
+                lengths = [max(a) - min(a) for a in spans.values() if len(a) == 2]
+                busy = sum(lengths) / (slots * measured)
+        # The same turns under one `beflow watch` in as many lanes: what the machine itself allows, engine apart.
+        repo = self.repo(concurrency=slots, interval=s.interval)
+        for index in range(s.fleet_issues):
+            new_issue(repo, f"turn {index}", prompt_for(s.fleet_turn))
+        started = time.perf_counter()
+        with watching(repo) as watch:
+            embedded = watch.wait_for(
+                lambda ev: sum(e.get("event") == "finished" for e in ev) >= s.fleet_issues,
+                timeout=120 + 30 * s.fleet_issues * max(1.0, s.fleet_turn),
+            )
+        embedded -= started
+        ideal = -(-s.fleet_issues // slots) * s.fleet_turn + bare
+        efficiency = ideal / measured
+        self.add(
+            Row(
+                "fleet2x2",
+                f"fleet efficiency, {s.fleet_issues} turns of {s.fleet_turn:g} s on 2 workers x 2 lanes",
+                "ideal",
+                ideal,
+                measured,
+                "s",
+                ">= 0.9 of ideal",
+                efficiency >= 0.9,
+                efficiency,
+                {"ideal": [ideal], "bare": [bare], "fleet": [measured], "busy": [busy], "watch": [embedded]},
+                f"efficiency {efficiency:.2f}, bare run {bare * 1000:.0f} ms, lanes busy {busy:.0%}, "
+                f"a run {median(lengths):.1f} s, runs per worker {spread[0]}+{spread[1]}; "
+                f"one beflow watch in {slots} lanes {embedded:.1f} s ({ideal / embedded:.2f} of the ideal)",
+            )
+        )
+
+    def fleetfailover(self) -> None:
+        """Fail-over: a worker SIGKILLed mid-run (its agent in a long turn), until the run has started again on the
+        other worker (its ``started``), with ``engine.heartbeat`` at ``heartbeat`` seconds."""
+        s = self.sizes
+        takes: list[float] = []
+        with self.temporal() as frontend:
+            for attempt in range(max(1, s.runs // 2)):
+                repo = self.fleet_repo(
+                    frontend, f"bench-failover-{attempt}", heartbeat=s.heartbeat, concurrency=1, interval=s.interval
+                )
+                mark = repo.parent / f"{repo.name}-first-run"
+                # The first run works for long; the one resumed elsewhere finds the mark and finishes at once.
+                new_issue(
+                    repo,
+                    "survive a crash",
+                    f"acp-test: run test -e {mark} && exit 0; echo $$ > {mark}; sleep 300\n" + prompt_for(0),
+                )
+                with working(repo, f"doomed-{attempt}", lanes=1) as first:
+                    subprocess.run(beflow(repo, "watch", "--once"), cwd=repo, check=True, capture_output=True)
+                    until(mark.exists, "the first run's agent at work", 180, [first])
+                    with working(repo, f"spare-{attempt}", lanes=1) as second:
+                        killed = time.perf_counter()
+                        first.child.kill()  # SIGKILL: no cleanup, no last heartbeat
+                        first.child.wait()
+                        resumed = second.wait_for(lambda ev: any(e.get("event") == "started" for e in ev), 120)
+                        second.wait_for(lambda ev: any(e.get("event") == "finished" for e in ev), 120)
+                takes.append(resumed - killed)
+        value = median(takes)
+        goal = s.heartbeat + 5
+        self.add(
+            Row(
+                "fleetfailover",
+                f"fail-over after a SIGKILL, engine.heartbeat {s.heartbeat:g} s",
+                "heartbeat",
+                s.heartbeat,
+                value,
+                "s",
+                f"<= {goal:g} s",
+                value <= goal,
+                value / s.heartbeat,
+                {"failover": takes},
+                f"{value - s.heartbeat:+.1f} s past the heartbeat timeout",
             )
         )
 

@@ -311,6 +311,10 @@ class FleetWorker:
             workflows=[IssueWorkflow],
             activities=[self.claim_lane],
             identity=self.name,
+            # A workflow's next task goes first to the worker that cached it; if that worker was killed, the task
+            # waits this long before any worker takes it (the SDK's default, 10 s, on top of every fail-over). A
+            # live worker polls at once; a task that waits longer is only replayed elsewhere, which is cheap.
+            sticky_queue_schedule_to_start_timeout=timedelta(seconds=1),
             tuner=WorkerTuner.create_composite(
                 workflow_supplier=FixedSizeSlotSupplier(100),
                 activity_supplier=LaneSlots(self.lanes),

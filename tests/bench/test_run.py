@@ -30,6 +30,8 @@ ROWS = (
     "round",
     "sandbox",
     "fleet",
+    "fleet2x2",
+    "fleetfailover",
 )
 
 

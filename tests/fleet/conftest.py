@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from beflow.config import load_project
@@ -105,6 +106,15 @@ class Fleet:
         async def events(client: Client) -> list[str]:
             history = await client.get_workflow_handle(self.workflow(key)).fetch_history()
             return [str(event.event_type) for event in history.events]
+
+        return ask(self.address, events)
+
+    def timed_history(self, key: str) -> list[tuple[str, float]]:
+        """The workflow's history: each event's type and the service's time of it (epoch seconds)."""
+
+        async def events(client: Client) -> list[tuple[str, float]]:
+            history = await client.get_workflow_handle(self.workflow(key)).fetch_history()
+            return [(EventType.Name(e.event_type), e.event_time.ToDatetime().timestamp()) for e in history.events]
 
         return ask(self.address, events)
 

@@ -109,6 +109,12 @@ def test_a_worker_killed_mid_run_has_its_run_resumed_on_another_worker(fleet: Fl
     eventually(lambda: fleet.status(key) == "COMPLETED", "the workflow completing on the other worker", alive=second)
     end = fleet.result(key)
     assert end["worker"] == "w2" and end["action"] == "done"
+    # The workflow's next step after the heartbeat timeout did not wait long for the dead worker (its sticky queue
+    # of cached workflows): fail-over takes the heartbeat timeout and a few seconds, not ten more.
+    history = fleet.timed_history(key)
+    silent = next(at for kind, at in history if kind.endswith("ACTIVITY_TASK_TIMED_OUT"))
+    taken = next(at for kind, at in history if at >= silent and kind.endswith("WORKFLOW_TASK_STARTED"))
+    assert taken - silent < 5, history
     records = fleet.project.records(key)
     assert sorted(r.outcome for r in records) == ["cancelled", "succeeded"]  # the killed run, closed; the resumed
     assert fleet.project.branch_files(f"beflow/{key}")["result.txt"] == "resumed"
