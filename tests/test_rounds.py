@@ -60,7 +60,7 @@ def test_rework_on_the_local_tracker_runs_one_round_on_the_same_branch_and_answe
 
     watch = anyio.run(scenario)
     dispatched = watch.of("dispatched", key)
-    assert [e.data["round"] for e in dispatched] == [1]
+    assert [e.data.round for e in dispatched] == [1]
     _, second = rounds_of(auto_project, key)
     assert second.round == 1 and second.outcome == "succeeded"
     (piece,) = second.feedback
@@ -237,7 +237,7 @@ def test_a_review_with_two_inline_comments_waits_to_settle_then_makes_one_round_
         return watch
 
     watch = anyio.run(scenario)
-    assert [e.data["round"] for e in watch.of("dispatched", key)] == [1]  # two pieces, one round
+    assert [e.data.round for e in watch.of("dispatched", key)] == [1]  # two pieces, one round
     _, second = rounds_of(auto_project, key)
     assert [p.id for p in second.feedback] == ["review-comment:11", "review-comment:12"]
     assert [(i.id, i.why) for i in second.feedback_ignored] == [("issue-comment:5", "not a collaborator")]
@@ -267,7 +267,7 @@ def test_a_failed_round_is_retried_as_the_same_round_and_answers_nothing_until_i
         return watch
 
     watch = anyio.run(scenario)
-    assert [(e.data["attempt"], e.data["round"]) for e in watch.of("dispatched", key)] == [(1, 1), (2, 1)]
+    assert [(e.data.attempt, e.data.round) for e in watch.of("dispatched", key)] == [(1, 1), (2, 1)]
     assert [(r.round, r.attempt, r.outcome) for r in rounds_of(auto_project, key)] == [
         (0, 1, "succeeded"),
         (1, 1, "failed"),
