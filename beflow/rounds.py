@@ -237,10 +237,13 @@ def previous(records: Iterable[RunRecord], before: int) -> list[dict[str, Any]]:
 def commit_messages(title: str, run_id: str, key: str, number: int, ids: list[str]) -> tuple[str, str]:
     """A round's commit message, and that of its empty commit when the agent changed nothing: what it answered,
     as trailers (the last paragraph, where git reads them)."""
-    head = f"{title}\n\nbeflow run {run_id} (succeeded) on issue {key}, review round {number}."
+
+    def head(outcome: str) -> str:
+        return f"{title}\n\nbeflow run {run_id} ({outcome}) on issue {key}, review round {number}."
+
     trailers = trailer_lines(ids)
-    empty = f"{head}\n\nThe agent changed no file in this round; this commit records what it answered."
-    return f"{head}\n\n{trailers}", f"{empty}\n\n{trailers}"
+    empty = f"{head('no_changes')}\n\nThe agent changed no file in this round; this commit records what it answered."
+    return f"{head('succeeded')}\n\n{trailers}", f"{empty}\n\n{trailers}"
 
 
 def reply_text(record: RunRecord, outcome: str) -> str:

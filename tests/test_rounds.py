@@ -116,7 +116,7 @@ def test_auto_runs_a_round_at_once_and_a_round_that_changes_nothing_still_record
     assert second.commit is not None and second.commit != first.commit
     branch = first.branch or ""
     message = git(auto_project.directory, "log", "-1", "--format=%B", branch)
-    assert "The agent changed no file in this round" in message
+    assert f"beflow run {second.id} (no_changes) on issue" in message and "changed no file in this round" in message
     assert f"Beflow-Feedback: {second.feedback[0].id}" in message
     assert git(auto_project.directory, "rev-parse", f"{branch}^").strip() == first.commit
     assert len(replies(auto_project, key)) == 1 and "changed no file" in replies(auto_project, key)[0]
