@@ -221,6 +221,9 @@ class Reworked(BaseModel):
     status: Status
     #: Why it stays in review, when it does (its rounds reached ``feedback.max_rounds``).
     why: str | None = None
+    #: It was in review and is back in the queue for a review round (an issue not yet in review is left where it
+    #: is: its next run reads the comment with the issue, and its first review round answers it).
+    queued: bool = False
 
 
 @operation(
@@ -247,7 +250,7 @@ def rework_issue(context: Context, payload: NewComment) -> Reworked:
         )
     issue = trackers.get(payload.key)
     comment = trackers.comment(issue.key, rework_text(payload.text), author=context.actor)
-    status, why = issue.status, None
+    status, why, queued = issue.status, None, False
     most = context.project.config.feedback.max_rounds
     done = rounds.completed(RunStore(context.project.directory).records([issue.key]))
     if status == Status.REVIEW and done >= most:  # no more rounds: it stays in review, and says why
@@ -256,7 +259,8 @@ def rework_issue(context: Context, payload: NewComment) -> Reworked:
         why = rounds.end_reason(planned, most)
     elif status == Status.REVIEW:  # back into the queue: the next run is a review round
         status = trackers.set_status(issue.key, Status.READY, author=context.actor).status
-    return Reworked(key=issue.key, comment=comment, status=status, why=why)
+        queued = True
+    return Reworked(key=issue.key, comment=comment, status=status, why=why, queued=queued)
 
 
 def _change(context: Context, key: str, status: Status, note: str | None) -> StatusChange:

@@ -305,8 +305,12 @@ def comment_command(app: App, key: str, text: str, author: str | None, rework: b
         if as_json:
             emit_json(reworked)
             return
-        queued = " It is back in the queue for a review round." if reworked.status == Status.READY else ""
-        queued += f" It stays in {reworked.status.value}: {reworked.why}." if reworked.why else ""
+        if reworked.queued:
+            queued = " It is back in the queue for a review round."
+        elif reworked.why:
+            queued = f" It stays in {reworked.status.value}: {reworked.why}."
+        else:  # not in review yet: nothing to go back to
+            queued = f" It is {reworked.status.value}, not in review: its first review round will answer it."
         out.print(
             f"Asked for rework on issue [bold]{escape(reworked.key)}[/] as {escape(reworked.comment.author)}.{queued}"
         )

@@ -137,6 +137,15 @@ def test_comment_uses_git_user_name_or_author(three: Path, beflow) -> None:
     assert authors == ["Test User", "QA bot"]
 
 
+def test_rework_on_an_issue_not_yet_in_review_says_so_and_leaves_it_where_it_is(three: Path, beflow) -> None:
+    result = beflow("issues", "comment", "2", "Also the high-contrast theme.", "--rework")
+    assert result.exit_code == 0
+    assert result.stdout == (
+        "Asked for rework on issue 2 as Test User. It is open, not in review: its first review round will answer it.\n"
+    )
+    assert json.loads(beflow("issues", "show", "2", "--json").stdout)["status"] == "open"
+
+
 def test_close_and_reopen(three: Path, beflow) -> None:
     closed = beflow("issues", "close", "1", "--note", "Duplicate of 3.")
     assert (closed.exit_code, closed.stdout) == (0, "Issue 1 (Fix the login crash): ready → closed\n")
