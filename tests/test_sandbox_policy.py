@@ -160,3 +160,10 @@ def test_beflows_excludes_file_is_among_the_pinned() -> None:
     from beflow.git import EXCLUDES_NAME
 
     assert EXCLUDES_NAME in policy.PINNED
+
+
+def test_acpx_run_through_npx_brings_npms_cache_and_registry_even_for_a_raw_agent() -> None:
+    assert preset(None) == preset(None, npx=False) and not preset(None).hosts
+    through_npx = preset(None, npx=True)
+    assert through_npx.hosts == ("registry.npmjs.org",) and through_npx.write == ("~/.npm",)
+    assert preset("codex", npx=True) == preset("codex")  # (a preset has npx's needs already)

@@ -125,7 +125,7 @@ class Sandbox:
         self.own = list(own)
         self.home = Path(os.environ.get("HOME") or os.path.expanduser("~")).absolute()
         self.preset = preset_name(config)
-        chosen = preset(self.preset)
+        chosen = preset(self.preset, npx=config.acpx_argv()[:1] == ["npx"])
         self.proxy = Proxy([*chosen.hosts, *config.sandbox.hosts, *server_hosts(servers)])
         self._chosen = chosen
         self._scratch: Path | None = None

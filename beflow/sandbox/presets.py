@@ -59,9 +59,10 @@ PRESETS: dict[str, Preset] = {
 }
 
 
-def preset(name: str | None) -> Preset:
-    """The preset called ``name`` with npx's needs added; no name: nothing."""
-    if name is None:
-        return Preset()
-    chosen = PRESETS[name]
+def preset(name: str | None, *, npx: bool = False) -> Preset:
+    """The preset called ``name`` with npx's needs added (a registry agent starts through npx, and so does acpx
+    itself when beflow runs its pinned one through npx: ``npx``); no name and no npx: nothing."""
+    chosen = PRESETS[name] if name is not None else Preset()
+    if name is None and not npx:
+        return chosen
     return Preset(read=chosen.read, write=(*chosen.write, *NPX.write), hosts=(*chosen.hosts, *NPX.hosts))
