@@ -74,7 +74,9 @@ class Lane(BaseModel):
     title: str = Field(description="The issue's title (from the run's record), as plain text.")
     run: str | None = Field(description="The run's id, once the run has said it.")
     attempt: int
-    round: int = Field(default=0, description="The review round it runs (0: the issue's first run; docs/rounds.md).")
+    round: int = Field(
+        default=0, description="The review round it runs (0: the issue's first run; `beflow docs rounds`)."
+    )
     started: float = Field(description="When the run started, seconds since the epoch.")
     elapsed: float = Field(description="Seconds since it started.")
     latest: str = Field(description="The agent's latest activity.")
