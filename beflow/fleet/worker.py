@@ -174,6 +174,9 @@ class FleetWorker:
 
     def __init__(self, project: Project, lanes: int, name: str, listener: Listener | None = None) -> None:
         self.project = project
+        #: One run of an issue at a time on this worker: an attempt Temporal gave up on (its heartbeats unheard while
+        #: the service restarted) may still be ending here when the next one arrives; it waits for it.
+        self._one_run: dict[str, asyncio.Lock] = {}
         self.settings = engine_of(project)
         self.name = name
         self.queue = worker_queue(self.settings.task_queue, name)
@@ -243,6 +246,11 @@ class FleetWorker:
             await asyncio.sleep(every)
 
     async def _run(self, run: RunInput, scope: anyio.CancelScope, because: Callable[[], str | None]) -> RunEnd:
+        """The run, once no other run of its issue is still ending on this worker (two would share its worktree)."""
+        async with self._one_run.setdefault(run.key, asyncio.Lock()):
+            return await self._run_alone(run, scope, because)
+
+    async def _run_alone(self, run: RunInput, scope: anyio.CancelScope, because: Callable[[], str | None]) -> RunEnd:
         from beflow.mcp.journal import recover_orphans
         from beflow.runner import NoLongerReady
 
