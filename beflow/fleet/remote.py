@@ -45,6 +45,17 @@ def api_key(settings: TemporalEngineSettings) -> str | None:
     return value
 
 
+def require_sdk() -> None:
+    """The Temporal SDK is installed (the ``temporal`` extra), or a :class:`ConfigError` that says how to get it."""
+    try:
+        import temporalio  # noqa: F401
+    except ImportError:
+        raise ConfigError(
+            "engine: the Temporal engine needs the Temporal SDK, which is not installed",
+            fix="pip install 'beflow[temporal]'",
+        ) from None
+
+
 async def connect(settings: TemporalEngineSettings) -> Client:
     """A client of ``settings``'s service and namespace; :class:`Unreachable` saying where, when it cannot."""
     try:

@@ -107,3 +107,24 @@ def test_doctor_says_when_the_fleets_service_does_not_answer(tmp_path: Path) -> 
     assert check is not None and not check.ok
     assert "cannot reach Temporal at 127.0.0.1:1" in check.detail and "beflow temporal dev" in (check.fix or "")
     assert check_engine(Project(config=Config(), config_path=None, directory=tmp_path)) is None
+
+
+def test_a_worker_on_the_embedded_engine_says_it_needs_the_temporal_one(beflow, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    path = tmp_path / "config.json"
+    path.write_text("{}")
+    result = beflow("--config", str(path), "worker")
+    assert result.exit_code == 2
+    assert "this needs the Temporal engine" in result.stderr and '"engine": {"kind": "temporal"' in result.stderr
+
+
+def test_a_worker_without_the_temporal_sdk_says_how_to_install_it(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"engine": {"kind": "temporal", "address": "127.0.0.1:1"}}))
+    # A default install: the SDK is not there to import (None in sys.modules makes every import of it fail).
+    code = "import sys; sys.modules['temporalio'] = None; from beflow.cli import main; main(sys.argv[1:])"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "--config", str(path), "worker"], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Temporal SDK, which is not installed" in done.stderr and "pip install 'beflow[temporal]'" in done.stderr
+    assert "Traceback" not in done.stderr and "failed unexpectedly" not in done.stderr
