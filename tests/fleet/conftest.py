@@ -49,9 +49,20 @@ def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         start_new_session=True,
     )
     eventually(lambda: devserver.accepting(port), "the Temporal dev server accepting connections", alive=server)
-    yield f"{devserver.HOST}:{port}"
+    address = f"{devserver.HOST}:{port}"
+    # Taking connections is not answering yet (a loaded machine shows it): wait for its namespace to answer.
+    eventually(lambda: _answers(address), "the Temporal dev server answering", alive=server)
+    yield address
     server.terminate()
     server.wait(30)
+
+
+def _answers(address: str) -> bool:
+    try:
+        ask(address, lambda client: client.count_workflows())
+    except Exception:  # (not up yet: any error of the connection or the call)
+        return False
+    return True
 
 
 def ask(address: str, question: Callable[[Client], Awaitable[T]]) -> T:
