@@ -58,13 +58,9 @@ def require_sdk() -> None:
 
 async def connect(settings: TemporalEngineSettings) -> Client:
     """A client of ``settings``'s service and namespace; :class:`Unreachable` saying where, when it cannot."""
-    try:
-        from temporalio.client import Client
-    except ImportError:
-        raise ConfigError(
-            "engine: the Temporal engine needs the Temporal SDK, which is not installed",
-            fix="pip install 'beflow[temporal]'",
-        ) from None
+    require_sdk()
+    from temporalio.client import Client
+
     key = api_key(settings)
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT):
