@@ -21,7 +21,7 @@ from beflow import git
 from beflow.codehosts.base import CodeHost
 from beflow.errors import BeflowError
 from beflow.paths import ACPXRC
-from beflow.records import Outcome
+from beflow.records import Outcome, RunRecord
 from beflow.trackers.base import ClaimLost
 
 #: What became of the run's work: ``committed`` (the branch holds the run's commit), ``unchanged`` (no new commit:
@@ -102,13 +102,26 @@ class Verdict:
     #: What the terminal is told.
     notices: tuple[str, ...] = field(default_factory=tuple)
 
+    def onto(self, record: RunRecord) -> RunRecord:
+        """``record`` with what delivery did written into it (its commit, files, pull request, whether the worktree
+        is kept and whether the run is not to be tried again); the outcome is the run's ending to write."""
+        record.commit = self.commit
+        record.changed_files = list(self.changed_files)
+        record.permanent = record.permanent or self.permanent
+        record.worktree_kept = self.worktree_kept
+        if self.pull_request is not None:
+            record.pull_request = self.pull_request
+        return record
+
 
 def deliver(job: Job) -> Verdict:
     """Commit, check, move the branch and propose it (see the module's description). Whatever goes wrong while
     committing, the worktree is kept and named: the agent's work is never lost, and the run is still recorded."""
-    with git.distrusting():  # the agent has run: no hook, no configured command in beflow's git from here
+    # The agent has run: no hook, no configured command in beflow's git from here. One repository object of the
+    # worktree serves every call (it holds git's `cat-file` processes: closed at the end).
+    with git.distrusting(), git.open_worktree(job.worktree.path) as at:
         try:
-            verdict = _commit(job)
+            verdict = _commit(job, at)
         except Exception as error:
             why = error.message if isinstance(error, BeflowError) else f"{type(error).__name__}: {error}"
             reason = f"{job.reason}; committing the work failed ({why}); the work is kept in {job.worktree.path}"
@@ -120,46 +133,46 @@ def deliver(job: Job) -> Verdict:
     return verdict
 
 
-def _commit(job: Job) -> Verdict:
+def _commit(job: Job, at: git.At) -> Verdict:
     worktree, reason = job.worktree, job.reason
     if job.refuse is not None:
-        return _refused(worktree, f"{reason}; {job.refuse}", permanent=job.refuse_for_good)
+        return _refused(worktree, at, f"{reason}; {job.refuse}", permanent=job.refuse_for_good)
     if job.hidden:
-        git.unhide_managed_file(worktree.path)
+        git.unhide_managed_file(at)
     if job.message is not None:
         try:
             if job.answered is not None and job.outcome == "succeeded":
                 message, empty = job.answered
-                if git.commit_all(worktree.path, message) is None:
-                    git.commit_empty(worktree.path, empty)
+                if git.commit_all(at, message) is None:
+                    git.commit_empty(at, empty)
             else:
-                git.commit_all(worktree.path, job.message)
+                git.commit_all(at, job.message)
         except BeflowError as error:
             why = f"{reason}; {error.message}; the work is kept in {worktree.path}"
             return Verdict("failed", "failed", why, worktree_kept=True)
-    head = git.head(worktree.path)
+    head = git.head(at)
     # Every commit of the run (the agent's own included) is checked before the branch moves to it. A continued
     # branch is checked from the base, whole: it may hold commits no run of this issue made (moved by hand, or by
     # another run's agent, which shares the repository), and all of them would be pushed.
     since = git.resolve_base(job.repo, job.base) if worktree.continued else worktree.base_commit
-    leaks = git.find_leaks(worktree.path, since, head, job.needles, managed=job.managed)
+    leaks = git.find_leaks(at, since, head, job.needles, managed=job.managed)
     if leaks:
-        return _refused(worktree, f"{reason}; {leaks[0].describe()}")
+        return _refused(worktree, at, f"{reason}; {leaks[0].describe()}")
     if head != worktree.tip:
         try:
-            git.publish(worktree.path, worktree.branch, head, worktree.tip, f"beflow run {job.run_id}")
+            git.publish(at, worktree.branch, head, worktree.tip, f"beflow run {job.run_id}")
         except BeflowError as error:
             why = f"{reason}; {error.message}; the work is commit {head[:12]} in {worktree.path}"
             return Verdict("failed", "failed", why, worktree_kept=True)
     commit = head if head != worktree.base_commit else None
-    changed = git.changed_files(worktree.path, worktree.base_commit, head)
+    changed = git.changed_files(at, worktree.base_commit, head)
     if job.message is None:
         # Nothing is committed: what changed is what the worktree's status says, left there for a person.
-        changed += _status(worktree)
+        changed += _status(at)
     outcome = job.outcome
     if outcome == "succeeded" and not changed:
         outcome, reason = "no_changes", "the agent finished without changing any file"
-    dirty = git.is_dirty(worktree.path)
+    dirty = git.is_dirty(at)
     if dirty:
         why = "after_run.commit is false" if job.message is None else "uncommitted changes"
         reason += f"; the worktree is kept ({why}): {worktree.path}"
@@ -167,14 +180,14 @@ def _commit(job: Job) -> Verdict:
     return Verdict(delivered, outcome, reason, commit, tuple(changed), worktree_kept=dirty, dirty=dirty)
 
 
-def _refused(worktree: git.Worktree, why: str, *, permanent: bool = False) -> Verdict:
+def _refused(worktree: git.Worktree, at: git.At, why: str, *, permanent: bool = False) -> Verdict:
     """Fail closed: the branch is not moved, the run's commits are undone into uncommitted changes (nothing names
     them any more), and the worktree is kept with the work."""
     with contextlib.suppress(Exception):
-        git.uncommit(worktree.path, worktree.base_commit)
+        git.uncommit(at, worktree.base_commit)
     changed: list[str] = []
     with contextlib.suppress(Exception):
-        changed = _status(worktree)
+        changed = _status(at)
     # Whatever the agent achieved, the run did not deliver it: failed.
     reason = (
         f"{why}: nothing was committed and {worktree.branch} was not updated; the work is kept as uncommitted "
@@ -183,8 +196,8 @@ def _refused(worktree: git.Worktree, why: str, *, permanent: bool = False) -> Ve
     return Verdict("refused", "failed", reason, None, tuple(changed), worktree_kept=True, permanent=permanent)
 
 
-def _status(worktree: git.Worktree) -> list[str]:
-    return [f"{code.strip()}\t{path}" for path, code in git.checkout_status(worktree.path).items() if path != ACPXRC]
+def _status(at: git.At) -> list[str]:
+    return [f"{code.strip()}\t{path}" for path, code in git.checkout_status(at).items() if path != ACPXRC]
 
 
 def _propose(job: Job, proposal: Proposal, verdict: Verdict) -> Verdict:

@@ -180,6 +180,26 @@ def _repo(path: Path | str, **kwargs: Any) -> git.Repo:
     return _timed()[0](path, **kwargs)
 
 
+#: Where a worktree-level call works: the worktree's path (a repository object is opened for the call and closed
+#: after: GitPython keeps ``git cat-file`` processes per object), or the one object a run keeps open for all of its
+#: calls (:func:`open_worktree`).
+At = Path | git.Repo
+
+
+@contextlib.contextmanager
+def _at(where: At) -> Iterator[git.Repo]:
+    if isinstance(where, git.Repo):
+        yield where
+        return
+    with _repo(where) as repo:
+        yield repo
+
+
+def open_worktree(path: Path) -> git.Repo:
+    """One repository object for the worktree at ``path``, for every call of one delivery; close it after."""
+    return _repo(path)
+
+
 def _git(directory: Path) -> git.Git:
     return _timed()[1](str(directory))
 
@@ -351,15 +371,9 @@ def _merge_base(path: Path, commit: str) -> str:
             return commit
 
 
-def head(path: Path) -> str:
-    """The commit checked out in ``path``."""
-    return _head(path)
-
-
-def _head(path: Path) -> str:
-    # Every Repo is closed after use: GitPython keeps `git cat-file` processes per Repo object, which would
-    # otherwise outlive the run (in `watch`, one set per run) and hold removed worktrees as their cwd.
-    with _repo(path) as repo:
+def head(where: At) -> str:
+    """The commit checked out in ``where``."""
+    with _at(where) as repo:
         return _head_of(repo)
 
 
@@ -399,34 +413,46 @@ def is_tracked(repo: git.Repo, relative: str) -> bool:
     return bool(repo.git.ls_files("--", relative).strip())
 
 
-def commit_all(worktree: Path, message: str) -> str | None:
+def commit_all(worktree: At, message: str) -> str | None:
     """Stage and commit everything the agent changed; the sha, or None when nothing changed.
 
     An untracked ``.acpxrc.json`` is never staged: it can only be beflow's own injection.
     """
-    with _repo(worktree) as repo:
+    with _at(worktree) as repo:
         pathspec = ["--", "."] if is_tracked(repo, ACPXRC) else ["--", ".", f":(exclude){ACPXRC}"]
         try:
             repo.git.add("-A", *pathspec)
         except git.GitCommandError as exc:  # e.g. a nested repository without a commit: the work must not be lost
-            raise GitError(f"git add failed in {worktree}: {exc.stderr.strip()}") from None
+            raise GitError(f"git add failed in {repo.working_tree_dir}: {exc.stderr.strip()}") from None
         if not _has_staged_changes(repo):
             return None
+        return _commit(repo, "-m", message)
+
+
+def commit_empty(worktree: At, message: str) -> str:
+    """A commit that changes nothing, with ``message`` (a review round whose agent changed no file still says, on
+    the branch, what it answered); its sha."""
+    with _at(worktree) as repo:
+        return _commit(repo, "--allow-empty", "-m", message)
+
+
+def _commit(repo: git.Repo, *args: str) -> str:
+    """``git commit`` (no hook) with ``args``; the new HEAD."""
+    try:
         try:
-            try:
-                repo.git.commit("-q", "--no-verify", "-m", message)
-            except git.GitCommandError:
-                # Only a failed commit asks whether git knows who commits (two more processes): without an
-                # identity, beflow commits as itself.
-                if _has_identity(repo):
-                    raise
-                env = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
-                env |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
-                with repo.git.custom_environment(**env):
-                    repo.git.commit("-q", "--no-verify", "-m", message)
-        except git.GitCommandError as exc:
-            raise GitError(f"git commit failed in {worktree}: {exc.stderr.strip()}") from None
-        return _head_of(repo)
+            repo.git.commit("-q", "--no-verify", *args)
+        except git.GitCommandError:
+            # Only a failed commit asks whether git knows who commits (two more processes): without an identity,
+            # beflow commits as itself.
+            if _has_identity(repo):
+                raise
+            env = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
+            env |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
+            with repo.git.custom_environment(**env):
+                repo.git.commit("-q", "--no-verify", *args)
+    except git.GitCommandError as exc:
+        raise GitError(f"git commit failed in {repo.working_tree_dir}: {exc.stderr.strip()}") from None
+    return _head_of(repo)
 
 
 def _has_staged_changes(repo: git.Repo) -> bool:
@@ -469,19 +495,19 @@ def identity_env(directory: Path) -> dict[str, str]:
     return env
 
 
-def is_dirty(worktree: Path) -> bool:
+def is_dirty(worktree: At) -> bool:
     """Uncommitted changes besides beflow's own managed file."""
-    with _repo(worktree) as repo:
+    with _at(worktree) as repo:
         status = repo.git.status("--porcelain", "--untracked-files=all")
     lines = [line for line in status.splitlines() if line[3:] != ACPXRC]
     return bool(lines)
 
 
-def changed_files(worktree: Path, base: str, head: str) -> list[str]:
+def changed_files(worktree: At, base: str, head: str) -> list[str]:
     """``STATUS\\tpath`` lines of what changed between two commits."""
     if base == head:
         return []
-    with _repo(worktree) as repo:
+    with _at(worktree) as repo:
         return str(repo.git.diff("--name-status", "--no-ext-diff", "--no-textconv", base, head)).splitlines()
 
 
@@ -513,12 +539,12 @@ def delete_branch_at(repo: git.Repo, branch: str, commit: str) -> bool:
     return True
 
 
-def checkout_status(directory: Path) -> dict[str, str]:
+def checkout_status(directory: At) -> dict[str, str]:
     """Every path ``git status`` reports in a checkout (untracked files one by one) and its two-letter status.
 
     Read with ``-z``, so that no path is quoted or mangled; a rename is reported under its new path.
     """
-    with _repo(directory) as repo:
+    with _at(directory) as repo:
         output = repo.git.status("--porcelain=v1", "-z", "--untracked-files=all", strip_newline_in_stdout=False)
     fields = output.split("\0")
     entries: dict[str, str] = {}
@@ -633,9 +659,9 @@ def hide_managed_file(worktree: Path) -> dict[str, str]:
     return excludes_env(worktree, git_dir / EXCLUDES_NAME)
 
 
-def unhide_managed_file(worktree: Path) -> None:
+def unhide_managed_file(worktree: At) -> None:
     """Undo :func:`hide_managed_file`'s skip-worktree bit (the excludes file goes with the worktree)."""
-    with _repo(worktree) as repo:
+    with _at(worktree) as repo:
         if is_tracked(repo, ACPXRC):
             repo.git.update_index("--no-skip-worktree", "--", ACPXRC)
 
@@ -657,7 +683,7 @@ _CHUNK = 1 << 20
 _BLOB_MODES = {"100644", "100755", "120000"}
 
 
-def find_leaks(worktree: Path, since: str, head: str, needles: Sequence[bytes], *, managed: bool) -> list[Leak]:
+def find_leaks(worktree: At, since: str, head: str, needles: Sequence[bytes], *, managed: bool) -> list[Leak]:
     """Commits of ``since..head`` that carry injected content, first found first.
 
     ``needles`` are the injected file's bytes (found anywhere, in any file) and the secret values of the injected
@@ -669,7 +695,7 @@ def find_leaks(worktree: Path, since: str, head: str, needles: Sequence[bytes], 
     leaks: list[Leak] = []
     if not wanted and not managed:
         return leaks
-    with _repo(worktree) as repo:
+    with _at(worktree) as repo:
         # Each commit with its message, in the one rev-list: NUL, the commit, a line end, its message (a commit
         # message holds no NUL).
         listed = str(repo.git.rev_list("--reverse", "--no-commit-header", "--format=%x00%H%n%B", head, f"^{since}"))
@@ -718,9 +744,9 @@ def _search(repo: git.Repo, sha: str, needles: Sequence[bytes], indices: Sequenc
     return found
 
 
-def publish(worktree: Path, branch: str, new: str, expected: str | None, message: str) -> None:
+def publish(worktree: At, branch: str, new: str, expected: str | None, message: str) -> None:
     """Move ``branch`` to ``new``, only if it still points to ``expected`` (None: only if it does not exist)."""
-    with _repo(worktree) as repo:
+    with _at(worktree) as repo:
         elsewhere = [p for p, b in _registered_worktrees(repo).items() if b == branch]
         if elsewhere:
             raise GitError(f"branch {branch} is now checked out in {elsewhere[0]}, so beflow did not move it")
@@ -732,10 +758,10 @@ def publish(worktree: Path, branch: str, new: str, expected: str | None, message
             ) from None
 
 
-def uncommit(worktree: Path, commit: str) -> None:
+def uncommit(worktree: At, commit: str) -> None:
     """Take ``worktree``'s HEAD back to ``commit``, keeping every file as it is (the commits' changes become
     uncommitted changes), and forget the commits in its HEAD's reflog, so nothing names them any more."""
-    with _repo(worktree) as repo:
+    with _at(worktree) as repo:
         repo.git.reset("-q", "--mixed", commit)
         repo.git.reflog("expire", "--expire=now", "--expire-unreachable=now", "HEAD")
 
@@ -858,25 +884,6 @@ def trailer_values(directory: Path, branch: str, key: str, since: str | None = N
         except git.GitCommandError as exc:
             raise GitError(f"git log {branch} failed: {exc.stderr.strip()}") from None
     return [value.strip() for entry in out.split("\x01") for value in entry.split("\x00") if value.strip()]
-
-
-def commit_empty(worktree: Path, message: str) -> str:
-    """A commit that changes nothing, with ``message`` (a review round whose agent changed no file still says, on
-    the branch, what it answered); its sha."""
-    with _repo(worktree) as repo:
-        try:
-            try:
-                repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message)
-            except git.GitCommandError:
-                if _has_identity(repo):
-                    raise
-                env = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
-                env |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
-                with repo.git.custom_environment(**env):
-                    repo.git.commit("-q", "--no-verify", "--allow-empty", "-m", message)
-        except git.GitCommandError as exc:
-            raise GitError(f"git commit failed in {worktree}: {exc.stderr.strip()}") from None
-        return _head_of(repo)
 
 
 def is_ancestor(directory: Path, older: str, newer: str) -> bool:

@@ -1,8 +1,8 @@
 """One unattended run: every ``--auto`` run and every ``watch`` dispatch is exactly this.
 
 claim → prompt → MCP servers → the workspace (:mod:`beflow.workspace`: worktree on ``beflow/<key>``, included
-files, ``after_create``) → inject → ``before_run`` → the agent (:class:`beflow.acpx.AgentSession`, cold or resumed)
-→ ``after_run`` → restore → delivery (:func:`beflow.delivery.deliver`, one thread hop: commit, leak check,
+files, ``after_create``) → the agent's turn (:class:`beflow.turn.AgentTurn`: inject, ``before_run``, acpx cold or
+resumed, ``after_run``, restore) → delivery (:func:`beflow.delivery.deliver`, one thread hop: commit, leak check,
 compare-and-swap, push and pull request through the code host) → record → tracker update → remove the worktree
 (kept, and said so, when that could lose the agent's work) → release the claim.
 
@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from pathlib import Path
 
 import anyio
 import anyio.lowlevel
 
-from beflow import acpx, delivery, git, guardrails, interrupts, preflight, prompt, repoguard, rounds, spending, workers
-from beflow.codehosts import CodeHost, open_code_host
+from beflow import delivery, git, guardrails, interrupts, prompt, repoguard, rounds, workers
+from beflow.codehosts import CodeHost
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
 from beflow.events import EventSink
@@ -32,27 +31,18 @@ from beflow.lifecycle import (
     cancel_reason,
     refuse_closed,
     render_prompt,
-    requeue_orphans,
-    settle_orphans,
     summary,
 )
-from beflow.limits import Limiter, UsageEvents
 from beflow.mcp.acp import resolve_servers
-from beflow.mcp.inject import Injection
-from beflow.mcp.own import follow_progress
 from beflow.paths import ACPXRC
-from beflow.policy import judge, status_after
-from beflow.records import DONE_OUTCOMES, CappedLog, Mode, Outcome, RunRecord, RunStore
-from beflow.sandbox.box import Sandbox
-from beflow.server.channel import RunChannel, own_channel, with_own_server
-from beflow.trackers import Status, Tracker, reading_once
+from beflow.policy import status_after
+from beflow.records import DONE_OUTCOMES, Outcome, RunRecord
+from beflow.server.channel import RunChannel, with_own_server
+from beflow.trackers import Status, Tracker
 from beflow.trackers.base import Claim
 from beflow.trackers.claims import while_held
+from beflow.turn import AgentTurn
 from beflow.workspace import Workspace
-
-#: Bytes kept of acpx's transcript and of its stderr; beyond, a note says what was left out.
-TRANSCRIPT_LIMIT = 64 << 20
-STDERR_LIMIT = 4 << 20
 
 
 class NoLongerReady(LockedError):
@@ -164,11 +154,10 @@ class _InWorktree:
         self.code_host = code_host
         self.claim = claim
         self._cancelled_because = cancelled_because
-        self._injection: Injection | None = None
         self._channel: RunChannel | None = None  # mcp.self: where beflow's own server forwards the agent's calls
+        self._turn: AgentTurn | None = None
         #: The guard of the repository's git directory around the agent: what it put back, if anything.
         self._guard: repoguard.Guard | None = None
-        self._agent: acpx.AgentSession | None = None
 
     async def run(self) -> RunRecord:
         record, issue = self.record, self.session.issue
@@ -217,8 +206,9 @@ class _InWorktree:
         async with guarded as ending:
             self._resolve_servers()
             await workspace.create()
+            self._turn = AgentTurn(self.session, workspace, self._channel)
             with self.session.repository_guarded(workspace.path) as self._guard:
-                ending.set(*await self._agent_session(workspace, text))
+                ending.set(*await self._turn.run(text))
         await anyio.lowlevel.checkpoint()  # a pending cancellation goes on from here, the record written
         return ending.finished
 
@@ -227,7 +217,7 @@ class _InWorktree:
         the worktree removed unless it is kept."""
         record, worktree = self.record, workspace.worktree
         assert worktree is not None
-        injection, guard = self._injection, self._guard
+        injection, guard = self._turn.injection if self._turn is not None else None, self._guard
         refuse, for_good = None, False
         if injection is not None and (injection.restored is None or injection.restored.action == "failed"):
             refuse = f"{ACPXRC} could not be put back"  # the worktree may still hold the injected file
@@ -260,12 +250,7 @@ class _InWorktree:
             else None,
         )
         verdict = await workers.blocking(delivery.deliver, job)
-        record.commit = verdict.commit
-        record.changed_files = list(verdict.changed_files)
-        record.permanent = record.permanent or verdict.permanent
-        record.worktree_kept = verdict.worktree_kept
-        if verdict.pull_request is not None:
-            record.pull_request = verdict.pull_request
+        verdict.onto(record)
         if verdict.claim_lost is not None:
             self.session.claim_lost = verdict.claim_lost
         self.store.save(record)
@@ -294,15 +279,7 @@ class _InWorktree:
         record, issue = self.record, self.session.issue
 
         def body(verdict: delivery.Verdict) -> str:
-            draft = record.model_copy(
-                update={
-                    "outcome": verdict.outcome,
-                    "stop_reason": verdict.reason,
-                    "commit": verdict.commit,
-                    "changed_files": list(verdict.changed_files),
-                    "worktree_kept": verdict.worktree_kept,
-                }
-            )
+            draft = verdict.onto(record.model_copy(update={"outcome": verdict.outcome, "stop_reason": verdict.reason}))
             text = f"{summary(draft)}\n\nCloses #{issue.key}" + (f" ({issue.url})" if issue.url else "")
             return self.session.redact.text(text)  # the agent's final message, say: the token is a secret of the run
 
@@ -320,114 +297,9 @@ class _InWorktree:
             raise PermanentFailure(f"MCP servers: {error.message}") from None
         self.session.use_servers(servers)
 
-    async def _agent_session(self, workspace: Workspace, text: str) -> tuple[Outcome, str]:
-        """Inject, run acpx, restore. Returns the outcome and a reason."""
-        record, cwd = self.record, workspace.path
-        redact = self.session.redact
-        box = Sandbox.for_run(self.config, cwd, self.project.directory, self._own_paths(), self.session.servers)
-        record.sandboxed = box is not None
-        agent = self._agent = acpx.AgentSession(
-            self.config, cwd, env=workspace.git_env, unset=workspace.withheld, sandbox=box
-        )
-        directory = self.store.directory(record.id)
-        transcript_path = directory / "transcript.jsonl"
-        stderr_path = directory / "stderr.log"
-        with (
-            CappedLog(transcript_path, TRANSCRIPT_LIMIT) as transcript_file,
-            CappedLog(stderr_path, STDERR_LIMIT, redact) as stderr_file,
-        ):
-            # Every line acpx prints is life (the agent's messages, tool calls, a running tool's output, its
-            # stderr); what the agent reports it used is held to the budgets as it comes (beflow.limits).
-            limiter = Limiter(self.config.limits, lambda: agent.transcript.latest)
-            usage = UsageEvents(self.emit)
-
-            def on_stdout(line: bytes) -> None:
-                limiter.alive()
-                line = redact(line)
-                transcript_file.line(line)
-                transcript = agent.transcript
-                before, updates = transcript.latest, transcript.usage.updates
-                transcript.feed(line)
-                if transcript.latest and transcript.latest != before:
-                    self.emit("activity", latest=transcript.latest)
-                if transcript.usage.updates != updates:  # (the turn's own counts come with its end)
-                    limiter.check(transcript.usage)
-                    usage.seen(transcript.usage)
-
-            def on_stderr(line: bytes) -> None:
-                limiter.alive()
-                stderr_file.line(line)
-
-            async with self.session.injected(cwd) as handle:
-                self._injection = handle
-                await workspace.hook("before_run", fatal=False)
-                async with (
-                    follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)),
-                    own_channel(self._channel, self.session.tracker, lambda: agent.transcript, self._notice),
-                ):
-                    resume = self.request.attempt > 1 or self.request.round > 0  # a retry, or a review round
-                    earlier = self.store.resumable_session(record) if resume else None
-                    if earlier is not None:  # kept before the turn: a killed beflow's next command ends its owner
-                        record.session = earlier
-                        await workers.blocking(self.store.save, record)
-                    try:
-                        result = await limiter.supervise(
-                            lambda: agent.run(
-                                text,
-                                key=record.issue,
-                                prompt_file=directory / "prompt.md",
-                                earlier=earlier,
-                                earlier_usage=self._session_spent(earlier),
-                                on_stdout=on_stdout,
-                                on_stderr=on_stderr,
-                                on_cold_start=self._started_cold,
-                            )
-                        )
-                    finally:
-                        if box is not None:  # what the sandbox's proxy refused, however the run ended
-                            record.blocked = dict(box.blocked)
-                    record.resumed_session = agent.resumed_session
-                await workspace.hook("after_run", fatal=False)
-        transcript = agent.transcript
-        record.final_message = transcript.final_message
-        record.session = transcript.session_id
-        record.usage = None if transcript.usage.empty else transcript.usage
-        if result is None or limiter.breach is not None:  # a limit stopped the agent: the limit says why
-            breach = limiter.breach
-            assert breach is not None
-            record.permanent = breach.permanent
-            if limiter.stall is not None:
-                record.silent_for, record.last_activity = limiter.stall.silent_for, limiter.stall.last_activity
-            self.emit("notice", message=breach.reason)
-            return breach.outcome, breach.reason
-        record.exit_code = result.returncode
-        stderr = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-        verdict = judge(result, transcript, self.config, stderr, key=self.request.key, run_id=record.id)
-        record.permanent = verdict.permanent
-        if self._channel is not None and self._channel.failure is not None:
-            return verdict.outcome, f"{verdict.reason}; {self._channel.failure}"
-        return verdict.outcome, verdict.reason
-
     def _round(self) -> dict[str, int]:
         """What a review round's events add: its number."""
         return {"round": self.request.round} if self.request.round else {}
-
-    def _own_paths(self) -> list[Path]:
-        """What beflow's own server writes for the run (its record, the channel): a sandbox lets it through."""
-        return [self.store.directory(self.record.id)] + ([self._channel.directory] if self._channel else [])
-
-    def _notice(self, message: str) -> None:
-        self.emit("notice", message=message)
-
-    def _started_cold(self, why: str) -> None:
-        self.record.resume_note = why
-        self.emit("notice", message=why)
-
-    def _session_spent(self, session: str | None) -> guardrails.Usage | None:
-        """What the latest run on the ACP session ``session`` reported, that a resumed run's cost counts from."""
-        if session is None:
-            return None
-        return spending.last_on_session(self.store.records([self.record.issue]), session)
 
     async def _finish(self, outcome: Outcome, reason: str) -> RunRecord:
         record = self.record
@@ -442,66 +314,3 @@ class _InWorktree:
             **self._round(),
             **({"usage": used} if (used := guardrails.event_data(record.usage)) else {}),
         )
-
-
-async def run_many(
-    project: Project,
-    tracker: Tracker,
-    keys: list[str],
-    *,
-    limit: int | None = None,
-    concurrency: int = 1,
-    events: EventSink | None = None,
-    mode: Mode = "auto",
-) -> list[RunRecord]:
-    """Run the named issues, or every ready issue once, ``concurrency`` at a time."""
-    preflight.check(project)
-    code_host = open_code_host(project, tracker)  # before any agent runs: where to push is read now
-    found = rounds.sources(tracker, code_host)
-    picked = not keys
-    store = RunStore(project.directory)
-    acpx.close_killed_runs(store)
-    with reading_once(tracker):  # one scan of the tracker for all of this
-        settle_orphans(tracker, store)
-        if picked:
-            requeue_orphans(tracker)
-            keys = [issue.key for issue in tracker.ready()]
-        else:
-            # Unknown keys fail before anything runs; a key named twice runs once.
-            keys = list(dict.fromkeys(tracker.get(key).key for key in keys))
-    if limit is not None:
-        keys = keys[:limit]
-    records: list[RunRecord] = []
-    refused: list[BeflowError] = []
-    limiter = anyio.CapacityLimiter(max(1, concurrency))
-
-    async def one(key: str) -> None:
-        async with limiter:
-            request = RunRequest(key=key, mode=mode, only_if_ready=picked)
-            try:
-                # Unanswered feedback on an issue's work makes its run a review round, at once (no settle wait).
-                planned = await workers.blocking(rounds.plan, project, found, key)
-                if planned is not None and planned.pieces:
-                    if planned.capped or planned.ended is not None:
-                        most = project.config.feedback.max_rounds
-                        await workers.blocking(rounds.note_end, tracker, key, planned, most)
-                        raise rounds.RoundsEnded(rounds.end_reason(planned, most))
-                    request.round, request.feedback, request.ignored = planned.round, planned.pieces, planned.ignored
-                records.append(await Run(project, tracker, request, events, code_host=code_host).execute())
-            except NoLongerReady:
-                pass  # another beflow ran it meanwhile: nothing to do here
-            except LockedError as error:
-                if not picked:
-                    refused.append(error)  # named by the user: say that someone else has it
-                # picked from the ready list: another beflow is running it, which is what the user wants
-            except BeflowError as error:  # closed, claimed by another run: the other issues still run
-                refused.append(error)
-
-    async with anyio.create_task_group() as tasks:
-        for key in keys:
-            tasks.start_soon(one, key)
-    if len(refused) == 1:
-        raise refused[0]
-    if refused:
-        raise BeflowError("; ".join(e.message for e in refused), fix=refused[0].fix)
-    return records

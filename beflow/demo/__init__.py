@@ -93,7 +93,7 @@ def create(directory: Path) -> Demo:
 
 async def run(demo: Demo, events: EventSink | None = None) -> RunRecord:
     """Run the demo's issue exactly as ``beflow --auto`` would."""
-    from beflow.runner import run_many
+    from beflow.batch import run_many
     from beflow.trackers import open_tracker
 
     tracker = open_tracker(demo.project)

@@ -1,0 +1,145 @@
+"""The agent's turn of an unattended run: inject, ``before_run``, acpx (cold or resumed), ``after_run``, restore.
+
+Around the agent (:class:`beflow.acpx.AgentSession`): its sandbox, if the config asks for one; its transcript and
+stderr streamed, masked and capped, into the run record; the budgets and the stall watch of :mod:`beflow.limits`,
+fed by every line acpx prints; the progress it reports through beflow's own server; and that server's private
+channel. What the turn ends in is an outcome and a reason, judged by :func:`beflow.policy.judge` — or by the limit
+that stopped it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from beflow import acpx, guardrails, spending, workers
+from beflow.lifecycle import Session
+from beflow.limits import Limiter, UsageEvents
+from beflow.mcp.inject import Injection
+from beflow.mcp.own import follow_progress
+from beflow.policy import judge
+from beflow.records import CappedLog, Outcome
+from beflow.sandbox.box import Sandbox
+from beflow.server.channel import RunChannel, own_channel
+from beflow.workspace import Workspace
+
+#: Bytes kept of acpx's transcript and of its stderr; beyond, a note says what was left out.
+TRANSCRIPT_LIMIT = 64 << 20
+STDERR_LIMIT = 4 << 20
+
+
+class AgentTurn:
+    """One turn of the agent in a run's workspace. ``injection`` is the injected file's handle once injected (the
+    delivery reads whether it was put back); ``channel`` is where beflow's own server forwards the agent's calls."""
+
+    def __init__(self, session: Session, workspace: Workspace, channel: RunChannel | None) -> None:
+        self.session = session
+        self.workspace = workspace
+        self.channel = channel
+        self.injection: Injection | None = None
+        self.record = session.record
+        self.store = session.store
+        self.config = session.project.config
+        self.emit = session.emit
+
+    async def run(self, text: str) -> tuple[Outcome, str]:
+        """Inject, run acpx on the prompt ``text``, restore. Returns the outcome and a reason."""
+        record, session, workspace = self.record, self.session, self.workspace
+        cwd, redact = workspace.path, session.redact
+        box = Sandbox.for_run(self.config, cwd, session.project.directory, self._own_paths(), session.servers)
+        record.sandboxed = box is not None
+        agent = acpx.AgentSession(self.config, cwd, env=workspace.git_env, unset=workspace.withheld, sandbox=box)
+        directory = self.store.directory(record.id)
+        stderr_path = directory / "stderr.log"
+        with (
+            CappedLog(directory / "transcript.jsonl", TRANSCRIPT_LIMIT) as transcript_file,
+            CappedLog(stderr_path, STDERR_LIMIT, redact) as stderr_file,
+        ):
+            # Every line acpx prints is life (the agent's messages, tool calls, a running tool's output, its
+            # stderr); what the agent reports it used is held to the budgets as it comes (beflow.limits).
+            limiter = Limiter(self.config.limits, lambda: agent.transcript.latest)
+            usage = UsageEvents(self.emit)
+
+            def on_stdout(line: bytes) -> None:
+                limiter.alive()
+                line = redact(line)
+                transcript_file.line(line)
+                transcript = agent.transcript
+                before, updates = transcript.latest, transcript.usage.updates
+                transcript.feed(line)
+                if transcript.latest and transcript.latest != before:
+                    self.emit("activity", latest=transcript.latest)
+                if transcript.usage.updates != updates:  # (the turn's own counts come with its end)
+                    limiter.check(transcript.usage)
+                    usage.seen(transcript.usage)
+
+            def on_stderr(line: bytes) -> None:
+                limiter.alive()
+                stderr_file.line(line)
+
+            async with session.injected(cwd) as handle:
+                self.injection = handle
+                await workspace.hook("before_run", fatal=False)
+                async with (
+                    follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)),
+                    own_channel(self.channel, session.tracker, lambda: agent.transcript, self._notice),
+                ):
+                    request = session.request
+                    resume = request.attempt > 1 or request.round > 0  # a retry, or a review round
+                    earlier = self.store.resumable_session(record) if resume else None
+                    if earlier is not None:  # kept before the turn: a killed beflow's next command ends its owner
+                        record.session = earlier
+                        await workers.blocking(self.store.save, record)
+                    try:
+                        result = await limiter.supervise(
+                            lambda: agent.run(
+                                text,
+                                key=record.issue,
+                                prompt_file=directory / "prompt.md",
+                                earlier=earlier,
+                                earlier_usage=self._session_spent(earlier),
+                                on_stdout=on_stdout,
+                                on_stderr=on_stderr,
+                                on_cold_start=self._started_cold,
+                            )
+                        )
+                    finally:
+                        if box is not None:  # what the sandbox's proxy refused, however the run ended
+                            record.blocked = dict(box.blocked)
+                    record.resumed_session = agent.resumed_session
+                await workspace.hook("after_run", fatal=False)
+        transcript = agent.transcript
+        record.final_message = transcript.final_message
+        record.session = transcript.session_id
+        record.usage = None if transcript.usage.empty else transcript.usage
+        if result is None or limiter.breach is not None:  # a limit stopped the agent: the limit says why
+            breach = limiter.breach
+            assert breach is not None
+            record.permanent = breach.permanent
+            if limiter.stall is not None:
+                record.silent_for, record.last_activity = limiter.stall.silent_for, limiter.stall.last_activity
+            self.emit("notice", message=breach.reason)
+            return breach.outcome, breach.reason
+        record.exit_code = result.returncode
+        stderr = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        verdict = judge(result, transcript, self.config, stderr, key=session.request.key, run_id=record.id)
+        record.permanent = verdict.permanent
+        if self.channel is not None and self.channel.failure is not None:
+            return verdict.outcome, f"{verdict.reason}; {self.channel.failure}"
+        return verdict.outcome, verdict.reason
+
+    def _own_paths(self) -> list[Path]:
+        """What beflow's own server writes for the run (its record, the channel): a sandbox lets it through."""
+        return [self.store.directory(self.record.id)] + ([self.channel.directory] if self.channel else [])
+
+    def _notice(self, message: str) -> None:
+        self.emit("notice", message=message)
+
+    def _started_cold(self, why: str) -> None:
+        self.record.resume_note = why
+        self.emit("notice", message=why)
+
+    def _session_spent(self, session: str | None) -> guardrails.Usage | None:
+        """What the latest run on the ACP session ``session`` reported, that a resumed run's cost counts from."""
+        if session is None:
+            return None
+        return spending.last_on_session(self.store.records([self.record.issue]), session)
