@@ -187,7 +187,9 @@ class _InWorktree:
             # a cancellation, not a failure: the issue goes back to ready.
             if outcome == "failed" and await interrupts.being_cancelled():
                 outcome, reason = "cancelled", f"{cancel_reason(self._cancelled_because())} ({reason})"
-            with anyio.CancelScope(shield=True):
+            # The agent has run: no git command of beflow's from here runs a hook or a configured command (the
+            # worktree's removal and the fresh branch's deletion included).
+            with anyio.CancelScope(shield=True), git.distrusting():
                 if workspace.worktree is not None:
                     delivered = await self._deliver(workspace, outcome, reason)
                     if outcome != "cancelled":  # cancelled it stays, whatever its commit did

@@ -128,6 +128,28 @@ def test_hooks_and_commands_the_agent_plants_never_run_in_beflows_git(
     assert git(hosted.directory, "show", f"{record.commit}:notes.txt") == "the agent's work\n"
 
 
+def test_a_run_that_changed_nothing_runs_no_planted_hook_while_its_fresh_branch_is_deleted(
+    auto_project: AutoProject, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    # A run that ends without work deletes the branch it made (`git update-ref -d`): a reference-transaction hook
+    # the agent planted in the user's global config would run there, after the agent, with beflow's environment.
+    marker, hooks = tmp_path / "planted-ran", tmp_path / "planted-hooks"
+    plant = [
+        f"mkdir -p {hooks} && printf '#!/bin/sh\\necho \"$0 $*\" >> {marker}\\ncat\\n' > {hooks}/reference-transaction",
+        f"chmod +x {hooks}/reference-transaction && git config --global core.hooksPath {hooks}",
+    ]
+    auto_project.new_issue(*(f"run {line}" for line in plant), title="Look only")
+
+    done = beflow_run(auto_project, "--auto", "1")
+
+    assert done.code == 0, done.stderr
+    record = auto_project.only_record()
+    assert record.outcome == "no_changes", record.stop_reason
+    assert (hooks / "reference-transaction").exists()  # the agent did plant it
+    assert "beflow/1" not in git(auto_project.directory, "branch", "--list", "beflow/1")  # the branch went
+    assert not marker.exists(), marker.read_text()[:3000]
+
+
 def tampering(project: AutoProject) -> list[str]:
     """Directives that change every guarded part of the repository's git directory, from the worktree."""
     away = evil(project)
