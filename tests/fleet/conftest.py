@@ -107,6 +107,23 @@ class Fleet:
         status = ask(self.address, described)
         return status.name if status is not None else "NONE"
 
+    def state(self, key: str) -> dict[str, Any]:
+        """What the issue's workflow's ``state`` query answers (its latest execution: continued as new after each
+        run that left the issue in review)."""
+
+        async def state(client: Client) -> dict[str, Any]:
+            answer: dict[str, Any] = await client.get_workflow_handle(self.workflow(key)).query("state")
+            return answer
+
+        return ask(self.address, state)
+
+    def in_review(self, key: str) -> bool:
+        """Whether the issue's workflow waits for feedback: its run left the issue in review."""
+        try:
+            return self.state(key)["phase"] == "in review"
+        except Exception:  # (not started yet, or between executions)
+            return False
+
     def result(self, key: str) -> Any:
         async def result(client: Client) -> Any:
             return await client.get_workflow_handle(self.workflow(key)).result()
