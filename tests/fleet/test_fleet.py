@@ -10,7 +10,7 @@ import psutil
 from temporalio.client import Client
 
 from beflow.trackers import Status
-from tests.fleet.conftest import HEARTBEAT, Fleet, ask, read_events
+from tests.fleet.conftest import HEARTBEAT, Fleet, ask, executions, read_events
 from tests.support.projects import git
 from tests.support.waiting import eventually
 
@@ -41,8 +41,7 @@ def test_an_issue_runs_once_on_a_worker_and_its_workflow_ends(fleet: Fleet) -> N
     from beflow.fleet.workflow import IssueWorkflow
 
     async def replayed(client: Client) -> None:
-        async for execution in client.list_workflows(f'WorkflowId = "{fleet.workflow(key)}"'):
-            history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+        for history in await executions(client, fleet.workflow(key)):
             await Replayer(workflows=[IssueWorkflow]).replay_workflow(history)
 
     ask(fleet.address, replayed)
@@ -239,13 +238,10 @@ def test_feedback_on_an_issue_in_review_is_signalled_to_its_workflow_which_runs_
     tracker = tracker_id(load_project(fleet.project.config_path))
 
     async def signals(client: Client) -> int:
-        count = 0
-        async for execution in client.list_workflows(f'WorkflowId = "{workflow_id(tracker, key)}"'):
-            history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
-            count += sum(1 for e in history.events if e.HasField("workflow_execution_signaled_event_attributes"))
-        return count
+        histories = await executions(client, workflow_id(tracker, key))
+        return sum(e.HasField("workflow_execution_signaled_event_attributes") for h in histories for e in h.events)
 
-    eventually(lambda: ask(fleet.address, signals) == 1, "one signal in the workflow's histories (listed)")
+    assert ask(fleet.address, signals) == 1
     # Done by hand: the dispatcher ends the workflow that waited for feedback, as completed.
     fleet.project.tracker.set_status(key, Status.DONE, note="merged by hand")
     once = fleet.beflow("watch", "--json")
