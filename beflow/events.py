@@ -35,6 +35,7 @@ WatchEventKind = Literal[
     "stopping",
     "budget_reached",
     "budget_cleared",
+    "feedback",
 ]
 RUN_EVENTS: frozenset[str] = frozenset(get_args(RunEventKind))
 WATCH_EVENTS: frozenset[str] = frozenset(get_args(WatchEventKind))
@@ -177,6 +178,12 @@ class Stopping(Payload):
     running: int
 
 
+class FeedbackHeard(Payload):
+    """On a fleet: unanswered feedback on an issue's work was told to its workflow (which runs its round)."""
+
+    pieces: int
+
+
 class Budget(Payload):
     """The day's budget was reached, or no longer holds the watch (raised, removed, a new day)."""
 
@@ -199,6 +206,7 @@ WATCH_PAYLOADS: dict[str, type[Payload]] = {
     "error": Problem,
     "stopping": Stopping,
     "budget_reached": Budget,
+    "feedback": FeedbackHeard,
     "budget_cleared": Budget,
 }
 

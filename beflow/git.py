@@ -228,6 +228,8 @@ class Worktree:
     continued: bool  # the branch existed from an earlier attempt
     #: What ``branch`` pointed to when the attempt started (None: it did not exist), for a compare-and-swap update.
     tip: str | None = None
+    #: Where a directory found at ``path`` that was no worktree of the repository was moved, kept (None: none was).
+    set_aside: Path | None = None
 
 
 def worktree_path(worktrees_dir: Path, key: str) -> Path:
@@ -325,15 +327,32 @@ def _create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Work
         # Its HEAD may hold commits an interrupted run never checked: they are checked with this run's.
         start = tip or _merge_base(path, resolve_base(repo, base))
         return Worktree(path, branch, start, continued=True, tip=tip)
-    if path.exists():
-        raise GitError(f"{path} exists but is not a worktree of this repository", fix="Move it away.")
+    # A directory there that git does not know (a run that ended while another made it, a copy by hand) is kept,
+    # moved aside, rather than failing this and every later run of the issue: what is in it stays the user's.
+    aside = _set_aside(path) if path.exists() or path.is_symlink() else None
     path.parent.mkdir(parents=True, exist_ok=True)
     start = tip or resolve_base(repo, base)
     try:
         repo.git.worktree("add", "--detach", str(path), start)
     except git.GitCommandError as exc:
         raise GitError(f"git worktree add failed: {exc.stderr.strip()}") from None
-    return Worktree(path, branch, start, continued=tip is not None, tip=tip)
+    return Worktree(path, branch, start, continued=tip is not None, tip=tip, set_aside=aside)
+
+
+def _set_aside(path: Path) -> Path:
+    """Move ``path`` to a free name beside it (``<name>.left-<n>``); where it went."""
+    for n in range(1, 1000):
+        aside = path.with_name(f"{path.name}.left-{n}")
+        if not aside.exists() and not aside.is_symlink():
+            try:
+                path.rename(aside)
+            except OSError as error:
+                raise GitError(
+                    f"{path} exists but is not a worktree of this repository, and could not be moved aside: {error}",
+                    fix="Move it away.",
+                ) from None
+            return aside
+    raise GitError(f"{path} exists but is not a worktree of this repository", fix="Move it away.")
 
 
 def _stale_registrations(common: Path) -> bool:

@@ -95,22 +95,25 @@ class Plan:
         return bool(self.pieces) and self.ended is None and not self.capped
 
 
-def plan(project: Project, found: list[FeedbackSource], key: str, store: RunStore | None = None) -> Plan | None:
+def plan(
+    project: Project, found: list[FeedbackSource], key: str, store: RunStore | None = None, *, number: int | None = None
+) -> Plan | None:
     """The round issue ``key`` is due for (blocking): None when it has no source of feedback or no run of it
-    finished yet; else its unanswered feedback and the round that answers it."""
+    finished yet; else its unanswered feedback and the round that answers it. ``number``: the round is known
+    (a fleet's workflow counts them; the runs' records are on other machines), so no record is read."""
     if not found:
         return None
-    store = store or RunStore(project.directory)
-    records = store.records([key])
-    if not first_run_done(records):
-        return None
+    if number is None:
+        records = (store or RunStore(project.directory)).records([key])
+        if not first_run_done(records):
+            return None
+        number = completed(records) + 1
     branch = git.branch_for(key)
     gathered = gather(found, key, branch)
     config = project.config.feedback
     # The branch's history is read only when there is feedback to hold against it (a git process per issue).
     done = answered(project.directory, branch, project.config.worktrees.base) if gathered.pieces else set()
     left = pending(gathered.pieces, done)
-    number = completed(records) + 1
     return Plan(
         number,
         left,

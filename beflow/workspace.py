@@ -53,6 +53,9 @@ class Workspace:
         with git.distrusting() if distrust else contextlib.nullcontext():
             worktree = await workers.blocking(git.create_worktree, self.repo, path, branch, self.config.worktrees.base)
             self.worktree = worktree
+            if worktree.set_aside is not None:
+                why = f"{worktree.path} held a directory that was no worktree of the repository: it was kept, moved"
+                session.emit("notice", message=f"{why} to {worktree.set_aside}")
             record.worktree = str(worktree.path)
             record.base_commit = worktree.base_commit
             session.store.save(record)

@@ -97,6 +97,20 @@ def test_outside_a_git_repository_is_a_usage_error(tmp_path: Path) -> None:
         git.open_repo(tmp_path)
 
 
+def test_a_directory_in_the_worktrees_place_that_git_does_not_know_is_kept_aside_and_the_run_goes_on(
+    repo: Path, worktrees: Path
+) -> None:
+    path = worktrees / "1"
+    (path / "sub").mkdir(parents=True)
+    (path / "sub" / "work.txt").write_text("someone's work\n")
+    with git.open_repo(repo) as repository:
+        made = git.create_worktree(repository, path, "beflow/1", "HEAD")
+        again = git.create_worktree(repository, path, "beflow/1", "HEAD")  # the next run: a worktree now
+    assert made.set_aside == worktrees / "1.left-1" and again.set_aside is None
+    assert (worktrees / "1.left-1" / "sub" / "work.txt").read_text() == "someone's work\n"  # kept, whole
+    assert (path / ".git").is_file() and not (path / "sub").exists()
+
+
 def test_included_files_are_copied_but_never_over_tracked_ones(repo: Path, worktrees: Path) -> None:
     (repo / ".gitignore").write_text(".env\nsecrets/\nbuild/\n")
     (repo / "settings.ini").write_text("tracked\n")

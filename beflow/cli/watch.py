@@ -36,6 +36,7 @@ LOGGED = {
     "settled",
     "budget_reached",
     "budget_cleared",
+    "feedback",
 }
 
 #: The run events the HTTP server's event stream carries besides the watch's (its lanes move with them; `usage` at

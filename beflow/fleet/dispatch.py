@@ -3,7 +3,9 @@
 Every tick (the first at once, then every ``watch.interval`` seconds, or sooner when the local tracker's files
 change) the dispatcher settles and requeues orphans as the embedded watch does (an issue ``in_progress`` that no
 running workflow holds), starts a workflow for every ready issue that no workflow holds, and cancels the workflow
-of an issue closed or moved by hand. Starting an issue's workflow twice — two dispatchers, on two machines, at the
+of an issue closed or moved by hand. Feedback on the work of an issue in review (or put back with rework) is told
+to its waiting workflow as a ``feedback`` signal (ids only, and when its round may start), which runs the round.
+Starting an issue's workflow twice — two dispatchers, on two machines, at the
 same moment — starts it once: its id names the tracker and the key, and Temporal keeps one running workflow per
 id. So any number of dispatchers may run; none keeps state of its own between ticks.
 """
@@ -15,14 +17,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from beflow import workers
+from beflow import git, rounds, workers
+from beflow.codehosts import open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.events import WatchEvent, WatchEventKind
+from beflow.feedback import due_at, pending
 from beflow.fleet.claims import open_tracker
 from beflow.fleet.remote import Unreachable, connect
 from beflow.fleet.shapes import (
+    FEEDBACK,
     WORKFLOW,
+    FeedbackSeen,
     IssueStart,
     engine_of,
     run_timeout,
@@ -40,8 +46,9 @@ if TYPE_CHECKING:
 
 Listener = Callable[[WatchEvent], None]
 
-#: Statuses whose issue still wants its workflow (running, or waiting for its next attempt).
-LIVE = (Status.READY, Status.IN_PROGRESS)
+#: Statuses whose issue still wants its workflow (running, waiting for its next attempt, or in review: waiting for
+#: feedback).
+LIVE = (Status.READY, Status.IN_PROGRESS, Status.REVIEW)
 #: Seconds an issue's workflow must be seen running with its issue moved on before it is cancelled.
 MOVED_GRACE = 2.0
 
@@ -53,12 +60,16 @@ class FleetDispatcher:
         self.project = project
         self.settings = engine_of(project)
         self.tracker = open_tracker(project)
+        self.code_host = open_code_host(project, self.tracker)
         self.tracker_id = tracker_id(project)
         self.listener = listener
         #: Workflows this dispatcher started (its own count; a start that joined another's is not one).
         self.started: list[str] = []
         #: Running workflows whose issue was seen moved on (closed, by hand), and since when.
         self._moved: dict[str, float] = {}
+        #: The feedback ids this dispatcher told each issue's workflow of (a workflow ignores what it heard already;
+        #: this keeps its history from growing by a signal a tick).
+        self._told: dict[str, set[str]] = {}
 
     def emit(self, kind: WatchEventKind, issue: str | None = None, **data: Any) -> None:
         if self.listener is not None:
@@ -95,13 +106,16 @@ class FleetDispatcher:
         return self.tracker.watched_directories() if isinstance(self.tracker, WatchesDirectories) else []
 
     async def tick(self, client: Client) -> None:
-        ready = await workers.blocking(self._survey)
-        for issue in ready:
+        ready, feedback = await workers.blocking(self._survey)
+        for issue in ready:  # (held by no workflow: one waiting in review runs its rounds itself)
             await self.start(client, issue.key)
+        for key, seen in feedback.items():
+            await self._tell(client, key, seen)
         await self._reconcile(client)
 
-    def _survey(self) -> list[Issue]:
-        """Settle and requeue orphans; the ready issues no workflow holds."""
+    def _survey(self) -> tuple[list[Issue], dict[str, FeedbackSeen]]:
+        """Settle and requeue orphans; the ready issues, and the unanswered feedback of those and of the issues in
+        review."""
         try:
             with reading_once(self.tracker):
                 store = RunStore(self.project.directory)
@@ -109,14 +123,53 @@ class FleetDispatcher:
                     self.emit("settled", key, reason="its run had finished; the issue now says so")
                 for issue in requeue_orphans(self.tracker):
                     self.emit("requeued", issue.key, reason="its run stopped without finishing")
-                return self.tracker.ready()
+                ready = self.tracker.ready()
+                # An issue put back with rework is ready but held: its workflow, waiting in review, runs its round.
+                queued = self.tracker.listing(status=Status.READY).issues
+                review = self.tracker.listing(status=Status.REVIEW).issues
+                return ready, self._feedback([*queued, *review])
         except Unreachable:
             raise
         except BeflowError as error:
             self.emit("error", message=error.message)
         except OSError as error:
             self.emit("error", message=f"{type(error).__name__}: {error}")
-        return []
+        return [], {}
+
+    def _feedback(self, issues: list[Issue]) -> dict[str, FeedbackSeen]:
+        """What each issue's workflow is to hear of: the feedback no round on its branch answered, due when
+        ``feedback.settle`` has passed since the latest piece (at once for an issue put back with rework). A merged
+        pull request moves its issue to done (its workflow is then ended by :meth:`_reconcile`)."""
+        found = rounds.sources(self.tracker, self.code_host)
+        if not found:
+            return {}
+        config, told = self.project.config, dict[str, FeedbackSeen]()
+        for issue in issues:
+            branch = git.branch_for(issue.key)
+            gathered = rounds.gather(found, issue.key, branch)
+            if gathered.ended is not None and issue.status == Status.REVIEW:
+                planned = rounds.Plan(0, ended=gathered.ended)
+                if rounds.note_end(self.tracker, issue.key, planned, config.feedback.max_rounds):
+                    self.emit("skipped", issue.key, reason=f"no more review rounds: {rounds.end_reason(planned, 0)}")
+                continue
+            left = pending(gathered.pieces, rounds.answered(self.project.directory, branch, config.worktrees.base))
+            due = due_at(left, 0.0 if issue.status == Status.READY else config.feedback.settle)
+            if due is not None:
+                told[issue.key] = FeedbackSeen(ids=[piece.id for piece in left], due=due.timestamp())
+        return told
+
+    async def _tell(self, client: Client, key: str, seen: FeedbackSeen) -> None:
+        """Signal ``key``'s workflow of the feedback it was not told of yet (by this dispatcher)."""
+        from temporalio.service import RPCError
+
+        if set(seen.ids) <= self._told.get(key, set()):
+            return
+        try:
+            await client.get_workflow_handle(workflow_id(self.tracker_id, key)).signal(FEEDBACK, seen)
+        except RPCError:
+            return  # no workflow waits (it ended: done, closed, its rounds capped): nothing starts a round
+        self._told.setdefault(key, set()).update(seen.ids)
+        self.emit("feedback", key, pieces=len(seen.ids))
 
     async def start(self, client: Client, key: str) -> bool:
         """Start ``key``'s workflow; False: it runs already (this start joined it)."""

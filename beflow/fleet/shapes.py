@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from beflow.config import GitHubTrackerSettings, Project, TemporalEngineSettings
 from beflow.errors import ConfigError
@@ -18,6 +18,9 @@ from beflow.errors import ConfigError
 WORKFLOW = "beflow.issue"
 CLAIM_LANE = "beflow.claim_lane"
 RUN_ISSUE = "beflow.run_issue"
+#: The signal that tells an issue's workflow of feedback on its work, and the query of its state.
+FEEDBACK = "feedback"
+STATE = "state"
 
 #: The failure type of a run whose worker was stopped (SIGTERM, Ctrl-C): the workflow takes it up elsewhere.
 WORKER_STOPPED = "WorkerStopped"
@@ -36,6 +39,29 @@ class IssueStart:
     #: Seconds one run may take at most (the config's ``timeout`` and a margin for delivery).
     run_timeout: float
     attempt: int = 1
+    #: The review rounds run so far (a workflow continued as new after each round carries them on).
+    round: int = 0
+    #: Start by waiting for feedback: the issue's work is in review (a continued workflow).
+    review: bool = False
+    #: Ids of the feedback pieces a round was already started for (the rest of a signal is new).
+    handled: list[str] = field(default_factory=list)
+    #: Feedback heard but not yet answered when the workflow continued as new: carried over, with when it is due.
+    pending: list[str] = field(default_factory=list)
+    due: float = 0.0
+    #: The latest run's id, outcome and worker, for the ``state`` query of a continued workflow.
+    run_id: str | None = None
+    outcome: str | None = None
+    worker: str = ""
+
+
+@dataclass
+class FeedbackSeen:
+    """The ``feedback`` signal: ids of the unanswered feedback on the issue's work a dispatcher saw, and when a
+    round for it may start (seconds since the epoch: ``feedback.settle`` after the latest piece, or now for an
+    issue put back with rework). Only ids: what a piece says never enters Temporal; the worker reads it itself."""
+
+    ids: list[str]
+    due: float
 
 
 @dataclass
@@ -59,6 +85,8 @@ class RunInput:
     attempt: int
     #: The run is taken up after its worker went silent: the issue is ``in_progress`` already.
     resumed: bool = False
+    #: The review round this run is (0: the issue's first run).
+    round: int = 0
 
 
 @dataclass
@@ -71,6 +99,8 @@ class RunEnd:
     outcome: str | None = None
     delay: float = 0.0
     worker: str = ""
+    #: The issue's work is in review, with a source of feedback: the workflow waits for feedback (review rounds).
+    awaits_feedback: bool = False
 
 
 @dataclass
@@ -84,6 +114,9 @@ class IssueState:
     run_id: str | None = None
     resumes: int = 0
     outcome: str | None = None
+    round: int = 0
+    #: The feedback ids the workflow heard of (answered or not): a dispatcher signals only what is new.
+    seen: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -95,6 +128,7 @@ class IssueEnd:
     attempts: int
     #: The worker that ran the last attempt.
     worker: str = ""
+    round: int = 0
 
 
 def engine_of(project: Project) -> TemporalEngineSettings:

@@ -34,7 +34,7 @@ from temporalio.worker import (
     WorkerTuner,
 )
 
-from beflow import workers
+from beflow import rounds, workers
 from beflow.codehosts import open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
@@ -56,7 +56,7 @@ from beflow.fleet.workflow import IssueWorkflow
 from beflow.lifecycle import RunRequest
 from beflow.policy import after_run, is_final
 from beflow.records import RunRecord, RunStore
-from beflow.trackers import LocalTracker
+from beflow.trackers import LocalTracker, Status
 
 #: Seconds a claimed lane waits for its run before it is free again (the run was never taken: its workflow was
 #: cancelled, or timed the run out while waiting).
@@ -267,6 +267,10 @@ class FleetWorker:
             only_if_ready=not run.resumed,
             owner=f"beflow worker {self.name}",
         )
+        if run.round:
+            ended = await workers.blocking(self._round, request, run.round)
+            if ended is not None:
+                return ended
         run_ids: list[str] = []
 
         def on_event(event: RunEvent) -> None:
@@ -285,7 +289,7 @@ class FleetWorker:
                     record = await self._execute(project, request, on_event, because)
         except (NoLongerReady, LockedError) as error:
             self._tell(WatchEvent.of("skipped", run.key, reason=error.message))
-            return RunEnd(action="skipped", worker=self.name)
+            return RunEnd(action="skipped", worker=self.name, awaits_feedback=await self._awaits_feedback(run.key))
         except BeflowError as error:  # closed, gone: nothing to run
             self._tell(WatchEvent.of("error", run.key, message=error.message))
             return RunEnd(action="skipped", worker=self.name)
@@ -296,7 +300,38 @@ class FleetWorker:
         step = after_run(
             record.outcome, run.attempt, permanent=record.permanent, reason=record.stop_reason or "", watch=watch
         )
-        return RunEnd(action=step.action, run_id=record.id, outcome=record.outcome, delay=step.delay, worker=self.name)
+        return RunEnd(
+            action=step.action,
+            run_id=record.id,
+            outcome=record.outcome,
+            delay=step.delay,
+            worker=self.name,
+            awaits_feedback=step.action == "done" and await self._awaits_feedback(run.key),
+        )
+
+    def _round(self, request: RunRequest, number: int) -> RunEnd | None:
+        """Review round ``number``'s feedback onto ``request``, read here (it never crosses Temporal); or how the
+        round ends before it starts: nothing left to answer, or no more rounds (the cap, a merged pull request)."""
+        found = rounds.sources(self.tracker, self.code_host)
+        planned = rounds.plan(self.project, found, request.key, number=number)
+        if planned is None or not planned.pieces:
+            return RunEnd(action="skipped", worker=self.name, awaits_feedback=True)
+        if planned.capped or planned.ended is not None:
+            most = self.project.config.feedback.max_rounds
+            rounds.note_end(self.tracker, request.key, planned, most)
+            self._tell(WatchEvent.of("skipped", request.key, reason=rounds.end_reason(planned, most)))
+            return RunEnd(action="done", worker=self.name)
+        request.round, request.feedback, request.ignored = planned.round, planned.pieces, planned.ignored
+        return None
+
+    async def _awaits_feedback(self, key: str) -> bool:
+        """Whether the issue's work is in review with a source of feedback: its workflow waits for rounds."""
+        if not rounds.sources(self.tracker, self.code_host):
+            return False
+        try:
+            return await workers.blocking(lambda: self.tracker.get(key).status == Status.REVIEW)
+        except BeflowError:
+            return False
 
     async def _execute(
         self,

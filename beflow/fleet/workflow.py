@@ -8,6 +8,12 @@ claim a lane (any worker with a free one) → the run on that worker's own queue
 durable timer and the next attempt; or, when the worker went silent (killed, cut off), the same attempt again on
 another worker. Cancelling the workflow cancels the running activity, which stops the agent through the run's own
 cancellation (the managed file restored, the record closed ``cancelled``).
+
+A run that leaves the issue in review (its pull request open, a source of feedback) does not end the workflow: it
+continues as new (its history starts afresh, bounded) and waits for ``feedback`` signals from the dispatchers —
+ids only — then for the feedback to settle (a durable timer), and runs the next review round the same way. It ends
+when a run leaves the issue done or closed, or when it is cancelled while it waits (the issue done or closed:
+the dispatcher's call).
 """
 
 from __future__ import annotations
@@ -21,12 +27,17 @@ from temporalio.exceptions import ActivityError, ApplicationError, CancelledErro
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
+    from dataclasses import replace
+
     from beflow.fleet.shapes import (
         CLAIM_LANE,
+        FEEDBACK,
         MAX_RESUMES,
         RUN_ISSUE,
+        STATE,
         WORKER_STOPPED,
         WORKFLOW,
+        FeedbackSeen,
         IssueEnd,
         IssueStart,
         IssueState,
@@ -50,19 +61,85 @@ RUN_ONCE = RetryPolicy(maximum_attempts=1)
 class IssueWorkflow:
     def __init__(self) -> None:
         self._state = IssueState(key="")
+        self._due = 0.0
 
-    @workflow.query(name="state")
+    @workflow.query(name=STATE)
     def state(self) -> IssueState:
-        """Where the issue's work is: its phase, attempt, worker and latest run."""
+        """Where the issue's work is: its phase, attempt, round, worker, latest run and the feedback heard of."""
         return self._state
 
-    # Review rounds come in here: a signal (feedback on the run's pull request) will queue a round, and the loop
-    # below will wait for it (``workflow.wait_condition``) after a run that finished, instead of ending.
+    @workflow.signal(name=FEEDBACK)
+    def feedback(self, seen: FeedbackSeen) -> None:
+        """Feedback on the issue's work: the ids not heard of yet are the next round's (two dispatchers telling the
+        same feedback start one round)."""
+        state = self._state
+        new = [i for i in seen.ids if i not in state.seen]
+        if new:
+            state.seen.extend(new)
+            self._due = max(self._due, seen.due)
 
     @workflow.run
     async def run(self, start: IssueStart) -> IssueEnd:
-        state = self._state = IssueState(key=start.key, attempt=start.attempt)
-        info = workflow.info()
+        state = self._state = IssueState(
+            key=start.key,
+            attempt=start.attempt,
+            round=start.round,
+            run_id=start.run_id,
+            outcome=start.outcome,
+            worker=start.worker,
+        )
+        state.seen = [*start.handled, *start.pending]
+        self._due = start.due
+        handled = list(start.handled)
+        number = start.round
+        if start.review:
+            state.phase = "in review"
+            try:
+                await workflow.wait_condition(lambda: len(state.seen) > len(handled))
+                while (left := self._due - workflow.now().timestamp()) > 0:
+                    state.phase = "feedback settling"  # reviewers batch their comments: the rest may come
+                    await workflow.sleep(left)
+            except asyncio.CancelledError:  # the issue is done or closed: the dispatcher ended its review
+                state.phase = "ended"
+                return IssueEnd(key=start.key, action="done", outcome=None, run_id=None, attempts=0, round=number)
+            number = state.round = number + 1
+            state.attempt = 1
+            handled = list(state.seen)
+        end = await self._runs(start, number)
+        if end.action == "skipped" and start.review:
+            number = start.round  # the feedback was answered meanwhile (another machine's round): no round ran
+        if end.action in ("done", "skipped") and end.awaits_feedback:
+            state.phase = "in review"
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            workflow.continue_as_new(
+                replace(
+                    start,
+                    attempt=1,
+                    round=number,
+                    review=True,
+                    handled=handled,
+                    pending=[i for i in state.seen if i not in handled],
+                    due=self._due,
+                    run_id=state.run_id,
+                    outcome=state.outcome,
+                    worker=state.worker,
+                )
+            )
+        state.phase = "ended"
+        return IssueEnd(
+            key=start.key,
+            action=end.action,
+            outcome=end.outcome,
+            run_id=end.run_id,
+            attempts=state.attempt,
+            worker=end.worker,
+            round=number,
+        )
+
+    async def _runs(self, start: IssueStart, number: int) -> RunEnd:
+        """The run (the first, or review round ``number``) to its end: a lane, the run on its worker, its retries
+        after durable timers, and the same attempt again elsewhere when its worker went silent."""
+        state, info = self._state, workflow.info()
         resumed = False
         while True:
             state.phase = "waiting for a lane"
@@ -75,9 +152,15 @@ class IssueWorkflow:
             )
             state.phase, state.worker = "running", lane.worker
             try:
-                end = await workflow.execute_activity(
+                end: RunEnd = await workflow.execute_activity(
                     RUN_ISSUE,
-                    RunInput(key=start.key, workflow_id=info.workflow_id, attempt=state.attempt, resumed=resumed),
+                    RunInput(
+                        key=start.key,
+                        workflow_id=info.workflow_id,
+                        attempt=state.attempt,
+                        resumed=resumed,
+                        round=number,
+                    ),
                     result_type=RunEnd,
                     task_queue=lane.queue,
                     # The lane is held for this run: a worker that died before it took the run frees it soon.
@@ -108,12 +191,4 @@ class IssueWorkflow:
                 state.attempt += 1
                 resumed = False
                 continue
-            state.phase = "ended"
-            return IssueEnd(
-                key=start.key,
-                action=end.action,
-                outcome=end.outcome,
-                run_id=end.run_id,
-                attempts=state.attempt,
-                worker=end.worker,
-            )
+            return end

@@ -107,27 +107,49 @@ class Fleet:
         status = ask(self.address, described)
         return status.name if status is not None else "NONE"
 
-    def result(self, key: str) -> Any:
-        async def result(client: Client) -> Any:
-            return await client.get_workflow_handle(self.workflow(key)).result()
+    def state(self, key: str) -> dict[str, Any]:
+        """What the issue's workflow's ``state`` query answers (its latest execution: continued as new after each
+        run that left the issue in review)."""
 
-        return ask(self.address, result)
+        async def state(client: Client) -> dict[str, Any]:
+            answer: dict[str, Any] = await client.get_workflow_handle(self.workflow(key)).query("state")
+            return answer
 
-    def history_events(self, key: str) -> list[str]:
-        async def events(client: Client) -> list[str]:
-            history = await client.get_workflow_handle(self.workflow(key)).fetch_history()
-            return [str(event.event_type) for event in history.events]
+        return ask(self.address, state)
 
-        return ask(self.address, events)
+    def in_review(self, key: str) -> bool:
+        """Whether the issue's workflow waits for feedback: its run left the issue in review."""
+        try:
+            return self.state(key)["phase"] == "in review"
+        except Exception:  # (not started yet, or between executions)
+            return False
 
     def timed_history(self, key: str) -> list[tuple[str, float]]:
-        """The workflow's history: each event's type and the service's time of it (epoch seconds)."""
+        """The workflow's history across its executions (it continues as new after each run that leaves its issue
+        in review), oldest first: each event's type and the service's time of it (epoch seconds)."""
 
         async def events(client: Client) -> list[tuple[str, float]]:
-            history = await client.get_workflow_handle(self.workflow(key)).fetch_history()
-            return [(EventType.Name(e.event_type), e.event_time.ToDatetime().timestamp()) for e in history.events]
+            return [
+                (EventType.Name(e.event_type), e.event_time.ToDatetime().timestamp())
+                for history in await executions(client, self.workflow(key))
+                for e in history.events
+            ]
 
         return ask(self.address, events)
+
+
+async def executions(client: Client, workflow: str) -> list[Any]:
+    """The histories of every execution of ``workflow``, oldest first: from the latest, back along the runs it
+    continued (read from each one's start event, so that nothing depends on the service's list catching up)."""
+    histories: list[Any] = []
+    run_id: str | None = None
+    while True:
+        history = await client.get_workflow_handle(workflow, run_id=run_id).fetch_history()
+        histories.append(history)
+        started = history.events[0].workflow_execution_started_event_attributes
+        run_id = started.continued_execution_run_id or None
+        if run_id is None:
+            return histories[::-1]
 
 
 @pytest.fixture
@@ -149,4 +171,4 @@ def read_events(process: subprocess.Popen[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-__all__ = ["HEARTBEAT", "Fleet", "Path", "ask", "eventually", "read_events"]
+__all__ = ["HEARTBEAT", "Fleet", "Path", "ask", "eventually", "executions", "read_events"]

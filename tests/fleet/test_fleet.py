@@ -10,7 +10,8 @@ import psutil
 from temporalio.client import Client
 
 from beflow.trackers import Status
-from tests.fleet.conftest import HEARTBEAT, Fleet, ask, read_events
+from tests.fleet.conftest import HEARTBEAT, Fleet, ask, executions, read_events
+from tests.support.projects import git
 from tests.support.waiting import eventually
 
 
@@ -24,13 +25,14 @@ def test_an_issue_runs_once_on_a_worker_and_its_workflow_ends(fleet: Fleet) -> N
     worker = fleet.worker("w1")
     dispatcher = fleet.beflow("watch", "--once", "--json")
     assert dispatcher.wait(60) == 0, dispatcher.communicate()
-    eventually(lambda: fleet.status(key) == "COMPLETED", "the issue's workflow completing", alive=worker)
+    # The run left the issue in review: its workflow continued as new, and waits for feedback (review rounds).
+    eventually(lambda: fleet.in_review(key), "the issue's workflow waiting in review", alive=worker)
     assert fleet.project.issue(key).status == Status.REVIEW
     (record,) = fleet.project.records(key)
     assert record.outcome == "succeeded"
     assert fleet.project.branch_files(f"beflow/{key}")["notes.txt"] == "hi"
-    end = fleet.result(key)
-    assert end["action"] == "done" and end["run_id"] == record.id
+    state = fleet.state(key)
+    assert state["run_id"] == record.id and state["round"] == 0 and state["worker"] == "w1"
     worker.send_signal(signal.SIGTERM)
     worker.wait(60)
     # The workflow is deterministic: its recorded history replays on the workflow code as it is.
@@ -39,8 +41,8 @@ def test_an_issue_runs_once_on_a_worker_and_its_workflow_ends(fleet: Fleet) -> N
     from beflow.fleet.workflow import IssueWorkflow
 
     async def replayed(client: Client) -> None:
-        history = await client.get_workflow_handle(fleet.workflow(key)).fetch_history()
-        await Replayer(workflows=[IssueWorkflow]).replay_workflow(history)
+        for history in await executions(client, fleet.workflow(key)):
+            await Replayer(workflows=[IssueWorkflow]).replay_workflow(history)
 
     ask(fleet.address, replayed)
 
@@ -86,7 +88,7 @@ def test_two_dispatcher_processes_at_once_run_every_ready_issue_once(fleet: Flee
         assert dispatcher.returncode == 0
     assert sorted(dispatched) == sorted(keys)  # each started by one of them
     for key in keys:
-        eventually(lambda key=key: fleet.status(key) == "COMPLETED", f"issue {key}'s workflow completing", alive=worker)
+        eventually(lambda key=key: fleet.in_review(key), f"issue {key}'s workflow in review", alive=worker)
         assert [r.outcome for r in fleet.project.records(key)] == ["no_changes"]  # one run: it said something
     worker.send_signal(signal.SIGTERM)
     worker.wait(60)
@@ -106,9 +108,8 @@ def test_a_worker_killed_mid_run_has_its_run_resumed_on_another_worker(fleet: Fl
     second = fleet.worker("w2")
     first.kill()  # SIGKILL: no cleanup, no last heartbeat
     first.wait()
-    eventually(lambda: fleet.status(key) == "COMPLETED", "the workflow completing on the other worker", alive=second)
-    end = fleet.result(key)
-    assert end["worker"] == "w2" and end["action"] == "done"
+    eventually(lambda: fleet.in_review(key), "the run done on the other worker", alive=second)
+    assert fleet.state(key)["worker"] == "w2"
     # The workflow's next step after the heartbeat timeout did not wait long for the dead worker (its sticky queue
     # of cached workflows): fail-over takes the heartbeat timeout and a few seconds, not ten more.
     history = fleet.timed_history(key)
@@ -185,11 +186,67 @@ def test_a_worker_stopped_mid_run_cancels_its_run_and_the_workflow_takes_it_up_e
     second = fleet.worker("w2")
     first.send_signal(signal.SIGTERM)
     first.wait(60)
-    eventually(lambda: fleet.status(key) == "COMPLETED", "the workflow completing on the other worker", alive=second)
-    assert fleet.result(key)["worker"] == "w2"
+    eventually(lambda: fleet.in_review(key), "the run done on the other worker", alive=second)
+    assert fleet.state(key)["worker"] == "w2"
     stopped, resumed = sorted(fleet.project.records(key), key=lambda r: r.started_at)
     assert stopped.outcome == "cancelled" and "worker w1 stopped" in (stopped.stop_reason or "")
     assert resumed.outcome == "succeeded"
     assert fleet.project.branch_files(f"beflow/{key}")["result.txt"] == "taken up"
     second.send_signal(signal.SIGTERM)
     second.wait(60)
+
+
+def test_feedback_on_an_issue_in_review_is_signalled_to_its_workflow_which_runs_the_round(fleet: Fleet) -> None:
+    from beflow.config import load_project
+    from beflow.fleet.shapes import tracker_id, workflow_id
+
+    fleet.project.configure(feedback={"settle": 0.5})
+    key = fleet.project.new_issue("write hello.txt hi", title="Greet")
+    worker = fleet.worker("w1")
+    watch = fleet.beflow("watch", "--json")
+    eventually(lambda: fleet.in_review(key), "the first run done, its workflow waiting in review", alive=watch)
+
+    rework = fleet.beflow(
+        "issues",
+        "comment",
+        key,
+        "also handle the empty case\nacp-test: write empty.txt handled",
+        "--rework",
+        "--author",
+        "alice",
+    )
+    assert rework.wait(60) == 0, rework.communicate()
+
+    def round_done() -> bool:
+        finished = [r for r in fleet.project.records(key) if r.finished]
+        return len(finished) == 2 and fleet.in_review(key) and fleet.state(key)["round"] == 1
+
+    eventually(round_done, "review round 1 run by the workflow, which waits in review again", alive=watch)
+    first, second = sorted(fleet.project.records(key), key=lambda r: r.started_at)
+    assert (first.round, second.round) == (0, 1) and second.outcome == "succeeded"
+    (piece,) = second.feedback
+    assert piece.author == "alice" and piece.id in fleet.state(key)["seen"]
+    branch = f"beflow/{key}"
+    files = fleet.project.branch_files(branch)
+    assert (files["hello.txt"], files["empty.txt"]) == ("hi", "handled")
+    trailers = git(fleet.project.directory, "log", "-1", "--format=%(trailers:key=Beflow-Feedback,valueonly)", branch)
+    assert trailers.strip() == piece.id
+    watch.send_signal(signal.SIGTERM)
+    events = read_events(watch)
+    assert next(e for e in events if e["event"] == "feedback" and e["issue"] == key)["pieces"] == 1
+    # The watch kept looking (every half second, through the round and after it) but told the workflow once.
+    tracker = tracker_id(load_project(fleet.project.config_path))
+
+    async def signals(client: Client) -> int:
+        histories = await executions(client, workflow_id(tracker, key))
+        return sum(e.HasField("workflow_execution_signaled_event_attributes") for h in histories for e in h.events)
+
+    assert ask(fleet.address, signals) == 1
+    # Done by hand: the dispatcher ends the workflow that waited for feedback, as completed.
+    fleet.project.tracker.set_status(key, Status.DONE, note="merged by hand")
+    once = fleet.beflow("watch", "--json")
+    eventually(lambda: fleet.status(key) == "COMPLETED", "the workflow in review ended", alive=once)
+    once.send_signal(signal.SIGTERM)
+    once.wait(60)
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(60)
