@@ -183,12 +183,13 @@ def _repo(path: Path | str, **kwargs: Any) -> git.Repo:
 #: Where a worktree-level call works: the worktree's path (a repository object is opened for the call and closed
 #: after: GitPython keeps ``git cat-file`` processes per object), or the one object a run keeps open for all of its
 #: calls (:func:`open_worktree`).
-At = Path | git.Repo
+if TYPE_CHECKING:
+    At = Path | git.Repo
 
 
 @contextlib.contextmanager
 def _at(where: At) -> Iterator[git.Repo]:
-    if isinstance(where, git.Repo):
+    if not isinstance(where, Path):
         yield where
         return
     with _repo(where) as repo:
