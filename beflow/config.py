@@ -311,10 +311,14 @@ class TemporalEngineSettings(Model):
     api_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     #: Seconds a run's worker may go unheard before its run is resumed on another worker.
     heartbeat: Seconds = 30.0
+    #: The environment variable holding the key (32 bytes, base64) that seals what the fleet stores in Temporal;
+    #: the same on every machine of the fleet; never the agent's.
+    encryption_key_env: str | None = Field(default=None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
 
     def secret_env(self) -> list[str]:
-        """The variable holding the API key, if any: masked in every run, withheld from the agent."""
-        return [self.api_key_env] if self.api_key_env else []
+        """The variables holding the API key and the encryption key, if any: masked in every run, withheld from the
+        agent."""
+        return [name for name in (self.api_key_env, self.encryption_key_env) if name]
 
 
 Engine = Annotated[LocalEngineSettings | TemporalEngineSettings, Field(discriminator="kind")]

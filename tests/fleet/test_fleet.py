@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import os
 import signal
 import time
 from pathlib import Path
@@ -10,7 +12,7 @@ import psutil
 from temporalio.client import Client
 
 from beflow.trackers import Status
-from tests.fleet.conftest import HEARTBEAT, Fleet, ask, executions, read_events
+from tests.fleet.conftest import HEARTBEAT, Fleet, ask, executions, read_events, stored
 from tests.support.projects import git
 from tests.support.waiting import eventually
 
@@ -248,5 +250,29 @@ def test_feedback_on_an_issue_in_review_is_signalled_to_its_workflow_which_runs_
     eventually(lambda: fleet.status(key) == "COMPLETED", "the workflow in review ended", alive=once)
     once.send_signal(signal.SIGTERM)
     once.wait(60)
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(60)
+
+
+def test_with_an_encryption_key_the_service_stores_only_sealed_payloads(fleet: Fleet, temporal_database: Path) -> None:
+    key = base64.b64encode(os.urandom(32)).decode()
+    engine = {**fleet.project.config["engine"], "encryption_key_env": "BEFLOW_FLEET_KEY"}
+    fleet.project.configure(engine=engine)
+    issue = fleet.project.new_issue("write sealed.txt x", title="Sealed")
+    worker = fleet.worker("w1", env={"BEFLOW_FLEET_KEY": key})
+    dispatcher = fleet.beflow("watch", "--once", env={"BEFLOW_FLEET_KEY": key})
+    assert dispatcher.wait(60) == 0, dispatcher.communicate()
+
+    async def continued(client: Client) -> bool:  # (the run's result recorded: raw history, nothing to open)
+        return len(await executions(client, fleet.workflow(issue))) >= 2
+
+    eventually(lambda: ask(fleet.address, continued), "the sealed run's workflow continued in review", alive=worker)
+    (record,) = fleet.project.records(issue)
+    assert record.outcome == "succeeded"
+    # The run's id is in the run's result and the next execution's input: sealed, the service never saw it.
+    database = stored(temporal_database)
+    assert fleet.workflow(issue).encode() in database  # (the workflow is there: its id is the service's own)
+    in_the_clear = [name for name, value in (("run id", record.id), ("key", key)) if value.encode() in database]
+    assert in_the_clear == []
     worker.send_signal(signal.SIGTERM)
     worker.wait(60)
