@@ -183,8 +183,10 @@ def show_command(app: App, key: str, as_json: bool) -> None:
             f"since {short_time(claim.since)} UTC)",
             style="cyan",
         )
-    elif issue.status == Status.IN_PROGRESS:
+    elif issue.status == Status.IN_PROGRESS and app.project().config.engine.kind != "temporal":
         out.print("in progress, but no run holds it: the run that took it stopped (runs will pick it up again)")
+    if app.project().config.engine.kind == "temporal":
+        _show_workflow(app, issue.key)
     out.print()
     out.print(escape(issue.body) if issue.body else "[dim](no description)[/]")
     if issue.comments:
@@ -196,6 +198,24 @@ def show_command(app: App, key: str, as_json: bool) -> None:
             out.print(f"[bold]{escape(comment.author)}[/] · {short_time(comment.created)} UTC{rework}")
             out.print(escape(shown(comment.text)))
     _show_rounds(app, issue.key)
+
+
+def _show_workflow(app: App, key: str) -> None:
+    """Where the issue's workflow is, as it answers its ``state`` query (a fleet: docs/fleet.md)."""
+    from beflow.errors import BeflowError
+    from beflow.fleet.claims import workflow_state
+
+    try:
+        state = workflow_state(app.project(), key)
+    except BeflowError as error:
+        out.print(f"its workflow's state is not known: {escape(error.message)}", style="dim")
+        return
+    if state is None:
+        return
+    facts = [state.phase, f"attempt {state.attempt}"] + ([f"round {state.round}"] if state.round else [])
+    facts += [f"worker {state.worker}"] if state.worker else []
+    facts += [f"latest run {state.run_id} ({state.outcome})"] if state.run_id else []
+    out.print(f"workflow: {escape(', '.join(facts))}", style="cyan")
 
 
 def _show_rounds(app: App, key: str) -> None:

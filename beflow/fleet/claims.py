@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING
 from beflow import trackers
 from beflow.config import Project, TemporalEngineSettings
 from beflow.errors import LockedError
-from beflow.fleet.remote import Bridge
-from beflow.fleet.shapes import workflow_id
+from beflow.fleet.remote import Bridge, Unreachable
+from beflow.fleet.shapes import IssueState, workflow_id
 from beflow.trackers import LocalTracker, Tracker
 from beflow.trackers.base import Claim, ClaimInfo, utc_now
 from beflow.trackers.claims import ClaimStore
@@ -125,3 +125,23 @@ def open_tracker(project: Project) -> Tracker:
 
         tracker.claims = FleetClaims(engine_of(project), tracker_id(project), tracker.claims)
     return tracker
+
+
+def workflow_state(project: Project, key: str) -> IssueState | None:
+    """What issue ``key``'s workflow answers to its ``state`` query (``beflow issues show``); None when no
+    workflow of it runs. Raises :class:`~beflow.fleet.remote.Unreachable` when the service does not answer."""
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from beflow.fleet.shapes import STATE, engine_of, tracker_id
+
+    async def asked(client: Client) -> IssueState | None:
+        handle = client.get_workflow_handle(workflow_id(tracker_id(project), key))
+        try:
+            state: IssueState = await handle.query(STATE, result_type=IssueState)
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return None
+            raise Unreachable(f"the workflow of issue {key} did not answer: {error.message}") from None
+        return state
+
+    return Bridge(engine_of(project)).ask(asked)

@@ -35,6 +35,10 @@ def test_an_issue_runs_once_on_a_worker_and_its_workflow_ends(fleet: Fleet) -> N
     assert fleet.project.branch_files(f"beflow/{key}")["notes.txt"] == "hi"
     state = fleet.state(key)
     assert state["run_id"] == record.id and state["round"] == 0 and state["worker"] == "w1"
+    shown = fleet.beflow("issues", "show", key)
+    out, err = shown.communicate(timeout=60)
+    assert shown.returncode == 0, err
+    assert f"workflow: in review, attempt 1, worker w1, latest run {record.id} (succeeded)" in out
     worker.send_signal(signal.SIGTERM)
     worker.wait(60)
     # The workflow is deterministic: its recorded history replays on the workflow code as it is.
