@@ -36,6 +36,7 @@ WatchEventKind = Literal[
     "budget_reached",
     "budget_cleared",
     "feedback",
+    "swept",
 ]
 RUN_EVENTS: frozenset[str] = frozenset(get_args(RunEventKind))
 WATCH_EVENTS: frozenset[str] = frozenset(get_args(WatchEventKind))
@@ -207,6 +208,7 @@ WATCH_PAYLOADS: dict[str, type[Payload]] = {
     "stopping": Stopping,
     "budget_reached": Budget,
     "feedback": FeedbackHeard,
+    "swept": Because,
     "budget_cleared": Budget,
 }
 

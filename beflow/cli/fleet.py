@@ -15,7 +15,19 @@ from beflow.errors import UsageError
 from beflow.events import RunEvent, WatchEvent
 
 #: The events a worker or a fleet's dispatcher gives a line.
-SHOWN = {"dispatched", "cancelled", "requeued", "settled", "skipped", "error", "started", "finished", "notice"}
+SHOWN = {
+    "dispatched",
+    "cancelled",
+    "requeued",
+    "settled",
+    "skipped",
+    "error",
+    "started",
+    "finished",
+    "notice",
+    "feedback",
+    "swept",
+}
 
 
 def _line(event: WatchEvent | RunEvent, as_json: bool) -> None:

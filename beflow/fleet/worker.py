@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 
 import anyio
 from temporalio import activity
@@ -34,7 +35,7 @@ from temporalio.worker import (
     WorkerTuner,
 )
 
-from beflow import rounds, workers
+from beflow import git, rounds, workers
 from beflow.codehosts import open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
@@ -345,9 +346,41 @@ class FleetWorker:
         run = Run(project, self.tracker, request, on_event, cancelled_because=because, code_host=self.code_host)
         return await run.execute()
 
+    def sweep(self) -> list[tuple[str, str]]:
+        """The worktrees runs on this machine left behind (a worker killed mid-run: its run went on elsewhere),
+        removed when no run holds their issue now and nothing in them is uncommitted; kept, and said, when something
+        is (a person's to look at). Each (issue, what became of its worktree)."""
+        from beflow.mcp.journal import recover_orphans
+
+        store, project = RunStore(self.project.directory), self.project
+        store.close_orphans()
+        recover_orphans()  # a killed run's managed file, put back before anything reads its worktree
+        left = {r.worktree: r.issue for r in store.records() if r.worktree and os.path.isdir(r.worktree)}
+        if not left:
+            return []
+        claims = self.tracker.claims if isinstance(self.tracker, LocalTracker) else None
+        held = claims.held(set(left.values())) if claims is not None else set(left.values())
+        said: list[tuple[str, str]] = []
+        with git.open_repo(project.directory) as repo:
+            for path, key in left.items():
+                if key in held:
+                    continue  # a run holds it: its worktree is in use
+                try:
+                    if git.is_dirty(Path(path)):
+                        said.append((key, f"kept {path}: it holds uncommitted changes of an earlier run"))
+                        continue
+                    git.remove_worktree(repo, Path(path), prune_parent=project.config.worktrees.dir is None)
+                except BeflowError as error:
+                    said.append((key, f"kept {path}: {error.message}"))
+                    continue
+                said.append((key, f"removed {path}, left by an earlier run"))
+        return said
+
     async def serve(self, ready: Callable[[], None] | None = None) -> None:
-        """Poll the fleet's queue and this worker's own until cancelled."""
+        """Poll the fleet's queue and this worker's own until cancelled (worktrees left behind swept first)."""
         client = await connect(self.settings)
+        for key, what in await workers.blocking(self.sweep):
+            self._tell(WatchEvent.of("swept", key, reason=what))
         shared = Worker(
             client,
             task_queue=self.settings.task_queue,

@@ -104,8 +104,11 @@ class Fleet:
         """``beflow worker`` as a process, once it polls."""
         process = self.beflow("worker", "--id", name, "--lanes", str(lanes), "--json", env=env)
         assert process.stderr is not None
-        line = process.stderr.readline()  # its first line says it polls
-        assert f"worker {name}:" in line, line + process.stderr.read()
+        said = []  # what it put back of killed runs comes first; then the line that says it polls
+        while not (said and f"worker {name}:" in said[-1]):
+            line = process.stderr.readline()
+            assert line and len(said) < 20, "".join(said) + line + (process.stderr.read() if not line else "")
+            said.append(line)
         return process
 
     def status(self, key: str) -> str:

@@ -280,3 +280,32 @@ def test_with_an_encryption_key_the_service_stores_only_sealed_payloads(fleet: F
     assert in_the_clear == []
     worker.send_signal(signal.SIGTERM)
     worker.wait(60)
+
+
+def test_a_worker_at_start_sweeps_the_worktree_a_killed_run_left_and_keeps_one_with_work(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    mark, busy = tmp_path / "started", tmp_path / "busy"
+    clean = fleet.project.new_issue(f"run touch {mark}", "sleep 120", title="Clean")
+    worker = fleet.worker("w1", lanes=2)
+    assert fleet.beflow("watch", "--once").wait(60) == 0
+    eventually(mark.exists, "the first run's agent at work", alive=worker)
+    dirty = fleet.project.new_issue(f"run echo draft > work.txt && touch {busy}", "sleep 120", title="Dirty")
+    assert fleet.beflow("watch", "--once").wait(60) == 0
+    eventually(busy.exists, "the second run's agent at work", alive=worker)
+    worker.kill()  # SIGKILL: both worktrees stay behind
+    worker.wait()
+    left = {key: fleet.project.records(key)[0].worktree for key in (clean, dirty)}
+    assert all(path and Path(path).is_dir() for path in left.values())
+
+    async def ended(client: Client) -> None:  # (their runs will not be taken up: the issues' work is over)
+        for key in (clean, dirty):
+            await client.get_workflow_handle(fleet.workflow(key)).terminate("not needed any more")
+
+    ask(fleet.address, ended)
+    again = fleet.worker("w2")
+    again.send_signal(signal.SIGTERM)
+    again.wait(60)
+    swept = {e["issue"]: e["reason"] for e in read_events(again) if e["event"] == "swept"}
+    assert swept[clean] == f"removed {left[clean]}, left by an earlier run" and not Path(left[clean]).exists()
+    assert swept[dirty].startswith(f"kept {left[dirty]}") and (Path(left[dirty]) / "work.txt").read_text() == "draft\n"
