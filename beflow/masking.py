@@ -2,10 +2,11 @@
 follow-ups an agent sends through beflow's MCP server go to ``progress.jsonl``, the record, ``runs show``, MCP
 read-backs and the issue — a public comment, on GitHub — with every secret of its run masked, as transcripts are.
 
-The server that takes them is another process than the run's: it knows the injected servers' values from the run's
-own injected ``.acpxrc.json`` (the file the agent's servers came from) and beflow's own secrets from its
-environment, when it holds them. The run's process masks the progress file again when the run ends, with every
-secret it holds (:meth:`beflow.lifecycle.Session.mask_record`).
+The server that takes them may be another process than the run's: it knows the injected servers' values from the
+run's own injected ``.acpxrc.json`` (the file the agent's servers came from) and beflow's own secrets from its
+environment, when it holds them. Through the run's channel (``mcp.self`` on GitHub) the words are masked in the
+run's own process, with every secret its tracker holds: a token ``gh auth token`` gave too. The run's process masks
+the progress file again when the run ends, with every secret it holds (:meth:`beflow.lifecycle.Session.mask_record`).
 """
 
 from __future__ import annotations
@@ -71,7 +72,14 @@ def _redactor(context: Context) -> Redactor:
         except (OSError, ValueError):
             record = None
     servers = injected_servers(record) if record is not None else []
-    return Redactor(servers, secrets=held_secrets(context.project.config))
+    # The run's tracker, when this context holds it (the run's channel hands it over): its token may be one beflow
+    # got from `gh auth token`, in no variable. Nothing is opened for it here.
+    held = context.services.get("tracker")
+    if held is None:
+        return Redactor(servers, secrets=held_secrets(context.project.config))
+    from beflow.lifecycle import run_secrets
+
+    return Redactor(servers, secrets=run_secrets(context.project, held))
 
 
 def agent_words(context: Context, text: str) -> str:
@@ -80,3 +88,16 @@ def agent_words(context: Context, text: str) -> str:
         return text
     redact: Redactor = context.service("agent words", lambda _project: _redactor(context))
     return redact.text(text)
+
+
+def posted_words(context: Context, text: str) -> str:
+    """What an agent bound to a run posts to its tracker (a comment, a follow-up's title and body, a status note):
+    :func:`agent_words`, and on GitHub inert (:func:`beflow.quoting.inert`), so that it pings nobody and links or
+    closes no issue. The local tracker keeps the words as they are: nothing reads them as mentions there."""
+    if context.bound_issue is None and context.bound_run is None:
+        return text
+    from beflow.config import GitHubTrackerSettings
+    from beflow.quoting import inert
+
+    masked = agent_words(context, text)
+    return inert(masked) if isinstance(context.project.config.tracker, GitHubTrackerSettings) else masked
