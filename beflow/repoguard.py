@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from beflow import identity
 from beflow.errors import BeflowError
@@ -59,8 +59,8 @@ MAX_MODULE_DEPTH = 32
 
 def global_config_files(environ: dict[str, str] | None = None) -> list[Path]:
     """The user's global git config files, as git finds them: ``$GIT_CONFIG_GLOBAL`` alone when it is set, else
-    ``~/.gitconfig`` and ``$XDG_CONFIG_HOME/git/config`` (``~/.config/git/config``); a symlink's target too, which
-    ``git config --global`` writes."""
+    ``~/.gitconfig`` and ``$XDG_CONFIG_HOME/git/config`` (``~/.config/git/config``), each in its directory's real
+    place; a symlink's target too, which ``git config --global`` writes."""
     env = os.environ if environ is None else environ
     configured = env.get("GIT_CONFIG_GLOBAL")
     home = Path(env.get("HOME") or os.path.expanduser("~"))
@@ -68,39 +68,69 @@ def global_config_files(environ: dict[str, str] | None = None) -> list[Path]:
         files = [Path(os.path.expanduser(configured))]
     else:
         files = [home / ".gitconfig", Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "git" / "config"]
-    found = [Path(os.path.abspath(path)) for path in files]
-    found += [Path(os.path.realpath(path)) for path in found]
+    absolute = [Path(os.path.abspath(path)) for path in files]
+    found = [Path(os.path.realpath(path.parent)) / path.name for path in absolute]
+    found += [Path(os.path.realpath(path)) for path in found if path.is_symlink()]
     return list(dict.fromkeys(found))
 
 
-def _places(root: Path) -> list[str]:
-    """What is guarded under ``root``: the user's global config files (:data:`GLOBAL`), or a git directory's
-    :data:`GUARDED` paths, those of its submodules' git directories (``modules/**``) and its linked worktrees'
+def _snapshot_places(root: Path) -> list[str]:
+    """What a snapshot of ``root`` looks at, absent paths too: the user's global config files (:data:`GLOBAL`), or a
+    git directory's :data:`GUARDED` paths, those of its submodules' git directories and its linked worktrees'
     ``config.worktree``."""
     if root == GLOBAL:
         return [str(path.relative_to(GLOBAL)) for path in global_config_files()]
+    return _places(root)
+
+
+def _compare_places(root: Path, places: list[str]) -> list[str]:
+    """What is looked at again after the agent: the snapshot's places, and in a git directory what is guarded there
+    now (a submodule's git directory the agent made up). The global config's are the snapshot's alone: what the
+    agent points a symlink at now is not the user's config, and must never be taken for one (nor removed)."""
+    return places if root == GLOBAL else list(dict.fromkeys([*places, *_places(root)]))
+
+
+def _places(root: Path) -> list[str]:
+    """A git directory's guarded paths as it is now: :data:`GUARDED`, those of its submodules' git directories
+    (``modules/**``) and its linked worktrees' ``config.worktree``, never through a symlink."""
     places = list(GUARDED)
 
     def modules(relative: str, depth: int) -> None:
         """A folder under ``modules/``: submodules' git directories, or the folders of a name with slashes."""
         if depth > MAX_MODULE_DEPTH:
             raise GitDirError(f"{root / relative}: submodules nested too deep to guard")
-        try:
-            names = sorted(name for name in os.listdir(root / relative) if (root / relative / name).is_dir())
-        except OSError:
-            return
-        for name in names:
+        for name in _directories(root / relative):
             inner = f"{relative}/{name}"
             if (root / inner / "HEAD").exists() or (root / inner / "config").exists():  # a submodule's git directory
                 places.extend(f"{inner}/{guarded}" for guarded in GUARDED)
                 modules(f"{inner}/modules", depth + 1)
-            elif not (root / inner).is_symlink():
+            else:
                 modules(inner, depth + 1)
 
-    modules("modules", 0)
-    with contextlib.suppress(OSError):
-        places += [f"worktrees/{name}/config.worktree" for name in sorted(os.listdir(root / "worktrees"))]
+    if not (root / "modules").is_symlink():
+        modules("modules", 0)
+    if not (root / "worktrees").is_symlink():
+        places += [f"worktrees/{name}/config.worktree" for name in _directories(root / "worktrees")]
     return places
+
+
+def _directories(path: Path) -> list[str]:
+    """The directories in ``path`` (sorted), symlinks left out: nothing guarded is ever reached through one."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return []
+    return [name for name in names if (path / name).is_dir() and not (path / name).is_symlink()]
+
+
+def _behind_link(root: Path, relative: str) -> bool:
+    """Whether a directory on the way to ``root / relative`` is a symlink."""
+    path = root
+    for part in relative.split("/")[:-1]:
+        path = path / part
+        if path.is_symlink():
+            return True
+    return False
 
 
 def _gone(root: Path, relative: str) -> bool:
@@ -132,15 +162,21 @@ class Entry(BaseModel):
     pid: int
     pid_start: float | None = None
     items: dict[str, Item]
+    #: What the snapshot looked at, absent paths too (an entry without it: the paths of its items).
+    places: list[str] = Field(default_factory=list)
+
+    def looked_at(self) -> list[str]:
+        return self.places or list(self.items)
 
 
-def _take(git_dir: Path, also: Iterable[str] = ()) -> dict[str, Item]:
-    """The guarded paths under ``git_dir`` as they are now (absent ones are simply not in it); ``also``: the paths of
-    a snapshot, looked at again whatever is guarded now (a submodule's git directory the agent emptied)."""
+def _take(git_dir: Path, places: Iterable[str]) -> dict[str, Item]:
+    """The ``places`` under ``git_dir`` as they are now (absent ones are simply not in it)."""
     items: dict[str, Item] = {}
 
     def visit(relative: str) -> None:
         path = git_dir / relative
+        if git_dir == GLOBAL and _behind_link(git_dir, relative):  # the agent's symlink: never followed
+            raise GitDirError(f"{path}: a symlink now stands in its way, which beflow does not follow")
         try:
             info = os.lstat(path)
         except FileNotFoundError:
@@ -167,7 +203,7 @@ def _take(git_dir: Path, also: Iterable[str] = ()) -> dict[str, Item]:
         else:
             items[relative] = Item(kind="other", mode=mode)
 
-    for name in dict.fromkeys([*_places(git_dir), *also]):
+    for name in dict.fromkeys(places):
         if name not in items and not _gone(git_dir, name):
             visit(name)
     return items
@@ -295,7 +331,8 @@ def recover() -> list[str]:
             others = [e for p, e in _entries_of(entry.git_dir) if p != path and e is not None and _alive(e)]
             if not others and entry.git_dir.is_dir():  # a live one puts back the same snapshot itself
                 try:
-                    changed, saved = _put_back(entry.git_dir, entry.items, _take(entry.git_dir, entry.items))
+                    now = _take(entry.git_dir, _compare_places(entry.git_dir, entry.looked_at()))
+                    changed, saved = _put_back(entry.git_dir, entry.items, now)
                 except (GitDirError, OSError) as exc:
                     done.append(f"could not put back {_where(entry.git_dir)} as it was before a run: {exc}")
                     continue
@@ -339,6 +376,7 @@ class Guard:
 @dataclass(eq=False)
 class _Shared:
     items: dict[str, Item]
+    places: list[str]
     journal: Path
     guards: list[Guard] = field(default_factory=list)
 
@@ -384,13 +422,14 @@ def _join(git_dir: Path) -> Guard:
         shared = _ACTIVE.get(git_dir)
         if shared is None:
             with _locked(git_dir):
-                items = None
+                items, places = None, []
                 for path, entry in _entries_of(git_dir):
                     if entry is not None and _alive(entry):
-                        items = entry.items  # another beflow's agent may be at work: its snapshot is the user's
+                        # Another beflow's agent may be at work: its snapshot is the user's.
+                        items, places = entry.items, entry.looked_at()
                     elif entry is not None and items is None:
-                        try:
-                            _put_back(git_dir, entry.items, _take(git_dir, entry.items))  # a killed beflow's
+                        try:  # a killed beflow's
+                            _put_back(git_dir, entry.items, _take(git_dir, _compare_places(git_dir, entry.looked_at())))
                         except OSError as exc:
                             raise GitDirError(
                                 f"{git_dir}: a killed run's changes could not be put back ({exc.strerror})",
@@ -402,12 +441,13 @@ def _join(git_dir: Path) -> Guard:
                         remove(path)
                         remove(_told_path(path))
                 if items is None:
-                    items = _take(git_dir)
+                    places = _snapshot_places(git_dir)
+                    items = _take(git_dir, places)
                 journal = _journal_path(git_dir, os.getpid())
                 pid = os.getpid()
-                entry = Entry(git_dir=git_dir, pid=pid, pid_start=identity.start_time(pid), items=items)
+                entry = Entry(git_dir=git_dir, pid=pid, pid_start=identity.start_time(pid), items=items, places=places)
                 atomic_write(journal, entry.model_dump_json(), mode=0o600)
-            shared = _ACTIVE[git_dir] = _Shared(items, journal)
+            shared = _ACTIVE[git_dir] = _Shared(items, places, journal)
         shared.guards.append(guard)
     return guard
 
@@ -432,7 +472,8 @@ def _leave(guard: Guard) -> list[str]:
         with _locked(guard.git_dir):
             failed, saved = None, None
             try:
-                changed, saved = _put_back(guard.git_dir, shared.items, _take(guard.git_dir, shared.items))
+                now = _take(guard.git_dir, _compare_places(guard.git_dir, shared.places))
+                changed, saved = _put_back(guard.git_dir, shared.items, now)
             except (OSError, BeflowError) as exc:  # the journal stays: `beflow restore` tries again
                 failed = str(exc)
                 changed = ["(your global git config)" if guard.git_dir == GLOBAL else "(the git directory)"]

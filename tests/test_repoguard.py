@@ -168,3 +168,35 @@ def test_runs_of_two_repositories_share_the_global_snapshot(repo: Path, tmp_path
     assert gitconfig.read_bytes() == before
     assert repoguard.end(first) == [str(gitconfig)]  # found by the other's end, told to both
     assert not repoguard.agent_at_work(second) and not repoguard.has_entries()
+
+
+def test_what_the_agent_points_a_symlink_at_is_never_taken_for_guarded_nor_removed(repo: Path, tmp_path: Path) -> None:
+    users = tmp_path / "users-files"
+    users.mkdir()
+    (users / "config").write_text("the user's\n")
+    (users / "HEAD").write_text("the user's\n")
+    gitconfig = Path(os.environ["GIT_CONFIG_GLOBAL"])
+    before = gitconfig.read_bytes()
+    with repoguard.guarded(repo) as guard:
+        (repo / ".git" / "modules").mkdir()
+        (repo / ".git" / "modules" / "evil").symlink_to(users)
+        gitconfig.unlink()
+        gitconfig.symlink_to(users / "config")
+    assert (users / "config").read_text() == "the user's\n" and (users / "HEAD").read_text() == "the user's\n"
+    assert not gitconfig.is_symlink() and gitconfig.read_bytes() == before
+    assert guard.changed == [str(gitconfig)]
+
+
+def test_a_symlinked_global_config_is_guarded_where_it_points(repo: Path, tmp_path: Path) -> None:
+    dotfiles = tmp_path / "dotfiles"
+    dotfiles.mkdir()
+    gitconfig = Path(os.environ["GIT_CONFIG_GLOBAL"])
+    target = dotfiles / "gitconfig"
+    target.write_bytes(gitconfig.read_bytes())
+    gitconfig.unlink()
+    gitconfig.symlink_to(target)
+    before = target.read_bytes()
+    with repoguard.guarded(repo) as guard:
+        run_git(repo, "config", "--global", "core.hooksPath", "/tmp/planted")  # git writes through the symlink
+    assert target.read_bytes() == before and gitconfig.is_symlink()
+    assert guard.changed == [str(target.resolve())]
