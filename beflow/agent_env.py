@@ -128,7 +128,7 @@ def tracker_secrets(config: Config) -> tuple[list[str], list[str]]:
 
 def own_secret_env() -> list[str]:
     """The variables holding beflow's own secrets, whatever the project: the HTTP server's token."""
-    from beflow.server.guard import TOKEN_ENV
+    from beflow.http_token import TOKEN_ENV
 
     return [TOKEN_ENV]
 
@@ -144,7 +144,7 @@ def held_secret_env(config: Config) -> list[str]:
 def held_secrets(config: Config, environ: Mapping[str, str] | None = None) -> list[str]:
     """The values of :func:`held_secret_env` that are set (stripped, as the trackers read them), and the HTTP
     server's token that beflow made and stored under ``BEFLOW_HOME`` (an agent running as the user can read it)."""
-    from beflow.server.guard import stored_token
+    from beflow.http_token import stored_token
 
     environ = os.environ if environ is None else environ
     values = [environ.get(name, "").strip() for name in held_secret_env(config)]

@@ -22,6 +22,8 @@ if TYPE_CHECKING:  # loaded when an agent bound to a run speaks: every other com
     from beflow.mcp.redact import Redactor
     from beflow.records import RunRecord
 
+#: The context's service holding every secret value of the run (its channel sets it: :mod:`beflow.server.channel`).
+RUN_SECRETS = "run secrets"
 #: The largest injected file read for its values (the injected set of a big ``.mcp.json`` stays well below).
 MAX_INJECTED = 8 << 20
 
@@ -72,14 +74,10 @@ def _redactor(context: Context) -> Redactor:
         except (OSError, ValueError):
             record = None
     servers = injected_servers(record) if record is not None else []
-    # The run's tracker, when this context holds it (the run's channel hands it over): its token may be one beflow
-    # got from `gh auth token`, in no variable. Nothing is opened for it here.
-    held = context.services.get("tracker")
-    if held is None:
-        return Redactor(servers, secrets=held_secrets(context.project.config))
-    from beflow.lifecycle import run_secrets
-
-    return Redactor(servers, secrets=run_secrets(context.project, held))
+    # Every secret the run holds, when the run's channel hands them over (a token from `gh auth token` is in no
+    # variable); else those of beflow's environment.
+    secrets = context.services.get(RUN_SECRETS)
+    return Redactor(servers, secrets=list(secrets) if secrets is not None else held_secrets(context.project.config))
 
 
 def agent_words(context: Context, text: str) -> str:

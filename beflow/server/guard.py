@@ -20,14 +20,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from beflow.errors import UsageError
-from beflow.files import FileTooLarge, NotRegularError, atomic_write, read_regular
-from beflow.paths import beflow_home
+from beflow.files import atomic_write
+from beflow.http_token import MIN_TOKEN, TOKEN_ENV, token_path
 
-TOKEN_ENV = "BEFLOW_HTTP_TOKEN"
-TOKEN_FILE = "http-token"
 COOKIE = "beflow_token"
-#: The shortest token accepted from the environment: anything shorter is guessed in an afternoon.
-MIN_TOKEN = 16
 
 
 @dataclass(frozen=True)
@@ -81,20 +77,6 @@ class Token:
     @property
     def created(self) -> bool:
         return self.source == "created"
-
-
-def token_path() -> Path:
-    return beflow_home() / TOKEN_FILE
-
-
-def stored_token() -> str:
-    """The token stored under ``BEFLOW_HOME``, if there is one (never made here): a secret of every run, since an
-    agent running as the user can read the file."""
-    try:
-        stored = read_regular(token_path(), limit=4096).decode("utf-8", "replace").strip()
-    except (OSError, NotRegularError, FileTooLarge):
-        return ""
-    return stored if len(stored) >= MIN_TOKEN else ""
 
 
 def load_token() -> Token:
