@@ -4,8 +4,8 @@ read-backs and the issue — a public comment, on GitHub — with every secret o
 
 The server that takes them may be another process than the run's: it knows the injected servers' values from the
 run's own injected ``.acpxrc.json`` (the file the agent's servers came from) and beflow's own secrets from its
-environment, when it holds them. Through the run's channel (``mcp.self`` on GitHub) the words are masked in the
-run's own process, with every secret its tracker holds: a token ``gh auth token`` gave too. The run's process masks
+environment, when it holds them. Through the run's channel (``mcp.self``) the words are masked in the run's own
+process, with every secret the run holds: a tracker's token ``gh auth token`` gave too. The run's process masks
 the progress file again when the run ends, with every secret it holds (:meth:`beflow.lifecycle.Session.mask_record`).
 """
 

@@ -162,7 +162,7 @@ class RunChannel:
         self.directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         _sweep(self.directory.parent)
         os.mkdir(self.directory, 0o700)
-        from beflow.lifecycle import run_secrets
+        from beflow.lifecycle import run_secrets  # the run's side only: beflow's own server never loads the session
 
         context = Context(
             project=self.project,
