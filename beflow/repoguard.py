@@ -53,6 +53,8 @@ MAX_FILE = 8 << 20
 #: The root of the user's global git config files, guarded as one more "git directory" (its paths are absolute, kept
 #: relative to it): every run shares its snapshot, whatever the repository.
 GLOBAL = Path("/")
+#: What a snapshot says of a place that a symlink stands in the way of (never followed).
+BEHIND_LINK = "(behind a symlink)"
 #: How deep submodules' git directories are looked for under ``modules/`` (names with slashes, nested submodules).
 MAX_MODULE_DEPTH = 32
 
@@ -175,8 +177,9 @@ def _take(git_dir: Path, places: Iterable[str]) -> dict[str, Item]:
 
     def visit(relative: str) -> None:
         path = git_dir / relative
-        if git_dir == GLOBAL and _behind_link(git_dir, relative):  # the agent's symlink: never followed
-            raise GitDirError(f"{path}: a symlink now stands in its way, which beflow does not follow")
+        if _behind_link(git_dir, relative):  # never followed: what it points at is not the user's guarded file
+            items[relative] = Item(kind="other", link=BEHIND_LINK)
+            return
         try:
             info = os.lstat(path)
         except FileNotFoundError:
@@ -240,10 +243,14 @@ def _put_back(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> t
     and where what was found went."""
     changed = _changes(git_dir, before, now)
     saved = _save_aside(git_dir, now, changed) if changed else None
+    blocked: list[str] = []  # a symlink in the way, which beflow never follows: nothing is removed or written there
     # What was added (or changed kind) goes first, deepest first: a planted directory with all it holds.
     for relative in sorted(changed, key=lambda p: p.count("/"), reverse=True):
         current, prior = now.get(relative), before.get(relative)
         if current is None or (prior is not None and prior.kind == current.kind):
+            continue
+        if _behind_link(git_dir, relative):
+            blocked.append(relative)
             continue
         path = git_dir / relative
         if current.kind == "dir":
@@ -253,6 +260,9 @@ def _put_back(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> t
     for relative in sorted(changed, key=lambda p: p.count("/")):  # parents before their files
         prior = before.get(relative)
         if prior is None:
+            continue
+        if _behind_link(git_dir, relative):
+            blocked.append(relative)
             continue
         path = git_dir / relative
         if prior.kind == "dir":
@@ -268,6 +278,12 @@ def _put_back(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> t
     for directory in {(git_dir / relative).parent for relative in changed} if changed else ():
         with contextlib.suppress(OSError):
             fsync_dir(directory)
+    if blocked:
+        where = ", ".join(str(git_dir / relative) for relative in sorted(set(blocked)))
+        raise GitDirError(
+            f"a symlink now stands in the way of {where}, which beflow does not follow",
+            fix="Remove the symlink, then run `beflow restore`.",
+        )
     return changed, saved
 
 

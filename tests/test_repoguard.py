@@ -4,6 +4,7 @@ process, journalled for the next command after a kill."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -200,3 +201,16 @@ def test_a_symlinked_global_config_is_guarded_where_it_points(repo: Path, tmp_pa
         run_git(repo, "config", "--global", "core.hooksPath", "/tmp/planted")  # git writes through the symlink
     assert target.read_bytes() == before and gitconfig.is_symlink()
     assert guard.changed == [str(target.resolve())]
+
+
+def test_a_symlink_the_agent_puts_in_the_way_is_never_followed_and_the_run_is_told(repo: Path, tmp_path: Path) -> None:
+    users = tmp_path / "another-repositorys-objects-info"
+    users.mkdir()
+    (users / "alternates").write_text("/the/users/own\n")
+    info = repo / ".git" / "objects" / "info"
+    with repoguard.guarded(repo) as guard:
+        shutil.rmtree(info)
+        info.symlink_to(users)  # objects/info/alternates now reads the other repository's file
+    assert (users / "alternates").read_text() == "/the/users/own\n"  # neither taken for the agent's nor removed
+    assert guard.changed and guard.failed is not None and "a symlink now stands in the way of" in guard.failed
+    assert "beflow restore" in repoguard.describe(guard)
