@@ -122,24 +122,33 @@ def tracker_secrets(config: Config) -> tuple[list[str], list[str]]:
     withheld, granted = ([], names) if tracker.agent_gets_secrets() else (names, [])
     hosts = [name for name in config.code_host_settings().secret_env() if name not in names]
     engine = [name for name in config.engine.secret_env() if name not in names and name not in hosts]
-    return [*withheld, *hosts, *engine], granted
+    own = [name for name in own_secret_env() if name not in names]
+    return [*withheld, *hosts, *engine, *own], granted
+
+
+def own_secret_env() -> list[str]:
+    """The variables holding beflow's own secrets, whatever the project: the HTTP server's token."""
+    from beflow.http_token import TOKEN_ENV
+
+    return [TOKEN_ENV]
 
 
 def held_secret_env(config: Config) -> list[str]:
-    """Every variable beflow holds a secret in for this project (the tracker's, the code host's, the engine's):
-    their values are masked in everything a run writes, whoever gets them."""
-    return list(
-        dict.fromkeys(
-            [*config.tracker.secret_env(), *config.code_host_settings().secret_env(), *config.engine.secret_env()]
-        )
-    )
+    """Every variable beflow holds a secret in for this project (the tracker's, the code host's, the engine's, and
+    beflow's own: the HTTP server's token): their values are masked in everything a run writes, whoever gets them."""
+    settings = config.code_host_settings()
+    names = [*config.tracker.secret_env(), *settings.secret_env(), *config.engine.secret_env(), *own_secret_env()]
+    return list(dict.fromkeys(names))
 
 
 def held_secrets(config: Config, environ: Mapping[str, str] | None = None) -> list[str]:
-    """The values of :func:`held_secret_env` that are set (stripped, as the trackers read them)."""
+    """The values of :func:`held_secret_env` that are set (stripped, as the trackers read them), and the HTTP
+    server's token that beflow made and stored under ``BEFLOW_HOME`` (an agent running as the user can read it)."""
+    from beflow.http_token import stored_token
+
     environ = os.environ if environ is None else environ
-    values = (environ.get(name, "").strip() for name in held_secret_env(config))
-    return [value for value in values if value]
+    values = [environ.get(name, "").strip() for name in held_secret_env(config)]
+    return list(dict.fromkeys(value for value in [*values, stored_token()] if value))
 
 
 def withhold_from_git(config: Config) -> None:

@@ -16,7 +16,7 @@ from beflow import rounds
 from beflow.config import GitHubTrackerSettings
 from beflow.errors import UsageError
 from beflow.followups import agent_follow_up
-from beflow.masking import agent_words
+from beflow.masking import agent_words, posted_words
 from beflow.operations import Context, Input, operation
 from beflow.records import RunStore
 from beflow.trackers import open_tracker
@@ -181,12 +181,12 @@ def new_issue(context: Context, payload: NewIssue) -> Issue:
         # Nor may its labels make it ready or urgent (docs/safety.md): a person decides both.
         settings = context.project.config.tracker
         prefix = settings.status_prefix if isinstance(settings, GitHubTrackerSettings) else None
-        labels, priority, _ = agent_follow_up(labels, priority, prefix)
+        labels, priority, _ = agent_follow_up([agent_words(context, label) for label in labels], priority, prefix)
         body = f"{body}\n\n_Follow-up of issue {context.bound_issue}, filed by {context.actor}._".strip()
     else:
         status = Status(payload.status or "ready")
     trackers = tracker(context)
-    title, body = agent_words(context, payload.title), agent_words(context, body)
+    title, body = posted_words(context, payload.title), posted_words(context, body)
     issue = trackers.create(title, body, labels, priority, status)
     if context.bound_issue is not None:
         # The link back: whoever reads the bound issue sees what was split off it.
@@ -208,9 +208,9 @@ def new_issue(context: Context, payload: NewIssue) -> Issue:
     tracker=True,
 )
 def comment_issue(context: Context, payload: NewComment) -> Commented:
-    key = payload.key
-    text = agent_words(context, payload.text)  # an agent's comment: its run's secrets masked
-    comment = tracker(context).comment(key, text, author=context.actor)
+    key, trackers = payload.key, tracker(context)
+    text = posted_words(context, payload.text)  # an agent's comment: its run's secrets masked, inert on GitHub
+    comment = trackers.comment(key, text, author=context.actor)
     return Commented(key=normalize_key(key), comment=comment)
 
 
@@ -266,6 +266,7 @@ def rework_issue(context: Context, payload: NewComment) -> Reworked:
 def _change(context: Context, key: str, status: Status, note: str | None) -> StatusChange:
     trackers = tracker(context)
     before = trackers.get(key)
+    note = posted_words(context, note) if note is not None else None  # an agent's note is a comment, as its own
     after = trackers.set_status(before.key, status, note=note, author=context.actor)
     return StatusChange(key=after.key, title=after.title, previous=before.status, status=after.status)
 

@@ -2,10 +2,11 @@
 follow-ups an agent sends through beflow's MCP server go to ``progress.jsonl``, the record, ``runs show``, MCP
 read-backs and the issue — a public comment, on GitHub — with every secret of its run masked, as transcripts are.
 
-The server that takes them is another process than the run's: it knows the injected servers' values from the run's
-own injected ``.acpxrc.json`` (the file the agent's servers came from) and beflow's own secrets from its
-environment, when it holds them. The run's process masks the progress file again when the run ends, with every
-secret it holds (:meth:`beflow.lifecycle.Session.mask_record`).
+The server that takes them may be another process than the run's: it knows the injected servers' values from the
+run's own injected ``.acpxrc.json`` (the file the agent's servers came from) and beflow's own secrets from its
+environment, when it holds them. Through the run's channel (``mcp.self``) the words are masked in the run's own
+process, with every secret the run holds: a tracker's token ``gh auth token`` gave too. The run's process masks
+the progress file again when the run ends, with every secret it holds (:meth:`beflow.lifecycle.Session.mask_record`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ if TYPE_CHECKING:  # loaded when an agent bound to a run speaks: every other com
     from beflow.mcp.redact import Redactor
     from beflow.records import RunRecord
 
+#: The context's service holding every secret value of the run (its channel sets it: :mod:`beflow.server.channel`).
+RUN_SECRETS = "run secrets"
 #: The largest injected file read for its values (the injected set of a big ``.mcp.json`` stays well below).
 MAX_INJECTED = 8 << 20
 
@@ -71,7 +74,10 @@ def _redactor(context: Context) -> Redactor:
         except (OSError, ValueError):
             record = None
     servers = injected_servers(record) if record is not None else []
-    return Redactor(servers, secrets=held_secrets(context.project.config))
+    # Every secret the run holds, when the run's channel hands them over (a token from `gh auth token` is in no
+    # variable); else those of beflow's environment.
+    secrets = context.services.get(RUN_SECRETS)
+    return Redactor(servers, secrets=list(secrets) if secrets is not None else held_secrets(context.project.config))
 
 
 def agent_words(context: Context, text: str) -> str:
@@ -80,3 +86,16 @@ def agent_words(context: Context, text: str) -> str:
         return text
     redact: Redactor = context.service("agent words", lambda _project: _redactor(context))
     return redact.text(text)
+
+
+def posted_words(context: Context, text: str) -> str:
+    """What an agent bound to a run posts to its tracker (a comment, a follow-up's title and body, a status note):
+    :func:`agent_words`, and on GitHub inert (:func:`beflow.quoting.inert`), so that it pings nobody and links or
+    closes no issue. The local tracker keeps the words as they are: nothing reads them as mentions there."""
+    if context.bound_issue is None and context.bound_run is None:
+        return text
+    from beflow.config import GitHubTrackerSettings
+    from beflow.quoting import inert
+
+    masked = agent_words(context, text)
+    return inert(masked) if isinstance(context.project.config.tracker, GitHubTrackerSettings) else masked

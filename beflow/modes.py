@@ -177,9 +177,10 @@ async def _attended_acpx(session: Session, argv: list[str], checkout: Path) -> V
 
 
 def exit_status(record: RunRecord) -> int:
-    """beflow's own exit code after ``--open``: the client's, with a signal as the shell shows it (128 + n)."""
+    """beflow's own exit code after ``--open``: the client's, with a signal as the shell shows it (128 + n); 1 when
+    the client's session changed the repository's git directory (the run failed, whatever the client said)."""
     code = record.exit_code
-    if code is None:
+    if code is None or (code == 0 and record.git_restored):
         return 1
     return 128 - code if code < 0 else code
 
@@ -208,7 +209,9 @@ async def open_native(
     with await workers.shielded(tracker.claim, issue.key, request.owner):
         current = await workers.blocking(tracker.get, issue.key)
         before = Status.READY if current.status == Status.IN_PROGRESS else current.status
-        changes = await workers.blocking(Changes, project, checkout)
+        distrust = await workers.blocking(repoguard.agent_at_work, checkout)  # as in --attend
+        with git.distrusting() if distrust else contextlib.nullcontext():
+            changes = await workers.blocking(Changes, project, checkout)
         session = Session(project, tracker, current, request, events, branch=None, checkout=checkout, run_id=run_id)
         session.record.client = client
         note = f"beflow --open: a supervised `{client}` session started in the checkout (run `{run_id}`)."
@@ -218,7 +221,12 @@ async def open_native(
         async with session.guarded(lambda o, r: workers.shielded(_finish, session, changes, o, r, before)) as ending:
             # The client owns the terminal and shares beflow's process group: Ctrl-C is the client's (the terminal
             # sends it SIGINT itself); beflow waits. SIGTERM and SIGHUP still stop both.
-            with interrupts.leaving_sigint_to_child(), terminal.settings_kept():
+            # The checkout's git directory is the user's, as in --attend: what the client changes is put back.
+            with (
+                session.repository_guarded(checkout) as guard,
+                interrupts.leaving_sigint_to_child(),
+                terminal.settings_kept(),
+            ):
                 result = await proc.run(
                     argv,
                     cwd=checkout,
@@ -228,7 +236,9 @@ async def open_native(
                     unset=agent_env.for_agent(project.config).unset,
                 )
             session.record.exit_code = result.returncode
-            ending.set(
-                "succeeded" if result.returncode == 0 else "failed", f"the {client} session ended ({result.describe()})"
-            )
+            if guard.changed:
+                ending.set("failed", repoguard.describe(guard))
+            else:
+                outcome: Outcome = "succeeded" if result.returncode == 0 else "failed"
+                ending.set(outcome, f"the {client} session ended ({result.describe()})")
         return ending.finished

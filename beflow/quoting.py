@@ -1,7 +1,8 @@
 """An agent's words in what beflow writes on GitHub, quoted so that they act on nothing (docs/safety.md).
 
 GitHub acts on words in a pull request body and in comments: ``Fixes #2`` closes issue 2 when the pull request is
-merged, ``closes org/repo#3`` another repository's, ``@user`` and ``@org/team`` notify people. An agent's message is
+merged, ``closes org/repo#3`` another repository's, ``#2`` and ``GH-2`` link issue 2 (which then shows the link),
+``@user`` and ``@org/team`` notify people. An agent's message is
 the agent's (or the issue's planted instructions'), so beflow quotes it: its final message goes into a fenced code
 block (whose fence is longer than any run of backticks in it, so nothing inside can close it), where GitHub neither
 links references nor notifies anyone; a shorter text inside one of beflow's own lines (a stop reason, the activity
@@ -15,13 +16,14 @@ import re
 
 #: U+2060 WORD JOINER: invisible, and it ends what GitHub reads as a reference or a mention.
 JOINER = "\u2060"
-_ACTIVE = re.compile(r"([#@])(?=[\w-])")
+_ACTIVE = re.compile(r"([#@])(?=[\w-])|(?<![\w-])(GH)(?=-\d)", re.IGNORECASE)
 _BACKTICKS = re.compile(r"`+")
 
 
 def inert(text: str) -> str:
-    """``text`` with every ``#N``, ``owner/repo#N``, ``@user`` and ``@org/team`` broken by an invisible joiner."""
-    return _ACTIVE.sub(lambda m: m.group(1) + JOINER, text)
+    """``text`` with every ``#N``, ``owner/repo#N``, ``GH-N``, ``@user`` and ``@org/team`` broken by an invisible
+    joiner."""
+    return _ACTIVE.sub(lambda m: (m.group(1) or m.group(2)) + JOINER, text)
 
 
 def fenced(text: str, info: str = "text") -> str:

@@ -3,10 +3,12 @@
 An agent runs as the user in a worktree that shares the user's git directory, so it can write the repository's
 ``config`` (a ``pushurl``, a filter driver), plant ``hooks/``, or edit ``info/`` (``exclude``, ``attributes``).
 Around every agent session :func:`guarded` takes a snapshot of :data:`GUARDED` (bytes, modes, symlinks, which files
-exist), journals it under ``$BEFLOW_HOME/git-journal/`` (fsynced, ``0600``: a config may hold credentials) before
-the agent starts, and afterwards puts back, byte for byte, whatever changed; the caller records it and does not
-publish the run. When beflow is killed outright, :func:`recover` (``beflow restore``, and every beflow command at
-start) puts the repository back from the journal once its process is gone.
+exist) — in the git directory, in each submodule's (``modules/**``), and each linked worktree's ``config.worktree`` —
+and of the user's global git config files (:data:`GLOBAL`: every repository's git reads them, the next run's
+``git worktree add`` too, before its agent), journals it under ``$BEFLOW_HOME/git-journal/`` (fsynced, ``0600``: a
+config may hold credentials) before the agent starts, and afterwards puts back, byte for byte, whatever changed; the
+caller records it and does not publish the run. When beflow is killed outright, :func:`recover` (``beflow
+restore``, and every beflow command at start) puts the repository back from the journal once its process is gone.
 
 Refs, objects, the index and logs are not guarded: runs change them legitimately (the agent's commits, beflow's
 worktree and branch), and beflow checks what reaches a branch separately (``git.find_leaks``).
@@ -16,8 +18,9 @@ its journal, and a change found when any of them ends is put back and told to ev
 their agents may have made it). A beflow process that finds a live journal of another process for the same
 repository takes that snapshot as its own, so it never takes a change of the other's agent for the user's, and
 tells that process what it found through a note beside its journal (``<journal>.changed``), read when its runs end.
-While any agent is at work on the repository (:func:`agent_at_work`), another run's git is distrusted from its
-start: the config may hold that agent's changes already.
+The global config is guarded the same way, as one more root shared by the runs of every repository. While any
+agent is at work on the repository, or on any repository (:func:`agent_at_work`), another run's git is distrusted
+from its start: the config may hold that agent's changes already.
 """
 
 from __future__ import annotations
@@ -29,12 +32,12 @@ import os
 import shutil
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from beflow import identity
 from beflow.errors import BeflowError
@@ -47,6 +50,97 @@ from beflow.paths import beflow_home, path_key
 GUARDED = ("config", "config.worktree", "hooks", "info", "objects/info/alternates")
 #: A file this large in the guarded places is not snapshotted byte for byte; it is refused (fail closed).
 MAX_FILE = 8 << 20
+#: The root of the user's global git config files, guarded as one more "git directory" (its paths are absolute, kept
+#: relative to it): every run shares its snapshot, whatever the repository.
+GLOBAL = Path("/")
+#: What a snapshot says of a place that a symlink stands in the way of (never followed).
+BEHIND_LINK = "(behind a symlink)"
+#: How deep submodules' git directories are looked for under ``modules/`` (names with slashes, nested submodules).
+MAX_MODULE_DEPTH = 32
+
+
+def global_config_files(environ: dict[str, str] | None = None) -> list[Path]:
+    """The user's global git config files, as git finds them: ``$GIT_CONFIG_GLOBAL`` alone when it is set, else
+    ``~/.gitconfig`` and ``$XDG_CONFIG_HOME/git/config`` (``~/.config/git/config``), each in its directory's real
+    place; a symlink's target too, which ``git config --global`` writes."""
+    env = os.environ if environ is None else environ
+    configured = env.get("GIT_CONFIG_GLOBAL")
+    home = Path(env.get("HOME") or os.path.expanduser("~"))
+    if configured:
+        files = [Path(os.path.expanduser(configured))]
+    else:
+        files = [home / ".gitconfig", Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "git" / "config"]
+    absolute = [Path(os.path.abspath(path)) for path in files]
+    found = [Path(os.path.realpath(path.parent)) / path.name for path in absolute]
+    found += [Path(os.path.realpath(path)) for path in found if path.is_symlink()]
+    return list(dict.fromkeys(found))
+
+
+def _snapshot_places(root: Path) -> list[str]:
+    """What a snapshot of ``root`` looks at, absent paths too: the user's global config files (:data:`GLOBAL`), or a
+    git directory's :data:`GUARDED` paths, those of its submodules' git directories and its linked worktrees'
+    ``config.worktree``."""
+    if root == GLOBAL:
+        return [str(path.relative_to(GLOBAL)) for path in global_config_files()]
+    return _places(root)
+
+
+def _compare_places(root: Path, places: list[str]) -> list[str]:
+    """What is looked at again after the agent: the snapshot's places, and in a git directory what is guarded there
+    now (a submodule's git directory the agent made up). The global config's are the snapshot's alone: what the
+    agent points a symlink at now is not the user's config, and must never be taken for one (nor removed)."""
+    return places if root == GLOBAL else list(dict.fromkeys([*places, *_places(root)]))
+
+
+def _places(root: Path) -> list[str]:
+    """A git directory's guarded paths as it is now: :data:`GUARDED`, those of its submodules' git directories
+    (``modules/**``) and its linked worktrees' ``config.worktree``, never through a symlink."""
+    places = list(GUARDED)
+
+    def modules(relative: str, depth: int) -> None:
+        """A folder under ``modules/``: submodules' git directories, or the folders of a name with slashes."""
+        if depth > MAX_MODULE_DEPTH:
+            raise GitDirError(f"{root / relative}: submodules nested too deep to guard")
+        for name in _directories(root / relative):
+            inner = f"{relative}/{name}"
+            if (root / inner / "HEAD").exists() or (root / inner / "config").exists():  # a submodule's git directory
+                places.extend(f"{inner}/{guarded}" for guarded in GUARDED)
+                modules(f"{inner}/modules", depth + 1)
+            else:
+                modules(inner, depth + 1)
+
+    if not (root / "modules").is_symlink():
+        modules("modules", 0)
+    if not (root / "worktrees").is_symlink():
+        places += [f"worktrees/{name}/config.worktree" for name in _directories(root / "worktrees")]
+    return places
+
+
+def _directories(path: Path) -> list[str]:
+    """The directories in ``path`` (sorted), symlinks left out: nothing guarded is ever reached through one."""
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return []
+    return [name for name in names if (path / name).is_dir() and not (path / name).is_symlink()]
+
+
+def _behind_link(root: Path, relative: str) -> bool:
+    """Whether a directory on the way to ``root / relative`` is a symlink."""
+    path = root
+    for part in relative.split("/")[:-1]:
+        path = path / part
+        if path.is_symlink():
+            return True
+    return False
+
+
+def _gone(root: Path, relative: str) -> bool:
+    """A path of a linked worktree that was removed meanwhile (a run's own, when it ends): nothing to put back."""
+    parts = relative.split("/")
+    if root == GLOBAL or len(parts) < 3 or parts[0] != "worktrees":
+        return False
+    return not (root / "worktrees" / parts[1]).is_dir()
 
 
 class GitDirError(BeflowError):
@@ -70,14 +164,22 @@ class Entry(BaseModel):
     pid: int
     pid_start: float | None = None
     items: dict[str, Item]
+    #: What the snapshot looked at, absent paths too (an entry without it: the paths of its items).
+    places: list[str] = Field(default_factory=list)
+
+    def looked_at(self) -> list[str]:
+        return self.places or list(self.items)
 
 
-def _take(git_dir: Path) -> dict[str, Item]:
-    """The guarded paths under ``git_dir`` as they are now (absent ones are simply not in it)."""
+def _take(git_dir: Path, places: Iterable[str]) -> dict[str, Item]:
+    """The ``places`` under ``git_dir`` as they are now (absent ones are simply not in it)."""
     items: dict[str, Item] = {}
 
     def visit(relative: str) -> None:
         path = git_dir / relative
+        if _behind_link(git_dir, relative):  # never followed: what it points at is not the user's guarded file
+            items[relative] = Item(kind="other", link=BEHIND_LINK)
+            return
         try:
             info = os.lstat(path)
         except FileNotFoundError:
@@ -104,13 +206,15 @@ def _take(git_dir: Path) -> dict[str, Item]:
         else:
             items[relative] = Item(kind="other", mode=mode)
 
-    for name in GUARDED:
-        visit(name)
+    for name in dict.fromkeys(places):
+        if name not in items and not _gone(git_dir, name):
+            visit(name)
     return items
 
 
-def _changes(before: dict[str, Item], now: dict[str, Item]) -> list[str]:
-    return sorted(path for path in before.keys() | now.keys() if before.get(path) != now.get(path))
+def _changes(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> list[str]:
+    changed = (path for path in before.keys() | now.keys() if before.get(path) != now.get(path))
+    return sorted(path for path in changed if not _gone(git_dir, path))
 
 
 def _save_aside(git_dir: Path, now: dict[str, Item], changed: list[str]) -> Path | None:
@@ -125,7 +229,8 @@ def _save_aside(git_dir: Path, now: dict[str, Item], changed: list[str]) -> Path
     if not found:
         return None
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    prefix = f"git-{path_key(git_dir.parent)}-{stamp}-{os.getpid()}"
+    place = "gitconfig" if git_dir == GLOBAL else path_key(git_dir.parent)
+    prefix = f"git-{place}-{stamp}-{os.getpid()}"
     for relative, item in found:
         name = relative.replace("/", "%")
         atomic_write(saved_dir() / f"{prefix}-{name}", base64.b64decode(item.data or ""), mode=0o600)
@@ -136,12 +241,16 @@ def _save_aside(git_dir: Path, now: dict[str, Item], changed: list[str]) -> Path
 def _put_back(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> tuple[list[str], Path | None]:
     """Make the guarded paths what ``before`` says (what was found saved aside first): the paths that differed,
     and where what was found went."""
-    changed = _changes(before, now)
+    changed = _changes(git_dir, before, now)
     saved = _save_aside(git_dir, now, changed) if changed else None
+    blocked: list[str] = []  # a symlink in the way, which beflow never follows: nothing is removed or written there
     # What was added (or changed kind) goes first, deepest first: a planted directory with all it holds.
     for relative in sorted(changed, key=lambda p: p.count("/"), reverse=True):
         current, prior = now.get(relative), before.get(relative)
         if current is None or (prior is not None and prior.kind == current.kind):
+            continue
+        if _behind_link(git_dir, relative):
+            blocked.append(relative)
             continue
         path = git_dir / relative
         if current.kind == "dir":
@@ -151,6 +260,9 @@ def _put_back(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> t
     for relative in sorted(changed, key=lambda p: p.count("/")):  # parents before their files
         prior = before.get(relative)
         if prior is None:
+            continue
+        if _behind_link(git_dir, relative):
+            blocked.append(relative)
             continue
         path = git_dir / relative
         if prior.kind == "dir":
@@ -163,9 +275,15 @@ def _put_back(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> t
                 os.unlink(path)
             os.symlink(prior.link or "", path)
         # "other" (a FIFO of the user's): left as it is; beflow never makes one
-    if changed:
+    for directory in {(git_dir / relative).parent for relative in changed} if changed else ():
         with contextlib.suppress(OSError):
-            fsync_dir(git_dir)
+            fsync_dir(directory)
+    if blocked:
+        where = ", ".join(str(git_dir / relative) for relative in sorted(set(blocked)))
+        raise GitDirError(
+            f"a symlink now stands in the way of {where}, which beflow does not follow",
+            fix="Remove the symlink, then run `beflow restore`.",
+        )
     return changed, saved
 
 
@@ -229,14 +347,15 @@ def recover() -> list[str]:
             others = [e for p, e in _entries_of(entry.git_dir) if p != path and e is not None and _alive(e)]
             if not others and entry.git_dir.is_dir():  # a live one puts back the same snapshot itself
                 try:
-                    changed, saved = _put_back(entry.git_dir, entry.items, _take(entry.git_dir))
+                    now = _take(entry.git_dir, _compare_places(entry.git_dir, entry.looked_at()))
+                    changed, saved = _put_back(entry.git_dir, entry.items, now)
                 except (GitDirError, OSError) as exc:
-                    done.append(f"could not put back {entry.git_dir} as it was before a run: {exc}")
+                    done.append(f"could not put back {_where(entry.git_dir)} as it was before a run: {exc}")
                     continue
                 if changed:
                     found = f" (the versions found are saved as {saved})" if saved is not None else ""
                     done.append(
-                        f"put back {', '.join(changed)} in {entry.git_dir} as before the run of beflow pid "
+                        f"put back {_listed(entry.git_dir, changed)} as before the run of beflow pid "
                         f"{entry.pid}, which was killed{found}"
                     )
             remove(path)
@@ -260,16 +379,20 @@ class Guard:
     """One run's guard of a repository: ``changed`` is what was found changed (and put back) while it was active."""
 
     git_dir: Path
+    #: What changed: paths in the git directory, relative to it, and the user's global config files, absolute.
     changed: list[str] = field(default_factory=list)
     #: Where the changed files were saved, as found, before they were put back.
     saved: Path | None = None
     #: Why what changed could not all be put back (the journal then stays for ``beflow restore``).
     failed: str | None = None
+    #: The same run's guard of the user's global git config (:data:`GLOBAL`), ended with this one.
+    home: Guard | None = None
 
 
 @dataclass(eq=False)
 class _Shared:
     items: dict[str, Item]
+    places: list[str]
     journal: Path
     guards: list[Guard] = field(default_factory=list)
 
@@ -288,29 +411,41 @@ def common_git_dir(directory: Path) -> Path:
 
 def agent_at_work(directory: Path) -> bool:
     """Whether an agent may be at work on ``directory``'s repository right now: a run of this process, or a live
-    beflow's journal, guards it. Its config and hooks may be the agent's until that run ends."""
+    beflow's journal, guards it — or guards the user's global git config, which every repository reads (a run's
+    agent on another repository). Its config and hooks may be the agent's until that run ends."""
     git_dir = common_git_dir(directory)
     with _ACTIVE_LOCK:
-        if git_dir in _ACTIVE:
+        if git_dir in _ACTIVE or GLOBAL in _ACTIVE:
             return True
-    return any(entry is not None and _alive(entry) for _, entry in _entries_of(git_dir))
+    return any(entry is not None and _alive(entry) for root in (git_dir, GLOBAL) for _, entry in _entries_of(root))
 
 
 def begin(directory: Path) -> Guard:
-    """Snapshot (and journal) the guarded files of ``directory``'s repository, or join the snapshot active."""
-    git_dir = common_git_dir(directory)
+    """Snapshot (and journal) the guarded files of ``directory``'s repository and the user's global git config, or
+    join the snapshots active."""
+    guard = _join(common_git_dir(directory))
+    try:
+        guard.home = _join(GLOBAL)
+    except BaseException:
+        _leave(guard)
+        raise
+    return guard
+
+
+def _join(git_dir: Path) -> Guard:
     guard = Guard(git_dir)
     with _ACTIVE_LOCK:
         shared = _ACTIVE.get(git_dir)
         if shared is None:
             with _locked(git_dir):
-                items = None
+                items, places = None, []
                 for path, entry in _entries_of(git_dir):
                     if entry is not None and _alive(entry):
-                        items = entry.items  # another beflow's agent may be at work: its snapshot is the user's
+                        # Another beflow's agent may be at work: its snapshot is the user's.
+                        items, places = entry.items, entry.looked_at()
                     elif entry is not None and items is None:
-                        try:
-                            _put_back(git_dir, entry.items, _take(git_dir))  # a killed beflow's
+                        try:  # a killed beflow's
+                            _put_back(git_dir, entry.items, _take(git_dir, _compare_places(git_dir, entry.looked_at())))
                         except OSError as exc:
                             raise GitDirError(
                                 f"{git_dir}: a killed run's changes could not be put back ({exc.strerror})",
@@ -322,27 +457,42 @@ def begin(directory: Path) -> Guard:
                         remove(path)
                         remove(_told_path(path))
                 if items is None:
-                    items = _take(git_dir)
+                    places = _snapshot_places(git_dir)
+                    items = _take(git_dir, places)
                 journal = _journal_path(git_dir, os.getpid())
                 pid = os.getpid()
-                entry = Entry(git_dir=git_dir, pid=pid, pid_start=identity.start_time(pid), items=items)
+                entry = Entry(git_dir=git_dir, pid=pid, pid_start=identity.start_time(pid), items=items, places=places)
                 atomic_write(journal, entry.model_dump_json(), mode=0o600)
-            shared = _ACTIVE[git_dir] = _Shared(items, journal)
+            shared = _ACTIVE[git_dir] = _Shared(items, places, journal)
         shared.guards.append(guard)
     return guard
 
 
 def end(guard: Guard) -> list[str]:
-    """Put back whatever changed in the guarded files; what did (for every run active on the repository)."""
+    """Put back whatever changed in the guarded files; what did (for every run active on the repository, and for
+    every run active anywhere when it was the global git config)."""
+    _leave(guard)
+    home = guard.home
+    if home is not None:
+        _leave(home)
+        found = [path if path.startswith("(") else str(GLOBAL / path) for path in home.changed]
+        guard.changed += [path for path in found if path not in guard.changed]
+        guard.failed = guard.failed or home.failed
+        guard.saved = guard.saved or home.saved
+    return guard.changed
+
+
+def _leave(guard: Guard) -> list[str]:
     with _ACTIVE_LOCK:
         shared = _ACTIVE[guard.git_dir]
         with _locked(guard.git_dir):
             failed, saved = None, None
             try:
-                changed, saved = _put_back(guard.git_dir, shared.items, _take(guard.git_dir))
+                now = _take(guard.git_dir, _compare_places(guard.git_dir, shared.places))
+                changed, saved = _put_back(guard.git_dir, shared.items, now)
             except (OSError, BeflowError) as exc:  # the journal stays: `beflow restore` tries again
                 failed = str(exc)
-                changed = ["(the git directory)"]
+                changed = ["(your global git config)" if guard.git_dir == GLOBAL else "(the git directory)"]
             # Another beflow's run on the repository may be the one whose agent did it: it is told too, through a
             # note beside its journal, read when it ends. What others noted for this process is read here.
             told = _told_path(shared.journal)
@@ -381,16 +531,28 @@ def guarded(directory: Path) -> Iterator[Guard]:
         end(guard)
 
 
+def _where(root: Path) -> str:
+    return "your global git config" if root == GLOBAL else str(root)
+
+
+def _listed(root: Path, changed: list[str]) -> str:
+    """``config, hooks/pre-push in /repo/.git``, ``your global git config /home/me/.gitconfig``, or both."""
+    if root == GLOBAL:
+        return f"your global git config {', '.join(str(GLOBAL / path) for path in changed)}"
+    inside = [path for path in changed if not Path(path).is_absolute()]
+    outside = [path for path in changed if Path(path).is_absolute()]
+    said = [f"{', '.join(inside)} in {root}"] if inside else []
+    said += [f"your global git config {', '.join(outside)}"] if outside else []
+    return " and ".join(said)
+
+
 def describe(guard: Guard) -> str:
     """What the run's record and terminal say about a guard that found changes."""
-    where = guard.git_dir
+    what = _listed(guard.git_dir, guard.changed)
     if guard.failed is not None:
         return (
-            f"the agent changed {', '.join(guard.changed)} in {where}, which a run must not touch, and beflow could "
-            f"not put it all back ({guard.failed}); run `beflow restore` once the cause is fixed"
+            f"the agent changed {what}, which a run must not touch, and beflow could not put it all back "
+            f"({guard.failed}); run `beflow restore` once the cause is fixed"
         )
     saved = f" (the versions it found are saved as {guard.saved})" if guard.saved is not None else ""
-    return (
-        f"the agent changed {', '.join(guard.changed)} in {where}, which a run must not touch; beflow put them "
-        f"back as they were{saved}"
-    )
+    return f"the agent changed {what}, which a run must not touch; beflow put them back as they were{saved}"

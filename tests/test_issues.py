@@ -200,6 +200,18 @@ def test_an_agent_cannot_make_its_follow_up_ready_or_urgent_through_labels(agent
     assert call(agent, "issue.new", title="Later", priority=5).priority == 5  # less urgent is the agent's to say
 
 
+def test_an_agents_words_stay_as_said_on_the_local_tracker(agent: Context) -> None:
+    # Only GitHub reads mentions and references: locally, an agent's comment, note and follow-up keep every byte.
+    said = "Fixes #2, see GH-3; cc @org/security-team"
+    call(agent, "issue.new", title="Agent's issue")
+    assert call(agent, "issue.comment", key="1", text=said).comment.text == said
+    call(agent, "issue.set_status", key="1", status="closed", note=said)
+    follow_up = call(agent, "issue.new", title=said, body=said)
+    assert follow_up.title == said and follow_up.body.startswith(f"{said}\n\n_Follow-up of issue 1")
+    texts = [comment.text for comment in open_tracker(agent.project).get("1").comments]
+    assert texts.count(said) == 2  # the comment and the note
+
+
 def test_a_follow_up_body_of_the_documented_maximum_is_filed_with_its_footer(agent: Context) -> None:
     from beflow.trackers.base import MAX_TEXT
 

@@ -3,6 +3,8 @@ no mention outside of beflow's own ``Closes #<key>`` line."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from beflow.lifecycle import summary
@@ -30,6 +32,13 @@ def test_a_fenced_message_acts_on_nothing_and_keeps_its_words(text: str) -> None
 def test_inert_text_acts_on_nothing_and_reads_the_same(text: str) -> None:
     assert active(inert(text)) == [] or "`" in text  # (backticks aside: inert is for one line of prose)
     assert inert(text).replace(JOINER, "") == text
+
+
+@pytest.mark.parametrize("text", ["see GH-12", "gh-12 and #3", "(GH-7)"])
+def test_inert_text_links_no_issue(text: str) -> None:
+    shown = inert(text)
+    assert re.findall(r"(?i)(?<![\w-])GH-\d|#\d", shown) == [] and shown.replace(JOINER, "") == text
+    assert inert("HIGH-5 and ghost-1") == "HIGH-5 and ghost-1"  # words that only end in gh: left alone
 
 
 @pytest.mark.parametrize(("name", "shown"), [("a.py", "`a.py`"), ("a`b.py", "``a`b.py``"), ("`x`", "`` `x` ``")])

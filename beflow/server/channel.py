@@ -48,6 +48,7 @@ from beflow import guardrails, workers
 from beflow.acpx import Transcript
 from beflow.config import Project
 from beflow.errors import BeflowError, UsageError, excerpt
+from beflow.masking import RUN_SECRETS
 from beflow.mcp.acp import AcpServer
 from beflow.mcp.own import CAPABILITY_ENV, SERVER_NAME, check_name, own_server
 from beflow.operations import Context
@@ -161,12 +162,16 @@ class RunChannel:
         self.directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         _sweep(self.directory.parent)
         os.mkdir(self.directory, 0o700)
+        from beflow.lifecycle import run_secrets  # the run's side only: beflow's own server never loads the session
+
         context = Context(
             project=self.project,
             actor="agent",
             bound_issue=self.issue,
             bound_run=self.run_id,
-            services={"tracker": tracker},
+            # The agent's words are masked with every secret the run holds: its tracker's token from `gh auth token`
+            # too, which no variable holds (beflow.masking).
+            services={"tracker": tracker, RUN_SECRETS: run_secrets(self.project, tracker)},
         )
         lock = anyio.Lock()  # one call at a time: the run's tracker is shared with the run itself
         slots = anyio.Semaphore(MAX_CONNECTIONS)

