@@ -40,6 +40,10 @@ class Dropped(Exception):
     """A client fell further behind than the ring holds: it is disconnected."""
 
 
+class Stopping(Exception):
+    """The server is asked to stop: every event stream ends (before the server's graceful timeout runs out)."""
+
+
 @dataclass(eq=False)  # each client is its own: hashed by identity
 class Subscriber:
     """One SSE client: where it is in the ring, and what wakes it (on the server's loop)."""
@@ -59,6 +63,8 @@ class Hub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._subscribers: set[Subscriber] = set()
         self._wake_pending = False
+        #: The server is stopping: streams end, and no new one starts.
+        self.stopping = False
         self.errors: deque[str] = deque(maxlen=ERRORS_KEPT)
         self.last_error: float | None = None
         self.config_reloaded: float | None = None
@@ -125,6 +131,13 @@ class Hub:
         for observer in list(self.observers):
             observer()
 
+    def stop(self) -> None:
+        """On the server's loop, when it is asked to stop: every event stream ends now (a stream left open would
+        hold the server's shutdown until its timeout cancels it, loudly)."""
+        self.stopping = True
+        for subscriber in list(self._subscribers):
+            subscriber.wake.set()
+
     @property
     def newest(self) -> int:
         with self._lock:
@@ -143,6 +156,8 @@ class Hub:
             return missed, [{"id": i, **e} for i, e in self._ring if i > last]
 
     def subscribe(self, last: int | None) -> Subscriber:
+        if self.stopping:
+            raise Stopping("the server is stopping")
         if len(self._subscribers) >= self.max_clients:
             raise OverflowError(f"{self.max_clients} event streams are open already")
         subscriber = Subscriber(self.newest if last is None else last)
@@ -160,6 +175,8 @@ class Hub:
         """The subscriber's next events (waiting for some); :class:`Dropped` when it is more than ``behind``
         events behind the newest (a reader that does not keep up)."""
         while True:
+            if self.stopping:
+                raise Stopping("the server is stopping")
             missed, events = self.since(subscriber.last)
             if events:
                 if self.newest - subscriber.last > behind and subscriber.last != 0:

@@ -37,7 +37,7 @@ from beflow.errors import BeflowError, NotFoundError, UsageError
 from beflow.operations import Context
 from beflow.server import api
 from beflow.server.guard import COOKIE, Policy, bearer
-from beflow.server.live import Dropped, Hub, Subscriber, WatchData, WatchSource
+from beflow.server.live import Dropped, Hub, Stopping, Subscriber, WatchData, WatchSource
 from beflow.trackers.base import MetersRequests
 
 HERE = Path(__file__).parent
@@ -110,6 +110,12 @@ class Server:
             from beflow.server.remote import RemoteMcp
 
             self.mcp = RemoteMcp(project, self.hub, policy)
+
+    def stop(self) -> None:
+        """On the server's loop, when it is asked to stop: its event streams and MCP sessions end now."""
+        self.hub.stop()
+        if self.mcp is not None:
+            self.mcp.stop()
 
     # -- reading, through the registry -------------------------------------------------------------------------------
 
@@ -443,6 +449,8 @@ def build_app(server: Server) -> ASGIApp:
             subscriber = server.hub.subscribe(None if last < 0 else last)
         except OverflowError as error:
             return server.problem(503, "too_many_clients", str(error), "Close another page or client, then retry.")
+        except Stopping as error:
+            return server.problem(503, "stopping", str(error))
         return EventStream(server, subscriber)
 
     async def openapi(request: Request) -> Response:
@@ -582,9 +590,10 @@ class EventStream:
                 tasks.start_soon(disconnected)
                 try:
                     await stream()
-                except (Dropped, TimeoutError, OSError):
-                    # A client that does not keep up is let go (the watch never waits for one): the response is
-                    # ended if the client takes that much, else the connection is closed.
+                except (Dropped, Stopping, TimeoutError, OSError):
+                    # A client that does not keep up is let go (the watch never waits for one), and every client
+                    # when the server stops: the response is ended if the client takes that much, else the
+                    # connection is closed.
                     with anyio.move_on_after(1), contextlib.suppress(Exception):
                         await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tasks.cancel_scope.cancel()
