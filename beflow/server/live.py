@@ -225,6 +225,8 @@ class WatchData:
     budget_held: bool = False
     #: Issues the tracker could not read at its last listing, with why (GitHub: a hostile label, say).
     unreadable: dict[str, str] = field(default_factory=dict)
+    #: Whether the watch's last look at the tracker succeeded (None: not looked yet).
+    tracker_reachable: bool | None = None
 
 
 class Watching(Protocol):
@@ -287,6 +289,7 @@ class WatchSource:
             budget=snapshot.budget,
             budget_held=self.dispatcher.ledger.holding,
             unreadable=dict(tracker.unreadable) if isinstance(tracker, NamesUnreadable) else {},
+            tracker_reachable=snapshot.tracker_reachable,
         )
 
     def data(self) -> WatchData | None:

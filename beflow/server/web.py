@@ -217,9 +217,7 @@ class Server:
         reachable: bool | None = None
         rate: api.RateLimit | None = None
         if data is not None:
-            # An error within the last two polls says the tracker (or the config) is in trouble.
-            last = self.hub.last_error
-            reachable = last is None or now - last > 2 * data.interval
+            reachable = data.tracker_reachable  # (the watch's own look: another error is not the tracker's)
             if isinstance(data.tracker, MetersRequests):
                 budget = data.tracker.rate_budget()
                 rate = api.RateLimit(remaining=budget.remaining, reset=budget.reset, limited=budget.limited)

@@ -433,3 +433,47 @@ def test_a_lane_in_a_review_round_says_which_round(project: Path) -> None:
     (lane,) = state["lanes"]
     assert lane["issue"] == "1" and lane["round"] == 2
     assert "round 2, attempt 1" in page
+
+
+def test_the_tracker_is_unreachable_only_when_the_tracker_failed_and_reachable_again_after_a_good_look(  # type: ignore[no-untyped-def]
+    auto_project, github, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow import workers
+    from beflow.dispatcher import Dispatcher
+    from beflow.server.live import WatchSource
+    from tests.support.github import TOKEN as GITHUB_TOKEN
+
+    monkeypatch.setenv("GITHUB_TOKEN", GITHUB_TOKEN)
+    auto_project.configure(tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": 30})
+    github.add_issue("Good", labels=["beflow", "beflow:ready"])
+    project = load_project(auto_project.config_path)
+    hub = Hub()
+
+    async def scenario() -> list[dict[str, Any]]:
+        dispatcher = Dispatcher(project, listener=lambda event: hub.publish(event.to_json()))
+        source = WatchSource(dispatcher, hub)
+        source.attach()
+        seen: list[dict[str, Any]] = []
+        with beside(project, Bind("127.0.0.1", 0), hub, source) as served:
+            url = f"http://127.0.0.1:{served.bind.port}/api/v1/state"
+
+            async def look() -> None:
+                await workers.blocking(dispatcher._survey, False)  # one look at the tracker, as a tick's
+                got = await anyio.to_thread.run_sync(lambda: httpx.get(url, timeout=30).json())
+                seen.append(got["health"])
+
+            await look()  # the tracker answered
+            auto_project.config_path.write_text("{ not json")  # a broken edit: the reload fails, loudly
+            await look()
+            github.fail(503, times=50)  # GitHub is down: the tracker's look fails
+            await look()
+            github.faults.clear()  # back: the next look succeeds
+            await look()
+        return seen
+
+    good, bad_config, down, back = anyio.run(scenario)
+    assert good["tracker_reachable"] is True and good["errors"] == []
+    assert any("config not reloaded" in e for e in bad_config["errors"])
+    assert bad_config["tracker_reachable"] is True  # a config that did not reload is not the tracker's failing
+    assert len(down["errors"]) > len(bad_config["errors"]) and down["tracker_reachable"] is False
+    assert back["tracker_reachable"] is True
