@@ -619,6 +619,17 @@ class Guard:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
+        policy = self.server.policy
+        if policy.origins:  # CORS, for the origins http.origins names only
+            origin, host = request.headers.get("origin"), request.headers.get("host")
+            cross = policy.cross_origin(origin, host)
+            send = _cors(send, origin, cross)
+            preflight = request.method == "OPTIONS" and "access-control-request-method" in request.headers
+            if preflight and cross and policy.host_allowed(host):
+                # (a browser's preflight carries no token: it is told what it may send, and the request itself
+                # then needs the token where every request does)
+                await Response(status_code=204, headers=PREFLIGHT)(scope, receive, send)
+                return
         refusal = self.refusal(request)
         if refusal is not None:
             await refusal(scope, receive, send)
@@ -653,7 +664,9 @@ class Guard:
         if not policy.origin_allowed(origin, host):
             return server.problem(403, "bad_origin", "requests from that origin are refused", _ORIGIN_FIX)
         presented = bearer(request.headers.get("authorization"))
-        cookie = request.cookies.get(COOKIE)
+        cross = policy.cross_origin(origin, host)
+        # Another origin's page presents the token itself: the cookie a browser may send along is never taken.
+        cookie = None if cross else request.cookies.get(COOKIE)
         mcp = path == "/mcp" or path.startswith("/mcp/")
         first_visit = path == "/" and "token" in request.query_params
         if mcp:
@@ -665,11 +678,39 @@ class Guard:
         if acting:
             if not (policy.token_ok(presented) or policy.token_ok(cookie)):
                 return server.problem(401, "unauthorized", "actions need the server's token", _TOKEN_FIX)
-            if not policy.same_origin(origin, host, request.headers.get("sec-fetch-site")):
+            if not cross and not policy.same_origin(origin, host, request.headers.get("sec-fetch-site")):
                 return server.problem(403, "bad_origin", "actions come from this server's own page only")
         if request.method not in ("GET", "HEAD", "POST", "DELETE", "OPTIONS"):
             return server.problem(405, "method", "method not allowed")
         return None
+
+
+#: What a preflight of an origin ``http.origins`` names is told it may send (no credentials: the token goes in
+#: ``Authorization``, never in a cookie).
+PREFLIGHT = {
+    "Access-Control-Allow-Methods": "GET, HEAD, POST",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, Last-Event-ID",
+    "Access-Control-Max-Age": "600",
+}
+
+
+_CORS_OWN = (b"access-control-allow-origin", b"access-control-allow-credentials")
+
+
+def _cors(send: Send, origin: str | None, allowed: bool) -> Send:
+    """``send``, with ``Vary: Origin`` on every response (what it says depends on the origin) and, for an origin
+    ``http.origins`` names, ``Access-Control-Allow-Origin`` for it (never credentials)."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in _CORS_OWN]
+            headers.append((b"vary", b"Origin"))
+            if allowed and origin is not None:
+                headers.append((b"access-control-allow-origin", origin.encode("latin-1")))
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
 
 
 _HOST_FIX = "Open the address `beflow watch --http` printed, or name this host in http.hosts."

@@ -477,3 +477,81 @@ def test_the_tracker_is_unreachable_only_when_the_tracker_failed_and_reachable_a
     assert bad_config["tracker_reachable"] is True  # a config that did not reload is not the tracker's failing
     assert len(down["errors"]) > len(bad_config["errors"]) and down["tracker_reachable"] is False
     assert back["tracker_reachable"] is True
+
+
+OPS = "http://ops.example:3000"  # a page of another origin, which http.origins names
+
+
+def with_origins(project: Path) -> None:
+    config_file(project).write_text(json.dumps({"http": {"actions": True, "origins": [OPS]}}) + "\n")
+
+
+def test_an_origin_the_config_names_gets_cors_and_acts_with_the_token_only(project: Path) -> None:
+    with_origins(project)
+    with serving(project) as (served, hub), client(served, Origin=OPS) as http:
+        state = http.get("/api/v1/state")
+        assert state.status_code == 200
+        assert state.headers["access-control-allow-origin"] == OPS and "Origin" in state.headers["vary"]
+        assert "access-control-allow-credentials" not in state.headers  # the token goes in a header, never a cookie
+        # The browser's preflight of an action: no token on it, told the methods and headers it may send.
+        preflight = http.options(
+            "/api/v1/issues/2/status",
+            headers={"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"},
+        )
+        assert preflight.status_code == 204, preflight.text
+        assert preflight.headers["access-control-allow-origin"] == OPS
+        assert {m.strip() for m in preflight.headers["access-control-allow-methods"].split(",")} >= {"GET", "POST"}
+        allowed = {h.strip().lower() for h in preflight.headers["access-control-allow-headers"].split(",")}
+        assert allowed == {"authorization", "content-type", "last-event-id"}
+        assert "access-control-allow-credentials" not in preflight.headers
+        body = {"status": "open", "note": "from ops"}
+        # The action needs the token as a bearer token: the server's cookie a browser sends along does not count.
+        refused = http.post("/api/v1/issues/2/status", json=body, headers={"Cookie": f"beflow_token={TOKEN}"})
+        assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == OPS
+        assert http.get("/api/v1/issues/2").json()["issue"]["status"] == "ready"
+        done = http.post(
+            "/api/v1/issues/2/status",
+            json=body,
+            headers={"Authorization": f"Bearer {TOKEN}", "Sec-Fetch-Site": "cross-site"},
+        )
+        assert done.status_code == 200, done.text
+        assert done.headers["access-control-allow-origin"] == OPS
+        assert http.get("/api/v1/issues/2").json()["issue"]["status"] == "open"
+        # The event stream too (an EventSource of the other origin's page reads it).
+        hub.publish({"event": "dispatched", "issue": "1", "time": 1.0, "attempt": 1})
+        with http.stream("GET", "/api/v1/events", headers={"Last-Event-ID": "0"}) as stream:
+            assert stream.status_code == 200 and stream.headers["access-control-allow-origin"] == OPS
+
+
+def test_an_origin_the_config_does_not_name_gets_no_cors_and_cannot_act(project: Path) -> None:
+    with_origins(project)
+    evil = "http://evil.example"
+    with serving(project) as (served, _), client(served, Origin=evil) as http:
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        for answer in (
+            http.get("/api/v1/state"),
+            http.options(
+                "/api/v1/issues/2/status",
+                headers={"Access-Control-Request-Method": "POST", "Access-Control-Request-Headers": "authorization"},
+            ),
+            http.post("/api/v1/issues/2/status", json={"status": "open"}, headers=auth),
+            http.post("/api/v1/issues/2/retry", headers={**auth, "Origin": "null"}),
+        ):
+            assert answer.status_code == 403, answer.text
+            assert not [h for h in answer.headers if h.lower().startswith("access-control-")]
+    with serving(project) as (served, _), client(served) as http:
+        assert http.get("/api/v1/issues/2").json()["issue"]["status"] == "ready"
+
+
+def test_off_loopback_a_configured_origin_still_needs_the_token_past_its_preflight(project: Path) -> None:
+    with_origins(project)
+    with serving(project, host="0.0.0.0") as (served, _), client(served, Origin=OPS) as http:
+        preflight = http.options(
+            "/api/v1/state",
+            headers={"Access-Control-Request-Method": "GET", "Access-Control-Request-Headers": "authorization"},
+        )
+        assert preflight.status_code == 204 and preflight.headers["access-control-allow-origin"] == OPS
+        refused = http.get("/api/v1/state")
+        assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == OPS
+        assert http.get("/api/v1/state", headers={"Cookie": f"beflow_token={TOKEN}"}).status_code == 401
+        assert http.get("/api/v1/state", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
