@@ -473,6 +473,10 @@ def build_app(server: Server) -> ASGIApp:
             target = request.path_params["target"]
             if kind == "cancel":  # a run: its issue moves back to open, and the watch cancels it
                 record = server.call("run.show", {"id": target})
+                if not record.finished and server.call("issue.show", {"key": record.issue}).status == "in_progress":
+                    # (in_progress cannot go to open: through ready, as a person would; the run holds the issue's
+                    # claim, so nothing starts it meanwhile)
+                    server.call("issue.set_status", {"key": record.issue, "status": "ready"})
                 arguments = {"key": record.issue, "status": "open", "note": "Cancelled from beflow's dashboard."}
             elif kind == "retry":
                 arguments = {"key": target, "status": "ready", "note": "Retried from beflow's dashboard."}

@@ -249,3 +249,49 @@ def test_the_health_says_why_the_watch_holds_back_and_how_to_fix_it(  # type: ig
     assert queued["held"] == held
     page = httpx.get(url + "/", timeout=30).text
     assert "held back" in page and "config: " in page
+
+
+def test_cancelling_a_run_from_the_api_stops_it_restores_its_files_and_leaves_its_issue_open(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, beflow_process, tmp_path: Path
+) -> None:
+    from beflow.server.guard import TOKEN_ENV
+
+    token = "c" * 24
+    marks = tmp_path / "marks.log"
+    auto_project.configure(watch={"interval": 0.2, "concurrency": 1}, http={"actions": True})
+    key = auto_project.new_issue("write partial.txt half", "sleep 60", f"mark {marks}", title="long")
+    process = beflow_process("watch", "--json", "--http", "0", cwd=auto_project.directory, env={TOKEN_ENV: token})
+    watching = Watch(process)
+    threading.Thread(target=lambda: watching.stderr.extend(process.stderr), daemon=True).start()  # type: ignore[arg-type]
+    threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()  # type: ignore[union-attr]
+    with httpx.Client(base_url=watching.url, timeout=30) as http:
+        eventually(marks.exists, "the agent's long turn started", alive=process)
+        (lane,) = eventually(
+            lambda: [la for la in http.get("/api/v1/state").json()["lanes"] if la["run"]], "the lane has its run"
+        )
+        run = lane["run"]
+        worktree = Path(auto_project.runs.get(run).worktree or "")
+        assert (worktree / ".acpxrc.json").exists()  # injected while the agent runs
+        own = {"Origin": watching.url}
+        assert http.post(f"/api/v1/runs/{run}/cancel", headers=own).status_code == 401  # the token, always
+        done = http.post(f"/api/v1/runs/{run}/cancel", headers={**own, "Authorization": f"Bearer {token}"})
+        assert done.status_code == 200, done.text
+        components = http.get("/api/v1/openapi.json").json()["components"]
+        jsonschema.validate(done.json(), {"$ref": "#/components/schemas/ActionDone", "components": components})
+        assert done.json()["operation"] == "issue.set_status" and done.json()["result"]["status"] == "open"
+        record = eventually(
+            lambda: (r := auto_project.runs.get(run)).finished and r, "the run ended", timeout=60, alive=process
+        )
+        state = eventually(lambda: (s := http.get("/api/v1/state").json())["lanes"] == [] and s, "the lane ended")
+        assert state["recent"][0]["id"] == run and state["recent"][0]["outcome"] == "cancelled"
+        assert state["queue"] == []  # an open issue is not picked up again
+    # As a run whose issue a person moved on: stopped before its turn ended, recorded cancelled saying why, its
+    # managed files put back and its worktree removed, its work so far kept on the branch, the issue left open.
+    assert record.outcome == "cancelled" and (record.stop_reason or "").startswith("the issue is now ")
+    assert [line.split()[0] for line in marks.read_text().splitlines()] == ["start", "end"]
+    assert any("removed" in line for line in record.restored) and not worktree.exists()
+    assert auto_project.branch_files(f"beflow/{key}")["partial.txt"] == "half"
+    issue = auto_project.issue(key)
+    assert issue.status == Status.OPEN
+    assert any("Cancelled from beflow's dashboard." in c.text for c in issue.comments)
+    assert len(auto_project.records(key)) == 1
