@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.to_thread
@@ -39,6 +39,10 @@ from beflow.server import api
 from beflow.server.guard import COOKIE, Policy, bearer
 from beflow.server.live import Dropped, Hub, Stopping, Subscriber, WatchData, WatchSource
 from beflow.trackers.base import MetersRequests
+
+if TYPE_CHECKING:
+    from beflow.mcp.redact import Redactor
+    from beflow.trackers import Tracker
 
 HERE = Path(__file__).parent
 #: Bytes of a request body, at most (the API's bodies are a status and a note).
@@ -79,9 +83,6 @@ class Server:
         actor: str | None = None,
         mcp: bool = True,
     ) -> None:
-        from beflow.issues import tracker
-        from beflow.lifecycle import run_secrets
-        from beflow.mcp.redact import Redactor
         from beflow.server.schema import load_all
 
         self.project = project
@@ -95,7 +96,8 @@ class Server:
         self._actor_known = actor is not None
         #: Titles of issues whose lane has no record yet (asked of the tracker once).
         self._titles: dict[str, str] = {}
-        self.redact = Redactor(secrets=run_secrets(project, tracker(self.context)))
+        self._masking: tuple[Project, Redactor] | None = None
+        assert self.redact is not None  # (the secrets read now, not at the first request)
         self.templates = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -110,6 +112,25 @@ class Server:
             from beflow.server.remote import RemoteMcp
 
             self.mcp = RemoteMcp(project, self.hub, policy)
+
+    @property
+    def redact(self) -> Redactor:
+        """What masks everything the server sends: every secret beflow holds for the project (the tracker's and
+        code host's tokens) and the values of the MCP servers its runs inject — read again when the watch's config
+        reloads (a secret the new config adds is masked from then on)."""
+        project, tracker = self._watched()
+        masking = self._masking
+        if masking is None or masking[0] is not project:
+            masking = self._masking = (project, _redactor(project, tracker))
+        return masking[1]
+
+    def _watched(self) -> tuple[Project, Tracker]:
+        """The project as the watch has it now (its config reloaded), or as the server was started with."""
+        if self.source is not None:
+            return self.source.dispatcher.project, self.source.dispatcher.tracker
+        from beflow.issues import tracker
+
+        return self.project, tracker(self.context)
 
     def stop(self) -> None:
         """On the server's loop, when it is asked to stop: its event streams and MCP sessions end now."""
@@ -299,6 +320,17 @@ class Server:
             return self.problem(400, error.code, error.message, error.fix)
         except BeflowError as error:
             return self.problem(409 if error.code == "conflict" else 500, error.code, error.message, error.fix)
+
+
+def _redactor(project: Project, tracker: Tracker) -> Redactor:
+    from beflow.lifecycle import run_secrets
+    from beflow.mcp.acp import resolve_servers
+    from beflow.mcp.redact import Redactor
+
+    servers = []
+    with contextlib.suppress(BeflowError):  # (a cascade with a problem injects nothing: the watch says why)
+        servers = resolve_servers(project) or []
+    return Redactor(servers, secrets=run_secrets(project, tracker))
 
 
 #: The page may run its own script and style only, and be framed by nobody.

@@ -555,3 +555,102 @@ def test_off_loopback_a_configured_origin_still_needs_the_token_past_its_preflig
         assert refused.status_code == 401 and refused.headers["access-control-allow-origin"] == OPS
         assert http.get("/api/v1/state", headers={"Cookie": f"beflow_token={TOKEN}"}).status_code == 401
         assert http.get("/api/v1/state", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+
+
+# -- masking ---------------------------------------------------------------------------------------------------
+
+
+MASK = "••••"
+
+
+def unmasked_record(project: Path, key: str, *secrets: str) -> str:
+    """A run record, progress and transcript holding ``secrets`` as they are (as a record beflow did not write
+    would): what the server shows of it is masked all the same."""
+    store = RunStore(project)
+    said = " ".join(secrets)
+    record = RunRecord(
+        id=new_run_id(key), issue=key, mode="auto", agent="a", started_at=utc_now(), title=f"run of {said}"
+    )
+    store.create(record, f"prompt {said}")
+    transcript = {
+        "jsonrpc": "2.0",
+        "method": "session/update",
+        "params": {
+            "sessionId": "s",
+            "update": {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": f"I saw {said}"}},
+        },
+    }
+    store.write(record.id, "transcript.jsonl", json.dumps(transcript) + "\n")
+    record.finished_at, record.outcome, record.stop_reason = utc_now(), "failed", f"failed on {said}"
+    store.write(record.id, "run.json", record.model_dump_json())
+    return record.id
+
+
+def everything_shown(http: httpx.Client, key: str, run: str) -> dict[str, str]:
+    shown = {
+        path: http.get(path).text
+        for path in (
+            "/api/v1/state",
+            "/",
+            f"/runs/{run}",
+            f"/api/v1/runs/{run}",
+            f"/api/v1/runs/{run}/transcript",
+            f"/issues/{key}",
+            f"/api/v1/issues/{key}",
+        )
+    }
+    shown["events"] = json.dumps(read_events(http, {"Last-Event-ID": "0"}, 1), ensure_ascii=False)
+    return shown
+
+
+def test_an_injected_servers_value_and_the_trackers_token_are_masked_everywhere_the_server_shows(  # type: ignore[no-untyped-def]
+    auto_project, github, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.github import TOKEN as GITHUB_TOKEN
+    from tests.support.projects import SECRET_ENV, SECRET_HEADER
+
+    monkeypatch.setenv("GITHUB_TOKEN", GITHUB_TOKEN)
+    auto_project.configure(tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": 30})
+    secrets = (SECRET_ENV, SECRET_HEADER, GITHUB_TOKEN)
+    github.add_issue(f"Fix {' '.join(secrets)}", labels=["beflow", "beflow:ready"])
+    run = unmasked_record(auto_project.directory, "1", *secrets)
+    hub = Hub()
+    with serving(auto_project.directory, hub=hub) as (served, _), client(served) as http:
+        hub.publish({"event": "error", "issue": "1", "time": 1.0, "message": f"no {' '.join(secrets)}"})
+        shown = everything_shown(http, "1", run)
+    for where, text in shown.items():
+        assert MASK in text, where  # (where a secret was, the mask is)
+        assert [s for s in secrets if s in text] == [], where
+
+
+def test_a_secret_a_config_reload_adds_is_masked_from_then_on(project: Path) -> None:
+    from beflow import workers
+    from beflow.dispatcher import Dispatcher
+    from beflow.server.live import WatchSource
+    from tests.support.projects import MCP_JSON, SECRET_ENV
+
+    (project / ".mcp.json").write_text(json.dumps(MCP_JSON) + "\n")
+    loaded = load_project(config_file(project))  # (injection off: the servers' values are nobody's secret yet)
+    key = open_tracker(loaded).create(f"Uses {SECRET_ENV}", "").key
+    run = unmasked_record(project, key, SECRET_ENV)
+    hub = Hub()
+
+    async def scenario() -> tuple[dict[str, str], dict[str, str]]:
+        dispatcher = Dispatcher(loaded, listener=lambda event: hub.publish(event.to_json()))
+        source = WatchSource(dispatcher, hub)
+        source.attach()
+        await workers.blocking(dispatcher._survey, False)
+        hub.publish({"event": "error", "issue": key, "time": 1.0, "message": f"no {SECRET_ENV}"})
+        with beside(loaded, Bind("127.0.0.1", 0), hub, source) as served, client(served) as http:
+            before = await anyio.to_thread.run_sync(everything_shown, http, key, run)
+            config = json.loads(config_file(project).read_text())
+            config_file(project).write_text(json.dumps({**config, "mcp": {"enabled": True}}) + "\n")
+            await workers.blocking(dispatcher._survey, False)  # the watch reloads its config
+            assert hub.config_reloaded is not None
+            after = await anyio.to_thread.run_sync(everything_shown, http, key, run)
+        return before, after
+
+    before, after = anyio.run(scenario)
+    assert SECRET_ENV in before["/api/v1/state"]  # (not a secret of this project before the reload)
+    for where, text in after.items():
+        assert SECRET_ENV not in text and MASK in text, where
