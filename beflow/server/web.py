@@ -770,7 +770,16 @@ def openapi_document() -> dict[str, Any]:
     from beflow.records import RunRecord
 
     models.append(RunRecord)
+    events = api.event_models()
+    models += events.values()
     _, schemas = models_json_schema([(m, "serialization") for m in models], ref_template="#/components/schemas/{model}")
+    components = schemas.get("$defs", {})
+    # Each `data:` line of the event stream is one of them (a run's `finished` and the watch's share the kind).
+    components["Event"] = {
+        "title": "Event",
+        "description": "One `data:` line of /api/v1/events: an event of the `--json` stream, or the server's notice.",
+        "anyOf": [{"$ref": f"#/components/schemas/{name}"} for name in events],
+    }
 
     def ok(model: str, status: str = "200", description: str = "OK") -> dict[str, Any]:
         return {
@@ -812,7 +821,15 @@ def openapi_document() -> dict[str, Any]:
                 "get": {
                     "summary": "The watch's event stream (the `--json` events) as server-sent events, resumable with "
                     "Last-Event-ID",
-                    "responses": {"200": {"description": "text/event-stream"}},
+                    "parameters": [
+                        {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer", "minimum": 0}}
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "Server-sent events: `id: N` and `data: <Event as JSON>` each",
+                            "content": {"text/event-stream": {"schema": {"$ref": "#/components/schemas/Event"}}},
+                        }
+                    },
                 }
             },
             "/api/v1/refresh": {
@@ -840,7 +857,7 @@ def openapi_document() -> dict[str, Any]:
             },
         },
         "components": {
-            "schemas": schemas.get("$defs", {}),
+            "schemas": components,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }

@@ -152,9 +152,11 @@ def test_the_api_of_a_running_watch_shows_its_lane_its_usage_and_streams_its_eve
             auto_project.tracker.set_status(key, Status.READY)
             assert http.post("/api/v1/refresh").status_code == 202
             lanes: list[dict[str, object]] = []
+            components = http.get("/api/v1/openapi.json").json()["components"]
             for line in events.iter_lines():
                 if line.startswith("data: "):
                     event = json.loads(line.removeprefix("data: "))
+                    jsonschema.validate(event, {"$ref": "#/components/schemas/Event", "components": components})
                     kinds.append(event["event"])
                     if event["event"] == "progress" and not lanes:
                         lanes = eventually(
@@ -185,13 +187,16 @@ def test_the_api_of_a_running_watch_shows_its_lane_its_usage_and_streams_its_eve
         budget = state["totals"]["budget"]
         assert (budget["spent"], budget["limit"], budget["currency"]) == (0.4, 0.3, "USD")
         run = state["recent"][0]["id"]
-        assert http.get(f"/api/v1/runs/{run}").json()["outcome"] == "succeeded"
+        record = http.get(f"/api/v1/runs/{run}").json()
+        assert record["outcome"] == "succeeded"
+        jsonschema.validate(record, {"$ref": "#/components/schemas/RunRecord", "components": components})
         assert (
             "context 2,500 of 100,000 tokens; 3,400 tokens (3,000 in, 400 out); cost 0.40 USD"
             in http.get(f"/runs/{run}").text
         )
         page = http.get(f"/api/v1/runs/{run}/transcript", params={"limit": 2}).json()
         assert len(page["lines"]) <= 2 and page["total"] >= len(page["lines"])
+        jsonschema.validate(page, {"$ref": "#/components/schemas/TranscriptPage", "components": components})
         # The day's budget is spent: the next ready issue waits in the queue, and the state says why.
         waiting = auto_project.new_issue("write b.txt x", title="next")
         held = eventually(
@@ -201,7 +206,6 @@ def test_the_api_of_a_running_watch_shows_its_lane_its_usage_and_streams_its_eve
         state = http.get("/api/v1/state").json()
         assert [q["issue"] for q in state["queue"]] == [waiting] and state["lanes"] == []
         # The figures, the hold and the lane are in the shapes the OpenAPI document gives.
-        components = http.get("/api/v1/openapi.json").json()["components"]
         jsonschema.validate(state, {"$ref": "#/components/schemas/State", "components": components})
         jsonschema.validate(lane, {"$ref": "#/components/schemas/Lane", "components": components})
         hold = state["queue"][0]["held"]

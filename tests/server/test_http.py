@@ -82,6 +82,72 @@ def test_the_api_answers_in_the_shapes_its_openapi_document_gives(project: Path)
         refresh = http.post("/api/v1/refresh")
         assert refresh.status_code == 202
         jsonschema.validate(refresh.json(), schema_of(document, "Accepted"))
+        # A run's record and its transcript pages.
+        run = unmasked_record(project, "1", "nothing secret")
+        record = http.get(f"/api/v1/runs/{run}")
+        assert record.status_code == 200 and record.json()["outcome"] == "failed"
+        jsonschema.validate(record.json(), schema_of(document, "RunRecord"))
+        page = http.get(f"/api/v1/runs/{run}/transcript", params={"limit": 1})
+        assert page.status_code == 200 and len(page.json()["lines"]) == 1
+        jsonschema.validate(page.json(), schema_of(document, "TranscriptPage"))
+        jsonschema.validate(
+            http.get(f"/api/v1/runs/{run}/transcript?offset=5").json(), schema_of(document, "TranscriptPage")
+        )
+        # The actions, done and refused.
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        done = http.post("/api/v1/issues/2/status", json={"status": "open", "note": "later"}, headers=auth)
+        assert done.status_code == 200
+        jsonschema.validate(done.json(), schema_of(document, "ActionDone"))
+        jsonschema.validate(http.post("/api/v1/issues/2/retry", headers=auth).json(), schema_of(document, "ActionDone"))
+        refused = http.post("/api/v1/issues/2/retry")
+        assert refused.status_code == 401
+        jsonschema.validate(refused.json(), schema_of(document, "Problem"))
+        bad = http.post("/api/v1/issues/2/status", json={"status": "open", "bogus": 1}, headers=auth)
+        assert bad.status_code == 400
+        jsonschema.validate(bad.json(), schema_of(document, "Problem"))
+        for path, method in (("/api/v1/runs/{id}", "get"), ("/api/v1/issues/{key}/status", "post")):
+            assert document["paths"][path][method]["responses"]["200"]["content"]["application/json"]
+
+
+def test_every_kind_of_event_has_its_schema_and_the_stream_answers_in_them(project: Path) -> None:
+    from beflow.events import RUN_PAYLOADS, WATCH_PAYLOADS, RunEvent, WatchEvent
+
+    events = [
+        RunEvent.of("started", "r1", "1", attempt=1, branch="beflow/1"),
+        RunEvent.of("activity", "r1", "1", latest="Read file"),
+        RunEvent.of("progress", "r1", "1", text="halfway"),
+        RunEvent.of("usage", "r1", "1", context_used=10, context_size=100, tokens=10),
+        RunEvent.of("finished", "r1", "1", outcome="succeeded", commit="abc", changed=2, usage={"tokens": 3}),
+        WatchEvent.of("dispatched", "1", attempt=1, round=0),
+        WatchEvent.of("finished", "1", run="r1", outcome="succeeded"),
+        WatchEvent.of("retry_scheduled", "1", attempt=2, delay=1.5),
+        WatchEvent.of("skipped", "2", reason="claimed elsewhere"),
+        WatchEvent.of("config_reloaded", path="/p/.beflow/config.json"),
+        WatchEvent.of("error", message="GitHub is down"),
+        WatchEvent.of("stopping", running=1),
+        WatchEvent.of("budget_reached", message="spent", spent=1.0, limit=1.0, currency="USD"),
+    ]
+    hub = Hub(ring=len(events))
+    with serving(project, hub=hub) as (served, _), client(served) as http:
+        document = http.get("/api/v1/openapi.json").json()
+        schemas = document["components"]["schemas"]
+        assert {f"Run{k.title().replace('_', '')}Event" for k in RUN_PAYLOADS} <= set(schemas)
+        assert {f"Watch{k.title().replace('_', '')}Event" for k in WATCH_PAYLOADS} <= set(schemas)
+        stream = document["paths"]["/api/v1/events"]["get"]["responses"]["200"]["content"]["text/event-stream"]
+        assert stream["schema"] == {"$ref": "#/components/schemas/Event"}
+        hub.publish({"event": "dispatched", "issue": "0", "time": 1.0, "attempt": 1})  # (pushed out of the ring)
+        for event in events:
+            hub.publish(event.to_json())
+        seen = read_events(http, {"Last-Event-ID": "0"}, len(events) + 1)
+    assert seen[0][1]["event"] == "notice"  # the server's own: one event is no longer kept
+    jsonschema.validate(seen[0][1], schema_of(document, "MissedNotice"))
+    for (_, data), event in zip(seen[1:], events, strict=True):
+        side = "Run" if isinstance(event, RunEvent) else "Watch"
+        jsonschema.validate(data, schema_of(document, f"{side}{event.type.title().replace('_', '')}Event"))
+        jsonschema.validate(data, schema_of(document, "Event"))
+    # The schemas hold the payloads as they are: a field no emitter sets is not an event.
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**seen[6][1], "bogus": 1}, schema_of(document, "Event"))
 
 
 def test_the_event_stream_numbers_events_and_resumes_after_last_event_id(project: Path) -> None:
