@@ -215,6 +215,45 @@ class IssueDetail(BaseModel):
     runs: list[RecentRun]
 
 
+#: Rows of a list page (``/api/v1/issues``, ``/api/v1/runs``) unless ``per_page`` says fewer; at most MAX_PER_PAGE.
+PER_PAGE = 50
+MAX_PER_PAGE = 200
+
+
+class IssueRow(BaseModel):
+    """An issue in a list (its body and comments: ``/api/v1/issues/{key}``)."""
+
+    key: str
+    title: str
+    status: str
+    priority: int
+    labels: list[str]
+    created: str
+    updated: str
+
+
+class IssuePage(BaseModel):
+    """``GET /api/v1/issues?status=&page=``: a page of the project's issues by key (``issue.list``)."""
+
+    issues: list[IssueRow]
+    status: str | None = Field(description="Only issues with this status (None: all).")
+    page: int = Field(description="This page, from 1.")
+    per_page: int
+    total: int = Field(description="The issues listed (with this status).")
+    pages: int
+    unreadable: list[str] = Field(description="Issue files the tracker could not read, and why.")
+
+
+class RunPage(BaseModel):
+    """``GET /api/v1/runs?issue=&page=``: a page of the project's runs, newest first (``run.list``)."""
+
+    runs: list[RecentRun]
+    issue: str | None = Field(description="Only runs of this issue (None: all).")
+    page: int = Field(description="This page, from 1.")
+    per_page: int
+    next: int | None = Field(description="The next page, if there are more runs; None on the last.")
+
+
 class TranscriptPage(BaseModel):
     """``GET /api/v1/runs/{id}/transcript``: readable lines ``offset`` … ``offset + len(lines)`` of ``total``."""
 

@@ -19,6 +19,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import anyio
 import anyio.to_thread
@@ -38,7 +39,7 @@ from beflow.operations import Context
 from beflow.server import api
 from beflow.server.guard import COOKIE, Policy, bearer
 from beflow.server.live import Dropped, Hub, Stopping, Subscriber, WatchData, WatchSource
-from beflow.trackers.base import MetersRequests
+from beflow.trackers.base import MetersRequests, Status
 
 if TYPE_CHECKING:
     from beflow.mcp.redact import Redactor
@@ -107,6 +108,7 @@ class Server:
         self.templates.filters["seconds"] = _seconds
         self.templates.filters["usage"] = usage_text
         self.templates.filters["totals"] = totals_text
+        self.templates.filters["query"] = lambda values: urlencode({k: v for k, v in values.items() if v})
         self.mcp = None
         if mcp:
             from beflow.server.remote import RemoteMcp
@@ -290,6 +292,47 @@ class Server:
             run=record.id, offset=offset, total=len(lines), lines=page, next=end if end < len(lines) else None
         )
 
+    def issues(self, status: str | None, page: int, per_page: int) -> api.IssuePage:
+        """A page of the project's issues, by key, as ``beflow issues list`` lists them (``issue.list``)."""
+        listing = self.call("issue.list", {"status": status} if status else {})
+        total = len(listing.issues)
+        pages = max(1, -(-total // per_page))
+        shown = listing.issues[(page - 1) * per_page : page * per_page]
+        return api.IssuePage(
+            issues=[
+                api.IssueRow(
+                    key=i.key,
+                    title=i.title,
+                    status=i.status.value,
+                    priority=i.priority,
+                    labels=list(i.labels),
+                    created=i.created.isoformat(),
+                    updated=i.updated.isoformat(),
+                )
+                for i in shown
+            ],
+            status=status,
+            page=page,
+            per_page=per_page,
+            total=total,
+            pages=pages,
+            unreadable=[problem.render() for problem in listing.problems],
+        )
+
+    def runs(self, issue: str | None, page: int, per_page: int) -> api.RunPage:
+        """A page of the project's runs, newest first, as ``beflow runs list`` lists them (``run.list``)."""
+        arguments: dict[str, Any] = {"limit": per_page + 1, "offset": (page - 1) * per_page}
+        if issue:
+            arguments["issue"] = issue
+        found = self.call("run.list", arguments).runs
+        return api.RunPage(
+            runs=[api.RecentRun.of(r) for r in found[:per_page]],
+            issue=issue,
+            page=page,
+            per_page=per_page,
+            next=page + 1 if len(found) > per_page else None,
+        )
+
     def issue(self, key: str) -> api.IssueDetail:
         issue = self.call("issue.show", {"key": key})
         runs = [api.RecentRun.of(r) for r in self.call("run.list", {"issue": issue.key, "limit": 20}).runs]
@@ -453,6 +496,37 @@ def build_app(server: Server) -> ASGIApp:
 
         return await server.answer(page)
 
+    def listed(request: Request) -> tuple[int, int]:
+        """The page asked for (from 1) and its size (at most api.MAX_PER_PAGE)."""
+        page = max(1, _int(request.query_params.get("page"), 1))
+        per_page = min(api.MAX_PER_PAGE, max(1, _int(request.query_params.get("per_page"), api.PER_PAGE)))
+        return page, per_page
+
+    async def issues_page(request: Request) -> Response:
+        status = request.query_params.get("status") or None
+
+        async def page() -> Response:
+            listed_page = await server.off_loop(server.issues, status, *listed(request))
+            return server.html("issues.html", listing=listed_page, statuses=[s.value for s in Status])
+
+        return await server.answer(page)
+
+    async def runs_page(request: Request) -> Response:
+        issue = request.query_params.get("issue") or None
+
+        async def page() -> Response:
+            return server.html("runs.html", listing=await server.off_loop(server.runs, issue, *listed(request)))
+
+        return await server.answer(page)
+
+    async def get_issues(request: Request) -> Response:
+        status = request.query_params.get("status") or None
+        return await server.answer(lambda: _json(server, server.issues, status, *listed(request)))
+
+    async def get_runs(request: Request) -> Response:
+        issue = request.query_params.get("issue") or None
+        return await server.answer(lambda: _json(server, server.runs, issue, *listed(request)))
+
     async def get_state(request: Request) -> Response:
         return await server.answer(lambda: _json(server, server.state))
 
@@ -527,9 +601,13 @@ def build_app(server: Server) -> ASGIApp:
 
     routes: list[Route | Mount] = [
         Route("/", index),
+        Route("/runs", runs_page),
         Route("/runs/{id}", run_page),
+        Route("/issues", issues_page),
         Route("/issues/{key}", issue_page),
         Route("/api/v1/state", get_state),
+        Route("/api/v1/issues", get_issues),
+        Route("/api/v1/runs", get_runs),
         Route("/api/v1/issues/{key}", get_issue),
         Route("/api/v1/runs/{id}", get_run),
         Route("/api/v1/runs/{id}/transcript", get_transcript),
@@ -761,6 +839,8 @@ def openapi_document() -> dict[str, Any]:
     models: list[type[BaseModel]] = [
         api.State,
         api.IssueDetail,
+        api.IssuePage,
+        api.RunPage,
         api.TranscriptPage,
         api.Accepted,
         api.ActionDone,
@@ -799,11 +879,36 @@ def openapi_document() -> dict[str, Any]:
         {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": api.MAX_PAGE}},
     ]
+    listing = [
+        {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1}},
+        {"name": "per_page", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": api.MAX_PER_PAGE}},
+    ]
     return {
         "openapi": "3.1.0",
         "info": {"title": "beflow", "version": __version__, "description": "A watch's state, issues and runs."},
         "paths": {
             "/api/v1/state": {"get": {"summary": "The live state", "responses": ok("State")}},
+            "/api/v1/issues": {
+                "get": {
+                    "summary": "A page of the project's issues, by key (issue.list)",
+                    "parameters": [
+                        {
+                            "name": "status",
+                            "in": "query",
+                            "schema": {"type": "string", "enum": [s.value for s in Status]},
+                        },
+                        *listing,
+                    ],
+                    "responses": ok("IssuePage"),
+                }
+            },
+            "/api/v1/runs": {
+                "get": {
+                    "summary": "A page of the project's runs, newest first (run.list)",
+                    "parameters": [{"name": "issue", "in": "query", "schema": {"type": "string"}}, *listing],
+                    "responses": ok("RunPage"),
+                }
+            },
             "/api/v1/issues/{key}": {
                 "get": {"summary": "An issue and its runs", "parameters": [key], "responses": ok("IssueDetail")}
             },

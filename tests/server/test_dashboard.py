@@ -299,3 +299,42 @@ def test_cancelling_a_run_from_the_api_stops_it_restores_its_files_and_leaves_it
     assert issue.status == Status.OPEN
     assert any("Cancelled from beflow's dashboard." in c.text for c in issue.comments)
     assert len(auto_project.records(key)) == 1
+
+
+LISTS = REPO_ROOT / "tests" / "support" / "lists.mjs"
+
+
+def test_the_lists_of_issues_and_runs_render_and_page_in_a_real_browser(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, beflow_process, browser_modules: Path, tmp_path: Path
+) -> None:
+    from tests.server.test_http import some_runs
+
+    keys = [
+        auto_project.new_issue("say hi", title=f"issue {n}", status=Status.OPEN if n % 3 else Status.READY)
+        for n in range(12)
+    ]
+    runs = some_runs(auto_project.directory, keys[0], 6) + some_runs(auto_project.directory, keys[1], 3)
+    process = beflow_process("serve", "0", cwd=auto_project.directory)
+    served = Watch(process)
+    threading.Thread(target=lambda: served.stderr.extend(process.stderr), daemon=True).start()  # type: ignore[arg-type]
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    done = subprocess.run(
+        ["node", str(LISTS), str(browser_modules), served.url, str(artifacts)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert "error" not in seen and "pageerror" not in seen, (seen, done.stderr)
+    assert seen["issuesAll"] == keys and seen["issuesNext"] is False  # 12 fit one page of 50
+    assert seen["issuePages"] == [keys[0:5], keys[5:10], keys[10:12]]
+    assert seen["issuesPager"].startswith("previous · page 3 of 3")
+    assert seen["readyStatuses"] == ["ready"] * 4
+    assert seen["back"] == keys[10:12]  # the back button: the page before the filter
+    assert sorted(seen["runsAll"]) == sorted(runs)
+    assert [len(p) for p in seen["runPages"]] == [4, 4, 1]
+    assert sorted(r for p in seen["runPages"] for r in p) == sorted(runs)
+    assert set(seen["runsOfIssue"]) <= {keys[0], keys[1]} and len(set(seen["runsOfIssue"])) == 1
+    assert seen["wide"] <= 390 + 1
+    assert sorted(path.name for path in artifacts.iterdir()) == ["issues-1.png", "runs-1.png"]

@@ -720,3 +720,62 @@ def test_a_secret_a_config_reload_adds_is_masked_from_then_on(project: Path) -> 
     assert SECRET_ENV in before["/api/v1/state"]  # (not a secret of this project before the reload)
     for where, text in after.items():
         assert SECRET_ENV not in text and MASK in text, where
+
+
+# -- the lists -------------------------------------------------------------------------------------------------
+
+
+def some_runs(project: Path, key: str, count: int) -> list[str]:
+    store = RunStore(project)
+    made = []
+    for n in range(count):
+        record = RunRecord(id=new_run_id(key), issue=key, mode="auto", agent="a", started_at=utc_now(), title=f"r{n}")
+        store.create(record, "prompt")
+        made.append(record.id)
+    return made
+
+
+def test_the_issues_and_the_runs_are_listed_page_by_page_through_the_registry(project: Path) -> None:
+    from beflow.trackers import Status
+
+    tracker = open_tracker(load_project(config_file(project)))
+    for n in range(10):
+        tracker.create(f"issue {n}", "", status=Status.OPEN if n % 2 else Status.READY)
+    runs = {"1": some_runs(project, "1", 7), "2": some_runs(project, "2", 3)}
+    with serving(project) as (served, _), client(served) as http:
+        document = http.get("/api/v1/openapi.json").json()
+        pages = [http.get("/api/v1/issues", params={"per_page": 5, "page": n}).json() for n in (1, 2, 3, 4)]
+        for page in pages:
+            jsonschema.validate(page, schema_of(document, "IssuePage"))
+        assert [p["total"] for p in pages] == [12] * 4 and pages[0]["pages"] == 3
+        keys = [i["key"] for p in pages for i in p["issues"]]
+        assert keys == [str(n) for n in range(1, 13)]  # by key, each once, the last page past the end empty
+        assert [len(p["issues"]) for p in pages] == [5, 5, 2, 0]
+        ready = http.get("/api/v1/issues", params={"status": "ready"}).json()
+        assert ready["total"] == 7 and {i["status"] for i in ready["issues"]} == {"ready"}
+        assert ready["per_page"] == api.PER_PAGE
+        wrong = http.get("/api/v1/issues", params={"status": "redy"})
+        assert wrong.status_code == 400
+        jsonschema.validate(wrong.json(), schema_of(document, "Problem"))
+        assert http.get("/api/v1/issues", params={"per_page": 10**6}).json()["per_page"] == api.MAX_PER_PAGE
+
+        listed: list[str] = []
+        page: dict[str, Any] = {"next": 1}
+        while page["next"] is not None:
+            page = http.get("/api/v1/runs", params={"per_page": 4, "page": page["next"]}).json()
+            jsonschema.validate(page, schema_of(document, "RunPage"))
+            listed += [r["id"] for r in page["runs"]]
+        assert page["page"] == 3 and len(listed) == 10 and set(listed) == set(runs["1"] + runs["2"])
+        starts = [r.split("-")[0] + r.split("-")[1] for r in listed]
+        assert starts == sorted(starts, reverse=True)  # newest first
+        of_two = http.get("/api/v1/runs", params={"issue": "2", "per_page": 2}).json()
+        assert of_two["next"] == 2 and {r["issue"] for r in of_two["runs"]} == {"2"}
+        # The pages link each other, and the live page links them.
+        issues_page = http.get("/issues", params={"per_page": 5, "page": 2}).text
+        assert 'href="/issues?page=1&amp;per_page=5"' in issues_page
+        assert 'href="/issues?page=3&amp;per_page=5"' in issues_page
+        assert issues_page.count('<tr data-issue="') == 5
+        runs_page = http.get("/runs", params={"issue": "1", "per_page": 4}).text
+        assert runs_page.count('<tr data-run="') == 4 and 'href="/runs?issue=1&amp;page=2&amp;per_page=4"' in runs_page
+        home = http.get("/").text
+        assert 'href="/issues"' in home and 'href="/runs"' in home
