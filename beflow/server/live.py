@@ -66,7 +66,6 @@ class Hub:
         #: The server is stopping: streams end, and no new one starts.
         self.stopping = False
         self.errors: deque[str] = deque(maxlen=ERRORS_KEPT)
-        self.last_error: float | None = None
         self.config_reloaded: float | None = None
         #: Issues the watch skipped (its ``skipped`` events: claimed by another machine, no longer ready, unreadable):
         #: key -> (why, when), until a run of the issue starts or ends here.
@@ -83,7 +82,6 @@ class Hub:
             self._next += 1
             if event.get("event") == "error":
                 self.errors.append(str(event.get("message", "")))
-                self.last_error = time.time()
             elif event.get("event") == "config_reloaded":
                 self.config_reloaded = time.time()
             self._note_skip(event)

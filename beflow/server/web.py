@@ -218,7 +218,7 @@ class Server:
                 used=_used(data),
                 budget=_budget(data),
             ),
-            health=self._health(data, now),
+            health=self._health(data),
             actions=self.policy.actions,
             time=now,
         )
@@ -236,7 +236,7 @@ class Server:
                 held.append(api.HeldIssue(issue=key, held=api.Hold(check="skipped", message=why, since=since)))
         return held
 
-    def _health(self, data: WatchData | None, now: float) -> api.Health:
+    def _health(self, data: WatchData | None) -> api.Health:
         reachable: bool | None = None
         rate: api.RateLimit | None = None
         if data is not None:
@@ -246,7 +246,7 @@ class Server:
                 rate = api.RateLimit(remaining=budget.remaining, reset=budget.reset, limited=budget.limited)
         return api.Health(
             live=data is not None,
-            tracker=self.project.config.tracker.kind,
+            tracker=self._watched()[0].config.tracker.kind,
             tracker_reachable=reachable,
             blocked=data.blocked if data else None,
             blocked_fix=data.blocked_fix if data else None,

@@ -6,6 +6,7 @@ Also the same watch through the API alone: the state has the lane, the event str
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -338,3 +340,79 @@ def test_the_lists_of_issues_and_runs_render_and_page_in_a_real_browser(  # type
     assert set(seen["runsOfIssue"]) <= {keys[0], keys[1]} and len(set(seen["runsOfIssue"])) == 1
     assert seen["wide"] <= 390 + 1
     assert sorted(path.name for path in artifacts.iterdir()) == ["issues-1.png", "runs-1.png"]
+
+
+@contextlib.contextmanager
+def another_origin() -> Iterator[str]:
+    """A page of another origin: an HTTP server of its own on another port, serving an empty page."""
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<!doctype html><title>ops</title>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+CORS = REPO_ROOT / "tests" / "support" / "cors.mjs"
+
+
+def test_a_configured_origins_page_reads_and_acts_with_the_token_and_another_origins_page_cannot(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, beflow_process, browser_modules: Path
+) -> None:
+    from beflow.server.guard import TOKEN_ENV
+
+    token = "o" * 24
+    with another_origin() as ops, another_origin() as evil:
+        auto_project.configure(http={"actions": True, "origins": [ops]})
+        key = auto_project.new_issue("say hi", title="from afar", status=Status.READY)
+        process = beflow_process("serve", "0", cwd=auto_project.directory, env={TOKEN_ENV: token})
+        served = Watch(process)
+        threading.Thread(target=lambda: served.stderr.extend(process.stderr), daemon=True).start()  # type: ignore[arg-type]
+
+        def visit(page: str) -> dict[str, object]:
+            done = subprocess.run(
+                ["node", str(CORS), str(browser_modules), page + "/", served.url, token, key],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            seen: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+            assert "error" not in seen, (seen, done.stderr)
+            return seen
+
+        refused = visit(evil)
+        assert auto_project.issue(key).status == Status.READY  # nothing it sent changed anything
+        allowed = visit(ops)
+    assert refused == {
+        "origin": evil,
+        "state": "TypeError",  # the browser let the page read nothing
+        "stream": "error",
+        "withCookies": "TypeError",
+        "noToken": "TypeError",
+        "withToken": "TypeError",
+    }
+    # The configured origin reads the state and the stream; with the credentials mode "include" it reads nothing
+    # (no credentials are allowed: the token is a header); an action needs the token, and is done with it.
+    assert allowed == {
+        "origin": ops,
+        "state": 200,
+        "stream": "open",
+        "withCookies": "TypeError",
+        "noToken": 401,
+        "withToken": 200,
+    }
+    assert auto_project.issue(key).status == Status.OPEN
