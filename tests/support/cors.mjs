@@ -17,7 +17,8 @@ const chromium = await load("@sparticuz/chromium");
 const puppeteer = await load("puppeteer-core");
 const browser = await puppeteer.launch({
   executablePath: await chromium.executablePath(),
-  args: [...chromium.args, "--no-sandbox"],
+  // The same-origin policy on: @sparticuz/chromium's defaults turn it off (--disable-web-security), and CORS is it.
+  args: [...chromium.args.filter((arg) => arg !== "--disable-web-security"), "--no-sandbox"],
   headless: true,
 });
 let seen = {};
