@@ -67,6 +67,8 @@ class Hub:
         self.stopping = False
         self.errors: deque[str] = deque(maxlen=ERRORS_KEPT)
         self.config_reloaded: float | None = None
+        #: ``finished`` events so far: the recent runs the state shows change with them.
+        self.finished = 0
         #: Issues the watch skipped (its ``skipped`` events: claimed by another machine, no longer ready, unreadable):
         #: key -> (why, when), until a run of the issue starts or ends here.
         self.skipped: dict[str, tuple[str, float]] = {}
@@ -84,6 +86,8 @@ class Hub:
                 self.errors.append(str(event.get("message", "")))
             elif event.get("event") == "config_reloaded":
                 self.config_reloaded = time.time()
+            elif event.get("event") == "finished":
+                self.finished += 1
             self._note_skip(event)
             loop, wake = self._loop, not self._wake_pending and self._loop is not None
             if wake:

@@ -55,6 +55,8 @@ TAIL_LINES = 8
 MAX_TEXT = 4000
 #: Seconds a write to an SSE client may take before the client is dropped.
 SEND_TIMEOUT = 5.0
+#: Seconds the recent runs are kept between state reads when no run finished here meanwhile.
+RECENT_FOR = 2.0
 #: Seconds between keep-alive comments on a quiet event stream.
 PING = 15.0
 #: Events an SSE client may fall behind the newest before it is dropped.
@@ -97,6 +99,7 @@ class Server:
         self._actor_known = actor is not None
         #: Titles of issues whose lane has no record yet (asked of the tracker once).
         self._titles: dict[str, str] = {}
+        self._recent: tuple[int, float, list[api.RecentRun]] | None = None
         self._masking: tuple[Project, Redactor] | None = None
         assert self.redact is not None  # (the secrets read now, not at the first request)
         self.templates = Environment(
@@ -200,7 +203,7 @@ class Server:
             ready.sort(key=lambda i: (-i.priority, i.created))
             queue = [api.Queued(issue=i.key, title=i.title, priority=i.priority) for i in ready]
             queued = len(queue)
-        recent = [api.RecentRun.of(r) for r in self.call("run.list", {"limit": 30}).runs if r.finished][:20]
+        recent = self.recent()
         return api.State(
             project=str(self.project.directory),
             lanes=lanes,
@@ -222,6 +225,18 @@ class Server:
             actions=self.policy.actions,
             time=now,
         )
+
+    def recent(self) -> list[api.RecentRun]:
+        """The last 20 finished runs. Kept between reads — the live page reads the state after every event, and
+        reading the records was most of a read's work — until a run finishes here (a ``finished`` event), and
+        for :data:`RECENT_FOR` seconds at most (a run another process finished)."""
+        key, now = self.hub.finished, time.monotonic()
+        kept = self._recent
+        if kept is not None and kept[0] == key and now - kept[1] < RECENT_FOR:
+            return kept[2]
+        runs = [api.RecentRun.of(r) for r in self.call("run.list", {"limit": 30}).runs if r.finished][:20]
+        self._recent = (key, now, runs)
+        return runs
 
     def _held(self, data: WatchData, shown: set[str]) -> list[api.HeldIssue]:
         """The issues the watch skips: unreadable ones (the tracker's last listing), then those whose last start

@@ -779,3 +779,22 @@ def test_the_issues_and_the_runs_are_listed_page_by_page_through_the_registry(pr
         assert runs_page.count('<tr data-run="') == 4 and 'href="/runs?issue=1&amp;page=2&amp;per_page=4"' in runs_page
         home = http.get("/").text
         assert 'href="/issues"' in home and 'href="/runs"' in home
+
+
+def test_the_state_keeps_the_recent_runs_until_a_run_finishes(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from beflow.server import web
+
+    monkeypatch.setattr(web, "RECENT_FOR", 600.0, raising=False)  # (2 s in use: a run another process finished)
+    reads: list[int] = []
+    records = RunStore.records
+    monkeypatch.setattr(RunStore, "records", lambda self, *a, **k: reads.append(1) or records(self, *a, **k))
+    hub = Hub()
+    with serving(project, hub=hub) as (served, _), client(served) as http:
+        assert http.get("/api/v1/state").json()["recent"] == []
+        before = len(reads)
+        run = unmasked_record(project, "1", "nothing secret")
+        for _ in range(5):  # the page reads the state after every event: the records are not read again each time
+            assert http.get("/api/v1/state").json()["recent"] == []
+        assert len(reads) == before
+        hub.publish({"event": "finished", "run": run, "issue": "1", "time": 1.0, "outcome": "failed"})
+        assert [r["id"] for r in http.get("/api/v1/state").json()["recent"]] == [run]  # a run finished: read again
