@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -48,8 +49,11 @@ if TYPE_CHECKING:
 HERE = Path(__file__).parent
 #: Bytes of a request body, at most (the API's bodies are a status and a note).
 MAX_BODY = 64 * 1024
-#: Bytes of the end of a transcript a lane's tail is read from.
+#: Bytes of the end of a transcript a lane's tail is read from: these first, then at most TAIL_BYTES.
+TAIL_FIRST = 8 * 1024
 TAIL_BYTES = 64 * 1024
+#: Lanes' tails kept between reads (one a lane; a few more while lanes change).
+TAILS_KEPT = 64
 TAIL_LINES = 8
 #: Characters of one text shown, at most: a huge line is cut, with a note.
 MAX_TEXT = 4000
@@ -100,6 +104,7 @@ class Server:
         #: Titles of issues whose lane has no record yet (asked of the tracker once).
         self._titles: dict[str, str] = {}
         self._recent: tuple[int, float, list[api.RecentRun]] | None = None
+        self._tails: dict[str, tuple[tuple[int, int], list[api.TranscriptLine]]] = {}
         self._masking: tuple[Project, Redactor] | None = None
         assert self.redact is not None  # (the secrets read now, not at the first request)
         self.templates = Environment(
@@ -276,19 +281,33 @@ class Server:
         return store(self.context)
 
     def tail(self, run_id: str) -> list[api.TranscriptLine]:
-        """The last readable lines of a run's transcript (read from its end only)."""
+        """The last readable lines of a run's transcript, read from its end only: its last few KiB first (its
+        last lines are short messages and tool calls, most of the time), more only when they do not hold enough
+        lines. A transcript that did not change since the last read is not read again (the live page reads the
+        state after every event, each lane's tail with it)."""
         path = self._store().directory(run_id) / "transcript.jsonl"
         try:
             with path.open("rb") as file:
-                size = file.seek(0, 2)
-                file.seek(max(0, size - TAIL_BYTES))
-                data = file.read(TAIL_BYTES)
+                stat = os.fstat(file.fileno())
+                stamp = (stat.st_size, stat.st_mtime_ns)
+                kept = self._tails.get(run_id)
+                if kept is not None and kept[0] == stamp:
+                    return kept[1]
+                for size in (TAIL_FIRST, TAIL_BYTES):
+                    file.seek(max(0, stat.st_size - size))
+                    lines = file.read(size).decode("utf-8", errors="replace").splitlines()
+                    if stat.st_size > size:
+                        lines = lines[1:]  # the first is cut
+                    shown = acpx.readable(lines)[-TAIL_LINES:]
+                    if len(shown) >= TAIL_LINES or stat.st_size <= size:
+                        break
         except OSError:
             return []
-        lines = data.decode("utf-8", errors="replace").splitlines()
-        if size > TAIL_BYTES:
-            lines = lines[1:]  # the first is cut
-        return [api.TranscriptLine(kind=line.kind, text=line.text) for line in acpx.readable(lines)[-TAIL_LINES:]]
+        tail = [api.TranscriptLine(kind=line.kind, text=line.text) for line in shown]
+        if len(self._tails) >= TAILS_KEPT:
+            self._tails.pop(next(iter(self._tails)))
+        self._tails[run_id] = (stamp, tail)
+        return tail
 
     def transcript(self, run_id: str, offset: int, limit: int) -> api.TranscriptPage:
         """A page of the readable transcript, file edits included as unified diffs (``diff`` lines)."""

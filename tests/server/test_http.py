@@ -798,3 +798,45 @@ def test_the_state_keeps_the_recent_runs_until_a_run_finishes(project: Path, mon
         assert len(reads) == before
         hub.publish({"event": "finished", "run": run, "issue": "1", "time": 1.0, "outcome": "failed"})
         assert [r["id"] for r in http.get("/api/v1/state").json()["recent"]] == [run]  # a run finished: read again
+
+
+def test_a_lanes_tail_is_the_transcripts_last_lines_read_from_its_end_and_not_again_while_it_is_unchanged(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow import acpx
+    from beflow.server.guard import Policy
+    from beflow.server.web import TAIL_LINES, Server
+
+    def said(text: str) -> str:
+        update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+        return json.dumps(
+            {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "update": update}}
+        )
+
+    def called(n: int) -> str:
+        update = {"sessionUpdate": "tool_call", "toolCallId": f"t{n}", "title": f"Read f{n}.py", "status": "completed"}
+        return json.dumps(
+            {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "update": update}}
+        )
+
+    store = RunStore(project)
+    record = RunRecord(id=new_run_id("1"), issue="1", mode="auto", agent="a", started_at=utc_now())
+    store.create(record, "prompt")
+    lines = [line for n in range(500) for line in (said(f"step {n}"), called(n))]
+    store.write(record.id, "transcript.jsonl", "\n".join(lines) + "\n")
+    parsed: list[int] = []
+    readable = acpx.readable
+    monkeypatch.setattr(acpx, "readable", lambda raw, *a: parsed.append(len(raw)) or readable(raw, *a))
+    server = Server(load_project(config_file(project)), Policy(Bind("127.0.0.1", 1), TOKEN), mcp=False)
+    tail = server.tail(record.id)
+    assert [(line.kind, line.text) for line in tail][-2:] == [
+        ("agent", "step 499"),
+        ("tool", "Read f499.py [?] completed"),
+    ]
+    assert len(tail) == TAIL_LINES and parsed[0] < 200  # a few KiB of a 1,000-line transcript
+    assert server.tail(record.id) == tail and len(parsed) == 1  # unchanged: not read again
+    # A last line longer than the first read: the tail reads further back for it.
+    with (store.directory(record.id) / "transcript.jsonl").open("a") as file:
+        file.write(said("y" * 20_000) + "\n")
+    tail = server.tail(record.id)
+    assert tail[-1].text.startswith("yyy") and len(tail) == TAIL_LINES
