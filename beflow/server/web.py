@@ -37,7 +37,7 @@ from beflow import __version__, acpx, guardrails
 from beflow.config import Project
 from beflow.errors import BeflowError, NotFoundError, UsageError
 from beflow.operations import Context
-from beflow.server import api
+from beflow.server import api, lists
 from beflow.server.guard import COOKIE, Policy, bearer
 from beflow.server.live import Dropped, Hub, Stopping, Subscriber, WatchData, WatchSource
 from beflow.trackers.base import MetersRequests, Status
@@ -327,45 +327,10 @@ class Server:
         )
 
     def issues(self, status: str | None, page: int, per_page: int) -> api.IssuePage:
-        """A page of the project's issues, by key, as ``beflow issues list`` lists them (``issue.list``)."""
-        listing = self.call("issue.list", {"status": status} if status else {})
-        total = len(listing.issues)
-        pages = max(1, -(-total // per_page))
-        shown = listing.issues[(page - 1) * per_page : page * per_page]
-        return api.IssuePage(
-            issues=[
-                api.IssueRow(
-                    key=i.key,
-                    title=i.title,
-                    status=i.status.value,
-                    priority=i.priority,
-                    labels=list(i.labels),
-                    created=i.created.isoformat(),
-                    updated=i.updated.isoformat(),
-                )
-                for i in shown
-            ],
-            status=status,
-            page=page,
-            per_page=per_page,
-            total=total,
-            pages=pages,
-            unreadable=[problem.render() for problem in listing.problems],
-        )
+        return lists.issues(self.call, status, page, per_page)
 
     def runs(self, issue: str | None, page: int, per_page: int) -> api.RunPage:
-        """A page of the project's runs, newest first, as ``beflow runs list`` lists them (``run.list``)."""
-        arguments: dict[str, Any] = {"limit": per_page + 1, "offset": (page - 1) * per_page}
-        if issue:
-            arguments["issue"] = issue
-        found = self.call("run.list", arguments).runs
-        return api.RunPage(
-            runs=[api.RecentRun.of(r) for r in found[:per_page]],
-            issue=issue,
-            page=page,
-            per_page=per_page,
-            next=page + 1 if len(found) > per_page else None,
-        )
+        return lists.runs(self.call, issue, page, per_page)
 
     def issue(self, key: str) -> api.IssueDetail:
         issue = self.call("issue.show", {"key": key})
