@@ -375,6 +375,12 @@ def _redactor(project: Project, tracker: Tracker) -> Redactor:
     return Redactor(servers, secrets=run_secrets(project, tracker))
 
 
+class Conflict(BeflowError):
+    """What an action asks cannot be done now (409)."""
+
+    code = "conflict"
+
+
 #: The page may run its own script and style only, and be framed by nobody.
 PAGE_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'",
@@ -578,7 +584,12 @@ def build_app(server: Server) -> ASGIApp:
             target = request.path_params["target"]
             if kind == "cancel":  # a run: its issue moves back to open, and the watch cancels it
                 record = server.call("run.show", {"id": target})
-                if not record.finished and server.call("issue.show", {"key": record.issue}).status == "in_progress":
+                if record.finished:
+                    raise Conflict(
+                        f"run {record.id} has ended ({record.outcome}): there is nothing to cancel",
+                        fix="Cancel a running run; set the issue's status to change what happens to it next.",
+                    )
+                if server.call("issue.show", {"key": record.issue}).status == "in_progress":
                     # (in_progress cannot go to open: through ready, as a person would; the run holds the issue's
                     # claim, so nothing starts it meanwhile)
                     server.call("issue.set_status", {"key": record.issue, "status": "ready"})

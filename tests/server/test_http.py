@@ -99,6 +99,10 @@ def test_the_api_answers_in_the_shapes_its_openapi_document_gives(project: Path)
         assert done.status_code == 200
         jsonschema.validate(done.json(), schema_of(document, "ActionDone"))
         jsonschema.validate(http.post("/api/v1/issues/2/retry", headers=auth).json(), schema_of(document, "ActionDone"))
+        ended = http.post(f"/api/v1/runs/{run}/cancel", headers=auth)  # (the run has ended: nothing to cancel)
+        assert ended.status_code == 409 and ended.json()["error"]["code"] == "conflict"
+        jsonschema.validate(ended.json(), schema_of(document, "Problem"))
+        assert http.get("/api/v1/issues/1").json()["issue"]["status"] == "ready"
         refused = http.post("/api/v1/issues/2/retry")
         assert refused.status_code == 401
         jsonschema.validate(refused.json(), schema_of(document, "Problem"))
