@@ -33,6 +33,7 @@ from beflow.holds import Holds
 from beflow.lanes import Running, Snapshot
 from beflow.lifecycle import RunRequest, requeue_orphans, settle_orphans
 from beflow.policy import is_final
+from beflow.reachability import TrackerLook
 from beflow.records import RunRecord, RunStore
 from beflow.reloading import ConfigReload
 from beflow.retries import Retries
@@ -89,6 +90,8 @@ class Dispatcher:
         #: What the watch's runs used, and its day's spending (beflow.spending).
         self.ledger = Ledger()
         self.rounds = ReviewRounds(clock, self.emit)  # review rounds due, or waiting for feedback to settle
+        #: Whether the last look at the tracker succeeded (only the tracker's own failures count).
+        self.tracker_look = TrackerLook()
 
     @property
     def store(self) -> RunStore:
@@ -134,6 +137,7 @@ class Dispatcher:
             budget=self._day_budget(),
             blocked=self.blocked,
             blocked_fix=self.blocked_by.fix if self.blocked_by is not None else None,
+            tracker_reachable=self.tracker_look.reachable,
         )
 
     def _day_budget(self) -> guardrails.DayBudget | None:
@@ -225,6 +229,7 @@ class Dispatcher:
                     self.emit("requeued", issue.key, reason="its run stopped without finishing")
                 self._reconcile()
                 self._queue()
+                self.tracker_look.succeeded()
                 # The checks every run needs (git, acpx, the prompt, .mcp.json) only when a run is about to start:
                 # an idle watch does next to nothing per tick.
                 startable = self.queue and self.project.config.watch.concurrency > len(self.running)
@@ -234,8 +239,10 @@ class Dispatcher:
                 looked = startable or self.blocked is not None or self.holds.wrong_currency is not None or once
                 return bool(looked and self.holds.config_ready(self.project, idle=idle))
         except BeflowError as error:
+            self.tracker_look.failed(error)
             self.emit("error", message=error.message)
         except OSError as error:  # a full disk, a permission gone: say so and try again next tick
+            self.tracker_look.failed(error)
             self.emit("error", message=f"{type(error).__name__}: {error}")
         return False
 

@@ -107,3 +107,5 @@ class Snapshot:
     #: Why dispatching is held back (a configuration problem every run would hit), if it is, and how to fix it.
     blocked: str | None = None
     blocked_fix: str | None = None
+    #: Whether the watch's last look at the tracker succeeded (None: not looked yet; beflow.reachability).
+    tracker_reachable: bool | None = None

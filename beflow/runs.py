@@ -35,6 +35,7 @@ def store(context: Context) -> RunStore:
 class ListRuns(Input):
     issue: str | None = Field(default=None, max_length=100, description="Only runs of this issue.")
     limit: int = Field(default=50, ge=1, le=1000, description="At most this many, newest first.")
+    offset: int = Field(default=0, ge=0, description="Skip this many of the newest first (a later page).")
 
 
 class RunId(Input):
@@ -126,7 +127,8 @@ class ProgressRecorded(BaseModel):
 )
 def list_runs(context: Context, payload: ListRuns) -> RunList:
     issues = None if payload.issue is None else [normalize_key(payload.issue)]
-    return RunList(runs=store(context).records(issues, limit=payload.limit))
+    found = store(context).records(issues, limit=payload.offset + payload.limit)
+    return RunList(runs=found[payload.offset : payload.offset + payload.limit])
 
 
 @operation(

@@ -90,6 +90,7 @@ class Sizes:
     fleet_issues: int = 8  # the fleet2x2 row: issues on two workers with two lanes each
     fleet_turn: float = 10.0  # the fleet2x2 row: seconds the agent works on each of them
     heartbeat: float = 3.0  # the fleetfailover row: engine.heartbeat, the seconds before a dead worker's run moves
+    dom_events: int = 400  # the http latency row: events measured from the watch to the page's DOM (for a p99)
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -106,6 +107,7 @@ class Sizes:
             polls=10,
             fleet_runs=5,
             fleet_turn=5.0,
+            dom_events=250,
         )
 
     @classmethod
@@ -129,6 +131,7 @@ class Sizes:
             fleet_runs=2,
             fleet_issues=4,  # one issue a lane: both workers, every lane
             fleet_turn=1.0,
+            dom_events=20,
         )
 
 
@@ -416,6 +419,36 @@ def sse_reader(url: str, stop: threading.Event) -> int:
             if stop.is_set():
                 break
     return read
+
+
+def page_client(base: str, stop: threading.Event) -> int:
+    """A client as the live page is (beflow/server/static/dashboard.js): it reads ``/api/v1/events`` and, on
+    every event, reads ``/api/v1/state`` — one read at a time, events that come meanwhile served by one more
+    read after it. The state reads it made."""
+    import httpx
+
+    wanted = threading.Event()
+    reads = 0
+
+    def refetch() -> None:
+        nonlocal reads
+        with httpx.Client(base_url=base, timeout=60) as http:
+            while not stop.is_set():
+                if wanted.wait(0.5):
+                    wanted.clear()
+                    http.get("/api/v1/state").raise_for_status()
+                    reads += 1
+
+    fetcher = threading.Thread(target=refetch, daemon=True)
+    fetcher.start()
+    with httpx.Client(timeout=None) as http, http.stream("GET", base + "/api/v1/events") as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data: "):
+                wanted.set()
+            if stop.is_set():
+                break
+    fetcher.join(5)
+    return reads
 
 
 @contextlib.contextmanager
@@ -984,8 +1017,10 @@ class Bench:
         )
 
     def http(self) -> None:
-        """``watch --http``: the live page's event -> DOM latency in a real headless Chromium; and the watch draining
-        N issues with 5 event stream clients attached against none (efficiency, as the ``watch`` row)."""
+        """``watch --http``: the live page's event -> DOM latency in a real headless Chromium, over enough events
+        for a p99 (``dom_events``); and the watch draining N issues with 5 clients that act as the live page does
+        (the event stream, and the state read again on every event) against none (efficiency, as the ``watch``
+        row)."""
         if not (BROWSER / "puppeteer-core").is_dir():
             raise RuntimeError(f"{BROWSER} is missing: run ./scripts/test once (it installs the test browser)")
         s = self.sizes
@@ -1000,9 +1035,9 @@ class Bench:
             with watching(repo, *(["--http", "0"] if clients else [])) as watch:
                 readers = []
                 if clients:
-                    url = served_url(watch) + "/api/v1/events"
+                    base = served_url(watch)
                     readers = [
-                        threading.Thread(target=sse_reader, args=(url, stop), daemon=True) for _ in range(clients)
+                        threading.Thread(target=page_client, args=(base, stop), daemon=True) for _ in range(clients)
                     ]
                     for reader in readers:
                         reader.start()
@@ -1022,7 +1057,9 @@ class Bench:
         repo = self.repo(concurrency=s.lanes, interval=s.interval)
         with watching(repo, "--http", "0") as watch:
             url = served_url(watch)
-            wanted = max(3, 3 * s.runs)
+            # Runs that say something every 0.2 s: an `activity` event each, as a working agent's are.
+            says, wanted = 25, s.dom_events
+            chatty = "\n".join(f"acp-test: say step {n}\nacp-test: sleep 0.2" for n in range(says))
             driver = subprocess.Popen(
                 ["node", str(ROOT / "bench" / "dashboard_latency.mjs"), str(BROWSER), url + "/", str(wanted)],
                 stdin=subprocess.PIPE,
@@ -1032,28 +1069,30 @@ class Bench:
             assert driver.stdout is not None and driver.stdin is not None
             if driver.stdout.readline().strip() != "ready":
                 raise RuntimeError("the browser did not open the page")
-            for index in range(s.runs):
-                key = new_issue(repo, f"dom {index}", prompt_for(0))
-                watch.wait_for(
-                    lambda ev, k=key: any(e.get("event") == "finished" and e.get("issue") == k for e in ev), timeout=120
-                )
+            keys = [new_issue(repo, f"dom {index}", chatty) for index in range(-(-wanted // (says + 4)))]
+            watch.wait_for(
+                lambda ev: {e.get("issue") for e in ev if e.get("event") == "finished" and "run" in e} >= set(keys),
+                timeout=120 + 10 * len(keys),
+            )
             latencies = json.loads(driver.communicate("", timeout=120)[0].splitlines()[-1])  # stdin ends: report
         ordered = sorted(latencies)
         p50 = median(ordered) / 1000
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] / 1000
+        over = sum(x > 200 for x in ordered)
         self.add(
             Row(
                 "http latency",
-                "watch event -> the live page's DOM (Chromium)",
+                "watch event -> the live page's DOM (Chromium), p99",
                 "",
                 None,
-                p50,
+                p99,
                 "s",
-                "p50 < 0.2 s",
-                p50 < 0.2,
+                "p99 < 0.2 s",
+                p99 < 0.2,
                 None,
                 {"beflow": [x / 1000 for x in latencies]},
-                f"p99 {p99 * 1000:.0f} ms over {len(latencies)} events",
+                f"p50 {p50 * 1000:.0f} ms, p99 {p99 * 1000:.0f} ms, max {ordered[-1]:.0f} ms over {len(latencies)} "
+                f"events of {len(keys)} runs in {s.lanes} lanes; {over} over 200 ms",
             )
         )
         # The page of a project with 10k issues (1k of them ready) and 1k runs, served by `beflow serve`.
@@ -1095,7 +1134,7 @@ class Bench:
         self.add(
             Row(
                 "http efficiency",
-                f"watch, {s.watch_issues} issues, 5 SSE clients vs none",
+                f"watch, {s.watch_issues} issues, 5 page-like clients (events + a state read each) vs none",
                 "no clients",
                 median(alone),
                 median(attached),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from beflow import guardrails
 from beflow.issues import IssueView
@@ -215,6 +215,45 @@ class IssueDetail(BaseModel):
     runs: list[RecentRun]
 
 
+#: Rows of a list page (``/api/v1/issues``, ``/api/v1/runs``) unless ``per_page`` says fewer; at most MAX_PER_PAGE.
+PER_PAGE = 50
+MAX_PER_PAGE = 200
+
+
+class IssueRow(BaseModel):
+    """An issue in a list (its body and comments: ``/api/v1/issues/{key}``)."""
+
+    key: str
+    title: str
+    status: str
+    priority: int
+    labels: list[str]
+    created: str
+    updated: str
+
+
+class IssuePage(BaseModel):
+    """``GET /api/v1/issues?status=&page=``: a page of the project's issues by key (``issue.list``)."""
+
+    issues: list[IssueRow]
+    status: str | None = Field(description="Only issues with this status (None: all).")
+    page: int = Field(description="This page, from 1.")
+    per_page: int
+    total: int = Field(description="The issues listed (with this status).")
+    pages: int
+    unreadable: list[str] = Field(description="Issue files the tracker could not read, and why.")
+
+
+class RunPage(BaseModel):
+    """``GET /api/v1/runs?issue=&page=``: a page of the project's runs, newest first (``run.list``)."""
+
+    runs: list[RecentRun]
+    issue: str | None = Field(description="Only runs of this issue (None: all).")
+    page: int = Field(description="This page, from 1.")
+    per_page: int
+    next: int | None = Field(description="The next page, if there are more runs; None on the last.")
+
+
 class TranscriptPage(BaseModel):
     """``GET /api/v1/runs/{id}/transcript``: readable lines ``offset`` … ``offset + len(lines)`` of ``total``."""
 
@@ -258,6 +297,59 @@ class SetStatusBody(BaseModel):
 
     status: str = Field(max_length=40)
     note: str | None = Field(default=None, max_length=2000)
+
+
+class MissedNotice(BaseModel):
+    """The server's own event on ``/api/v1/events``: a client resumed from further back than the ring keeps."""
+
+    model_config = {"extra": "forbid"}
+
+    event: Literal["notice"]
+    issue: None
+    time: float
+    message: str = Field(description="How many events are no longer kept; read /api/v1/state.")
+
+
+def _kind(kind: str) -> Any:
+    """``Literal[kind]`` for a kind known only when the models are made."""
+    return Literal[kind]
+
+
+def _event_name(side: str, kind: str) -> str:
+    return side + "".join(part.capitalize() for part in kind.split("_")) + "Event"
+
+
+def event_models() -> dict[str, type[BaseModel]]:
+    """``/api/v1/events``'s ``data:`` lines, one model per kind: the ``--json`` event stream's, a run's
+    (``Run…Event``: ``event``, ``run``, ``issue``, ``time`` and its payload's fields) and the watch's
+    (``Watch…Event``: ``event``, ``issue``, ``time`` and its payload's fields), from :mod:`beflow.events`'
+    payloads — the fields an emitter did not set are left out, never null."""
+    from beflow.events import RUN_PAYLOADS, WATCH_PAYLOADS
+
+    models: dict[str, type[BaseModel]] = {}
+    for kind, payload in RUN_PAYLOADS.items():
+        name = _event_name("Run", kind)
+        models[name] = create_model(
+            name,
+            __base__=payload,
+            __doc__=f"A run's `{kind}` event. {payload.__doc__ or ''}".strip(),
+            event=(_kind(kind), ...),
+            run=(str, Field(description="The run's id.")),
+            issue=(str, ...),
+            time=(float, Field(description="When, seconds since the epoch.")),
+        )
+    for kind, payload in WATCH_PAYLOADS.items():
+        name = _event_name("Watch", kind)
+        models[name] = create_model(
+            name,
+            __base__=payload,
+            __doc__=f"The watch's `{kind}` event. {payload.__doc__ or ''}".strip(),
+            event=(_kind(kind), ...),
+            issue=(str | None, ...),
+            time=(float, Field(description="When, seconds since the epoch.")),
+        )
+    models["MissedNotice"] = MissedNotice
+    return models
 
 
 Problem.model_rebuild()

@@ -6,7 +6,9 @@
 - ``Host`` is checked on every request (DNS rebinding: a page on ``evil.example`` whose name now points at
   127.0.0.1 sends ``Host: evil.example``), and so is ``Origin`` when a browser sends one: the server's own origin,
   or one ``http.origins`` names.
-- Actions (``http.actions``) need a POST, the token and the server's own origin (no cross-site request can act).
+- Actions (``http.actions``) need a POST, the token and the server's own origin (no cross-site request can act),
+  or an origin ``http.origins`` names with the token as a bearer token (CORS: the server's cookie never counts for
+  another origin's request).
 """
 
 from __future__ import annotations
@@ -142,6 +144,14 @@ class Policy:
             return True
         parts = urlsplit(origin)
         return parts.scheme == "http" and host is not None and parts.netloc.lower() == host.lower()
+
+    def cross_origin(self, origin: str | None, host: str | None) -> bool:
+        """A page of another origin that ``http.origins`` names (CORS: it gets the headers that let it read, and
+        must present the token itself: its requests never act on the server's cookie)."""
+        if origin is None or origin not in self.origins:
+            return False
+        parts = urlsplit(origin)
+        return not (parts.scheme == "http" and host is not None and parts.netloc.lower() == host.lower())
 
     def same_origin(self, origin: str | None, host: str | None, fetch_site: str | None) -> bool:
         """For actions: a browser's request must come from the server's own page."""

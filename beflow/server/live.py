@@ -40,6 +40,10 @@ class Dropped(Exception):
     """A client fell further behind than the ring holds: it is disconnected."""
 
 
+class Stopping(Exception):
+    """The server is asked to stop: every event stream ends (before the server's graceful timeout runs out)."""
+
+
 @dataclass(eq=False)  # each client is its own: hashed by identity
 class Subscriber:
     """One SSE client: where it is in the ring, and what wakes it (on the server's loop)."""
@@ -59,9 +63,12 @@ class Hub:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._subscribers: set[Subscriber] = set()
         self._wake_pending = False
+        #: The server is stopping: streams end, and no new one starts.
+        self.stopping = False
         self.errors: deque[str] = deque(maxlen=ERRORS_KEPT)
-        self.last_error: float | None = None
         self.config_reloaded: float | None = None
+        #: ``finished`` events so far: the recent runs the state shows change with them.
+        self.finished = 0
         #: Issues the watch skipped (its ``skipped`` events: claimed by another machine, no longer ready, unreadable):
         #: key -> (why, when), until a run of the issue starts or ends here.
         self.skipped: dict[str, tuple[str, float]] = {}
@@ -77,9 +84,10 @@ class Hub:
             self._next += 1
             if event.get("event") == "error":
                 self.errors.append(str(event.get("message", "")))
-                self.last_error = time.time()
             elif event.get("event") == "config_reloaded":
                 self.config_reloaded = time.time()
+            elif event.get("event") == "finished":
+                self.finished += 1
             self._note_skip(event)
             loop, wake = self._loop, not self._wake_pending and self._loop is not None
             if wake:
@@ -125,6 +133,13 @@ class Hub:
         for observer in list(self.observers):
             observer()
 
+    def stop(self) -> None:
+        """On the server's loop, when it is asked to stop: every event stream ends now (a stream left open would
+        hold the server's shutdown until its timeout cancels it, loudly)."""
+        self.stopping = True
+        for subscriber in list(self._subscribers):
+            subscriber.wake.set()
+
     @property
     def newest(self) -> int:
         with self._lock:
@@ -143,6 +158,8 @@ class Hub:
             return missed, [{"id": i, **e} for i, e in self._ring if i > last]
 
     def subscribe(self, last: int | None) -> Subscriber:
+        if self.stopping:
+            raise Stopping("the server is stopping")
         if len(self._subscribers) >= self.max_clients:
             raise OverflowError(f"{self.max_clients} event streams are open already")
         subscriber = Subscriber(self.newest if last is None else last)
@@ -160,6 +177,8 @@ class Hub:
         """The subscriber's next events (waiting for some); :class:`Dropped` when it is more than ``behind``
         events behind the newest (a reader that does not keep up)."""
         while True:
+            if self.stopping:
+                raise Stopping("the server is stopping")
             missed, events = self.since(subscriber.last)
             if events:
                 if self.newest - subscriber.last > behind and subscriber.last != 0:
@@ -208,6 +227,8 @@ class WatchData:
     budget_held: bool = False
     #: Issues the tracker could not read at its last listing, with why (GitHub: a hostile label, say).
     unreadable: dict[str, str] = field(default_factory=dict)
+    #: Whether the watch's last look at the tracker succeeded (None: not looked yet).
+    tracker_reachable: bool | None = None
 
 
 class Watching(Protocol):
@@ -270,6 +291,7 @@ class WatchSource:
             budget=snapshot.budget,
             budget_held=self.dispatcher.ledger.holding,
             unreadable=dict(tracker.unreadable) if isinstance(tracker, NamesUnreadable) else {},
+            tracker_reachable=snapshot.tracker_reachable,
         )
 
     def data(self) -> WatchData | None:

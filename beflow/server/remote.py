@@ -67,6 +67,13 @@ class RemoteMcp:
                 self._tasks = None
                 tasks.cancel_scope.cancel()
 
+    def stop(self) -> None:
+        """When the server is asked to stop: every session ends now, and with it its open streams (a client's GET
+        stream would otherwise hold the server's shutdown until its timeout cancels it, loudly)."""
+        tasks, self._tasks = self._tasks, None
+        if tasks is not None:
+            tasks.cancel_scope.cancel()
+
     async def _start(self, key: str | None, launch: Launch) -> tuple[BeflowServer, Any]:
         assert self._tasks is not None
         server, manager = self._manager(launch)

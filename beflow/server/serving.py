@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     import uvicorn
     from starlette.types import ASGIApp
 
+    from beflow.server import web
+
 #: Seconds the end of a watch waits for the server to stop.
 STOP_WAIT = 5.0
 
@@ -97,14 +99,14 @@ def beside(
     stopping = threading.Event()
 
     def run() -> None:
-        import uvicorn
 
         from beflow.server.web import Server, build_app
 
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
         try:
-            http = uvicorn.Server(_config(build_app(Server(project, policy, hub, source, actor=actor))))
+            server = Server(project, policy, hub, source, actor=actor)
+            http = _stopping_streams(server)(_config(build_app(server)))
             running.append(http)
             if not stopping.is_set():
                 loop.run_until_complete(http.serve(sockets=[sock]))
@@ -136,19 +138,33 @@ def serve_forever(project: Project, bind: Bind, actor: str | None, on_ready: Cal
     policy = policy_for(project, bound, token)
     server = Server(project, policy, Hub(), None, actor=actor)
     on_ready(Serving(bound, token, policy))
-    http = _stoppable()(_config(build_app(server)))
+    http = _stoppable(server)(_config(build_app(server)))
     http.run(sockets=[sock])
     stopped_by: int | None = getattr(http, "stopped_by", None)
     if stopped_by is not None:
         raise Interrupted(signal.Signals(stopped_by).name)  # after a graceful stop: exit 130, as a watch
 
 
-def _stoppable() -> type[uvicorn.Server]:
-    """uvicorn's server, stopped gracefully by SIGINT or SIGTERM, which it then reports (``stopped_by``) instead of
-    raising the signal again: beflow exits 130 after cleanup, as every command does."""
+def _stopping_streams(server: web.Server) -> type[uvicorn.Server]:
+    """uvicorn's server, which ends the event streams as soon as it is asked to stop. uvicorn waits for the
+    responses in flight (``timeout_graceful_shutdown``), then cancels them and logs each as an exception: an event
+    stream never ends by itself, so a page left open would make every stop slow and loud."""
     import uvicorn
 
-    class Stoppable(uvicorn.Server):
+    class EndsStreams(uvicorn.Server):
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            server.stop()  # (on this server's loop, as its streams are)
+            await super().shutdown(sockets)
+
+    return EndsStreams
+
+
+def _stoppable(server: web.Server) -> type[uvicorn.Server]:
+    """uvicorn's server (ending its streams when it stops), stopped gracefully by SIGINT or SIGTERM, which it then
+    reports (``stopped_by``) instead of raising the signal again: beflow exits 130 after cleanup, as every command
+    does."""
+
+    class Stoppable(_stopping_streams(server)):  # type: ignore[misc]
         stopped_by: int | None = None
 
         @contextlib.contextmanager

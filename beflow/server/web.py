@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import anyio
 import anyio.to_thread
@@ -35,21 +37,30 @@ from beflow import __version__, acpx, guardrails
 from beflow.config import Project
 from beflow.errors import BeflowError, NotFoundError, UsageError
 from beflow.operations import Context
-from beflow.server import api
+from beflow.server import api, lists
 from beflow.server.guard import COOKIE, Policy, bearer
-from beflow.server.live import Dropped, Hub, Subscriber, WatchData, WatchSource
-from beflow.trackers.base import MetersRequests
+from beflow.server.live import Dropped, Hub, Stopping, Subscriber, WatchData, WatchSource
+from beflow.trackers.base import MetersRequests, Status
+
+if TYPE_CHECKING:
+    from beflow.mcp.redact import Redactor
+    from beflow.trackers import Tracker
 
 HERE = Path(__file__).parent
 #: Bytes of a request body, at most (the API's bodies are a status and a note).
 MAX_BODY = 64 * 1024
-#: Bytes of the end of a transcript a lane's tail is read from.
+#: Bytes of the end of a transcript a lane's tail is read from: these first, then at most TAIL_BYTES.
+TAIL_FIRST = 8 * 1024
 TAIL_BYTES = 64 * 1024
+#: Lanes' tails kept between reads (one a lane; a few more while lanes change).
+TAILS_KEPT = 64
 TAIL_LINES = 8
 #: Characters of one text shown, at most: a huge line is cut, with a note.
 MAX_TEXT = 4000
 #: Seconds a write to an SSE client may take before the client is dropped.
 SEND_TIMEOUT = 5.0
+#: Seconds the recent runs are kept between state reads when no run finished here meanwhile.
+RECENT_FOR = 2.0
 #: Seconds between keep-alive comments on a quiet event stream.
 PING = 15.0
 #: Events an SSE client may fall behind the newest before it is dropped.
@@ -79,9 +90,6 @@ class Server:
         actor: str | None = None,
         mcp: bool = True,
     ) -> None:
-        from beflow.issues import tracker
-        from beflow.lifecycle import run_secrets
-        from beflow.mcp.redact import Redactor
         from beflow.server.schema import load_all
 
         self.project = project
@@ -95,7 +103,10 @@ class Server:
         self._actor_known = actor is not None
         #: Titles of issues whose lane has no record yet (asked of the tracker once).
         self._titles: dict[str, str] = {}
-        self.redact = Redactor(secrets=run_secrets(project, tracker(self.context)))
+        self._recent: tuple[int, float, list[api.RecentRun]] | None = None
+        self._tails: dict[str, tuple[tuple[int, int], list[api.TranscriptLine]]] = {}
+        self._masking: tuple[Project, Redactor] | None = None
+        assert self.redact is not None  # (the secrets read now, not at the first request)
         self.templates = Environment(
             loader=FileSystemLoader(HERE / "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -105,11 +116,37 @@ class Server:
         self.templates.filters["seconds"] = _seconds
         self.templates.filters["usage"] = usage_text
         self.templates.filters["totals"] = totals_text
+        self.templates.filters["query"] = lambda values: urlencode({k: v for k, v in values.items() if v})
         self.mcp = None
         if mcp:
             from beflow.server.remote import RemoteMcp
 
             self.mcp = RemoteMcp(project, self.hub, policy)
+
+    @property
+    def redact(self) -> Redactor:
+        """What masks everything the server sends: every secret beflow holds for the project (the tracker's and
+        code host's tokens) and the values of the MCP servers its runs inject — read again when the watch's config
+        reloads (a secret the new config adds is masked from then on)."""
+        project, tracker = self._watched()
+        masking = self._masking
+        if masking is None or masking[0] is not project:
+            masking = self._masking = (project, _redactor(project, tracker))
+        return masking[1]
+
+    def _watched(self) -> tuple[Project, Tracker]:
+        """The project as the watch has it now (its config reloaded), or as the server was started with."""
+        if self.source is not None:
+            return self.source.dispatcher.project, self.source.dispatcher.tracker
+        from beflow.issues import tracker
+
+        return self.project, tracker(self.context)
+
+    def stop(self) -> None:
+        """On the server's loop, when it is asked to stop: its event streams and MCP sessions end now."""
+        self.hub.stop()
+        if self.mcp is not None:
+            self.mcp.stop()
 
     # -- reading, through the registry -------------------------------------------------------------------------------
 
@@ -171,7 +208,7 @@ class Server:
             ready.sort(key=lambda i: (-i.priority, i.created))
             queue = [api.Queued(issue=i.key, title=i.title, priority=i.priority) for i in ready]
             queued = len(queue)
-        recent = [api.RecentRun.of(r) for r in self.call("run.list", {"limit": 30}).runs if r.finished][:20]
+        recent = self.recent()
         return api.State(
             project=str(self.project.directory),
             lanes=lanes,
@@ -189,10 +226,22 @@ class Server:
                 used=_used(data),
                 budget=_budget(data),
             ),
-            health=self._health(data, now),
+            health=self._health(data),
             actions=self.policy.actions,
             time=now,
         )
+
+    def recent(self) -> list[api.RecentRun]:
+        """The last 20 finished runs. Kept between reads — the live page reads the state after every event, and
+        reading the records was most of a read's work — until a run finishes here (a ``finished`` event), and
+        for :data:`RECENT_FOR` seconds at most (a run another process finished)."""
+        key, now = self.hub.finished, time.monotonic()
+        kept = self._recent
+        if kept is not None and kept[0] == key and now - kept[1] < RECENT_FOR:
+            return kept[2]
+        runs = [api.RecentRun.of(r) for r in self.call("run.list", {"limit": 30}).runs if r.finished][:20]
+        self._recent = (key, now, runs)
+        return runs
 
     def _held(self, data: WatchData, shown: set[str]) -> list[api.HeldIssue]:
         """The issues the watch skips: unreadable ones (the tracker's last listing), then those whose last start
@@ -207,19 +256,17 @@ class Server:
                 held.append(api.HeldIssue(issue=key, held=api.Hold(check="skipped", message=why, since=since)))
         return held
 
-    def _health(self, data: WatchData | None, now: float) -> api.Health:
+    def _health(self, data: WatchData | None) -> api.Health:
         reachable: bool | None = None
         rate: api.RateLimit | None = None
         if data is not None:
-            # An error within the last two polls says the tracker (or the config) is in trouble.
-            last = self.hub.last_error
-            reachable = last is None or now - last > 2 * data.interval
+            reachable = data.tracker_reachable  # (the watch's own look: another error is not the tracker's)
             if isinstance(data.tracker, MetersRequests):
                 budget = data.tracker.rate_budget()
                 rate = api.RateLimit(remaining=budget.remaining, reset=budget.reset, limited=budget.limited)
         return api.Health(
             live=data is not None,
-            tracker=self.project.config.tracker.kind,
+            tracker=self._watched()[0].config.tracker.kind,
             tracker_reachable=reachable,
             blocked=data.blocked if data else None,
             blocked_fix=data.blocked_fix if data else None,
@@ -234,19 +281,33 @@ class Server:
         return store(self.context)
 
     def tail(self, run_id: str) -> list[api.TranscriptLine]:
-        """The last readable lines of a run's transcript (read from its end only)."""
+        """The last readable lines of a run's transcript, read from its end only: its last few KiB first (its
+        last lines are short messages and tool calls, most of the time), more only when they do not hold enough
+        lines. A transcript that did not change since the last read is not read again (the live page reads the
+        state after every event, each lane's tail with it)."""
         path = self._store().directory(run_id) / "transcript.jsonl"
         try:
             with path.open("rb") as file:
-                size = file.seek(0, 2)
-                file.seek(max(0, size - TAIL_BYTES))
-                data = file.read(TAIL_BYTES)
+                stat = os.fstat(file.fileno())
+                stamp = (stat.st_size, stat.st_mtime_ns)
+                kept = self._tails.get(run_id)
+                if kept is not None and kept[0] == stamp:
+                    return kept[1]
+                for size in (TAIL_FIRST, TAIL_BYTES):
+                    file.seek(max(0, stat.st_size - size))
+                    lines = file.read(size).decode("utf-8", errors="replace").splitlines()
+                    if stat.st_size > size:
+                        lines = lines[1:]  # the first is cut
+                    shown = acpx.readable(lines)[-TAIL_LINES:]
+                    if len(shown) >= TAIL_LINES or stat.st_size <= size:
+                        break
         except OSError:
             return []
-        lines = data.decode("utf-8", errors="replace").splitlines()
-        if size > TAIL_BYTES:
-            lines = lines[1:]  # the first is cut
-        return [api.TranscriptLine(kind=line.kind, text=line.text) for line in acpx.readable(lines)[-TAIL_LINES:]]
+        tail = [api.TranscriptLine(kind=line.kind, text=line.text) for line in shown]
+        if len(self._tails) >= TAILS_KEPT:
+            self._tails.pop(next(iter(self._tails)))
+        self._tails[run_id] = (stamp, tail)
+        return tail
 
     def transcript(self, run_id: str, offset: int, limit: int) -> api.TranscriptPage:
         """A page of the readable transcript, file edits included as unified diffs (``diff`` lines)."""
@@ -264,6 +325,12 @@ class Server:
         return api.TranscriptPage(
             run=record.id, offset=offset, total=len(lines), lines=page, next=end if end < len(lines) else None
         )
+
+    def issues(self, status: str | None, page: int, per_page: int) -> api.IssuePage:
+        return lists.issues(self.call, status, page, per_page)
+
+    def runs(self, issue: str | None, page: int, per_page: int) -> api.RunPage:
+        return lists.runs(self.call, issue, page, per_page)
 
     def issue(self, key: str) -> api.IssueDetail:
         issue = self.call("issue.show", {"key": key})
@@ -295,6 +362,23 @@ class Server:
             return self.problem(400, error.code, error.message, error.fix)
         except BeflowError as error:
             return self.problem(409 if error.code == "conflict" else 500, error.code, error.message, error.fix)
+
+
+def _redactor(project: Project, tracker: Tracker) -> Redactor:
+    from beflow.lifecycle import run_secrets
+    from beflow.mcp.acp import resolve_servers
+    from beflow.mcp.redact import Redactor
+
+    servers = []
+    with contextlib.suppress(BeflowError):  # (a cascade with a problem injects nothing: the watch says why)
+        servers = resolve_servers(project) or []
+    return Redactor(servers, secrets=run_secrets(project, tracker))
+
+
+class Conflict(BeflowError):
+    """What an action asks cannot be done now (409)."""
+
+    code = "conflict"
 
 
 #: The page may run its own script and style only, and be framed by nobody.
@@ -417,6 +501,37 @@ def build_app(server: Server) -> ASGIApp:
 
         return await server.answer(page)
 
+    def listed(request: Request) -> tuple[int, int]:
+        """The page asked for (from 1) and its size (at most api.MAX_PER_PAGE)."""
+        page = max(1, _int(request.query_params.get("page"), 1))
+        per_page = min(api.MAX_PER_PAGE, max(1, _int(request.query_params.get("per_page"), api.PER_PAGE)))
+        return page, per_page
+
+    async def issues_page(request: Request) -> Response:
+        status = request.query_params.get("status") or None
+
+        async def page() -> Response:
+            listed_page = await server.off_loop(server.issues, status, *listed(request))
+            return server.html("issues.html", listing=listed_page, statuses=[s.value for s in Status])
+
+        return await server.answer(page)
+
+    async def runs_page(request: Request) -> Response:
+        issue = request.query_params.get("issue") or None
+
+        async def page() -> Response:
+            return server.html("runs.html", listing=await server.off_loop(server.runs, issue, *listed(request)))
+
+        return await server.answer(page)
+
+    async def get_issues(request: Request) -> Response:
+        status = request.query_params.get("status") or None
+        return await server.answer(lambda: _json(server, server.issues, status, *listed(request)))
+
+    async def get_runs(request: Request) -> Response:
+        issue = request.query_params.get("issue") or None
+        return await server.answer(lambda: _json(server, server.runs, issue, *listed(request)))
+
     async def get_state(request: Request) -> Response:
         return await server.answer(lambda: _json(server, server.state))
 
@@ -443,6 +558,8 @@ def build_app(server: Server) -> ASGIApp:
             subscriber = server.hub.subscribe(None if last < 0 else last)
         except OverflowError as error:
             return server.problem(503, "too_many_clients", str(error), "Close another page or client, then retry.")
+        except Stopping as error:
+            return server.problem(503, "stopping", str(error))
         return EventStream(server, subscriber)
 
     async def openapi(request: Request) -> Response:
@@ -467,6 +584,15 @@ def build_app(server: Server) -> ASGIApp:
             target = request.path_params["target"]
             if kind == "cancel":  # a run: its issue moves back to open, and the watch cancels it
                 record = server.call("run.show", {"id": target})
+                if record.finished:
+                    raise Conflict(
+                        f"run {record.id} has ended ({record.outcome}): there is nothing to cancel",
+                        fix="Cancel a running run; set the issue's status to change what happens to it next.",
+                    )
+                if server.call("issue.show", {"key": record.issue}).status == "in_progress":
+                    # (in_progress cannot go to open: through ready, as a person would; the run holds the issue's
+                    # claim, so nothing starts it meanwhile)
+                    server.call("issue.set_status", {"key": record.issue, "status": "ready"})
                 arguments = {"key": record.issue, "status": "open", "note": "Cancelled from beflow's dashboard."}
             elif kind == "retry":
                 arguments = {"key": target, "status": "ready", "note": "Retried from beflow's dashboard."}
@@ -485,9 +611,13 @@ def build_app(server: Server) -> ASGIApp:
 
     routes: list[Route | Mount] = [
         Route("/", index),
+        Route("/runs", runs_page),
         Route("/runs/{id}", run_page),
+        Route("/issues", issues_page),
         Route("/issues/{key}", issue_page),
         Route("/api/v1/state", get_state),
+        Route("/api/v1/issues", get_issues),
+        Route("/api/v1/runs", get_runs),
         Route("/api/v1/issues/{key}", get_issue),
         Route("/api/v1/runs/{id}", get_run),
         Route("/api/v1/runs/{id}/transcript", get_transcript),
@@ -582,9 +712,10 @@ class EventStream:
                 tasks.start_soon(disconnected)
                 try:
                     await stream()
-                except (Dropped, TimeoutError, OSError):
-                    # A client that does not keep up is let go (the watch never waits for one): the response is
-                    # ended if the client takes that much, else the connection is closed.
+                except (Dropped, Stopping, TimeoutError, OSError):
+                    # A client that does not keep up is let go (the watch never waits for one), and every client
+                    # when the server stops: the response is ended if the client takes that much, else the
+                    # connection is closed.
                     with anyio.move_on_after(1), contextlib.suppress(Exception):
                         await send({"type": "http.response.body", "body": b"", "more_body": False})
                 tasks.cancel_scope.cancel()
@@ -612,6 +743,17 @@ class Guard:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
+        policy = self.server.policy
+        if policy.origins:  # CORS, for the origins http.origins names only
+            origin, host = request.headers.get("origin"), request.headers.get("host")
+            cross = policy.cross_origin(origin, host)
+            send = _cors(send, origin, cross)
+            preflight = request.method == "OPTIONS" and "access-control-request-method" in request.headers
+            if preflight and cross and policy.host_allowed(host):
+                # (a browser's preflight carries no token: it is told what it may send, and the request itself
+                # then needs the token where every request does)
+                await Response(status_code=204, headers=PREFLIGHT)(scope, receive, send)
+                return
         refusal = self.refusal(request)
         if refusal is not None:
             await refusal(scope, receive, send)
@@ -646,7 +788,9 @@ class Guard:
         if not policy.origin_allowed(origin, host):
             return server.problem(403, "bad_origin", "requests from that origin are refused", _ORIGIN_FIX)
         presented = bearer(request.headers.get("authorization"))
-        cookie = request.cookies.get(COOKIE)
+        cross = policy.cross_origin(origin, host)
+        # Another origin's page presents the token itself: the cookie a browser may send along is never taken.
+        cookie = None if cross else request.cookies.get(COOKIE)
         mcp = path == "/mcp" or path.startswith("/mcp/")
         first_visit = path == "/" and "token" in request.query_params
         if mcp:
@@ -658,11 +802,39 @@ class Guard:
         if acting:
             if not (policy.token_ok(presented) or policy.token_ok(cookie)):
                 return server.problem(401, "unauthorized", "actions need the server's token", _TOKEN_FIX)
-            if not policy.same_origin(origin, host, request.headers.get("sec-fetch-site")):
+            if not cross and not policy.same_origin(origin, host, request.headers.get("sec-fetch-site")):
                 return server.problem(403, "bad_origin", "actions come from this server's own page only")
         if request.method not in ("GET", "HEAD", "POST", "DELETE", "OPTIONS"):
             return server.problem(405, "method", "method not allowed")
         return None
+
+
+#: What a preflight of an origin ``http.origins`` names is told it may send (no credentials: the token goes in
+#: ``Authorization``, never in a cookie).
+PREFLIGHT = {
+    "Access-Control-Allow-Methods": "GET, HEAD, POST",
+    "Access-Control-Allow-Headers": "Authorization, Content-Type, Last-Event-ID",
+    "Access-Control-Max-Age": "600",
+}
+
+
+_CORS_OWN = (b"access-control-allow-origin", b"access-control-allow-credentials")
+
+
+def _cors(send: Send, origin: str | None, allowed: bool) -> Send:
+    """``send``, with ``Vary: Origin`` on every response (what it says depends on the origin) and, for an origin
+    ``http.origins`` names, ``Access-Control-Allow-Origin`` for it (never credentials)."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = [(k, v) for k, v in message.get("headers", []) if k.lower() not in _CORS_OWN]
+            headers.append((b"vary", b"Origin"))
+            if allowed and origin is not None:
+                headers.append((b"access-control-allow-origin", origin.encode("latin-1")))
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
 
 
 _HOST_FIX = "Open the address `beflow watch --http` printed, or name this host in http.hosts."
@@ -677,6 +849,8 @@ def openapi_document() -> dict[str, Any]:
     models: list[type[BaseModel]] = [
         api.State,
         api.IssueDetail,
+        api.IssuePage,
+        api.RunPage,
         api.TranscriptPage,
         api.Accepted,
         api.ActionDone,
@@ -686,7 +860,16 @@ def openapi_document() -> dict[str, Any]:
     from beflow.records import RunRecord
 
     models.append(RunRecord)
+    events = api.event_models()
+    models += events.values()
     _, schemas = models_json_schema([(m, "serialization") for m in models], ref_template="#/components/schemas/{model}")
+    components = schemas.get("$defs", {})
+    # Each `data:` line of the event stream is one of them (a run's `finished` and the watch's share the kind).
+    components["Event"] = {
+        "title": "Event",
+        "description": "One `data:` line of /api/v1/events: an event of the `--json` stream, or the server's notice.",
+        "anyOf": [{"$ref": f"#/components/schemas/{name}"} for name in events],
+    }
 
     def ok(model: str, status: str = "200", description: str = "OK") -> dict[str, Any]:
         return {
@@ -706,11 +889,36 @@ def openapi_document() -> dict[str, Any]:
         {"name": "offset", "in": "query", "schema": {"type": "integer", "minimum": 0}},
         {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": api.MAX_PAGE}},
     ]
+    listing = [
+        {"name": "page", "in": "query", "schema": {"type": "integer", "minimum": 1}},
+        {"name": "per_page", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": api.MAX_PER_PAGE}},
+    ]
     return {
         "openapi": "3.1.0",
         "info": {"title": "beflow", "version": __version__, "description": "A watch's state, issues and runs."},
         "paths": {
             "/api/v1/state": {"get": {"summary": "The live state", "responses": ok("State")}},
+            "/api/v1/issues": {
+                "get": {
+                    "summary": "A page of the project's issues, by key (issue.list)",
+                    "parameters": [
+                        {
+                            "name": "status",
+                            "in": "query",
+                            "schema": {"type": "string", "enum": [s.value for s in Status]},
+                        },
+                        *listing,
+                    ],
+                    "responses": ok("IssuePage"),
+                }
+            },
+            "/api/v1/runs": {
+                "get": {
+                    "summary": "A page of the project's runs, newest first (run.list)",
+                    "parameters": [{"name": "issue", "in": "query", "schema": {"type": "string"}}, *listing],
+                    "responses": ok("RunPage"),
+                }
+            },
             "/api/v1/issues/{key}": {
                 "get": {"summary": "An issue and its runs", "parameters": [key], "responses": ok("IssueDetail")}
             },
@@ -728,7 +936,15 @@ def openapi_document() -> dict[str, Any]:
                 "get": {
                     "summary": "The watch's event stream (the `--json` events) as server-sent events, resumable with "
                     "Last-Event-ID",
-                    "responses": {"200": {"description": "text/event-stream"}},
+                    "parameters": [
+                        {"name": "Last-Event-ID", "in": "header", "schema": {"type": "integer", "minimum": 0}}
+                    ],
+                    "responses": {
+                        "200": {
+                            "description": "Server-sent events: `id: N` and `data: <Event as JSON>` each",
+                            "content": {"text/event-stream": {"schema": {"$ref": "#/components/schemas/Event"}}},
+                        }
+                    },
                 }
             },
             "/api/v1/refresh": {
@@ -756,7 +972,7 @@ def openapi_document() -> dict[str, Any]:
             },
         },
         "components": {
-            "schemas": schemas.get("$defs", {}),
+            "schemas": components,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }

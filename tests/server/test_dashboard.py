@@ -6,6 +6,7 @@ Also the same watch through the API alone: the state has the lane, the event str
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -13,6 +14,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import httpx
@@ -152,9 +154,11 @@ def test_the_api_of_a_running_watch_shows_its_lane_its_usage_and_streams_its_eve
             auto_project.tracker.set_status(key, Status.READY)
             assert http.post("/api/v1/refresh").status_code == 202
             lanes: list[dict[str, object]] = []
+            components = http.get("/api/v1/openapi.json").json()["components"]
             for line in events.iter_lines():
                 if line.startswith("data: "):
                     event = json.loads(line.removeprefix("data: "))
+                    jsonschema.validate(event, {"$ref": "#/components/schemas/Event", "components": components})
                     kinds.append(event["event"])
                     if event["event"] == "progress" and not lanes:
                         lanes = eventually(
@@ -185,13 +189,16 @@ def test_the_api_of_a_running_watch_shows_its_lane_its_usage_and_streams_its_eve
         budget = state["totals"]["budget"]
         assert (budget["spent"], budget["limit"], budget["currency"]) == (0.4, 0.3, "USD")
         run = state["recent"][0]["id"]
-        assert http.get(f"/api/v1/runs/{run}").json()["outcome"] == "succeeded"
+        record = http.get(f"/api/v1/runs/{run}").json()
+        assert record["outcome"] == "succeeded"
+        jsonschema.validate(record, {"$ref": "#/components/schemas/RunRecord", "components": components})
         assert (
             "context 2,500 of 100,000 tokens; 3,400 tokens (3,000 in, 400 out); cost 0.40 USD"
             in http.get(f"/runs/{run}").text
         )
         page = http.get(f"/api/v1/runs/{run}/transcript", params={"limit": 2}).json()
         assert len(page["lines"]) <= 2 and page["total"] >= len(page["lines"])
+        jsonschema.validate(page, {"$ref": "#/components/schemas/TranscriptPage", "components": components})
         # The day's budget is spent: the next ready issue waits in the queue, and the state says why.
         waiting = auto_project.new_issue("write b.txt x", title="next")
         held = eventually(
@@ -201,7 +208,6 @@ def test_the_api_of_a_running_watch_shows_its_lane_its_usage_and_streams_its_eve
         state = http.get("/api/v1/state").json()
         assert [q["issue"] for q in state["queue"]] == [waiting] and state["lanes"] == []
         # The figures, the hold and the lane are in the shapes the OpenAPI document gives.
-        components = http.get("/api/v1/openapi.json").json()["components"]
         jsonschema.validate(state, {"$ref": "#/components/schemas/State", "components": components})
         jsonschema.validate(lane, {"$ref": "#/components/schemas/Lane", "components": components})
         hold = state["queue"][0]["held"]
@@ -249,3 +255,164 @@ def test_the_health_says_why_the_watch_holds_back_and_how_to_fix_it(  # type: ig
     assert queued["held"] == held
     page = httpx.get(url + "/", timeout=30).text
     assert "held back" in page and "config: " in page
+
+
+def test_cancelling_a_run_from_the_api_stops_it_restores_its_files_and_leaves_its_issue_open(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, beflow_process, tmp_path: Path
+) -> None:
+    from beflow.server.guard import TOKEN_ENV
+
+    token = "c" * 24
+    marks = tmp_path / "marks.log"
+    auto_project.configure(watch={"interval": 0.2, "concurrency": 1}, http={"actions": True})
+    key = auto_project.new_issue("write partial.txt half", "sleep 60", f"mark {marks}", title="long")
+    process = beflow_process("watch", "--json", "--http", "0", cwd=auto_project.directory, env={TOKEN_ENV: token})
+    watching = Watch(process)
+    threading.Thread(target=lambda: watching.stderr.extend(process.stderr), daemon=True).start()  # type: ignore[arg-type]
+    threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()  # type: ignore[union-attr]
+    with httpx.Client(base_url=watching.url, timeout=30) as http:
+        eventually(marks.exists, "the agent's long turn started", alive=process)
+        (lane,) = eventually(
+            lambda: [la for la in http.get("/api/v1/state").json()["lanes"] if la["run"]], "the lane has its run"
+        )
+        run = lane["run"]
+        worktree = Path(auto_project.runs.get(run).worktree or "")
+        assert (worktree / ".acpxrc.json").exists()  # injected while the agent runs
+        own = {"Origin": watching.url}
+        assert http.post(f"/api/v1/runs/{run}/cancel", headers=own).status_code == 401  # the token, always
+        done = http.post(f"/api/v1/runs/{run}/cancel", headers={**own, "Authorization": f"Bearer {token}"})
+        assert done.status_code == 200, done.text
+        components = http.get("/api/v1/openapi.json").json()["components"]
+        jsonschema.validate(done.json(), {"$ref": "#/components/schemas/ActionDone", "components": components})
+        assert done.json()["operation"] == "issue.set_status" and done.json()["result"]["status"] == "open"
+        record = eventually(
+            lambda: (r := auto_project.runs.get(run)).finished and r, "the run ended", timeout=60, alive=process
+        )
+        state = eventually(lambda: (s := http.get("/api/v1/state").json())["lanes"] == [] and s, "the lane ended")
+        assert state["recent"][0]["id"] == run and state["recent"][0]["outcome"] == "cancelled"
+        assert state["queue"] == []  # an open issue is not picked up again
+    # As a run whose issue a person moved on: stopped before its turn ended, recorded cancelled saying why, its
+    # managed files put back and its worktree removed, its work so far kept on the branch, the issue left open.
+    assert record.outcome == "cancelled" and (record.stop_reason or "").startswith("the issue is now ")
+    assert [line.split()[0] for line in marks.read_text().splitlines()] == ["start", "end"]
+    assert any("removed" in line for line in record.restored) and not worktree.exists()
+    assert auto_project.branch_files(f"beflow/{key}")["partial.txt"] == "half"
+    issue = auto_project.issue(key)
+    assert issue.status == Status.OPEN
+    assert any("Cancelled from beflow's dashboard." in c.text for c in issue.comments)
+    assert len(auto_project.records(key)) == 1
+
+
+LISTS = REPO_ROOT / "tests" / "support" / "lists.mjs"
+
+
+def test_the_lists_of_issues_and_runs_render_and_page_in_a_real_browser(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, beflow_process, browser_modules: Path, tmp_path: Path
+) -> None:
+    from tests.server.test_http import some_runs
+
+    keys = [
+        auto_project.new_issue("say hi", title=f"issue {n}", status=Status.OPEN if n % 3 else Status.READY)
+        for n in range(12)
+    ]
+    runs = some_runs(auto_project.directory, keys[0], 6) + some_runs(auto_project.directory, keys[1], 3)
+    process = beflow_process("serve", "0", cwd=auto_project.directory)
+    served = Watch(process)
+    threading.Thread(target=lambda: served.stderr.extend(process.stderr), daemon=True).start()  # type: ignore[arg-type]
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    done = subprocess.run(
+        ["node", str(LISTS), str(browser_modules), served.url, str(artifacts)],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert "error" not in seen and "pageerror" not in seen, (seen, done.stderr)
+    assert seen["issuesAll"] == keys and seen["issuesNext"] is False  # 12 fit one page of 50
+    assert seen["issuePages"] == [keys[0:5], keys[5:10], keys[10:12]]
+    assert seen["issuesPager"].startswith("previous · page 3 of 3")
+    assert seen["readyStatuses"] == ["ready"] * 4
+    assert seen["back"] == keys[10:12]  # the back button: the page before the filter
+    assert sorted(seen["runsAll"]) == sorted(runs)
+    assert [len(p) for p in seen["runPages"]] == [4, 4, 1]
+    assert sorted(r for p in seen["runPages"] for r in p) == sorted(runs)
+    assert set(seen["runsOfIssue"]) <= {keys[0], keys[1]} and len(set(seen["runsOfIssue"])) == 1
+    assert seen["wide"] <= 390 + 1
+    assert sorted(path.name for path in artifacts.iterdir()) == ["issues-1.png", "runs-1.png"]
+
+
+@contextlib.contextmanager
+def another_origin() -> Iterator[str]:
+    """A page of another origin: an HTTP server of its own on another port, serving an empty page."""
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b"<!doctype html><title>ops</title>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+CORS = REPO_ROOT / "tests" / "support" / "cors.mjs"
+
+
+def test_a_configured_origins_page_reads_and_acts_with_the_token_and_another_origins_page_cannot(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, beflow_process, browser_modules: Path
+) -> None:
+    from beflow.server.guard import TOKEN_ENV
+
+    token = "o" * 24
+    with another_origin() as ops, another_origin() as evil:
+        auto_project.configure(http={"actions": True, "origins": [ops]})
+        key = auto_project.new_issue("say hi", title="from afar", status=Status.READY)
+        process = beflow_process("serve", "0", cwd=auto_project.directory, env={TOKEN_ENV: token})
+        served = Watch(process)
+        threading.Thread(target=lambda: served.stderr.extend(process.stderr), daemon=True).start()  # type: ignore[arg-type]
+
+        def visit(page: str) -> dict[str, object]:
+            done = subprocess.run(
+                ["node", str(CORS), str(browser_modules), page + "/", served.url, token, key],
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            seen: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+            assert "error" not in seen, (seen, done.stderr)
+            return seen
+
+        refused = visit(evil)
+        assert auto_project.issue(key).status == Status.READY  # nothing it sent changed anything
+        allowed = visit(ops)
+    assert refused == {
+        "origin": evil,
+        "state": "TypeError",  # the browser let the page read nothing
+        "stream": "error",
+        "withCookies": "TypeError",
+        "noToken": "TypeError",
+        "withToken": "TypeError",
+    }
+    # The configured origin reads the state and the stream; with the credentials mode "include" it reads nothing
+    # (no credentials are allowed: the token is a header); an action needs the token, and is done with it.
+    assert allowed == {
+        "origin": ops,
+        "state": 200,
+        "stream": "open",
+        "withCookies": "TypeError",
+        "noToken": 401,
+        "withToken": 200,
+    }
+    assert auto_project.issue(key).status == Status.OPEN
