@@ -143,11 +143,12 @@ def test_a_run_that_changed_nothing_runs_no_planted_hook_while_its_fresh_branch_
     auto_project: AutoProject, tmp_path: Path, no_leftover_processes: None
 ) -> None:
     # A run that ends without work deletes the branch it made (`git update-ref -d`): a reference-transaction hook
-    # the agent planted in the user's global config would run there, after the agent, with beflow's environment.
-    marker, hooks = tmp_path / "planted-ran", tmp_path / "planted-hooks"
+    # the agent planted where the user's global config includes it would run there, after the agent, with beflow's
+    # environment.
+    marker, hooks, extra = tmp_path / "planted-ran", tmp_path / "planted-hooks", included_config()
     plant = [
         f"mkdir -p {hooks} && printf '#!/bin/sh\\necho \"$0 $*\" >> {marker}\\ncat\\n' > {hooks}/reference-transaction",
-        f"chmod +x {hooks}/reference-transaction && git config --global core.hooksPath {hooks}",
+        f"chmod +x {hooks}/reference-transaction && git config -f {extra} core.hooksPath {hooks}",
     ]
     auto_project.new_issue(*(f"run {line}" for line in plant), title="Look only")
 
