@@ -17,7 +17,7 @@ import datetime
 import os
 import socket
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from beflow import trackers
@@ -26,10 +26,11 @@ from beflow.errors import LockedError
 from beflow.fleet.remote import Bridge, Unreachable
 from beflow.fleet.shapes import IssueState, workflow_id
 from beflow.trackers import LocalTracker, Tracker
-from beflow.trackers.base import Claim, ClaimInfo, utc_now
-from beflow.trackers.claims import ClaimStore
+from beflow.trackers.base import Claim, ClaimInfo, ClaimLost, normalize_key, utc_now
+from beflow.trackers.claims import ClaimStore, LeaseStore
 
 if TYPE_CHECKING:
+    from temporalio import activity
     from temporalio.client import Client
 
 
@@ -42,26 +43,68 @@ class FleetClaims:
         self.inner = inner
         self._bridge = Bridge(settings)
         self._lock = threading.Lock()
-        #: The issues this process runs inside their workflows (key → workflow id): the worker's run activities.
-        self._mine: dict[str, str] = {}
+        #: The issues this process runs inside their workflows (key → the workflow id, and the proof that the run
+        #: is still the one the fleet gave this worker): the worker's run activities.
+        self._mine: dict[str, tuple[str, Callable[[], None]]] = {}
 
     @contextlib.contextmanager
-    def holding(self, key: str, workflow: str) -> Iterator[None]:
-        """Within the block, this process runs ``key`` for its workflow ``workflow``: its claims are answered."""
+    def holding(self, key: str, workflow: str, proof: Callable[[], None] = lambda: None) -> Iterator[None]:
+        """Within the block, this process runs ``key`` for its workflow ``workflow``: its claims are answered, and
+        each write on the run's behalf (a push, a pull request, a label, a comment) first calls ``proof``, which
+        raises :class:`ClaimLost` when the fleet gave the run to another worker meanwhile."""
         with self._lock:
-            self._mine[key] = workflow
+            self._mine[key] = (workflow, proof)
         try:
             yield
         finally:
             with self._lock:
                 self._mine.pop(key, None)
 
-    def claim(self, key: str, owner: str) -> Claim:
+    def proof_of(self, key: str, info: activity.Info) -> Callable[[], None]:
+        """The proof that run activity ``info`` (of issue ``key``) is still the one the fleet gave this worker: it
+        is among its workflow's pending activities, at the same attempt. A worker the service stopped hearing from
+        (frozen, cut off) finds that its run was taken up elsewhere, and writes nothing; a service that does not
+        answer proves nothing either (fail closed)."""
+
+        async def pending(client: Client) -> bool:
+            handle = client.get_workflow_handle(info.workflow_id or "", run_id=info.workflow_run_id)
+            found = (await handle.describe()).raw_description.pending_activities
+            return any(p.activity_id == info.activity_id and p.attempt == info.attempt for p in found)
+
+        def prove() -> None:
+            try:
+                ours = self._bridge.ask(pending)
+            except Exception as error:
+                why = f"Temporal did not say whether the run of issue {key} is still this worker's: {error}"
+                raise ClaimLost(why) from None
+            if not ours:
+                raise ClaimLost(f"the fleet gave the run of issue {key} to another worker")
+
+        return prove
+
+    def _proof(self, key: str) -> Callable[[], None] | None:
         with self._lock:
-            workflow = self._mine.get(key)
+            mine = self._mine.get(normalize_key(key))
+        return mine[1] if mine is not None else None
+
+    @contextlib.contextmanager
+    def under_lease(self, key: str, *, prove: bool = True) -> Iterator[None]:
+        """A write on ``key``: for a run of this worker, proven first (``prove``); else as the tracker's own store
+        (GitHub's lease, when a run outside the fleet holds one)."""
+        proof = self._proof(key)
+        if proof is None:
+            with self.inner.under_lease(key, prove=prove) if isinstance(self.inner, LeaseStore) else _nothing():
+                yield
+            return
+        if prove:
+            proof()
+        yield
+
+    def claim(self, key: str, owner: str) -> Claim:
+        proof = self._proof(key)
         info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
-        if workflow is not None:
-            return Claim(info, lambda: None)  # the workflow holds it: it ends when the workflow does
+        if proof is not None:  # the workflow holds it, until it ends; each write proves the run is still ours
+            return Claim(info, lambda: None, held=lambda: self.under_lease(key))
         running = self.holder(key)
         if running is not None:
             raise LockedError(
@@ -117,14 +160,37 @@ class FleetClaims:
 
 def open_tracker(project: Project) -> Tracker:
     """The project's tracker (:func:`beflow.trackers.open_tracker`); on the Temporal engine, its claims answered by
-    the fleet's running workflows (one authority for who runs an issue), so that a run outside the fleet
-    (``beflow --auto`` by hand) and the fleet's workers never run an issue twice."""
+    the fleet's running workflows (one authority for who runs an issue: no GitHub lease is taken for a fleet's
+    run), so that a run outside the fleet (``beflow --auto`` by hand) and the fleet's workers never run an issue
+    twice."""
     tracker = trackers.open_tracker(project)
-    if project.config.engine.kind == "temporal" and isinstance(tracker, LocalTracker):
-        from beflow.fleet.shapes import engine_of, tracker_id
+    if project.config.engine.kind != "temporal":
+        return tracker
+    from beflow.fleet.shapes import engine_of, tracker_id
+    from beflow.trackers.github import GitHubTracker
 
+    if isinstance(tracker, LocalTracker):
         tracker.claims = FleetClaims(engine_of(project), tracker_id(project), tracker.claims)
+    elif isinstance(tracker, GitHubTracker):
+        tracker.leases = FleetClaims(engine_of(project), tracker_id(project), tracker.leases)
     return tracker
+
+
+def fleet_claims(tracker: Tracker) -> FleetClaims | None:
+    """The fleet's claim store of a tracker :func:`open_tracker` opened, if it has one."""
+    from beflow.trackers.github import GitHubTracker
+
+    store: object = None
+    if isinstance(tracker, LocalTracker):
+        store = tracker.claims
+    elif isinstance(tracker, GitHubTracker):
+        store = tracker.leases
+    return store if isinstance(store, FleetClaims) else None
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 def workflow_state(project: Project, key: str) -> IssueState | None:

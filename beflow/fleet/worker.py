@@ -40,7 +40,7 @@ from beflow.codehosts import open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import RunEvent, WatchEvent
-from beflow.fleet.claims import FleetClaims, open_tracker
+from beflow.fleet.claims import fleet_claims, open_tracker
 from beflow.fleet.remote import connect
 from beflow.fleet.shapes import (
     CLAIM_LANE,
@@ -57,7 +57,7 @@ from beflow.fleet.workflow import IssueWorkflow
 from beflow.lifecycle import RunRequest
 from beflow.policy import after_run, is_final
 from beflow.records import RunRecord, RunStore
-from beflow.trackers import LocalTracker, Status
+from beflow.trackers import Status
 
 #: Seconds a claimed lane waits for its run before it is free again (the run was never taken: its workflow was
 #: cancelled, or timed the run out while waiting).
@@ -209,7 +209,8 @@ class FleetWorker:
         self.lanes.running(run.workflow_id)
         scope = anyio.CancelScope()
         why: list[str] = []
-        work = asyncio.ensure_future(self._run(run, scope, lambda: why[0] if why else None))
+        info = activity.info()
+        work = asyncio.ensure_future(self._run(run, info, scope, lambda: why[0] if why else None))
         beat = asyncio.ensure_future(self._heartbeats(run))
         cancelled = stopping = False
         try:
@@ -246,12 +247,16 @@ class FleetWorker:
             activity.heartbeat(run.key, self.name)
             await asyncio.sleep(every)
 
-    async def _run(self, run: RunInput, scope: anyio.CancelScope, because: Callable[[], str | None]) -> RunEnd:
+    async def _run(
+        self, run: RunInput, info: activity.Info, scope: anyio.CancelScope, because: Callable[[], str | None]
+    ) -> RunEnd:
         """The run, once no other run of its issue is still ending on this worker (two would share its worktree)."""
         async with self._one_run.setdefault(run.key, asyncio.Lock()):
-            return await self._run_alone(run, scope, because)
+            return await self._run_alone(run, info, scope, because)
 
-    async def _run_alone(self, run: RunInput, scope: anyio.CancelScope, because: Callable[[], str | None]) -> RunEnd:
+    async def _run_alone(
+        self, run: RunInput, info: activity.Info, scope: anyio.CancelScope, because: Callable[[], str | None]
+    ) -> RunEnd:
         from beflow.mcp.journal import recover_orphans
         from beflow.runner import NoLongerReady
 
@@ -279,12 +284,12 @@ class FleetWorker:
                 run_ids.append(event.run_id)
             self._tell(event)
 
-        claims = self.tracker.claims if isinstance(self.tracker, LocalTracker) else None
+        claims = fleet_claims(self.tracker)
         record: RunRecord | None = None
         try:
             with scope:
-                if isinstance(claims, FleetClaims):
-                    with claims.holding(run.key, run.workflow_id):
+                if claims is not None:
+                    with claims.holding(run.key, run.workflow_id, claims.proof_of(run.key, info)):
                         record = await self._execute(project, request, on_event, because)
                 else:
                     record = await self._execute(project, request, on_event, because)
@@ -358,7 +363,7 @@ class FleetWorker:
         left = {r.worktree: r.issue for r in store.records() if r.worktree and os.path.isdir(r.worktree)}
         if not left:
             return []
-        claims = self.tracker.claims if isinstance(self.tracker, LocalTracker) else None
+        claims = fleet_claims(self.tracker)
         held = claims.held(set(left.values())) if claims is not None else set(left.values())
         said: list[tuple[str, str]] = []
         with git.open_repo(project.directory) as repo:

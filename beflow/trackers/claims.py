@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -49,6 +50,17 @@ class ClaimStore(Protocol):
 
     def held(self, keys: Iterable[str]) -> set[str]:
         """Which of ``keys`` have a live claim: one question for a whole listing (GitHub lists its claim refs once)."""
+        ...
+
+
+@runtime_checkable
+class LeaseStore(ClaimStore, Protocol):
+    """A claim store whose claims are leases that a remote tracker's writes prove first (GitHub's git-ref leases;
+    a fleet's running workflows over them)."""
+
+    def under_lease(self, key: str, *, prove: bool = True) -> AbstractContextManager[None]:
+        """A block whose writes on ``key`` are made while this process's lease on it holds (:class:`ClaimLost`
+        when it does not); an issue this process holds no lease on is written as it is."""
         ...
 
 

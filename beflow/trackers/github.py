@@ -42,7 +42,7 @@ from beflow.trackers.base import (
     normalize_key,
     utc_now,
 )
-from beflow.trackers.claims import orphans_of, ready_of
+from beflow.trackers.claims import LeaseStore, orphans_of, ready_of
 from beflow.trackers.github_api import (
     PUBLIC_API,
     Api,
@@ -137,8 +137,9 @@ class GitHubTracker:
         self._base = f"/repos/{repo}"
         self._call = _RepoCalls(api, repo, settings.token_env)
         self._labels_checked = False
-        #: Who runs which issue: leases in git refs of the repository (beflow.trackers.github_leases).
-        self.leases = GitHubLeases(settings, api, self._base, self._call)
+        #: Who runs which issue: leases in git refs of the repository (beflow.trackers.github_leases); on a fleet,
+        #: its running workflows over them (beflow.fleet.claims).
+        self.leases: LeaseStore = GitHubLeases(settings, api, self._base, self._call)
         #: The comments beflow writes: each posted once, and a run's one progress comment (github_comments.py).
         self.comments = IssueComments(api, self._base, self._call, self.leases)
         self._login: str | None = None

@@ -11,8 +11,8 @@ from collections.abc import Callable
 from typing import Any
 
 from beflow.trackers.base import ClaimLost, Status, normalize_key
+from beflow.trackers.claims import LeaseStore
 from beflow.trackers.github_api import Api, GitHubError, RateLimited
-from beflow.trackers.github_leases import GitHubLeases
 
 #: The hidden marker at the end of every comment beflow writes; the progress comment of a run has its own.
 MARKER = "<!-- beflow -->"
@@ -24,7 +24,7 @@ PROGRESS_EVERY = 15.0
 class IssueComments:
     """The comments of one repository's issues that beflow writes (``call``: the tracker's way of calling the API)."""
 
-    def __init__(self, api: Api, base: str, call: Callable[..., Any], leases: GitHubLeases) -> None:
+    def __init__(self, api: Api, base: str, call: Callable[..., Any], leases: LeaseStore) -> None:
         self.api = api
         self._base = base
         self._call = call

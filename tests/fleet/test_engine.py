@@ -175,3 +175,47 @@ def test_a_worker_without_the_temporal_sdk_says_how_to_install_it(tmp_path: Path
     assert done.returncode == 2, done.stderr
     assert "Temporal SDK, which is not installed" in done.stderr and "pip install 'beflow[temporal]'" in done.stderr
     assert "Traceback" not in done.stderr and "failed unexpectedly" not in done.stderr
+
+
+def test_a_run_whose_activity_the_fleet_no_longer_has_pending_proves_nothing_and_writes_nothing(
+    temporal_server: str, tmp_path: Path
+) -> None:
+    """The proof every write of a fleet's run makes first: its activity is among its workflow's pending ones. A
+    workflow that has none (here: no worker ever took its first task) and a service that does not answer both
+    refuse, saying why."""
+    import uuid
+    from types import SimpleNamespace
+
+    from temporalio.client import Client
+
+    from beflow.fleet.claims import FleetClaims
+    from beflow.fleet.shapes import WORKFLOW, IssueStart
+    from beflow.trackers.base import ClaimLost
+    from beflow.trackers.claims import FileClaims
+
+    workflow = f"beflow/test:proof/{uuid.uuid4().hex[:8]}"
+
+    async def started() -> str:
+        client = await Client.connect(temporal_server)
+        handle = await client.start_workflow(
+            WORKFLOW, IssueStart(key="1", heartbeat=2, run_timeout=60), id=workflow, task_queue="nobody-polls"
+        )
+        return handle.result_run_id or ""
+
+    run_id = asyncio.run(started())
+    info = SimpleNamespace(workflow_id=workflow, workflow_run_id=run_id, activity_id="2", attempt=1)
+    claims = FleetClaims(
+        TemporalEngineSettings(kind="temporal", address=temporal_server), "test:proof", FileClaims(tmp_path)
+    )
+    with pytest.raises(ClaimLost, match="the fleet gave the run of issue 1 to another worker"):
+        claims.proof_of("1", info)()  # type: ignore[arg-type]
+    gone = FleetClaims(
+        TemporalEngineSettings(kind="temporal", address="127.0.0.1:1"), "test:proof", FileClaims(tmp_path)
+    )
+    with pytest.raises(ClaimLost, match="Temporal did not say whether the run of issue 1 is still this worker's"):
+        gone.proof_of("1", info)()  # type: ignore[arg-type]
+
+    async def ended() -> None:
+        await (await Client.connect(temporal_server)).get_workflow_handle(workflow).terminate("counted")
+
+    asyncio.run(ended())

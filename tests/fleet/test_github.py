@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
+from pathlib import Path
 
 import pytest
 from temporalio.client import Client
@@ -93,3 +94,59 @@ def reviewed(fleet: Fleet, github: FakeGitHub, number: int, watch: subprocess.Po
     replies = [c for c in github.review_comments_of(pull) if c.get("in_reply_to_id") == thread[0]["id"]]
     assert len(replies) == 1 and latest.commit is not None and latest.commit[:12] in replies[0]["body"]
     assert len(github.pulls) == 3  # the same pull request, updated
+
+
+def test_a_worker_frozen_mid_run_publishes_nothing_once_the_fleet_gave_its_run_to_another(
+    fleet: Fleet, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two machines (two checkouts of one origin): the first worker freezes (as if cut off from Temporal), the
+    workflow gives the run to the second, which publishes; thawed, the first finds the run is no longer its own and
+    writes nothing — the fleet's claim is the one authority, proven before every write."""
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    project = fleet.project
+    origin = project.directory.parent / "origin.git"
+    git(project.directory.parent, "clone", "-q", "--bare", str(project.directory), str(origin))
+    git(project.directory, "remote", "add", "origin", str(origin))
+    project.configure(
+        tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url}, after_run={"pull_request": True}
+    )
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(origin), str(other))
+    (other / ".beflow").mkdir(exist_ok=True)
+    (other / ".beflow" / "config.json").write_text(project.config_path.read_text())
+    mark = tmp_path / "first-run"
+    number = github.add_issue(
+        "Frozen",
+        labels=["beflow", "beflow:ready"],
+        body=f"acp-test: run test -e {mark} && exit 0; touch {mark}; sleep 8\nacp-test: write result.txt x",
+    )
+    env = {"GITHUB_TOKEN": TOKEN}
+    first = fleet.worker("w1", env=env)
+    second: subprocess.Popen[str] | None = None
+    try:
+        assert fleet.beflow("watch", "--once", env=env).wait(60) == 0
+        eventually(mark.exists, "the first worker's agent at work", alive=first)
+        first.send_signal(signal.SIGSTOP)  # frozen: no heartbeat, no cleanup
+        second = fleet.start_process("worker", "--id", "w2", "--json", cwd=other, env=env)
+        eventually(lambda: len(github.pulls) == 1, "the second worker's pull request", timeout=90, alive=second)
+        pushed = git(origin, "rev-parse", f"refs/heads/beflow/{number}").strip()
+        first.send_signal(signal.SIGCONT)
+        eventually(
+            lambda: [r.finished for r in project.records(str(number))] == [True], "the first run ended", alive=first
+        )
+        (frozen,) = project.records(str(number))
+        assert frozen.outcome in ("cancelled", "failed") and frozen.pull_request is None, frozen.stop_reason
+        assert git(origin, "rev-parse", f"refs/heads/beflow/{number}").strip() == pushed  # pushed once
+        assert len(github.pulls) == 1
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.send_signal(signal.SIGTERM)
+                process.wait(60)
+
+        async def ended(client: Client) -> None:
+            with contextlib.suppress(RPCError):
+                await client.get_workflow_handle(fleet.workflow(str(number))).terminate("the test is over")
+
+        ask(fleet.address, ended)
