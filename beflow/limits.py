@@ -30,9 +30,9 @@ class Stall:
 
 
 class Limiter:
-    """Watches one agent session: :meth:`alive` on every line the agent's side prints, :meth:`check` on its
-    reported usage; :meth:`supervise` runs the session and stops it when a limit is passed (``breach`` says
-    which)."""
+    """Watches one agent session: :meth:`alive` on every line of the ACP stream, :meth:`check` on its reported
+    usage as it comes, :meth:`ended` on the turn's totals; :meth:`supervise` runs the session and stops it when a
+    limit is passed (``breach`` says which)."""
 
     def __init__(
         self,
@@ -51,7 +51,8 @@ class Limiter:
         self._scope: anyio.CancelScope | None = None
 
     def alive(self) -> None:
-        """The agent showed life: a message, a tool call, a line of output (a running tool call's included)."""
+        """The agent showed life: a message, a tool call, a line of output (a running tool call's included), each a
+        line of the ACP stream. The agent's own stderr is not: an agent stuck retrying may log for hours."""
         self.last_life = self._clock()
 
     def check(self, usage: Usage) -> None:
@@ -60,6 +61,12 @@ class Limiter:
             breach = run_breach(usage, self.limits)
             if breach is not None:
                 self._trip(breach)
+
+    def ended(self, usage: Usage) -> None:
+        """The turn ended: its own token counts (the prompt's response, which arrive only now) are held to the
+        budgets too. Nothing is left to stop; a run past one ends ``over_budget`` all the same."""
+        if self._budgeted and self.breach is None:
+            self.breach = run_breach(usage, self.limits)
 
     def _trip(self, breach: Breach) -> None:
         self.breach = breach

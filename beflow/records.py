@@ -167,6 +167,8 @@ class RunRecord(BaseModel):
     #: A stalled run: how long the agent had been silent (seconds) and what it was doing last.
     silent_for: float | None = None
     last_activity: str | None = None
+    #: The cost budgets this run's agent did not let beflow hold (it reported no cost), said in a sentence.
+    unheld: str | None = None
     #: ``sandbox.enabled``: the agent ran in the sandbox; the connections its proxy refused, by host.
     sandboxed: bool = False
     blocked: dict[str, int] = Field(default_factory=dict)
@@ -418,12 +420,14 @@ class RunStore:
         found.sort(key=lambda r: (r.started_at, r.id), reverse=True)
         return found if limit is None else found[:limit]
 
-    def started_since(self, since: dt.datetime) -> list[RunRecord]:
+    def started_since(self, since: dt.datetime, wanted: Callable[[str], bool] | None = None) -> list[RunRecord]:
         """The readable records of runs started at ``since`` or later (their ids say when, give or take
-        :data:`ID_CLOCK_SLACK`: only those directories are read)."""
+        :data:`ID_CLOCK_SLACK`: only those directories are read), of those whose ``run.json`` path ``wanted``
+        accepts (all, by default)."""
         cutoff = _before(since.astimezone(dt.UTC).strftime("%Y%m%d-%H%M%S"), ID_CLOCK_SLACK)
         names = [n for n in self._names() if (m := _RUN_ID.match(n)) is None or m.group("start") >= cutoff]
-        return [record for _, record in self._read(lambda path: True, names) if record.started_at >= since]
+        read = self._read(wanted or (lambda path: True), names)
+        return [record for _, record in read if record.started_at >= since]
 
     def _names(self) -> list[str]:
         try:
