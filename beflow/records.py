@@ -8,6 +8,7 @@ written here: MCP servers are recorded by name only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import difflib
@@ -210,6 +211,7 @@ class CappedLog:
         self.written = 0
         self.dropped = 0
         self._handle = path.open("ab")
+        self._flushing = False
 
     def write(self, data: bytes) -> None:
         """Raw bytes (a header, a footer), unredacted, within the limit."""
@@ -219,8 +221,26 @@ class CappedLog:
             data = data[: max(room, 0)]
         if data:
             self._handle.write(data)
-            self._handle.flush()
             self.written += len(data)
+            self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        """On the event loop, once the lines that arrived together are written (the next turn of the loop): one
+        flush for the hundreds of lines a read of acpx's output brings, not one each; elsewhere, at once."""
+        if self._flushing:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._handle.flush()
+            return
+        self._flushing = True
+        loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = False
+        if not self._handle.closed:
+            self._handle.flush()
 
     def line(self, line: bytes) -> None:
         """One line of output (without its newline): kept whole, or left out with everything after it."""
