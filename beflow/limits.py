@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import anyio
 
 from beflow.config import Limits
-from beflow.guardrails import Breach, Usage, event_data, is_stalled, run_breach, silent_for, stall_reason
+from beflow.guardrails import Breach, Usage, event_data, is_stalled, run_breach, silent_for, stall_reason, unheld
 
 T = TypeVar("T")
 
@@ -38,9 +38,11 @@ class Limiter:
         self,
         limits: Limits,
         latest: Callable[[], str | None],
+        notice: Callable[[str], None] = lambda message: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limits = limits
+        self._notice = notice
         limited = (limits.cost_per_run, limits.tokens_per_run, limits.cost_per_day)
         self._budgeted = any(limit is not None for limit in limited)  # else nothing to check, thousands of times
         self._latest = latest
@@ -62,11 +64,16 @@ class Limiter:
             if breach is not None:
                 self._trip(breach)
 
-    def ended(self, usage: Usage) -> None:
+    def ended(self, usage: Usage) -> str | None:
         """The turn ended: its own token counts (the prompt's response, which arrive only now) are held to the
-        budgets too. Nothing is left to stop; a run past one ends ``over_budget`` all the same."""
+        budgets too (nothing is left to stop; a run past one ends ``over_budget`` all the same). Returns what the
+        cost budgets could not hold, the agent having reported no cost, and says it (:func:`guardrails.unheld`)."""
         if self._budgeted and self.breach is None:
             self.breach = run_breach(usage, self.limits)
+        said = unheld(None if usage.empty else usage, self.limits)
+        if said is not None:  # a cost budget is no protection against such an agent: said so
+            self._notice(said)
+        return said
 
     def _trip(self, breach: Breach) -> None:
         self.breach = breach

@@ -338,7 +338,7 @@ class _InWorktree:
         ):
             # Every line of the ACP stream is life (the agent's messages, tool calls, a running tool's output; not
             # its stderr); what the agent reports it used is held to the budgets as it comes (beflow.limits).
-            limiter = Limiter(self.config.limits, lambda: agent.transcript.latest)
+            limiter = Limiter(self.config.limits, lambda: agent.transcript.latest, self._notice)
             usage = UsageEvents(self.emit)
 
             def on_stdout(line: bytes) -> None:
@@ -388,13 +388,10 @@ class _InWorktree:
                     record.resumed_session = agent.resumed_session
                 await workspace.hook("after_run", fatal=False)
         transcript = agent.transcript
-        limiter.ended(transcript.usage)  # the turn's own token counts come with its end
+        record.unheld = limiter.ended(transcript.usage)  # the turn's own token counts come with its end
         record.final_message = transcript.final_message
         record.session = transcript.session_id
         record.usage = None if transcript.usage.empty else transcript.usage
-        record.unheld = guardrails.unheld(record.usage, self.config.limits)
-        if record.unheld is not None:  # a cost budget is no protection against such an agent: said so
-            self.emit("notice", message=record.unheld)
         if result is None or limiter.breach is not None:  # a limit stopped the agent: the limit says why
             breach = limiter.breach
             assert breach is not None

@@ -252,7 +252,8 @@ WHEN_CHECKED = [
 def test_tokens_per_run_is_checked_on_the_context_as_it_comes_and_on_the_turns_totals_when_it_ends(
     limits: dict[str, object], context: int | None, turn: tuple[int, int] | None, during: str | None, at_end: str | None
 ) -> None:
-    limiter = Limiter(Limits.model_validate(limits), lambda: None)
+    notices: list[str] = []
+    limiter = Limiter(Limits.model_validate(limits), lambda: None, notices.append)
     used = Usage()
     if context is not None:
         used.updates, used.context_used, used.context_peak = 1, context, context
@@ -260,7 +261,12 @@ def test_tokens_per_run_is_checked_on_the_context_as_it_comes_and_on_the_turns_t
     seen = limiter.breach
     if turn is not None:
         used.input_tokens, used.output_tokens = turn
-    limiter.ended(used)
+    said = limiter.ended(used)
+
+    # None of these agents reported a cost: a cost budget is said not held, on the run's notice too.
+    unheld_cost = "the agent reported no cost: limits.cost_per_run was not held"
+    assert said == (unheld_cost if "cost_per_run" in limits else None)
+    assert notices == ([said] if said else [])
 
     assert (during is None) is (seen is None) and (during is None or during in seen.reason)  # type: ignore[union-attr]
     assert (at_end is None) is (limiter.breach is None)
