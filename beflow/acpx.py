@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,18 @@ TOOL_CALL_UPDATE = "tool_call_update"
 USAGE_UPDATE = "usage_update"
 USAGE_FIELDS = ("used", "size")
 COST_FIELDS = ("amount", "currency")
+#: A usage update exactly as acpx relays the common shape (its serialisation: no spaces, these keys in this order,
+#: whole numbers, no escapes), matched whole so that the thousands an agent may send are read without a JSON parse
+#: each (a regular expression is about a tenth of it); any other line, a usage update of another shape included, is
+#: parsed as JSON. What the match takes means the same as the parse would: nothing else can be in such a line.
+USAGE_LINE = re.compile(
+    rb'\{"jsonrpc":"2\.0","method":"session/update","params":\{"sessionId":"([A-Za-z0-9_.:-]{1,200})",'
+    rb'"update":\{"sessionUpdate":"usage_update","used":(0|[1-9][0-9]{0,15}),"size":(0|[1-9][0-9]{0,15})'
+    rb'(?:,"cost":\{"amount":(-?(?:0|[1-9][0-9]{0,15})(?:\.[0-9]{1,20})?(?:[eE][+-]?[0-9]{1,3})?),'
+    rb'"currency":"([A-Za-z]{3})"\})?\}\}\}'
+)
+USAGE_LINE_START = b'{"jsonrpc":"2.0","method":"session/update","params":{"sessionId":"'
+
 #: The turn's token counts in the prompt's response (``usage``), as ACP names them, and the record's names.
 TURN_TOKENS = {
     "inputTokens": "input_tokens",
@@ -163,6 +176,10 @@ class Transcript:
 
     def feed(self, line: bytes | str) -> dict[str, Any] | None:
         """Take one line of acpx output; returns the parsed message (None for anything that is not JSON-RPC)."""
+        if type(line) is bytes and line.startswith(USAGE_LINE_START):
+            usage = USAGE_LINE.fullmatch(line)
+            if usage is not None:  # the agent's usage updates, thousands a run: no JSON parse each
+                return self._usage_line(usage)
         message = _decoded(line)
         if message is None:
             return None
@@ -210,6 +227,16 @@ class Transcript:
             self.request_error = str(error.get("message") or error)
             self.request_error_code = _code(error)
         return message
+
+    def _usage_line(self, match: re.Match[bytes]) -> dict[str, Any]:
+        session, used, size, cost, currency = match.groups()
+        update: dict[str, Any] = {"sessionUpdate": USAGE_UPDATE, "used": int(used), "size": int(size)}
+        if cost is not None:
+            number = float(cost) if b"." in cost or b"e" in cost or b"E" in cost else int(cost)
+            update["cost"] = {"amount": number, "currency": currency.decode()}
+        _usage_update(self.usage, update)
+        params = {"sessionId": session.decode(), "update": update}
+        return {"jsonrpc": "2.0", "method": UPDATE, "params": params}
 
     def _update(self, update: dict[str, Any]) -> None:
         kind = update.get("sessionUpdate")

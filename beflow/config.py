@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from beflow import ACPX_VERSION
 from beflow.errors import ConfigError
 from beflow.paths import STATE_DIR, beflow_home, git_toplevel, slug
-from beflow.validation import read_json5, validate
+from beflow.validation import Problem, line_of, read_json5, validate
 
 CONFIG_NAME = "config.json"
 #: Where beflow's project config lives, relative to the project directory: a home that is beflow's alone.
@@ -475,7 +475,17 @@ def load_config_file(path: Path) -> Config:
     text, data = read_json5(path)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a JSON object at the top level, got {type(data).__name__}")
-    return validate(Config, data, path=path, text=text)
+    config = validate(Config, data, path=path, text=text)
+    if isinstance(config.engine, TemporalEngineSettings) and config.limits.cost_per_day is not None:
+        # The fleet's dispatcher keeps no day's ledger: a budget it would silently never hold is refused instead.
+        keys = ("limits", "cost_per_day")
+        why = (
+            'a fleet ("engine": {"kind": "temporal"}) does not hold a day\'s budget: its workflows are dispatched '
+            "without counting what the day's runs cost. Remove limits.cost_per_day (limits.cost_per_run and "
+            "limits.tokens_per_run still hold on every worker), or use the embedded engine"
+        )
+        raise ConfigError(Problem(path, line_of(text, keys), ".".join(keys), why).render())
+    return config
 
 
 def load_project(explicit: Path | None = None, cwd: Path | None = None) -> Project:

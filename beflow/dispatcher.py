@@ -16,6 +16,7 @@ dispatcher knows a run by its events and its record only.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import deque
 from collections.abc import Callable
@@ -167,7 +168,7 @@ class Dispatcher:
                         self.rounds.look_again(self.tracker, self.code_host)
             except anyio.get_cancelled_exc_class():
                 self.stopping = True
-                self.emit("stopping", running=len(self.running))
+                self.emit("stopping", running=len(self.running), watch_used=dataclasses.asdict(self.ledger.watch))
                 raise
         if once and self.blocked_by is not None:
             raise self.blocked_by  # a cron job must see it: exit 2, as `--auto` does
@@ -340,6 +341,7 @@ class Dispatcher:
             outcome=record.outcome,
             reason=record.stop_reason,
             **({"usage": used} if used else {}),
+            watch_used=dataclasses.asdict(self.ledger.watch),
         )
 
     def _after(self, record: RunRecord) -> None:

@@ -13,6 +13,7 @@ from beflow.config import CONFIG_PATH, Config, Project, earlier_root_config, loa
 from beflow.errors import BeflowError, ConfigError, Interrupted
 from beflow.mcp.acp import shadowed_global_servers
 from beflow.mcp.cascade import check_cascade
+from beflow.records import RunStore
 from beflow.trackers import Status, open_tracker
 from beflow.trackers.base import FileProblem, SetsUpLabels
 
@@ -239,6 +240,34 @@ def check_runs(project: Project) -> Check:
 
 
 PROJECT_CHECKS.append(check_runs)
+
+#: The project's latest runs ``check_costs`` reads, and how many of the agent's must have reported no cost.
+COST_RUNS = 20
+COST_SILENT = 3
+
+
+def check_costs(project: Project) -> Check | None:
+    """A cost budget against an agent whose recent runs all reported no cost (nothing is estimated) holds nothing:
+    worth a warning, from the latest run records alone (none read beyond :data:`COST_RUNS`)."""
+    limits = project.config.limits
+    budgets = [name for name in ("cost_per_run", "cost_per_day") if getattr(limits, name) is not None]
+    if not budgets:
+        return None
+    agent = project.config.agent_label()
+    runs = [r for r in RunStore(project.directory).records(limit=COST_RUNS) if r.agent == agent and r.finished]
+    if len(runs) < COST_SILENT or any(r.usage is not None and r.usage.cost is not None for r in runs):
+        return None
+    named = " and ".join(f"limits.{name}" for name in budgets)
+    return Check(
+        "limits",
+        True,
+        f"the last {len(runs)} runs of {agent!r} reported no cost: {named} held nothing against them",
+        "Use an agent that reports its cost over ACP (usage_update), or hold its runs with limits.tokens_per_run.",
+        warning=True,
+    )
+
+
+PROJECT_CHECKS.append(check_costs)
 
 
 def check_agent_env(project: Project) -> Check:

@@ -146,13 +146,25 @@ class Dispatched(Payload):
     workflow: str | None = None
 
 
+class WatchUsed(Payload):
+    """What a watch's runs used since it started (:class:`beflow.guardrails.Totals`): how many runs, how many of
+    them reported tokens and their sum, the cost per currency (never added across currencies)."""
+
+    runs: int
+    reported: int
+    tokens: int
+    cost: dict[str, float]
+
+
 class RunFinished(Payload):
-    """A lane's run ended (the watcher's view of :class:`Finished`)."""
+    """A lane's run ended (the watcher's view of :class:`Finished`); ``watch_used``: the watch's runs so far, this
+    one included."""
 
     run: str
     outcome: str
     reason: str | None = None
     usage: UsageFigures | None = None
+    watch_used: WatchUsed | None = None
 
 
 class RetryScheduled(Payload):
@@ -177,6 +189,7 @@ class ConfigReloaded(Payload):
 
 class Stopping(Payload):
     running: int
+    watch_used: WatchUsed | None = None
 
 
 class FeedbackHeard(Payload):

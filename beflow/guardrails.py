@@ -219,6 +219,17 @@ def run_breach(usage: Usage, limits: Limits) -> Breach | None:
     return None
 
 
+def unheld(usage: Usage | None, limits: Limits) -> str | None:
+    """What the cost budgets could not hold because the run's agent reported no cost (nothing is estimated):
+    said on the run's notice, its record and the issue's comment, so that nobody believes a budget protects them;
+    None when there is no cost budget or the agent reported a cost."""
+    budgets = [name for name in ("cost_per_run", "cost_per_day") if getattr(limits, name) is not None]
+    if not budgets or (usage is not None and usage.cost is not None):
+        return None
+    named = " and ".join(f"limits.{name}" for name in budgets)
+    return f"the agent reported no cost: {named} {'was' if len(budgets) == 1 else 'were'} not held"
+
+
 def _cost_budgeted(limits: Limits) -> bool:
     return limits.cost_per_run is not None or limits.cost_per_day is not None
 

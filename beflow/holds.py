@@ -5,13 +5,28 @@ by one."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from beflow import guardrails, preflight
 from beflow.config import Project
 from beflow.errors import ConfigError
 from beflow.events import WatchEmit, WatchEventKind
+from beflow.records import RunRecord
 from beflow.spending import Ledger
+
+
+def currency_error(project: Project, records: Iterable[RunRecord]) -> ConfigError | None:
+    """The configuration error of runs that failed because their agent reports its cost in another currency than
+    ``limits.currency`` (``--auto``: each of them failed alike, and the fix is the config's), naming the file and
+    the field; None when no run did."""
+    for record in records:
+        usage = record.usage
+        wrong = guardrails.currency_mismatch(usage.currency, project.config.limits) if usage is not None else None
+        if wrong is not None:
+            problem, fix = wrong
+            return ConfigError(f"{project.config_name}: {problem}", fix=fix)
+    return None
 
 
 class Holds:

@@ -152,6 +152,8 @@ def summary(record: RunRecord, issue_usage: Totals | None = None) -> str:
         lines.append(f"- usage: {inert(used or 'none reported by the agent')}")
     if issue_usage is not None and issue_usage.runs > 1:
         lines.append(f"- all runs of this issue: {issue_usage.describe()}")
+    if record.unheld:
+        lines.append(f"- budgets: {record.unheld}")
     if record.branch:
         lines.append(f"- branch: `{record.branch}`" + (f", commit `{record.commit[:12]}`" if record.commit else ""))
     if record.pull_request:

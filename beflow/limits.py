@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import anyio
 
 from beflow.config import Limits
-from beflow.guardrails import Breach, Usage, event_data, is_stalled, run_breach, silent_for, stall_reason
+from beflow.guardrails import Breach, Usage, event_data, is_stalled, run_breach, silent_for, stall_reason, unheld
 
 T = TypeVar("T")
 
@@ -30,17 +30,19 @@ class Stall:
 
 
 class Limiter:
-    """Watches one agent session: :meth:`alive` on every line the agent's side prints, :meth:`check` on its
-    reported usage; :meth:`supervise` runs the session and stops it when a limit is passed (``breach`` says
-    which)."""
+    """Watches one agent session: :meth:`alive` on every line of the ACP stream, :meth:`check` on its reported
+    usage as it comes, :meth:`ended` on the turn's totals; :meth:`supervise` runs the session and stops it when a
+    limit is passed (``breach`` says which)."""
 
     def __init__(
         self,
         limits: Limits,
         latest: Callable[[], str | None],
+        notice: Callable[[str], None] = lambda message: None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.limits = limits
+        self._notice = notice
         limited = (limits.cost_per_run, limits.tokens_per_run, limits.cost_per_day)
         self._budgeted = any(limit is not None for limit in limited)  # else nothing to check, thousands of times
         self._latest = latest
@@ -51,7 +53,8 @@ class Limiter:
         self._scope: anyio.CancelScope | None = None
 
     def alive(self) -> None:
-        """The agent showed life: a message, a tool call, a line of output (a running tool call's included)."""
+        """The agent showed life: a message, a tool call, a line of output (a running tool call's included), each a
+        line of the ACP stream. The agent's own stderr is not: an agent stuck retrying may log for hours."""
         self.last_life = self._clock()
 
     def check(self, usage: Usage) -> None:
@@ -60,6 +63,17 @@ class Limiter:
             breach = run_breach(usage, self.limits)
             if breach is not None:
                 self._trip(breach)
+
+    def ended(self, usage: Usage) -> str | None:
+        """The turn ended: its own token counts (the prompt's response, which arrive only now) are held to the
+        budgets too (nothing is left to stop; a run past one ends ``over_budget`` all the same). Returns what the
+        cost budgets could not hold, the agent having reported no cost, and says it (:func:`guardrails.unheld`)."""
+        if self._budgeted and self.breach is None:
+            self.breach = run_breach(usage, self.limits)
+        said = unheld(None if usage.empty else usage, self.limits)
+        if said is not None:  # a cost budget is no protection against such an agent: said so
+            self._notice(said)
+        return said
 
     def _trip(self, breach: Breach) -> None:
         self.breach = breach

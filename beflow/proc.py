@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,7 +26,6 @@ from pathlib import Path
 import anyio
 import anyio.abc
 import psutil
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from beflow import interrupts
 from beflow.errors import BeflowError, ToolMissingError
@@ -361,36 +361,45 @@ class _Tail:
 
 
 #: After a short read of a child's output, the next waits this long: a child that prints line by line (acpx
-#: relaying thousands of ACP messages) is read many lines a wake-up, not one, at a few milliseconds' delay.
+#: relaying thousands of ACP messages) is read many lines a wake-up, not one. While it keeps printing, the wait
+#: doubles up to GATHER_MOST; once it has been quiet that long, what it prints next is read at once.
 GATHER = 0.005
-GATHER_BELOW = 4096
+GATHER_MOST = 0.05
+#: A read of this much found the pipe (64 KiB on Linux) half full or more: no wait before the next.
+GATHER_FULL = 32 << 10
 READ_SIZE = 1 << 20
 
 
 class _Pipe(anyio.abc.ByteReceiveStream):
     """The read end of a child's output pipe, read by beflow itself rather than by the event loop's transport: the
     transport reads (and wakes the loop) once for every write of the child's, this reads once per wake-up all that
-    the pipe gathered meanwhile — after a short read it lets :data:`GATHER` pass first."""
+    the pipe gathered meanwhile — after a short read it lets :data:`GATHER` (and, while the child keeps printing,
+    up to :data:`GATHER_MOST`) pass first."""
 
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
         self._fd: int | None = fd
-        self._trickling = False
+        self._gather = 0.0
 
     async def receive(self, max_bytes: int = READ_SIZE) -> bytes:
-        if self._trickling:
-            await anyio.sleep(GATHER)
+        if self._gather:
+            await anyio.sleep(self._gather)
         while True:
             if self._fd is None:
                 raise anyio.ClosedResourceError
             try:
                 chunk = os.read(self._fd, max_bytes)
             except BlockingIOError:
+                quiet = time.monotonic()
                 await anyio.wait_readable(self._fd)
+                if time.monotonic() - quiet >= GATHER_MOST:  # it went quiet: what it prints now is read at once
+                    self._gather = 0.0
                 continue
             if not chunk:
                 raise anyio.EndOfStream
-            self._trickling = len(chunk) < GATHER_BELOW
+            # A read that found the pipe about full: the child prints faster than a wait allows, read on at once;
+            # else wait for more, the longer while it keeps printing.
+            self._gather = min(GATHER_MOST, max(GATHER, self._gather * 2)) if len(chunk) < GATHER_FULL else 0.0
             return chunk
 
     async def aclose(self) -> None:
@@ -429,26 +438,32 @@ async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: _Tail, handler
         async for chunk in stream:
             sink.add(chunk)
         return
-    lines = BufferedByteReceiveStream(stream)
-    while True:
-        try:
-            line = await lines.receive_until(b"\n", MAX_LINE)
-            sink.add(line + b"\n")
-        except anyio.DelimiterNotFound:  # a line without end (`cat /dev/zero`): in pieces, never all in memory
-            line = await lines.receive_exactly(MAX_LINE)
-            sink.add(line)
-        except anyio.IncompleteRead:  # the end of the output, perhaps with a last line without its newline
-            line = lines.buffer
-            sink.add(line)
-            if not line:
-                return
+    # The lines of each read split at once (one ``bytes.split`` for the hundreds a read of acpx's relaying brings,
+    # not an awaited call and a buffer shift each); a line longer than MAX_LINE reaches the handler in pieces of
+    # MAX_LINE, never all in memory.
+    rest = b""
+    async for chunk in stream:
+        sink.add(chunk)
+        lines = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
+        rest = lines.pop()
+        while len(rest) >= MAX_LINE:  # a line without end (`cat /dev/zero`)
+            await _handle(handler, rest[:MAX_LINE])
+            rest = rest[MAX_LINE:]
+        for line in lines:
+            while len(line) > MAX_LINE:
+                await _handle(handler, line[:MAX_LINE])
+                line = line[MAX_LINE:]
             result = handler(line)
             if result is not None:
                 await result
-            return
-        result = handler(line)
-        if result is not None:
-            await result
+    if rest:  # the end of the output: a last line without its newline
+        await _handle(handler, rest)
+
+
+async def _handle(handler: LineHandler, line: bytes) -> None:
+    result = handler(line)
+    if result is not None:
+        await result
 
 
 async def run(

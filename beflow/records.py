@@ -8,6 +8,7 @@ written here: MCP servers are recorded by name only.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import difflib
@@ -167,6 +168,8 @@ class RunRecord(BaseModel):
     #: A stalled run: how long the agent had been silent (seconds) and what it was doing last.
     silent_for: float | None = None
     last_activity: str | None = None
+    #: The cost budgets this run's agent did not let beflow hold (it reported no cost), said in a sentence.
+    unheld: str | None = None
     #: ``sandbox.enabled``: the agent ran in the sandbox; the connections its proxy refused, by host.
     sandboxed: bool = False
     blocked: dict[str, int] = Field(default_factory=dict)
@@ -208,6 +211,7 @@ class CappedLog:
         self.written = 0
         self.dropped = 0
         self._handle = path.open("ab")
+        self._flushing = False
 
     def write(self, data: bytes) -> None:
         """Raw bytes (a header, a footer), unredacted, within the limit."""
@@ -217,8 +221,26 @@ class CappedLog:
             data = data[: max(room, 0)]
         if data:
             self._handle.write(data)
-            self._handle.flush()
             self.written += len(data)
+            self._flush_soon()
+
+    def _flush_soon(self) -> None:
+        """On the event loop, once the lines that arrived together are written (the next turn of the loop): one
+        flush for the hundreds of lines a read of acpx's output brings, not one each; elsewhere, at once."""
+        if self._flushing:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._handle.flush()
+            return
+        self._flushing = True
+        loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flushing = False
+        if not self._handle.closed:
+            self._handle.flush()
 
     def line(self, line: bytes) -> None:
         """One line of output (without its newline): kept whole, or left out with everything after it."""
@@ -418,12 +440,14 @@ class RunStore:
         found.sort(key=lambda r: (r.started_at, r.id), reverse=True)
         return found if limit is None else found[:limit]
 
-    def started_since(self, since: dt.datetime) -> list[RunRecord]:
+    def started_since(self, since: dt.datetime, wanted: Callable[[str], bool] | None = None) -> list[RunRecord]:
         """The readable records of runs started at ``since`` or later (their ids say when, give or take
-        :data:`ID_CLOCK_SLACK`: only those directories are read)."""
+        :data:`ID_CLOCK_SLACK`: only those directories are read), of those whose ``run.json`` path ``wanted``
+        accepts (all, by default)."""
         cutoff = _before(since.astimezone(dt.UTC).strftime("%Y%m%d-%H%M%S"), ID_CLOCK_SLACK)
         names = [n for n in self._names() if (m := _RUN_ID.match(n)) is None or m.group("start") >= cutoff]
-        return [record for _, record in self._read(lambda path: True, names) if record.started_at >= since]
+        read = self._read(wanted or (lambda path: True), names)
+        return [record for _, record in read if record.started_at >= since]
 
     def _names(self) -> list[str]:
         try:

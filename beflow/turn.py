@@ -2,9 +2,9 @@
 
 Around the agent (:class:`beflow.acpx.AgentSession`): its sandbox, if the config asks for one; its transcript and
 stderr streamed, masked and capped, into the run record; the budgets and the stall watch of :mod:`beflow.limits`,
-fed by every line acpx prints; the progress it reports through beflow's own server; and that server's private
-channel. What the turn ends in is an outcome and a reason, judged by :func:`beflow.policy.judge` — or by the limit
-that stopped it.
+fed by every line of the ACP stream (not the agent's stderr); the progress it reports through beflow's own server;
+and that server's private channel. What the turn ends in is an outcome and a reason, judged by
+:func:`beflow.policy.judge` — or by the limit that stopped it.
 """
 
 from __future__ import annotations
@@ -54,9 +54,9 @@ class AgentTurn:
             CappedLog(directory / "transcript.jsonl", TRANSCRIPT_LIMIT) as transcript_file,
             CappedLog(stderr_path, STDERR_LIMIT, redact) as stderr_file,
         ):
-            # Every line acpx prints is life (the agent's messages, tool calls, a running tool's output, its
-            # stderr); what the agent reports it used is held to the budgets as it comes (beflow.limits).
-            limiter = Limiter(self.config.limits, lambda: agent.transcript.latest)
+            # Every line of the ACP stream is life (the agent's messages, tool calls, a running tool's output; not
+            # its stderr); what the agent reports it used is held to the budgets as it comes (beflow.limits).
+            limiter = Limiter(self.config.limits, lambda: agent.transcript.latest, self._notice)
             usage = UsageEvents(self.emit)
 
             def on_stdout(line: bytes) -> None:
@@ -73,7 +73,6 @@ class AgentTurn:
                     usage.seen(transcript.usage)
 
             def on_stderr(line: bytes) -> None:
-                limiter.alive()
                 stderr_file.line(line)
 
             async with session.injected(cwd) as handle:
@@ -108,6 +107,7 @@ class AgentTurn:
                     record.resumed_session = agent.resumed_session
                 await workspace.hook("after_run", fatal=False)
         transcript = agent.transcript
+        record.unheld = limiter.ended(transcript.usage)  # the turn's own token counts come with its end
         record.final_message = transcript.final_message
         record.session = transcript.session_id
         record.usage = None if transcript.usage.empty else transcript.usage

@@ -436,3 +436,52 @@ def test_a_real_acpx_stream_carries_the_test_agents_usage_as_acp_defines_it(
     usage = transcript.usage
     assert (usage.context_used, usage.context_size, usage.cost, usage.currency) == (2500, 100000, 0.75, "USD")
     assert (usage.input_tokens, usage.output_tokens, usage.total_tokens, usage.tokens) == (3000, 400, 3400, 3400)
+
+
+def _acpx_line(update: dict[str, object], session: str = "acp-test-23d7cb88c7034cbe969d1ae352154943") -> bytes:
+    """A session/update line as acpx prints it (compact JSON, its order of keys)."""
+    message = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session, "update": update}}
+    return json.dumps(message, separators=(",", ":")).encode()
+
+
+USAGE_LINES = [
+    # (the update, whether the line is read without a JSON parse)
+    ({"sessionUpdate": "usage_update", "used": 1500, "size": 200000}, True),
+    ({"sessionUpdate": "usage_update", "used": 0, "size": 0}, True),
+    ({"sessionUpdate": "usage_update", "used": 7, "size": 9, "cost": {"amount": 0.25, "currency": "usd"}}, True),
+    ({"sessionUpdate": "usage_update", "used": 7, "size": 9, "cost": {"amount": 3, "currency": "EUR"}}, True),
+    ({"sessionUpdate": "usage_update", "used": 7, "size": 9, "cost": {"amount": -1.5e2, "currency": "EUR"}}, True),
+    ({"sessionUpdate": "usage_update", "used": 10**15 + 1, "size": 9}, True),  # beyond any context: rejected either way
+    ({"sessionUpdate": "usage_update", "used": 10**16, "size": 9}, False),
+    ({"sessionUpdate": "usage_update", "used": 1.5, "size": 9}, False),
+    ({"sessionUpdate": "usage_update", "used": -1, "size": 9}, False),
+    ({"sessionUpdate": "usage_update", "size": 9, "used": 7}, False),  # another order
+    ({"sessionUpdate": "usage_update", "used": 7, "size": 9, "_meta": {"used": 99}}, False),
+    ({"sessionUpdate": "usage_update", "used": 7, "size": 9, "cost": {"currency": "USD", "amount": 1}}, False),
+    ({"sessionUpdate": "usage_update", "used": 7, "size": 9, "cost": None}, False),
+    ({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "used 7"}}, False),
+]
+
+
+@pytest.mark.parametrize(("update", "fast"), USAGE_LINES)
+def test_a_usage_update_read_without_a_json_parse_means_what_the_parse_would(
+    update: dict[str, object], fast: bool
+) -> None:
+    line = _acpx_line(update)
+    assert (acpx.USAGE_LINE.fullmatch(line) is not None) is fast
+    read, parsed = acpx.Transcript(), acpx.Transcript()
+
+    message = read.feed(line)
+    parsed.feed(line.decode())  # (text goes through the JSON parse)
+
+    assert read.usage == parsed.usage
+    assert message == json.loads(line)
+
+
+def test_a_session_id_the_pattern_does_not_take_goes_through_the_json_parse() -> None:
+    update = {"sessionUpdate": "usage_update", "used": 7, "size": 9}
+    line = _acpx_line(update, session='a\\"b')
+    assert acpx.USAGE_LINE.fullmatch(line) is None
+    transcript = acpx.Transcript()
+    transcript.feed(line)
+    assert transcript.usage.context_used == 7

@@ -235,6 +235,9 @@ def test_defaults_are_those_of_the_design() -> None:
     assert config.open == {}
     assert config.mcp == Mcp.model_validate({"enabled": False, "self": False})
     assert config.model_dump(by_alias=True)["mcp"] == {"enabled": False, "self": False}
+    # Five minutes of silence and a run is stalled; no budget unless one is set.
+    assert config.limits.stall == 300
+    assert (config.limits.cost_per_run, config.limits.tokens_per_run, config.limits.cost_per_day) == (None, None, None)
 
 
 def test_acpx_is_the_one_on_path_else_the_pinned_one_through_npx(
@@ -317,6 +320,24 @@ def test_a_bad_code_host_is_refused_naming_the_file_and_the_field(repo: Path, co
     with pytest.raises(ConfigError) as raised:
         load_config_file(path)
     assert str(path) in raised.value.message and said in raised.value.message, raised.value.message
+
+
+def test_a_days_budget_on_a_fleet_is_refused_naming_the_file_and_the_field(repo: Path) -> None:
+    """The fleet's dispatcher counts no day's spending: a cost_per_day it would never hold is a config error."""
+    path = config_file(repo)
+    fleet = {"engine": {"kind": "temporal"}, "limits": {"cost_per_run": 2, "tokens_per_run": 10**6}}
+    path.write_text(json.dumps(fleet, indent=2))
+    assert load_config_file(path).limits.cost_per_run == 2  # per-run budgets hold on every worker
+
+    path.write_text(json.dumps({**fleet, "limits": {"cost_per_day": 10}}, indent=2))
+    with pytest.raises(ConfigError) as raised:
+        load_config_file(path)
+
+    message = raised.value.message
+    assert message.startswith(f"{path}:") and "limits.cost_per_day" in message, message
+    assert "does not hold a day's budget" in message and "limits.cost_per_run" in message
+    path.write_text(json.dumps({"limits": {"cost_per_day": 10}}))
+    assert load_config_file(path).limits.cost_per_day == 10  # the embedded engine holds it
 
 
 # --- the example --------------------------------------------------------------------------------------------------

@@ -204,3 +204,36 @@ def test_doctor_lists_what_an_agent_gets_by_name_never_a_value(
     done = beflow("doctor", "--json")
     assert "agent env" in done.stdout
     assert not [value for value in values.values() if value in done.stdout + done.stderr]
+
+
+def test_a_cost_budget_against_an_agent_whose_runs_report_no_cost_is_a_warning(repo: Path) -> None:
+    import datetime as dt
+    import json
+
+    from beflow.config import load_project
+    from beflow.doctor import check_costs
+    from beflow.guardrails import Usage
+    from beflow.records import RunRecord, RunStore, new_run_id
+
+    path = config_file(repo)
+    path.write_text(json.dumps({"agent": "codex", "limits": {"cost_per_run": 2}}))
+    store = RunStore(repo)
+
+    def ran(usage: Usage | None) -> None:
+        now = dt.datetime.now(dt.UTC)
+        record = RunRecord(id=new_run_id("1"), issue="1", mode="auto", agent="codex", started_at=now)
+        record.usage = usage
+        record.close("succeeded", "done")
+        store.create(record, "prompt")
+
+    for _ in range(3):
+        ran(Usage(total_tokens=100, updates=1))
+    check = check_costs(load_project(path))
+    assert check is not None and check.ok and check.warning
+    assert "the last 3 runs of 'codex' reported no cost: limits.cost_per_run held nothing" in check.detail
+
+    path.write_text(json.dumps({"agent": "codex"}))
+    assert check_costs(load_project(path)) is None  # no cost budget: nothing to warn of
+    path.write_text(json.dumps({"agent": "codex", "limits": {"cost_per_run": 2}}))
+    ran(Usage(cost=0.1, currency="USD", updates=1))
+    assert check_costs(load_project(path)) is None  # the agent does report its cost

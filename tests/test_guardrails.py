@@ -21,7 +21,9 @@ from beflow.guardrails import (
     stall_reason,
     token_count,
     total,
+    unheld,
 )
+from beflow.limits import Limiter
 
 
 @pytest.mark.parametrize(
@@ -228,3 +230,67 @@ def test_budgets_and_sums_count_a_resumed_runs_own_cost_and_tokens() -> None:
     assert describe(second) == (
         "600 tokens; cost 0.70 USD; the resumed session's 1.50 USD, less the earlier runs' 0.80"
     )
+
+
+#: What is checked when (docs/config.md#limits): during the turn, each usage update (the context in use, the
+#: session's cost); when the turn ends, the prompt response's token counts as well.
+WHEN_CHECKED = [
+    # limits, during the turn (context used), the turn's totals (input, output), breached during, at the end
+    ({"tokens_per_run": 1000}, 500, None, None, None),
+    ({"tokens_per_run": 1000}, 5000, None, "5,000 tokens", "5,000 tokens"),  # stopped at once
+    ({"tokens_per_run": 1000}, 500, (30000, 4000), None, "34,000 tokens"),  # only its end says so
+    ({"tokens_per_run": 1000}, None, (30000, 4000), None, "34,000 tokens"),  # an agent that sends no updates
+    ({"tokens_per_run": 1000}, 500, (400, 300), None, None),
+    # A limit above the context window: only the turn's totals can pass it.
+    ({"tokens_per_run": 2_000_000}, 200_000, (2_400_000, 100_000), None, "2,500,000 tokens"),
+    ({"cost_per_run": 1}, 500, (30000, 4000), None, None),  # tokens unlimited
+    ({}, 10**9, (10**9, 10**9), None, None),
+]
+
+
+@pytest.mark.parametrize(("limits", "context", "turn", "during", "at_end"), WHEN_CHECKED)
+def test_tokens_per_run_is_checked_on_the_context_as_it_comes_and_on_the_turns_totals_when_it_ends(
+    limits: dict[str, object], context: int | None, turn: tuple[int, int] | None, during: str | None, at_end: str | None
+) -> None:
+    notices: list[str] = []
+    limiter = Limiter(Limits.model_validate(limits), lambda: None, notices.append)
+    used = Usage()
+    if context is not None:
+        used.updates, used.context_used, used.context_peak = 1, context, context
+        limiter.check(used)
+    seen = limiter.breach
+    if turn is not None:
+        used.input_tokens, used.output_tokens = turn
+    said = limiter.ended(used)
+
+    # None of these agents reported a cost: a cost budget is said not held, on the run's notice too.
+    unheld_cost = "the agent reported no cost: limits.cost_per_run was not held"
+    assert said == (unheld_cost if "cost_per_run" in limits else None)
+    assert notices == ([said] if said else [])
+
+    assert (during is None) is (seen is None) and (during is None or during in seen.reason)  # type: ignore[union-attr]
+    assert (at_end is None) is (limiter.breach is None)
+    if at_end is not None:
+        assert limiter.breach is not None and limiter.breach.outcome == "over_budget" and limiter.breach.permanent
+        assert at_end in limiter.breach.reason and "raise limits.tokens_per_run" in limiter.breach.reason
+
+
+@pytest.mark.parametrize(
+    ("limits", "used", "said"),
+    [
+        ({}, None, None),
+        ({"tokens_per_run": 10}, None, None),  # no cost budget: nothing to say
+        ({"cost_per_run": 1}, usage(cost=0.5, currency="USD"), None),
+        ({"cost_per_run": 1}, usage(cost=0.0, currency="USD"), None),  # a cost of nothing is a cost reported
+        ({"cost_per_run": 1}, None, "the agent reported no cost: limits.cost_per_run was not held"),
+        ({"cost_per_run": 1}, usage(context_peak=500), "limits.cost_per_run was not held"),
+        ({"cost_per_day": 9}, usage(total_tokens=5), "the agent reported no cost: limits.cost_per_day was not held"),
+        ({"cost_per_run": 1, "cost_per_day": 9}, None, "limits.cost_per_run and limits.cost_per_day were not held"),
+    ],
+)
+def test_a_cost_budget_the_agent_gave_no_cost_for_is_said_not_held(
+    limits: dict[str, object], used: Usage | None, said: str | None
+) -> None:
+    told = unheld(used, Limits.model_validate(limits))
+
+    assert (told is None) is (said is None) and (said is None or said in (told or ""))

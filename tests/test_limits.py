@@ -11,6 +11,7 @@ import anyio
 import pytest
 from rich.console import Console
 
+from beflow import spending
 from beflow.cli.watch import render
 from beflow.config import Limits
 from beflow.guardrails import Usage
@@ -24,7 +25,9 @@ from tests.test_dispatcher import Watch, fast, watching
 def test_a_silent_agent_is_stopped_as_stalled_its_work_committed_and_the_issue_failed_with_why(
     auto_project: AutoProject, beflow, no_leftover_processes: None
 ) -> None:
-    auto_project.configure(limits={"stall": 1})
+    # (2 s: on a loaded machine acpx and the agent may take more than a second to start, and nothing on the ACP
+    # stream before they do is life)
+    auto_project.configure(limits={"stall": 2})
     key = auto_project.new_issue("write started.txt x", "say thinking hard", "sleep 60")
 
     result = beflow("--auto", key)
@@ -32,9 +35,9 @@ def test_a_silent_agent_is_stopped_as_stalled_its_work_committed_and_the_issue_f
     assert result.exit_code == 1, result.stderr
     record = auto_project.only_record()
     assert record.outcome == "stalled" and not record.permanent
-    assert record.silent_for is not None and 1 <= record.silent_for < 10
+    assert record.silent_for is not None and 2 <= record.silent_for < 10
     assert record.last_activity == "thinking hard"
-    assert "sent nothing for 1 s" in (record.stop_reason or "") and "thinking hard" in (record.stop_reason or "")
+    assert "sent nothing for 2 s" in (record.stop_reason or "") and "thinking hard" in (record.stop_reason or "")
     assert record.duration is not None and record.duration < 30  # long before the agent's sleep is over
     # Restored and committed like any run that ends early: the agent's work is on the branch, nothing else.
     assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", "started.txt": "x"}
@@ -57,6 +60,24 @@ def test_a_tool_call_that_keeps_printing_is_not_a_stall(
     record = auto_project.only_record()
     assert record.outcome == "succeeded" and record.silent_for is None
     assert record.duration is not None and record.duration >= 4
+
+
+def test_an_agent_silent_on_the_acp_stream_but_logging_to_stderr_is_stalled(
+    auto_project: AutoProject, beflow, no_leftover_processes: None
+) -> None:
+    """A retry loop that logs every 0.2 s but sends nothing over ACP is no life: stopped after limits.stall."""
+    auto_project.configure(limits={"stall": 2})
+    key = auto_project.new_issue("write started.txt x", "say calling the model", "stderr-loop 60 0.2")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 1, result.stderr
+    record = auto_project.only_record()
+    assert record.outcome == "stalled" and record.last_activity == "calling the model"
+    assert record.duration is not None and record.duration < 30  # long before the loop's 60 s are over
+    stderr = (auto_project.run_dir(record) / "stderr.log").read_text()
+    assert "rate limited (429), retrying: attempt 2" in stderr  # it did log, and the log is kept
+    assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", "started.txt": "x"}
 
 
 def test_a_watch_retries_a_stalled_run_as_it_retries_a_failure(auto_project: AutoProject) -> None:
@@ -126,6 +147,24 @@ def test_an_agent_that_reports_nothing_has_no_usage_and_no_price(auto_project: A
     assert record.usage is None
     assert "usage" not in auto_project.issue(key).comments[-1].text
     assert "usage     none reported by the agent" in beflow("runs", "show", "latest").stdout
+
+
+def test_a_cost_budget_against_an_agent_that_reports_no_cost_says_it_was_not_held(
+    auto_project: AutoProject, beflow
+) -> None:
+    auto_project.configure(limits={"cost_per_run": 1})
+    key = auto_project.new_issue("usage 1500 100000", "write a.txt x")
+
+    result = beflow("--auto", key, "--json")
+
+    assert result.exit_code == 0, result.stderr
+    said = "the agent reported no cost: limits.cost_per_run was not held"
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    assert any(e["event"] == "notice" and e["message"] == said for e in events)
+    record = auto_project.only_record()
+    assert record.outcome == "succeeded" and record.unheld == said
+    assert f"- budgets: {said}" in auto_project.issue(key).comments[-1].text
+    assert f"budgets   {said}" in beflow("runs", "show", "latest").stdout
 
 
 def test_garbage_usage_values_are_ignored_and_counted_never_breaking_the_run(auto_project: AutoProject, beflow) -> None:
@@ -209,7 +248,10 @@ def test_a_run_past_its_budget_is_stopped_at_once_and_not_retried(
 
     result = beflow("--auto", key)
 
-    assert result.exit_code == 1, result.stderr
+    # Over a budget, the run failed (exit 1); a budget in another currency is the config's error (exit 2).
+    assert result.exit_code == (1 if permanent else 2), result.stderr
+    if not permanent:
+        assert f"{auto_project.config_path}: limits.currency is " in result.stderr, result.stderr
     record = auto_project.only_record()
     assert record.outcome == outcome and record.permanent is permanent
     for words in reason:
@@ -219,6 +261,30 @@ def test_a_run_past_its_budget_is_stopped_at_once_and_not_retried(
     issue = auto_project.issue(key)
     assert issue.status == Status.FAILED
     assert all(words in issue.comments[-1].text for words in reason)
+
+
+def test_a_run_whose_turn_totals_pass_tokens_per_run_ends_over_budget_its_work_committed(
+    auto_project: AutoProject, beflow, no_leftover_processes: None
+) -> None:
+    """The prompt's response carries the turn's token counts only at its end: checked then, past the limit the
+    run ends over_budget (permanent), its work committed to its branch, the issue failed with which limit, the
+    figure and how to raise it."""
+    auto_project.configure(limits={"tokens_per_run": 1000})
+    key = auto_project.new_issue("usage 500 100000", "write a.txt x", "tokens 30000 4000")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 1, result.stderr
+    record = auto_project.only_record()
+    assert record.outcome == "over_budget" and record.permanent
+    assert record.usage is not None and record.usage.tokens == 34000
+    reason = "the run used 34,000 tokens, past limits.tokens_per_run (1,000)"
+    assert reason in (record.stop_reason or "") and "raise limits.tokens_per_run" in (record.stop_reason or "")
+    assert auto_project.branch_files("beflow/1") == {"README.md": "# sample\n", "a.txt": "x"}
+    assert record.commit is not None and record.pull_request is None
+    issue = auto_project.issue(key)
+    assert issue.status == Status.FAILED
+    assert reason in issue.comments[-1].text and "raise limits.tokens_per_run" in issue.comments[-1].text
 
 
 def test_an_over_budget_run_is_not_retried_by_a_watch(auto_project: AutoProject) -> None:
@@ -264,6 +330,35 @@ def test_a_watch_stops_dispatching_at_its_day_budget_and_resumes_when_the_limit_
     assert watch.of("budget_cleared")[0].data.message == "dispatching again"
     assert held.budget is not None and held.budget.reached and held.queue  # type: ignore[attr-defined]
     assert held.used.cost == {"USD": 1.25}  # type: ignore[attr-defined]
+
+
+def test_a_watch_held_by_its_day_budget_dispatches_again_the_next_day(auto_project: AutoProject) -> None:
+    auto_project.configure(watch=fast(concurrency=1), limits={"cost_per_day": 1})
+    first = auto_project.new_issue("usage 10 100 1.25 USD", "tokens 300 100", "write a.txt x", priority=1)
+    second = auto_project.new_issue("write b.txt y", priority=2)
+    day = [spending.today()]
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            watch.dispatcher.ledger.day = lambda: day[0]  # the watch's calendar, moved by the test
+            await watch.until(lambda: bool(watch.of("budget_reached")))
+            await watch.ticks(2)
+            assert [e.issue for e in watch.of("dispatched")] == [first]  # held
+            day[0] += dt.timedelta(days=1)
+            await watch.until(lambda: len(watch.of("finished")) == 2)
+        return watch
+
+    watch = anyio.run(scenario)
+
+    (cleared,) = watch.of("budget_cleared")
+    assert (cleared.data.message, cleared.data.spent, cleared.data.limit) == ("dispatching again", 0.0, 1)
+    assert [e.issue for e in watch.of("dispatched")] == [first, second]
+    # Each finished event carries what the watch's runs used so far.
+    used = [e.data.watch_used for e in watch.of("finished")]
+    assert [(u.runs, u.reported, u.tokens, u.cost) for u in used if u is not None] == [
+        (1, 1, 400, {"USD": 1.25}),
+        (2, 1, 400, {"USD": 1.25}),
+    ]
 
 
 def test_a_watch_holds_dispatching_on_a_cost_in_another_currency_and_resumes_when_the_config_is_fixed(
@@ -363,3 +458,53 @@ def test_a_days_spending_counts_the_days_watch_runs_from_their_records_and_start
     ledger.refresh(store)
     budget = ledger.budget(limits, [])
     assert budget is not None and (budget.spent, budget.reached) == (0.0, False)
+
+
+def test_a_days_spending_counts_the_runs_another_watch_process_finishes_after_the_first_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two watch processes of one project, each with its ledger: what the other finishes later that day counts at
+    this one's next look; each look reads only the records written since the last one."""
+    store = RunStore(tmp_path)
+    reads: list[str] = []
+    validate = RunRecord.model_validate_json
+
+    def reading(data: bytes | str) -> RunRecord:
+        record = validate(data)
+        reads.append(record.id)
+        return record
+
+    monkeypatch.setattr(RunRecord, "model_validate_json", reading)
+
+    def run(cost: float, *, finished: bool = True) -> RunRecord:
+        record = RunRecord(
+            id=new_run_id("7"), issue="7", mode="watch", agent="a", started_at=dt.datetime.now().astimezone()
+        )
+        record.usage = Usage(cost=cost, currency="USD", updates=1)
+        if finished:
+            record.close("succeeded", "done")
+        store.create(record, "prompt")
+        return record
+
+    this, other = Ledger(), Ledger()
+    mine = run(1.0)
+    this.refresh(store)
+    other.refresh(store)
+    this.finished(mine)  # (this watch's own finish counts once, whether heard or read)
+    assert this.budget(Limits(cost_per_day=9), []).spent == 1.0  # type: ignore[union-attr]
+
+    theirs = run(0.5, finished=False)  # the other watch's run, still going at this one's next look
+    reads.clear()
+    this.refresh(store)
+    assert reads == [theirs.id]  # the new record only, not every record of the day
+    assert this.budget(Limits(cost_per_day=9), []).spent == 1.0  # type: ignore[union-attr]
+
+    theirs.usage = Usage(cost=2.0, currency="USD", updates=3)
+    theirs.close("succeeded", "done")
+    store.save(theirs)  # the other process finishes it
+    reads.clear()
+    this.refresh(store)
+    this.refresh(store)
+    assert reads == [theirs.id]  # read again once, when it was rewritten
+    budget = this.budget(Limits(cost_per_day=3), [])
+    assert budget is not None and (budget.spent, budget.reached) == (3.0, True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from beflow import hardening, interrupts, modes
+from beflow import hardening, holds, interrupts, modes
 from beflow.batch import run_many
 from beflow.checkout import invisible_changes
 from beflow.cli.common import App, emit_json, err, escape, pass_app
@@ -44,6 +44,9 @@ def auto(app: App, keys: tuple[str, ...], limit: int | None, concurrency: int, a
             emit_json({"event": IDLE, "message": "no ready issues"})
         else:
             err.print("No ready issues to run. `beflow issues new TITLE` files one.")
+    wrong_currency = holds.currency_error(project, records)
+    if wrong_currency is not None:  # no run's fault: the config's, as a config error (exit 2)
+        raise wrong_currency
     if any(r.outcome in FAILED_OUTCOMES for r in records):
         raise SystemExit(1)
 

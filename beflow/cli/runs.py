@@ -99,6 +99,8 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
     if r.silent_for is not None:
         out.print(f"stalled   silent for {r.silent_for:.0f} s; last activity: {escape(r.last_activity or 'none')}")
     out.print(f"usage     {escape(guardrails.describe(r.usage) or 'none reported by the agent')}")
+    if r.unheld:
+        out.print(f"budgets   {escape(r.unheld)}")
     earlier = call_operation(app, runs.list_runs, runs.ListRuns, issue=r.issue, limit=1000).runs
     if len(earlier) > 1:
         out.print(

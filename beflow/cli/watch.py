@@ -89,11 +89,11 @@ def render(snapshot: Snapshot, concurrency: int) -> Group:
         parts.append(backoffs)
     if snapshot.recent:
         recent = Table(title="recent", title_justify="left", box=None)
-        for column in ("issue", "outcome", "run"):
+        for column in ("issue", "outcome", "usage", "run"):
             recent.add_column(column, no_wrap=True)
         for record in snapshot.recent[:8]:
             style = OUTCOME_STYLE.get(record.outcome, "white")
-            recent.add_row(record.issue, f"[{style}]{record.outcome}[/]", record.id)
+            recent.add_row(record.issue, f"[{style}]{record.outcome}[/]", guardrails.short(record.usage), record.id)
         parts.append(recent)
     if snapshot.blocked is not None:
         fix = f" — fix: {snapshot.blocked_fix}" if snapshot.blocked_fix else ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -309,11 +310,17 @@ def test_the_live_view_shows_what_runs_use_and_a_day_budget_that_holds_dispatchi
 
     run = anyio.run(running)
     run.usage = Usage(context_used=12_000, context_peak=12_000, cost=0.5, currency="USD", updates=3)
+    started = dt.datetime.now(dt.UTC)
+    done = RunRecord(id="20261201-101010-6-abcd", issue="6", mode="watch", agent="a", started_at=started)
+    done.usage = Usage(total_tokens=34_000, cost=1.25, currency="USD", updates=2)
+    done.close("succeeded", "done")
+    silent = RunRecord(id="20261201-101011-5-abcd", issue="5", mode="watch", agent="a", started_at=started)
+    silent.close("failed", "boom")
     snapshot = Snapshot(
         running=[run],
         queue=[],
         backoffs=[],
-        recent=[],
+        recent=[done, silent],
         tick=2,
         next_tick=now + 20,
         used=Totals(runs=4, reported=3, tokens=48_000, cost={"USD": 3.25}),
@@ -325,5 +332,8 @@ def test_the_live_view_shows_what_runs_use_and_a_day_budget_that_holds_dispatchi
     text = console.export_text()
 
     assert "usage" in text and "12.0k tok 0.50 USD" in text
+    # The recent runs say what each used, `-` for one whose agent reported nothing.
+    assert re.search(r"6\s+succeeded\s+34\.0k tok 1\.25 USD\s+20261201-101010-6-abcd", text), text
+    assert re.search(r"5\s+failed\s+-\s+20261201-101011-5-abcd", text), text
     assert "used: 48,000 tokens, 3.25 USD over 4 runs; today 3.75 of 3 USD (limits.cost_per_day)" in text
     assert "not dispatching: 3.75 USD spent on 2026-12-01, limits.cost_per_day is 3 USD" in text

@@ -113,6 +113,9 @@ against the session cwd.
     A tool call (kind ``execute``) that stays ``in_progress`` for
     ``<seconds>``, sending a ``tool_call_update`` with a line of output
     every ``<interval>`` seconds, then completes (a long build that prints).
+``stderr-loop <seconds> <interval>``
+    Say nothing on the ACP stream for ``<seconds>`` but log a line to stderr
+    every ``<interval>`` seconds (an agent stuck in a retry loop).
 ``mark <abspath>``
     Not executed in order: wraps the whole prompt, appending
     ``start <epoch> <pid>`` before the first directive and
@@ -196,6 +199,7 @@ VERBS = frozenset(
         "update",
         "tokens",
         "tool-stream",
+        "stderr-loop",
     }
 )
 
@@ -261,7 +265,7 @@ class Directive:
             raise DirectiveError("usage needs <used> <size> [<amount> <currency>]")
         if self.verb == "spend" and len(self.args.split()) != 4:
             raise DirectiveError("spend needs <used> <size> <amount> <currency>")
-        if self.verb in ("usage-burst", "tokens", "tool-stream") and not self.args:
+        if self.verb in ("usage-burst", "tokens", "tool-stream", "stderr-loop") and not self.args:
             raise DirectiveError(f"{self.verb} needs numbers")
 
     def path_and_content(self) -> tuple[str, str]:
@@ -624,6 +628,14 @@ class Agent:
             session.turn_usage = {"inputTokens": given, "outputTokens": output, "totalTokens": given + output}
         elif verb == "tool-stream":
             self.stream_tool(session, *(float(n) for n in args.split()))
+        elif verb == "stderr-loop":
+            seconds, interval = (float(n) for n in args.split())
+            end, attempt = time.monotonic() + seconds, 0
+            while time.monotonic() < end:
+                attempt += 1
+                log(f"rate limited (429), retrying: attempt {attempt}")
+                if session.cancelled.wait(interval):
+                    raise PromptCancelled
         # "mark" is handled around the whole prompt in run_prompt.
 
     def run_command(self, session: Session, command: str) -> None:
