@@ -152,6 +152,8 @@ class FleetDispatcher:
                 if rounds.note_end(self.tracker, issue.key, planned, config.feedback.max_rounds):
                     self.emit("skipped", issue.key, reason=f"no more review rounds: {rounds.end_reason(planned, 0)}")
                 continue
+            if not gathered.pieces:
+                continue  # (nothing to hold against the branch: no git process for it)
             left = pending(gathered.pieces, rounds.answered(self.project.directory, branch, config.worktrees.base))
             due = due_at(left, 0.0 if issue.status == Status.READY else config.feedback.settle)
             if due is not None:
