@@ -168,11 +168,35 @@ class Transcript:
     _tail: str = ""
     _prompt_ids: set[Any] = field(default_factory=set)
     _requests: dict[Any, str] = field(default_factory=dict)  # acpx's requests to the agent still unanswered
+    _burst: _Burst | None = field(default=None, repr=False, compare=False)
 
     @property
     def prompted(self) -> bool:
         """Whether acpx got as far as sending the prompt to the agent."""
         return bool(self._prompt_ids)
+
+    def follow(self, lines: bytes) -> None:
+        """Take the lines one read of acpx's output brought (joined by their newlines, as
+        :data:`beflow.proc.LinesHandler` has them), as :meth:`feed` takes each. The agent's usage updates, thousands
+        a run, are taken straight into :attr:`usage` when they have acpx's common shape (:data:`USAGE_LINE`): no
+        JSON parse, no message made of them; a read of nothing else (a burst of them) is taken whole
+        (:class:`_Burst`)."""
+        usage, burst = self.usage, self._burst
+        if burst is not None and burst.took(usage, lines):
+            return
+        start, whole = USAGE_LINE_START, USAGE_LINE.fullmatch
+        for line in lines.split(b"\n"):
+            match = whole(line) if line.startswith(start) else None
+            if match is None:
+                self.feed(line)
+                continue
+            session, used, size, cost, currency = match.groups()
+            if cost is None:
+                _take_usage(usage, int(used), int(size))
+            else:
+                _take_usage(usage, int(used), int(size), _number(cost), currency.decode(), costed=True)
+            if burst is None or burst.session != session:  # the session whose bursts the next reads may bring
+                burst = self._burst = _Burst(session)
 
     def feed(self, line: bytes | str) -> dict[str, Any] | None:
         """Take one line of acpx output; returns the parsed message (None for anything that is not JSON-RPC)."""
@@ -232,8 +256,7 @@ class Transcript:
         session, used, size, cost, currency = match.groups()
         update: dict[str, Any] = {"sessionUpdate": USAGE_UPDATE, "used": int(used), "size": int(size)}
         if cost is not None:
-            number = float(cost) if b"." in cost or b"e" in cost or b"E" in cost else int(cost)
-            update["cost"] = {"amount": number, "currency": currency.decode()}
+            update["cost"] = {"amount": _number(cost), "currency": currency.decode()}
         _usage_update(self.usage, update)
         params = {"sessionId": session.decode(), "update": update}
         return {"jsonrpc": "2.0", "method": UPDATE, "params": params}
@@ -275,25 +298,90 @@ class Transcript:
 
 
 def _usage_update(usage: Usage, update: dict[str, Any]) -> None:
-    """Take one ``usage_update`` into ``usage``; a value that is not valid is counted and ignored (the others of
-    the update still count): an agent's bad number never breaks a run, nor becomes a figure."""
-    usage.updates += 1
-    used, size = token_count(update.get("used")), token_count(update.get("size"))
-    usage.rejected += (used is None) + (size is None)
-    if used is not None:
-        usage.context_used = used
-        usage.context_peak = max(used, usage.context_peak or 0)
-    if size is not None:
-        usage.context_size = size
-    cost = update.get("cost")
+    """Take one ``usage_update`` into ``usage``."""
+    used, size, cost = update.get("used"), update.get("size"), update.get("cost")
     if cost is None:
+        _take_usage(usage, used, size)
+    elif isinstance(cost, dict):
+        _take_usage(usage, used, size, cost.get("amount"), cost.get("currency"), costed=True)
+    else:
+        _take_usage(usage, used, size, costed=True)
+
+
+class _Burst:
+    """The usage updates of one session as acpx relays a burst of them: lines alike but for their figures, taken a
+    read at a time by one pattern instead of one by one. The figures it admits are bounded so that every one is
+    valid (a token count below MAX_TOKENS; a cost below MAX_COST, without sign or exponent): a read it takes ends as
+    taking its lines one by one would; a read with any other line is left to that."""
+
+    def __init__(self, session: bytes) -> None:
+        self.session = session
+        self.start = USAGE_LINE_START + session + b'","update":{"sessionUpdate":"usage_update","used":'
+        head, count = re.escape(b"\n" + self.start), rb"(0|[1-9][0-9]{0,14})"
+        cost = rb'(?:,"cost":\{"amount":((?:0|[1-9][0-9]{0,10})(?:\.[0-9]{1,20})?),"currency":"([A-Za-z]{3})"\})?'
+        # Without a cost, only ``used`` is needed of every line (for the peak); the size that counts is the last's.
+        self.plain = re.compile(head + count + rb',"size":(?:0|[1-9][0-9]{0,14})\}\}\}(?=\n)')
+        self.costed = re.compile(head + count + rb',"size":' + count + cost + rb"\}\}\}(?=\n)")
+
+    def took(self, usage: Usage, lines: bytes) -> bool:
+        """Whether every line of ``lines`` (joined by newlines) is such an update: then all are taken into ``usage``."""
+        start = self.start
+        if not (lines.startswith(start) and lines.startswith(start, lines.rfind(b"\n") + 1)):
+            return False  # (a cheap look at the first and the last line: most reads of anything else end here)
+        count, framed = lines.count(b"\n") + 1, b"\n" + lines + b"\n"  # (a match is a line, newline to newline)
+        if b'"cost"' not in lines:
+            used = self.plain.findall(framed)
+            if len(used) != count:
+                return False
+            _take_context(usage, list(map(int, used)), int(lines[lines.rindex(b'"size":') + 7 : -3]))
+            return True
+        figures: list[tuple[bytes, bytes, bytes, bytes]] = self.costed.findall(framed)
+        if len(figures) != count:
+            return False
+        _take_context(usage, [int(figure[0]) for figure in figures], int(figures[-1][1]))
+        for _, _, cost, currency in figures:
+            if cost:
+                usage.report_cost(float(cost), currency.decode().upper())
+        return True
+
+
+def _take_context(usage: Usage, used: list[int], size: int) -> None:
+    """A burst's context figures (all valid) into ``usage``, as :func:`_take_usage` takes them one by one."""
+    usage.updates += len(used)
+    usage.context_used = used[-1]
+    peak = max(used)
+    if usage.context_peak is None or peak > usage.context_peak:
+        usage.context_peak = peak
+    usage.context_size = size
+
+
+def _take_usage(
+    usage: Usage, used: object, size: object, cost: object = None, currency: object = None, *, costed: bool = False
+) -> None:
+    """One usage update's figures into ``usage`` (``costed``: it had a ``cost``); a value that is not valid is
+    counted and ignored (the others of the update still count): an agent's bad number never breaks a run, nor
+    becomes a figure."""
+    usage.updates += 1
+    context, window = token_count(used), token_count(size)
+    usage.rejected += (context is None) + (window is None)
+    if context is not None:
+        usage.context_used = context
+        if usage.context_peak is None or context > usage.context_peak:
+            usage.context_peak = context
+    if window is not None:
+        usage.context_size = window
+    if not costed:
         return
-    value = amount(cost.get("amount")) if isinstance(cost, dict) else None
-    currency = currency_code(cost.get("currency")) if isinstance(cost, dict) else None
-    if value is None or currency is None:
+    value, code = amount(cost), currency_code(currency)
+    if value is None or code is None:
         usage.rejected += 1
         return
-    usage.report_cost(value, currency)
+    usage.report_cost(value, code)
+
+
+def _number(text: bytes) -> int | float:
+    """A JSON number :data:`USAGE_LINE` took, as the JSON parse reads it (an int unless it has a point or exponent)."""
+    return float(text) if b"." in text or b"e" in text or b"E" in text else int(text)
 
 
 def _turn_usage(usage: Usage, reported: object) -> None:
@@ -561,8 +649,8 @@ class AgentSession:
         key: str,
         prompt_file: Path,
         earlier: str | None,
-        on_stdout: proc.LineHandler,
-        on_stderr: proc.LineHandler,
+        on_stdout: proc.LinesHandler,
+        on_stderr: proc.LinesHandler,
         on_cold_start: Callable[[str], None] = lambda why: None,
         earlier_usage: Usage | None = None,
     ) -> proc.Completed:
@@ -590,8 +678,8 @@ class AgentSession:
         key: str,
         prompt_file: Path,
         earlier: str | None,
-        on_stdout: proc.LineHandler,
-        on_stderr: proc.LineHandler,
+        on_stdout: proc.LinesHandler,
+        on_stderr: proc.LinesHandler,
         on_cold_start: Callable[[str], None],
         earlier_usage: Usage | None,
     ) -> proc.Completed:

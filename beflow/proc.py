@@ -10,6 +10,7 @@ child exits on its own, whatever it left behind in its group is stopped the same
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import math
 import os
 import shutil
@@ -30,7 +31,15 @@ import psutil
 from beflow import interrupts
 from beflow.errors import BeflowError, ToolMissingError
 
-LineHandler = Callable[[bytes], Awaitable[None] | None]
+#: What a child's output is handed to as it arrives: the whole lines one read of its pipe brought, as they came,
+#: joined by their newlines but for the last one's (``b"one\ntwo"``; ``b""`` is one empty line). A line longer than
+#: :data:`MAX_LINE` comes in pieces of that size, each a line of its own. A read of acpx's relaying brings hundreds
+#: of lines: handed over as one piece of bytes, they are masked, logged and followed a read at a time.
+LinesHandler = Callable[[bytes], Awaitable[None] | None]
+
+#: Linux's calls to ask and set a pipe's capacity (None elsewhere).
+F_GETPIPE_SZ: int | None = getattr(fcntl, "F_GETPIPE_SZ", None)
+F_SETPIPE_SZ: int | None = getattr(fcntl, "F_SETPIPE_SZ", None)
 
 #: Seconds between SIGTERM and SIGKILL when a child is stopped.
 DEFAULT_GRACE = 5.0
@@ -362,27 +371,35 @@ class _Tail:
 
 #: After a short read of a child's output, the next waits this long: a child that prints line by line (acpx
 #: relaying thousands of ACP messages) is read many lines a wake-up, not one. While it keeps printing, the wait
-#: doubles up to GATHER_MOST; once it has been quiet that long, what it prints next is read at once.
+#: doubles up to GATHER_MOST (what it prints meanwhile is that late, at most); once it has been quiet that long,
+#: what it prints next is read at once. A wake-up of the event loop costs a tenth of a millisecond or more of
+#: CPU on a shared machine: 10,000 lines read in 40 wake-ups, not 4,000, is most of what reading them costs.
 GATHER = 0.005
-GATHER_MOST = 0.05
-#: A read of this much found the pipe (64 KiB on Linux) half full or more: no wait before the next.
-GATHER_FULL = 32 << 10
-READ_SIZE = 1 << 20
+GATHER_MOST = 0.25
+#: The room beflow asks for in a child's output pipes (Linux; up to ``/proc/sys/fs/pipe-max-size``, 1 MiB unless
+#: an administrator changed it): what a child prints while beflow waits to gather it, the child never blocked.
+PIPE_SIZE = 1 << 20
+#: What one read takes at most. A read that fills it leaves more in the pipe, read on at once.
+READ_SIZE = 64 << 10
 
 
 class _Pipe(anyio.abc.ByteReceiveStream):
     """The read end of a child's output pipe, read by beflow itself rather than by the event loop's transport: the
     transport reads (and wakes the loop) once for every write of the child's, this reads once per wake-up all that
     the pipe gathered meanwhile — after a short read it lets :data:`GATHER` (and, while the child keeps printing,
-    up to :data:`GATHER_MOST`) pass first."""
+    up to :data:`GATHER_MOST`) pass first. A child that fills half the pipe during a wait (a flood) is read as fast
+    as it prints."""
 
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
         self._fd: int | None = fd
         self._gather = 0.0
+        self._more = False  # the last read filled its buffer: the pipe may hold more
+        self._gathered = 0  # bytes read since the last wait
+        self._flood = _capacity(fd) // 2
 
     async def receive(self, max_bytes: int = READ_SIZE) -> bytes:
-        if self._gather:
+        if self._gather and not self._more:
             await anyio.sleep(self._gather)
         while True:
             if self._fd is None:
@@ -397,9 +414,12 @@ class _Pipe(anyio.abc.ByteReceiveStream):
                 continue
             if not chunk:
                 raise anyio.EndOfStream
-            # A read that found the pipe about full: the child prints faster than a wait allows, read on at once;
-            # else wait for more, the longer while it keeps printing.
-            self._gather = min(GATHER_MOST, max(GATHER, self._gather * 2)) if len(chunk) < GATHER_FULL else 0.0
+            self._gathered += len(chunk)
+            self._more = len(chunk) == max_bytes
+            if not self._more:  # the pipe is empty: wait for more, the longer while it keeps printing
+                flood = self._gathered >= self._flood
+                self._gather = 0.0 if flood else min(GATHER_MOST, max(GATHER, self._gather * 2))
+                self._gathered = 0
             return chunk
 
     async def aclose(self) -> None:
@@ -417,12 +437,24 @@ def _close(readers: list[_Pipe]) -> None:
         reader.close()
 
 
+def _capacity(fd: int) -> int:
+    """The bytes pipe ``fd`` holds (64 KiB where it cannot be asked)."""
+    try:
+        return int(fcntl.fcntl(fd, F_GETPIPE_SZ)) if F_GETPIPE_SZ is not None else 64 << 10
+    except OSError:
+        return 64 << 10
+
+
 def _pipes(count: int) -> list[tuple[int, int]]:
-    """``count`` pipes (read end, write end), none inherited by other children than the one they are made for."""
+    """``count`` pipes (read end, write end), none inherited by other children than the one they are made for, each
+    of :data:`PIPE_SIZE` where the system allows it (a user past their share of pipe memory keeps the default)."""
     made: list[tuple[int, int]] = []
     try:
         for _ in range(count):
             made.append(os.pipe())
+            if F_SETPIPE_SZ is not None:
+                with contextlib.suppress(OSError):
+                    fcntl.fcntl(made[-1][1], F_SETPIPE_SZ, PIPE_SIZE)
     except OSError:
         for pair in made:
             for fd in pair:
@@ -431,37 +463,44 @@ def _pipes(count: int) -> list[tuple[int, int]]:
     return made
 
 
-async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: _Tail, handler: LineHandler | None) -> None:
+async def _pump(stream: anyio.abc.ByteReceiveStream | None, sink: _Tail, handler: LinesHandler | None) -> None:
     if stream is None:
         return
-    if handler is None:
-        async for chunk in stream:
-            sink.add(chunk)
-        return
-    # The lines of each read split at once (one ``bytes.split`` for the hundreds a read of acpx's relaying brings,
-    # not an awaited call and a buffer shift each); a line longer than MAX_LINE reaches the handler in pieces of
-    # MAX_LINE, never all in memory.
-    rest = b""
+    pending: list[bytes] = []  # the start of a line whose end has not come yet, as it came (joined once it ends)
+    waiting = 0
     async for chunk in stream:
         sink.add(chunk)
-        lines = (rest + chunk).split(b"\n") if rest else chunk.split(b"\n")
-        rest = lines.pop()
-        while len(rest) >= MAX_LINE:  # a line without end (`cat /dev/zero`)
-            await _handle(handler, rest[:MAX_LINE])
-            rest = rest[MAX_LINE:]
-        for line in lines:
-            while len(line) > MAX_LINE:
-                await _handle(handler, line[:MAX_LINE])
-                line = line[MAX_LINE:]
-            result = handler(line)
-            if result is not None:
-                await result
-    if rest:  # the end of the output: a last line without its newline
-        await _handle(handler, rest)
+        if handler is None:
+            continue
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            pending.append(chunk)
+            waiting += len(chunk)
+            if waiting >= MAX_LINE:  # a line without end (`cat /dev/zero`): handed over in pieces, never all held
+                data = b"".join(pending)
+                cut = len(data) - len(data) % MAX_LINE
+                await _handle(handler, b"\n".join(data[at : at + MAX_LINE] for at in range(0, cut, MAX_LINE)))
+                pending, waiting = ([data[cut:]], len(data) - cut) if cut < len(data) else ([], 0)
+            continue
+        lines, rest = chunk[:end], chunk[end + 1 :]
+        if pending:
+            lines, pending, waiting = b"".join([*pending, lines]), [], 0
+        if rest:
+            pending, waiting = [rest], len(rest)
+        if len(lines) > MAX_LINE:  # only then can a line be too long to hand over whole
+            lines = b"\n".join(piece for line in lines.split(b"\n") for piece in _pieces(line))
+        await _handle(handler, lines)
+    if pending and handler is not None:  # the end of the output: a last line without its newline
+        await _handle(handler, b"".join(pending))
 
 
-async def _handle(handler: LineHandler, line: bytes) -> None:
-    result = handler(line)
+def _pieces(line: bytes) -> list[bytes]:
+    """``line`` in pieces of at most :data:`MAX_LINE` bytes (``[b""]`` for an empty one)."""
+    return [line[at : at + MAX_LINE] for at in range(0, len(line), MAX_LINE)] or [line]
+
+
+async def _handle(handler: LinesHandler, lines: bytes) -> None:
+    result = handler(lines)
     if result is not None:
         await result
 
@@ -474,8 +513,8 @@ async def run(
     unset: Sequence[str] = (),
     timeout: float | None = None,
     stdin: bytes | None = None,
-    on_stdout: LineHandler | None = None,
-    on_stderr: LineHandler | None = None,
+    on_stdout: LinesHandler | None = None,
+    on_stderr: LinesHandler | None = None,
     terminal: bool = False,
     own_group: bool = True,
     grace: float = DEFAULT_GRACE,
@@ -485,11 +524,11 @@ async def run(
     """Run ``argv`` to completion, a timeout, or the caller's cancellation.
 
     ``terminal`` gives the child beflow's own stdin, stdout and stderr (attended and native clients); otherwise
-    output is captured and each line handed to ``on_stdout``/``on_stderr`` as it arrives. ``own_group=False``
-    keeps the child in beflow's process group, so the terminal's Ctrl-C reaches it directly (a native client
-    that owns the terminal). A timeout is reported in the result, not raised; cancellation stops the child's
-    group and propagates. Only the last ``max_capture`` bytes of each stream are kept in the result (memory stays
-    flat whatever the child prints); lines reach the handlers whole, up to :data:`MAX_LINE` bytes.
+    output is captured and handed to ``on_stdout``/``on_stderr`` as it arrives, the lines of a read together.
+    ``own_group=False`` keeps the child in beflow's process group, so the terminal's Ctrl-C reaches it directly (a
+    native client that owns the terminal). A timeout is reported in the result, not raised; cancellation stops the
+    child's group and propagates. Only the last ``max_capture`` bytes of each stream are kept in the result (memory
+    stays flat whatever the child prints); lines reach the handlers whole, up to :data:`MAX_LINE` bytes.
     ``stop_escaped`` also stops, when the child ends, what it started that left its group (``setsid``, a daemon's
     double fork): such processes are found by a tag in their environment (:data:`TAG`).
     """

@@ -242,12 +242,18 @@ class CappedLog:
         if not self._handle.closed:
             self._handle.flush()
 
-    def line(self, line: bytes) -> None:
-        """One line of output (without its newline): kept whole, or left out with everything after it."""
-        data = self.redact(line) + b"\n" if self.dropped == 0 else b""
-        if self.dropped or self.written + len(data) > self.limit:
-            self.dropped += len(line) + 1
+    def lines(self, lines: bytes) -> None:
+        """Lines of output joined by their newlines, as :data:`beflow.proc.LinesHandler` takes them: each kept whole,
+        or left out with everything after it."""
+        if self.dropped:
+            self.dropped += len(lines) + 1
             return
+        data = self.redact(lines) + b"\n"
+        room = self.limit - self.written
+        if len(data) > room:  # whole lines up to the limit, then nothing more
+            cut = data.rfind(b"\n", 0, room) + 1
+            self.dropped += len(data) - cut
+            data = data[:cut]
         self.write(data)
 
     def close(self, footer: bytes = b"") -> None:

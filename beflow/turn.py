@@ -59,21 +59,18 @@ class AgentTurn:
             limiter = Limiter(self.config.limits, lambda: agent.transcript.latest, self._notice)
             usage = UsageEvents(self.emit)
 
-            def on_stdout(line: bytes) -> None:
+            def on_stdout(lines: bytes) -> None:  # the lines of one read: hundreds while acpx relays fast
                 limiter.alive()
-                line = redact(line)
-                transcript_file.line(line)
+                lines = redact(lines)
+                transcript_file.lines(lines)
                 transcript = agent.transcript
                 before, updates = transcript.latest, transcript.usage.updates
-                transcript.feed(line)
+                transcript.follow(lines)
                 if transcript.latest and transcript.latest != before:
                     self.emit("activity", latest=transcript.latest)
                 if transcript.usage.updates != updates:  # (the turn's own counts come with its end)
                     limiter.check(transcript.usage)
                     usage.seen(transcript.usage)
-
-            def on_stderr(line: bytes) -> None:
-                stderr_file.line(line)
 
             async with session.injected(cwd) as handle:
                 self.injection = handle
@@ -97,7 +94,7 @@ class AgentTurn:
                                 earlier=earlier,
                                 earlier_usage=self._session_spent(earlier),
                                 on_stdout=on_stdout,
-                                on_stderr=on_stderr,
+                                on_stderr=stderr_file.lines,
                                 on_cold_start=self._started_cold,
                             )
                         )

@@ -87,8 +87,8 @@ class Workspace:
                     timeout=hook.timeout,
                     env=self.git_env,
                     unset=self.withheld,  # a hook runs where the agent worked: it gets what the agent gets
-                    on_stdout=log.line,
-                    on_stderr=log.line,
+                    on_stdout=log.lines,
+                    on_stderr=log.lines,
                     max_capture=0,
                     grace=interrupts.grace(proc.DEFAULT_GRACE),
                     stop_escaped=True,

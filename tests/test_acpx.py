@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 from pathlib import Path
 from typing import get_args
@@ -10,7 +11,7 @@ from typing import get_args
 import pytest
 from pydantic import BaseModel
 
-from beflow import acpx
+from beflow import acpx, guardrails
 from beflow.config import Config
 from tests.support import acp_schema
 
@@ -473,9 +474,80 @@ def test_a_usage_update_read_without_a_json_parse_means_what_the_parse_would(
 
     message = read.feed(line)
     parsed.feed(line.decode())  # (text goes through the JSON parse)
+    followed = acpx.Transcript()
+    followed.follow(line)  # as the run's stream is read: no message made of a usage line
 
-    assert read.usage == parsed.usage
+    assert read.usage == parsed.usage == followed.usage
     assert message == json.loads(line)
+
+
+def _usage(used: object, size: object = 200_000, cost: object = None, currency: str = "USD") -> dict[str, object]:
+    update: dict[str, object] = {"sessionUpdate": "usage_update", "used": used, "size": size}
+    if cost is not None:
+        update["cost"] = {"amount": cost, "currency": currency}
+    return update
+
+
+SESSION = "acp-test-23d7cb88c7034cbe969d1ae352154943"
+MIXED_STREAM = [
+    json.dumps({"jsonrpc": "2.0", "id": 2, "method": "session/prompt", "params": {"sessionId": SESSION}}).encode(),
+    *(_acpx_line(_usage(used)) for used in (10, 900, 30)),  # a burst without cost: its peak is not its last
+    *(_acpx_line(update) for update, _ in USAGE_LINES),  # every shape, fast or not, valid or not
+    _acpx_line({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": "working\nstill"}}),
+    *(_acpx_line(_usage(used, cost=used / 100)) for used in (50, 60, 70)),  # a burst with a cost
+    _acpx_line(_usage(80, cost=0.9, currency="eur")),  # the currency changes
+    _acpx_line(_usage(85, cost=1)),
+    _acpx_line(_usage(90, 10**15)),  # a figure beyond what a burst admits, then one it does
+    _acpx_line(_usage(95, cost=2e3)),  # a cost with an exponent, after JSON's own writing
+    _acpx_line(_usage(5), session="another-session"),
+    _acpx_line({"sessionUpdate": "tool_call", "toolCallId": "t1", "title": "edit", "status": "pending"}),
+    *(_acpx_line(_usage(used)) for used in range(100, 140)),
+    b"not json at all",
+    b"",
+    json.dumps({"jsonrpc": "2.0", "id": 2, "result": {"stopReason": "end_turn", "usage": {"totalTokens": 5}}}).encode(),
+]
+
+
+@pytest.mark.parametrize("seed", [*range(12), None])
+def test_following_the_lines_of_each_read_keeps_what_feeding_them_one_by_one_keeps(seed: int | None) -> None:
+    """The run's reader takes the lines a read brought together (a burst of usage updates at once, the others one
+    by one without a parse); however the stream falls into reads, what it keeps is what feeding each line keeps.
+    (Reads cut at random, one read in all, and a read a line.)"""
+    count = len(MIXED_STREAM)
+    cuts = sorted(random.Random(seed).sample(range(1, count), k=seed % 7)) if seed is not None else [*range(1, count)]
+    reads = [MIXED_STREAM[a:b] for a, b in zip([0, *cuts], [*cuts, len(MIXED_STREAM)], strict=True)]
+    one_by_one, together = acpx.Transcript(), acpx.Transcript()
+    for line in MIXED_STREAM:
+        one_by_one.feed(line)
+    for read in reads:
+        together.follow(b"\n".join(read))
+
+    assert together == one_by_one
+    usage = together.usage
+    assert (usage.updates, usage.context_used, usage.context_peak, usage.context_size) == (64, 139, 1500, 200_000)
+    assert (usage.cost, usage.currency) == (2000.0, "USD")
+    assert usage.note == "the agent changed its cost's currency from EUR to USD during the run"
+    assert (together.latest, together.stop_reason, usage.total_tokens) == ("edit (pending)", "end_turn", 5)
+
+
+def test_a_read_of_usage_updates_alone_is_taken_whole_and_any_other_read_is_left_to_the_lines() -> None:
+    burst = acpx._Burst(SESSION.encode())
+    plain = b"\n".join(_acpx_line(_usage(used)) for used in (3, 9, 4))
+    costed = b"\n".join(_acpx_line(_usage(used, cost=used / 10)) for used in (3, 9, 4))
+    usage = guardrails.Usage()
+
+    assert burst.took(usage, plain) and burst.took(usage, costed)
+    assert (usage.updates, usage.context_used, usage.context_peak, usage.cost) == (6, 4, 9, 0.4)
+    for other in (
+        plain + b"\n" + _acpx_line({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": "x"}}),
+        plain + b"\n",  # an empty line
+        plain.replace(b'"used":9', b'"used":9.5'),
+        plain + b"\n" + _acpx_line(_usage(1), session="another"),
+        _acpx_line(_usage(10**15)),
+        _acpx_line(_usage(1, cost=-1)),
+    ):
+        assert not burst.took(usage, other)
+    assert usage.updates == 6  # (nothing of a read it left was taken)
 
 
 def test_a_session_id_the_pattern_does_not_take_goes_through_the_json_parse() -> None:

@@ -94,12 +94,12 @@ async def test_lines_are_streamed_as_they_arrive() -> None:
     out_lines: list[bytes] = []
     err_lines: list[bytes] = []
 
-    async def on_stderr(line: bytes) -> None:  # async handlers are awaited
-        err_lines.append(line)
+    async def on_stderr(lines: bytes) -> None:  # async handlers are awaited
+        err_lines.extend(lines.split(b"\n"))
 
     result = await proc.run(
         ["sh", "-c", "printf 'one\\ntwo\\n'; echo problem >&2; printf 'no newline'"],
-        on_stdout=out_lines.append,
+        on_stdout=lambda lines: out_lines.extend(lines.split(b"\n")),
         on_stderr=on_stderr,
     )
 
@@ -109,9 +109,20 @@ async def test_lines_are_streamed_as_they_arrive() -> None:
 
 
 @pytest.mark.anyio
+async def test_a_line_that_comes_in_parts_reaches_the_handler_whole_with_the_lines_of_its_read() -> None:
+    batches: list[bytes] = []
+    script = "printf 'pa'; sleep 0.3; printf 'rt'; sleep 0.3; printf 's\\nnext\\nand '; sleep 0.3; printf 'end\\n'"
+
+    await proc.run(["sh", "-c", script], on_stdout=batches.append)
+
+    assert b"\n".join(batches).split(b"\n") == [b"parts", b"next", b"and end"]
+    assert batches[0].startswith(b"parts\nnext")  # the line that ended in a read, with the one it brought whole
+
+
+@pytest.mark.anyio
 async def test_a_failing_line_handler_raises_its_own_exception() -> None:
-    def reject(line: bytes) -> None:
-        raise ValueError(f"bad line {line!r}")
+    def reject(lines: bytes) -> None:
+        raise ValueError(f"bad lines {lines!r}")
 
     with pytest.raises(ValueError, match="bad line"):
         await proc.run(["echo", "hi"], on_stdout=reject)
@@ -189,8 +200,8 @@ async def test_cancellation_stops_the_whole_group_and_propagates(tmp_path: Path)
 
     with anyio.CancelScope() as scope:
 
-        def on_stdout(line: bytes) -> None:
-            if line == b"ready":
+        def on_stdout(lines: bytes) -> None:
+            if b"ready" in lines.split(b"\n"):
                 scope.cancel()  # as an interrupt or a caller's deadline would
 
         await proc.run(spawner(pids, ignore_term=True), on_stdout=on_stdout, grace=GRACE)
@@ -258,7 +269,7 @@ def test_output_kept_in_the_result_is_the_last_part_only_and_long_lines_reach_ha
     pieces: list[int] = []
     result = proc.run_sync(
         ["sh", "-c", "head -c 20000000 /dev/zero; echo; echo end"],
-        on_stdout=lambda line: pieces.append(len(line)),
+        on_stdout=lambda lines: pieces.extend(map(len, lines.split(b"\n"))),
     )
     assert result.ok and len(result.stdout) == proc.MAX_CAPTURE and result.stdout.endswith(b"\nend\n")
     assert pieces == [proc.MAX_LINE, proc.MAX_LINE, 20000000 - 2 * proc.MAX_LINE, 3]

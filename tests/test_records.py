@@ -105,12 +105,21 @@ def test_a_capped_log_keeps_whole_lines_up_to_its_limit_then_says_how_much_it_le
     path = tmp_path / "hooks" / "x.log"
     with CappedLog(path, 20, redact=lambda line: line.replace(b"secret", b"***")) as log:
         log.write(b"$ cmd\n")
-        log.line(b"a secret")
-        log.line(b"more output than fits")
+        log.lines(b"a secret")
+        log.lines(b"more output than fits")
+        log.lines(b"ok")  # it would fit, but comes after what was left out
         log.close(b"[exit 0]\n")
     assert (
-        path.read_bytes() == b"$ cmd\na ***\n[beflow: output beyond 20 bytes was not kept: 22 more bytes]\n[exit 0]\n"
+        path.read_bytes() == b"$ cmd\na ***\n[beflow: output beyond 20 bytes was not kept: 25 more bytes]\n[exit 0]\n"
     )
+
+
+def test_a_capped_log_given_many_lines_at_once_keeps_those_that_fit_whole(tmp_path: Path) -> None:
+    path = tmp_path / "transcript.jsonl"
+    with CappedLog(path, 12, redact=lambda data: data.replace(b"secret", b"***")) as log:
+        log.lines(b"secret\ntwo\nthree\nfour")
+        log.close()
+    assert path.read_bytes() == b"***\ntwo\n[beflow: output beyond 12 bytes was not kept: 11 more bytes]\n"
 
 
 def test_finished_records_are_read_once_to_find_the_running_ones(

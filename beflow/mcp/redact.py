@@ -63,8 +63,9 @@ class Redactor:
         return list(self._forms)
 
     def __call__(self, data: bytes) -> bytes:
+        """``data`` masked: one line of output, or many joined by newlines (each line a JSON-RPC message or not)."""
         if b'"mcpServers"' in data:
-            data = _mask_servers(data)
+            data = b"\n".join(_mask_servers(line) if b'"mcpServers"' in line else line for line in data.split(b"\n"))
         if len(self._forms) <= FEW_SECRETS:
             for form in self._forms:
                 data = data.replace(form, MASK.encode())

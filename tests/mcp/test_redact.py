@@ -36,6 +36,19 @@ def test_the_redactor_masks_server_values_in_session_new_and_long_values_anywher
     assert Redactor()(b"untouched") == b"untouched"
 
 
+def test_the_lines_of_a_read_are_masked_together_as_each_would_be_alone() -> None:
+    """A run's output is masked a read at a time: a session/new among other lines has its server values masked, and
+    a value is masked wherever it stands."""
+    redact = Redactor(SERVERS)
+    session_new = {"jsonrpc": "2.0", "id": 1, "method": "session/new", "params": {"mcpServers": wire(SERVERS)}}
+    lines = [b"first", json.dumps(session_new).encode(), b"the key: env-secret-value", b"", b"last"]
+
+    masked = redact(b"\n".join(lines)).split(b"\n")
+
+    assert masked == [redact(line) for line in lines]
+    assert b"abc" not in masked[1] and MASK.encode() in masked[2]
+
+
 def test_for_hook_output_values_of_any_length_are_masked_where_they_stand_as_words() -> None:
     redact = Redactor(SERVERS, words=True)
 
