@@ -376,9 +376,11 @@ class _Tail:
 #: CPU on a shared machine: 10,000 lines read in 40 wake-ups, not 4,000, is most of what reading them costs.
 GATHER = 0.005
 GATHER_MOST = 0.25
-#: The room beflow asks for in a child's output pipes (Linux; up to ``/proc/sys/fs/pipe-max-size``, 1 MiB unless
-#: an administrator changed it): what a child prints while beflow waits to gather it, the child never blocked.
-PIPE_SIZE = 1 << 20
+#: The room beflow asks for in a child's output pipes (Linux; 64 KiB by default): what a child prints while beflow
+#: waits to gather it (acpx relaying a burst prints about 100 KiB in GATHER_MOST: a flood, past half of it, is read
+#: as it comes), the child never blocked. Not more: a user's pipes share a quota
+#: (``/proc/sys/fs/pipe-user-pages-soft``, 64 MiB), past which every new pipe of theirs, of any program, is small.
+PIPE_SIZE = 512 << 10
 #: What one read takes at most. A read that fills it leaves more in the pipe, read on at once.
 READ_SIZE = 64 << 10
 

@@ -120,6 +120,26 @@ async def test_a_line_that_comes_in_parts_reaches_the_handler_whole_with_the_lin
 
 
 @pytest.mark.anyio
+async def test_a_child_that_prints_line_by_line_is_read_in_a_few_wake_ups_through_a_roomy_pipe() -> None:
+    """acpx relays thousands of messages a write each: beflow reads what a pipe gathered meanwhile (a wake-up of
+    the event loop costs more than the lines it brings), and the pipe has room for it (the child never waits)."""
+    child = (
+        "import fcntl, os, sys, time\n"
+        "os.write(1, b'%d\\n' % fcntl.fcntl(1, fcntl.F_GETPIPE_SZ))\n"
+        "for i in range(4000):\n"
+        "    os.write(1, b'{\"line\": %d}\\n' % i)\n"
+        "    if i % 10 == 0: time.sleep(0.002)\n"
+    )
+    reads: list[bytes] = []
+
+    await proc.run([sys.executable, "-c", child], on_stdout=reads.append)
+
+    lines = b"\n".join(reads).split(b"\n")
+    assert int(lines[0]) == proc.PIPE_SIZE and len(lines) == 4001
+    assert len(reads) < 60  # (a read a write would be 4,001)
+
+
+@pytest.mark.anyio
 async def test_a_failing_line_handler_raises_its_own_exception() -> None:
     def reject(lines: bytes) -> None:
         raise ValueError(f"bad lines {lines!r}")
