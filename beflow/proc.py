@@ -9,6 +9,8 @@ child exits on its own, whatever it left behind in its group is stopped the same
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import fcntl
 import math
@@ -632,6 +634,17 @@ def run_sync(argv: Sequence[str], **kwargs: object) -> Completed:
     """:func:`run` from synchronous code (probes such as ``beflow doctor``). In the main thread, signals are
     beflow's own (:func:`beflow.interrupts.run`): Ctrl-C stops the child and raises
     :class:`~beflow.errors.Interrupted`, as in every other command."""
+    if _in_event_loop():  # synchronous code the event loop called (a code host opened in `watch`): a thread's own
+        with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="beflow-run-sync") as pool:
+            return pool.submit(run_sync, argv, **kwargs).result()
     if threading.current_thread() is not threading.main_thread():
         return anyio.run(lambda: run(argv, **kwargs))  # type: ignore[arg-type]
     return interrupts.run(lambda: run(argv, **kwargs))  # type: ignore[arg-type]
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True

@@ -140,6 +140,14 @@ async def test_a_child_that_prints_line_by_line_is_read_in_a_few_wake_ups_throug
 
 
 @pytest.mark.anyio
+async def test_a_synchronous_run_called_from_within_the_event_loop_runs_the_child_all_the_same() -> None:
+    # As a code host opened by a running command does for `gh auth token`.
+    result = proc.run_sync(["sh", "-c", "echo token"], timeout=15)
+
+    assert result.ok and result.stdout == b"token\n"
+
+
+@pytest.mark.anyio
 async def test_a_failing_line_handler_raises_its_own_exception() -> None:
     def reject(lines: bytes) -> None:
         raise ValueError(f"bad lines {lines!r}")
