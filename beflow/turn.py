@@ -77,7 +77,7 @@ class AgentTurn:
                 await workspace.hook("before_run", fatal=False)
                 async with (
                     follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)),
-                    own_channel(self.channel, session.tracker, lambda: agent.transcript, self._notice),
+                    own_channel(self.channel, session.tracker, lambda: agent.transcript, self._notice, session.secrets),
                 ):
                     request = session.request
                     resume = request.attempt > 1 or request.round > 0  # a retry, or a review round

@@ -123,7 +123,7 @@ def test_what_the_agent_reports_it_used_is_recorded_shown_and_summed_per_issue(
     (finished,) = [e for e in events if e["event"] == "finished"]
     assert finished["usage"]["cost"] == 0.4 and finished["usage"]["tokens"] == 3400
     # The live figures as they came (both updates may come in one read of acpx's output: then only the latest).
-    assert [e["context_used"] for e in events if e["event"] == "usage"][0] in (1500, 2500)
+    assert next(e["context_used"] for e in events if e["event"] == "usage") in (1500, 2500)
     comment = auto_project.issue(key).comments[-1].text
     assert "- usage: context 2,500 of 100,000 tokens; 3,400 tokens (3,000 in, 400 out); cost 0.40 USD" in comment
 

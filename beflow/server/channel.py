@@ -153,25 +153,31 @@ class RunChannel:
 
     @contextlib.asynccontextmanager
     async def serving(
-        self, tracker: Any, usage: Callable[[], guardrails.Usage | None] = lambda: None
+        self,
+        tracker: Any,
+        usage: Callable[[], guardrails.Usage | None] = lambda: None,
+        secrets: list[str] | None = None,
     ) -> AsyncIterator[RunChannel]:
         """Listen while the body runs (the agent's session), acting with ``tracker``; afterwards the socket and its
         directory are gone, and the capability with them. ``usage``: what the agent reported so far (``run.status``
-        says it)."""
+        says it). ``secrets``: every secret the run holds (:func:`beflow.lifecycle.run_secrets`, its code host's
+        included), that the agent's words are masked with; by default, its tracker's and beflow's own."""
         self._live = usage
         self.directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         _sweep(self.directory.parent)
         os.mkdir(self.directory, 0o700)
-        from beflow.lifecycle import run_secrets  # the run's side only: beflow's own server never loads the session
+        if secrets is None:
+            from beflow.lifecycle import run_secrets  # the run's side only: beflow's server never loads the session
 
+            secrets = run_secrets(self.project, tracker)
         context = Context(
             project=self.project,
             actor="agent",
             bound_issue=self.issue,
             bound_run=self.run_id,
-            # The agent's words are masked with every secret the run holds: its tracker's token from `gh auth token`
-            # too, which no variable holds (beflow.masking).
-            services={"tracker": tracker, RUN_SECRETS: run_secrets(self.project, tracker)},
+            # The agent's words are masked with every secret the run holds: a token from `gh auth token` too, which
+            # no variable holds (beflow.masking).
+            services={"tracker": tracker, RUN_SECRETS: secrets},
         )
         lock = anyio.Lock()  # one call at a time: the run's tracker is shared with the run itself
         slots = anyio.Semaphore(MAX_CONNECTIONS)
@@ -381,11 +387,16 @@ def with_own_server(
 
 @contextlib.asynccontextmanager
 async def own_channel(
-    channel: RunChannel | None, tracker: Any, transcript: Callable[[], Transcript | None], notice: Callable[[str], None]
+    channel: RunChannel | None,
+    tracker: Any,
+    transcript: Callable[[], Transcript | None],
+    notice: Callable[[str], None],
+    secrets: list[str] | None = None,
 ) -> AsyncIterator[RunChannel | None]:
-    """While the body runs (the agent's session), the run's channel is served with the run's ``tracker``; then, if
-    the agent called beflow's server more often than the channel answered, ``notice`` says the server failed (its
-    message is the value of :attr:`RunChannel.failure` too, for the record)."""
+    """While the body runs (the agent's session), the run's channel is served with the run's ``tracker`` (the
+    agent's words masked with ``secrets``, see :meth:`RunChannel.serving`); then, if the agent called beflow's
+    server more often than the channel answered, ``notice`` says the server failed (its message is the value of
+    :attr:`RunChannel.failure` too, for the record)."""
     if channel is None:
         yield None
         return
@@ -394,7 +405,7 @@ async def own_channel(
         live = transcript()
         return None if live is None else live.usage
 
-    async with channel.serving(tracker, usage):
+    async with channel.serving(tracker, usage, secrets):
         yield channel
     failure = own_failure(channel, transcript())
     if failure is not None:

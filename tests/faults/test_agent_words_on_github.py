@@ -93,6 +93,43 @@ def test_secrets_in_an_agents_words_are_masked_on_github_the_token_from_gh_too(
     assert TOKEN not in "".join(p.read_text("utf-8", "replace") for p in on_github.run_dir(record).rglob("*.json*"))
 
 
+def test_the_code_hosts_token_from_gh_is_masked_in_an_agents_words_with_the_local_tracker(
+    auto_project: AutoProject, github: FakeGitHub, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    # The issues are local; GitHub is the code host alone, its token from `gh auth token` (in no variable). An agent
+    # running as the user can ask `gh` too: what it then says through beflow's server is masked all the same.
+    origin = auto_project.directory.parent / "origin.git"
+    git(auto_project.directory.parent, "clone", "-q", "--bare", str(auto_project.directory), str(origin))
+    git(auto_project.directory, "remote", "add", "origin", str(origin))
+    auto_project.configure(
+        code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url},
+        after_run={"pull_request": True},
+        mcp={"enabled": True, "self": True},
+    )
+    said = f"the token is {TOKEN}"
+    key = auto_project.new_issue(
+        call("issue_comment", {"text": f"comment: {said}"}),
+        call("run_progress", {"text": f"progress: {said}"}),
+        call("issue_new", {"title": f"Follow up on {TOKEN}", "body": f"follow-up: {said}"}),
+        "write notes.txt hello",
+    )
+
+    done = beflow_run(auto_project, "--auto", key, "--json", env=fake_gh(tmp_path / "bin"))
+
+    assert done.code == 0, done.stdout + done.stderr
+    record = auto_project.only_record()
+    assert record.outcome == "succeeded", record.stop_reason
+    (pull,) = github.pulls.values()  # the code host took the token from `gh`
+    assert [note.text for note in record.progress] == [f"progress: the token is {MASK}"]
+    comments = [c.text for c in auto_project.issue(key).comments]
+    assert [c for c in comments if c.startswith(f"comment: the token is {MASK}")], comments
+    (follow_up,) = [issue for issue in auto_project.tracker.listing().issues if issue.key != key]
+    assert follow_up.title == f"Follow up on {MASK}" and TOKEN not in follow_up.body
+    runs = auto_project.directory / ".beflow" / "runs"
+    assert [p for p in runs.rglob("*") if p.is_file() and TOKEN in p.read_text("utf-8", "replace")] == []
+    assert TOKEN not in done.stdout + done.stderr and TOKEN not in pull["body"]
+
+
 def test_an_agents_words_act_on_nothing_on_github_and_its_follow_up_is_open_and_not_urgent(
     on_github: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
