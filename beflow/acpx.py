@@ -312,37 +312,50 @@ class _Burst:
     """The usage updates of one session as acpx relays a burst of them: lines alike but for their figures, taken a
     read at a time by one pattern instead of one by one. The figures it admits are bounded so that every one is
     valid (a token count below MAX_TOKENS; a cost below MAX_COST, without sign or exponent): a read it takes ends as
-    taking its lines one by one would; a read with any other line is left to that."""
+    taking its lines one by one would; a read with any other line, or whose costs would change more than the
+    latest figure (a currency that changes, a resumed session's cost to count from), is left to that."""
 
     def __init__(self, session: bytes) -> None:
         self.session = session
         self.start = USAGE_LINE_START + session + b'","update":{"sessionUpdate":"usage_update","used":'
-        head, count = re.escape(b"\n" + self.start), rb"(0|[1-9][0-9]{0,14})"
-        cost = rb'(?:,"cost":\{"amount":((?:0|[1-9][0-9]{0,10})(?:\.[0-9]{1,20})?),"currency":"([A-Za-z]{3})"\})?'
-        # Without a cost, only ``used`` is needed of every line (for the peak); the size that counts is the last's.
-        self.plain = re.compile(head + count + rb',"size":(?:0|[1-9][0-9]{0,14})\}\}\}(?=\n)')
-        self.costed = re.compile(head + count + rb',"size":' + count + cost + rb"\}\}\}(?=\n)")
+        count = rb"(?:0|[1-9][0-9]{0,14})"
+        cost = rb'(?:,"cost":\{"amount":(?:0|[1-9][0-9]{0,10})(?:\.[0-9]{1,20})?,"currency":"[A-Za-z]{3}"\})?'
+        # Only ``used`` is needed of every line (for the peak); the size and the cost that count are the last ones.
+        self.pattern = re.compile(
+            re.escape(b"\n" + self.start) + b"(" + count + b")" + rb',"size":' + count + cost + rb"\}\}\}(?=\n)"
+        )
 
     def took(self, usage: Usage, lines: bytes) -> bool:
         """Whether every line of ``lines`` (joined by newlines) is such an update: then all are taken into ``usage``."""
-        start = self.start
-        if not (lines.startswith(start) and lines.startswith(start, lines.rfind(b"\n") + 1)):
+        start, last = self.start, lines.rfind(b"\n") + 1
+        if not (lines.startswith(start) and lines.startswith(start, last)):
             return False  # (a cheap look at the first and the last line: most reads of anything else end here)
-        count, framed = lines.count(b"\n") + 1, b"\n" + lines + b"\n"  # (a match is a line, newline to newline)
-        if b'"cost"' not in lines:
-            used = self.plain.findall(framed)
-            if len(used) != count:
-                return False
-            _take_context(usage, list(map(int, used)), int(lines[lines.rindex(b'"size":') + 7 : -3]))
-            return True
-        figures: list[tuple[bytes, bytes, bytes, bytes]] = self.costed.findall(framed)
-        if len(figures) != count:
+        used = self.pattern.findall(b"\n" + lines + b"\n")  # (a match is a whole line, newline to newline)
+        if len(used) != lines.count(b"\n") + 1:
             return False
-        _take_context(usage, [int(figure[0]) for figure in figures], int(figures[-1][1]))
-        for _, _, cost, currency in figures:
-            if cost:
-                usage.report_cost(float(cost), currency.decode().upper())
+        final = latest = USAGE_LINE.fullmatch(lines, last)
+        costed = lines.count(COST_KEY)
+        if costed:  # the line of the latest cost
+            at = lines.rfind(COST_KEY)
+            end = lines.find(b"\n", at)
+            latest = USAGE_LINE.fullmatch(lines, lines.rfind(b"\n", 0, at) + 1, len(lines) if end < 0 else end)
+        if final is None or latest is None:  # (never: what the pattern takes, USAGE_LINE takes too)
+            return False
+        currency = latest[5].decode().upper() if costed else ""
+        if costed and (
+            lines.count(b'"currency":"' + latest[5] + b'"') != costed  # one currency, as the agent wrote it
+            or usage.earlier_cost is not None
+            or usage.currency not in (None, currency)
+        ):
+            return False
+        _take_context(usage, list(map(int, used)), int(final[3]))
+        if costed:  # the session's cumulative cost: its latest figure is all that counts
+            usage.report_cost(float(latest[4]), currency)
         return True
+
+
+#: What starts a usage update's cost in acpx's serialisation.
+COST_KEY = b',"cost":{"amount":'
 
 
 def _take_context(usage: Usage, used: list[int], size: int) -> None:

@@ -676,7 +676,8 @@ class Bench:
         sends N usage updates, against a run of the same agent that sends none; goal: under 5 % more. Interleaved
         with them, a run sending N thoughts of about the same size (the same traffic, which beflow reads but does
         not follow) splits the cost into reading that many lines at all (thoughts - none) and following them
-        (usage - thoughts). A run's own CPU varies by ±10 % from one run to the next on a shared machine, twice
+        (usage - thoughts); a run whose updates carry a cost, as some agents send it, costs what the notes say. A
+        run's own CPU varies by ±10 % from one run to the next on a shared machine, twice
         the goal: the cost is the median of the differences within each round (usage minus none, run back to
         back), over ``usage_runs`` rounds."""
         repo = self.repo()
@@ -684,6 +685,7 @@ class Bench:
         write = "acp-test: write out.txt hello"
         prompts = {
             "usage": f"acp-test: usage-burst {count}\n{write}",
+            "with cost": f"acp-test: usage-burst {count} cost\n{write}",
             "thoughts": f"acp-test: usage-burst {count} thought\n{write}",
             "none": write,
         }
@@ -697,8 +699,9 @@ class Bench:
                 tree[name].append(whole)
         records = json.loads(measure(beflow(repo, "runs", "list", "--json", "--limit", "1000"), repo).stdout)
         followed = {r["usage"]["context_used"] for r in records if r.get("usage")}
-        if followed != {count - 1}:
-            raise RuntimeError(f"the usage runs did not record the agent's last update: {followed}")
+        costs = {r["usage"]["cost"] for r in records if r.get("usage") and r["usage"].get("cost") is not None}
+        if followed != {count - 1} or costs != {round((count - 1) * 0.0001, 4)}:
+            raise RuntimeError(f"the usage runs did not record the agent's last update: {followed}, {costs}")
 
         def cost(name: str, against: str) -> float:
             return median([a - b for a, b in zip(own[name], own[against], strict=True)])
@@ -720,6 +723,7 @@ class Bench:
                 ratio,
                 {**{f"beflow {k}": v for k, v in own.items()}, **{f"tree {k}": v for k, v in tree.items()}},
                 f"{extra * 1000:+.0f} ms a run (round by round: {pairs[0] * 1000:+.0f} to {pairs[-1] * 1000:+.0f});"
+                f" updates with a cost {cost('with cost', 'none') * 1000:+.0f} ms;"
                 f" reading {count:,} lines of any kind {cost('thoughts', 'none') * 1000:+.0f} ms, following them"
                 f" {cost('usage', 'thoughts') * 1000:+.0f} ms; the whole tree {median(tree['none']):.2f} ->"
                 f" {median(tree['usage']):.2f} s (acpx and the agent on the messages)",

@@ -545,9 +545,14 @@ def test_a_read_of_usage_updates_alone_is_taken_whole_and_any_other_read_is_left
         plain + b"\n" + _acpx_line(_usage(1), session="another"),
         _acpx_line(_usage(10**15)),
         _acpx_line(_usage(1, cost=-1)),
+        costed.replace(b'"USD"', b'"usd"', 1),  # a currency written two ways
+        _acpx_line(_usage(1, cost=1, currency="EUR")),  # another currency than the run's so far
     ):
         assert not burst.took(usage, other)
     assert usage.updates == 6  # (nothing of a read it left was taken)
+    # A resumed session's cost counts from the earlier run's figure: each of its updates is taken one by one.
+    earlier = guardrails.Usage(cost=0.2, currency="USD", session_cost=0.2)
+    assert not burst.took(guardrails.Usage.resuming(earlier), costed)
 
 
 def test_a_session_id_the_pattern_does_not_take_goes_through_the_json_parse() -> None:

@@ -98,9 +98,10 @@ against the session cwd.
     kept in ``$HOME/.acp-test/spent/<session id>``, so that a session loaded
     or resumed by a later process goes on from it, as a real agent's cost
     does.
-``usage-burst <count> [thought]``
+``usage-burst <count> [thought|cost]``
     Send ``<count>`` ``usage_update`` s (``used`` counting up, no cost):
-    for the benchmark of following them; with ``thought``, as many
+    for the benchmark of following them; with ``cost``, each with the
+    session's cost so far (in USD); with ``thought``, as many
     ``agent_thought_chunk`` s of about the same size instead (the same
     traffic, none of it usage).
 ``update <json>``
@@ -619,6 +620,9 @@ class Agent:
                 if kind == "thought":  # the same traffic, of a kind a client lets pass by
                     thought = {"type": "text", "text": f"{used:06d} of 200000"}
                     self.update(session, {"sessionUpdate": "agent_thought_chunk", "content": thought})
+                elif kind == "cost":
+                    cost = {"amount": round(used * 0.0001, 4), "currency": "USD"}
+                    self.update(session, {"sessionUpdate": "usage_update", "used": used, "size": 200_000, "cost": cost})
                 else:
                     self.update(session, {"sessionUpdate": "usage_update", "used": used, "size": 200_000})
         elif verb == "update":
