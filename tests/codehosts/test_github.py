@@ -21,9 +21,7 @@ def local_on_github(auto_project: AutoProject, github: FakeGitHub, monkeypatch: 
     bare repository as ``origin`` and pull requests on."""
     monkeypatch.setenv("HOSTPAT", TOKEN)  # a name no drop list matches: withheld as the code host's
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
-    origin = auto_project.directory.parent / "origin.git"
-    git(auto_project.directory.parent, "clone", "-q", "--bare", str(auto_project.directory), str(origin))
-    git(auto_project.directory, "remote", "add", "origin", str(origin))
+    auto_project.add_origin()
     auto_project.configure(
         code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url, "token_env": "HOSTPAT"},
         after_run={"pull_request": True},

@@ -66,9 +66,7 @@ SECRETS_ENV = {"GITHUB_TOKEN": TOKEN, "AWS_SECRET_ACCESS_KEY": AWS_SECRET, "OPEN
 @pytest.fixture
 def on_github(auto_project: AutoProject, github: FakeGitHub) -> AutoProject:
     """The test project on the fake GitHub, with a bare ``origin`` and pull requests on."""
-    origin = auto_project.directory.parent / "origin.git"
-    git(auto_project.directory.parent, "clone", "-q", "--bare", str(auto_project.directory), str(origin))
-    git(auto_project.directory, "remote", "add", "origin", str(origin))
+    auto_project.add_origin()
     auto_project.configure(
         tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url},
         after_run={"pull_request": True},
@@ -233,9 +231,7 @@ def test_the_code_hosts_token_is_withheld_from_the_agent_with_the_local_tracker(
     # The issues are local; GitHub is only the code host, its token in a variable of its own (a name the default
     # drop list does not match: it is withheld as the code host's secret): the agent gets none
     # of it, nor does any process it can read, and the token ends up nowhere.
-    origin = auto_project.directory.parent / "origin.git"
-    git(auto_project.directory.parent, "clone", "-q", "--bare", str(auto_project.directory), str(origin))
-    git(auto_project.directory, "remote", "add", "origin", str(origin))
+    auto_project.add_origin()
     snoop, loot = tmp_path / "snoop.sh", tmp_path / "loot.txt"
     snoop.write_text(SNOOP)
     auto_project.configure(

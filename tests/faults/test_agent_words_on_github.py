@@ -16,7 +16,7 @@ import pytest
 from beflow.mcp.acp import MASK
 from tests.faults.conftest import beflow_run
 from tests.support.github import TOKEN, FakeGitHub, acted_on
-from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject, git
+from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject
 
 pytestmark = pytest.mark.slow
 
@@ -98,9 +98,7 @@ def test_the_code_hosts_token_from_gh_is_masked_in_an_agents_words_with_the_loca
 ) -> None:
     # The issues are local; GitHub is the code host alone, its token from `gh auth token` (in no variable). An agent
     # running as the user can ask `gh` too: what it then says through beflow's server is masked all the same.
-    origin = auto_project.directory.parent / "origin.git"
-    git(auto_project.directory.parent, "clone", "-q", "--bare", str(auto_project.directory), str(origin))
-    git(auto_project.directory, "remote", "add", "origin", str(origin))
+    auto_project.add_origin()
     auto_project.configure(
         code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url},
         after_run={"pull_request": True},
@@ -133,9 +131,7 @@ def test_the_code_hosts_token_from_gh_is_masked_in_an_agents_words_with_the_loca
 def test_an_agents_words_act_on_nothing_on_github_and_its_follow_up_is_open_and_not_urgent(
     on_github: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
-    origin = on_github.directory.parent / "origin.git"
-    git(on_github.directory.parent, "clone", "-q", "--bare", str(on_github.directory), str(origin))
-    git(on_github.directory, "remote", "add", "origin", str(origin))
+    on_github.add_origin()
     on_github.configure(after_run={"pull_request": True})
     github.add_issue("Other", labels=["beflow"])  # 1: what the agent's words would close, link or notify about
     github.add_issue(

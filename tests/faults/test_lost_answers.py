@@ -10,16 +10,14 @@ import pytest
 
 from tests.faults.conftest import beflow_run
 from tests.support.github import TOKEN, FakeGitHub
-from tests.support.projects import AutoProject, git
+from tests.support.projects import AutoProject
 
 ENV = {"GITHUB_TOKEN": TOKEN}
 
 
 @pytest.fixture
 def published(auto_project: AutoProject, github: FakeGitHub) -> AutoProject:
-    origin = auto_project.directory.parent / "origin.git"
-    git(auto_project.directory.parent, "clone", "-q", "--bare", str(auto_project.directory), str(origin))
-    git(auto_project.directory, "remote", "add", "origin", str(origin))
+    auto_project.add_origin()
     auto_project.configure(
         tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": 30},
         after_run={"pull_request": True},

@@ -25,9 +25,7 @@ def test_two_workers_turn_ready_github_issues_into_pull_requests_once_and_a_revi
 ) -> None:
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)  # (this test's own look at the tracker)
     project = fleet.project
-    origin = project.directory.parent / "origin.git"
-    git(project.directory.parent, "clone", "-q", "--bare", str(project.directory), str(origin))
-    git(project.directory, "remote", "add", "origin", str(origin))
+    project.add_origin()
     project.configure(
         tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url},
         after_run={"pull_request": True},
@@ -104,9 +102,7 @@ def test_a_worker_frozen_mid_run_publishes_nothing_once_the_fleet_gave_its_run_t
     writes nothing — the fleet's claim is the one authority, proven before every write."""
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
     project = fleet.project
-    origin = project.directory.parent / "origin.git"
-    git(project.directory.parent, "clone", "-q", "--bare", str(project.directory), str(origin))
-    git(project.directory, "remote", "add", "origin", str(origin))
+    origin = project.add_origin()
     project.configure(
         tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url}, after_run={"pull_request": True}
     )

@@ -99,6 +99,13 @@ class AutoProject:
         lines = git(self.directory, "worktree", "list", "--porcelain").splitlines()
         return [line.removeprefix("worktree ") for line in lines if line.startswith("worktree ")][1:]
 
+    def add_origin(self) -> Path:
+        """A bare clone of the project beside it, as its ``origin`` remote (where runs push); its path."""
+        origin = self.directory.parent / "origin.git"
+        git(self.directory.parent, "clone", "-q", "--bare", str(self.directory), str(origin))
+        git(self.directory, "remote", "add", "origin", str(origin))
+        return origin
+
     def secrets_in_records(self) -> list[str]:
         """Files under ``.beflow/runs/`` holding a secret value of ``.mcp.json``."""
         found = []

@@ -32,9 +32,7 @@ def git(cwd: Path, *args: str, env: dict[str, str] | None = None, stdin: str | N
 def published(auto_project: AutoProject, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch) -> AutoProject:
     """The test project on the fake GitHub, with a bare repository as ``origin`` and pull requests on."""
     monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    origin = auto_project.directory.parent / "origin.git"
-    git(auto_project.directory.parent, "clone", "-q", "--bare", str(auto_project.directory), str(origin))
-    git(auto_project.directory, "remote", "add", "origin", str(origin))
+    auto_project.add_origin()
     auto_project.configure(
         tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url},
         after_run={"pull_request": True},
