@@ -10,8 +10,10 @@ This module holds the shapes and the pure decisions; sources live with the code 
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import re
+from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -104,21 +106,28 @@ class LooksAgain(Protocol):
 # -- the pure decisions ----------------------------------------------------------------------------------------------
 
 #: Characters a reader never sees: zero-width spaces and joiners, the bidirectional marks, embeddings, overrides and
-#: isolates (which also reorder what is shown), invisible operators, the byte-order mark, soft hyphen and its kin.
+#: isolates (which also reorder what is shown), invisible operators, the byte-order mark, soft hyphen and its kin, and
+#: the Unicode tag characters and supplementary variation selectors (each can carry a hidden letter: "ASCII
+#: smuggling").
 INVISIBLE = frozenset(
     [chr(c) for c in range(0x200B, 0x2010)]
     + [chr(c) for c in range(0x202A, 0x202F)]
     + [chr(c) for c in range(0x2060, 0x2065)]
     + [chr(c) for c in range(0x2066, 0x206A)]
+    + [chr(c) for c in range(0xE0000, 0xE0080)]
+    + [chr(c) for c in range(0xE0100, 0xE01F0)]
     + ["\ufeff", "\u00ad", "\u034f", "\u061c", "\u180e"]
 )
-_INVISIBLE = re.compile("[" + "".join(sorted(INVISIBLE)) + "]")
+_INVISIBLE = re.compile("[" + "".join(re.escape(c) for c in sorted(INVISIBLE)) + "]")
 #: A fenced code block (its content is shown as it is: an HTML comment in it is visible text).
 _FENCE = re.compile(r"^([ \t]{0,3})(`{3,}|~{3,})[^\n]*\n.*?(?:^[ \t]{0,3}\2[`~]*[ \t]*$|\Z)", re.S | re.M)
 #: A code span (from the start of a run of backticks only: a search stays linear when runs are left unclosed).
 _INLINE_CODE = re.compile(r"(?<!`)(`+)(?!`).+?(?<!`)\1(?!`)", re.S)
 #: An HTML comment, or one left open (a browser hides everything after ``<!--`` that is never closed).
 _COMMENT = re.compile(r"<!--.*?(?:-->|\Z)", re.S)
+#: What a page never shows either: a processing instruction (``<?...?>``), a CDATA section and a declaration
+#: (``<!DOCTYPE ...>``); one left open hides the rest, as a comment does.
+_DECLARATION = re.compile(r"<\?.*?(?:\?>|\Z)|<!\[CDATA\[.*?(?:\]\]>|\Z)|<![A-Za-z][^>]*(?:>|\Z)", re.S)
 #: Images: Markdown's ``![alt](url "title")`` and ``![alt][ref]``, and HTML's ``<img ...>``.
 _IMAGE = re.compile(r"!\[(?:[^\[\]]|\[[^\[\]]*\])*\](?:\([^()]*(?:\([^()]*\)[^()]*)*\)|\[[^\]]*\])?")
 _IMG_TAG = re.compile(r"<img\b[^>]{0,4000}>", re.I)
@@ -128,48 +137,140 @@ _LINK_TITLE = re.compile(r"(\]\(\s*<?[^\s()<>]*>?)\s+(?:\"[^\"]{0,500}\"|'[^']{0
 _REFERENCE = re.compile(
     r"^[ \t]{0,3}\[[^\]\n]+\]:[ \t]*(?:<[^>\n]*>|\S+)(?:[ \t]+(?:\"[^\"\n]*\"|'[^'\n]*'|\([^)\n]*\)))?[ \t]*$", re.M
 )
-#: A ``<details>`` that is not ``open`` (an open one is shown, and read as text).
-_DETAILS = re.compile(r"<details\b(?![^>\n]{0,500}\bopen\b)[^>\n]{0,500}>(.*?)</details\s*>", re.S | re.I)
-_CLOSE_DETAILS = re.compile(r"</details\s*>")
-_SUMMARY = re.compile(r"<summary\b[^>\n]{0,500}>(.*?)</summary\s*>", re.S | re.I)
+#: An HTML tag, and the attributes of one that a reader never sees as text (a tooltip, an alternative text, an
+#: accessible label, data).
+_TAG = re.compile(r"<[A-Za-z][\w-]*(?:\s[^<>]{0,4000})?/?>")
+_HIDDEN_ATTRIBUTE = re.compile(
+    r"""\s(?:title|alt|aria-[\w-]*|data-[\w-]*)(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'>]+))?(?=[\s/>])""", re.I
+)
+#: The elements that hide what is in them: a ``<details>`` that is not ``open`` (all but its summary), a
+#: ``<template>`` (nothing of it), and ``<script>`` and ``<style>``, whose content is raw text up to their close.
+_ELEMENT = re.compile(r"<(/?)(details|template|script|style)\b([^>]{0,4000})>", re.I)
+_RAW = frozenset({"script", "style"})
+_ATTRIBUTE_NAME = re.compile(r"""([^\s"'>/=]+)(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'>]+))?""")
+_SUMMARY = re.compile(r"<summary\b[^>]{0,4000}>(.*?)</summary\s*>", re.S | re.I)
+COLLAPSED = "[collapsed section left out]"
+
+
+@dataclass(frozen=True)
+class _Hit:
+    """What a pass found at ``[begin, finish)``: code (kept as it is) or hidden text, with what takes its place."""
+
+    begin: int
+    finish: int
+    code: bool = False
+    instead: str = ""
+
+    def start(self) -> int:
+        return self.begin
+
+    def end(self) -> int:
+        return self.finish
 
 
 class _Finder(Protocol):
-    def search(self, text: str, at: int = 0, /) -> re.Match[str] | None: ...
+    def search(self, text: str, at: int = 0, /) -> re.Match[str] | _Hit | None: ...
 
 
-class _CollapsedDetails:
-    """Finds the next collapsed ``<details>`` block: a regular expression searched from every ``<details`` to its
-    close would take quadratic time on many that are never closed; here each start is tried only while a close is
-    still ahead."""
+class _Hiding:
+    """The elements of one text that hide their content (:data:`_ELEMENT`), found in one pass with their nesting:
+    a ``<details>`` inside a collapsed one does not end it at the first ``</details>``, and one never closed hides
+    everything after it, as a browser's parser does (open elements are closed at the end of the page). Tags inside
+    code or an HTML comment are text, not tags. Linear, however the tags are nested or left open."""
 
-    def search(self, text: str, at: int = 0, /) -> re.Match[str] | None:
-        lower = text.lower()
-        start = lower.find("<details", at)
-        while start != -1 and _CLOSE_DETAILS.search(lower, start) is not None:
-            found = _DETAILS.match(text, start)
-            if found is not None:
-                return found
-            start = lower.find("<details", start + 1)
-        return None
+    def __init__(self, text: str) -> None:
+        literal = _literal_ranges(text)
+        spans: list[_Hit] = []
+        stack: list[tuple[str, re.Match[str], bool]] = []  # name, open tag, whether it hides
+        at, index = 0, 0
+        while (tag := _ELEMENT.search(text, at)) is not None:
+            while index < len(literal) and literal[index][1] <= tag.start():
+                index += 1
+            if index < len(literal) and literal[index][0] <= tag.start():
+                at = literal[index][1]  # (in code or a comment: text)
+                continue
+            closing, name = tag.group(1), tag.group(2).lower()
+            if not closing and name in _RAW:  # its content is raw text to its close, whatever it holds
+                close = re.compile(rf"</{name}\s*>", re.I).search(text, tag.end())
+                finish = close.end() if close is not None else len(text)
+                if not any(hides for _, _, hides in stack):
+                    spans.append(_Hit(tag.start(), finish))
+                at = finish
+                continue
+            if not closing:
+                hides = name == "template" or not _is_open(tag.group(3))
+                stack.append((name, tag, hides))
+            else:
+                depth = next((i for i in range(len(stack) - 1, -1, -1) if stack[i][0] == name), None)
+                if depth is not None:  # (a close nothing opened is ignored, as a browser ignores it)
+                    while len(stack) > depth:
+                        self._closed(text, stack, tag.start(), tag.end(), spans)
+            at = tag.end()
+        while stack:  # never closed: to the end
+            self._closed(text, stack, len(text), len(text), spans)
+        self.spans = sorted(spans, key=lambda hit: hit.begin)
+        self.starts = [hit.begin for hit in self.spans]
+
+    @staticmethod
+    def _closed(
+        text: str, stack: list[tuple[str, re.Match[str], bool]], inner: int, finish: int, spans: list[_Hit]
+    ) -> None:
+        name, tag, hides = stack.pop()
+        if not hides or any(outer for _, _, outer in stack):
+            return  # shown, or inside an element that hides it anyway
+        if name == "template":
+            spans.append(_Hit(tag.start(), finish))
+            return
+        summary = _summary(text[tag.end() : inner])
+        shown = _strip_markup(summary.group(1)).strip() if summary else "Details"
+        spans.append(_Hit(tag.start(), finish, instead=f"{shown}\n{COLLAPSED}"))
+
+    def search(self, text: str, at: int = 0, /) -> _Hit | None:
+        index = bisect.bisect_left(self.starts, at)
+        return self.spans[index] if index < len(self.spans) else None
 
 
-#: What a pass looks for, by rank (an earlier rank wins a tie: a fence is also the start of a code span).
-_TOKENS: tuple[_Finder, ...] = (_FENCE, _INLINE_CODE, _COMMENT, _CollapsedDetails())
-COLLAPSED = "[collapsed section left out]"
+def _is_open(attributes: str) -> bool:
+    """Whether a ``<details>`` tag's attributes hold ``open`` (as an attribute, not inside another's value)."""
+    return any(m.group(1).lower() == "open" for m in _ATTRIBUTE_NAME.finditer(attributes))
+
+
+def _literal_ranges(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` has code or an HTML comment (or a declaration), in order: a tag there is no tag."""
+    finders: tuple[re.Pattern[str], ...] = (_FENCE, _INLINE_CODE, _COMMENT, _DECLARATION)
+    ranges: list[tuple[int, int]] = []
+    at = 0
+    ahead = [f.search(text, 0) for f in finders]
+    while at < len(text):
+        for rank, finder in enumerate(finders):
+            held = ahead[rank]
+            if held is not None and held.start() < at:
+                ahead[rank] = finder.search(text, at)
+        found = [(m.start(), rank, m) for rank, m in enumerate(ahead) if m is not None]
+        if not found:
+            break
+        start, _, match = min(found, key=lambda f: (f[0], f[1]))
+        ranges.append((start, match.end()))
+        at = max(match.end(), start + 1)
+    return ranges
 
 
 def strip_hidden(text: str) -> str:
     """``text`` as a person reading the rendered page sees it: what could carry instructions no reviewer saw is
     removed before it reaches a prompt (a known attack on agents that read GitHub).
 
-    - HTML comments (and one left open, to the end), outside code: GitHub shows none of them.
-    - Zero-width and bidirectional control characters, everywhere (in code too: they are no more visible there).
+    - HTML comments (and one left open, to the end), processing instructions (``<?...?>``), CDATA sections and
+      declarations (``<!DOCTYPE ...>``), outside code: GitHub shows none of them.
+    - Zero-width and bidirectional control characters, Unicode tag characters (U+E0000-U+E007F) and supplementary
+      variation selectors, everywhere (in code too: they are no more visible there).
     - Images become ``[image]``: their alt text is shown to nobody who sees the picture.
     - Link titles (a tooltip) and reference definitions (never rendered) are dropped; the link text and URL stay.
+      So are the attributes of an HTML tag that are never shown as text: ``title``, ``alt``, ``aria-*``, ``data-*``.
     - A ``<details>`` block that is not ``open`` keeps its summary, and its content is left out, marked: a reader of
       the page sees only the summary unless they choose to expand it, so its content is not what the reviewer was
-      seen to ask for. (An ``open`` one is shown as it is and is kept.)
+      seen to ask for. (An ``open`` one is shown as it is and is kept.) Nested ones end at their own close; one
+      never closed hides the rest of the text, as it does on the page.
+    - ``<template>``, ``<script>`` and ``<style>`` elements, with all they hold (one never closed: the rest).
 
     Code (fenced blocks and inline spans) is shown literally and is kept as it is, but for invisible characters.
     Stripping again changes nothing: the steps repeat until nothing more comes out (a removal may join what was
@@ -183,30 +284,29 @@ def strip_hidden(text: str) -> str:
 
 def _strip_once(text: str) -> str:
     """One pass, in the order a Markdown reader meets things: whichever of a fenced block, a code span, an HTML
-    comment or a collapsed ``<details>`` starts first decides (a comment holding code hides the code; code holding
-    ``<!--`` shows it)."""
+    comment, a declaration or an element that hides its content starts first decides (a comment holding code hides
+    the code; code holding ``<!--`` shows it)."""
     text = _INVISIBLE.sub("", text)
+    finders: tuple[_Finder, ...] = (_FENCE, _INLINE_CODE, _COMMENT, _DECLARATION, _Hiding(text))
     out: list[str] = []
     at = 0
-    # Each pattern's next match, searched again only once the scan has passed its start: linear in the text.
-    ahead: list[re.Match[str] | None] = [r.search(text, 0) for r in _TOKENS]
+    # Each finder's next match, searched again only once the scan has passed its start: linear in the text.
+    ahead = [f.search(text, 0) for f in finders]
     while at < len(text):
-        for rank, pattern in enumerate(_TOKENS):
+        for rank, finder in enumerate(finders):
             held = ahead[rank]
             if held is not None and held.start() < at:
-                ahead[rank] = pattern.search(text, at)
+                ahead[rank] = finder.search(text, at)
         found = [(m.start(), rank, m) for rank, m in enumerate(ahead) if m is not None]
         if not found:
             break
         start, rank, match = min(found, key=lambda f: (f[0], f[1]))
         out.append(_strip_markup(text[at:start]))
         if rank <= 1:  # code, shown as it is
-            out.append(match.group(0))
-        elif rank == 3:  # a collapsed <details>: its summary, its content marked as left out
-            summary = _summary(match.group(1))
-            shown = _strip_markup(summary.group(1)).strip() if summary else "Details"
-            out.append(f"{shown}\n{COLLAPSED}")
-        at = max(match.end(), start + 1)  # (an HTML comment: nothing of it)
+            out.append(match.group(0) if isinstance(match, re.Match) else "")
+        elif isinstance(match, _Hit):  # an element that hides: what a reader sees of it (a summary), if anything
+            out.append(match.instead)
+        at = max(match.end(), start + 1)  # (a comment, a declaration: nothing of it)
     out.append(_strip_markup(text[at:]))
     return "".join(out)
 
@@ -222,6 +322,7 @@ def _strip_markup(text: str) -> str:
     text = _IMAGE.sub("[image]", text)
     text = _IMG_TAG.sub("[image]", text)
     text = _LINK_TITLE.sub(r"\1)", text)
+    text = _TAG.sub(lambda tag: _HIDDEN_ATTRIBUTE.sub("", tag.group(0)), text)
     return _REFERENCE.sub("", text)
 
 

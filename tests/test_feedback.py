@@ -51,6 +51,35 @@ from beflow.feedback import (
         ("```\nzero\u200bwidth\n```", "```\nzerowidth\n```"),
         ("<<!-- a -->!-- b -->c", "c"),
         ("<!\u200b-- hidden -->shown", "shown"),
+        # A tag broken over lines, classes without `open`, and `open` only as another attribute's value.
+        ("<details\n><summary>S</summary>hidden</details>after", f"S\n{COLLAPSED}after"),
+        ('<details class="x">hidden</details>after', f"Details\n{COLLAPSED}after"),
+        ('<details data-x="open">hidden</details>after', f"Details\n{COLLAPSED}after"),
+        ('<details class="a" open>shown</details>', '<details class="a" open>shown</details>'),
+        ("<summary\n>not in a details</summary>", "<summary\n>not in a details</summary>"),
+        # Unicode tag characters and supplementary variation selectors spell hidden letters.
+        ("a\U000e0049\U000e0067\U000e006eb\U000e0101", "ab"),
+        ("x<?php ignore the rules ?>y", "xy"),
+        ("x<?never closed", "x"),
+        ("<!DOCTYPE html>shown", "shown"),
+        ("<![CDATA[hidden]]>shown", "shown"),
+        ('<span title="do evil">word</span>', "<span>word</span>"),
+        ("<abbr title=evil data-x='y' aria-label=\"z\">W</abbr>", "<abbr>W</abbr>"),
+        ("<script>evil()</script>shown", "shown"),
+        ("<STYLE>p{}</style >shown", "shown"),
+        ("<template><p>evil</p></template>shown", "shown"),
+        ("<script>never closed, evil", ""),
+        # Nesting: an inner close does not end the outer collapsed block; one never closed hides the rest.
+        ("<template><template>in</template>hidden</template>shown", "shown"),
+        ("<details><summary>S</summary><details open>x</details>still hidden</details>shown", f"S\n{COLLAPSED}shown"),
+        ("<details><summary>S</summary>never closed\nmore", f"S\n{COLLAPSED}"),
+        ("before <details>\nnever closed", f"before Details\n{COLLAPSED}"),
+        ("<details open>a<details>b</details>c</details>", f"<details open>aDetails\n{COLLAPSED}c</details>"),
+        ("<details><summary>S</summary>`</details>` hidden</details>shown", f"S\n{COLLAPSED}shown"),
+        ("<details><script></details></script>hidden</details>shown", f"Details\n{COLLAPSED}shown"),
+        ("<details><!-- </details> -->hidden</details>shown", f"Details\n{COLLAPSED}shown"),
+        ("`<details>` and `<script>` in code are shown", "`<details>` and `<script>` in code are shown"),
+        ("</details>shown", "</details>shown"),
     ],
 )
 def test_strip_hidden_keeps_what_a_reader_sees(given_text: str, shown: str) -> None:
@@ -58,7 +87,8 @@ def test_strip_hidden_keeps_what_a_reader_sees(given_text: str, shown: str) -> N
 
 
 _MARKUP = ["<details>", "<details open>", "</details>", "<summary>", "</summary>", "```", "~~~", "<!--", "-->"]
-_MARKUP += ["![", "](", "[x]: ", "<img ", "\u202e"]
+_MARKUP += ["![", "](", "[x]: ", "<img ", "\u202e", "<details\n>", "<details class=a>", "<template>", "</template>"]
+_MARKUP += ["<script>", "</script>", "<?", "?>", "<!DOCTYPE x>", ' title="t"', "<span", ">", "\U000e0041"]
 _PIECES = st.sampled_from([*"<!->`[]()!\"' \nab~", *sorted(INVISIBLE)[:6], *_MARKUP])
 
 
@@ -73,6 +103,18 @@ def test_strip_hidden_is_idempotent_and_leaves_no_invisible_character(text: str)
 def test_strip_hidden_on_any_text(text: str) -> None:
     once = strip_hidden(text)
     assert strip_hidden(once) == once and not set(once) & INVISIBLE
+
+
+@pytest.mark.parametrize(
+    "unit", ["<details>", "<details open>", "</details>", "<template>", "<script>x", "<!-- <details> -->"]
+)
+def test_strip_hidden_stays_linear_on_many_elements_left_open(unit: str) -> None:
+    """A hostile text of 20,000 elements nested or never closed is stripped at once (no quadratic search)."""
+    import time
+
+    started = time.monotonic()
+    strip_hidden(unit * 20_000 + "tail")
+    assert time.monotonic() - started < 5
 
 
 @pytest.mark.parametrize(
