@@ -25,7 +25,7 @@ from beflow.codehosts.base import CodeHost
 from beflow.config import GitHubTrackerSettings, Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
-from beflow.feedback import Feedback, Ignored
+from beflow.feedback import Feedback, Ignored, strip_hidden
 from beflow.guardrails import Totals
 from beflow.mcp.acp import AcpServer, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
@@ -34,7 +34,7 @@ from beflow.mcp.own import secret_part
 from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC
 from beflow.policy import give_up_note, status_after
-from beflow.quoting import code, fenced, inert
+from beflow.quoting import code, fenced, inert, unmarked
 from beflow.records import (
     DONE_OUTCOMES,
     WORDS_FIELDS,
@@ -75,13 +75,22 @@ def _prompt_variables(
     issue: Issue, request: RunRequest, branch: str, run_id: str, previous: list[dict[str, Any]] | None = None
 ) -> dict[str, Any]:
     previous = previous or []
-    comments = [{"author": c.author, "created": c.created.isoformat(), "body": c.text} for c in issue.comments]
+    # Every text of the tracker as a reader of the page sees it, as in review rounds (beflow.feedback.strip_hidden),
+    # and the words of one who may not give beflow work left out, saying so.
+    comments = [
+        {
+            "author": c.author,
+            "created": c.created.isoformat(),
+            "body": strip_hidden(c.text) if c.withheld is None else f"[This comment is left out: {c.withheld}.]",
+        }
+        for c in issue.comments
+    ]
     return {
         "issue": {
             "key": issue.key,
-            "title": issue.title,
-            "body": issue.body,
-            "labels": list(issue.labels),
+            "title": strip_hidden(issue.title),
+            "body": strip_hidden(issue.body),
+            "labels": [strip_hidden(label) for label in issue.labels],
             "url": issue.url,
             "comments": comments,
         },
@@ -174,7 +183,7 @@ def summary(record: RunRecord, issue_usage: Totals | None = None) -> str:
     if record.worktree_kept:
         lines.append(f"- worktree kept at `{record.worktree}`")
     if record.final_message:  # the agent's words, quoted: GitHub neither closes issues nor pings for them
-        said = "\n".join(record.final_message.strip().splitlines()[:20])
+        said = unmarked("\n".join(record.final_message.strip().splitlines()[:20]))
         lines.append("")
         lines.append(fenced(said[:FINAL_MESSAGE_SHOWN]))
         if len(said) > FINAL_MESSAGE_SHOWN:

@@ -26,6 +26,18 @@ def inert(text: str) -> str:
     return _ACTIVE.sub(lambda m: (m.group(1) or m.group(2)) + JOINER, text)
 
 
+#: The start of every mark beflow reads in a tracker's text: ``<!-- beflow -->`` (its own comment),
+#: ``<!-- beflow:rework -->`` (feedback on the local tracker), ``<!-- beflow:progress -->``, ``<!-- beflow:answer
+#: ... -->``, ``<!-- beflow:comments -->``... in any case and spacing.
+_MARK = re.compile(r"<!--(?=\s*beflow)", re.IGNORECASE)
+
+
+def unmarked(text: str) -> str:
+    """``text`` (an agent's words) unable to carry any of beflow's marks: each ``<!--`` that would start one is
+    written ``&lt;!--``, shown as the characters it is and read by beflow as no mark, on any tracker."""
+    return _MARK.sub("&lt;!--", text)
+
+
 def fenced(text: str, info: str = "text") -> str:
     """``text`` as a fenced code block that nothing in it can close."""
     longest = max((len(run) for run in _BACKTICKS.findall(text)), default=0)

@@ -30,6 +30,7 @@ from beflow.feedback import (
     due_at,
     merged,
     pending,
+    strip_hidden,
     trailer_lines,
 )
 from beflow.records import CONSUMED_TEXT, DONE_OUTCOMES, Consumed, LeftOut, RunRecord, RunStore
@@ -206,11 +207,12 @@ def prompt_feedback(pieces: Iterable[Feedback]) -> list[dict[str, Any]]:
             "kind": p.kind,
             "author": p.author,
             "url": p.url,
-            "body": p.body,
+            # (cleaned by its source already; again here, for every source, the local tracker's too)
+            "body": strip_hidden(p.body),
             "path": p.path,
             "line": p.line,
             "hunk": p.hunk,
-            "thread": [{"author": c.author, "body": c.body} for c in p.thread],
+            "thread": [{"author": c.author, "body": strip_hidden(c.body)} for c in p.thread],
         }
         # File by file: what concerns the whole change first, then each file's pieces by line.
         for p in sorted(pieces, key=lambda p: (p.path is not None, p.path or "", p.line or 0))

@@ -29,13 +29,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from beflow.config import Feedback as FeedbackSettings
-from beflow.feedback import Feedback, Gathered, Ignored, ThreadComment, mentions, strip_hidden, trusted
+from beflow.feedback import Feedback, Gathered, Ignored, ThreadComment, mentions, strip_hidden
 from beflow.quoting import inert
 from beflow.trackers.github_api import _NEXT, Api, GitHubError, RateLimited
-from beflow.trackers.github_comments import MARKER
+from beflow.trackers.github_comments import MARKER, Authors
 
-#: The start every hidden marker of beflow's comments shares (``<!-- beflow -->``, ``<!-- beflow:progress -->``).
-OWN_MARKER = "<!-- beflow"
 #: The repository-wide listings are read at most this often (seconds): every issue gathered in one poll shares them.
 FRESH = 2.0
 #: A listing's watermark starts this far back (seconds), for clocks and GitHub's own delays.
@@ -43,13 +41,10 @@ SLACK = 60.0
 #: An issue whose time is this close to (or after) the start of its last reading is read again (GitHub's times are
 #: to the second: a change in the same second as the reading would otherwise be missed).
 SAME_SECOND = 1.0
-#: How long a looked-up collaborator permission is remembered (seconds).
-PERMISSION_TTL = 600.0
 #: The most pages (of 100) read of one list for one issue: the work per issue stays bounded.
 MAX_PAGES = 10
 #: The most annotations of one failed check run that reach a prompt.
 MAX_ANNOTATIONS = 20
-WRITE_PERMISSIONS = frozenset({"admin", "maintain", "write"})
 FEEDBACK_REVIEWS = frozenset({"CHANGES_REQUESTED", "COMMENTED"})
 #: Reviews whose inline comments are not feedback: an approval's remarks, a dismissed review's, one not submitted.
 NOT_FEEDBACK_REVIEWS = frozenset({"APPROVED", "DISMISSED", "PENDING"})
@@ -126,57 +121,6 @@ class _Client:
             match = _NEXT.search(response.headers.get("link", ""))
             url, query = (match.group(1), None) if match else (None, None)
         return items
-
-
-class Authors(_Client):
-    """Who may give feedback (see the module's description), the lookups it takes remembered."""
-
-    def __init__(self, api: Api, repo: str, allow: list[str]) -> None:
-        super().__init__(api, repo)
-        self.allow = allow
-        self._me: str | None = None
-        self._permissions: dict[str, tuple[bool, float]] = {}
-
-    def own(self, raw: dict[str, Any]) -> bool:
-        """Whether ``raw`` is beflow's (its marker) or the token's user's."""
-        return OWN_MARKER in str(raw.get("body") or "") or _login(raw).lower() == self.me().lower()
-
-    def why_not(self, raw: dict[str, Any]) -> str | None:
-        """None when the author of ``raw`` may give feedback; else why not."""
-        login = _login(raw)
-        if OWN_MARKER in str(raw.get("body") or ""):
-            return "beflow's own comment"
-        if login.lower() == self.me().lower():
-            return f"{login} is the user of beflow's own token"
-        association = raw.get("author_association")
-        why = trusted(association, login, self.allow)
-        if why is None or self._may_write(login):
-            return None
-        return why
-
-    def me(self) -> str:
-        """The login of the token's user (read once)."""
-        if self._me is None:
-            self._me = str((self._get("/user") or {}).get("login") or "")
-        return self._me
-
-    def _may_write(self, login: str) -> bool:
-        """Whether ``login`` has write access by the repository's collaborator permission (an owner of an
-        organisation whose membership is private shows no association), remembered :data:`PERMISSION_TTL`."""
-        held = self._permissions.get(login.lower())
-        if held is not None and time.monotonic() - held[1] < PERMISSION_TTL:
-            return held[0]
-        try:
-            data = self._get(f"{self._base}/collaborators/{login}/permission") or {}
-            ok = str(data.get("permission") or "") in WRITE_PERMISSIONS
-        except RateLimited:
-            raise
-        except GitHubError as error:
-            if error.status not in (403, 404):
-                raise
-            ok = False  # not a collaborator (404), or the token may not read permissions (403): not trusted
-        self._permissions[login.lower()] = (ok, time.monotonic())
-        return ok
 
 
 class Replies(_Client):

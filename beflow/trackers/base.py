@@ -16,7 +16,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from beflow.errors import BeflowError, TransitionError, UsageError
 
@@ -127,6 +127,18 @@ class Comment(BaseModel):
     author: str
     created: dt.datetime
     text: str
+    #: Why the comment's text is not for an agent's prompt (its author may not give beflow work: GitHub's rule of
+    #: who may give feedback), None when it is. The tracker's judgement when it read the comment; no field of it.
+    _withheld: str | None = PrivateAttr(default=None)
+
+    @property
+    def withheld(self) -> str | None:
+        return self._withheld
+
+    def withholding(self, why: str | None) -> Comment:
+        """This comment, its text kept out of prompts for ``why`` (None: it is not)."""
+        self._withheld = why  # (a private attribute: not part of what the comment says, nor of its schema)
+        return self
 
     @field_validator("author")
     @classmethod

@@ -50,7 +50,7 @@ from beflow.trackers.github_api import (
     GitHubAuthError,
     GitHubError,
 )
-from beflow.trackers.github_comments import IssueComments
+from beflow.trackers.github_comments import Authors, IssueComments
 from beflow.trackers.github_leases import GitHubLeases
 
 #: Before the marker, a comment beflow posted holds a token of its own: a post whose answer was lost is found by it.
@@ -143,6 +143,7 @@ class GitHubTracker:
         #: The comments beflow writes: each posted once, and a run's one progress comment (github_comments.py).
         self.comments = IssueComments(api, self._base, self._call, self.leases)
         self._login: str | None = None
+        self.authors = Authors(api, repo, project.config.feedback.allow if project else [])  # (whose words count)
         #: The issues the last listing could not read (a hostile label) and why: they are skipped until fixed.
         self.unreadable: dict[str, str] = {}
 
@@ -280,7 +281,10 @@ class GitHubTracker:
         if not text.strip():
             return None
         author = (raw.get("user") or {}).get("login") or "ghost"
-        return Comment(author=author, created=_time(raw["created_at"]), text=text)
+        # The text of one who may not give feedback stays out of prompts, as in review rounds.
+        return Comment(author=author, created=_time(raw["created_at"]), text=text).withholding(
+            self.authors.why_unread(raw)
+        )
 
     # -- writing ---------------------------------------------------------------------------------------------------
 

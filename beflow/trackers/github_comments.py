@@ -1,6 +1,6 @@
 """The comments beflow writes on a GitHub issue: each posted once (a post whose answer was lost is found by a token
 of its own), and a run's one progress comment, edited in place at most every ``PROGRESS_EVERY`` seconds and
-finally saying how the run ended."""
+finally saying how the run ended; and who of those who comment may give beflow work (:class:`Authors`)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from beflow.feedback import trusted
 from beflow.trackers.base import ClaimLost, Status, normalize_key
 from beflow.trackers.claims import LeaseStore
 from beflow.trackers.github_api import Api, GitHubError, RateLimited
@@ -19,6 +20,11 @@ MARKER = "<!-- beflow -->"
 PROGRESS_MARKER = "<!-- beflow:progress -->"
 #: Edits of a run's progress comment are at most this often (seconds): people see the progress, GitHub is spared.
 PROGRESS_EVERY = 15.0
+#: The start every hidden marker of beflow's comments shares (``<!-- beflow -->``, ``<!-- beflow:progress -->``).
+OWN_MARKER = "<!-- beflow"
+#: How long a looked-up collaborator permission is remembered (seconds).
+PERMISSION_TTL = 600.0
+WRITE_PERMISSIONS = frozenset({"admin", "maintain", "write"})
 
 
 class IssueComments:
@@ -100,3 +106,75 @@ class IssueComments:
         except (GitHubError, ClaimLost):
             return False  # progress is a courtesy: a failed edit never fails a run
         return True
+
+
+class Authors:
+    """Who may give feedback on GitHub (an owner, member or collaborator, one with write access, a login of
+    ``feedback.allow``: beflow.codehosts.github_feedback), and so whose words reach a prompt; the lookups it takes
+    remembered."""
+
+    def __init__(self, api: Api, repo: str, allow: list[str]) -> None:
+        self.api = api
+        self._base = f"/repos/{repo}"
+        self.allow = allow
+        self._me: str | None = None
+        self._permissions: dict[str, tuple[bool, float]] = {}
+
+    def own(self, raw: dict[str, Any]) -> bool:
+        """Whether ``raw`` is beflow's (its marker) or the token's user's."""
+        return OWN_MARKER in str(raw.get("body") or "") or _login(raw).lower() == self.me().lower()
+
+    def why_not(self, raw: dict[str, Any]) -> str | None:
+        """None when the author of ``raw`` may give feedback; else why not."""
+        login = _login(raw)
+        if OWN_MARKER in str(raw.get("body") or ""):
+            return "beflow's own comment"
+        if login.lower() == self.me().lower():
+            return f"{login} is the user of beflow's own token"
+        association = raw.get("author_association")
+        why = trusted(association, login, self.allow)
+        if why is None or self._may_write(login):
+            return None
+        return why
+
+    def why_unread(self, raw: dict[str, Any]) -> str | None:
+        """None when the text of ``raw`` (an issue's comment) may reach an agent's prompt: its author may give
+        feedback, or is the user of beflow's own token; else why not. (A marker proves nothing here: anyone can
+        write one.)"""
+        login = _login(raw)
+        why = trusted(raw.get("author_association"), login, self.allow)
+        if why is None or login.lower() == self.me().lower() or self._may_write(login):
+            return None
+        return why
+
+    def me(self) -> str:
+        """The login of the token's user (read once)."""
+        if self._me is None:
+            self._me = str((self._data("/user") or {}).get("login") or "")
+        return self._me
+
+    def _may_write(self, login: str) -> bool:
+        """Whether ``login`` has write access by the repository's collaborator permission (an owner of an
+        organisation whose membership is private shows no association), remembered :data:`PERMISSION_TTL`."""
+        held = self._permissions.get(login.lower())
+        if held is not None and time.monotonic() - held[1] < PERMISSION_TTL:
+            return held[0]
+        try:
+            data = self._data(f"{self._base}/collaborators/{login}/permission") or {}
+            ok = str(data.get("permission") or "") in WRITE_PERMISSIONS
+        except RateLimited:
+            raise
+        except GitHubError as error:
+            if error.status not in (403, 404):
+                raise
+            ok = False  # not a collaborator (404), or the token may not read permissions (403): not trusted
+        self._permissions[login.lower()] = (ok, time.monotonic())
+        return ok
+
+    def _data(self, path: str) -> Any:
+        return self.api.request("GET", path).data
+
+
+def _login(raw: dict[str, Any]) -> str:
+    user = raw.get("user") or {}
+    return str(user.get("login") or "ghost")
