@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, computed_field
 
 from beflow import rounds
 from beflow.config import GitHubTrackerSettings
-from beflow.errors import UsageError
+from beflow.errors import OutOfScopeError, UsageError
 from beflow.followups import agent_follow_up
 from beflow.masking import agent_words, posted_words
 from beflow.operations import Context, Input, operation
@@ -263,7 +263,19 @@ def rework_issue(context: Context, payload: NewComment) -> Reworked:
     return Reworked(key=issue.key, comment=comment, status=status, why=why, queued=queued)
 
 
+#: What an agent bound to its issue may set it to: its work is ready for a person to look at (review), or it cannot
+#: be done (failed). Queueing it again (ready), accepting the work (done) and closing it are a person's decisions:
+#: an agent that could would re-queue itself past max_attempts, or approve itself past review.
+AGENT_STATUSES = frozenset({Status.REVIEW, Status.FAILED})
+
+
 def _change(context: Context, key: str, status: Status, note: str | None) -> StatusChange:
+    if context.bound_issue is not None and status not in AGENT_STATUSES:
+        raise OutOfScopeError(
+            f"issue.set_status: an agent sets its issue to review or failed only; {status.value} is a person's "
+            "decision",
+            fix="Set review when the work is ready for a person, failed (with a note) when it cannot be done.",
+        )
     trackers = tracker(context)
     before = trackers.get(key)
     note = posted_words(context, note) if note is not None else None  # an agent's note is a comment, as its own
@@ -274,9 +286,9 @@ def _change(context: Context, key: str, status: Status, note: str | None) -> Sta
 @operation(
     "issue.set_status",
     title="Set the issue's status",
-    description="Move your issue to another status, e.g. 'review' when the work is ready for a person, 'failed' "
-    "when it cannot be done (say why in `note`). Only allowed transitions are accepted; the error lists them. "
-    "Writes to the tracker.",
+    description="Move your issue to 'review' when the work is ready for a person, or 'failed' when it cannot be "
+    "done (say why in `note`). An agent can set no other status (ready, done and closed are a person's decisions); "
+    "only allowed transitions are accepted; the error lists them. Writes to the tracker.",
     safety="action",
     agent=True,
     issue_field="key",

@@ -81,11 +81,15 @@ def _redactor(context: Context) -> Redactor:
 
 
 def agent_words(context: Context, text: str) -> str:
-    """``text`` from an agent bound to a run, with the run's secrets masked; anyone else's as it is."""
+    """``text`` from an agent bound to a run, with the run's secrets masked and no mark of beflow's in it (a
+    ``<!-- beflow:rework -->`` of its own would start a review round: :func:`beflow.quoting.unmarked`); anyone
+    else's as it is."""
     if context.bound_issue is None and context.bound_run is None:
         return text
+    from beflow.quoting import unmarked
+
     redact: Redactor = context.service("agent words", lambda _project: _redactor(context))
-    return redact.text(text)
+    return unmarked(redact.text(text))
 
 
 def posted_words(context: Context, text: str) -> str:
