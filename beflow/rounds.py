@@ -3,9 +3,11 @@ what a round leaves behind (docs/rounds.md).
 
 A round is a run (:class:`beflow.runner.Run`) whose :class:`~beflow.lifecycle.RunRequest` carries ``round`` and
 ``feedback``. Where the feedback comes from is a :class:`~beflow.feedback.FeedbackSource`'s business (the tracker,
-the code host, or both); what was answered is read back from the branch itself — every round's commit carries a
-``Beflow-Feedback: <id>`` trailer per piece it answered — so that a piece is answered once across restarts and
-machines (a machine that did not make the commit fetches the branch first: :func:`catch_up`).
+the code host, or both); what was answered is beflow's own record of each round that delivered (its
+``feedback``), counted while the round's commit is on the branch. Every round's commit also carries a
+``Beflow-Feedback: <id>`` trailer per piece it answered, for people reading the history; beflow never reads them
+back, since the agent's own commits on the branch could carry any (a machine that did not make the commit fetches
+the branch first: :func:`catch_up`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from beflow.codehosts.base import CodeHost
 from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.feedback import (
-    TRAILER,
     Feedback,
     FeedbackSource,
     Gathered,
@@ -55,17 +56,35 @@ def gather(found: Iterable[FeedbackSource], key: str, branch: str) -> Gathered:
     return merged([source.gather(key, branch) for source in found])
 
 
-def answered(directory: Path, branch: str, base: str = "HEAD") -> set[str]:
-    """The ids of the feedback the rounds on ``branch`` answered (its commits' trailers since ``base``)."""
+def answered(directory: Path, key: str, base: str = "HEAD", store: RunStore | None = None) -> set[str]:
+    """The ids of the feedback the rounds of issue ``key`` answered on its branch: beflow's own record of each
+    round that delivered (its ``feedback``), while the round's commit is still on the branch (since ``base``). A
+    ``Beflow-Feedback:`` trailer in a commit the agent made is the agent's word, not beflow's: the branch's
+    history is not read for what was answered."""
+    records = [
+        r
+        for r in (store or RunStore(directory)).records([key])
+        if r.round > 0 and r.outcome in DONE_OUTCOMES and r.commit and r.feedback
+    ]
+    if not records:
+        return set()
+    branch = git.branch_for(key)
     since: str | None = None
+    tip: str | None = None
     with contextlib.suppress(BeflowError), git.open_repo(directory) as repo:
         since = git.resolve_base(repo, base)
         tip = git.branch_tip(repo, branch)
-        if tip is None:
-            return set()
-        if since is not None and not git.is_ancestor(directory, since, tip):
-            since = None  # (the base moved on past the branch's start: read the branch's whole history)
-    return set(git.trailer_values(directory, branch, TRAILER, since))
+        if tip is not None and since is not None and not git.is_ancestor(directory, since, tip):
+            since = None  # (the base moved on past the branch's start: the branch's whole history counts)
+    if tip is None:
+        return set()
+    done: set[str] = set()
+    for record in records:
+        assert record.commit is not None
+        on_branch = git.is_ancestor(directory, record.commit, tip)
+        if on_branch and (since is None or not git.is_ancestor(directory, record.commit, since)):
+            done.update(piece.id for piece in record.feedback)
+    return done
 
 
 def completed(records: Iterable[RunRecord]) -> int:
@@ -113,7 +132,7 @@ def plan(
     gathered = gather(found, key, branch)
     config = project.config.feedback
     # The branch's history is read only when there is feedback to hold against it (a git process per issue).
-    done = answered(project.directory, branch, project.config.worktrees.base) if gathered.pieces else set()
+    done = answered(project.directory, key, project.config.worktrees.base, store) if gathered.pieces else set()
     left = pending(gathered.pieces, done)
     return Plan(
         number,

@@ -111,7 +111,7 @@ class Run:
         project, request = self.project, self.request
         branch = git.branch_for(key)
         rounds.catch_up(self.code_host, project.directory, branch)
-        done = rounds.answered(project.directory, branch, project.config.worktrees.base)
+        done = rounds.answered(project.directory, key, project.config.worktrees.base)
         request.feedback = pending(request.feedback, done)
         if not request.feedback:
             raise NoLongerReady(f"the feedback on issue {key} was answered meanwhile")

@@ -154,7 +154,7 @@ class FleetDispatcher:
                 continue
             if not gathered.pieces:
                 continue  # (nothing to hold against the branch: no git process for it)
-            left = pending(gathered.pieces, rounds.answered(self.project.directory, branch, config.worktrees.base))
+            left = pending(gathered.pieces, rounds.answered(self.project.directory, issue.key, config.worktrees.base))
             due = due_at(left, 0.0 if issue.status == Status.READY else config.feedback.settle)
             if due is not None:
                 told[issue.key] = FeedbackSeen(ids=[piece.id for piece in left], due=due.timestamp())
