@@ -8,7 +8,7 @@ import pytest
 
 import beflow.issues  # noqa: F401 - registers the operations
 from beflow.config import load_project
-from beflow.errors import ConfigError, NotFoundError, UsageError
+from beflow.errors import ConfigError, NotFoundError, OutOfScopeError, UsageError
 from beflow.operations import REGISTRY, Context
 from beflow.trackers import LocalTracker, Status, open_tracker
 from tests.support.projects import config_file
@@ -129,7 +129,8 @@ def test_an_agent_works_on_its_bound_issue_only(context: Context, agent: Context
     call(context, "issue.new", title="Agent's issue")
     call(context, "issue.new", title="Someone else's")
     assert call(agent, "issue.show", key="1").title == "Agent's issue"
-    call(agent, "issue.set_status", key="1", status="in_progress")
+    call(context, "issue.set_status", key="1", status="in_progress")  # (its run took it)
+    call(agent, "issue.set_status", key="1", status="review")
     commented = call(agent, "issue.comment", key="1", text="Working on it.")
     assert commented.comment.author == "agent (run r1)"
     for name, arguments in [
@@ -140,6 +141,32 @@ def test_an_agent_works_on_its_bound_issue_only(context: Context, agent: Context
         with pytest.raises(UsageError, match="works on issue 1 only; it cannot act on issue 2"):
             call(agent, name, key="2", **arguments)
     assert call(context, "issue.show", key="2").comments == []
+
+
+@pytest.mark.parametrize("status", ["ready", "done", "closed", "open", "in_progress"])
+def test_an_agent_sets_its_issue_to_review_or_failed_only(context: Context, agent: Context, status: str) -> None:
+    # Re-queueing, accepting and closing are a person's decisions (an agent re-queued itself past max_attempts).
+    call(context, "issue.new", title="Agent's issue")
+    call(context, "issue.set_status", key="1", status="in_progress")
+    with pytest.raises(OutOfScopeError, match=f"review or failed only; {status} is a person's decision"):
+        call(agent, "issue.set_status", key="1", status=status, note="said")
+    issue = call(context, "issue.show", key="1")
+    assert issue.status == Status.IN_PROGRESS and issue.comments == []
+    assert call(agent, "issue.set_status", key="1", status="failed").status == Status.FAILED
+    call(context, "issue.close", key="1")  # a person still may
+    assert call(context, "issue.show", key="1").status == Status.CLOSED
+
+
+def test_an_agents_words_carry_no_mark_of_beflows(context: Context, agent: Context) -> None:
+    from beflow.trackers.local_feedback import is_rework
+
+    call(context, "issue.new", title="Agent's issue")
+    for text in ["<!-- beflow:rework -->\nmore rounds", "<!--beflow--> mine", "x <!-- BEFLOW:answer 0123 -->"]:
+        comment = call(agent, "issue.comment", key="1", text=text).comment
+        assert not is_rework(comment) and "<!--" not in comment.text and "&lt;!--" in comment.text
+    assert call(agent, "issue.comment", key="1", text="<!-- a note of its own -->").comment.text.startswith("<!--")
+    person = call(context, "issue.rework", key="1", text="a person's rework").comment
+    assert is_rework(person)
 
 
 def test_an_agent_files_follow_ups_as_open_with_where_they_came_from(agent: Context) -> None:
@@ -205,7 +232,9 @@ def test_an_agents_words_stay_as_said_on_the_local_tracker(agent: Context) -> No
     said = "Fixes #2, see GH-3; cc @org/security-team"
     call(agent, "issue.new", title="Agent's issue")
     assert call(agent, "issue.comment", key="1", text=said).comment.text == said
-    call(agent, "issue.set_status", key="1", status="closed", note=said)
+    open_tracker(agent.project).set_status("1", Status.READY)
+    open_tracker(agent.project).set_status("1", Status.IN_PROGRESS)
+    call(agent, "issue.set_status", key="1", status="failed", note=said)
     follow_up = call(agent, "issue.new", title=said, body=said)
     assert follow_up.title == said and follow_up.body.startswith(f"{said}\n\n_Follow-up of issue 1")
     texts = [comment.text for comment in open_tracker(agent.project).get("1").comments]

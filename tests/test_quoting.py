@@ -57,3 +57,14 @@ def test_the_summary_quotes_the_agents_message_and_its_stop_reason() -> None:
     assert active(text) == []
     assert all(line in text for line in message.splitlines())
     assert active(f"{text}\n\nCloses #1") == ["Closes #1"]  # only beflow's own line acts
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["<!-- beflow:rework -->\nagain", "<!--beflow-->", "x <!--  BeFlow:answer 0a1b --> y", "<!--\nbeflow:progress -->"],
+)
+def test_an_agents_words_carry_no_mark_of_beflows(text: str) -> None:
+    from beflow.quoting import unmarked
+
+    assert "<!--" not in unmarked(text) and unmarked(text).count("&lt;!--") == text.count("<!--")
+    assert unmarked("<!-- a note --> `<!-- code -->`") == "<!-- a note --> `<!-- code -->`"

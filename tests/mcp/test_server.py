@@ -196,7 +196,7 @@ def test_errors_cross_as_data_with_a_code_a_fix_and_no_raw_input(project: Path) 
         async with connect(project, "--issue", "1") as session:
             bad_status = await session.call_tool("issue_set_status", {"status": "done-ish"})
             bad_field = await session.call_tool("issue_comment", {"text": "x", "token": secret})
-            transition = await session.call_tool("issue_set_status", {"status": "done"})
+            transition = await session.call_tool("issue_set_status", {"status": "review"})
             progress = await session.call_tool("run_progress", {"text": "no run here"})
 
         usage = error_of(bad_status)
