@@ -139,7 +139,10 @@ _REFERENCE = re.compile(
 )
 #: An HTML tag, and the attributes of one that a reader never sees as text (a tooltip, an alternative text, an
 #: accessible label, data).
-_TAG = re.compile(r"<[A-Za-z][\w-]*(?:\s[^<>]{0,4000})?/?>")
+_TAG = re.compile(r"""<[A-Za-z][\w-]*(?:\s(?:"[^"]*"|'[^']*'|[^<>"']){0,4000})?/?>""")
+#: Anything between angle brackets: one holding an invisible character is read by a browser otherwise than with it
+#: removed (``<details o\u200bpen>`` is collapsed, ``</deta\u200bils>`` closes nothing).
+_ANGLED = re.compile(r"<[^<>]{0,4000}>")
 _HIDDEN_ATTRIBUTE = re.compile(
     r"""\s(?:title|alt|aria-[\w-]*|data-[\w-]*)(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'>]+))?(?=[\s/>])""", re.I
 )
@@ -286,7 +289,7 @@ def _strip_once(text: str) -> str:
     """One pass, in the order a Markdown reader meets things: whichever of a fenced block, a code span, an HTML
     comment, a declaration or an element that hides its content starts first decides (a comment holding code hides
     the code; code holding ``<!--`` shows it)."""
-    text = _INVISIBLE.sub("", text)
+    text = _INVISIBLE.sub("", _ANGLED.sub(_invisible_in_tag, text))
     finders: tuple[_Finder, ...] = (_FENCE, _INLINE_CODE, _COMMENT, _DECLARATION, _Hiding(text))
     out: list[str] = []
     at = 0
@@ -309,6 +312,19 @@ def _strip_once(text: str) -> str:
         at = max(match.end(), start + 1)  # (a comment, a declaration: nothing of it)
     out.append(_strip_markup(text[at:]))
     return "".join(out)
+
+
+def _invisible_in_tag(tag: re.Match[str]) -> str:
+    """A tag with an invisible character in it, as it would be read once the character is gone, on the safe side: a
+    ``<details>`` one is collapsed whatever its attributes say, and a closing one (which closes nothing in a
+    browser) is dropped, so that nothing hidden comes out."""
+    raw = tag.group(0)
+    if _INVISIBLE.search(raw) is None:
+        return raw
+    seen = _INVISIBLE.sub("", raw)
+    if seen.startswith("</"):
+        return ""
+    return "<details>" if seen[1:].lower().startswith("details") else raw
 
 
 def _summary(inner: str) -> re.Match[str] | None:

@@ -80,6 +80,11 @@ from beflow.feedback import (
         ("<details><!-- </details> -->hidden</details>shown", f"Details\n{COLLAPSED}shown"),
         ("`<details>` and `<script>` in code are shown", "`<details>` and `<script>` in code are shown"),
         ("</details>shown", "</details>shown"),
+        ('<span title="a>b">word</span>', "<span>word</span>"),
+        # An invisible character in a tag: a browser reads another tag than the one left once it is removed.
+        ("<details o\u200bpen>hidden</details>shown", f"Details\n{COLLAPSED}shown"),
+        ("<details>a</deta\u200bils>hidden</details>shown", f"Details\n{COLLAPSED}shown"),
+        ("<details>a</\u200bdetails>hidden</details>shown", f"Details\n{COLLAPSED}shown"),
     ],
 )
 def test_strip_hidden_keeps_what_a_reader_sees(given_text: str, shown: str) -> None:
