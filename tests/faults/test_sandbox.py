@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from beflow.acpx import MAX_ARGV_PROMPT
 from beflow.records import RunRecord
 from tests.conftest import processes_under
 from tests.faults.conftest import beflow_run, unprivileged
@@ -233,12 +234,14 @@ def test_the_agent_in_the_sandbox_cannot_touch_its_record_yet_its_own_server_rep
     earlier.mkdir(parents=True)
     (earlier / "secret.txt").write_text("another-issue's-words")
     auto_project.configure(mcp={"enabled": True, "self": True}, sandbox={"enabled": True})
-    key = auto_project.new_issue(
+    directives = [
         against_the_record(checkout),
         "mcp-call beflow run_progress " + json.dumps({"text": "halfway, sandboxed"}),
         "mcp-call beflow issue_comment " + json.dumps({"text": "written from the sandbox"}),
-        title="own server",
-    )
+    ]
+    # A prompt too long for an argument (in bytes): acpx reads it from the run's prompt file, shown read-only.
+    long_body = "\n".join(f"acp-test: {d}" for d in directives) + "\n\n" + "éléments " * 6_000
+    key = auto_project.tracker.create(title="own server", body=long_body).key
     done = beflow_run(auto_project, "--auto", key)
     assert done.code == 0, done.stderr + done.stdout
     record = auto_project.only_record()
@@ -257,7 +260,7 @@ def test_the_agent_in_the_sandbox_cannot_touch_its_record_yet_its_own_server_rep
     assert not (directory / "hooks.log").exists()
     assert json.loads((directory / "run.json").read_text())["id"] == record.id
     assert "forged" not in (directory / "stderr.log").read_text()
-    assert "acp-test:" in (directory / "prompt.md").read_text()
+    assert len((directory / "prompt.md").read_bytes()) > MAX_ARGV_PROMPT
     assert '"jsonrpc"' in (directory / "transcript.jsonl").read_text()
     assert [note.text for note in record.progress] == ["halfway, sandboxed"]
     assert "halfway, sandboxed" in beflow_run(auto_project, "runs", "show", record.id).stdout
