@@ -36,8 +36,8 @@ DONE_OUTCOMES = frozenset({"succeeded", "no_changes"})
 FAILED_OUTCOMES = frozenset({"failed", "timeout", "stalled", "over_budget", "cancelled"})
 Mode = Literal["auto", "watch", "attend", "open"]
 
-#: The file of a run's progress lines: appended to by beflow's MCP server (another process than the run's), so
-#: that it never races the run's own writes of ``run.json``.
+#: The file of a run's progress lines: appended to by ``run.progress`` (in the run's process, for beflow's own
+#: server in it, through the run's channel), apart from ``run.json`` so that a line never races the run's writes.
 PROGRESS_FILE = "progress.jsonl"
 #: The longest progress line, in characters: a status line, not a report.
 MAX_PROGRESS = 300
@@ -331,12 +331,17 @@ def masked_record(record: RunRecord, mask: Callable[[str], str]) -> RunRecord:
     return record.model_copy(update=update)
 
 
+def runs_root(project_dir: Path) -> Path:
+    """Where the run records of the project in ``project_dir`` are (a sandbox hides it from its agent)."""
+    return project_dir / STATE_DIR / "runs"
+
+
 class RunStore:
     """The run records of one project."""
 
     def __init__(self, project_dir: Path, mask: Callable[[str], str] | None = None) -> None:
         self.project_dir = project_dir
-        self.root = project_dir / ".beflow" / "runs"
+        self.root = runs_root(project_dir)
         #: Masks secret values in what this store writes and reads back (a run's session sets its redactor).
         self.mask: Callable[[str], str] = mask or (lambda text: text)
 

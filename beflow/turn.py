@@ -125,8 +125,10 @@ class AgentTurn:
         return verdict.outcome, verdict.reason
 
     def _own_paths(self) -> list[Path]:
-        """What beflow's own server writes for the run (its record, the channel): a sandbox lets it through."""
-        return [self.store.directory(self.record.id)] + ([self.channel.directory] if self.channel else [])
+        """What of beflow's own a sandbox shows the agent, read-only: the channel's directory (beflow's server in the
+        run reports through it; the run's process writes the record) and the prompt file acpx may read."""
+        prompt = self.store.directory(self.record.id) / "prompt.md"
+        return [prompt] + ([self.channel.directory] if self.channel else [])
 
     def _notice(self, message: str) -> None:
         self.emit("notice", message=message)

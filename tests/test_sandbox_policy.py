@@ -3,6 +3,7 @@ the presets table and the config's errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -167,3 +168,22 @@ def test_acpx_run_through_npx_brings_npms_cache_and_registry_even_for_a_raw_agen
     through_npx = preset(None, npx=True)
     assert through_npx.hosts == ("registry.npmjs.org",) and through_npx.write == ("~/.npm",)
     assert preset("codex", npx=True) == preset("codex")  # (a preset has npx's needs already)
+
+
+def test_the_run_records_are_hidden_and_beflows_own_paths_read_only_whatever_is_writable() -> None:
+    """Even with the checkout and BEFLOW_HOME made writable (``sandbox.write``), the project's run records are an
+    empty read-only directory but for the run's prompt file, and the channel's directory is read-only."""
+    records, prompt, channel = HOME / "app/.beflow/runs", HOME / "app/.beflow/runs/r1/prompt.md", HOME / ".beflow/c/x"
+    layout = dataclasses.replace(
+        LAYOUT, records=records, own=[prompt, channel], write=["~/app", "~/.beflow"], preset=preset(None)
+    )
+    mounts = policy.mounts(layout)
+    assert where(mounts, records) == ["tmpfs", "remount-ro"]
+    assert where(mounts, prompt) == ["ro"] and where(mounts, channel) == ["ro"]
+    targets = [m.target for m in mounts]
+    assert targets.index(HOME / ".beflow") < targets.index(records) < targets.index(prompt) < len(targets) - 1
+    assert targets.index(HOME / ".beflow") < targets.index(channel)
+    assert not any(m.kind == "rw" and m.target in (records, *records.parents) for m in mounts[targets.index(records) :])
+    argv = bwrap.argv(Path("/bin/bwrap"), mounts, ["acpx"], cwd=LAYOUT.worktree)
+    at = argv.index("--remount-ro")
+    assert argv[at + 1] == str(records) and argv.index(str(prompt)) < at

@@ -8,9 +8,10 @@ exposes the agent-safe operations. It holds no credentials: every operation goes
 (:mod:`beflow.server.channel`) to the run's process, with the run's capability. A cascade server already named
 ``beflow`` is a configuration error.
 
-The agent's progress lines (``run.progress``) are written by that server, another process, into the run's
-``progress.jsonl``; :func:`follow_progress` watches the file during the run and turns each new line into a
-``progress`` event for ``beflow watch`` and ``--auto``'s views and ``--json`` streams.
+The agent's progress lines (``run.progress``) reach the run's process through that channel, which appends them to
+the run's ``progress.jsonl`` itself (the server writes nothing of the record: in a sandbox the record is not there
+to write); :func:`follow_progress` watches the file during the run and turns each new line into a ``progress``
+event for ``beflow watch`` and ``--auto``'s views and ``--json`` streams.
 """
 
 from __future__ import annotations
@@ -99,8 +100,8 @@ def check_name(project: Project, servers: Sequence[AcpServer] | None) -> None:
 async def follow_progress(
     store: RunStore, run_id: str, on_progress: Callable[[ProgressNote], None]
 ) -> AsyncIterator[None]:
-    """While the block runs, call ``on_progress`` for every progress line added to the run (by beflow's MCP server,
-    in another process); the lines of the last moments are read once more on the way out."""
+    """While the block runs, call ``on_progress`` for every progress line added to the run (through its channel, or
+    by a server a person started with ``--run``); the lines of the last moments are read once more on the way out."""
     path = store.directory(run_id) / PROGRESS_FILE
     state = {"offset": 0}
 

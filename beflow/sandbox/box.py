@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from beflow import git, proc, workers
 from beflow.config import Config
 from beflow.errors import PermanentFailure
+from beflow.records import runs_root
 from beflow.sandbox import bridge, bwrap, policy
 from beflow.sandbox.presets import PRESETS, preset
 from beflow.sandbox.proxy import Proxy
@@ -104,8 +105,9 @@ class Sandbox:
     def for_run(
         cls, config: Config, worktree: Path, checkout: Path, own: Sequence[Path], servers: Sequence[object] | None
     ) -> Sandbox | None:
-        """A run's sandbox, when ``sandbox.enabled``: ``own``, what beflow's own server in it writes (the run's
-        record, the channel), and ``servers``, the injected ones (their HTTP hosts are reached through the proxy)."""
+        """A run's sandbox, when ``sandbox.enabled``: ``own``, what of beflow's own the agent is shown read-only
+        (the channel's directory, the prompt file), and ``servers``, the injected ones (their HTTP hosts are reached
+        through the proxy). The project's run records are hidden from it."""
         if not config.sandbox.enabled:
             return None
         return cls(config, worktree=worktree, checkout=checkout, own=own, servers=servers or [])
@@ -141,6 +143,7 @@ class Sandbox:
 
     def layout(self, scratch: Path) -> policy.Layout:
         own_git, common_git = git_dirs(self.worktree)
+        records = runs_root(self.checkout)
         acpx = self.config.acpx_argv()[0]
         programs = [p for prog in (acpx, "node", "sh") for p in install_root(prog)]
         python = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, Path(__file__).parents[2]]
@@ -159,6 +162,7 @@ class Sandbox:
             checkout=self.checkout,
             acpx_home=scratch / "acpx",
             installs=[p.absolute() for p in installs],
+            records=records if records.is_dir() else None,
             own=[p for p in self.own if p.exists()],
             preset=self._chosen,
             read=self.config.sandbox.read,

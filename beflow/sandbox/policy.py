@@ -4,8 +4,14 @@ The system is read-only; ``$HOME``, ``/tmp`` and ``/run`` are empty in-memory di
 files nor the sockets of ``/run`` and ``/tmp`` are reachable); then, on top, in this order: what is read-only (the
 user's checkout and its git directory, the programs' installs, the preset's and ``sandbox.read``'s paths), what is
 read-write (the worktree, the git objects and the worktree's own git directory, the preset's and
-``sandbox.write``'s paths, what beflow's own server writes), and last the read-only pieces inside read-write ones
-(``objects/info``, where ``alternates`` would let other objects in). A later mount covers an earlier one.
+``sandbox.write``'s paths), and last the read-only pieces inside read-write ones (``objects/info``, where
+``alternates`` would let other objects in) and what of beflow's own the run shows its agent. A later mount covers
+an earlier one.
+
+No path the agent can write is one beflow's own process later reads as its own, but for the worktree and its git
+directory: the project's run records are hidden (an empty read-only directory), and beflow's own server in the run
+reports through the run's channel, whose directory is read-only (its socket can be reached, not removed or
+replaced).
 """
 
 from __future__ import annotations
@@ -17,7 +23,8 @@ from typing import Literal
 
 from beflow.sandbox.presets import Preset
 
-Kind = Literal["ro", "rw", "tmpfs", "dev", "proc"]
+#: ``remount-ro`` makes the mount at ``target`` (an emptied directory, once what shows in it is mounted) read-only.
+Kind = Literal["ro", "rw", "tmpfs", "dev", "proc", "remount-ro"]
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,9 @@ class Layout:
     acpx_home: Path
     #: Programs' install directories (acpx, node, Python and beflow) that would otherwise be hidden.
     installs: Sequence[Path] = ()
-    #: What beflow's own server in the run writes (the run's record directory, the channel's directory).
+    #: The project's run records (``.beflow/runs``), hidden: no record is the agent's to read or write.
+    records: Path | None = None
+    #: What of beflow's own the run shows its agent, read-only (the channel's directory, the prompt file).
     own: Sequence[Path] = ()
     preset: Preset = field(default_factory=Preset)
     read: Sequence[str] = ()
@@ -83,7 +92,7 @@ def mounts(layout: Layout) -> list[Mount]:
     ]
     out += [Mount("ro", path, path, optional=True) for path in _unique(expand(p, home, base) for p in layout.read)]
     gits = [git_dir / "objects", layout.worktree_git] if git_dir and layout.worktree_git else []
-    writable = [layout.worktree, *gits, *layout.own]
+    writable = [layout.worktree, *gits]
     out += [Mount("rw", path, path) for path in _unique(writable)]
     optional = [*layout.preset.write, *layout.write]
     out += [Mount("rw", path, path, optional=True) for path in _unique(expand(p, home, base) for p in optional)]
@@ -97,6 +106,12 @@ def mounts(layout: Layout) -> list[Mount]:
         # elsewhere would have beflow's own git after the run read another repository; its excludes file too.
         pinned = [layout.worktree / ".git", *(layout.worktree_git / name for name in PINNED)]
         out += [Mount("ro", path, path, optional=True) for path in pinned]
+    # Last, so that no writable mount (`sandbox.write` naming the project or BEFLOW_HOME, say) covers them.
+    if layout.records is not None:
+        out.append(Mount("tmpfs", layout.records))
+    out += [Mount("ro", path, path) for path in _unique(layout.own)]
+    if layout.records is not None:  # empty and read-only: nothing the agent puts there could even seem a record
+        out.append(Mount("remount-ro", layout.records))
     return out
 
 

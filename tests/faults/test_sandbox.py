@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from beflow.acpx import MAX_ARGV_PROMPT
 from beflow.records import RunRecord
 from tests.conftest import processes_under
 from tests.faults.conftest import beflow_run, unprivileged
@@ -192,22 +193,77 @@ def _alive(process: psutil.Process) -> bool:
         return False
 
 
-def test_beflows_own_server_works_from_inside_the_sandbox(auto_project: AutoProject) -> None:
-    """``mcp.self``: the agent starts beflow's server inside the sandbox; its channel and the run's progress file
-    are there, so its comment reaches the issue and its progress the record."""
+def own_run(field: str) -> str:
+    """A shell word: what the agent learns of its run from the injected file, as any agent can (``--run``'s id,
+    ``--channel``'s socket)."""
+    code = (
+        "import json;(s,)=[s for s in json.load(open('.acpxrc.json'))['mcpServers'] if s['name']=='beflow'];"
+        f"a=s['args'];print(a[a.index('--{field}')+1])"
+    )
+    return f"$(python3 -c {json.dumps(code)})"
+
+
+def against_the_record(checkout: Path) -> str:
+    """What the agent runs against its own run's record and channel, its findings in probe.txt (committed)."""
+    runs = checkout / ".beflow" / "runs"
+    forged = json.dumps({"time": "2026-01-01T00:00:00Z", "text": "forged by the agent"})
+    steps = [
+        f"d={runs}/{own_run('run')}",
+        f"c={own_run('channel')}",
+        f"echo progress: $(echo '{forged}' 2>&1 >> $d/progress.jsonl && echo WROTE)",
+        "echo run: $(ln -sf /etc/hostname $d/run.json 2>&1 && echo WROTE)",
+        "echo stderr: $(echo forged 2>&1 > $d/stderr.log && echo WROTE)",
+        "echo transcript: $(mv -f $d/prompt.md $d/transcript.jsonl 2>&1 && echo WROTE)",
+        "echo created: $(echo x 2>&1 > $d/hooks.log && echo WROTE)",
+        f"echo others: $(cat {runs}/earlier-run/secret.txt 2>&1)",
+        "echo socket: $(rm -f $c 2>&1 && echo WROTE)",
+        "echo channel: $(touch $(dirname $c)/planted 2>&1 && echo WROTE)",
+    ]
+    return "run { " + "; ".join(steps) + "; } > probe.txt 2>&1"
+
+
+def test_the_agent_in_the_sandbox_cannot_touch_its_record_yet_its_own_server_reports_to_it(
+    auto_project: AutoProject,
+) -> None:
+    """``mcp.self`` in the sandbox: the run's record directory is not the agent's to write (its progress file,
+    ``run.json``, ``stderr.log``, the transcript), nor are other runs' records there to read, and the channel's
+    socket cannot be removed or replaced; still beflow's server started inside reports the agent's progress and
+    comment through the channel, and the run's process writes them."""
+    checkout = auto_project.directory
+    earlier = checkout / ".beflow" / "runs" / "earlier-run"
+    earlier.mkdir(parents=True)
+    (earlier / "secret.txt").write_text("another-issue's-words")
     auto_project.configure(mcp={"enabled": True, "self": True}, sandbox={"enabled": True})
-    key = auto_project.new_issue(
+    directives = [
+        against_the_record(checkout),
         "mcp-call beflow run_progress " + json.dumps({"text": "halfway, sandboxed"}),
         "mcp-call beflow issue_comment " + json.dumps({"text": "written from the sandbox"}),
-        "write done.txt ok",
-        title="own server",
-    )
+    ]
+    # A prompt too long for an argument (in bytes): acpx reads it from the run's prompt file, shown read-only.
+    long_body = "\n".join(f"acp-test: {d}" for d in directives) + "\n\n" + "éléments " * 6_000
+    key = auto_project.tracker.create(title="own server", body=long_body).key
     done = beflow_run(auto_project, "--auto", key)
     assert done.code == 0, done.stderr + done.stdout
     record = auto_project.only_record()
     assert record.outcome == "succeeded", record.stop_reason
     assert record.sandboxed and "beflow" in record.mcp_servers
+
+    probe = auto_project.branch_files(f"beflow/{key}")["probe.txt"]
+    found = dict(line.split(": ", 1) for line in probe.strip().splitlines())
+    for what in ("progress", "run", "stderr", "transcript", "created", "socket", "channel"):
+        assert "WROTE" not in found[what] and "Read-only file system" in found[what], probe
+    assert "No such file" in found["others"], probe
+    # The record is beflow's: every file in it regular and as the run wrote it.
+    directory = auto_project.run_dir(record)
+    for path in directory.rglob("*"):
+        assert not path.is_symlink() and (path.is_file() or path.is_dir()), path
+    assert not (directory / "hooks.log").exists()
+    assert json.loads((directory / "run.json").read_text())["id"] == record.id
+    assert "forged" not in (directory / "stderr.log").read_text()
+    assert len((directory / "prompt.md").read_bytes()) > MAX_ARGV_PROMPT
+    assert '"jsonrpc"' in (directory / "transcript.jsonl").read_text()
     assert [note.text for note in record.progress] == ["halfway, sandboxed"]
+    assert "halfway, sandboxed" in beflow_run(auto_project, "runs", "show", record.id).stdout
     agent_comments = [c.text for c in auto_project.issue(key).comments if c.author == "agent"]
     assert agent_comments == ["written from the sandbox"]
 
