@@ -15,7 +15,7 @@ from tests.support.projects import AutoProject, git
 pytestmark = pytest.mark.slow
 
 
-def test_a_round_continues_the_branch_another_machine_pushed_and_answers_only_what_it_left(
+def test_a_round_continues_the_branch_another_machine_pushed_and_takes_no_trailer_there_for_beflows_word(
     local_on_github: AutoProject,  # noqa: F811
     github: FakeGitHub,
     beflow,
@@ -30,7 +30,8 @@ def test_a_round_continues_the_branch_another_machine_pushed_and_answers_only_wh
     assert beflow("issues", "comment", key, "acp-test: write b.txt b", "--rework").exit_code == 0
     answered_there, left = (p.id for p in gathered(project.issue(key)).pieces)
 
-    # Another machine answered the first piece and pushed its round.
+    # A commit on the branch says it answered the first piece: beflow did not record that round, and a trailer in a
+    # commit is anyone's word (an agent's own commits carry them too), so the round answers both.
     other = tmp_path / "other"
     git(tmp_path, "clone", "-q", "--branch", "beflow/1", str(origin), str(other))
     (other / "a.txt").write_text("a")
@@ -44,14 +45,14 @@ def test_a_round_continues_the_branch_another_machine_pushed_and_answers_only_wh
 
     assert done.exit_code == 0, done.stdout + done.stderr
     record = project.records(key)[0]
-    assert record.round == 1 and [p.id for p in record.feedback] == [left]
+    assert record.round == 1 and [p.id for p in record.feedback] == [answered_there, left]
     assert git(project.directory, "rev-parse", "beflow/1^").strip() == theirs  # on top of the other machine's
     assert git(origin, "rev-parse", "refs/heads/beflow/1").strip() == record.commit  # pushed: a fast-forward
     assert len(github.pulls) == 1 and record.pull_request == next(iter(github.pulls.values()))["html_url"]
     prompt = (project.run_dir(record) / "prompt.md").read_text()
-    assert "write b.txt b" in prompt and "write a.txt a" not in prompt.split("Review round 1")[1]
+    assert "write b.txt b" in prompt and "write a.txt a" in prompt.split("Review round 1")[1]
     replies = [c.text for c in project.issue(key).comments if c.text.startswith("beflow answered")]
-    assert len(replies) == 1 and record.commit is not None and record.commit[:12] in replies[0]
+    assert len(replies) == 2 and record.commit is not None and all(record.commit[:12] in r for r in replies)
     assert project.issue(key).status == Status.REVIEW
 
 
