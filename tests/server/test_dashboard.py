@@ -94,7 +94,7 @@ def test_the_live_page_follows_a_run_in_a_real_browser(
         "sleep 1",
         progress("tests pass"),
         "sleep 1",
-        "write done.txt <img src=x onerror=window.__pwned=3>",
+        "write done.txt <svg onload=window.__pwned=3>",
         title=HOSTILE,
         status=Status.OPEN,
     )
@@ -128,7 +128,7 @@ def test_the_live_page_follows_a_run_in_a_real_browser(
     assert seen["runPage"].startswith("succeeded") and seen["transcriptLines"] > 0
     assert seen["usage"] == "context 1,200/100,000 · 1,200 tokens · 0.05 USD"  # what the agent reported
     # The run's file edit is a unified diff, its markup text, on a phone's width too.
-    assert seen["diffAdded"] == ["+<img src=x onerror=window.__pwned=3>"]
+    assert seen["diffAdded"] == ["+<svg onload=window.__pwned=3>"]
     assert seen["runPwned"] is None and seen["runImages"] == 0 and seen["runWide"] <= 390 + 1
     shots = sorted(path.name for path in artifacts.iterdir())
     assert shots == ["0-idle.png", "1-lane.png", "2-progress.png", "3-recent.png", "4-run.png"]
