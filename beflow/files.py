@@ -21,7 +21,7 @@ import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, TypeVar
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -71,10 +71,20 @@ def describe_kind(mode: int) -> str:
 # --- below a trusted directory --------------------------------------------------------------------------------
 
 
+class Opened(NamedTuple):
+    """A directory open at ``fd``, reached safely at ``path`` (:func:`open_directory`): what is below it can be
+    opened from it as from a trusted directory, without walking to it again (``below=`` everywhere here)."""
+
+    path: Path
+    fd: int
+
+
 def _parts(path: Path, below: Path) -> list[str]:
-    """The names from ``below`` down to ``path``; a path outside ``below`` (or through ``..``) is a bug."""
-    parts = list(path.relative_to(below).parts)
-    if not parts or ".." in parts:
+    """The names from ``below`` down to ``path``; a path outside ``below`` (or through ``..``) is a bug. (On
+    strings: a listing of thousands of records opens each one this way.)"""
+    inside, top = str(path), str(below).rstrip(os.sep) + os.sep
+    parts = inside[len(top) :].split(os.sep) if inside.startswith(top) else []
+    if not parts or "" in parts or ".." in parts or "." in parts:
         raise ValueError(f"{path} is not a path below {below}")
     return parts
 
@@ -87,7 +97,7 @@ def _kind_at(directory: int, name: str) -> int:
 
 
 @contextlib.contextmanager
-def _directory(path: Path, below: Path | None, *, make: bool) -> Iterator[int]:
+def _directory(path: Path, below: Path | Opened | None, *, make: bool) -> Iterator[int]:
     """An open descriptor of the directory ``path``: with ``below``, reached from it one name at a time, none of
     them a symlink (``make``: missing ones are made); without, ``path`` itself (``make``: with its parents)."""
     if below is None:
@@ -95,13 +105,16 @@ def _directory(path: Path, below: Path | None, *, make: bool) -> Iterator[int]:
             path.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
     else:
-        if make:
-            below.mkdir(parents=True, exist_ok=True)
-        fd = os.open(below, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)  # trusted: reached as it was resolved
-        walked = below
+        if isinstance(below, Opened):
+            fd = os.dup(below.fd)
+            below = below.path
+        else:
+            if make:
+                below.mkdir(parents=True, exist_ok=True)
+            fd = os.open(below, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)  # trusted: reached as it was resolved
         try:
-            for name in [] if path == below else _parts(path, below):
-                walked = walked / name
+            names = [] if str(path) == str(below) else _parts(path, below)
+            for depth, name in enumerate(names):
                 try:
                     inner = os.open(name, _DIRECTORY, dir_fd=fd)
                 except FileNotFoundError:
@@ -109,10 +122,11 @@ def _directory(path: Path, below: Path | None, *, make: bool) -> Iterator[int]:
                         raise
                     with contextlib.suppress(FileExistsError):
                         os.mkdir(name, dir_fd=fd)
-                    inner = _open_directory_at(fd, name, walked)
+                    inner = _open_directory_at(fd, name, below.joinpath(*names[: depth + 1]))
                 except OSError as exc:
                     if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                         raise
+                    walked = below.joinpath(*names[: depth + 1])
                     raise NotRegularError(walked, _kind_at(fd, name), expected="a directory") from None
                 os.close(fd)
                 fd = inner
@@ -159,7 +173,7 @@ def _open_in(directory: int, name: str, path: Path, flags: int, mode: int) -> in
 
 
 def open_regular(
-    path: Path, *, below: Path | None, write: bool = False, mode: int = 0o644, follow_symlinks: bool = True
+    path: Path, *, below: Path | Opened | None, write: bool = False, mode: int = 0o644, follow_symlinks: bool = True
 ) -> int:
     """A descriptor of the regular file at ``path``, never blocking, for reading, or (``write``) for appending,
     created with ``mode`` (and its missing directories) when it is not there. With ``below``, it is opened from that
@@ -189,12 +203,12 @@ def open_regular(
     return fd
 
 
-def open_append(path: Path, *, below: Path, mode: int = 0o644) -> BinaryIO:
+def open_append(path: Path, *, below: Path | Opened, mode: int = 0o644) -> BinaryIO:
     """``path`` opened for appending as :func:`open_regular` opens it (a log beflow writes as it goes)."""
     return os.fdopen(open_regular(path, below=below, write=True, mode=mode), "ab")
 
 
-def append(path: Path, data: bytes, *, below: Path, mode: int = 0o644) -> None:
+def append(path: Path, data: bytes, *, below: Path | Opened, mode: int = 0o644) -> None:
     """Append ``data`` to ``path`` in one ``O_APPEND`` write (concurrent writers never tear a line), opened as
     :func:`open_regular` opens it."""
     fd = open_regular(path, below=below, write=True, mode=mode)
@@ -204,7 +218,7 @@ def append(path: Path, data: bytes, *, below: Path, mode: int = 0o644) -> None:
         os.close(fd)
 
 
-def make_directory(path: Path, *, below: Path, exist_ok: bool = True) -> None:
+def make_directory(path: Path, *, below: Path | Opened, exist_ok: bool = True) -> None:
     """Make the directory ``path`` (and the missing ones above it) below ``below``, through no symlink."""
     with _directory(path.parent, below, make=True) as directory:
         try:
@@ -216,14 +230,14 @@ def make_directory(path: Path, *, below: Path, exist_ok: bool = True) -> None:
 
 
 @contextlib.contextmanager
-def open_directory(path: Path, *, below: Path) -> Iterator[int]:
-    """A descriptor of the directory ``path``, reached from ``below`` through no symlink (for ``os.scandir`` and
-    calls with ``dir_fd``); ``FileNotFoundError`` when it is not there."""
+def open_directory(path: Path, *, below: Path | Opened) -> Iterator[Opened]:
+    """The directory ``path``, reached from ``below`` through no symlink and kept open (for ``os.scandir``, calls
+    with ``dir_fd``, and as ``below`` of many files under it); ``FileNotFoundError`` when it is not there."""
     with _directory(path, below, make=False) as directory:
-        yield directory
+        yield Opened(path, directory)
 
 
-def list_directory(path: Path, *, below: Path) -> list[str]:
+def list_directory(path: Path, *, below: Path | Opened) -> list[str]:
     """The names in the directory ``path`` below ``below``, reached through no symlink; [] when it is not there."""
     try:
         with _directory(path, below, make=False) as directory:
@@ -247,7 +261,7 @@ def read_capped(fd: int, path: Path, limit: int | None) -> bytes:
         chunks.append(chunk)
 
 
-def read_tail(path: Path, *, below: Path, limit: int) -> tuple[bytes, bool]:
+def read_tail(path: Path, *, below: Path | Opened, limit: int) -> tuple[bytes, bool]:
     """The last ``limit`` bytes of the regular file at ``path`` (opened as :func:`open_regular` opens it), and
     whether there was more before them. A file that grows meanwhile is read up to the size it had."""
     fd = open_regular(path, below=below)
@@ -269,7 +283,7 @@ def read_tail(path: Path, *, below: Path, limit: int) -> tuple[bytes, bool]:
 
 
 def read_regular(
-    path: Path, *, limit: int | None = None, follow_symlinks: bool = True, below: Path | None = None
+    path: Path, *, limit: int | None = None, follow_symlinks: bool = True, below: Path | Opened | None = None
 ) -> bytes:
     """The bytes of the regular file at ``path``, never blocking on what is not one.
 
@@ -310,7 +324,7 @@ def fsync_dir(directory: Path) -> None:
 
 
 def atomic_write(
-    path: Path, data: bytes | str, *, mode: int = 0o644, durable: bool = True, below: Path | None = None
+    path: Path, data: bytes | str, *, mode: int = 0o644, durable: bool = True, below: Path | Opened | None = None
 ) -> None:
     """Replace ``path`` with ``data`` (str is written as UTF-8) so that readers see the old or the new bytes.
 
@@ -350,7 +364,7 @@ def _temporary(directory: int, name: str) -> tuple[str, int]:
         return temporary, fd
 
 
-def create_new(path: Path, source: int, *, below: Path, mode: int) -> bool:
+def create_new(path: Path, source: int, *, below: Path | Opened, mode: int) -> bool:
     """Create ``path`` below ``below`` (and its missing directories), through no symlink, with the bytes of the
     regular file open at ``source`` (as many as it had when this began): only when nothing is at ``path``, not
     even a dangling symlink (``O_EXCL``). Whether it was created."""

@@ -474,59 +474,82 @@ class RunStore:
         a few issues or the latest runs reads those records, not every record of the project: directories are
         read newest first by name, down to :data:`ID_CLOCK_SLACK` before the oldest one kept. Directories not named
         like a run id are always read."""
-        tags = None if issues is None else {slug(key, max_length=24) for key in issues}
-        timed: list[tuple[str, str]] = []  # (start second, name)
-        untimed: list[str] = []
-        for name in self._names():
-            match = _RUN_ID.match(name)
-            if match is None:
-                untimed.append(name)
-            elif tags is None or match.group("key") in tags:
-                timed.append((match.group("start"), name))
-        timed.sort(reverse=True)
-        found = [record for _, record in self._read(lambda path: True, untimed)]
-        kept = 0
-        cutoff: str | None = None
-        for start, name in timed:
-            if cutoff is not None and start < cutoff:
-                break
-            for _, record in self._read(lambda path: True, [name]):
-                if issues is None or record.issue in issues:
-                    found.append(record)
-                    kept += 1
-            if limit is not None and kept >= limit and cutoff is None:
-                cutoff = _before(start, ID_CLOCK_SLACK)
+        with self._opened() as root:
+            if root is None:
+                return []
+            found = self._newest(root, issues, limit)
         if issues is not None:
             found = [record for record in found if record.issue in issues]
         # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
         found.sort(key=lambda r: (r.started_at, r.id), reverse=True)
         return found if limit is None else found[:limit]
 
+    def _newest(self, root: files.Opened, issues: Collection[str] | None, limit: int | None) -> list[RunRecord]:
+        """:meth:`records`' reading, from the runs' directory held open: not in order yet."""
+        tags = None if issues is None else {slug(key, max_length=24) for key in issues}
+        timed: list[tuple[str, str]] = []  # (start second, name)
+        untimed: list[str] = []
+        for name in self._names(root):
+            match = _RUN_ID.match(name)
+            if match is None:
+                untimed.append(name)
+            elif tags is None or match.group("key") in tags:
+                timed.append((match.group("start"), name))
+        timed.sort(reverse=True)
+        found = [record for _, record in self._read(lambda path: True, untimed, root)]
+        kept = 0
+        cutoff: str | None = None
+        for start, name in timed:
+            if cutoff is not None and start < cutoff:
+                break
+            for _, record in self._read(lambda path: True, [name], root):
+                if issues is None or record.issue in issues:
+                    found.append(record)
+                    kept += 1
+            if limit is not None and kept >= limit and cutoff is None:
+                cutoff = _before(start, ID_CLOCK_SLACK)
+        return found
+
     def started_since(self, since: dt.datetime, wanted: Callable[[str], bool] | None = None) -> list[RunRecord]:
         """The readable records of runs started at ``since`` or later (their ids say when, give or take
         :data:`ID_CLOCK_SLACK`: only those directories are read), of those whose ``run.json`` path ``wanted``
         accepts (all, by default)."""
         cutoff = _before(since.astimezone(dt.UTC).strftime("%Y%m%d-%H%M%S"), ID_CLOCK_SLACK)
-        names = [n for n in self._names() if (m := _RUN_ID.match(n)) is None or m.group("start") >= cutoff]
-        read = self._read(wanted or (lambda path: True), names)
-        return [record for _, record in read if record.started_at >= since]
+        with self._opened() as root:
+            if root is None:
+                return []
+            names = [n for n in self._names(root) if (m := _RUN_ID.match(n)) is None or m.group("start") >= cutoff]
+            read = self._read(wanted or (lambda path: True), names, root)
+            return [record for _, record in read if record.started_at >= since]
 
-    def _names(self) -> list[str]:
+    def _names(self, root: files.Opened | None = None) -> list[str]:
         try:
-            return files.list_directory(self.root, below=self.project_dir)
+            return files.list_directory(self.root, below=root or self.project_dir)
         except OSError:
             return []
 
-    def _read(self, wanted: Callable[[str], bool], names: list[str] | None = None) -> Iterator[tuple[str, RunRecord]]:
+    @contextlib.contextmanager
+    def _opened(self) -> Iterator[files.Opened | None]:
+        """The runs' directory, reached through no symlink and held open while many records are read from it;
+        ``None`` when it cannot be (not there, or a link: then no record is read)."""
+        try:
+            with files.open_directory(self.root, below=self.project_dir) as root:
+                yield root
+        except OSError:
+            yield None
+
+    def _read(
+        self, wanted: Callable[[str], bool], names: list[str] | None = None, root: files.Opened | None = None
+    ) -> Iterator[tuple[str, RunRecord]]:
         """The readable records whose ``run.json`` path ``wanted`` accepts (of the directories ``names``, else of
-        all)."""
+        all), read from ``root`` (the runs' directory held open), else from the project directory."""
         prefix = str(self.root) + os.sep
-        for name in self._names() if names is None else names:
+        for name in self._names(root) if names is None else names:
             path = prefix + name + os.sep + "run.json"
             if not wanted(path):
                 continue
             try:
-                data = files.read_regular(Path(path), limit=MAX_RECORD, below=self.project_dir)
+                data = files.read_regular(Path(path), limit=MAX_RECORD, below=root or self.project_dir)
                 yield path, RunRecord.model_validate_json(data)
             except (OSError, ValidationError, ValueError):
                 continue
@@ -548,7 +571,10 @@ class RunStore:
 
         found = []
         noted: list[str] = []
-        for path, record in self._read(maybe_running, [n for n in self._names() if n not in finished]):
+        with self._opened() as root:
+            names = [] if root is None else [n for n in self._names(root) if n not in finished]
+            read = [] if root is None else list(self._read(maybe_running, names, root))
+        for path, record in read:
             if record.finished:
                 noted.append(os.path.basename(os.path.dirname(path)))
                 with contextlib.suppress(OSError):

@@ -185,11 +185,11 @@ def prune_saved(now: float | None = None) -> list[Path]:
     # Reached through no symlink: a `saved` an agent replaced by a link to a directory of the user's is no
     # directory of beflow's to prune.
     with contextlib.suppress(OSError), open_directory(saved_dir(), below=beflow_home()) as directory:
-        for entry in os.scandir(directory):
+        for entry in os.scandir(directory.fd):
             with contextlib.suppress(OSError):
                 info = entry.stat(follow_symlinks=False)
                 if stat.S_ISREG(info.st_mode) and info.st_mtime < cutoff:
-                    os.unlink(entry.name, dir_fd=directory)
+                    os.unlink(entry.name, dir_fd=directory.fd)
                     removed.append(saved_dir() / entry.name)
     return removed
 
