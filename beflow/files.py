@@ -37,12 +37,13 @@ _FILE = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | _CLOEXEC
 
 class NotRegularError(OSError):
     """The path is a FIFO, a socket, a device, a directory or a symlink beflow will not follow: it never opens one
-    for its content. ``expected`` is what beflow needed there (a directory on the way to a file, or the file)."""
+    for its content. ``expected`` is what beflow needed there (a directory on the way to a file, or the file);
+    ``kind`` says what was found, when its mode does not (a hard link)."""
 
-    def __init__(self, path: Path, mode: int, *, expected: str = "a regular file") -> None:
-        super().__init__(f"{path} is {describe_kind(mode)}, not {expected}")
+    def __init__(self, path: Path, mode: int, *, expected: str = "a regular file", kind: str | None = None) -> None:
+        self.kind = kind or describe_kind(mode)
+        super().__init__(f"{path} is {self.kind}, not {expected}")
         self.path = path
-        self.kind = describe_kind(mode)
 
 
 class FileTooLarge(OSError):
@@ -166,6 +167,9 @@ def _open_in(directory: int, name: str, path: Path, flags: int, mode: int) -> in
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise NotRegularError(path, info.st_mode)
+        if info.st_nlink != 1:  # a hard link to a file of the user's (~/.bashrc) is that file under another name
+            kind = f"a file with {info.st_nlink} names (a hard link)"
+            raise NotRegularError(path, info.st_mode, expected="a file of its own", kind=kind)
     except BaseException:
         os.close(fd)
         raise

@@ -148,6 +148,18 @@ def test_a_symlinked_directory_on_the_way_is_refused_for_reading_and_writing(dir
     assert (outside / "secret").read_text() == "aws_secret_access_key = outside-key\n"
 
 
+def test_a_hard_link_below_is_refused_for_reading_and_for_appending(directory: Path, outside: Path) -> None:
+    if os.stat(outside).st_dev != os.stat(directory).st_dev:
+        pytest.skip("the two directories are on different filesystems: no hard link between them")
+    os.link(outside / "secret", directory / "stderr.log")  # the user's file under a name in the record
+
+    with pytest.raises(NotRegularError, match=r"stderr\.log is a file with 2 names \(a hard link\)"):
+        read_regular(directory / "stderr.log", below=directory)
+    with pytest.raises(NotRegularError, match="not a file of its own"):
+        append(directory / "stderr.log", b"appended\n", below=directory)
+    assert (outside / "secret").read_text() == "aws_secret_access_key = outside-key\n"
+
+
 def test_a_symlinked_trusted_directory_itself_is_followed(tmp_path: Path, outside: Path) -> None:
     # The trusted directory was resolved before any agent ran (a project reached through a linked home, say).
     (tmp_path / "linked").symlink_to(outside)
