@@ -99,3 +99,18 @@ def test_a_checkouts_acpxrc_for_agent_names(repo: Path, plant: Callable[[Path], 
     plant(repo / ".acpxrc.json")
 
     assert returns(lambda: preflight._configured_agents(load_project(cwd=repo))) == set()
+
+
+def test_a_state_directory_replaced_by_a_link_is_a_clear_error_and_nothing_is_written_through(
+    repo: Path, tmp_path: Path, beflow
+) -> None:  # type: ignore[no-untyped-def]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (repo / ".beflow").symlink_to(elsewhere)
+
+    result = beflow("issues", "new", "a title")
+
+    assert result.exit_code == 1
+    assert f"{repo / '.beflow'} is a symlink, not a directory" in result.stderr  # before: a crash, and its log
+    assert "fix: beflow follows no link" in result.stderr
+    assert list(elsewhere.iterdir()) == []
