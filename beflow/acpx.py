@@ -21,6 +21,7 @@ import anyio
 
 from beflow import interrupts, proc
 from beflow.config import AgentCommand, Config
+from beflow.files import read_regular
 from beflow.guardrails import Usage, amount, currency_code, token_count
 from beflow.paths import acpx_home, slug
 from beflow.records import RunRecord, RunStore, clean_text
@@ -580,7 +581,7 @@ def queue_owner_pids(session_id: str, home: Path) -> list[int]:
     pids = []
     for lock in (home / ".acpx" / "queues").glob("*.lock"):
         try:
-            data = json.loads(lock.read_text(encoding="utf-8"))
+            data = json.loads(read_regular(lock, limit=1 << 16, follow_symlinks=False))
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and data.get("sessionId") == session_id and isinstance(data.get("pid"), int):

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from beflow import git
 from beflow.config import LocalTrackerSettings, Project
 from beflow.errors import LockedError, UsageError
+from beflow.files import NotRegularError, open_regular
 from beflow.locks import NotedLock
 from beflow.paths import ACPXRC, beflow_home, path_key
 
@@ -43,7 +44,11 @@ def _fingerprint(path: Path) -> str:
     if not stat.S_ISREG(info.st_mode):
         return f"other:{stat.S_IFMT(info.st_mode)}"
     digest = hashlib.sha256()
-    with path.open("rb") as handle:
+    try:  # what the agent may have swapped in since the lstat (a FIFO) is never waited on
+        fd = open_regular(path, below=None, follow_symlinks=False)
+    except NotRegularError as exc:
+        return f"other:{exc.kind}"
+    with os.fdopen(fd, "rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
             digest.update(chunk)
     return f"{stat.S_IMODE(info.st_mode):o}:{digest.hexdigest()}"

@@ -9,7 +9,7 @@ import functools
 import getpass
 import os
 import re
-import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from beflow import startup
 from beflow.errors import BeflowError, ConfigError, UsageError
-from beflow.files import FileTooLarge, NotRegularError, atomic_write, read_regular
+from beflow.files import FileTooLarge, NotRegularError, atomic_write, create_new, open_regular, read_regular
 from beflow.paths import ACPXRC, beflow_home, git_toplevel, path_key, slug
 
 #: The top level of the git work tree around a path (found without git: see ``paths.git_toplevel``).
@@ -403,12 +403,26 @@ def _head_of(repo: git.Repo) -> str:
     return str(git.SymbolicReference.dereference_recursive(repo, "HEAD"))
 
 
+#: The largest ``.worktreeinclude`` read.
+MAX_INCLUDE_LIST = 1 << 20
+
+
 def copy_included(repo_dir: Path, worktree: Path, patterns: list[str]) -> list[str]:
-    """Copy the git-ignored files named by ``patterns`` (and ``.worktreeinclude``) into the new worktree."""
+    """Copy the git-ignored files named by ``patterns`` (and ``.worktreeinclude``) into the new worktree.
+
+    The sources are the user's own, in their checkout (a symlink there is theirs, and read through); only regular
+    files are copied (a FIFO is never waited on). The worktree holds what the branch holds, which an agent may have
+    written (a dangling ``.env`` symlink, a directory replaced by a link): each file is created there through no
+    symlink, and only where nothing is at all, so nothing is ever written outside it."""
     globs = [p.strip() for p in patterns]
     include_file = repo_dir / ".worktreeinclude"
-    if include_file.is_file():
-        globs += [line.strip() for line in include_file.read_text(encoding="utf-8").splitlines()]
+    try:
+        listed = read_regular(include_file, limit=MAX_INCLUDE_LIST).decode("utf-8")
+    except FileNotFoundError:
+        listed = ""
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{include_file}: cannot read it: {exc}", fix="Make it a text file of globs.") from None
+    globs += [line.strip() for line in listed.splitlines()]
     globs = [g for g in globs if g and not g.startswith("#")]
     if not globs:
         return []
@@ -420,12 +434,19 @@ def copy_included(repo_dir: Path, worktree: Path, patterns: list[str]) -> list[s
             source = Path(dirpath) / name
             relative = source.relative_to(root).as_posix()
             if any(fnmatch.fnmatch(relative, g) or fnmatch.fnmatch(name, g) for g in globs):
-                target = worktree / relative
-                if target.exists():
-                    continue  # tracked files come from git; never overwrite the checkout
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(source, target)
-                copied.append(relative)
+                try:
+                    fd = open_regular(source, below=None)
+                except OSError:
+                    continue  # not a regular file (or gone): nothing to copy
+                try:
+                    # Tracked files come from git: never overwrite the checkout, nor write through a link in it.
+                    mode = stat.S_IMODE(os.fstat(fd).st_mode)
+                    if create_new(worktree / relative, fd, below=worktree, mode=mode):
+                        copied.append(relative)
+                except NotRegularError:
+                    continue  # a directory on the way is a link (the branch's): the path is git's
+                finally:
+                    os.close(fd)
     return sorted(copied)
 
 

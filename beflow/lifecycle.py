@@ -441,9 +441,10 @@ class Session:
                 self.emit("notice", message=repoguard.describe(guard))
 
     @asynccontextmanager
-    async def injected(self, cwd: Path) -> AsyncIterator[Injection | None]:
+    async def injected(self, cwd: Path, *, checkout: bool = False) -> AsyncIterator[Injection | None]:
         """The run's MCP servers in ``cwd``'s ``.acpxrc.json`` for the body, the file put back exactly afterwards
-        (on every way out, Ctrl-C included); what became of it goes into the record."""
+        (on every way out, Ctrl-C included); what became of it goes into the record. ``checkout``: ``cwd`` is the
+        user's own checkout (a symlinked ``.acpxrc.json`` there is theirs), not a worktree an agent's branch filled."""
         record = self.record
         shadowed = shadowed_global_servers() if self.servers else None
         if shadowed:
@@ -458,10 +459,19 @@ class Session:
         handle = None
         try:
             async with managed_acpxrc(
-                cwd, self.servers, on_wait=lambda m: self.emit("notice", message=m), on_saved=on_saved
+                cwd,
+                self.servers,
+                on_wait=lambda m: self.emit("notice", message=m),
+                on_saved=on_saved,
+                trust_link=checkout,
             ) as handle:
                 yield handle
         finally:
+            if handle is not None and handle.restored is not None and handle.restored.replaced is not None:
+                replaced = handle.restored.replaced
+                self.emit(
+                    "notice", message=f"{ACPXRC} had been replaced during the run by {replaced}; beflow put it back"
+                )
             if handle is not None and handle.restored is not None:
                 # "left by beflow pid N" is for orphans of another process, not this one's own restore
                 restored = handle.restored.model_copy(update={"pid": None}).describe()

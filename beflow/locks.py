@@ -16,7 +16,7 @@ import anyio
 from pydantic import BaseModel, ValidationError
 
 from beflow import startup
-from beflow.files import atomic_write, remove
+from beflow.files import atomic_write, read_regular, remove
 
 if TYPE_CHECKING:
     import filelock
@@ -24,6 +24,9 @@ else:
     filelock = startup.module("filelock")  # (it imports asyncio): a probe of a lock that was never taken needs none
 
 M = TypeVar("M", bound=BaseModel)
+
+#: The largest note read: a holder's pid and a few words.
+MAX_NOTE = 1 << 20
 
 
 class NotedLock(Generic[M]):
@@ -72,7 +75,7 @@ class NotedLock(Generic[M]):
     def note(self) -> M | None:
         """The holder's note; ``None`` when there is none or it does not read (being written, or damaged)."""
         try:
-            return self.model.model_validate_json(self.note_path.read_bytes())
+            return self.model.model_validate_json(read_regular(self.note_path, limit=MAX_NOTE))
         except (OSError, ValueError, ValidationError):
             return None
 

@@ -33,6 +33,7 @@ def injected_servers(record: RunRecord) -> list[AcpServer]:
     beflow's own left out; none when the file is not there or not the run's."""
     from pydantic import ValidationError
 
+    from beflow.files import read_regular
     from beflow.mcp.acp import AcpRemote, AcpStdio
     from beflow.mcp.own import is_own_server
     from beflow.paths import ACPXRC
@@ -40,11 +41,8 @@ def injected_servers(record: RunRecord) -> list[AcpServer]:
     place = record.worktree or record.checkout
     if not place or not record.mcp_servers:
         return []
-    path = Path(place) / ACPXRC
-    try:
-        if not path.is_file() or path.stat().st_size > MAX_INJECTED:
-            return []
-        document = json.loads(path.read_bytes())
+    try:  # the agent's worktree: what is in the file's place is read only if it is a file, never through a link
+        document = json.loads(read_regular(Path(place) / ACPXRC, limit=MAX_INJECTED, below=Path(place)))
     except (OSError, ValueError):
         return []
     entries = document.get("mcpServers") if isinstance(document, dict) else None
@@ -64,13 +62,12 @@ def injected_servers(record: RunRecord) -> list[AcpServer]:
 def _redactor(context: Context) -> Redactor:
     from beflow.agent_env import held_secrets
     from beflow.mcp.redact import Redactor
-    from beflow.records import RunRecord, RunStore
+    from beflow.records import RunStore
 
     record = None
     if context.bound_run is not None:
         try:
-            path = RunStore(context.project.directory).directory(context.bound_run) / "run.json"
-            record = RunRecord.model_validate_json(path.read_bytes())  # this run's, never a prefix's match
+            record = RunStore(context.project.directory).load(context.bound_run)  # this run's, never a prefix's
         except (OSError, ValueError):
             record = None
     servers = injected_servers(record) if record is not None else []

@@ -140,7 +140,7 @@ async def _attended_acpx(session: Session, argv: list[str], checkout: Path) -> V
     """Inject, run acpx on the user's terminal, restore; how it ended."""
     # The checkout's git directory is the user's: what the agent changes there is put back, and the run fails.
     with session.repository_guarded(checkout) as guard:
-        async with session.injected(checkout) as handle:
+        async with session.injected(checkout, checkout=True) as handle:
             # The agent's git ignores the injected file (untracked) through its environment, so that nothing of the
             # user's repository changes; a tracked one is the user's to keep out of a commit (a notice says so).
             env: dict[str, str] = {}

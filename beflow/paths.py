@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from beflow.files import atomic_write
+from beflow.files import NotRegularError, atomic_write, read_regular
 
 STATE_DIR = ".beflow"
 
@@ -54,19 +54,23 @@ def git_toplevel(start: Path) -> Path | None:
 
 def state_dir(project_dir: Path) -> Path:
     """The project's ``.beflow/`` directory, created and git-ignored (but for ``config.json`` and ``issues/``) on
-    first use."""
+    first use. An agent without the sandbox can write there: it is reached through no symlink
+    (:mod:`beflow.files`), and an ignore file that is no regular file is replaced, never read or written through."""
     directory = project_dir / STATE_DIR
     ignore = directory / ".gitignore"
-    if not ignore.exists() or _written_by_an_earlier_version(ignore):
-        atomic_write(ignore, _STATE_GITIGNORE)
-    return directory
-
-
-def _written_by_an_earlier_version(ignore: Path) -> bool:
     try:
-        return ignore.read_text(encoding="utf-8") in _OLD_STATE_GITIGNORES
+        current = read_regular(ignore, limit=1 << 16, below=project_dir).decode("utf-8")
+    except FileNotFoundError:
+        current = None
+    except NotRegularError as exc:
+        if exc.path != ignore:  # .beflow itself is a symlink: nothing of the state is written through it
+            raise
+        current = None
     except (OSError, UnicodeDecodeError):
-        return False
+        current = ""  # the user's own (or too big to be beflow's): kept
+    if current is None or current in _OLD_STATE_GITIGNORES:
+        atomic_write(ignore, _STATE_GITIGNORE, below=project_dir)
+    return directory
 
 
 def slug(text: str, *, max_length: int = 48) -> str:

@@ -18,8 +18,9 @@ from pathlib import Path
 from beflow import ACPX_VERSION, git, prompt
 from beflow.config import CONFIG_PATH, AgentCommand, Config, Project
 from beflow.errors import BeflowError, ConfigError
+from beflow.files import read_regular
 from beflow.paths import acpx_home, git_toplevel
-from beflow.validation import line_of
+from beflow.validation import MAX_CONFIG_FILE, line_of
 
 #: The agents acpx 0.19.1 knows by name (``acpx --help``); acpx config files can add more (``agents``).
 ACPX_AGENTS = frozenset(
@@ -60,7 +61,7 @@ def _where(project: Project, *keys: str) -> str:
     if project.config_path is None:
         return ""
     try:
-        text = project.config_path.read_text(encoding="utf-8")
+        text = read_regular(project.config_path, limit=MAX_CONFIG_FILE).decode("utf-8")
     except (OSError, UnicodeDecodeError):
         return f"{project.config_path}: "
     for depth in range(len(keys), 0, -1):
@@ -227,7 +228,7 @@ def _configured_agents(project: Project) -> set[str]:
     names: set[str] = set()
     for path in (acpx_home() / ".acpx" / "config.json", project.directory / ".acpxrc.json"):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(read_regular(path, limit=MAX_CONFIG_FILE))  # never a FIFO waited on
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and isinstance(data.get("agents"), dict):

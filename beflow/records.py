@@ -4,6 +4,10 @@ Each run directory holds ``run.json`` (the :class:`RunRecord`), ``prompt.md``, t
 (``transcript.jsonl``, one acpx JSON event a line), ``stderr.log``, ``hooks/<name>.log`` and ``progress.jsonl`` (the
 progress lines the agent reported through beflow's MCP server, one JSON object a line). No secret value is ever
 written here: MCP servers are recorded by name only.
+
+An agent that runs without the sandbox can write the project's ``.beflow/runs/`` too: every file of a record is
+opened below the project directory through no symlink, regular files only, never waited on, and read within a cap
+(:mod:`beflow.files`), so what it puts there is refused rather than followed.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_core import PydanticSerializationError
 
-from beflow import identity
+from beflow import files, identity
 from beflow.errors import NotFoundError, excerpt
 from beflow.files import atomic_write
 from beflow.guardrails import Usage
@@ -43,6 +47,20 @@ PROGRESS_FILE = "progress.jsonl"
 MAX_PROGRESS = 300
 #: How many of the latest progress lines a record shows (the file keeps them all).
 SHOWN_PROGRESS = 50
+#: Bytes of the end of the progress file read for them: 50 lines of 300 characters, JSON-escaped, fit in it.
+PROGRESS_TAIL = 1 << 20
+#: The largest ``run.json`` read: a record beyond it is taken for a damaged one (an agent's, not beflow's).
+MAX_RECORD = 64 << 20
+#: The most of a file of the record rewritten masked (``prompt.md``, ``progress.jsonl``): its end, beyond.
+MAX_MASKED = 64 << 20
+#: The largest list of finished runs read (a cache: beyond, every record is read).
+MAX_FINISHED_LIST = 16 << 20
+#: Bytes kept of acpx's transcript and of its stderr; beyond, a note says what was left out.
+TRANSCRIPT_LIMIT = 64 << 20
+STDERR_LIMIT = 4 << 20
+#: Room for the lines a capped log ends with (the note of what was left out, a hook's ending): a log read back is
+#: at most its limit and this.
+LOG_NOTE = 4096
 
 
 def now() -> dt.datetime:
@@ -201,16 +219,17 @@ class RunRecord(BaseModel):
 class CappedLog:
     """A log of a run (a hook's output, acpx's transcript and stderr) written line by line as it arrives, up to
     ``limit`` bytes; what comes beyond is counted, not kept, and a note at the end says how much was left out.
-    Each line goes through ``redact`` first (secret values masked)."""
+    Each line goes through ``redact`` first (secret values masked). The file is opened below the trusted directory
+    ``below`` (:func:`beflow.files.open_append`): a symlink on the way or in its place, or a FIFO, raises
+    :class:`~beflow.files.NotRegularError` and nothing is written."""
 
-    def __init__(self, path: Path, limit: int, redact: Callable[[bytes], bytes] | None = None) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: Path, limit: int, redact: Callable[[bytes], bytes] | None = None, *, below: Path) -> None:
         self.path = path
         self.limit = limit
         self.redact = redact or (lambda data: data)
         self.written = 0
         self.dropped = 0
-        self._handle = path.open("ab")
+        self._handle = files.open_append(path, below=below)
         self._flushing = False
 
     def write(self, data: bytes) -> None:
@@ -348,11 +367,43 @@ class RunStore:
     def directory(self, run_id: str) -> Path:
         return self.root / run_id
 
+    def file(self, run_id: str, name: str) -> Path:
+        """The path of the file ``name`` of a run's record (``hooks/<hook>.log`` too); open it below
+        :attr:`project_dir`, as :meth:`read`, :meth:`tail` and :meth:`log` do."""
+        return self.directory(run_id) / name
+
+    def read(self, run_id: str, name: str, *, limit: int) -> bytes:
+        """A file of the run's record, through no symlink, regular only, at most ``limit`` bytes
+        (:class:`~beflow.files.NotRegularError`, :class:`~beflow.files.FileTooLarge`, ``FileNotFoundError``)."""
+        return files.read_regular(self.file(run_id, name), limit=limit, below=self.project_dir)
+
+    def tail(self, run_id: str, name: str, *, limit: int) -> bytes:
+        """The whole lines among the last ``limit`` bytes of a file of the run's record, opened as :meth:`read`
+        opens it."""
+        data, cut = files.read_tail(self.file(run_id, name), below=self.project_dir, limit=limit)
+        return data[data.find(b"\n") + 1 :] if cut else data
+
+    def log_text(self, run_id: str, name: str, limit: int) -> str:
+        """A log of the run's record (written up to ``limit`` bytes and a note) as text: a missing one is empty,
+        and one that is not the regular file beflow wrote (an agent without the sandbox can write the record) is
+        named, never read."""
+        try:
+            data = self.read(run_id, name, limit=limit + LOG_NOTE)
+        except FileNotFoundError:
+            return ""
+        except OSError as exc:
+            return f"[beflow: {name} was not read: {exc}]\n"
+        return data.decode("utf-8", errors="replace")
+
+    def log(self, run_id: str, name: str, limit: int, redact: Callable[[bytes], bytes] | None = None) -> CappedLog:
+        """A :class:`CappedLog` of the run's record (``transcript.jsonl``, ``hooks/after_run.log``)."""
+        return CappedLog(self.file(run_id, name), limit, redact, below=self.project_dir)
+
     def create(self, record: RunRecord, prompt: str) -> Path:
         state_dir(self.project_dir)
         directory = self.directory(record.id)
-        directory.mkdir(parents=True, exist_ok=False)
-        atomic_write(directory / "prompt.md", self.mask(prompt), durable=False)
+        files.make_directory(directory, below=self.project_dir, exist_ok=False)
+        atomic_write(directory / "prompt.md", self.mask(prompt), durable=False, below=self.project_dir)
         self.save(record)
         return directory
 
@@ -361,37 +412,37 @@ class RunStore:
         # Only the final record is made durable: after a crash, a record still `running` (whichever version of
         # it survives) is closed as cancelled by the next beflow, which is all recovery needs from it.
         path = self.directory(record.id) / "run.json"
-        atomic_write(path, masked_record(record, self.mask).to_json() + "\n", durable=record.finished)
+        text = masked_record(record, self.mask).to_json() + "\n"
+        atomic_write(path, text, durable=record.finished, below=self.project_dir)
         if record.finished:
             self._note_finished([record.id])
 
     def add_progress(self, run_id: str, note: ProgressNote) -> None:
         """Append one progress line: a single ``O_APPEND`` write, so that concurrent writers never tear a line."""
         line = (self.mask(note.model_dump_json()) + "\n").encode("utf-8")
-        fd = os.open(self.directory(run_id) / PROGRESS_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            os.write(fd, line)
-        finally:
-            os.close(fd)
+        files.append(self.file(run_id, PROGRESS_FILE), line, below=self.project_dir)
 
     def mask_files(self, run_id: str, names: Collection[str] = (PROGRESS_FILE, "prompt.md")) -> None:
         """Rewrite the run's progress file and prompt with secret values masked, once the agent is done with them:
         the progress lines come from another process, which may not know every secret this one holds, and the
-        prompt was written before the run's servers were known."""
+        prompt was written before the run's servers were known. Of a file beyond :data:`MAX_MASKED` bytes (an
+        agent's doing), the whole lines of its end are kept."""
         for name in names:
-            path = self.directory(run_id) / name
             try:
-                data = path.read_bytes()
+                data, cut = files.read_tail(self.file(run_id, name), below=self.project_dir, limit=MAX_MASKED)
             except OSError:
                 continue
+            if cut:
+                data = data[data.find(b"\n") + 1 :]
             masked = self.mask(data.decode("utf-8", "replace"))
-            if masked.encode("utf-8") != data:
-                atomic_write(path, masked, durable=False)
+            if cut or masked.encode("utf-8") != data:
+                atomic_write(self.file(run_id, name), masked, durable=False, below=self.project_dir)
 
     def progress(self, run_id: str) -> list[ProgressNote]:
-        """The run's latest progress lines, oldest first (lines that do not parse are skipped)."""
+        """The run's latest progress lines, oldest first (lines that do not parse are skipped; a progress file that
+        is not a regular file of the record gives none)."""
         try:
-            lines = (self.directory(run_id) / PROGRESS_FILE).read_bytes().splitlines()
+            lines = self.tail(run_id, PROGRESS_FILE, limit=PROGRESS_TAIL).splitlines()
         except OSError:
             return []
         notes = []
@@ -404,8 +455,8 @@ class RunStore:
 
     def write(self, run_id: str, name: str, data: str | bytes) -> Path:
         """An artifact of the run (hook output, stderr)."""
-        path = self.directory(run_id) / name
-        atomic_write(path, data, durable=False)
+        path = self.file(run_id, name)
+        atomic_write(path, data, durable=False, below=self.project_dir)
         return path
 
     def resumable_session(self, record: RunRecord) -> str | None:
@@ -423,61 +474,84 @@ class RunStore:
         a few issues or the latest runs reads those records, not every record of the project: directories are
         read newest first by name, down to :data:`ID_CLOCK_SLACK` before the oldest one kept. Directories not named
         like a run id are always read."""
-        tags = None if issues is None else {slug(key, max_length=24) for key in issues}
-        timed: list[tuple[str, str]] = []  # (start second, name)
-        untimed: list[str] = []
-        for name in self._names():
-            match = _RUN_ID.match(name)
-            if match is None:
-                untimed.append(name)
-            elif tags is None or match.group("key") in tags:
-                timed.append((match.group("start"), name))
-        timed.sort(reverse=True)
-        found = [record for _, record in self._read(lambda path: True, untimed)]
-        kept = 0
-        cutoff: str | None = None
-        for start, name in timed:
-            if cutoff is not None and start < cutoff:
-                break
-            for _, record in self._read(lambda path: True, [name]):
-                if issues is None or record.issue in issues:
-                    found.append(record)
-                    kept += 1
-            if limit is not None and kept >= limit and cutoff is None:
-                cutoff = _before(start, ID_CLOCK_SLACK)
+        with self._opened() as root:
+            if root is None:
+                return []
+            found = self._newest(root, issues, limit)
         if issues is not None:
             found = [record for record in found if record.issue in issues]
         # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
         found.sort(key=lambda r: (r.started_at, r.id), reverse=True)
         return found if limit is None else found[:limit]
 
+    def _newest(self, root: files.Opened, issues: Collection[str] | None, limit: int | None) -> list[RunRecord]:
+        """:meth:`records`' reading, from the runs' directory held open: not in order yet."""
+        tags = None if issues is None else {slug(key, max_length=24) for key in issues}
+        timed: list[tuple[str, str]] = []  # (start second, name)
+        untimed: list[str] = []
+        for name in self._names(root):
+            match = _RUN_ID.match(name)
+            if match is None:
+                untimed.append(name)
+            elif tags is None or match.group("key") in tags:
+                timed.append((match.group("start"), name))
+        timed.sort(reverse=True)
+        found = [record for _, record in self._read(lambda path: True, untimed, root)]
+        kept = 0
+        cutoff: str | None = None
+        for start, name in timed:
+            if cutoff is not None and start < cutoff:
+                break
+            for _, record in self._read(lambda path: True, [name], root):
+                if issues is None or record.issue in issues:
+                    found.append(record)
+                    kept += 1
+            if limit is not None and kept >= limit and cutoff is None:
+                cutoff = _before(start, ID_CLOCK_SLACK)
+        return found
+
     def started_since(self, since: dt.datetime, wanted: Callable[[str], bool] | None = None) -> list[RunRecord]:
         """The readable records of runs started at ``since`` or later (their ids say when, give or take
         :data:`ID_CLOCK_SLACK`: only those directories are read), of those whose ``run.json`` path ``wanted``
         accepts (all, by default)."""
         cutoff = _before(since.astimezone(dt.UTC).strftime("%Y%m%d-%H%M%S"), ID_CLOCK_SLACK)
-        names = [n for n in self._names() if (m := _RUN_ID.match(n)) is None or m.group("start") >= cutoff]
-        read = self._read(wanted or (lambda path: True), names)
-        return [record for _, record in read if record.started_at >= since]
+        with self._opened() as root:
+            if root is None:
+                return []
+            names = [n for n in self._names(root) if (m := _RUN_ID.match(n)) is None or m.group("start") >= cutoff]
+            read = self._read(wanted or (lambda path: True), names, root)
+            return [record for _, record in read if record.started_at >= since]
 
-    def _names(self) -> list[str]:
+    def _names(self, root: files.Opened | None = None) -> list[str]:
         try:
-            return os.listdir(self.root)
+            return files.list_directory(self.root, below=root or self.project_dir)
         except OSError:
             return []
 
-    def _read(self, wanted: Callable[[str], bool], names: list[str] | None = None) -> Iterator[tuple[str, RunRecord]]:
+    @contextlib.contextmanager
+    def _opened(self) -> Iterator[files.Opened | None]:
+        """The runs' directory, reached through no symlink and held open while many records are read from it;
+        ``None`` when it cannot be (not there, or a link: then no record is read)."""
+        try:
+            with files.open_directory(self.root, below=self.project_dir) as root:
+                yield root
+        except OSError:
+            yield None
+
+    def _read(
+        self, wanted: Callable[[str], bool], names: list[str] | None = None, root: files.Opened | None = None
+    ) -> Iterator[tuple[str, RunRecord]]:
         """The readable records whose ``run.json`` path ``wanted`` accepts (of the directories ``names``, else of
-        all)."""
+        all), read from ``root`` (the runs' directory held open), else from the project directory."""
         prefix = str(self.root) + os.sep
-        for name in self._names() if names is None else names:
+        for name in self._names(root) if names is None else names:
             path = prefix + name + os.sep + "run.json"
             if not wanted(path):
                 continue
             try:
-                with open(path, "rb") as handle:
-                    yield path, RunRecord.model_validate_json(handle.read())
-            except (OSError, ValidationError):
+                data = files.read_regular(Path(path), limit=MAX_RECORD, below=root or self.project_dir)
+                yield path, RunRecord.model_validate_json(data)
+            except (OSError, ValidationError, ValueError):
                 continue
 
     def running(self) -> list[RunRecord]:
@@ -497,7 +571,10 @@ class RunStore:
 
         found = []
         noted: list[str] = []
-        for path, record in self._read(maybe_running, [n for n in self._names() if n not in finished]):
+        with self._opened() as root:
+            names = [] if root is None else [n for n in self._names(root) if n not in finished]
+            read = [] if root is None else list(self._read(maybe_running, names, root))
+        for path, record in read:
             if record.finished:
                 noted.append(os.path.basename(os.path.dirname(path)))
                 with contextlib.suppress(OSError):
@@ -509,10 +586,12 @@ class RunStore:
         return found
 
     def _finished(self) -> set[str]:
+        path = self.project_dir / STATE_DIR / FINISHED_RUNS
         try:
-            return set((self.project_dir / STATE_DIR / FINISHED_RUNS).read_text("utf-8", errors="replace").split())
+            data = files.read_regular(path, limit=MAX_FINISHED_LIST, below=self.project_dir)
         except OSError:
             return set()
+        return set(data.decode("utf-8", errors="replace").split())
 
     def _note_finished(self, names: list[str]) -> None:
         """Add runs to :data:`FINISHED_RUNS`: one ``O_APPEND`` write, so that concurrent writers never tear a
@@ -520,11 +599,8 @@ class RunStore:
         if not names or not self.root.is_dir():
             return
         with contextlib.suppress(OSError):
-            fd = os.open(self.project_dir / STATE_DIR / FINISHED_RUNS, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            try:
-                os.write(fd, "".join(f"{name}\n" for name in names).encode("utf-8"))
-            finally:
-                os.close(fd)
+            data = "".join(f"{name}\n" for name in names).encode("utf-8")
+            files.append(self.project_dir / STATE_DIR / FINISHED_RUNS, data, below=self.project_dir)
 
     def close_orphans(self) -> list[RunRecord]:
         """Close the records of runs whose beflow was killed (still ``running``, their process gone): they end
@@ -539,7 +615,7 @@ class RunStore:
 
     def get(self, run_id: str) -> RunRecord:
         """A record by id or unique id prefix; ``latest`` is the newest run."""
-        ids = sorted(p.name for p in self.root.iterdir()) if self.root.is_dir() else []
+        ids = sorted(self._names())
         if run_id == "latest" and ids:
             newest = self.records(limit=1)
             run_id = newest[0].id if newest else ids[-1]
@@ -554,7 +630,11 @@ class RunStore:
             close = difflib.get_close_matches(run_id, ids, n=3, cutoff=0.4)
             hint = f" (did you mean {', '.join(close)}?)" if close else ""
             raise NotFoundError(f"no run {excerpt(run_id)}{hint}", fix="`beflow runs list` shows the runs.")
-        path = self.directory(matches[0]) / "run.json"
-        record = RunRecord.model_validate_json(path.read_bytes())
+        record = self.load(matches[0])
         record.progress = self.progress(record.id)  # fresher than run.json while the run is going
         return record
+
+    def load(self, run_id: str) -> RunRecord:
+        """The record of the run ``run_id`` exactly (no prefix, no ``latest``), as ``run.json`` holds it: read as
+        :meth:`read` reads (``OSError``), parsed (``ValidationError``)."""
+        return RunRecord.model_validate_json(self.read(run_id, "run.json", limit=MAX_RECORD))

@@ -233,7 +233,9 @@ def _save_aside(git_dir: Path, now: dict[str, Item], changed: list[str]) -> Path
     prefix = f"git-{place}-{stamp}-{os.getpid()}"
     for relative, item in found:
         name = relative.replace("/", "%")
-        atomic_write(saved_dir() / f"{prefix}-{name}", base64.b64decode(item.data or ""), mode=0o600)
+        atomic_write(
+            saved_dir() / f"{prefix}-{name}", base64.b64decode(item.data or ""), mode=0o600, below=beflow_home()
+        )
     prune_saved()
     return saved_dir() / f"{prefix}-*"
 

@@ -13,7 +13,7 @@ from beflow.errors import NotBoundError, NotFoundError, excerpt
 from beflow.guardrails import Usage
 from beflow.masking import agent_words
 from beflow.operations import Context, Input, operation
-from beflow.records import MAX_PROGRESS, ProgressNote, RunRecord, RunStore
+from beflow.records import MAX_PROGRESS, STDERR_LIMIT, TRANSCRIPT_LIMIT, ProgressNote, RunRecord, RunStore
 from beflow.trackers.base import normalize_key
 
 #: The context's service holding what the run going on reported so far (a :class:`Usage`), set by its channel.
@@ -180,12 +180,9 @@ def _lookup(context: Context, asked: str) -> RunRecord:
 def run_logs(context: Context, payload: RunId) -> RunLogs:
     runs = store(context)
     record = _lookup(context, payload.id)
-    directory = runs.directory(record.id)
-    transcript = directory / "transcript.jsonl"
-    lines = transcript.read_text(encoding="utf-8", errors="replace").splitlines() if transcript.exists() else []
-    stderr_path = directory / "stderr.log"
-    stderr = stderr_path.read_text(encoding="utf-8", errors="replace") if stderr_path.exists() else ""
-    return RunLogs(record=record, lines=acpx.readable(lines), stderr=stderr)
+    transcript = runs.log_text(record.id, "transcript.jsonl", TRANSCRIPT_LIMIT)
+    stderr = runs.log_text(record.id, "stderr.log", STDERR_LIMIT)
+    return RunLogs(record=record, lines=acpx.readable(transcript.splitlines()), stderr=stderr)
 
 
 @operation(

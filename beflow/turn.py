@@ -17,14 +17,10 @@ from beflow.limits import Limiter, UsageEvents
 from beflow.mcp.inject import Injection
 from beflow.mcp.own import follow_progress
 from beflow.policy import judge
-from beflow.records import CappedLog, Outcome
+from beflow.records import LOG_NOTE, STDERR_LIMIT, TRANSCRIPT_LIMIT, Outcome
 from beflow.sandbox.box import Sandbox
 from beflow.server.channel import RunChannel, own_channel
 from beflow.workspace import Workspace
-
-#: Bytes kept of acpx's transcript and of its stderr; beyond, a note says what was left out.
-TRANSCRIPT_LIMIT = 64 << 20
-STDERR_LIMIT = 4 << 20
 
 
 class AgentTurn:
@@ -49,10 +45,9 @@ class AgentTurn:
         record.sandboxed = box is not None
         agent = acpx.AgentSession(self.config, cwd, env=workspace.git_env, unset=workspace.withheld, sandbox=box)
         directory = self.store.directory(record.id)
-        stderr_path = directory / "stderr.log"
         with (
-            CappedLog(directory / "transcript.jsonl", TRANSCRIPT_LIMIT) as transcript_file,
-            CappedLog(stderr_path, STDERR_LIMIT, redact) as stderr_file,
+            self.store.log(record.id, "transcript.jsonl", TRANSCRIPT_LIMIT) as transcript_file,
+            self.store.log(record.id, "stderr.log", STDERR_LIMIT, redact) as stderr_file,
         ):
             # Every line of the ACP stream is life (the agent's messages, tool calls, a running tool's output; not
             # its stderr); what the agent reports it used is held to the budgets as it comes (beflow.limits).
@@ -117,12 +112,22 @@ class AgentTurn:
             self.emit("notice", message=breach.reason)
             return breach.outcome, breach.reason
         record.exit_code = result.returncode
-        stderr = stderr_path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        stderr = self._stderr()
         verdict = judge(result, transcript, self.config, stderr, key=session.request.key, run_id=record.id)
         record.permanent = verdict.permanent
         if self.channel is not None and self.channel.failure is not None:
             return verdict.outcome, f"{verdict.reason}; {self.channel.failure}"
         return verdict.outcome, verdict.reason
+
+    def _stderr(self) -> list[str]:
+        """acpx's stderr as the run's record kept it, for the reason of a failure. The agent may have replaced the
+        file (without the sandbox it can write the record): what is not the file beflow wrote is not read."""
+        try:
+            data = self.store.read(self.record.id, "stderr.log", limit=STDERR_LIMIT + LOG_NOTE)
+        except OSError as exc:
+            self._notice(f"acpx's stderr was not read back: {exc}")
+            return []
+        return data.decode("utf-8", errors="replace").strip().splitlines()
 
     def _own_paths(self) -> list[Path]:
         """What of beflow's own a sandbox shows the agent, read-only: the channel's directory (beflow's server in the

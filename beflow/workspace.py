@@ -16,7 +16,6 @@ from typing import Any
 from beflow import agent_env, git, interrupts, proc, repoguard, workers
 from beflow.errors import BeflowError
 from beflow.lifecycle import Session
-from beflow.records import CappedLog
 
 #: Bytes kept of each hook's output; beyond, a note says what was left out.
 HOOK_LOG_LIMIT = 4 << 20
@@ -75,9 +74,18 @@ class Workspace:
         session = self.session
         session.emit("activity", latest=f"hook {name}: {hook.command}")
         # Streamed to the log as it comes, up to a limit: a hook that floods (`yes`) keeps beflow's memory flat.
-        log_path = session.store.directory(session.record.id) / "hooks" / f"{name}.log"
         result: proc.Completed | None = None
-        with CappedLog(log_path, HOOK_LOG_LIMIT, session.redact_hooks) as log:
+        try:
+            log = session.store.log(session.record.id, f"hooks/{name}.log", HOOK_LOG_LIMIT, session.redact_hooks)
+        except OSError as exc:
+            # Without the sandbox the agent can write the record: a log it replaced (a symlink to ~/.bashrc) is
+            # never written through, and a hook whose output cannot be kept does not run.
+            message = f"hook {name} was not run: its log cannot be written ({exc})"
+            if fatal:
+                raise BeflowError(message) from None
+            session.emit("notice", message=message)
+            return
+        with log:
             log.write(f"$ {session.redact.text(hook.command)}\n".encode())
             # A signal stops a hook even in the shielded cleanup (before_remove): it never holds beflow up.
             with interrupts.cut_short_by_signal():

@@ -103,7 +103,7 @@ def test_runs_started_within_the_same_second_are_ordered_by_start_time(store: Ru
 
 def test_a_capped_log_keeps_whole_lines_up_to_its_limit_then_says_how_much_it_left_out(tmp_path: Path) -> None:
     path = tmp_path / "hooks" / "x.log"
-    with CappedLog(path, 20, redact=lambda line: line.replace(b"secret", b"***")) as log:
+    with CappedLog(path, 20, redact=lambda line: line.replace(b"secret", b"***"), below=tmp_path) as log:
         log.write(b"$ cmd\n")
         log.lines(b"a secret")
         log.lines(b"more output than fits")
@@ -116,7 +116,7 @@ def test_a_capped_log_keeps_whole_lines_up_to_its_limit_then_says_how_much_it_le
 
 def test_a_capped_log_given_many_lines_at_once_keeps_those_that_fit_whole(tmp_path: Path) -> None:
     path = tmp_path / "transcript.jsonl"
-    with CappedLog(path, 12, redact=lambda data: data.replace(b"secret", b"***")) as log:
+    with CappedLog(path, 12, redact=lambda data: data.replace(b"secret", b"***"), below=tmp_path) as log:
         log.lines(b"secret\ntwo\nthree\nfour")
         log.close()
     assert path.read_bytes() == b"***\ntwo\n[beflow: output beyond 12 bytes was not kept: 11 more bytes]\n"

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 import click
 
 from beflow.errors import BeflowError
-from beflow.files import atomic_write
+from beflow.files import NotRegularError, atomic_write
 from beflow.paths import beflow_home
 
 if TYPE_CHECKING:
@@ -254,6 +254,10 @@ def guarded(fn: Callable[[], T]) -> T:
     except click.ClickException as usage:
         usage.show()
         sys.exit(usage.exit_code)
+    except NotRegularError as refused:
+        # A symlink, FIFO or device where beflow expected its own file or directory (an agent's, as a rule).
+        fix = "beflow follows no link and opens nothing but a file there: move it away, and run the command again."
+        fail(BeflowError(str(refused), fix=fix))
     except BrokenPipeError:
         # The reader went away (`beflow ... --json | head`): stop writing, quietly, as a pipeline expects.
         with contextlib.suppress(OSError):

@@ -22,6 +22,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from beflow.config import Project
 from beflow.errors import ConfigError
+from beflow.files import read_regular
 from beflow.mcp.cascade import (
     RemoteServer,
     Server,
@@ -36,6 +37,8 @@ from beflow.mcp.cascade import (
 )
 from beflow.paths import acpx_home
 
+#: The largest global acpx config read.
+MAX_GLOBAL_CONFIG = 8 << 20
 #: What ``beflow mcp show`` prints instead of a secret.
 MASK = "••••"
 
@@ -199,7 +202,7 @@ def shadowed_global_servers(environ: Mapping[str, str] | None = None) -> Shadowe
     """
     path = acpx_global_config(environ)
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(read_regular(path, limit=MAX_GLOBAL_CONFIG).decode("utf-8"))  # never a FIFO waited on
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     servers = data.get("mcpServers") if isinstance(data, dict) else None

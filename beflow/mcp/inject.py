@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field
 import beflow.mcp.journal as journal
 from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
-from beflow.files import NotRegularError, atomic_write, read_regular
+from beflow.files import FileTooLarge, NotRegularError, atomic_write, describe_kind, read_regular
 from beflow.locks import waiting_for
 from beflow.mcp.acp import AcpServer, server_names, wire
 from beflow.mcp.journal import JournalEntry, Restored
@@ -95,26 +95,42 @@ class _Prior(BaseModel):
     content: bytes | None = None  # what acpx would read (through a symlink too)
 
 
-def _read_prior(target: Path) -> _Prior:
+def _read_prior(target: Path, *, trust_link: bool) -> _Prior:
     try:
         info = os.lstat(target)
     except FileNotFoundError:
         return _Prior(existed=False)
     refusal = "Move it away (acpx expects a JSON file there), or turn MCP injection off (mcp.enabled)."
     if stat.S_ISLNK(info.st_mode):
+        link = os.readlink(target)
         try:
-            content = read_regular(target)
+            pointed = os.stat(target).st_mode  # (its kind only: a stat opens nothing)
+        except OSError:
+            return _Prior(existed=True, symlink=link)  # a dangling link: acpx sees no file
+        if not stat.S_ISREG(pointed):
+            what = describe_kind(pointed)
+            raise BeflowError(f"{target} is a symlink to {what}; beflow will not replace it", fix=refusal)
+        if not trust_link:
+            # A worktree holds what its branch holds, which an agent may have written: what the link points to (a
+            # file of the user's the agent cannot read) is never read into the file the agent gets.
+            return _Prior(existed=True, symlink=link)
+        try:
+            content = read_regular(target, limit=journal.MAX_MANAGED)
         except NotRegularError as exc:
             raise BeflowError(f"{target} is a symlink to {exc.kind}; beflow will not replace it", fix=refusal) from None
         except OSError:
-            content = None  # a dangling link: acpx sees no file
-        return _Prior(existed=True, symlink=os.readlink(target), content=content)
+            content = None  # gone since, or too large to be acpx's: the session gets a fresh file
+        return _Prior(existed=True, symlink=link, content=content)
     if not stat.S_ISREG(info.st_mode):
         raise BeflowError(f"{target} is not a regular file; beflow will not replace it", fix=refusal)
     try:
-        data = read_regular(target, follow_symlinks=False)
+        data = read_regular(target, limit=journal.MAX_MANAGED, follow_symlinks=False)
     except NotRegularError:
         raise BeflowError(f"{target} is not a regular file; beflow will not replace it", fix=refusal) from None
+    except FileTooLarge:
+        raise BeflowError(
+            f"{target} is larger than {journal.MAX_MANAGED} bytes; beflow will not replace it", fix=refusal
+        ) from None
     except OSError as exc:
         raise BeflowError(
             f"{target}: cannot read it ({exc.strerror}), so it could not be put back; nothing was changed",
@@ -172,9 +188,9 @@ async def _acquire(
     return held
 
 
-def _begin(target: Path, key: str, servers: Sequence[AcpServer]) -> tuple[JournalEntry, Injection]:
+def _begin(target: Path, key: str, servers: Sequence[AcpServer], trust_link: bool) -> tuple[JournalEntry, Injection]:
     """Journal the prior state, then write the managed file."""
-    prior = _read_prior(target)
+    prior = _read_prior(target, trust_link=trust_link)
     data, parsed = compose(prior.content, servers)
     entry = JournalEntry(
         target=target,
@@ -218,6 +234,7 @@ async def managed_acpxrc(
     on_saved: Callable[[Path], None] | None = None,
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT,
     poll_interval: float = 0.1,
+    trust_link: bool = False,
 ) -> AsyncIterator[Injection | None]:
     """Inject ``servers`` (the translated list) into ``<cwd>/.acpxrc.json`` for the body; restore it after.
 
@@ -225,6 +242,8 @@ async def managed_acpxrc(
     is called once with a message when another run holds the path; after ``lock_timeout`` seconds
     :class:`LockedError` names the path and the holder's pid. ``on_saved`` gets the path of a version someone
     else wrote during the session, saved aside before the prior came back (also on ``handle.saved``).
+    ``trust_link``: a symlink at the path is the user's own (in their checkout, not a worktree of a branch an agent
+    wrote), and what it points to is read for the keys the session keeps; otherwise the session gets a fresh file.
     """
     if not servers:
         yield None
@@ -246,7 +265,7 @@ async def managed_acpxrc(
                 f"{target}: an earlier run's state could not be restored: {failed[0].detail}",
                 fix="Fix the cause and run `beflow restore`, then try again.",
             )
-        entry, handle = _begin(target, key, servers)
+        entry, handle = _begin(target, key, servers, trust_link)
         handle.recovered = recovered
         try:
             yield handle

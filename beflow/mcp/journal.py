@@ -31,7 +31,17 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from beflow import identity
 from beflow.errors import BeflowError, LockedError
-from beflow.files import FileTooLarge, NotRegularError, atomic_write, fsync_dir, read_note, read_regular, remove
+from beflow.files import (
+    FileTooLarge,
+    NotRegularError,
+    atomic_write,
+    describe_kind,
+    fsync_dir,
+    open_directory,
+    read_note,
+    read_regular,
+    remove,
+)
 from beflow.locks import NotedLock
 from beflow.paths import ACPXRC, beflow_home
 
@@ -80,6 +90,9 @@ class Restored(BaseModel):
     pid: int | None = None
     #: Where the version someone else wrote during the run was saved before the prior came back.
     saved: Path | None = None
+    #: What was found in the file's place instead of a version that could be saved (a symlink, never followed; a
+    #: file too large to keep), in words.
+    replaced: str | None = None
     detail: str | None = None
     #: ``quarantined``: the file is still exactly what beflow wrote and its prior is lost with the entry; a new
     #: session must not take it for the prior.
@@ -99,6 +112,8 @@ class Restored(BaseModel):
             text = f"could not restore {self.target}: {self.detail}"
         if self.saved is not None:
             text += f"; the version changed during the run is saved at {self.saved} (for {SAVED_DAYS} days)"
+        if self.replaced is not None:
+            text += f"; during the run it had been replaced by {self.replaced}"
         return text
 
 
@@ -159,19 +174,23 @@ MAX_JOURNAL_ENTRY = 16 << 20
 
 #: Days a version saved aside is kept: it may hold the injected secrets (it was written while they were in place).
 SAVED_DAYS = 7
+#: The largest managed file read (a prior, or a version found at the end): an ``.acpxrc.json`` is a few KiB.
+MAX_MANAGED = 8 << 20
 
 
 def prune_saved(now: float | None = None) -> list[Path]:
     """Delete what :func:`_save_aside` saved more than :data:`SAVED_DAYS` days ago; the paths deleted."""
     cutoff = (time.time() if now is None else now) - SAVED_DAYS * 86400
     removed = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(saved_dir()):
+    # Reached through no symlink: a `saved` an agent replaced by a link to a directory of the user's is no
+    # directory of beflow's to prune.
+    with contextlib.suppress(OSError), open_directory(saved_dir(), below=beflow_home()) as directory:
+        for entry in os.scandir(directory.fd):
             with contextlib.suppress(OSError):
                 info = entry.stat(follow_symlinks=False)
                 if stat.S_ISREG(info.st_mode) and info.st_mtime < cutoff:
-                    os.unlink(entry.path)
-                    removed.append(Path(entry.path))
+                    os.unlink(entry.name, dir_fd=directory.fd)
+                    removed.append(saved_dir() / entry.name)
     return removed
 
 
@@ -186,28 +205,42 @@ def _owner_alive(entry: JournalEntry) -> bool:
 # --- restore --------------------------------------------------------------------------------------------------
 
 
-def _current(target: Path) -> bytes | None:
-    """What is at ``target`` now (read through a symlink), ``None`` when nothing is.
+class _Current(BaseModel):
+    """What is at a managed path now: nothing, a regular file's bytes, a symlink (never followed: the agent may
+    have made it, to a file of the user's it could not read), or a file too large to keep."""
 
-    Whatever is not a regular file (a FIFO, a socket, a device, a directory, a link to one) raises
-    :class:`NotRegularError` without being opened for reading: a FIFO would block beflow for ever.
-    """
+    data: bytes | None = None
+    link: str | None = None
+    too_large: bool = False
+
+
+def _current(target: Path) -> _Current:
+    """What is at ``target`` now. Whatever is not a regular file or a symlink (a FIFO, a socket, a device, a
+    directory) raises :class:`NotRegularError` without being opened: a FIFO would block beflow for ever."""
     try:
         info = os.lstat(target)
     except FileNotFoundError:
-        return None
-    if not (stat.S_ISREG(info.st_mode) or stat.S_ISLNK(info.st_mode)):
+        return _Current()
+    if stat.S_ISLNK(info.st_mode):
+        return _Current(link=os.readlink(target))
+    if not stat.S_ISREG(info.st_mode):
         raise NotRegularError(target, info.st_mode)
     try:
-        return read_regular(target, follow_symlinks=stat.S_ISLNK(info.st_mode))
-    except FileNotFoundError:  # a dangling symlink
-        return None
+        return _Current(data=read_regular(target, limit=MAX_MANAGED, follow_symlinks=False))
+    except FileNotFoundError:
+        return _Current()
+    except NotRegularError as exc:
+        if exc.kind == describe_kind(stat.S_IFLNK):  # made a symlink since
+            return _Current(link=os.readlink(target))
+        raise
+    except FileTooLarge:
+        return _Current(too_large=True)
 
 
 def _save_aside(data: bytes, key: str) -> Path:
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
     path = saved_dir() / f"{key}-{stamp}-{os.getpid()}{ACPXRC}"
-    atomic_write(path, data, mode=0o600)
+    atomic_write(path, data, mode=0o600, below=beflow_home())
     prune_saved()
     return path
 
@@ -229,18 +262,24 @@ def _restore(entry: JournalEntry, key: str) -> Restored:
         return Restored(target=target, action="gone", pid=entry.pid)
     prior = entry.prior_bytes()
     current = _current(target)
-    saved = None
-    if current is not None and hashlib.sha256(current).hexdigest() != entry.written_sha256 and current != prior:
-        saved = _save_aside(current, key)
+    saved = replaced = None
+    data = current.data
+    if data is not None and hashlib.sha256(data).hexdigest() != entry.written_sha256 and data != prior:
+        saved = _save_aside(data, key)
+    elif current.link is not None and current.link != entry.symlink:
+        # What a link points to is never read, nor saved: it is a file of the user's the agent may not read.
+        replaced = f"a symlink to {current.link}, which beflow did not follow"
+    elif current.too_large:
+        replaced = f"a file larger than {MAX_MANAGED} bytes, which beflow did not keep"
     if not entry.existed:
         remove(target)
-        return Restored(target=target, action="removed", pid=entry.pid, saved=saved)
+        return Restored(target=target, action="removed", pid=entry.pid, saved=saved, replaced=replaced)
     if entry.symlink is not None:
         _put_symlink(target, entry.symlink)
     else:
         assert prior is not None and entry.mode is not None
         atomic_write(target, prior, mode=entry.mode)
-    return Restored(target=target, action="restored", pid=entry.pid, saved=saved)
+    return Restored(target=target, action="restored", pid=entry.pid, saved=saved, replaced=replaced)
 
 
 def record(key: str, entry: JournalEntry) -> None:
@@ -260,8 +299,9 @@ def finish(entry: JournalEntry, key: str, journal: Path | None = None) -> Restor
     try:
         result = _restore(entry, key)
     except NotRegularError as exc:
+        what = f"it is now {exc.kind}" if exc.path == entry.target else str(exc)
         raise BeflowError(
-            f"could not restore {entry.target}: it is now {exc.kind}, which beflow leaves as it is",
+            f"could not restore {entry.target}: {what}, which beflow leaves as it is",
             fix="Move it away, then run `beflow restore`: the prior content stays in beflow's journal until then.",
         ) from exc
     except OSError as exc:
@@ -353,7 +393,7 @@ def _salvage(raw: bytes | None) -> tuple[Path | None, str, bool]:
     unknown = "not recovered (the entry lost its earlier content); if it still holds beflow's MCP servers, "
     unknown += "put your own version back by hand"
     try:
-        current = _current(target)
+        current = _current(target).data
     except OSError:
         return target, unknown, False
     written = data.get("written_sha256")

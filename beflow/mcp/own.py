@@ -17,11 +17,13 @@ event for ``beflow watch`` and ``--auto``'s views and ``--json`` streams.
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
 
+from beflow import files
 from beflow.config import Project
 from beflow.errors import ConfigError
 from beflow.mcp.acp import MASK, AcpServer, AcpStdio, NameValue
@@ -38,6 +40,8 @@ LOCAL_POLL = 2
 REMOTE_POLL = 20
 #: Seconds between two looks at a run's progress file.
 PROGRESS_POLL = 0.5
+#: The most of it read at one look.
+PROGRESS_READ = 1 << 20
 
 
 def own_argv(project: Project, *, issue: str, run_id: str, channel: str) -> list[str]:
@@ -102,18 +106,26 @@ async def follow_progress(
 ) -> AsyncIterator[None]:
     """While the block runs, call ``on_progress`` for every progress line added to the run (through its channel, or
     by a server a person started with ``--run``); the lines of the last moments are read once more on the way out."""
-    path = store.directory(run_id) / PROGRESS_FILE
+    path = store.file(run_id, PROGRESS_FILE)
     state = {"offset": 0}
 
     def read_new() -> list[ProgressNote]:
+        # Without the sandbox the agent can write the record: a FIFO or a link (to /dev/zero) in the file's place is
+        # refused, never waited on or read, and each look reads a bounded piece (the rest comes at the next).
         try:
-            with path.open("rb") as handle:
-                handle.seek(state["offset"])
-                data = handle.read()
+            fd = files.open_regular(path, below=store.project_dir)
         except OSError:
             return []
+        try:
+            os.lseek(fd, state["offset"], os.SEEK_SET)
+            data = os.read(fd, PROGRESS_READ)
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
         complete = data[: data.rfind(b"\n") + 1]  # a line being written waits for the next look
-        state["offset"] += len(complete)
+        # ... but a piece this long with no line end is no progress line being written: it is passed over.
+        state["offset"] += len(complete) if complete or len(data) < PROGRESS_READ else len(data)
         notes = []
         for line in complete.splitlines():
             with contextlib.suppress(ValueError):

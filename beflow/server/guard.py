@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from beflow.errors import UsageError
-from beflow.files import atomic_write
+from beflow.files import atomic_write, read_regular
 from beflow.http_token import MIN_TOKEN, TOKEN_ENV, token_path
 
 COOKIE = "beflow_token"
@@ -93,7 +93,7 @@ def load_token() -> Token:
         return Token(configured, "environment")
     path = token_path()
     try:
-        stored = path.read_text(encoding="utf-8").strip()
+        stored = read_regular(path, limit=4096).decode("utf-8", "replace").strip()  # never a FIFO waited on
     except FileNotFoundError:
         stored = ""
     if len(stored) >= MIN_TOKEN:

@@ -33,7 +33,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from beflow import __version__, acpx, guardrails
+from beflow import __version__, acpx, files, guardrails
 from beflow.config import Project
 from beflow.errors import BeflowError, NotFoundError, UsageError
 from beflow.operations import Context
@@ -285,9 +285,10 @@ class Server:
         last lines are short messages and tool calls, most of the time), more only when they do not hold enough
         lines. A transcript that did not change since the last read is not read again (the live page reads the
         state after every event, each lane's tail with it)."""
-        path = self._store().directory(run_id) / "transcript.jsonl"
-        try:
-            with path.open("rb") as file:
+        runs = self._store()
+        path = runs.file(run_id, "transcript.jsonl")
+        try:  # (through no symlink, never a FIFO: an agent without the sandbox can write the record)
+            with os.fdopen(files.open_regular(path, below=runs.project_dir), "rb") as file:
                 stat = os.fstat(file.fileno())
                 stamp = (stat.st_size, stat.st_mtime_ns)
                 kept = self._tails.get(run_id)
@@ -311,14 +312,11 @@ class Server:
 
     def transcript(self, run_id: str, offset: int, limit: int) -> api.TranscriptPage:
         """A page of the readable transcript, file edits included as unified diffs (``diff`` lines)."""
+        from beflow.records import TRANSCRIPT_LIMIT
         from beflow.server import diffs
 
         record = self.call("run.show", {"id": run_id})
-        path = self._store().directory(record.id) / "transcript.jsonl"
-        try:
-            raw = path.read_text(encoding="utf-8", errors="replace").splitlines()
-        except FileNotFoundError:
-            raw = []
+        raw = self._store().log_text(record.id, "transcript.jsonl", TRANSCRIPT_LIMIT).splitlines()
         lines = [api.TranscriptLine(kind=line.kind, text=line.text) for line in acpx.readable(raw, diffs.reader())]
         page = lines[offset : offset + limit]
         end = offset + len(page)

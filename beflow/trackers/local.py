@@ -27,7 +27,7 @@ import pydantic
 from beflow import startup
 from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.feedback import Feedback, Gathered
-from beflow.files import atomic_write
+from beflow.files import atomic_write, read_regular
 from beflow.paths import STATE_DIR, state_dir
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
@@ -249,7 +249,7 @@ class LocalTracker:
         with contextlib.suppress(sqlite3.Error):
             numbers.append(self._index.max_key())
         with contextlib.suppress(OSError, ValueError):
-            numbers.append(int((self._state() / "tracker" / "last-key").read_text().strip()))
+            numbers.append(int(read_regular(self._state() / "tracker" / "last-key", limit=64).strip()))
         return max(numbers)
 
     def comment(self, key: str, text: str, author: str) -> Comment:

@@ -50,7 +50,14 @@ def test_restore_json(beflow, orphaned: tuple[Path, int]) -> None:
     data = json.loads(beflow("restore", "--json").stdout)
     assert data == {
         "restored": [
-            {"target": str(directory / ACPXRC), "action": "restored", "pid": pid, "saved": None, "detail": None}
+            {
+                "target": str(directory / ACPXRC),
+                "action": "restored",
+                "pid": pid,
+                "saved": None,
+                "replaced": None,
+                "detail": None,
+            }
         ],
         "in_use": [],
         "git": [],  # repositories put back (tests/faults/test_users_git.py)

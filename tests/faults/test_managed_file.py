@@ -12,8 +12,10 @@ from pathlib import Path
 import pytest
 
 from beflow.mcp.journal import journal_dir
-from beflow.paths import ACPXRC
+from beflow.paths import ACPXRC, beflow_home
+from tests.faults.conftest import beflow_run, secrets_in_files
 from tests.mcp.conftest import Holder, spawn_holder
+from tests.support.projects import AutoProject
 
 PRIOR = b'{"defaultAgent": "codex", "env-like": "user-secret-3141"}\n'
 
@@ -96,6 +98,28 @@ def test_a_fifo_at_the_managed_path_is_refused_before_anything_is_written(tmp_pa
     assert "beflow will not replace it" in process.events[-1]["message"]
     assert sorted(p.name for p in work.iterdir()) == [ACPXRC]
     assert not journal_dir().exists() or list(journal_dir().glob("*.json")) == []
+
+
+def test_a_symlink_the_agent_put_in_place_of_the_managed_file_is_never_followed_nor_saved(
+    auto_project: AutoProject, no_leftover_processes: None
+) -> None:
+    auto_project.configure(sandbox={"enabled": False})
+    key_file = Path(os.environ["HOME"]) / ".ssh" / "id_ed25519"
+    key_file.parent.mkdir()
+    key_file.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nuser-secret-5772\n")
+    key = auto_project.new_issue(f"run rm {ACPXRC} && ln -s {key_file} {ACPXRC}", "write hello.txt hi\\n")
+
+    done = beflow_run(auto_project, "--auto", key)
+
+    assert done.code == 0, done.stderr
+    # Before: the user's key was copied to $BEFLOW_HOME/saved/ as "the version changed during the run".
+    found = [p for p in beflow_home().rglob("*") if p.is_file() and b"user-secret-5772" in p.read_bytes()]
+    assert found == [] and not (beflow_home() / "saved").exists()
+    record = auto_project.only_record()
+    assert any(f"replaced by a symlink to {key_file}, which beflow did not follow" in r for r in record.restored)
+    assert "replaced during the run by a symlink" in done.stdout + done.stderr
+    assert key_file.read_text().endswith("user-secret-5772\n")
+    assert secrets_in_files(beflow_home(), auto_project.directory / ".beflow") == []
 
 
 # -- damaged journal entries -------------------------------------------------------------------------------------

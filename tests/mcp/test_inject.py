@@ -199,9 +199,48 @@ def test_a_symlink_is_put_back_and_what_it_points_to_is_never_written(work: Path
         assert not (work / ACPXRC).is_symlink()
         assert json.loads((work / ACPXRC).read_text()) == {"ttl": 9, "mcpServers": WIRE}
 
-    session(work, body)
+    session(work, body, trust_link=True)  # the user's own checkout: their link's keys are kept
     assert (work / ACPXRC).is_symlink() and os.readlink(work / ACPXRC) == str(shared)
     assert shared.read_bytes() == b'{"ttl": 9}'
+
+
+def test_a_symlink_in_a_worktree_is_never_read_into_the_file_the_agent_gets(work: Path, tmp_path: Path) -> None:
+    # A worktree holds what its branch holds: an agent of an earlier round may have committed a link to a JSON file
+    # of the user's it could not read (~/.docker/config.json); its keys must not reach the injected file.
+    outside = tmp_path / "config.json"
+    outside.write_bytes(b'{"auths": {"registry": "user-secret-2718"}}')
+    (work / ACPXRC).symlink_to(outside)
+
+    async def body(handle: Injection) -> None:
+        assert json.loads((work / ACPXRC).read_text()) == {"mcpServers": WIRE}
+
+    handle = session(work, body)
+    assert handle.existed and handle.kept_keys == []
+    assert (work / ACPXRC).is_symlink() and os.readlink(work / ACPXRC) == str(outside)
+    assert b"user-secret-2718" not in b"".join(p.read_bytes() for p in beflow_home().rglob("*") if p.is_file())
+
+
+def test_a_symlink_put_in_place_of_the_file_is_never_followed_nor_saved_and_the_prior_comes_back(
+    work: Path, tmp_path: Path
+) -> None:
+    (work / ACPXRC).write_bytes(PRIOR)
+    outside = tmp_path / "id_rsa"
+    outside.write_bytes(b"user-secret-1414")
+
+    async def body(handle: Injection) -> None:
+        (work / ACPXRC).unlink()
+        (work / ACPXRC).symlink_to(outside)  # the agent, during the run
+
+    handle = session(work, body)
+
+    assert (work / ACPXRC).read_bytes() == PRIOR and not (work / ACPXRC).is_symlink()
+    assert handle.saved is None and not (beflow_home() / "saved").exists()  # before: the outside file, copied
+    assert (
+        handle.restored is not None
+        and handle.restored.replaced == f"a symlink to {outside}, which beflow did not follow"
+    )
+    assert "replaced by a symlink to" in handle.restored.describe()
+    assert outside.read_bytes() == b"user-secret-1414"
 
 
 # --- every way out restores ----------------------------------------------------------------------------------
@@ -300,6 +339,29 @@ def test_saved_versions_are_deleted_after_a_week_by_the_next_beflow_command(work
     assert sorted(p.name for p in saved.iterdir()) == ["recent.acpxrc.json"]
     restored = Restored(target=work / ACPXRC, action="restored", saved=recent)
     assert f"saved at {recent} (for {SAVED_DAYS} days)" in restored.describe()
+
+
+def test_a_saved_directory_replaced_by_a_link_is_never_pruned_nor_written_through(work: Path, tmp_path: Path) -> None:
+    # An agent without the sandbox can write BEFLOW_HOME: `saved` made a link to a directory of the user's.
+    documents = tmp_path / "documents"
+    documents.mkdir()
+    old = documents / "thesis.tex"
+    old.write_text("the user's")
+    week_ago = time.time() - SAVED_DAYS * 86400 - 60
+    os.utime(old, (week_ago, week_ago))
+    beflow_home().mkdir(parents=True, exist_ok=True)
+    (beflow_home() / "saved").symlink_to(documents)
+
+    recover_orphans()  # before: every file a week old there was deleted
+
+    assert old.read_text() == "the user's"
+
+    async def body(handle: Injection) -> None:
+        (work / ACPXRC).write_text("changed")
+
+    with pytest.raises(BeflowError, match=r"saved is a symlink, not a directory, which beflow leaves as it is"):
+        session(work, body)  # the changed version is not saved through the link; the prior stays journalled
+    assert sorted(p.name for p in documents.iterdir()) == ["thesis.tex"]
 
 
 def test_a_changed_file_that_beflow_created_is_saved_then_removed(work: Path) -> None:
