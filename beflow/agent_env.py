@@ -87,8 +87,6 @@ DEFAULT_DROP: tuple[str, ...] = (
     "SSH_AUTH_SOCK",
     "SSH_AGENT_PID",
     "GPG_AGENT_INFO",
-    # beflow's own channel for the push's token
-    "BEFLOW_GIT_TOKEN",
 )
 
 

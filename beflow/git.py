@@ -11,7 +11,7 @@ import os
 import re
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -819,10 +819,19 @@ def remote_url(directory: Path, remote: str, *, push: bool = False) -> str | Non
 
 @dataclass(frozen=True)
 class PushAuth:
-    """How a push authenticates: git settings (a credential helper, say) and variables of its environment."""
+    """A token git authenticates with, for ``protocol://host`` only (``host[:port]``, as in the URL).
 
-    config: tuple[tuple[str, str], ...] = ()
-    env: dict[str, str] | None = None
+    git gets it through its credential protocol: beflow's helper (:mod:`beflow.git_credential`) asks beflow for it
+    over a socket that only the git command and what it starts inherit, and answers for that protocol and host
+    alone. The token is in no environment, no argv, no file and no git setting.
+    """
+
+    token: str
+    host: str
+    protocol: str = "https"
+
+    def __repr__(self) -> str:  # never the token (a traceback, a log)
+        return f"PushAuth(protocol={self.protocol!r}, host={self.host!r})"
 
 
 #: Variables of the push's environment emptied: configuration from a parent git (``git -c``), and an askpass
@@ -836,7 +845,7 @@ def push(directory: Path, url: str, commit: str, branch: str, auth: PushAuth | N
     The push goes exactly to ``url``: it runs in an empty repository of its own that borrows the objects of
     ``directory``'s (``objects/info/alternates``), with no configuration file read at all — not the repository's,
     whose ``pushurl``, ``insteadOf``, ``pushInsteadOf``, hooks or ``core.sshCommand`` an agent may have written, nor
-    the system's or the user's global one. Only the settings of ``auth`` and git's defaults apply; no hook runs.
+    the system's or the user's global one. Only ``auth``'s credential helper and git's defaults apply; no hook runs.
     """
     with _repo(directory, search_parent_directories=True) as repo:
         objects = _common_dir(repo) / "objects"
@@ -848,46 +857,91 @@ def push(directory: Path, url: str, commit: str, branch: str, auth: PushAuth | N
         (root / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
         formats = "\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = sha256\n" if len(commit) == 64 else ""
         (root / "config").write_text(f"[core]\n\tbare = true\n{formats}", encoding="utf-8")
-        runner, env = _isolated(root, url, auth)
-        try:
-            runner.push("--no-verify", "--", "beflow", f"{commit}:refs/heads/{branch}", env=env)
-        except git.GitCommandError as exc:
-            raise _remote_failed("push", url, branch, exc) from None
+        with _isolated(root, url, auth) as run:
+            try:
+                run("push", "--no-verify", "--", "beflow", f"{commit}:refs/heads/{branch}")
+            except git.GitCommandError as exc:
+                raise _remote_failed("push", url, branch, exc) from None
 
 
+@contextlib.contextmanager
 def _isolated(
     root: Path, url: str, auth: PushAuth | None, *settings: tuple[str, str], **env: str
-) -> tuple[git.Git, dict[str, str]]:
-    """A git for the scratch repository ``root`` that talks to ``url`` as the remote ``beflow``, and its
-    environment: only these settings (``auth``'s, ``settings``) and git's defaults apply — no configuration file
-    (the repository's, the system's, the user's) is read, no hook runs, no redirect is followed."""
-    pairs = [
-        # The URL goes in as a remote of this configuration, not in argv (readable by every user on the
-        # machine), where credentials in it would show.
-        ("remote.beflow.url", url),
-        ("core.hooksPath", os.devnull),
-        ("http.followRedirects", "false"),  # the token goes to the URL's host, never where it redirects
-        ("credential.helper", ""),
-        *settings,
-        *(auth.config if auth is not None else ()),
-    ]
-    entries = {"GIT_CONFIG_COUNT": str(len(pairs))}
-    for index, (key, value) in enumerate(pairs):
-        entries |= {f"GIT_CONFIG_KEY_{index}": key, f"GIT_CONFIG_VALUE_{index}": value}
-    environment = {
-        **dict.fromkeys(_PUSH_CLEARED, ""),
-        "GIT_DIR": str(root),
-        **env,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_TRACE_REDACT": "1",
-        **entries,
-        **((auth.env or {}) if auth is not None else {}),
-    }
-    runner = _timed()[1](str(root))
-    setattr(runner, "hardened", False)  # noqa: B010 - its configuration is all here: nothing else is read
-    return runner, environment
+) -> Iterator[Callable[..., str]]:
+    """Within the block, a runner of git commands (``run("push", ...)``: their output) in the scratch repository
+    ``root``, which talk to ``url`` as the remote ``beflow``: only these settings (``settings``, ``auth``'s helper)
+    and git's defaults apply — no configuration file (the repository's, the system's, the user's) is read, no hook
+    runs, no redirect is followed. Every command of the block is limited to :data:`GIT_TIMEOUT`, as any of beflow's."""
+    with _credential_helper(auth) as (helper, inherited):
+        pairs = [
+            # The URL goes in as a remote of this configuration, not in argv (readable by every user on the
+            # machine), where credentials in it would show.
+            ("remote.beflow.url", url),
+            ("core.hooksPath", os.devnull),
+            ("http.followRedirects", "false"),  # the token goes to the URL's host, never where it redirects
+            ("credential.helper", ""),  # (resets the list: beflow's helper alone, if any)
+            *settings,
+            *helper,
+        ]
+        entries = {"GIT_CONFIG_COUNT": str(len(pairs))}
+        for index, (key, value) in enumerate(pairs):
+            entries |= {f"GIT_CONFIG_KEY_{index}": key, f"GIT_CONFIG_VALUE_{index}": value}
+        environment = {
+            **dict.fromkeys(_PUSH_CLEARED, ""),
+            "GIT_DIR": str(root),
+            **env,
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_TRACE_REDACT": "1",
+            **entries,
+        }
+        runner = _timed()[1](str(root))
+        setattr(runner, "hardened", False)  # noqa: B010 - its configuration is all here: nothing else is read
+
+        def run(*args: str) -> str:
+            # Through `execute` (GitPython's own command builder would make `pass_fds` an option of git's): the
+            # socket of the helper is passed to git, which passes it on to what it starts.
+            command = [runner.GIT_PYTHON_GIT_EXECUTABLE or "git", *args]
+            return str(runner.execute(command, env=environment, pass_fds=inherited))
+
+        yield run
+
+
+@contextlib.contextmanager
+def _credential_helper(auth: PushAuth | None) -> Iterator[tuple[list[tuple[str, str]], tuple[int, ...]]]:
+    """The settings that make git ask beflow's credential helper for ``auth``'s token, and the descriptor to pass
+    on to git (none without ``auth``). The helper asks over one end of a socket pair; a thread of beflow's answers
+    on the other, while the block lasts: nothing else can open either end (a pipe could be, through ``/proc``)."""
+    if auth is None:
+        yield [], ()
+        return
+    import shlex
+    import socket
+    import sys
+    import threading
+
+    from beflow import git_credential
+
+    ours, theirs = socket.socketpair()  # (neither inherited by any other child: only git gets `theirs`, by number)
+    answer = auth.token.encode() + b"\n"
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while ours.recv(64):  # a helper's request: one answer each (git may ask more than once)
+                ours.sendall(answer)
+
+    thread = threading.Thread(target=serve, name="beflow-git-credential", daemon=True)
+    thread.start()
+    program = [sys.executable, "-I", "-S", git_credential.__file__, str(theirs.fileno()), auth.protocol, auth.host]
+    try:
+        yield [("credential.helper", "!" + shlex.join(program))], (theirs.fileno(),)
+    finally:
+        with contextlib.suppress(OSError):
+            ours.shutdown(socket.SHUT_RDWR)
+        thread.join()
+        ours.close()
+        theirs.close()
 
 
 def _remote_failed(verb: str, url: str, branch: str, exc: git.GitCommandError) -> GitError:
@@ -956,15 +1010,15 @@ def fetch(directory: Path, url: str, branch: str, auth: PushAuth | None = None) 
         (root / "config").write_text("[core]\n\tbare = true\n", encoding="utf-8")
         settings = [("protocol.ext.allow", "never"), ("fetch.writeCommitGraph", "false"), ("gc.auto", "0")]
         # The objects land in the repository's own store: the branch can then be moved to them.
-        runner, env = _isolated(root, url, auth, *settings, GIT_OBJECT_DIRECTORY=str(objects))
         ref = f"refs/heads/{branch}"
-        try:
-            listed = str(runner.ls_remote("--", "beflow", ref, env=env)).strip()
-            if not listed:
-                return None
-            runner.fetch("--no-tags", "--no-write-fetch-head", "--", "beflow", f"+{ref}:{ref}", env=env)
-        except git.GitCommandError as exc:
-            raise _remote_failed("fetch", url, branch, exc) from None
+        with _isolated(root, url, auth, *settings, GIT_OBJECT_DIRECTORY=str(objects)) as run:
+            try:
+                listed = run("ls-remote", "--", "beflow", ref).strip()
+                if not listed:
+                    return None
+                run("fetch", "--no-tags", "--no-write-fetch-head", "--", "beflow", f"+{ref}:{ref}")
+            except git.GitCommandError as exc:
+                raise _remote_failed("fetch", url, branch, exc) from None
         return (root / ref).read_text(encoding="utf-8").strip() if (root / ref).is_file() else listed.split()[0]
 
 

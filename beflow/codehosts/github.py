@@ -3,8 +3,9 @@
 - **The push** goes to ``origin``'s push URL as it was when the code host was opened (before any agent ran), and on
   this GitHub only to the code host's own repository; it runs from an empty repository that borrows the objects
   (:func:`beflow.git.push`), so no configuration an agent wrote is read.
-- **The token** reaches git through beflow's credential helper, for exactly this GitHub's host: never in argv, the
-  remote URL, git config or a file; every other git child of beflow has it withheld.
+- **The token** reaches git through beflow's credential helper, for exactly this GitHub's host, over a socket only
+  that git command inherits (:class:`beflow.git.PushAuth`): never in an environment, argv, the remote URL, git
+  config or a file; every other git child of beflow has it withheld.
 - **Pull requests** are opened from ``beflow/<key>`` to the default branch, or the open one is updated; a request
   whose answer was lost is found rather than done twice.
 - **Feedback** on them (reviews, threads, mentions, failed checks) is read and answered for review rounds:
@@ -13,11 +14,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import shlex
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -30,22 +28,6 @@ from beflow.config import GitHubCodeHostSettings, Project
 from beflow.feedback import Feedback, Gathered
 from beflow.trackers.github import api_url, repo_from_remote, resolve_token, web_host
 from beflow.trackers.github_api import Api, GitHubAccessError, GitHubAuthError, GitHubError, RateLimited
-
-#: beflow's git credential helper: the token (from the child's environment, never a file or argv) for exactly one
-#: protocol and host, ``https`` and ``$BEFLOW_GIT_HOST``; nothing for any other (a redirect, a rewritten URL).
-CREDENTIAL_HELPER = """#!/bin/sh
-[ "$1" = get ] || exit 0
-protocol= host=
-while IFS= read -r line && [ -n "$line" ]; do
-  case "$line" in
-    protocol=*) protocol=${line#protocol=} ;;
-    host=*) host=${line#host=} ;;
-  esac
-done
-if [ "$protocol" = https ] && [ -n "$BEFLOW_GIT_HOST" ] && [ "$host" = "$BEFLOW_GIT_HOST" ]; then
-  printf 'username=x-access-token\\npassword=%s\\n' "$BEFLOW_GIT_TOKEN"
-fi
-"""
 
 
 def open_github(
@@ -104,37 +86,23 @@ class GitHubCodeHost:
             commit = git.branch_tip(repo, branch)
         if commit is None:
             raise GitHubError(f"there is no branch {branch} to push")
-        with self.git_credentials(url) as auth:
-            git.push(directory, url, commit, branch, auth)
+        git.push(directory, url, commit, branch, self.git_credentials(url))
         return commit
 
     def fetch(self, directory: Path, branch: str) -> str | None:
         """The commit of ``branch`` on ``origin`` (as the push's URL, with the same credential helper and from an
         empty repository of its own: :func:`beflow.git.fetch`), None when it has no such branch."""
         url = self._push_url()
-        with self.git_credentials(url) as auth:
-            return git.fetch(directory, url, branch, auth)
+        return git.fetch(directory, url, branch, self.git_credentials(url))
 
-    @contextlib.contextmanager
-    def git_credentials(self, remote_url: str | None) -> Iterator[git.PushAuth]:
-        """How git authenticates a push to ``remote_url``.
-
-        For an https URL on this GitHub, beflow's credential helper (a script that holds no secret) answers with the
-        token from the git child's environment, and only for that exact host (port included): the token is never in
-        argv, the remote URL, git config or a file. Any other URL (ssh, a path, another host) never sees the token.
-        """
+    def git_credentials(self, remote_url: str | None) -> git.PushAuth | None:
+        """How git authenticates to ``remote_url``: for an https URL on this GitHub, the token, which beflow's
+        credential helper gives git for exactly that host (port included) and nothing else
+        (:class:`beflow.git.PushAuth`); for any other URL (ssh, a path, another host) none: it never sees the token."""
         host = self._token_host(remote_url)
-        if host is None:
-            yield git.PushAuth()
-            return
-        with tempfile.TemporaryDirectory(prefix="beflow-credential-") as directory:
-            script = Path(directory) / "credential-helper"
-            script.write_text(CREDENTIAL_HELPER)
-            script.chmod(0o700)
-            yield git.PushAuth(
-                config=(("credential.helper", ""), ("credential.helper", "!" + shlex.quote(str(script)))),
-                env={"BEFLOW_GIT_TOKEN": self.api.token, "BEFLOW_GIT_HOST": host},
-            )
+        if host is None or not self.api.token:
+            return None
+        return git.PushAuth(self.api.token, host, "https")
 
     def _token_host(self, remote_url: str | None) -> str | None:
         """``host[:port]`` of an https URL on this GitHub (the one the token is for), else None."""

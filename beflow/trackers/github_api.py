@@ -110,7 +110,7 @@ class Api:
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self.token_name = token_name
-        self.token = token  # for git's askpass only (in a child's environment); never in argv, a file or a message
+        self.token = token  # for git's credential helper only (over a socket); never in argv, a file or a message
         self.inline_wait = inline_wait
         self._client = httpx.Client(
             base_url=self.base_url,

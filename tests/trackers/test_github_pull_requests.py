@@ -85,48 +85,28 @@ def test_pull_requests_need_a_code_host(auto_project: AutoProject, beflow) -> No
     assert refused.exit_code == 2 and "pull requests need a code host" in refused.stderr
 
 
-def credential_fill(directory: Path, auth: PushAuth, url: str) -> str:
-    """What git's credential machinery answers for ``url`` with beflow's push settings (and nothing else)."""
-    parsed = urlparse(url)
-    options = [arg for key, value in auth.config for arg in ("-c", f"{key}={value}")]
-    env = {**os.environ, **(auth.env or {}), "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": ""}
-    done = subprocess.run(
-        ["git", *options, "credential", "fill"],
-        cwd=directory,
-        env=env,
-        input=f"protocol={parsed.scheme}\nhost={parsed.netloc}\npath={parsed.path.lstrip('/')}\n\n",
-        capture_output=True,
-        text=True,
-    )
-    return done.stdout
-
-
-def test_git_gets_the_token_from_beflows_credential_helper_for_exactly_its_host(published: AutoProject) -> None:
+def test_git_gets_the_token_for_exactly_the_hosts_https_url(published: AutoProject) -> None:
+    """The push's credential is for the code host's own host and port over https, and for nothing else; beflow's
+    helper gives it git only there (tests/test_git_credential.py, tests/faults/test_push_credential.py)."""
     project = load_project(published.config_path)
     opened = open_code_host(project, open_tracker(project))
     assert isinstance(opened, GitHubCodeHost)
     host = web_host(opened.api.base_url)  # github.com for the public API; here the fake's
     port = urlparse(opened.api.base_url).port
     netloc = f"{host}:{port}" if port else host
-    url = f"https://{netloc}/octo/hello.git"
-    with opened.git_credentials(url) as auth:
-        (helper,) = [Path(value.lstrip("!").strip("'")) for key, value in auth.config if value]
-        assert TOKEN not in helper.read_text()  # the script holds no secret
-        assert all(TOKEN not in value for _, value in auth.config)  # nor git's settings (argv of a `git -c`)
-        answer = credential_fill(published.directory, auth, url)
-        assert "username=x-access-token\n" in answer and f"password={TOKEN}\n" in answer
-        # The same helper, asked for another host (a redirect, a rewritten URL), another port or plain http: nothing.
-        for other in (
-            "https://elsewhere.example.com/octo/hello.git",
-            f"https://{host}:1/octo/hello.git",
-            f"http://{netloc}/octo/hello.git",
-        ):
-            assert TOKEN not in credential_fill(published.directory, auth, other)
-    assert not helper.exists()  # gone after the push
-    with opened.git_credentials("https://elsewhere.example.com/octo/hello.git") as other:
-        assert other.env is None and other.config == ()  # another host never sees it
-    with opened.git_credentials(f"git@{host}:octo/hello.git") as ssh:
-        assert ssh.env is None
+    auth = opened.git_credentials(f"https://{netloc}/octo/hello.git")
+    assert auth == PushAuth(TOKEN, netloc, "https")
+    assert TOKEN not in repr(auth)  # (a traceback, a log)
+    assert opened.git_credentials(f"https://x-access-token:other@{netloc}/octo/hello.git") == auth
+    for other in (
+        "https://elsewhere.example.com/octo/hello.git",
+        f"http://{netloc}/octo/hello.git",
+        f"git@{host}:octo/hello.git",
+        f"ssh://git@{host}/octo/hello.git",
+        str(published.directory),
+        None,
+    ):
+        assert opened.git_credentials(other) is None, other
 
 
 def test_the_agents_closing_keywords_and_mentions_act_on_nothing(
