@@ -119,8 +119,9 @@ def deliver(job: Job) -> Verdict:
     committing, the worktree is kept and named: the agent's work is never lost, and the run is still recorded."""
     # The agent has run: no hook, no configured command in beflow's git from here. One repository object of the
     # worktree serves every call (it holds git's `cat-file` processes: closed at the end).
-    with git.distrusting(), git.open_worktree(job.worktree.path) as at:
+    with git.distrusting(), contextlib.ExitStack() as stack:
         try:
+            at = stack.enter_context(git.open_worktree(job.worktree))
             verdict = _commit(job, at)
         except Exception as error:
             why = error.message if isinstance(error, BeflowError) else f"{type(error).__name__}: {error}"
@@ -139,22 +140,20 @@ def _commit(job: Job, at: git.At) -> Verdict:
         return _refused(worktree, at, f"{reason}; {job.refuse}", permanent=job.refuse_for_good)
     if job.hidden:
         git.unhide_managed_file(at)
-    if job.message is not None:
-        try:
-            if job.answered is not None and job.outcome == "succeeded":
-                message, empty = job.answered
-                if git.commit_all(at, message) is None:
-                    git.commit_empty(at, empty)
-            else:
-                git.commit_all(at, job.message)
-        except BeflowError as error:
-            why = f"{reason}; {error.message}; the work is kept in {worktree.path}"
-            return Verdict("failed", "failed", why, worktree_kept=True)
-    head = git.head(at)
+    message, empty = job.message, None
+    if job.message is not None and job.answered is not None and job.outcome == "succeeded":
+        message, empty = job.answered
+    try:
+        # Built by beflow on what the agent's HEAD names, if that descends from the run's start; no ref moves.
+        head = git.build(at, worktree, message, empty=empty)
+    except BeflowError as error:
+        why = f"{reason}; {error.message}; the work is kept in {worktree.path}"
+        return Verdict("failed", "failed", why, worktree_kept=True)
     # Every commit of the run (the agent's own included) is checked before the branch moves to it. A continued
-    # branch is checked from the base, whole: it may hold commits no run of this issue made (moved by hand, or by
-    # another run's agent, which shares the repository), and all of them would be pushed.
-    since = git.resolve_base(job.repo, job.base) if worktree.continued else worktree.base_commit
+    # branch is checked from the base (as it was when the run started), whole: it may hold commits no run of this
+    # issue made (moved by hand, or by another run's agent, which shares the repository), and all of them would be
+    # pushed.
+    since = worktree.checked_from or worktree.base_commit
     leaks = git.find_leaks(at, since, head, job.needles, managed=job.managed)
     if leaks:
         return _refused(worktree, at, f"{reason}; {leaks[0].describe()}")

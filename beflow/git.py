@@ -196,9 +196,10 @@ def _at(where: At) -> Iterator[git.Repo]:
         yield repo
 
 
-def open_worktree(path: Path) -> git.Repo:
-    """One repository object for the worktree at ``path``, for every call of one delivery; close it after."""
-    return _repo(path)
+def open_worktree(worktree: Worktree) -> git.Repo:
+    """One repository object for ``worktree``, for every call of one delivery (its git pinned to the worktree's own
+    git directory, as found before the agent ran); close it after."""
+    return _pinned(worktree.path, worktree.git_dir)
 
 
 def _git(directory: Path) -> git.Git:
@@ -231,6 +232,13 @@ class Worktree:
     tip: str | None = None
     #: Where a directory found at ``path`` that was no worktree of the repository was moved, kept (None: none was).
     set_aside: Path | None = None
+    #: The worktree's own git directory (``<common>/worktrees/<id>``), found from the repository's registrations
+    #: before the agent ran: beflow's git after the agent is pinned to it, never led by the worktree's ``.git`` file
+    #: (None: not known, the worktree's own ``.git`` is followed).
+    git_dir: Path | None = None
+    #: Where the leak check reads a continued branch from: ``worktrees.base`` as it was when the run started (an
+    #: agent that moves that ref meanwhile does not shorten the check). None: from ``base_commit``.
+    checked_from: str | None = None
 
 
 def worktree_path(worktrees_dir: Path, key: str) -> Path:
@@ -322,12 +330,14 @@ def _create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Work
         held = registered[path]
         if held is not None and held != branch:
             raise GitError(f"{path} is a worktree of {held!r}, not {branch!r}", fix="Remove it with git.")
-        if held == branch:  # made by an earlier beflow, which let the agent commit to the branch itself
-            with _repo(path) as left:
-                left.git.checkout("-q", "--detach")
+        own = own_git_dir(common, path)
+        checked_from = resolve_base(repo, base)
+        if held == branch and tip is not None:  # made by an earlier beflow, which let the agent commit to the branch
+            with _pinned(path, own) as left:  # its HEAD file detached at the branch's tip; no ref moves
+                move_head(left, tip, "beflow: detached")
         # Its HEAD may hold commits an interrupted run never checked: they are checked with this run's.
-        start = tip or _merge_base(path, resolve_base(repo, base))
-        return Worktree(path, branch, start, continued=True, tip=tip)
+        start = tip or _merge_base(path, own, checked_from)
+        return Worktree(path, branch, start, continued=True, tip=tip, git_dir=own, checked_from=checked_from)
     # A directory there that git does not know (a run that ended while another made it, a copy by hand) is kept,
     # moved aside, rather than failing this and every later run of the issue: what is in it stays the user's.
     aside = _set_aside(path) if path.exists() or path.is_symlink() else None
@@ -337,7 +347,42 @@ def _create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Work
         repo.git.worktree("add", "--detach", str(path), start)
     except git.GitCommandError as exc:
         raise GitError(f"git worktree add failed: {exc.stderr.strip()}") from None
-    return Worktree(path, branch, start, continued=tip is not None, tip=tip, set_aside=aside)
+    own = own_git_dir(common, path)
+    since = resolve_base(repo, base) if tip is not None else None
+    return Worktree(
+        path, branch, start, continued=tip is not None, tip=tip, set_aside=aside, git_dir=own, checked_from=since
+    )
+
+
+def own_git_dir(common: Path, path: Path) -> Path:
+    """The git directory of the worktree at ``path``: the registration in ``<common>/worktrees/`` whose ``gitdir``
+    names ``path/.git``. Read from the repository's side, never from the worktree's ``.git`` file (an agent that
+    points that at the user's checkout would have beflow's git commit and move HEAD there)."""
+    wanted = (path / ".git").absolute()
+    root = common / "worktrees"
+    for name in sorted(os.listdir(root)) if root.is_dir() and not root.is_symlink() else []:
+        entry = root / name
+        try:
+            named = read_regular(entry / "gitdir", limit=1 << 16, follow_symlinks=False).decode().strip()
+        except (OSError, NotRegularError, FileTooLarge, UnicodeDecodeError):
+            continue
+        if not entry.is_symlink() and entry.is_dir() and Path(named).absolute() == wanted:
+            return entry
+    raise GitError(f"{path} is not registered as a worktree of {common.parent}", fix="Remove it with git.")
+
+
+def _pinned_env(path: Path, own: Path) -> dict[str, str]:
+    """Git's environment for the worktree at ``path`` whose git directory is ``own``: its git directory, the
+    repository's and its files named outright, so neither its ``.git`` file nor its ``commondir`` is read."""
+    return {"GIT_DIR": str(own), "GIT_COMMON_DIR": str(own.parent.parent), "GIT_WORK_TREE": str(path)}
+
+
+def _pinned(path: Path, own: Path | None) -> git.Repo:
+    """A repository object for the worktree at ``path`` whose git commands are pinned to ``own`` (when known)."""
+    repo = _repo(path)
+    if own is not None:
+        repo.git.update_environment(**_pinned_env(path, own))
+    return repo
 
 
 def _set_aside(path: Path) -> Path:
@@ -383,8 +428,8 @@ def branch_tip(repo: git.Repo, branch: str) -> str | None:
         return None
 
 
-def _merge_base(path: Path, commit: str) -> str:
-    with _repo(path) as repo:
+def _merge_base(path: Path, own: Path, commit: str) -> str:
+    with _pinned(path, own) as repo:
         try:
             return str(repo.git.merge_base("HEAD", commit)).strip()
         except git.GitCommandError:  # unrelated histories: everything in HEAD counts as the run's
@@ -433,57 +478,153 @@ def is_tracked(repo: git.Repo, relative: str) -> bool:
     return bool(repo.git.ls_files("--", relative).strip())
 
 
-def commit_all(worktree: At, message: str) -> str | None:
-    """Stage and commit everything the agent changed; the sha, or None when nothing changed.
+# -- the run's commit: built by beflow with explicit refs --------------------------------------------------------
+#
+# The worktree's HEAD file is the agent's: it may say `ref: refs/heads/feature` (a branch of the user's), and a
+# `git commit` or `git reset` would then move that branch. So beflow never writes through it: it reads the commit
+# HEAD names (once it knows it descends from where the run started), builds its commit with `write-tree` and
+# `commit-tree` on that parent, and rewrites the HEAD file itself, detached (`update-ref --no-deref`). The branch
+# moves only with `update-ref refs/heads/beflow/<key> NEW OLD` (:func:`publish`).
+
+
+def commit_all(
+    worktree: At,
+    message: str,
+    *,
+    parent: tuple[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    move: bool = True,
+) -> str | None:
+    """Stage everything the agent changed and commit it on ``parent`` (a commit and its tree; default: the commit
+    HEAD names), HEAD rewritten to it, detached (unless ``move`` is false); the sha, or None when nothing changed.
+    ``env``: where objects are written.
 
     An untracked ``.acpxrc.json`` is never staged: it can only be beflow's own injection.
     """
     with _at(worktree) as repo:
         pathspec = ["--", "."] if is_tracked(repo, ACPXRC) else ["--", ".", f":(exclude){ACPXRC}"]
         try:
-            repo.git.add("-A", *pathspec)
+            repo.git.add("-A", *pathspec, env=env)
         except git.GitCommandError as exc:  # e.g. a nested repository without a commit: the work must not be lost
             raise GitError(f"git add failed in {repo.working_tree_dir}: {exc.stderr.strip()}") from None
-        if not _has_staged_changes(repo):
+        commit, parent_tree = parent or head_named(repo, env)
+        tree = _write_tree(repo, env)
+        if tree == parent_tree:
             return None
-        return _commit(repo, "-m", message)
+        return _commit_on(repo, tree, commit, message, env, move=move)
 
 
-def commit_empty(worktree: At, message: str) -> str:
-    """A commit that changes nothing, with ``message`` (a review round whose agent changed no file still says, on
-    the branch, what it answered); its sha."""
+def commit_empty(
+    worktree: At,
+    message: str,
+    *,
+    parent: tuple[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    move: bool = True,
+) -> str:
+    """A commit that changes nothing, with ``message``, on ``parent`` (a commit and its tree; default: the commit
+    HEAD names), HEAD rewritten to it (a review round whose agent changed no file still says, on the branch, what
+    it answered)."""
     with _at(worktree) as repo:
-        return _commit(repo, "--allow-empty", "-m", message)
+        commit, tree = parent or head_named(repo, env)
+        return _commit_on(repo, tree, commit, message, env, move=move)
 
 
-def _commit(repo: git.Repo, *args: str) -> str:
-    """``git commit`` (no hook) with ``args``; the new HEAD."""
+def head_named(where: At, env: dict[str, str] | None = None) -> tuple[str, str]:
+    """The commit the worktree's HEAD names and its tree, read (a symbolic HEAD is followed for reading, never
+    written through)."""
+    with _at(where) as repo:
+        try:
+            commit, tree = str(repo.git.rev_parse("HEAD^{commit}", "HEAD^{tree}", env=env)).split()
+        except (git.GitCommandError, ValueError) as exc:
+            why = exc.stderr.strip() if isinstance(exc, git.GitCommandError) else "it is not one commit"
+            raise GitError(f"the worktree's HEAD names no commit: {why}") from None
+    return commit, tree
+
+
+def _write_tree(repo: git.Repo, env: dict[str, str] | None) -> str:
+    try:
+        return str(repo.git.write_tree(env=env)).strip()
+    except git.GitCommandError as exc:
+        raise GitError(f"git write-tree failed in {repo.working_tree_dir}: {exc.stderr.strip()}") from None
+
+
+def _commit_on(
+    repo: git.Repo, tree: str, parent: str, message: str, env: dict[str, str] | None, *, move: bool = True
+) -> str:
+    """``git commit-tree`` of ``tree`` on ``parent`` (no hook, no signing), then HEAD rewritten to it, detached
+    (with ``move``)."""
+    args = ["--no-gpg-sign", tree, "-p", parent, "-m", _clean_message(message)]
     try:
         try:
-            repo.git.commit("-q", "--no-verify", *args)
+            commit = str(repo.git.commit_tree(*args, env=env)).strip()
         except git.GitCommandError:
             # Only a failed commit asks whether git knows who commits (two more processes): without an identity,
             # beflow commits as itself.
             if _has_identity(repo):
                 raise
-            env = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
-            env |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
-            with repo.git.custom_environment(**env):
-                repo.git.commit("-q", "--no-verify", *args)
+            ident = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
+            ident |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
+            commit = str(repo.git.commit_tree(*args, env={**(env or {}), **ident})).strip()
     except git.GitCommandError as exc:
-        raise GitError(f"git commit failed in {repo.working_tree_dir}: {exc.stderr.strip()}") from None
-    return _head_of(repo)
+        raise GitError(f"git commit-tree failed in {repo.working_tree_dir}: {exc.stderr.strip()}") from None
+    if move:
+        move_head(repo, commit, "beflow: the run's commit", env)
+    return commit
 
 
-def _has_staged_changes(repo: git.Repo) -> bool:
-    """Whether the index differs from HEAD (one ``git diff --quiet``; exit status 1 means it does)."""
+def _clean_message(message: str) -> str:
+    """``message`` as ``git commit -m`` would keep it: no trailing spaces, no run of blank lines, none at either
+    end (``commit-tree`` takes a message as it is)."""
+    lines = [line.rstrip() for line in message.splitlines()]
+    kept: list[str] = []
+    for line in lines:
+        if line or (kept and kept[-1]):
+            kept.append(line)
+    return "\n".join(kept).strip("\n")
+
+
+def move_head(where: At, commit: str, why: str, env: dict[str, str] | None = None) -> None:
+    """Rewrite the worktree's HEAD file to ``commit``, detached: whatever ref it named is left as it is."""
+    with _at(where) as repo:
+        try:
+            repo.git.update_ref("--no-deref", "-m", why, "HEAD", commit, env=env)
+        except git.GitCommandError as exc:
+            raise GitError(f"could not set the worktree's HEAD to {commit[:12]}: {exc.stderr.strip()}") from None
+
+
+def build(where: At, worktree: Worktree, message: str | None, *, empty: str | None = None) -> str:
+    """The run's commit: what the agent's HEAD names, once it is known to descend from where the run started, with
+    everything the agent left uncommitted committed on it (``message``; None: nothing is committed) — or, when
+    nothing was left and ``empty`` is given, an empty commit with that message. HEAD is rewritten to it, detached.
+    """
+    with _at(where) as repo:
+        named = head_named(repo)
+        parent = named[0]
+        _check_descent(repo, worktree, parent, None)
+        made = None
+        if message is not None:
+            made = commit_all(repo, message, parent=named, move=False)
+            if made is None and empty is not None:
+                made = commit_empty(repo, empty, parent=named, move=False)
+        if made is not None:
+            move_head(repo, made, "beflow: the run's commit")
+        return made or parent
+
+
+def _check_descent(repo: git.Repo, worktree: Worktree, head: str, env: dict[str, str] | None) -> None:
     try:
-        repo.git.diff("--cached", "--quiet", "--no-ext-diff", "--no-textconv", "HEAD", "--")
+        repo.git.merge_base("--is-ancestor", worktree.base_commit, head, env=env)
+        return
     except git.GitCommandError as exc:
-        if exc.status == 1:
-            return True
-        raise
-    return False
+        if exc.status != 1:
+            why = exc.stderr.strip()
+            raise GitError(f"the worktree's HEAD names {head[:12]}, which git cannot read: {why}") from None
+    raise GitError(
+        f"the worktree's HEAD names commit {head[:12]}, which does not descend from {worktree.base_commit[:12]}, "
+        f"where the run started: beflow builds on no other history (the agent pointed HEAD elsewhere)",
+        fix=f"Look at the worktree {worktree.path} and its HEAD before running the issue again.",
+    )
 
 
 def _has_identity(repo: git.Repo) -> bool:
@@ -780,9 +921,11 @@ def publish(worktree: At, branch: str, new: str, expected: str | None, message: 
 
 def uncommit(worktree: At, commit: str) -> None:
     """Take ``worktree``'s HEAD back to ``commit``, keeping every file as it is (the commits' changes become
-    uncommitted changes), and forget the commits in its HEAD's reflog, so nothing names them any more."""
+    uncommitted changes, as a mixed reset leaves them), and forget the commits in its HEAD's reflog, so nothing
+    names them any more. HEAD is rewritten itself, detached: no ref it named moves."""
     with _at(worktree) as repo:
-        repo.git.reset("-q", "--mixed", commit)
+        move_head(repo, commit, "beflow: the run's commits undone")
+        repo.git.read_tree(commit)  # the index of `commit`; the files are not touched
         repo.git.reflog("expire", "--expire=now", "--expire-unreachable=now", "HEAD")
 
 

@@ -1,0 +1,108 @@
+"""beflow's git never follows the agent's git (docs/safety.md, "Your repository's git"): an agent that points its
+worktree's HEAD or ``.git`` file at the user's branch or checkout, rewrites objects of the user's store, or moves
+the refs beflow builds on, moves nothing of the user's through beflow, and its run is not published.
+
+Each scenario is a real ``python -m beflow --auto`` run whose test agent does the attack with its ``run``
+directive; each checks that the user's checkout, every ref, HEAD and every object file that was there before are
+byte for byte as they were."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.faults.conftest import beflow_run, secrets_in_history
+from tests.support.projects import SECRET_ENV, AutoProject, git
+from tests.support.repo_state import RepoState
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def project(auto_project: AutoProject) -> AutoProject:
+    """The project, unsandboxed, with a branch ``feature`` one commit ahead of ``main``."""
+    auto_project.configure(sandbox={"enabled": False})
+    directory = auto_project.directory
+    git(directory, "checkout", "-q", "-b", "feature")
+    (directory / "feature.txt").write_text("the user's work\n")
+    git(directory, "add", "feature.txt")
+    git(directory, "commit", "-q", "-m", "the user's feature")
+    git(directory, "checkout", "-q", "main")
+    return auto_project
+
+
+def not_published(project: AutoProject, before: RepoState) -> None:
+    """Nothing of the run reached a branch, and the user's repository is as it was."""
+    assert "beflow/1" not in project.branches()
+    assert before.same_but_new_objects(RepoState.of(project.directory)) == []
+    assert secrets_in_history(project.directory) == []
+
+
+def test_a_worktree_head_that_names_the_users_branch_moves_it_neither_by_the_commit_nor_by_the_refusal(
+    project: AutoProject, no_leftover_processes: None
+) -> None:
+    """The agent makes its HEAD ``ref: refs/heads/feature`` and leaves a secret in a file: beflow's commit and the
+    refusal that undoes it once moved ``feature`` (``git commit``, then ``git reset --mixed``)."""
+    before = RepoState.of(project.directory)
+    key = project.new_issue(
+        'run echo "ref: refs/heads/feature" > "$(git rev-parse --git-dir)/HEAD"',
+        f"write token.txt {SECRET_ENV}",
+    )
+
+    done = beflow_run(project, "--auto", key)
+
+    assert done.code == 1, done.stderr
+    record = project.only_record()
+    assert record.outcome == "failed" and record.commit is None and record.worktree_kept
+    assert "puts a secret value" in (record.stop_reason or "") and "beflow/1 was not updated" in (
+        record.stop_reason or ""
+    )
+    not_published(project, before)
+    worktree = Path(record.worktree or "")
+    assert (worktree / "token.txt").read_text() == SECRET_ENV  # the work is kept, uncommitted
+    base = git(project.directory, "rev-parse", "main").strip()
+    assert git(worktree, "rev-parse", "HEAD").strip() == base  # its HEAD detached where the run started
+    assert git(worktree, "rev-parse", "--symbolic-full-name", "HEAD").strip() == "HEAD"  # detached
+
+
+def test_a_worktree_head_that_names_history_the_run_did_not_start_from_fails_the_run_loudly(
+    project: AutoProject, no_leftover_processes: None
+) -> None:
+    directory = project.directory
+    git(directory, "checkout", "-q", "--orphan", "other")
+    git(directory, "commit", "-q", "--allow-empty", "-m", "unrelated")
+    git(directory, "checkout", "-q", "main")
+    before = RepoState.of(directory)
+    key = project.new_issue('run echo "ref: refs/heads/other" > "$(git rev-parse --git-dir)/HEAD"', "write a.txt a")
+
+    done = beflow_run(project, "--auto", key)
+
+    assert done.code == 1, done.stderr
+    record = project.only_record()
+    assert record.outcome == "failed" and record.commit is None and record.worktree_kept
+    reason = record.stop_reason or ""
+    assert "does not descend from" in reason and "where the run started" in reason, reason
+    assert "does not descend from" in done.stdout + done.stderr
+    not_published(project, before)
+
+
+def test_a_worktree_git_file_pointed_at_the_users_checkout_leaves_the_checkout_alone(
+    project: AutoProject, no_leftover_processes: None
+) -> None:
+    """The agent points its worktree's ``.git`` at the user's ``.git``: beflow's git once staged the worktree into
+    the user's index and committed on the user's ``main``."""
+    directory = project.directory
+    before = RepoState.of(directory)
+    key = project.new_issue(f'run echo "gitdir: {directory}/.git" > .git', "write hello.txt hi\\n")
+
+    done = beflow_run(project, "--auto", key)
+
+    assert done.code == 0, done.stderr
+    record = project.only_record()
+    assert record.outcome == "succeeded", record.stop_reason
+    assert project.branch_files("beflow/1") == {"README.md": "# sample\n", "hello.txt": "hi\n"}
+    now = RepoState.of(directory)
+    assert [line for line in now.refs.splitlines() if "beflow/1" not in line] == before.refs.splitlines()
+    assert (now.head, now.checkout, now.status) == (before.head, before.checkout, before.status)
+    assert before.same_but_new_objects(now) == ["refs"]  # the branch beflow/1 is new, and only it
