@@ -7,11 +7,13 @@ import contextvars
 import fnmatch
 import functools
 import getpass
+import hashlib
 import os
 import re
 import shutil
+import subprocess
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -829,79 +831,223 @@ def unhide_managed_file(worktree: At) -> None:
 
 @dataclass(frozen=True)
 class Leak:
-    """A commit made during a run that holds what beflow injected."""
+    """A commit made during a run that holds what beflow injected (or that beflow will not publish: ``said``)."""
 
     commit: str
     path: str
     what: str
+    #: The whole description, when it is not "puts ``what`` in ``path``".
+    said: str | None = None
 
     def describe(self) -> str:
-        return f"commit {self.commit[:12]} puts {self.what} in {self.path}"
+        return self.said or f"commit {self.commit[:12]} puts {self.what} in {self.path}"
 
 
-#: Bytes of a blob read at a time while it is searched.
+#: Bytes of an object read at a time while it is searched and hashed.
 _CHUNK = 1 << 20
 _BLOB_MODES = {"100644", "100755", "120000"}
+#: The largest commit object (its headers and message) beflow checks and publishes. A message is read whole to be
+#: checked for secrets, so a larger one is refused unread: no person writes a message of a megabyte, and a commit
+#: of 150 MB once took beflow to 607 MB.
+MAX_COMMIT = 1 << 20
+_SECRET = "a secret value (an injected server's or beflow's own)"
+
+
+class CorruptObject(GitError):
+    """An object whose bytes do not hash to its id, or that is missing or not of the kind expected."""
+
+
+class ObjectTooLarge(GitError):
+    """An object larger than the reader was allowed to take (it was not read)."""
+
+
+class ObjectReader:
+    """Objects read through one ``git cat-file --batch`` of beflow's own, each re-hashed while it streams
+    (``sha1("<type> <size>\\0" + content)``, SHA-256 in a SHA-256 repository): bytes that are not the object their
+    id names are never taken for it, whatever a store that an agent could write holds. Close it after."""
+
+    def __init__(self, repo: git.Repo) -> None:
+        self._repo = repo
+        self._process: Any = None
+
+    def _start(self) -> Any:
+        if self._process is None:
+            self._process = self._repo.git.cat_file("--batch", as_process=True, istream=subprocess.PIPE)
+        return self._process.proc
+
+    def read(self, sha: str, kind: str, *, limit: int | None = None) -> bytes:
+        """The content of object ``sha``, which must be a ``kind``, verified; at most ``limit`` bytes (a larger
+        one raises :class:`ObjectTooLarge` unread)."""
+        chunks: list[bytes] = []
+        self.stream(sha, kind, chunks.append, limit=limit)
+        return b"".join(chunks)
+
+    def stream(self, sha: str, kind: str, take: Callable[[bytes], None], *, limit: int | None = None) -> int:
+        """Hand the content of object ``sha`` (a ``kind``) to ``take`` a chunk at a time; raises
+        :class:`CorruptObject` once the bytes are read if they do not hash to ``sha``. Its size."""
+        process = self._start()
+        process.stdin.write(f"{sha}\n".encode())
+        process.stdin.flush()
+        header = process.stdout.readline().decode("utf-8", "replace").split()
+        if len(header) != 3 or header[0] != sha:
+            self.close()
+            raise CorruptObject(f"object {sha} is missing from the repository")
+        found, size = header[1], int(header[2])
+        if limit is not None and size > limit:
+            self.close()  # what it would still say is never read: a fresh process serves the next object
+            raise ObjectTooLarge(f"object {sha} is {size} bytes, more than {limit}")
+        digest = hashlib.new("sha256" if len(sha) == 64 else "sha1", f"{found} {size}\0".encode())
+        remaining = size
+        while remaining > 0:
+            chunk = process.stdout.read(min(_CHUNK, remaining))
+            if not chunk:
+                self.close()
+                raise GitError(f"git cat-file stopped while reading object {sha}")
+            remaining -= len(chunk)
+            digest.update(chunk)
+            take(chunk)
+        process.stdout.read(1)  # the line end after the content
+        if digest.hexdigest() != sha:
+            raise CorruptObject(f"object {sha} is corrupt: its bytes are not the object its id names")
+        if found != kind:
+            raise CorruptObject(f"object {sha} is a {found}, not a {kind}")
+        return size
+
+    def close(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            with contextlib.suppress(OSError):
+                process.proc.stdin.close()
+            with contextlib.suppress(OSError):
+                process.proc.kill()
+            process.proc.wait()
+            for stream in (process.proc.stdout, process.proc.stderr):
+                if stream is not None:
+                    stream.close()
+
+    def __enter__(self) -> ObjectReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def find_leaks(worktree: At, since: str, head: str, needles: Sequence[bytes], *, managed: bool) -> list[Leak]:
-    """Commits of ``since..head`` that carry injected content, first found first.
+    """Commits of ``since..head`` that carry injected content, or that beflow does not publish, first found first.
 
     ``needles`` are the injected file's bytes (found anywhere, in any file) and the secret values of the injected
     servers and of beflow itself (found in a file whose earlier version did not already hold them, in a file's
-    path, or in a commit's message: all of it is pushed). ``managed``: an injection happened, so any change to
-    ``.acpxrc.json`` itself in a commit is a leak (during the run it held the servers).
+    path, or in a commit's message or headers: all of it is pushed). ``managed``: an injection happened, so any
+    change to ``.acpxrc.json`` itself in a commit is a leak (during the run it held the servers).
+
+    Every commit and blob the check reads is re-hashed as it is read (:class:`ObjectReader`): one whose bytes are
+    not what its id names is a leak in itself, and a secret is exempted as already there only on the word of an
+    earlier version so verified. Memory stays bounded: one commit at a time, none over :data:`MAX_COMMIT`.
     """
     wanted = [n for n in dict.fromkeys(needles) if n]
     leaks: list[Leak] = []
-    if not wanted and not managed:
-        return leaks
-    with _at(worktree) as repo:
-        # Each commit with its message, in the one rev-list: NUL, the commit, a line end, its message (a commit
-        # message holds no NUL).
-        listed = str(repo.git.rev_list("--reverse", "--no-commit-header", "--format=%x00%H%n%B", head, f"^{since}"))
-        messages = dict(entry.partition("\n")[::2] for entry in listed.split("\0") if entry.strip())
-        for commit, message in messages.items():
-            if any(needle in message.encode() for needle in wanted):
-                leaks.append(Leak(commit, "its message", "a secret value (an injected server's or beflow's own)"))
-            raw = str(repo.git.diff_tree("-r", "-m", "--root", "--no-renames", "--no-commit-id", "-z", commit))
-            fields = raw.split("\0")
-            for meta, path in zip(fields[0::2], fields[1::2], strict=False):
-                parts = meta.lstrip(":").split()
-                if len(parts) < 5 or parts[4][0] not in "AMT" or parts[1] not in _BLOB_MODES:
-                    continue
-                old_sha, new_sha = parts[2], parts[3]
-                if managed and path == ACPXRC:
-                    leaks.append(Leak(commit, path, "a version of .acpxrc.json, which held the injected servers"))
-                    continue
-                if not wanted:
-                    continue
-                if any(needle in path.encode() for needle in wanted):
-                    leaks.append(Leak(commit, "a file's name", "a secret value"))  # the name itself is not repeated
-                    continue
-                found = _search(repo, new_sha, wanted)
-                if found and old_sha.strip("0"):
-                    found -= _search(repo, old_sha, [wanted[i] for i in sorted(found)], indices=sorted(found))
-                if found:
-                    leaks.append(Leak(commit, path, "a secret value (an injected server's or beflow's own)"))
+    with _at(worktree) as repo, ObjectReader(repo) as reader:
+        for commit in _streamed(repo, "rev-list", "--reverse", head, f"^{since}", separator=b"\n"):
+            sha = commit.decode("ascii", "replace").strip()
+            if not sha:
+                continue
+            try:
+                leaks += _commit_leaks(repo, reader, sha, wanted, managed)
+            except ObjectTooLarge:
+                why = f"its message is over {MAX_COMMIT >> 20} MiB, which beflow does not publish (nor read whole)"
+                leaks.append(Leak(sha, "its message", "", said=f"commit {sha[:12]} is unpublishable: {why}"))
+            except CorruptObject as error:
+                leaks.append(Leak(sha, "", "", said=f"commit {sha[:12]} cannot be checked: {error.message}"))
     return leaks
 
 
-def _search(repo: git.Repo, sha: str, needles: Sequence[bytes], indices: Sequence[int] | None = None) -> set[int]:
-    """Indices (into ``indices``, else ``needles``) of the needles the blob ``sha`` contains; read in chunks."""
+def _commit_leaks(repo: git.Repo, reader: ObjectReader, commit: str, wanted: list[bytes], managed: bool) -> list[Leak]:
+    raw = reader.read(commit, "commit", limit=MAX_COMMIT)
+    headers, _, message = raw.partition(b"\n\n")
+    leaks = []
+    for text in _as_utf8(headers, message):
+        if any(needle in text for needle in wanted):
+            leaks.append(Leak(commit, "its message", _SECRET))
+            break
+    if any(needle in headers for needle in wanted):
+        leaks.append(Leak(commit, "its author, committer or another header", _SECRET))
+    if not wanted and not managed:
+        return leaks
+    fields = _streamed(repo, "diff-tree", "-r", "-m", "--root", "--no-renames", "--no-commit-id", "-z", commit)
+    for meta_bytes in fields:
+        meta, path_bytes = meta_bytes.decode("ascii", "replace"), next(fields, b"")
+        parts = meta.lstrip(":").split()
+        if len(parts) < 5 or parts[4][0] not in "AMT" or parts[1] not in _BLOB_MODES:
+            continue
+        old_sha, new_sha, path = parts[2], parts[3], path_bytes.decode("utf-8", "surrogateescape")
+        if managed and path == ACPXRC:
+            leaks.append(Leak(commit, path, "a version of .acpxrc.json, which held the injected servers"))
+            continue
+        if not wanted:
+            continue
+        if any(needle in path_bytes for needle in wanted):
+            leaks.append(Leak(commit, "a file's name", "a secret value"))  # the name itself is not repeated
+            continue
+        try:
+            found = _search(reader, new_sha, wanted)
+            if found and old_sha.strip("0"):  # exempt only what a verified earlier version already held
+                found -= _search(reader, old_sha, [wanted[i] for i in sorted(found)], indices=sorted(found))
+        except CorruptObject as error:
+            leaks.append(Leak(commit, path, "", said=f"commit {commit[:12]} cannot be checked: {error.message}"))
+            continue
+        if found:
+            leaks.append(Leak(commit, path, _SECRET))
+    return leaks
+
+
+def _as_utf8(headers: bytes, message: bytes) -> list[bytes]:
+    """The message as stored, and as UTF-8 when its ``encoding`` header names another (as a log shows it)."""
+    texts = [message]
+    for line in headers.split(b"\n"):
+        if line.startswith(b"encoding "):
+            with contextlib.suppress(LookupError, UnicodeError):
+                texts.append(message.decode(line[9:].decode("ascii").strip()).encode("utf-8"))
+    return texts
+
+
+def _streamed(repo: git.Repo, verb: str, *args: str, separator: bytes = b"\0") -> Iterator[bytes]:
+    """The output of ``git <verb> <args>``, one ``separator``-ended field at a time, as it comes."""
+    handle = getattr(repo.git, verb.replace("-", "_"))(*args, as_process=True)  # kept: it kills the child when freed
+    process = handle.proc
+    tail = b""
+    try:
+        while chunk := process.stdout.read(_CHUNK):
+            *fields, tail = (tail + chunk).split(separator)
+            yield from fields
+        if tail:
+            yield tail
+        error = process.stderr.read() if process.stderr else b""
+        if process.wait() != 0:
+            raise GitError(f"git {verb} failed: {error.decode('utf-8', 'replace').strip()}")
+    finally:
+        if process.poll() is None:  # left early: nothing more of it is wanted
+            process.kill()
+            process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _search(reader: ObjectReader, sha: str, needles: Sequence[bytes], indices: Sequence[int] | None = None) -> set[int]:
+    """Indices (into ``indices``, else ``needles``) of the needles the blob ``sha`` contains; read in chunks and
+    re-hashed (:class:`CorruptObject` when its bytes are not the blob ``sha``)."""
     labels = list(indices) if indices is not None else list(range(len(needles)))
     keep = max(len(n) for n in needles) - 1
-    stream = repo.odb.stream(bytes.fromhex(sha))
-    remaining, tail = stream.size, b""
+    tail = b""
     found: set[int] = set()
-    while remaining > 0:
-        chunk = stream.read(min(_CHUNK, remaining))
-        if not chunk:
-            break
-        remaining -= len(chunk)
+
+    def take(chunk: bytes) -> None:
+        nonlocal tail
         window = tail + chunk
         found.update(labels[i] for i, needle in enumerate(needles) if labels[i] not in found and needle in window)
         tail = window[-keep:] if keep > 0 else b""
+
+    reader.stream(sha, "blob", take)
     return found
 
 

@@ -8,8 +8,13 @@ byte for byte as they were."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.faults.conftest import beflow_run, secrets_in_history
@@ -106,3 +111,69 @@ def test_a_worktree_git_file_pointed_at_the_users_checkout_leaves_the_checkout_a
     assert [line for line in now.refs.splitlines() if "beflow/1" not in line] == before.refs.splitlines()
     assert (now.head, now.checkout, now.status) == (before.head, before.checkout, before.status)
     assert before.same_but_new_objects(now) == ["refs"]  # the branch beflow/1 is new, and only it
+
+
+#: What the agent runs to rewrite the object of a file of the run's start, in the user's store: that version of the
+#: file then seems to hold ``text`` (an earlier version holding a secret exempted it from the leak check).
+FORGE = """
+import os, subprocess, sys, zlib
+name, text = sys.argv[1], sys.argv[2].encode()
+sha = subprocess.check_output(["git", "rev-parse", "HEAD:" + name], text=True).strip()
+common = subprocess.check_output(["git", "rev-parse", "--git-common-dir"], text=True).strip()
+path = os.path.join(common, "objects", sha[:2], sha[2:])
+os.chmod(path, 0o644)
+with open(path, "wb") as out:
+    out.write(zlib.compress(b"blob %d\\0" % len(text) + text))
+"""
+
+
+def test_a_rewritten_object_of_the_users_store_does_not_exempt_a_secret_from_the_leak_check(
+    project: AutoProject, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    directory = project.directory
+    (directory / "config.txt").write_text("token = none\n")
+    git(directory, "add", "config.txt")
+    git(directory, "commit", "-q", "-m", "config")
+    objects_before = RepoState.of(directory).objects
+    forge = tmp_path / "forge.py"
+    forge.write_text(FORGE)
+    key = project.new_issue(
+        f"run python3 {forge} config.txt 'token = {SECRET_ENV}'", f"write config.txt token = {SECRET_ENV}\\n"
+    )
+
+    done = beflow_run(project, "--auto", key)
+
+    assert done.code == 1, done.stderr
+    record = project.only_record()
+    assert record.outcome == "failed" and record.commit is None and record.worktree_kept
+    assert "beflow/1" not in project.branches()  # (the history now shows the forged file: the store is the agent's)
+    assert "corrupt" in (record.stop_reason or ""), record.stop_reason
+    # (The forged object file itself is the agent's doing, outside beflow: it is named, not put back.)
+    assert [path for path, digest in objects_before.items() if RepoState.of(directory).objects.get(path) != digest]
+
+
+def test_a_commit_message_of_150_mb_is_refused_unread_and_beflows_memory_stays_flat(
+    project: AutoProject, no_leftover_processes: None
+) -> None:
+    message = "head -c 150000000 /dev/zero | tr '\\\\0' a > ../message"
+    key = project.new_issue(f"run {message} && git commit -q --allow-empty -F ../message && rm ../message")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "beflow", "--config", str(project.config_path), "--auto", key],
+        cwd=project.directory,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    watched, peak = psutil.Process(process.pid), 0
+    while process.poll() is None:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            peak = max(peak, watched.memory_info().rss)
+        time.sleep(0.05)
+    _, stderr = process.communicate(timeout=600)
+
+    assert process.returncode == 1, stderr.decode()
+    record = project.only_record()
+    assert "is unpublishable: its message is over 1 MiB" in (record.stop_reason or ""), record.stop_reason
+    assert "beflow/1" not in project.branches() and record.commit is None
+    # Before: every message of the run was read at once (607 MB for this one). Now: one commit at a time, capped.
+    assert peak < 150 * 2**20, f"peak RSS {peak / 2**20:.0f} MiB"
