@@ -52,15 +52,12 @@ class Job:
     """One run's delivery: its worktree, how its agent ended, and what must be checked before the branch moves."""
 
     worktree: git.Worktree
-    #: The repository (its directory: a push borrows its objects; its git.Repo, the run's one).
+    #: The repository's directory (a push borrows its objects).
     directory: Path
-    repo: Any
     outcome: Outcome
     reason: str
     #: The commit message (None: ``after_run.commit`` is false, nothing is committed).
     message: str | None
-    #: ``worktrees.base``: a continued branch is checked from it, whole.
-    base: str
     #: Bytes no commit may hold (the injected file, every secret of the run).
     needles: Sequence[bytes] = ()
     #: Whether the managed file was injected (its copies under another name are looked for too).

@@ -118,6 +118,12 @@ UNTRUSTED_CONFIG: tuple[tuple[str, str], ...] = (
     ("gc.auto", "0"),  # `git gc --auto` after a commit would run the pre-auto-gc hook and take its time
     ("maintenance.auto", "false"),
     ("protocol.ext.allow", "never"),
+    # What an agent can write beside the objects, which git would take on its word: replacement objects
+    # (`refs/replace/*`), a commit-graph (parents, trees), a multi-pack-index (where an object lies), bitmaps.
+    ("core.useReplaceRefs", "false"),
+    ("core.commitGraph", "false"),
+    ("core.multiPackIndex", "false"),
+    ("pack.useBitmaps", "false"),
 )
 #: The keys of a filter driver (``filter.<name>.*``): each configured driver is turned off by emptying them (git
 #: skips an empty command) and making it optional. Diff drivers (``diff.<name>.textconv|command``) are turned off
@@ -699,7 +705,82 @@ def delete_branch_at(repo: git.Repo, branch: str, commit: str) -> bool:
         repo.git.update_ref("-d", f"refs/heads/{branch}", commit)
     except git.GitCommandError:
         return False
+    _moved(f"refs/heads/{branch}", None)
     return True
+
+
+#: The refs this process moved itself, and to what (None: deleted): not news when another run's store is compared.
+_OWN_MOVES: dict[str, str | None] = {}
+
+
+def _moved(ref: str, value: str | None) -> None:
+    _OWN_MOVES[ref] = value
+
+
+def moved_by_beflow(ref: str, value: str | None) -> bool:
+    """Whether this process itself set ``ref`` to ``value`` (None: deleted it)."""
+    return ref in _OWN_MOVES and _OWN_MOVES[ref] == value
+
+
+def ref_values(directory: Path) -> dict[str, str]:
+    """Every ref of the repository of ``directory`` and what it points to (a symbolic one: ``ref: <target>``), the
+    entries of its ``packed-refs`` file as ``packed-refs:<name>``, and its checkout's ``HEAD`` file as it reads."""
+    with _repo(directory, search_parent_directories=True) as repo:
+        out = str(repo.git.for_each_ref("--format=%(refname)%00%(objectname)%00%(symref)"))
+        common, own = _common_dir(repo), Path(repo.git_dir)
+    values: dict[str, str] = {}
+    for line in out.splitlines():
+        name, value, target = [*line.split("\0"), "", ""][:3]
+        values[name] = f"ref: {target}" if target else value
+    for path, prefix in ((common / "packed-refs", "packed-refs:"), (own / "HEAD", "")):
+        try:
+            data = read_regular(path, limit=256 << 20, follow_symlinks=False).decode("utf-8", "replace")
+        except FileNotFoundError:
+            continue
+        except (OSError, NotRegularError, FileTooLarge) as exc:
+            values[f"{prefix}{path.name}"] = f"(unreadable: {exc})"
+            continue
+        if not prefix:
+            values["HEAD"] = data.strip()
+            continue
+        for entry in data.splitlines():
+            sha, _, name = entry.partition(" ")
+            if name and not entry.startswith(("#", "^")):
+                values[f"{prefix}{name}"] = sha
+    return values
+
+
+def full_ref(directory: Path, name: str) -> str | None:
+    """The full name of the ref ``name`` names (``main``: ``refs/heads/main``); None for a commit or nothing."""
+    with _repo(directory, search_parent_directories=True) as repo:
+        try:
+            return str(repo.git.rev_parse("--symbolic-full-name", name)).strip() or None
+        except git.GitCommandError:
+            return None
+
+
+def _bare(root: Path, commit: str, extra: str = "") -> None:
+    """A bare repository's HEAD and config at ``root`` for ids like ``commit`` (SHA-1 or SHA-256), ``extra``
+    sections after."""
+    (root / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
+    formats = "\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = sha256\n" if len(commit) == 64 else ""
+    (root / "config").write_text(f"[core]\n\tbare = true\n{formats}{extra}", encoding="utf-8")
+
+
+def verify_pack(pack: Path) -> str | None:
+    """Why the pack at ``pack`` is not what its index says, every object in it re-hashed (``git index-pack
+    --verify``, from beflow's isolated git: no configuration file read); None when it is."""
+    with tempfile.TemporaryDirectory(prefix="beflow-verify-") as scratch:
+        root = Path(scratch)
+        (root / "objects").mkdir()
+        (root / "refs").mkdir()
+        _bare(root, pack.stem.removeprefix("pack-"))
+        runner, env = _isolated(root, "", None)
+        try:
+            runner.index_pack("--verify", str(pack), env=env)
+        except git.GitCommandError as exc:
+            return str(exc.stderr).strip().splitlines()[-1] if str(exc.stderr).strip() else f"exit {exc.status}"
+    return None
 
 
 def checkout_status(directory: At) -> dict[str, str]:
@@ -882,8 +963,8 @@ class ObjectReader:
         self.stream(sha, kind, chunks.append, limit=limit)
         return b"".join(chunks)
 
-    def stream(self, sha: str, kind: str, take: Callable[[bytes], None], *, limit: int | None = None) -> int:
-        """Hand the content of object ``sha`` (a ``kind``) to ``take`` a chunk at a time; raises
+    def stream(self, sha: str, kind: str | None, take: Callable[[bytes], None], *, limit: int | None = None) -> int:
+        """Hand the content of object ``sha`` (a ``kind``, unless None) to ``take`` a chunk at a time; raises
         :class:`CorruptObject` once the bytes are read if they do not hash to ``sha``. Its size."""
         process = self._start()
         process.stdin.write(f"{sha}\n".encode())
@@ -909,7 +990,7 @@ class ObjectReader:
         process.stdout.read(1)  # the line end after the content
         if digest.hexdigest() != sha:
             raise CorruptObject(f"object {sha} is corrupt: its bytes are not the object its id names")
-        if found != kind:
+        if kind is not None and found != kind:
             raise CorruptObject(f"object {sha} is a {found}, not a {kind}")
         return size
 
@@ -1063,6 +1144,7 @@ def publish(worktree: At, branch: str, new: str, expected: str | None, message: 
             raise GitError(
                 f"branch {branch} changed during the run, so beflow did not move it: {exc.stderr.strip()}"
             ) from None
+        _moved(f"refs/heads/{branch}", new)
 
 
 def uncommit(worktree: At, commit: str) -> None:
@@ -1244,3 +1326,4 @@ def move_branch(directory: Path, branch: str, new: str, expected: str | None, me
         except git.GitCommandError as exc:
             why = exc.stderr.strip()
             raise GitError(f"branch {branch} changed meanwhile, so beflow did not move it: {why}") from None
+        _moved(f"refs/heads/{branch}", new)

@@ -8,6 +8,7 @@ byte for byte as they were."""
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import subprocess
 import sys
@@ -121,24 +122,54 @@ name, text = sys.argv[1], sys.argv[2].encode()
 sha = subprocess.check_output(["git", "rev-parse", "HEAD:" + name], text=True).strip()
 common = subprocess.check_output(["git", "rev-parse", "--git-common-dir"], text=True).strip()
 path = os.path.join(common, "objects", sha[:2], sha[2:])
-os.chmod(path, 0o644)
+os.makedirs(os.path.dirname(path), exist_ok=True)
+if os.path.exists(path):
+    os.chmod(path, 0o644)
 with open(path, "wb") as out:
     out.write(zlib.compress(b"blob %d\\0" % len(text) + text))
 """
 
 
+#: What the agent runs to add a pack whose index names an object of the run's start (a file's version) but holds
+#: other bytes: git searches packs first, and takes them for that object (no existing file of the store changes).
+SHADOW = """
+import hashlib, os, struct, subprocess, sys
+name, text = sys.argv[1], sys.argv[2].encode()
+def run(*args, **kwargs):
+    return subprocess.run(["git", *args], check=True, capture_output=True, **kwargs).stdout
+target = run("rev-parse", "HEAD:" + name, text=True).strip()
+forged = run("hash-object", "-w", "--stdin", input=text).decode().strip()
+common = run("rev-parse", "--git-common-dir", text=True).strip()
+prefix = os.path.join(common, "objects", "pack", "pack")
+pack = run("pack-objects", "-q", prefix, input=forged.encode() + b"\\n").decode().strip()
+path = prefix + "-" + pack + ".idx"
+idx = bytearray(open(path, "rb").read())
+at = 8 + 256 * 4  # one object: its id right after the header and the fan-out table
+idx[at:at + 20] = bytes.fromhex(target)
+idx[8:at] = b"".join(struct.pack(">I", int(byte >= idx[at])) for byte in range(256))
+idx[-20:] = hashlib.sha1(bytes(idx[:-20])).digest()
+os.chmod(path, 0o644)
+open(path, "wb").write(bytes(idx))
+"""
+
+
+def python(script: str, *args: str) -> str:
+    """A ``run`` directive that runs the Python ``script`` with ``args`` where the agent is (its source goes in the
+    command line itself: in the sandbox no file of the test's is there)."""
+    source = base64.b64encode(script.encode()).decode()
+    return f"run echo {source} | base64 -d | python3 - " + " ".join(f"'{arg}'" for arg in args)
+
+
 def test_a_rewritten_object_of_the_users_store_does_not_exempt_a_secret_from_the_leak_check(
-    project: AutoProject, tmp_path: Path, no_leftover_processes: None
+    project: AutoProject, no_leftover_processes: None
 ) -> None:
     directory = project.directory
     (directory / "config.txt").write_text("token = none\n")
     git(directory, "add", "config.txt")
     git(directory, "commit", "-q", "-m", "config")
     objects_before = RepoState.of(directory).objects
-    forge = tmp_path / "forge.py"
-    forge.write_text(FORGE)
     key = project.new_issue(
-        f"run python3 {forge} config.txt 'token = {SECRET_ENV}'", f"write config.txt token = {SECRET_ENV}\\n"
+        python(FORGE, "config.txt", f"token = {SECRET_ENV}"), f"write config.txt token = {SECRET_ENV}\\n"
     )
 
     done = beflow_run(project, "--auto", key)
@@ -147,9 +178,13 @@ def test_a_rewritten_object_of_the_users_store_does_not_exempt_a_secret_from_the
     record = project.only_record()
     assert record.outcome == "failed" and record.commit is None and record.worktree_kept
     assert "beflow/1" not in project.branches()  # (the history now shows the forged file: the store is the agent's)
-    assert "corrupt" in (record.stop_reason or ""), record.stop_reason
+    # The store's watch names the object (without it, the leak check finds it corrupt when it reads it).
+    forged = git(directory, "rev-parse", "HEAD:config.txt").strip()
+    assert forged[2:] in (record.stop_reason or "") and "not the object its" in (record.stop_reason or "")
+    assert record.permanent  # a watch does not hand the issue to an agent again by itself
     # (The forged object file itself is the agent's doing, outside beflow: it is named, not put back.)
-    assert [path for path, digest in objects_before.items() if RepoState.of(directory).objects.get(path) != digest]
+    changed = [path for path, digest in objects_before.items() if RepoState.of(directory).objects.get(path) != digest]
+    assert changed == [f"{forged[:2]}/{forged[2:]}"]
 
 
 def test_a_commit_message_of_150_mb_is_refused_unread_and_beflows_memory_stays_flat(
@@ -177,3 +212,73 @@ def test_a_commit_message_of_150_mb_is_refused_unread_and_beflows_memory_stays_f
     assert "beflow/1" not in project.branches() and record.commit is None
     # Before: every message of the run was read at once (607 MB for this one). Now: one commit at a time, capped.
     assert peak < 150 * 2**20, f"peak RSS {peak / 2**20:.0f} MiB"
+
+
+def test_a_new_pack_that_shadows_an_object_of_the_users_store_is_found_and_the_run_not_published(
+    project: AutoProject, no_leftover_processes: None
+) -> None:
+    directory = project.directory
+    (directory / "config.txt").write_text("token = none\n")
+    git(directory, "add", "config.txt")
+    git(directory, "commit", "-q", "-m", "config")
+    before = RepoState.of(directory)
+    key = project.new_issue(
+        python(SHADOW, "config.txt", f"token = {SECRET_ENV}"), f"write config.txt token = {SECRET_ENV}\\n"
+    )
+
+    done = beflow_run(project, "--auto", key)
+
+    assert done.code == 1, done.stderr
+    record = project.only_record()
+    assert record.outcome == "failed" and record.commit is None and record.permanent
+    reason = record.stop_reason or ""
+    assert "the agent changed the repository's object store (objects/pack/pack-" in reason, reason
+    assert "beflow/1" not in project.branches()
+    assert before.same_but_new_objects(RepoState.of(directory)) == []  # (the new pack is the agent's own doing)
+
+
+def test_a_ref_the_run_builds_on_that_the_agent_moves_fails_the_run_and_other_refs_are_named(
+    project: AutoProject, no_leftover_processes: None
+) -> None:
+    directory = project.directory
+    feature = git(directory, "rev-parse", "feature").strip()
+    key = project.new_issue(f"run git update-ref refs/heads/main {feature}", "write a.txt a")
+
+    done = beflow_run(project, "--auto", key)
+
+    assert done.code == 1, done.stderr
+    record = project.only_record()
+    assert record.outcome == "failed" and record.commit is None and not record.permanent
+    assert "refs/heads/main moved during the run, which the run builds on or publishes" in (record.stop_reason or "")
+    assert "beflow/1" not in project.branches()
+
+    git(directory, "update-ref", "refs/heads/main", f"{feature}~1")
+    key = project.new_issue("run git tag -f planted && git update-ref refs/heads/feature HEAD", "write b.txt b")
+    done = beflow_run(project, "--auto", key)
+
+    assert done.code == 0, done.stderr
+    record = project.records(key)[0]
+    assert record.outcome == "succeeded" and record.refs_moved == ["refs/heads/feature", "refs/tags/planted"]
+    assert "refs moved during the run, not by beflow: refs/heads/feature, refs/tags/planted" in done.stderr
+    assert "b.txt" in project.branch_files(f"beflow/{key}")
+    shown = beflow_run(project, "runs", "show", record.id)
+    assert "refs moved during the run, not by beflow: refs/heads/feature, refs/tags/planted" in shown.stdout
+
+
+def test_an_agent_that_repacks_and_writes_an_object_it_has_is_no_tamperer(
+    project: AutoProject, no_leftover_processes: None
+) -> None:
+    """A repack (as ``git gc`` makes one) packs the loose objects and removes them, ``pack-refs`` packs the refs, and
+    writing an object that exists already touches its file: all leave every object and ref what it was, and the run
+    is published."""
+    key = project.new_issue(
+        "run git hash-object -w README.md && git repack -d -n -q && git pack-refs --all", "write a.txt a"
+    )
+
+    done = beflow_run(project, "--auto", key)
+
+    assert done.code == 0, done.stderr
+    record = project.only_record()
+    assert record.outcome == "succeeded", record.stop_reason
+    assert project.branch_files("beflow/1")["a.txt"] == "a"
+    assert not record.refs_moved
