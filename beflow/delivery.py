@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from beflow import git
+from beflow import git, objectstore
 from beflow.codehosts.base import CodeHost
 from beflow.errors import BeflowError
 from beflow.paths import ACPXRC
@@ -135,6 +135,11 @@ def _commit(job: Job, at: git.At) -> Verdict:
     worktree, reason = job.worktree, job.reason
     if job.refuse is not None:
         return _refused(worktree, at, f"{reason}; {job.refuse}", permanent=job.refuse_for_good)
+    objects = git.run_objects_of(worktree)
+    if objects is not None and (forged := objectstore.verify_directory(objects)):
+        # The sandbox's agent wrote objects whose bytes are not what their names say: none is brought in.
+        why = f"the agent wrote objects that are not what their names say ({', '.join(forged[:5])})"
+        return _refused(worktree, at, f"{reason}; {why}", permanent=True)
     if job.hidden:
         git.unhide_managed_file(at)
     message, empty = job.message, None

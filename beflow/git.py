@@ -11,6 +11,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -605,16 +606,29 @@ def build(where: At, worktree: Worktree, message: str | None, *, empty: str | No
     """The run's commit: what the agent's HEAD names, once it is known to descend from where the run started, with
     everything the agent left uncommitted committed on it (``message``; None: nothing is committed) — or, when
     nothing was left and ``empty`` is given, an empty commit with that message. HEAD is rewritten to it, detached.
+
+    A sandboxed agent wrote its objects into the run's own object directory (:data:`RUN_OBJECTS`): beflow's commit
+    is written beside them, in a quarantine, and what the run's commit and the worktree's index need is then
+    brought into the repository's object store by a fetch that re-hashes and checks every object (the agent's
+    bytes are never taken for what their names say); the ancestry is asked again of the objects brought in.
     """
     with _at(where) as repo:
-        named = head_named(repo)
-        parent = named[0]
-        _check_descent(repo, worktree, parent, None)
-        made = None
-        if message is not None:
-            made = commit_all(repo, message, parent=named, move=False)
-            if made is None and empty is not None:
-                made = commit_empty(repo, empty, parent=named, move=False)
+        objects = run_objects_of(worktree)
+        with _quarantined(worktree, objects) as env:
+            named = head_named(repo, env)
+            parent = named[0]
+            _check_descent(repo, worktree, parent, env)
+            made = None
+            if message is not None:
+                made = commit_all(repo, message, parent=named, env=env, move=False)
+                if made is None and empty is not None:
+                    made = commit_empty(repo, empty, parent=named, env=env, move=False)
+            if env is not None and objects is not None:
+                tips = [made or parent]
+                with contextlib.suppress(GitError):  # an index git cannot write as a tree holds nothing to keep
+                    tips.append(_write_tree(repo, env))  # what the agent staged and did not commit
+                _import(worktree, env, tips)
+                _check_descent(repo, worktree, parent, None)  # asked again, of the objects as brought in
         if made is not None:
             move_head(repo, made, "beflow: the run's commit")
         return made or parent
@@ -633,6 +647,124 @@ def _check_descent(repo: git.Repo, worktree: Worktree, head: str, env: dict[str,
         f"where the run started: beflow builds on no other history (the agent pointed HEAD elsewhere)",
         fix=f"Look at the worktree {worktree.path} and its HEAD before running the issue again.",
     )
+
+
+# -- a sandboxed run's own objects ---------------------------------------------------------------------------------
+
+#: The run's own object directory, in its worktree's git directory. In the sandbox it is the agent's object store
+#: (mounted at ``<common>/objects``; the user's own objects are a read-only alternate), so the agent can change no
+#: object of the user's; beflow brings what the run needs into the user's store itself (:func:`build`).
+RUN_OBJECTS = "beflow-objects"
+
+
+def make_run_objects(objects: Path, user_objects: Path) -> Path:
+    """The run's object directory ``objects`` (:data:`RUN_OBJECTS` in the worktree's git directory), made if it is
+    not there, its ``info/alternates`` naming ``user_objects`` (where the sandbox shows the user's objects)."""
+    info = objects / "info"
+    for directory in (objects, info, objects / "pack"):
+        if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+            raise GitError(f"{directory} is not a directory of beflow's", fix=f"Remove {directory}.")
+        directory.mkdir(mode=0o755, exist_ok=True)
+    atomic_write(info / "alternates", f"{user_objects}\n", durable=False)
+    return objects
+
+
+def forget_run_objects_alternates(objects: Path) -> None:
+    """Drop the alternates a sandbox gave the run's object directory: outside it, they name nothing of beflow's."""
+    with contextlib.suppress(FileNotFoundError):
+        info = objects / "info"
+        if info.is_dir() and not info.is_symlink():
+            (info / "alternates").unlink()
+
+
+def run_objects_of(worktree: Worktree) -> Path | None:
+    """The run's object directory of ``worktree``, if a sandbox made one (a directory, never a symlink)."""
+    if worktree.git_dir is None:
+        return None
+    objects = worktree.git_dir / RUN_OBJECTS
+    return objects if objects.is_dir() and not objects.is_symlink() else None
+
+
+def _check_run_objects(objects: Path) -> None:
+    """Every entry of the run's object directory is a directory or a regular file: git never follows a symlink
+    the agent put there (to another repository's pack, say) nor opens a FIFO it made."""
+    forget_run_objects_alternates(objects)
+    pending = [objects]
+    while pending:
+        directory = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append(Path(entry.path))
+                elif not stat.S_ISREG(info.st_mode):
+                    raise GitError(f"the run's object directory holds {entry.path}, which is not a regular file")
+
+
+@contextlib.contextmanager
+def _quarantined(worktree: Worktree, objects: Path | None) -> Iterator[dict[str, str] | None]:
+    """The environment of beflow's git that writes objects for a run whose objects are in ``objects``: a fresh
+    directory of its own, with the repository's objects and then the run's as alternates. None: no run objects,
+    beflow writes into the repository's store (the objects there were checked: :mod:`beflow.objectstore`)."""
+    if objects is None or worktree.git_dir is None:
+        yield None
+        return
+    _check_run_objects(objects)
+    user = worktree.git_dir.parent.parent / "objects"
+    with tempfile.TemporaryDirectory(prefix="beflow-import-") as scratch:
+        send = Path(scratch) / "send"
+        (send / "objects" / "info").mkdir(parents=True)
+        (send / "refs").mkdir()
+        (send / "objects" / "info" / "alternates").write_text(f"{user}\n{objects}\n", encoding="utf-8")
+        _bare(send, worktree.base_commit, _SEND_CONFIG)
+        yield {"GIT_OBJECT_DIRECTORY": str(send / "objects")}
+
+
+def _bare(root: Path, commit: str, extra: str = "") -> None:
+    """A bare repository's HEAD and config at ``root`` for ids like ``commit`` (SHA-1 or SHA-256), ``extra``
+    sections after."""
+    (root / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
+    formats = "\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = sha256\n" if len(commit) == 64 else ""
+    (root / "config").write_text(f"[core]\n\tbare = true\n{formats}{extra}", encoding="utf-8")
+
+
+#: The sending side of an import reads the objects themselves only: nothing the run's directory holds beside them
+#: (a commit-graph, a multi-pack-index, bitmaps) decides what is sent.
+_SEND_CONFIG = "[core]\n\tcommitGraph = false\n\tmultiPackIndex = false\n[pack]\n\tuseBitmaps = false\n"
+
+
+def _import(worktree: Worktree, env: dict[str, str], tips: Sequence[str]) -> None:
+    """Bring ``tips`` and all they reach into the repository's object store from the quarantine of ``env``: a
+    fetch, from beflow's isolated git (no configuration file read), whose index-pack re-hashes every object it
+    receives and checks it (``fetch.fsckObjects``). What the repository has already (the run's start) is not
+    sent again."""
+    assert worktree.git_dir is not None
+    send = Path(env["GIT_OBJECT_DIRECTORY"]).parent
+    user = worktree.git_dir.parent.parent / "objects"
+    for index, tip in enumerate(dict.fromkeys(tips)):
+        (send / "refs" / "run").mkdir(exist_ok=True)
+        (send / "refs" / "run" / str(index)).write_text(f"{tip}\n", encoding="utf-8")
+    receive = send.parent / "receive"
+    (receive / "refs" / "have").mkdir(parents=True)
+    have = [c for c in (worktree.base_commit, worktree.tip, worktree.checked_from) if c]
+    for index, commit in enumerate(dict.fromkeys(have)):
+        (receive / "refs" / "have" / str(index)).write_text(f"{commit}\n", encoding="utf-8")
+    _bare(receive, worktree.base_commit)
+    settings = [
+        ("fetch.fsckObjects", "true"),
+        ("protocol.ext.allow", "never"),
+        ("fetch.writeCommitGraph", "false"),
+        ("gc.auto", "0"),
+        ("maintenance.auto", "false"),
+    ]
+    runner, environment = _isolated(receive, str(send), None, *settings, GIT_OBJECT_DIRECTORY=str(user))
+    try:
+        runner.fetch("--no-tags", "--no-write-fetch-head", "--", "beflow", "+refs/run/*:refs/run/*", env=environment)
+    except git.GitCommandError as exc:
+        raise GitError(
+            "the objects the agent wrote in the sandbox could not be brought into the repository (each is "
+            f"re-hashed and checked on the way): {str(exc.stderr).strip()}"
+        ) from None
 
 
 def _has_identity(repo: git.Repo) -> bool:
@@ -757,14 +889,6 @@ def full_ref(directory: Path, name: str) -> str | None:
             return str(repo.git.rev_parse("--symbolic-full-name", name)).strip() or None
         except git.GitCommandError:
             return None
-
-
-def _bare(root: Path, commit: str, extra: str = "") -> None:
-    """A bare repository's HEAD and config at ``root`` for ids like ``commit`` (SHA-1 or SHA-256), ``extra``
-    sections after."""
-    (root / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
-    formats = "\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = sha256\n" if len(commit) == 64 else ""
-    (root / "config").write_text(f"[core]\n\tbare = true\n{formats}{extra}", encoding="utf-8")
 
 
 def verify_pack(pack: Path) -> str | None:

@@ -282,3 +282,66 @@ def test_an_agent_that_repacks_and_writes_an_object_it_has_is_no_tamperer(
     assert record.outcome == "succeeded", record.stop_reason
     assert project.branch_files("beflow/1")["a.txt"] == "a"
     assert not record.refs_moved
+
+
+def test_in_the_sandbox_the_agents_objects_are_its_own_and_beflow_brings_in_what_the_run_needs(
+    project: AutoProject, no_leftover_processes: None
+) -> None:
+    """The agent commits in the sandbox into the run's own object directory (the user's objects a read-only
+    alternate); beflow brings the commit, and what the agent staged, into the user's store, every object re-hashed.
+    The alternates and the run's directory itself are beyond the agent's reach."""
+    project.configure(sandbox={"enabled": True})
+    directory = project.directory
+    before = RepoState.of(directory)
+    common = '"$(git rev-parse --git-common-dir)"'
+    readme = git(directory, "rev-parse", "HEAD:README.md").strip()  # a loose object of the user's
+    probes = [
+        f"echo alternates: $(echo /elsewhere 2>&1 >> {common}/objects/info/alternates && echo WROTE)",
+        'echo moved: $(mv "$(git rev-parse --git-dir)/beflow-objects" /tmp/taken 2>&1 && echo MOVED)',
+        f"echo store: $(test -e {common}/objects/{readme[:2]}/{readme[2:]} && echo SEEN)",
+    ]
+    key = project.new_issue(
+        "write a.txt a\\n",
+        "run git add a.txt && git commit -q -m agent-commit",
+        "write b.txt b\\n",
+        "run git add b.txt",
+        "run { " + "; ".join(probes) + "; } > probe.txt 2>&1",
+    )
+
+    done = beflow_run(project, "--auto", key)
+
+    assert done.code == 0, done.stderr
+    record = project.only_record()
+    assert record.outcome == "succeeded" and record.sandboxed, record.stop_reason
+    files = project.branch_files("beflow/1")
+    assert (files["a.txt"], files["b.txt"]) == ("a\n", "b\n")
+    assert git(directory, "log", "--format=%s", "beflow/1").split("\n")[1] == "agent-commit"
+    found = {name: said for name, _, said in (line.partition(":") for line in files["probe.txt"].splitlines())}
+    assert "WROTE" not in found["alternates"] and "Read-only file system" in found["alternates"]
+    assert "MOVED" not in found["moved"]
+    assert "SEEN" not in found["store"]  # the user's objects are not where the agent writes (git reads them)
+    now = RepoState.of(directory)
+    assert before.same_but_new_objects(now) == ["refs"]  # beflow/1, and only it
+    git(directory, "fsck", "--no-dangling")  # every object the branch needs is in the user's store, sound
+
+
+def test_in_the_sandbox_an_object_the_agent_forges_reaches_nothing_of_the_users(
+    project: AutoProject, no_leftover_processes: None
+) -> None:
+    """The agent rewrites the object of a file of the run's start where the repository's objects are: in the
+    sandbox that is its own directory (the user's store read-only), and beflow brings nothing of it in."""
+    project.configure(sandbox={"enabled": True})
+    directory = project.directory
+    before = RepoState.of(directory)
+    key = project.new_issue(python(FORGE, "README.md", "forged"), "write a.txt a\\n")
+
+    done = beflow_run(project, "--auto", key)
+
+    assert done.code == 1, done.stderr
+    record = project.only_record()
+    assert record.outcome == "failed" and record.commit is None and record.permanent and record.sandboxed
+    readme = git(directory, "rev-parse", "HEAD:README.md").strip()
+    reason = record.stop_reason or ""
+    assert "the agent wrote objects that are not what their names say" in reason and readme[2:] in reason, reason
+    not_published(project, before)
+    assert git(directory, "cat-file", "blob", readme) == "# sample\n"
