@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import os
 import subprocess
 import sys
 import time
@@ -19,15 +20,21 @@ import psutil
 import pytest
 
 from tests.faults.conftest import beflow_run, secrets_in_history
+from tests.support.github import TOKEN, FakeGitHub
 from tests.support.projects import SECRET_ENV, AutoProject, git
 from tests.support.repo_state import RepoState
 
 pytestmark = pytest.mark.slow
 
 
+#: The code host's token, in a variable of its own: the push and the pull request use it.
+HOST = {"HOSTPAT": TOKEN}
+
+
 @pytest.fixture
-def project(auto_project: AutoProject) -> AutoProject:
-    """The project, unsandboxed, with a branch ``feature`` one commit ahead of ``main``."""
+def project(auto_project: AutoProject, github: FakeGitHub) -> AutoProject:
+    """The project, unsandboxed, with a branch ``feature`` one commit ahead of ``main``; a run that succeeds pushes
+    its branch to ``origin`` (a bare clone beside it) and opens a pull request on the fake GitHub."""
     auto_project.configure(sandbox={"enabled": False})
     directory = auto_project.directory
     git(directory, "checkout", "-q", "-b", "feature")
@@ -35,18 +42,30 @@ def project(auto_project: AutoProject) -> AutoProject:
     git(directory, "add", "feature.txt")
     git(directory, "commit", "-q", "-m", "the user's feature")
     git(directory, "checkout", "-q", "main")
+    auto_project.add_origin()
+    auto_project.configure(
+        code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url, "token_env": "HOSTPAT"},
+        after_run={"pull_request": True},
+    )
     return auto_project
 
 
-def not_published(project: AutoProject, before: RepoState) -> None:
-    """Nothing of the run reached a branch, and the user's repository is as it was."""
+def pushed(project: AutoProject) -> list[str]:
+    """The branches beflow pushed to ``origin``."""
+    origin = project.directory.parent / "origin.git"
+    return git(origin, "for-each-ref", "--format=%(refname)", "refs/heads/beflow").split()
+
+
+def not_published(project: AutoProject, before: RepoState, github: FakeGitHub) -> None:
+    """Nothing of the run reached a branch, ``origin`` or a pull request, and the user's repository is as it was."""
     assert "beflow/1" not in project.branches()
+    assert pushed(project) == [] and github.pulls == {}
     assert before.same_but_new_objects(RepoState.of(project.directory)) == []
     assert secrets_in_history(project.directory) == []
 
 
 def test_a_worktree_head_that_names_the_users_branch_moves_it_neither_by_the_commit_nor_by_the_refusal(
-    project: AutoProject, no_leftover_processes: None
+    project: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
     """The agent makes its HEAD ``ref: refs/heads/feature`` and leaves a secret in a file: beflow's commit and the
     refusal that undoes it once moved ``feature`` (``git commit``, then ``git reset --mixed``)."""
@@ -56,7 +75,7 @@ def test_a_worktree_head_that_names_the_users_branch_moves_it_neither_by_the_com
         f"write token.txt {SECRET_ENV}",
     )
 
-    done = beflow_run(project, "--auto", key)
+    done = beflow_run(project, "--auto", key, env=HOST)
 
     assert done.code == 1, done.stderr
     record = project.only_record()
@@ -64,7 +83,7 @@ def test_a_worktree_head_that_names_the_users_branch_moves_it_neither_by_the_com
     assert "puts a secret value" in (record.stop_reason or "") and "beflow/1 was not updated" in (
         record.stop_reason or ""
     )
-    not_published(project, before)
+    not_published(project, before, github)
     worktree = Path(record.worktree or "")
     assert (worktree / "token.txt").read_text() == SECRET_ENV  # the work is kept, uncommitted
     base = git(project.directory, "rev-parse", "main").strip()
@@ -73,7 +92,7 @@ def test_a_worktree_head_that_names_the_users_branch_moves_it_neither_by_the_com
 
 
 def test_a_worktree_head_that_names_history_the_run_did_not_start_from_fails_the_run_loudly(
-    project: AutoProject, no_leftover_processes: None
+    project: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
     directory = project.directory
     git(directory, "checkout", "-q", "--orphan", "other")
@@ -82,7 +101,7 @@ def test_a_worktree_head_that_names_history_the_run_did_not_start_from_fails_the
     before = RepoState.of(directory)
     key = project.new_issue('run echo "ref: refs/heads/other" > "$(git rev-parse --git-dir)/HEAD"', "write a.txt a")
 
-    done = beflow_run(project, "--auto", key)
+    done = beflow_run(project, "--auto", key, env=HOST)
 
     assert done.code == 1, done.stderr
     record = project.only_record()
@@ -90,11 +109,11 @@ def test_a_worktree_head_that_names_history_the_run_did_not_start_from_fails_the
     reason = record.stop_reason or ""
     assert "does not descend from" in reason and "where the run started" in reason, reason
     assert "does not descend from" in done.stdout + done.stderr
-    not_published(project, before)
+    not_published(project, before, github)
 
 
 def test_a_worktree_git_file_pointed_at_the_users_checkout_leaves_the_checkout_alone(
-    project: AutoProject, no_leftover_processes: None
+    project: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
     """The agent points its worktree's ``.git`` at the user's ``.git``: beflow's git once staged the worktree into
     the user's index and committed on the user's ``main``."""
@@ -102,7 +121,7 @@ def test_a_worktree_git_file_pointed_at_the_users_checkout_leaves_the_checkout_a
     before = RepoState.of(directory)
     key = project.new_issue(f'run echo "gitdir: {directory}/.git" > .git', "write hello.txt hi\\n")
 
-    done = beflow_run(project, "--auto", key)
+    done = beflow_run(project, "--auto", key, env=HOST)
 
     assert done.code == 0, done.stderr
     record = project.only_record()
@@ -112,6 +131,7 @@ def test_a_worktree_git_file_pointed_at_the_users_checkout_leaves_the_checkout_a
     assert [line for line in now.refs.splitlines() if "beflow/1" not in line] == before.refs.splitlines()
     assert (now.head, now.checkout, now.status) == (before.head, before.checkout, before.status)
     assert before.same_but_new_objects(now) == ["refs"]  # the branch beflow/1 is new, and only it
+    assert pushed(project) == ["refs/heads/beflow/1"] and len(github.pulls) == 1
 
 
 #: What the agent runs to rewrite the object of a file of the run's start, in the user's store: that version of the
@@ -161,7 +181,7 @@ def python(script: str, *args: str) -> str:
 
 
 def test_a_rewritten_object_of_the_users_store_does_not_exempt_a_secret_from_the_leak_check(
-    project: AutoProject, no_leftover_processes: None
+    project: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
     directory = project.directory
     (directory / "config.txt").write_text("token = none\n")
@@ -172,7 +192,7 @@ def test_a_rewritten_object_of_the_users_store_does_not_exempt_a_secret_from_the
         python(FORGE, "config.txt", f"token = {SECRET_ENV}"), f"write config.txt token = {SECRET_ENV}\\n"
     )
 
-    done = beflow_run(project, "--auto", key)
+    done = beflow_run(project, "--auto", key, env=HOST)
 
     assert done.code == 1, done.stderr
     record = project.only_record()
@@ -185,10 +205,11 @@ def test_a_rewritten_object_of_the_users_store_does_not_exempt_a_secret_from_the
     # (The forged object file itself is the agent's doing, outside beflow: it is named, not put back.)
     changed = [path for path, digest in objects_before.items() if RepoState.of(directory).objects.get(path) != digest]
     assert changed == [f"{forged[:2]}/{forged[2:]}"]
+    assert pushed(project) == [] and github.pulls == {}
 
 
 def test_a_commit_message_of_150_mb_is_refused_unread_and_beflows_memory_stays_flat(
-    project: AutoProject, no_leftover_processes: None
+    project: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
     message = "head -c 150000000 /dev/zero | tr '\\\\0' a > ../message"
     key = project.new_issue(f"run {message} && git commit -q --allow-empty -F ../message && rm ../message")
@@ -198,6 +219,7 @@ def test_a_commit_message_of_150_mb_is_refused_unread_and_beflows_memory_stays_f
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env={**os.environ, **HOST},
     )
     watched, peak = psutil.Process(process.pid), 0
     while process.poll() is None:
@@ -210,12 +232,13 @@ def test_a_commit_message_of_150_mb_is_refused_unread_and_beflows_memory_stays_f
     record = project.only_record()
     assert "is unpublishable: its message is over 1 MiB" in (record.stop_reason or ""), record.stop_reason
     assert "beflow/1" not in project.branches() and record.commit is None
+    assert pushed(project) == [] and github.pulls == {}
     # Before: every message of the run was read at once (607 MB for this one). Now: one commit at a time, capped.
     assert peak < 150 * 2**20, f"peak RSS {peak / 2**20:.0f} MiB"
 
 
 def test_a_new_pack_that_shadows_an_object_of_the_users_store_is_found_and_the_run_not_published(
-    project: AutoProject, no_leftover_processes: None
+    project: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
     directory = project.directory
     (directory / "config.txt").write_text("token = none\n")
@@ -226,7 +249,7 @@ def test_a_new_pack_that_shadows_an_object_of_the_users_store_is_found_and_the_r
         python(SHADOW, "config.txt", f"token = {SECRET_ENV}"), f"write config.txt token = {SECRET_ENV}\\n"
     )
 
-    done = beflow_run(project, "--auto", key)
+    done = beflow_run(project, "--auto", key, env=HOST)
 
     assert done.code == 1, done.stderr
     record = project.only_record()
@@ -235,38 +258,41 @@ def test_a_new_pack_that_shadows_an_object_of_the_users_store_is_found_and_the_r
     assert "the agent changed the repository's object store (objects/pack/pack-" in reason, reason
     assert "beflow/1" not in project.branches()
     assert before.same_but_new_objects(RepoState.of(directory)) == []  # (the new pack is the agent's own doing)
+    assert pushed(project) == [] and github.pulls == {}
 
 
 def test_a_ref_the_run_builds_on_that_the_agent_moves_fails_the_run_and_other_refs_are_named(
-    project: AutoProject, no_leftover_processes: None
+    project: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
     directory = project.directory
     feature = git(directory, "rev-parse", "feature").strip()
     key = project.new_issue(f"run git update-ref refs/heads/main {feature}", "write a.txt a")
 
-    done = beflow_run(project, "--auto", key)
+    done = beflow_run(project, "--auto", key, env=HOST)
 
     assert done.code == 1, done.stderr
     record = project.only_record()
     assert record.outcome == "failed" and record.commit is None and not record.permanent
     assert "refs/heads/main moved during the run, which the run builds on or publishes" in (record.stop_reason or "")
     assert "beflow/1" not in project.branches()
+    assert pushed(project) == [] and github.pulls == {}
 
     git(directory, "update-ref", "refs/heads/main", f"{feature}~1")
     key = project.new_issue("run git tag -f planted && git update-ref refs/heads/feature HEAD", "write b.txt b")
-    done = beflow_run(project, "--auto", key)
+    done = beflow_run(project, "--auto", key, env=HOST)
 
     assert done.code == 0, done.stderr
     record = project.records(key)[0]
     assert record.outcome == "succeeded" and record.refs_moved == ["refs/heads/feature", "refs/tags/planted"]
     assert "refs moved during the run, not by beflow: refs/heads/feature, refs/tags/planted" in done.stderr
     assert "b.txt" in project.branch_files(f"beflow/{key}")
-    shown = beflow_run(project, "runs", "show", record.id)
+    assert pushed(project) == [f"refs/heads/beflow/{key}"] and len(github.pulls) == 1
+    shown = beflow_run(project, "runs", "show", record.id, env=HOST)
     assert "refs moved during the run, not by beflow: refs/heads/feature, refs/tags/planted" in shown.stdout
 
 
 def test_an_agent_that_repacks_and_writes_an_object_it_has_is_no_tamperer(
-    project: AutoProject, no_leftover_processes: None
+    project: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
     """A repack (as ``git gc`` makes one) packs the loose objects and removes them, ``pack-refs`` packs the refs, and
     writing an object that exists already touches its file: all leave every object and ref what it was, and the run
@@ -275,17 +301,18 @@ def test_an_agent_that_repacks_and_writes_an_object_it_has_is_no_tamperer(
         "run git hash-object -w README.md && git repack -d -n -q && git pack-refs --all", "write a.txt a"
     )
 
-    done = beflow_run(project, "--auto", key)
+    done = beflow_run(project, "--auto", key, env=HOST)
 
     assert done.code == 0, done.stderr
     record = project.only_record()
     assert record.outcome == "succeeded", record.stop_reason
     assert project.branch_files("beflow/1")["a.txt"] == "a"
     assert not record.refs_moved
+    assert pushed(project) == ["refs/heads/beflow/1"] and len(github.pulls) == 1
 
 
 def test_in_the_sandbox_the_agents_objects_are_its_own_and_beflow_brings_in_what_the_run_needs(
-    project: AutoProject, no_leftover_processes: None
+    project: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
     """The agent commits in the sandbox into the run's own object directory (the user's objects a read-only
     alternate); beflow brings the commit, and what the agent staged, into the user's store, every object re-hashed.
@@ -308,7 +335,7 @@ def test_in_the_sandbox_the_agents_objects_are_its_own_and_beflow_brings_in_what
         "run { " + "; ".join(probes) + "; } > probe.txt 2>&1",
     )
 
-    done = beflow_run(project, "--auto", key)
+    done = beflow_run(project, "--auto", key, env=HOST)
 
     assert done.code == 0, done.stderr
     record = project.only_record()
@@ -323,10 +350,11 @@ def test_in_the_sandbox_the_agents_objects_are_its_own_and_beflow_brings_in_what
     now = RepoState.of(directory)
     assert before.same_but_new_objects(now) == ["refs"]  # beflow/1, and only it
     git(directory, "fsck", "--no-dangling")  # every object the branch needs is in the user's store, sound
+    assert pushed(project) == ["refs/heads/beflow/1"] and len(github.pulls) == 1  # the push finds them there
 
 
 def test_in_the_sandbox_an_object_the_agent_forges_reaches_nothing_of_the_users(
-    project: AutoProject, no_leftover_processes: None
+    project: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
     """The agent rewrites the object of a file of the run's start where the repository's objects are: in the
     sandbox that is its own directory (the user's store read-only), and beflow brings nothing of it in."""
@@ -335,7 +363,7 @@ def test_in_the_sandbox_an_object_the_agent_forges_reaches_nothing_of_the_users(
     before = RepoState.of(directory)
     key = project.new_issue(python(FORGE, "README.md", "forged"), "write a.txt a\\n")
 
-    done = beflow_run(project, "--auto", key)
+    done = beflow_run(project, "--auto", key, env=HOST)
 
     assert done.code == 1, done.stderr
     record = project.only_record()
@@ -343,5 +371,5 @@ def test_in_the_sandbox_an_object_the_agent_forges_reaches_nothing_of_the_users(
     readme = git(directory, "rev-parse", "HEAD:README.md").strip()
     reason = record.stop_reason or ""
     assert "the agent wrote objects that are not what their names say" in reason and readme[2:] in reason, reason
-    not_published(project, before)
+    not_published(project, before, github)
     assert git(directory, "cat-file", "blob", readme) == "# sample\n"
