@@ -253,7 +253,7 @@ def test_a_new_pack_that_shadows_an_object_of_the_users_store_is_found_and_the_r
 
     assert done.code == 1, done.stderr
     record = project.only_record()
-    assert record.outcome == "failed" and record.commit is None and record.permanent
+    assert record.outcome == "failed" and record.commit is None and record.permanent, record.stop_reason
     reason = record.stop_reason or ""
     assert "the agent changed the repository's object store (objects/pack/pack-" in reason, reason
     assert "beflow/1" not in project.branches()
