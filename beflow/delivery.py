@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from beflow import git
+from beflow import git, objectstore
 from beflow.codehosts.base import CodeHost
 from beflow.errors import BeflowError
 from beflow.paths import ACPXRC
@@ -52,15 +52,12 @@ class Job:
     """One run's delivery: its worktree, how its agent ended, and what must be checked before the branch moves."""
 
     worktree: git.Worktree
-    #: The repository (its directory: a push borrows its objects; its git.Repo, the run's one).
+    #: The repository's directory (a push borrows its objects).
     directory: Path
-    repo: Any
     outcome: Outcome
     reason: str
     #: The commit message (None: ``after_run.commit`` is false, nothing is committed).
     message: str | None
-    #: ``worktrees.base``: a continued branch is checked from it, whole.
-    base: str
     #: Bytes no commit may hold (the injected file, every secret of the run).
     needles: Sequence[bytes] = ()
     #: Whether the managed file was injected (its copies under another name are looked for too).
@@ -119,8 +116,9 @@ def deliver(job: Job) -> Verdict:
     committing, the worktree is kept and named: the agent's work is never lost, and the run is still recorded."""
     # The agent has run: no hook, no configured command in beflow's git from here. One repository object of the
     # worktree serves every call (it holds git's `cat-file` processes: closed at the end).
-    with git.distrusting(), git.open_worktree(job.worktree.path) as at:
+    with git.distrusting(), contextlib.ExitStack() as stack:
         try:
+            at = stack.enter_context(git.open_worktree(job.worktree))
             verdict = _commit(job, at)
         except Exception as error:
             why = error.message if isinstance(error, BeflowError) else f"{type(error).__name__}: {error}"
@@ -137,24 +135,27 @@ def _commit(job: Job, at: git.At) -> Verdict:
     worktree, reason = job.worktree, job.reason
     if job.refuse is not None:
         return _refused(worktree, at, f"{reason}; {job.refuse}", permanent=job.refuse_for_good)
+    objects = git.run_objects_of(worktree)
+    if objects is not None and (forged := objectstore.verify_directory(objects)):
+        # The sandbox's agent wrote objects whose bytes are not what their names say: none is brought in.
+        why = f"the agent wrote objects that are not what their names say ({', '.join(forged[:5])})"
+        return _refused(worktree, at, f"{reason}; {why}", permanent=True)
     if job.hidden:
         git.unhide_managed_file(at)
-    if job.message is not None:
-        try:
-            if job.answered is not None and job.outcome == "succeeded":
-                message, empty = job.answered
-                if git.commit_all(at, message) is None:
-                    git.commit_empty(at, empty)
-            else:
-                git.commit_all(at, job.message)
-        except BeflowError as error:
-            why = f"{reason}; {error.message}; the work is kept in {worktree.path}"
-            return Verdict("failed", "failed", why, worktree_kept=True)
-    head = git.head(at)
+    message, empty = job.message, None
+    if job.message is not None and job.answered is not None and job.outcome == "succeeded":
+        message, empty = job.answered
+    try:
+        # Built by beflow on what the agent's HEAD names, if that descends from the run's start; no ref moves.
+        head = git.build(at, worktree, message, empty=empty)
+    except BeflowError as error:
+        why = f"{reason}; {error.message}; the work is kept in {worktree.path}"
+        return Verdict("failed", "failed", why, worktree_kept=True)
     # Every commit of the run (the agent's own included) is checked before the branch moves to it. A continued
-    # branch is checked from the base, whole: it may hold commits no run of this issue made (moved by hand, or by
-    # another run's agent, which shares the repository), and all of them would be pushed.
-    since = git.resolve_base(job.repo, job.base) if worktree.continued else worktree.base_commit
+    # branch is checked from the base (as it was when the run started), whole: it may hold commits no run of this
+    # issue made (moved by hand, or by another run's agent, which shares the repository), and all of them would be
+    # pushed.
+    since = worktree.checked_from or worktree.base_commit
     leaks = git.find_leaks(at, since, head, job.needles, managed=job.managed)
     if leaks:
         return _refused(worktree, at, f"{reason}; {leaks[0].describe()}")

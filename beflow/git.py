@@ -7,9 +7,12 @@ import contextvars
 import fnmatch
 import functools
 import getpass
+import hashlib
 import os
 import re
+import shutil
 import stat
+import subprocess
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -116,6 +119,12 @@ UNTRUSTED_CONFIG: tuple[tuple[str, str], ...] = (
     ("gc.auto", "0"),  # `git gc --auto` after a commit would run the pre-auto-gc hook and take its time
     ("maintenance.auto", "false"),
     ("protocol.ext.allow", "never"),
+    # What an agent can write beside the objects, which git would take on its word: replacement objects
+    # (`refs/replace/*`), a commit-graph (parents, trees), a multi-pack-index (where an object lies), bitmaps.
+    ("core.useReplaceRefs", "false"),
+    ("core.commitGraph", "false"),
+    ("core.multiPackIndex", "false"),
+    ("pack.useBitmaps", "false"),
 )
 #: The keys of a filter driver (``filter.<name>.*``): each configured driver is turned off by emptying them (git
 #: skips an empty command) and making it optional. Diff drivers (``diff.<name>.textconv|command``) are turned off
@@ -196,9 +205,10 @@ def _at(where: At) -> Iterator[git.Repo]:
         yield repo
 
 
-def open_worktree(path: Path) -> git.Repo:
-    """One repository object for the worktree at ``path``, for every call of one delivery; close it after."""
-    return _repo(path)
+def open_worktree(worktree: Worktree) -> git.Repo:
+    """One repository object for ``worktree``, for every call of one delivery (its git pinned to the worktree's own
+    git directory, as found before the agent ran); close it after."""
+    return _pinned(worktree.path, worktree.git_dir)
 
 
 def _git(directory: Path) -> git.Git:
@@ -231,6 +241,13 @@ class Worktree:
     tip: str | None = None
     #: Where a directory found at ``path`` that was no worktree of the repository was moved, kept (None: none was).
     set_aside: Path | None = None
+    #: The worktree's own git directory (``<common>/worktrees/<id>``), found from the repository's registrations
+    #: before the agent ran: beflow's git after the agent is pinned to it, never led by the worktree's ``.git`` file
+    #: (None: not known, the worktree's own ``.git`` is followed).
+    git_dir: Path | None = None
+    #: Where the leak check reads a continued branch from: ``worktrees.base`` as it was when the run started (an
+    #: agent that moves that ref meanwhile does not shorten the check). None: from ``base_commit``.
+    checked_from: str | None = None
 
 
 def worktree_path(worktrees_dir: Path, key: str) -> Path:
@@ -322,12 +339,14 @@ def _create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Work
         held = registered[path]
         if held is not None and held != branch:
             raise GitError(f"{path} is a worktree of {held!r}, not {branch!r}", fix="Remove it with git.")
-        if held == branch:  # made by an earlier beflow, which let the agent commit to the branch itself
-            with _repo(path) as left:
-                left.git.checkout("-q", "--detach")
+        own = own_git_dir(common, path)
+        checked_from = resolve_base(repo, base)
+        if held == branch and tip is not None:  # made by an earlier beflow, which let the agent commit to the branch
+            with _pinned(path, own) as left:  # its HEAD file detached at the branch's tip; no ref moves
+                move_head(left, tip, "beflow: detached")
         # Its HEAD may hold commits an interrupted run never checked: they are checked with this run's.
-        start = tip or _merge_base(path, resolve_base(repo, base))
-        return Worktree(path, branch, start, continued=True, tip=tip)
+        start = tip or _merge_base(path, own, checked_from)
+        return Worktree(path, branch, start, continued=True, tip=tip, git_dir=own, checked_from=checked_from)
     # A directory there that git does not know (a run that ended while another made it, a copy by hand) is kept,
     # moved aside, rather than failing this and every later run of the issue: what is in it stays the user's.
     aside = _set_aside(path) if path.exists() or path.is_symlink() else None
@@ -337,7 +356,42 @@ def _create_worktree(repo: git.Repo, path: Path, branch: str, base: str) -> Work
         repo.git.worktree("add", "--detach", str(path), start)
     except git.GitCommandError as exc:
         raise GitError(f"git worktree add failed: {exc.stderr.strip()}") from None
-    return Worktree(path, branch, start, continued=tip is not None, tip=tip, set_aside=aside)
+    own = own_git_dir(common, path)
+    since = resolve_base(repo, base) if tip is not None else None
+    return Worktree(
+        path, branch, start, continued=tip is not None, tip=tip, set_aside=aside, git_dir=own, checked_from=since
+    )
+
+
+def own_git_dir(common: Path, path: Path) -> Path:
+    """The git directory of the worktree at ``path``: the registration in ``<common>/worktrees/`` whose ``gitdir``
+    names ``path/.git``. Read from the repository's side, never from the worktree's ``.git`` file (an agent that
+    points that at the user's checkout would have beflow's git commit and move HEAD there)."""
+    wanted = (path / ".git").absolute()
+    root = common / "worktrees"
+    for name in sorted(os.listdir(root)) if root.is_dir() and not root.is_symlink() else []:
+        entry = root / name
+        try:
+            named = read_regular(entry / "gitdir", limit=1 << 16, follow_symlinks=False).decode().strip()
+        except (OSError, NotRegularError, FileTooLarge, UnicodeDecodeError):
+            continue
+        if not entry.is_symlink() and entry.is_dir() and Path(named).absolute() == wanted:
+            return entry
+    raise GitError(f"{path} is not registered as a worktree of {common.parent}", fix="Remove it with git.")
+
+
+def _pinned_env(path: Path, own: Path) -> dict[str, str]:
+    """Git's environment for the worktree at ``path`` whose git directory is ``own``: its git directory, the
+    repository's and its files named outright, so neither its ``.git`` file nor its ``commondir`` is read."""
+    return {"GIT_DIR": str(own), "GIT_COMMON_DIR": str(own.parent.parent), "GIT_WORK_TREE": str(path)}
+
+
+def _pinned(path: Path, own: Path | None) -> git.Repo:
+    """A repository object for the worktree at ``path`` whose git commands are pinned to ``own`` (when known)."""
+    repo = _repo(path)
+    if own is not None:
+        repo.git.update_environment(**_pinned_env(path, own))
+    return repo
 
 
 def _set_aside(path: Path) -> Path:
@@ -383,8 +437,8 @@ def branch_tip(repo: git.Repo, branch: str) -> str | None:
         return None
 
 
-def _merge_base(path: Path, commit: str) -> str:
-    with _repo(path) as repo:
+def _merge_base(path: Path, own: Path, commit: str) -> str:
+    with _pinned(path, own) as repo:
         try:
             return str(repo.git.merge_base("HEAD", commit)).strip()
         except git.GitCommandError:  # unrelated histories: everything in HEAD counts as the run's
@@ -454,57 +508,284 @@ def is_tracked(repo: git.Repo, relative: str) -> bool:
     return bool(repo.git.ls_files("--", relative).strip())
 
 
-def commit_all(worktree: At, message: str) -> str | None:
-    """Stage and commit everything the agent changed; the sha, or None when nothing changed.
+# -- the run's commit: built by beflow with explicit refs --------------------------------------------------------
+#
+# The worktree's HEAD file is the agent's: it may say `ref: refs/heads/feature` (a branch of the user's), and a
+# `git commit` or `git reset` would then move that branch. So beflow never writes through it: it reads the commit
+# HEAD names (once it knows it descends from where the run started), builds its commit with `write-tree` and
+# `commit-tree` on that parent, and rewrites the HEAD file itself, detached (`update-ref --no-deref`). The branch
+# moves only with `update-ref refs/heads/beflow/<key> NEW OLD` (:func:`publish`).
+
+
+def commit_all(
+    worktree: At,
+    message: str,
+    *,
+    parent: tuple[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    move: bool = True,
+) -> str | None:
+    """Stage everything the agent changed and commit it on ``parent`` (a commit and its tree; default: the commit
+    HEAD names), HEAD rewritten to it, detached (unless ``move`` is false); the sha, or None when nothing changed.
+    ``env``: where objects are written.
 
     An untracked ``.acpxrc.json`` is never staged: it can only be beflow's own injection.
     """
     with _at(worktree) as repo:
         pathspec = ["--", "."] if is_tracked(repo, ACPXRC) else ["--", ".", f":(exclude){ACPXRC}"]
         try:
-            repo.git.add("-A", *pathspec)
+            repo.git.add("-A", *pathspec, env=env)
         except git.GitCommandError as exc:  # e.g. a nested repository without a commit: the work must not be lost
             raise GitError(f"git add failed in {repo.working_tree_dir}: {exc.stderr.strip()}") from None
-        if not _has_staged_changes(repo):
+        commit, parent_tree = parent or head_named(repo, env)
+        tree = _write_tree(repo, env)
+        if tree == parent_tree:
             return None
-        return _commit(repo, "-m", message)
+        return _commit_on(repo, tree, commit, message, env, move=move)
 
 
-def commit_empty(worktree: At, message: str) -> str:
-    """A commit that changes nothing, with ``message`` (a review round whose agent changed no file still says, on
-    the branch, what it answered); its sha."""
+def commit_empty(
+    worktree: At,
+    message: str,
+    *,
+    parent: tuple[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    move: bool = True,
+) -> str:
+    """A commit that changes nothing, with ``message``, on ``parent`` (a commit and its tree; default: the commit
+    HEAD names), HEAD rewritten to it (a review round whose agent changed no file still says, on the branch, what
+    it answered)."""
     with _at(worktree) as repo:
-        return _commit(repo, "--allow-empty", "-m", message)
+        commit, tree = parent or head_named(repo, env)
+        return _commit_on(repo, tree, commit, message, env, move=move)
 
 
-def _commit(repo: git.Repo, *args: str) -> str:
-    """``git commit`` (no hook) with ``args``; the new HEAD."""
+def head_named(where: At, env: dict[str, str] | None = None) -> tuple[str, str]:
+    """The commit the worktree's HEAD names and its tree, read (a symbolic HEAD is followed for reading, never
+    written through)."""
+    with _at(where) as repo:
+        try:
+            commit, tree = str(repo.git.rev_parse("HEAD^{commit}", "HEAD^{tree}", env=env)).split()
+        except (git.GitCommandError, ValueError) as exc:
+            why = exc.stderr.strip() if isinstance(exc, git.GitCommandError) else "it is not one commit"
+            raise GitError(f"the worktree's HEAD names no commit: {why}") from None
+    return commit, tree
+
+
+def _write_tree(repo: git.Repo, env: dict[str, str] | None) -> str:
+    try:
+        return str(repo.git.write_tree(env=env)).strip()
+    except git.GitCommandError as exc:
+        raise GitError(f"git write-tree failed in {repo.working_tree_dir}: {exc.stderr.strip()}") from None
+
+
+def _commit_on(
+    repo: git.Repo, tree: str, parent: str, message: str, env: dict[str, str] | None, *, move: bool = True
+) -> str:
+    """``git commit-tree`` of ``tree`` on ``parent`` (no hook, no signing), then HEAD rewritten to it, detached
+    (with ``move``)."""
+    args = ["--no-gpg-sign", tree, "-p", parent, "-m", _clean_message(message)]
     try:
         try:
-            repo.git.commit("-q", "--no-verify", *args)
+            commit = str(repo.git.commit_tree(*args, env=env)).strip()
         except git.GitCommandError:
             # Only a failed commit asks whether git knows who commits (two more processes): without an identity,
             # beflow commits as itself.
             if _has_identity(repo):
                 raise
-            env = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
-            env |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
-            with repo.git.custom_environment(**env):
-                repo.git.commit("-q", "--no-verify", *args)
+            ident = {"GIT_AUTHOR_NAME": "beflow", "GIT_AUTHOR_EMAIL": "beflow@localhost"}
+            ident |= {"GIT_COMMITTER_NAME": "beflow", "GIT_COMMITTER_EMAIL": "beflow@localhost"}
+            commit = str(repo.git.commit_tree(*args, env={**(env or {}), **ident})).strip()
     except git.GitCommandError as exc:
-        raise GitError(f"git commit failed in {repo.working_tree_dir}: {exc.stderr.strip()}") from None
-    return _head_of(repo)
+        raise GitError(f"git commit-tree failed in {repo.working_tree_dir}: {exc.stderr.strip()}") from None
+    if move:
+        move_head(repo, commit, "beflow: the run's commit", env)
+    return commit
 
 
-def _has_staged_changes(repo: git.Repo) -> bool:
-    """Whether the index differs from HEAD (one ``git diff --quiet``; exit status 1 means it does)."""
+def _clean_message(message: str) -> str:
+    """``message`` as ``git commit -m`` would keep it: no trailing spaces, no run of blank lines, none at either
+    end (``commit-tree`` takes a message as it is)."""
+    lines = [line.rstrip() for line in message.splitlines()]
+    kept: list[str] = []
+    for line in lines:
+        if line or (kept and kept[-1]):
+            kept.append(line)
+    return "\n".join(kept).strip("\n")
+
+
+def move_head(where: At, commit: str, why: str, env: dict[str, str] | None = None) -> None:
+    """Rewrite the worktree's HEAD file to ``commit``, detached: whatever ref it named is left as it is."""
+    with _at(where) as repo:
+        try:
+            repo.git.update_ref("--no-deref", "-m", why, "HEAD", commit, env=env)
+        except git.GitCommandError as exc:
+            raise GitError(f"could not set the worktree's HEAD to {commit[:12]}: {exc.stderr.strip()}") from None
+
+
+def build(where: At, worktree: Worktree, message: str | None, *, empty: str | None = None) -> str:
+    """The run's commit: what the agent's HEAD names, once it is known to descend from where the run started, with
+    everything the agent left uncommitted committed on it (``message``; None: nothing is committed) — or, when
+    nothing was left and ``empty`` is given, an empty commit with that message. HEAD is rewritten to it, detached.
+
+    A sandboxed agent wrote its objects into the run's own object directory (:data:`RUN_OBJECTS`): beflow's commit
+    is written beside them, in a quarantine, and what the run's commit and the worktree's index need is then
+    brought into the repository's object store by a fetch that re-hashes and checks every object (the agent's
+    bytes are never taken for what their names say); the ancestry is asked again of the objects brought in.
+    """
+    with _at(where) as repo:
+        objects = run_objects_of(worktree)
+        with _quarantined(worktree, objects) as env:
+            named = head_named(repo, env)
+            parent = named[0]
+            _check_descent(repo, worktree, parent, env)
+            made = None
+            if message is not None:
+                made = commit_all(repo, message, parent=named, env=env, move=False)
+                if made is None and empty is not None:
+                    made = commit_empty(repo, empty, parent=named, env=env, move=False)
+            if env is not None and objects is not None:
+                tips = [made or parent]
+                with contextlib.suppress(GitError):  # an index git cannot write as a tree holds nothing to keep
+                    tips.append(_write_tree(repo, env))  # what the agent staged and did not commit
+                _import(worktree, env, tips)
+                _check_descent(repo, worktree, parent, None)  # asked again, of the objects as brought in
+        if made is not None:
+            move_head(repo, made, "beflow: the run's commit")
+        return made or parent
+
+
+def _check_descent(repo: git.Repo, worktree: Worktree, head: str, env: dict[str, str] | None) -> None:
     try:
-        repo.git.diff("--cached", "--quiet", "--no-ext-diff", "--no-textconv", "HEAD", "--")
+        repo.git.merge_base("--is-ancestor", worktree.base_commit, head, env=env)
+        return
     except git.GitCommandError as exc:
-        if exc.status == 1:
-            return True
-        raise
-    return False
+        if exc.status != 1:
+            why = exc.stderr.strip()
+            raise GitError(f"the worktree's HEAD names {head[:12]}, which git cannot read: {why}") from None
+    raise GitError(
+        f"the worktree's HEAD names commit {head[:12]}, which does not descend from {worktree.base_commit[:12]}, "
+        f"where the run started: beflow builds on no other history (the agent pointed HEAD elsewhere)",
+        fix=f"Look at the worktree {worktree.path} and its HEAD before running the issue again.",
+    )
+
+
+# -- a sandboxed run's own objects ---------------------------------------------------------------------------------
+
+#: The run's own object directory, in its worktree's git directory. In the sandbox it is the agent's object store
+#: (mounted at ``<common>/objects``; the user's own objects are a read-only alternate), so the agent can change no
+#: object of the user's; beflow brings what the run needs into the user's store itself (:func:`build`).
+RUN_OBJECTS = "beflow-objects"
+
+
+def make_run_objects(objects: Path, user_objects: Path) -> Path:
+    """The run's object directory ``objects`` (:data:`RUN_OBJECTS` in the worktree's git directory), made if it is
+    not there, its ``info/alternates`` naming ``user_objects`` (where the sandbox shows the user's objects)."""
+    info = objects / "info"
+    for directory in (objects, info, objects / "pack"):
+        if directory.is_symlink() or (directory.exists() and not directory.is_dir()):
+            raise GitError(f"{directory} is not a directory of beflow's", fix=f"Remove {directory}.")
+        directory.mkdir(mode=0o755, exist_ok=True)
+    atomic_write(info / "alternates", f"{user_objects}\n", durable=False)
+    return objects
+
+
+def forget_run_objects_alternates(objects: Path) -> None:
+    """Drop the alternates a sandbox gave the run's object directory: outside it, they name nothing of beflow's."""
+    with contextlib.suppress(FileNotFoundError):
+        info = objects / "info"
+        if info.is_dir() and not info.is_symlink():
+            (info / "alternates").unlink()
+
+
+def run_objects_of(worktree: Worktree) -> Path | None:
+    """The run's object directory of ``worktree``, if a sandbox made one (a directory, never a symlink)."""
+    if worktree.git_dir is None:
+        return None
+    objects = worktree.git_dir / RUN_OBJECTS
+    return objects if objects.is_dir() and not objects.is_symlink() else None
+
+
+def _check_run_objects(objects: Path) -> None:
+    """Every entry of the run's object directory is a directory or a regular file: git never follows a symlink
+    the agent put there (to another repository's pack, say) nor opens a FIFO it made."""
+    forget_run_objects_alternates(objects)
+    pending = [objects]
+    while pending:
+        directory = pending.pop()
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    pending.append(Path(entry.path))
+                elif not stat.S_ISREG(info.st_mode):
+                    raise GitError(f"the run's object directory holds {entry.path}, which is not a regular file")
+
+
+@contextlib.contextmanager
+def _quarantined(worktree: Worktree, objects: Path | None) -> Iterator[dict[str, str] | None]:
+    """The environment of beflow's git that writes objects for a run whose objects are in ``objects``: a fresh
+    directory of its own, with the repository's objects and then the run's as alternates. None: no run objects,
+    beflow writes into the repository's store (the objects there were checked: :mod:`beflow.objectstore`)."""
+    if objects is None or worktree.git_dir is None:
+        yield None
+        return
+    _check_run_objects(objects)
+    user = worktree.git_dir.parent.parent / "objects"
+    with tempfile.TemporaryDirectory(prefix="beflow-import-") as scratch:
+        send = Path(scratch) / "send"
+        (send / "objects" / "info").mkdir(parents=True)
+        (send / "refs").mkdir()
+        (send / "objects" / "info" / "alternates").write_text(f"{user}\n{objects}\n", encoding="utf-8")
+        _bare(send, worktree.base_commit, _SEND_CONFIG)
+        yield {"GIT_OBJECT_DIRECTORY": str(send / "objects")}
+
+
+def _bare(root: Path, commit: str, extra: str = "") -> None:
+    """A bare repository's HEAD and config at ``root`` for ids like ``commit`` (SHA-1 or SHA-256), ``extra``
+    sections after."""
+    (root / "HEAD").write_text("ref: refs/heads/main\n", encoding="utf-8")
+    formats = "\trepositoryformatversion = 1\n[extensions]\n\tobjectformat = sha256\n" if len(commit) == 64 else ""
+    (root / "config").write_text(f"[core]\n\tbare = true\n{formats}{extra}", encoding="utf-8")
+
+
+#: The sending side of an import reads the objects themselves only: nothing the run's directory holds beside them
+#: (a commit-graph, a multi-pack-index, bitmaps) decides what is sent.
+_SEND_CONFIG = "[core]\n\tcommitGraph = false\n\tmultiPackIndex = false\n[pack]\n\tuseBitmaps = false\n"
+
+
+def _import(worktree: Worktree, env: dict[str, str], tips: Sequence[str]) -> None:
+    """Bring ``tips`` and all they reach into the repository's object store from the quarantine of ``env``: a
+    fetch, from beflow's isolated git (no configuration file read), whose index-pack re-hashes every object it
+    receives and checks it (``fetch.fsckObjects``). What the repository has already (the run's start) is not
+    sent again."""
+    assert worktree.git_dir is not None
+    send = Path(env["GIT_OBJECT_DIRECTORY"]).parent
+    user = worktree.git_dir.parent.parent / "objects"
+    for index, tip in enumerate(dict.fromkeys(tips)):
+        (send / "refs" / "run").mkdir(exist_ok=True)
+        (send / "refs" / "run" / str(index)).write_text(f"{tip}\n", encoding="utf-8")
+    receive = send.parent / "receive"
+    (receive / "refs" / "have").mkdir(parents=True)
+    have = [c for c in (worktree.base_commit, worktree.tip, worktree.checked_from) if c]
+    for index, commit in enumerate(dict.fromkeys(have)):
+        (receive / "refs" / "have" / str(index)).write_text(f"{commit}\n", encoding="utf-8")
+    _bare(receive, worktree.base_commit)
+    settings = [
+        ("fetch.fsckObjects", "true"),
+        ("protocol.ext.allow", "never"),
+        ("fetch.writeCommitGraph", "false"),
+        ("gc.auto", "0"),
+        ("maintenance.auto", "false"),
+    ]
+    runner, environment = _isolated(receive, str(send), None, *settings, GIT_OBJECT_DIRECTORY=str(user))
+    try:
+        runner.fetch("--no-tags", "--no-write-fetch-head", "--", "beflow", "+refs/run/*:refs/run/*", env=environment)
+    except git.GitCommandError as exc:
+        raise GitError(
+            "the objects the agent wrote in the sandbox could not be brought into the repository (each is "
+            f"re-hashed and checked on the way): {str(exc.stderr).strip()}"
+        ) from None
 
 
 def _has_identity(repo: git.Repo) -> bool:
@@ -577,7 +858,74 @@ def delete_branch_at(repo: git.Repo, branch: str, commit: str) -> bool:
         repo.git.update_ref("-d", f"refs/heads/{branch}", commit)
     except git.GitCommandError:
         return False
+    _moved(f"refs/heads/{branch}", None)
     return True
+
+
+#: The refs this process moved itself, and to what (None: deleted): not news when another run's store is compared.
+_OWN_MOVES: dict[str, str | None] = {}
+
+
+def _moved(ref: str, value: str | None) -> None:
+    _OWN_MOVES[ref] = value
+
+
+def moved_by_beflow(ref: str, value: str | None) -> bool:
+    """Whether this process itself set ``ref`` to ``value`` (None: deleted it)."""
+    return ref in _OWN_MOVES and _OWN_MOVES[ref] == value
+
+
+def ref_values(directory: Path) -> dict[str, str]:
+    """Every ref of the repository of ``directory`` and what it points to (a symbolic one: ``ref: <target>``), the
+    entries of its ``packed-refs`` file as ``packed-refs:<name>``, and its checkout's ``HEAD`` file as it reads."""
+    with _repo(directory, search_parent_directories=True) as repo:
+        out = str(repo.git.for_each_ref("--format=%(refname)%00%(objectname)%00%(symref)"))
+        common, own = _common_dir(repo), Path(repo.git_dir)
+    values: dict[str, str] = {}
+    for line in out.splitlines():
+        name, value, target = [*line.split("\0"), "", ""][:3]
+        values[name] = f"ref: {target}" if target else value
+    for path, prefix in ((common / "packed-refs", "packed-refs:"), (own / "HEAD", "")):
+        try:
+            data = read_regular(path, limit=256 << 20, follow_symlinks=False).decode("utf-8", "replace")
+        except FileNotFoundError:
+            continue
+        except (OSError, NotRegularError, FileTooLarge) as exc:
+            values[f"{prefix}{path.name}"] = f"(unreadable: {exc})"
+            continue
+        if not prefix:
+            values["HEAD"] = data.strip()
+            continue
+        for entry in data.splitlines():
+            sha, _, name = entry.partition(" ")
+            if name and not entry.startswith(("#", "^")):
+                values[f"{prefix}{name}"] = sha
+    return values
+
+
+def full_ref(directory: Path, name: str) -> str | None:
+    """The full name of the ref ``name`` names (``main``: ``refs/heads/main``); None for a commit or nothing."""
+    with _repo(directory, search_parent_directories=True) as repo:
+        try:
+            return str(repo.git.rev_parse("--symbolic-full-name", name)).strip() or None
+        except git.GitCommandError:
+            return None
+
+
+def verify_pack(pack: Path) -> str | None:
+    """Why the pack at ``pack`` is not what its index says, every object in it re-hashed (``git index-pack
+    --verify``, from beflow's isolated git: no configuration file read); None when it is."""
+    with tempfile.TemporaryDirectory(prefix="beflow-verify-") as scratch:
+        root = Path(scratch)
+        (root / "objects").mkdir()
+        (root / "refs").mkdir()
+        _bare(root, pack.stem.removeprefix("pack-"))
+        runner, env = _isolated(root, "", None)
+        try:
+            runner.index_pack("--verify", str(pack), env=env)
+        except git.GitCommandError as exc:
+            return str(exc.stderr).strip().splitlines()[-1] if str(exc.stderr).strip() else f"exit {exc.status}"
+    return None
 
 
 def checkout_status(directory: At) -> dict[str, str]:
@@ -709,79 +1057,223 @@ def unhide_managed_file(worktree: At) -> None:
 
 @dataclass(frozen=True)
 class Leak:
-    """A commit made during a run that holds what beflow injected."""
+    """A commit made during a run that holds what beflow injected (or that beflow will not publish: ``said``)."""
 
     commit: str
     path: str
     what: str
+    #: The whole description, when it is not "puts ``what`` in ``path``".
+    said: str | None = None
 
     def describe(self) -> str:
-        return f"commit {self.commit[:12]} puts {self.what} in {self.path}"
+        return self.said or f"commit {self.commit[:12]} puts {self.what} in {self.path}"
 
 
-#: Bytes of a blob read at a time while it is searched.
+#: Bytes of an object read at a time while it is searched and hashed.
 _CHUNK = 1 << 20
 _BLOB_MODES = {"100644", "100755", "120000"}
+#: The largest commit object (its headers and message) beflow checks and publishes. A message is read whole to be
+#: checked for secrets, so a larger one is refused unread: no person writes a message of a megabyte, and a commit
+#: of 150 MB once took beflow to 607 MB.
+MAX_COMMIT = 1 << 20
+_SECRET = "a secret value (an injected server's or beflow's own)"
+
+
+class CorruptObject(GitError):
+    """An object whose bytes do not hash to its id, or that is missing or not of the kind expected."""
+
+
+class ObjectTooLarge(GitError):
+    """An object larger than the reader was allowed to take (it was not read)."""
+
+
+class ObjectReader:
+    """Objects read through one ``git cat-file --batch`` of beflow's own, each re-hashed while it streams
+    (``sha1("<type> <size>\\0" + content)``, SHA-256 in a SHA-256 repository): bytes that are not the object their
+    id names are never taken for it, whatever a store that an agent could write holds. Close it after."""
+
+    def __init__(self, repo: git.Repo) -> None:
+        self._repo = repo
+        self._process: Any = None
+
+    def _start(self) -> Any:
+        if self._process is None:
+            self._process = self._repo.git.cat_file("--batch", as_process=True, istream=subprocess.PIPE)
+        return self._process.proc
+
+    def read(self, sha: str, kind: str, *, limit: int | None = None) -> bytes:
+        """The content of object ``sha``, which must be a ``kind``, verified; at most ``limit`` bytes (a larger
+        one raises :class:`ObjectTooLarge` unread)."""
+        chunks: list[bytes] = []
+        self.stream(sha, kind, chunks.append, limit=limit)
+        return b"".join(chunks)
+
+    def stream(self, sha: str, kind: str | None, take: Callable[[bytes], None], *, limit: int | None = None) -> int:
+        """Hand the content of object ``sha`` (a ``kind``, unless None) to ``take`` a chunk at a time; raises
+        :class:`CorruptObject` once the bytes are read if they do not hash to ``sha``. Its size."""
+        process = self._start()
+        process.stdin.write(f"{sha}\n".encode())
+        process.stdin.flush()
+        header = process.stdout.readline().decode("utf-8", "replace").split()
+        if len(header) != 3 or header[0] != sha:
+            self.close()
+            raise CorruptObject(f"object {sha} is missing from the repository")
+        found, size = header[1], int(header[2])
+        if limit is not None and size > limit:
+            self.close()  # what it would still say is never read: a fresh process serves the next object
+            raise ObjectTooLarge(f"object {sha} is {size} bytes, more than {limit}")
+        digest = hashlib.new("sha256" if len(sha) == 64 else "sha1", f"{found} {size}\0".encode())
+        remaining = size
+        while remaining > 0:
+            chunk = process.stdout.read(min(_CHUNK, remaining))
+            if not chunk:
+                self.close()
+                raise GitError(f"git cat-file stopped while reading object {sha}")
+            remaining -= len(chunk)
+            digest.update(chunk)
+            take(chunk)
+        process.stdout.read(1)  # the line end after the content
+        if digest.hexdigest() != sha:
+            raise CorruptObject(f"object {sha} is corrupt: its bytes are not the object its id names")
+        if kind is not None and found != kind:
+            raise CorruptObject(f"object {sha} is a {found}, not a {kind}")
+        return size
+
+    def close(self) -> None:
+        process, self._process = self._process, None
+        if process is not None:
+            with contextlib.suppress(OSError):
+                process.proc.stdin.close()
+            with contextlib.suppress(OSError):
+                process.proc.kill()
+            process.proc.wait()
+            for stream in (process.proc.stdout, process.proc.stderr):
+                if stream is not None:
+                    stream.close()
+
+    def __enter__(self) -> ObjectReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def find_leaks(worktree: At, since: str, head: str, needles: Sequence[bytes], *, managed: bool) -> list[Leak]:
-    """Commits of ``since..head`` that carry injected content, first found first.
+    """Commits of ``since..head`` that carry injected content, or that beflow does not publish, first found first.
 
     ``needles`` are the injected file's bytes (found anywhere, in any file) and the secret values of the injected
     servers and of beflow itself (found in a file whose earlier version did not already hold them, in a file's
-    path, or in a commit's message: all of it is pushed). ``managed``: an injection happened, so any change to
-    ``.acpxrc.json`` itself in a commit is a leak (during the run it held the servers).
+    path, or in a commit's message or headers: all of it is pushed). ``managed``: an injection happened, so any
+    change to ``.acpxrc.json`` itself in a commit is a leak (during the run it held the servers).
+
+    Every commit and blob the check reads is re-hashed as it is read (:class:`ObjectReader`): one whose bytes are
+    not what its id names is a leak in itself, and a secret is exempted as already there only on the word of an
+    earlier version so verified. Memory stays bounded: one commit at a time, none over :data:`MAX_COMMIT`.
     """
     wanted = [n for n in dict.fromkeys(needles) if n]
     leaks: list[Leak] = []
-    if not wanted and not managed:
-        return leaks
-    with _at(worktree) as repo:
-        # Each commit with its message, in the one rev-list: NUL, the commit, a line end, its message (a commit
-        # message holds no NUL).
-        listed = str(repo.git.rev_list("--reverse", "--no-commit-header", "--format=%x00%H%n%B", head, f"^{since}"))
-        messages = dict(entry.partition("\n")[::2] for entry in listed.split("\0") if entry.strip())
-        for commit, message in messages.items():
-            if any(needle in message.encode() for needle in wanted):
-                leaks.append(Leak(commit, "its message", "a secret value (an injected server's or beflow's own)"))
-            raw = str(repo.git.diff_tree("-r", "-m", "--root", "--no-renames", "--no-commit-id", "-z", commit))
-            fields = raw.split("\0")
-            for meta, path in zip(fields[0::2], fields[1::2], strict=False):
-                parts = meta.lstrip(":").split()
-                if len(parts) < 5 or parts[4][0] not in "AMT" or parts[1] not in _BLOB_MODES:
-                    continue
-                old_sha, new_sha = parts[2], parts[3]
-                if managed and path == ACPXRC:
-                    leaks.append(Leak(commit, path, "a version of .acpxrc.json, which held the injected servers"))
-                    continue
-                if not wanted:
-                    continue
-                if any(needle in path.encode() for needle in wanted):
-                    leaks.append(Leak(commit, "a file's name", "a secret value"))  # the name itself is not repeated
-                    continue
-                found = _search(repo, new_sha, wanted)
-                if found and old_sha.strip("0"):
-                    found -= _search(repo, old_sha, [wanted[i] for i in sorted(found)], indices=sorted(found))
-                if found:
-                    leaks.append(Leak(commit, path, "a secret value (an injected server's or beflow's own)"))
+    with _at(worktree) as repo, ObjectReader(repo) as reader:
+        for commit in _streamed(repo, "rev-list", "--reverse", head, f"^{since}", separator=b"\n"):
+            sha = commit.decode("ascii", "replace").strip()
+            if not sha:
+                continue
+            try:
+                leaks += _commit_leaks(repo, reader, sha, wanted, managed)
+            except ObjectTooLarge:
+                why = f"its message is over {MAX_COMMIT >> 20} MiB, which beflow does not publish (nor read whole)"
+                leaks.append(Leak(sha, "its message", "", said=f"commit {sha[:12]} is unpublishable: {why}"))
+            except CorruptObject as error:
+                leaks.append(Leak(sha, "", "", said=f"commit {sha[:12]} cannot be checked: {error.message}"))
     return leaks
 
 
-def _search(repo: git.Repo, sha: str, needles: Sequence[bytes], indices: Sequence[int] | None = None) -> set[int]:
-    """Indices (into ``indices``, else ``needles``) of the needles the blob ``sha`` contains; read in chunks."""
+def _commit_leaks(repo: git.Repo, reader: ObjectReader, commit: str, wanted: list[bytes], managed: bool) -> list[Leak]:
+    raw = reader.read(commit, "commit", limit=MAX_COMMIT)
+    headers, _, message = raw.partition(b"\n\n")
+    leaks = []
+    for text in _as_utf8(headers, message):
+        if any(needle in text for needle in wanted):
+            leaks.append(Leak(commit, "its message", _SECRET))
+            break
+    if any(needle in headers for needle in wanted):
+        leaks.append(Leak(commit, "its author, committer or another header", _SECRET))
+    if not wanted and not managed:
+        return leaks
+    fields = _streamed(repo, "diff-tree", "-r", "-m", "--root", "--no-renames", "--no-commit-id", "-z", commit)
+    for meta_bytes in fields:
+        meta, path_bytes = meta_bytes.decode("ascii", "replace"), next(fields, b"")
+        parts = meta.lstrip(":").split()
+        if len(parts) < 5 or parts[4][0] not in "AMT" or parts[1] not in _BLOB_MODES:
+            continue
+        old_sha, new_sha, path = parts[2], parts[3], path_bytes.decode("utf-8", "surrogateescape")
+        if managed and path == ACPXRC:
+            leaks.append(Leak(commit, path, "a version of .acpxrc.json, which held the injected servers"))
+            continue
+        if not wanted:
+            continue
+        if any(needle in path_bytes for needle in wanted):
+            leaks.append(Leak(commit, "a file's name", "a secret value"))  # the name itself is not repeated
+            continue
+        try:
+            found = _search(reader, new_sha, wanted)
+            if found and old_sha.strip("0"):  # exempt only what a verified earlier version already held
+                found -= _search(reader, old_sha, [wanted[i] for i in sorted(found)], indices=sorted(found))
+        except CorruptObject as error:
+            leaks.append(Leak(commit, path, "", said=f"commit {commit[:12]} cannot be checked: {error.message}"))
+            continue
+        if found:
+            leaks.append(Leak(commit, path, _SECRET))
+    return leaks
+
+
+def _as_utf8(headers: bytes, message: bytes) -> list[bytes]:
+    """The message as stored, and as UTF-8 when its ``encoding`` header names another (as a log shows it)."""
+    texts = [message]
+    for line in headers.split(b"\n"):
+        if line.startswith(b"encoding "):
+            with contextlib.suppress(LookupError, UnicodeError):
+                texts.append(message.decode(line[9:].decode("ascii").strip()).encode("utf-8"))
+    return texts
+
+
+def _streamed(repo: git.Repo, verb: str, *args: str, separator: bytes = b"\0") -> Iterator[bytes]:
+    """The output of ``git <verb> <args>``, one ``separator``-ended field at a time, as it comes."""
+    handle = getattr(repo.git, verb.replace("-", "_"))(*args, as_process=True)  # kept: it kills the child when freed
+    process = handle.proc
+    tail = b""
+    try:
+        while chunk := process.stdout.read(_CHUNK):
+            *fields, tail = (tail + chunk).split(separator)
+            yield from fields
+        if tail:
+            yield tail
+        error = process.stderr.read() if process.stderr else b""
+        if process.wait() != 0:
+            raise GitError(f"git {verb} failed: {error.decode('utf-8', 'replace').strip()}")
+    finally:
+        if process.poll() is None:  # left early: nothing more of it is wanted
+            process.kill()
+            process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def _search(reader: ObjectReader, sha: str, needles: Sequence[bytes], indices: Sequence[int] | None = None) -> set[int]:
+    """Indices (into ``indices``, else ``needles``) of the needles the blob ``sha`` contains; read in chunks and
+    re-hashed (:class:`CorruptObject` when its bytes are not the blob ``sha``)."""
     labels = list(indices) if indices is not None else list(range(len(needles)))
     keep = max(len(n) for n in needles) - 1
-    stream = repo.odb.stream(bytes.fromhex(sha))
-    remaining, tail = stream.size, b""
+    tail = b""
     found: set[int] = set()
-    while remaining > 0:
-        chunk = stream.read(min(_CHUNK, remaining))
-        if not chunk:
-            break
-        remaining -= len(chunk)
+
+    def take(chunk: bytes) -> None:
+        nonlocal tail
         window = tail + chunk
         found.update(labels[i] for i, needle in enumerate(needles) if labels[i] not in found and needle in window)
         tail = window[-keep:] if keep > 0 else b""
+
+    reader.stream(sha, "blob", take)
     return found
 
 
@@ -797,13 +1289,16 @@ def publish(worktree: At, branch: str, new: str, expected: str | None, message: 
             raise GitError(
                 f"branch {branch} changed during the run, so beflow did not move it: {exc.stderr.strip()}"
             ) from None
+        _moved(f"refs/heads/{branch}", new)
 
 
 def uncommit(worktree: At, commit: str) -> None:
     """Take ``worktree``'s HEAD back to ``commit``, keeping every file as it is (the commits' changes become
-    uncommitted changes), and forget the commits in its HEAD's reflog, so nothing names them any more."""
+    uncommitted changes, as a mixed reset leaves them), and forget the commits in its HEAD's reflog, so nothing
+    names them any more. HEAD is rewritten itself, detached: no ref it named moves."""
     with _at(worktree) as repo:
-        repo.git.reset("-q", "--mixed", commit)
+        move_head(repo, commit, "beflow: the run's commits undone")
+        repo.git.read_tree(commit)  # the index of `commit`; the files are not touched
         repo.git.reflog("expire", "--expire=now", "--expire-unreachable=now", "HEAD")
 
 
@@ -1030,3 +1525,4 @@ def move_branch(directory: Path, branch: str, new: str, expected: str | None, me
         except git.GitCommandError as exc:
             why = exc.stderr.strip()
             raise GitError(f"branch {branch} changed meanwhile, so beflow did not move it: {why}") from None
+        _moved(f"refs/heads/{branch}", new)

@@ -426,10 +426,13 @@ class Session:
         self.store.mask_files(self.record.id)
 
     @contextlib.contextmanager
-    def repository_guarded(self, directory: Path) -> Iterator[repoguard.Guard]:
+    def repository_guarded(self, directory: Path, *, branch: str | None = None) -> Iterator[repoguard.Guard]:
         """The body (the agent's session) cannot change the repository's git directory for good: what it changed
-        there is put back, named in the record and said on the terminal (:mod:`beflow.repoguard`)."""
-        guard = repoguard.begin(directory)
+        there is put back, named in the record and said on the terminal (:mod:`beflow.repoguard`). With ``branch``
+        (an unattended run's), the object store and the refs are noted too: the refs that moved and the run does
+        not build on are named here (what fails the run is the delivery's to say)."""
+        store = (self.project.directory, branch, self.project.config.worktrees.base) if branch else None
+        guard = repoguard.begin(directory, store)
         try:
             yield guard
         finally:
@@ -439,6 +442,11 @@ class Session:
                 self.record.git_restored = list(guard.changed)
                 self.store.save(self.record)
                 self.emit("notice", message=repoguard.describe(guard))
+            if guard.found is not None and guard.found.refs and not self.record.sandboxed:
+                self.record.refs_moved = list(guard.found.refs)
+                self.store.save(self.record)
+                moved = ", ".join(guard.found.refs)
+                self.emit("notice", message=f"refs moved during the run, not by beflow: {moved}")
 
     @asynccontextmanager
     async def injected(self, cwd: Path, *, checkout: bool = False) -> AsyncIterator[Injection | None]:

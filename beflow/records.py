@@ -166,6 +166,8 @@ class RunRecord(BaseModel):
     #: Files of the repository's git directory the agent changed (``config``, ``hooks/pre-push``...), put back as
     #: they were; a run with any is not published.
     git_restored: list[str] = Field(default_factory=list)
+    #: Refs that moved while the agent ran (not by beflow) and that the run does not build on: named, not failed.
+    refs_moved: list[str] = Field(default_factory=list)
     #: ``--attend`` and ``--open``: the checkout the session ran in (no worktree, no commit).
     checkout: str | None = None
     #: ``--attend`` and ``--open``: files that were uncommitted before the session and that it left as they were

@@ -10,8 +10,10 @@ config may hold credentials) before the agent starts, and afterwards puts back, 
 caller records it and does not publish the run. When beflow is killed outright, :func:`recover` (``beflow
 restore``, and every beflow command at start) puts the repository back from the journal once its process is gone.
 
-Refs, objects, the index and logs are not guarded: runs change them legitimately (the agent's commits, beflow's
-worktree and branch), and beflow checks what reaches a branch separately (``git.find_leaks``).
+Refs, objects, the index and logs are not put back: runs change them legitimately (the agent's commits, beflow's
+worktree and branch). An unattended run notes the object store and the refs beside this snapshot
+(:mod:`beflow.objectstore`): an object the agent changed, or a ref the run builds on that moved, fails the run; and
+beflow checks what reaches a branch separately (``git.find_leaks``).
 
 Several runs of one repository in one process (a watch) share one snapshot: the first takes it, the last drops
 its journal, and a change found when any of them ends is put back and told to every run still active (any of
@@ -39,7 +41,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from beflow import identity
+from beflow import identity, objectstore
 from beflow.errors import BeflowError
 from beflow.files import FileTooLarge, NotRegularError, atomic_write, fsync_dir, read_note, read_regular, remove
 from beflow.paths import beflow_home, path_key
@@ -389,6 +391,10 @@ class Guard:
     failed: str | None = None
     #: The same run's guard of the user's global git config (:data:`GLOBAL`), ended with this one.
     home: Guard | None = None
+    #: The object store and the refs as they were before the run (its own, not shared: :mod:`beflow.objectstore`),
+    #: and what was found changed in them when it ended.
+    store: objectstore.Watch | None = None
+    found: objectstore.Found | None = None
 
 
 @dataclass(eq=False)
@@ -422,14 +428,20 @@ def agent_at_work(directory: Path) -> bool:
     return any(entry is not None and _alive(entry) for root in (git_dir, GLOBAL) for _, entry in _entries_of(root))
 
 
-def begin(directory: Path) -> Guard:
+def begin(directory: Path, store: tuple[Path, str, str] | None = None) -> Guard:
     """Snapshot (and journal) the guarded files of ``directory``'s repository and the user's global git config, or
-    join the snapshots active."""
+    join the snapshots active; with ``store`` (the project's checkout, the run's branch and ``worktrees.base``),
+    note the repository's object store and refs too, compared when the guard ends."""
     guard = _join(common_git_dir(directory))
     try:
         guard.home = _join(GLOBAL)
+        if store is not None:
+            try:
+                guard.store = objectstore.watch(*store)
+            except (OSError, BeflowError) as exc:
+                raise GitDirError(f"the repository's object store and refs could not be read: {exc}") from None
     except BaseException:
-        _leave(guard)
+        end(guard)
         raise
     return guard
 
@@ -481,6 +493,14 @@ def end(guard: Guard) -> list[str]:
         guard.changed += [path for path in found if path not in guard.changed]
         guard.failed = guard.failed or home.failed
         guard.saved = guard.saved or home.saved
+    if guard.store is not None:
+        from beflow import git
+
+        try:
+            with git.distrusting():  # the repository's config may have been the agent's until just now
+                guard.found = objectstore.compare(guard.store)
+        except (OSError, BeflowError) as exc:
+            guard.found = objectstore.Found(objects=[f"(the object store could not be compared: {exc})"])
     return guard.changed
 
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import anyio
 import anyio.lowlevel
 
-from beflow import delivery, git, guardrails, interrupts, prompt, repoguard, rounds, workers
+from beflow import delivery, git, guardrails, interrupts, objectstore, prompt, repoguard, rounds, workers
 from beflow.codehosts import CodeHost
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
@@ -209,7 +209,8 @@ class _InWorktree:
             self._resolve_servers()
             await workspace.create()
             self._turn = AgentTurn(self.session, workspace, self._channel)
-            with self.session.repository_guarded(workspace.path) as self._guard:
+            branch = git.branch_for(self.record.issue)
+            with self.session.repository_guarded(workspace.path, branch=branch) as self._guard:
                 ending.set(*await self._turn.run(text))
         await anyio.lowlevel.checkpoint()  # a pending cancellation goes on from here, the record written
         return ending.finished
@@ -225,17 +226,18 @@ class _InWorktree:
             refuse = f"{ACPXRC} could not be put back"  # the worktree may still hold the injected file
         elif guard is not None and guard.changed:  # an agent that works against the user: not delivered
             refuse, for_good = repoguard.describe(guard), True  # nor tried again by a watch: a person's to look at
+        elif guard is not None and guard.found is not None and not record.sandboxed:
+            # Unsandboxed, the agent could write the object store and the refs (in the sandbox, only others can).
+            refuse, for_good = objectstore.describe(guard.found), bool(guard.found.objects)
         title = prompt.without_controls(record.title or record.issue)
         job = delivery.Job(
             worktree=worktree,
             directory=self.project.directory,
-            repo=workspace.repo,
             outcome=outcome,
             reason=reason,
             message=f"{title}\n\nbeflow run {record.id} ({outcome}) on issue {record.issue}."
             if self.config.after_run.commit
             else None,
-            base=self.config.worktrees.base,
             # The session's redactor leaves beflow's own server out: its BEFLOW_HOME is a path, no secret. It holds
             # beflow's own secrets (the tracker's token) whether or not servers were injected.
             needles=[*([injection.written] if injection is not None else []), *self.session.redact.needles()],

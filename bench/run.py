@@ -19,6 +19,7 @@ import argparse
 import compileall
 import contextlib
 import datetime as dt
+import hashlib
 import json
 import os
 import platform
@@ -56,6 +57,7 @@ ROWS = (
     "feedback",
     "round",
     "sandbox",
+    "store",
     "fleet",
     "fleet2x2",
     "fleetfailover",
@@ -92,6 +94,8 @@ class Sizes:
     fleet_turn: float = 10.0  # the fleet2x2 row: seconds the agent works on each of them
     heartbeat: float = 3.0  # the fleetfailover row: engine.heartbeat, the seconds before a dead worker's run moves
     dom_events: int = 400  # the http latency row: events measured from the watch to the page's DOM (for a p99)
+    store_loose: int = 20_000  # the store row: loose objects in the repository whose store is noted and compared
+    store_packs: int = 50  # the store row: packs beside them
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -110,6 +114,8 @@ class Sizes:
             fleet_runs=5,
             fleet_turn=5.0,
             dom_events=250,
+            store_loose=5_000,
+            store_packs=20,
         )
 
     @classmethod
@@ -135,6 +141,8 @@ class Sizes:
             fleet_issues=4,  # one issue a lane: both workers, every lane
             fleet_turn=1.0,
             dom_events=20,
+            store_loose=50,
+            store_packs=2,
         )
 
 
@@ -642,6 +650,55 @@ class Bench:
                 {"unsandboxed": bare, "sandboxed": boxed, **parts},
                 f"{start * 1000:.0f} ms over, {start / 10 * 100:.1f} % of a 10-s turn; whole `--auto` runs with 20 "
                 f"GETs: {base:.2f} s bare, {value:.2f} s sandboxed ({(value - base) * 1000:+.0f} ms)",
+            )
+        )
+
+    def store(self) -> None:
+        """What noting the object store and refs costs an unsandboxed run: ``objectstore.watch`` before the agent
+        and ``objectstore.compare`` after (nothing changed: every file stat'ed twice, no object read), on a
+        repository of ``store_loose`` loose objects and ``store_packs`` packs; against ``git count-objects -v``,
+        which stats the same loose objects once."""
+        import zlib
+
+        from beflow import git as beflow_git
+        from beflow import objectstore
+
+        repo = self.repo(mcp=False)
+        for index in range(self.sizes.store_packs):  # one pack per fast-import
+            blob = f"pack {index}\n".encode()
+            stream = b"blob\nmark :1\ndata %d\n%s\n" % (len(blob), blob)
+            subprocess.run(["git", "fast-import", "--quiet"], cwd=repo, input=stream, check=True)
+        objects = repo / ".git" / "objects"
+        for index in range(self.sizes.store_loose):  # written directly: generating is not what is measured
+            data = f"loose {index}\n".encode()
+            raw = b"blob %d\0" % len(data) + data
+            sha = hashlib.sha1(raw).hexdigest()
+            (objects / sha[:2]).mkdir(exist_ok=True)
+            (objects / sha[:2] / sha[2:]).write_bytes(zlib.compress(raw))
+        watched, compared, counted = [], [], []
+        for _ in range(max(self.sizes.runs, 5)):  # interleaved
+            counted.append(_timed(lambda: measure(["git", "count-objects", "-v"], repo)))
+            began = time.perf_counter()
+            before = objectstore.watch(repo, "beflow/1", "HEAD")
+            watched.append(time.perf_counter() - began)
+            with beflow_git.distrusting():
+                compared.append(_timed(lambda b=before: objectstore.compare(b)))
+        files = len(before.files)
+        value = median(watched) + median(compared)
+        self.add(
+            Row(
+                "store",
+                f"object store noted + compared ({count(files)} files)",
+                "git count-objects",
+                median(counted),
+                value,
+                "s",
+                "< 0.5 s (5 % of a 10-s turn)",
+                value < 0.5,
+                value / median(counted),
+                {"watch": watched, "compare": compared, "count-objects": counted},
+                f"watch {median(watched) * 1000:.0f} ms, compare {median(compared) * 1000:.0f} ms "
+                f"({value / files * 1e6:.1f} µs a file, refs read twice included)",
             )
         )
 

@@ -39,11 +39,9 @@ def job(made: tuple[git.Worktree, Any], **changes: Any) -> delivery.Job:
     defaults: dict[str, Any] = {
         "worktree": tree,
         "directory": Path(opened.working_tree_dir),
-        "repo": opened,
         "outcome": "succeeded",
         "reason": "the agent finished",
         "message": "task\n\nbeflow run r1 (succeeded) on issue 1.",
-        "base": "HEAD",
         "needles": [SECRET],
         "run_id": "r1",
     }

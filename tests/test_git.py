@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -323,6 +324,52 @@ def test_find_leaks_reads_commit_messages_and_file_names_too(repo: Path, worktre
 
     assert [(leak.commit, leak.path) for leak in leaks] == [(said, "its message"), (named, "a file's name")]
     assert all(SECRET.decode() not in leak.describe() for leak in leaks)
+
+
+def test_find_leaks_exempts_a_secret_only_on_the_word_of_an_earlier_version_whose_bytes_hash_to_its_id(
+    repo: Path, worktrees: Path
+) -> None:
+    """An earlier version that seems to hold the value (its loose object rewritten in the store, so git itself reads
+    the forged bytes) exempts nothing: the blob is corrupt, and that is a leak in itself."""
+    (repo / "settings.env").write_text("KEY=none\n")
+    run_git(repo, "add", ".")
+    run_git(repo, "commit", "-q", "-m", "settings")
+    old = run_git(repo, "rev-parse", "HEAD:settings.env").strip()
+    forged = b"KEY=" + SECRET + b"\n"
+    loose = repo / ".git" / "objects" / old[:2] / old[2:]
+    loose.chmod(0o644)
+    loose.write_bytes(zlib.compress(b"blob %d\0" % len(forged) + forged))
+    assert run_git(repo, "cat-file", "blob", old).encode() == forged  # git takes it as it is
+    path = worktrees / "1"
+    start = git.create_worktree(git.open_repo(repo), path, "beflow/1", "HEAD").base_commit
+    (path / "settings.env").write_bytes(forged)
+    run_git(path, "commit", "-q", "-a", "-m", "the value, seemingly there before")
+
+    leaks = git.find_leaks(path, start, git.head(path), [SECRET], managed=False)
+
+    assert [leak.path for leak in leaks] == ["settings.env"]
+    assert f"object {old} is corrupt" in leaks[0].describe()
+
+
+def test_find_leaks_reads_the_headers_of_a_commit_and_refuses_one_too_large_to_read(
+    repo: Path, worktrees: Path
+) -> None:
+    path = worktrees / "1"
+    start = git.create_worktree(git.open_repo(repo), path, "beflow/1", "HEAD").base_commit
+    run_git(path, "-c", f"user.name=Me {SECRET.decode()}", "commit", "-q", "--allow-empty", "-m", "plain")
+    named = git.head(path)
+    (path / "message").write_text("x" * (git.MAX_COMMIT + 1))
+    run_git(path, "commit", "-q", "--allow-empty", "-F", "message")
+    huge = git.head(path)
+
+    leaks = git.find_leaks(path, start, huge, [SECRET], managed=False)
+
+    assert [(leak.commit, leak.path) for leak in leaks] == [
+        (named, "its author, committer or another header"),
+        (huge, "its message"),
+    ]
+    assert "is unpublishable: its message is over 1 MiB" in leaks[1].describe()
+    assert git.find_leaks(path, start, huge, [], managed=False)  # with no secret to look for, too
 
 
 def test_publish_moves_the_branch_only_from_where_it_was(repo: Path, worktrees: Path) -> None:

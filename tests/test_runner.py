@@ -763,10 +763,12 @@ def test_a_hook_child_that_left_the_hooks_session_is_stopped_when_the_hook_ends(
 
 #: The git processes one ``--auto`` run starts (the checks before it included; git's own children and
 #: GitPython's two ``git version`` at import not counted). The bare script — ``worktree add``, ``add -A``,
-#: ``commit``, ``worktree remove`` — starts 4; the rest is what keeps a run safe (the branch moved by
-#: compare-and-swap only after every commit was checked for injected bytes, the worktree left only when clean, and
-#: after the agent one ``git config`` per directory to learn which filter drivers to turn off).
-GIT_PROCESSES_PER_RUN = 21
+#: ``commit``, ``worktree remove`` — starts 4; the rest is what keeps a run safe (the commit built on what the
+#: agent's HEAD names only once it descends from the run's start, and HEAD rewritten by beflow, never written
+#: through; the refs read before the agent and after it, so that a run builds on none the agent moved; the branch
+#: moved by compare-and-swap only after every commit was checked for injected bytes, the worktree left only when
+#: clean, and after the agent one ``git config`` per directory to learn which filter drivers to turn off).
+GIT_PROCESSES_PER_RUN = 27
 
 
 def test_one_run_starts_no_more_git_processes_than_it_needs(

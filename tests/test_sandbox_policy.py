@@ -25,6 +25,7 @@ LAYOUT = policy.Layout(
     common_git=HOME / "app/.git",
     checkout=HOME / "app",
     acpx_home=Path("/tmp/beflow-sandbox-x/acpx"),
+    run_objects=HOME / "app/.git/worktrees/7/beflow-objects",
     preset=preset("codex"),
     read=["~/datasets"],
     write=["/srv/cache"],
@@ -45,8 +46,10 @@ def where(mounts: list[policy.Mount], target: Path) -> list[str]:
         (Path("/run"), ["tmpfs"]),  # the system's sockets
         (HOME / "app", ["ro"]),  # the user's checkout
         (HOME / "app/.git", ["ro"]),  # config, hooks, refs
-        (HOME / "app/.git/objects", ["rw"]),  # what a commit writes
-        (HOME / "app/.git/objects/info", ["ro?"]),  # alternates stay out
+        (HOME / "app/.git/objects", ["rw"]),  # what a commit writes: the run's own objects (below)
+        (HOME / "app/.git/objects/info", ["ro"]),  # their alternates: beflow's
+        (policy.USER_OBJECTS, ["ro"]),  # the user's objects, read-only
+        (HOME / "app/.git/worktrees/7/beflow-objects", ["ro?"]),  # the run's objects, where they lie: not moved
         (HOME / "app/.git/worktrees/7", ["rw"]),  # the worktree's own HEAD, index, logs
         (HOME / "app/.git/worktrees/7/commondir", ["ro?"]),  # but not what ties it to the repository
         (HOME / "app/.git/worktrees/7/gitdir", ["ro?"]),
@@ -70,6 +73,15 @@ def test_later_mounts_cover_earlier_ones_in_the_right_order() -> None:
     assert targets.index(HOME) < targets.index(HOME / "app") < targets.index(HOME / "app/.git/objects")
     assert targets.index(HOME / "app/.git/objects") < targets.index(HOME / "app/.git/objects/info")
     assert targets.index(HOME / ".acpx") < targets.index(HOME / ".acpx/config.json")
+
+
+def test_the_agent_writes_its_objects_into_the_runs_own_directory_and_reads_the_users_read_only() -> None:
+    mounts = {m.target: m for m in policy.mounts(LAYOUT)}
+    assert mounts[HOME / "app/.git/objects"].source == LAYOUT.run_objects
+    assert mounts[HOME / "app/.git/objects/info"].source == HOME / "app/.git/worktrees/7/beflow-objects/info"
+    assert mounts[policy.USER_OBJECTS].source == HOME / "app/.git/objects"
+    without = policy.mounts(dataclasses.replace(LAYOUT, run_objects=None))
+    assert where(without, HOME / "app/.git/objects") == [] and where(without, HOME / "app/.git") == ["ro"]
 
 
 def test_the_private_acpx_state_comes_from_the_run_and_the_config_from_the_user() -> None:

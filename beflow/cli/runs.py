@@ -123,6 +123,8 @@ def show_command(app: App, run_id: str, as_json: bool) -> None:
         out.print(f"sandbox   {escape(describe_blocked(r.blocked) or 'no connection blocked')}")
     if r.git_restored:
         out.print(f"[yellow]git put back: {escape(', '.join(r.git_restored))} (the agent changed them)[/]")
+    if r.refs_moved:
+        out.print(f"[yellow]refs moved during the run, not by beflow: {escape(', '.join(r.refs_moved))}[/]")
     if r.changed_files:
         out.print(f"changed   {len(r.changed_files)} file(s)")
         for line in r.changed_files:

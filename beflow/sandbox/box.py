@@ -164,6 +164,7 @@ class Sandbox:
             installs=[p.absolute() for p in installs],
             records=records if records.is_dir() else None,
             own=[p for p in self.own if p.exists()],
+            run_objects=own_git / git.RUN_OBJECTS if own_git is not None and own_git != common_git else None,
             preset=self._chosen,
             read=self.config.sandbox.read,
             write=self.config.sandbox.write,
@@ -177,12 +178,16 @@ class Sandbox:
             raise SandboxError(f"the sandbox could not start: {why}")
         self._bwrap = path
         scratch = Path(tempfile.mkdtemp(prefix="beflow-sandbox-"))
+        objects: Path | None = None
         try:
             (scratch / "acpx").mkdir(mode=0o700)
             self._scratch = scratch
             try:
-                self._mounts = policy.mounts(self.layout(scratch))
-            except (OSError, UnicodeDecodeError) as error:  # a worktree's `.git` file that cannot be read
+                layout = self.layout(scratch)
+                if layout.run_objects is not None:  # the agent's own object store (delivery brings it in, checked)
+                    objects = git.make_run_objects(layout.run_objects, policy.USER_OBJECTS)
+                self._mounts = policy.mounts(layout)
+            except (OSError, UnicodeDecodeError, git.GitError) as error:  # a worktree's `.git` that cannot be read
                 raise SandboxError(f"the sandbox could not start: {self.worktree}: {error}") from None
             # The user's global git config is not in the sandbox: the agent's commits get the user's identity.
             self._env = {**await workers.blocking(identity, self.checkout), "TMPDIR": "/tmp"}
@@ -192,6 +197,8 @@ class Sandbox:
         finally:
             self._scratch = None
             shutil.rmtree(scratch, ignore_errors=True)
+            if objects is not None:
+                git.forget_run_objects_alternates(objects)
 
     async def probe(self) -> None:
         """Start the sandbox once as the agent's will be, running ``acpx --version`` (``beflow doctor``): bwrap's

@@ -3,10 +3,10 @@
 The system is read-only; ``$HOME``, ``/tmp`` and ``/run`` are empty in-memory directories (so neither the home's
 files nor the sockets of ``/run`` and ``/tmp`` are reachable); then, on top, in this order: what is read-only (the
 user's checkout and its git directory, the programs' installs, the preset's and ``sandbox.read``'s paths), what is
-read-write (the worktree, the git objects and the worktree's own git directory, the preset's and
-``sandbox.write``'s paths), and last the read-only pieces inside read-write ones (``objects/info``, where
-``alternates`` would let other objects in) and what of beflow's own the run shows its agent. A later mount covers
-an earlier one.
+read-write (the worktree, the worktree's own git directory, the run's own object directory where the repository's
+objects are, the preset's and ``sandbox.write``'s paths), and last the read-only pieces inside read-write ones
+(``objects/info``, whose ``alternates`` names the repository's objects, shown read-only elsewhere) and what of
+beflow's own the run shows its agent. A later mount covers an earlier one.
 
 No path the agent can write is one beflow's own process later reads as its own, but for the worktree and its git
 directory: the project's run records are hidden (an empty read-only directory), and beflow's own server in the run
@@ -56,6 +56,9 @@ class Layout:
     records: Path | None = None
     #: What of beflow's own the run shows its agent, read-only (the channel's directory, the prompt file).
     own: Sequence[Path] = ()
+    #: The run's own object directory (``git.RUN_OBJECTS``): where the agent's new objects go, the repository's
+    #: own objects a read-only alternate (at :data:`USER_OBJECTS`). None: the objects stay read-only.
+    run_objects: Path | None = None
     preset: Preset = field(default_factory=Preset)
     read: Sequence[str] = ()
     write: Sequence[str] = ()
@@ -68,6 +71,10 @@ EMPTIED = (Path("/tmp"), Path("/run"), Path("/var/tmp"))
 
 #: Files of the worktree's own git directory that stay read-only (its HEAD, index and logs do not).
 PINNED = ("commondir", "gitdir", "config.worktree", "beflow-exclude")
+
+#: Where the sandbox shows the repository's own objects, read-only: the run's object directory names it as its
+#: alternate (in the sandbox's private ``/tmp``, so that nothing outside is ever taken for it).
+USER_OBJECTS = Path("/tmp/.beflow-repository-objects")
 
 
 def expand(path: str, home: Path, base: Path) -> Path:
@@ -91,20 +98,26 @@ def mounts(layout: Layout) -> list[Mount]:
         Mount("ro", path, path, optional=True) for path in _unique(expand(p, home, base) for p in layout.preset.read)
     ]
     out += [Mount("ro", path, path, optional=True) for path in _unique(expand(p, home, base) for p in layout.read)]
-    gits = [git_dir / "objects", layout.worktree_git] if git_dir and layout.worktree_git else []
+    gits = [layout.worktree_git] if git_dir and layout.worktree_git else []
     writable = [layout.worktree, *gits]
     out += [Mount("rw", path, path) for path in _unique(writable)]
+    if git_dir is not None and layout.run_objects is not None:  # the agent's new objects go into the run's own
+        out.append(Mount("rw", git_dir / "objects", layout.run_objects))
     optional = [*layout.preset.write, *layout.write]
     out += [Mount("rw", path, path, optional=True) for path in _unique(expand(p, home, base) for p in optional)]
     out.append(Mount("rw", home / ".acpx", layout.acpx_home))
     acpx_config = home / ".acpx" / "config.json"  # (a bind's source is read outside the sandbox: the user's own)
     out.append(Mount("ro", acpx_config, acpx_config, optional=True))
-    if git_dir is not None:
-        out.append(Mount("ro", git_dir / "objects" / "info", git_dir / "objects" / "info", True))
+    if git_dir is not None and layout.run_objects is not None:
+        # The run's alternates (naming the user's objects, shown read-only) are beflow's, not the agent's.
+        out.append(Mount("ro", git_dir / "objects" / "info", layout.run_objects / "info"))
+        out.append(Mount("ro", USER_OBJECTS, git_dir / "objects"))
     if layout.worktree_git is not None and layout.worktree_git != git_dir:
         # What ties the worktree to the repository stays as beflow made it: a `.git` file or `commondir` pointed
-        # elsewhere would have beflow's own git after the run read another repository; its excludes file too.
+        # elsewhere would have beflow's own git after the run read another repository; its excludes file too, and
+        # the run's object directory where it lies (written through `objects` only, never moved or replaced).
         pinned = [layout.worktree / ".git", *(layout.worktree_git / name for name in PINNED)]
+        pinned += [layout.run_objects] if layout.run_objects is not None else []
         out += [Mount("ro", path, path, optional=True) for path in pinned]
     # Last, so that no writable mount (`sandbox.write` naming the project or BEFLOW_HOME, say) covers them.
     if layout.records is not None:

@@ -29,6 +29,7 @@ ROWS = (
     "feedback",
     "round",
     "sandbox",
+    "store",
     "fleet",
     "fleet2x2",
     "fleetfailover",
