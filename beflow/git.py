@@ -10,7 +10,6 @@ import getpass
 import hashlib
 import os
 import re
-import shutil
 import stat
 import subprocess
 import tempfile
