@@ -777,9 +777,9 @@ def _import(worktree: Worktree, env: dict[str, str], tips: Sequence[str]) -> Non
         ("gc.auto", "0"),
         ("maintenance.auto", "false"),
     ]
-    runner, environment = _isolated(receive, str(send), None, *settings, GIT_OBJECT_DIRECTORY=str(user))
     try:
-        runner.fetch("--no-tags", "--no-write-fetch-head", "--", "beflow", "+refs/run/*:refs/run/*", env=environment)
+        with _isolated(receive, str(send), None, *settings, GIT_OBJECT_DIRECTORY=str(user)) as run:
+            run("fetch", "--no-tags", "--no-write-fetch-head", "--", "beflow", "+refs/run/*:refs/run/*")
     except git.GitCommandError as exc:
         raise GitError(
             "the objects the agent wrote in the sandbox could not be brought into the repository (each is "
@@ -919,9 +919,9 @@ def verify_pack(pack: Path) -> str | None:
         (root / "objects").mkdir()
         (root / "refs").mkdir()
         _bare(root, pack.stem.removeprefix("pack-"))
-        runner, env = _isolated(root, "", None)
         try:
-            runner.index_pack("--verify", str(pack), env=env)
+            with _isolated(root, "", None) as run:
+                run("index-pack", "--verify", str(pack))
         except git.GitCommandError as exc:
             return str(exc.stderr).strip().splitlines()[-1] if str(exc.stderr).strip() else f"exit {exc.status}"
     return None

@@ -96,6 +96,8 @@ class AgentTurn:
                     finally:
                         if box is not None:  # what the sandbox's proxy refused, however the run ended
                             record.blocked = dict(box.blocked)
+                            for refused in box.written_back.refused:  # a login file that did not come back
+                                self.emit("notice", message=f"sandbox: {refused}")
                     record.resumed_session = agent.resumed_session
                 await workspace.hook("after_run", fatal=False)
         transcript = agent.transcript
@@ -115,9 +117,14 @@ class AgentTurn:
         stderr = self._stderr()
         verdict = judge(result, transcript, self.config, stderr, key=session.request.key, run_id=record.id)
         record.permanent = verdict.permanent
+        reason = verdict.reason
+        if box is not None and verdict.outcome == "failed" and not transcript.prompted:
+            # A program that did not start in the sandbox: which path it hid, and how to show it.
+            hint = box.explain("\n".join([reason, *stderr[-20:]]))
+            reason = f"{reason}; {hint}" if hint else reason
         if self.channel is not None and self.channel.failure is not None:
-            return verdict.outcome, f"{verdict.reason}; {self.channel.failure}"
-        return verdict.outcome, verdict.reason
+            return verdict.outcome, f"{reason}; {self.channel.failure}"
+        return verdict.outcome, reason
 
     def _stderr(self) -> list[str]:
         """acpx's stderr as the run's record kept it, for the reason of a failure. The agent may have replaced the

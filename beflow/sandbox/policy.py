@@ -4,9 +4,10 @@ The system is read-only; ``$HOME``, ``/tmp`` and ``/run`` are empty in-memory di
 files nor the sockets of ``/run`` and ``/tmp`` are reachable); then, on top, in this order: what is read-only (the
 user's checkout and its git directory, the programs' installs, the preset's and ``sandbox.read``'s paths), what is
 read-write (the worktree, the worktree's own git directory, the run's own object directory where the repository's
-objects are, the preset's and ``sandbox.write``'s paths), and last the read-only pieces inside read-write ones
-(``objects/info``, whose ``alternates`` names the repository's objects, shown read-only elsewhere) and what of
-beflow's own the run shows its agent. A later mount covers an earlier one.
+objects are, the preset's paths as the run's own overlays or copies (:func:`per_run`), ``sandbox.write``'s paths),
+and last the read-only pieces inside read-write ones (``objects/info``, whose ``alternates`` names the repository's
+objects, shown read-only elsewhere) and what of beflow's own the run shows its agent. A later mount covers an
+earlier one.
 
 No path the agent can write is one beflow's own process later reads as its own, but for the worktree and its git
 directory: the project's run records are hidden (an empty read-only directory), and beflow's own server in the run
@@ -16,25 +17,71 @@ replaced).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
 from beflow.sandbox.presets import Preset
 
-#: ``remount-ro`` makes the mount at ``target`` (an emptied directory, once what shows in it is mounted) read-only.
-Kind = Literal["ro", "rw", "tmpfs", "dev", "proc", "remount-ro"]
+#: ``remount-ro`` makes the mount at ``target`` (an emptied directory, once what shows in it is mounted) read-only;
+#: ``overlay`` shows ``source`` at ``target`` with writes going to ``upper``, ``tmp-overlay`` to a hidden tmpfs.
+Kind = Literal["ro", "rw", "tmpfs", "dev", "proc", "remount-ro", "overlay", "tmp-overlay"]
 
 
 @dataclass(frozen=True)
 class Mount:
-    """One mount: ``source`` at ``target``; ``optional`` ones are skipped when the source does not exist."""
+    """One mount: ``source`` at ``target``; ``optional`` ones are skipped when the source does not exist; an
+    ``overlay``'s writes go to ``upper`` (its work directory is ``upper``'s sibling ``work``)."""
 
     kind: Kind
     target: Path
     source: Path | None = None
     optional: bool = False
+    upper: Path | None = None
+
+
+@dataclass(frozen=True)
+class PerRun:
+    """One path a preset lets the agent write, as a run has it: ``target`` shows the user's own content, but what
+    the agent writes there goes to the run's own place, and is dropped after the run but for ``logins``.
+
+    - ``overlay``: a directory holding login files: writes go to ``place`` (the overlay's upper directory, outside
+      the sandbox), where beflow finds the login files (``logins``, names directly in ``target``) after the run;
+    - ``tmp-overlay``: any other directory (settings, hooks, plugins, caches): writes go to a tmpfs nobody sees;
+    - ``copy``: a file (``~/.claude.json``): ``place`` is the run's copy of it, bound read-write.
+    """
+
+    target: Path
+    how: Literal["overlay", "tmp-overlay", "copy"]
+    place: Path | None = None
+    logins: tuple[str, ...] = ()
+
+    def mount(self) -> Mount:
+        if self.how == "overlay":
+            return Mount("overlay", self.target, self.target, upper=self.place)
+        if self.how == "tmp-overlay":
+            return Mount("tmp-overlay", self.target, self.target)
+        return Mount("rw", self.target, self.place)
+
+
+def per_run(preset: Preset, home: Path, base: Path, scratch: Path, kind: Callable[[Path], str | None]) -> list[PerRun]:
+    """The run's own place for each of ``preset``'s writable paths that exists (``kind``: ``"dir"``, ``"file"``,
+    or None when there is nothing there: the agent then writes in the emptied home, and that is gone too). Places
+    are under ``scratch`` (``presets/<n>/``), a directory of the run's own that the sandbox does not show."""
+    logins = [expand(p, home, base) for p in preset.logins]
+    places: list[PerRun] = []
+    for index, target in enumerate(_unique(expand(p, home, base) for p in preset.write)):
+        found = kind(target)
+        own = scratch / "presets" / str(index)
+        names = tuple(login.name for login in logins if login.parent == target)
+        if found == "dir" and names:
+            places.append(PerRun(target, "overlay", own / "upper", names))
+        elif found == "dir":
+            places.append(PerRun(target, "tmp-overlay"))
+        elif found == "file":
+            places.append(PerRun(target, "copy", own / target.name))
+    return places
 
 
 @dataclass(frozen=True)
@@ -60,6 +107,8 @@ class Layout:
     #: own objects a read-only alternate (at :data:`USER_OBJECTS`). None: the objects stay read-only.
     run_objects: Path | None = None
     preset: Preset = field(default_factory=Preset)
+    #: The preset's writable paths as the run's own (:func:`per_run`): never the user's.
+    presets_own: Sequence[PerRun] = ()
     read: Sequence[str] = ()
     write: Sequence[str] = ()
 
@@ -103,8 +152,8 @@ def mounts(layout: Layout) -> list[Mount]:
     out += [Mount("rw", path, path) for path in _unique(writable)]
     if git_dir is not None and layout.run_objects is not None:  # the agent's new objects go into the run's own
         out.append(Mount("rw", git_dir / "objects", layout.run_objects))
-    optional = [*layout.preset.write, *layout.write]
-    out += [Mount("rw", path, path, optional=True) for path in _unique(expand(p, home, base) for p in optional)]
+    out += [place.mount() for place in layout.presets_own]
+    out += [Mount("rw", path, path, optional=True) for path in _unique(expand(p, home, base) for p in layout.write)]
     out.append(Mount("rw", home / ".acpx", layout.acpx_home))
     acpx_config = home / ".acpx" / "config.json"  # (a bind's source is read outside the sandbox: the user's own)
     out.append(Mount("ro", acpx_config, acpx_config, optional=True))

@@ -84,6 +84,8 @@ class Proxy:
                 self.active += 1
                 try:
                     await self._one(client)
+                except Exception:  # what the agent sends ends its own connection, never the run's proxy
+                    return
                 finally:
                     self.active -= 1
 
@@ -104,18 +106,21 @@ class Proxy:
             host, _, port_text = target.rpartition(":")
             rest = b""
         else:
-            url = urlsplit(target)
-            if url.scheme != "http" or not url.hostname:
+            try:
+                url = urlsplit(target)
+                host, port_text = url.hostname or "", str(url.port or 80)
+            except ValueError:  # a port out of range or not a number, a broken IPv6 literal
+                host = ""
+            if not host or url.scheme != "http":
                 await client.send(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
                 return
-            host, port_text = url.hostname, str(url.port or 80)
             path = (url.path or "/") + (f"?{url.query}" if url.query else "")
             kept = [line for line in headers.split(b"\r\n") if not line.lower().startswith(b"proxy-")]
             rest = f"{method} {path} {version}\r\n".encode("latin-1") + b"\r\n".join(kept) + b"\r\n\r\n"
-        if not port_text.isdigit() or not host:
+        port = _port(port_text)
+        if port is None or not host:
             await client.send(b"HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
             return
-        port = int(port_text)
         if not allowed(host, port, self.rules):
             self.refuse(host.strip("[]"))
             body = f"beflow's sandbox does not allow {host}:{port} (sandbox.hosts)\n".encode()
@@ -128,7 +133,7 @@ class Proxy:
         try:
             with anyio.fail_after(CONNECT_TIMEOUT):
                 upstream = await anyio.connect_tcp(host.strip("[]"), port)
-        except (OSError, TimeoutError):
+        except (OSError, TimeoutError, ValueError):  # ValueError: a name IDNA cannot encode (`a..b` under `*.b`)
             await client.send(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\n")
             return
         self.allowed_connections += 1
@@ -140,6 +145,15 @@ class Proxy:
             async with anyio.create_task_group() as tasks:
                 tasks.start_soon(_relay, buffered, upstream, tasks.cancel_scope)
                 tasks.start_soon(_relay, upstream, client, tasks.cancel_scope)
+
+
+def _port(text: str) -> int | None:
+    """A TCP port, 1 to 65535 in ASCII digits; None for anything else (``99999999999999999999``, ``0``, ``²``: a port
+    out of range would make the connect raise, and ``str.isdigit`` takes digits ``int`` does not)."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 5):
+        return None
+    port = int(text)
+    return port if 1 <= port <= 65535 else None
 
 
 async def _relay(source: anyio.abc.ByteReceiveStream, sink: anyio.abc.ByteSendStream, scope: anyio.CancelScope) -> None:
