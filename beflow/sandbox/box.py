@@ -1,5 +1,5 @@
-"""A run's sandbox (:class:`Sandbox`): opened around the agent's session, it serves the proxy and wraps each acpx
-command line.
+"""A run's sandbox (:class:`Sandbox`): opened once the run's worktree is made and open until the run ends, it serves
+the proxy and wraps each command line that runs in the worktree (every hook's, every acpx one).
 
 A sandbox that cannot start fails the run with bwrap's reason (:class:`SandboxError`): the bridge marks that it
 started just before it becomes acpx, so a missing mark means that nothing ran inside (:meth:`Sandbox.check`). A
@@ -9,7 +9,9 @@ run is never carried on unsandboxed. ``beflow doctor`` starts it ahead of any ru
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -99,18 +101,11 @@ def install_root(program: str) -> list[Path]:
 
 
 class Sandbox:
-    """The sandbox of one run: the worktree's paths, the config's lists and preset, and, once opened, its proxy."""
+    """The sandbox of one run: the worktree's paths, the config's lists and preset, and, once opened, its proxy.
 
-    @classmethod
-    def for_run(
-        cls, config: Config, worktree: Path, checkout: Path, own: Sequence[Path], servers: Sequence[object] | None
-    ) -> Sandbox | None:
-        """A run's sandbox, when ``sandbox.enabled``: ``own``, what of beflow's own the agent is shown read-only
-        (the channel's directory, the prompt file), and ``servers``, the injected ones (their HTTP hosts are reached
-        through the proxy). The project's run records are hidden from it."""
-        if not config.sandbox.enabled:
-            return None
-        return cls(config, worktree=worktree, checkout=checkout, own=own, servers=servers or [])
+    ``own`` is what of beflow's own the agent is shown read-only (the channel's directory, the prompt file), each
+    while it exists; ``servers`` are the injected ones (their HTTP hosts are reached through the proxy). The
+    project's run records are hidden from it."""
 
     def __init__(
         self,
@@ -134,6 +129,7 @@ class Sandbox:
         self._bwrap: Path | None = None
         self._env: dict[str, str] = {}
         self._started = 0
+        self._layout: policy.Layout | None = None
         self._mounts: list[policy.Mount] = []
 
     @property
@@ -163,15 +159,23 @@ class Sandbox:
             acpx_home=scratch / "acpx",
             installs=[p.absolute() for p in installs],
             records=records if records.is_dir() else None,
-            own=[p for p in self.own if p.exists()],
+            own=self._own(),
             preset=self._chosen,
             read=self.config.sandbox.read,
             write=self.config.sandbox.write,
         )
 
+    def _own(self) -> list[Path]:
+        """What of beflow's own is there to show now (the channel's directory exists while the agent's turn runs)."""
+        return [p for p in self.own if p.exists()]
+
     @contextlib.asynccontextmanager
     async def opened(self) -> AsyncIterator[Sandbox]:
-        """Work out the mounts and serve the proxy while the body runs; then nothing of it is left."""
+        """Work out the mounts and serve the proxy while the body runs; then nothing of it is left. A run opens its
+        sandbox once, around its hooks and its agent's session: opened again inside, it is the same sandbox."""
+        if self._scratch is not None:
+            yield self
+            return
         path, why = bwrap.bwrap_path()
         if path is None:
             raise SandboxError(f"the sandbox could not start: {why}")
@@ -181,7 +185,8 @@ class Sandbox:
             (scratch / "acpx").mkdir(mode=0o700)
             self._scratch = scratch
             try:
-                self._mounts = policy.mounts(self.layout(scratch))
+                self._layout = self.layout(scratch)  # the paths as beflow made them, before anything ran inside
+                self._mounts = policy.mounts(self._layout)
             except (OSError, UnicodeDecodeError) as error:  # a worktree's `.git` file that cannot be read
                 raise SandboxError(f"the sandbox could not start: {self.worktree}: {error}") from None
             # The user's global git config is not in the sandbox: the agent's commits get the user's identity.
@@ -192,6 +197,22 @@ class Sandbox:
         finally:
             self._scratch = None
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def hides(self, path: Path) -> bool:
+        """Whether the sandbox does not show ``path`` (an absolute path as it is outside) as it is: the last mount
+        over it empties its directory (``$HOME``, ``/tmp``) or shows something else there (``~/.acpx``)."""
+        hidden = False
+        for mount in self._mounts:
+            over = mount.target == path or mount.target in path.parents
+            if not over or mount.kind == "remount-ro" or (mount.optional and not (mount.source or path).exists()):
+                continue
+            hidden = mount.kind == "tmpfs" or (mount.kind in ("ro", "rw") and mount.source != mount.target)
+        return hidden
+
+    def hidden_in(self, command: str, *, cwd: Path) -> list[Path]:
+        """What the shell command ``command`` names that is here but hidden in the sandbox (its program, a script
+        under ``$HOME``): why a hook that ran there may have failed, and what ``sandbox.read`` needs."""
+        return [path for path in _named_paths(command, self.home, cwd) if self.hides(path)]
 
     async def probe(self) -> None:
         """Start the sandbox once as the agent's will be, running ``acpx --version`` (``beflow doctor``): bwrap's
@@ -216,8 +237,32 @@ class Sandbox:
         self._started += 1
         ready = status / f"{self._started}"
         inner = [sys.executable, "-I", "-S", bridge.__file__, str(socket_path), READY, str(ready), "--", *argv]
+        own = self._own()
+        if self._layout is not None and own != list(self._layout.own):  # the channel's directory came, or went
+            self._layout = dataclasses.replace(self._layout, own=own)
+            self._mounts = policy.mounts(self._layout)
         mounts = [*self._mounts, policy.Mount("rw", socket_path, socket_path), policy.Mount("rw", status, status)]
         return bwrap.argv(self._bwrap, mounts, inner, cwd=cwd, env={**self._env, "HOME": str(self.home)})
+
+
+def _named_paths(command: str, home: Path, cwd: Path) -> list[Path]:
+    """The paths a shell command names: its program as ``PATH`` finds it, and each word that is a path (``~/x``,
+    ``$HOME/x``, ``/x``, ``./x``), with the file a symbolic link leads to."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # an unbalanced quote: the shell says so itself
+        words = command.split()
+    words = [w for w in words if not (w and "=" in w.split("/")[0])]  # `FOO=1 make`: the assignment names nothing
+    named: list[Path] = []
+    for index, word in enumerate(words):
+        for prefix in ("~/", "$HOME/", "${HOME}/"):
+            if word.startswith(prefix):
+                word = str(home / word[len(prefix) :])
+        if "/" in word:
+            named.append(Path(word) if Path(word).is_absolute() else cwd / word)
+        elif index == 0 and (found := shutil.which(word)):
+            named.append(Path(found))
+    return [p for path in named if path.exists() for p in dict.fromkeys([path.absolute(), path.resolve()])]
 
 
 def describe_blocked(blocked: dict[str, int]) -> str | None:
