@@ -3,7 +3,7 @@ around it.
 
 :class:`Workspace` makes the worktree (HEAD detached, so that only beflow moves the branch), copies the included
 files into it, keeps the managed file out of what git stages there while it is injected, opens the run's sandbox
-(:mod:`beflow.sandbox`, when the run is sandboxed), runs the project's hooks in it —
+(:mod:`beflow.sandbox`, when the run is sandboxed: :mod:`beflow.sandbox.choice`), runs the project's hooks in it —
 as confined as the agent: a hook runs what the agent wrote (``make lint``, ``./check.sh``) — with their output
 capped and masked in the run record, and removes the worktree once the run's work is delivered — or keeps it, and
 says so, when removing it could lose the agent's work.
@@ -21,6 +21,7 @@ from beflow import agent_env, git, interrupts, proc, repoguard, workers
 from beflow.errors import BeflowError
 from beflow.lifecycle import Session
 from beflow.records import CappedLog
+from beflow.sandbox import choice
 from beflow.sandbox.box import Sandbox, SandboxError
 from beflow.server.channel import RunChannel
 
@@ -93,10 +94,15 @@ class Workspace:
         return worktree
 
     async def _confine(self, channel: RunChannel | None) -> None:
-        """Open the run's sandbox when it is sandboxed (``sandbox.enabled``). Its mounts are worked out now, before
-        anything ran in the worktree."""
+        """Open the run's sandbox when it is sandboxed (``sandbox.enabled``; ``"auto"``: where bwrap starts here, and
+        once a process a notice where it does not). Its mounts are worked out now, before anything ran in the
+        worktree."""
         session, record = self.session, self.session.record
-        if not self.config.sandbox.enabled:
+        chosen = await workers.blocking(choice.choose, self.config)
+        notice = choice.first_notice(chosen)
+        if notice is not None:
+            session.emit("notice", message=notice)
+        if not chosen.sandboxed:
             return
         self.sandboxed = record.sandboxed = True
         # Shown read-only: the prompt file acpx may read, and the channel's directory while it exists (beflow's own

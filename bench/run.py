@@ -270,7 +270,9 @@ def make_repo(root: Path, name: str, *, mcp: bool = True, **watch: Any) -> Path:
     (repo / "README.md").write_text("# bench\n")
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "init")
+    # Unsandboxed unless a row says otherwise (`sandbox` compares the two): "auto" would sandbox runs where bwrap works.
     config: dict[str, Any] = {"agent": {"command": AGENT}, "acpx": [str(ACPX)], "timeout": 300}
+    config["sandbox"] = {"enabled": False}
     if mcp:
         config["mcp"] = {"enabled": True}
         (repo / ".mcp.json").write_text('{"mcpServers": {"files": {"command": "echo", "env": {"K": "secret-1234"}}}}')
