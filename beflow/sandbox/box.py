@@ -246,8 +246,9 @@ class Sandbox:
 
 
 def _named_paths(command: str, home: Path, cwd: Path) -> list[Path]:
-    """The paths a shell command names: its program as ``PATH`` finds it, and each word that is a path (``~/x``,
-    ``$HOME/x``, ``/x``, ``./x``), with the file a symbolic link leads to."""
+    """The paths a shell command names itself: its program as ``PATH`` finds it, and each word that is a path outside
+    ``cwd`` (``~/x``, ``$HOME/x``, ``/x``), with the file a symbolic link leads to. Never a name in ``cwd`` (the
+    worktree is the agent's: a link there could have beflow suggest showing it ``~/.ssh``)."""
     try:
         words = shlex.split(command)
     except ValueError:  # an unbalanced quote: the shell says so itself
@@ -258,11 +259,20 @@ def _named_paths(command: str, home: Path, cwd: Path) -> list[Path]:
         for prefix in ("~/", "$HOME/", "${HOME}/"):
             if word.startswith(prefix):
                 word = str(home / word[len(prefix) :])
-        if "/" in word:
-            named.append(Path(word) if Path(word).is_absolute() else cwd / word)
-        elif index == 0 and (found := shutil.which(word)):
-            named.append(Path(found))
-    return [p for path in named if path.exists() for p in dict.fromkeys([path.absolute(), path.resolve()])]
+        if Path(word).is_absolute():
+            named.append(Path(word))
+        elif index == 0 and "/" not in word and (found := shutil.which(word)):
+            named.append(Path(found).absolute())
+    existing: list[Path] = []
+    for path in named:
+        if path == cwd or cwd in path.parents:
+            continue
+        try:
+            if path.exists():
+                existing += dict.fromkeys([path, path.resolve()])
+        except (OSError, RuntimeError):  # a link that goes round in a loop
+            continue
+    return existing
 
 
 def describe_blocked(blocked: dict[str, int]) -> str | None:

@@ -197,3 +197,26 @@ def test_a_hook_whose_program_the_sandbox_hides_says_which_path_and_how_to_show_
     assert again.code == 0, again.stderr + again.stdout
     log = (auto_project.run_dir(auto_project.records(key)[0]) / "hooks" / "after_create.log").read_text()
     assert "set up" in log
+
+
+def test_a_hook_script_the_agent_linked_into_the_home_gets_no_advice_to_show_the_home(
+    auto_project: AutoProject, no_leftover_processes: None
+) -> None:
+    """The agent makes ``check.sh`` a link to ``~/.ssh/id_rsa``: the hook fails inside (the home is empty there), and
+    beflow does not suggest adding ``~/.ssh`` to ``sandbox.read`` — only what the config itself names is advised."""
+    key_file = Path(os.environ["HOME"]) / ".ssh" / "id_rsa"
+    key_file.parent.mkdir()
+    key_file.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    commit_check_script(auto_project)
+    auto_project.configure(sandbox={"enabled": True}, hooks={"after_run": "sh ./check.sh"})
+    key = auto_project.new_issue(f"run rm check.sh && ln -s {key_file} check.sh", title="link it")
+
+    done = beflow_run(auto_project, "--auto", key)
+
+    assert done.code == 0, done.stderr + done.stdout
+    record = auto_project.only_record()
+    log = (auto_project.run_dir(record) / "hooks" / "after_run.log").read_text()
+    assert "OPENSSH" not in log and "exit 2" in log, log  # sh: cannot open ./check.sh
+    said = done.stdout + done.stderr + log
+    assert "hook after_run failed (exit 2)" in said
+    assert ".ssh" not in said.replace(f"ln -s {key_file}", "") and "sandbox.read" not in said
