@@ -220,3 +220,23 @@ def test_a_hook_script_the_agent_linked_into_the_home_gets_no_advice_to_show_the
     said = done.stdout + done.stderr + log
     assert "hook after_run failed (exit 2)" in said
     assert ".ssh" not in said.replace(f"ln -s {key_file}", "") and "sandbox.read" not in said
+
+
+def test_a_sandboxed_hook_that_outlives_its_timeout_is_stopped_with_all_it_started(
+    auto_project: AutoProject, no_leftover_processes: None
+) -> None:
+    """A hook that leaves a process behind in its own session (``setsid``) and hangs: its timeout stops it, and the
+    sandbox ends with it — nothing it started runs on."""
+    auto_project.configure(
+        sandbox={"enabled": True},
+        hooks={"after_create": {"command": "setsid sleep 300 & echo waiting; sleep 30", "timeout": 1}},
+    )
+    key = auto_project.new_issue("write a.txt x")
+
+    done = beflow_run(auto_project, "--auto", key)
+
+    assert done.code == 1
+    record = auto_project.only_record()
+    assert record.outcome == "failed" and "hook after_create failed" in (record.stop_reason or "")
+    log = (auto_project.run_dir(record) / "hooks" / "after_create.log").read_text()
+    assert "[in the run's sandbox: " in log and "waiting" in log and "timed out" in log
