@@ -275,11 +275,16 @@ SandboxHost = Annotated[str, Field(min_length=1, max_length=260, pattern=r"^(\*\
 SandboxPreset = Literal["agent", "codex", "claude", "gemini", "opencode"]
 
 
-class Sandbox(Model):
-    """Unattended runs in a sandbox (docs/safety.md#the-sandbox): what the agent may read and write besides its
-    worktree and its preset's directories, and the hosts it may reach through beflow's proxy."""
+#: ``sandbox.enabled``: ``"auto"`` sandboxes runs where the sandbox starts on this machine (else they run without it,
+#: and a notice says so), ``true`` requires it (a run whose sandbox cannot start fails), ``false`` never uses it.
+SandboxChoice = Literal["auto"] | Flag
 
-    enabled: Flag = False
+
+class Sandbox(Model):
+    """Unattended runs in a sandbox (docs/safety.md#the-sandbox): whether (``enabled``), what the agent may read and
+    write besides its worktree and its preset's directories, and the hosts it may reach through beflow's proxy."""
+
+    enabled: SandboxChoice = "auto"
     read: list[SandboxPath] = Field(default_factory=list)
     write: list[SandboxPath] = Field(default_factory=list)
     hosts: list[SandboxHost] = Field(default_factory=list)

@@ -316,15 +316,20 @@ def check_agent_starts(project: Project) -> Check | None:
 PROJECT_CHECKS.append(check_agent_starts)
 
 
-def check_sandbox(project: Project) -> Check | None:
-    """With ``sandbox.enabled``: the sandbox starts, the agent starts in it and reaches its model's host through the
+def check_sandbox(project: Project) -> Check:
+    """Whether runs are sandboxed here, and why (``sandbox.enabled``; ``"auto"``: whether bwrap starts on this
+    machine). When they are: the sandbox starts, the agent starts in it and reaches its model's host through the
     proxy (beflow/sandbox/check.py)."""
-    if not project.config.sandbox.enabled:
-        return None
-    from beflow.sandbox import check  # (loaded only where a sandbox is configured)
+    from beflow.sandbox import check, choice  # (loaded by doctor alone: bwrap is started only here)
 
+    chosen = choice.choose(project.config)
+    if not chosen.sandboxed and chosen.notice is None:  # false: the user's choice, said as it is
+        return Check("sandbox", True, f"off ({chosen.why}): an agent runs as you, unconfined (beflow docs safety)")
+    if not chosen.sandboxed:
+        how = f"Make bwrap start here (beflow docs safety, #the-sandbox), or choose: {choice.HOW_TO_CHOOSE}."
+        return Check("sandbox", True, f"off ({chosen.why}): runs are not sandboxed", how, warning=True)
     ok, detail, fix = check.check(project, AGENT_PROBE_TIMEOUT)
-    return Check("sandbox", ok, detail, fix)
+    return Check("sandbox", ok, f"on ({chosen.why}): {detail}", fix)
 
 
 PROJECT_CHECKS.append(check_sandbox)

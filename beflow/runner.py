@@ -175,7 +175,9 @@ class _InWorktree:
         self.emit("started", attempt=self.request.attempt, branch=branch, **self._round())
         repo = await workers.blocking(git.open_repo, self.project.directory)
         try:
-            return await self._in_worktree(Workspace(self.session, repo), text)
+            # The run's sandbox, once the workspace opened it, lasts until the run ends: before_remove runs in it.
+            async with Workspace(self.session, repo).held() as workspace:
+                return await self._in_worktree(workspace, text)
         finally:
             repo.close()  # it holds git processes
 
@@ -207,7 +209,7 @@ class _InWorktree:
         )
         async with guarded as ending:
             self._resolve_servers()
-            await workspace.create()
+            await workspace.create(self._channel)
             self._turn = AgentTurn(self.session, workspace, self._channel)
             branch = git.branch_for(self.record.issue)
             with self.session.repository_guarded(workspace.path, branch=branch) as self._guard:

@@ -1,15 +1,13 @@
 """The agent's turn of an unattended run: inject, ``before_run``, acpx (cold or resumed), ``after_run``, restore.
 
-Around the agent (:class:`beflow.acpx.AgentSession`): its sandbox, if the config asks for one; its transcript and
-stderr streamed, masked and capped, into the run record; the budgets and the stall watch of :mod:`beflow.limits`,
-fed by every line of the ACP stream (not the agent's stderr); the progress it reports through beflow's own server;
-and that server's private channel. What the turn ends in is an outcome and a reason, judged by
-:func:`beflow.policy.judge` — or by the limit that stopped it.
+Around the agent (:class:`beflow.acpx.AgentSession`): the run's sandbox, when it is sandboxed (the workspace's:
+the hooks run in it too); its transcript and stderr streamed, masked and capped, into the run record; the budgets
+and the stall watch of :mod:`beflow.limits`, fed by every line of the ACP stream (not the agent's stderr); the
+progress it reports through beflow's own server; and that server's private channel. What the turn ends in is an
+outcome and a reason, judged by :func:`beflow.policy.judge` — or by the limit that stopped it.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 from beflow import acpx, guardrails, spending, workers
 from beflow.lifecycle import Session
@@ -18,7 +16,6 @@ from beflow.mcp.inject import Injection
 from beflow.mcp.own import follow_progress
 from beflow.policy import judge
 from beflow.records import LOG_NOTE, STDERR_LIMIT, TRANSCRIPT_LIMIT, Outcome
-from beflow.sandbox.box import Sandbox
 from beflow.server.channel import RunChannel, own_channel
 from beflow.workspace import Workspace
 
@@ -41,8 +38,7 @@ class AgentTurn:
         """Inject, run acpx on the prompt ``text``, restore. Returns the outcome and a reason."""
         record, session, workspace = self.record, self.session, self.workspace
         cwd, redact = workspace.path, session.redact
-        box = Sandbox.for_run(self.config, cwd, session.project.directory, self._own_paths(), session.servers)
-        record.sandboxed = box is not None
+        box = workspace.sandbox  # the run's, open since the worktree was made
         agent = acpx.AgentSession(self.config, cwd, env=workspace.git_env, unset=workspace.withheld, sandbox=box)
         directory = self.store.directory(record.id)
         with (
@@ -135,12 +131,6 @@ class AgentTurn:
             self._notice(f"acpx's stderr was not read back: {exc}")
             return []
         return data.decode("utf-8", errors="replace").strip().splitlines()
-
-    def _own_paths(self) -> list[Path]:
-        """What of beflow's own a sandbox shows the agent, read-only: the channel's directory (beflow's server in the
-        run reports through it; the run's process writes the record) and the prompt file acpx may read."""
-        prompt = self.store.directory(self.record.id) / "prompt.md"
-        return [prompt] + ([self.channel.directory] if self.channel else [])
 
     def _notice(self, message: str) -> None:
         self.emit("notice", message=message)

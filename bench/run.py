@@ -278,7 +278,9 @@ def make_repo(root: Path, name: str, *, mcp: bool = True, **watch: Any) -> Path:
     (repo / "README.md").write_text("# bench\n")
     git(repo, "add", ".")
     git(repo, "commit", "-qm", "init")
+    # Unsandboxed unless a row says otherwise (`sandbox` compares the two): "auto" would sandbox runs where bwrap works.
     config: dict[str, Any] = {"agent": {"command": AGENT}, "acpx": [str(ACPX)], "timeout": 300}
+    config["sandbox"] = {"enabled": False}
     if mcp:
         config["mcp"] = {"enabled": True}
         (repo / ".mcp.json").write_text('{"mcpServers": {"files": {"command": "echo", "env": {"K": "secret-1234"}}}}')
@@ -636,6 +638,11 @@ class Bench:
         # side by side in-process (a run's sandbox opened + acpx started in it, against acpx's start alone).
         start = median(parts["sandboxed start"]) - median(parts["bare start"])
         cost = start
+        # Each hook of a sandboxed run starts in the run's open sandbox: one more wrapped start; "auto" probes bwrap
+        # once per process. A run with all four hooks, under "auto": the open, five starts and the probe.
+        hook = median(parts["sandboxed hook"]) - median(parts["bare hook"])
+        probe = median(parts["auto probe"])
+        whole = start + 4 * hook + probe
         self.add(
             Row(
                 "sandbox",
@@ -648,8 +655,10 @@ class Bench:
                 cost < 0.1,
                 median(parts["sandboxed start"]) / median(parts["bare start"]),
                 {"unsandboxed": bare, "sandboxed": boxed, **parts},
-                f"{start * 1000:.0f} ms over, {start / 10 * 100:.1f} % of a 10-s turn; whole `--auto` runs with 20 "
-                f"GETs: {base:.2f} s bare, {value:.2f} s sandboxed ({(value - base) * 1000:+.0f} ms)",
+                f"{start * 1000:.0f} ms over, {start / 10 * 100:.1f} % of a 10-s turn; each hook in the run's sandbox "
+                f"{hook * 1000:.0f} ms over, the auto probe {probe * 1000:.0f} ms once per process: a run with four "
+                f"hooks {whole * 1000:.0f} ms over, {whole / 10 * 100:.1f} % of a 10-s turn; whole `--auto` runs with "
+                f"20 GETs: {base:.2f} s bare, {value:.2f} s sandboxed ({(value - base) * 1000:+.0f} ms)",
             )
         )
 
@@ -709,22 +718,46 @@ class Bench:
 
         from beflow import proc
         from beflow.config import Config
+        from beflow.sandbox import choice
         from beflow.sandbox.box import Sandbox
 
         worktree = repo / "wt-bench"
         if not worktree.exists():
             git(repo, "worktree", "add", "-q", "--detach", str(worktree))
         config = Config.model_validate({"acpx": [str(ACPX)], "sandbox": {"enabled": True}})
-        samples: dict[str, list[float]] = {"sandboxed start": [], "bare start": []}
+        samples: dict[str, list[float]] = {
+            "sandboxed start": [],
+            "bare start": [],
+            "sandboxed hook": [],
+            "bare hook": [],
+            "auto probe": [],
+        }
+        hook = proc.shell("true")
 
         async def boxed() -> None:
+            started = time.perf_counter()
             box = Sandbox(config, worktree=worktree, checkout=repo)
             async with box.opened():
                 box.check(await proc.run(box.wrap(["true"], cwd=worktree)))
+                samples["sandboxed start"].append(time.perf_counter() - started)
+                started = time.perf_counter()  # a hook, in the sandbox the run holds open
+                box.check(await proc.run(box.wrap(hook, cwd=worktree), cwd=worktree))
+                samples["sandboxed hook"].append(time.perf_counter() - started)
 
+        async def bare() -> None:  # timed inside the event loop too, as the sandboxed ones are
+            started = time.perf_counter()
+            await proc.run(["true"], cwd=worktree)
+            samples["bare start"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            await proc.run(hook, cwd=worktree)
+            samples["bare hook"].append(time.perf_counter() - started)
+
+        bwrap = choice.bwrap.bwrap_path()[0]
+        assert bwrap is not None, "bwrap is missing"
         for _ in range(max(self.sizes.runs, 5) * 3):
-            samples["sandboxed start"].append(_timed(lambda: anyio.run(boxed)))
-            samples["bare start"].append(_timed(lambda: anyio.run(lambda: proc.run(["true"], cwd=worktree))))
+            anyio.run(boxed)
+            anyio.run(bare)
+            samples["auto probe"].append(_timed(lambda: choice._ask(bwrap)))
         return samples
 
     def usage(self) -> None:

@@ -238,6 +238,15 @@ def test_defaults_are_those_of_the_design() -> None:
     # Five minutes of silence and a run is stalled; no budget unless one is set.
     assert config.limits.stall == 300
     assert (config.limits.cost_per_run, config.limits.tokens_per_run, config.limits.cost_per_day) == (None, None, None)
+    # Runs are sandboxed where the sandbox starts on the machine (beflow.sandbox.choice).
+    assert config.sandbox.enabled == "auto"
+
+
+@pytest.mark.parametrize("enabled", ["auto", True, False])
+def test_the_sandbox_is_auto_true_or_false(repo: Path, enabled: object) -> None:
+    path = repo / "config.json"
+    path.write_text(json.dumps({"sandbox": {"enabled": enabled}}))
+    assert load_config_file(path).sandbox.enabled == enabled
 
 
 def test_acpx_is_the_one_on_path_else_the_pinned_one_through_npx(

@@ -176,7 +176,8 @@ def test_doctor_lists_what_an_agent_gets_by_name_never_a_value(
 ) -> None:
     config_file(repo).write_text(
         '{"agent": {"command": "my-agent"}, "tracker": {"kind": "github", "repo": "octo/hello", '
-        '"api_url": "http://127.0.0.1:9"}, "agent_env": {"pass": ["NPM_TOKEN"], "drop": ["MY_*"]}}'
+        '"api_url": "http://127.0.0.1:9"}, "agent_env": {"pass": ["NPM_TOKEN"], "drop": ["MY_*"]}, '
+        '"sandbox": {"enabled": false}}'
     )
     values = {
         "GITHUB_TOKEN": "ghp-value-never-shown-1",

@@ -1,6 +1,6 @@
-"""``beflow doctor`` with ``sandbox.enabled``: the sandbox starts, the agent (the test agent, through the pinned
-acpx) opens a session inside, and the allowed host is reached through the proxy; each failure names what is
-missing."""
+"""``beflow doctor``'s sandbox line: which applies here and why (``sandbox.enabled``; ``"auto"``: whether bwrap starts
+on this machine); when runs are sandboxed, the sandbox starts, the agent (the test agent, through the pinned acpx)
+opens a session inside, and the allowed host is reached through the proxy; each failure names what is missing."""
 
 from __future__ import annotations
 
@@ -44,12 +44,20 @@ def configure(repo: Path, acpx_bin: Path, agent: str, **sandbox: object) -> None
     config_file(repo).write_text(json.dumps(config))
 
 
+def failing_bwrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bwrap that cannot start a sandbox, as on a kernel that allows no user namespace."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Operation not permitted' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("BEFLOW_BWRAP", str(fake))
+
+
 def test_the_doctor_starts_the_agent_in_the_sandbox_and_reaches_its_host(
     repo: Path, acpx_bin: Path, test_agent_command: str, listening: int
 ) -> None:
     configure(repo, acpx_bin, test_agent_command, hosts=[f"127.0.0.1:{listening}"])
     check = check_sandbox(load_project(config_file(repo)))
-    assert check is not None and check.ok, check
+    assert check.ok, check
     assert "starts" in check.detail
     assert "opened a session inside" in check.detail
     assert f"127.0.0.1:{listening} reached through the proxy" in check.detail
@@ -61,7 +69,7 @@ def test_a_host_the_proxy_cannot_reach_is_named(repo: Path, acpx_bin: Path, test
     closed.close()  # nothing listens there
     configure(repo, acpx_bin, test_agent_command, hosts=[f"127.0.0.1:{port}"])
     check = check_sandbox(load_project(config_file(repo)))
-    assert check is not None and not check.ok
+    assert not check.ok
     assert f"127.0.0.1:{port} not reached through the proxy: HTTP/1.1 502" in check.detail
     assert check.fix and f"127.0.0.1:{port}" in check.fix
 
@@ -69,17 +77,46 @@ def test_a_host_the_proxy_cannot_reach_is_named(repo: Path, acpx_bin: Path, test
 def test_a_sandbox_that_cannot_start_is_named_with_a_fix(
     repo: Path, acpx_bin: Path, test_agent_command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    fake = tmp_path / "bwrap"
-    fake.write_text("#!/bin/sh\necho 'bwrap: setting up uid map: Operation not permitted' >&2\nexit 1\n")
-    fake.chmod(0o755)
-    monkeypatch.setenv("BEFLOW_BWRAP", str(fake))
+    failing_bwrap(tmp_path, monkeypatch)
     configure(repo, acpx_bin, test_agent_command)
     check = check_sandbox(load_project(config_file(repo)))
-    assert check is not None and not check.ok
-    assert check.detail == "the sandbox could not start: bwrap: setting up uid map: Operation not permitted"
+    assert not check.ok
+    assert check.detail == (
+        "on (sandbox.enabled is true): the sandbox could not start: bwrap: setting up uid map: Operation not permitted"
+    )
     assert check.fix and "user namespaces" in check.fix
 
 
-def test_no_check_without_the_sandbox(repo: Path) -> None:
+def test_by_default_the_doctor_checks_the_sandbox_where_bwrap_starts(
+    repo: Path, acpx_bin: Path, test_agent_command: str, listening: int
+) -> None:
+    """No word of ``enabled`` in the config: ``"auto"``, and on this machine bwrap starts, so runs are sandboxed
+    and the doctor checks the agent in the sandbox as with ``true``."""
+    sandbox = {"hosts": [f"127.0.0.1:{listening}"]}
+    config = {"agent": {"command": test_agent_command}, "acpx": [str(acpx_bin)], "sandbox": sandbox}
+    config_file(repo).write_text(json.dumps(config))
+    check = check_sandbox(load_project(config_file(repo)))
+    assert check.ok and not check.warning, check
+    assert check.detail.startswith('on ("auto", and bwrap starts here): starts')
+    assert "opened a session inside" in check.detail
+
+
+def test_by_default_where_the_sandbox_cannot_start_the_doctor_warns_that_runs_go_unsandboxed(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing_bwrap(tmp_path, monkeypatch)
     config_file(repo).write_text("{}")
-    assert check_sandbox(load_project(config_file(repo))) is None
+    check = check_sandbox(load_project(config_file(repo)))
+    assert check.ok and check.warning
+    assert check.detail == (
+        'off ("auto", and the sandbox cannot start here: bwrap: setting up uid map: Operation not permitted): '
+        "runs are not sandboxed"
+    )
+    assert check.fix and '"sandbox": {"enabled": true} requires the sandbox' in check.fix
+
+
+def test_a_sandbox_turned_off_is_said_so(repo: Path) -> None:
+    config_file(repo).write_text('{"sandbox": {"enabled": false}}')
+    check = check_sandbox(load_project(config_file(repo)))
+    assert check.ok and not check.warning
+    assert check.detail == "off (sandbox.enabled is false): an agent runs as you, unconfined (beflow docs safety)"

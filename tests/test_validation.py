@@ -63,6 +63,9 @@ def problem(tmp_path: Path, text: str) -> str:
         # enums
         ('{"permissions": "yes"}', "permissions: expected 'approve-all', 'approve-reads' or 'deny-all' (got \"yes\")"),
         ('{"attend": {"permissions": "all"}}', "attend.permissions: expected 'approve-all', 'approve-reads' or"),
+        ('{"sandbox": {"enabled": "yes"}}', "sandbox.enabled: expected 'auto' or true or false (got \"yes\")"),
+        ('{"sandbox": {"enabled": 1}}', "sandbox.enabled: expected 'auto' or true or false (got 1)"),
+        ('{"sandbox": {"enabled": null}}', "sandbox.enabled: expected 'auto' or true or false (got null)"),
         # unions: a string or an object
         ('{"agent": 5}', "agent: expected a string or an object (got 5)"),
         ('{"agent": {"cmd": "x"}}', "agent.cmd: unknown key (did you mean 'command'?)"),

@@ -14,7 +14,7 @@ from beflow import demo, git, interrupts
 from beflow.cli.common import escape, out
 from beflow.cli.progress import OUTCOME_STYLE, Progress
 from beflow.paths import beflow_home
-from beflow.records import DONE_OUTCOMES
+from beflow.records import DONE_OUTCOMES, RunRecord
 
 
 @click.command(
@@ -48,6 +48,7 @@ def command(directory: Path | None) -> None:
         f"[bold]MCP servers handed to the agent:[/] {escape(servers)} — placeholders from the sample's .mcp.json: "
         "the demo agent lists their names and never starts them"
     )
+    out.print(f"[bold]Sandbox:[/] {escape(_sandbox(sample, record))}")
     for note in record.restored:
         out.print(f"[bold]After the run:[/] {escape(note)}")
     if record.commit and record.base_commit:
@@ -65,6 +66,17 @@ def command(directory: Path | None) -> None:
     out.print(f"  {beflow} mcp show           # the servers that were injected (values masked)")
     if record.outcome not in DONE_OUTCOMES:
         raise SystemExit(1)
+
+
+def _sandbox(sample: demo.Demo, record: RunRecord) -> str:
+    """Whether the demo's run was sandboxed ("auto": where bwrap starts), and what that meant."""
+    from beflow.sandbox import box, choice
+
+    why = choice.choose(sample.project.config).why  # (asked already for the run: once per process)
+    if record.sandboxed:
+        blocked = box.describe_blocked(record.blocked) or "no connection blocked"
+        return f"on ({why}): the agent saw its worktree, not your home; {blocked} (beflow docs safety)"
+    return f"off ({why}): the agent ran as you, unconfined (beflow docs safety)"
 
 
 def _invoked_as() -> str:

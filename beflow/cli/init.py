@@ -78,6 +78,10 @@ def command(app: App, force: bool, directory: Path | None, github: bool) -> None
     verb = "Overwrote" if result.overwritten else "Wrote"
     out.print(f"{verb} {result.config_path}")
     out.print(f"beflow's state lives in {result.state_dir} (git-ignored, but for config.json and issues/)")
+    out.print(
+        'Unattended runs and their hooks are sandboxed where the sandbox starts on this machine ("sandbox": '
+        '{"enabled": "auto"}); `beflow doctor` says whether it does here.'
+    )
     if config_path is None:
         out.print(f"Next: edit {CONFIG_PATH}, then run `beflow doctor`.")
     else:

@@ -8,7 +8,10 @@ outside it.
   the refused ones.
 - :mod:`.bridge`: run inside the sandbox before acpx: the network is unshared, so it listens on the sandbox's own
   loopback and forwards each connection to the proxy's socket, then becomes acpx.
-- :mod:`.box`: a run's sandbox, opened around the agent's session: the proxy served, the command lines wrapped,
-  and a sandbox that did not start told apart from acpx's own failures.
+- :mod:`.box`: a run's sandbox, opened once its worktree is made and open until the run ends (its hooks and its
+  agent's session run in it): the proxy served, the command lines wrapped, and a sandbox that did not start told
+  apart from acpx's own failures.
+- :mod:`.choice`: whether runs are sandboxed: ``sandbox.enabled``, and for ``"auto"`` whether bwrap starts here,
+  asked once per process.
 - :mod:`.check`: ``beflow doctor``'s check: the sandbox starts, the agent starts in it, its host is reached.
 """

@@ -1,5 +1,5 @@
-"""A run's sandbox (:class:`Sandbox`): opened around the agent's session, it serves the proxy and wraps each acpx
-command line.
+"""A run's sandbox (:class:`Sandbox`): opened once the run's worktree is made and open until the run ends, it serves
+the proxy and wraps each command line that runs in the worktree (every hook's, every acpx one).
 
 A sandbox that cannot start fails the run with bwrap's reason (:class:`SandboxError`): the bridge marks that it
 started just before it becomes acpx, so a missing mark means that nothing ran inside (:meth:`Sandbox.check`). A
@@ -9,8 +9,10 @@ run is never carried on unsandboxed. ``beflow doctor`` starts it ahead of any ru
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
+import shlex
 import shutil
 import sys
 from collections import Counter
@@ -113,18 +115,11 @@ _PACKAGE = re.compile(r"Cannot find (?:package|module) '([^'./][^']*)' imported 
 
 
 class Sandbox:
-    """The sandbox of one run: the worktree's paths, the config's lists and preset, and, once opened, its proxy."""
+    """The sandbox of one run: the worktree's paths, the config's lists and preset, and, once opened, its proxy.
 
-    @classmethod
-    def for_run(
-        cls, config: Config, worktree: Path, checkout: Path, own: Sequence[Path], servers: Sequence[object] | None
-    ) -> Sandbox | None:
-        """A run's sandbox, when ``sandbox.enabled``: ``own``, what of beflow's own the agent is shown read-only
-        (the channel's directory, the prompt file), and ``servers``, the injected ones (their HTTP hosts are reached
-        through the proxy). The project's run records are hidden from it."""
-        if not config.sandbox.enabled:
-            return None
-        return cls(config, worktree=worktree, checkout=checkout, own=own, servers=servers or [])
+    ``own`` is what of beflow's own the agent is shown read-only (the channel's directory, the prompt file), each
+    while it exists; ``servers`` are the injected ones (their HTTP hosts are reached through the proxy). The
+    project's run records are hidden from it."""
 
     def __init__(
         self,
@@ -148,6 +143,7 @@ class Sandbox:
         self._bwrap: Path | None = None
         self._env: dict[str, str] = {}
         self._started = 0
+        self._layout: policy.Layout | None = None
         self._mounts: list[policy.Mount] = []
         self._places: list[policy.PerRun] = []
         #: After the run: the login files written back, and those left as they were and why (places.write_back).
@@ -181,7 +177,7 @@ class Sandbox:
             acpx_home=scratch / "acpx",
             installs=[p.absolute() for p in installs],
             records=records if records.is_dir() else None,
-            own=[p for p in self.own if p.exists()],
+            own=self._own(),
             run_objects=own_git / git.RUN_OBJECTS if own_git is not None and own_git != common_git else None,
             preset=self._chosen,
             presets_own=self._places,
@@ -189,9 +185,17 @@ class Sandbox:
             write=self.config.sandbox.write,
         )
 
+    def _own(self) -> list[Path]:
+        """What of beflow's own is there to show now (the channel's directory exists while the agent's turn runs)."""
+        return [p for p in self.own if p.exists()]
+
     @contextlib.asynccontextmanager
     async def opened(self) -> AsyncIterator[Sandbox]:
-        """Work out the mounts and serve the proxy while the body runs; then nothing of it is left."""
+        """Work out the mounts and serve the proxy while the body runs; then nothing of it is left. A run opens its
+        sandbox once, around its hooks and its agent's session: opened again inside, it is the same sandbox."""
+        if self._scratch is not None:
+            yield self
+            return
         path, why = bwrap.bwrap_path()
         if path is None:
             raise SandboxError(f"the sandbox could not start: {why}")
@@ -203,7 +207,8 @@ class Sandbox:
             (directory / "empty").touch(mode=0o444)
             self._scratch = directory
             try:
-                layout = self.layout(directory)
+                # The paths as beflow made them, before anything ran inside.
+                self._layout = layout = self.layout(directory)
                 if layout.run_objects is not None:  # the agent's own object store (delivery brings it in, checked)
                     objects = git.make_run_objects(layout.run_objects, policy.USER_OBJECTS)
                 self._mounts = policy.mounts(layout)
@@ -225,6 +230,22 @@ class Sandbox:
             scratch.remove(directory)
             if objects is not None:
                 git.forget_run_objects_alternates(objects)
+
+    def hides(self, path: Path) -> bool:
+        """Whether the sandbox does not show ``path`` (an absolute path as it is outside) as it is: the last mount
+        over it empties its directory (``$HOME``, ``/tmp``) or shows something else there (``~/.acpx``)."""
+        hidden = False
+        for mount in self._mounts:
+            over = mount.target == path or mount.target in path.parents
+            if not over or mount.kind == "remount-ro" or (mount.optional and not (mount.source or path).exists()):
+                continue
+            hidden = mount.kind == "tmpfs" or (mount.kind in ("ro", "rw") and mount.source != mount.target)
+        return hidden
+
+    def hidden_in(self, command: str, *, cwd: Path) -> list[Path]:
+        """What the shell command ``command`` names that is here but hidden in the sandbox (its program, a script
+        under ``$HOME``): why a hook that ran there may have failed, and what ``sandbox.read`` needs."""
+        return [path for path in _named_paths(command, self.home, cwd) if self.hides(path)]
 
     async def probe(self) -> None:
         """Start the sandbox once as the agent's will be, running ``acpx --version`` (``beflow doctor``): bwrap's
@@ -260,11 +281,6 @@ class Sandbox:
                 return f"the sandbox hides {named}: add it to sandbox.read if the agent needs it"
         return None
 
-    def hides(self, path: Path) -> bool:
-        """Whether ``path`` is out of sight in the sandbox: the last mount over it is an emptied directory."""
-        over = [m for m in self._mounts if m.kind != "remount-ro" and (m.target == path or m.target in path.parents)]
-        return bool(over) and over[-1].kind == "tmpfs"
-
     def wrap(self, argv: Sequence[str], *, cwd: Path) -> list[str]:
         """``argv`` to run in the sandbox, in ``cwd``, with the proxy's bridge before it."""
         assert self._scratch is not None and self._bwrap is not None, "the sandbox is opened first"
@@ -272,10 +288,44 @@ class Sandbox:
         self._started += 1
         ready = status / f"{self._started}"
         inner = [sys.executable, "-I", "-S", bridge.__file__, str(socket_path), READY, str(ready), "--", *argv]
+        own = self._own()
+        if self._layout is not None and own != list(self._layout.own):  # the channel's directory came, or went
+            self._layout = dataclasses.replace(self._layout, own=own)
+            self._mounts = policy.mounts(self._layout)
         mounts = [*self._mounts, policy.Mount("rw", socket_path, socket_path), policy.Mount("rw", status, status)]
         if _KEYS.exists():  # the keys this user may view, by name: none of the run's business
             mounts.append(policy.Mount("ro", _KEYS, self._scratch / "empty"))
         return bwrap.argv(self._bwrap, mounts, inner, cwd=cwd, env={**self._env, "HOME": str(self.home)})
+
+
+def _named_paths(command: str, home: Path, cwd: Path) -> list[Path]:
+    """The paths a shell command names itself: its program as ``PATH`` finds it, and each word that is a path outside
+    ``cwd`` (``~/x``, ``$HOME/x``, ``/x``), with the file a symbolic link leads to. Never a name in ``cwd`` (the
+    worktree is the agent's: a link there could have beflow suggest showing it ``~/.ssh``)."""
+    try:
+        words = shlex.split(command)
+    except ValueError:  # an unbalanced quote: the shell says so itself
+        words = command.split()
+    words = [w for w in words if not (w and "=" in w.split("/")[0])]  # `FOO=1 make`: the assignment names nothing
+    named: list[Path] = []
+    for index, word in enumerate(words):
+        for prefix in ("~/", "$HOME/", "${HOME}/"):
+            if word.startswith(prefix):
+                word = str(home / word[len(prefix) :])
+        if Path(word).is_absolute():
+            named.append(Path(word))
+        elif index == 0 and "/" not in word and (found := shutil.which(word)):
+            named.append(Path(found).absolute())
+    existing: list[Path] = []
+    for path in named:
+        if path == cwd or cwd in path.parents:
+            continue
+        try:
+            if path.exists():
+                existing += dict.fromkeys([path, path.resolve()])
+        except (OSError, RuntimeError):  # a link that goes round in a loop
+            continue
+    return existing
 
 
 def describe_blocked(blocked: dict[str, int]) -> str | None:

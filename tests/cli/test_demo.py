@@ -31,6 +31,9 @@ def test_demo_runs_the_sample_issue_and_shows_the_branch_the_diff_and_the_record
     assert "MCP servers handed to the agent: docs, search — placeholders" in out and "never starts them" in out
     assert f"beflow's own files: worktrees, locks and crash logs go under {os.environ['BEFLOW_HOME']}" in out
     assert "After the run: removed " in out and "Managed file" not in out
+    # The README's first command, sandboxed by default where bwrap starts (here): the record and the output say so.
+    assert record.sandboxed
+    assert 'Sandbox: on ("auto", and bwrap starts here): the agent saw its worktree, not your home' in out
     assert f"Branch: beflow/1 at {(record.commit or '')[:12]}" in out and "+def farewell" in out
     assert f"Run record: {directory / '.beflow' / 'runs' / record.id}" in out
     assert "demo-token" not in "".join(p.read_text() for p in directory.joinpath(".beflow", "runs").rglob("*.*"))

@@ -9,13 +9,33 @@ from pathlib import Path
 import pytest
 
 from beflow import ACPX_VERSION
-from tests.support.projects import config_file
+from tests.support.projects import UNSANDBOXED, config_file
 
 
-def write_config(repo: Path, text: str) -> Path:
+def write_config(repo: Path, config: dict[str, object] | str) -> Path:
+    """The project's config: an object, with the sandbox pinned off (tests/test_sandbox_doctor.py is about it), or a
+    file's text as it is."""
     path = config_file(repo)
-    path.write_text(text)
+    path.write_text(config if isinstance(config, str) else json.dumps({"sandbox": UNSANDBOXED, **config}))
     return path
+
+
+def check_lines(stdout: str, name: str) -> list[str]:
+    """The lines of one check: its own and its fix."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line[2:].startswith(f"{name}: "))
+    return lines[start : start + 1] + [line for line in lines[start + 1 : start + 2] if line.startswith("    fix:")]
+
+
+@pytest.fixture
+def no_sandbox_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A machine where the sandbox cannot start, for the tests of a project with no config (or ``beflow init``'s):
+    the default ``"auto"`` then runs unsandboxed, and doctor's sandbox line is a warning whatever this machine's
+    network reaches (tests/test_sandbox_doctor.py checks the sandbox where it starts)."""
+    fake = tmp_path / "no-bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("BEFLOW_BWRAP", str(fake))
 
 
 @pytest.fixture
@@ -26,7 +46,7 @@ def acpx_on_path(acpx_bin: Path, monkeypatch: pytest.MonkeyPatch, codex_is_the_t
 
 
 def test_all_good_exits_0(repo: Path, beflow, acpx_bin: Path, codex_is_the_test_agent: Path) -> None:
-    config = write_config(repo, json.dumps({"acpx": [str(acpx_bin)]}))
+    config = write_config(repo, {"acpx": [str(acpx_bin)]})
 
     result = beflow("doctor")
 
@@ -35,20 +55,27 @@ def test_all_good_exits_0(repo: Path, beflow, acpx_bin: Path, codex_is_the_test_
     assert [line.split(":")[0] for line in lines[:4]] == ["✓ git", "✓ node", "✓ acpx", "✓ config"]
     assert f"✓ acpx: {ACPX_VERSION} via `{acpx_bin}`" in lines
     assert f"✓ config: {config}" in lines
-    assert lines[-1].startswith("✓ agent: codex started and opened a session in ")
+    assert check_lines(result.stdout, "agent")[0].startswith("✓ agent: codex started and opened a session in ")
+    assert (
+        lines[-1] == "✓ sandbox: off (sandbox.enabled is false): an agent runs as you, unconfined (beflow docs safety)"
+    )
     assert "fix:" not in result.stdout
 
 
-def test_no_config_is_a_warning_not_a_failure(repo: Path, beflow, acpx_on_path: None) -> None:
+def test_no_config_is_a_warning_not_a_failure(repo: Path, beflow, acpx_on_path: None, no_sandbox_here: None) -> None:
     result = beflow("doctor")
 
     assert result.exit_code == 0
     assert f"! config: no .beflow/config.json: defaults for {repo}" in result.stdout
     assert "    fix: Run `beflow init`." in result.stdout
+    assert check_lines(result.stdout, "sandbox")[0] == (
+        '! sandbox: off ("auto", and the sandbox cannot start here: bwrap: No permissions to create a new namespace): '
+        "runs are not sandboxed"
+    )
 
 
 def test_a_missing_acpx_exits_1_with_a_fix(repo: Path, beflow) -> None:
-    write_config(repo, '{"acpx": ["/nonexistent/acpx"]}')
+    write_config(repo, {"acpx": ["/nonexistent/acpx"]})
 
     result = beflow("doctor")
 
@@ -79,7 +106,7 @@ def test_the_config_option_is_checked(repo: Path, beflow, acpx_on_path: None) ->
 
 
 def test_json_output(repo: Path, beflow, acpx_bin: Path) -> None:
-    write_config(repo, json.dumps({"acpx": ["/nonexistent/acpx"]}))
+    write_config(repo, {"acpx": ["/nonexistent/acpx"]})
 
     result = beflow("doctor", "--json")
 
@@ -91,7 +118,7 @@ def test_json_output(repo: Path, beflow, acpx_bin: Path) -> None:
     assert checks["git"]["ok"] is True
 
 
-def test_init_then_doctor_is_all_good(repo: Path, beflow, acpx_on_path: None) -> None:
+def test_init_then_doctor_is_all_good(repo: Path, beflow, acpx_on_path: None, no_sandbox_here: None) -> None:
     assert beflow("init").exit_code == 0
 
     result = beflow("doctor")
@@ -101,7 +128,7 @@ def test_init_then_doctor_is_all_good(repo: Path, beflow, acpx_on_path: None) ->
 
 
 def test_a_root_config_json_of_an_earlier_beflow_is_not_read_and_doctor_says_how_to_move_it(
-    repo: Path, beflow, acpx_on_path: None
+    repo: Path, beflow, acpx_on_path: None, no_sandbox_here: None
 ) -> None:
     (repo / "config.json").write_text('{"agent": "claude", "timeout": 600}')
 
@@ -114,7 +141,7 @@ def test_a_root_config_json_of_an_earlier_beflow_is_not_read_and_doctor_says_how
 
 
 def test_an_application_config_json_at_the_root_is_none_of_doctors_business(
-    repo: Path, beflow, acpx_on_path: None
+    repo: Path, beflow, acpx_on_path: None, no_sandbox_here: None
 ) -> None:
     (repo / "config.json").write_text('{"agent": "claude", "database": "postgres://localhost/app"}')
 
@@ -128,12 +155,12 @@ def test_an_agent_that_is_not_logged_in_fails_with_its_login_command(
 ) -> None:
     """doctor starts the agent for real: the test agent (as codex) answers session/new with ACP's auth error."""
     monkeypatch.setenv("ACP_TEST_AUTH", "required")
+    write_config(repo, {})
 
     result = beflow("doctor")
 
     assert result.exit_code == 1
-    lines = result.stdout.splitlines()
-    assert lines[-2:] == [
+    assert check_lines(result.stdout, "agent") == [
         "✗ agent: codex is not logged in: Authentication required",
         "    fix: Log in with `codex login` (as the user beflow runs as), then run `beflow doctor` again.",
     ]
@@ -143,6 +170,8 @@ def test_an_agent_that_is_not_logged_in_fails_with_its_login_command(
 def test_an_agent_that_is_installed_and_logged_in_leaves_no_session_behind(
     repo: Path, beflow, acpx_on_path: None, tmp_path: Path
 ) -> None:
+    write_config(repo, {})
+
     result = beflow("doctor")
 
     assert result.exit_code == 0, result.stdout
@@ -151,7 +180,7 @@ def test_an_agent_that_is_installed_and_logged_in_leaves_no_session_behind(
 
 
 def test_an_agent_that_is_not_installed_says_how_to_install_it(repo: Path, beflow, acpx_bin: Path) -> None:
-    write_config(repo, json.dumps({"acpx": [str(acpx_bin)], "agent": {"command": "no-such-agent-binary --acp"}}))
+    write_config(repo, {"acpx": [str(acpx_bin)], "agent": {"command": "no-such-agent-binary --acp"}})
 
     result = beflow("doctor")
 
@@ -164,12 +193,12 @@ def test_an_agent_that_dies_at_start_shows_its_own_words(repo: Path, beflow, acp
     agent = tmp_path / "broken-agent"
     agent.write_text("#!/bin/sh\necho 'config error: missing model name' >&2\nexit 3\n")
     agent.chmod(0o755)
-    write_config(repo, json.dumps({"acpx": [str(acpx_bin)], "agent": {"command": str(agent)}}))
+    write_config(repo, {"acpx": [str(acpx_bin)], "agent": {"command": str(agent)}})
 
     result = beflow("doctor")
 
     assert result.exit_code == 1
-    assert result.stdout.splitlines()[-2:] == [
+    assert check_lines(result.stdout, "agent") == [
         f"✗ agent: {agent} exited before it started (exit 3): config error: missing model name",
         f"    fix: Run the agent's command by hand to see why: {agent}.",
     ]
@@ -180,9 +209,8 @@ def test_every_problem_a_run_would_hit_is_listed_with_its_line_in_the_named_conf
 ) -> None:
     """With --config c.json, messages and fixes name c.json and the line of each setting; none hides another."""
     named = repo / "c.json"
-    named.write_text(
-        json.dumps({"acpx": [str(acpx_bin)], "after_run": {"pull_request": True}, "prompt": "missing.md"}, indent=2)
-    )
+    config = {"acpx": [str(acpx_bin)], "after_run": {"pull_request": True}, "prompt": "missing.md"}
+    named.write_text(json.dumps({**config, "sandbox": UNSANDBOXED}, indent=2))
 
     result = beflow("--config", "c.json", "doctor")
 

@@ -20,7 +20,9 @@ def test_init_writes_the_project_config_at_the_git_top_level(repo: Path, beflow,
     assert result.exit_code == 0, result.stderr
     assert f"Wrote {repo / '.beflow' / 'config.json'}" in result.stdout
     assert "beflow doctor" in result.stdout
+    assert 'sandboxed where the sandbox starts on this machine ("sandbox": {"enabled": "auto"})' in result.stdout
     assert config_file(repo).read_text() == example_config()
+    assert '"enabled": "auto"' in example_config()
     assert not config_file(sub).exists()
 
 

@@ -15,7 +15,7 @@ import pytest
 
 from beflow.records import RunStore
 from tests.support.github import TOKEN, FakeGitHub, wait_until
-from tests.support.projects import config_file
+from tests.support.projects import UNSANDBOXED, config_file
 
 pytestmark = pytest.mark.slow
 
@@ -33,6 +33,7 @@ def clone(tmp_path: Path, origin: Path, name: str, github: FakeGitHub, acpx: Pat
         "agent": {"command": agent},
         "acpx": [str(acpx)],
         "timeout": 120,
+        "sandbox": UNSANDBOXED,
         "tracker": {"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": LEASE},
         "watch": {"interval": 0.3, "concurrency": 1, "backoff": 0.5},
         "after_run": {"pull_request": True},

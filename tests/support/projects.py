@@ -27,6 +27,11 @@ MCP_JSON = {
 }
 
 
+#: What every test's config says of the sandbox unless the test is about it: off. The default (``"auto"``) would
+#: sandbox runs on a machine where bwrap works; tests/faults/test_sandbox_default.py is about that default.
+UNSANDBOXED = {"enabled": False}
+
+
 def config_file(directory: Path) -> Path:
     """The project config beflow discovers in ``directory`` (``.beflow/config.json``); its folder is created."""
     path = directory / ".beflow" / "config.json"
@@ -121,7 +126,13 @@ def auto_project(repo: Path, acpx_bin: Path, test_agent_command: str) -> AutoPro
     """``repo`` with a .beflow/config.json for the test agent through the pinned acpx, and a `.mcp.json` to inject."""
     (repo / ".mcp.json").write_text(json.dumps(MCP_JSON, indent=2) + "\n")
     project = AutoProject(repo, {})
-    project.configure(agent={"command": test_agent_command}, acpx=[str(acpx_bin)], timeout=60, mcp={"enabled": True})
+    project.configure(
+        agent={"command": test_agent_command},
+        acpx=[str(acpx_bin)],
+        timeout=60,
+        mcp={"enabled": True},
+        sandbox=UNSANDBOXED,
+    )
     return project
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from beflow.records import RunStore
 from tests.support.github import TOKEN, FakeGitHub
-from tests.support.projects import config_file
+from tests.support.projects import UNSANDBOXED, config_file
 
 pytestmark = pytest.mark.slow
 
@@ -47,6 +47,7 @@ def clone(
         "agent": {"command": agent},
         "acpx": [str(acpx)],
         "timeout": 120,
+        "sandbox": UNSANDBOXED,
         "tracker": {"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": LEASE},
         "watch": {"interval": 0.3, "concurrency": concurrency, "backoff": 0.5},
     }
