@@ -24,9 +24,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_AGENT = Path(__file__).resolve().parent / "support" / "acp_agent.py"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests that start acpx or a beflow process are marked ``slow`` (``pytest -m "not slow"`` is the fast loop)."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests that start acpx or a beflow process are marked ``slow`` (``pytest -m "not slow"`` is the fast loop);
+    the benchmark rows (``bench``) run only when the mark expression names them (``pytest -m bench``: a step of
+    their own in ``./scripts/test``)."""
     slow.mark(items)
+    if "bench" not in (config.getoption("markexpr") or ""):
+        left_out = [item for item in items if item.get_closest_marker("bench") is not None]
+        if left_out:
+            config.hook.pytest_deselected(items=left_out)
+            items[:] = [item for item in items if item.get_closest_marker("bench") is None]
 
 
 @pytest.fixture(autouse=True)

@@ -31,6 +31,7 @@ import re
 import secrets
 import shutil
 import socket
+import stat
 import struct
 import tempfile
 import threading
@@ -104,13 +105,17 @@ def _peer_uid(sock: socket.socket) -> int | None:
 STALE_AFTER = 60.0
 
 
-def _sweep(root: Path) -> None:
-    """Remove the channels of runs that were killed (their directory stayed, nothing listens on the socket)."""
+def _sweep(root: Path, prefix: str) -> None:
+    """Remove the channels of runs that were killed (their directory stayed, nothing listens on the socket): those
+    in ``root`` named ``prefix...`` and this user's (``root`` may be the system's temporary directory, shared)."""
     now = time.time()
     for directory in root.iterdir() if root.is_dir() else []:
+        if not directory.name.startswith(prefix):
+            continue
         try:
-            if now - directory.lstat().st_mtime < STALE_AFTER:
-                continue  # a run that is opening its channel right now
+            seen = directory.lstat()
+            if not stat.S_ISDIR(seen.st_mode) or seen.st_uid != os.getuid() or now - seen.st_mtime < STALE_AFTER:
+                continue  # not a channel of this user's, or a run that is opening its channel right now
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
                 probe.settimeout(1)
                 probe.connect(str(directory / "s"))
@@ -138,13 +143,17 @@ class RunChannel:
     #: Why beflow's server failed the agent, when it did (:func:`beflow.mcp.own.own_failure`).
     failure: str | None = None
     _live: Callable[[], guardrails.Usage | None] = field(default=lambda: None, init=False, repr=False)
+    #: What names the channels in the directory :attr:`directory` is in: anything in beflow's own, ``beflow-UID-``
+    #: in the system's temporary directory (which everyone's files share).
+    _prefix: str = field(default="", init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.issue = normalize_key(self.issue)
         name = secrets.token_hex(6)
         directory = beflow_home() / "channels" / name
         if len(str(directory / "s")) > MAX_SOCKET_PATH:  # a deep BEFLOW_HOME: the system's temporary directory
-            directory = Path(tempfile.gettempdir()) / f"beflow-{os.getuid()}-{name}"
+            self._prefix = f"beflow-{os.getuid()}-"
+            directory = Path(tempfile.gettempdir()) / f"{self._prefix}{name}"
         self.directory = directory
 
     @property
@@ -164,7 +173,7 @@ class RunChannel:
         included), that the agent's words are masked with; by default, its tracker's and beflow's own."""
         self._live = usage
         self.directory.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _sweep(self.directory.parent)
+        _sweep(self.directory.parent, self._prefix)
         os.mkdir(self.directory, 0o700)
         if secrets is None:
             from beflow.lifecycle import run_secrets  # the run's side only: beflow's server never loads the session

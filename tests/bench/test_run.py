@@ -36,6 +36,7 @@ ROWS = (
 )
 
 
+@pytest.mark.bench
 @pytest.mark.parametrize("row", ROWS)
 def test_every_benchmark_row_runs(row: str, tmp_path: Path) -> None:
     result = tmp_path / "result.json"

@@ -51,7 +51,9 @@ class Watch:
         return thread
 
     def events(self) -> list[dict[str, object]]:
-        return [json.loads(line) for line in bytes(self.read).splitlines() if line.strip()]
+        """The events read so far: whole lines only (the drain thread may be half-way through appending one)."""
+        whole, _, _ = bytes(self.read).rpartition(b"\n")
+        return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
 @pytest.fixture
@@ -134,3 +136,12 @@ def test_what_was_dropped_is_counted_once_the_reader_reads_again(
     # dropped with it: the records and the issues say how the runs went.
     progress = sum(1 for e in events if e.get("event") == "progress")
     assert dropped > 0 and 0 < progress < 2 * 4000
+
+
+def test_the_reader_takes_whole_lines_only_while_the_drain_thread_appends() -> None:
+    """The drain thread appends whatever a read gave: a line read half-way is not an event yet."""
+    watch = Watch(process=None, read_end=-1)  # type: ignore[arg-type]  # no process: only what was read counts
+    watch.read += b'{"event": "progress"}\n{"event": "no'
+    assert watch.events() == [{"event": "progress"}]
+    watch.read += b'tice"}\n'
+    assert watch.events() == [{"event": "progress"}, {"event": "notice"}]

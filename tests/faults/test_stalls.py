@@ -16,7 +16,8 @@ from tests.support.waiting import eventually
 def test_a_stalled_agent_whose_tool_ignores_signals_is_still_stopped_and_nothing_is_left_running(
     auto_project: AutoProject, no_leftover_processes: None
 ) -> None:
-    auto_project.configure(limits={"stall": 1})
+    # (5 s: on a loaded machine acpx and the agent may take seconds to start, and nothing before they do is life)
+    auto_project.configure(limits={"stall": 5})
     key = auto_project.new_issue("write started.txt x", "run trap '' TERM INT HUP; sleep 60 & wait; sleep 60")
     started = time.monotonic()
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
+import shutil
 import socket
 import stat
+import tempfile
 from pathlib import Path
 
 import anyio
@@ -85,7 +88,8 @@ def test_the_channel_answers_the_run_and_refuses_everything_else(channel: RunCha
 def test_a_killed_runs_channel_is_removed_by_the_next_run(channel: RunChannel) -> None:
     root = channel.directory.parent
     root.mkdir(parents=True, exist_ok=True)
-    left, opening = root / "left-by-a-killed-run", root / "being-opened"
+    named = channel.directory.name[:-12]  # less its random part: `beflow-UID-` in the temporary directory, else ""
+    left, opening = (root / f"{named}{secrets.token_hex(6)}" for _ in range(2))
     for directory in (left, opening):
         directory.mkdir(mode=0o700)
         with socket.socket(socket.AF_UNIX) as dead:  # bound, then closed: the file stays, nobody listens
@@ -98,3 +102,31 @@ def test_a_killed_runs_channel_is_removed_by_the_next_run(channel: RunChannel) -
 
     anyio.run(main)
     assert not left.exists() and opening.exists()
+    shutil.rmtree(opening)  # (it may be in the system's temporary directory)
+
+
+def test_a_channel_in_the_systems_temporary_directory_sweeps_only_killed_runs_channels_there(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A BEFLOW_HOME too deep for a socket path puts the channel in the system's temporary directory, which everyone
+    shares: the sweep there removes only beflow's own channels of killed runs, never anything else it holds."""
+    shared = Path(tempfile.mkdtemp())  # short, as the system's is: room for a socket path
+    request.addfinalizer(lambda: shutil.rmtree(shared))
+    monkeypatch.setattr("tempfile.tempdir", str(shared))
+    monkeypatch.setenv("BEFLOW_HOME", str(tmp_path / ("deep" * 30)))
+    config_file(repo).write_text("{}\n")
+    channel = RunChannel(load_project(config_file(repo)), "1", "20260101-000000-1-abcd")
+    assert channel.directory.parent == shared
+    others, killed = shared / "someone-elses", shared / f"beflow-{os.getuid()}-0123456789ab"
+    for directory in (others, killed):
+        directory.mkdir(mode=0o700)
+        (directory / "kept.txt").write_text("x")
+        os.utime(directory, (0, 0))
+
+    async def main() -> None:
+        async with channel.serving(None):
+            assert channel.path.exists()
+
+    anyio.run(main)
+    assert (others / "kept.txt").read_text() == "x"
+    assert not killed.exists() and not channel.directory.exists()
