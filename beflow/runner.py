@@ -196,6 +196,7 @@ class _InWorktree:
                     delivered = await self._deliver(workspace, outcome, reason)
                     if outcome != "cancelled":  # cancelled it stays, whatever its commit did
                         outcome, reason = delivered
+                workspace.done()  # (its sandbox: the login files come back, or a notice says why not)
             if (
                 outcome == "failed" and await interrupts.being_cancelled()
             ):  # a git step of the cleanup (the commit), interrupted

@@ -92,8 +92,6 @@ class AgentTurn:
                     finally:
                         if box is not None:  # what the sandbox's proxy refused, however the run ended
                             record.blocked = dict(box.blocked)
-                            for refused in box.written_back.refused:  # a login file that did not come back
-                                self.emit("notice", message=f"sandbox: {refused}")
                     record.resumed_session = agent.resumed_session
                 await workspace.hook("after_run", fatal=False)
         transcript = agent.transcript

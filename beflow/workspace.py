@@ -59,6 +59,14 @@ class Workspace:
         async with self._open:
             yield self
 
+    def done(self) -> None:
+        """Nothing runs in the run's sandbox any more (``before_remove`` has run): the login files its agent and
+        hooks refreshed come back now, before the run ends, and a notice says which did not and why."""
+        box, self.sandbox = self.sandbox, None
+        if box is not None:
+            for refused in box.write_back().refused:
+                self.session.emit("notice", message=f"sandbox: {refused}")
+
     @property
     def path(self) -> Path:
         assert self.worktree is not None, "the worktree is made first"

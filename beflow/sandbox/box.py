@@ -146,8 +146,9 @@ class Sandbox:
         self._layout: policy.Layout | None = None
         self._mounts: list[policy.Mount] = []
         self._places: list[policy.PerRun] = []
-        #: After the run: the login files written back, and those left as they were and why (places.write_back).
-        self.written_back = places.WrittenBack()
+        #: After the run: the login files written back, and those left as they were and why (places.write_back);
+        #: None until then.
+        self.written_back: places.WrittenBack | None = None
 
     @property
     def blocked(self) -> Counter[str]:
@@ -200,6 +201,7 @@ class Sandbox:
         if path is None:
             raise SandboxError(f"the sandbox could not start: {why}")
         self._bwrap = path
+        self.written_back = None
         directory = scratch.make()
         objects: Path | None = None
         try:
@@ -226,10 +228,17 @@ class Sandbox:
         finally:
             self._scratch = None
             # Nothing of the sandbox runs any more: the login files come back, the rest of its writes go.
-            self.written_back = places.write_back(self._places)
+            self.write_back()
             scratch.remove(directory)
             if objects is not None:
                 git.forget_run_objects_alternates(objects)
+
+    def write_back(self) -> places.WrittenBack:
+        """Once nothing runs in the sandbox any more: the login files the run refreshed written back to the user's
+        home (once; the run calls it before it ends, the sandbox's closing otherwise)."""
+        if self.written_back is None:
+            self.written_back = places.write_back(self._places)
+        return self.written_back
 
     def hides(self, path: Path) -> bool:
         """Whether the sandbox does not show ``path`` (an absolute path as it is outside) as it is: the last mount
@@ -284,6 +293,7 @@ class Sandbox:
     def wrap(self, argv: Sequence[str], *, cwd: Path) -> list[str]:
         """``argv`` to run in the sandbox, in ``cwd``, with the proxy's bridge before it."""
         assert self._scratch is not None and self._bwrap is not None, "the sandbox is opened first"
+        assert self.written_back is None, "nothing runs in the sandbox once its login files are written back"
         socket_path, status = self._scratch / "proxy.sock", self._scratch / "status"
         self._started += 1
         ready = status / f"{self._started}"
