@@ -240,6 +240,13 @@ class Sandbox:
             self.written_back = places.write_back(self._places)
         return self.written_back
 
+    def _objects_alternates(self) -> None:
+        """Before a command starts in the sandbox: the run's object directory names the repository's objects. The
+        delivery drops that name before beflow's own git reads the directory (outside, it names nothing of
+        beflow's); ``before_remove``, which runs after the delivery, reads the repository's objects through it."""
+        if self._layout is not None and self._layout.run_objects is not None:
+            _restore_alternates(self._layout.run_objects)
+
     def hides(self, path: Path) -> bool:
         """Whether the sandbox does not show ``path`` (an absolute path as it is outside) as it is: the last mount
         over it empties its directory (``$HOME``, ``/tmp``) or shows something else there (``~/.acpx``)."""
@@ -298,6 +305,7 @@ class Sandbox:
         self._started += 1
         ready = status / f"{self._started}"
         inner = [sys.executable, "-I", "-S", bridge.__file__, str(socket_path), READY, str(ready), "--", *argv]
+        self._objects_alternates()
         own = self._own()
         if self._layout is not None and own != list(self._layout.own):  # the channel's directory came, or went
             self._layout = dataclasses.replace(self._layout, own=own)
@@ -306,6 +314,14 @@ class Sandbox:
         if _KEYS.exists():  # the keys this user may view, by name: none of the run's business
             mounts.append(policy.Mount("ro", _KEYS, self._scratch / "empty"))
         return bwrap.argv(self._bwrap, mounts, inner, cwd=cwd, env={**self._env, "HOME": str(self.home)})
+
+
+def _restore_alternates(objects: Path) -> None:
+    """The run's object directory ``objects`` names the repository's objects again (as the sandbox shows them), if
+    beflow's own git dropped that (it does before it reads the directory)."""
+    if objects.is_dir() and not (objects / "info" / "alternates").exists():
+        with contextlib.suppress(OSError, git.GitError):  # (a hook's git then fails, saying what it misses)
+            git.make_run_objects(objects, policy.USER_OBJECTS)
 
 
 def _named_paths(command: str, home: Path, cwd: Path) -> list[Path]:

@@ -240,3 +240,26 @@ def test_a_sandboxed_hook_that_outlives_its_timeout_is_stopped_with_all_it_start
     assert record.outcome == "failed" and "hook after_create failed" in (record.stop_reason or "")
     log = (auto_project.run_dir(record) / "hooks" / "after_create.log").read_text()
     assert "[in the run's sandbox: " in log and "waiting" in log and "timed out" in log
+
+
+def test_a_before_remove_hook_reads_the_repository_in_the_sandbox_after_the_runs_objects_were_brought_in(
+    auto_project: AutoProject, no_leftover_processes: None
+) -> None:
+    """``before_remove`` runs in the run's sandbox after the delivery brought the run's objects in; the worktree's
+    git there still reads the repository's objects (the user's, read-only) and the run's commit: a hook that asks
+    git about the worktree (``git status``, ``git log``) works as ``after_run`` does."""
+    auto_project.configure(
+        sandbox={"enabled": True},
+        hooks=dict.fromkeys(("after_run", "before_remove"), "git status --short && git log --format=%s"),
+    )
+    key = auto_project.new_issue("write a.txt a\\n", "run git add a.txt && git commit -q -m agent-commit")
+
+    done = beflow_run(auto_project, "--auto", key)
+
+    assert done.code == 0, done.stderr + done.stdout
+    record = auto_project.only_record()
+    assert record.outcome == "succeeded" and record.sandboxed and record.commit, record.stop_reason
+    assert "hook before_remove failed" not in done.stderr + done.stdout
+    log = (auto_project.run_dir(record) / "hooks" / "before_remove.log").read_text()
+    assert "[exit 0 " in log and "agent-commit" in log and "initial" in log, log
+    assert not record.worktree_kept and not Path(record.worktree or "/").exists()
