@@ -33,9 +33,10 @@ from pathlib import Path
 
 from beflow import git
 
-#: A loose object (SHA-1 or SHA-256) and a pack's files, relative to the object directory.
+#: A loose object (SHA-1 or SHA-256) and a pack's files, relative to the object directory: git takes every
+#: ``pack/*.idx`` for a pack's index, whatever its name (``pack/shadow.idx`` too), and its ``.pack`` beside it.
 _LOOSE = re.compile(r"^[0-9a-f]{2}/(?:[0-9a-f]{38}|[0-9a-f]{62})$")
-_PACK = re.compile(r"^pack/pack-[0-9a-f]{40,64}\.(?:pack|idx)$")
+_PACK = re.compile(r"^pack/[^/]+\.(?:pack|idx)$")
 #: Bytes read at a time while a loose object is inflated and hashed.
 _CHUNK = 1 << 20
 

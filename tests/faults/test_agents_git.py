@@ -261,6 +261,30 @@ def test_a_new_pack_that_shadows_an_object_of_the_users_store_is_found_and_the_r
     assert pushed(project) == [] and github.pulls == {}
 
 
+def test_a_shadowing_pack_under_a_name_git_never_gives_one_is_found_all_the_same(
+    project: AutoProject, github: FakeGitHub, no_leftover_processes: None
+) -> None:
+    """git takes every ``objects/pack/*.idx`` for a pack, whatever its name: the agent renames its shadowing pack
+    ``shadow.pack``/``shadow.idx`` and writes nothing else that the leak check would read. The run is not published,
+    and its reason names the pack (the user's own git now reads the README it forged)."""
+    directory = project.directory
+    before = RepoState.of(directory)
+    packs = '"$(git rev-parse --git-common-dir)/objects/pack"'
+    rename = f'cd {packs} && for f in pack-*; do mv "$f" "shadow.${{f##*.}}"; done'
+    key = project.new_issue(python(SHADOW, "README.md", "forged"), f"run {rename}", "write a.txt a")
+
+    done = beflow_run(project, "--auto", key, env=HOST)
+
+    assert done.code == 1, done.stderr + done.stdout
+    record = project.only_record()
+    assert record.outcome == "failed" and record.commit is None and record.permanent, record.stop_reason
+    reason = record.stop_reason or ""
+    assert "the agent changed the repository's object store (objects/pack/shadow.pack" in reason, reason
+    assert "beflow/1" not in project.branches()
+    assert before.same_but_new_objects(RepoState.of(directory)) == []  # (the new pack is the agent's own doing)
+    assert pushed(project) == [] and github.pulls == {}
+
+
 def test_a_ref_the_run_builds_on_that_the_agent_moves_fails_the_run_and_other_refs_are_named(
     project: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
