@@ -56,12 +56,25 @@ def machine() -> tuple[bool, str]:
     if path is None:
         return False, why
     with _lock:  # a watch's first runs start together: one probe answers them all
-        if str(path) not in _probed:
-            _probed[str(path)] = _ask(path)
-        return _probed[str(path)]
+        if str(path) in _probed:
+            return _probed[str(path)]
+        works, said = _ask(path)
+        if works is None:  # the machine is short of something for now: not its answer (see _ask)
+            return True, ""
+        _probed[str(path)] = (works, said)
+        return works, said
 
 
-def _ask(path: Path) -> tuple[bool, str]:
+#: What bwrap says when the machine is short of something for now, not when it forbids the sandbox: the user's
+#: quota of namespaces used up (another run's agent may hold them: nested namespaces are allowed), no memory, no
+#: process left.
+_FOR_NOW = ("No space left on device", "Resource temporarily unavailable", "Cannot allocate memory", "Too many users")
+
+
+def _ask(path: Path) -> tuple[bool | None, str]:
+    """Whether bwrap starts here, and what it said when it does not; None when the probe could not tell (it timed
+    out, or bwrap was short of something for now): runs are then sandboxed, and fail with the sandbox's own reason
+    while it cannot start, never go unsandboxed because of what another run's agent may have brought about."""
     try:
         result = proc.run_sync(_probe_argv(path), timeout=PROBE_TIMEOUT)
     except Interrupted:
@@ -71,6 +84,8 @@ def _ask(path: Path) -> tuple[bool, str]:
     if result.ok:
         return True, ""
     said = [line.strip() for line in result.stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+    if result.timed_out or (said and any(words in said[-1] for words in _FOR_NOW)):
+        return None, said[-1] if said else result.describe()
     return False, said[-1] if said else f"{path}: {result.describe()}"
 
 

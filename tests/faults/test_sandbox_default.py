@@ -68,3 +68,27 @@ def test_where_the_sandbox_cannot_start_runs_go_unsandboxed_with_one_notice_per_
     (record,) = auto_project.records(key)
     assert record.outcome == "failed" and "the sandbox could not start" in (record.stop_reason or "")
     assert f"beflow/{key}" not in auto_project.branches()
+
+
+def test_a_machine_short_of_namespaces_for_now_fails_the_run_closed_rather_than_unsandboxed(
+    auto_project: AutoProject, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    """The user's quota of user namespaces is used up — another run's sandboxed agent can hold them all (nested
+    namespaces are allowed) — as a new beflow process asks the machine: that is no answer of the machine's, so its
+    runs are not carried on unsandboxed; each fails with the sandbox's reason, and no agent starts."""
+    fake = tmp_path / "bwrap"
+    fake.write_text("#!/bin/sh\necho 'bwrap: Creating new namespace failed: No space left on device' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    auto_project.configure(sandbox=None)
+    key = auto_project.new_issue("write a.txt x", title="task")
+
+    done = beflow_run(auto_project, "--auto", key, env={"BEFLOW_BWRAP": str(fake)})
+
+    assert done.code == 1, done.stderr + done.stdout
+    (record,) = auto_project.records(key)
+    assert record.outcome == "failed" and record.sandboxed, record.stop_reason
+    assert "the sandbox could not start: bwrap: Creating new namespace failed: No space left on device" in (
+        record.stop_reason or ""
+    )
+    assert "not sandboxed" not in done.stderr + done.stdout
+    assert f"beflow/{key}" not in auto_project.branches()
