@@ -31,7 +31,7 @@ from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError
 from beflow.events import RunEvent, WatchEvent, WatchEventKind
 from beflow.holds import Holds
-from beflow.lanes import Running, Snapshot
+from beflow.lanes import Running, Snapshot, run_ids
 from beflow.lifecycle import RunRequest, requeue_orphans, settle_orphans
 from beflow.policy import is_final
 from beflow.reachability import TrackerLook
@@ -193,14 +193,14 @@ class Dispatcher:
             if time.monotonic() >= due:
                 due = time.monotonic() + self.project.config.watch.interval
                 try:
-                    await workers.blocking(self._reconcile)
+                    await workers.blocking(self._reconcile, run_ids(self.running))
                 except BeflowError as error:
                     self.emit("error", message=error.message)
 
-    def _reconcile(self) -> None:
-        """Cancel the runs whose issue is gone or was moved on by hand."""
+    def _reconcile(self, started: dict[str, str | None]) -> None:
+        """Cancel the runs whose issue is gone or was moved on by hand (``started``: noted before the look, run_ids)."""
         for key, running in list(self.running.items()):
-            reason = running.moved_on()
+            reason = running.moved_on(self.store, started.get(key))
             if reason is not None:
                 workers.on_the_loop(running.cancel, reason)  # cancel scopes belong to the loop
                 self.emit("cancelled", key, reason=reason)
@@ -218,6 +218,7 @@ class Dispatcher:
         reloaded = self.config.reload(self.project)
         if reloaded is not None:
             self.project, self.tracker, self.code_host = reloaded
+        started = run_ids(self.running)  # before the tick's one look at the tracker: a run started since is no move
         try:
             with reading_once(self.tracker):  # one scan of the tracker serves the whole tick
                 store = self.store
@@ -228,7 +229,7 @@ class Dispatcher:
                     self.emit("settled", key, reason="its run had finished; the issue now says so")
                 for issue in requeue_orphans(self.tracker):
                     self.emit("requeued", issue.key, reason="its run stopped without finishing")
-                self._reconcile()
+                self._reconcile(started)
                 self._queue()
                 self.tracker_look.succeeded()
                 # The checks every run needs (git, acpx, the prompt, .mcp.json) only when a run is about to start:

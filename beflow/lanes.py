@@ -64,8 +64,13 @@ class Running:
     def cancelling(self) -> bool:
         return self.scope.cancel_called
 
-    def moved_on(self) -> str | None:
-        """Why reconciliation cancels the run: its issue is gone, or no longer ``in_progress``; None: it goes on."""
+    def moved_on(self, store: RunStore, started: str | None) -> str | None:
+        """Why reconciliation cancels the run: its issue is gone, or no longer ``in_progress``; None: it goes on.
+
+        ``started`` is the run's id as the lane knew it before the tracker was looked at (None: not started then).
+        Both ends of a run move its issue before the lane hears of it, so neither is taken for a person's move: a run
+        that started after the look (the look may show the issue before it) is left be, and so is one whose record
+        is finished (a run closes its record before it tells the tracker how it ended)."""
         if self.cancelling or self.finished:
             return None  # a run that has finished moved its issue on itself: that is no reason to cancel it
         gone = "the issue was removed"
@@ -75,9 +80,11 @@ class Running:
             status, gone = None, f"the issue was removed ({error.message})"  # GitHub: or lost its label
         except BeflowError:
             return None  # unreadable for a moment (a hand edit, an editor's save): look again next tick
-        if status is None or (status != Status.IN_PROGRESS and self.run_id is not None):
-            return gone if status is None else f"the issue is now {status}"
-        return None
+        if status is None:
+            return gone
+        if status == Status.IN_PROGRESS or started is None or self.record(store) is not None:
+            return None
+        return f"the issue is now {status}"
 
     def record(self, store: RunStore) -> RunRecord | None:
         """The finished record of a run that did not return one (cancelled, or failed inside beflow): the run's
@@ -89,6 +96,12 @@ class Running:
         except (BeflowError, OSError, ValueError):
             return None
         return record if record.finished else None
+
+
+def run_ids(running: dict[str, Running]) -> dict[str, str | None]:
+    """Each running issue's run id as its lane knows it now (None: not started yet): noted before a look at the
+    tracker, for :meth:`Running.moved_on` to judge that look by."""
+    return {key: lane.run_id for key, lane in list(running.items())}
 
 
 @dataclass

@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import os
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -19,13 +20,17 @@ from typing import Any
 import anyio
 import pytest
 
+from beflow import lifecycle
 from beflow.config import load_project
 from beflow.dispatcher import Dispatcher
 from beflow.errors import ConfigError, LockedError
 from beflow.events import WatchEvent
+from beflow.lanes import Running
 from beflow.runner import Run, RunRequest
 from beflow.trackers import Status
+from beflow.trackers.local import LocalTracker
 from tests.support.projects import AutoProject
+from tests.support.waiting import eventually
 
 #: A watch section that keeps the suite fast: poll often, back off briefly.
 FAST = {"interval": 0.1, "concurrency": 2, "max_attempts": 2, "backoff": 0.1, "backoff_max": 1}
@@ -372,6 +377,95 @@ def test_an_issue_moved_out_of_the_ready_set_by_hand_mid_run_is_cancelled(
     assert watch.of("cancelled", key)[0].data.reason == "the issue is now open"
     assert auto_project.only_record().outcome == "cancelled"
     assert auto_project.issue(key).status == Status.OPEN
+
+
+def test_a_run_that_moved_its_issue_on_as_it_finished_is_not_cancelled_by_a_look_before_its_lane_heard_so(
+    auto_project: AutoProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run tells the tracker how it ended (review) before its lane hears that it finished: a reconciliation that
+    looks in between sees the issue out of in_progress by the run's own doing, no person's."""
+    key = auto_project.new_issue("write one.txt 1")
+    auto_project.configure(watch=fast())
+    moved, looked_since = threading.Event(), threading.Event()
+    leave, moved_on = lifecycle.leave_issue, Running.moved_on
+    waited: list[bool] = []
+
+    def leave_then_let_a_look_in(*args: Any) -> bool:
+        left = leave(*args)
+        moved.set()
+        waited.append(looked_since.wait(60))  # the run says it finished only after a reconciliation looked
+        return left
+
+    def looking(self: Running, *args: Any) -> str | None:
+        since = moved.is_set()
+        reason = moved_on(self, *args)
+        if since:
+            looked_since.set()
+        return reason
+
+    monkeypatch.setattr(lifecycle, "leave_issue", leave_then_let_a_look_in)
+    monkeypatch.setattr(Running, "moved_on", looking)
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("finished")))
+        return watch
+
+    watch = anyio.run(scenario)
+
+    assert not watch.of("cancelled"), watch.of("cancelled")
+    assert waited == [True]
+    assert [e.type for e in watch.events if e.issue == key] == ["dispatched", "finished"]
+    assert auto_project.only_record().outcome == "succeeded"
+    assert auto_project.issue(key).status == Status.REVIEW
+
+
+def test_a_run_that_starts_while_a_reconciliation_looks_at_its_issue_is_not_cancelled_by_that_look(
+    auto_project: AutoProject, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reconciliation reads the issue, then asks whether its run has started: a run that moved its issue to
+    in_progress and said so in between is seen in that reading as its issue was before (ready), no move by hand."""
+    key = auto_project.new_issue("write one.txt 1")
+    auto_project.configure(watch=fast())
+    looked = threading.Event()
+    move, get, moved_on = lifecycle.move_to_in_progress, LocalTracker.get, Running.moved_on
+    reconciling = threading.local()
+    waited: list[bool] = []
+
+    def start_after_a_look(*args: Any, **kwargs: Any) -> None:
+        waited.append(looked.wait(60))  # a reconciliation read the issue while it was still ready
+        move(*args, **kwargs)
+
+    def looking(self: Running, *args: Any) -> str | None:
+        reconciling.lane = self
+        try:
+            return moved_on(self, *args)
+        finally:
+            reconciling.lane = None
+
+    def reading(tracker: LocalTracker, wanted: str) -> Any:
+        issue = get(tracker, wanted)
+        lane = getattr(reconciling, "lane", None)
+        if lane is not None and lane.run_id is None and not looked.is_set():
+            looked.set()  # the run starts now, before this reading is judged
+            eventually(lambda: lane.run_id is not None, "the run started", 60)
+        return issue
+
+    monkeypatch.setattr(lifecycle, "move_to_in_progress", start_after_a_look)
+    monkeypatch.setattr(Running, "moved_on", looking)
+    monkeypatch.setattr(LocalTracker, "get", reading)
+
+    async def scenario() -> Watch:
+        async with watching(auto_project) as watch:
+            await watch.until(lambda: bool(watch.of("finished")))
+        return watch
+
+    watch = anyio.run(scenario)
+
+    assert not watch.of("cancelled"), watch.of("cancelled")
+    assert waited == [True]
+    assert [e.type for e in watch.events if e.issue == key] == ["dispatched", "finished"]
+    assert auto_project.only_record().outcome == "succeeded"
 
 
 def test_an_issue_a_killed_run_left_in_progress_is_put_back_and_run(auto_project: AutoProject) -> None:
