@@ -175,7 +175,8 @@ def listening() -> Iterator[int]:
 
 
 def scratch_of(pid: int) -> list[Path]:
-    """The sandbox scratch directories whose note names ``pid`` as their owner."""
+    """The sandbox scratch directories whose note names ``pid`` as their owner (in the temporary directory
+    ``TMPDIR`` names, as beflow's)."""
     found = []
     for path in Path(tempfile.gettempdir()).glob("beflow-sandbox-*"):
         with contextlib.suppress(OSError, ValueError):

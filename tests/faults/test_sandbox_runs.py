@@ -11,6 +11,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -50,8 +52,20 @@ def test_a_connect_to_a_port_out_of_range_is_answered_400_and_the_run_goes_on(au
     assert asked.splitlines() == [f"{target} -> HTTP/1.1 400 Bad Request" for target in targets], asked
 
 
+@pytest.fixture
+def own_temp_dir(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A temporary directory of the test's own, as the system's for it and the beflow processes it starts: any beflow
+    command sweeps the scratch directories of dead owners it finds in the system's, another test's beside this one
+    included. (Short: a scratch directory in it holds a socket, whose path is capped at 107 bytes.)"""
+    directory = Path(tempfile.mkdtemp(prefix="beflow-test-"))
+    monkeypatch.setenv("TMPDIR", str(directory))
+    monkeypatch.setattr(tempfile, "tempdir", str(directory))
+    yield directory
+    scratch.remove(directory)
+
+
 def test_the_scratch_directory_of_a_killed_sandboxed_run_is_swept_by_the_next_command_never_a_live_one(
-    auto_project: AutoProject, tmp_path: Path, no_leftover_processes: None
+    auto_project: AutoProject, own_temp_dir: Path, no_leftover_processes: None
 ) -> None:
     auto_project.configure(sandbox={"enabled": True})
     key = auto_project.new_issue("run touch started; sleep 60", title="long")
@@ -65,6 +79,7 @@ def test_the_scratch_directory_of_a_killed_sandboxed_run_is_swept_by_the_next_co
         ).stdout.strip()
     )
     live = scratch.make()  # this process's: alive
+    assert dead.parent == live.parent == own_temp_dir
     beflow = subprocess.Popen(
         [sys.executable, "-m", "beflow", "--config", str(auto_project.config_path), "--auto", key],
         cwd=auto_project.directory,
