@@ -37,7 +37,10 @@ def raw(path: Path, data: bytes) -> bytes:
         sock.connect(str(path))
         sock.sendall(data)
         sock.shutdown(socket.SHUT_WR)
-        return sock.makefile("rb").read()
+        try:
+            return sock.makefile("rb").read()
+        except ConnectionResetError:  # hung up on with bytes of ours unread (a flood): nothing was answered
+            return b""
 
 
 def test_the_channel_answers_the_run_and_refuses_everything_else(channel: RunChannel) -> None:
