@@ -8,12 +8,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from beflow import ACPX_VERSION, agent_env, agents, preflight, proc
+from beflow import ACPX_VERSION
+from beflow.agent import agent_env, agents
 from beflow.config import CONFIG_PATH, Config, Project, earlier_root_config, load_project
 from beflow.errors import BeflowError, ConfigError, Interrupted
 from beflow.mcp.acp import shadowed_global_servers
 from beflow.mcp.cascade import check_cascade
-from beflow.records import RunStore
+from beflow.records.record import RunStore
+from beflow.run import preflight
+from beflow.system import proc
 from beflow.trackers import Status, open_tracker
 from beflow.trackers.base import FileProblem, SetsUpLabels
 

@@ -386,7 +386,8 @@ def _aware(when: dt.datetime) -> dt.datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
-# -- what a round consumed, and when it may start (the run side of rounds: beflow/rounds.py) ------------------------
+# -- what a round consumed, and when it may start (the run side of rounds: beflow/ops/rounds.py)
+# ------------------------
 
 #: The trailer a round's commit carries once per piece of feedback it answered: read back from the branch's history
 #: (by every watcher, on every machine that fetches the branch), it is what was answered.

@@ -1,7 +1,7 @@
 """The guardrails of an unattended run, as pure functions: when an agent's silence is a stall, what a run used
 (tokens and cost, as the agent reports them over ACP), when a run or a watch's day passes its budget, and the
 sums over an issue's runs or a watch's. No I/O here: each is tested by a table (tests/test_guardrails.py);
-:mod:`beflow.limits` applies them to a run while it goes.
+:mod:`beflow.run.limits` applies them to a run while it goes.
 
 Nothing here invents a figure: a run whose agent reports no cost has none, and a budget in a currency the agent
 does not report is refused, never converted.

@@ -1,4 +1,8 @@
-"""Where beflow keeps its state: ``BEFLOW_HOME`` for global files, ``.beflow/`` in the project."""
+"""Where beflow keeps its state: ``BEFLOW_HOME`` for global files, ``.beflow/`` in the project, and the HTTP
+server's token (docs/dashboard.md#security): ``$BEFLOW_HTTP_TOKEN``, else the file beflow makes under
+``BEFLOW_HOME``. Either is a secret of every run (docs/safety.md): an agent running as the user can read the file, so
+its value is masked and refused wherever a run's output goes, like the tracker's token. It is found here, below the
+server, so that nothing needs to load the server to know it."""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from beflow.files import NotRegularError, atomic_write, read_regular
+from beflow.system.files import FileTooLarge, NotRegularError, atomic_write, read_regular
 
 STATE_DIR = ".beflow"
 
@@ -55,7 +59,8 @@ def git_toplevel(start: Path) -> Path | None:
 def state_dir(project_dir: Path) -> Path:
     """The project's ``.beflow/`` directory, created and git-ignored (but for ``config.json`` and ``issues/``) on
     first use. An agent without the sandbox can write there: it is reached through no symlink
-    (:mod:`beflow.files`), and an ignore file that is no regular file is replaced, never read or written through."""
+    (:mod:`beflow.system.files`), and an ignore file that is no regular file is replaced, never read or written
+    through."""
     directory = project_dir / STATE_DIR
     ignore = directory / ".gitignore"
     try:
@@ -96,3 +101,24 @@ def acpx_home(environ: Mapping[str, str] | None = None) -> Path:
     """The home directory acpx keeps ``.acpx`` in: Node's ``os.homedir()`` is ``$HOME``, else the passwd entry."""
     env = os.environ if environ is None else environ
     return Path(env.get("HOME") or os.path.expanduser("~"))
+
+
+# -- the HTTP server's token -----------------------------------------------------------------------------------------
+
+TOKEN_ENV = "BEFLOW_HTTP_TOKEN"
+TOKEN_FILE = "http-token"
+#: The shortest token accepted from the environment: anything shorter is guessed in an afternoon.
+MIN_TOKEN = 16
+
+
+def token_path() -> Path:
+    return beflow_home() / TOKEN_FILE
+
+
+def stored_token() -> str:
+    """The token stored under ``BEFLOW_HOME``, if there is one (never made here)."""
+    try:
+        stored = read_regular(token_path(), limit=4096).decode("utf-8", "replace").strip()
+    except (OSError, NotRegularError, FileTooLarge):
+        return ""
+    return stored if len(stored) >= MIN_TOKEN else ""

@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pydantic
 
-from beflow import startup
 from beflow.errors import ConfigError
-from beflow.files import FileTooLarge, NotRegularError, read_regular
+from beflow.system import startup
+from beflow.system.files import FileTooLarge, NotRegularError, read_regular
 
 if TYPE_CHECKING:
     import json5

@@ -435,7 +435,7 @@ def sse_reader(url: str, stop: threading.Event) -> int:
 
 
 def page_client(base: str, stop: threading.Event) -> int:
-    """A client as the live page is (beflow/server/static/dashboard.js): it reads ``/api/v1/events`` and, on
+    """A client as the live page is (beflow/web/static/dashboard.js): it reads ``/api/v1/events`` and, on
     every event, reads ``/api/v1/state`` — one read at a time, events that come meanwhile served by one more
     read after it. The state reads it made."""
     import httpx
@@ -669,8 +669,8 @@ class Bench:
         which stats the same loose objects once."""
         import zlib
 
-        from beflow import git as beflow_git
-        from beflow import objectstore
+        from beflow.repository import git as beflow_git
+        from beflow.repository import objectstore
 
         repo = self.repo(mcp=False)
         for index in range(self.sizes.store_packs):  # one pack per fast-import
@@ -716,10 +716,10 @@ class Bench:
         started bare; interleaved."""
         import anyio
 
-        from beflow import proc
         from beflow.config import Config
         from beflow.sandbox import choice
         from beflow.sandbox.box import Sandbox
+        from beflow.system import proc
 
         worktree = repo / "wt-bench"
         if not worktree.exists():

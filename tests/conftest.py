@@ -66,7 +66,7 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def git(cwd: Path, *args: str) -> str:
-    """Run git in ``cwd`` and return its stdout (tests only: the product goes through beflow.git)."""
+    """Run git in ``cwd`` and return its stdout (tests only: the product goes through beflow.repository.git)."""
     return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout
 
 

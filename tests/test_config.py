@@ -29,9 +29,8 @@ from beflow.config import (
 )
 from beflow.errors import ConfigError
 from beflow.paths import beflow_home
+from tests.conftest import REPO_ROOT
 from tests.support.projects import config_file
-
-from .conftest import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "config.example.json"
 TEMPLATE = REPO_ROOT / "beflow" / "templates" / "config.example.json"
@@ -387,7 +386,7 @@ def test_the_example_documents_every_key() -> None:
 
 
 def test_the_example_never_says_that_a_setting_does_nothing(repo: Path) -> None:
-    from beflow import preflight
+    from beflow.run import preflight
 
     text = EXAMPLE.read_text()
     path = config_file(repo)

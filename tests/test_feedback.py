@@ -9,16 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from beflow.feedback import (
-    COLLAPSED,
-    INVISIBLE,
-    Feedback,
-    mentions,
-    settled,
-    strip_hidden,
-    trusted,
-    unanswered,
-)
+from beflow.feedback import COLLAPSED, INVISIBLE, Feedback, mentions, settled, strip_hidden, trusted, unanswered
 
 
 @pytest.mark.parametrize(

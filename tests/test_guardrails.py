@@ -23,7 +23,7 @@ from beflow.guardrails import (
     total,
     unheld,
 )
-from beflow.limits import Limiter
+from beflow.run.limits import Limiter
 
 
 @pytest.mark.parametrize(

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from beflow import __version__
-
-from .conftest import REPO_ROOT, git
+from tests.conftest import REPO_ROOT, git
 
 pytestmark = pytest.mark.slow
 

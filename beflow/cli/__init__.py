@@ -11,9 +11,10 @@ from pathlib import Path
 
 import click
 
-from beflow import __version__, startup
+from beflow import __version__
 from beflow.cli.common import App, HelpGroup, guarded
 from beflow.paths import beflow_home
+from beflow.system import startup
 
 # `beflow --auto KEY ...`, `beflow --attend KEY`, `beflow --open KEY` are modes of the root command (docs/modes.md);
 # they are dispatched to hidden subcommands of the same names.
@@ -159,7 +160,7 @@ def cli(ctx: click.Context, config_path: Path | None) -> None:
 def _journal_has_entries() -> bool:
     """Whether any managed file may need restoring (a look at one directory, without loading the machinery)."""
     with contextlib.suppress(OSError):
-        if os.listdir(beflow_home() / "git-journal"):  # a guarded repository's snapshot (beflow.repoguard)
+        if os.listdir(beflow_home() / "git-journal"):  # a guarded repository's snapshot (beflow.repository.repoguard)
             return True
     try:
         return any(name.endswith(".json") for name in os.listdir(beflow_home() / "journal"))

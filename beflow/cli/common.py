@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 import click
 
 from beflow.errors import BeflowError
-from beflow.files import NotRegularError, atomic_write
 from beflow.paths import beflow_home
+from beflow.system.files import NotRegularError, atomic_write
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -27,11 +27,11 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from beflow.config import Project
-    from beflow.operations import Context, Operation
+    from beflow.ops.operations import Context, Operation
 
 T = TypeVar("T")
 P = ParamSpec("P")
-I = TypeVar("I", bound="BaseModel")  # noqa: E741 - an operation's input, as in beflow.operations
+I = TypeVar("I", bound="BaseModel")  # noqa: E741 - an operation's input, as in beflow.ops.operations
 O = TypeVar("O", bound="BaseModel")  # noqa: E741 - and its output
 S = TypeVar("S")  # an output as a stream
 
@@ -297,13 +297,13 @@ def call_streamed(
 
 
 def _context(app: App, operation: Operation[I, O]) -> Context:
-    from beflow.operations import Context
+    from beflow.ops.operations import Context
 
     project = app.project()
     who = app.actor
     # Reading acts as nobody: asking git who the user is (a git process) is for operations that record it.
     if who is None and operation.needs_actor:
-        from beflow.git import user_name
+        from beflow.repository.git import user_name
 
         who = user_name(project.directory)
     return Context(project=project, actor=who or "user")

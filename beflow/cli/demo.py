@@ -10,11 +10,13 @@ from pathlib import Path
 import click
 from rich.syntax import Syntax
 
-from beflow import demo, git, interrupts
+from beflow import demo
 from beflow.cli.common import escape, out
 from beflow.cli.progress import OUTCOME_STYLE, Progress
 from beflow.paths import beflow_home
-from beflow.records import DONE_OUTCOMES, RunRecord
+from beflow.records.record import DONE_OUTCOMES, RunRecord
+from beflow.repository import git
+from beflow.system import interrupts
 
 
 @click.command(

@@ -6,7 +6,7 @@ import click
 from rich.markup import escape
 
 from beflow.cli.common import out
-from beflow.manual import page, pages
+from beflow.ops.manual import page, pages
 
 
 @click.command("docs", epilog="Examples:\n\n  beflow docs\n\n  beflow docs config | less\n\n  beflow docs mcp --path")

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from beflow import hardening, interrupts
 from beflow.cli.common import App, HelpGroup, emit_json, err, escape, out, pass_app
 from beflow.config import Project
 from beflow.errors import UsageError
 from beflow.events import RunEvent, WatchEvent
+from beflow.system import hardening, interrupts
 
 #: The events a worker or a fleet's dispatcher gives a line.
 SHOWN = {

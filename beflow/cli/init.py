@@ -10,8 +10,8 @@ import click
 from beflow.cli.common import App, out, pass_app
 from beflow.config import CONFIG_PATH
 from beflow.errors import UsageError
-from beflow.git import toplevel as git_toplevel
-from beflow.scaffold import init_project
+from beflow.ops.scaffold import init_project
+from beflow.repository.git import toplevel as git_toplevel
 
 
 def _github_labels(app: App) -> None:

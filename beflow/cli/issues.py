@@ -9,7 +9,6 @@ from typing import Any, Literal
 
 import click
 
-from beflow import issues
 from beflow.cli.common import (
     App,
     HelpGroup,
@@ -26,6 +25,7 @@ from beflow.cli.common import (
     visible,
 )
 from beflow.errors import UsageError
+from beflow.ops import issues
 from beflow.trackers.base import DEFAULT_PRIORITY, IssueRow, ListingStream, Status, format_time
 from beflow.trackers.local_feedback import is_rework, shown
 
@@ -220,8 +220,8 @@ def _show_workflow(app: App, key: str) -> None:
 
 def _show_rounds(app: App, key: str) -> None:
     """The issue's review rounds (its runs' records), each with the feedback it answered."""
-    from beflow import runs
     from beflow.cli.runs import feedback_line
+    from beflow.ops import runs
 
     records = call_operation(app, runs.list_runs, runs.ListRuns, issue=key, limit=1000).runs
     held = [r for r in reversed(records) if r.round > 0]

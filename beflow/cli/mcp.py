@@ -198,13 +198,13 @@ def serve(
     flight, exit 0."""
     import anyio
 
-    from beflow import hardening
+    from beflow.system import hardening
 
     hardening.keep_private()  # an agent starts this server: it cannot read what the server holds
 
-    from beflow.server.mcp import Launch, Limits, check_launch
-    from beflow.server.mcp import serve as serve_mcp
-    from beflow.server.schema import parse_allow
+    from beflow.mcpserver.schema import parse_allow
+    from beflow.mcpserver.server import Launch, Limits, check_launch
+    from beflow.mcpserver.server import serve as serve_mcp
 
     if not actor.strip() or len(actor.splitlines()) > 1:
         raise click.BadParameter("one line, not empty", param_hint="--actor")
@@ -239,9 +239,9 @@ def schema(app: App, allow: str | None, issue: str | None, server_name: str, htt
     whether agents may use it and whether this launch exposes it; permission hints; Claude Code and OpenCode
     snippets, and the same for MCP over HTTP (`beflow watch --http`). --allow and --issue narrow it as they narrow
     serve."""
-    from beflow.operations import Context
-    from beflow.server.mcp import existing_issue
-    from beflow.server.schema import TOOL_SERVER_NAME, export, load_all, parse_allow
+    from beflow.mcpserver.schema import TOOL_SERVER_NAME, export, load_all, parse_allow
+    from beflow.mcpserver.server import existing_issue
+    from beflow.ops.operations import Context
 
     if not TOOL_SERVER_NAME.match(server_name):
         raise click.BadParameter("letters, digits, - and _ only", param_hint="--server")

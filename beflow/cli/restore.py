@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from beflow import repoguard
 from beflow.cli.common import emit_json, err, escape, out
 from beflow.errors import BeflowError
 from beflow.mcp.journal import active_entries, recover_orphans
+from beflow.repository import repoguard
 
 
 @click.command(

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import click
 
-from beflow import hardening, holds, interrupts, modes
-from beflow.batch import run_many
-from beflow.checkout import invisible_changes
 from beflow.cli.common import App, emit_json, err, escape, pass_app
 from beflow.cli.progress import OUTCOME_STYLE, Progress
 from beflow.events import IDLE, AgentProgress, Finished, Notice, RunEvent, Started
 from beflow.fleet.claims import open_tracker
-from beflow.records import FAILED_OUTCOMES
+from beflow.records.record import FAILED_OUTCOMES
+from beflow.run import modes
+from beflow.run.batch import run_many
+from beflow.run.checkout import invisible_changes
+from beflow.system import hardening, interrupts
+from beflow.watch import holds
 
 
 @click.command(

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
-from beflow import guardrails, runs
+from beflow import guardrails
 from beflow.cli.common import App, HelpGroup, call_operation, emit_json, escape, out, pass_app, print_table
 from beflow.cli.progress import OUTCOME_STYLE
-from beflow.records import Consumed
+from beflow.ops import runs
+from beflow.records.record import Consumed
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 

@@ -12,9 +12,9 @@ import click
 from beflow.cli.common import App, err, escape, pass_app
 
 if TYPE_CHECKING:
-    from beflow.dispatcher import Dispatcher
-    from beflow.server.live import Hub, WatchSource
-    from beflow.server.serving import Serving
+    from beflow.watch.dispatcher import Dispatcher
+    from beflow.web.live import Hub, WatchSource
+    from beflow.web.serving import Serving
 
 
 def announce(serving: Serving) -> None:
@@ -34,9 +34,9 @@ def announce(serving: Serving) -> None:
 @contextlib.contextmanager
 def beside_watch(app: App, where: str, dispatcher: Dispatcher, hub: Hub) -> Iterator[WatchSource]:
     """``beflow watch --http``: the server runs in its own thread while the watch runs."""
-    from beflow.server.guard import parse_bind
-    from beflow.server.live import WatchSource
-    from beflow.server.serving import beside
+    from beflow.web.guard import parse_bind
+    from beflow.web.live import WatchSource
+    from beflow.web.serving import beside
 
     source = WatchSource(dispatcher, hub)
     with beside(dispatcher.project, parse_bind(where), hub, source, actor=app.actor) as serving:
@@ -60,9 +60,9 @@ def command(app: App, where: str) -> None:
     """Serve the project's issues, runs and records over HTTP — the page, /api/v1/ and /mcp — with nothing live
     (`beflow watch --http` serves the same beside a running watch). Host 127.0.0.1 unless given; any other needs
     the token. Ctrl-C stops."""
-    from beflow import hardening
-    from beflow.server.guard import parse_bind
-    from beflow.server.serving import serve_forever
+    from beflow.system import hardening
+    from beflow.web.guard import parse_bind
+    from beflow.web.serving import serve_forever
 
     hardening.keep_private()
     project = app.project()

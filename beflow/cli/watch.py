@@ -8,13 +8,14 @@ from typing import TYPE_CHECKING
 
 import click
 
-from beflow import guardrails, hardening, interrupts
+from beflow import guardrails
 from beflow.cli.common import App, err, escape, pass_app
 from beflow.cli.stream import EventStream
-from beflow.dispatcher import Dispatcher
 from beflow.events import RunEvent, WatchEvent
-from beflow.lanes import Snapshot
-from beflow.records import FAILED_OUTCOMES, RunRecord
+from beflow.records.record import FAILED_OUTCOMES, RunRecord
+from beflow.system import hardening, interrupts
+from beflow.watch.dispatcher import Dispatcher
+from beflow.watch.lanes import Snapshot
 
 if TYPE_CHECKING:  # rich is loaded for the live view only: `watch --json` (cron, scripts) never needs it
     from rich.console import Group
@@ -40,7 +41,7 @@ LOGGED = {
 }
 
 #: The run events the HTTP server's event stream carries besides the watch's (its lanes move with them; `usage` at
-#: most once a second a run, beflow.limits).
+#: most once a second a run, beflow.run.limits).
 HTTP_RUN_EVENTS = {"started", "activity", "progress", "usage", "finished", "notice"}
 
 
@@ -139,13 +140,13 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
     stream = EventStream() if as_json else None
     hub = None
     if http is not None:
-        from beflow.server.live import Hub
+        from beflow.web.live import Hub
 
         hub = Hub()
 
     def listener(event: WatchEvent | RunEvent) -> None:
         if hub is not None and (isinstance(event, WatchEvent) or event.type in HTTP_RUN_EVENTS):
-            hub.publish(event.to_json())  # never waits (beflow.server.live)
+            hub.publish(event.to_json())  # never waits (beflow.web.live)
         if stream is not None:
             # The dispatcher's events, and the progress lines agents report (run events of their own).
             if isinstance(event, WatchEvent) or event.type in ("progress", "usage"):

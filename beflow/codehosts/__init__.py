@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
-from beflow import agent_env, hardening
+from beflow.agent import agent_env
 from beflow.codehosts.base import CodeHost, PullRequest
 from beflow.config import NoCodeHostSettings, Project
+from beflow.system import hardening
 from beflow.trackers import Tracker
 
 __all__ = ["CodeHost", "PullRequest", "open_code_host"]

@@ -2,9 +2,10 @@
 
 - **The push** goes to ``origin``'s push URL as it was when the code host was opened (before any agent ran), and on
   this GitHub only to the code host's own repository; it runs from an empty repository that borrows the objects
-  (:func:`beflow.git.push`), so no configuration an agent wrote is read.
+  (:func:`beflow.repository.git.push`), so no configuration an agent wrote is read.
 - **The token** reaches git through beflow's credential helper, for exactly this GitHub's host, over a socket only
-  that git command inherits (:class:`beflow.git.PushAuth`): never in an environment, argv, the remote URL, git
+  that git command inherits (:class:`beflow.repository.git.PushAuth`): never in an environment, argv, the remote URL,
+  git
   config or a file; every other git child of beflow has it withheld.
 - **Pull requests** are opened from ``beflow/<key>`` to the default branch, or the open one is updated; a request
   whose answer was lost is found rather than done twice.
@@ -20,12 +21,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from beflow import git
 from beflow.codehosts.base import PullRequest
 from beflow.codehosts.github_feedback import GitHubFeedback
 from beflow.config import Feedback as FeedbackSettings
 from beflow.config import GitHubCodeHostSettings, Project
 from beflow.feedback import Feedback, Gathered
+from beflow.repository import git
 from beflow.trackers.github import api_url, repo_from_remote, resolve_token, web_host
 from beflow.trackers.github_api import Api, GitHubAccessError, GitHubAuthError, GitHubError, RateLimited
 
@@ -36,7 +37,7 @@ def open_github(
     """The code host of ``settings``; ``api``: the GitHub tracker's client, shared when it speaks to the same API
     with the same token (one client, one rate limit, and a claim's lease bounds the code host's requests too);
     ``tracker_repo``: the GitHub tracker's repository (when it is this one, issues' feedback is read here too)."""
-    from beflow.agent_env import held_secrets
+    from beflow.agent.agent_env import held_secrets
 
     base = api_url(settings)
     repo = settings.repo or repo_from_remote(project, base, setting="code_host.repo")
@@ -91,14 +92,15 @@ class GitHubCodeHost:
 
     def fetch(self, directory: Path, branch: str) -> str | None:
         """The commit of ``branch`` on ``origin`` (as the push's URL, with the same credential helper and from an
-        empty repository of its own: :func:`beflow.git.fetch`), None when it has no such branch."""
+        empty repository of its own: :func:`beflow.repository.git.fetch`), None when it has no such branch."""
         url = self._push_url()
         return git.fetch(directory, url, branch, self.git_credentials(url))
 
     def git_credentials(self, remote_url: str | None) -> git.PushAuth | None:
         """How git authenticates to ``remote_url``: for an https URL on this GitHub, the token, which beflow's
         credential helper gives git for exactly that host (port included) and nothing else
-        (:class:`beflow.git.PushAuth`); for any other URL (ssh, a path, another host) none: it never sees the token."""
+        (:class:`beflow.repository.git.PushAuth`); for any other URL (ssh, a path, another host) none: it never sees the
+        token."""
         host = self._token_host(remote_url)
         if host is None or not self.api.token:
             return None

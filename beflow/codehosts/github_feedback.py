@@ -30,9 +30,9 @@ from typing import Any
 
 from beflow.config import Feedback as FeedbackSettings
 from beflow.feedback import Feedback, Gathered, Ignored, ThreadComment, mentions, strip_hidden
-from beflow.quoting import inert
 from beflow.trackers.github_api import _NEXT, Api, GitHubError, RateLimited
 from beflow.trackers.github_comments import MARKER, Authors
+from beflow.trackers.quoting import inert
 
 #: The repository-wide listings are read at most this often (seconds): every issue gathered in one poll shares them.
 FRESH = 2.0

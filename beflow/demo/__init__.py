@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from beflow.config import Project
     from beflow.events import EventSink
-    from beflow.records import RunRecord
+    from beflow.records.record import RunRecord
 
 GREET = '''"""Greetings."""
 
@@ -59,7 +59,7 @@ def create(directory: Path) -> Demo:
 
     from beflow.config import CONFIG_PATH, load_project
     from beflow.errors import UsageError
-    from beflow.files import atomic_write
+    from beflow.system.files import atomic_write
     from beflow.trackers import LocalTracker, open_tracker
 
     directory.mkdir(parents=True, exist_ok=True)
@@ -93,7 +93,7 @@ def create(directory: Path) -> Demo:
 
 async def run(demo: Demo, events: EventSink | None = None) -> RunRecord:
     """Run the demo's issue exactly as ``beflow --auto`` would."""
-    from beflow.batch import run_many
+    from beflow.run.batch import run_many
     from beflow.trackers import open_tracker
 
     tracker = open_tracker(demo.project)

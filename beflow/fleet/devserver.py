@@ -71,7 +71,7 @@ async def serve(
     takes connections. Its exit code."""
     import anyio
 
-    from beflow import proc
+    from beflow.system import proc
 
     database.parent.mkdir(parents=True, exist_ok=True)
     if accepting(port):

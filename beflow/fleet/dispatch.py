@@ -17,7 +17,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from beflow import git, rounds, workers
 from beflow.codehosts import open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError
@@ -35,11 +34,14 @@ from beflow.fleet.shapes import (
     tracker_id,
     workflow_id,
 )
-from beflow.lifecycle import requeue_orphans, settle_orphans
-from beflow.records import RunStore
+from beflow.ops import rounds
+from beflow.records.record import RunStore
+from beflow.repository import git
+from beflow.run.lifecycle import requeue_orphans, settle_orphans
+from beflow.system import threads
 from beflow.trackers import Issue, Status, reading_once
 from beflow.trackers.base import WatchesDirectories
-from beflow.wake import Wakeup, watch_directories
+from beflow.watch.wake import Wakeup, watch_directories
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -73,7 +75,7 @@ class FleetDispatcher:
 
     def emit(self, kind: WatchEventKind, issue: str | None = None, **data: Any) -> None:
         if self.listener is not None:
-            workers.on_the_loop(self.listener, WatchEvent.of(kind, issue, **data))
+            threads.on_the_loop(self.listener, WatchEvent.of(kind, issue, **data))
 
     async def watch(self, *, once: bool = False) -> list[str]:
         """Tick until cancelled (``once``: one tick); the keys whose workflows this dispatcher started."""
@@ -106,7 +108,7 @@ class FleetDispatcher:
         return self.tracker.watched_directories() if isinstance(self.tracker, WatchesDirectories) else []
 
     async def tick(self, client: Client) -> None:
-        ready, feedback = await workers.blocking(self._survey)
+        ready, feedback = await threads.blocking(self._survey)
         for issue in ready:  # (held by no workflow: one waiting in review runs its rounds itself)
             await self.start(client, issue.key)
         for key, seen in feedback.items():
@@ -206,7 +208,7 @@ class FleetDispatcher:
         for workflow in running:
             key = workflow.removeprefix(prefix)
             try:
-                status = await workers.blocking(lambda key=key: self.tracker.get(key).status)
+                status = await threads.blocking(lambda key=key: self.tracker.get(key).status)
             except BeflowError:
                 continue  # unreadable for a moment: look again next tick
             if status in LIVE:

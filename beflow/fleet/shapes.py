@@ -91,7 +91,7 @@ class RunInput:
 
 @dataclass
 class RunEnd:
-    """How a run ended, and what the workflow does next (:func:`beflow.policy.after_run`'s decision)."""
+    """How a run ended, and what the workflow does next (:func:`beflow.run.policy.after_run`'s decision)."""
 
     #: ``done``, ``retry``, ``give_up``, ``nothing`` (cancelled), or ``skipped`` (no longer ready: not ours).
     action: str

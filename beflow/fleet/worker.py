@@ -4,7 +4,7 @@ A worker polls two task queues: the fleet's (``engine.task_queue``: the issues' 
 lane) and its own (:func:`~beflow.fleet.shapes.worker_queue`: the runs of the lanes it claimed). A lane's claim
 succeeds only on a worker with a free lane, and names that worker's own queue; the run then goes there, so every
 step after the worktree is made runs on the machine that holds the worktree. The run is exactly a ``watch`` run
-(:class:`beflow.runner.Run`: record, tracker updates, delivery as today); it heartbeats while it lives, and the
+(:class:`beflow.run.runner.Run`: record, tracker updates, delivery as today); it heartbeats while it lives, and the
 activity's cancellation (the workflow cancelled) becomes the run's own cancellation.
 """
 
@@ -35,7 +35,6 @@ from temporalio.worker import (
     WorkerTuner,
 )
 
-from beflow import git, rounds, workers
 from beflow.codehosts import open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
@@ -54,9 +53,12 @@ from beflow.fleet.shapes import (
     worker_queue,
 )
 from beflow.fleet.workflow import IssueWorkflow
-from beflow.lifecycle import RunRequest
-from beflow.policy import after_run, is_final
-from beflow.records import RunRecord, RunStore
+from beflow.ops import rounds
+from beflow.records.record import RunRecord, RunStore
+from beflow.repository import git
+from beflow.run.lifecycle import RunRequest
+from beflow.run.policy import after_run, is_final
+from beflow.system import threads
 from beflow.trackers import Status
 
 #: Seconds a claimed lane waits for its run before it is free again (the run was never taken: its workflow was
@@ -258,13 +260,13 @@ class FleetWorker:
         self, run: RunInput, info: activity.Info, scope: anyio.CancelScope, because: Callable[[], str | None]
     ) -> RunEnd:
         from beflow.mcp.journal import recover_orphans
-        from beflow.runner import NoLongerReady
+        from beflow.run.runner import NoLongerReady
 
         project, watch = self.project, self.project.config.watch
         store = RunStore(project.directory)
         if run.resumed:  # a killed worker's run: its record closed, its managed file put back
-            await workers.blocking(store.close_orphans)
-            await workers.blocking(recover_orphans)
+            await threads.blocking(store.close_orphans)
+            await threads.blocking(recover_orphans)
         request = RunRequest(
             key=run.key,
             mode="watch",
@@ -274,7 +276,7 @@ class FleetWorker:
             owner=f"beflow worker {self.name}",
         )
         if run.round:
-            ended = await workers.blocking(self._round, request, run.round)
+            ended = await threads.blocking(self._round, request, run.round)
             if ended is not None:
                 return ended
         run_ids: list[str] = []
@@ -300,7 +302,7 @@ class FleetWorker:
             self._tell(WatchEvent.of("error", run.key, message=error.message))
             return RunEnd(action="skipped", worker=self.name)
         if record is None and run_ids:
-            record = await workers.blocking(store.get, run_ids[0])
+            record = await threads.blocking(store.get, run_ids[0])
         if record is None:
             return RunEnd(action="nothing", worker=self.name)
         step = after_run(
@@ -335,7 +337,7 @@ class FleetWorker:
         if not rounds.sources(self.tracker, self.code_host):
             return False
         try:
-            return await workers.blocking(lambda: self.tracker.get(key).status == Status.REVIEW)
+            return await threads.blocking(lambda: self.tracker.get(key).status == Status.REVIEW)
         except BeflowError:
             return False
 
@@ -346,7 +348,7 @@ class FleetWorker:
         on_event: Callable[[RunEvent], None],
         because: Callable[[], str | None],
     ) -> RunRecord:
-        from beflow.runner import Run
+        from beflow.run.runner import Run
 
         run = Run(project, self.tracker, request, on_event, cancelled_because=because, code_host=self.code_host)
         return await run.execute()
@@ -384,7 +386,7 @@ class FleetWorker:
     async def serve(self, ready: Callable[[], None] | None = None) -> None:
         """Poll the fleet's queue and this worker's own until cancelled (worktrees left behind swept first)."""
         client = await connect(self.settings)
-        for key, what in await workers.blocking(self.sweep):
+        for key, what in await threads.blocking(self.sweep):
             self._tell(WatchEvent.of("swept", key, reason=what))
         shared = Worker(
             client,

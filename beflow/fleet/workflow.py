@@ -1,7 +1,7 @@
 """The issue's workflow: one per issue, from its first dispatch to its last run.
 
 Deterministic (Temporal replays it from its history): it decides nothing of its own but which activity comes
-next; how a run ended and what follows (retry, give up) is the worker's call through :mod:`beflow.policy`, and
+next; how a run ended and what follows (retry, give up) is the worker's call through :mod:`beflow.run.policy`, and
 comes back in :class:`~beflow.fleet.shapes.RunEnd`.
 
 claim a lane (any worker with a free one) → the run on that worker's own queue (heartbeating) → done; or a

@@ -22,7 +22,6 @@ from pydantic import BaseModel, TypeAdapter
 
 from beflow.config import Project
 from beflow.errors import ConfigError
-from beflow.files import read_regular
 from beflow.mcp.cascade import (
     RemoteServer,
     Server,
@@ -36,6 +35,7 @@ from beflow.mcp.cascade import (
     summary,
 )
 from beflow.paths import acpx_home
+from beflow.system.files import read_regular
 
 #: The largest global acpx config read.
 MAX_GLOBAL_CONFIG = 8 << 20

@@ -31,15 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError
 from beflow.paths import beflow_home
-from beflow.validation import (
-    Problem,
-    described,
-    line_of,
-    parse_json5,
-    problems_of,
-    read_config_text,
-    shown_key,
-)
+from beflow.validation import Problem, described, line_of, parse_json5, problems_of, read_config_text, shown_key
 
 MCP_FILE = ".mcp.json"
 

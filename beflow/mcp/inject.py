@@ -38,13 +38,13 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 import beflow.mcp.journal as journal
-from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
-from beflow.files import FileTooLarge, NotRegularError, atomic_write, describe_kind, read_regular
-from beflow.locks import waiting_for
 from beflow.mcp.acp import AcpServer, server_names, wire
 from beflow.mcp.journal import JournalEntry, Restored
 from beflow.paths import ACPXRC, path_key
+from beflow.system import liveness
+from beflow.system.files import FileTooLarge, NotRegularError, atomic_write, describe_kind, read_regular
+from beflow.system.locks import waiting_for
 
 #: Seconds a second run waits for the first to finish with the same ``.acpxrc.json`` before refusing.
 DEFAULT_LOCK_TIMEOUT = 30.0
@@ -195,7 +195,7 @@ def _begin(target: Path, key: str, servers: Sequence[AcpServer], trust_link: boo
     entry = JournalEntry(
         target=target,
         pid=os.getpid(),
-        pid_start=identity.start_time(os.getpid()),
+        pid_start=liveness.start_time(os.getpid()),
         existed=prior.existed,
         mode=prior.mode,
         symlink=prior.symlink,

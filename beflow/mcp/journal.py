@@ -29,9 +29,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
-from beflow import identity
 from beflow.errors import BeflowError, LockedError
-from beflow.files import (
+from beflow.paths import ACPXRC, beflow_home
+from beflow.system import liveness
+from beflow.system.files import (
     FileTooLarge,
     NotRegularError,
     atomic_write,
@@ -42,8 +43,7 @@ from beflow.files import (
     read_regular,
     remove,
 )
-from beflow.locks import NotedLock
-from beflow.paths import ACPXRC, beflow_home
+from beflow.system.locks import NotedLock
 
 
 class JournalEntry(BaseModel):
@@ -199,7 +199,7 @@ def prune_saved(now: float | None = None) -> list[Path]:
 
 def _owner_alive(entry: JournalEntry) -> bool:
     """Is the process that wrote ``entry`` still running (the same process, not a reuse of its pid)?"""
-    return identity.is_running(entry.pid, entry.pid_start)
+    return liveness.is_running(entry.pid, entry.pid_start)
 
 
 # --- restore --------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ With ``"mcp": {"self": true}`` a run (``--auto``, ``watch``, ``--attend``) hands
 interpreter is the one running beflow (no reliance on PATH), and the config file and ``BEFLOW_HOME`` are explicit,
 so the server finds the project from the worktree the agent works in. It is bound to the run's issue and run, and
 exposes the agent-safe operations. It holds no credentials: every operation goes through the run's private channel
-(:mod:`beflow.server.channel`) to the run's process, with the run's capability. A cascade server already named
+(:mod:`beflow.mcpserver.channel`) to the run's process, with the run's capability. A cascade server already named
 ``beflow`` is a configuration error.
 
 The agent's progress lines (``run.progress``) reach the run's process through that channel, which appends them to
@@ -23,12 +23,12 @@ from collections.abc import AsyncIterator, Callable, Sequence
 
 import anyio
 
-from beflow import files
 from beflow.config import Project
 from beflow.errors import ConfigError
 from beflow.mcp.acp import MASK, AcpServer, AcpStdio, NameValue
 from beflow.paths import beflow_home
-from beflow.records import PROGRESS_FILE, ProgressNote, RunStore
+from beflow.records.record import PROGRESS_FILE, ProgressNote, RunStore
+from beflow.system import files
 
 #: The name beflow's server has in MCP client configs (and in injected sets, with ``mcp.self``).
 SERVER_NAME = "beflow"

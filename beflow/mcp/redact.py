@@ -1,5 +1,5 @@
 """Keeping secret values out of everything a run writes down: the injected MCP servers' and every secret beflow
-holds itself (the tracker's token: :func:`beflow.agent_env.held_secrets`)."""
+holds itself (the tracker's token: :func:`beflow.agent.agent_env.held_secrets`)."""
 
 from __future__ import annotations
 

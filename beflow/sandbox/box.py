@@ -20,13 +20,14 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from beflow import git, proc, workers
 from beflow.config import Config
 from beflow.errors import PermanentFailure
-from beflow.records import runs_root
+from beflow.records.record import runs_root
+from beflow.repository import git
 from beflow.sandbox import bridge, bwrap, places, policy, scratch
 from beflow.sandbox.presets import PRESETS, preset
 from beflow.sandbox.proxy import Proxy
+from beflow.system import proc, threads
 
 #: In a wrapped argv, what precedes the path of the bridge's marker (:meth:`Sandbox.check`).
 READY = "--ready"
@@ -221,7 +222,7 @@ class Sandbox:
             except OSError as error:
                 raise SandboxError(f"the sandbox could not start: {error}") from None
             # The user's global git config is not in the sandbox: the agent's commits get the user's identity.
-            self._env = {**await workers.blocking(identity, self.checkout), "TMPDIR": "/tmp"}
+            self._env = {**await threads.blocking(identity, self.checkout), "TMPDIR": "/tmp"}
             (directory / "status").mkdir(mode=0o700)
             async with self.proxy.serving(directory / "proxy.sock"):
                 yield self

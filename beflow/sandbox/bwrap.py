@@ -11,7 +11,7 @@ itself (so does the bridge); the presets' directories are overlays, which need a
 user namespace (Linux 5.11 and later).
 
 No ``--new-session``: the run's processes are already in a session of their own without a controlling terminal
-(``beflow.proc`` starts them with ``start_new_session`` and no terminal), so there is no terminal to inject input
+(``beflow.system.proc`` starts them with ``start_new_session`` and no terminal), so there is no terminal to inject input
 into (TIOCSTI); and a new session inside would take acpx out of the run's process group, which the SIGTERM that
 stops a run is sent to (see ``_IGNORE_TERM``).
 """

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import anyio
 
-from beflow import agent_env, agents, proc
+from beflow.agent import agent_env, agents
 from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.sandbox.box import Sandbox, SandboxError
+from beflow.system import proc
 
 #: Asked inside the sandbox: a ``CONNECT`` to HOST:PORT through the proxy the bridge names; prints the status line.
 _CONNECT = """

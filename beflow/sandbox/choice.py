@@ -11,10 +11,10 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from beflow import proc
 from beflow.config import Config
 from beflow.errors import BeflowError, Interrupted
 from beflow.sandbox import bwrap, policy
+from beflow.system import proc
 
 #: Seconds the probe may take: bwrap starts in milliseconds; a machine this loaded runs nothing well anyway.
 PROBE_TIMEOUT = 30.0

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from beflow import files
 from beflow.sandbox.policy import PerRun
+from beflow.system import files
 
 #: The largest login file written back: they are a few kilobytes.
 LOGIN_LIMIT = 1 << 20

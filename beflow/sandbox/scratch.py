@@ -1,7 +1,7 @@
 """A sandboxed run's scratch directory: the proxy's socket, acpx's private state, the presets' per-run places.
 
 It is made in the system's temporary directory (``beflow-sandbox-XXXX``) with a note of its owner in it
-(:data:`NOTE`: the process that made it and when that process started, which :mod:`beflow.identity` tells from a
+(:data:`NOTE`: the process that made it and when that process started, which :mod:`beflow.system.liveness` tells from a
 later process that got the same pid), and removed when the run's sandbox closes. A beflow killed outright (SIGKILL)
 cannot remove it: the next beflow command does (:func:`sweep`, beside the recovery of what a killed beflow left
 managed), for directories of the same user whose owner is gone, never a live run's. A directory without a note is
@@ -31,10 +31,10 @@ NOTE = "owner.json"
 
 def make() -> Path:
     """A new scratch directory (mode 0700) owned by this process, its note in it."""
-    from beflow import files, identity
+    from beflow.system import files, liveness
 
     making = Path(tempfile.mkdtemp(prefix=MAKING))
-    note = {"pid": os.getpid(), "started": identity.start_time(os.getpid())}
+    note = {"pid": os.getpid(), "started": liveness.start_time(os.getpid())}
     files.atomic_write(making / NOTE, json.dumps(note), mode=0o600, durable=False)
     path = making.with_name(PREFIX + making.name.removeprefix(MAKING))
     os.rename(making, path)
@@ -43,7 +43,7 @@ def make() -> Path:
 
 def owner(directory: Path) -> tuple[int, float | None] | None:
     """The pid and start time the note in ``directory`` holds; None when it has no note that can be read."""
-    from beflow import files
+    from beflow.system import files
 
     try:
         note = json.loads(files.read_regular(directory / NOTE, limit=4096, follow_symlinks=False))
@@ -88,7 +88,7 @@ def sweep() -> list[Path]:
         return []
     if not names:
         return []
-    from beflow import identity  # (psutil: only when there is something to look at)
+    from beflow.system import liveness  # (psutil: only when there is something to look at)
 
     removed = []
     for name in names:
@@ -100,7 +100,7 @@ def sweep() -> list[Path]:
         if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
             continue  # another user's, or not one of beflow's
         found = owner(path)
-        if found is None or identity.is_running(*found):
+        if found is None or liveness.is_running(*found):
             continue
         remove(path)
         if not path.exists():

@@ -5,8 +5,8 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from beflow import hardening
 from beflow.config import GitHubTrackerSettings, Project
+from beflow.system import hardening
 from beflow.trackers.base import (
     TRANSITIONS,
     Claim,
@@ -51,7 +51,7 @@ def open_tracker(project: Project) -> Tracker:
 
 def _withhold_from_git(project: Project) -> None:
     """The tracker's secret variables, and any other holding the same value, never reach a git command."""
-    from beflow import agent_env
+    from beflow.agent import agent_env
 
     agent_env.withhold_from_git(project.config)
 

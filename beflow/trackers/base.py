@@ -458,6 +458,11 @@ class Tracker(Protocol):
         """Who held the claim on the issue last, live or not (the note a killed run left), if anyone said."""
         ...
 
+    def held_secrets(self) -> list[str]:
+        """Values that must never reach the agent, a log or a record: the token the tracker calls its service with,
+        however it was found (none for a tracker of local files)."""
+        ...
+
 
 # -- what only some trackers can do ---------------------------------------------------------------------------------
 # Each is a protocol of its own, asked for with isinstance (``isinstance(tracker, ShowsProgress)``): a new tracker

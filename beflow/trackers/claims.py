@@ -21,7 +21,7 @@ import anyio
 import anyio.to_thread
 
 from beflow.errors import BeflowError, LockedError
-from beflow.locks import NotedLock
+from beflow.system.locks import NotedLock
 from beflow.trackers.base import Claim, ClaimInfo, ClaimLost, Issue, Status, format_time, normalize_key, utc_now
 
 _T = TypeVar("_T")

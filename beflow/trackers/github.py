@@ -23,9 +23,9 @@ from urllib.parse import quote, urlparse
 
 import pydantic
 
-from beflow import proc
 from beflow.config import GitHubCodeHostSettings, GitHubTrackerSettings, Project
 from beflow.errors import BeflowError, ConfigError, NotFoundError, UsageError, excerpt
+from beflow.system import proc
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
     Claim,
@@ -101,7 +101,7 @@ def web_host(api: str) -> str:
 
 def repo_from_remote(project: Project, api: str, setting: str = "tracker.repo") -> str:
     """``owner/name`` of the checkout's ``origin`` when it points at GitHub (``setting`` left out)."""
-    from beflow import git
+    from beflow.repository import git
 
     url = git.remote_url(project.directory, "origin")
     host = web_host(api)

@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING
 
 import pydantic
 
-from beflow import startup
 from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.feedback import Feedback, Gathered
-from beflow.files import atomic_write, read_regular
 from beflow.paths import STATE_DIR, state_dir
+from beflow.system import startup
+from beflow.system.files import atomic_write, read_regular
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
     Claim,
@@ -81,6 +81,10 @@ class LocalTracker:
         self.claims: ClaimStore = claims or FileClaims(
             project_dir / STATE_DIR / "claims", create=lambda: self._state() / "claims"
         )
+
+    def held_secrets(self) -> list[str]:
+        """None: the issues are files of the project."""
+        return []
 
     # paths -------------------------------------------------------------------------------------------------------
 

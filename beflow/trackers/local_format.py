@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from beflow import startup
 from beflow.errors import ConfigError
-from beflow.files import FileTooLarge, read_regular
+from beflow.system import startup
+from beflow.system.files import FileTooLarge, read_regular
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,
     MAX_STORED_TEXT,

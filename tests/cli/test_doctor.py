@@ -13,7 +13,7 @@ from tests.support.projects import UNSANDBOXED, config_file
 
 
 def write_config(repo: Path, config: dict[str, object] | str) -> Path:
-    """The project's config: an object, with the sandbox pinned off (tests/test_sandbox_doctor.py is about it), or a
+    """The project's config: an object, with the sandbox pinned off (tests/sandbox/test_doctor.py is about it), or a
     file's text as it is."""
     path = config_file(repo)
     path.write_text(config if isinstance(config, str) else json.dumps({"sandbox": UNSANDBOXED, **config}))
@@ -31,7 +31,7 @@ def check_lines(stdout: str, name: str) -> list[str]:
 def no_sandbox_here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A machine where the sandbox cannot start, for the tests of a project with no config (or ``beflow init``'s):
     the default ``"auto"`` then runs unsandboxed, and doctor's sandbox line is a warning whatever this machine's
-    network reaches (tests/test_sandbox_doctor.py checks the sandbox where it starts)."""
+    network reaches (tests/sandbox/test_doctor.py checks the sandbox where it starts)."""
     fake = tmp_path / "no-bwrap"
     fake.write_text("#!/bin/sh\necho 'bwrap: No permissions to create a new namespace' >&2\nexit 1\n")
     fake.chmod(0o755)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from beflow.scaffold import example_config
+from beflow.ops.scaffold import example_config
+from tests.conftest import git
 from tests.support.projects import config_file
-
-from ..conftest import git
 
 
 def test_init_writes_the_project_config_at_the_git_top_level(repo: Path, beflow, monkeypatch) -> None:

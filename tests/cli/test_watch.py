@@ -18,12 +18,12 @@ from rich.console import Console
 
 from beflow.cli.watch import render
 from beflow.events import WATCH_EVENTS
-from beflow.lanes import Running, Snapshot
 from beflow.mcp.journal import journal_dir
 from beflow.paths import ACPXRC
-from beflow.records import RunRecord
-from beflow.retries import Backoff
+from beflow.records.record import RunRecord
 from beflow.trackers import Status
+from beflow.watch.lanes import Running, Snapshot
+from beflow.watch.retries import Backoff
 from tests.support.projects import AutoProject
 from tests.support.waiting import eventually
 
@@ -88,7 +88,7 @@ def test_once_with_nothing_ready_opens_no_repository(
 ) -> None:
     """Opening the repository with git is for a run about to start: an idle `--once` (cron) stays cheap."""
     auto_project.new_issue("write one.txt 1", status=Status.OPEN)
-    monkeypatch.setattr("beflow.git.open_repo", lambda *a, **k: pytest.fail("the repository was opened"))
+    monkeypatch.setattr("beflow.repository.git.open_repo", lambda *a, **k: pytest.fail("the repository was opened"))
 
     result = beflow("watch", "--once", "--json")
 
@@ -99,7 +99,7 @@ def test_once_with_nothing_ready_outside_a_repository_says_so(
     auto_project: AutoProject, beflow, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     auto_project.new_issue("write one.txt 1", status=Status.OPEN)
-    monkeypatch.setattr("beflow.preflight.git_toplevel", lambda *a, **k: None)
+    monkeypatch.setattr("beflow.run.preflight.git_toplevel", lambda *a, **k: None)
 
     result = beflow("watch", "--once", "--json")
 

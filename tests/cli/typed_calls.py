@@ -7,8 +7,8 @@ ever goes away; ``assert_type`` pins what a call gives."""
 
 from typing import assert_type
 
-from beflow import issues, runs
 from beflow.cli.common import App, call_operation
+from beflow.ops import issues, runs
 
 
 def wrong_arguments(app: App) -> None:

@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from beflow import rounds
 from beflow.config import load_project
+from beflow.ops import rounds
 from beflow.trackers import Status
 from beflow.trackers.base import format_time
 from beflow.trackers.local_feedback import REWORK_MARK, is_rework, rework_text

@@ -12,8 +12,8 @@ import time
 import psutil
 import pytest
 
+from beflow.run.workspace import HOOK_LOG_LIMIT
 from beflow.trackers import Status
-from beflow.workspace import HOOK_LOG_LIMIT
 from tests.faults.conftest import beflow_run
 from tests.support.projects import AutoProject
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from beflow.http_token import TOKEN_ENV, token_path
 from beflow.mcp.acp import MASK
-from beflow.server.guard import load_token
+from beflow.paths import TOKEN_ENV, token_path
+from beflow.web.guard import load_token
 from tests.faults.conftest import beflow_run
 from tests.support.projects import AutoProject
 

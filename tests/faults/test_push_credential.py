@@ -18,10 +18,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from beflow import git
 from beflow.codehosts.github import GitHubCodeHost
 from beflow.config import GitHubCodeHostSettings
 from beflow.errors import BeflowError
+from beflow.repository import git
 from beflow.trackers.github_api import Api
 from tests.faults.conftest import unprivileged
 from tests.support import proc_scan

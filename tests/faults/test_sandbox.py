@@ -19,8 +19,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from beflow.acpx import MAX_ARGV_PROMPT
-from beflow.records import RunRecord
+from beflow.agent.acpx import MAX_ARGV_PROMPT
+from beflow.records.record import RunRecord
 from tests.conftest import processes_under
 from tests.faults.conftest import beflow_run, unprivileged
 from tests.support.projects import AutoProject

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from beflow.agent_env import for_agent, held_secrets
+from beflow.agent.agent_env import for_agent, held_secrets
 from beflow.config import Config, LocalEngineSettings, TemporalEngineSettings, load_config_file
 from beflow.errors import ConfigError
 from beflow.fleet.remote import Unreachable, connect
@@ -130,7 +130,8 @@ def test_an_issues_workflow_id_names_its_tracker_and_key() -> None:
 
 def test_beflow_on_the_default_engine_never_loads_the_temporal_sdk() -> None:
     code = (
-        "import sys, beflow.cli, beflow.cli.watch, beflow.runner, beflow.dispatcher, beflow.trackers, beflow.config;"
+        "import sys, beflow.cli, beflow.cli.watch, beflow.run.runner, beflow.watch.dispatcher, beflow.trackers;"
+        "import beflow.config;"
         "print(sorted(m for m in sys.modules if m.startswith('temporalio')))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

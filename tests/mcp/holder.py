@@ -19,10 +19,10 @@ from pathlib import Path
 
 import anyio
 
-from beflow import interrupts
 from beflow.errors import BeflowError, Interrupted
 from beflow.mcp.acp import AcpStdio, NameValue
 from beflow.mcp.inject import managed_acpxrc
+from beflow.system import interrupts
 
 SERVERS = [AcpStdio(name="probe", command="probe-server", args=["--stdio"], env=[NameValue(name="K", value="v")])]
 

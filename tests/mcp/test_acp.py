@@ -23,7 +23,7 @@ from beflow.mcp.acp import (
 )
 from beflow.mcp.cascade import RemoteServer, StdioServer, resolved_servers
 from beflow.mcp.own import own_server
-from beflow.server.channel import RunChannel
+from beflow.mcpserver.channel import RunChannel
 from tests.mcp.conftest import SEED_CODEGRAPH, SEED_DOCS, SEED_MCP_JSON, write_mcp
 from tests.support import acp_schema
 

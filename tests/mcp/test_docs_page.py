@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import re
 
-from beflow.manual import docs_dir
-from beflow.server.schema import tool_table
+from beflow.mcpserver.schema import tool_table
+from beflow.ops.manual import docs_dir
 
 
 def test_the_tool_table_of_the_docs_page_is_the_registry() -> None:
     page = (docs_dir() / "mcp-server.md").read_text()
     found = re.search(r"<!-- tools:start -->\n(.*?)\n<!-- tools:end -->", page, re.S)
     assert found is not None
-    assert found.group(1) == tool_table(), "regenerate the table with beflow.server.schema.tool_table()"
+    assert found.group(1) == tool_table(), "regenerate the table with beflow.mcpserver.schema.tool_table()"
 
 
 def test_every_error_code_the_server_sends_is_listed() -> None:

@@ -22,12 +22,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
-from beflow import identity
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.mcp.acp import AcpServer
 from beflow.mcp.inject import Injection, managed_acpxrc
 from beflow.mcp.journal import SAVED_DAYS, JournalEntry, Restored, damaged_dir, journal_dir, recover_orphans
 from beflow.paths import ACPXRC, beflow_home, path_key
+from beflow.system import liveness
 
 #: The servers as ``.acpxrc.json`` holds them, and as a run hands them over.
 WIRE = [
@@ -169,7 +169,7 @@ def test_the_journal_is_written_before_the_session_and_removed_after(work: Path)
         entry = JournalEntry.model_validate_json(path.read_bytes())
         assert entry.target == work.resolve() / ACPXRC
         assert (entry.pid, entry.existed, entry.mode) == (os.getpid(), True, 0o640)
-        assert entry.pid_start == identity.start_time(os.getpid())
+        assert entry.pid_start == liveness.start_time(os.getpid())
         assert base64.b64decode(entry.prior or "") == prior
         assert entry.written_sha256 == hashlib.sha256((work / ACPXRC).read_bytes()).hexdigest()
 
@@ -479,7 +479,7 @@ def test_an_orphan_of_a_dead_process_is_restored(work: Path) -> None:
 
 
 def test_an_orphan_whose_pid_was_reused_is_restored(work: Path) -> None:
-    started = identity.start_time(os.getpid())
+    started = liveness.start_time(os.getpid())
     assert started is not None
     entry = orphan(work, pid_start=started - 60)  # this very process, but "started" a minute earlier
     assert entry.pid == os.getpid()

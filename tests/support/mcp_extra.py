@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from beflow.cli import main
-from beflow.operations import Context, Input, operation
+from beflow.ops.operations import Context, Input, operation
 
 
 class Tag(Input):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-import beflow.issues  # noqa: F401 - registers the operations
+import beflow.ops.issues  # noqa: F401 - registers the operations
 from beflow.config import load_project
 from beflow.errors import BeflowError
-from beflow.operations import REGISTRY, Context
+from beflow.ops.operations import REGISTRY, Context
 from beflow.trackers import Status
 from tests.support.github import TOKEN, FakeGitHub
 from tests.support.projects import AutoProject

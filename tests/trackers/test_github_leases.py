@@ -133,9 +133,9 @@ def test_an_outcome_github_never_took_is_said_on_the_terminal_and_in_the_record(
     gh: AutoProject, github: FakeGitHub, what: str
 ) -> None:
     from beflow.events import RunEvent
-    from beflow.lifecycle import RunRequest, Session
-    from beflow.policy import status_after
-    from beflow.records import RunStore
+    from beflow.records.record import RunStore
+    from beflow.run.lifecycle import RunRequest, Session
+    from beflow.run.policy import status_after
 
     events: list[RunEvent] = []
     mine = tracker(gh)

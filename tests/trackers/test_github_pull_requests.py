@@ -13,7 +13,7 @@ import pytest
 from beflow.codehosts import open_code_host
 from beflow.codehosts.github import GitHubCodeHost
 from beflow.config import load_project
-from beflow.git import PushAuth
+from beflow.repository.git import PushAuth
 from beflow.trackers import open_tracker
 from beflow.trackers.github import web_host
 from tests.support.github import TOKEN, FakeGitHub, acted_on
@@ -87,7 +87,7 @@ def test_pull_requests_need_a_code_host(auto_project: AutoProject, beflow) -> No
 
 def test_git_gets_the_token_for_exactly_the_hosts_https_url(published: AutoProject) -> None:
     """The push's credential is for the code host's own host and port over https, and for nothing else; beflow's
-    helper gives it git only there (tests/test_git_credential.py, tests/faults/test_push_credential.py)."""
+    helper gives it git only there (tests/repository/test_git_credential.py, tests/faults/test_push_credential.py)."""
     project = load_project(published.config_path)
     opened = open_code_host(project, open_tracker(project))
     assert isinstance(opened, GitHubCodeHost)

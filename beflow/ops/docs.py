@@ -1,0 +1,80 @@
+"""The docs gateway (``docs.locate``): where the installed beflow's own docs are, and which page to read.
+
+The docs ship inside the package (``beflow/docs/*.md``), so they always match the beflow that is running. The
+gateway returns locations and a next step instead of the text: an agent reads the pages with its own file tools,
+which is faster and keeps large content out of the MCP payload.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from beflow import __version__
+from beflow.errors import NotFoundError
+from beflow.ops import manual
+from beflow.ops.operations import Context, Input, operation
+
+
+class DocsQuery(Input):
+    topic: str | None = Field(
+        default=None,
+        max_length=100,
+        description="A word of what you want to know (e.g. 'config', 'runs', 'mcp', 'status'); leave it out for "
+        "every page.",
+    )
+
+
+class Page(BaseModel):
+    topic: str = Field(description="The page's name, e.g. 'config'.")
+    title: str
+    path: str = Field(description="The absolute path of the Markdown file; read it with your own tools.")
+
+
+class DocsLocation(BaseModel):
+    version: str = Field(description="The installed beflow's version: the pages describe exactly this one.")
+    directory: str
+    pages: list[Page] = Field(description="The pages that match the topic (every page without one).")
+    hint: str
+
+
+def pages() -> list[Page]:
+    """Every page of the installed docs, by name (the pages `beflow docs` shows)."""
+    return [Page(topic=p.topic, title=p.title, path=str(p.path)) for p in manual.pages()]
+
+
+def _matches(page: Page, topic: str) -> bool:
+    word = topic.lower()
+    if word in page.topic.lower() or word in page.title.lower():
+        return True
+    return word in Path(page.path).read_text(encoding="utf-8").lower()
+
+
+@operation(
+    "docs.locate",
+    title="Find beflow's docs",
+    description="Locate the version-accurate docs of the installed beflow (config, modes, runs, trackers, MCP). Call "
+    "it before answering a question about beflow or its config; do not rely on what you remember. Returns paths, "
+    "not text: read the page with your own tools. Cheap.",
+    safety="read",
+    agent=True,
+    category="docs",
+    tags=("docs", "read"),
+)
+def locate(context: Context, payload: DocsQuery) -> DocsLocation:
+    everything = pages()
+    chosen = everything if not payload.topic else [p for p in everything if _matches(p, payload.topic)]
+    if not chosen:
+        names = ", ".join(p.topic for p in everything)
+        raise NotFoundError(f"docs.locate: no page mentions {payload.topic!r}", fix=f"The pages are: {names}.")
+    # The page that names the topic first: the agent reads one file, not all of them.
+    chosen.sort(key=lambda p: payload.topic is not None and payload.topic.lower() not in p.topic.lower())
+    return DocsLocation(
+        version=__version__,
+        directory=str(manual.docs_dir()),
+        pages=chosen,
+        hint=f"Read {chosen[0].path} first"
+        + (" (it is the page about that topic)" if payload.topic else "")
+        + "; each page is one topic, in Markdown, written for this version of beflow.",
+    )

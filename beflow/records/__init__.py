@@ -1,0 +1,1 @@
+"""Run records: what each run leaves in ``.beflow/runs/``, and reading them back."""

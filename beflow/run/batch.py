@@ -1,0 +1,87 @@
+"""``beflow --auto``: the named issues, or every ready issue once, each an unattended run
+(:class:`beflow.run.runner.Run`).
+
+Before any agent runs: the pre-flight checks, the code host (where to push is read now), killed runs closed, orphans
+settled and put back; unknown keys fail, and a key named twice runs once. Unanswered feedback on an issue's work
+makes its run a review round at once (no settle wait).
+"""
+
+from __future__ import annotations
+
+import anyio
+
+from beflow.agent import acpx
+from beflow.codehosts import open_code_host
+from beflow.config import Project
+from beflow.errors import BeflowError, LockedError
+from beflow.events import EventSink
+from beflow.ops import rounds
+from beflow.records.record import Mode, RunRecord, RunStore
+from beflow.run import preflight
+from beflow.run.lifecycle import RunRequest, requeue_orphans, settle_orphans
+from beflow.run.runner import NoLongerReady, Run
+from beflow.system import threads
+from beflow.trackers import Tracker, reading_once
+
+
+async def run_many(
+    project: Project,
+    tracker: Tracker,
+    keys: list[str],
+    *,
+    limit: int | None = None,
+    concurrency: int = 1,
+    events: EventSink | None = None,
+    mode: Mode = "auto",
+) -> list[RunRecord]:
+    """Run the named issues, or every ready issue once, ``concurrency`` at a time."""
+    preflight.check(project)
+    code_host = open_code_host(project, tracker)  # before any agent runs: where to push is read now
+    found = rounds.sources(tracker, code_host)
+    picked = not keys
+    store = RunStore(project.directory)
+    acpx.close_killed_runs(store)
+    with reading_once(tracker):  # one scan of the tracker for all of this
+        settle_orphans(tracker, store)
+        if picked:
+            requeue_orphans(tracker)
+            keys = [issue.key for issue in tracker.ready()]
+        else:
+            # Unknown keys fail before anything runs; a key named twice runs once.
+            keys = list(dict.fromkeys(tracker.get(key).key for key in keys))
+    if limit is not None:
+        keys = keys[:limit]
+    records: list[RunRecord] = []
+    refused: list[BeflowError] = []
+    limiter = anyio.CapacityLimiter(max(1, concurrency))
+
+    async def one(key: str) -> None:
+        async with limiter:
+            request = RunRequest(key=key, mode=mode, only_if_ready=picked)
+            try:
+                # Unanswered feedback on an issue's work makes its run a review round, at once (no settle wait).
+                planned = await threads.blocking(rounds.plan, project, found, key)
+                if planned is not None and planned.pieces:
+                    if planned.capped or planned.ended is not None:
+                        most = project.config.feedback.max_rounds
+                        await threads.blocking(rounds.note_end, tracker, key, planned, most)
+                        raise rounds.RoundsEnded(rounds.end_reason(planned, most))
+                    request.round, request.feedback, request.ignored = planned.round, planned.pieces, planned.ignored
+                records.append(await Run(project, tracker, request, events, code_host=code_host).execute())
+            except NoLongerReady:
+                pass  # another beflow ran it meanwhile: nothing to do here
+            except LockedError as error:
+                if not picked:
+                    refused.append(error)  # named by the user: say that someone else has it
+                # picked from the ready list: another beflow is running it, which is what the user wants
+            except BeflowError as error:  # closed, claimed by another run: the other issues still run
+                refused.append(error)
+
+    async with anyio.create_task_group() as tasks:
+        for key in keys:
+            tasks.start_soon(one, key)
+    if len(refused) == 1:
+        raise refused[0]
+    if refused:
+        raise BeflowError("; ".join(e.message for e in refused), fix=refused[0].fix)
+    return records

@@ -1,0 +1,105 @@
+"""A watch's review rounds: which issues in review have feedback that settled, and which round each dispatched
+issue runs (the decisions are :mod:`beflow.ops.rounds`'; this keeps what a watch remembers between ticks)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+
+from beflow.codehosts.base import CodeHost
+from beflow.config import Project
+from beflow.errors import BeflowError
+from beflow.feedback import FeedbackSource, LooksAgain
+from beflow.ops import rounds
+from beflow.records.record import RunStore
+from beflow.run.lifecycle import RunRequest
+from beflow.system import threads
+from beflow.trackers import Issue, Status, Tracker
+
+
+class ReviewRounds:
+    """The rounds due (by issue) and when the next round waiting for its feedback to settle may start."""
+
+    def __init__(self, clock: Callable[[], float], emit: Callable[..., None]) -> None:
+        self.clock = clock
+        self.emit = emit
+        self.due: dict[str, rounds.Plan] = {}
+        #: Issue → when its feedback will have settled (seconds since the epoch): the watch wakes then.
+        self.settling: dict[str, float] = {}
+
+    def look_again(self, tracker: Tracker, code_host: CodeHost | None) -> None:
+        """A person asked to look now (the dashboard's refresh): the next survey reads every source's feedback
+        afresh, however recently it was read."""
+        for source in rounds.sources(tracker, code_host):
+            if isinstance(source, LooksAgain):
+                source.look_again()
+
+    def survey(
+        self,
+        project: Project,
+        tracker: Tracker,
+        code_host: CodeHost | None,
+        running: Collection[str],
+        ready: list[Issue],
+    ) -> list[Issue]:
+        """The issues in review (not running) whose feedback settled: their round is due, one per batch of
+        feedback; and the round each ready issue of the queue (``ready``: put back with rework, a round's retry)
+        runs, if it is one (blocking: a tick's survey, in a worker thread). A merged pull request moves its issue to
+        done; an issue whose rounds ended (closed, ``feedback.max_rounds``) is told so once."""
+        found, store = rounds.sources(tracker, code_host), RunStore(project.directory)
+        due = {key: planned for key, planned in list(self.due.items()) if key in running}  # (being dispatched)
+        self.due, self.settling = due, {}
+        if not found:
+            return []
+        for issue in ready:
+            planned = self._plan(project, found, issue.key, store)
+            if planned is not None and planned.startable:
+                self.due[issue.key] = planned  # queued already: no settle wait
+        now, config = self.clock(), project.config.feedback
+        queued: list[Issue] = []
+        for issue in tracker.listing(status=Status.REVIEW).issues:
+            key = issue.key
+            planned = None if key in running else self._plan(project, found, key, store)
+            if planned is None:
+                continue
+            if planned.ended is not None or (planned.capped and planned.pieces):
+                if rounds.note_end(tracker, key, planned, config.max_rounds):
+                    why = rounds.end_reason(planned, config.max_rounds)
+                    self.emit("skipped", key, reason=f"no more review rounds: {why}")
+                continue
+            if not planned.startable or planned.due is None:
+                continue
+            if planned.due.timestamp() > now:
+                self.settling[key] = planned.due.timestamp()  # reviewers batch their comments: wait for the rest
+                continue
+            self.due[key] = planned
+            queued.append(issue)
+        return queued
+
+    def _plan(self, project: Project, found: list[FeedbackSource], key: str, store: RunStore) -> rounds.Plan | None:
+        try:
+            return rounds.plan(project, found, key, store)
+        except BeflowError as error:
+            self.emit("error", key, message=f"reading the feedback on issue {key} failed: {error.message}")
+            return None
+
+    def round_of(self, key: str) -> int:
+        planned = self.due.get(key)
+        return planned.round if planned is not None else 0
+
+    async def shape(self, request: RunRequest, project: Project, tracker: Tracker, code_host: CodeHost | None) -> int:
+        """Make ``request`` the round a dispatched issue runs, if it is one; its number (0: none). The round its
+        review feedback queued, or, for a ready issue (put back in the queue with rework, a round's retry, a round a
+        killed watcher left), the one its unanswered feedback makes now (no settle wait: it was queued already)."""
+        key = request.key
+        planned = self.due.pop(key, None)
+        if planned is None:
+            found = rounds.sources(tracker, code_host)
+            try:
+                planned = await threads.blocking(rounds.plan, project, found, key) if found else None
+            except BeflowError as error:
+                self.emit("error", key, message=f"reading the feedback on issue {key} failed: {error.message}")
+                planned = None
+        if planned is None or not planned.startable:
+            return 0
+        request.round, request.feedback, request.ignored = planned.round, planned.pieces, planned.ignored
+        return planned.round

@@ -1,0 +1,185 @@
+"""MCP over Streamable HTTP at ``/mcp``, driven by the official SDK's Streamable HTTP client: the same tools as
+``beflow mcp serve``, a server bound to an issue that refuses another, the token, and resource updates pushed from
+the watch's events."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx2
+import jsonschema
+import mcp_types as types
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from beflow.config import load_project
+from beflow.trackers import open_tracker
+from beflow.web.guard import TOKEN_ENV, Bind
+from beflow.web.live import Hub
+from beflow.web.serving import Serving, beside
+from tests.support.projects import config_file
+
+TOKEN = "m" * 24
+AGENT_SAFE = {
+    "docs_locate",
+    "issue_show",
+    "issue_new",
+    "issue_comment",
+    "issue_set_status",
+    "run_show",
+    "run_status",
+    "run_progress",
+}
+
+
+@pytest.fixture
+def served(repo: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Serving, Hub]]:
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+    config_file(repo).parent.mkdir(parents=True, exist_ok=True)
+    config_file(repo).write_text("{}\n")
+    tracker = open_tracker(load_project(config_file(repo)))
+    tracker.create("Fix the login crash", "It crashes on an empty password.")
+    tracker.create("Someone else's issue", "Not yours.")
+    hub = Hub()
+    with beside(load_project(config_file(repo)), Bind("127.0.0.1", 0), hub, None) as serving:
+        yield serving, hub
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    serving: Serving, path: str = "/mcp", token: str | None = TOKEN, on_message: Any = None
+) -> AsyncIterator[ClientSession]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=60)) as http,
+        streamable_http_client(f"{serving.url}{path}", http_client=http) as (read, write),
+        ClientSession(read, write, message_handler=on_message) as session,
+    ):
+        await session.initialize()
+        yield session
+
+
+def run(main: Any) -> None:
+    async def bounded() -> None:
+        with anyio.fail_after(60):
+            await main()
+
+    anyio.run(bounded)
+
+
+def test_lists_and_calls_the_same_tools_as_mcp_serve(served: tuple[Serving, Hub]) -> None:
+    serving, _ = served
+
+    async def main() -> None:
+        async with connect(serving) as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            assert set(tools) == AGENT_SAFE
+            shown = await session.call_tool("issue_show", {"key": "1"})
+            assert not shown.is_error
+            assert shown.structured_content is not None and shown.structured_content["title"] == "Fix the login crash"
+            jsonschema.validate(shown.structured_content, tools["issue_show"].output_schema)
+
+    run(main)
+
+
+def test_a_bound_server_refuses_another_issue_with_an_error_every_client_accepts(served: tuple[Serving, Hub]) -> None:
+    serving, _ = served
+
+    async def main() -> None:
+        async with connect(serving, "/mcp/issues/1") as session:
+            tools = {t.name: t for t in (await session.list_tools()).tools}
+            assert "issue 1" in (session.initialize_result.instructions or "")  # type: ignore[union-attr]
+            mine = await session.call_tool("issue_show", {})
+            assert not mine.is_error and mine.structured_content["key"] == "1"  # type: ignore[index]
+            other = await session.call_tool("issue_comment", {"key": "2", "text": "not mine"})
+            assert other.is_error
+            # The Inspector checks structuredContent against the output schema even for errors: there is none.
+            assert other.structured_content is None
+            assert other.meta is not None and other.meta["beflow/error"]["code"] == "out_of_scope"
+            assert json.loads(other.content[0].text)["error"]["code"] == "out_of_scope"  # type: ignore[union-attr]
+            assert "issue_comment" in tools
+
+    run(main)
+    issue = open_tracker(load_project(config_file(Path.cwd()))).get("2")
+    assert issue.comments == []
+
+
+def test_a_bound_server_for_an_issue_that_does_not_exist_is_not_found(served: tuple[Serving, Hub]) -> None:
+    serving, _ = served
+    answer = httpx2.post(
+        f"{serving.url}/mcp/issues/99",
+        headers={"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/event-stream"},
+        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+    )
+    assert answer.status_code == 404
+
+
+def test_mcp_needs_the_token(served: tuple[Serving, Hub]) -> None:
+    serving, _ = served
+    answer = httpx2.post(
+        f"{serving.url}/mcp",
+        headers={"Accept": "application/json, text/event-stream"},
+        json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
+    )
+    assert answer.status_code == 401
+    wrong = httpx2.post(f"{serving.url}/mcp", headers={"Authorization": "Bearer nope-nope-nope-nope"}, json={})
+    assert wrong.status_code == 401
+
+
+def test_a_resource_update_is_pushed_when_a_run_progresses(served: tuple[Serving, Hub]) -> None:
+    serving, hub = served
+    updated: list[str] = []
+    arrived = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            updated.append(str(message.params.uri))
+            arrived.set()
+
+    async def main() -> None:
+        async with connect(serving, on_message=on_message) as session:
+            await session.subscribe_resource("beflow://issue/1")
+            # (nothing about the issue changes: only the event can make the server announce it)
+            hub.publish({"event": "progress", "run": "r1", "issue": "1", "time": 1.0, "text": "halfway"})
+            await arrived.wait()
+
+    run(main)
+    assert "beflow://issue/1" in updated
+
+
+def test_every_client_that_subscribed_hears_of_the_update_not_only_the_last(served: tuple[Serving, Hub]) -> None:
+    serving, hub = served
+    heard: dict[str, list[str]] = {"first": [], "second": [], "other": []}
+    events = {name: anyio.Event() for name in heard}
+
+    def listener(name: str) -> Any:
+        async def on_message(message: Any) -> None:
+            if isinstance(message, types.ResourceUpdatedNotification):
+                heard[name].append(str(message.params.uri))
+                events[name].set()
+
+        return on_message
+
+    async def main() -> None:
+        async with (
+            connect(serving, on_message=listener("first")) as first,
+            connect(serving, on_message=listener("second")) as second,
+            connect(serving, on_message=listener("other")) as other,
+        ):
+            await first.subscribe_resource("beflow://issue/1")
+            await second.subscribe_resource("beflow://issue/1")
+            await other.subscribe_resource("beflow://issue/2")
+            hub.publish({"event": "progress", "run": "r1", "issue": "1", "time": 1.0, "text": "halfway"})
+            await events["first"].wait()
+            await events["second"].wait()
+            await other.send_ping()  # anything announced to it would have arrived before the answer
+
+    run(main)
+    assert heard["first"] == heard["second"] == ["beflow://issue/1"]
+    assert heard["other"] == []
