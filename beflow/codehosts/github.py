@@ -23,12 +23,26 @@ from urllib.parse import urlparse
 
 from beflow.codehosts.base import PullRequest
 from beflow.codehosts.github_feedback import GitHubFeedback
+from beflow.config import CodeHostSettings, GitHubCodeHostSettings, Project
 from beflow.config import Feedback as FeedbackSettings
-from beflow.config import GitHubCodeHostSettings, Project
 from beflow.feedback import Feedback, Gathered
 from beflow.repository import git
+from beflow.trackers.base import Tracker
 from beflow.trackers.github import api_url, repo_from_remote, resolve_token, web_host
 from beflow.trackers.github_api import Api, GitHubAccessError, GitHubAuthError, GitHubError, RateLimited
+
+
+def open_for(project: Project, settings: CodeHostSettings, tracker: Tracker | None) -> GitHubCodeHost:
+    """The GitHub code host of ``settings``, sharing the GitHub tracker's client when the project's tracker is
+    GitHub's (one client, one rate limit; left out, ``code_host`` is the tracker's repository, as it resolved it)."""
+    from beflow.trackers.github import GitHubTracker
+
+    assert isinstance(settings, GitHubCodeHostSettings)  # (its registry line says so)
+    if not isinstance(tracker, GitHubTracker):
+        return open_github(project, settings)
+    if project.config.code_host is None:
+        settings = settings.model_copy(update={"repo": tracker.repo})
+    return open_github(project, settings, tracker.api, tracker_repo=tracker.repo)
 
 
 def open_github(

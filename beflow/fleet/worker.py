@@ -35,11 +35,11 @@ from temporalio.worker import (
     WorkerTuner,
 )
 
-from beflow.codehosts import open_code_host
+from beflow.codehosts.base import Opened
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import RunEvent, WatchEvent
-from beflow.fleet.claims import fleet_claims, open_tracker
+from beflow.fleet.claims import fleet_claims
 from beflow.fleet.remote import connect
 from beflow.fleet.shapes import (
     CLAIM_LANE,
@@ -175,7 +175,9 @@ def _why_cancelled(worker: str, details: activity.ActivityCancellationDetails | 
 class FleetWorker:
     """The activities of one worker, on one project (the directory ``beflow worker`` was started in)."""
 
-    def __init__(self, project: Project, lanes: int, name: str, listener: Listener | None = None) -> None:
+    def __init__(
+        self, project: Project, opened: Opened, lanes: int, name: str, listener: Listener | None = None
+    ) -> None:
         self.project = project
         #: One run of an issue at a time on this worker: an attempt Temporal gave up on (its heartbeats unheard while
         #: the service restarted) may still be ending here when the next one arrives; it waits for it.
@@ -185,8 +187,8 @@ class FleetWorker:
         self.queue = worker_queue(self.settings.task_queue, name)
         self.lanes = Lanes(lanes)
         self.listener = listener
-        self.tracker = open_tracker(project)
-        self.code_host = open_code_host(project, self.tracker)
+        self.tracker = opened.tracker
+        self.code_host = opened.code_host
 
     def _tell(self, event: WatchEvent | RunEvent) -> None:
         if self.listener is not None:

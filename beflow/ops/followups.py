@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from beflow.trackers.base import DEFAULT_PRIORITY
+from beflow.trackers.issue import DEFAULT_PRIORITY
 
 #: Prefixes of labels that carry a status on some tracker: beflow's own, whatever the project configured.
 STATUS_PREFIXES = ("beflow:", "beflow/", "beflow-", "status:")

@@ -23,8 +23,6 @@ if TYPE_CHECKING:  # loaded when an agent bound to a run speaks: every other com
     from beflow.mcp.redact import Redactor
     from beflow.records.record import RunRecord
 
-#: The context's service holding every secret value of the run (its channel sets it: :mod:`beflow.mcpserver.channel`).
-RUN_SECRETS = "run secrets"
 #: The largest injected file read for its values (the injected set of a big ``.mcp.json`` stays well below).
 MAX_INJECTED = 8 << 20
 
@@ -74,7 +72,7 @@ def _redactor(context: Context) -> Redactor:
     servers = injected_servers(record) if record is not None else []
     # Every secret the run holds, when the run's channel hands them over (a token from `gh auth token` is in no
     # variable); else those of beflow's environment.
-    secrets = context.services.get(RUN_SECRETS)
+    secrets = context.secrets
     return Redactor(servers, secrets=list(secrets) if secrets is not None else held_secrets(context.project.config))
 
 
@@ -84,21 +82,19 @@ def agent_words(context: Context, text: str) -> str:
     else's as it is."""
     if context.bound_issue is None and context.bound_run is None:
         return text
+    from beflow.mcp.redact import Redactor
     from beflow.trackers.quoting import unmarked
 
-    redact: Redactor = context.service("agent words", lambda _project: _redactor(context))
+    redact = context.cache.get("agent words")
+    if not isinstance(redact, Redactor):
+        redact = context.cache["agent words"] = _redactor(context)
     return unmarked(redact.text(text))
 
 
 def posted_words(context: Context, text: str) -> str:
     """What an agent bound to a run posts to its tracker (a comment, a follow-up's title and body, a status note):
-    :func:`agent_words`, and on GitHub inert (:func:`beflow.trackers.quoting.inert`), so that it pings nobody and links
-    or
-    closes no issue. The local tracker keeps the words as they are: nothing reads them as mentions there."""
+    :func:`agent_words`, made inert by the tracker (:meth:`~beflow.trackers.base.Tracker.inert`: on GitHub, quoted so
+    that it pings nobody and links or closes no issue; the local tracker keeps the words as they are)."""
     if context.bound_issue is None and context.bound_run is None:
         return text
-    from beflow.config import GitHubTrackerSettings
-    from beflow.trackers.quoting import inert
-
-    masked = agent_words(context, text)
-    return inert(masked) if isinstance(context.project.config.tracker, GitHubTrackerSettings) else masked
+    return context.open_tracker().inert(agent_words(context, text))

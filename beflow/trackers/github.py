@@ -26,23 +26,9 @@ import pydantic
 from beflow.config import GitHubCodeHostSettings, GitHubTrackerSettings, Project
 from beflow.errors import BeflowError, ConfigError, NotFoundError, UsageError, excerpt
 from beflow.system import proc
-from beflow.trackers.base import (
-    DEFAULT_PRIORITY,
-    Claim,
-    ClaimInfo,
-    Comment,
-    FileProblem,
-    Issue,
-    Listing,
-    RateBudget,
-    Status,
-    as_utc,
-    check_transition,
-    draft_issue,
-    normalize_key,
-    utc_now,
-)
-from beflow.trackers.claims import LeaseStore, orphans_of, ready_of
+from beflow.trackers import quoting
+from beflow.trackers.base import RateBudget
+from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, orphans_of, ready_of
 from beflow.trackers.github_api import (
     PUBLIC_API,
     Api,
@@ -51,20 +37,24 @@ from beflow.trackers.github_api import (
     GitHubError,
 )
 from beflow.trackers.github_comments import Authors, IssueComments
+from beflow.trackers.github_labels import RepoLabels
 from beflow.trackers.github_leases import GitHubLeases
+from beflow.trackers.issue import (
+    DEFAULT_PRIORITY,
+    Comment,
+    FileProblem,
+    Issue,
+    Listing,
+    Status,
+    as_utc,
+    check_transition,
+    draft_issue,
+    normalize_key,
+    utc_now,
+)
 
 #: Before the marker, a comment beflow posted holds a token of its own: a post whose answer was lost is found by it.
 _MARKERS = re.compile(r"\s*(<!-- beflow:post [0-9a-f]+ -->\s*)?<!-- beflow(:progress)? -->\s*$")
-#: The label suffix of each status an open issue can have (``open`` is "no status label").
-STATUS_LABELS: dict[Status, str] = {
-    Status.READY: "ready",
-    Status.IN_PROGRESS: "in-progress",
-    Status.REVIEW: "review",
-    Status.FAILED: "failed",
-}
-#: When an issue carries several status labels (two people edited it), the furthest along wins.
-_PRECEDENCE = [Status.IN_PROGRESS, Status.REVIEW, Status.FAILED, Status.READY]
-LABEL_COLORS = {"ready": "0e8a16", "in-progress": "fbca04", "review": "1d76db", "failed": "b60205"}
 _PRIORITY = re.compile(r"^priority:\s*(\d+)$")
 
 
@@ -118,29 +108,44 @@ def repo_from_remote(project: Project, api: str, setting: str = "tracker.repo") 
     )
 
 
-def open_github(project: Project, settings: GitHubTrackerSettings) -> GitHubTracker:
+def open_github(project: Project, settings: GitHubTrackerSettings, claims: ClaimsOver | None = None) -> GitHubTracker:
+    """The GitHub tracker of ``settings`` (its repository configured, else the checkout's ``origin``); ``claims``:
+    the engine's store over its leases (beflow.app)."""
     api = api_url(settings)
     repo = settings.repo or repo_from_remote(project, api)
-    return GitHubTracker(settings, repo, Api(api, resolve_token(settings), token_name=settings.token_env), project)
+    client = Api(api, resolve_token(settings), token_name=settings.token_env)
+    return GitHubTracker(settings, repo, client, project, claims=claims)
 
 
 class GitHubTracker:
     """Issues of one GitHub repository (see the module's description)."""
 
-    def __init__(self, settings: GitHubTrackerSettings, repo: str, api: Api, project: Project | None = None) -> None:
+    def __init__(
+        self,
+        settings: GitHubTrackerSettings,
+        repo: str,
+        api: Api,
+        project: Project | None = None,
+        *,
+        claims: ClaimsOver | None = None,
+    ) -> None:
         self.settings = settings
         self.repo = repo
         self.api = api
         self.project = project
-        self.prefix = settings.status_prefix
         self.description = f"GitHub issues of {repo} labelled {', '.join(settings.labels) or '(any)'}"
+        self.identity = f"github:{repo}"
+        self.labels_home = f"GitHub issues of {repo}"
         self._base = f"/repos/{repo}"
         self._call = _RepoCalls(api, repo, settings.token_env)
-        self._labels_checked = False
-        #: Who runs which issue: leases in git refs of the repository (beflow.trackers.github_leases); on a fleet,
-        #: its running workflows over them (beflow.fleet.claims).
-        self.leases: LeaseStore = GitHubLeases(settings, api, self._base, self._call)
-        #: The comments beflow writes: each posted once, and a run's one progress comment (github_comments.py).
+        #: Its status labels (``beflow:ready``, ...) and the labels that say an issue is beflow's.
+        self.labels = RepoLabels(api, self._base, self._call, settings)
+        #: Leases in git refs of the repository (beflow.trackers.github_leases): the tracker's own claims.
+        self.leases = GitHubLeases(settings, api, self._base, self._call)
+        #: Who runs which issue: the leases, or the engine's store over them (a fleet's running workflows).
+        self.claims: ClaimStore = claims(self.identity, self.leases) if claims else self.leases
+        #: The comments beflow writes: each posted once, and a run's one progress comment (github_comments.py); a
+        #: run's comment is written under its lease.
         self.comments = IssueComments(api, self._base, self._call, self.leases)
         self._login: str | None = None
         self.authors = Authors(api, repo, project.config.feedback.allow if project else [])  # (whose words count)
@@ -150,14 +155,7 @@ class GitHubTracker:
     # -- reading ---------------------------------------------------------------------------------------------------
 
     def status_label(self, status: Status) -> str | None:
-        suffix = STATUS_LABELS.get(status)
-        return f"{self.prefix}{suffix}" if suffix else None
-
-    def _status_of(self, raw: dict[str, Any], names: list[str]) -> Status:
-        if raw.get("state") == "closed":
-            return Status.DONE if raw.get("state_reason") == "completed" else Status.CLOSED
-        present = {s for s in _PRECEDENCE if self.status_label(s) in names}
-        return next((s for s in _PRECEDENCE if s in present), Status.OPEN)
+        return self.labels.of(status)
 
     def _mine(self, raw: dict[str, Any]) -> bool:
         names = _label_names(raw)
@@ -171,7 +169,7 @@ class GitHubTracker:
             match = _PRIORITY.match(name)
             if match:
                 priorities.append(int(match.group(1)))
-            elif not name.startswith(self.prefix) or name.removeprefix(self.prefix) not in STATUS_LABELS.values():
+            elif not self.labels.says_status(name):
                 shown.append(name)
         try:
             return self._model(raw, names, shown, priorities, comments)
@@ -197,7 +195,7 @@ class GitHubTracker:
             title=(raw.get("title") or "").strip().splitlines()[0]
             if (raw.get("title") or "").strip()
             else "(untitled)",
-            status=self._status_of(raw, names),
+            status=self.labels.status_of(raw, names),
             labels=shown,
             priority=min(priorities) if priorities else DEFAULT_PRIORITY,
             created=_time(raw["created_at"]),
@@ -244,7 +242,7 @@ class GitHubTracker:
 
     def ready(self) -> list[Issue]:
         candidates, _ = self._readable(self._raw_issues("open", [self.status_label(Status.READY) or ""]))
-        return ready_of(candidates, self.leases)
+        return ready_of(candidates, self.claims)
 
     def _raw_issue(self, key: str) -> dict[str, Any]:
         wanted = normalize_key(key)
@@ -290,38 +288,14 @@ class GitHubTracker:
 
     def ensure_labels(self) -> list[str]:
         """Create the labels beflow needs that the repository lacks; returns the names created."""
-        existing = {label["name"] for label in self._call(self.api.paginate, f"{self._base}/labels")}
-        wanted = [*self.settings.labels, *(f"{self.prefix}{suffix}" for suffix in STATUS_LABELS.values())]
-        created = []
-        for name in wanted:
-            if name in existing:
-                continue
-            color = LABEL_COLORS.get(name.removeprefix(self.prefix), "5319e7")
-            response = self._call(
-                self.api.request,
-                "POST",
-                f"{self._base}/labels",
-                json={"name": name, "color": color, "description": "beflow: issues for coding agents"},
-                ok=(422,),  # created meanwhile by another machine
-                retry=True,
-            )
-            if response.status == 201:
-                created.append(name)
-        self._labels_checked = True
-        return created
+        return self.labels.ensure()
 
     def rate_budget(self) -> RateBudget:
         stats = self.api.stats
         return RateBudget(stats.remaining, stats.reset, stats.rate_limited)
 
     def missing_labels(self) -> list[str]:
-        existing = {label["name"] for label in self._call(self.api.paginate, f"{self._base}/labels")}
-        wanted = [*self.settings.labels, *(f"{self.prefix}{suffix}" for suffix in STATUS_LABELS.values())]
-        return [name for name in wanted if name not in existing]
-
-    def _labels_ready(self) -> None:
-        if not self._labels_checked:
-            self.ensure_labels()
+        return self.labels.missing()
 
     def create(
         self,
@@ -332,7 +306,7 @@ class GitHubTracker:
         status: Status = Status.READY,
     ) -> Issue:
         draft = draft_issue(title, body, labels, priority, status)  # the same checks as every tracker
-        self._labels_ready()
+        self.labels.ready()
         names = [*self.settings.labels, *draft.labels]
         label = self.status_label(status)
         if label:
@@ -349,7 +323,7 @@ class GitHubTracker:
         except pydantic.ValidationError as exc:
             raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
         number = self._raw_issue(key)["number"]
-        with self.leases.under_lease(str(number)):
+        with self.claims.under_lease(str(number)):
             raw = self.comments.post(number, text)
         made = self._comment(raw)
         assert made is not None
@@ -359,11 +333,11 @@ class GitHubTracker:
         status = Status(status)
         raw = self._raw_issue(key)
         number = raw["number"]
-        current = self._status_of(raw, _label_names(raw))
+        current = self.labels.status_of(raw, _label_names(raw))
         check_transition(str(number), current, status)
-        with self.leases.under_lease(str(number)):  # a run's labels and comments, only while the issue is its own
+        with self.claims.under_lease(str(number)):  # a run's labels and comments, only while the issue is its own
             if current != status:
-                self._labels_ready()
+                self.labels.ready()
                 self._move(raw, status)
             if note and note.strip():
                 self.comments.note(str(number), current, status, note)
@@ -385,8 +359,7 @@ class GitHubTracker:
             self._call(self.api.request, "PATCH", path, json={"state": "open", "state_reason": "reopened"})
         if target and target not in names:
             self._call(self.api.request, "POST", f"{path}/labels", json={"labels": [target]}, retry=True)
-        for other in STATUS_LABELS.values():
-            name = f"{self.prefix}{other}"
+        for name in self.labels.statuses():
             if name != target and name in names:
                 self._call(self.api.request, "DELETE", f"{path}/labels/{quote(name, safe='')}", ok=(404,))
 
@@ -397,17 +370,17 @@ class GitHubTracker:
     # -- claims: leases in git refs (beflow.trackers.github_leases) ----------------------------------------------
 
     def claim(self, key: str, owner: str) -> Claim:
-        return self.leases.claim(str(self._raw_issue(key)["number"]), owner)
+        return self.claims.claim(str(self._raw_issue(key)["number"]), owner)
 
     def holder(self, key: str) -> ClaimInfo | None:
-        return self.leases.holder(normalize_key(key))
+        return self.claims.holder(normalize_key(key))
 
     def orphaned(self) -> list[Issue]:
         issues, _ = self._readable(self._raw_issues("open", [self.status_label(Status.IN_PROGRESS) or ""]))
-        return orphans_of(issues, self.leases)
+        return orphans_of(issues, self.claims)
 
     def last_holder(self, key: str) -> ClaimInfo | None:
-        return self.leases.last_holder(key)
+        return self.claims.last_holder(key)
 
     # -- the repository --------------------------------------------------------------------------------------------
 
@@ -415,6 +388,10 @@ class GitHubTracker:
         """The repository as GitHub describes it (checks the token and its access on the way)."""
         data: dict[str, Any] = self._call(self.api.get, self._base)
         return data
+
+    def inert(self, text: str) -> str:
+        """Quoted so that GitHub acts on nothing in it: no mention pings, no reference closes or links an issue."""
+        return quoting.inert(text)
 
     def held_secrets(self) -> list[str]:
         """Values that must never reach the agent, a log or a record: the token this tracker calls GitHub with

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from typing import Any
 
 from beflow.feedback import trusted
-from beflow.trackers.base import ClaimLost, Status, normalize_key
-from beflow.trackers.claims import LeaseStore
+from beflow.trackers.claims import ClaimLost, ClaimStore
 from beflow.trackers.github_api import Api, GitHubError, RateLimited
+from beflow.trackers.issue import Status, normalize_key
 
 #: The hidden marker at the end of every comment beflow writes; the progress comment of a run has its own.
 MARKER = "<!-- beflow -->"
@@ -30,7 +30,7 @@ WRITE_PERMISSIONS = frozenset({"admin", "maintain", "write"})
 class IssueComments:
     """The comments of one repository's issues that beflow writes (``call``: the tracker's way of calling the API)."""
 
-    def __init__(self, api: Api, base: str, call: Callable[..., Any], leases: LeaseStore) -> None:
+    def __init__(self, api: Api, base: str, call: Callable[..., Any], leases: ClaimStore) -> None:
         self.api = api
         self._base = base
         self._call = call

@@ -22,8 +22,9 @@ from typing import Any
 
 from beflow.config import GitHubTrackerSettings
 from beflow.errors import BeflowError, LockedError
-from beflow.trackers.base import Claim, ClaimInfo, ClaimLost, as_utc, normalize_key, utc_now
+from beflow.trackers.claims import Claim, ClaimInfo, ClaimLost
 from beflow.trackers.github_api import Api, GitHubError
+from beflow.trackers.issue import as_utc, normalize_key, utc_now
 
 CLAIM_NAMESPACE = "beflow/claims"
 

@@ -35,11 +35,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from beflow import __version__, guardrails
 from beflow.agent import acpx
+from beflow.app import open_tracker
 from beflow.config import Project
 from beflow.errors import BeflowError, NotFoundError, UsageError
 from beflow.ops.operations import Context
 from beflow.system import files
-from beflow.trackers.base import MetersRequests, Status
+from beflow.trackers.base import MetersRequests
+from beflow.trackers.issue import Status
 from beflow.web import api, lists
 from beflow.web.guard import COOKIE, Policy, bearer
 from beflow.web.live import Dropped, Hub, Stopping, Subscriber, WatchData, WatchSource
@@ -101,7 +103,7 @@ class Server:
         self.registry = load_all()
         #: Who acts (a status a person sets from the page is theirs): given, or git's user.name, asked when an action
         #: first needs it (a git process the watch's start need not wait for).
-        self.context = Context(project=project, actor=actor or "user")
+        self.context = Context(project=project, actor=actor or "user", opens_tracker=open_tracker)
         self._actor_known = actor is not None
         #: Titles of issues whose lane has no record yet (asked of the tracker once).
         self._titles: dict[str, str] = {}

@@ -20,10 +20,10 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
+from beflow.app import open_project, open_tracker
 from beflow.config import load_project
 from beflow.records.record import RunRecord, RunStore, new_run_id
-from beflow.trackers import open_tracker
-from beflow.trackers.base import utc_now
+from beflow.trackers.issue import utc_now
 from beflow.web import api
 from beflow.web.guard import TOKEN_ENV, Bind, load_token, parse_bind
 from beflow.web.live import RING, Hub
@@ -462,7 +462,7 @@ def test_the_state_lists_an_issue_the_tracker_cannot_read_once_with_why(  # type
     hub = Hub()
 
     async def scenario() -> dict[str, Any]:
-        dispatcher = Dispatcher(project, listener=lambda event: hub.publish(event.to_json()))
+        dispatcher = Dispatcher(project, opens=open_project, listener=lambda event: hub.publish(event.to_json()))
         source = WatchSource(dispatcher, hub)
         source.attach()
         await threads.blocking(dispatcher._survey, False)  # one look at the tracker, as a tick's
@@ -488,7 +488,7 @@ def test_a_lane_in_a_review_round_says_which_round(project: Path) -> None:
     hub = Hub()
 
     async def scenario() -> tuple[dict[str, Any], str]:
-        dispatcher = Dispatcher(loaded)
+        dispatcher = Dispatcher(loaded, opens=open_project)
         dispatcher.running["1"] = Running("1", 1, anyio.CancelScope(), dispatcher.tracker, round=2)
         source = WatchSource(dispatcher, hub)
         source.attach()
@@ -520,7 +520,7 @@ def test_the_tracker_is_unreachable_only_when_the_tracker_failed_and_reachable_a
     hub = Hub()
 
     async def scenario() -> list[dict[str, Any]]:
-        dispatcher = Dispatcher(project, listener=lambda event: hub.publish(event.to_json()))
+        dispatcher = Dispatcher(project, opens=open_project, listener=lambda event: hub.publish(event.to_json()))
         source = WatchSource(dispatcher, hub)
         source.attach()
         seen: list[dict[str, Any]] = []
@@ -706,7 +706,7 @@ def test_a_secret_a_config_reload_adds_is_masked_from_then_on(project: Path) -> 
     hub = Hub()
 
     async def scenario() -> tuple[dict[str, str], dict[str, str]]:
-        dispatcher = Dispatcher(loaded, listener=lambda event: hub.publish(event.to_json()))
+        dispatcher = Dispatcher(loaded, opens=open_project, listener=lambda event: hub.publish(event.to_json()))
         source = WatchSource(dispatcher, hub)
         source.attach()
         await threads.blocking(dispatcher._survey, False)
