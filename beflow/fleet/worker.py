@@ -74,7 +74,7 @@ def default_name() -> str:
 
 
 @dataclass
-class Lanes:
+class LaneHolds:
     """A worker's lanes: each held by one workflow, from its lane's claim to its run's end. Asked from the
     worker's event loop and from the SDK's threads (its slot supplier), hence the lock."""
 
@@ -119,7 +119,7 @@ class LaneSlots(CustomSlotSupplier):
     worker asks the service for a lane's claim only when it can grant one, and asks again the moment a lane frees
     (no claim waits on a busy worker, none is retried on a timer)."""
 
-    def __init__(self, lanes: Lanes) -> None:
+    def __init__(self, lanes: LaneHolds) -> None:
         self.lanes = lanes
         self.reserved = 0
         self._lock = threading.Lock()
@@ -185,7 +185,7 @@ class FleetWorker:
         self.settings = engine_of(project)
         self.name = name
         self.queue = worker_queue(self.settings.task_queue, name)
-        self.lanes = Lanes(lanes)
+        self.lanes = LaneHolds(lanes)
         self.listener = listener
         self.tracker = opened.tracker
         self.code_host = opened.code_host

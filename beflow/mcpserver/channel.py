@@ -186,7 +186,7 @@ class RunChannel:
             bound_issue=self.issue,
             bound_run=self.run_id,
             # The agent's words are masked with every secret the run holds: a token from `gh auth token` too, which
-            # no variable holds (beflow.ops.masking).
+            # no variable holds (beflow.ops.agent_words).
             tracker=tracker,
             secrets=secrets,
         )

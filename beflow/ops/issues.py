@@ -14,8 +14,7 @@ from pydantic import BaseModel, Field, computed_field
 
 from beflow.errors import OutOfScopeError, UsageError
 from beflow.ops import rounds
-from beflow.ops.followups import agent_follow_up
-from beflow.ops.masking import agent_words, posted_words
+from beflow.ops.agent_words import agent_follow_up, agent_words, posted_words
 from beflow.ops.operations import Context, Input, operation
 from beflow.records.record import RunStore
 from beflow.trackers.base import StreamsListings, TakesRework, Tracker

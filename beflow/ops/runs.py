@@ -11,7 +11,7 @@ from beflow.agent import acpx
 from beflow.config import Project
 from beflow.errors import NotBoundError, NotFoundError, excerpt
 from beflow.guardrails import Usage
-from beflow.ops.masking import agent_words
+from beflow.ops.agent_words import agent_words
 from beflow.ops.operations import Context, Input, operation
 from beflow.records.record import MAX_PROGRESS, STDERR_LIMIT, TRANSCRIPT_LIMIT, ProgressNote, RunRecord, RunStore
 from beflow.trackers.issue import normalize_key

@@ -43,7 +43,7 @@ from beflow.watch.lanes import Running, Snapshot, run_ids
 from beflow.watch.reachability import TrackerLook
 from beflow.watch.reloading import ConfigReload
 from beflow.watch.retries import Retries
-from beflow.watch.review_rounds import ReviewRounds
+from beflow.watch.rounds import ReviewRounds
 from beflow.watch.wake import REFRESH, Wakeup, watch_directories
 
 #: Finished runs a long watch keeps in memory besides the live view's ``recent`` (the records on disk keep them

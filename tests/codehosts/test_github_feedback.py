@@ -446,7 +446,7 @@ def test_a_refresh_makes_the_next_gather_read_the_repository_afresh(
     make_host: Host, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from beflow.trackers import LocalTracker
-    from beflow.watch.review_rounds import ReviewRounds
+    from beflow.watch.rounds import ReviewRounds
 
     monkeypatch.setattr(github_feedback, "FRESH", 3600.0)  # once read, the listings are not read again for an hour
     github.open_pull("beflow/1")
