@@ -43,7 +43,7 @@ SPEC = (DOCS / "spec.md").read_text(encoding="utf-8")
 ARCHITECTURE = (DOCS / "architecture.md").read_text(encoding="utf-8")
 #: The pages contributors read, whose every pointer into the code is checked (the changelog is history: it names
 #: modules as they were).
-POINTING = [DOCS / "spec.md", DOCS / "architecture.md"]
+POINTING = [DOCS / "spec.md", DOCS / "architecture.md", ROOT / "README.md", ROOT / "CONTRIBUTING.md"]
 
 
 # -- reading the pages ------------------------------------------------------------------------------------------------
