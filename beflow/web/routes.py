@@ -34,7 +34,12 @@ def api_routes(server: Server, views: Views) -> list[Route]:
     """The routes of :data:`endpoints.ENDPOINTS`, then the ones that tell a client which actions there are."""
 
     async def json(fn: Callable[..., Any], *args: Any) -> Response:
-        return await server.answer(lambda: _json(server, fn, *args))
+        """``fn(*args)``'s model, read off the loop, as JSON (or the problem its error is)."""
+
+        async def answered() -> Response:
+            return server.json(await server.off_loop(fn, *args))
+
+        return await server.answer(answered)
 
     async def state(request: Request) -> Response:
         return await json(views.state)
@@ -91,10 +96,6 @@ def api_routes(server: Server, views: Views) -> list[Route]:
         Route("/api/v1/issues/{target}/{action:str}", actions.unknown, methods=["POST"]),
     ]
     return routes
-
-
-async def _json(server: Server, fn: Callable[..., Any], *args: Any) -> Response:
-    return server.json(await server.off_loop(fn, *args))
 
 
 class Actions:

@@ -14,7 +14,6 @@ from beflow.web import api, lists
 from beflow.web.live import WatchData
 
 if TYPE_CHECKING:
-    from beflow.records.record import RunStore
     from beflow.web.server import Server
     from beflow.web.transcripts import Transcripts
 
@@ -73,7 +72,7 @@ class Views:
         )
 
     def _lanes(self, data: WatchData, now: float) -> list[api.Lane]:
-        store: RunStore = self.server.store()
+        store = self.server.store()
         lanes = []
         for lane in data.lanes:
             title, progress = self._titles.get(lane.key, ""), [lane.progress] if lane.progress else []
