@@ -261,7 +261,7 @@ class FleetWorker:
     async def _run_alone(
         self, run: RunInput, info: activity.Info, scope: anyio.CancelScope, because: Callable[[], str | None]
     ) -> RunEnd:
-        from beflow.mcp.journal import recover_orphans
+        from beflow.mcp.orphans import recover_orphans
         from beflow.run.runner import NoLongerReady
 
         project, watch = self.project, self.project.config.watch
@@ -359,7 +359,7 @@ class FleetWorker:
         """The worktrees runs on this machine left behind (a worker killed mid-run: its run went on elsewhere),
         removed when no run holds their issue now and nothing in them is uncommitted; kept, and said, when something
         is (a person's to look at). Each (issue, what became of its worktree)."""
-        from beflow.mcp.journal import recover_orphans
+        from beflow.mcp.orphans import recover_orphans
 
         store, project = RunStore(self.project.directory), self.project
         store.close_orphans()

@@ -5,7 +5,7 @@
 ``/mcp`` is unbound (the agent-safe tools, as ``beflow mcp serve`` without ``--allow``); ``/mcp/issues/<key>`` is a
 server bound to that issue, as ``beflow mcp serve --issue <key>`` is: no tool argument can reach another issue.
 Resource updates are pushed from the watch's events (a run's progress announces ``beflow://run/<id>`` and
-``beflow://issue/<key>``), not polled. The token is checked before any of this (:class:`beflow.web.web.Guard`).
+``beflow://issue/<key>``), not polled. The token is checked before any of this (:class:`beflow.web.middleware.Guard`).
 """
 
 from __future__ import annotations
