@@ -12,12 +12,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import re
 import shutil
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlparse
 
@@ -26,6 +23,7 @@ import pydantic
 from beflow.config import GitHubCodeHostSettings, GitHubTrackerSettings, Project
 from beflow.errors import BeflowError, ConfigError, NotFoundError, UsageError, excerpt
 from beflow.system import proc
+from beflow.trackers import github_wire as wire
 from beflow.trackers import quoting
 from beflow.trackers.base import RateBudget
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, orphans_of, ready_of
@@ -37,6 +35,7 @@ from beflow.trackers.github_api import (
     GitHubError,
 )
 from beflow.trackers.github_comments import Authors, IssueComments
+from beflow.trackers.github_issues import IssueReader
 from beflow.trackers.github_labels import RepoLabels
 from beflow.trackers.github_leases import GitHubLeases
 from beflow.trackers.issue import (
@@ -46,16 +45,11 @@ from beflow.trackers.issue import (
     Issue,
     Listing,
     Status,
-    as_utc,
     check_transition,
     draft_issue,
     normalize_key,
     utc_now,
 )
-
-#: Before the marker, a comment beflow posted holds a token of its own: a post whose answer was lost is found by it.
-_MARKERS = re.compile(r"\s*(<!-- beflow:post [0-9a-f]+ -->\s*)?<!-- beflow(:progress)? -->\s*$")
-_PRIORITY = re.compile(r"^priority:\s*(\d+)$")
 
 
 def resolve_token(settings: GitHubTrackerSettings | GitHubCodeHostSettings, what: str = "tracker") -> str:
@@ -149,6 +143,8 @@ class GitHubTracker:
         self.comments = IssueComments(api, self._base, self._call, self.leases)
         self._login: str | None = None
         self.authors = Authors(api, repo, project.config.feedback.allow if project else [])  # (whose words count)
+        #: What GitHub says of an issue, as beflow's (github_issues.py).
+        self.reader = IssueReader(repo, self.labels, self.authors, settings.labels)
         #: The issues the last listing could not read (a hostile label) and why: they are skipped until fixed.
         self.unreadable: dict[str, str] = {}
 
@@ -157,60 +153,19 @@ class GitHubTracker:
     def status_label(self, status: Status) -> str | None:
         return self.labels.of(status)
 
-    def _mine(self, raw: dict[str, Any]) -> bool:
-        names = _label_names(raw)
-        return "pull_request" not in raw and all(label in names for label in self.settings.labels)
-
-    def _issue(self, raw: dict[str, Any], comments: list[Comment] | None = None) -> Issue:
-        names = _label_names(raw)
-        priorities = []
-        shown = []
-        for name in names:
-            match = _PRIORITY.match(name)
-            if match:
-                priorities.append(int(match.group(1)))
-            elif not self.labels.says_status(name):
-                shown.append(name)
-        try:
-            return self._model(raw, names, shown, priorities, comments)
-        except pydantic.ValidationError as exc:  # a label a person (or an agent) made that no issue may carry
-            error = exc.errors()[0]
-            where = ".".join(str(p) for p in error["loc"])
-            message = str(error["msg"]).removeprefix("Value error, ")
-            raise UnreadableIssue(
-                f"issue {raw['number']} in {self.repo} cannot be read: {where}: {message}",
-                fix="Rename or remove that label on GitHub; beflow skips the issue until then.",
-            ) from None
-
-    def _model(
-        self,
-        raw: dict[str, Any],
-        names: list[str],
-        shown: list[str],
-        priorities: list[int],
-        comments: list[Comment] | None,
-    ) -> Issue:
-        return Issue(
-            key=str(raw["number"]),
-            title=(raw.get("title") or "").strip().splitlines()[0]
-            if (raw.get("title") or "").strip()
-            else "(untitled)",
-            status=self.labels.status_of(raw, names),
-            labels=shown,
-            priority=min(priorities) if priorities else DEFAULT_PRIORITY,
-            created=_time(raw["created_at"]),
-            updated=_time(raw["updated_at"]),
-            body=raw.get("body") or "",
-            comments=comments or [],
-            url=raw.get("html_url"),
-        )
-
-    def _raw_issues(self, state: str, extra: list[str] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+    def _listed(self, state: str, extra: list[str] = ()) -> tuple[list[Issue], list[FileProblem]]:  # type: ignore[assignment]
+        """The issues in ``state`` carrying the tracker's labels and ``extra``, and a problem naming each one that
+        cannot be read: one hostile issue is that issue's problem (skipped, named), never a stall of every listing,
+        pick and watch tick."""
         labels = [*self.settings.labels, *extra]
         params: dict[str, Any] = {"state": state, "sort": "created", "direction": "asc"}
         if labels:
             params["labels"] = ",".join(labels)
-        return [raw for raw in self._call(self.api.paginate, f"{self._base}/issues", params) if self._mine(raw)]
+        path = f"{self._base}/issues"
+        issues, problems, self.unreadable = self.reader.listing(
+            self._call(self.api.paginate, path, params), f"GET {path}"
+        )
+        return issues, problems
 
     def listing(self, status: Status | None = None, label: str | None = None) -> Listing:
         extra = [label] if label else []
@@ -223,43 +178,30 @@ class GitHubTracker:
             wanted = self.status_label(status)
             if wanted:
                 extra.append(wanted)
-        issues, problems = self._readable(self._raw_issues(state, extra))
+        issues, problems = self._listed(state, extra)
         chosen = [i for i in issues if (status is None or i.status == status) and (label is None or label in i.labels)]
         return Listing(issues=sorted(chosen, key=lambda i: int(i.key)), problems=problems)
 
-    def _readable(self, raws: Iterable[dict[str, Any]]) -> tuple[list[Issue], list[FileProblem]]:
-        """The issues beflow can read, and a problem naming each one it cannot: one hostile issue is that issue's
-        problem (skipped, named), never a stall of every listing, pick and watch tick."""
-        issues, problems, unreadable = [], [], {}
-        for raw in raws:
-            try:
-                issues.append(self._issue(raw))
-            except UnreadableIssue as error:
-                unreadable[str(raw["number"])] = error.message
-                problems.append(FileProblem(path=Path(f"{self.repo}#{raw['number']}"), message=error.message))
-        self.unreadable = unreadable
-        return issues, problems
-
     def ready(self) -> list[Issue]:
-        candidates, _ = self._readable(self._raw_issues("open", [self.status_label(Status.READY) or ""]))
+        candidates, _ = self._listed("open", [self.status_label(Status.READY) or ""])
         return ready_of(candidates, self.claims)
 
-    def _raw_issue(self, key: str) -> dict[str, Any]:
+    def _raw_issue(self, key: str) -> wire.Issue:
         wanted = normalize_key(key)
         if not wanted.isdigit():
             shown = excerpt(key, quote=False)
             raise NotFoundError(f"no issue {shown} in {self.repo}: GitHub issues are numbers", fix="beflow issues list")
         try:
-            raw: dict[str, Any] = self._call(self.api.get, f"{self._base}/issues/{wanted}")
+            raw = self.reader.one(self._call(self.api.get, f"{self._base}/issues/{wanted}"), wanted)
         except GitHubError as error:
             if error.status in (404, 410):
                 raise NotFoundError(
                     f"no issue {wanted} in {self.repo}", fix="`beflow issues list` shows every issue."
                 ) from None
             raise
-        if "pull_request" in raw:
+        if raw.is_pull:
             raise NotFoundError(f"#{wanted} in {self.repo} is a pull request, not an issue")
-        if not self._mine(raw):
+        if not self.reader.mine(raw):
             labels = ", ".join(self.settings.labels)
             raise NotFoundError(
                 f"issue {wanted} in {self.repo} is not beflow's: it does not carry the label(s) {labels}",
@@ -268,21 +210,12 @@ class GitHubTracker:
         return raw
 
     def get(self, key: str) -> Issue:
-        raw = self._raw_issue(key)
-        comments = [
-            self._comment(c) for c in self._call(self.api.paginate, f"{self._base}/issues/{raw['number']}/comments")
-        ]
-        return self._issue(raw, [c for c in comments if c is not None])
+        return self._with_comments(self._raw_issue(key))
 
-    def _comment(self, raw: dict[str, Any]) -> Comment | None:
-        text = _MARKERS.sub("", raw.get("body") or "")
-        if not text.strip():
-            return None
-        author = (raw.get("user") or {}).get("login") or "ghost"
-        # The text of one who may not give feedback stays out of prompts, as in review rounds.
-        return Comment(author=author, created=_time(raw["created_at"]), text=text).withholding(
-            self.authors.why_unread(raw)
-        )
+    def _with_comments(self, raw: wire.Issue) -> Issue:
+        path = f"{self._base}/issues/{raw.number}/comments"
+        comments = self.reader.comments(self._call(self.api.paginate, path), f"GET {path}", raw)
+        return self.reader.issue(raw, comments)
 
     # -- writing ---------------------------------------------------------------------------------------------------
 
@@ -314,26 +247,27 @@ class GitHubTracker:
         if priority != DEFAULT_PRIORITY:
             names.append(f"priority:{priority}")
         payload = {"title": draft.title, "body": draft.body, "labels": list(dict.fromkeys(names))}
-        raw = self._call(self.api.request, "POST", f"{self._base}/issues", json=payload).data
-        return self._issue(raw)
+        path = f"{self._base}/issues"
+        made = self._call(self.api.request, "POST", path, json=payload).data
+        return self.reader.issue(wire.parse(wire.Issue, made, f"POST {path}"))
 
     def comment(self, key: str, text: str, author: str) -> Comment:
         try:
             Comment(author=author, created=utc_now(), text=text)
         except pydantic.ValidationError as exc:
             raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
-        number = self._raw_issue(key)["number"]
+        number = self._raw_issue(key).number
         with self.claims.under_lease(str(number)):
-            raw = self.comments.post(number, text)
-        made = self._comment(raw)
+            posted = self.comments.post(number, text)
+        made = self.reader.comment(posted, posted.created_at)
         assert made is not None
         return made
 
     def set_status(self, key: str, status: Status, note: str | None = None, author: str = "beflow") -> Issue:
         status = Status(status)
         raw = self._raw_issue(key)
-        number = raw["number"]
-        current = self.labels.status_of(raw, _label_names(raw))
+        number = raw.number
+        current = self.labels.status_of(raw, raw.label_names)
         check_transition(str(number), current, status)
         with self.claims.under_lease(str(number)):  # a run's labels and comments, only while the issue is its own
             if current != status:
@@ -344,18 +278,18 @@ class GitHubTracker:
             elif status == Status.IN_PROGRESS and current != status:
                 self.comments.start_progress(str(number), "beflow is working on this issue.")
         # As it is now, even if it stopped being beflow's meanwhile (a person took the label away).
-        raw = self._call(self.api.get, f"{self._base}/issues/{number}")
-        comments = self._call(self.api.paginate, f"{self._base}/issues/{number}/comments")
-        return self._issue(raw, [c for c in map(self._comment, comments) if c is not None])
+        return self._with_comments(
+            self.reader.one(self._call(self.api.get, f"{self._base}/issues/{number}"), str(number))
+        )
 
-    def _move(self, raw: dict[str, Any], status: Status) -> None:
-        number, names = raw["number"], _label_names(raw)
+    def _move(self, raw: wire.Issue, status: Status) -> None:
+        number, names = raw.number, raw.label_names
         path = f"{self._base}/issues/{number}"
         target = self.status_label(status)
         if status in (Status.DONE, Status.CLOSED):
             reason = "completed" if status == Status.DONE else "not_planned"
             self._call(self.api.request, "PATCH", path, json={"state": "closed", "state_reason": reason})
-        elif raw.get("state") == "closed":
+        elif raw.state == "closed":
             self._call(self.api.request, "PATCH", path, json={"state": "open", "state_reason": "reopened"})
         if target and target not in names:
             self._call(self.api.request, "POST", f"{path}/labels", json={"labels": [target]}, retry=True)
@@ -370,13 +304,13 @@ class GitHubTracker:
     # -- claims: leases in git refs (beflow.trackers.github_leases) ----------------------------------------------
 
     def claim(self, key: str, owner: str) -> Claim:
-        return self.claims.claim(str(self._raw_issue(key)["number"]), owner)
+        return self.claims.claim(str(self._raw_issue(key).number), owner)
 
     def holder(self, key: str) -> ClaimInfo | None:
         return self.claims.holder(normalize_key(key))
 
     def orphaned(self) -> list[Issue]:
-        issues, _ = self._readable(self._raw_issues("open", [self.status_label(Status.IN_PROGRESS) or ""]))
+        issues, _ = self._listed("open", [self.status_label(Status.IN_PROGRESS) or ""])
         return orphans_of(issues, self.claims)
 
     def last_holder(self, key: str) -> ClaimInfo | None:
@@ -384,10 +318,9 @@ class GitHubTracker:
 
     # -- the repository --------------------------------------------------------------------------------------------
 
-    def repository(self) -> dict[str, Any]:
+    def repository(self) -> wire.Repository:
         """The repository as GitHub describes it (checks the token and its access on the way)."""
-        data: dict[str, Any] = self._call(self.api.get, self._base)
-        return data
+        return wire.parse(wire.Repository, self._call(self.api.get, self._base), f"GET {self._base}")
 
     def inert(self, text: str) -> str:
         """Quoted so that GitHub acts on nothing in it: no mention pings, no reference closes or links an issue."""
@@ -440,18 +373,3 @@ class _RepoCalls:
                 return False
             raise
         return True
-
-
-class UnreadableIssue(BeflowError):
-    """An issue beflow cannot take as it is on GitHub (a label holding a line break or control characters, or
-    longer than labels may be): named and skipped, never a crash of the listing it is in."""
-
-    code = "unreadable_issue"
-
-
-def _label_names(raw: dict[str, Any]) -> list[str]:
-    return [label if isinstance(label, str) else label.get("name", "") for label in raw.get("labels") or []]
-
-
-def _time(value: str) -> dt.datetime:
-    return as_utc(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from beflow.config import GitHubTrackerSettings
+from beflow.trackers import github_wire as wire
 from beflow.trackers.github_api import Api
 from beflow.trackers.issue import Status
 
@@ -45,16 +46,19 @@ class RepoLabels:
     def says_status(self, name: str) -> bool:
         return name in self.statuses()
 
-    def status_of(self, raw: dict[str, Any], names: list[str]) -> Status:
-        """The status of an issue as GitHub gives it (``raw``), with its label names."""
-        if raw.get("state") == "closed":
-            return Status.DONE if raw.get("state_reason") == "completed" else Status.CLOSED
+    def status_of(self, issue: wire.IssueState, names: list[str]) -> Status:
+        """The status of an issue as GitHub gives it, with its label names."""
+        if issue.state == "closed":
+            return Status.DONE if issue.state_reason == "completed" else Status.CLOSED
         present = {s for s in _PRECEDENCE if self.of(s) in names}
         return next((s for s in _PRECEDENCE if s in present), Status.OPEN)
 
     def missing(self) -> list[str]:
         """The labels beflow needs that the repository lacks."""
-        existing = {label["name"] for label in self._call(self.api.paginate, f"{self._base}/labels")}
+        path = f"{self._base}/labels"
+        # A label GitHub gives in a shape of its own is taken as missing: making it again is refused (422), harmlessly.
+        labels, _ = wire.read_each(wire.Label, self._call(self.api.paginate, path), f"GET {path}")
+        existing = {label.name for label in labels}
         return [name for name in [*self.settings.labels, *self.statuses()] if name not in existing]
 
     def ensure(self) -> list[str]:

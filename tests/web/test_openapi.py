@@ -16,8 +16,8 @@ from openapi_spec_validator import validate
 from openapi_spec_validator.validation.exceptions import OpenAPIValidationError
 from starlette.routing import Match, Route
 
+from beflow.app import open_tracker
 from beflow.config import load_project
-from beflow.trackers import open_tracker
 from beflow.web import endpoints
 from beflow.web.asgi import build_app
 from beflow.web.guard import TOKEN_ENV, Bind, Policy

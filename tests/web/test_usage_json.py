@@ -12,7 +12,7 @@ from beflow import guardrails
 from beflow.cli.common import json_text
 from beflow.events import RunEvent, UsageFigures, WatchEvent
 from beflow.records.record import RunRecord
-from beflow.trackers.base import utc_now
+from beflow.trackers.issue import utc_now
 from beflow.web import api
 
 FIGURES = (
