@@ -22,7 +22,8 @@ import anyio
 from beflow.config import AgentCommand, Config
 from beflow.guardrails import Usage, amount, currency_code, token_count
 from beflow.paths import acpx_home, slug
-from beflow.records.record import RunRecord, RunStore, clean_text
+from beflow.records.record import RunRecord, clean_text
+from beflow.records.store import RunStore
 from beflow.system import interrupts, proc
 from beflow.system.files import read_regular
 
@@ -591,7 +592,7 @@ def queue_owner_pids(session_id: str, home: Path) -> list[int]:
 
 
 def close_killed_runs(store: RunStore, home: Path | None = None) -> list[RunRecord]:
-    """Close the records of runs whose beflow was killed (:meth:`~beflow.records.record.RunStore.close_orphans`), and
+    """Close the records of runs whose beflow was killed (:meth:`~beflow.records.store.RunStore.close_orphans`), and
     stop the acpx queue owners still serving their sessions: a resumed turn runs in acpx's detached owner, which
     outlives a SIGKILLed beflow with its agent still at work in the worktree. The records closed."""
     closed = store.close_orphans()

@@ -35,7 +35,7 @@ from beflow.fleet.shapes import (
     workflow_id,
 )
 from beflow.ops import rounds
-from beflow.records.record import RunStore
+from beflow.records.store import RunStore
 from beflow.repository import git
 from beflow.run.lifecycle import requeue_orphans, settle_orphans
 from beflow.system import threads

@@ -18,7 +18,7 @@ from beflow.ops import rounds
 from beflow.ops.followups import agent_follow_up
 from beflow.ops.masking import agent_words, posted_words
 from beflow.ops.operations import Context, Input, operation
-from beflow.records.record import RunStore
+from beflow.records.store import RunStore
 from beflow.trackers import open_tracker
 from beflow.trackers.base import (
     DEFAULT_PRIORITY,

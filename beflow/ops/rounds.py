@@ -33,7 +33,8 @@ from beflow.feedback import (
     strip_hidden,
     trailer_lines,
 )
-from beflow.records.record import CONSUMED_TEXT, DONE_OUTCOMES, Consumed, LeftOut, RunRecord, RunStore
+from beflow.records.record import CONSUMED_TEXT, DONE_OUTCOMES, Consumed, LeftOut, RunRecord
+from beflow.records.store import RunStore
 from beflow.repository import git
 from beflow.trackers import Status, Tracker
 

@@ -13,7 +13,9 @@ from beflow.errors import NotBoundError, NotFoundError, excerpt
 from beflow.guardrails import Usage
 from beflow.ops.masking import agent_words
 from beflow.ops.operations import Context, Input, operation
-from beflow.records.record import MAX_PROGRESS, STDERR_LIMIT, TRANSCRIPT_LIMIT, ProgressNote, RunRecord, RunStore
+from beflow.records.logs import STDERR_LIMIT, TRANSCRIPT_LIMIT
+from beflow.records.record import MAX_PROGRESS, ProgressNote, RunRecord
+from beflow.records.store import RunStore
 from beflow.trackers.base import normalize_key
 
 #: The context's service holding what the run going on reported so far (a :class:`Usage`), set by its channel.

@@ -16,7 +16,8 @@ from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink
 from beflow.ops import rounds
-from beflow.records.record import Mode, RunRecord, RunStore
+from beflow.records.record import Mode, RunRecord
+from beflow.records.store import RunStore
 from beflow.run import preflight
 from beflow.run.lifecycle import RunRequest, requeue_orphans, settle_orphans
 from beflow.run.runner import NoLongerReady, Run

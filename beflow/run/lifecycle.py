@@ -34,17 +34,8 @@ from beflow.mcp.own import secret_part
 from beflow.mcp.redact import Redactor
 from beflow.ops import rounds
 from beflow.paths import ACPXRC
-from beflow.records.record import (
-    DONE_OUTCOMES,
-    WORDS_FIELDS,
-    Mode,
-    Outcome,
-    RunRecord,
-    RunStore,
-    masked_record,
-    new_run_id,
-    now,
-)
+from beflow.records.record import DONE_OUTCOMES, WORDS_FIELDS, Mode, Outcome, RunRecord, masked_record, new_run_id, now
+from beflow.records.store import RunStore
 from beflow.repository import repoguard
 from beflow.run import prompt
 from beflow.run.policy import give_up_note, status_after

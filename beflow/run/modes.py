@@ -32,7 +32,8 @@ from beflow.mcp.acp import resolve_servers
 from beflow.mcp.own import follow_progress
 from beflow.mcpserver.channel import own_channel, with_own_server
 from beflow.paths import beflow_home, path_key
-from beflow.records.record import Outcome, RunRecord, RunStore, new_run_id
+from beflow.records.record import Outcome, RunRecord, new_run_id
+from beflow.records.store import RunStore
 from beflow.repository import git, repoguard
 from beflow.run.checkout import Changes, acpxrc_notice, checkout_lock, checkout_of, refuse_read_only
 from beflow.run.lifecycle import RunRequest, Session, refuse_closed, render_prompt

@@ -14,7 +14,8 @@ from beflow.agent import acpx
 from beflow.mcp.inject import Injection
 from beflow.mcp.own import follow_progress
 from beflow.mcpserver.channel import RunChannel, own_channel
-from beflow.records.record import LOG_NOTE, STDERR_LIMIT, TRANSCRIPT_LIMIT, Outcome
+from beflow.records.logs import LOG_NOTE, STDERR_LIMIT, TRANSCRIPT_LIMIT
+from beflow.records.record import Outcome
 from beflow.run import spending
 from beflow.run.lifecycle import Session
 from beflow.run.limits import Limiter, UsageEvents

@@ -31,7 +31,8 @@ from beflow.codehosts import CodeHost, open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError
 from beflow.events import RunEvent, WatchEvent, WatchEventKind
-from beflow.records.record import RunRecord, RunStore
+from beflow.records.record import RunRecord
+from beflow.records.store import RunStore
 from beflow.run.lifecycle import RunRequest, requeue_orphans, settle_orphans
 from beflow.run.policy import is_final
 from beflow.run.spending import Ledger

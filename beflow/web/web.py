@@ -314,7 +314,7 @@ class Server:
 
     def transcript(self, run_id: str, offset: int, limit: int) -> api.TranscriptPage:
         """A page of the readable transcript, file edits included as unified diffs (``diff`` lines)."""
-        from beflow.records.record import TRANSCRIPT_LIMIT
+        from beflow.records.logs import TRANSCRIPT_LIMIT
         from beflow.web import diffs
 
         record = self.call("run.show", {"id": run_id})

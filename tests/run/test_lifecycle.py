@@ -8,7 +8,7 @@ import pytest
 
 from beflow.config import load_project
 from beflow.events import RunEvent
-from beflow.records.record import RunStore
+from beflow.records.store import RunStore
 from beflow.run.lifecycle import RunRequest, Session
 from beflow.run.policy import status_after
 from beflow.trackers import Status, Tracker, open_tracker

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from beflow.config import load_project
-from beflow.records.record import RunRecord, RunStore
+from beflow.records.record import RunRecord
+from beflow.records.store import RunStore
 from beflow.trackers import Issue, Status, Tracker, open_tracker
 
 #: Secret values in the project's `.mcp.json`: they reach the agent, and never a run record.

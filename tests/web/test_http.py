@@ -21,7 +21,8 @@ import pytest
 from pydantic import BaseModel
 
 from beflow.config import load_project
-from beflow.records.record import RunRecord, RunStore, new_run_id
+from beflow.records.record import RunRecord, new_run_id
+from beflow.records.store import RunStore
 from beflow.trackers import open_tracker
 from beflow.trackers.base import utc_now
 from beflow.web import api
