@@ -37,7 +37,7 @@ from beflow.fleet.shapes import (
 from beflow.ops import rounds
 from beflow.records.store import RunStore
 from beflow.repository import git
-from beflow.run.lifecycle import requeue_orphans, settle_orphans
+from beflow.run.issue_status import requeue_orphans, settle_orphans
 from beflow.system import threads
 from beflow.trackers import Issue, Status, reading_once
 from beflow.trackers.base import WatchesDirectories

@@ -19,7 +19,8 @@ from beflow.ops import rounds
 from beflow.records.record import Mode, RunRecord
 from beflow.records.store import RunStore
 from beflow.run import preflight
-from beflow.run.lifecycle import RunRequest, requeue_orphans, settle_orphans
+from beflow.run.issue_status import requeue_orphans, settle_orphans
+from beflow.run.request import RunRequest
 from beflow.run.runner import NoLongerReady, Run
 from beflow.system import threads
 from beflow.trackers import Tracker, reading_once

@@ -36,8 +36,10 @@ from beflow.records.record import Outcome, RunRecord, new_run_id
 from beflow.records.store import RunStore
 from beflow.repository import git, repoguard
 from beflow.run.checkout import Changes, acpxrc_notice, checkout_lock, checkout_of, refuse_read_only
-from beflow.run.lifecycle import RunRequest, Session, refuse_closed, render_prompt
+from beflow.run.issue_status import refuse_closed
+from beflow.run.lifecycle import Session
 from beflow.run.policy import Verdict, judge_attended, status_after_supervised
+from beflow.run.request import RunRequest, render_prompt
 from beflow.system import interrupts, proc, terminal, threads
 from beflow.trackers import Issue, Status, Tracker
 

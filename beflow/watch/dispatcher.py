@@ -33,8 +33,9 @@ from beflow.errors import BeflowError, ConfigError, LockedError
 from beflow.events import RunEvent, WatchEvent, WatchEventKind
 from beflow.records.record import RunRecord
 from beflow.records.store import RunStore
-from beflow.run.lifecycle import RunRequest, requeue_orphans, settle_orphans
+from beflow.run.issue_status import requeue_orphans, settle_orphans
 from beflow.run.policy import is_final
+from beflow.run.request import RunRequest
 from beflow.run.spending import Ledger
 from beflow.system import threads
 from beflow.trackers import Issue, Tracker, open_tracker, reading_once

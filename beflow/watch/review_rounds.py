@@ -11,7 +11,7 @@ from beflow.errors import BeflowError
 from beflow.feedback import FeedbackSource, LooksAgain
 from beflow.ops import rounds
 from beflow.records.store import RunStore
-from beflow.run.lifecycle import RunRequest
+from beflow.run.request import RunRequest
 from beflow.system import threads
 from beflow.trackers import Issue, Status, Tracker
 
