@@ -50,8 +50,8 @@ from beflow.mcpserver.failures import log_internal, without_input
 from beflow.mcpserver.schema import ISSUE_URI, RUN_URI, exposed, load_all, tool
 from beflow.mcpserver.stdio import stdio_streams
 from beflow.mcpserver.subscriptions import ResourceWatch
+from beflow.ops.docs import docs_dir
 from beflow.ops.issues import IssueView
-from beflow.ops.manual import docs_dir
 from beflow.ops.operations import Context, Operation
 from beflow.records.record import RunRecord
 from beflow.trackers.base import format_time, normalize_key
