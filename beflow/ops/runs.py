@@ -8,6 +8,7 @@ import datetime as dt
 from pydantic import BaseModel, Field
 
 from beflow.agent import acpx
+from beflow.agent.session import close_killed_runs
 from beflow.config import Project
 from beflow.errors import NotBoundError, NotFoundError, excerpt
 from beflow.guardrails import Usage
@@ -27,7 +28,7 @@ def store(context: Context) -> RunStore:
 
     def open_store(project: Project) -> RunStore:
         runs = RunStore(project.directory)
-        acpx.close_killed_runs(runs)
+        close_killed_runs(runs)
         return runs
 
     result: RunStore = context.service("runs", open_store)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import anyio
 
-from beflow.agent import acpx
+from beflow.agent.session import close_killed_runs
 from beflow.codehosts import open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
@@ -42,7 +42,7 @@ async def run_many(
     found = rounds.sources(tracker, code_host)
     picked = not keys
     store = RunStore(project.directory)
-    acpx.close_killed_runs(store)
+    close_killed_runs(store)
     with reading_once(tracker):  # one scan of the tracker for all of this
         settle_orphans(tracker, store)
         if picked:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from beflow.agent import acpx, agent_env, agents
+from beflow.agent import acpx_command, agent_env, agents
 from beflow.agent.native import client_argv, native_client, require
 from beflow.config import Project
 from beflow.events import EventSink
@@ -94,7 +94,7 @@ async def attend(
     branch = await threads.blocking(git.current_branch, checkout)
     text = render_prompt(project, issue, request, branch=branch, run_id=run_id)
     permissions = config.attend.permissions
-    argv = acpx.attend_argv(
+    argv = acpx_command.attend_argv(
         config,
         cwd=checkout,
         prompt=text,

@@ -135,7 +135,7 @@ class Run:
 
 class _InWorktree:
     """One unattended run, composed: its session, its workspace (:mod:`beflow.run.workspace`), the agent
-    (:class:`beflow.agent.acpx.AgentSession`) and the delivery of its work (:mod:`beflow.run.delivery`)."""
+    (:class:`beflow.agent.session.AgentSession`) and the delivery of its work (:mod:`beflow.run.delivery`)."""
 
     def __init__(
         self,

@@ -26,7 +26,7 @@ from typing import Any
 import anyio
 
 from beflow import guardrails
-from beflow.agent import acpx
+from beflow.agent.session import close_killed_runs
 from beflow.codehosts import CodeHost, open_code_host
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError
@@ -227,7 +227,7 @@ class Dispatcher:
         try:
             with reading_once(self.tracker):  # one scan of the tracker serves the whole tick
                 store = self.store
-                acpx.close_killed_runs(store)
+                close_killed_runs(store)
                 if self.project.config.limits.cost_per_day is not None:
                     self.ledger.refresh(store)
                 for key in settle_orphans(self.tracker, store):
