@@ -17,7 +17,7 @@ reader skips both, and a malformed line never stops a run. The figures of usage 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+import json
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -339,10 +339,9 @@ AnyMessage = Annotated[
 
 
 @functools.cache
-def _validate() -> Callable[[str | bytes], Any]:
-    """The check of a line: the adapter's validator itself (no Python of the adapter's around each line), built
-    the first time a line is read."""
-    return TypeAdapter(AnyMessage).validator.validate_json
+def _adapter() -> TypeAdapter[AnyMessage]:
+    """Built the first time a line is read."""
+    return TypeAdapter(AnyMessage)
 
 
 #: How a JSON object starts.
@@ -367,10 +366,19 @@ def decode(line: bytes | str) -> AnyMessage | None:
     (:func:`malformed` tells)."""
     if line[:1] not in _OPEN and line.lstrip()[:1] not in _OPEN:
         return None
+    validator = _adapter().validator  # (itself: no Python of the adapter's around each line)
     try:
-        message: AnyMessage = _validate()(line)
+        message: AnyMessage = validator.validate_json(line)
         return message
     except ValidationError as error:
-        if error.errors(include_url=False)[0]["type"] == "json_invalid":
-            return None
-        raise
+        if error.errors(include_url=False)[0]["type"] != "json_invalid":
+            raise
+    # What this parser refuses, Python's takes, as acpx's JSON has it: an agent's lone surrogate (``\\ud800``), say.
+    try:
+        data = json.loads(line)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    message = validator.validate_python(data)
+    return message

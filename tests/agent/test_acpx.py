@@ -287,3 +287,12 @@ def test_a_message_that_is_not_json_rpc_is_skipped_without_a_trace() -> None:
     assert transcript.malformed == len(lines)
     assert transcript == acpx.Transcript(malformed=len(lines))  # nothing else was taken from them
     assert acpx.readable([json.dumps(line) for line in lines]) == []
+
+
+def test_a_lone_surrogate_in_an_agents_message_is_read_as_python_reads_json() -> None:
+    """JSON lets an agent escape half a surrogate pair (``\\ud800``); the fast parser refuses it, Python's takes it:
+    the message is read all the same (its record cleans the character)."""
+    transcript = acpx.Transcript()
+    transcript.feed(json.dumps(chunk("odd \ud800 text")).encode())
+    assert transcript.final_message == "odd \ufffd text" and transcript.malformed == 0
+    assert [line.text for line in acpx.readable([json.dumps(chunk("odd \ud800 text"))])] == ["odd \ud800 text"]
