@@ -14,7 +14,7 @@ from beflow.config import CONFIG_PATH, Config, Project, earlier_root_config, loa
 from beflow.errors import BeflowError, ConfigError, Interrupted
 from beflow.mcp.acp import shadowed_global_servers
 from beflow.mcp.cascade import check_cascade
-from beflow.records.record import RunStore
+from beflow.records.store import RunStore
 from beflow.run import preflight
 from beflow.system import proc
 from beflow.trackers import Status

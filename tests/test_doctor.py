@@ -214,7 +214,8 @@ def test_a_cost_budget_against_an_agent_whose_runs_report_no_cost_is_a_warning(r
     from beflow.config import load_project
     from beflow.doctor import check_costs
     from beflow.guardrails import Usage
-    from beflow.records.record import RunRecord, RunStore, new_run_id
+    from beflow.records.record import RunRecord, new_run_id
+    from beflow.records.store import RunStore
 
     path = config_file(repo)
     path.write_text(json.dumps({"agent": "codex", "limits": {"cost_per_run": 2}}))

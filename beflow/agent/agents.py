@@ -20,7 +20,9 @@ from pathlib import Path
 import anyio
 
 from beflow.agent import agent_env
-from beflow.agent.acpx import AGENT_MISSING, Transcript, agent_args, forget_session
+from beflow.agent.acpx import Transcript
+from beflow.agent.acpx_command import AGENT_MISSING, agent_args
+from beflow.agent.session import forget_session
 from beflow.config import CONFIG_PATH, AgentCommand, Config
 from beflow.errors import BeflowError
 from beflow.paths import acpx_home
@@ -231,8 +233,8 @@ async def probe_async(config: Config, *, timeout: float = PROBE_TIMEOUT) -> Prob
         created: str | None = None
         for line in result.stdout.splitlines():
             message = transcript.feed(line)
-            if isinstance(message, dict) and message.get("action") == "session_ensured":
-                created = str(message.get("acpxRecordId") or "")
+            if message is not None and message.action == "session_ensured":
+                created = message.acpx_record_id or ""
         if created:
             forget_session(created, acpx_home())
     if result.timed_out:

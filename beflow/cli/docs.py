@@ -6,7 +6,7 @@ import click
 from rich.markup import escape
 
 from beflow.cli.common import out
-from beflow.ops.manual import page, pages
+from beflow.ops.docs import doc_page, doc_pages
 
 
 @click.command("docs", epilog="Examples:\n\n  beflow docs\n\n  beflow docs config | less\n\n  beflow docs mcp --path")
@@ -15,9 +15,9 @@ from beflow.ops.manual import page, pages
 def command(topic: str | None, show_path: bool) -> None:
     """Print a page of beflow's documentation (Markdown), or, with no TOPIC, the list of topics."""
     if topic is None:
-        for each in pages():
+        for each in doc_pages():
             out.print(f"  {escape(each.topic):<16} {escape(str(each.path) if show_path else each.title)}")
         out.print("Read one with `beflow docs TOPIC`.")
         return
-    found = page(topic)
+    found = doc_page(topic)
     click.echo(str(found.path) if show_path else found.text(), nl=show_path)

@@ -202,8 +202,8 @@ def serve(
 
     hardening.keep_private()  # an agent starts this server: it cannot read what the server holds
 
+    from beflow.mcpserver.launch import Launch, Limits, check_launch
     from beflow.mcpserver.schema import parse_allow
-    from beflow.mcpserver.server import Launch, Limits, check_launch
     from beflow.mcpserver.server import serve as serve_mcp
 
     if not actor.strip() or len(actor.splitlines()) > 1:
@@ -240,8 +240,8 @@ def schema(app: App, allow: str | None, issue: str | None, server_name: str, htt
     whether agents may use it and whether this launch exposes it; permission hints; Claude Code and OpenCode
     snippets, and the same for MCP over HTTP (`beflow watch --http`). --allow and --issue narrow it as they narrow
     serve."""
+    from beflow.mcpserver.launch import existing_issue
     from beflow.mcpserver.schema import TOOL_SERVER_NAME, export, load_all, parse_allow
-    from beflow.mcpserver.server import existing_issue
     from beflow.ops.operations import Context
 
     if not TOOL_SERVER_NAME.match(server_name):

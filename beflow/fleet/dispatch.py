@@ -33,9 +33,9 @@ from beflow.fleet.shapes import (
     workflow_id,
 )
 from beflow.ops import rounds
-from beflow.records.record import RunStore
+from beflow.records.store import RunStore
 from beflow.repository import git
-from beflow.run.lifecycle import requeue_orphans, settle_orphans
+from beflow.run.issue_status import requeue_orphans, settle_orphans
 from beflow.system import threads
 from beflow.trackers import Issue, Status, reading_once
 from beflow.trackers.base import WatchesDirectories

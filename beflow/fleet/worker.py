@@ -54,10 +54,11 @@ from beflow.fleet.shapes import (
 )
 from beflow.fleet.workflow import IssueWorkflow
 from beflow.ops import rounds
-from beflow.records.record import RunRecord, RunStore
+from beflow.records.record import RunRecord
+from beflow.records.store import RunStore
 from beflow.repository import git
-from beflow.run.lifecycle import RunRequest
 from beflow.run.policy import after_run, is_final
+from beflow.run.request import RunRequest
 from beflow.system import threads
 from beflow.trackers import Status
 

@@ -27,7 +27,9 @@ from beflow.config import Project
 from beflow.errors import ConfigError
 from beflow.mcp.acp import MASK, AcpServer, AcpStdio, NameValue
 from beflow.paths import beflow_home
-from beflow.records.record import PROGRESS_FILE, ProgressNote, RunStore
+from beflow.records.logs import PROGRESS_FILE
+from beflow.records.record import ProgressNote
+from beflow.records.store import RunStore
 from beflow.system import files
 
 #: The name beflow's server has in MCP client configs (and in injected sets, with ``mcp.self``).

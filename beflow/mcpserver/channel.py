@@ -436,11 +436,11 @@ def own_failure(channel: RunChannel, transcript: Transcript | None) -> str | Non
         tried = [
             call
             for call in transcript.tool_calls.values()
-            if OWN_TOOL.search(str(call.get("title") or "")) or OWN_TOOL.search(str(call.get("kind") or ""))
+            if OWN_TOOL.search(call.title or "") or OWN_TOOL.search(call.kind or "")
         ]
     usage = channel.usage
     unanswered = len(tried) - usage.calls
-    if tried and unanswered > 0 and any(call.get("status") == "failed" for call in tried):
+    if tried and unanswered > 0 and any(call.status == "failed" for call in tried):
         started = "it never started" if usage.sessions == 0 else "the run answered fewer of them"
         refused = f"; {usage.refused} refused" if usage.refused else ""
         return (

@@ -14,7 +14,7 @@ blocked for good (SIGTERM waits on it), and a frame the SDK cannot parse is drop
 - after ``stop`` is set, a write the client does not take within :data:`STOP_GRACE` seconds gives up: ``on_stuck``
   is called (the server stops without waiting for that client).
 
-What is queued for the client is bounded by the caller (:class:`beflow.mcpserver.server._Drain` stops reading requests
+What is queued for the client is bounded by the caller (:class:`beflow.mcpserver.drain.Drain` stops reading requests
 while too many are unanswered); every stream here holds at most one message.
 """
 

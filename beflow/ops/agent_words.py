@@ -67,7 +67,7 @@ def injected_servers(record: RunRecord) -> list[AcpServer]:
 def _redactor(context: Context) -> Redactor:
     from beflow.agent.agent_env import held_secrets
     from beflow.mcp.redact import Redactor
-    from beflow.records.record import RunStore
+    from beflow.records.store import RunStore
 
     record = None
     if context.bound_run is not None:

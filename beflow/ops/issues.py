@@ -16,7 +16,7 @@ from beflow.errors import OutOfScopeError, UsageError
 from beflow.ops import rounds
 from beflow.ops.agent_words import agent_follow_up, agent_words, posted_words
 from beflow.ops.operations import Context, Input, operation
-from beflow.records.record import RunStore
+from beflow.records.store import RunStore
 from beflow.trackers.base import StreamsListings, TakesRework, Tracker
 from beflow.trackers.claims import ClaimInfo
 from beflow.trackers.issue import (

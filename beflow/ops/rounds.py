@@ -1,7 +1,7 @@
 """Review rounds, the run side: which feedback an issue has that no round answered, which round comes next, and
 what a round leaves behind (docs/rounds.md).
 
-A round is a run (:class:`beflow.run.runner.Run`) whose :class:`~beflow.run.lifecycle.RunRequest` carries ``round`` and
+A round is a run (:class:`beflow.run.runner.Run`) whose :class:`~beflow.run.request.RunRequest` carries ``round`` and
 ``feedback``. Where the feedback comes from is a :class:`~beflow.feedback.FeedbackSource`'s business (the tracker,
 the code host, or both); what was answered is beflow's own record of each round that delivered (its
 ``feedback``), counted while the round's commit is on the branch. Every round's commit also carries a
@@ -33,7 +33,8 @@ from beflow.feedback import (
     strip_hidden,
     trailer_lines,
 )
-from beflow.records.record import CONSUMED_TEXT, DONE_OUTCOMES, Consumed, LeftOut, RunRecord, RunStore
+from beflow.records.record import CONSUMED_TEXT, DONE_OUTCOMES, Consumed, LeftOut, RunRecord
+from beflow.records.store import RunStore
 from beflow.repository import git
 from beflow.trackers import Status, Tracker
 

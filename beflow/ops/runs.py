@@ -8,12 +8,15 @@ import datetime as dt
 from pydantic import BaseModel, Field
 
 from beflow.agent import acpx
+from beflow.agent.session import close_killed_runs
 from beflow.config import Project
 from beflow.errors import NotBoundError, NotFoundError, excerpt
 from beflow.guardrails import Usage
 from beflow.ops.agent_words import agent_words
 from beflow.ops.operations import Context, Input, operation
-from beflow.records.record import MAX_PROGRESS, STDERR_LIMIT, TRANSCRIPT_LIMIT, ProgressNote, RunRecord, RunStore
+from beflow.records.logs import STDERR_LIMIT, TRANSCRIPT_LIMIT
+from beflow.records.record import MAX_PROGRESS, ProgressNote, RunRecord
+from beflow.records.store import RunStore
 from beflow.trackers.issue import normalize_key
 
 
@@ -22,7 +25,7 @@ def store(context: Context) -> RunStore:
 
     def open_store(project: Project) -> RunStore:
         runs = RunStore(project.directory)
-        acpx.close_killed_runs(runs)
+        close_killed_runs(runs)
         return runs
 
     found = context.cache.get("runs")

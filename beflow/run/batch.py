@@ -12,15 +12,17 @@ from collections.abc import Callable
 
 import anyio
 
-from beflow.agent import acpx
+from beflow.agent.session import close_killed_runs
 from beflow.codehosts.base import CodeHost
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink
 from beflow.ops import rounds
-from beflow.records.record import Mode, RunRecord, RunStore
+from beflow.records.record import Mode, RunRecord
+from beflow.records.store import RunStore
 from beflow.run import preflight
-from beflow.run.lifecycle import RunRequest, requeue_orphans, settle_orphans
+from beflow.run.issue_status import requeue_orphans, settle_orphans
+from beflow.run.request import RunRequest
 from beflow.run.runner import NoLongerReady, Run
 from beflow.system import threads
 from beflow.trackers import Tracker, reading_once
@@ -44,7 +46,7 @@ async def run_many(
     found = rounds.sources(tracker, code_host)
     picked = not keys
     store = RunStore(project.directory)
-    acpx.close_killed_runs(store)
+    close_killed_runs(store)
     with reading_once(tracker):  # one scan of the tracker for all of this
         settle_orphans(tracker, store)
         if picked:

@@ -1,19 +1,19 @@
-"""One run of one issue, in every mode — ``--auto``, ``watch``, ``--attend``, ``--open``: the request, the prompt,
-and the :class:`Session` that owns the run record, the store, the tracker, the events and the injected MCP servers.
+"""The :class:`Session` of one run of one issue, in every mode — ``--auto``, ``watch``, ``--attend``, ``--open``: it
+owns the run record, the store, the tracker, the events and the injected MCP servers.
 
 :mod:`beflow.run.runner` (the unattended run in a worktree) and :mod:`beflow.run.modes` (the supervised ones in the
-checkout) compose a session, so that a run reads, records and reports the same way in every mode. The decisions
-(outcomes, statuses, retries) are pure functions in :mod:`beflow.run.policy`; docs/architecture.md shows the whole.
+checkout) compose a session, so that a run reads, records and reports the same way in every mode. What a run starts
+from is :mod:`beflow.run.request` (the request, the prompt, the new record); where its issue goes on the tracker,
+:mod:`beflow.run.issue_status`; its comment, :mod:`beflow.run.summary`. The decisions (outcomes, statuses, retries)
+are pure functions in :mod:`beflow.run.policy`; docs/architecture.md shows the whole.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,252 +23,33 @@ from beflow import guardrails
 from beflow.agent.agent_env import run_secrets
 from beflow.codehosts.base import CodeHost
 from beflow.config import Project
-from beflow.errors import BeflowError, LockedError
+from beflow.errors import BeflowError
 from beflow.events import EventSink, RunEvent, RunEventKind, safe_sink
-from beflow.feedback import Feedback, Ignored, strip_hidden
 from beflow.guardrails import Totals
 from beflow.mcp.acp import AcpServer, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
 from beflow.mcp.own import secret_part
 from beflow.mcp.redact import Redactor
-from beflow.ops import rounds
 from beflow.paths import ACPXRC
-from beflow.records.record import (
-    DONE_OUTCOMES,
-    WORDS_FIELDS,
-    Mode,
-    Outcome,
-    RunRecord,
-    RunStore,
-    masked_record,
-    new_run_id,
-    now,
-)
+from beflow.records.record import WORDS_FIELDS, Outcome, RunRecord, masked_record, new_run_id
+from beflow.records.store import RunStore
 from beflow.repository import repoguard
-from beflow.run import prompt
-from beflow.run.policy import give_up_note, status_after
+from beflow.run import issue_status
+from beflow.run.issue_status import Unreported
+from beflow.run.policy import give_up_note
 from beflow.run.reporter import ProgressReporter
+from beflow.run.request import RunRequest, new_record
+from beflow.run.summary import summary
 from beflow.system import interrupts
 from beflow.system.journal import SAVED_DAYS
 from beflow.trackers import Issue, Status, Tracker
 from beflow.trackers.base import ShowsProgress
-from beflow.trackers.quoting import code, fenced, inert, unmarked
-
-
-@dataclass
-class RunRequest:
-    """What to run and how the tracker is left afterwards."""
-
-    key: str
-    mode: Mode = "auto"
-    attempt: int = 1
-    #: Whether a failure is the last word (``failed`` on the tracker) or the dispatcher will retry (``ready``).
-    final: bool = True
-    #: The issue was picked because it was ready (watch, ``--auto`` without keys): once claimed, it must still be,
-    #: or another beflow ran it meanwhile and this run is skipped.
-    only_if_ready: bool = False
-    owner: str = field(default_factory=lambda: f"beflow {socket.gethostname()}:{os.getpid()}")
-    #: 0: the issue's first run; 1, 2...: a review round (docs/rounds.md), answering ``feedback`` on the branch.
-    round: int = 0
-    feedback: list[Feedback] = field(default_factory=list)
-    #: Feedback the round's sources left out, and why (for its record).
-    ignored: list[Ignored] = field(default_factory=list)
-
-
-def _prompt_variables(
-    issue: Issue, request: RunRequest, branch: str, run_id: str, previous: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
-    previous = previous or []
-    # Every text of the tracker as a reader of the page sees it, as in review rounds (beflow.feedback.strip_hidden),
-    # and the words of one who may not give beflow work left out, saying so.
-    comments = [
-        {
-            "author": c.author,
-            "created": c.created.isoformat(),
-            "body": strip_hidden(c.text) if c.withheld is None else f"[This comment is left out: {c.withheld}.]",
-        }
-        for c in issue.comments
-    ]
-    return {
-        "issue": {
-            "key": issue.key,
-            "title": strip_hidden(issue.title),
-            "body": strip_hidden(issue.body),
-            "labels": [strip_hidden(label) for label in issue.labels],
-            "url": issue.url,
-            "comments": comments,
-        },
-        "attempt": request.attempt,
-        "round": request.round,
-        "feedback": rounds.prompt_feedback(request.feedback),
-        "previous": previous,
-        "branch": branch,
-        "run_id": run_id,
-        "mode": request.mode,
-    }
-
-
-# -- what every mode shares (``--auto``, ``watch``, ``--attend``, ``--open``): the prompt, the record, the tracker --
-
-
-def render_prompt(project: Project, issue: Issue, request: RunRequest, *, branch: str, run_id: str) -> str:
-    """The prompt of one run, from the configured template and the same variables in every mode."""
-    # A round's prompt says what the earlier rounds changed and said (their records).
-    earlier = rounds.previous(RunStore(project.directory).records([issue.key]), request.round) if request.round else []
-    variables = _prompt_variables(issue, request, branch, run_id, earlier)
-    return prompt.render(project.config.prompt, project.directory, variables)
-
-
-def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: str, branch: str | None) -> RunRecord:
-    """A run record in the state ``running``; ``branch`` is where the run commits (None: it does not)."""
-    return RunRecord(
-        id=run_id,
-        issue=issue.key,
-        title=issue.title,
-        mode=request.mode,
-        agent=project.config.agent_label(),
-        attempt=request.attempt,
-        round=request.round,
-        feedback=rounds.consumed(request.feedback),
-        feedback_ignored=rounds.left_out(request.ignored),
-        branch=branch,
-        started_at=now(),
-    )
-
-
-def move_to_in_progress(tracker: Tracker, issue: Issue, note: str | None = None) -> None:
-    """The tracker says a run works on the issue (through ``ready`` when it cannot go there directly)."""
-    if issue.status in (Status.OPEN, Status.FAILED, Status.DONE):
-        tracker.set_status(issue.key, Status.READY, author="beflow")
-    tracker.set_status(issue.key, Status.IN_PROGRESS, note=note, author="beflow")
-
-
-def leave_issue(tracker: Tracker, key: str, status: Status, note: str | None) -> bool:
-    """Move the issue on from ``in_progress`` with ``note`` as a comment; False (nothing done) when someone moved it
-    by hand during the run (closed it, say) — theirs is the last word — or it cannot be read any more (deleted,
-    broken by a hand edit): the run record still says how the run ended."""
-    try:
-        if tracker.get(key).status != Status.IN_PROGRESS:
-            return False
-        tracker.set_status(key, status, note=note, author="beflow")
-    except BeflowError:  # moved between the look and the write, or unreadable
-        return False
-    return True
-
-
-def summary(record: RunRecord, issue_usage: Totals | None = None) -> str:
-    """The comment a finished run leaves on its issue; ``issue_usage``: what all of the issue's runs used."""
-    lines = [f"beflow run `{record.id}`: **{record.outcome}** — {inert(record.stop_reason or '')}"]
-    lines.append(f"- agent: {record.agent}, attempt {record.attempt}, {record.duration or 0:.1f} s")
-    used = guardrails.describe(record.usage)
-    if used is not None or (issue_usage is not None and issue_usage.runs > 1):
-        lines.append(f"- usage: {inert(used or 'none reported by the agent')}")
-    if issue_usage is not None and issue_usage.runs > 1:
-        lines.append(f"- all runs of this issue: {issue_usage.describe()}")
-    if record.unheld:
-        lines.append(f"- budgets: {record.unheld}")
-    if record.branch:
-        lines.append(f"- branch: `{record.branch}`" + (f", commit `{record.commit[:12]}`" if record.commit else ""))
-    if record.pull_request:
-        lines.append(f"- pull request: {record.pull_request}")
-    if record.checkout:
-        lines.append(f"- {record.mode} session in the checkout `{record.checkout}`; nothing was committed")
-    if record.changed_files:
-        lines.append(f"- files changed ({len(record.changed_files)}): {_file_list(record.changed_files)}")
-    if record.dirty_before:
-        lines.append(
-            f"- uncommitted before the run and left as they were ({len(record.dirty_before)}): "
-            + _file_list(record.dirty_before)
-        )
-    if record.mcp_servers:
-        lines.append(f"- MCP servers: {', '.join(record.mcp_servers)}")
-    if record.sandboxed:  # host names are the agent's choice: shown inert
-        lines.append(f"- sandbox: {inert(_blocked(record.blocked) or 'no connection blocked')}")
-    if record.worktree_kept:
-        lines.append(f"- worktree kept at `{record.worktree}`")
-    if record.final_message:  # the agent's words, quoted: GitHub neither closes issues nor pings for them
-        said = unmarked("\n".join(record.final_message.strip().splitlines()[:20]))
-        lines.append("")
-        lines.append(fenced(said[:FINAL_MESSAGE_SHOWN]))
-        if len(said) > FINAL_MESSAGE_SHOWN:
-            lines.append(f"(the agent's message goes on: `beflow runs show {record.id}` has it whole)")
-    return "\n".join(lines)
-
-
-#: Characters of the agent's final message a comment or pull request body quotes: GitHub refuses a body of more
-#: than 65,536, and an agent's message can be any length.
-FINAL_MESSAGE_SHOWN = 4000
-
-
-def _blocked(blocked: dict[str, int]) -> str | None:
-    from beflow.sandbox.box import describe_blocked  # (the sandbox is loaded by runs that use it)
-
-    return describe_blocked(blocked)
-
-
-def _file_list(lines: list[str], limit: int = 10) -> str:
-    shown = ", ".join(code(line.split(chr(9))[-1]) for line in lines[:limit])
-    return shown + (f" and {len(lines) - limit} more" if len(lines) > limit else "")
+from beflow.trackers.quoting import inert
 
 
 def cancel_reason(known: str | None = None) -> str:
     """Why a run is being cancelled: what the canceller said, else the signal, else beflow itself."""
     return known or f"cancelled by {interrupts.state.signal_name or 'beflow'}"
-
-
-def refuse_closed(issue: Issue) -> None:
-    """A closed issue is not run in any mode: reopen it first."""
-    if issue.status == Status.CLOSED:
-        raise BeflowError(f"issue {issue.key} is closed", fix=f"beflow issues reopen {issue.key}")
-
-
-def settle_orphans(tracker: Tracker, store: RunStore) -> list[str]:
-    """Issues left ``in_progress`` by a run that finished its work but could not tell the tracker (the issue file
-    was unreadable at that moment): they get the status and comment the run would have given them, instead of
-    being run again. Runs that did not finish are left to :func:`requeue_orphans`."""
-    settled: list[str] = []
-    orphaned = tracker.orphaned()
-    if not orphaned:
-        return settled
-    records = store.records([issue.key for issue in orphaned])
-    for issue in orphaned:
-        latest = next((r for r in records if r.issue == issue.key), None)
-        if latest is None or latest.outcome not in DONE_OUTCOMES:
-            continue
-        try:
-            claim = tracker.claim(issue.key, owner="beflow (settling a finished run)")
-        except BeflowError:
-            continue  # a run has it now
-        with claim:
-            if leave_issue(tracker, issue.key, status_after(latest.outcome), summary(latest)):
-                settled.append(issue.key)
-    return settled
-
-
-def requeue_orphans(tracker: Tracker, author: str = "beflow") -> list[Issue]:
-    """Put every issue a killed run left ``in_progress`` (no live claim) back to ``ready``, with a comment saying
-    why, so that a run picks it up again; returns them. (Call :func:`settle_orphans` first: an issue whose run had
-    finished gets that run's status instead.)"""
-    requeued = []
-    for issue in tracker.orphaned():
-        last = tracker.last_holder(issue.key)  # the dead holder's note, if it left one
-        try:
-            claim = tracker.claim(issue.key, owner=f"{author} (requeue)")
-        except LockedError:
-            continue  # a run took it in the meantime
-        with claim:
-            if tracker.get(issue.key).status != Status.IN_PROGRESS:
-                continue
-            who = f" (it was claimed by {last.owner}, pid {last.pid} on {last.host})" if last else ""
-            note = (
-                f"The run working on this issue stopped without finishing{who}: no process holds its claim "
-                "any more. Back to ready, so that a run picks it up again."
-            )
-            requeued.append(tracker.set_status(issue.key, Status.READY, note=note, author=author))
-    return requeued
-
-
-# -- the session ----------------------------------------------------------------------------------------------------
 
 
 def unexpected(error: BaseException) -> str:
@@ -395,7 +176,7 @@ class Session:
     def start(self, prompt_text: str, note: str | None = None) -> None:
         """The record is written with its prompt, and the tracker says a run works on the issue."""
         self.store.create(self.record, prompt_text)
-        move_to_in_progress(self.tracker, self.issue, note)
+        issue_status.move_to_in_progress(self.tracker, self.issue, note)
 
     def use_servers(self, servers: list[AcpServer] | None) -> None:
         """The run's MCP servers: named in the record, and from here on their secret values are masked in
@@ -497,26 +278,9 @@ class Session:
         if status == Status.FAILED and self.request.mode == "watch":
             note = give_up_note(note, record.attempt, permanent=record.permanent)
         note = self.redact.text(note) if note is not None else None
-        key = record.issue
-        if status == Status.OPEN:  # in_progress cannot go back to open directly
-            left = leave_issue(self.tracker, key, Status.READY, note)
-            if left:
-                self.tracker.set_status(key, Status.OPEN, author="beflow")
-        else:
-            left = leave_issue(self.tracker, key, status, note)
-        if not left:
-            try:
-                now_status = self.tracker.get(key).status  # moved by hand (closed, say): theirs is the last word
-            except BeflowError as error:
-                self._unreported(f"the issue could not be updated ({error.message})")
-            else:
-                if now_status == Status.IN_PROGRESS:  # still ours: the tracker failed past every retry
-                    self._unreported("the tracker was not told how the run ended (it failed to answer)")
-                elif note and now_status == status:  # moved, but its comment was not posted
-                    self._unreported(
-                        "the comment saying how the run ended could not be posted",
-                        later=f"it is in the run record (beflow runs show {record.id})",
-                    )
+        missing = issue_status.leave_finished(self.tracker, record.issue, status, note, run_id=record.id)
+        if missing is not None:
+            self._unreported(missing)
         self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
         return record
 
@@ -527,10 +291,8 @@ class Session:
         except OSError:
             return None
 
-    def _unreported(
-        self, why: str, later: str = "the next beflow run or watch tick brings the issue up to date"
-    ) -> None:
+    def _unreported(self, missing: Unreported) -> None:
         """Say on the terminal and in the record that the tracker's last word on the run is missing."""
-        self.record.unreported = why
+        self.record.unreported = missing.why
         self.store.save(self.record)
-        self.emit("notice", message=f"{why}; the run record keeps the outcome, and {later}")
+        self.emit("notice", message=f"{missing.why}; the run record keeps the outcome, and {missing.later}")

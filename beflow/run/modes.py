@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
-from beflow.agent import acpx, agent_env, agents
+from beflow.agent import acpx_command, agent_env, agents
 from beflow.agent.native import client_argv, native_client, require
 from beflow.config import Project
 from beflow.events import EventSink
@@ -32,11 +32,14 @@ from beflow.mcp.acp import resolve_servers
 from beflow.mcp.own import follow_progress
 from beflow.mcpserver.channel import own_channel, with_own_server
 from beflow.paths import beflow_home, path_key
-from beflow.records.record import Outcome, RunRecord, RunStore, new_run_id
+from beflow.records.record import Outcome, RunRecord, new_run_id
+from beflow.records.store import RunStore
 from beflow.repository import git, repoguard
 from beflow.run.checkout import Changes, acpxrc_notice, checkout_lock, checkout_of, refuse_read_only
-from beflow.run.lifecycle import RunRequest, Session, refuse_closed, render_prompt
+from beflow.run.issue_status import refuse_closed
+from beflow.run.lifecycle import Session
 from beflow.run.policy import Verdict, judge_attended, status_after_supervised
+from beflow.run.request import RunRequest, render_prompt
 from beflow.system import interrupts, proc, terminal, threads
 from beflow.trackers import Issue, Status, Tracker
 
@@ -91,7 +94,7 @@ async def attend(
     branch = await threads.blocking(git.current_branch, checkout)
     text = render_prompt(project, issue, request, branch=branch, run_id=run_id)
     permissions = config.attend.permissions
-    argv = acpx.attend_argv(
+    argv = acpx_command.attend_argv(
         config,
         cwd=checkout,
         prompt=text,

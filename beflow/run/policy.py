@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from beflow.agent import acpx, agents
+from beflow.agent import acpx, acpx_command, agents
 from beflow.config import Config, Watch
 from beflow.records.record import DONE_OUTCOMES, Outcome, RunRecord
 from beflow.system.proc import Completed
@@ -40,7 +40,7 @@ def judge(
     (secrets masked; with ``--verbose``, the agent's stderr too), for a failure nothing else explains. ``key`` and
     ``run_id`` let a fix name the commands that run the issue again and show the run."""
     seen = transcript
-    if result.timed_out or result.returncode == acpx.ACPX_TIMEOUT or seen.acpx_code == "TIMEOUT":
+    if result.timed_out or result.returncode == acpx_command.ACPX_TIMEOUT or seen.acpx_code == "TIMEOUT":
         limit = f"within {config.timeout:g} s" if config.timeout is not None else "in time (acpx said so)"
         return Verdict("timeout", f"the agent did not finish {limit}")
     if seen.stop_reason == "cancelled":
@@ -57,7 +57,7 @@ def judge(
         return Verdict("failed", failure.reason().replace("run the issue again", again), permanent=True)
     if seen.error:
         return Verdict("failed", f"the agent reported an error: {agents.one_line(seen.error)}")
-    if result.returncode == acpx.ACPX_PERMISSION_DENIED:
+    if result.returncode == acpx_command.ACPX_PERMISSION_DENIED:
         return Verdict("failed", f"the agent was denied a permission it asked for (permissions: {config.permissions})")
     if failure is not None:
         return Verdict("failed", failure.reason())
@@ -70,9 +70,9 @@ def judge_attended(returncode: int | None, describe: str, config: Config) -> Ver
     """The outcome of an attended session: acpx's exit code alone (its output went to the terminal)."""
     if returncode == 0:
         return Verdict("succeeded", "the agent finished (acpx exit 0)")
-    if returncode == acpx.ACPX_TIMEOUT:
+    if returncode == acpx_command.ACPX_TIMEOUT:
         return Verdict("timeout", "acpx reported a timeout")
-    if returncode == acpx.ACPX_PERMISSION_DENIED:
+    if returncode == acpx_command.ACPX_PERMISSION_DENIED:
         # The person said no at the prompt (or attend.permissions did): their decision, not a failure of the run.
         permissions = config.attend.permissions
         why = f"the agent finished; a permission it asked for was denied (attend.permissions: {permissions})"

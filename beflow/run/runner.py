@@ -32,8 +32,11 @@ from beflow.paths import ACPXRC
 from beflow.records.record import DONE_OUTCOMES, Outcome, RunRecord
 from beflow.repository import git, objectstore, repoguard
 from beflow.run import delivery, prompt
-from beflow.run.lifecycle import RunRequest, Session, cancel_reason, refuse_closed, render_prompt, summary
+from beflow.run.issue_status import refuse_closed
+from beflow.run.lifecycle import Session, cancel_reason
 from beflow.run.policy import status_after
+from beflow.run.request import RunRequest, render_prompt
+from beflow.run.summary import summary
 from beflow.run.turn import AgentTurn
 from beflow.run.workspace import Workspace
 from beflow.system import interrupts, threads
@@ -131,7 +134,7 @@ class Run:
 
 class _InWorktree:
     """One unattended run, composed: its session, its workspace (:mod:`beflow.run.workspace`), the agent
-    (:class:`beflow.agent.acpx.AgentSession`) and the delivery of its work (:mod:`beflow.run.delivery`)."""
+    (:class:`beflow.agent.session.AgentSession`) and the delivery of its work (:mod:`beflow.run.delivery`)."""
 
     def __init__(
         self,

@@ -9,7 +9,8 @@ from collections.abc import Callable, Iterable
 
 from beflow.config import Limits
 from beflow.guardrails import DayBudget, Totals, Usage, day_budget, total
-from beflow.records.record import RunRecord, RunStore
+from beflow.records.record import RunRecord
+from beflow.records.store import RunStore
 
 
 def last_on_session(records: Iterable[RunRecord], session: str) -> Usage | None:

@@ -1,6 +1,6 @@
 """The agent's turn of an unattended run: inject, ``before_run``, acpx (cold or resumed), ``after_run``, restore.
 
-Around the agent (:class:`beflow.agent.acpx.AgentSession`): the run's sandbox, when it is sandboxed (the workspace's:
+Around the agent (:class:`beflow.agent.session.AgentSession`): the run's sandbox, when it is sandboxed (the workspace's:
 the hooks run in it too); its transcript and stderr streamed, masked and capped, into the run record; the budgets
 and the stall watch of :mod:`beflow.run.limits`, fed by every line of the ACP stream (not the agent's stderr); the
 progress it reports through beflow's own server; and that server's private channel. What the turn ends in is an
@@ -10,11 +10,12 @@ outcome and a reason, judged by :func:`beflow.run.policy.judge` — or by the li
 from __future__ import annotations
 
 from beflow import guardrails
-from beflow.agent import acpx
+from beflow.agent.session import AgentSession
 from beflow.mcp.inject import Injection
 from beflow.mcp.own import follow_progress
 from beflow.mcpserver.channel import RunChannel, own_channel
-from beflow.records.record import LOG_NOTE, STDERR_LIMIT, TRANSCRIPT_LIMIT, Outcome
+from beflow.records.logs import LOG_NOTE, STDERR_LIMIT, TRANSCRIPT_LIMIT
+from beflow.records.record import Outcome
 from beflow.run import spending
 from beflow.run.lifecycle import Session
 from beflow.run.limits import Limiter, UsageEvents
@@ -42,7 +43,7 @@ class AgentTurn:
         record, session, workspace = self.record, self.session, self.workspace
         cwd, redact = workspace.path, session.redact
         box = workspace.sandbox  # the run's, open since the worktree was made
-        agent = acpx.AgentSession(self.config, cwd, env=workspace.git_env, unset=workspace.withheld, sandbox=box)
+        agent = AgentSession(self.config, cwd, env=workspace.git_env, unset=workspace.withheld, sandbox=box)
         directory = self.store.directory(record.id)
         with (
             self.store.log(record.id, "transcript.jsonl", TRANSCRIPT_LIMIT) as transcript_file,

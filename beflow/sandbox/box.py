@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from beflow.config import Config
 from beflow.errors import PermanentFailure
-from beflow.records.record import runs_root
+from beflow.records.logs import runs_root
 from beflow.repository import git
 from beflow.sandbox import bridge, bwrap, places, policy, scratch
 from beflow.sandbox.presets import PRESETS, preset

@@ -26,14 +26,16 @@ from typing import Any
 import anyio
 
 from beflow import guardrails
-from beflow.agent import acpx
+from beflow.agent.session import close_killed_runs
 from beflow.codehosts.base import CodeHost, Opened
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import RunEvent, WatchEvent, WatchEventKind
-from beflow.records.record import RunRecord, RunStore
-from beflow.run.lifecycle import RunRequest, requeue_orphans, settle_orphans
+from beflow.records.record import RunRecord
+from beflow.records.store import RunStore
+from beflow.run.issue_status import requeue_orphans, settle_orphans
 from beflow.run.policy import is_final
+from beflow.run.request import RunRequest
 from beflow.run.spending import Ledger
 from beflow.system import threads
 from beflow.trackers import Issue, Tracker, reading_once
@@ -218,7 +220,7 @@ class Dispatcher:
         try:
             with reading_once(self.tracker):  # one scan of the tracker serves the whole tick
                 store = self.store
-                acpx.close_killed_runs(store)
+                close_killed_runs(store)
                 if self.project.config.limits.cost_per_day is not None:
                     self.ledger.refresh(store)
                 for key in settle_orphans(self.tracker, store):

@@ -15,7 +15,8 @@ import anyio
 from beflow import guardrails
 from beflow.errors import BeflowError, NotFoundError
 from beflow.events import Activity, AgentProgress, Finished, RunEvent, UsageReport
-from beflow.records.record import RunRecord, RunStore
+from beflow.records.record import RunRecord
+from beflow.records.store import RunStore
 from beflow.trackers import Issue, Status, Tracker
 from beflow.watch.retries import Backoff
 

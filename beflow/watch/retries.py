@@ -12,7 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from beflow.config import Watch
-from beflow.records.record import RunRecord, RunStore
+from beflow.records.record import RunRecord
+from beflow.records.store import RunStore
 from beflow.run.policy import Next, after_run, recall
 
 

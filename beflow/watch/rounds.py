@@ -10,8 +10,8 @@ from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.feedback import FeedbackSource, LooksAgain
 from beflow.ops import rounds
-from beflow.records.record import RunStore
-from beflow.run.lifecycle import RunRequest
+from beflow.records.store import RunStore
+from beflow.run.request import RunRequest
 from beflow.system import threads
 from beflow.trackers import Issue, Status, Tracker
 

@@ -27,7 +27,8 @@ from beflow.web.guard import Policy
 from beflow.web.live import Hub
 
 if TYPE_CHECKING:  # the MCP SDK's server costs a second of CPU to load: only the first /mcp request pays for it
-    from beflow.mcpserver.server import BeflowServer, Launch
+    from beflow.mcpserver.launch import Launch
+    from beflow.mcpserver.server import BeflowServer
 
 #: The resources a watch's events touch (beflow.mcpserver.server's URIs).
 
@@ -91,13 +92,13 @@ class RemoteMcp:
     async def _unbound(self) -> tuple[BeflowServer, Any]:
         async with self._making:
             if None not in self.servers:
-                from beflow.mcpserver.server import Launch
+                from beflow.mcpserver.launch import Launch
 
                 await self._start(None, Launch(project=self.project, actor="agent", opens_tracker=open_tracker))
             return self.servers[None]
 
     async def _bound(self, key: str) -> tuple[BeflowServer, Any] | JSONResponse:
-        from beflow.mcpserver.server import Launch, check_launch
+        from beflow.mcpserver.launch import Launch, check_launch
 
         async with self._making:
             try:

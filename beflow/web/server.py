@@ -34,7 +34,7 @@ from beflow.web.live import Hub, WatchSource
 
 if TYPE_CHECKING:
     from beflow.mcp.redact import Redactor
-    from beflow.records.record import RunStore
+    from beflow.records.store import RunStore
     from beflow.trackers import Tracker
 
 #: The page may run its own script and style only, and be framed by nobody.

@@ -13,7 +13,7 @@ from beflow.web import api
 from beflow.web.lists import Call
 
 if TYPE_CHECKING:
-    from beflow.records.record import RunStore
+    from beflow.records.store import RunStore
 
 #: Bytes of the end of a transcript a lane's tail is read from: these first, then at most TAIL_BYTES.
 TAIL_FIRST = 8 * 1024
@@ -64,7 +64,7 @@ class Transcripts:
 
     def page(self, run_id: str, offset: int, limit: int) -> api.TranscriptPage:
         """A page of the readable transcript, file edits included as unified diffs (``diff`` lines)."""
-        from beflow.records.record import TRANSCRIPT_LIMIT
+        from beflow.records.logs import TRANSCRIPT_LIMIT
         from beflow.web import diffs
 
         record = self.call("run.show", {"id": run_id})

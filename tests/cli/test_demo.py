@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from beflow.records.record import RunStore
+from beflow.records.store import RunStore
 from beflow.trackers import Status
 from tests.support.projects import git
 

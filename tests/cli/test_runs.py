@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from beflow.records.record import RunRecord, RunStore, new_run_id, now
+from beflow.records.record import RunRecord, new_run_id, now
+from beflow.records.store import RunStore
 from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from beflow.records.record import RunStore
+from beflow.records.store import RunStore
 from tests.support.github import TOKEN, FakeGitHub, wait_until
 from tests.support.projects import UNSANDBOXED, config_file
 

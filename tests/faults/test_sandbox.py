@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from beflow.agent.acpx import MAX_ARGV_PROMPT
+from beflow.agent.acpx_command import MAX_ARGV_PROMPT
 from beflow.records.record import RunRecord
 from tests.conftest import processes_under
 from tests.faults.conftest import beflow_run, unprivileged

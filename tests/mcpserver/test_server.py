@@ -382,7 +382,8 @@ def test_an_unexpected_failure_is_internal_and_names_the_log_with_the_details(
 
 
 def test_a_new_run_of_the_bound_issue_changes_the_resource_list(project: Path) -> None:
-    from beflow.records.record import RunRecord, RunStore, now
+    from beflow.records.record import RunRecord, now
+    from beflow.records.store import RunStore
 
     changed = anyio.Event()
 
@@ -405,7 +406,8 @@ def test_a_new_run_of_the_bound_issue_changes_the_resource_list(project: Path) -
 
 
 def test_a_bound_server_finds_its_issues_runs_only_and_never_names_another_issues(project: Path) -> None:
-    from beflow.records.record import RunRecord, RunStore, now
+    from beflow.records.record import RunRecord, now
+    from beflow.records.store import RunStore
 
     store = RunStore(project)
     mine = RunRecord(id="20260101-000001-1-bcde", issue="1", mode="auto", agent="codex", started_at=now())

@@ -9,9 +9,10 @@ import pytest
 from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.events import RunEvent
-from beflow.records.record import RunStore
-from beflow.run.lifecycle import RunRequest, Session
+from beflow.records.store import RunStore
+from beflow.run.lifecycle import Session
 from beflow.run.policy import status_after
+from beflow.run.request import RunRequest
 from beflow.trackers import Status, Tracker
 
 
@@ -145,13 +146,3 @@ def test_every_way_out_of_a_guarded_session_finishes_it_once(
     else:
         anyio.run(scenario)
     assert calls == finished
-
-
-def test_a_huge_final_message_is_quoted_short_enough_for_github(tracker: Tracker) -> None:
-    from beflow.run.lifecycle import FINAL_MESSAGE_SHOWN, summary
-
-    run = session(tracker, [])
-    run.record.final_message = "x" * 300_000
-    text = summary(run.record)
-    assert len(text) < FINAL_MESSAGE_SHOWN + 1000 < 65_536
-    assert f"beflow runs show {run.record.id}" in text

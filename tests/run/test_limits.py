@@ -14,7 +14,8 @@ from rich.console import Console
 from beflow.cli.watch import render
 from beflow.config import Limits
 from beflow.guardrails import Usage
-from beflow.records.record import RunRecord, RunStore, new_run_id
+from beflow.records.record import RunRecord, new_run_id
+from beflow.records.store import RunStore
 from beflow.run import spending
 from beflow.run.spending import Ledger
 from beflow.trackers import Status

@@ -15,7 +15,8 @@ import anyio
 import pytest
 
 from beflow.config import load_project
-from beflow.records.record import RunRecord, RunStore
+from beflow.records.record import RunRecord
+from beflow.records.store import RunStore
 from beflow.run.runner import Run, RunRequest
 from beflow.trackers import Status
 from beflow.trackers.issue import normalize_key

@@ -13,7 +13,8 @@ import pytest
 
 from beflow.app import open_tracker
 from beflow.config import load_project
-from beflow.records.record import RunRecord, RunStore
+from beflow.records.record import RunRecord
+from beflow.records.store import RunStore
 from beflow.trackers import Issue, Status, Tracker
 
 #: Secret values in the project's `.mcp.json`: they reach the agent, and never a run record.

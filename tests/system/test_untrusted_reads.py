@@ -15,7 +15,7 @@ from typing import TypeVar
 import pytest
 from pydantic import BaseModel
 
-from beflow.agent import acpx
+from beflow.agent import session
 from beflow.config import load_project
 from beflow.mcp.acp import shadowed_global_servers
 from beflow.paths import beflow_home
@@ -68,7 +68,7 @@ def test_acpx_global_config_and_queue_locks(tmp_path: Path, plant: Callable[[Pat
     plant(home / ".acpx" / "queues" / "owner.lock")
 
     assert returns(lambda: shadowed_global_servers({"HOME": str(home)})) is None
-    assert returns(lambda: acpx.queue_owner_pids("session", home)) == []
+    assert returns(lambda: session.queue_owner_pids("session", home)) == []
 
 
 class Note(BaseModel):

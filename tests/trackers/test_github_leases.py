@@ -134,9 +134,10 @@ def test_an_outcome_github_never_took_is_said_on_the_terminal_and_in_the_record(
     gh: AutoProject, github: FakeGitHub, what: str
 ) -> None:
     from beflow.events import RunEvent
-    from beflow.records.record import RunStore
-    from beflow.run.lifecycle import RunRequest, Session
+    from beflow.records.store import RunStore
+    from beflow.run.lifecycle import Session
     from beflow.run.policy import status_after
+    from beflow.run.request import RunRequest
 
     events: list[RunEvent] = []
     mine = tracker(gh)

@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from beflow.records.record import RunStore
+from beflow.records.store import RunStore
 from tests.support.github import TOKEN, FakeGitHub
 from tests.support.projects import UNSANDBOXED, config_file
 

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from beflow.errors import LockedError, NotFoundError, UsageError
-from beflow.run.lifecycle import requeue_orphans
+from beflow.run.issue_status import requeue_orphans
 from beflow.trackers.issue import Comment, Issue, Status
 from beflow.trackers.local import LocalTracker
 from beflow.trackers.local_format import COMMENTS_MARKER, IssueFileError, file_name, parse, render

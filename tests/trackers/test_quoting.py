@@ -8,7 +8,7 @@ import re
 import pytest
 
 from beflow.records.record import RunRecord, now
-from beflow.run.lifecycle import summary
+from beflow.run.summary import summary
 from beflow.trackers.quoting import JOINER, code, fenced, inert
 from tests.support.github import acted_on as active
 

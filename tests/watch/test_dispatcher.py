@@ -24,7 +24,7 @@ from beflow.app import open_project
 from beflow.config import load_project
 from beflow.errors import ConfigError, LockedError
 from beflow.events import WatchEvent
-from beflow.run import lifecycle
+from beflow.run import issue_status
 from beflow.run.runner import Run, RunRequest
 from beflow.trackers import Status
 from beflow.trackers.local import LocalTracker
@@ -388,7 +388,7 @@ def test_a_run_that_moved_its_issue_on_as_it_finished_is_not_cancelled_by_a_look
     key = auto_project.new_issue("write one.txt 1")
     auto_project.configure(watch=fast())
     moved, looked_since = threading.Event(), threading.Event()
-    leave, moved_on = lifecycle.leave_issue, Running.moved_on
+    leave, moved_on = issue_status.leave_issue, Running.moved_on
     waited: list[bool] = []
 
     def leave_then_let_a_look_in(*args: Any) -> bool:
@@ -404,7 +404,7 @@ def test_a_run_that_moved_its_issue_on_as_it_finished_is_not_cancelled_by_a_look
             looked_since.set()
         return reason
 
-    monkeypatch.setattr(lifecycle, "leave_issue", leave_then_let_a_look_in)
+    monkeypatch.setattr(issue_status, "leave_issue", leave_then_let_a_look_in)
     monkeypatch.setattr(Running, "moved_on", looking)
 
     async def scenario() -> Watch:
@@ -429,7 +429,7 @@ def test_a_run_that_starts_while_a_reconciliation_looks_at_its_issue_is_not_canc
     key = auto_project.new_issue("write one.txt 1")
     auto_project.configure(watch=fast())
     looked = threading.Event()
-    move, get, moved_on = lifecycle.move_to_in_progress, LocalTracker.get, Running.moved_on
+    move, get, moved_on = issue_status.move_to_in_progress, LocalTracker.get, Running.moved_on
     reconciling = threading.local()
     waited: list[bool] = []
 
@@ -452,7 +452,7 @@ def test_a_run_that_starts_while_a_reconciliation_looks_at_its_issue_is_not_canc
             eventually(lambda: lane.run_id is not None, "the run started", 60)
         return issue
 
-    monkeypatch.setattr(lifecycle, "move_to_in_progress", start_after_a_look)
+    monkeypatch.setattr(issue_status, "move_to_in_progress", start_after_a_look)
     monkeypatch.setattr(Running, "moved_on", looking)
     monkeypatch.setattr(LocalTracker, "get", reading)
 

@@ -22,7 +22,8 @@ from pydantic import BaseModel
 
 from beflow.app import open_project, open_tracker
 from beflow.config import load_project
-from beflow.records.record import RunRecord, RunStore, new_run_id
+from beflow.records.record import RunRecord, new_run_id
+from beflow.records.store import RunStore
 from beflow.trackers.issue import utc_now
 from beflow.web import api
 from beflow.web.guard import TOKEN_ENV, Bind, load_token, parse_bind

@@ -1,0 +1,15 @@
+"""The comment a finished run leaves on its issue."""
+
+from __future__ import annotations
+
+from beflow.records.record import RunRecord, new_run_id, now
+from beflow.run.summary import FINAL_MESSAGE_SHOWN, summary
+
+
+def test_a_huge_final_message_is_quoted_short_enough_for_github() -> None:
+    record = RunRecord(id=new_run_id("1"), issue="1", mode="auto", agent="codex", started_at=now())
+    record.close("succeeded", "done")
+    record.final_message = "x" * 300_000
+    text = summary(record)
+    assert len(text) < FINAL_MESSAGE_SHOWN + 1000 < 65_536
+    assert f"beflow runs show {record.id}" in text
