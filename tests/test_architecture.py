@@ -202,7 +202,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("records",),
     ("guardrails", "feedback"),
     ("config", "validation"),
-    ("events", "paths"),
+    ("events", "paths", "docs"),
     ("system",),
     ("errors",),
 ]

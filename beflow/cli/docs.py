@@ -6,7 +6,7 @@ import click
 from rich.markup import escape
 
 from beflow.cli.common import out
-from beflow.ops.docs import doc_page, doc_pages
+from beflow.docs import doc_page, doc_pages
 
 
 @click.command("docs", epilog="Examples:\n\n  beflow docs\n\n  beflow docs config | less\n\n  beflow docs mcp --path")

@@ -11,7 +11,7 @@ from typing import Any
 
 import mcp_types as types
 
-from beflow.ops.docs import docs_dir
+from beflow.docs import docs_dir
 
 CUT = "… [cut]"
 #: The ``_meta`` key of a tool error's code, message, fix and docs (structured, for clients that act on it).

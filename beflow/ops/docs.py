@@ -1,6 +1,4 @@
-"""beflow's own docs, shipped inside the package (``beflow/docs/*.md``) so that they always match the beflow that is
-running: one page per topic, read by ``beflow docs TOPIC`` wherever beflow is installed (messages point at them),
-and located by the ``docs.locate`` operation.
+"""The ``docs.locate`` operation: where beflow's own docs are (:mod:`beflow.docs`), and which page to read.
 
 The operation returns locations and a next step instead of the text: an agent reads the pages with its own file
 tools, which is faster and keeps large content out of the MCP payload.
@@ -8,56 +6,14 @@ tools, which is faster and keeps large content out of the MCP payload.
 
 from __future__ import annotations
 
-import difflib
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from beflow import __version__
-from beflow.errors import NotFoundError, UsageError
+from beflow.docs import doc_pages, docs_dir
+from beflow.errors import NotFoundError
 from beflow.ops.operations import Context, Input, operation
-
-# -- the shipped pages -------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class DocPage:
-    """One page of the shipped docs."""
-
-    topic: str
-    title: str
-    path: Path
-
-    def text(self) -> str:
-        return self.path.read_text(encoding="utf-8")
-
-
-def docs_dir() -> Path:
-    """Where the installed docs are."""
-    return Path(str(resources.files("beflow").joinpath("docs")))
-
-
-def doc_pages() -> list[DocPage]:
-    """Every page, by topic (the file name without ``.md``), with its title (the first heading)."""
-    found = []
-    for path in sorted(docs_dir().glob("*.md")):
-        first = path.read_text(encoding="utf-8").lstrip().splitlines()[:1] or [path.stem]
-        found.append(DocPage(path.stem, first[0].lstrip("#").strip().replace("`", ""), path))
-    return found
-
-
-def doc_page(topic: str) -> DocPage:
-    """The page of ``topic``; a usage error naming the close ones when there is none."""
-    by_topic = {p.topic: p for p in doc_pages()}
-    wanted = topic.strip().lower().removesuffix(".md").removeprefix("docs/")
-    if wanted in by_topic:
-        return by_topic[wanted]
-    close = difflib.get_close_matches(wanted, list(by_topic), n=1)
-    hint = f" (did you mean {close[0]!r}?)" if close else ""
-    raise UsageError(f"no documentation topic {topic!r}{hint}", fix=f"Topics: {', '.join(by_topic)}.")
-
 
 # -- the docs.locate operation -----------------------------------------------------------------------------------------
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from beflow.docs import docs_dir
 from beflow.mcpserver.schema import tool_table
-from beflow.ops.docs import docs_dir
 
 
 def test_the_tool_table_of_the_docs_page_is_the_registry() -> None:
