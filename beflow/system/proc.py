@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import io
 import math
 import os
 import shutil
@@ -29,7 +30,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, cast
 
 import anyio
 import anyio.abc
@@ -64,6 +65,8 @@ class Completed:
     duration: float = 0.0
     pid: int | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    #: The streams that said more than was kept (``"stdout"``, ``"stderr"``): what is kept is their end.
+    clipped: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -402,7 +405,7 @@ def run_blocking(
         timed_out=not exited,
         duration=time.monotonic() - started,
         pid=process.pid,
-        extra={"clipped": True} if out.clipped or err.clipped else {},
+        clipped=tuple(name for name, tail in (("stdout", out), ("stderr", err)) if tail.clipped),
     )
 
 
@@ -419,9 +422,9 @@ class Stream:
         self._reader.start()
 
     @property
-    def stdout(self) -> IO[bytes]:
+    def stdout(self) -> io.BufferedReader:
         assert self.process.stdout is not None
-        return self.process.stdout
+        return cast(io.BufferedReader, self.process.stdout)  # (unbuffered it would be a FileIO: not asked for)
 
     @property
     def stdin(self) -> IO[bytes]:

@@ -155,7 +155,7 @@ class Server:
     def call(self, name: str, arguments: dict[str, Any]) -> Any:
         operation = self.registry[name]
         if operation.needs_actor and not self._actor_known:
-            from beflow.repository.git import user_name
+            from beflow.repository.authors import user_name
 
             self.context.actor, self._actor_known = user_name(self.project.directory), True
         return operation.call(self.context, arguments)

@@ -13,7 +13,7 @@ import pytest
 from beflow.codehosts import open_code_host
 from beflow.codehosts.github import GitHubCodeHost
 from beflow.config import load_project
-from beflow.repository.git import PushAuth
+from beflow.repository.remote import PushAuth
 from beflow.trackers import open_tracker
 from beflow.trackers.github import web_host
 from tests.support.github import TOKEN, FakeGitHub, acted_on
