@@ -305,10 +305,6 @@ def stream(where: At, *args: str) -> Iterator[proc.Stream]:
         yield child
 
 
-#: Bytes read at a time from a streamed git's output.
-_CHUNK = 1 << 20
-
-
 def streamed(where: At, *args: str, separator: bytes = b"\0") -> Iterator[bytes]:
     """The output of ``git <args>``, one ``separator``-ended field at a time, as it comes (a history of any length
     in bounded memory); a :class:`CommandFailed` at the end when git failed."""
@@ -316,7 +312,7 @@ def streamed(where: At, *args: str, separator: bytes = b"\0") -> Iterator[bytes]
     argv = ["git", *args]
     with proc.streaming(argv, cwd=Path(directory), env=environment) as child:
         tail = b""
-        while chunk := child.stdout.read1(_CHUNK):
+        while chunk := child.stdout.read1():
             *fields, tail = (tail + chunk).split(separator)
             yield from fields
         if tail:

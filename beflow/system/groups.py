@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -81,6 +82,38 @@ def kill(process: psutil.Process) -> bool:
     return True
 
 
+def pidfd(pid: int) -> int | None:
+    """A descriptor that turns readable when the child ``pid`` exits (Linux 5.3 and later; None elsewhere)."""
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:
+        return None
+    try:
+        return int(opener(pid))
+    except OSError:
+        return None
+
+
+def wait_exit(process: subprocess.Popen[bytes], timeout: float) -> bool:
+    """Wait until ``process`` has exited (and reap it), at most ``timeout`` seconds; whether it has. Woken by the
+    exit itself where a pidfd can be had (``Popen.wait`` looks every few milliseconds)."""
+    if process.poll() is not None:
+        return True
+    fd = pidfd(process.pid)
+    if fd is None:
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+    try:
+        waiting = select.poll()
+        waiting.register(fd, select.POLLIN)
+        waiting.poll(max(0, int(timeout * 1000)))
+    finally:
+        os.close(fd)
+    return process.poll() is not None
+
+
 def stop_group_blocking(pgid: int, grace: float, leader: subprocess.Popen[bytes] | None = None) -> None:
     """Stop a process group from synchronous code, as :func:`beflow.system.proc.stop_group` does: SIGTERM to the
     leader and half the grace period for it, SIGTERM to the group, SIGKILL when the grace period is over, then a
@@ -90,8 +123,7 @@ def stop_group_blocking(pgid: int, grace: float, leader: subprocess.Popen[bytes]
     if leader is not None and leader.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             leader.send_signal(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            leader.wait(timeout=0.0 if interrupts.forced() else grace / 2)
+        wait_exit(leader, 0.0 if interrupts.forced() else grace / 2)
     if not signal_group(pgid, signal.SIGTERM):
         return
     while time.monotonic() < deadline and not interrupts.forced():

@@ -14,6 +14,8 @@ from collections.abc import Awaitable, Callable
 import anyio
 import anyio.abc
 
+from beflow.system import groups
+
 #: What a child's output is handed to as it arrives: the whole lines one read of its pipe brought, as they came,
 #: joined by their newlines but for the last one's (``b"one\ntwo"``; ``b""`` is one empty line). A line longer than
 #: :data:`MAX_LINE` comes in pieces of that size, each a line of its own. A read of acpx's relaying brings hundreds
@@ -192,17 +194,6 @@ async def _handle(handler: LinesHandler, lines: bytes) -> None:
         await result
 
 
-def _pidfd(pid: int) -> int | None:
-    """A descriptor that turns readable when the child ``pid`` exits (Linux 5.3 and later; None elsewhere)."""
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:
-        return None
-    try:
-        return int(opener(pid))
-    except OSError:
-        return None
-
-
 class Collector:
     """A child's input fed and its output read into tails, from synchronous code, in the calling thread: one wait
     covers its pipes and its exit together (a pidfd; where there is none, the exit is looked at every 50 ms), so
@@ -226,7 +217,7 @@ class Collector:
                 self._selector.register(self._stdin, selectors.EVENT_WRITE)
             else:
                 process.stdin.close()
-        self._pidfd = _pidfd(process.pid)
+        self._pidfd = groups.pidfd(process.pid)
         if self._pidfd is not None:
             self._selector.register(self._pidfd, selectors.EVENT_READ)
 
@@ -288,3 +279,73 @@ class Collector:
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
+
+
+class Reader:
+    """A child's stdout read as the caller goes (a chunk, a line, so many bytes), from synchronous code, while what
+    it says on stderr meanwhile is kept in a tail: one wait covers both pipes, so the child never blocks on a full
+    stderr while the caller waits for its stdout."""
+
+    def __init__(self, stdout: int, stderr: int, errors: Tail) -> None:
+        self._stdout, self._stderr = stdout, stderr
+        self.errors = errors
+        self._buffer = bytearray()
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(stdout, selectors.EVENT_READ)
+        self._selector.register(stderr, selectors.EVENT_READ)
+        self._open = {stdout, stderr}
+
+    def _fill(self) -> None:
+        """Wait until stdout says more or ends (what comes on stderr meanwhile is kept)."""
+        while self._stdout in self._open:
+            ready = [key.fd for key, _ in self._selector.select()]
+            for fd in ready:
+                self._read(fd)
+            if self._stdout in ready:
+                return
+
+    def _read(self, fd: int) -> None:
+        chunk = os.read(fd, READ_SIZE)
+        if not chunk:
+            self._selector.unregister(fd)
+            self._open.discard(fd)
+        elif fd == self._stderr:
+            self.errors.add(chunk)
+        else:
+            self._buffer += chunk
+
+    def _take(self, size: int) -> bytes:
+        taken = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return taken
+
+    def read1(self) -> bytes:
+        """What stdout has said that was not taken yet, waiting for some if there is none; ``b""`` at its end."""
+        if not self._buffer:
+            self._fill()
+        return self._take(len(self._buffer))
+
+    def read(self, size: int = -1) -> bytes:
+        """``size`` bytes of stdout, fewer at its end (all of it to its end: ``-1``)."""
+        while (size < 0 or len(self._buffer) < size) and self._stdout in self._open:
+            self._fill()
+        return self._take(size if size >= 0 else len(self._buffer))
+
+    def readline(self) -> bytes:
+        """The next line of stdout with its end (the rest of it, without one, at its end)."""
+        while b"\n" not in self._buffer and self._stdout in self._open:
+            self._fill()
+        end = self._buffer.find(b"\n")
+        return self._take(end + 1 if end >= 0 else len(self._buffer))
+
+    def drain_errors(self, deadline: float) -> None:
+        """Keep what is left of stderr, until its end or ``deadline`` (what comes on stdout is kept for the caller)."""
+        while self._stderr in self._open:
+            ready = self._selector.select(max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return
+            for key, _ in ready:
+                self._read(key.fd)
+
+    def close(self) -> None:
+        self._selector.close()

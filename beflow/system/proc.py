@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import io
 import math
 import os
 import shutil
@@ -30,7 +29,7 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, cast
+from typing import IO
 
 import anyio
 import anyio.abc
@@ -411,20 +410,14 @@ def run_blocking(
 
 class Stream:
     """A child whose output is read as it comes (:attr:`stdout`) and whose input, if asked for, is written as the
-    reader goes (:attr:`stdin`): :func:`streaming`. What it says on stderr is kept (the last bytes), read in a
-    thread of its own so that it never blocks the child."""
+    reader goes (:attr:`stdin`): :func:`streaming`. What it says on stderr meanwhile is kept (the last bytes), read
+    in the same waits, so that it never blocks the child."""
 
     def __init__(self, argv: list[str], process: subprocess.Popen[bytes], max_capture: int) -> None:
+        assert process.stdout is not None and process.stderr is not None
         self.argv = argv
         self.process = process
-        self.errors = pipes.Tail(max_capture)
-        self._reader = threading.Thread(target=self._read_errors, name="beflow-stream-stderr", daemon=True)
-        self._reader.start()
-
-    @property
-    def stdout(self) -> io.BufferedReader:
-        assert self.process.stdout is not None
-        return cast(io.BufferedReader, self.process.stdout)  # (unbuffered it would be a FileIO: not asked for)
+        self.stdout = pipes.Reader(process.stdout.fileno(), process.stderr.fileno(), pipes.Tail(max_capture))
 
     @property
     def stdin(self) -> IO[bytes]:
@@ -432,20 +425,14 @@ class Stream:
             raise BeflowError(f"{self.argv[0]} was started without input")
         return self.process.stdin
 
-    def _read_errors(self) -> None:
-        if self.process.stderr is not None:
-            with contextlib.suppress(OSError, ValueError):
-                while chunk := os.read(self.process.stderr.fileno(), pipes.READ_SIZE):
-                    self.errors.add(chunk)
-
     def finish(self) -> Completed:
         """Close the child's input and wait for it to end (its output read to the end first, by the caller)."""
         if self.process.stdin is not None:
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
+        self.stdout.drain_errors(time.monotonic() + DRAIN)
         returncode = self.process.wait()
-        self._reader.join(DRAIN)
-        return Completed(argv=self.argv, returncode=returncode, stderr=self.errors.value(), pid=self.process.pid)
+        return Completed(argv=self.argv, returncode=returncode, stderr=self.stdout.errors.value(), pid=self.process.pid)
 
     def close(self, grace: float) -> None:
         """Stop the child and its group if still there, and close its pipes."""
@@ -453,7 +440,7 @@ class Stream:
             with contextlib.suppress(OSError):
                 self.process.stdin.close()
         groups.stop_group_blocking(self.process.pid, grace, self.process)
-        self._reader.join(DRAIN)
+        self.stdout.close()
         for pipe in (self.process.stdout, self.process.stderr):
             if pipe is not None:
                 with contextlib.suppress(OSError):
