@@ -57,6 +57,22 @@ class LocalTrackerSettings(Model):
     def agent_gets_secrets(self) -> bool:
         return False
 
+    def issues_in_checkout(self) -> bool:
+        """Whether the issues are files of the checkout (a supervised run writes its issue's status there)."""
+        return True
+
+    def outside_service(self) -> bool:
+        """Whether the issues live in a service over the network (slower to ask, and open to the world)."""
+        return False
+
+    def status_label_prefix(self) -> str | None:
+        """What starts a label that says a status (none: the local tracker keeps status in the file)."""
+        return None
+
+    def implied_code_host(self) -> CodeHostSettings:
+        """The code host when ``code_host`` is left out: none for local issues."""
+        return NoCodeHostSettings(kind="none")
+
 
 class GitHubTrackerSettings(Model):
     """GitHub Issues (docs/trackers.md): which issues are beflow's, where status lives, how claims are leased."""
@@ -85,6 +101,19 @@ class GitHubTrackerSettings(Model):
     def agent_gets_secrets(self) -> bool:
         """Whether the agent's environment keeps :meth:`secret_env` (``agent_token``)."""
         return self.agent_token
+
+    def issues_in_checkout(self) -> bool:
+        return False
+
+    def outside_service(self) -> bool:
+        return True
+
+    def status_label_prefix(self) -> str | None:
+        return self.status_prefix
+
+    def implied_code_host(self) -> CodeHostSettings:
+        """The issues' own repository, through the same API and token."""
+        return GitHubCodeHostSettings(kind="github", repo=self.repo, api_url=self.api_url, token_env=self.token_env)
 
     @field_validator("repo")
     @classmethod
@@ -363,17 +392,10 @@ class Config(Model):
             return {"kind": "local", **value}
         return value
 
-    def code_host_settings(self) -> GitHubCodeHostSettings | NoCodeHostSettings:
+    def code_host_settings(self) -> CodeHostSettings:
         """The code host: ``code_host`` as configured, else the one the tracker implies (GitHub's repository for
         the GitHub tracker, none for the local one)."""
-        if self.code_host is not None:
-            return self.code_host
-        tracker = self.tracker
-        if isinstance(tracker, GitHubTrackerSettings):
-            return GitHubCodeHostSettings(
-                kind="github", repo=tracker.repo, api_url=tracker.api_url, token_env=tracker.token_env
-            )
-        return NoCodeHostSettings(kind="none")
+        return self.code_host if self.code_host is not None else self.tracker.implied_code_host()
 
     def acpx_argv(self) -> list[str]:
         """The argv prefix that starts acpx: configured, else ``acpx`` on PATH, else the pinned one via npx."""

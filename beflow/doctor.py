@@ -17,8 +17,9 @@ from beflow.mcp.cascade import check_cascade
 from beflow.records.record import RunStore
 from beflow.run import preflight
 from beflow.system import proc
-from beflow.trackers import Status, open_tracker
-from beflow.trackers.base import FileProblem, SetsUpLabels
+from beflow.trackers import Status
+from beflow.trackers.base import SetsUpLabels
+from beflow.trackers.issue import FileProblem
 
 #: acpx probes may download the pinned release through npx on first use.
 ACPX_PROBE_TIMEOUT = 300.0
@@ -185,6 +186,8 @@ def run_checks(explicit: Path | None = None) -> list[Check]:
 
 def check_tracker(project: Project) -> Check:
     """The tracker opens; for local issues: the directory, how many by status, and every file that does not parse."""
+    from beflow.app import open_tracker
+
     try:
         tracker = open_tracker(project)
         listing = tracker.listing()
@@ -291,13 +294,13 @@ PROJECT_CHECKS.append(check_agent_env)
 
 
 def check_engine(project: Project) -> Check | None:
-    """A fleet's Temporal service answers (docs/fleet.md); the default engine needs nothing."""
-    engine = project.config.engine
-    if engine.kind != "temporal":
-        return None
-    from beflow.fleet.remote import probe  # the Temporal SDK, for fleet projects only
+    """The engine's service answers (a fleet's Temporal service: docs/fleet.md); the default engine needs nothing."""
+    from beflow.app import engine
 
-    ok, detail, fix = probe(engine)
+    answer = engine(project).probe(project)
+    if answer is None:
+        return None
+    ok, detail, fix = answer
     return Check("engine", ok, detail, fix)
 
 

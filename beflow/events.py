@@ -53,7 +53,11 @@ class Payload(BaseModel):
 
 
 class UsageFigures(Payload):
-    """The figures an agent reported (:func:`beflow.guardrails.event_data`): those it never sent are left out."""
+    """The figures an agent reported (:func:`beflow.guardrails.event_data`): those it never sent are left out.
+
+    A shape of its own, not the record's (``beflow.guardrails.Usage``, which stands above the events and keeps how
+    many updates were read, and every figure, null or not): an event carries the figures sent and the ``tokens``
+    they make, nothing else."""
 
     context_used: int | None = None
     context_peak: int | None = None

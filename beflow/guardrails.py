@@ -9,7 +9,6 @@ does not report is refused, never converted.
 
 from __future__ import annotations
 
-import dataclasses
 import datetime as dt
 import math
 from collections.abc import Iterable
@@ -20,6 +19,7 @@ from pydantic import ConfigDict, TypeAdapter
 from pydantic import dataclasses as pydantic_dataclasses
 
 from beflow.config import Limits
+from beflow.events import UsageFigures
 
 #: The largest token count and cost beflow takes from an agent: anything beyond is a broken or hostile agent's
 #: number, not a measurement (a context window of 10^15 tokens does not exist), and is ignored.
@@ -32,7 +32,11 @@ class Usage:
     """What one run used, as its agent reported it: ACP's ``usage_update`` notifications (the context in use,
     the window's size, the session's cumulative cost) and the token counts of the prompt's response. A field the
     agent never sent stays ``None``. (A dataclass, not a model: the stream's reader sets its fields for every
-    update, thousands a run, and a model's checked assignment costs five times as much.)"""
+    update, thousands a run, and a model's checked assignment costs five times as much.)
+
+    Its JSON is a run record's (``run.json``): every field, null or not. The events tell it as
+    :class:`beflow.events.UsageFigures` (the figures sent, and their tokens) and the dashboard as
+    ``beflow.web.api.Usage`` (the figures it shows): three public shapes of one thing, each JSON of its own."""
 
     #: Tokens in the agent's context at its latest update, the most at any update, and the window's size.
     context_used: int | None = None
@@ -302,17 +306,12 @@ def total(usages: Iterable[Usage | None], start: Totals | None = None) -> Totals
 
 
 def event_data(usage: Usage | None) -> dict[str, Any] | None:
-    """What the ``usage`` and ``finished`` events carry (``--json``): the figures the agent sent, none invented."""
+    """What the ``usage`` and ``finished`` events carry (``--json``): the figures the agent sent, none invented —
+    those :class:`beflow.events.UsageFigures` names, in its order (the tokens they make last)."""
     if usage is None or usage.empty:
         return None
-    data = {
-        name: value
-        for name, value in dataclasses.asdict(usage).items()
-        if value is not None and name not in ("updates", "rejected", "note")
-    }
-    if usage.tokens is not None:
-        data["tokens"] = usage.tokens
-    return data
+    figures = ((name, getattr(usage, name)) for name in UsageFigures.model_fields)
+    return {name: value for name, value in figures if value is not None}
 
 
 def describe(usage: Usage | None) -> str | None:

@@ -98,8 +98,8 @@ def bare_batch(repo: Path, count: int, offset: int) -> None:
 
 def file_issues(repo: Path, count: int) -> None:
     """``count`` ready issues, filed through the tracker directly (not timed)."""
+    from beflow.app import open_tracker
     from beflow.config import load_project
-    from beflow.trackers import open_tracker
 
     tracker = open_tracker(load_project(repo / ".beflow" / "config.json"))
     for index in range(count):

@@ -32,7 +32,7 @@ TREES = {name: ast.parse(path.read_text(), filename=str(path)) for name, path in
 
 
 def _known(name: str) -> str | None:
-    """The beflow module ``name`` is, or is in (``beflow.trackers.base.Issue`` -> ``beflow.trackers.base``)."""
+    """The beflow module ``name`` is, or is in (``beflow.trackers.issue.Issue`` -> ``beflow.trackers.base``)."""
     while name and name not in MODULES:
         name = name.rpartition(".")[0]
     return name or None
@@ -225,6 +225,42 @@ def test_every_room_stands_in_one_layer_and_imports_only_the_layers_below() -> N
 def test_the_root_of_the_package_holds_at_most_a_dozen_modules() -> None:
     root = [path.name for path in PACKAGE.glob("*.py")]
     assert "config.py" in root and len(root) <= 12, sorted(root)
+
+
+def test_every_kind_the_config_accepts_has_one_line_in_the_composition_root() -> None:
+    """Adding a tracker is its module, its settings model and one line in ``app.TRACKERS``; a code host and an
+    engine the same (docs/architecture.md)."""
+    import typing
+
+    from beflow import app, config
+
+    def kinds(union: object) -> set[str]:
+        members = typing.get_args(typing.get_args(union)[0])
+        return {typing.get_args(member.model_fields["kind"].annotation)[0] for member in members}
+
+    assert kinds(config.Tracker) == set(app.TRACKERS) == {"local", "github"}
+    assert kinds(config.CodeHostSettings) - {"none"} == set(app.CODE_HOSTS)
+    assert kinds(config.Engine) == set(app.ENGINES)
+
+
+#: Where a kind may be named: its own package, its settings, the composition root (and the demo, which makes a
+#: local project on purpose). Everywhere else a tracker, code host or engine is asked through its protocol.
+KIND_NAMES = re.compile(
+    r"\b(LocalTracker|GitHubTracker|GitHubCodeHost|(Local|GitHub)TrackerSettings|GitHubCodeHostSettings)\b"
+    r"|\.kind\s*[!=]=\s*[\"'](local|github|temporal)[\"']"
+)
+KINDS_AT_HOME = ("beflow.trackers", "beflow.codehosts", "beflow.app", "beflow.config", "beflow.demo")
+
+
+def test_no_kind_is_chosen_outside_the_composition_root() -> None:
+    found = [
+        f"{module}:{number}: {line.strip()}"
+        for module, path in MODULES.items()
+        if not module.startswith(KINDS_AT_HOME)
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if KIND_NAMES.search(line)
+    ]
+    assert found == []
 
 
 #: The modules that start processes themselves: the one subprocess helper and what it is made of.

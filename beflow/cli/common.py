@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 
     from beflow.config import Project
     from beflow.ops.operations import Context, Operation
+    from beflow.trackers.base import Tracker
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -127,6 +128,7 @@ class App:
     config_option: Path | None = None
     _project: Project | None = field(default=None, repr=False)
     actor: str | None = None
+    _tracker: Tracker | None = field(default=None, repr=False)
 
     def acting_as(self, actor: str | None) -> App:
         """The same invocation, acting as ``actor`` (``None``: as the CLI's user)."""
@@ -138,6 +140,14 @@ class App:
 
             self._project = load_project(self.config_option)
         return self._project
+
+    def tracker(self) -> Tracker:
+        """The project's tracker (:func:`beflow.app.open_tracker`), opened once per invocation."""
+        if self._tracker is None:
+            from beflow.app import open_tracker
+
+            self._tracker = open_tracker(self.project())
+        return self._tracker
 
 
 def print_table(table: Table) -> None:
@@ -306,4 +316,4 @@ def _context(app: App, operation: Operation[I, O]) -> Context:
         from beflow.repository.authors import user_name
 
         who = user_name(project.directory)
-    return Context(project=project, actor=who or "user")
+    return Context(project=project, actor=who or "user", opens_tracker=lambda _project: app.tracker())

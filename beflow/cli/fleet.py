@@ -88,10 +88,12 @@ def worker(app: App, lanes: int, name: str | None, as_json: bool) -> None:
     project = app.project()
     engine_of(project)  # a project on the embedded engine has no fleet to work for: say so, with the fix
     require_sdk()
+    from beflow.app import open_project
     from beflow.fleet.worker import FleetWorker, default_name
 
     hardening.keep_private()  # before any agent runs (docs/safety.md)
-    fleet = FleetWorker(project, lanes, name or default_name(), lambda event: _line(event, as_json))
+    opened = open_project(project)
+    fleet = FleetWorker(project, opened, lanes, name or default_name(), lambda event: _line(event, as_json))
 
     def ready() -> None:
         err.print(escape(f"worker {fleet.name}: {lanes} lane(s) on {fleet.settings.address}, queue {fleet.queue}"))
@@ -101,6 +103,7 @@ def worker(app: App, lanes: int, name: str | None, as_json: bool) -> None:
 
 def watch_fleet(project: Project, *, once: bool, as_json: bool, http: str | None = None) -> None:
     """``beflow watch`` with the Temporal engine: the fleet's dispatcher."""
+    from beflow.app import open_project
     from beflow.fleet.dispatch import FleetDispatcher
 
     if http is not None:
@@ -109,7 +112,7 @@ def watch_fleet(project: Project, *, once: bool, as_json: bool, http: str | None
             fix="Leave --http out, and see the fleet in Temporal's web UI (`beflow temporal dev --ui-port 8233`).",
         )
 
-    dispatcher = FleetDispatcher(project, lambda event: _line(event, as_json))
+    dispatcher = FleetDispatcher(project, open_project(project), lambda event: _line(event, as_json))
     if not as_json:
         err.print(escape(f"dispatching to the fleet at {dispatcher.settings.address} — Ctrl-C stops"))
     interrupts.run(lambda: dispatcher.watch(once=once))

@@ -15,8 +15,8 @@ from beflow.repository.git import toplevel as git_toplevel
 
 
 def _github_labels(app: App) -> None:
+    from beflow.app import open_tracker
     from beflow.config import load_project
-    from beflow.trackers import open_tracker
     from beflow.trackers.base import SetsUpLabels
 
     project = load_project(app.config_option)
@@ -28,7 +28,7 @@ def _github_labels(app: App) -> None:
         )
     created = tracker.ensure_labels()
     if created:
-        out.print(f"Created the labels {', '.join(created)} in {tracker.description.split(' labelled')[0]}")
+        out.print(f"Created the labels {', '.join(created)} in {tracker.labels_home}")
     else:
         out.print("Every label beflow needs is there already.")
 

@@ -26,7 +26,7 @@ from beflow.cli.common import (
 )
 from beflow.errors import UsageError
 from beflow.ops import issues
-from beflow.trackers.base import DEFAULT_PRIORITY, IssueRow, ListingStream, Status, format_time
+from beflow.trackers.issue import DEFAULT_PRIORITY, IssueRow, ListingStream, Status, format_time
 from beflow.trackers.local_feedback import is_rework, shown
 
 STATUS_STYLE = {
@@ -183,10 +183,9 @@ def show_command(app: App, key: str, as_json: bool) -> None:
             f"since {short_time(claim.since)} UTC)",
             style="cyan",
         )
-    elif issue.status == Status.IN_PROGRESS and app.project().config.engine.kind != "temporal":
+    elif issue.status == Status.IN_PROGRESS and not _runs_elsewhere(app):
         out.print("in progress, but no run holds it: the run that took it stopped (runs will pick it up again)")
-    if app.project().config.engine.kind == "temporal":
-        _show_workflow(app, issue.key)
+    _show_workflow(app, issue.key)
     out.print()
     out.print(escape(issue.body) if issue.body else "[dim](no description)[/]")
     if issue.comments:
@@ -200,13 +199,23 @@ def show_command(app: App, key: str, as_json: bool) -> None:
     _show_rounds(app, issue.key)
 
 
-def _show_workflow(app: App, key: str) -> None:
-    """Where the issue's workflow is, as it answers its ``state`` query (a fleet: docs/fleet.md)."""
-    from beflow.errors import BeflowError
-    from beflow.fleet.claims import workflow_state
+def _runs_elsewhere(app: App) -> bool:
+    from beflow.app import engine
 
+    return engine(app.project()).runs_elsewhere
+
+
+def _show_workflow(app: App, key: str) -> None:
+    """Where the issue's run is, as its engine tells it (a fleet: its workflow's ``state`` query, docs/fleet.md)."""
+    from beflow.app import engine
+    from beflow.errors import BeflowError
+
+    project = app.project()
+    asked = engine(project).state
+    if asked is None:
+        return
     try:
-        state = workflow_state(app.project(), key)
+        state = asked(project, app.tracker(), key)
     except BeflowError as error:
         out.print(f"its workflow's state is not known: {escape(error.message)}", style="dim")
         return

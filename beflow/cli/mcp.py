@@ -217,6 +217,7 @@ def serve(
         limits=Limits(max_input=max_input, max_output=max_output),
         poll=poll,
         channel=channel,
+        opens_tracker=lambda _project: app.tracker(),
     )
     launch = check_launch(launch)
     err.print(f"beflow mcp: serving on stdio{f' (issue {launch.issue})' if launch.issue else ''}", markup=False)
@@ -248,7 +249,9 @@ def schema(app: App, allow: str | None, issue: str | None, server_name: str, htt
     project = app.project()
     if issue is not None:  # narrowed to an issue that does not exist, the snippets would start a server that fails
         show = load_all()["issue.show"]
-        issue = existing_issue(issue, lambda key: show.call(Context(project=project), {"key": key}))
+        issue = existing_issue(
+            issue, lambda key: show.call(Context(project=project, opens_tracker=lambda _p: app.tracker()), {"key": key})
+        )
     if not http_url.startswith(("http://", "https://")):
         raise click.BadParameter("an http:// or https:// URL", param_hint="--http-url")
     emit_json(export(project, parse_allow(allow), issue, server_name, http_url))

@@ -6,7 +6,7 @@ import click
 
 from beflow.cli.common import emit_json, err, escape, out
 from beflow.errors import BeflowError
-from beflow.mcp.journal import active_entries, recover_orphans
+from beflow.mcp.orphans import active_entries, recover_orphans
 from beflow.repository import repoguard
 
 

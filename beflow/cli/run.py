@@ -7,7 +7,6 @@ import click
 from beflow.cli.common import App, emit_json, err, escape, pass_app
 from beflow.cli.progress import OUTCOME_STYLE, Progress
 from beflow.events import IDLE, AgentProgress, Finished, Notice, RunEvent, Started
-from beflow.fleet.claims import open_tracker
 from beflow.records.record import FAILED_OUTCOMES
 from beflow.run import modes
 from beflow.run.batch import run_many
@@ -29,9 +28,11 @@ from beflow.watch import holds
 def auto(app: App, keys: tuple[str, ...], limit: int | None, concurrency: int, as_json: bool) -> None:
     """Run the agent on the given issues (default: every ready issue, once), unattended, each in a throwaway
     worktree on branch beflow/<key>; commit, record, update the tracker, exit."""
+    from beflow.app import open_code_host
+
     hardening.keep_private()  # before any agent runs: its process cannot read beflow's (docs/safety.md)
     project = app.project()
-    tracker = open_tracker(project)  # (the fleet's claims, on the Temporal engine)
+    tracker = app.tracker()  # (the fleet's claims, on the Temporal engine)
     note = invisible_changes(project)
     if note and as_json:
         emit_json({"event": "notice", "issue": None, "message": note})
@@ -39,7 +40,15 @@ def auto(app: App, keys: tuple[str, ...], limit: int | None, concurrency: int, a
         err.print(f"[yellow]note:[/] {escape(note)}", highlight=False)
     with Progress(as_json=as_json) as progress:
         records = interrupts.run(
-            lambda: run_many(project, tracker, list(keys), limit=limit, concurrency=concurrency, events=progress)
+            lambda: run_many(
+                project,
+                tracker,
+                list(keys),
+                limit=limit,
+                concurrency=concurrency,
+                opens_code_host=open_code_host,
+                events=progress,
+            )
         )
     if not records:
         if as_json:
@@ -101,7 +110,7 @@ def attend(app: App, key: str) -> None:
     back afterwards. Nothing is committed; the run record lists the files the run changed."""
     hardening.keep_private()
     project = app.project()
-    tracker = open_tracker(project)
+    tracker = app.tracker()
     record = interrupts.run(lambda: modes.attend(project, tracker, key, events=SessionView()))
     if record.outcome in FAILED_OUTCOMES:
         raise SystemExit(1)
@@ -120,6 +129,6 @@ def open_(app: App, key: str) -> None:
     client's exit code; .acpxrc.json is not touched (the client reads its own MCP configuration)."""
     hardening.keep_private()
     project = app.project()
-    tracker = open_tracker(project)
+    tracker = app.tracker()
     record = interrupts.run(lambda: modes.open_native(project, tracker, key, events=SessionView()))
     raise SystemExit(modes.exit_status(record))

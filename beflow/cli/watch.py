@@ -129,9 +129,11 @@ def render(snapshot: Snapshot, concurrency: int) -> Group:
 def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
     """Poll the tracker and run ready issues in parallel, unattended, until stopped (Ctrl-C or SIGTERM: running
     runs are cancelled, their files restored and recorded, then beflow exits 130)."""
+    from beflow.app import engine, open_project
+
     hardening.keep_private()  # before any agent runs: its process cannot read beflow's (docs/safety.md)
     project = app.project()
-    if project.config.engine.kind == "temporal":  # the fleet's workers run the issues; this starts their workflows
+    if engine(project).runs_elsewhere:  # the fleet's workers run the issues; this starts their workflows
         from beflow.cli.fleet import watch_fleet
 
         return watch_fleet(project, once=once, as_json=as_json, http=http)
@@ -157,7 +159,7 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
             line = f"{time.strftime('%H:%M:%S')} {event.type:<16} {event.issue or '':<6} {details}"
             (live.console if live else err).print(escape(line), highlight=False)
 
-    dispatcher = Dispatcher(project, config_option=app.config_option, listener=listener)
+    dispatcher = Dispatcher(project, opens=open_project, config_option=app.config_option, listener=listener)
     if not as_json and err.is_terminal:
         from rich.live import Live
 

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from beflow.trackers.base import Tracker
 
 
 @dataclass(frozen=True)
@@ -51,3 +54,12 @@ class CodeHost(Protocol):
     def held_secrets(self) -> list[str]:
         """Values that must never reach the agent, a log or a record (its token, however it was found)."""
         ...
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A project's tracker and code host, opened together (:func:`beflow.app.open_project`): a watch, a fleet's
+    dispatcher and its workers each hold one."""
+
+    tracker: Tracker
+    code_host: CodeHost | None

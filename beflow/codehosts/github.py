@@ -23,12 +23,27 @@ from urllib.parse import urlparse
 
 from beflow.codehosts.base import PullRequest
 from beflow.codehosts.github_feedback import GitHubFeedback
+from beflow.config import CodeHostSettings, GitHubCodeHostSettings, Project
 from beflow.config import Feedback as FeedbackSettings
-from beflow.config import GitHubCodeHostSettings, Project
 from beflow.feedback import Feedback, Gathered
 from beflow.repository import git, refs, remote
+from beflow.trackers import github_wire as wire
+from beflow.trackers.base import Tracker
 from beflow.trackers.github import api_url, repo_from_remote, resolve_token, web_host
 from beflow.trackers.github_api import Api, GitHubAccessError, GitHubAuthError, GitHubError, RateLimited
+
+
+def open_for(project: Project, settings: CodeHostSettings, tracker: Tracker | None) -> GitHubCodeHost:
+    """The GitHub code host of ``settings``, sharing the GitHub tracker's client when the project's tracker is
+    GitHub's (one client, one rate limit; left out, ``code_host`` is the tracker's repository, as it resolved it)."""
+    from beflow.trackers.github import GitHubTracker
+
+    assert isinstance(settings, GitHubCodeHostSettings)  # (its registry line says so)
+    if not isinstance(tracker, GitHubTracker):
+        return open_github(project, settings)
+    if project.config.code_host is None:
+        settings = settings.model_copy(update={"repo": tracker.repo})
+    return open_github(project, settings, tracker.api, tracker_repo=tracker.repo)
 
 
 def open_github(
@@ -138,22 +153,29 @@ class GitHubCodeHost:
 
     def find(self, branch: str) -> PullRequest | None:
         found = self._open_pull(branch)
-        return PullRequest(str(found["html_url"])) if found is not None else None
+        return PullRequest(found.html_url) if found is not None else None
 
     def propose(self, branch: str, title: str, body: str, *, draft: bool) -> PullRequest:
         existing = self._open_pull(branch)
         if existing:
             payload = {"title": title, "body": body}
-            data = self._call(self.api.request, "PATCH", f"{self._base}/pulls/{existing['number']}", json=payload)
-            return PullRequest(str(data.data["html_url"]), opened=False)
-        base = self._call(self.api.get, self._base)["default_branch"]
-        opening: dict[str, Any] = {"title": title, "body": body, "head": branch, "base": base, "draft": draft}
+            path = f"{self._base}/pulls/{existing.number}"
+            data = self._call(self.api.request, "PATCH", path, json=payload)
+            return PullRequest(wire.parse(wire.Pull, data.data, f"PATCH {path}").html_url, opened=False)
+        repository = wire.parse(wire.Repository, self._call(self.api.get, self._base), f"GET {self._base}")
+        opening: dict[str, Any] = {
+            "title": title,
+            "body": body,
+            "head": branch,
+            "base": repository.default_branch,
+            "draft": draft,
+        }
         # A POST whose answer was lost may have opened it, and one that failed (a 5xx, a rate limit) did not:
         # look for the branch's pull request first, then try again, as the client retries everything else.
         for attempt in range(3):
             try:
                 data = self._call(self.api.request, "POST", f"{self._base}/pulls", json=opening)
-                return PullRequest(str(data.data["html_url"]), opened=True)
+                return PullRequest(wire.parse(wire.Pull, data.data, f"POST {self._base}/pulls").html_url, opened=True)
             except GitHubError as error:
                 # 422 "a pull request already exists": opened meanwhile (a retry elsewhere): updated.
                 if error.status == 422 and self._open_pull(branch) is not None:
@@ -165,17 +187,19 @@ class GitHubCodeHost:
                 except GitHubError:
                     found = None
                 if found is not None:
-                    return PullRequest(str(found["html_url"]), opened=True)
+                    return PullRequest(found.html_url, opened=True)
                 wait = max(0.0, error.until - time.time()) if isinstance(error, RateLimited) else 0.5 * (attempt + 1)
                 if attempt == 2 or wait > 60 or not self.api._can_wait(wait):
                     raise
                 time.sleep(wait)
         raise AssertionError("unreachable")
 
-    def _open_pull(self, branch: str) -> dict[str, Any] | None:
+    def _open_pull(self, branch: str) -> wire.Pull | None:
         owner = self.repo.split("/")[0]
-        found = self._call(self.api.get, f"{self._base}/pulls", {"head": f"{owner}:{branch}", "state": "open"})
-        return found[0] if found else None
+        path = f"{self._base}/pulls"
+        found = self._call(self.api.get, path, {"head": f"{owner}:{branch}", "state": "open"})
+        pulls = wire.parse_list(wire.Pull, found, f"GET {path}")
+        return pulls[0] if pulls else None
 
     # -- feedback (review rounds) ----------------------------------------------------------------------------------
 

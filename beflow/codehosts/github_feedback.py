@@ -4,10 +4,12 @@ for an issue (and on the issue, when the tracker is the same repository's), as :
 - **Who counts.** Only people with write access: ``author_association`` OWNER, MEMBER or COLLABORATOR, a login of
   ``feedback.allow``, or (for anyone else) a collaborator permission of ``write``, ``maintain`` or ``admin``, looked
   up once and remembered a while. beflow's own comments (its hidden marker) and the token's own user never count.
-  What is left out, and why, is in :attr:`~beflow.feedback.Gathered.ignored`.
+  What is left out, and why, is in :attr:`~beflow.feedback.Gathered.ignored` (a piece GitHub gives in a shape beflow
+  cannot read too).
 - **What counts.** Submitted reviews that request changes or comment, each inline comment of them (its file, line,
   diff hunk and the trusted part of its thread), conversation comments that mention ``feedback.trigger``, and with
-  ``feedback.checks`` the failed check runs (with up to 20 annotations) and commit statuses of the head commit.
+  ``feedback.checks`` the failed check runs (with up to 20 annotations) and commit statuses of the head commit
+  (:mod:`beflow.codehosts.github_checks`).
   Approvals are not feedback. Every text has had what a reader cannot see stripped (:func:`strip_hidden`).
 - **Cheap polling.** Three repository-wide listings (issues, issue comments and review comments, each ``since`` a
   watermark that only moves when something changed) are conditional requests: while nothing happens in the
@@ -28,8 +30,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from beflow.codehosts.github_checks import failed_checks, when
 from beflow.config import Feedback as FeedbackSettings
 from beflow.feedback import Feedback, Gathered, Ignored, ThreadComment, mentions, strip_hidden
+from beflow.trackers import github_wire as wire
 from beflow.trackers.github_api import _NEXT, Api, GitHubError, RateLimited
 from beflow.trackers.github_comments import MARKER, Authors
 from beflow.trackers.quoting import inert
@@ -43,32 +47,28 @@ SLACK = 60.0
 SAME_SECOND = 1.0
 #: The most pages (of 100) read of one list for one issue: the work per issue stays bounded.
 MAX_PAGES = 10
-#: The most annotations of one failed check run that reach a prompt.
-MAX_ANNOTATIONS = 20
 FEEDBACK_REVIEWS = frozenset({"CHANGES_REQUESTED", "COMMENTED"})
 #: Reviews whose inline comments are not feedback: an approval's remarks, a dismissed review's, one not submitted.
 NOT_FEEDBACK_REVIEWS = frozenset({"APPROVED", "DISMISSED", "PENDING"})
-FAILED_CHECKS = frozenset({"failure", "timed_out", "action_required"})
-FAILED_STATUSES = frozenset({"failure", "error"})
 _NUMBER = re.compile(r"/(?:pull|pulls|issues)/(\d+)(?:[/#?]|$)")
+#: Before every time GitHub gives (a review comment without one sorts first).
+_LONG_AGO = dt.datetime.min.replace(tzinfo=dt.UTC)
 
 
 def _iso(epoch: float) -> str:
     return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _when(value: Any) -> dt.datetime:
-    if isinstance(value, str) and value:
-        try:
-            return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            pass
-    return dt.datetime.now(dt.UTC)
-
-
-def _login(raw: dict[str, Any]) -> str:
-    user = raw.get("user") or {}
-    return str(user.get("login") or "ghost")
+def _unreadable(kind: str, unread: list[wire.Unread]) -> list[Ignored]:
+    """Pieces GitHub gave in a shape of their own: left out (whose words they are is not known), and said why."""
+    return [
+        Ignored(
+            id=f"{kind}:{'?' if item.id is None else item.id}",
+            author="unknown",
+            why=f"GitHub's answer for it cannot be read: {item.why}",
+        )
+        for item in unread
+    ]
 
 
 #: The prefixes of the ids of the pieces GitHub gives (:attr:`beflow.feedback.Feedback.id`).
@@ -108,16 +108,17 @@ class _Client:
     def _get(self, path: str, params: dict[str, Any] | None = None) -> Any:
         return self.api.request("GET", path, params=params).data
 
-    def _list(self, path: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-        """A list endpoint's items, at most :data:`MAX_PAGES` pages of 100, each page a conditional request."""
-        items: list[dict[str, Any]] = []
+    def _list(self, path: str, params: dict[str, Any]) -> list[Any]:
+        """A list endpoint's items, at most :data:`MAX_PAGES` pages of 100, each page a conditional request (the
+        items as GitHub gave them, for :mod:`~beflow.trackers.github_wire` to read)."""
+        items: list[Any] = []
         url: str | None = path
         query: dict[str, Any] | None = {"per_page": 100, **params}
         for _ in range(MAX_PAGES):
             if url is None:
                 break
             response = self.api.request("GET", url, params=query)
-            items.extend(response.data or [])
+            items.extend(wire.listed(response.data, f"GET {path}"))
             match = _NEXT.search(response.headers.get("link", ""))
             url, query = (match.group(1), None) if match else (None, None)
         return items
@@ -168,8 +169,9 @@ class Replies(_Client):
         if found:
             return int(found.group(1))
         if piece.reply_to is not None:
-            comment = self._get(f"{self._base}/pulls/comments/{piece.reply_to}") or {}
-            found = _NUMBER.search(str(comment.get("pull_request_url") or ""))
+            path = f"{self._base}/pulls/comments/{piece.reply_to}"
+            comment = wire.parse(wire.Changed, self._get(path) or {}, f"GET {path}")
+            found = _NUMBER.search(comment.pull_request_url or "")
             return int(found.group(1)) if found else None
         return None
 
@@ -198,7 +200,8 @@ class Replies(_Client):
                 time.sleep(0.5 * (attempt + 1))
 
     def _posted(self, listing: str, token: str) -> bool:
-        return any(token in str(c.get("body") or "") for c in self._list(listing, {}))
+        comments, _ = wire.read_each(wire.Authored, self._list(listing, {}), f"GET {listing}")
+        return any(token in c.text for c in comments)
 
 
 class GitHubFeedback(_Client):
@@ -251,31 +254,31 @@ class GitHubFeedback(_Client):
             if known is not None and known.pull is not None and not self._changed(known, number):
                 if not self.settings.checks or known.head is None or known.gathered.ended:
                     return known.gathered
-                checks = self._checks(known.head, known.pull)
+                checks = failed_checks(self.api, self._base, known.head, known.pull)
                 return self._assemble(known, checks)
             read_from = _iso(self.api.now() - SAME_SECOND)
             pull = self._pull(branch)
-            issue = self._get(f"{self._base}/issues/{number}") if number is not None else None
+            issue = self._issue(number) if number is not None else None
             ended: Any = None
-            if pull is not None and pull.get("merged_at"):
+            if pull is not None and pull.merged_at is not None:
                 ended = "merged"
-            elif (pull is not None and pull.get("state") == "closed") or (issue or {}).get("state") == "closed":
+            elif (pull is not None and pull.state == "closed") or (issue is not None and issue.state == "closed"):
                 ended = "closed"
-            head = str((pull or {}).get("head", {}).get("sha") or "") or None
-            known = _Known(read_from, int(pull["number"]) if pull else None, head, Gathered(ended=ended))
+            head = (pull.head.sha if pull is not None and pull.head is not None else None) or None
+            known = _Known(read_from, pull.number if pull else None, head, Gathered(ended=ended))
             if ended is None:
                 pieces: list[Feedback] = []
                 ignored: list[Ignored] = []
                 if pull is not None:
-                    self._reviews(int(pull["number"]), pieces, ignored)
-                    self._conversation(int(pull["number"]), pieces, ignored)
-                if number is not None and (pull is None or number != int(pull["number"])):
+                    self._reviews(pull.number, pieces, ignored)
+                    self._conversation(pull.number, pieces, ignored)
+                if number is not None and (pull is None or number != pull.number):
                     self._conversation(number, pieces, ignored)
                 known.pieces = pieces
                 known.gathered = Gathered(pieces=pieces, ignored=ignored)
             self._known[key] = known
             if ended is None and self.settings.checks and head is not None:
-                return self._assemble(known, self._checks(head, known.pull))
+                return self._assemble(known, failed_checks(self.api, self._base, head, known.pull))
             return known.gathered
 
     def _assemble(self, known: _Known, checks: list[Feedback]) -> Gathered:
@@ -296,156 +299,120 @@ class GitHubFeedback(_Client):
         start = _iso(self.api.now() - SLACK)
         for listing in self._listings:
             listing.since = listing.since or start
-            items = self._list(listing.path, {**listing.params, "since": listing.since})
+            data = self._list(listing.path, {**listing.params, "since": listing.since})
+            # An item GitHub gives in a shape of its own says nothing changed; the issue's next change shows.
+            items, _ = wire.read_each(wire.Changed, data, f"GET {listing.path}")
             latest = listing.since
             for item in items:
-                updated = str(item.get("updated_at") or "")
+                updated = item.updated_at or ""
                 latest = max(latest, updated)
-                number = item.get("number")
+                number = item.number
                 if number is None:
-                    found = _NUMBER.search(str(item.get("issue_url") or item.get("pull_request_url") or ""))
+                    found = _NUMBER.search(item.issue_url or item.pull_request_url or "")
                     number = int(found.group(1)) if found else None
                 if number is not None:
-                    self._updated[int(number)] = max(self._updated.get(int(number), ""), updated)
+                    self._updated[number] = max(self._updated.get(number, ""), updated)
             # The watermark moves to the latest time shown (kept inclusive): the same answer next time, a 304.
             listing.since = latest
         self._listed_at = time.monotonic()
 
-    def _pull(self, branch: str) -> dict[str, Any] | None:
+    def _pull(self, branch: str) -> wire.Pull | None:
         """The pull request of ``branch``: the open one, else the latest (merged or closed: the rounds end)."""
         owner = self.repo.split("/")[0]
-        found = self._list(f"{self._base}/pulls", {"head": f"{owner}:{branch}", "state": "all"})
+        path = f"{self._base}/pulls"
+        answer = self._list(path, {"head": f"{owner}:{branch}", "state": "all"})
+        found = wire.parse_list(wire.Pull, answer, f"GET {path}")
         if not found:
             return None
-        open_ = [p for p in found if p.get("state") == "open"]
-        chosen: dict[str, Any] = max(open_ or found, key=lambda p: int(p["number"]))
-        return chosen
+        open_ = [p for p in found if p.state == "open"]
+        return max(open_ or found, key=lambda p: p.number)
+
+    def _issue(self, number: int) -> wire.IssueState:
+        path = f"{self._base}/issues/{number}"
+        return wire.parse(wire.IssueState, self._get(path), f"GET {path}")
 
     def _reviews(self, pull: int, pieces: list[Feedback], ignored: list[Ignored]) -> None:
-        reviews = self._list(f"{self._base}/pulls/{pull}/reviews", {})
-        states = {int(r["id"]): str(r.get("state") or "") for r in reviews}
+        path = f"{self._base}/pulls/{pull}/reviews"
+        reviews, unread = wire.read_each(wire.Review, self._list(path, {}), f"GET {path}")
+        ignored += _unreadable("review", unread)
+        states = {r.id: r.state or "" for r in reviews}
         for review in reviews:
-            state = str(review.get("state") or "")
-            body = strip_hidden(str(review.get("body") or ""))
+            state = review.state or ""
+            body = strip_hidden(review.text)
             if state not in FEEDBACK_REVIEWS or (state == "COMMENTED" and not body.strip()):
                 continue  # an approval; a comment-only review is its inline comments
-            piece_id = f"review:{review['id']}"
+            piece_id = f"review:{review.id}"
             why = self.authors.why_not(review)
             if why is not None:
-                ignored.append(Ignored(id=piece_id, author=_login(review), why=why))
+                ignored.append(Ignored(id=piece_id, author=review.login, why=why))
                 continue
             pieces.append(
                 Feedback(
                     id=piece_id,
                     kind="review",
-                    author=_login(review),
-                    url=review.get("html_url"),
+                    author=review.login,
+                    url=review.html_url,
                     body=body,
-                    created=_when(review.get("submitted_at")),
+                    created=when(review.submitted_at),
                     conversation=pull,
                 )
             )
-        comments = sorted(
-            self._list(f"{self._base}/pulls/{pull}/comments", {}), key=lambda c: (str(c["created_at"]), c["id"])
-        )
-        threads: dict[int, list[dict[str, Any]]] = {}
-        for comment in comments:
-            threads.setdefault(int(comment.get("in_reply_to_id") or comment["id"]), []).append(comment)
+        path = f"{self._base}/pulls/{pull}/comments"
+        listed, unread = wire.read_each(wire.ReviewComment, self._list(path, {}), f"GET {path}")
+        ignored += _unreadable("review-comment", unread)
+        threads: dict[int, list[wire.ReviewComment]] = {}
+        for comment in sorted(listed, key=lambda c: (c.created_at or _LONG_AGO, c.id)):
+            threads.setdefault(comment.in_reply_to_id or comment.id, []).append(comment)
         for root, thread in threads.items():
             shown: list[ThreadComment] = []  # the thread so far, as far as it may reach a prompt
             for comment in thread:
-                body = strip_hidden(str(comment.get("body") or ""))
+                body = strip_hidden(comment.text)
                 why = self.authors.why_not(comment)
-                review_state = states.get(int(comment.get("pull_request_review_id") or 0), "COMMENTED")
+                review_state = states.get(comment.pull_request_review_id or 0, "COMMENTED")
                 if why is None or self.authors.own(comment):
                     if why is None and review_state not in NOT_FEEDBACK_REVIEWS:
                         pieces.append(
                             Feedback(
-                                id=f"review-comment:{comment['id']}",
+                                id=f"review-comment:{comment.id}",
                                 kind="inline",
-                                author=_login(comment),
-                                url=comment.get("html_url"),
+                                author=comment.login,
+                                url=comment.html_url,
                                 body=body,
-                                created=_when(comment.get("created_at")),
-                                path=comment.get("path"),
-                                line=comment.get("line") or comment.get("original_line"),
-                                hunk=comment.get("diff_hunk"),
+                                created=when(comment.created_at),
+                                path=comment.path,
+                                line=comment.line or comment.original_line,
+                                hunk=comment.diff_hunk,
                                 thread=list(shown),
                                 reply_to=str(root),
                                 conversation=pull,
                             )
                         )
-                    shown.append(ThreadComment(author=_login(comment), body=body))
+                    shown.append(ThreadComment(author=comment.login, body=body))
                 elif review_state not in NOT_FEEDBACK_REVIEWS:
-                    ignored.append(Ignored(id=f"review-comment:{comment['id']}", author=_login(comment), why=why))
+                    ignored.append(Ignored(id=f"review-comment:{comment.id}", author=comment.login, why=why))
 
     def _conversation(self, number: int, pieces: list[Feedback], ignored: list[Ignored]) -> None:
         """The comments of issue or pull request ``number`` that mention the trigger."""
-        for comment in self._list(f"{self._base}/issues/{number}/comments", {}):
-            body = strip_hidden(str(comment.get("body") or ""))
+        path = f"{self._base}/issues/{number}/comments"
+        comments, unread = wire.read_each(wire.Comment, self._list(path, {}), f"GET {path}")
+        ignored += _unreadable("issue-comment", unread)
+        for comment in comments:
+            body = strip_hidden(comment.text)
             if not mentions(body, self.settings.trigger):
                 continue
-            piece_id = f"issue-comment:{comment['id']}"
+            piece_id = f"issue-comment:{comment.id}"
             why = self.authors.why_not(comment)
             if why is not None:
-                ignored.append(Ignored(id=piece_id, author=_login(comment), why=why))
+                ignored.append(Ignored(id=piece_id, author=comment.login, why=why))
                 continue
             pieces.append(
                 Feedback(
                     id=piece_id,
                     kind="comment",
-                    author=_login(comment),
-                    url=comment.get("html_url"),
+                    author=comment.login,
+                    url=comment.html_url,
                     body=body,
-                    created=_when(comment.get("created_at")),
+                    created=when(comment.created_at),
                     conversation=number,
                 )
             )
-
-    def _checks(self, sha: str, pull: int | None) -> list[Feedback]:
-        """The failed check runs and commit statuses of commit ``sha`` (two conditional requests, and one for the
-        annotations of each failed run)."""
-        pieces: list[Feedback] = []
-        runs = self._get(f"{self._base}/commits/{sha}/check-runs", {"per_page": 100}) or {}
-        for run in runs.get("check_runs") or []:
-            if run.get("conclusion") not in FAILED_CHECKS:
-                continue
-            output = run.get("output") or {}
-            lines = [f"{run.get('name')}: {run.get('conclusion')}"]
-            lines += [str(output[k]) for k in ("title", "summary") if output.get(k)]
-            if output.get("annotations_count"):
-                notes = self._get(f"{self._base}/check-runs/{run['id']}/annotations", {"per_page": MAX_ANNOTATIONS})
-                for note in (notes or [])[:MAX_ANNOTATIONS]:
-                    where = f"{note.get('path')}:{note.get('start_line')}"
-                    title = f" {note['title']}:" if note.get("title") else ""
-                    lines.append(f"- {where} ({note.get('annotation_level')}){title} {note.get('message')}")
-            app = run.get("app") or {}
-            pieces.append(
-                Feedback(
-                    id=f"check-run:{run['id']}",
-                    kind="check",
-                    author=str(app.get("slug") or app.get("name") or run.get("name") or "check"),
-                    url=run.get("html_url"),
-                    body=strip_hidden("\n".join(lines)),
-                    created=_when(run.get("completed_at")),
-                    conversation=pull,
-                )
-            )
-        combined = self._get(f"{self._base}/commits/{sha}/status", {"per_page": 100}) or {}
-        for status in combined.get("statuses") or []:
-            if status.get("state") not in FAILED_STATUSES:
-                continue
-            context = str(status.get("context") or "status")
-            text = "\n".join(str(v) for v in (f"{context}: {status.get('state')}", status.get("description")) if v)
-            pieces.append(
-                Feedback(
-                    id=f"status:{sha}:{context}",
-                    kind="check",
-                    author=context,
-                    url=status.get("target_url"),
-                    body=strip_hidden(text),
-                    created=_when(status.get("updated_at")),
-                    conversation=pull,
-                )
-            )
-        return pieces

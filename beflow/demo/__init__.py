@@ -55,11 +55,12 @@ class Demo:
 
 def create(directory: Path) -> Demo:
     """A sample repository in ``directory`` (which must not exist or be empty), ready for ``beflow --auto``."""
+    from beflow.app import open_tracker
     from beflow.config import CONFIG_PATH, load_project
     from beflow.errors import UsageError
     from beflow.repository import git
     from beflow.system.files import atomic_write
-    from beflow.trackers import LocalTracker, open_tracker
+    from beflow.trackers import LocalTracker
 
     directory.mkdir(parents=True, exist_ok=True)
     if any(directory.iterdir()):
@@ -88,9 +89,9 @@ def create(directory: Path) -> Demo:
 
 async def run(demo: Demo, events: EventSink | None = None) -> RunRecord:
     """Run the demo's issue exactly as ``beflow --auto`` would."""
+    from beflow.app import open_code_host, open_tracker
     from beflow.run.batch import run_many
-    from beflow.trackers import open_tracker
 
     tracker = open_tracker(demo.project)
-    (record,) = await run_many(demo.project, tracker, [demo.issue_key], events=events)
+    (record,) = await run_many(demo.project, tracker, [demo.issue_key], opens_code_host=open_code_host, events=events)
     return record

@@ -6,7 +6,7 @@ an issue. A run inside the workflow (the worker's run activity) holds its issue 
 says so (:meth:`FleetClaims.holding`) before it starts the run, and the runner's ``tracker.claim`` is answered
 from that. A run outside the fleet (``beflow --auto`` on the same project) is refused while the issue's workflow
 runs, and otherwise takes the tracker's own claim, which the fleet's questions count too. The runner and the
-dispatcher see only :class:`~beflow.trackers.base.Claim` objects: nothing in them knows of Temporal.
+dispatcher see only :class:`~beflow.trackers.claims.Claim` objects: nothing in them knows of Temporal.
 """
 
 from __future__ import annotations
@@ -20,14 +20,13 @@ import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
-from beflow import trackers
 from beflow.config import Project, TemporalEngineSettings
 from beflow.errors import LockedError
 from beflow.fleet.remote import Bridge, Unreachable
 from beflow.fleet.shapes import IssueState, workflow_id
-from beflow.trackers import LocalTracker, Tracker
-from beflow.trackers.base import Claim, ClaimInfo, ClaimLost, normalize_key, utc_now
-from beflow.trackers.claims import ClaimStore, LeaseStore
+from beflow.trackers import Tracker
+from beflow.trackers.claims import Claim, ClaimInfo, ClaimLost, ClaimsOver, ClaimStore
+from beflow.trackers.issue import normalize_key, utc_now
 
 if TYPE_CHECKING:
     from temporalio import activity
@@ -93,7 +92,7 @@ class FleetClaims:
         (GitHub's lease, when a run outside the fleet holds one)."""
         proof = self._proof(key)
         if proof is None:
-            with self.inner.under_lease(key, prove=prove) if isinstance(self.inner, LeaseStore) else _nothing():
+            with self.inner.under_lease(key, prove=prove):
                 yield
             return
         if prove:
@@ -158,50 +157,30 @@ class FleetClaims:
         return self._bridge.ask(all_of)
 
 
-def open_tracker(project: Project) -> Tracker:
-    """The project's tracker (:func:`beflow.trackers.open_tracker`); on the Temporal engine, its claims answered by
-    the fleet's running workflows (one authority for who runs an issue: no GitHub lease is taken for a fleet's
-    run), so that a run outside the fleet (``beflow --auto`` by hand) and the fleet's workers never run an issue
-    twice."""
-    tracker = trackers.open_tracker(project)
-    if project.config.engine.kind != "temporal":
-        return tracker
-    from beflow.fleet.shapes import engine_of, tracker_id
-    from beflow.trackers.github import GitHubTracker
+def claims_over(project: Project) -> ClaimsOver:
+    """The fleet's claims over a tracker's own store (the Temporal engine's, in beflow.app): one authority for who
+    runs an issue (no GitHub lease is taken for a fleet's run), so that a run outside the fleet (``beflow --auto`` by
+    hand) and the fleet's workers never run an issue twice."""
+    from beflow.fleet.shapes import engine_of
 
-    if isinstance(tracker, LocalTracker):
-        tracker.claims = FleetClaims(engine_of(project), tracker_id(project), tracker.claims)
-    elif isinstance(tracker, GitHubTracker):
-        tracker.leases = FleetClaims(engine_of(project), tracker_id(project), tracker.leases)
-    return tracker
+    settings = engine_of(project)
+    return lambda identity, own: FleetClaims(settings, identity, own)
 
 
 def fleet_claims(tracker: Tracker) -> FleetClaims | None:
-    """The fleet's claim store of a tracker :func:`open_tracker` opened, if it has one."""
-    from beflow.trackers.github import GitHubTracker
-
-    store: object = None
-    if isinstance(tracker, LocalTracker):
-        store = tracker.claims
-    elif isinstance(tracker, GitHubTracker):
-        store = tracker.leases
-    return store if isinstance(store, FleetClaims) else None
+    """The fleet's claim store of a tracker opened on the Temporal engine, if it has one."""
+    return tracker.claims if isinstance(tracker.claims, FleetClaims) else None
 
 
-@contextlib.contextmanager
-def _nothing() -> Iterator[None]:
-    yield
-
-
-def workflow_state(project: Project, key: str) -> IssueState | None:
+def workflow_state(project: Project, tracker: str, key: str) -> IssueState | None:
     """What issue ``key``'s workflow answers to its ``state`` query (``beflow issues show``); None when no
     workflow of it runs. Raises :class:`~beflow.fleet.remote.Unreachable` when the service does not answer."""
     from temporalio.service import RPCError, RPCStatusCode
 
-    from beflow.fleet.shapes import STATE, engine_of, tracker_id
+    from beflow.fleet.shapes import STATE, engine_of
 
     async def asked(client: Client) -> IssueState | None:
-        handle = client.get_workflow_handle(workflow_id(tracker_id(project), key))
+        handle = client.get_workflow_handle(workflow_id(tracker, key))
         try:
             state: IssueState = await handle.query(STATE, result_type=IssueState)
         except RPCError as error:

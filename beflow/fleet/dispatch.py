@@ -17,12 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from beflow.codehosts import open_code_host
+from beflow.codehosts.base import Opened
 from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.events import WatchEvent, WatchEventKind
 from beflow.feedback import due_at, pending
-from beflow.fleet.claims import open_tracker
 from beflow.fleet.remote import Unreachable, connect
 from beflow.fleet.shapes import (
     FEEDBACK,
@@ -31,7 +30,6 @@ from beflow.fleet.shapes import (
     IssueStart,
     engine_of,
     run_timeout,
-    tracker_id,
     workflow_id,
 )
 from beflow.ops import rounds
@@ -58,12 +56,12 @@ MOVED_GRACE = 2.0
 class FleetDispatcher:
     """One dispatcher of a fleet (as many as wanted may run)."""
 
-    def __init__(self, project: Project, listener: Listener | None = None) -> None:
+    def __init__(self, project: Project, opened: Opened, listener: Listener | None = None) -> None:
         self.project = project
         self.settings = engine_of(project)
-        self.tracker = open_tracker(project)
-        self.code_host = open_code_host(project, self.tracker)
-        self.tracker_id = tracker_id(project)
+        self.tracker = opened.tracker
+        self.code_host = opened.code_host
+        self.tracker_id = opened.tracker.identity
         self.listener = listener
         #: Workflows this dispatcher started (its own count; a start that joined another's is not one).
         self.started: list[str] = []

@@ -7,11 +7,9 @@ prompt or a transcript. Records stay on the worker that ran the run, as under ``
 
 from __future__ import annotations
 
-import hashlib
-import re
 from dataclasses import dataclass, field
 
-from beflow.config import GitHubTrackerSettings, Project, TemporalEngineSettings
+from beflow.config import Project, TemporalEngineSettings
 from beflow.errors import ConfigError
 
 #: The workflow type and the activity names (stable: a running workflow's history names them).
@@ -139,19 +137,6 @@ def engine_of(project: Project) -> TemporalEngineSettings:
             fix='Set "engine": {"kind": "temporal", ...} (`beflow docs fleet`).',
         )
     return engine
-
-
-def tracker_id(project: Project) -> str:
-    """The tracker, named the same on every machine: GitHub's repository (configured, or the checkout's
-    ``origin``), or the local tracker's directory (a local tracker lives on one machine; its path and a short digest
-    of it tell two projects apart)."""
-    tracker = project.config.tracker
-    if isinstance(tracker, GitHubTrackerSettings):
-        from beflow.trackers.github import api_url, repo_from_remote
-
-        return f"github:{tracker.repo or repo_from_remote(project, api_url(tracker))}"
-    name = re.sub(r"[^A-Za-z0-9._-]+", "-", project.directory.name)[:40] or "project"
-    return f"local:{name}-{hashlib.sha256(str(project.tracker_dir).encode()).hexdigest()[:10]}"
 
 
 def workflow_id(tracker: str, key: str) -> str:

@@ -35,11 +35,11 @@ from temporalio.worker import (
     WorkerTuner,
 )
 
-from beflow.codehosts import open_code_host
+from beflow.codehosts.base import Opened
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import RunEvent, WatchEvent
-from beflow.fleet.claims import fleet_claims, open_tracker
+from beflow.fleet.claims import fleet_claims
 from beflow.fleet.remote import connect
 from beflow.fleet.shapes import (
     CLAIM_LANE,
@@ -74,7 +74,7 @@ def default_name() -> str:
 
 
 @dataclass
-class Lanes:
+class LaneHolds:
     """A worker's lanes: each held by one workflow, from its lane's claim to its run's end. Asked from the
     worker's event loop and from the SDK's threads (its slot supplier), hence the lock."""
 
@@ -119,7 +119,7 @@ class LaneSlots(CustomSlotSupplier):
     worker asks the service for a lane's claim only when it can grant one, and asks again the moment a lane frees
     (no claim waits on a busy worker, none is retried on a timer)."""
 
-    def __init__(self, lanes: Lanes) -> None:
+    def __init__(self, lanes: LaneHolds) -> None:
         self.lanes = lanes
         self.reserved = 0
         self._lock = threading.Lock()
@@ -175,7 +175,9 @@ def _why_cancelled(worker: str, details: activity.ActivityCancellationDetails | 
 class FleetWorker:
     """The activities of one worker, on one project (the directory ``beflow worker`` was started in)."""
 
-    def __init__(self, project: Project, lanes: int, name: str, listener: Listener | None = None) -> None:
+    def __init__(
+        self, project: Project, opened: Opened, lanes: int, name: str, listener: Listener | None = None
+    ) -> None:
         self.project = project
         #: One run of an issue at a time on this worker: an attempt Temporal gave up on (its heartbeats unheard while
         #: the service restarted) may still be ending here when the next one arrives; it waits for it.
@@ -183,10 +185,10 @@ class FleetWorker:
         self.settings = engine_of(project)
         self.name = name
         self.queue = worker_queue(self.settings.task_queue, name)
-        self.lanes = Lanes(lanes)
+        self.lanes = LaneHolds(lanes)
         self.listener = listener
-        self.tracker = open_tracker(project)
-        self.code_host = open_code_host(project, self.tracker)
+        self.tracker = opened.tracker
+        self.code_host = opened.code_host
 
     def _tell(self, event: WatchEvent | RunEvent) -> None:
         if self.listener is not None:
@@ -259,7 +261,7 @@ class FleetWorker:
     async def _run_alone(
         self, run: RunInput, info: activity.Info, scope: anyio.CancelScope, because: Callable[[], str | None]
     ) -> RunEnd:
-        from beflow.mcp.journal import recover_orphans
+        from beflow.mcp.orphans import recover_orphans
         from beflow.run.runner import NoLongerReady
 
         project, watch = self.project, self.project.config.watch
@@ -357,7 +359,7 @@ class FleetWorker:
         """The worktrees runs on this machine left behind (a worker killed mid-run: its run went on elsewhere),
         removed when no run holds their issue now and nothing in them is uncommitted; kept, and said, when something
         is (a person's to look at). Each (issue, what became of its worktree)."""
-        from beflow.mcp.journal import recover_orphans
+        from beflow.mcp.orphans import recover_orphans
 
         store, project = RunStore(self.project.directory), self.project
         store.close_orphans()

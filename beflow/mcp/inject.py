@@ -14,10 +14,10 @@ no other per-directory way in. :func:`managed_acpxrc` wraps a whole agent sessio
 4. in a ``finally`` (success, error, timeout, cancellation, Ctrl-C, SIGTERM) it restores: a file that did not
    exist is removed; one that did gets its exact prior bytes and mode back. If someone changed the file during
    the session, that version is first saved under ``$BEFLOW_HOME/saved/`` (for
-   :data:`~beflow.mcp.journal.SAVED_DAYS` days: it may hold the injected secrets). Then the journal entry goes.
+   :data:`~beflow.system.journal.SAVED_DAYS` days: it may hold the injected secrets). Then the journal entry goes.
 
 The restore is synchronous on purpose: there is no ``await`` in it for a cancellation to interrupt. When beflow
-is killed outright (SIGKILL, power loss), the journal survives and :func:`~beflow.mcp.journal.recover_orphans`
+is killed outright (SIGKILL, power loss), the journal survives and :func:`~beflow.mcp.orphans.recover_orphans`
 (``beflow restore``, and quietly every beflow command at start) puts the file back once its process is gone.
 Nothing at the target is ever opened without knowing it is a regular file (a FIFO would block for ever).
 """
@@ -39,11 +39,12 @@ from pydantic import BaseModel, Field
 
 import beflow.mcp.journal as journal
 from beflow.errors import BeflowError, LockedError, NotFoundError
+from beflow.mcp import orphans
 from beflow.mcp.acp import AcpServer, server_names, wire
 from beflow.mcp.journal import JournalEntry, Restored
 from beflow.paths import ACPXRC, path_key
-from beflow.system import liveness
 from beflow.system.files import FileTooLarge, NotRegularError, atomic_write, describe_kind, read_regular
+from beflow.system.journal import this_process
 from beflow.system.locks import waiting_for
 
 #: Seconds a second run waits for the first to finish with the same ``.acpxrc.json`` before refusing.
@@ -170,19 +171,19 @@ def compose(content: bytes | None, servers: Sequence[AcpServer]) -> tuple[bytes,
 
 async def _acquire(
     target: Path, key: str, on_wait: Callable[[str], None] | None, timeout: float, poll: float
-) -> journal.DirectoryLocks:
+) -> orphans.DirectoryLocks:
     """The locks for ``target``, waiting for another beflow run to finish with it."""
 
     def waiting() -> None:
         if on_wait is not None:
             on_wait(
-                f"waiting up to {timeout:g} s for another beflow run ({journal.holder(key)}) to finish with {target}"
+                f"waiting up to {timeout:g} s for another beflow run ({orphans.holder(key)}) to finish with {target}"
             )
 
-    held = await waiting_for(lambda: journal.try_lock(key, target.parent), timeout=timeout, poll=poll, on_wait=waiting)
+    held = await waiting_for(lambda: orphans.try_lock(key, target.parent), timeout=timeout, poll=poll, on_wait=waiting)
     if held is None:
         raise LockedError(
-            f"{target} is managed by another beflow run ({journal.holder(key)}); gave up after {timeout:g} s",
+            f"{target} is managed by another beflow run ({orphans.holder(key)}); gave up after {timeout:g} s",
             fix="Wait for that run to finish (or stop it), then try again.",
         )
     return held
@@ -192,10 +193,11 @@ def _begin(target: Path, key: str, servers: Sequence[AcpServer], trust_link: boo
     """Journal the prior state, then write the managed file."""
     prior = _read_prior(target, trust_link=trust_link)
     data, parsed = compose(prior.content, servers)
+    owner = this_process()
     entry = JournalEntry(
         target=target,
-        pid=os.getpid(),
-        pid_start=liveness.start_time(os.getpid()),
+        pid=owner.pid,
+        pid_start=owner.pid_start,
         existed=prior.existed,
         mode=prior.mode,
         symlink=prior.symlink,
@@ -257,7 +259,7 @@ async def managed_acpxrc(
     try:
         # Holding the lock proves no other manager is active here: a journal entry left for this path is an
         # orphan (even of a still-running process whose restore failed) and must be undone before a new one.
-        recovered = journal.recover_held(key, spare_live=False) + journal.recover_foreign(key)
+        recovered = orphans.recover_held(key, spare_live=False) + orphans.recover_foreign(key)
         # A file that is still an earlier run's injection, its prior lost, must not be taken for the prior.
         failed = [r for r in recovered if r.action == "failed" or r.unresolved]
         if failed:

@@ -51,7 +51,7 @@ def own_argv(project: Project, *, issue: str, run_id: str, channel: str) -> list
         argv += ["--config", str(project.config_path.absolute())]
     # Each look at the bound issue (for change notifications) is a request to the tracker: an outside service's
     # rate limit is shared by every run, so its issue is looked at less often than a local one.
-    poll = LOCAL_POLL if project.config.tracker.kind == "local" else REMOTE_POLL
+    poll = REMOTE_POLL if project.config.tracker.outside_service() else LOCAL_POLL
     return [*argv, "mcp", "serve", "--issue", issue, "--run", run_id, "--channel", channel, "--poll", str(poll)]
 
 

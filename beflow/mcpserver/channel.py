@@ -53,12 +53,10 @@ from beflow.mcp.acp import AcpServer
 from beflow.mcp.own import CAPABILITY_ENV, SERVER_NAME, check_name, own_server
 from beflow.mcpserver.failures import log_internal, without_input
 from beflow.mcpserver.schema import load_all
-from beflow.ops.masking import RUN_SECRETS
 from beflow.ops.operations import Context
-from beflow.ops.runs import LIVE_USAGE
 from beflow.paths import beflow_home
 from beflow.system import threads
-from beflow.trackers.base import normalize_key
+from beflow.trackers.issue import normalize_key
 
 logger = logging.getLogger("beflow.mcp")
 
@@ -188,8 +186,9 @@ class RunChannel:
             bound_issue=self.issue,
             bound_run=self.run_id,
             # The agent's words are masked with every secret the run holds: a token from `gh auth token` too, which
-            # no variable holds (beflow.ops.masking).
-            services={"tracker": tracker, RUN_SECRETS: secrets},
+            # no variable holds (beflow.ops.agent_words).
+            tracker=tracker,
+            secrets=secrets,
         )
         lock = anyio.Lock()  # one call at a time: the run's tracker is shared with the run itself
         slots = anyio.Semaphore(MAX_CONNECTIONS)
@@ -272,7 +271,7 @@ class RunChannel:
         async with lock:
             # What the agent reported so far, copied here on the loop that updates it, not in the worker thread.
             live = self._live()
-            context.services[LIVE_USAGE] = None if live is None else dataclasses.replace(live)
+            context.live_usage = None if live is None else dataclasses.replace(live)
             try:
                 result = await threads.blocking(op.call, context, arguments)
             except BeflowError as error:

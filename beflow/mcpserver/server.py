@@ -54,7 +54,8 @@ from beflow.ops.issues import IssueView
 from beflow.ops.manual import docs_dir
 from beflow.ops.operations import Context, Operation
 from beflow.records.record import RunRecord
-from beflow.trackers.base import format_time, normalize_key
+from beflow.trackers.base import Tracker
+from beflow.trackers.issue import format_time, normalize_key
 
 logger = logging.getLogger("beflow.mcp")
 
@@ -94,6 +95,8 @@ class Launch:
     poll: float = DEFAULT_POLL
     #: ``mcp.self``: the run's channel (its socket); every operation is forwarded to the run's process.
     channel: str | None = None
+    #: How the project's tracker is opened (:func:`beflow.app.open_tracker`), for the operations that need it.
+    opens_tracker: Callable[[Project], Tracker] | None = None
 
 
 def docs_link(code: str) -> str:
@@ -287,7 +290,13 @@ class BeflowServer:
     def __init__(self, launch: Launch) -> None:
         self.launch = launch
         issue = normalize_key(launch.issue) if launch.issue else None
-        self.context = Context(project=launch.project, actor=launch.actor, bound_issue=issue, bound_run=launch.run)
+        self.context = Context(
+            project=launch.project,
+            actor=launch.actor,
+            bound_issue=issue,
+            bound_run=launch.run,
+            opens_tracker=launch.opens_tracker,
+        )
         self.operations: dict[str, Operation[Any, Any]] = {
             op.tool_name: op for op in exposed(launch.allow, bound=issue is not None)
         }
@@ -333,7 +342,12 @@ class BeflowServer:
 
     def _stamp(self, uri: str) -> Any:
         try:
-            return self._read_text(uri, Context(project=self.launch.project, bound_issue=self.context.bound_issue))
+            reading = Context(
+                project=self.launch.project,
+                bound_issue=self.context.bound_issue,
+                opens_tracker=self.launch.opens_tracker,
+            )
+            return self._read_text(uri, reading)
         except Exception:
             return None
 
@@ -591,7 +605,7 @@ def check_launch(launch: Launch) -> Launch:
     """The launch, with the issue and run it names checked (and the issue taken from the run when only ``--run``
     is given): a server bound to something that does not exist refuses to start."""
     issue = launch.issue
-    context = Context(project=launch.project)
+    context = Context(project=launch.project, opens_tracker=launch.opens_tracker)
     registry = load_all()
     forward = client_from_environment(launch.channel, issue) if launch.channel else None
 

@@ -1,6 +1,6 @@
 """The issue operations: ``beflow issues ...`` and the MCP tools call exactly these (docs/architecture.md).
 
-Every operation works on whatever tracker the project's config names (through ``open_tracker``). Operations an
+Every operation works on whatever tracker the project's config names (the context opens it: beflow.app). Operations an
 agent bound to one issue may use are marked ``agent=True``. Every operation on one issue declares its
 ``issue_field``, and :meth:`beflow.ops.operations.Operation.call` refuses a key other than the bound issue's (a tool
 argument can never pick another issue).
@@ -12,25 +12,21 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, computed_field
 
-from beflow.config import GitHubTrackerSettings
 from beflow.errors import OutOfScopeError, UsageError
 from beflow.ops import rounds
-from beflow.ops.followups import agent_follow_up
-from beflow.ops.masking import agent_words, posted_words
+from beflow.ops.agent_words import agent_follow_up, agent_words, posted_words
 from beflow.ops.operations import Context, Input, operation
 from beflow.records.record import RunStore
-from beflow.trackers import open_tracker
-from beflow.trackers.base import (
+from beflow.trackers.base import StreamsListings, TakesRework, Tracker
+from beflow.trackers.claims import ClaimInfo
+from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
     MAX_TEXT,
-    ClaimInfo,
     Comment,
     Issue,
     Listing,
     ListingStream,
     Status,
-    StreamsListings,
-    Tracker,
     normalize_key,
 )
 
@@ -42,9 +38,8 @@ KeyField = Field(min_length=1, max_length=100, description="The issue key, as `b
 
 
 def tracker(context: Context) -> Tracker:
-    """The project's tracker, built once per context."""
-    result: Tracker = context.service("tracker", open_tracker)
-    return result
+    """The project's tracker, opened once per context."""
+    return context.open_tracker()
 
 
 # --- inputs and results --------------------------------------------------------------------------------------------
@@ -179,8 +174,7 @@ def new_issue(context: Context, payload: NewIssue) -> Issue:
             raise UsageError("issues filed by an agent are open; a person makes them ready", fix="Leave out status.")
         status = Status.OPEN
         # Nor may its labels make it ready or urgent (docs/safety.md): a person decides both.
-        settings = context.project.config.tracker
-        prefix = settings.status_prefix if isinstance(settings, GitHubTrackerSettings) else None
+        prefix = context.project.config.tracker.status_label_prefix()
         labels, priority, _ = agent_follow_up([agent_words(context, label) for label in labels], priority, prefix)
         body = f"{body}\n\n_Follow-up of issue {context.bound_issue}, filed by {context.actor}._".strip()
     else:
@@ -239,17 +233,14 @@ class Reworked(BaseModel):
     tracker=True,
 )
 def rework_issue(context: Context, payload: NewComment) -> Reworked:
-    from beflow.trackers.local import LocalTracker
-    from beflow.trackers.local_feedback import rework_text
-
     trackers = tracker(context)
-    if not isinstance(trackers, LocalTracker):
+    if not isinstance(trackers, TakesRework):
         raise UsageError(
             "--rework is the local tracker's: this project's tracker is not local",
             fix="On GitHub, review the pull request or mention the trigger (feedback.trigger) in a comment.",
         )
     issue = trackers.get(payload.key)
-    comment = trackers.comment(issue.key, rework_text(payload.text), author=context.actor)
+    comment = trackers.rework(issue.key, payload.text, context.actor)
     status, why, queued = issue.status, None, False
     most = context.project.config.feedback.max_rounds
     done = rounds.completed(RunStore(context.project.directory).records([issue.key]))

@@ -21,7 +21,9 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from beflow.config import Project
 from beflow.errors import BeflowError, OutOfScopeError, UsageError, excerpt
-from beflow.trackers.base import normalize_key
+from beflow.guardrails import Usage
+from beflow.trackers.base import Tracker
+from beflow.trackers.issue import normalize_key
 from beflow.validation import messages_of
 
 Safety = Literal["read", "action", "destructive"]
@@ -51,13 +53,25 @@ class Context:
     actor: str = "user"
     bound_issue: str | None = None
     bound_run: str | None = None
-    services: dict[str, Any] = field(default_factory=dict)
+    #: How the project's tracker is opened (:func:`beflow.app.open_tracker`), when an operation needs it first.
+    opens_tracker: Callable[[Project], Tracker] | None = None
+    #: The tracker, once opened (a run's channel hands over the run's own).
+    tracker: Tracker | None = None
+    #: Every secret the bound run holds, that its agent's words are masked with (its channel hands them over: a
+    #: token from ``gh auth token`` is in no variable); None: those of beflow's environment.
+    secrets: list[str] | None = None
+    #: What the bound run's agent reported so far (its record has it only at the end).
+    live_usage: Usage | None = None
+    #: What operations built once for this context (the run store, the masker of an agent's words).
+    cache: dict[str, object] = field(default_factory=dict)
 
-    def service(self, name: str, factory: Callable[[Project], Any]) -> Any:
-        """A per-context singleton (the tracker, the run store) built on first use."""
-        if name not in self.services:
-            self.services[name] = factory(self.project)
-        return self.services[name]
+    def open_tracker(self) -> Tracker:
+        """The project's tracker, opened on first use."""
+        if self.tracker is None:
+            if self.opens_tracker is None:
+                raise RuntimeError("this context was given neither a tracker nor how to open one")
+            self.tracker = self.opens_tracker(self.project)
+        return self.tracker
 
 
 @dataclass(frozen=True)
@@ -103,7 +117,7 @@ class Operation(Generic[I, O]):
     def annotations(self, project: Project | None = None) -> dict[str, bool]:
         """MCP tool annotations derived from the safety level; ``openWorldHint`` is true only for tracker operations
         on a tracker that is an outside service (GitHub), which needs ``project`` to know."""
-        remote = project is not None and project.config.tracker.kind != "local"
+        remote = project is not None and project.config.tracker.outside_service()
         return {
             "readOnlyHint": self.safety == "read",
             "destructiveHint": self.safety == "destructive",

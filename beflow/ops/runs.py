@@ -11,13 +11,10 @@ from beflow.agent import acpx
 from beflow.config import Project
 from beflow.errors import NotBoundError, NotFoundError, excerpt
 from beflow.guardrails import Usage
-from beflow.ops.masking import agent_words
+from beflow.ops.agent_words import agent_words
 from beflow.ops.operations import Context, Input, operation
 from beflow.records.record import MAX_PROGRESS, STDERR_LIMIT, TRANSCRIPT_LIMIT, ProgressNote, RunRecord, RunStore
-from beflow.trackers.base import normalize_key
-
-#: The context's service holding what the run going on reported so far (a :class:`Usage`), set by its channel.
-LIVE_USAGE = "usage"
+from beflow.trackers.issue import normalize_key
 
 
 def store(context: Context) -> RunStore:
@@ -28,8 +25,10 @@ def store(context: Context) -> RunStore:
         acpx.close_killed_runs(runs)
         return runs
 
-    result: RunStore = context.service("runs", open_store)
-    return result
+    found = context.cache.get("runs")
+    if not isinstance(found, RunStore):
+        found = context.cache["runs"] = open_store(context.project)
+    return found
 
 
 class ListRuns(Input):
@@ -202,7 +201,7 @@ def run_status(context: Context, payload: RunStatusQuery) -> RunStatus:
     current = None
     if context.bound_run is not None:
         # The run's own channel hands over what its agent reported so far (beflow.mcpserver.channel).
-        current = RunSummary.of(_lookup(context, context.bound_run), context.services.get(LIVE_USAGE))
+        current = RunSummary.of(_lookup(context, context.bound_run), context.live_usage)
     issues = None if payload.issue is None else [normalize_key(payload.issue)]
     records = runs.records(issues, limit=payload.limit + 1)  # (one more: the current run is not an earlier one)
     earlier = [RunSummary.of(r) for r in records if current is None or r.id != current.id]

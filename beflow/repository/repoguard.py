@@ -2,19 +2,20 @@
 
 An agent runs as the user in a worktree that shares the user's git directory, so it can write the repository's
 ``config`` (a ``pushurl``, a filter driver), plant ``hooks/``, or edit ``info/`` (``exclude``, ``attributes``).
-Around every agent session :func:`guarded` takes a snapshot of :data:`GUARDED` (bytes, modes, symlinks, which files
-exist) — in the git directory, in each submodule's (``modules/**``), and each linked worktree's ``config.worktree`` —
-and of the user's global git config files (:data:`GLOBAL`: every repository's git reads them, the next run's
-``git worktree add`` too, before its agent), journals it under ``$BEFLOW_HOME/git-journal/`` (fsynced, ``0600``: a
-config may hold credentials) before the agent starts, and afterwards puts back, byte for byte, whatever changed; the
-caller records it and does not publish the run. When beflow is killed outright, :func:`recover` (``beflow
-restore``, and every beflow command at start) puts the repository back from the journal once its process is gone.
+Around every agent session :func:`guarded` takes a snapshot (:mod:`beflow.repository.snapshot`: bytes, modes,
+symlinks, which files exist) of :data:`~beflow.repository.snapshot.GUARDED` — in the git directory, in each
+submodule's (``modules/**``), and each linked worktree's ``config.worktree`` — and of the user's global git config
+files (:data:`~beflow.repository.snapshot.GLOBAL`: every repository's git reads them, the next run's ``git worktree
+add`` too, before its agent), journals it under ``$BEFLOW_HOME/git-journal/`` (:mod:`beflow.system.journal`:
+fsynced, ``0600``, since a config may hold credentials) before the agent starts, and afterwards puts back, byte for
+byte, whatever changed; the caller records it and does not publish the run. When beflow is killed outright,
+:func:`recover` (``beflow restore``, and every beflow command at start) puts the repository back from the journal
+once its process is gone.
 
 Refs, objects, the index and logs are not put back: runs change them legitimately (the agent's commits, beflow's
 worktree and branch). An unattended run notes the object store and the refs beside this snapshot
 (:mod:`beflow.repository.objectstore`): an object the agent changed, or a ref the run builds on that moved, fails the
-run; and
-beflow checks what reaches a branch separately (:func:`beflow.repository.leaks.find_leaks`).
+run; and beflow checks what reaches a branch separately (:func:`beflow.repository.leaks.find_leaks`).
 
 Several runs of one repository in one process (a watch) share one snapshot: the first takes it, the last drops
 its journal, and a change found when any of them ends is put back and told to every run still active (any of
@@ -28,145 +29,31 @@ from its start: the config may hold that agent's changes already.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
-import shutil
-import stat
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from beflow.errors import BeflowError
 from beflow.paths import beflow_home, path_key
 from beflow.repository import objectstore
-from beflow.system import liveness
-from beflow.system.files import FileTooLarge, NotRegularError, atomic_write, fsync_dir, read_note, read_regular, remove
+from beflow.repository.snapshot import GLOBAL, GitDirError, Item, compare_places, put_back, snapshot_places, take
+from beflow.system.files import atomic_write, read_regular, remove
+from beflow.system.journal import Journal, Owned, this_process
 
-#: What is guarded, relative to the repository's common git directory. ``config.worktree`` holds per-worktree
-#: settings once ``extensions.worktreeConfig`` is on; ``objects/info/alternates`` would let objects of another
-#: repository in.
-GUARDED = ("config", "config.worktree", "hooks", "info", "objects/info/alternates")
-#: A file this large in the guarded places is not snapshotted byte for byte; it is refused (fail closed).
-MAX_FILE = 8 << 20
-#: The root of the user's global git config files, guarded as one more "git directory" (its paths are absolute, kept
-#: relative to it): every run shares its snapshot, whatever the repository.
-GLOBAL = Path("/")
-#: What a snapshot says of a place that a symlink stands in the way of (never followed).
-BEHIND_LINK = "(behind a symlink)"
-#: How deep submodules' git directories are looked for under ``modules/`` (names with slashes, nested submodules).
-MAX_MODULE_DEPTH = 32
+# --- the journal ----------------------------------------------------------------------------------------------
 
 
-def global_config_files(environ: dict[str, str] | None = None) -> list[Path]:
-    """The user's global git config files, as git finds them: ``$GIT_CONFIG_GLOBAL`` alone when it is set, else
-    ``~/.gitconfig`` and ``$XDG_CONFIG_HOME/git/config`` (``~/.config/git/config``), each in its directory's real
-    place; a symlink's target too, which ``git config --global`` writes."""
-    env = os.environ if environ is None else environ
-    configured = env.get("GIT_CONFIG_GLOBAL")
-    home = Path(env.get("HOME") or os.path.expanduser("~"))
-    if configured:
-        files = [Path(os.path.expanduser(configured))]
-    else:
-        files = [home / ".gitconfig", Path(env.get("XDG_CONFIG_HOME") or home / ".config") / "git" / "config"]
-    absolute = [Path(os.path.abspath(path)) for path in files]
-    found = [Path(os.path.realpath(path.parent)) / path.name for path in absolute]
-    found += [Path(os.path.realpath(path)) for path in found if path.is_symlink()]
-    return list(dict.fromkeys(found))
-
-
-def _snapshot_places(root: Path) -> list[str]:
-    """What a snapshot of ``root`` looks at, absent paths too: the user's global config files (:data:`GLOBAL`), or a
-    git directory's :data:`GUARDED` paths, those of its submodules' git directories and its linked worktrees'
-    ``config.worktree``."""
-    if root == GLOBAL:
-        return [str(path.relative_to(GLOBAL)) for path in global_config_files()]
-    return _places(root)
-
-
-def _compare_places(root: Path, places: list[str]) -> list[str]:
-    """What is looked at again after the agent: the snapshot's places, and in a git directory what is guarded there
-    now (a submodule's git directory the agent made up). The global config's are the snapshot's alone: what the
-    agent points a symlink at now is not the user's config, and must never be taken for one (nor removed)."""
-    return places if root == GLOBAL else list(dict.fromkeys([*places, *_places(root)]))
-
-
-def _places(root: Path) -> list[str]:
-    """A git directory's guarded paths as it is now: :data:`GUARDED`, those of its submodules' git directories
-    (``modules/**``) and its linked worktrees' ``config.worktree``, never through a symlink."""
-    places = list(GUARDED)
-
-    def modules(relative: str, depth: int) -> None:
-        """A folder under ``modules/``: submodules' git directories, or the folders of a name with slashes."""
-        if depth > MAX_MODULE_DEPTH:
-            raise GitDirError(f"{root / relative}: submodules nested too deep to guard")
-        for name in _directories(root / relative):
-            inner = f"{relative}/{name}"
-            if (root / inner / "HEAD").exists() or (root / inner / "config").exists():  # a submodule's git directory
-                places.extend(f"{inner}/{guarded}" for guarded in GUARDED)
-                modules(f"{inner}/modules", depth + 1)
-            else:
-                modules(inner, depth + 1)
-
-    if not (root / "modules").is_symlink():
-        modules("modules", 0)
-    if not (root / "worktrees").is_symlink():
-        places += [f"worktrees/{name}/config.worktree" for name in _directories(root / "worktrees")]
-    return places
-
-
-def _directories(path: Path) -> list[str]:
-    """The directories in ``path`` (sorted), symlinks left out: nothing guarded is ever reached through one."""
-    try:
-        names = sorted(os.listdir(path))
-    except OSError:
-        return []
-    return [name for name in names if (path / name).is_dir() and not (path / name).is_symlink()]
-
-
-def _behind_link(root: Path, relative: str) -> bool:
-    """Whether a directory on the way to ``root / relative`` is a symlink."""
-    path = root
-    for part in relative.split("/")[:-1]:
-        path = path / part
-        if path.is_symlink():
-            return True
-    return False
-
-
-def _gone(root: Path, relative: str) -> bool:
-    """A path of a linked worktree that was removed meanwhile (a run's own, when it ends): nothing to put back."""
-    parts = relative.split("/")
-    if root == GLOBAL or len(parts) < 3 or parts[0] != "worktrees":
-        return False
-    return not (root / "worktrees" / parts[1]).is_dir()
-
-
-class GitDirError(BeflowError):
-    """The guarded files could not be read: nothing runs on a repository that could not be put back."""
-
-
-class Item(BaseModel):
-    """One path of the snapshot: a regular file (its bytes, base64), a directory, a symlink, or something else
-    (a FIFO: noted, never opened)."""
-
-    kind: Literal["file", "dir", "link", "other"]
-    mode: int = 0
-    data: str | None = None
-    link: str | None = None
-
-
-class Entry(BaseModel):
-    """The journal of one guarded repository by one process."""
+class Entry(Owned):
+    """The journal of one guarded repository (or of the global git config) by one process (``pid``,
+    ``pid_start``: :class:`~beflow.system.journal.Owned`)."""
 
     git_dir: Path
-    pid: int
-    pid_start: float | None = None
     items: dict[str, Item]
     #: What the snapshot looked at, absent paths too (an entry without it: the paths of its items).
     places: list[str] = Field(default_factory=list)
@@ -175,150 +62,29 @@ class Entry(BaseModel):
         return self.places or list(self.items)
 
 
-def _take(git_dir: Path, places: Iterable[str]) -> dict[str, Item]:
-    """The ``places`` under ``git_dir`` as they are now (absent ones are simply not in it)."""
-    items: dict[str, Item] = {}
-
-    def visit(relative: str) -> None:
-        path = git_dir / relative
-        if _behind_link(git_dir, relative):  # never followed: what it points at is not the user's guarded file
-            items[relative] = Item(kind="other", link=BEHIND_LINK)
-            return
-        try:
-            info = os.lstat(path)
-        except FileNotFoundError:
-            return
-        except OSError as exc:
-            raise GitDirError(f"{path}: cannot read it ({exc.strerror})") from None
-        mode = stat.S_IMODE(info.st_mode)
-        if stat.S_ISLNK(info.st_mode):
-            items[relative] = Item(kind="link", link=os.readlink(path))
-        elif stat.S_ISDIR(info.st_mode):
-            items[relative] = Item(kind="dir", mode=mode)
-            try:
-                names = sorted(os.listdir(path))
-            except OSError as exc:
-                raise GitDirError(f"{path}: cannot list it ({exc.strerror})") from None
-            for name in names:
-                visit(f"{relative}/{name}")
-        elif stat.S_ISREG(info.st_mode):
-            try:
-                data = read_regular(path, limit=MAX_FILE, follow_symlinks=False)
-            except (OSError, NotRegularError, FileTooLarge) as exc:
-                raise GitDirError(f"{path}: cannot read it ({exc})") from None
-            items[relative] = Item(kind="file", mode=mode, data=base64.b64encode(data).decode("ascii"))
-        else:
-            items[relative] = Item(kind="other", mode=mode)
-
-    for name in dict.fromkeys(places):
-        if name not in items and not _gone(git_dir, name):
-            visit(name)
-    return items
-
-
-def _changes(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> list[str]:
-    changed = (path for path in before.keys() | now.keys() if before.get(path) != now.get(path))
-    return sorted(path for path in changed if not _gone(git_dir, path))
-
-
-def _save_aside(git_dir: Path, now: dict[str, Item], changed: list[str]) -> Path | None:
-    """The changed files as they were found, saved under ``$BEFLOW_HOME/saved/`` (``0600``, pruned with the other
-    saved versions after some days) before they are put back: a change that was the user's own, made during the
-    run (``git push -u`` writes ``config``), is not lost. Where they went (None: no file to save)."""
-    import datetime as dt
-
-    from beflow.mcp.journal import prune_saved, saved_dir
-
-    found = [(relative, now[relative]) for relative in changed if relative in now and now[relative].kind == "file"]
-    if not found:
-        return None
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    place = "gitconfig" if git_dir == GLOBAL else path_key(git_dir.parent)
-    prefix = f"git-{place}-{stamp}-{os.getpid()}"
-    for relative, item in found:
-        name = relative.replace("/", "%")
-        atomic_write(
-            saved_dir() / f"{prefix}-{name}", base64.b64decode(item.data or ""), mode=0o600, below=beflow_home()
-        )
-    prune_saved()
-    return saved_dir() / f"{prefix}-*"
-
-
-def _put_back(git_dir: Path, before: dict[str, Item], now: dict[str, Item]) -> tuple[list[str], Path | None]:
-    """Make the guarded paths what ``before`` says (what was found saved aside first): the paths that differed,
-    and where what was found went."""
-    changed = _changes(git_dir, before, now)
-    saved = _save_aside(git_dir, now, changed) if changed else None
-    blocked: list[str] = []  # a symlink in the way, which beflow never follows: nothing is removed or written there
-    # What was added (or changed kind) goes first, deepest first: a planted directory with all it holds.
-    for relative in sorted(changed, key=lambda p: p.count("/"), reverse=True):
-        current, prior = now.get(relative), before.get(relative)
-        if current is None or (prior is not None and prior.kind == current.kind):
-            continue
-        if _behind_link(git_dir, relative):
-            blocked.append(relative)
-            continue
-        path = git_dir / relative
-        if current.kind == "dir":
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            remove(path)
-    for relative in sorted(changed, key=lambda p: p.count("/")):  # parents before their files
-        prior = before.get(relative)
-        if prior is None:
-            continue
-        if _behind_link(git_dir, relative):
-            blocked.append(relative)
-            continue
-        path = git_dir / relative
-        if prior.kind == "dir":
-            path.mkdir(exist_ok=True)
-            os.chmod(path, prior.mode)
-        elif prior.kind == "file":
-            atomic_write(path, base64.b64decode(prior.data or ""), mode=prior.mode)
-        elif prior.kind == "link":
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
-            os.symlink(prior.link or "", path)
-        # "other" (a FIFO of the user's): left as it is; beflow never makes one
-    for directory in {(git_dir / relative).parent for relative in changed} if changed else ():
-        with contextlib.suppress(OSError):
-            fsync_dir(directory)
-    if blocked:
-        where = ", ".join(str(git_dir / relative) for relative in sorted(set(blocked)))
-        raise GitDirError(
-            f"a symlink now stands in the way of {where}, which beflow does not follow",
-            fix="Remove the symlink, then run `beflow restore`.",
-        )
-    return changed, saved
-
-
-# --- the journal ----------------------------------------------------------------------------------------------
+#: An entry holds the guarded files' bytes (each at most ``snapshot.MAX_FILE``); anything bigger is damage.
+MAX_ENTRY = 64 << 20
 
 
 def journal_dir() -> Path:
     return beflow_home() / "git-journal"
 
 
+def _journal() -> Journal[Entry]:
+    return Journal(journal_dir(), Entry, limit=MAX_ENTRY)
+
+
 def _key(git_dir: Path) -> str:
     return path_key(git_dir)
 
 
-def _journal_path(git_dir: Path, pid: int) -> Path:
-    return journal_dir() / f"{_key(git_dir)}-{pid}.json"
+def _name(git_dir: Path, pid: int) -> str:
+    return f"{_key(git_dir)}-{pid}"
 
 
 def _told_path(journal: Path) -> Path:
     """Where other beflows note what they found changed (and put back) while this journal's runs were active."""
     return journal.with_suffix(".changed")
-
-
-def _read(path: Path) -> Entry | None:
-    return read_note(path, Entry, limit=64 << 20)
-
-
-def _alive(entry: Entry) -> bool:
-    return liveness.is_running(entry.pid, entry.pid_start)
 
 
 @contextlib.contextmanager
@@ -332,29 +98,31 @@ def _locked(git_dir: Path) -> Iterator[None]:
 
 
 def _entries_of(git_dir: Path) -> list[tuple[Path, Entry | None]]:
-    directory = journal_dir()
-    if not directory.is_dir():
-        return []
-    return [(path, _read(path)) for path in sorted(directory.glob(f"{_key(git_dir)}-*.json"))]
+    """The journal entries of ``git_dir``, each process's; a damaged one as ``None``."""
+    return _journal().entries(f"{_key(git_dir)}-")
+
+
+def _drop(path: Path) -> None:
+    """Drop a journal entry and the note of changes told to its owner."""
+    _journal().drop(path)
+    remove(_told_path(path))
 
 
 def recover() -> list[str]:
     """Put back every repository a dead beflow left guarded; what was done, one line each."""
-    directory = journal_dir()
     done: list[str] = []
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
-        entry = _read(path)
+    for path, entry in _journal().entries():
         if entry is None:
-            remove(path)  # cut short before it was complete: nothing ran on its strength
+            _journal().drop(path)  # cut short before it was complete: nothing ran on its strength
             continue
-        if _alive(entry):
+        if entry.owner_alive():
             continue
         with _locked(entry.git_dir):
-            others = [e for p, e in _entries_of(entry.git_dir) if p != path and e is not None and _alive(e)]
+            others = [e for p, e in _entries_of(entry.git_dir) if p != path and e is not None and e.owner_alive()]
             if not others and entry.git_dir.is_dir():  # a live one puts back the same snapshot itself
                 try:
-                    now = _take(entry.git_dir, _compare_places(entry.git_dir, entry.looked_at()))
-                    changed, saved = _put_back(entry.git_dir, entry.items, now)
+                    now = take(entry.git_dir, compare_places(entry.git_dir, entry.looked_at()))
+                    changed, saved = put_back(entry.git_dir, entry.items, now)
                 except (GitDirError, OSError) as exc:
                     done.append(f"could not put back {_where(entry.git_dir)} as it was before a run: {exc}")
                     continue
@@ -364,8 +132,7 @@ def recover() -> list[str]:
                         f"put back {_listed(entry.git_dir, changed)} as before the run of beflow pid "
                         f"{entry.pid}, which was killed{found}"
                     )
-            remove(path)
-            remove(_told_path(path))
+            _drop(path)
     return done
 
 
@@ -428,7 +195,7 @@ def agent_at_work(directory: Path) -> bool:
     with _ACTIVE_LOCK:
         if git_dir in _ACTIVE or GLOBAL in _ACTIVE:
             return True
-    return any(entry is not None and _alive(entry) for root in (git_dir, GLOBAL) for _, entry in _entries_of(root))
+    return any(_journal().live(f"{_key(root)}-") for root in (git_dir, GLOBAL))
 
 
 def begin(directory: Path, store: tuple[Path, str, str] | None = None) -> Guard:
@@ -457,29 +224,26 @@ def _join(git_dir: Path) -> Guard:
             with _locked(git_dir):
                 items, places = None, []
                 for path, entry in _entries_of(git_dir):
-                    if entry is not None and _alive(entry):
+                    if entry is not None and entry.owner_alive():
                         # Another beflow's agent may be at work: its snapshot is the user's.
                         items, places = entry.items, entry.looked_at()
                     elif entry is not None and items is None:
                         try:  # a killed beflow's
-                            _put_back(git_dir, entry.items, _take(git_dir, _compare_places(git_dir, entry.looked_at())))
+                            put_back(git_dir, entry.items, take(git_dir, compare_places(git_dir, entry.looked_at())))
                         except OSError as exc:
                             raise GitDirError(
                                 f"{git_dir}: a killed run's changes could not be put back ({exc.strerror})",
                                 fix="Fix the cause, then run `beflow restore`.",
                             ) from None
-                        remove(path)
-                        remove(_told_path(path))
+                        _drop(path)
                     else:
-                        remove(path)
-                        remove(_told_path(path))
+                        _drop(path)
                 if items is None:
-                    places = _snapshot_places(git_dir)
-                    items = _take(git_dir, places)
-                journal = _journal_path(git_dir, os.getpid())
-                pid = os.getpid()
-                entry = Entry(git_dir=git_dir, pid=pid, pid_start=liveness.start_time(pid), items=items, places=places)
-                atomic_write(journal, entry.model_dump_json(), mode=0o600)
+                    places = snapshot_places(git_dir)
+                    items = take(git_dir, places)
+                owner = this_process()
+                entry = Entry(git_dir=git_dir, pid=owner.pid, pid_start=owner.pid_start, items=items, places=places)
+                journal = _journal().write(_name(git_dir, owner.pid), entry)
             shared = _ACTIVE[git_dir] = _Shared(items, places, journal)
         shared.guards.append(guard)
     return guard
@@ -513,8 +277,8 @@ def _leave(guard: Guard) -> list[str]:
         with _locked(guard.git_dir):
             failed, saved = None, None
             try:
-                now = _take(guard.git_dir, _compare_places(guard.git_dir, shared.places))
-                changed, saved = _put_back(guard.git_dir, shared.items, now)
+                now = take(guard.git_dir, compare_places(guard.git_dir, shared.places))
+                changed, saved = put_back(guard.git_dir, shared.items, now)
             except (OSError, BeflowError) as exc:  # the journal stays: `beflow restore` tries again
                 failed = str(exc)
                 changed = ["(your global git config)" if guard.git_dir == GLOBAL else "(the git directory)"]
@@ -527,7 +291,7 @@ def _leave(guard: Guard) -> list[str]:
             remove(told)
             if changed:
                 for path, entry in _entries_of(guard.git_dir):
-                    if path != shared.journal and entry is not None and _alive(entry):
+                    if path != shared.journal and entry is not None and entry.owner_alive():
                         with contextlib.suppress(OSError, ValueError):
                             earlier = json.loads(read_regular(_told_path(path), limit=1 << 20))
                             changed_there = [*earlier, *(c for c in changed if c not in earlier)]
@@ -542,7 +306,7 @@ def _leave(guard: Guard) -> list[str]:
             if not shared.guards:
                 del _ACTIVE[guard.git_dir]
                 if failed is None:
-                    remove(shared.journal)
+                    _journal().drop(shared.journal)
     return guard.changed
 
 

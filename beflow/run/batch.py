@@ -8,10 +8,12 @@ makes its run a review round at once (no settle wait).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import anyio
 
 from beflow.agent import acpx
-from beflow.codehosts import open_code_host
+from beflow.codehosts.base import CodeHost
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink
@@ -31,12 +33,14 @@ async def run_many(
     *,
     limit: int | None = None,
     concurrency: int = 1,
+    opens_code_host: Callable[[Project, Tracker], CodeHost | None],
     events: EventSink | None = None,
     mode: Mode = "auto",
 ) -> list[RunRecord]:
-    """Run the named issues, or every ready issue once, ``concurrency`` at a time."""
+    """Run the named issues, or every ready issue once, ``concurrency`` at a time; ``opens_code_host``: how the
+    project's code host is opened (:func:`beflow.app.open_code_host`)."""
     preflight.check(project)
-    code_host = open_code_host(project, tracker)  # before any agent runs: where to push is read now
+    code_host = opens_code_host(project, tracker)  # before any agent runs: where to push is read now
     found = rounds.sources(tracker, code_host)
     picked = not keys
     store = RunStore(project.directory)

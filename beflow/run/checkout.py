@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from beflow.config import LocalTrackerSettings, Project
+from beflow.config import Project
 from beflow.errors import LockedError, UsageError
 from beflow.paths import ACPXRC, beflow_home, path_key
 from beflow.repository import git, status
@@ -100,7 +100,7 @@ def refuse_read_only(project: Project, checkout: Path, mode: str, *, injects: bo
     and the claim (``.beflow``), the local tracker's issue file, and — when MCP servers are injected — the
     checkout's ``.acpxrc.json``, which would otherwise be left injected (or half-restored) for good."""
     needed = [(project.state_dir, "the run record goes there")]
-    if isinstance(project.config.tracker, LocalTrackerSettings):
+    if project.config.tracker.issues_in_checkout():
         needed.append((project.tracker_dir, "the issue's status is kept there"))
     if injects:
         needed.append((checkout, f"the MCP servers are injected into its {ACPXRC} for the run"))
@@ -117,8 +117,7 @@ def refuse_read_only(project: Project, checkout: Path, mode: str, *, injects: bo
 
 
 def excluded(project: Project) -> list[Path]:
-    tracker = project.config.tracker
-    return [project.tracker_dir] if isinstance(tracker, LocalTrackerSettings) else []
+    return [project.tracker_dir] if project.config.tracker.issues_in_checkout() else []
 
 
 class _Holder(BaseModel):

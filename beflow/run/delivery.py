@@ -22,7 +22,7 @@ from beflow.errors import BeflowError
 from beflow.paths import ACPXRC
 from beflow.records.record import Outcome, RunRecord
 from beflow.repository import commits, excludes, git, leaks, objectstore, run_objects, status, worktrees
-from beflow.trackers.base import ClaimLost
+from beflow.trackers.claims import ClaimLost
 
 #: What became of the run's work: ``committed`` (the branch holds the run's commit), ``unchanged`` (no new commit:
 #: nothing changed, or nothing was to be committed), ``refused`` (its commits were undone into uncommitted changes:

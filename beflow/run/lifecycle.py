@@ -29,7 +29,6 @@ from beflow.feedback import Feedback, Ignored, strip_hidden
 from beflow.guardrails import Totals
 from beflow.mcp.acp import AcpServer, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
-from beflow.mcp.journal import SAVED_DAYS
 from beflow.mcp.own import secret_part
 from beflow.mcp.redact import Redactor
 from beflow.ops import rounds
@@ -50,6 +49,7 @@ from beflow.run import prompt
 from beflow.run.policy import give_up_note, status_after
 from beflow.run.reporter import ProgressReporter
 from beflow.system import interrupts
+from beflow.system.journal import SAVED_DAYS
 from beflow.trackers import Issue, Status, Tracker
 from beflow.trackers.base import ShowsProgress
 from beflow.trackers.quoting import code, fenced, inert, unmarked

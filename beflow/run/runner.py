@@ -20,7 +20,7 @@ import anyio
 import anyio.lowlevel
 
 from beflow import guardrails
-from beflow.codehosts import CodeHost
+from beflow.codehosts.base import CodeHost
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
 from beflow.events import EventSink
@@ -38,8 +38,7 @@ from beflow.run.turn import AgentTurn
 from beflow.run.workspace import Workspace
 from beflow.system import interrupts, threads
 from beflow.trackers import Status, Tracker
-from beflow.trackers.base import Claim
-from beflow.trackers.claims import while_held
+from beflow.trackers.claims import Claim, while_held
 
 
 class NoLongerReady(LockedError):

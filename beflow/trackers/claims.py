@@ -4,31 +4,117 @@ A tracker keeps its issues; a :class:`ClaimStore` keeps who runs them. The local
 (:class:`FileClaims`: a claim lasts as long as its process), GitHub's is leases in git refs
 (:class:`beflow.trackers.github_leases.GitHubLeases`: a claim is renewed, and a write made on its behalf proves it
 first, :meth:`Claim.held`). A third — a workflow engine's exactly-once start — is a store of its own; the runner and
-the dispatcher only ever see :class:`~beflow.trackers.base.Claim` objects. What is ready and what is orphaned
+the dispatcher only ever see :class:`~beflow.trackers.claims.Claim` objects. What is ready and what is orphaned
 follows from the issues and the store alone (:func:`ready_of`, :func:`orphans_of`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
 import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable
-from contextlib import AbstractContextManager
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
-from typing import Protocol, TypeVar, runtime_checkable
+from types import TracebackType
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.to_thread
+from pydantic import BaseModel
 
 from beflow.errors import BeflowError, LockedError
 from beflow.system.locks import NotedLock
-from beflow.trackers.base import Claim, ClaimInfo, ClaimLost, Issue, Status, format_time, normalize_key, utc_now
+from beflow.trackers.issue import Issue, Status, format_time, normalize_key, utc_now
 
 _T = TypeVar("_T")
 
 #: How long a file claim waits for a lock someone else holds before reporting who holds it. A little more than
 #: zero, because ``holder()`` probes a lock by taking it for an instant.
 CLAIM_WAIT = 0.5
+
+
+class ClaimInfo(BaseModel):
+    """Who holds a claim on an issue, for display (the lock itself is the truth)."""
+
+    key: str
+    owner: str
+    pid: int
+    host: str
+    since: dt.datetime
+
+
+class ClaimLost(BeflowError):
+    """A claim that ended without its holder releasing it: another process took the issue over."""
+
+    code = "claim_lost"
+
+
+class Claim:
+    """An exclusive hold on one issue across processes; release it (or leave the ``with`` block) when done.
+
+    The hold ends when it is released or when the holding process dies, whichever comes first. A claim on a remote
+    tracker is a lease: its holder calls :meth:`renew` every ``renew_every`` seconds while the run lives, and a lease
+    not renewed in time may be taken over by another machine (``renew`` then raises :class:`ClaimLost`), and a write
+    made on the run's behalf elsewhere (a push, a pull request) is made within :meth:`held`.
+    """
+
+    def __init__(
+        self,
+        info: ClaimInfo,
+        release: Callable[[], object],
+        *,
+        held: Callable[[], AbstractContextManager[Any]] | None = None,
+        renew: Callable[[], object] | None = None,
+        renew_every: float | None = None,
+        expires: Callable[[], float] | None = None,
+    ) -> None:
+        self.info = info
+        self._release = release
+        self._held = held
+        self._renew = renew
+        self._expires = expires
+        #: Seconds between renewals; None for claims that last as long as their process (local file locks).
+        self.renew_every = renew_every if renew is not None else None
+        self.released = False
+
+    def renew(self) -> None:
+        """Extend the lease; :class:`ClaimLost` when another process holds the issue now."""
+        if self._renew is not None and not self.released:
+            self._renew()
+
+    def held(self) -> AbstractContextManager[Any]:
+        """A block whose writes are this claim's: a lease is proven first (:class:`ClaimLost` when another process
+        holds the issue now) and its requests end before the lease does; a claim that lasts as long as its process
+        needs nothing."""
+        return self._held() if self._held is not None else nullcontext()
+
+    def seconds_left(self) -> float | None:
+        """How long the lease lasts without another renewal (None: it lasts as long as its process)."""
+        return None if self._expires is None else self._expires()
+
+    @property
+    def key(self) -> str:
+        return self.info.key
+
+    def release(self) -> None:
+        """Give the issue up; releasing twice is harmless."""
+        if not self.released:
+            self.released = True
+            self._release()
+
+    def __enter__(self) -> Claim:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else "held"
+        return f"<Claim {self.info.key} by {self.info.owner} ({state})>"
 
 
 @runtime_checkable
@@ -52,16 +138,18 @@ class ClaimStore(Protocol):
         """Which of ``keys`` have a live claim: one question for a whole listing (GitHub lists its claim refs once)."""
         ...
 
-
-@runtime_checkable
-class LeaseStore(ClaimStore, Protocol):
-    """A claim store whose claims are leases that a remote tracker's writes prove first (GitHub's git-ref leases;
-    a fleet's running workflows over them)."""
-
     def under_lease(self, key: str, *, prove: bool = True) -> AbstractContextManager[None]:
-        """A block whose writes on ``key`` are made while this process's lease on it holds (:class:`ClaimLost`
-        when it does not); an issue this process holds no lease on is written as it is."""
+        """A block whose writes on ``key`` are made while this process's claim on it holds (:class:`ClaimLost`
+        when a lease a remote tracker's writes prove first has lapsed: GitHub's git-ref leases, a fleet's running
+        workflows); an issue this process holds no claim on is written as it is. A store whose claims cannot lapse
+        behind the process's back (file locks) has nothing to prove."""
         ...
+
+
+#: How the engine holds issues over a tracker's own store (a fleet: its running workflows over the tracker's
+#: claims), given the tracker's identity (:attr:`~beflow.trackers.base.Tracker.identity`) and its store. Every
+#: tracker takes one as its ``claims=`` argument (beflow.app composes them), so that no engine reaches into a tracker.
+ClaimsOver = Callable[[str, "ClaimStore"], "ClaimStore"]
 
 
 def ready_of(issues: Iterable[Issue], store: ClaimStore) -> list[Issue]:
@@ -115,6 +203,10 @@ class FileClaims:
 
     def held(self, keys: Iterable[str]) -> set[str]:
         return {key for key in keys if self.holder(key) is not None}
+
+    def under_lease(self, key: str, *, prove: bool = True) -> AbstractContextManager[None]:
+        """Nothing to prove: a file lock lasts as long as its process."""
+        return contextlib.nullcontext()
 
     def _lock(self, key: str, *, create: bool) -> NotedLock[ClaimInfo]:
         """The claim of ``key``: a lock, and the holder's note beside it."""

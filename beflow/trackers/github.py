@@ -12,12 +12,9 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import re
 import shutil
-from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlparse
 
@@ -26,23 +23,10 @@ import pydantic
 from beflow.config import GitHubCodeHostSettings, GitHubTrackerSettings, Project
 from beflow.errors import BeflowError, ConfigError, NotFoundError, UsageError, excerpt
 from beflow.system import proc
-from beflow.trackers.base import (
-    DEFAULT_PRIORITY,
-    Claim,
-    ClaimInfo,
-    Comment,
-    FileProblem,
-    Issue,
-    Listing,
-    RateBudget,
-    Status,
-    as_utc,
-    check_transition,
-    draft_issue,
-    normalize_key,
-    utc_now,
-)
-from beflow.trackers.claims import LeaseStore, orphans_of, ready_of
+from beflow.trackers import github_wire as wire
+from beflow.trackers import quoting
+from beflow.trackers.base import RateBudget
+from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, orphans_of, ready_of
 from beflow.trackers.github_api import (
     PUBLIC_API,
     Api,
@@ -51,21 +35,21 @@ from beflow.trackers.github_api import (
     GitHubError,
 )
 from beflow.trackers.github_comments import Authors, IssueComments
+from beflow.trackers.github_issues import IssueReader
+from beflow.trackers.github_labels import RepoLabels
 from beflow.trackers.github_leases import GitHubLeases
-
-#: Before the marker, a comment beflow posted holds a token of its own: a post whose answer was lost is found by it.
-_MARKERS = re.compile(r"\s*(<!-- beflow:post [0-9a-f]+ -->\s*)?<!-- beflow(:progress)? -->\s*$")
-#: The label suffix of each status an open issue can have (``open`` is "no status label").
-STATUS_LABELS: dict[Status, str] = {
-    Status.READY: "ready",
-    Status.IN_PROGRESS: "in-progress",
-    Status.REVIEW: "review",
-    Status.FAILED: "failed",
-}
-#: When an issue carries several status labels (two people edited it), the furthest along wins.
-_PRECEDENCE = [Status.IN_PROGRESS, Status.REVIEW, Status.FAILED, Status.READY]
-LABEL_COLORS = {"ready": "0e8a16", "in-progress": "fbca04", "review": "1d76db", "failed": "b60205"}
-_PRIORITY = re.compile(r"^priority:\s*(\d+)$")
+from beflow.trackers.issue import (
+    DEFAULT_PRIORITY,
+    Comment,
+    FileProblem,
+    Issue,
+    Listing,
+    Status,
+    check_transition,
+    draft_issue,
+    normalize_key,
+    utc_now,
+)
 
 
 def resolve_token(settings: GitHubTrackerSettings | GitHubCodeHostSettings, what: str = "tracker") -> str:
@@ -118,101 +102,70 @@ def repo_from_remote(project: Project, api: str, setting: str = "tracker.repo") 
     )
 
 
-def open_github(project: Project, settings: GitHubTrackerSettings) -> GitHubTracker:
+def open_github(project: Project, settings: GitHubTrackerSettings, claims: ClaimsOver | None = None) -> GitHubTracker:
+    """The GitHub tracker of ``settings`` (its repository configured, else the checkout's ``origin``); ``claims``:
+    the engine's store over its leases (beflow.app)."""
     api = api_url(settings)
     repo = settings.repo or repo_from_remote(project, api)
-    return GitHubTracker(settings, repo, Api(api, resolve_token(settings), token_name=settings.token_env), project)
+    client = Api(api, resolve_token(settings), token_name=settings.token_env)
+    return GitHubTracker(settings, repo, client, project, claims=claims)
 
 
 class GitHubTracker:
     """Issues of one GitHub repository (see the module's description)."""
 
-    def __init__(self, settings: GitHubTrackerSettings, repo: str, api: Api, project: Project | None = None) -> None:
+    def __init__(
+        self,
+        settings: GitHubTrackerSettings,
+        repo: str,
+        api: Api,
+        project: Project | None = None,
+        *,
+        claims: ClaimsOver | None = None,
+    ) -> None:
         self.settings = settings
         self.repo = repo
         self.api = api
         self.project = project
-        self.prefix = settings.status_prefix
         self.description = f"GitHub issues of {repo} labelled {', '.join(settings.labels) or '(any)'}"
+        self.identity = f"github:{repo}"
+        self.labels_home = f"GitHub issues of {repo}"
         self._base = f"/repos/{repo}"
         self._call = _RepoCalls(api, repo, settings.token_env)
-        self._labels_checked = False
-        #: Who runs which issue: leases in git refs of the repository (beflow.trackers.github_leases); on a fleet,
-        #: its running workflows over them (beflow.fleet.claims).
-        self.leases: LeaseStore = GitHubLeases(settings, api, self._base, self._call)
-        #: The comments beflow writes: each posted once, and a run's one progress comment (github_comments.py).
+        #: Its status labels (``beflow:ready``, ...) and the labels that say an issue is beflow's.
+        self.labels = RepoLabels(api, self._base, self._call, settings)
+        #: Leases in git refs of the repository (beflow.trackers.github_leases): the tracker's own claims.
+        self.leases = GitHubLeases(settings, api, self._base, self._call)
+        #: Who runs which issue: the leases, or the engine's store over them (a fleet's running workflows).
+        self.claims: ClaimStore = claims(self.identity, self.leases) if claims else self.leases
+        #: The comments beflow writes: each posted once, and a run's one progress comment (github_comments.py); a
+        #: run's comment is written under its lease.
         self.comments = IssueComments(api, self._base, self._call, self.leases)
         self._login: str | None = None
         self.authors = Authors(api, repo, project.config.feedback.allow if project else [])  # (whose words count)
+        #: What GitHub says of an issue, as beflow's (github_issues.py).
+        self.reader = IssueReader(repo, self.labels, self.authors, settings.labels)
         #: The issues the last listing could not read (a hostile label) and why: they are skipped until fixed.
         self.unreadable: dict[str, str] = {}
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
     def status_label(self, status: Status) -> str | None:
-        suffix = STATUS_LABELS.get(status)
-        return f"{self.prefix}{suffix}" if suffix else None
+        return self.labels.of(status)
 
-    def _status_of(self, raw: dict[str, Any], names: list[str]) -> Status:
-        if raw.get("state") == "closed":
-            return Status.DONE if raw.get("state_reason") == "completed" else Status.CLOSED
-        present = {s for s in _PRECEDENCE if self.status_label(s) in names}
-        return next((s for s in _PRECEDENCE if s in present), Status.OPEN)
-
-    def _mine(self, raw: dict[str, Any]) -> bool:
-        names = _label_names(raw)
-        return "pull_request" not in raw and all(label in names for label in self.settings.labels)
-
-    def _issue(self, raw: dict[str, Any], comments: list[Comment] | None = None) -> Issue:
-        names = _label_names(raw)
-        priorities = []
-        shown = []
-        for name in names:
-            match = _PRIORITY.match(name)
-            if match:
-                priorities.append(int(match.group(1)))
-            elif not name.startswith(self.prefix) or name.removeprefix(self.prefix) not in STATUS_LABELS.values():
-                shown.append(name)
-        try:
-            return self._model(raw, names, shown, priorities, comments)
-        except pydantic.ValidationError as exc:  # a label a person (or an agent) made that no issue may carry
-            error = exc.errors()[0]
-            where = ".".join(str(p) for p in error["loc"])
-            message = str(error["msg"]).removeprefix("Value error, ")
-            raise UnreadableIssue(
-                f"issue {raw['number']} in {self.repo} cannot be read: {where}: {message}",
-                fix="Rename or remove that label on GitHub; beflow skips the issue until then.",
-            ) from None
-
-    def _model(
-        self,
-        raw: dict[str, Any],
-        names: list[str],
-        shown: list[str],
-        priorities: list[int],
-        comments: list[Comment] | None,
-    ) -> Issue:
-        return Issue(
-            key=str(raw["number"]),
-            title=(raw.get("title") or "").strip().splitlines()[0]
-            if (raw.get("title") or "").strip()
-            else "(untitled)",
-            status=self._status_of(raw, names),
-            labels=shown,
-            priority=min(priorities) if priorities else DEFAULT_PRIORITY,
-            created=_time(raw["created_at"]),
-            updated=_time(raw["updated_at"]),
-            body=raw.get("body") or "",
-            comments=comments or [],
-            url=raw.get("html_url"),
-        )
-
-    def _raw_issues(self, state: str, extra: list[str] = ()) -> list[dict[str, Any]]:  # type: ignore[assignment]
+    def _listed(self, state: str, extra: list[str] = ()) -> tuple[list[Issue], list[FileProblem]]:  # type: ignore[assignment]
+        """The issues in ``state`` carrying the tracker's labels and ``extra``, and a problem naming each one that
+        cannot be read: one hostile issue is that issue's problem (skipped, named), never a stall of every listing,
+        pick and watch tick."""
         labels = [*self.settings.labels, *extra]
         params: dict[str, Any] = {"state": state, "sort": "created", "direction": "asc"}
         if labels:
             params["labels"] = ",".join(labels)
-        return [raw for raw in self._call(self.api.paginate, f"{self._base}/issues", params) if self._mine(raw)]
+        path = f"{self._base}/issues"
+        issues, problems, self.unreadable = self.reader.listing(
+            self._call(self.api.paginate, path, params), f"GET {path}"
+        )
+        return issues, problems
 
     def listing(self, status: Status | None = None, label: str | None = None) -> Listing:
         extra = [label] if label else []
@@ -225,43 +178,30 @@ class GitHubTracker:
             wanted = self.status_label(status)
             if wanted:
                 extra.append(wanted)
-        issues, problems = self._readable(self._raw_issues(state, extra))
+        issues, problems = self._listed(state, extra)
         chosen = [i for i in issues if (status is None or i.status == status) and (label is None or label in i.labels)]
         return Listing(issues=sorted(chosen, key=lambda i: int(i.key)), problems=problems)
 
-    def _readable(self, raws: Iterable[dict[str, Any]]) -> tuple[list[Issue], list[FileProblem]]:
-        """The issues beflow can read, and a problem naming each one it cannot: one hostile issue is that issue's
-        problem (skipped, named), never a stall of every listing, pick and watch tick."""
-        issues, problems, unreadable = [], [], {}
-        for raw in raws:
-            try:
-                issues.append(self._issue(raw))
-            except UnreadableIssue as error:
-                unreadable[str(raw["number"])] = error.message
-                problems.append(FileProblem(path=Path(f"{self.repo}#{raw['number']}"), message=error.message))
-        self.unreadable = unreadable
-        return issues, problems
-
     def ready(self) -> list[Issue]:
-        candidates, _ = self._readable(self._raw_issues("open", [self.status_label(Status.READY) or ""]))
-        return ready_of(candidates, self.leases)
+        candidates, _ = self._listed("open", [self.status_label(Status.READY) or ""])
+        return ready_of(candidates, self.claims)
 
-    def _raw_issue(self, key: str) -> dict[str, Any]:
+    def _raw_issue(self, key: str) -> wire.Issue:
         wanted = normalize_key(key)
         if not wanted.isdigit():
             shown = excerpt(key, quote=False)
             raise NotFoundError(f"no issue {shown} in {self.repo}: GitHub issues are numbers", fix="beflow issues list")
         try:
-            raw: dict[str, Any] = self._call(self.api.get, f"{self._base}/issues/{wanted}")
+            raw = self.reader.one(self._call(self.api.get, f"{self._base}/issues/{wanted}"), wanted)
         except GitHubError as error:
             if error.status in (404, 410):
                 raise NotFoundError(
                     f"no issue {wanted} in {self.repo}", fix="`beflow issues list` shows every issue."
                 ) from None
             raise
-        if "pull_request" in raw:
+        if raw.is_pull:
             raise NotFoundError(f"#{wanted} in {self.repo} is a pull request, not an issue")
-        if not self._mine(raw):
+        if not self.reader.mine(raw):
             labels = ", ".join(self.settings.labels)
             raise NotFoundError(
                 f"issue {wanted} in {self.repo} is not beflow's: it does not carry the label(s) {labels}",
@@ -270,58 +210,25 @@ class GitHubTracker:
         return raw
 
     def get(self, key: str) -> Issue:
-        raw = self._raw_issue(key)
-        comments = [
-            self._comment(c) for c in self._call(self.api.paginate, f"{self._base}/issues/{raw['number']}/comments")
-        ]
-        return self._issue(raw, [c for c in comments if c is not None])
+        return self._with_comments(self._raw_issue(key))
 
-    def _comment(self, raw: dict[str, Any]) -> Comment | None:
-        text = _MARKERS.sub("", raw.get("body") or "")
-        if not text.strip():
-            return None
-        author = (raw.get("user") or {}).get("login") or "ghost"
-        # The text of one who may not give feedback stays out of prompts, as in review rounds.
-        return Comment(author=author, created=_time(raw["created_at"]), text=text).withholding(
-            self.authors.why_unread(raw)
-        )
+    def _with_comments(self, raw: wire.Issue) -> Issue:
+        path = f"{self._base}/issues/{raw.number}/comments"
+        comments = self.reader.comments(self._call(self.api.paginate, path), f"GET {path}", raw)
+        return self.reader.issue(raw, comments)
 
     # -- writing ---------------------------------------------------------------------------------------------------
 
     def ensure_labels(self) -> list[str]:
         """Create the labels beflow needs that the repository lacks; returns the names created."""
-        existing = {label["name"] for label in self._call(self.api.paginate, f"{self._base}/labels")}
-        wanted = [*self.settings.labels, *(f"{self.prefix}{suffix}" for suffix in STATUS_LABELS.values())]
-        created = []
-        for name in wanted:
-            if name in existing:
-                continue
-            color = LABEL_COLORS.get(name.removeprefix(self.prefix), "5319e7")
-            response = self._call(
-                self.api.request,
-                "POST",
-                f"{self._base}/labels",
-                json={"name": name, "color": color, "description": "beflow: issues for coding agents"},
-                ok=(422,),  # created meanwhile by another machine
-                retry=True,
-            )
-            if response.status == 201:
-                created.append(name)
-        self._labels_checked = True
-        return created
+        return self.labels.ensure()
 
     def rate_budget(self) -> RateBudget:
         stats = self.api.stats
         return RateBudget(stats.remaining, stats.reset, stats.rate_limited)
 
     def missing_labels(self) -> list[str]:
-        existing = {label["name"] for label in self._call(self.api.paginate, f"{self._base}/labels")}
-        wanted = [*self.settings.labels, *(f"{self.prefix}{suffix}" for suffix in STATUS_LABELS.values())]
-        return [name for name in wanted if name not in existing]
-
-    def _labels_ready(self) -> None:
-        if not self._labels_checked:
-            self.ensure_labels()
+        return self.labels.missing()
 
     def create(
         self,
@@ -332,7 +239,7 @@ class GitHubTracker:
         status: Status = Status.READY,
     ) -> Issue:
         draft = draft_issue(title, body, labels, priority, status)  # the same checks as every tracker
-        self._labels_ready()
+        self.labels.ready()
         names = [*self.settings.labels, *draft.labels]
         label = self.status_label(status)
         if label:
@@ -340,53 +247,53 @@ class GitHubTracker:
         if priority != DEFAULT_PRIORITY:
             names.append(f"priority:{priority}")
         payload = {"title": draft.title, "body": draft.body, "labels": list(dict.fromkeys(names))}
-        raw = self._call(self.api.request, "POST", f"{self._base}/issues", json=payload).data
-        return self._issue(raw)
+        path = f"{self._base}/issues"
+        made = self._call(self.api.request, "POST", path, json=payload).data
+        return self.reader.issue(wire.parse(wire.Issue, made, f"POST {path}"))
 
     def comment(self, key: str, text: str, author: str) -> Comment:
         try:
             Comment(author=author, created=utc_now(), text=text)
         except pydantic.ValidationError as exc:
             raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
-        number = self._raw_issue(key)["number"]
-        with self.leases.under_lease(str(number)):
-            raw = self.comments.post(number, text)
-        made = self._comment(raw)
+        number = self._raw_issue(key).number
+        with self.claims.under_lease(str(number)):
+            posted = self.comments.post(number, text)
+        made = self.reader.comment(posted, posted.created_at)
         assert made is not None
         return made
 
     def set_status(self, key: str, status: Status, note: str | None = None, author: str = "beflow") -> Issue:
         status = Status(status)
         raw = self._raw_issue(key)
-        number = raw["number"]
-        current = self._status_of(raw, _label_names(raw))
+        number = raw.number
+        current = self.labels.status_of(raw, raw.label_names)
         check_transition(str(number), current, status)
-        with self.leases.under_lease(str(number)):  # a run's labels and comments, only while the issue is its own
+        with self.claims.under_lease(str(number)):  # a run's labels and comments, only while the issue is its own
             if current != status:
-                self._labels_ready()
+                self.labels.ready()
                 self._move(raw, status)
             if note and note.strip():
                 self.comments.note(str(number), current, status, note)
             elif status == Status.IN_PROGRESS and current != status:
                 self.comments.start_progress(str(number), "beflow is working on this issue.")
         # As it is now, even if it stopped being beflow's meanwhile (a person took the label away).
-        raw = self._call(self.api.get, f"{self._base}/issues/{number}")
-        comments = self._call(self.api.paginate, f"{self._base}/issues/{number}/comments")
-        return self._issue(raw, [c for c in map(self._comment, comments) if c is not None])
+        return self._with_comments(
+            self.reader.one(self._call(self.api.get, f"{self._base}/issues/{number}"), str(number))
+        )
 
-    def _move(self, raw: dict[str, Any], status: Status) -> None:
-        number, names = raw["number"], _label_names(raw)
+    def _move(self, raw: wire.Issue, status: Status) -> None:
+        number, names = raw.number, raw.label_names
         path = f"{self._base}/issues/{number}"
         target = self.status_label(status)
         if status in (Status.DONE, Status.CLOSED):
             reason = "completed" if status == Status.DONE else "not_planned"
             self._call(self.api.request, "PATCH", path, json={"state": "closed", "state_reason": reason})
-        elif raw.get("state") == "closed":
+        elif raw.state == "closed":
             self._call(self.api.request, "PATCH", path, json={"state": "open", "state_reason": "reopened"})
         if target and target not in names:
             self._call(self.api.request, "POST", f"{path}/labels", json={"labels": [target]}, retry=True)
-        for other in STATUS_LABELS.values():
-            name = f"{self.prefix}{other}"
+        for name in self.labels.statuses():
             if name != target and name in names:
                 self._call(self.api.request, "DELETE", f"{path}/labels/{quote(name, safe='')}", ok=(404,))
 
@@ -397,24 +304,27 @@ class GitHubTracker:
     # -- claims: leases in git refs (beflow.trackers.github_leases) ----------------------------------------------
 
     def claim(self, key: str, owner: str) -> Claim:
-        return self.leases.claim(str(self._raw_issue(key)["number"]), owner)
+        return self.claims.claim(str(self._raw_issue(key).number), owner)
 
     def holder(self, key: str) -> ClaimInfo | None:
-        return self.leases.holder(normalize_key(key))
+        return self.claims.holder(normalize_key(key))
 
     def orphaned(self) -> list[Issue]:
-        issues, _ = self._readable(self._raw_issues("open", [self.status_label(Status.IN_PROGRESS) or ""]))
-        return orphans_of(issues, self.leases)
+        issues, _ = self._listed("open", [self.status_label(Status.IN_PROGRESS) or ""])
+        return orphans_of(issues, self.claims)
 
     def last_holder(self, key: str) -> ClaimInfo | None:
-        return self.leases.last_holder(key)
+        return self.claims.last_holder(key)
 
     # -- the repository --------------------------------------------------------------------------------------------
 
-    def repository(self) -> dict[str, Any]:
+    def repository(self) -> wire.Repository:
         """The repository as GitHub describes it (checks the token and its access on the way)."""
-        data: dict[str, Any] = self._call(self.api.get, self._base)
-        return data
+        return wire.parse(wire.Repository, self._call(self.api.get, self._base), f"GET {self._base}")
+
+    def inert(self, text: str) -> str:
+        """Quoted so that GitHub acts on nothing in it: no mention pings, no reference closes or links an issue."""
+        return quoting.inert(text)
 
     def held_secrets(self) -> list[str]:
         """Values that must never reach the agent, a log or a record: the token this tracker calls GitHub with
@@ -463,18 +373,3 @@ class _RepoCalls:
                 return False
             raise
         return True
-
-
-class UnreadableIssue(BeflowError):
-    """An issue beflow cannot take as it is on GitHub (a label holding a line break or control characters, or
-    longer than labels may be): named and skipped, never a crash of the listing it is in."""
-
-    code = "unreadable_issue"
-
-
-def _label_names(raw: dict[str, Any]) -> list[str]:
-    return [label if isinstance(label, str) else label.get("name", "") for label in raw.get("labels") or []]
-
-
-def _time(value: str) -> dt.datetime:
-    return as_utc(dt.datetime.fromisoformat(value.replace("Z", "+00:00")))

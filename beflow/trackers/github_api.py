@@ -26,6 +26,7 @@ import httpx
 
 from beflow import __version__
 from beflow.errors import BeflowError, ConfigError
+from beflow.trackers import github_wire as wire
 
 PUBLIC_API = "https://api.github.com"
 API_VERSION = "2022-11-28"
@@ -199,13 +200,15 @@ class Api:
         return self.request("GET", path, params=params).data
 
     def paginate(self, path: str, params: dict[str, Any] | None = None) -> list[Any]:
-        """Every item of a list endpoint, following ``Link: rel="next"``; each page is a conditional request."""
+        """Every item of a list endpoint, following ``Link: rel="next"``; each page is a conditional request (and
+        one that is no list is :class:`~beflow.trackers.github_wire.MalformedAnswer`). The items are as GitHub gave
+        them: their reader parses them (:mod:`beflow.trackers.github_wire`)."""
         items: list[Any] = []
         url: str | None = path
         query: dict[str, Any] | None = {"per_page": 100, **(params or {})}
         while url is not None:
             response = self.request("GET", url, params=query)
-            items.extend(response.data or [])
+            items.extend(wire.listed(response.data, f"GET {path}"))
             match = _NEXT.search(response.headers.get("link", ""))
             url, query = (match.group(1), None) if match else (None, None)
         return items
@@ -278,12 +281,11 @@ class Api:
         with self._lock:
             self.stats.requests += 1
             self.stats.by_method[method] = self.stats.by_method.get(method, 0) + 1
-            remaining = answer.headers.get("x-ratelimit-remaining")
-            if remaining is not None and remaining.isdigit():
-                self.stats.remaining = int(remaining)
-            reset = answer.headers.get("x-ratelimit-reset")
-            if reset is not None and reset.isdigit():
-                self.stats.reset = float(reset)
+            rate = wire.RateHeaders.of(answer.headers)
+            if rate.remaining is not None:
+                self.stats.remaining = rate.remaining
+            if rate.reset is not None:
+                self.stats.reset = float(rate.reset)
             date = answer.headers.get("date")
             if date:
                 try:
@@ -296,13 +298,12 @@ class Api:
         """Whether GitHub asked to slow down; if so, the gate is closed until it says to come back."""
         if answer.status_code not in (403, 429):
             return False
-        headers = answer.headers
-        retry_after = headers.get("retry-after")
+        rate = wire.RateHeaders.of(answer.headers)
         now = time.time()
-        if retry_after is not None and retry_after.strip().isdigit():
-            until, kind = now + float(retry_after), "a secondary rate limit"
-        elif headers.get("x-ratelimit-remaining") == "0" and (headers.get("x-ratelimit-reset") or "").isdigit():
-            until, kind = float(headers["x-ratelimit-reset"]) - self.clock_offset + 1, "the rate limit"
+        if rate.retry_after is not None:
+            until, kind = now + float(rate.retry_after), "a secondary rate limit"
+        elif rate.remaining == 0 and rate.reset is not None:
+            until, kind = float(rate.reset) - self.clock_offset + 1, "the rate limit"
         elif answer.status_code == 429 or "rate limit" in answer.text.lower():
             until, kind = now + 60.0, "a secondary rate limit"
         else:
@@ -315,7 +316,7 @@ class Api:
         return True
 
     def _error(self, method: str, path: str, answer: httpx.Response, data: Any) -> BeflowError:
-        said = data.get("message") if isinstance(data, dict) else None
+        said = wire.error_message(data)
         what = f"GitHub: {method} {path}: {answer.status_code}" + (f" {said}" if said else "")
         if answer.status_code == 401:
             return GitHubAuthError(

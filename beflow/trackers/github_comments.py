@@ -11,9 +11,10 @@ from collections.abc import Callable
 from typing import Any
 
 from beflow.feedback import trusted
-from beflow.trackers.base import ClaimLost, Status, normalize_key
-from beflow.trackers.claims import LeaseStore
+from beflow.trackers import github_wire as wire
+from beflow.trackers.claims import ClaimLost, ClaimStore
 from beflow.trackers.github_api import Api, GitHubError, RateLimited
+from beflow.trackers.issue import Status, normalize_key
 
 #: The hidden marker at the end of every comment beflow writes; the progress comment of a run has its own.
 MARKER = "<!-- beflow -->"
@@ -30,7 +31,7 @@ WRITE_PERMISSIONS = frozenset({"admin", "maintain", "write"})
 class IssueComments:
     """The comments of one repository's issues that beflow writes (``call``: the tracker's way of calling the API)."""
 
-    def __init__(self, api: Api, base: str, call: Callable[..., Any], leases: LeaseStore) -> None:
+    def __init__(self, api: Api, base: str, call: Callable[..., Any], leases: ClaimStore) -> None:
         self.api = api
         self._base = base
         self._call = call
@@ -38,7 +39,7 @@ class IssueComments:
         self._progress: dict[str, tuple[int, float]] = {}  # issue key -> (the run's progress comment, last edit)
         self._lock = threading.Lock()
 
-    def post(self, number: int, text: str, marker: str = MARKER) -> dict[str, Any]:
+    def post(self, number: int, text: str, marker: str = MARKER) -> wire.Comment:
         """Post a comment once: a POST whose answer was lost (no answer, a 5xx) may have been done, so before trying
         again the issue's comments are searched for this one (its marker carries a token of its own)."""
         token = f"<!-- beflow:post {secrets.token_hex(6)} -->"
@@ -46,8 +47,8 @@ class IssueComments:
         path = f"{self._base}/issues/{number}/comments"
         for attempt in range(3):
             try:
-                data: dict[str, Any] = self._call(self.api.request, "POST", path, json={"body": body}).data
-                return data
+                data = self._call(self.api.request, "POST", path, json={"body": body}).data
+                return wire.parse(wire.Comment, data, f"POST {path}")
             except RateLimited:
                 raise
             except GitHubError as error:
@@ -61,12 +62,13 @@ class IssueComments:
                 time.sleep(0.5 * (attempt + 1))
         raise AssertionError("unreachable")
 
-    def _find(self, number: int, token: str) -> dict[str, Any] | None:
+    def _find(self, number: int, token: str) -> wire.Comment | None:
+        path = f"{self._base}/issues/{number}/comments"
         try:
-            comments = self._call(self.api.paginate, f"{self._base}/issues/{number}/comments")
-        except GitHubError:
+            comments, _ = wire.read_each(wire.Comment, self._call(self.api.paginate, path), f"GET {path}")
+        except (GitHubError, wire.MalformedAnswer):
             return None
-        return next((c for c in reversed(comments) if token in (c.get("body") or "")), None)
+        return next((c for c in reversed(comments) if token in c.text), None)
 
     def edit(self, comment_id: int, text: str, marker: str = PROGRESS_MARKER) -> None:
         body = f"{text.rstrip()}\n\n{marker}"
@@ -88,9 +90,9 @@ class IssueComments:
         self.post(int(key), note)
 
     def start_progress(self, key: str, text: str) -> None:
-        raw = self.post(int(key), text, PROGRESS_MARKER)
+        made = self.post(int(key), text, PROGRESS_MARKER)
         with self._lock:
-            self._progress[key] = (int(raw["id"]), time.monotonic())
+            self._progress[key] = (made.id, time.monotonic())
 
     def progress(self, key: str, text: str, *, force: bool = False) -> bool:
         """Edit the run's progress comment (at most every ``PROGRESS_EVERY`` seconds); whether it was edited."""
@@ -120,29 +122,27 @@ class Authors:
         self._me: str | None = None
         self._permissions: dict[str, tuple[bool, float]] = {}
 
-    def own(self, raw: dict[str, Any]) -> bool:
-        """Whether ``raw`` is beflow's (its marker) or the token's user's."""
-        return OWN_MARKER in str(raw.get("body") or "") or _login(raw).lower() == self.me().lower()
+    def own(self, words: wire.Authored) -> bool:
+        """Whether ``words`` are beflow's (its marker) or the token's user's."""
+        return OWN_MARKER in words.text or words.login.lower() == self.me().lower()
 
-    def why_not(self, raw: dict[str, Any]) -> str | None:
-        """None when the author of ``raw`` may give feedback; else why not."""
-        login = _login(raw)
-        if OWN_MARKER in str(raw.get("body") or ""):
+    def why_not(self, words: wire.Authored) -> str | None:
+        """None when the author of ``words`` may give feedback; else why not."""
+        login = words.login
+        if OWN_MARKER in words.text:
             return "beflow's own comment"
         if login.lower() == self.me().lower():
             return f"{login} is the user of beflow's own token"
-        association = raw.get("author_association")
-        why = trusted(association, login, self.allow)
+        why = trusted(words.author_association, login, self.allow)
         if why is None or self._may_write(login):
             return None
         return why
 
-    def why_unread(self, raw: dict[str, Any]) -> str | None:
-        """None when the text of ``raw`` (an issue's comment) may reach an agent's prompt: its author may give
-        feedback, or is the user of beflow's own token; else why not. (A marker proves nothing here: anyone can
-        write one.)"""
-        login = _login(raw)
-        why = trusted(raw.get("author_association"), login, self.allow)
+    def why_unread(self, words: wire.Authored) -> str | None:
+        """None when ``words`` (an issue's comment) may reach an agent's prompt: its author may give feedback, or
+        is the user of beflow's own token; else why not. (A marker proves nothing here: anyone can write one.)"""
+        login = words.login
+        why = trusted(words.author_association, login, self.allow)
         if why is None or login.lower() == self.me().lower() or self._may_write(login):
             return None
         return why
@@ -150,7 +150,7 @@ class Authors:
     def me(self) -> str:
         """The login of the token's user (read once)."""
         if self._me is None:
-            self._me = str((self._data("/user") or {}).get("login") or "")
+            self._me = wire.parse(wire.User, self._data("/user"), "GET /user").login or ""
         return self._me
 
     def _may_write(self, login: str) -> bool:
@@ -159,22 +159,19 @@ class Authors:
         held = self._permissions.get(login.lower())
         if held is not None and time.monotonic() - held[1] < PERMISSION_TTL:
             return held[0]
+        path = f"{self._base}/collaborators/{login}/permission"
         try:
-            data = self._data(f"{self._base}/collaborators/{login}/permission") or {}
-            ok = str(data.get("permission") or "") in WRITE_PERMISSIONS
+            ok = wire.parse(wire.Permission, self._data(path), f"GET {path}").permission in WRITE_PERMISSIONS
         except RateLimited:
             raise
         except GitHubError as error:
             if error.status not in (403, 404):
                 raise
             ok = False  # not a collaborator (404), or the token may not read permissions (403): not trusted
+        except wire.MalformedAnswer:
+            ok = False  # a permission GitHub does not say as it should is no write access
         self._permissions[login.lower()] = (ok, time.monotonic())
         return ok
 
     def _data(self, path: str) -> Any:
         return self.api.request("GET", path).data
-
-
-def _login(raw: dict[str, Any]) -> str:
-    user = raw.get("user") or {}
-    return str(user.get("login") or "ghost")

@@ -20,12 +20,35 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, ValidationError
+
 from beflow.config import GitHubTrackerSettings
 from beflow.errors import BeflowError, LockedError
-from beflow.trackers.base import Claim, ClaimInfo, ClaimLost, as_utc, normalize_key, utc_now
+from beflow.trackers import github_wire as wire
+from beflow.trackers.claims import Claim, ClaimInfo, ClaimLost
 from beflow.trackers.github_api import Api, GitHubError
+from beflow.trackers.issue import as_utc, normalize_key, utc_now
 
 CLAIM_NAMESPACE = "beflow/claims"
+
+
+class Lease(BaseModel):
+    """A lease as the message of its commit holds it (beflow's own JSON, read back from GitHub: a message that
+    does not read as one is no lease, and nobody holds it)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    owner: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    #: Epoch seconds on GitHub's clock: when the lease was first taken, and when it runs out.
+    since: float = 0.0
+    expires: float = 0.0
+    released: bool = False
+
+
+#: What a commit of a claim ref that holds no lease beflow wrote says.
+NO_LEASE = Lease(released=True)
 
 
 class GitHubLeases:
@@ -38,7 +61,7 @@ class GitHubLeases:
         self._base = base
         self._call = call
         self._tree: str | None = None
-        self._commits: dict[str, dict[str, Any]] = {}  # lease commits are immutable: read each once
+        self._commits: dict[str, Lease] = {}  # lease commits are immutable: read each once
         self._seen: dict[str, float] = {}  # lease commit -> when this process first saw it (monotonic)
         self._written: set[str] = set()  # lease commits this process wrote
         self._holding: dict[str, _HeldLease] = {}  # issue key -> the lease this process holds on it
@@ -49,8 +72,9 @@ class GitHubLeases:
     def _lease_tree(self) -> str:
         if self._tree is None:
             payload = {"tree": [{"path": "claim", "mode": "100644", "type": "blob", "content": "beflow claim\n"}]}
-            tree = self._call(self.api.request, "POST", f"{self._base}/git/trees", json=payload, retry=True)
-            self._tree = tree.data["sha"]
+            path = f"{self._base}/git/trees"
+            tree = self._call(self.api.request, "POST", path, json=payload, retry=True)
+            self._tree = wire.parse(wire.Made, tree.data, f"POST {path}").sha
         return self._tree
 
     def _lease_commit(self, key: str, lease: dict[str, Any], parent: str | None) -> str:
@@ -60,48 +84,48 @@ class GitHubLeases:
             "tree": self._lease_tree(),
             "parents": [parent] if parent else [],
         }
-        sha: str = self._call(self.api.request, "POST", f"{self._base}/git/commits", json=payload, retry=True).data[
-            "sha"
-        ]
-        self._commits[sha] = lease
+        path = f"{self._base}/git/commits"
+        made = self._call(self.api.request, "POST", path, json=payload, retry=True)
+        sha = wire.parse(wire.Made, made.data, f"POST {path}").sha
+        self._commits[sha] = Lease.model_validate(lease)
         self._seen.setdefault(sha, time.monotonic())
         self._written.add(sha)
         return sha
 
     def _read_ref(self, key: str) -> str | None:
+        """The commit the claim ref of issue ``key`` points at (None: there is none); a ref GitHub gives in
+        another shape is :class:`~beflow.trackers.github_wire.MalformedAnswer`: who holds the issue is unknown."""
+        path = self._ref_path(key)
         try:
-            data = self._call(self.api.get, self._ref_path(key))
+            data = self._call(self.api.get, path)
         except GitHubError as error:
             if error.status == 404:
                 return None
             raise
         if isinstance(data, list):  # GitHub lists refs that start with the name when there is no exact match
-            data = next((d for d in data if d.get("ref") == f"refs/{CLAIM_NAMESPACE}/{key}"), None)
-            if data is None:
-                return None
-        sha: str = data["object"]["sha"]
-        return sha
+            refs = wire.parse_list(wire.Ref, data, f"GET {path}")
+            return next((r.object.sha for r in refs if r.ref == f"refs/{CLAIM_NAMESPACE}/{key}"), None)
+        return wire.parse(wire.Ref, data, f"GET {path}").object.sha
 
-    def _lease(self, sha: str) -> dict[str, Any]:
+    def _lease(self, sha: str) -> Lease:
         if sha not in self._commits:
-            message = self._call(self.api.get, f"{self._base}/git/commits/{sha}")["message"]
+            path = f"{self._base}/git/commits/{sha}"
+            message = wire.parse(wire.GitCommit, self._call(self.api.get, path), f"GET {path}").message
             try:
-                lease = json.loads(message.split("\n\n", 1)[1])
-                if not isinstance(lease, dict):
-                    raise ValueError
-            except (IndexError, ValueError):
-                lease = {"released": True}  # not a lease beflow wrote: nobody holds it
+                lease = Lease.model_validate_json(message.split("\n\n", 1)[1])
+            except (IndexError, ValidationError):
+                lease = NO_LEASE  # not a lease beflow wrote: nobody holds it
             self._commits[sha] = lease
         return self._commits[sha]
 
-    def _live(self, sha: str, lease: dict[str, Any]) -> bool:
+    def _live(self, sha: str, lease: Lease) -> bool:
         """Whether the lease in commit ``sha`` still holds: not released, not expired on GitHub's clock — and never
         longer than ``lease`` seconds after this process first saw it, on its own monotonic clock (a lease written
         while GitHub's ``Date`` was ten years ahead is not honoured for ten years)."""
-        if lease.get("released"):
+        if lease.released:
             return False
         seen = self._seen.setdefault(sha, time.monotonic())
-        return float(lease.get("expires", 0)) > self.api.now() and time.monotonic() - seen < self.settings.lease
+        return lease.expires > self.api.now() and time.monotonic() - seen < self.settings.lease
 
     def _margin(self) -> float:
         """How much sooner than GitHub this process takes its own lease to end: GitHub's clock shows whole seconds,
@@ -239,25 +263,27 @@ class GitHubLeases:
         lease = self._lease(sha)
         return self._info(key, lease) if self._live(sha, lease) else None
 
-    def _info(self, key: str, lease: dict[str, Any]) -> ClaimInfo | None:
-        if "owner" not in lease:
+    def _info(self, key: str, lease: Lease) -> ClaimInfo | None:
+        if lease.owner is None:
             return None
         return ClaimInfo(
             key=key,
-            owner=str(lease.get("owner", "unknown")),
-            pid=int(lease.get("pid", 0)),
-            host=str(lease.get("host", "unknown")),
-            since=as_utc(_epoch(float(lease.get("since", 0)))),
+            owner=lease.owner,
+            pid=lease.pid or 0,
+            host=lease.host or "unknown",
+            since=as_utc(_epoch(lease.since)),
         )
 
     def held(self, keys: Iterable[str] = ()) -> set[str]:
         """Issues with a live lease: one (conditional) listing of every claim ref, not one request per issue."""
         prefix = f"refs/{CLAIM_NAMESPACE}/"
-        refs = self._call(self.api.get, f"{self._base}/git/matching-refs/{CLAIM_NAMESPACE}/") or []
+        path = f"{self._base}/git/matching-refs/{CLAIM_NAMESPACE}/"
+        # A ref GitHub lists in a shape of its own is not counted here: claiming its issue reads it, and fails.
+        refs, _ = wire.read_each(wire.Ref, self._call(self.api.get, path), f"GET {path}")
         return {
-            ref["ref"].removeprefix(prefix)
+            ref.ref.removeprefix(prefix)
             for ref in refs
-            if ref["ref"].startswith(prefix) and self._live(ref["object"]["sha"], self._lease(ref["object"]["sha"]))
+            if ref.ref.startswith(prefix) and self._live(ref.object.sha, self._lease(ref.object.sha))
         }
 
     def last_holder(self, key: str) -> ClaimInfo | None:
@@ -283,8 +309,8 @@ class _HeldLease:
 _LOCKED_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."
 
 
-def _who(lease: dict[str, Any]) -> str:
-    return f"{lease.get('owner', 'unknown')} (pid {lease.get('pid', '?')} on {lease.get('host', '?')})"
+def _who(lease: Lease) -> str:
+    return f"{lease.owner or 'unknown'} (pid {'?' if lease.pid is None else lease.pid} on {lease.host or '?'})"
 
 
 def _epoch(value: float) -> dt.datetime:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import difflib
+import hashlib
 import json
+import re
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,10 +31,9 @@ from beflow.feedback import Feedback, Gathered
 from beflow.paths import STATE_DIR, state_dir
 from beflow.system import startup
 from beflow.system.files import atomic_write, read_regular
-from beflow.trackers.base import (
+from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, FileClaims, orphans_of, ready_of
+from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
-    Claim,
-    ClaimInfo,
     Comment,
     FileProblem,
     Issue,
@@ -45,8 +46,8 @@ from beflow.trackers.base import (
     normalize_key,
     utc_now,
 )
-from beflow.trackers.claims import ClaimStore, FileClaims, orphans_of, ready_of
 from beflow.trackers.local_feedback import gathered as local_gathered
+from beflow.trackers.local_feedback import rework_text
 from beflow.trackers.local_files import IssueFiles, number_of, number_of_name
 from beflow.trackers.local_format import IssueFileError, file_name, render
 from beflow.trackers.local_index import IssueIndex
@@ -69,22 +70,32 @@ INDEX_WAIT = 2.0
 class LocalTracker:
     """Issues as Markdown files in ``directory``; locks and claims in the project's ``.beflow/``."""
 
-    def __init__(self, directory: Path, project_dir: Path, claims: ClaimStore | None = None) -> None:
+    def __init__(self, directory: Path, project_dir: Path, claims: ClaimsOver | None = None) -> None:
         self.directory = directory
         self.project_dir = project_dir
         self.description = f"local issues in {directory}"
+        # A local tracker lives on one machine: its directory's name and a short digest of its path tell two apart.
+        name = re.sub(r"[^A-Za-z0-9._-]+", "-", project_dir.name)[:40] or "project"
+        self.identity = f"local:{name}-{hashlib.sha256(str(directory).encode()).hexdigest()[:10]}"
         self._index = IssueIndex(directory, project_dir / STATE_DIR, wait=INDEX_WAIT)
         #: The issue files, each parsed once per change (beflow.trackers.local_files).
         self._files = IssueFiles(directory, self._index)
-        #: Who runs which issue: file locks in ``.beflow/claims`` (made, and git-ignored, on the first claim), unless
-        #: another store is given (one that holds across machines, say).
-        self.claims: ClaimStore = claims or FileClaims(
-            project_dir / STATE_DIR / "claims", create=lambda: self._state() / "claims"
-        )
+        #: Who runs which issue: file locks in ``.beflow/claims`` (made, and git-ignored, on the first claim), or the
+        #: engine's store over them (a fleet's, which holds across machines).
+        self.files_claims = FileClaims(project_dir / STATE_DIR / "claims", create=lambda: self._state() / "claims")
+        self.claims: ClaimStore = claims(self.identity, self.files_claims) if claims else self.files_claims
 
     def held_secrets(self) -> list[str]:
         """None: the issues are files of the project."""
         return []
+
+    def inert(self, text: str) -> str:
+        """As it is: nothing reads a local issue's words as mentions or links."""
+        return text
+
+    def rework(self, key: str, text: str, author: str) -> Comment:
+        """A comment marked as a request for rework: the issue's next round answers it."""
+        return self.comment(key, rework_text(text), author)
 
     # paths -------------------------------------------------------------------------------------------------------
 
@@ -111,8 +122,7 @@ class LocalTracker:
 
     def watched_directories(self) -> list[Path]:
         """Where a change may make an issue startable: the issue files, and the claim notes (a claim released)."""
-        claims = self.claims.directory if isinstance(self.claims, FileClaims) else None
-        return [self.directory] + ([claims] if claims is not None else [])
+        return [self.directory, self.files_claims.directory]
 
     def _issues(self, status: Status | None = None, label: str | None = None) -> list[Issue]:
         """The issues (with ``status`` and ``label``), by key, built from the index after a sync."""

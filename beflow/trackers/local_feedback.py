@@ -9,7 +9,7 @@ reply is a comment on the issue.
 from __future__ import annotations
 
 from beflow.feedback import Feedback, Gathered
-from beflow.trackers.base import Comment, Issue, Status, format_time
+from beflow.trackers.issue import Comment, Issue, Status, format_time
 
 #: The first line of a comment that asks for rework.
 REWORK_MARK = "<!-- beflow:rework -->"

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from beflow.trackers.base import FileProblem, Issue
+from beflow.trackers.issue import FileProblem, Issue
 from beflow.trackers.local_format import IssueFileError, parse, read_text
 from beflow.trackers.local_index import STREAM_BATCH, IssueIndex, Row, stamp_of
 

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from beflow.errors import ConfigError
 from beflow.system import startup
 from beflow.system.files import FileTooLarge, read_regular
-from beflow.trackers.base import (
+from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
     MAX_STORED_TEXT,
     Comment,

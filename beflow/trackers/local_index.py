@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from beflow.trackers.base import FileProblem, Issue, Status, format_time
+from beflow.trackers.issue import FileProblem, Issue, Status, format_time
 
 #: "3": labels are bounded (one line of at most 50 characters, no control characters), so the rows of an older
 #: index may hold issues the model refuses now: it is rebuilt from the files, which report each such issue.

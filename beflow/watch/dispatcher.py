@@ -27,23 +27,23 @@ import anyio
 
 from beflow import guardrails
 from beflow.agent import acpx
-from beflow.codehosts import CodeHost, open_code_host
+from beflow.codehosts.base import CodeHost, Opened
 from beflow.config import Project
-from beflow.errors import BeflowError, ConfigError, LockedError
+from beflow.errors import BeflowError, LockedError
 from beflow.events import RunEvent, WatchEvent, WatchEventKind
 from beflow.records.record import RunRecord, RunStore
 from beflow.run.lifecycle import RunRequest, requeue_orphans, settle_orphans
 from beflow.run.policy import is_final
 from beflow.run.spending import Ledger
 from beflow.system import threads
-from beflow.trackers import Issue, Tracker, open_tracker, reading_once
+from beflow.trackers import Issue, Tracker, reading_once
 from beflow.trackers.base import NamesUnreadable, WatchesDirectories
 from beflow.watch.holds import Holds
 from beflow.watch.lanes import Running, Snapshot, run_ids
 from beflow.watch.reachability import TrackerLook
 from beflow.watch.reloading import ConfigReload
 from beflow.watch.retries import Retries
-from beflow.watch.review_rounds import ReviewRounds
+from beflow.watch.rounds import ReviewRounds
 from beflow.watch.wake import REFRESH, Wakeup, watch_directories
 
 #: Finished runs a long watch keeps in memory besides the live view's ``recent`` (the records on disk keep them
@@ -61,6 +61,7 @@ class Dispatcher:
         self,
         project: Project,
         *,
+        opens: Callable[[Project], Opened],
         config_option: Path | None = None,
         listener: Listener | None = None,
         clock: Callable[[], float] = time.time,
@@ -68,9 +69,10 @@ class Dispatcher:
         self.project = project
         #: The wall clock backoffs are due by (seconds since the epoch, as run records keep times); tests move it.
         self.clock = clock
-        self.tracker: Tracker = open_tracker(project)
+        opened = opens(project)
+        self.tracker: Tracker = opened.tracker
         #: Where runs publish, opened with the tracker (before any agent runs: where to push is read then).
-        self.code_host: CodeHost | None = open_code_host(project, self.tracker)
+        self.code_host: CodeHost | None = opened.code_host
         self.config_option = config_option
         self.listener = listener
         self.running: dict[str, Running] = {}
@@ -82,11 +84,11 @@ class Dispatcher:
         self.tick_count = 0
         self.next_tick = self.clock()
         self.stopping = False
-        #: What holds dispatching back: a configuration problem every run would hit, the day's budget
-        # (beflow.watch.holds).
+        #: What holds dispatching back (why, and the error): a configuration problem every run would hit, the day's
+        #: budget (beflow.watch.holds).
         self.holds = Holds(self.emit)
         #: The config file, reloaded between ticks when it changed (beflow.watch.reloading).
-        self.config = ConfigReload(project, config_option, self.emit)
+        self.config = ConfigReload(project, config_option, self.emit, opens)
         #: What ends the wait between ticks early: a run ending, the tracker's files changing (beflow.watch.wake).
         self.wakeup: Wakeup | None = None
         #: When the last full poll ran (the fallback when no event says anything changed).
@@ -100,15 +102,6 @@ class Dispatcher:
     @property
     def store(self) -> RunStore:
         return RunStore(self.project.directory)
-
-    @property
-    def blocked(self) -> str | None:
-        """Why dispatching is held back (a configuration problem every run would hit), if it is."""
-        return self.holds.blocked
-
-    @property
-    def blocked_by(self) -> ConfigError | None:
-        return self.holds.blocked_by
 
     # -- events ----------------------------------------------------------------------------------------------------
 
@@ -139,8 +132,8 @@ class Dispatcher:
             next_tick=self.next_tick,
             used=self.ledger.watch,
             budget=self._day_budget(),
-            blocked=self.blocked,
-            blocked_fix=self.blocked_by.fix if self.blocked_by is not None else None,
+            blocked=self.holds.blocked,
+            blocked_fix=self.holds.blocked_by.fix if self.holds.blocked_by is not None else None,
             tracker_reachable=self.tracker_look.reachable,
         )
 
@@ -173,8 +166,8 @@ class Dispatcher:
                 self.stopping = True
                 self.emit("stopping", running=len(self.running), watch_used=dataclasses.asdict(self.ledger.watch))
                 raise
-        if once and self.blocked_by is not None:
-            raise self.blocked_by  # a cron job must see it: exit 2, as `--auto` does
+        if once and self.holds.blocked_by is not None:
+            raise self.holds.blocked_by  # a cron job must see it: exit 2, as `--auto` does
         return list(finished)
 
     def _until_next(self, interval: float) -> float:
@@ -240,8 +233,8 @@ class Dispatcher:
                 startable = self.queue and self.project.config.watch.concurrency > len(self.running)
                 # `--once` with nothing to start still reports a configuration every run would fail on, from the
                 # checks that need no git process (a bad `worktrees.base` waits for a run to start).
-                idle = bool(once and not startable and self.blocked is None)
-                looked = startable or self.blocked is not None or self.holds.wrong_currency is not None or once
+                idle = bool(once and not startable and self.holds.blocked is None)
+                looked = startable or self.holds.blocked is not None or self.holds.wrong_currency is not None or once
                 return bool(looked and self.holds.config_ready(self.project, idle=idle))
         except BeflowError as error:
             self.tracker_look.failed(error)

@@ -3,14 +3,15 @@ reported and the last good one kept; a running issue keeps the tracker it starte
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
-from beflow.codehosts import CodeHost, open_code_host
+from beflow.codehosts.base import CodeHost, Opened
 from beflow.config import Project, load_project
 from beflow.errors import BeflowError
 from beflow.events import WatchEmit
-from beflow.trackers import Tracker, open_tracker
+from beflow.trackers import Tracker
 
 
 class Reloaded(NamedTuple):
@@ -20,11 +21,15 @@ class Reloaded(NamedTuple):
 
 
 class ConfigReload:
-    """Watches the config file of ``project`` (``config_option``: the one ``--config`` named) by its time and size."""
+    """Watches the config file of ``project`` (``config_option``: the one ``--config`` named) by its time and size;
+    ``opens`` opens the tracker and code host a changed config names (:func:`beflow.app.open_project`)."""
 
-    def __init__(self, project: Project, config_option: Path | None, emit: WatchEmit) -> None:
+    def __init__(
+        self, project: Project, config_option: Path | None, emit: WatchEmit, opens: Callable[[Project], Opened]
+    ) -> None:
         self.config_option = config_option
         self.emit = emit
+        self.opens = opens
         self._config_seen = self._config_stamp(project)
 
     @staticmethod
@@ -44,8 +49,7 @@ class ConfigReload:
         self._config_seen = stamp
         try:
             project = load_project(self.config_option or current.config_path, cwd=current.directory)
-            tracker = open_tracker(project)
-            code_host = open_code_host(project, tracker)
+            opened = self.opens(project)
         except BeflowError as error:
             self.emit("error", message=f"config not reloaded, keeping the last good one: {error.message}")
             return None
@@ -56,4 +60,4 @@ class ConfigReload:
         if project.config == current.config:
             return None
         self.emit("config_reloaded", path=str(project.config_path))
-        return Reloaded(project, tracker, code_host)
+        return Reloaded(project, opened.tracker, opened.code_host)

@@ -1,5 +1,6 @@
-"""The shapes of beflow's HTTP API (``/api/v1/``): every response is one of these models, and
-``/api/v1/openapi.json`` is built from them (docs/dashboard.md).
+"""The shapes of beflow's HTTP API (``/api/v1/``): every response is one of these models (each endpoint of
+:data:`beflow.web.endpoints.ENDPOINTS` names its own), and ``/api/v1/openapi.json`` is built from them
+(docs/dashboard.md).
 
 They present what exists already — the dispatcher's snapshot, run records, issues, the readable transcript — and
 hold nothing of their own.
@@ -24,7 +25,11 @@ MAX_QUEUE = 100
 
 class Usage(BaseModel):
     """What a run used, as its agent reported it (ACP's ``usage_update`` and the prompt's ``usage``): a figure the
-    agent did not send is absent, never estimated, and a cost is in the currency the agent named."""
+    agent did not send is null, never estimated, and a cost is in the currency the agent named.
+
+    The figures the dashboard shows, and no more: a shape of its own, for a run's record (``/api/v1/runs/{id}``)
+    keeps every figure and how many updates were read, and an event (``/api/v1/events``) carries only the figures
+    sent (``beflow.guardrails.Usage``, ``beflow.events.UsageFigures``)."""
 
     context_used: int | None = Field(default=None, description="Tokens in the agent's context at its latest report.")
     context_size: int | None = Field(default=None, description="The context window's size, in tokens.")

@@ -1,7 +1,7 @@
 """A run's file edits as the run page shows them: the ``diff`` content of ACP tool calls (``path``, ``oldText``,
 ``newText``; ``oldText`` absent for a new file) as a unified diff, bounded.
 
-The text is the agent's: it is shown as text (the templates escape it, :func:`beflow.web.web.plain` removes
+The text is the agent's: it is shown as text (the templates escape it, :func:`beflow.web.filters.plain` removes
 terminal escapes), never as markup. A huge edit is summarised, not diffed: comparing two files of megabytes would
 hold a request for seconds.
 """

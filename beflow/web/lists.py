@@ -1,9 +1,9 @@
 """The lists of every issue and every run (``/issues``, ``/runs`` and their API), a page at a time, through the
-same operations as ``beflow issues list`` and ``beflow runs list``."""
+same operations as ``beflow issues list`` and ``beflow runs list``; and the page a request asks for."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from beflow.web import api
@@ -53,3 +53,18 @@ def runs(call: Call, issue: str | None, page: int, per_page: int) -> api.RunPage
         per_page=per_page,
         next=page + 1 if len(found) > per_page else None,
     )
+
+
+def paging(query: Mapping[str, str]) -> tuple[int, int]:
+    """The page a query asks for (``page``, from 1) and its size (``per_page``, at most api.MAX_PER_PAGE)."""
+    page = max(1, number(query.get("page"), 1))
+    per_page = min(api.MAX_PER_PAGE, max(1, number(query.get("per_page"), api.PER_PAGE)))
+    return page, per_page
+
+
+def number(text: str | None, default: int) -> int:
+    """A number a request gives (in its query, a header): never negative, ``default`` when absent or not one."""
+    try:
+        return max(0, int(text)) if text is not None else default
+    except ValueError:
+        return default

@@ -5,7 +5,7 @@
 ``/mcp`` is unbound (the agent-safe tools, as ``beflow mcp serve`` without ``--allow``); ``/mcp/issues/<key>`` is a
 server bound to that issue, as ``beflow mcp serve --issue <key>`` is: no tool argument can reach another issue.
 Resource updates are pushed from the watch's events (a run's progress announces ``beflow://run/<id>`` and
-``beflow://issue/<key>``), not polled. The token is checked before any of this (:class:`beflow.web.web.Guard`).
+``beflow://issue/<key>``), not polled. The token is checked before any of this (:class:`beflow.web.middleware.Guard`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import anyio.abc
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
+from beflow.app import open_tracker
 from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.mcpserver.schema import ISSUE_URI, RUN_URI
@@ -92,7 +93,7 @@ class RemoteMcp:
             if None not in self.servers:
                 from beflow.mcpserver.server import Launch
 
-                await self._start(None, Launch(project=self.project, actor="agent"))
+                await self._start(None, Launch(project=self.project, actor="agent", opens_tracker=open_tracker))
             return self.servers[None]
 
     async def _bound(self, key: str) -> tuple[BeflowServer, Any] | JSONResponse:
@@ -100,7 +101,9 @@ class RemoteMcp:
 
         async with self._making:
             try:
-                launch = await anyio.to_thread.run_sync(check_launch, Launch(project=self.project, issue=key))
+                launch = await anyio.to_thread.run_sync(
+                    check_launch, Launch(project=self.project, issue=key, opens_tracker=open_tracker)
+                )
             except BeflowError as error:
                 return JSONResponse({"error": {"code": error.code, "message": error.message, "fix": error.fix}}, 404)
             if launch.issue in self.servers:

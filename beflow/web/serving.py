@@ -1,4 +1,4 @@
-"""Running the HTTP server (:mod:`beflow.web.web`) beside a watch, or alone (``beflow serve``).
+"""Running the HTTP server (:mod:`beflow.web.server`) beside a watch, or alone (``beflow serve``).
 
 Beside a watch it runs in a thread of its own, with an event loop of its own: a request, a slow client or a
 stalled socket can never hold up the watch's loop, which only ever hands events over (:meth:`Hub.publish`).
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import uvicorn
     from starlette.types import ASGIApp
 
-    from beflow.web import web
+    from beflow.web.server import Server
 
 #: Seconds the end of a watch waits for the server to stop.
 STOP_WAIT = 5.0
@@ -100,7 +100,8 @@ def beside(
 
     def run() -> None:
 
-        from beflow.web.web import Server, build_app
+        from beflow.web.asgi import build_app
+        from beflow.web.server import Server
 
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
@@ -131,7 +132,8 @@ def beside(
 
 def serve_forever(project: Project, bind: Bind, actor: str | None, on_ready: Callable[[Serving], None]) -> None:
     """``beflow serve``: the server in this thread until SIGINT/SIGTERM (then :class:`Interrupted`)."""
-    from beflow.web.web import Server, build_app
+    from beflow.web.asgi import build_app
+    from beflow.web.server import Server
 
     token = load_token()
     sock, bound = listen(bind)
@@ -145,7 +147,7 @@ def serve_forever(project: Project, bind: Bind, actor: str | None, on_ready: Cal
         raise Interrupted(signal.Signals(stopped_by).name)  # after a graceful stop: exit 130, as a watch
 
 
-def _stopping_streams(server: web.Server) -> type[uvicorn.Server]:
+def _stopping_streams(server: Server) -> type[uvicorn.Server]:
     """uvicorn's server, which ends the event streams as soon as it is asked to stop. uvicorn waits for the
     responses in flight (``timeout_graceful_shutdown``), then cancels them and logs each as an exception: an event
     stream never ends by itself, so a page left open would make every stop slow and loud."""
@@ -159,7 +161,7 @@ def _stopping_streams(server: web.Server) -> type[uvicorn.Server]:
     return EndsStreams
 
 
-def _stoppable(server: web.Server) -> type[uvicorn.Server]:
+def _stoppable(server: Server) -> type[uvicorn.Server]:
     """uvicorn's server (ending its streams when it stops), stopped gracefully by SIGINT or SIGTERM, which it then
     reports (``stopped_by``) instead of raising the signal again: beflow exits 130 after cleanup, as every command
     does."""

@@ -205,7 +205,7 @@ def test_list_writes_its_rows_without_building_an_issue(three: Path, beflow, mon
     """`issues list` streams from the tracker's index: 100k issues list in constant memory."""
     monkeypatch.setattr("beflow.trackers.local_files.RACY_NS", -(10**12))  # (files just written are trusted at once)
     table, listing = beflow("issues", "list").stdout, beflow("issues", "list", "--json").stdout
-    from beflow.trackers.base import Issue
+    from beflow.trackers.issue import Issue
 
     monkeypatch.setattr(Issue, "model_validate_json", lambda *a, **k: pytest.fail("an issue was built"))
     monkeypatch.setattr(Issue, "__init__", lambda *a, **k: pytest.fail("an issue was built"))

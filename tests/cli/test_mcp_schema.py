@@ -7,9 +7,9 @@ import json
 import sys
 from pathlib import Path
 
+from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.mcp.acp import MASK
-from beflow.trackers import open_tracker
 from tests.support.projects import config_file
 
 

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from beflow.codehosts import github_feedback, open_code_host
+from beflow.app import open_code_host, open_tracker
+from beflow.codehosts import github_feedback
 from beflow.codehosts.github import GitHubCodeHost
 from beflow.config import Feedback as FeedbackSettings
 from beflow.config import GitHubCodeHostSettings, load_project
 from beflow.feedback import FeedbackSource, Gathered
-from beflow.trackers import github_api, open_tracker
+from beflow.trackers import github_api
 from beflow.trackers.github_api import Api
 from tests.support.github import TOKEN, FakeGitHub, wait_until
 from tests.support.projects import AutoProject
@@ -445,7 +446,7 @@ def test_a_refresh_makes_the_next_gather_read_the_repository_afresh(
     make_host: Host, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from beflow.trackers import LocalTracker
-    from beflow.watch.review_rounds import ReviewRounds
+    from beflow.watch.rounds import ReviewRounds
 
     monkeypatch.setattr(github_feedback, "FRESH", 3600.0)  # once read, the listings are not read again for an hour
     github.open_pull("beflow/1")

@@ -13,7 +13,7 @@ import pytest
 from beflow.config import load_project
 from beflow.ops import rounds
 from beflow.trackers import Status
-from beflow.trackers.base import format_time
+from beflow.trackers.issue import format_time
 from beflow.trackers.local_feedback import REWORK_MARK, is_rework, rework_text
 from tests.faults.conftest import beflow_run
 from tests.support.github import TOKEN, FakeGitHub

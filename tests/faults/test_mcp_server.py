@@ -17,8 +17,8 @@ from typing import Any
 import psutil
 import pytest
 
+from beflow.app import open_tracker
 from beflow.config import load_project
-from beflow.trackers import open_tracker
 from tests.support.projects import config_file
 
 MIB = 1024 * 1024

@@ -17,9 +17,10 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.fleet import devserver
-from beflow.fleet.shapes import tracker_id, workflow_id
+from beflow.fleet.shapes import workflow_id
 from tests.support.projects import AutoProject
 from tests.support.waiting import eventually
 
@@ -95,7 +96,7 @@ class Fleet:
     start_process: Any
 
     def workflow(self, key: str) -> str:
-        return workflow_id(tracker_id(load_project(self.project.config_path)), key)
+        return workflow_id(open_tracker(load_project(self.project.config_path)).identity, key)
 
     def beflow(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         return self.start_process("--config", str(self.project.config_path), *args, cwd=self.project.directory, env=env)

@@ -9,8 +9,9 @@ from typing import Any
 
 from temporalio.client import Client
 
+from beflow.app import open_tracker
 from beflow.config import load_project
-from beflow.fleet.shapes import tracker_id, workflow_id
+from beflow.fleet.shapes import workflow_id
 from beflow.trackers import Status
 from tests.fleet.conftest import HEARTBEAT, ask, free_port
 from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject
@@ -51,7 +52,7 @@ def test_dev_server_two_workers_and_watch_turn_ready_issues_into_branches_once(
         assert [r.outcome for r in auto_project.records(key)] == ["succeeded"]
         assert auto_project.branch_files(f"beflow/{key}")[f"issue-{n}.txt"] == "from the fleet"
     # Three issues on two workers of two lanes each: both took work, and each says so in its workflow's state.
-    tracker = tracker_id(load_project(auto_project.config_path))
+    tracker = open_tracker(load_project(auto_project.config_path)).identity
 
     async def workers_of(client: Client) -> set[str]:
         return {(await client.get_workflow_handle(workflow_id(tracker, key)).query("state"))["worker"] for key in keys}
@@ -109,7 +110,7 @@ def test_the_dev_server_restarted_mid_run_loses_nothing(
     server.terminate()
     server.wait(30)
     server = serve()  # the same port and database
-    tracker = tracker_id(load_project(auto_project.config_path))
+    tracker = open_tracker(load_project(auto_project.config_path)).identity
 
     async def phase(client: Client) -> str:
         try:

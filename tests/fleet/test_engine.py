@@ -191,8 +191,7 @@ def test_a_run_whose_activity_the_fleet_no_longer_has_pending_proves_nothing_and
 
     from beflow.fleet.claims import FleetClaims
     from beflow.fleet.shapes import WORKFLOW, IssueStart
-    from beflow.trackers.base import ClaimLost
-    from beflow.trackers.claims import FileClaims
+    from beflow.trackers.claims import ClaimLost, FileClaims
 
     workflow = f"beflow/test:proof/{uuid.uuid4().hex[:8]}"
 

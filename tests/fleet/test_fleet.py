@@ -59,6 +59,7 @@ def test_two_dispatchers_starting_the_same_issues_start_each_once(fleet: Fleet) 
 
     from temporalio.client import Client
 
+    from beflow.app import open_project
     from beflow.config import load_project
     from beflow.fleet.dispatch import FleetDispatcher
 
@@ -66,7 +67,7 @@ def test_two_dispatchers_starting_the_same_issues_start_each_once(fleet: Fleet) 
     project = load_project(fleet.project.config_path)
 
     async def race() -> list[tuple[bool, bool]]:
-        one, two = FleetDispatcher(project), FleetDispatcher(project)
+        one, two = FleetDispatcher(project, open_project(project)), FleetDispatcher(project, open_project(project))
         first, second = await Client.connect(fleet.address), await Client.connect(fleet.address)
         return [await asyncio.gather(one.start(first, key), two.start(second, key)) for key in keys]
 
@@ -203,8 +204,9 @@ def test_a_worker_stopped_mid_run_cancels_its_run_and_the_workflow_takes_it_up_e
 
 
 def test_feedback_on_an_issue_in_review_is_signalled_to_its_workflow_which_runs_the_round(fleet: Fleet) -> None:
+    from beflow.app import open_tracker
     from beflow.config import load_project
-    from beflow.fleet.shapes import tracker_id, workflow_id
+    from beflow.fleet.shapes import workflow_id
 
     fleet.project.configure(feedback={"settle": 0.5})
     key = fleet.project.new_issue("write hello.txt hi", title="Greet")
@@ -241,7 +243,7 @@ def test_feedback_on_an_issue_in_review_is_signalled_to_its_workflow_which_runs_
     events = read_events(watch)
     assert next(e for e in events if e["event"] == "feedback" and e["issue"] == key)["pieces"] == 1
     # The watch kept looking (every half second, through the round and after it) but told the workflow once.
-    tracker = tracker_id(load_project(fleet.project.config_path))
+    tracker = open_tracker(load_project(fleet.project.config_path)).identity
 
     async def signals(client: Client) -> int:
         histories = await executions(client, workflow_id(tracker, key))

@@ -25,9 +25,11 @@ from pydantic import TypeAdapter
 from beflow.errors import BeflowError, LockedError, NotFoundError
 from beflow.mcp.acp import AcpServer
 from beflow.mcp.inject import Injection, managed_acpxrc
-from beflow.mcp.journal import SAVED_DAYS, JournalEntry, Restored, damaged_dir, journal_dir, recover_orphans
+from beflow.mcp.journal import JournalEntry, Restored, damaged_dir, journal_dir
+from beflow.mcp.orphans import recover_orphans
 from beflow.paths import ACPXRC, beflow_home, path_key
 from beflow.system import liveness
+from beflow.system.journal import SAVED_DAYS
 
 #: The servers as ``.acpxrc.json`` holds them, and as a run hands them over.
 WIRE = [
@@ -546,6 +548,22 @@ def _entry_text(work: Path, **changes: object) -> str:
         **changes,
     }
     return json.dumps(entry)
+
+
+@pytest.mark.parametrize("start", [None, 1.0, 12345])  # unknown, long gone, clock ticks (an older version's)
+def test_an_orphan_an_earlier_beflow_journalled_is_restored(work: Path, start: float | None) -> None:
+    # The entry as beflow wrote it before the journal was shared (its fields in that order, indented, with a
+    # field no longer written): a user may have one on disk from a beflow killed before the upgrade.
+    (work / ACPXRC).write_bytes(b'{"mcpServers": "what beflow wrote"}')
+    journal_dir().mkdir(parents=True)
+    entry = json.loads(_entry_text(work, pid=dead_pid(), pid_start=start))
+    (journal_dir() / f"acpxrc-{path_key(work.resolve())}.json").write_text(json.dumps(entry, indent=2))
+
+    (restored,) = recover_orphans()
+
+    assert restored.action == "restored" and restored.pid == entry["pid"]
+    assert (work / ACPXRC).read_bytes() == SECRET_PRIOR and mode_of(work / ACPXRC) == 0o644
+    assert journal_files() == []
 
 
 @pytest.mark.parametrize(

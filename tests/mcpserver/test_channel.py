@@ -15,10 +15,10 @@ from pathlib import Path
 import anyio
 import pytest
 
+from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.errors import BeflowError
 from beflow.mcpserver.channel import MAX_REQUEST, ChannelClient, RunChannel
-from beflow.trackers import open_tracker
 from tests.support.projects import config_file
 
 

@@ -20,8 +20,9 @@ from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.shared.exceptions import MCPError
 
+from beflow.app import open_tracker
 from beflow.config import load_project
-from beflow.trackers import Status, open_tracker
+from beflow.trackers import Status
 from tests.support.projects import config_file
 
 pytestmark = pytest.mark.slow  # every test here starts beflow as a real process

@@ -7,22 +7,23 @@ from pathlib import Path
 import pytest
 
 import beflow.ops.issues  # noqa: F401 - registers the operations
+from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.errors import ConfigError, NotFoundError, OutOfScopeError, UsageError
 from beflow.ops.operations import REGISTRY, Context
-from beflow.trackers import LocalTracker, Status, open_tracker
+from beflow.trackers import LocalTracker, Status
 from tests.support.projects import config_file
 
 
 @pytest.fixture
 def context(repo: Path) -> Context:
-    return Context(project=load_project(), actor="alice")
+    return Context(project=load_project(), opens_tracker=open_tracker, actor="alice")
 
 
 @pytest.fixture
 def agent(repo: Path) -> Context:
     """What the MCP server will build for an agent bound to issue 1."""
-    return Context(project=load_project(), actor="agent (run r1)", bound_issue="1")
+    return Context(project=load_project(), opens_tracker=open_tracker, actor="agent (run r1)", bound_issue="1")
 
 
 def call(context: Context, name: str, **arguments: object) -> object:
@@ -84,7 +85,7 @@ def test_a_person_files_ready_issues_comments_and_closes_them(context: Context) 
 
 def test_show_says_who_holds_the_issue(context: Context) -> None:
     call(context, "issue.new", title="Fix it")
-    tracker = context.service("tracker", open_tracker)
+    tracker = context.open_tracker()
     with tracker.claim("1", owner="run r1"):
         assert call(context, "issue.show", key="1").claim.owner == "run r1"
 
@@ -242,7 +243,7 @@ def test_an_agents_words_stay_as_said_on_the_local_tracker(agent: Context) -> No
 
 
 def test_a_follow_up_body_of_the_documented_maximum_is_filed_with_its_footer(agent: Context) -> None:
-    from beflow.trackers.base import MAX_TEXT
+    from beflow.trackers.issue import MAX_TEXT
 
     call(agent, "issue.new", title="Agent's issue")
     follow_up = call(agent, "issue.new", title="Long", body="x" * MAX_TEXT)

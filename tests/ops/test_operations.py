@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 import beflow.ops.issues
 import beflow.ops.runs  # noqa: F401 - registers the run operations
+from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.errors import UsageError
 from beflow.ops.operations import REGISTRY, Context, Input, Operation
@@ -33,7 +34,7 @@ GREET = Operation("demo.greet", "Greet", "Says hello.", Greeting, "read", greet,
 
 @pytest.fixture
 def context(repo: Path) -> Context:
-    return Context(project=load_project())
+    return Context(project=load_project(), opens_tracker=open_tracker)
 
 
 def test_valid_arguments_reach_the_handler_validated(context: Context) -> None:
@@ -66,9 +67,9 @@ def test_a_bound_caller_can_never_name_another_issue(repo: Path) -> None:
     from beflow.errors import UsageError
     from beflow.ops.operations import Context
 
-    context = Context(project=load_project(), actor="agent", bound_issue="2")
-    REGISTRY["issue.new"].call(Context(project=load_project()), {"title": "one"})
-    REGISTRY["issue.new"].call(Context(project=load_project()), {"title": "two"})
+    context = Context(project=load_project(), opens_tracker=open_tracker, actor="agent", bound_issue="2")
+    REGISTRY["issue.new"].call(Context(project=load_project(), opens_tracker=open_tracker), {"title": "one"})
+    REGISTRY["issue.new"].call(Context(project=load_project(), opens_tracker=open_tracker), {"title": "two"})
 
     for name, arguments in [
         ("issue.show", {"key": "1"}),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import beflow.ops.runs  # noqa: F401 - registers the run operations
+from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.errors import NotFoundError
 from beflow.ops.operations import REGISTRY, Context
@@ -13,7 +14,9 @@ from tests.support.projects import AutoProject
 
 
 def call(name: str, bound_issue: str | None = None, **arguments: object):  # type: ignore[no-untyped-def]
-    return REGISTRY[name].call(Context(project=load_project(), bound_issue=bound_issue), arguments)
+    return REGISTRY[name].call(
+        Context(project=load_project(), opens_tracker=open_tracker, bound_issue=bound_issue), arguments
+    )
 
 
 def test_list_and_show_give_the_record(finished_run: RunRecord) -> None:

@@ -3,19 +3,23 @@ process, journalled for the next command after a kill."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
 from pathlib import Path
 
-from beflow.repository import repoguard
+import pytest
+
+from beflow.paths import path_key
+from beflow.repository import repoguard, snapshot
 from tests.conftest import git as run_git
 
 
 def state(repo: Path) -> dict[str, tuple[int, bytes | None]]:
     root = repo / ".git"
     found: dict[str, tuple[int, bytes | None]] = {}
-    for name in repoguard.GUARDED:
+    for name in snapshot.GUARDED:
         for path in [root / name, *(root / name).rglob("*")] if (root / name).exists() else []:
             info = path.lstat()
             data = path.read_bytes() if stat.S_ISREG(info.st_mode) else None
@@ -91,6 +95,29 @@ def test_the_journal_puts_back_what_a_killed_beflow_left(repo: Path) -> None:
     config = next(saved.parent.glob(saved.name.replace("*", "config")))
     assert "pushurl = /evil" in config.read_text() and stat.S_IMODE(config.stat().st_mode) == 0o600
     assert next(saved.parent.glob(saved.name.replace("*", "hooks%post-commit"))).read_text() == "#!/bin/sh\n"
+    assert state(repo) == before
+    assert not repoguard.has_entries()
+
+
+@pytest.mark.parametrize("version", ["with its places", "before places and start times"])
+def test_a_journal_an_earlier_beflow_left_when_it_was_killed_is_put_back(repo: Path, version: str) -> None:
+    # The entry as beflow wrote it before the journal was shared (its fields in that order, compact): a user may
+    # have one on disk from a beflow killed before the upgrade.
+    before = state(repo)
+    git_dir = (repo / ".git").resolve()
+    places = snapshot.snapshot_places(git_dir)
+    items = {path: item.model_dump() for path, item in snapshot.take(git_dir, places).items()}
+    entry = {"git_dir": str(git_dir), "pid": 2**22 + 1, "pid_start": 1.0, "items": items, "places": places}
+    if version != "with its places":
+        del entry["pid_start"], entry["places"]
+    repoguard.journal_dir().mkdir(parents=True)
+    journal = repoguard.journal_dir() / f"{path_key(git_dir)}-{2**22 + 1}.json"
+    journal.write_text(json.dumps(entry, separators=(",", ":")))
+    run_git(repo, "config", "remote.origin.pushurl", "/evil")
+
+    (said,) = repoguard.recover()
+
+    assert said.startswith(f"put back config in {git_dir} as before the run of beflow pid {2**22 + 1}, which was")
     assert state(repo) == before
     assert not repoguard.has_entries()
 

@@ -16,7 +16,7 @@ from beflow.codehosts.github import GitHubCodeHost
 from beflow.config import GitHubCodeHostSettings
 from beflow.repository import git, worktrees
 from beflow.run import delivery
-from beflow.trackers.base import ClaimLost
+from beflow.trackers.claims import ClaimLost
 from beflow.trackers.github_api import Api
 from tests.conftest import git as run_git
 from tests.support.github import TOKEN, FakeGitHub

@@ -6,12 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.events import RunEvent
 from beflow.records.record import RunStore
 from beflow.run.lifecycle import RunRequest, Session
 from beflow.run.policy import status_after
-from beflow.trackers import Status, Tracker, open_tracker
+from beflow.trackers import Status, Tracker
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from beflow.config import load_project
 from beflow.records.record import RunRecord, RunStore
 from beflow.run.runner import Run, RunRequest
 from beflow.trackers import Status
-from beflow.trackers.base import normalize_key
+from beflow.trackers.issue import normalize_key
 from tests.conftest import processes_under
 from tests.support.projects import SECRET_ENV, SECRET_HEADER, AutoProject, git
 from tests.support.waiting import eventually

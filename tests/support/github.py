@@ -11,6 +11,7 @@ rate limits, 5xx, a revoked token, a renamed repository.
 from __future__ import annotations
 
 import contextlib
+import copy
 import datetime as dt
 import hashlib
 import itertools
@@ -63,6 +64,17 @@ class Delay:
 
 
 @dataclass
+class Tamper:
+    """Answers (of ``method``, on paths starting with ``prefix``) changed by ``change`` on the way out, as a broken
+    proxy or a GitHub that drifted from its description would give them; ``served`` counts them."""
+
+    method: str
+    prefix: str
+    change: Callable[[Any], Any]
+    served: int = 0
+
+
+@dataclass
 class Seen:
     method: str
     path: str
@@ -109,6 +121,7 @@ class FakeGitHub:
         self.ids = itertools.count(1000)
         self.faults: list[Fault] = []
         self.delays: list[Delay] = []
+        self.tampers: list[Tamper] = []
         self.seen: list[Seen] = []
         self.violations: list[str] = []
         self.rate_remaining = 5000
@@ -419,6 +432,13 @@ class FakeGitHub:
             self.issues[number].update(state="closed", closed_at=now)
             self._touch(number)
 
+    def add_commit(self, message: str) -> str:
+        """A commit holding ``message`` on an empty tree, as anyone who may push can make one; its sha."""
+        with self.lock:
+            tree = self._git_create_tree({}, {}, {"tree": []})[2]["sha"]
+            sha: str = self._git_create_commit({}, {}, {"message": message, "tree": tree, "parents": []})[2]["sha"]
+            return sha
+
     def issue_labels(self, number: int) -> list[str]:
         return [label["name"] for label in self.issues[number]["labels"]]
 
@@ -460,6 +480,23 @@ class FakeGitHub:
                     self.held.append(time.time())
                     return delay.seconds
         return 0.0
+
+    def tamper(self, method: str, prefix: str, change: Callable[[Any], Any]) -> Tamper:
+        """From now on, the successful answers of ``method`` on paths starting with ``prefix`` are what ``change``
+        makes of them (it gets a copy, and returns the answer); they are not checked against GitHub's description
+        (they are meant to stray from it), and the requests that got them still are."""
+        with self.lock:
+            tamper = Tamper(method, prefix, change)
+            self.tampers.append(tamper)
+            return tamper
+
+    def _tampered(self, method: str, path: str, status: int, data: Any) -> tuple[Any, bool]:
+        with self.lock:
+            for tamper in self.tampers:
+                if tamper.method == method and path.startswith(tamper.prefix) and 200 <= status < 300:
+                    tamper.served += 1
+                    return tamper.change(copy.deepcopy(data)), True
+        return data, False
 
     def requests(self, method: str | None = None, prefix: str = "") -> list[Seen]:
         return [s for s in self.seen if (method is None or s.method == method) and s.path.startswith(prefix)]
@@ -882,6 +919,7 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
             if hold:
                 fake.released.wait(hold)  # (outside the fake's lock: every other request is answered meanwhile)
             status, extra, data = fake.handle(self.command, parts.path, query, body, headers)
+            data, tampered = fake._tampered(self.command, parts.path, status, data)
             payload = b"" if data is None else json.dumps(data).encode()
             out = {"Content-Type": "application/json; charset=utf-8", **extra}
             with fake.lock:
@@ -894,8 +932,9 @@ def _handler(fake: FakeGitHub) -> type[BaseHTTPRequestHandler]:
                     fake.rate_remaining -= 1
                     fake.rate_used += 1
                     out["X-RateLimit-Remaining"] = str(max(fake.rate_remaining, 0))
-                for problem in fake.spec.check_response(self.command, parts.path, status, data if payload else None):
-                    fake.violations.append(f"response: {problem}")
+                answer = data if payload else None
+                problems = [] if tampered else fake.spec.check_response(self.command, parts.path, status, answer)
+                fake.violations.extend(f"response: {problem}" for problem in problems)
                 fake.seen.append(Seen(self.command, parts.path, query, body, status, headers))
             self.send_response(status)
             for key, value in out.items():

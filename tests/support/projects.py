@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 
+from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.records.record import RunRecord, RunStore
-from beflow.trackers import Issue, Status, Tracker, open_tracker
+from beflow.trackers import Issue, Status, Tracker
 
 #: Secret values in the project's `.mcp.json`: they reach the agent, and never a run record.
 SECRET_ENV = "env-secret-5f1c9a07"

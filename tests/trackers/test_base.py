@@ -7,7 +7,7 @@ import datetime as dt
 import pytest
 
 from beflow.errors import UsageError
-from beflow.trackers.base import TRANSITIONS, Comment, Issue, Status, check_transition, normalize_key
+from beflow.trackers.issue import TRANSITIONS, Comment, Issue, Status, check_transition, normalize_key
 
 T0 = dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.UTC)
 

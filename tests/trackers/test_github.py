@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.errors import ConfigError, LockedError
-from beflow.trackers import Status, open_tracker
-from beflow.trackers.base import ClaimLost, MetersRequests
+from beflow.trackers import Status
+from beflow.trackers.base import MetersRequests
+from beflow.trackers.claims import ClaimLost
 from beflow.trackers.github import GitHubTracker
 from beflow.trackers.github_api import RateLimited, Unavailable
 from tests.support.github import TOKEN, FakeGitHub

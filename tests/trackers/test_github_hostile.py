@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 import beflow.ops.issues  # noqa: F401 - registers the operations
+from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.errors import BeflowError
 from beflow.ops.operations import REGISTRY, Context
@@ -51,7 +52,9 @@ def test_an_agents_follow_up_on_github_is_open_and_not_urgent_whatever_its_label
     gh: AutoProject, github: FakeGitHub
 ) -> None:
     github.add_issue("Bound", labels=["beflow", "beflow:in-progress"])
-    agent = Context(project=load_project(gh.config_path), actor="agent (run r1)", bound_issue="1")
+    agent = Context(
+        project=load_project(gh.config_path), opens_tracker=open_tracker, actor="agent (run r1)", bound_issue="1"
+    )
     labels = ["bug", "beflow:ready", "Beflow:Ready", " beflow:ready ", "BEFLOW:IN-PROGRESS", "priority:0", "Priority:1"]
     made = REGISTRY["issue.new"].call(agent, {"title": "Queue me", "labels": labels, "priority": 0})
     assert made.status == Status.OPEN and made.priority == 2
@@ -67,7 +70,9 @@ def test_an_agents_status_note_on_github_acts_on_nothing_and_holds_no_secret(
 
     github.add_issue("Other", labels=["beflow"])
     github.add_issue("Bound", labels=["beflow", "beflow:in-progress"])
-    agent = Context(project=load_project(gh.config_path), actor="agent (run r1)", bound_issue="2")
+    agent = Context(
+        project=load_project(gh.config_path), opens_tracker=open_tracker, actor="agent (run r1)", bound_issue="2"
+    )
     REGISTRY["issue.set_status"].call(agent, {"key": "2", "status": "review", "note": f"Fixes #1 @user {TOKEN}"})
     (note,) = [c["body"] for c in github.comments_of(2) if "Fixes" in c["body"]]
     assert acted_on(note) == [] and "#1" not in note and TOKEN not in note and MASK in note

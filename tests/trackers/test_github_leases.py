@@ -9,11 +9,12 @@ import time
 
 import pytest
 
+from beflow.app import open_tracker
 from beflow.codehosts.github import GitHubCodeHost, open_github
 from beflow.config import load_project
 from beflow.errors import BeflowError, LockedError
-from beflow.trackers import Status, open_tracker
-from beflow.trackers.base import ClaimLost
+from beflow.trackers import Status
+from beflow.trackers.claims import ClaimLost
 from beflow.trackers.github import GitHubTracker
 from tests.support.github import TOKEN, FakeGitHub, wait_until
 from tests.support.projects import AutoProject

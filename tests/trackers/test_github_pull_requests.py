@@ -10,11 +10,10 @@ from urllib.parse import urlparse
 
 import pytest
 
-from beflow.codehosts import open_code_host
+from beflow.app import open_code_host, open_tracker
 from beflow.codehosts.github import GitHubCodeHost
 from beflow.config import load_project
 from beflow.repository.remote import PushAuth
-from beflow.trackers import open_tracker
 from beflow.trackers.github import web_host
 from tests.support.github import TOKEN, FakeGitHub, acted_on
 from tests.support.projects import AutoProject

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from beflow.errors import LockedError, NotFoundError, UsageError
 from beflow.run.lifecycle import requeue_orphans
-from beflow.trackers.base import Comment, Issue, Status
+from beflow.trackers.issue import Comment, Issue, Status
 from beflow.trackers.local import LocalTracker
 from beflow.trackers.local_format import COMMENTS_MARKER, IssueFileError, file_name, parse, render
 
@@ -430,7 +430,7 @@ HOLDER = """
     import sys, time
     from pathlib import Path
     from beflow.trackers.local import LocalTracker
-    from beflow.trackers.base import Status
+    from beflow.trackers.issue import Status
     tracker = LocalTracker(Path(sys.argv[1]), Path(sys.argv[2]))
     claim = tracker.claim(sys.argv[3], owner="worker")
     if len(sys.argv) > 4:

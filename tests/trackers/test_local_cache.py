@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from beflow.trackers import local, local_files, local_index
-from beflow.trackers.base import Status
+from beflow.trackers.issue import Status
 from beflow.trackers.local import LocalTracker
 
 #: More issues than a handful (the index once waited for this many changes before it was rewritten).

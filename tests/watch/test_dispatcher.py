@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
+from beflow.app import open_project
 from beflow.config import load_project
 from beflow.errors import ConfigError, LockedError
 from beflow.events import WatchEvent
@@ -82,7 +83,7 @@ class Clock:
 @asynccontextmanager
 async def watching(project: AutoProject, clock: Clock | None = None) -> AsyncIterator[Watch]:
     """``beflow watch`` on ``project`` for the body of the ``async with``; stopped (runs cancelled) after it."""
-    dispatcher = Dispatcher(load_project(project.config_path), clock=clock or time.time)
+    dispatcher = Dispatcher(load_project(project.config_path), opens=open_project, clock=clock or time.time)
     watch = Watch(dispatcher)
     dispatcher.listener = lambda event: watch.events.append(event) if isinstance(event, WatchEvent) else None
     async with anyio.create_task_group() as tasks:
@@ -519,7 +520,7 @@ def test_config_changes_are_picked_up_between_ticks_and_a_broken_config_keeps_th
 ) -> None:
     auto_project.configure(watch=fast(concurrency=1))
     tracker = auto_project.tracker
-    dispatcher = Dispatcher(load_project(auto_project.config_path))
+    dispatcher = Dispatcher(load_project(auto_project.config_path), opens=open_project)
     events: list[WatchEvent] = []
     dispatcher.listener = lambda event: events.append(event) if isinstance(event, WatchEvent) else None
 
@@ -559,7 +560,7 @@ def test_a_config_edited_into_a_hostile_file_keeps_the_watch_on_its_last_good_on
     auto_project: AutoProject, text: str, expected: str
 ) -> None:
     auto_project.configure(watch=fast(concurrency=2))
-    dispatcher = Dispatcher(load_project(auto_project.config_path))
+    dispatcher = Dispatcher(load_project(auto_project.config_path), opens=open_project)
     events: list[WatchEvent] = []
     dispatcher.listener = lambda event: events.append(event) if isinstance(event, WatchEvent) else None
 
@@ -577,7 +578,7 @@ def test_a_watch_error_about_mcp_json_never_echoes_a_value(auto_project: AutoPro
     auto_project.new_issue("say hi")
     mcp = {"mcpServers": {"api": {"type": "http", "url": "https://x", "headers": "Bearer sk-live-9f8e7d"}}}
     (auto_project.directory / ".mcp.json").write_text(json.dumps(mcp))
-    dispatcher = Dispatcher(load_project(auto_project.config_path))
+    dispatcher = Dispatcher(load_project(auto_project.config_path), opens=open_project)
     events: list[WatchEvent] = []
     dispatcher.listener = lambda event: events.append(event) if isinstance(event, WatchEvent) else None
 

@@ -20,10 +20,10 @@ import jsonschema
 import pytest
 from pydantic import BaseModel
 
+from beflow.app import open_project, open_tracker
 from beflow.config import load_project
 from beflow.records.record import RunRecord, RunStore, new_run_id
-from beflow.trackers import open_tracker
-from beflow.trackers.base import utc_now
+from beflow.trackers.issue import utc_now
 from beflow.web import api
 from beflow.web.guard import TOKEN_ENV, Bind, load_token, parse_bind
 from beflow.web.live import RING, Hub
@@ -462,7 +462,7 @@ def test_the_state_lists_an_issue_the_tracker_cannot_read_once_with_why(  # type
     hub = Hub()
 
     async def scenario() -> dict[str, Any]:
-        dispatcher = Dispatcher(project, listener=lambda event: hub.publish(event.to_json()))
+        dispatcher = Dispatcher(project, opens=open_project, listener=lambda event: hub.publish(event.to_json()))
         source = WatchSource(dispatcher, hub)
         source.attach()
         await threads.blocking(dispatcher._survey, False)  # one look at the tracker, as a tick's
@@ -488,7 +488,7 @@ def test_a_lane_in_a_review_round_says_which_round(project: Path) -> None:
     hub = Hub()
 
     async def scenario() -> tuple[dict[str, Any], str]:
-        dispatcher = Dispatcher(loaded)
+        dispatcher = Dispatcher(loaded, opens=open_project)
         dispatcher.running["1"] = Running("1", 1, anyio.CancelScope(), dispatcher.tracker, round=2)
         source = WatchSource(dispatcher, hub)
         source.attach()
@@ -520,7 +520,7 @@ def test_the_tracker_is_unreachable_only_when_the_tracker_failed_and_reachable_a
     hub = Hub()
 
     async def scenario() -> list[dict[str, Any]]:
-        dispatcher = Dispatcher(project, listener=lambda event: hub.publish(event.to_json()))
+        dispatcher = Dispatcher(project, opens=open_project, listener=lambda event: hub.publish(event.to_json()))
         source = WatchSource(dispatcher, hub)
         source.attach()
         seen: list[dict[str, Any]] = []
@@ -706,7 +706,7 @@ def test_a_secret_a_config_reload_adds_is_masked_from_then_on(project: Path) -> 
     hub = Hub()
 
     async def scenario() -> tuple[dict[str, str], dict[str, str]]:
-        dispatcher = Dispatcher(loaded, listener=lambda event: hub.publish(event.to_json()))
+        dispatcher = Dispatcher(loaded, opens=open_project, listener=lambda event: hub.publish(event.to_json()))
         source = WatchSource(dispatcher, hub)
         source.attach()
         await threads.blocking(dispatcher._survey, False)
@@ -786,9 +786,9 @@ def test_the_issues_and_the_runs_are_listed_page_by_page_through_the_registry(pr
 
 
 def test_the_state_keeps_the_recent_runs_until_a_run_finishes(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from beflow.web import web
+    from beflow.web import views
 
-    monkeypatch.setattr(web, "RECENT_FOR", 600.0, raising=False)  # (2 s in use: a run another process finished)
+    monkeypatch.setattr(views, "RECENT_FOR", 600.0)  # (2 s in use: a run another process finished)
     reads: list[int] = []
     records = RunStore.records
     monkeypatch.setattr(RunStore, "records", lambda self, *a, **k: reads.append(1) or records(self, *a, **k))
@@ -809,7 +809,8 @@ def test_a_lanes_tail_is_the_transcripts_last_lines_read_from_its_end_and_not_ag
 ) -> None:
     from beflow.agent import acpx
     from beflow.web.guard import Policy
-    from beflow.web.web import TAIL_LINES, Server
+    from beflow.web.server import Server
+    from beflow.web.transcripts import TAIL_LINES, Transcripts
 
     def said(text: str) -> str:
         update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
@@ -832,15 +833,16 @@ def test_a_lanes_tail_is_the_transcripts_last_lines_read_from_its_end_and_not_ag
     readable = acpx.readable
     monkeypatch.setattr(acpx, "readable", lambda raw, *a: parsed.append(len(raw)) or readable(raw, *a))
     server = Server(load_project(config_file(project)), Policy(Bind("127.0.0.1", 1), TOKEN), mcp=False)
-    tail = server.tail(record.id)
+    transcripts = Transcripts(server.store, server.call)
+    tail = transcripts.tail(record.id)
     assert [(line.kind, line.text) for line in tail][-2:] == [
         ("agent", "step 499"),
         ("tool", "Read f499.py [?] completed"),
     ]
     assert len(tail) == TAIL_LINES and parsed[0] < 200  # a few KiB of a 1,000-line transcript
-    assert server.tail(record.id) == tail and len(parsed) == 1  # unchanged: not read again
+    assert transcripts.tail(record.id) == tail and len(parsed) == 1  # unchanged: not read again
     # A last line longer than the first read: the tail reads further back for it.
     with (store.directory(record.id) / "transcript.jsonl").open("a") as file:
         file.write(said("y" * 20_000) + "\n")
-    tail = server.tail(record.id)
+    tail = transcripts.tail(record.id)
     assert tail[-1].text.startswith("yyy") and len(tail) == TAIL_LINES

@@ -18,8 +18,8 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from beflow.app import open_tracker
 from beflow.config import load_project
-from beflow.trackers import open_tracker
 from beflow.web.guard import TOKEN_ENV, Bind
 from beflow.web.live import Hub
 from beflow.web.serving import Serving, beside

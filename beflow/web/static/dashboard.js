@@ -5,7 +5,7 @@
   var actions = document.body.dataset.actions === "on";
   var pending = false, inFlight = false, lastEvent = null;
 
-  // Text from data as the server renders it (web.plain): terminal escapes and control characters removed, a huge
+  // Text from data as the server renders it (filters.plain): terminal escapes and control characters removed, a huge
   // text cut. It is then set as textContent: never parsed as HTML.
   var ANSI = /\x1b(?:\[[0-?]*[ -\/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])/g;
   var CONTROL = /[\x00-\x08\x0b-\x1f\x7f-\x9f]/g;
@@ -29,7 +29,7 @@
     if (v < 7200) return Math.round(v / 60) + "m";
     return (v / 3600).toFixed(1) + "h";
   }
-  // What the agent reported, as the server says it (web.usage_text): nothing estimated.
+  // What the agent reported, as the server says it (filters.usage_text): nothing estimated.
   function num(n) { return Number(n).toLocaleString("en-US"); }
   function usageText(u) {
     if (!u) return "";

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from beflow.ops.followups import agent_follow_up, is_status_or_priority
-from beflow.trackers.base import DEFAULT_PRIORITY
+from beflow.ops.agent_words import agent_follow_up, is_status_or_priority
+from beflow.trackers.issue import DEFAULT_PRIORITY
 
 
 @pytest.mark.parametrize(

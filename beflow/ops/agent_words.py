@@ -1,4 +1,7 @@
-"""An agent's own words, masked before beflow writes them down: the progress lines (``run.progress``), comments and
+"""What an agent's own words may do: masked before beflow writes them down, inert where its tracker would act on
+them, and its follow-ups unable to queue work for itself (docs/safety.md).
+
+An agent's words are masked before beflow writes them down: the progress lines (``run.progress``), comments and
 follow-ups an agent sends through beflow's MCP server go to ``progress.jsonl``, the record, ``runs show``, MCP
 read-backs and the issue — a public comment, on GitHub — with every secret of its run masked, as transcripts are.
 
@@ -13,18 +16,19 @@ the progress file again when the run ends, with every secret it holds
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from beflow.ops.operations import Context
+from beflow.trackers.issue import DEFAULT_PRIORITY
 
 if TYPE_CHECKING:  # loaded when an agent bound to a run speaks: every other command starts without them
     from beflow.mcp.acp import AcpServer
     from beflow.mcp.redact import Redactor
     from beflow.records.record import RunRecord
 
-#: The context's service holding every secret value of the run (its channel sets it: :mod:`beflow.mcpserver.channel`).
-RUN_SECRETS = "run secrets"
 #: The largest injected file read for its values (the injected set of a big ``.mcp.json`` stays well below).
 MAX_INJECTED = 8 << 20
 
@@ -74,7 +78,7 @@ def _redactor(context: Context) -> Redactor:
     servers = injected_servers(record) if record is not None else []
     # Every secret the run holds, when the run's channel hands them over (a token from `gh auth token` is in no
     # variable); else those of beflow's environment.
-    secrets = context.services.get(RUN_SECRETS)
+    secrets = context.secrets
     return Redactor(servers, secrets=list(secrets) if secrets is not None else held_secrets(context.project.config))
 
 
@@ -84,21 +88,57 @@ def agent_words(context: Context, text: str) -> str:
     else's as it is."""
     if context.bound_issue is None and context.bound_run is None:
         return text
+    from beflow.mcp.redact import Redactor
     from beflow.trackers.quoting import unmarked
 
-    redact: Redactor = context.service("agent words", lambda _project: _redactor(context))
+    redact = context.cache.get("agent words")
+    if not isinstance(redact, Redactor):
+        redact = context.cache["agent words"] = _redactor(context)
     return unmarked(redact.text(text))
 
 
 def posted_words(context: Context, text: str) -> str:
     """What an agent bound to a run posts to its tracker (a comment, a follow-up's title and body, a status note):
-    :func:`agent_words`, and on GitHub inert (:func:`beflow.trackers.quoting.inert`), so that it pings nobody and links
-    or
-    closes no issue. The local tracker keeps the words as they are: nothing reads them as mentions there."""
+    :func:`agent_words`, made inert by the tracker (:meth:`~beflow.trackers.base.Tracker.inert`: on GitHub, quoted so
+    that it pings nobody and links or closes no issue; the local tracker keeps the words as they are)."""
     if context.bound_issue is None and context.bound_run is None:
         return text
-    from beflow.config import GitHubTrackerSettings
-    from beflow.trackers.quoting import inert
+    return context.open_tracker().inert(agent_words(context, text))
 
-    masked = agent_words(context, text)
-    return inert(masked) if isinstance(context.project.config.tracker, GitHubTrackerSettings) else masked
+
+# -- an agent's follow-ups ---------------------------------------------------------------------------------------------
+# What an agent may say about the issues it files (docs/safety.md: an agent cannot queue work for itself).
+#
+# An agent's follow-up is filed ``open``: a person decides when it is ready and how urgent it is. Labels are how a
+# tracker keeps status and priority (GitHub: ``beflow:ready``, ``priority:0``), so an agent's labels that read as a
+# status or a priority are dropped, whatever their spelling: compared case-folded, stripped and in Unicode's NFKC form
+# (GitHub matches label names without regard to case; ``ｐｒｉｏｒｉｔｙ:０`` is ``priority:0`` once normalized), and
+# a priority more urgent than the default becomes the default.
+
+#: Prefixes of labels that carry a status on some tracker: beflow's own, whatever the project configured.
+STATUS_PREFIXES = ("beflow:", "beflow/", "beflow-", "status:")
+_PRIORITY = re.compile(r"^p(?:rio(?:rity)?)?\s*[:=/\-_ ]?\s*\d+$")
+
+
+def fold(label: str) -> str:
+    """A label as trackers compare it: NFKC, case-folded, without surrounding (or inner runs of) white space, and
+    without the invisible characters a lookalike would hide in it."""
+    text = unicodedata.normalize("NFKC", label).casefold()
+    text = "".join(c for c in text if unicodedata.category(c) not in ("Cf", "Cc"))
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def is_status_or_priority(label: str, status_prefix: str | None = None) -> bool:
+    """Whether ``label`` reads as a status (``beflow:ready``) or a priority (``priority:0``) on some tracker."""
+    folded = fold(label)
+    prefixes = (*STATUS_PREFIXES, *((fold(status_prefix),) if status_prefix else ()))
+    return folded.startswith(prefixes) or bool(_PRIORITY.match(folded))
+
+
+def agent_follow_up(
+    labels: list[str], priority: int, status_prefix: str | None = None
+) -> tuple[list[str], int, list[str]]:
+    """The labels and priority an agent's follow-up is filed with, and the labels dropped (status, priority)."""
+    kept = [label for label in labels if not is_status_or_priority(label, status_prefix)]
+    dropped = [label for label in labels if label not in kept]
+    return kept, max(priority, DEFAULT_PRIORITY), dropped

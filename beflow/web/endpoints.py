@@ -1,0 +1,134 @@
+"""The endpoints of beflow's HTTP API, declared once: :mod:`beflow.web.routes` serves each at its path and method,
+and :mod:`beflow.web.openapi` documents each with the models of :mod:`beflow.web.api` it answers with — so that
+what is served and what ``/api/v1/openapi.json`` says cannot part."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel
+
+from beflow.records.record import RunRecord
+from beflow.trackers.issue import Status
+from beflow.web.api import (
+    MAX_PAGE,
+    MAX_PER_PAGE,
+    Accepted,
+    ActionDone,
+    IssueDetail,
+    IssuePage,
+    RunPage,
+    SetStatusBody,
+    State,
+    TranscriptPage,
+)
+
+
+@dataclass(frozen=True)
+class Param:
+    """A parameter of an endpoint, in its path (always required), its query or a header."""
+
+    name: str
+    where: Literal["path", "query", "header"]
+    type: Literal["string", "integer"] = "string"
+    minimum: int | None = None
+    maximum: int | None = None
+    choices: tuple[str, ...] = ()
+    description: str | None = None
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One endpoint of the API: what :mod:`beflow.web.routes` serves at ``path`` and the OpenAPI document says of
+    it. ``name`` names its handler; ``response`` is the model of its answer (None: the event stream's ``Event``s,
+    or, for JSON, any object)."""
+
+    name: str
+    method: Literal["GET", "POST"]
+    path: str
+    summary: str
+    response: type[BaseModel] | None
+    params: tuple[Param, ...] = ()
+    body: type[BaseModel] | None = None
+    status: Literal[200, 202] = 200
+    media: Literal["application/json", "text/event-stream"] = "application/json"
+    #: What the answer is, where its status's phrase ("OK") does not say it.
+    answers: str | None = None
+
+
+_KEY = Param("key", "path")
+_RUN = Param("id", "path")
+_LISTING = (
+    Param("page", "query", "integer", minimum=1),
+    Param("per_page", "query", "integer", minimum=1, maximum=MAX_PER_PAGE),
+)
+
+#: Every endpoint under ``/api/v1/``, in the order they are routed and documented.
+ENDPOINTS: tuple[Endpoint, ...] = (
+    Endpoint("state", "GET", "/api/v1/state", "The live state", State),
+    Endpoint(
+        "issues",
+        "GET",
+        "/api/v1/issues",
+        "A page of the project's issues, by key (issue.list)",
+        IssuePage,
+        (Param("status", "query", choices=tuple(s.value for s in Status)), *_LISTING),
+    ),
+    Endpoint(
+        "runs",
+        "GET",
+        "/api/v1/runs",
+        "A page of the project's runs, newest first (run.list)",
+        RunPage,
+        (Param("issue", "query"), *_LISTING),
+    ),
+    Endpoint("issue", "GET", "/api/v1/issues/{key}", "An issue and its runs", IssueDetail, (_KEY,)),
+    Endpoint("run", "GET", "/api/v1/runs/{id}", "A run's record", RunRecord, (_RUN,)),
+    Endpoint(
+        "transcript",
+        "GET",
+        "/api/v1/runs/{id}/transcript",
+        "A page of a run's readable transcript",
+        TranscriptPage,
+        (
+            _RUN,
+            Param("offset", "query", "integer", minimum=0),
+            Param("limit", "query", "integer", minimum=1, maximum=MAX_PAGE),
+        ),
+    ),
+    Endpoint(
+        "events",
+        "GET",
+        "/api/v1/events",
+        "The watch's event stream (the `--json` events) as server-sent events, resumable with Last-Event-ID",
+        None,
+        (
+            Param("Last-Event-ID", "header", "integer", minimum=0),
+            Param(
+                "since",
+                "query",
+                "integer",
+                minimum=0,
+                description="As Last-Event-ID, for a client that cannot set a header",
+            ),
+        ),
+        media="text/event-stream",
+        answers="Server-sent events: `id: N` and `data: <Event as JSON>` each",
+    ),
+    Endpoint("refresh", "POST", "/api/v1/refresh", "Look at the tracker now", Accepted, status=202),
+    Endpoint("openapi", "GET", "/api/v1/openapi.json", "This document: the API's endpoints and shapes", None),
+    Endpoint("cancel", "POST", "/api/v1/runs/{id}/cancel", "Cancel a run (http.actions)", ActionDone, (_RUN,)),
+    Endpoint(
+        "retry", "POST", "/api/v1/issues/{key}/retry", "Make an issue ready again (http.actions)", ActionDone, (_KEY,)
+    ),
+    Endpoint(
+        "status",
+        "POST",
+        "/api/v1/issues/{key}/status",
+        "Set an issue's status (http.actions)",
+        ActionDone,
+        (_KEY,),
+        body=SetStatusBody,
+    ),
+)

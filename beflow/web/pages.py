@@ -1,0 +1,87 @@
+"""The dashboard's HTML pages: the live page (``/``, which keeps the token a link brings as a cookie), a run's, an
+issue's and the lists of every issue and every run, rendered from the same views as the API
+(:mod:`beflow.web.views`) with the templates' filters (:mod:`beflow.web.filters`)."""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
+from starlette.routing import Route
+
+from beflow import guardrails
+from beflow.trackers.issue import Status
+from beflow.web import api
+from beflow.web.guard import COOKIE
+from beflow.web.lists import number, paging
+
+if TYPE_CHECKING:
+    from beflow.web.server import Server
+    from beflow.web.views import Views
+
+
+def page_routes(server: Server, views: Views) -> list[Route]:
+    """The pages' routes."""
+
+    async def index(request: Request) -> Response:
+        token = request.query_params.get("token")
+        if token is not None:  # the link `beflow watch --http` prints: keep the token as a cookie, drop it from the URL
+            if not server.policy.token_ok(token):
+                return server.problem(401, "unauthorized", "that token is not this server's")
+            response = RedirectResponse("/", status_code=303)
+            response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+            return response
+
+        async def page() -> Response:
+            state = await server.off_loop(views.state)
+            return server.html("index.html", state=state, now=time.time())
+
+        return await server.answer(page)
+
+    async def run_page(request: Request) -> Response:
+        run_id = request.path_params["id"]
+        offset = number(request.query_params.get("offset"), 0)
+
+        async def page() -> Response:
+            record = await server.off_loop(server.call, "run.show", {"id": run_id})
+            transcript = await server.off_loop(views.transcripts.page, record.id, offset, api.MAX_PAGE)
+            fields = record.model_dump(mode="json", exclude={"progress", "final_message", "usage"})
+            used = guardrails.describe(record.usage)  # what the agent reported, as `beflow runs show` says it
+            return server.html("run.html", record=record, fields=fields, used=used, transcript=transcript)
+
+        return await server.answer(page)
+
+    async def issue_page(request: Request) -> Response:
+        async def page() -> Response:
+            detail = await server.off_loop(views.issue, request.path_params["key"])
+            return server.html("issue.html", detail=detail)
+
+        return await server.answer(page)
+
+    async def issues_page(request: Request) -> Response:
+        status = request.query_params.get("status") or None
+
+        async def page() -> Response:
+            listing = await server.off_loop(views.issues, status, *paging(request.query_params))
+            return server.html("issues.html", listing=listing, statuses=[s.value for s in Status])
+
+        return await server.answer(page)
+
+    async def runs_page(request: Request) -> Response:
+        issue = request.query_params.get("issue") or None
+
+        async def page() -> Response:
+            listing = await server.off_loop(views.runs, issue, *paging(request.query_params))
+            return server.html("runs.html", listing=listing)
+
+        return await server.answer(page)
+
+    return [
+        Route("/", index),
+        Route("/runs", runs_page),
+        Route("/runs/{id}", run_page),
+        Route("/issues", issues_page),
+        Route("/issues/{key}", issue_page),
+    ]

@@ -1,0 +1,163 @@
+"""The JSON API under ``/api/v1/``: a handler for each endpoint :data:`beflow.web.endpoints.ENDPOINTS` declares,
+routed as the list says (its path and method), so that what is served and what the OpenAPI document says are one.
+Reading runs in the server's worker threads; actions (``http.actions``) go through the operations registry."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from beflow.errors import BeflowError
+from beflow.web import api, endpoints, openapi, sse
+from beflow.web.lists import number, paging
+
+if TYPE_CHECKING:
+    from beflow.web.server import Server
+    from beflow.web.views import Views
+
+Handler = Callable[[Request], Awaitable[Any]]
+
+
+class Conflict(BeflowError):
+    """What an action asks cannot be done now (409)."""
+
+    code = "conflict"
+
+
+def api_routes(server: Server, views: Views) -> list[Route]:
+    """The routes of :data:`endpoints.ENDPOINTS`, then the ones that tell a client which actions there are."""
+
+    async def json(fn: Callable[..., Any], *args: Any) -> Response:
+        """``fn(*args)``'s model, read off the loop, as JSON (or the problem its error is)."""
+
+        async def answered() -> Response:
+            return server.json(await server.off_loop(fn, *args))
+
+        return await server.answer(answered)
+
+    async def state(request: Request) -> Response:
+        return await json(views.state)
+
+    async def issues(request: Request) -> Response:
+        return await json(views.issues, request.query_params.get("status") or None, *paging(request.query_params))
+
+    async def runs(request: Request) -> Response:
+        return await json(views.runs, request.query_params.get("issue") or None, *paging(request.query_params))
+
+    async def issue(request: Request) -> Response:
+        return await json(views.issue, request.path_params["key"])
+
+    async def run(request: Request) -> Response:
+        return await json(server.call, "run.show", {"id": request.path_params["id"]})
+
+    async def transcript(request: Request) -> Response:
+        offset = number(request.query_params.get("offset"), 0)
+        limit = min(api.MAX_PAGE, max(1, number(request.query_params.get("limit"), api.MAX_PAGE)))
+        return await json(views.transcripts.page, request.path_params["id"], offset, limit)
+
+    async def events(request: Request) -> Response | sse.EventStream:
+        return await sse.events(server, request)
+
+    async def refresh(request: Request) -> Response:
+        if server.source is None:
+            return server.json(api.Accepted(message="no watch is running: nothing to refresh"), 202)
+        await server.off_loop(server.source.refresh)
+        return server.json(api.Accepted(message="the watch looks at the tracker now"), 202)
+
+    async def document(request: Request) -> Response:
+        return JSONResponse(openapi.document())
+
+    actions = Actions(server)
+    handlers: dict[str, Handler] = {
+        "state": state,
+        "issues": issues,
+        "runs": runs,
+        "issue": issue,
+        "run": run,
+        "transcript": transcript,
+        "events": events,
+        "refresh": refresh,
+        "openapi": document,
+        "cancel": functools.partial(actions.answer, kind="cancel"),  # (partials of coroutines: awaited as such)
+        "retry": functools.partial(actions.answer, kind="retry"),
+        "status": functools.partial(actions.answer, kind="status"),
+    }
+    assert {e.name for e in endpoints.ENDPOINTS} == set(handlers), "an endpoint without its handler, or the reverse"
+    routes = [Route(e.path, handlers[e.name], methods=[e.method]) for e in endpoints.ENDPOINTS]
+    # An action that does not exist is told which do (rather than a bare 404).
+    routes += [
+        Route("/api/v1/runs/{target}/{action:str}", actions.unknown, methods=["POST"]),
+        Route("/api/v1/issues/{target}/{action:str}", actions.unknown, methods=["POST"]),
+    ]
+    return routes
+
+
+class Actions:
+    """What a person does from the page or a client (``http.actions``): cancel a run, retry an issue, set an
+    issue's status — each an ``issue.set_status`` through the registry, which the watch then acts on."""
+
+    def __init__(self, server: Server) -> None:
+        self.server = server
+
+    def off(self) -> Response | None:
+        if self.server.policy.actions:
+            return None
+        return self.server.problem(
+            403, "actions_off", "actions are off on this server", 'Set "http": {"actions": true} in the config.'
+        )
+
+    async def unknown(self, request: Request) -> Response:
+        refused = self.off()
+        if refused is not None:
+            return refused
+        kind = request.path_params["action"]
+        side = "runs" if request.url.path.startswith("/api/v1/runs/") else "issues"
+        allowed = [e.name for e in endpoints.ENDPOINTS if e.method == "POST" and e.path.startswith(f"/api/v1/{side}/")]
+        return self.server.problem(404, "not_found", f"no action {kind[:40]!r} here; there are: {', '.join(allowed)}")
+
+    async def answer(self, request: Request, kind: str) -> Response:
+        server = self.server
+        refused = self.off()
+        if refused is not None:
+            return refused
+        try:
+            body = await request.json() if kind == "status" else {}
+            change = api.SetStatusBody.model_validate(body) if kind == "status" else None
+        except (ValueError, ValidationError):
+            return server.problem(400, "usage", 'the body must be JSON: {"status": …, "note": …}')
+        target = request.path_params["id" if kind == "cancel" else "key"]
+
+        async def done() -> Response:
+            return server.json(await server.off_loop(self.act, kind, target, change))
+
+        return await server.answer(done)
+
+    def act(self, kind: str, target: str, change: api.SetStatusBody | None) -> api.ActionDone:
+        call = self.server.call
+        if kind == "cancel":  # a run: its issue moves back to open, and the watch cancels it
+            record = call("run.show", {"id": target})
+            if record.finished:
+                raise Conflict(
+                    f"run {record.id} has ended ({record.outcome}): there is nothing to cancel",
+                    fix="Cancel a running run; set the issue's status to change what happens to it next.",
+                )
+            if call("issue.show", {"key": record.issue}).status == "in_progress":
+                # (in_progress cannot go to open: through ready, as a person would; the run holds the issue's
+                # claim, so nothing starts it meanwhile)
+                call("issue.set_status", {"key": record.issue, "status": "ready"})
+            arguments = {"key": record.issue, "status": "open", "note": "Cancelled from beflow's dashboard."}
+        elif kind == "retry":
+            arguments = {"key": target, "status": "ready", "note": "Retried from beflow's dashboard."}
+        else:
+            assert change is not None
+            arguments = {"key": target, "status": change.status, "note": change.note}
+        result = call("issue.set_status", arguments)
+        if self.server.source is not None:
+            self.server.source.refresh()
+        return api.ActionDone(operation="issue.set_status", result=result.model_dump(mode="json"))
