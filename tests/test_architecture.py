@@ -261,3 +261,66 @@ def test_no_kind_is_chosen_outside_the_composition_root() -> None:
         if KIND_NAMES.search(line)
     ]
     assert found == []
+
+
+#: The modules that start processes themselves: the one subprocess helper and what it is made of.
+SPAWNERS = {"beflow.system.proc", "beflow.system.groups", "beflow.system.pipes"}
+
+
+def _gitpython_runs(tree: ast.AST) -> list[ast.AST]:
+    """Where ``tree`` asks GitPython to run git: ``<repo>.git.<verb>(...)``, ``Git.execute(...)``,
+    ``<repo>.git.execute(...)``."""
+    found: list[ast.AST] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        holder = node.func.value
+        through_repo = isinstance(holder, ast.Attribute) and holder.attr == "git"
+        if through_repo or (node.func.attr == "execute" and "Git" in ast.unparse(holder)):
+            found.append(node)
+    return found
+
+
+def _runtime_imports(tree: ast.Module) -> list[str]:
+    """The modules ``tree`` imports outside ``if TYPE_CHECKING:`` blocks (anywhere else: in functions too)."""
+    names: list[str] = []
+    pending: list[ast.AST] = [tree]
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING":
+            pending.extend(node.orelse)
+            continue
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names.append(node.module or "")
+        elif isinstance(node, ast.Call) and ast.unparse(node.func).endswith("startup.module") and node.args:
+            names.append(str(ast.literal_eval(node.args[0])))
+        pending.extend(ast.iter_child_nodes(node))
+    return names
+
+
+def test_the_git_checks_find_what_they_look_for() -> None:
+    sample = ast.parse("repo.git.status('--porcelain')\nGit.execute(runner, ['git'])\nrepo.git.execute(['git'])\n")
+    assert len(_gitpython_runs(sample)) == 3
+    assert _gitpython_runs(ast.parse("git.run(repo, 'status')\nrefs.head(repo)\n")) == []
+    imported = ast.parse(
+        "if TYPE_CHECKING:\n    import git\nelse:\n    git = startup.module('git')\nimport subprocess\n"
+    )
+    assert sorted(_runtime_imports(imported)) == ["git", "subprocess"]  # (not the `import git` for the types)
+
+
+def test_every_git_command_goes_through_the_one_runner() -> None:
+    """GitPython is kept for its repository object alone: no git command is run through it (whose own timeout lost
+    races under load); each goes through ``repository.git.run`` and so through ``system.proc``'s supervision. Only
+    the subprocess helper starts processes, and only ``repository.git`` loads GitPython."""
+    runs = [
+        f"{MODULES[module].relative_to(PACKAGE.parent)}:{getattr(node, 'lineno', 0)}: {ast.unparse(node)}"
+        for module, tree in TREES.items()
+        for node in _gitpython_runs(tree)
+    ]
+    assert runs == []
+    imports = {module: _runtime_imports(tree) for module, tree in TREES.items() if isinstance(tree, ast.Module)}
+    assert "subprocess" in imports["beflow.system.proc"] and "git" in imports["beflow.repository.git"]
+    assert sorted(module for module, names in imports.items() if "subprocess" in names) == sorted(SPAWNERS)
+    assert [module for module, names in imports.items() if "git" in names] == ["beflow.repository.git"]

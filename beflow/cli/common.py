@@ -313,7 +313,7 @@ def _context(app: App, operation: Operation[I, O]) -> Context:
     who = app.actor
     # Reading acts as nobody: asking git who the user is (a git process) is for operations that record it.
     if who is None and operation.needs_actor:
-        from beflow.repository.git import user_name
+        from beflow.repository.authors import user_name
 
         who = user_name(project.directory)
     return Context(project=project, actor=who or "user", opens_tracker=lambda _project: app.tracker())

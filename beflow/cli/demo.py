@@ -15,7 +15,7 @@ from beflow.cli.common import escape, out
 from beflow.cli.progress import OUTCOME_STYLE, Progress
 from beflow.paths import beflow_home
 from beflow.records.record import DONE_OUTCOMES, RunRecord
-from beflow.repository import git
+from beflow.repository import status
 from beflow.system import interrupts
 
 
@@ -55,7 +55,7 @@ def command(directory: Path | None) -> None:
         out.print(f"[bold]After the run:[/] {escape(note)}")
     if record.commit and record.base_commit:
         out.print(f"\n[bold]Branch:[/] {record.branch} at {record.commit[:12]}")
-        out.print(Syntax(git.diff(directory, record.base_commit, record.commit), "diff", theme="ansi_dark"))
+        out.print(Syntax(status.diff(directory, record.base_commit, record.commit), "diff", theme="ansi_dark"))
     if record.final_message:
         out.print(f"[bold]The agent said:[/]\n{escape(record.final_message)}")
     out.print(f"\n[bold]Run record:[/] {escape(str(directory / '.beflow' / 'runs' / record.id))}")

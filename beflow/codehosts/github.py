@@ -2,9 +2,9 @@
 
 - **The push** goes to ``origin``'s push URL as it was when the code host was opened (before any agent ran), and on
   this GitHub only to the code host's own repository; it runs from an empty repository that borrows the objects
-  (:func:`beflow.repository.git.push`), so no configuration an agent wrote is read.
+  (:func:`beflow.repository.remote.push`), so no configuration an agent wrote is read.
 - **The token** reaches git through beflow's credential helper, for exactly this GitHub's host, over a socket only
-  that git command inherits (:class:`beflow.repository.git.PushAuth`): never in an environment, argv, the remote URL,
+  that git command inherits (:class:`beflow.repository.remote.PushAuth`): never in an environment, argv, the remote URL,
   git
   config or a file; every other git child of beflow has it withheld.
 - **Pull requests** are opened from ``beflow/<key>`` to the default branch, or the open one is updated; a request
@@ -26,7 +26,7 @@ from beflow.codehosts.github_feedback import GitHubFeedback
 from beflow.config import CodeHostSettings, GitHubCodeHostSettings, Project
 from beflow.config import Feedback as FeedbackSettings
 from beflow.feedback import Feedback, Gathered
-from beflow.repository import git
+from beflow.repository import git, refs, remote
 from beflow.trackers import github_wire as wire
 from beflow.trackers.base import Tracker
 from beflow.trackers.github import api_url, repo_from_remote, resolve_token, web_host
@@ -63,7 +63,7 @@ def open_github(
         settings,
         repo,
         api,
-        git.remote_url(project.directory, "origin", push=True),
+        remote.remote_url(project.directory, "origin", push=True),
         feedback=project.config.feedback,
         issues=tracker_repo is not None and tracker_repo.lower() == repo.lower(),
         secrets=lambda: held_secrets(project.config),
@@ -99,27 +99,27 @@ class GitHubCodeHost:
         """Push ``branch`` to ``origin`` (see the module's description); the commit pushed."""
         url = self._push_url()
         with git.open_repo(directory) as repo:
-            commit = git.branch_tip(repo, branch)
+            commit = refs.branch_tip(repo, branch)
         if commit is None:
             raise GitHubError(f"there is no branch {branch} to push")
-        git.push(directory, url, commit, branch, self.git_credentials(url))
+        remote.push(directory, url, commit, branch, self.git_credentials(url))
         return commit
 
     def fetch(self, directory: Path, branch: str) -> str | None:
         """The commit of ``branch`` on ``origin`` (as the push's URL, with the same credential helper and from an
-        empty repository of its own: :func:`beflow.repository.git.fetch`), None when it has no such branch."""
+        empty repository of its own: :func:`beflow.repository.remote.fetch`), None when it has no such branch."""
         url = self._push_url()
-        return git.fetch(directory, url, branch, self.git_credentials(url))
+        return remote.fetch(directory, url, branch, self.git_credentials(url))
 
-    def git_credentials(self, remote_url: str | None) -> git.PushAuth | None:
+    def git_credentials(self, remote_url: str | None) -> remote.PushAuth | None:
         """How git authenticates to ``remote_url``: for an https URL on this GitHub, the token, which beflow's
         credential helper gives git for exactly that host (port included) and nothing else
-        (:class:`beflow.repository.git.PushAuth`); for any other URL (ssh, a path, another host) none: it never sees the
-        token."""
+        (:class:`beflow.repository.remote.PushAuth`); for any other URL (ssh, a path, another host) none: it never sees
+        the token."""
         host = self._token_host(remote_url)
         if host is None or not self.api.token:
             return None
-        return git.PushAuth(self.api.token, host, "https")
+        return remote.PushAuth(self.api.token, host, "https")
 
     def _token_host(self, remote_url: str | None) -> str | None:
         """``host[:port]`` of an https URL on this GitHub (the one the token is for), else None."""
@@ -142,7 +142,8 @@ class GitHubCodeHost:
             path = parsed.path.strip("/").removesuffix(".git")
             if parsed.scheme != "https" or path.lower() != self.repo.lower():
                 raise GitHubError(
-                    f"origin is {git.without_credentials(url)}, not https://{web_host(self.api.base_url)}/{self.repo}; "
+                    f"origin is {remote.without_credentials(url)}, "
+                    f"not https://{web_host(self.api.base_url)}/{self.repo}; "
                     "beflow pushes only to the code host's repository",
                     fix='Point origin at the repository of "repo" in the code_host (or tracker) settings.',
                 )

@@ -55,18 +55,17 @@ class Demo:
 
 def create(directory: Path) -> Demo:
     """A sample repository in ``directory`` (which must not exist or be empty), ready for ``beflow --auto``."""
-    import git as gitpython
-
     from beflow.app import open_tracker
     from beflow.config import CONFIG_PATH, load_project
     from beflow.errors import UsageError
+    from beflow.repository import git
     from beflow.system.files import atomic_write
     from beflow.trackers import LocalTracker
 
     directory.mkdir(parents=True, exist_ok=True)
     if any(directory.iterdir()):
         raise UsageError(f"{directory} is not empty", fix="Pass --dir with a new directory.")
-    repo = gitpython.Repo.init(directory, initial_branch="main")
+    git.run(directory, "init", "--quiet", "--initial-branch=main")
     atomic_write(directory / "greet.py", GREET)
     atomic_write(directory / "README.md", "# greet\n\nA tiny sample project for the beflow demo.\n")
     atomic_write(directory / ".gitignore", ".acpxrc.json\n__pycache__/\n")
@@ -77,14 +76,10 @@ def create(directory: Path) -> Demo:
     }
     atomic_write(directory / CONFIG_PATH, json.dumps(config, indent=2) + "\n")
     atomic_write(directory / ".mcp.json", json.dumps(MCP_SERVERS, indent=2) + "\n")
-    repo.index.add(["greet.py", "README.md", ".gitignore", str(CONFIG_PATH), ".mcp.json"])
-    with repo.git.custom_environment(
-        GIT_AUTHOR_NAME="beflow demo",
-        GIT_AUTHOR_EMAIL="demo@beflow.invalid",
-        GIT_COMMITTER_NAME="beflow demo",
-        GIT_COMMITTER_EMAIL="demo@beflow.invalid",
-    ):
-        repo.git.commit("-q", "-m", "A tiny greeting module")
+    git.run(directory, "add", "--", "greet.py", "README.md", ".gitignore", str(CONFIG_PATH), ".mcp.json")
+    demo = {"GIT_AUTHOR_NAME": "beflow demo", "GIT_AUTHOR_EMAIL": "demo@beflow.invalid"}
+    demo |= {"GIT_COMMITTER_NAME": "beflow demo", "GIT_COMMITTER_EMAIL": "demo@beflow.invalid"}
+    git.run(directory, "commit", "--quiet", "--no-verify", "-m", "A tiny greeting module", env=demo)
     project = load_project(directory / CONFIG_PATH)
     tracker = open_tracker(project)
     assert isinstance(tracker, LocalTracker)

@@ -34,7 +34,7 @@ from beflow.fleet.shapes import (
 )
 from beflow.ops import rounds
 from beflow.records.store import RunStore
-from beflow.repository import git
+from beflow.repository import refs
 from beflow.run.issue_status import requeue_orphans, settle_orphans
 from beflow.system import threads
 from beflow.trackers import Issue, Status, reading_once
@@ -145,7 +145,7 @@ class FleetDispatcher:
             return {}
         config, told = self.project.config, dict[str, FeedbackSeen]()
         for issue in issues:
-            branch = git.branch_for(issue.key)
+            branch = refs.branch_for(issue.key)
             gathered = rounds.gather(found, issue.key, branch)
             if gathered.ended is not None and issue.status == Status.REVIEW:
                 planned = rounds.Plan(0, ended=gathered.ended)

@@ -56,7 +56,7 @@ from beflow.fleet.workflow import IssueWorkflow
 from beflow.ops import rounds
 from beflow.records.record import RunRecord
 from beflow.records.store import RunStore
-from beflow.repository import git
+from beflow.repository import git, status, worktrees
 from beflow.run.policy import after_run, is_final
 from beflow.run.request import RunRequest
 from beflow.system import threads
@@ -376,10 +376,10 @@ class FleetWorker:
                 if key in held:
                     continue  # a run holds it: its worktree is in use
                 try:
-                    if git.is_dirty(Path(path)):
+                    if status.is_dirty(Path(path)):
                         said.append((key, f"kept {path}: it holds uncommitted changes of an earlier run"))
                         continue
-                    git.remove_worktree(repo, Path(path), prune_parent=project.config.worktrees.dir is None)
+                    worktrees.remove_worktree(repo, Path(path), prune_parent=project.config.worktrees.dir is None)
                 except BeflowError as error:
                     said.append((key, f"kept {path}: {error.message}"))
                     continue

@@ -35,7 +35,7 @@ from beflow.feedback import (
 )
 from beflow.records.record import CONSUMED_TEXT, DONE_OUTCOMES, Consumed, LeftOut, RunRecord
 from beflow.records.store import RunStore
-from beflow.repository import git
+from beflow.repository import git, refs
 from beflow.trackers import Status, Tracker
 
 #: The start of the comment an issue gets once its rounds reach ``feedback.max_rounds`` (said once: an issue whose
@@ -69,21 +69,21 @@ def answered(directory: Path, key: str, base: str = "HEAD", store: RunStore | No
     ]
     if not records:
         return set()
-    branch = git.branch_for(key)
+    branch = refs.branch_for(key)
     since: str | None = None
     tip: str | None = None
     with contextlib.suppress(BeflowError), git.open_repo(directory) as repo:
-        since = git.resolve_base(repo, base)
-        tip = git.branch_tip(repo, branch)
-        if tip is not None and since is not None and not git.is_ancestor(directory, since, tip):
+        since = refs.resolve_base(repo, base)
+        tip = refs.branch_tip(repo, branch)
+        if tip is not None and since is not None and not refs.is_ancestor(directory, since, tip):
             since = None  # (the base moved on past the branch's start: the branch's whole history counts)
     if tip is None:
         return set()
     done: set[str] = set()
     for record in records:
         assert record.commit is not None
-        on_branch = git.is_ancestor(directory, record.commit, tip)
-        if on_branch and (since is None or not git.is_ancestor(directory, record.commit, since)):
+        on_branch = refs.is_ancestor(directory, record.commit, tip)
+        if on_branch and (since is None or not refs.is_ancestor(directory, record.commit, since)):
             done.update(piece.id for piece in record.feedback)
     return done
 
@@ -129,7 +129,7 @@ def plan(
         if not first_run_done(records):
             return None
         number = completed(records) + 1
-    branch = git.branch_for(key)
+    branch = refs.branch_for(key)
     gathered = gather(found, key, branch)
     config = project.config.feedback
     # The branch's history is read only when there is feedback to hold against it (a git process per issue).
@@ -181,16 +181,16 @@ def catch_up(code_host: CodeHost | None, directory: Path, branch: str) -> str | 
     round starts from (None: no such branch). A local branch ahead of the host's (not pushed yet) is kept; one
     that went another way than the host's is an error: a person must look."""
     with git.open_repo(directory) as repo:
-        local = git.branch_tip(repo, branch)
+        local = refs.branch_tip(repo, branch)
     if code_host is None:
         return local
     remote = code_host.fetch(directory, branch)
     if remote is None or remote == local:
         return local
-    if local is None or git.is_ancestor(directory, local, remote):
-        git.move_branch(directory, branch, remote, local, "beflow: the branch as the code host has it")
+    if local is None or refs.is_ancestor(directory, local, remote):
+        refs.move_branch(directory, branch, remote, local, "beflow: the branch as the code host has it")
         return remote
-    if git.is_ancestor(directory, remote, local):
+    if refs.is_ancestor(directory, remote, local):
         return local  # this machine's commits are not pushed yet: they are pushed with the round's
     raise git.GitError(
         f"{branch} here and on {code_host.description} went different ways ({local[:12]} and {remote[:12]})",

@@ -1,7 +1,7 @@
 """beflow's git credential helper: ``python -I -S git_credential.py FD PROTOCOL HOST ACTION``.
 
 git runs it (``credential.helper``) in the git commands beflow runs with a token
-(:class:`beflow.repository.git.PushAuth`). For
+(:class:`beflow.repository.remote.PushAuth`). For
 ``get`` of exactly ``PROTOCOL`` and ``HOST`` (``host[:port]``, as git names it) it asks beflow for the token over
 the socket ``FD`` that the git command inherited from beflow, and answers ``username=x-access-token`` and
 ``password=<token>``; for any other protocol or host (a redirect, a rewritten URL), and for ``store`` and ``erase``,

@@ -26,12 +26,16 @@ import hashlib
 import os
 import re
 import stat
+import tempfile
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from beflow.repository import git
+from beflow.repository.git import CommandFailed, GitError, common_dir, open_repo
+from beflow.repository.isolated import bare, isolated
+from beflow.repository.reading import ObjectReader
+from beflow.repository.refs import full_ref, moved_by_beflow, ref_values
 
 #: A loose object (SHA-1 or SHA-256) and a pack's files, relative to the object directory: git takes every
 #: ``pack/*.idx`` for a pack's index, whatever its name (``pack/shadow.idx`` too), and its ``.pack`` beside it.
@@ -71,13 +75,13 @@ def watch(directory: Path, branch: str, base: str) -> Watch:
     """Note the object store and the refs of ``directory``'s repository before an agent runs on ``branch`` from
     ``base`` (``worktrees.base``: ``HEAD`` names the branch the checkout is on)."""
     objects = _common(directory) / "objects"
-    refs = git.ref_values(directory)
+    refs = ref_values(directory)
     built_on = {f"refs/heads/{branch}", f"packed-refs:refs/heads/{branch}"}
     if base == "HEAD":
         built_on.add("HEAD")
         named = refs.get("HEAD", "").removeprefix("ref: ").strip()
     else:
-        named = git.full_ref(directory, base) or ""
+        named = full_ref(directory, base) or ""
     if named.startswith("refs/"):
         built_on |= {named, f"packed-refs:{named}"}
     return Watch(directory, objects, _files(objects), refs, frozenset(built_on))
@@ -105,11 +109,11 @@ def compare(before: Watch) -> Found:
     check += [relative for relative in now if relative not in before.files]
     found.objects += verify(before.objects, check)
     found.objects += _still_there(before.directory, gone_loose)
-    refs_now = git.ref_values(before.directory)
+    refs_now = ref_values(before.directory)
     for name in sorted(before.refs.keys() | refs_now.keys()):
         was, is_now = before.refs.get(name), refs_now.get(name)
         ref = name.removeprefix("packed-refs:")
-        if was == is_now or git.moved_by_beflow(ref, is_now):
+        if was == is_now or moved_by_beflow(ref, is_now):
             continue
         if ref != name and is_now is not None and refs_now.get(ref) == is_now:
             continue  # packed as it reads (`git pack-refs`): a packed entry matters where a loose ref hides it
@@ -141,10 +145,25 @@ def verify(objects: Path, relative: Iterable[str]) -> list[str]:
     for pack in sorted(packs):
         if not (objects / f"{pack}.idx").is_file() or not (objects / f"{pack}.pack").is_file():
             continue  # half a pack: git uses neither file
-        why = git.verify_pack(objects / f"{pack}.pack")
+        why = verify_pack(objects / f"{pack}.pack")
         if why is not None:
             problems.append(f"objects/{pack}.pack ({why})")
     return problems
+
+
+def verify_pack(pack: Path) -> str | None:
+    """Why the pack at ``pack`` is not what its index says, every object in it re-hashed (``git index-pack
+    --verify``, from beflow's isolated git: no configuration file read); None when it is."""
+    with tempfile.TemporaryDirectory(prefix="beflow-verify-") as scratch:
+        root = Path(scratch)
+        (root / "objects").mkdir()
+        (root / "refs").mkdir()
+        bare(root, pack.stem.removeprefix("pack-"))
+        try:
+            isolated(root, "")("index-pack", "--verify", str(pack))
+        except CommandFailed as exc:
+            return exc.stderr.splitlines()[-1] if exc.stderr else f"exit {exc.status}"
+    return None
 
 
 def verify_directory(objects: Path) -> list[str]:
@@ -210,18 +229,18 @@ def _still_there(directory: Path, shas: list[str]) -> list[str]:
     if not shas:
         return []
     problems = []
-    with git.open_repo(directory) as repo, git.ObjectReader(repo) as reader:
+    with ObjectReader(directory) as reader:
         for sha in shas:
             try:
                 reader.stream(sha, None, lambda _chunk: None)
-            except git.GitError:
+            except GitError:
                 problems.append(f"objects/{sha[:2]}/{sha[2:]} (removed)")
     return problems
 
 
 def _common(directory: Path) -> Path:
-    with git.open_repo(directory) as repo:
-        return Path(repo.common_dir).resolve()
+    with open_repo(directory) as repo:
+        return common_dir(repo)
 
 
 def _files(objects: Path) -> dict[str, Stamp]:

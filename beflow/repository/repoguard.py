@@ -15,7 +15,7 @@ once its process is gone.
 Refs, objects, the index and logs are not put back: runs change them legitimately (the agent's commits, beflow's
 worktree and branch). An unattended run notes the object store and the refs beside this snapshot
 (:mod:`beflow.repository.objectstore`): an object the agent changed, or a ref the run builds on that moved, fails the
-run; and beflow checks what reaches a branch separately (``git.find_leaks``).
+run; and beflow checks what reaches a branch separately (:func:`beflow.repository.leaks.find_leaks`).
 
 Several runs of one repository in one process (a watch) share one snapshot: the first takes it, the last drops
 its journal, and a change found when any of them ends is put back and told to every run still active (any of

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from beflow.config import Project
 from beflow.errors import LockedError, UsageError
 from beflow.paths import ACPXRC, beflow_home, path_key
-from beflow.repository import git
+from beflow.repository import git, status
 from beflow.system.files import NotRegularError, open_regular
 from beflow.system.locks import NotedLock
 
@@ -58,7 +58,7 @@ def snapshot(checkout: Path, exclude: list[Path]) -> Snapshot:
     """What is uncommitted in the checkout and the content of each such file; paths under ``exclude`` (the
     local tracker's issue files, which beflow itself updates) are left out."""
     result: Snapshot = {}
-    for relative, code in git.checkout_status(checkout).items():
+    for relative, code in status.checkout_status(checkout).items():
         full = checkout / relative
         if any(full == e or e in full.parents for e in exclude):
             continue
@@ -171,13 +171,13 @@ def acpxrc_notice(checkout: Path) -> str | None:
     """The warning for an ``.acpxrc.json`` that git would show (and could commit) while a run is live."""
     path = checkout / ACPXRC
     with git.open_repo(checkout) as repo:
-        tracked = git.is_tracked(repo, ACPXRC)
+        tracked = status.is_tracked(repo, ACPXRC)
     if tracked:
         return (
             f"{path} is tracked by git: while the run is live it holds the injected MCP servers and shows as "
             "modified; beflow puts it back afterwards. Do not commit it meanwhile."
         )
-    if not git.is_ignored(checkout, ACPXRC):
+    if not status.is_ignored(checkout, ACPXRC):
         return (
             f"{path} is not git-ignored: while the run is live it shows in `git status` (beflow puts it back "
             f"afterwards). To ignore it, add this line to {checkout / '.gitignore'}:\n    {ACPXRC}"
@@ -193,14 +193,14 @@ def invisible_changes(project: Project) -> str | None:
     """A note for uncommitted changes in the checkout, which no unattended run sees: each starts from
     ``worktrees.base`` in a worktree of its own. None when there are none (or no repository to look at)."""
     try:
-        status = git.checkout_status(project.directory)
+        entries = status.checkout_status(project.directory)
     except Exception:  # no repository, or git failing: the checks before the run say what is wrong
         return None
     top = git.toplevel(project.directory) or project.directory
     prefix = project.directory.resolve().relative_to(top.resolve()).as_posix() if project.directory != top else ""
     changed = [
         path
-        for path in status
+        for path in entries
         if not path.removeprefix(f"{prefix}/" if prefix else "").startswith(_READ_FROM_THE_CHECKOUT)
     ]
     if not changed:

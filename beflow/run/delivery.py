@@ -21,7 +21,7 @@ from beflow.codehosts.base import CodeHost
 from beflow.errors import BeflowError
 from beflow.paths import ACPXRC
 from beflow.records.record import Outcome, RunRecord
-from beflow.repository import git, objectstore
+from beflow.repository import commits, excludes, git, leaks, objectstore, run_objects, status, worktrees
 from beflow.trackers.claims import ClaimLost
 
 #: What became of the run's work: ``committed`` (the branch holds the run's commit), ``unchanged`` (no new commit:
@@ -51,7 +51,7 @@ class Proposal:
 class Job:
     """One run's delivery: its worktree, how its agent ended, and what must be checked before the branch moves."""
 
-    worktree: git.Worktree
+    worktree: worktrees.Worktree
     #: The repository's directory (a push borrows its objects).
     directory: Path
     outcome: Outcome
@@ -118,7 +118,7 @@ def deliver(job: Job) -> Verdict:
     # worktree serves every call (it holds git's `cat-file` processes: closed at the end).
     with git.distrusting(), contextlib.ExitStack() as stack:
         try:
-            at = stack.enter_context(git.open_worktree(job.worktree))
+            at = stack.enter_context(worktrees.open_worktree(job.worktree))
             verdict = _commit(job, at)
         except Exception as error:
             why = error.message if isinstance(error, BeflowError) else f"{type(error).__name__}: {error}"
@@ -135,19 +135,19 @@ def _commit(job: Job, at: git.At) -> Verdict:
     worktree, reason = job.worktree, job.reason
     if job.refuse is not None:
         return _refused(worktree, at, f"{reason}; {job.refuse}", permanent=job.refuse_for_good)
-    objects = git.run_objects_of(worktree)
+    objects = run_objects.run_objects_of(worktree)
     if objects is not None and (forged := objectstore.verify_directory(objects)):
         # The sandbox's agent wrote objects whose bytes are not what their names say: none is brought in.
         why = f"the agent wrote objects that are not what their names say ({', '.join(forged[:5])})"
         return _refused(worktree, at, f"{reason}; {why}", permanent=True)
     if job.hidden:
-        git.unhide_managed_file(at)
+        excludes.unhide_managed_file(at)
     message, empty = job.message, None
     if job.message is not None and job.answered is not None and job.outcome == "succeeded":
         message, empty = job.answered
     try:
         # Built by beflow on what the agent's HEAD names, if that descends from the run's start; no ref moves.
-        head = git.build(at, worktree, message, empty=empty)
+        head = commits.build(at, worktree, message, empty=empty)
     except BeflowError as error:
         why = f"{reason}; {error.message}; the work is kept in {worktree.path}"
         return Verdict("failed", "failed", why, worktree_kept=True)
@@ -156,24 +156,24 @@ def _commit(job: Job, at: git.At) -> Verdict:
     # issue made (moved by hand, or by another run's agent, which shares the repository), and all of them would be
     # pushed.
     since = worktree.checked_from or worktree.base_commit
-    leaks = git.find_leaks(at, since, head, job.needles, managed=job.managed)
-    if leaks:
-        return _refused(worktree, at, f"{reason}; {leaks[0].describe()}")
+    found = leaks.find_leaks(at, since, head, job.needles, managed=job.managed)
+    if found:
+        return _refused(worktree, at, f"{reason}; {found[0].describe()}")
     if head != worktree.tip:
         try:
-            git.publish(at, worktree.branch, head, worktree.tip, f"beflow run {job.run_id}")
+            commits.publish(at, worktree.branch, head, worktree.tip, f"beflow run {job.run_id}")
         except BeflowError as error:
             why = f"{reason}; {error.message}; the work is commit {head[:12]} in {worktree.path}"
             return Verdict("failed", "failed", why, worktree_kept=True)
     commit = head if head != worktree.base_commit else None
-    changed = git.changed_files(at, worktree.base_commit, head)
+    changed = status.changed_files(at, worktree.base_commit, head)
     if job.message is None:
         # Nothing is committed: what changed is what the worktree's status says, left there for a person.
         changed += _status(at)
     outcome = job.outcome
     if outcome == "succeeded" and not changed:
         outcome, reason = "no_changes", "the agent finished without changing any file"
-    dirty = git.is_dirty(at)
+    dirty = status.is_dirty(at)
     if dirty:
         why = "after_run.commit is false" if job.message is None else "uncommitted changes"
         reason += f"; the worktree is kept ({why}): {worktree.path}"
@@ -181,11 +181,11 @@ def _commit(job: Job, at: git.At) -> Verdict:
     return Verdict(delivered, outcome, reason, commit, tuple(changed), worktree_kept=dirty, dirty=dirty)
 
 
-def _refused(worktree: git.Worktree, at: git.At, why: str, *, permanent: bool = False) -> Verdict:
+def _refused(worktree: worktrees.Worktree, at: git.At, why: str, *, permanent: bool = False) -> Verdict:
     """Fail closed: the branch is not moved, the run's commits are undone into uncommitted changes (nothing names
     them any more), and the worktree is kept with the work."""
     with contextlib.suppress(Exception):
-        git.uncommit(at, worktree.base_commit)
+        commits.uncommit(at, worktree.base_commit)
     changed: list[str] = []
     with contextlib.suppress(Exception):
         changed = _status(at)
@@ -198,7 +198,7 @@ def _refused(worktree: git.Worktree, at: git.At, why: str, *, permanent: bool = 
 
 
 def _status(at: git.At) -> list[str]:
-    return [f"{code.strip()}\t{path}" for path, code in git.checkout_status(at).items() if path != ACPXRC]
+    return [f"{code.strip()}\t{path}" for path, code in status.checkout_status(at).items() if path != ACPXRC]
 
 
 def _propose(job: Job, proposal: Proposal, verdict: Verdict) -> Verdict:

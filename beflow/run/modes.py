@@ -34,7 +34,7 @@ from beflow.mcpserver.channel import own_channel, with_own_server
 from beflow.paths import beflow_home, path_key
 from beflow.records.record import Outcome, RunRecord, new_run_id
 from beflow.records.store import RunStore
-from beflow.repository import git, repoguard
+from beflow.repository import excludes, git, refs, repoguard
 from beflow.run.checkout import Changes, acpxrc_notice, checkout_lock, checkout_of, refuse_read_only
 from beflow.run.issue_status import refuse_closed
 from beflow.run.lifecycle import Session
@@ -91,7 +91,7 @@ async def attend(
     issue = await threads.blocking(_workable, tracker, key)
     run_id = new_run_id(issue.key)
     servers, channel = with_own_server(project, resolve_servers(project), issue=issue.key, run_id=run_id)
-    branch = await threads.blocking(git.current_branch, checkout)
+    branch = await threads.blocking(refs.current_branch, checkout)
     text = render_prompt(project, issue, request, branch=branch, run_id=run_id)
     permissions = config.attend.permissions
     argv = acpx_command.attend_argv(
@@ -151,8 +151,8 @@ async def _attended_acpx(session: Session, argv: list[str], checkout: Path) -> V
             # user's repository changes; a tracked one is the user's to keep out of a commit (a notice says so).
             env: dict[str, str] = {}
             if handle is not None:
-                excludes = beflow_home() / "git" / f"exclude-{path_key(checkout)}"
-                env = await threads.blocking(git.excludes_env, checkout, excludes)
+                ignored = beflow_home() / "git" / f"exclude-{path_key(checkout)}"
+                env = await threads.blocking(excludes.excludes_env, checkout, ignored)
             # acpx gets its own process group (and session): it reads and writes the terminal all the same
             # (tests/cli/test_attend.py answers its prompt through a pseudo-terminal), while Ctrl-C and a hang-up
             # come to beflow, which stops acpx and its agent as a group and then restores the file.
@@ -207,7 +207,7 @@ async def open_native(
     choice = native_client(project)
     require(choice.argv[0], f"the native client of agent {project.config.agent_label()!r}", choice.install)
     run_id = new_run_id(issue.key)
-    branch = await threads.blocking(git.current_branch, checkout)
+    branch = await threads.blocking(refs.current_branch, checkout)
     text = render_prompt(project, issue, request, branch=branch, run_id=run_id)
     argv = client_argv(choice.argv, text.rstrip("\n"))
     client = Path(choice.argv[0]).name

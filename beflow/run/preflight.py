@@ -19,7 +19,7 @@ from beflow import ACPX_VERSION
 from beflow.config import CONFIG_PATH, AgentCommand, Config, Project
 from beflow.errors import BeflowError, ConfigError
 from beflow.paths import acpx_home, git_toplevel
-from beflow.repository import git
+from beflow.repository import git, refs
 from beflow.run import prompt
 from beflow.system.files import read_regular
 from beflow.validation import MAX_CONFIG_FILE, line_of
@@ -125,7 +125,7 @@ def _repository(project: Project) -> None:
         raise _Stop(ConfigError(error.message, fix=error.fix)) from None
     try:
         try:
-            git.resolve_base(repo, config.worktrees.base)
+            refs.resolve_base(repo, config.worktrees.base)
         except ConfigError as error:
             raise ConfigError(
                 f"{_where(project, 'worktrees', 'base')}{error.message}",

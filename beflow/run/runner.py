@@ -30,7 +30,7 @@ from beflow.mcpserver.channel import RunChannel, with_own_server
 from beflow.ops import rounds
 from beflow.paths import ACPXRC
 from beflow.records.record import DONE_OUTCOMES, Outcome, RunRecord
-from beflow.repository import git, objectstore, repoguard
+from beflow.repository import git, objectstore, refs, repoguard
 from beflow.run import delivery, prompt
 from beflow.run.issue_status import refuse_closed
 from beflow.run.lifecycle import Session, cancel_reason
@@ -96,7 +96,7 @@ class Run:
                 issue,
                 self.request,
                 self._events,
-                branch=git.branch_for(issue.key),
+                branch=refs.branch_for(issue.key),
                 code_host=self.code_host,
             )
             return await self._held(claim, session)
@@ -108,7 +108,7 @@ class Run:
         """Before a round, once the issue is ours: the branch as the code host has it (another machine may have
         pushed a round), and only the feedback no round on it answered yet; none left: another run answered it."""
         project, request = self.project, self.request
-        branch = git.branch_for(key)
+        branch = refs.branch_for(key)
         rounds.catch_up(self.code_host, project.directory, branch)
         done = rounds.answered(project.directory, key, project.config.worktrees.base)
         request.feedback = pending(request.feedback, done)
@@ -160,7 +160,7 @@ class _InWorktree:
 
     async def run(self) -> RunRecord:
         record, issue = self.record, self.session.issue
-        branch = git.branch_for(issue.key)
+        branch = refs.branch_for(issue.key)
         try:
             text = render_prompt(self.project, issue, self.request, branch=branch, run_id=record.id)
         except BeflowError as error:
@@ -211,7 +211,7 @@ class _InWorktree:
             self._resolve_servers()
             await workspace.create(self._channel)
             self._turn = AgentTurn(self.session, workspace, self._channel)
-            branch = git.branch_for(self.record.issue)
+            branch = refs.branch_for(self.record.issue)
             with self.session.repository_guarded(workspace.path, branch=branch) as self._guard:
                 ending.set(*await self._turn.run(text))
         await anyio.lowlevel.checkpoint()  # a pending cancellation goes on from here, the record written

@@ -20,7 +20,7 @@ from typing import Any
 from beflow.agent import agent_env
 from beflow.errors import BeflowError
 from beflow.mcpserver.channel import RunChannel
-from beflow.repository import git, repoguard
+from beflow.repository import excludes, git, refs, repoguard, worktrees
 from beflow.run.lifecycle import Session
 from beflow.sandbox import choice
 from beflow.sandbox.box import Sandbox, SandboxError
@@ -42,7 +42,7 @@ class Workspace:
         self.session = session
         self.repo = repo
         self.config = session.project.config
-        self.worktree: git.Worktree | None = None
+        self.worktree: worktrees.Worktree | None = None
         #: The environment of everything that runs in the worktree while the file is injected (acpx, hooks): it
         #: keeps ``.acpxrc.json`` out of what git stages there.
         self.git_env: dict[str, str] = {}
@@ -74,18 +74,19 @@ class Workspace:
         assert self.worktree is not None, "the worktree is made first"
         return self.worktree.path
 
-    async def create(self, channel: RunChannel | None = None) -> git.Worktree:
+    async def create(self, channel: RunChannel | None = None) -> worktrees.Worktree:
         """The worktree on ``beflow/<key>`` (continued when the branch exists), its included files copied in, the
         managed file hidden from git when servers are injected, the run's sandbox opened when it is sandboxed
         (``channel``: beflow's own server's, shown to the agent), and ``after_create`` run (fatal when it fails)."""
         session, record = self.session, self.session.record
-        path = git.worktree_path(session.project.worktrees_dir, record.issue)
-        branch = git.branch_for(record.issue)
+        path = worktrees.worktree_path(session.project.worktrees_dir, record.issue)
+        branch = refs.branch_for(record.issue)
         # Another run's agent at work on the repository may have planted hooks or commands in its config
         # already: then this run's git, before its own agent, is distrusted as well.
         distrust = await threads.blocking(repoguard.agent_at_work, session.project.directory)
         with git.distrusting() if distrust else contextlib.nullcontext():
-            worktree = await threads.blocking(git.create_worktree, self.repo, path, branch, self.config.worktrees.base)
+            base = self.config.worktrees.base
+            worktree = await threads.blocking(worktrees.create_worktree, self.repo, path, branch, base)
             self.worktree = worktree
             if worktree.set_aside is not None:
                 why = f"{worktree.path} held a directory that was no worktree of the repository: it was kept, moved"
@@ -94,10 +95,10 @@ class Workspace:
             record.base_commit = worktree.base_commit
             session.store.save(record)
             await threads.blocking(
-                git.copy_included, session.project.directory, worktree.path, self.config.worktrees.include
+                worktrees.copy_included, session.project.directory, worktree.path, self.config.worktrees.include
             )
             if session.servers:
-                self.git_env = await threads.blocking(git.hide_managed_file, worktree.path)
+                self.git_env = await threads.blocking(excludes.hide_managed_file, worktree.path)
         await self._confine(channel)
         await self.hook("after_create", fatal=True)
         return worktree
@@ -213,11 +214,11 @@ class Workspace:
         await self.hook("before_remove", fatal=False)
         try:
             prune = self.config.worktrees.dir is None  # beflow's own folder under $BEFLOW_HOME, not the user's
-            await threads.blocking(git.remove_worktree, self.repo, worktree.path, prune_parent=prune)
+            await threads.blocking(worktrees.remove_worktree, self.repo, worktree.path, prune_parent=prune)
         except BeflowError as error:
             record.worktree_kept = True
             self.session.emit("notice", message=error.message)
         if delete_fresh_branch() and await threads.blocking(
-            git.delete_branch_at, self.repo, worktree.branch, worktree.base_commit
+            refs.delete_branch_at, self.repo, worktree.branch, worktree.base_commit
         ):
             record.branch = None

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from beflow.config import Config
 from beflow.errors import PermanentFailure
 from beflow.records.logs import runs_root
-from beflow.repository import git
+from beflow.repository import authors, git, run_objects
 from beflow.sandbox import bridge, bwrap, places, policy, scratch
 from beflow.sandbox.presets import PRESETS, preset
 from beflow.sandbox.proxy import Proxy
@@ -41,7 +41,7 @@ _IDENTITIES: dict[Path, dict[str, str]] = {}
 def identity(checkout: Path) -> dict[str, str]:
     """The user's git identity in ``checkout`` as variables, once per checkout and process (a watch's runs)."""
     if checkout not in _IDENTITIES:
-        _IDENTITIES[checkout] = git.identity_env(checkout)
+        _IDENTITIES[checkout] = authors.identity_env(checkout)
     return _IDENTITIES[checkout]
 
 
@@ -180,7 +180,7 @@ class Sandbox:
             installs=[p.absolute() for p in installs],
             records=records if records.is_dir() else None,
             own=self._own(),
-            run_objects=own_git / git.RUN_OBJECTS if own_git is not None and own_git != common_git else None,
+            run_objects=own_git / run_objects.RUN_OBJECTS if own_git is not None and own_git != common_git else None,
             preset=self._chosen,
             presets_own=self._places,
             read=self.config.sandbox.read,
@@ -213,7 +213,7 @@ class Sandbox:
                 # The paths as beflow made them, before anything ran inside.
                 self._layout = layout = self.layout(directory)
                 if layout.run_objects is not None:  # the agent's own object store (delivery brings it in, checked)
-                    objects = git.make_run_objects(layout.run_objects, policy.USER_OBJECTS)
+                    objects = run_objects.make_run_objects(layout.run_objects, policy.USER_OBJECTS)
                 self._mounts = policy.mounts(layout)
             except (OSError, UnicodeDecodeError, git.GitError) as error:  # a worktree's `.git` that cannot be read
                 raise SandboxError(f"the sandbox could not start: {self.worktree}: {error}") from None
@@ -232,7 +232,7 @@ class Sandbox:
             self.write_back()
             scratch.remove(directory)
             if objects is not None:
-                git.forget_run_objects_alternates(objects)
+                run_objects.forget_run_objects_alternates(objects)
 
     def write_back(self) -> places.WrittenBack:
         """Once nothing runs in the sandbox any more: the login files the run refreshed written back to the user's
@@ -322,7 +322,7 @@ def _restore_alternates(objects: Path) -> None:
     beflow's own git dropped that (it does before it reads the directory)."""
     if objects.is_dir() and not (objects / "info" / "alternates").exists():
         with contextlib.suppress(OSError, git.GitError):  # (a hook's git then fails, saying what it misses)
-            git.make_run_objects(objects, policy.USER_OBJECTS)
+            run_objects.make_run_objects(objects, policy.USER_OBJECTS)
 
 
 def _named_paths(command: str, home: Path, cwd: Path) -> list[Path]:

@@ -103,7 +103,7 @@ class Layout:
     records: Path | None = None
     #: What of beflow's own the run shows its agent, read-only (the channel's directory, the prompt file).
     own: Sequence[Path] = ()
-    #: The run's own object directory (``git.RUN_OBJECTS``): where the agent's new objects go, the repository's
+    #: The run's own object directory (``run_objects.RUN_OBJECTS``): where the agent's new objects go, the repository's
     #: own objects a read-only alternate (at :data:`USER_OBJECTS`). None: the objects stay read-only.
     run_objects: Path | None = None
     preset: Preset = field(default_factory=Preset)

@@ -2,17 +2,20 @@
 
 Async work started through :func:`run` is cancelled on the first signal; its ``finally`` blocks (file restore,
 process-group stop) run, then :class:`~beflow.errors.Interrupted` is raised. Every signal also stops the git
-processes beflow is waiting on at that moment (GitPython runs them in beflow's own process group, in a worker
-thread no cancellation reaches; a ``kill`` from another shell reaches beflow alone), as the terminal's Ctrl-C
-does. A second signal marks the stop as forced, which shortens every grace period that is still to come. A step
-of the cleanup that may take long (a hook) runs in :func:`cut_short_by_signal`: a signal stops it even there.
+processes beflow is waiting on at that moment from synchronous code (:func:`waiting_on`: git's, in a worker thread
+no cancellation reaches, in process groups of their own that neither the terminal's Ctrl-C nor a ``kill`` from
+another shell reaches). A second signal marks the stop as forced, which shortens every grace period that is still
+to come. A step of the cleanup that may take long (a hook) runs in :func:`cut_short_by_signal`: a signal stops it
+even there.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
+import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
 
@@ -36,6 +39,24 @@ class _State:
 
 
 state = _State()
+
+#: The process groups of the children synchronous code waits on right now (:func:`waiting_on`).
+_waited: set[int] = set()
+_waited_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def waiting_on(pgid: int) -> Iterator[None]:
+    """While the block lasts, a signal to beflow sends SIGTERM to the process group ``pgid`` (a child that
+    synchronous code waits on, in a worker thread that no cancellation reaches: a git command, and the hook it
+    runs, that would otherwise hold the stop until it ends)."""
+    with _waited_lock:
+        _waited.add(pgid)
+    try:
+        yield
+    finally:
+        with _waited_lock:
+            _waited.discard(pgid)
 
 
 @contextlib.contextmanager
@@ -66,14 +87,17 @@ def cut_short_by_signal() -> Iterator[anyio.CancelScope]:
             state.cuttable.discard(scope)
 
 
-def _stop_git_children() -> None:
-    """SIGTERM to beflow's own children in its process group and what they started: the git processes of a git
-    step (git removes its lock files on SIGTERM) and git's hooks. Children in groups of their own (acpx, hooks)
-    are stopped by their own supervisors."""
-    import os
-
+def _stop_waited_children() -> None:
+    """SIGTERM to the groups :func:`waiting_on` names (git removes its lock files on SIGTERM; its hooks go with it),
+    and to beflow's own children in its process group and what they started. Children of async code, in groups of
+    their own (acpx, hooks), are stopped by their own supervisors."""
     import psutil
 
+    with _waited_lock:
+        waited = list(_waited)
+    for pgid in waited:
+        with contextlib.suppress(OSError):
+            os.killpg(pgid, signal.SIGTERM)
     group = os.getpgrp()
     try:
         children = psutil.Process().children()
@@ -125,7 +149,7 @@ def run(fn: Callable[[], Awaitable[T]]) -> T:
                             work.cancel()
                         else:
                             state.forced = True
-                        _stop_git_children()  # a git step (a hook that hangs, say) would hold the stop
+                        _stop_waited_children()  # a git step (a hook that hangs, say) would hold the stop
 
             # The handlers are in place before the work starts: a signal that came earlier would kill
             # beflow without its cleanup.

@@ -1,14 +1,13 @@
 """Blocking work off the event loop, and back onto it.
 
-GitPython is synchronous and a git step takes seconds on a big repository; the local tracker waits up to 30 s for an
-issue's lock. Done on the event loop, either would stall every other run's output, the watch's dispatching and
-beflow's own signal handling. So they run in worker threads (:func:`blocking`), and what such a step says — a run's
-events, a watch's cancellation of a run — is handed back to the loop (:func:`on_the_loop`), where displays, cancel
-scopes and the dispatcher's bookkeeping stay single-threaded.
+A git step is synchronous (:func:`beflow.system.proc.run_blocking`) and takes seconds on a big repository; the local
+tracker waits up to 30 s for an issue's lock. Done on the event loop, either would stall every other run's output,
+the watch's dispatching and beflow's own signal handling. So they run in worker threads (:func:`blocking`), and what
+such a step says — a run's events, a watch's cancellation of a run — is handed back to the loop
+(:func:`on_the_loop`), where displays, cancel scopes and the dispatcher's bookkeeping stay single-threaded.
 
-A git command ends by :data:`beflow.repository.git.GIT_TIMEOUT` at the latest, so a cancellation waits at most that long
-for
-a step in a worker thread.
+A git command ends by :data:`beflow.repository.git.GIT_TIMEOUT` at the latest (and a signal to beflow stops it at
+once), so a cancellation waits at most that long for a step in a worker thread.
 """
 
 from __future__ import annotations

@@ -85,9 +85,9 @@ def web_host(api: str) -> str:
 
 def repo_from_remote(project: Project, api: str, setting: str = "tracker.repo") -> str:
     """``owner/name`` of the checkout's ``origin`` when it points at GitHub (``setting`` left out)."""
-    from beflow.repository import git
+    from beflow.repository import remote
 
-    url = git.remote_url(project.directory, "origin")
+    url = remote.remote_url(project.directory, "origin")
     host = web_host(api)
     match = re.match(
         rf"^(?:https?://(?:[^@/]+@)?|ssh://(?:[^@/]+@)?|[^@/]+@){re.escape(host)}[:/](.+?)(?:\.git)?/?$", url or ""

@@ -111,7 +111,7 @@ class Server:
         """The registry's operation ``name`` (as ``beflow`` and MCP call it), acted by this server's actor."""
         operation = self.registry[name]
         if operation.needs_actor and not self._actor_known:
-            from beflow.repository.git import user_name
+            from beflow.repository.authors import user_name
 
             self.context.actor, self._actor_known = user_name(self.project.directory), True
         return operation.call(self.context, arguments)

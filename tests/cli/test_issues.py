@@ -217,7 +217,9 @@ def test_list_writes_its_rows_without_building_an_issue(three: Path, beflow, mon
 
 def test_new_does_not_ask_git_who_the_user_is(repo: Path, beflow, monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing of a new issue names who filed it (a comment does): `issues new` starts no git process for it."""
-    monkeypatch.setattr("beflow.repository.git.user_name", lambda *a, **k: pytest.fail("asked git for the user's name"))
+    monkeypatch.setattr(
+        "beflow.repository.authors.user_name", lambda *a, **k: pytest.fail("asked git for the user's name")
+    )
     result = beflow("issues", "new", "Fix the login crash")
     assert result.exit_code == 0, result.stderr
 

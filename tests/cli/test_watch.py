@@ -88,7 +88,7 @@ def test_once_with_nothing_ready_opens_no_repository(
 ) -> None:
     """Opening the repository with git is for a run about to start: an idle `--once` (cron) stays cheap."""
     auto_project.new_issue("write one.txt 1", status=Status.OPEN)
-    monkeypatch.setattr("beflow.repository.git.open_repo", lambda *a, **k: pytest.fail("the repository was opened"))
+    monkeypatch.setattr("beflow.repository.git._repository", lambda: pytest.fail("the repository was opened"))
 
     result = beflow("watch", "--once", "--json")
 

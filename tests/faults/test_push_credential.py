@@ -21,7 +21,7 @@ import pytest
 from beflow.codehosts.github import GitHubCodeHost
 from beflow.config import GitHubCodeHostSettings
 from beflow.errors import BeflowError
-from beflow.repository import git
+from beflow.repository import remote
 from beflow.trackers.github_api import Api
 from tests.faults.conftest import unprivileged
 from tests.support import proc_scan
@@ -126,7 +126,7 @@ def test_a_wrong_token_fails_the_push_clearly_and_a_missing_one_too(repo: Path, 
     assert wrong not in str(refused.value)
 
     with pytest.raises(BeflowError) as none:  # no credential at all: git asks nobody else, and says so
-        git.push(repo, server.url(REPO), commit, "beflow/1")
+        remote.push(repo, server.url(REPO), commit, "beflow/1")
     assert "terminal prompts disabled" in str(none.value)
 
     assert subprocess.run(["git", "rev-parse", "--verify", "-q", "refs/heads/beflow/1"], cwd=bare).returncode != 0
@@ -141,13 +141,13 @@ def test_the_helper_gives_the_token_to_its_host_alone(repo: Path, server: GitSer
     server.bare(REPO, repo)
     commit = run_git(repo, "rev-parse", "HEAD")
     for auth in (
-        git.PushAuth(token, f"127.0.0.1:{server.port + 1}"),
-        git.PushAuth(token, "127.0.0.1"),
-        git.PushAuth(token, f"localhost:{server.port}"),
-        git.PushAuth(token, f"127.0.0.1:{server.port}", "http"),
+        remote.PushAuth(token, f"127.0.0.1:{server.port + 1}"),
+        remote.PushAuth(token, "127.0.0.1"),
+        remote.PushAuth(token, f"localhost:{server.port}"),
+        remote.PushAuth(token, f"127.0.0.1:{server.port}", "http"),
     ):
         with pytest.raises(BeflowError) as refused:
-            git.push(repo, server.url(REPO), commit, "beflow/1", auth)
+            remote.push(repo, server.url(REPO), commit, "beflow/1", auth)
         assert "terminal prompts disabled" in str(refused.value) and token not in str(refused.value)
     assert server.seen and all(s.user is None for s in server.seen)  # every request came without a credential
 

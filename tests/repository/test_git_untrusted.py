@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from beflow.errors import BeflowError
-from beflow.repository import git
+from beflow.repository import commits, git, leaks, remote, status, worktrees
 from tests.conftest import git as run_git
 
 
@@ -43,12 +43,12 @@ def test_the_push_goes_to_the_url_beflow_resolved_whatever_the_config_says(
     repo: Path, remotes: tuple[Path, Path], redirect: list[str]
 ) -> None:
     origin, evil = remotes
-    url = git.remote_url(repo, "origin", push=True)
+    url = remote.remote_url(repo, "origin", push=True)
     assert url == str(origin)
     run_git(repo, "config", *[part.format(origin=origin, evil=evil) for part in redirect])
     commit = run_git(repo, "rev-parse", "beflow/1").strip()
 
-    git.push(repo, url, commit, "beflow/1")
+    remote.push(repo, url, commit, "beflow/1")
 
     assert refs(origin) == "refs/heads/beflow/1\n"
     assert refs(evil) == ""
@@ -67,7 +67,7 @@ def test_the_push_runs_no_hook_and_no_configured_ssh(repo: Path, remotes: tuple[
     run_git(repo, "config", "--global", "core.hooksPath", str(elsewhere))
     commit = run_git(repo, "rev-parse", "beflow/1").strip()
 
-    git.push(repo, str(origin), commit, "beflow/1")
+    remote.push(repo, str(origin), commit, "beflow/1")
 
     assert refs(origin) == "refs/heads/beflow/1\n"
     assert not marker.exists()
@@ -76,7 +76,7 @@ def test_the_push_runs_no_hook_and_no_configured_ssh(repo: Path, remotes: tuple[
 def test_a_push_that_is_not_a_fast_forward_is_refused(repo: Path, remotes: tuple[Path, Path]) -> None:
     origin, _ = remotes
     first = run_git(repo, "rev-parse", "beflow/1").strip()
-    git.push(repo, str(origin), first, "beflow/1")
+    remote.push(repo, str(origin), first, "beflow/1")
     (repo / "other.txt").write_text("x\n")
     run_git(repo, "add", "other.txt")
     run_git(repo, "commit", "-q", "--amend", "-m", "rewritten")
@@ -85,7 +85,7 @@ def test_a_push_that_is_not_a_fast_forward_is_refused(repo: Path, remotes: tuple
     run_git(repo, "branch", "-f", "beflow/1", rewritten)
 
     with pytest.raises(BeflowError, match=r"git push .* failed"):
-        git.push(repo, str(origin), rewritten, "beflow/1")
+        remote.push(repo, str(origin), rewritten, "beflow/1")
     assert run_git(origin, "rev-parse", "beflow/1").strip() == first
 
 
@@ -126,7 +126,7 @@ def planted(repo: Path, marker: Path) -> None:
 
 
 def test_no_git_command_after_an_agent_runs_a_hook_or_a_configured_command(repo: Path, tmp_path: Path) -> None:
-    tree = git.create_worktree(git.open_repo(repo), tmp_path / "wt" / "1", "beflow/1", "HEAD")
+    tree = worktrees.create_worktree(git.open_repo(repo), tmp_path / "wt" / "1", "beflow/1", "HEAD")
     marker = tmp_path / "marker"
     planted(repo, marker)
     (tree.path / ".gitattributes").write_text("*.txt filter=evil diff=evil\n*.md filter=also\n")
@@ -134,16 +134,16 @@ def test_no_git_command_after_an_agent_runs_a_hook_or_a_configured_command(repo:
     os.environ["BEFLOW_PROBE_SECRET"] = "probe-secret-value"
     try:
         with git.distrusting():
-            commit = git.commit_all(tree.path, "work")
+            commit = commits.commit_all(tree.path, "work")
             assert commit is not None
-            assert git.find_leaks(tree.path, tree.base_commit, commit, [b"nothing"], managed=True) == []
-            git.publish(tree.path, tree.branch, commit, None, "run")
-            assert git.changed_files(tree.path, tree.base_commit, commit) == ["A\t.gitattributes", "A\tnotes.txt"]
-            assert "the agent's work" in git.diff(tree.path, tree.base_commit, commit)
-            assert not git.is_dirty(tree.path)
-            git.checkout_status(tree.path)
-            git.uncommit(tree.path, tree.base_commit)
-            git.remove_worktree(git.open_repo(repo), tree.path)
+            assert leaks.find_leaks(tree.path, tree.base_commit, commit, [b"nothing"], managed=True) == []
+            commits.publish(tree.path, tree.branch, commit, None, "run")
+            assert status.changed_files(tree.path, tree.base_commit, commit) == ["A\t.gitattributes", "A\tnotes.txt"]
+            assert "the agent's work" in status.diff(tree.path, tree.base_commit, commit)
+            assert not status.is_dirty(tree.path)
+            status.checkout_status(tree.path)
+            commits.uncommit(tree.path, tree.base_commit)
+            worktrees.remove_worktree(git.open_repo(repo), tree.path)
     finally:
         del os.environ["BEFLOW_PROBE_SECRET"]
     assert not marker.exists(), marker.read_text()[:2000]
@@ -156,7 +156,7 @@ def test_outside_an_agents_run_the_users_hooks_still_run(repo: Path, tmp_path: P
     hook = repo / ".git" / "hooks" / "post-checkout"
     hook.write_text(f"#!/bin/sh\ntouch {marker}\n")
     hook.chmod(0o755)
-    git.create_worktree(git.open_repo(repo), tmp_path / "wt" / "1", "beflow/1", "HEAD")
+    worktrees.create_worktree(git.open_repo(repo), tmp_path / "wt" / "1", "beflow/1", "HEAD")
     assert marker.exists()
 
 
@@ -178,7 +178,7 @@ def test_the_settings_reach_the_git_that_git_starts_in_a_submodule(repo: Path, t
     (repo / "lib" / "lib.txt").write_text("changed\n")
 
     with git.distrusting():
-        assert git.checkout_status(repo)["lib"].strip() == "M"
+        assert status.checkout_status(repo)["lib"].strip() == "M"
     assert not marker.exists()
 
 
@@ -196,7 +196,7 @@ def test_credentials_in_the_url_are_never_in_a_git_argv_nor_in_the_error(
 
     # /proc/<pid>/cmdline is readable by every user: a password in the URL must not be there (port 1: refused).
     with pytest.raises(BeflowError) as raised:
-        git.push(repo, "https://someone:s3cret-password@127.0.0.1:1/octo/hello.git", commit, "beflow/1")
+        remote.push(repo, "https://someone:s3cret-password@127.0.0.1:1/octo/hello.git", commit, "beflow/1")
 
     assert "s3cret-password" not in str(raised.value)
     assert "https://127.0.0.1:1/octo/hello.git" in str(raised.value)
@@ -212,7 +212,7 @@ def test_a_rounds_fetch_reads_the_branch_from_the_url_beflow_resolved_and_runs_n
 ) -> None:
     origin, evil = remotes
     first = run_git(repo, "rev-parse", "beflow/1").strip()
-    git.push(repo, str(origin), first, "beflow/1")
+    remote.push(repo, str(origin), first, "beflow/1")
     # Another machine pushed a round on top; the evil remote has a branch of the same name.
     other = repo.parent / "other"
     run_git(repo.parent, "clone", "-q", "--branch", "beflow/1", str(origin), str(other))
@@ -228,8 +228,8 @@ def test_a_rounds_fetch_reads_the_branch_from_the_url_beflow_resolved_and_runs_n
         hook.write_text(f"#!/bin/sh\necho {name} >> {marker}\n")
         hook.chmod(0o755)
 
-    assert git.fetch(repo, str(origin), "beflow/1") == theirs
-    assert git.fetch(repo, str(origin), "beflow/none") is None
+    assert remote.fetch(repo, str(origin), "beflow/1") == theirs
+    assert remote.fetch(repo, str(origin), "beflow/none") is None
 
     assert run_git(repo, "cat-file", "-t", theirs).strip() == "commit"  # its objects are here now
     assert run_git(repo, "rev-parse", "beflow/1").strip() == first  # and no branch moved

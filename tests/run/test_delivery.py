@@ -14,7 +14,7 @@ import pytest
 
 from beflow.codehosts.github import GitHubCodeHost
 from beflow.config import GitHubCodeHostSettings
-from beflow.repository import git
+from beflow.repository import git, worktrees
 from beflow.run import delivery
 from beflow.trackers.claims import ClaimLost
 from beflow.trackers.github_api import Api
@@ -25,17 +25,17 @@ SECRET = b"sk-delivery-secret-0123456789"
 
 
 @pytest.fixture
-def worktree(repo: Path, tmp_path: Path) -> Iterator[tuple[git.Worktree, Any]]:
+def worktree(repo: Path, tmp_path: Path) -> Iterator[tuple[worktrees.Worktree, Any]]:
     """A run's worktree of ``beflow/1`` (HEAD detached), and the repository's git.Repo."""
     opened = git.open_repo(repo)
-    made = git.create_worktree(opened, tmp_path / "worktrees" / "1", "beflow/1", "HEAD")
+    made = worktrees.create_worktree(opened, tmp_path / "worktrees" / "1", "beflow/1", "HEAD")
     try:
         yield made, opened
     finally:
         opened.close()
 
 
-def job(made: tuple[git.Worktree, Any], **changes: Any) -> delivery.Job:
+def job(made: tuple[worktrees.Worktree, Any], **changes: Any) -> delivery.Job:
     tree, opened = made
     defaults: dict[str, Any] = {
         "worktree": tree,
@@ -58,7 +58,7 @@ def branch_files(repo: Path, branch: str) -> dict[str, str]:
     return {name: run_git(repo, "show", f"{branch}:{name}") for name in names}
 
 
-def test_the_work_is_committed_on_the_branch(repo: Path, worktree: tuple[git.Worktree, Any]) -> None:
+def test_the_work_is_committed_on_the_branch(repo: Path, worktree: tuple[worktrees.Worktree, Any]) -> None:
     tree = worktree[0]
     (tree.path / "a.txt").write_text("x")
 
@@ -69,7 +69,7 @@ def test_the_work_is_committed_on_the_branch(repo: Path, worktree: tuple[git.Wor
     assert verdict.changed_files == ("A\ta.txt",) and verdict.proposed is None
 
 
-def test_when_the_commit_fails_the_work_is_kept_and_named(repo: Path, worktree: tuple[git.Worktree, Any]) -> None:
+def test_when_the_commit_fails_the_work_is_kept_and_named(repo: Path, worktree: tuple[worktrees.Worktree, Any]) -> None:
     # A nested repository without a commit, which `git add` cannot stage.
     tree = worktree[0]
     (tree.path / "a.txt").write_text("x")
@@ -83,7 +83,7 @@ def test_when_the_commit_fails_the_work_is_kept_and_named(repo: Path, worktree: 
 
 
 def test_when_the_tree_is_dirty_after_the_commit_the_worktree_is_kept_and_named(
-    repo: Path, worktree: tuple[git.Worktree, Any]
+    repo: Path, worktree: tuple[worktrees.Worktree, Any]
 ) -> None:
     # A nested repository with a commit is staged as a gitlink; the file changed inside it stays uncommitted.
     tree = worktree[0]
@@ -99,7 +99,9 @@ def test_when_the_tree_is_dirty_after_the_commit_the_worktree_is_kept_and_named(
     assert verdict.commit is not None and "a.txt" in run_git(repo, "ls-tree", "--name-only", "beflow/1").split()
 
 
-def test_without_commits_the_changes_stay_in_the_kept_worktree(repo: Path, worktree: tuple[git.Worktree, Any]) -> None:
+def test_without_commits_the_changes_stay_in_the_kept_worktree(
+    repo: Path, worktree: tuple[worktrees.Worktree, Any]
+) -> None:
     tree = worktree[0]
     (tree.path / "c.txt").write_text("changed")
 
@@ -120,7 +122,7 @@ def test_a_run_that_changes_nothing_on_a_branch_with_earlier_work_keeps_the_bran
     run_git(repo, "worktree", "remove", str(tmp_path / "earlier"))
     opened = git.open_repo(repo)
     try:
-        tree = git.create_worktree(opened, tmp_path / "worktrees" / "1", "beflow/1", "HEAD")
+        tree = worktrees.create_worktree(opened, tmp_path / "worktrees" / "1", "beflow/1", "HEAD")
         assert tree.continued
         (tree.path / "first.txt").write_text("1")  # the same content again: nothing new to commit
 
@@ -133,7 +135,7 @@ def test_a_run_that_changes_nothing_on_a_branch_with_earlier_work_keeps_the_bran
 
 
 def test_a_secret_in_a_commit_of_the_run_is_refused_and_the_work_kept_uncommitted(
-    repo: Path, worktree: tuple[git.Worktree, Any]
+    repo: Path, worktree: tuple[worktrees.Worktree, Any]
 ) -> None:
     # The agent committed a secret itself, under a name of its own, then went on working.
     tree = worktree[0]
@@ -161,7 +163,7 @@ def test_a_continued_branch_is_read_whole_from_the_base(repo: Path, tmp_path: Pa
     run_git(repo, "worktree", "remove", str(tmp_path / "other"))
     opened = git.open_repo(repo)
     try:
-        tree = git.create_worktree(opened, tmp_path / "worktrees" / "1", "beflow/1", "HEAD")
+        tree = worktrees.create_worktree(opened, tmp_path / "worktrees" / "1", "beflow/1", "HEAD")
         (tree.path / "hello.txt").write_text("hi\n")
         before = run_git(repo, "rev-parse", "beflow/1")
 
@@ -174,7 +176,7 @@ def test_a_continued_branch_is_read_whole_from_the_base(repo: Path, tmp_path: Pa
 
 
 def test_work_that_must_not_be_committed_is_refused_before_any_commit(
-    repo: Path, worktree: tuple[git.Worktree, Any]
+    repo: Path, worktree: tuple[worktrees.Worktree, Any]
 ) -> None:
     tree = worktree[0]
     (tree.path / "hello.txt").write_text("hi\n")
@@ -186,7 +188,7 @@ def test_work_that_must_not_be_committed_is_refused_before_any_commit(
     assert "beflow/1" not in branches(repo) and verdict.commit is None
 
 
-def test_a_branch_moved_during_the_run_is_not_moved_again(repo: Path, worktree: tuple[git.Worktree, Any]) -> None:
+def test_a_branch_moved_during_the_run_is_not_moved_again(repo: Path, worktree: tuple[worktrees.Worktree, Any]) -> None:
     tree = worktree[0]
     (tree.path / "a.txt").write_text("x")
     run_git(repo, "branch", "beflow/1")  # someone else made it meanwhile: the compare-and-swap refuses
@@ -220,7 +222,7 @@ def proposal(host: GitHubCodeHost, **changes: Any) -> delivery.Proposal:
 
 
 def test_a_succeeded_run_is_pushed_and_proposed(
-    repo: Path, worktree: tuple[git.Worktree, Any], host: GitHubCodeHost, github: FakeGitHub
+    repo: Path, worktree: tuple[worktrees.Worktree, Any], host: GitHubCodeHost, github: FakeGitHub
 ) -> None:
     (worktree[0].path / "a.txt").write_text("x")
 
@@ -236,7 +238,7 @@ def test_a_succeeded_run_is_pushed_and_proposed(
 
 @pytest.mark.parametrize("outcome", ["failed", "no_changes"])
 def test_only_a_succeeded_run_is_proposed(
-    worktree: tuple[git.Worktree, Any], host: GitHubCodeHost, github: FakeGitHub, outcome: str
+    worktree: tuple[worktrees.Worktree, Any], host: GitHubCodeHost, github: FakeGitHub, outcome: str
 ) -> None:
     if outcome == "failed":
         (worktree[0].path / "a.txt").write_text("x")
@@ -247,7 +249,7 @@ def test_only_a_succeeded_run_is_proposed(
 
 
 def test_a_claim_lost_before_the_push_publishes_nothing(
-    repo: Path, worktree: tuple[git.Worktree, Any], host: GitHubCodeHost, github: FakeGitHub
+    repo: Path, worktree: tuple[worktrees.Worktree, Any], host: GitHubCodeHost, github: FakeGitHub
 ) -> None:
     (worktree[0].path / "a.txt").write_text("x")
 
@@ -265,7 +267,7 @@ def test_a_claim_lost_before_the_push_publishes_nothing(
 
 
 def test_a_push_that_fails_is_said_and_the_branch_stays_committed(
-    repo: Path, worktree: tuple[git.Worktree, Any], host: GitHubCodeHost, github: FakeGitHub
+    repo: Path, worktree: tuple[worktrees.Worktree, Any], host: GitHubCodeHost, github: FakeGitHub
 ) -> None:
     (worktree[0].path / "a.txt").write_text("x")
     subprocess.run(["rm", "-rf", str(repo.parent / "origin.git")], check=True)

@@ -199,7 +199,7 @@ def test_injected_http_servers_are_allowed_hosts() -> None:
 
 
 def test_beflows_excludes_file_is_among_the_pinned() -> None:
-    from beflow.repository.git import EXCLUDES_NAME
+    from beflow.repository.excludes import EXCLUDES_NAME
 
     assert EXCLUDES_NAME in policy.PINNED
 

@@ -13,7 +13,7 @@ import psutil
 import pytest
 
 from beflow.errors import ToolMissingError
-from beflow.system import interrupts, proc
+from beflow.system import interrupts, pipes, proc
 
 #: Short grace periods keep these tests fast; the behaviour is the same with the default.
 GRACE = 0.3
@@ -135,7 +135,7 @@ async def test_a_child_that_prints_line_by_line_is_read_in_a_few_wake_ups_throug
     await proc.run([sys.executable, "-c", child], on_stdout=reads.append)
 
     lines = b"\n".join(reads).split(b"\n")
-    assert int(lines[0]) == proc.PIPE_SIZE and len(lines) == 4001
+    assert int(lines[0]) == pipes.PIPE_SIZE and len(lines) == 4001
     assert len(reads) < 60  # (a read a write would be 4,001)
 
 
@@ -300,7 +300,7 @@ def test_output_kept_in_the_result_is_the_last_part_only_and_long_lines_reach_ha
         on_stdout=lambda lines: pieces.extend(map(len, lines.split(b"\n"))),
     )
     assert result.ok and len(result.stdout) == proc.MAX_CAPTURE and result.stdout.endswith(b"\nend\n")
-    assert pieces == [proc.MAX_LINE, proc.MAX_LINE, 20000000 - 2 * proc.MAX_LINE, 3]
+    assert pieces == [pipes.MAX_LINE, pipes.MAX_LINE, 20000000 - 2 * pipes.MAX_LINE, 3]
 
 
 # --- shell command lines (hooks) -----------------------------------------------------------------------------

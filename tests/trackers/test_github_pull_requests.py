@@ -13,7 +13,7 @@ import pytest
 from beflow.app import open_code_host, open_tracker
 from beflow.codehosts.github import GitHubCodeHost
 from beflow.config import load_project
-from beflow.repository.git import PushAuth
+from beflow.repository.remote import PushAuth
 from beflow.trackers.github import web_host
 from tests.support.github import TOKEN, FakeGitHub, acted_on
 from tests.support.projects import AutoProject

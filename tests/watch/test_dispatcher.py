@@ -6,7 +6,6 @@ Timings are never asserted (two shared cores): concurrency is read from the star
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import threading
@@ -340,7 +339,6 @@ def test_closing_an_issue_mid_run_cancels_the_run_and_restores_its_worktree(
         return watch
 
     watch = anyio.run(scenario)
-    gc.collect()  # GitPython keeps a `git cat-file` per Repo object until it is collected
 
     assert acpxrc_seen == [True]  # injected while the agent ran
     assert "the issue is now closed" in watch.of("cancelled", key)[0].data.reason
