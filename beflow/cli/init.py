@@ -15,12 +15,10 @@ from beflow.repository.git import toplevel as git_toplevel
 
 
 def _github_labels(app: App) -> None:
-    from beflow.app import open_tracker
-    from beflow.config import load_project
     from beflow.trackers.base import SetsUpLabels
 
-    project = load_project(app.config_option)
-    tracker = open_tracker(project)
+    project = app.project()
+    tracker = app.tracker()
     if not isinstance(tracker, SetsUpLabels):
         raise UsageError(
             f"--github: the tracker in {project.config_path or 'the defaults'} is not GitHub",

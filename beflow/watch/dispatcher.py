@@ -40,6 +40,7 @@ from beflow.run.spending import Ledger
 from beflow.system import threads
 from beflow.trackers import Issue, Tracker, reading_once
 from beflow.trackers.base import NamesUnreadable, WatchesDirectories
+from beflow.watch.endings import Endings
 from beflow.watch.holds import Holds
 from beflow.watch.lanes import Running, Snapshot, run_ids
 from beflow.watch.reachability import TrackerLook
@@ -81,7 +82,6 @@ class Dispatcher:
         #: Each issue's series of attempts, and its backoff (beflow.watch.retries).
         self.retries = Retries(clock)
         self._unreadable: dict[str, str] = {}  # issues the tracker cannot read, as last said
-        self.recent: deque[RunRecord] = deque(maxlen=20)
         self.queue: list[Issue] = []
         self.tick_count = 0
         self.next_tick = self.clock()
@@ -97,6 +97,8 @@ class Dispatcher:
         self._polled = 0.0
         #: What the watch's runs used, and its day's spending (beflow.run.spending).
         self.ledger = Ledger()
+        #: What a run's end changes in the watch: its recent runs, its ledger, a currency hold, the next attempt.
+        self.endings = Endings(self.ledger, self.holds, self.retries, self.emit)
         self.rounds = ReviewRounds(clock, self.emit)  # review rounds due, or waiting for feedback to settle
         #: Whether the last look at the tracker succeeded (only the tracker's own failures count).
         self.tracker_look = TrackerLook()
@@ -129,7 +131,7 @@ class Dispatcher:
             running=list(self.running.values()),
             queue=list(self.queue),
             backoffs=self.retries.waiting(),
-            recent=list(self.recent),
+            recent=list(self.endings.recent),
             tick=self.tick_count,
             next_tick=self.next_tick,
             used=self.ledger.watch,
@@ -313,7 +315,7 @@ class Dispatcher:
             # The watch itself is stopping (a signal): the run has recorded itself cancelled; say so, then go on.
             stopped = running.record(self.store)
             if stopped is not None:
-                self._finished(stopped, finished)
+                self.endings.finished(stopped, finished, self.project.config)
             raise
         finally:
             self.running.pop(key, None)
@@ -322,30 +324,5 @@ class Dispatcher:
         record = record or running.record(self.store)
         if record is None:
             return
-        self._finished(record, finished)
-        self._after(record)
-
-    def _finished(self, record: RunRecord, finished: list[RunRecord]) -> None:
-        finished.append(record)
-        self.recent.appendleft(record)
-        self.ledger.finished(record)
-        usage, config = record.usage, self.project.config
-        if usage is not None and guardrails.currency_mismatch(usage.currency, config.limits) is not None:
-            self.holds.wrong_currency = (usage.currency or "", config.agent)
-        used = guardrails.event_data(record.usage)
-        self.emit(
-            "finished",
-            record.issue,
-            run=record.id,
-            outcome=record.outcome,
-            reason=record.stop_reason,
-            **({"usage": used} if used else {}),
-            watch_used=dataclasses.asdict(self.ledger.watch),
-        )
-
-    def _after(self, record: RunRecord) -> None:
-        step = self.retries.after(record, self.project.config.watch)
-        if step.action == "retry":
-            self.emit("retry_scheduled", record.issue, attempt=step.attempt, delay=step.delay)
-        elif step.action == "give_up":
-            self.emit("failed", record.issue, reason=step.reason)
+        self.endings.finished(record, finished, self.project.config)
+        self.endings.next_attempt(record, self.project.config.watch)
