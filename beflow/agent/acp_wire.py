@@ -34,8 +34,6 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from beflow.mcp.acp import AcpRemote, AcpStdio
-
 # -- ACP's names the reader acts on ------------------------------------------------------------------------------------
 
 NEW_SESSION = "session/new"
@@ -131,7 +129,9 @@ def error_text(error: RpcError | None) -> str:
 
 
 class McpServerEntry(Wire):
-    """An MCP server of ``session/new`` in a shape ACP does not define: its name, if it has one."""
+    """An MCP server of ``session/new``, as a transcript needs it: its name, if it has one. Its values are never
+    read here (the whole shapes are :mod:`beflow.mcp.acp`'s, which beflow writes; reading them back would load the
+    ``.mcp.json`` machinery into every command that reads a transcript)."""
 
     name: Loose[StrictStr] = "?"
 
@@ -140,7 +140,7 @@ class NewSession(Wire):
     """``session/new``: where the session works and the MCP servers acpx hands the agent."""
 
     cwd: Loose[StrictStr] = None
-    mcp_servers: list[AcpStdio | AcpRemote | McpServerEntry] = []
+    mcp_servers: list[McpServerEntry] = []
 
     _servers = field_validator("mcp_servers", mode="before")(_objects)
 
