@@ -67,10 +67,13 @@ def test_a_closed_terminal_stops_a_run_cleanly_with_no_crash_log(
     # Closing the window hangs the terminal up: the live view can no longer be drawn, nor taken down.
     key = auto_project.new_issue("sleep 60", title="long")
     term = start(auto_project, terminals, *([command, key] if command == "--auto" else [command]))
-    eventually(auto_project.records, "the run started")
+    eventually(auto_project.records, "the run started")  # at once: stopped before its worktree is made
     term.hang_up()
     assert term.wait(timeout=30) == 130
     assert not (Path(os.environ["BEFLOW_HOME"]) / "logs").exists()
+    # Closed as it stopped, not left `running` for the next command to close.
+    assert auto_project.only_record().outcome == "cancelled"
+    assert auto_project.issue(key).status == Status.READY
 
 
 def test_watch_runs_an_issue_and_ctrl_c_stops_it_cleanly(
