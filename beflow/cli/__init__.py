@@ -159,8 +159,8 @@ def cli(ctx: click.Context, config_path: Path | None) -> None:
 
 def _journal_has_entries() -> bool:
     """Whether any managed file may need restoring (a look at one directory, without loading the machinery)."""
-    with contextlib.suppress(OSError):
-        if os.listdir(beflow_home() / "git-journal"):  # a guarded repository's snapshot (beflow.repository.repoguard)
+    with contextlib.suppress(OSError):  # a guarded repository's snapshot (beflow.repository.repoguard); damaged/ aside
+        if any(name.endswith(".json") for name in os.listdir(beflow_home() / "git-journal")):
             return True
     try:
         return any(name.endswith(".json") for name in os.listdir(beflow_home() / "journal"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -48,7 +49,8 @@ class Progress:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self.live is not None:
-            self.live.stop()
+            with contextlib.suppress(OSError):  # a closed window (SIGHUP): nothing to take down, the exit code says
+                self.live.stop()
         if self.stream is not None:
             self.stream.close()
 

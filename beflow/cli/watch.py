@@ -189,7 +189,8 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
                 records = interrupts.run(lambda: dispatcher.watch(once=once))
     finally:
         if live is not None:
-            live.stop()
+            with contextlib.suppress(OSError):  # a closed window (SIGHUP): nothing to take down, the exit code says
+                live.stop()
         if stream is not None:
             stream.close()
     if once and any(r.outcome in FAILED_OUTCOMES for r in records):

@@ -112,8 +112,9 @@ def recover() -> list[str]:
     """Put back every repository a dead beflow left guarded; what was done, one line each."""
     done: list[str] = []
     for path, entry in _journal().entries():
-        if entry is None:
-            _journal().drop(path)  # cut short before it was complete: nothing ran on its strength
+        if entry is None:  # nothing ran on its strength; moved aside (a directory or a FIFO cannot be dropped)
+            with contextlib.suppress(FileNotFoundError):  # (gone meanwhile)
+                _journal().quarantine(path)
             continue
         if entry.owner_alive():
             continue

@@ -172,7 +172,12 @@ class _InWorktree:
         except BeflowError as error:  # the issue changed under us (closed, unlabelled): record why, run nothing
             return await self._finish("failed", f"the tracker could not be told that the run started: {error.message}")
         self.emit("started", attempt=self.request.attempt, branch=branch, **self._round())
-        repo = await threads.blocking(git.open_repo, self.project.directory)
+        try:
+            repo = await threads.blocking(git.open_repo, self.project.directory)
+        except anyio.get_cancelled_exc_class():  # stopped before the run's guard: its record is closed here
+            with anyio.CancelScope(shield=True):
+                await self._finish("cancelled", cancel_reason(self._cancelled_because()))
+            raise
         try:
             # The run's sandbox, once the workspace opened it, lasts until the run ends: before_remove runs in it.
             async with Workspace(self.session, repo).held() as workspace:

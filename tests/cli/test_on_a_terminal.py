@@ -16,6 +16,7 @@ import pytest
 from beflow.trackers import Status
 from tests.support import terminal
 from tests.support.projects import AutoProject
+from tests.support.waiting import eventually
 
 
 @pytest.fixture
@@ -57,6 +58,22 @@ def test_auto_stopped_by_ctrl_c_exits_130_and_says_so(
     assert auto_project.only_record().outcome == "cancelled"
     assert auto_project.issue(key).status == Status.READY
     assert not list((Path(os.environ["BEFLOW_HOME"]) / "journal").glob("*.json"))  # the managed file put back
+
+
+@pytest.mark.parametrize("command", ["--auto", "watch"])
+def test_a_closed_terminal_stops_a_run_cleanly_with_no_crash_log(
+    auto_project: AutoProject, terminals: list[terminal.Terminal], command: str, no_leftover_processes: None
+) -> None:
+    # Closing the window hangs the terminal up: the live view can no longer be drawn, nor taken down.
+    key = auto_project.new_issue("sleep 60", title="long")
+    term = start(auto_project, terminals, *([command, key] if command == "--auto" else [command]))
+    eventually(auto_project.records, "the run started")  # at once: stopped before its worktree is made
+    term.hang_up()
+    assert term.wait(timeout=30) == 130
+    assert not (Path(os.environ["BEFLOW_HOME"]) / "logs").exists()
+    # Closed as it stopped, not left `running` for the next command to close.
+    assert auto_project.only_record().outcome == "cancelled"
+    assert auto_project.issue(key).status == Status.READY
 
 
 def test_watch_runs_an_issue_and_ctrl_c_stops_it_cleanly(

@@ -4,6 +4,7 @@ fast exit keeps exit codes and output whole."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -50,6 +51,13 @@ def test_help_lists_every_command_with_its_own_summary_without_loading_them() ->
 def test_help_and_version_load_none_of_the_heavy_libraries() -> None:
     for args in (["--help"], ["--version"]):
         assert loaded_by(*args).isdisjoint(HEAVY), args
+
+
+def test_damaged_journal_entries_moved_aside_cost_no_command_its_start_up(tmp_path: Path) -> None:
+    """What was moved aside is never read again: its folder alone does not load the restore machinery."""
+    for journal in ("journal", "git-journal"):
+        (Path(os.environ["BEFLOW_HOME"]) / journal / "damaged").mkdir(parents=True)
+    assert loaded_by("docs", "mcp", cwd=tmp_path).isdisjoint({"pydantic", "anyio", "psutil"})
 
 
 def test_listing_issues_as_json_loads_no_terminal_git_or_template_library(tmp_path: Path) -> None:

@@ -122,6 +122,24 @@ def test_a_journal_an_earlier_beflow_left_when_it_was_killed_is_put_back(repo: P
     assert not repoguard.has_entries()
 
 
+def test_a_damaged_journal_entry_is_moved_aside_whatever_it_is(repo: Path) -> None:
+    # An agent running as the user can write the journal's directory: what it leaves there must not make every
+    # later beflow command warn, nor `beflow restore` fail.
+    journal = repoguard.journal_dir()
+    journal.mkdir(parents=True)
+    (journal / "a-directory.json").mkdir()
+    (journal / "a-directory.json" / "inside").write_text("x")
+    os.mkfifo(journal / "a-fifo.json")
+    (journal / "garbage.json").write_text("{not json")
+
+    assert repoguard.recover() == []
+
+    assert not repoguard.has_entries()
+    moved = sorted(path.stem.rsplit("-", 1)[0] for path in (journal / "damaged").iterdir())
+    assert moved == ["a-directory", "a-fifo", "garbage"]
+    assert repoguard.recover() == []
+
+
 def test_submodules_git_directories_and_other_worktrees_config_are_guarded(repo: Path, tmp_path: Path) -> None:
     library = tmp_path / "library"
     library.mkdir()
