@@ -27,8 +27,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlsplit
+
+if TYPE_CHECKING:
+    from beflow.trackers.github import GitHubTracker
+    from tests.support.projects import AutoProject
 
 import pytest
 
@@ -1033,3 +1037,14 @@ def acted_on(markdown: str) -> list[str]:
     keywords = re.findall(r"(?i)\b(?:close[sd]?|fix(?:e[sd])?|resolve[sd]?)\s+[\w.-]*(?:/[\w.-]+)?#\d+", text)
     mentions = re.findall(r"(?<![\w`])@[\w-]+(?:/[\w-]+)?", text)
     return keywords + mentions
+
+
+def github_tracker(project: AutoProject) -> GitHubTracker:
+    """The GitHub tracker ``project``'s config names, opened as beflow opens it."""
+    from beflow.app import open_tracker
+    from beflow.config import load_project
+    from beflow.trackers.github import GitHubTracker
+
+    opened = open_tracker(load_project(project.config_path))
+    assert isinstance(opened, GitHubTracker)
+    return opened

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.errors import ConfigError, LockedError
 from beflow.trackers import Status
@@ -21,21 +20,8 @@ from beflow.trackers.claims import ClaimLost
 from beflow.trackers.github import GitHubTracker
 from beflow.trackers.github_api import RateLimited, Unavailable
 from tests.support.github import TOKEN, FakeGitHub
+from tests.support.github import github_tracker as tracker
 from tests.support.projects import AutoProject, config_file
-
-
-@pytest.fixture
-def gh(auto_project: AutoProject, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch) -> AutoProject:
-    """The test project with its tracker on the fake GitHub."""
-    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    auto_project.configure(tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": 30})
-    return auto_project
-
-
-def tracker(project: AutoProject) -> GitHubTracker:
-    opened = open_tracker(load_project(project.config_path))
-    assert isinstance(opened, GitHubTracker)
-    return opened
 
 
 def test_issues_commands_work_on_github_as_locally(gh: AutoProject, github: FakeGitHub, beflow) -> None:

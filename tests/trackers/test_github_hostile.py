@@ -17,13 +17,6 @@ from tests.support.projects import AutoProject
 HOSTILE = ["evil\u2028label", "two\nlines", "esc\x1b]52;c;aGk=\x07", "x" * 51]
 
 
-@pytest.fixture
-def gh(auto_project: AutoProject, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch) -> AutoProject:
-    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    auto_project.configure(tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": 30})
-    return auto_project
-
-
 def test_a_hostile_label_is_named_and_its_issue_skipped_in_every_listing(
     gh: AutoProject, github: FakeGitHub, beflow
 ) -> None:

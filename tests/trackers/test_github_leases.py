@@ -9,7 +9,6 @@ import time
 
 import pytest
 
-from beflow.app import open_tracker
 from beflow.codehosts.github import GitHubCodeHost, open_github
 from beflow.config import load_project
 from beflow.errors import BeflowError, LockedError
@@ -17,6 +16,7 @@ from beflow.trackers import Status
 from beflow.trackers.claims import ClaimLost
 from beflow.trackers.github import GitHubTracker
 from tests.support.github import TOKEN, FakeGitHub, wait_until
+from tests.support.github import github_tracker as tracker
 from tests.support.projects import AutoProject
 
 REF = "/repos/octo/hello/git/refs/beflow/claims/1"
@@ -28,12 +28,6 @@ def gh(auto_project: AutoProject, github: FakeGitHub, monkeypatch: pytest.Monkey
     auto_project.configure(tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": 3})
     github.add_issue("One", labels=["beflow", "beflow:ready"])
     return auto_project
-
-
-def tracker(project: AutoProject) -> GitHubTracker:
-    opened = open_tracker(load_project(project.config_path))
-    assert isinstance(opened, GitHubTracker)
-    return opened
 
 
 def code_host(project: AutoProject, tracker: GitHubTracker) -> GitHubCodeHost:

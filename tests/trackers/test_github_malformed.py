@@ -11,29 +11,14 @@ from typing import Any
 
 import pytest
 
-from beflow.app import open_tracker
-from beflow.config import load_project
 from beflow.errors import BeflowError
 from beflow.trackers import Status
-from beflow.trackers.github import GitHubTracker
 from beflow.trackers.github_wire import RateHeaders
-from tests.support.github import TOKEN, FakeGitHub
+from tests.support.github import FakeGitHub
+from tests.support.github import github_tracker as tracker
 from tests.support.projects import AutoProject
 
 ISSUES = "/repos/octo/hello/issues"
-
-
-@pytest.fixture
-def gh(auto_project: AutoProject, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch) -> AutoProject:
-    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
-    auto_project.configure(tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": 30})
-    return auto_project
-
-
-def tracker(project: AutoProject) -> GitHubTracker:
-    opened = open_tracker(load_project(project.config_path))
-    assert isinstance(opened, GitHubTracker)
-    return opened
 
 
 def each(changes: dict[int, Callable[[dict[str, Any]], None]], key: str = "number") -> Callable[[Any], Any]:
