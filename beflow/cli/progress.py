@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -11,8 +10,9 @@ from beflow.cli.common import err, escape
 from beflow.cli.stream import EventStream
 
 if TYPE_CHECKING:  # the live view is only for a terminal: runs printing JSON or into a file never load it
-    from rich.live import Live
     from rich.table import Table
+
+    from beflow.cli.live import LiveView
 from beflow.events import Activity, AgentProgress, Finished, Notice, RunEvent, Started
 
 OUTCOME_STYLE = {
@@ -32,13 +32,14 @@ class Progress:
     def __init__(self, *, as_json: bool) -> None:
         self.as_json = as_json
         self.running: dict[str, dict[str, object]] = {}
-        self.live: Live | None = None
+        self.live: LiveView | None = None
         # A reader that stops reading never holds up a run or a signal (beflow.cli.stream).
         self.stream = EventStream() if as_json else None
         if not as_json and err.is_terminal:
-            from rich.live import Live
+            from beflow.cli.live import LiveView
 
-            self.live = Live(self._table(), console=err, refresh_per_second=4, transient=True)
+            # Drawn from the running runs on each refresh: their elapsed times tick while their agents are silent.
+            self.live = LiveView(self._table, per_second=4)
 
     def __enter__(self) -> Progress:
         if self.live is not None:
@@ -49,8 +50,7 @@ class Progress:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         if self.live is not None:
-            with contextlib.suppress(OSError):  # a closed window (SIGHUP): nothing to take down, the exit code says
-                self.live.stop()
+            self.live.stop()
         if self.stream is not None:
             self.stream.close()
 
@@ -77,7 +77,7 @@ class Progress:
                     markup=True,
                 )
         if self.live is not None:
-            self.live.update(self._table())
+            self.live.refresh()
 
     def _print(self, text: str, *, markup: bool = False) -> None:
         (self.live.console if self.live else err).print(text if markup else escape(text), highlight=False)
@@ -89,7 +89,7 @@ class Progress:
         table.add_column("issue", style="bold")
         table.add_column("elapsed", justify="right")
         table.add_column("latest activity", overflow="ellipsis", no_wrap=True, max_width=80)
-        for row in self.running.values():
+        for row in list(self.running.values()):  # (a copy in one step: the view's thread draws while runs change)
             elapsed = time.time() - float(row["since"])  # type: ignore[arg-type]
             table.add_row(str(row["issue"]), f"{elapsed:.0f}s", escape(str(row["latest"])))
         return table

@@ -19,9 +19,10 @@ from beflow.watch.lanes import Snapshot
 
 if TYPE_CHECKING:  # rich is loaded for the live view only: `watch --json` (cron, scripts) never needs it
     from rich.console import Group
-    from rich.live import Live
     from rich.table import Table
     from rich.text import Text
+
+    from beflow.cli.live import LiveView
 
 #: Events worth a line in the scrolling log above the live view.
 LOGGED = {
@@ -137,7 +138,7 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
         from beflow.cli.fleet import watch_fleet
 
         return watch_fleet(project, once=once, as_json=as_json, http=http)
-    live: Live | None = None
+    live: LiveView | None = None
     # A reader that stops reading never holds up the runs, the dispatcher or a signal (beflow.cli.stream).
     stream = EventStream() if as_json else None
     hub = None
@@ -161,16 +162,12 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
 
     dispatcher = Dispatcher(project, opens=open_project, config_option=app.config_option, listener=listener)
     if not as_json and err.is_terminal:
-        from rich.live import Live
+        from beflow.cli.live import LiveView
 
         concurrency = project.config.watch.concurrency
-        live = Live(
-            get_renderable=lambda: render(
-                dispatcher.snapshot(), dispatcher.project.config.watch.concurrency or concurrency
-            ),
-            console=err,
-            refresh_per_second=2,
-            transient=True,
+        live = LiveView(
+            lambda: render(dispatcher.snapshot(), dispatcher.project.config.watch.concurrency or concurrency),
+            per_second=2,
         )
         live.start()
     try:
@@ -189,8 +186,7 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
                 records = interrupts.run(lambda: dispatcher.watch(once=once))
     finally:
         if live is not None:
-            with contextlib.suppress(OSError):  # a closed window (SIGHUP): nothing to take down, the exit code says
-                live.stop()
+            live.stop()
         if stream is not None:
             stream.close()
     if once and any(r.outcome in FAILED_OUTCOMES for r in records):

@@ -60,6 +60,28 @@ def test_auto_stopped_by_ctrl_c_exits_130_and_says_so(
     assert not list((Path(os.environ["BEFLOW_HOME"]) / "journal").glob("*.json"))  # the managed file put back
 
 
+def elapsed_shown(text: str, key: str) -> set[int]:
+    """The elapsed times the live view has drawn for issue ``key`` (its rows read ``KEY  [ATTEMPT]  12s  ...``)."""
+    return {int(seconds) for seconds in re.findall(rf"(?m)^\s*{re.escape(key)}\s+(?:\d+\s+)?(\d+)s\b", text)}
+
+
+@pytest.mark.parametrize("command", ["--auto", "watch"])
+def test_the_live_view_ticks_while_the_agent_is_silent(
+    auto_project: AutoProject, terminals: list[terminal.Terminal], command: str, no_leftover_processes: None
+) -> None:
+    # The agent says one thing, then nothing for a while: the view's elapsed time goes on counting regardless.
+    key = auto_project.new_issue("say thinking", "sleep 7", "write out.txt hi", title="quiet")
+    term = start(auto_project, terminals, *([command, key] if command == "--auto" else [command]))
+    term.expect(r"thinking")
+    silent_from = max(elapsed_shown(term.text, key), default=0)
+    term.expect(rf"(?m)^\s*{re.escape(key)}\s+(?:\d+\s+)?{silent_from + 4}s\b", timeout=15)
+    if command == "watch":
+        term.expect(rf"finished\s+{key}\s+")
+        term.type("\x03")
+    assert term.wait(timeout=30) in (0, 130), term.text
+    assert auto_project.only_record().outcome == "succeeded"
+
+
 @pytest.mark.parametrize("command", ["--auto", "watch"])
 def test_a_closed_terminal_stops_a_run_cleanly_with_no_crash_log(
     auto_project: AutoProject, terminals: list[terminal.Terminal], command: str, no_leftover_processes: None
