@@ -9,9 +9,11 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shlex
 from collections.abc import Mapping
 from pathlib import Path
 
+from beflow.errors import UsageError
 from beflow.system.files import FileTooLarge, NotRegularError, atomic_write, read_regular
 
 STATE_DIR = ".beflow"
@@ -56,11 +58,24 @@ def git_toplevel(start: Path) -> Path | None:
     return None
 
 
+def outside_git(directory: Path) -> UsageError:
+    """Why nothing is written into a project outside a git work tree (``init``, ``issues new``, any command that
+    would make ``.beflow/``): beflow's runs are git worktrees and branches, and what it keeps out of git needs a git
+    to keep it out of."""
+    return UsageError(
+        f"{directory} is not inside a git repository; nothing was written",
+        fix=f"Make it one first: cd {shlex.quote(str(directory))} && git init && git add -A "
+        "&& git commit -m 'first commit'",
+    )
+
+
 def state_dir(project_dir: Path) -> Path:
     """The project's ``.beflow/`` directory, created and git-ignored (but for ``config.json`` and ``issues/``) on
-    first use. An agent without the sandbox can write there: it is reached through no symlink
-    (:mod:`beflow.system.files`), and an ignore file that is no regular file is replaced, never read or written
-    through."""
+    first use; refused (:func:`outside_git`) when the project is in no git work tree. An agent without the sandbox
+    can write there: it is reached through no symlink (:mod:`beflow.system.files`), and an ignore file that is no
+    regular file is replaced, never read or written through."""
+    if git_toplevel(project_dir) is None:
+        raise outside_git(project_dir)
     directory = project_dir / STATE_DIR
     ignore = directory / ".gitignore"
     try:

@@ -104,24 +104,24 @@ def test_a_relative_beflow_home_is_made_absolute_where_it_is_read(
     assert home == tmp_path / "state" / "beflow"
 
 
-def test_the_state_directory_ignores_itself_but_for_the_config_and_issues(tmp_path: Path) -> None:
-    directory = state_dir(tmp_path)
+def test_the_state_directory_ignores_itself_but_for_the_config_and_issues(repo: Path) -> None:
+    directory = state_dir(repo)
 
-    assert directory == tmp_path / ".beflow"
+    assert directory == repo / ".beflow"
     assert (directory / ".gitignore").read_text().splitlines()[1:] == ["/*", "!/config.json", "!/issues/"]
 
 
-def test_an_ignore_file_of_an_earlier_version_is_brought_up_to_date_and_a_users_own_is_kept(tmp_path: Path) -> None:
+def test_an_ignore_file_of_an_earlier_version_is_brought_up_to_date_and_a_users_own_is_kept(repo: Path) -> None:
     earlier = "# Written by beflow: run records, locks and caches stay out of git; the local tracker's issues do not.\n"
-    ignore = tmp_path / ".beflow" / ".gitignore"
+    ignore = repo / ".beflow" / ".gitignore"
     ignore.parent.mkdir()
     ignore.write_text(earlier + "/*\n!/issues/\n")
 
-    state_dir(tmp_path)
+    state_dir(repo)
 
     assert "!/config.json" in ignore.read_text().splitlines()
 
     ignore.write_text("# mine\n/*\n")
-    state_dir(tmp_path)
+    state_dir(repo)
 
     assert ignore.read_text() == "# mine\n/*\n"

@@ -11,6 +11,7 @@ from beflow.cli.common import App, out, pass_app
 from beflow.config import CONFIG_PATH
 from beflow.errors import UsageError
 from beflow.ops.scaffold import init_project
+from beflow.paths import outside_git
 from beflow.repository.git import toplevel as git_toplevel
 
 
@@ -68,10 +69,7 @@ def command(app: App, force: bool, directory: Path | None, github: bool) -> None
     existing = next(d for d in (directory, *directory.parents) if d.is_dir())  # --config may name a new folder
     if git_toplevel(existing) is None:
         # beflow's runs are git worktrees and branches, and what it keeps out of git needs a git to keep it out of.
-        raise UsageError(
-            f"{directory} is not inside a git repository; nothing was written",
-            fix=f"Make it one first: cd {directory} && git init && git add -A && git commit -m 'first commit'",
-        )
+        raise outside_git(directory)
     result = init_project(directory, force=force, config_path=config_path)
     verb = "Overwrote" if result.overwritten else "Wrote"
     out.print(f"{verb} {result.config_path}")

@@ -17,7 +17,7 @@ from beflow.ops import rounds
 from beflow.ops.agent_words import agent_follow_up, agent_words, posted_words
 from beflow.ops.operations import Context, Input, operation
 from beflow.records.store import RunStore
-from beflow.trackers.base import StreamsListings, TakesRework, Tracker
+from beflow.trackers.base import StreamsListings, TakesRework, Tracker, WritesIntoProject
 from beflow.trackers.claims import ClaimInfo
 from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
@@ -37,9 +37,13 @@ MAX_LABELS = 20
 KeyField = Field(min_length=1, max_length=100, description="The issue key, as `beflow issues list` shows it (e.g. 7).")
 
 
-def tracker(context: Context) -> Tracker:
-    """The project's tracker, opened once per context."""
-    return context.open_tracker()
+def tracker(context: Context, *, writes: bool = False) -> Tracker:
+    """The project's tracker, opened once per context; for an operation that ``writes``, one that may write (else
+    the error that says why not, before the operation reads anything)."""
+    opened = context.open_tracker()
+    if writes and isinstance(opened, WritesIntoProject):
+        opened.check_writable()
+    return opened
 
 
 # --- inputs and results --------------------------------------------------------------------------------------------
@@ -179,7 +183,7 @@ def new_issue(context: Context, payload: NewIssue) -> Issue:
         body = f"{body}\n\n_Follow-up of issue {context.bound_issue}, filed by {context.actor}._".strip()
     else:
         status = Status(payload.status or "ready")
-    trackers = tracker(context)
+    trackers = tracker(context, writes=True)
     title, body = posted_words(context, payload.title), posted_words(context, body)
     issue = trackers.create(title, body, labels, priority, status)
     if context.bound_issue is not None:
@@ -202,7 +206,7 @@ def new_issue(context: Context, payload: NewIssue) -> Issue:
     tracker=True,
 )
 def comment_issue(context: Context, payload: NewComment) -> Commented:
-    key, trackers = payload.key, tracker(context)
+    key, trackers = payload.key, tracker(context, writes=True)
     text = posted_words(context, payload.text)  # an agent's comment: its run's secrets masked, inert on GitHub
     comment = trackers.comment(key, text, author=context.actor)
     return Commented(key=normalize_key(key), comment=comment)
@@ -233,7 +237,7 @@ class Reworked(BaseModel):
     tracker=True,
 )
 def rework_issue(context: Context, payload: NewComment) -> Reworked:
-    trackers = tracker(context)
+    trackers = tracker(context, writes=True)
     if not isinstance(trackers, TakesRework):
         raise UsageError(
             "--rework is the local tracker's: this project's tracker is not local",
@@ -267,7 +271,7 @@ def _change(context: Context, key: str, status: Status, note: str | None) -> Sta
             "decision",
             fix="Set review when the work is ready for a person, failed (with a note) when it cannot be done.",
         )
-    trackers = tracker(context)
+    trackers = tracker(context, writes=True)
     before = trackers.get(key)
     note = posted_words(context, note) if note is not None else None  # an agent's note is a comment, as its own
     after = trackers.set_status(before.key, status, note=note, author=context.actor)

@@ -128,6 +128,14 @@ class TakesRework(Protocol):
 
 
 @runtime_checkable
+class WritesIntoProject(Protocol):
+    """Its issues are files of the project (the local tracker): a write is refused, before anything is read, where
+    the project is in no git work tree (as ``beflow init`` refuses there)."""
+
+    def check_writable(self) -> None: ...
+
+
+@runtime_checkable
 class SetsUpLabels(Protocol):
     """Statuses are labels that must exist first (``beflow init`` creates them, ``beflow doctor`` names the
     missing ones)."""

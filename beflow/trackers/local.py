@@ -103,6 +103,10 @@ class LocalTracker:
         """``.beflow/`` (created, and git-ignored, on first use)."""
         return state_dir(self.project_dir)
 
+    def check_writable(self) -> None:
+        """Refused (:func:`beflow.paths.outside_git`) where the project is in no git work tree."""
+        self._state()
+
     def _lock(self, name: str) -> filelock.FileLock:
         path = self._state() / "tracker" / "locks" / f"{name}.lock"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -222,6 +226,7 @@ class LocalTracker:
     def _update(self, key: str, change: Callable[[Issue], Issue]) -> Issue:
         """Read the issue afresh under its lock, change it, write it: concurrent writers never lose each other."""
         wanted = normalize_key(key)
+        self.check_writable()  # before anything is read (and cached) on the way
         self.get(wanted)  # a clear error before taking any lock
         with self._lock(f"issue-{wanted}"):
             current = self.get(wanted)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import git
 
 
 @pytest.fixture
@@ -42,6 +45,57 @@ def test_new_refuses_bad_usage_and_changes_nothing(repo: Path, beflow) -> None:
     assert beflow("issues", "new", "X", "--priority", "-1").exit_code == 2
     assert beflow("issues", "new", "X", "--body-file", "missing.md").exit_code == 2
     assert not (repo / ".beflow" / "issues").exists()
+
+
+def on_disk(directory: Path) -> dict[str, tuple[int, bytes]]:
+    """Every file under ``directory``: its modification time and content; but SQLite's shared memory of the issue
+    index, which any reader changes (``issues list`` too)."""
+    files = [p for p in sorted(directory.rglob("*")) if p.is_file() and not p.name.endswith("-shm")]
+    return {str(p): (p.stat().st_mtime_ns, p.read_bytes()) for p in files}
+
+
+def test_outside_a_git_repository_no_issue_is_filed_and_nothing_is_written(tmp_path: Path, beflow, monkeypatch) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    monkeypatch.chdir(plain)
+
+    result = beflow("issues", "new", "Fix the login crash")
+
+    # As `beflow init` refuses there: exit 2, the same words, nothing on disk.
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [
+        f"error: {plain} is not inside a git repository; nothing was written",
+        f"fix: Make it one first: cd {plain} && git init && git add -A && git commit -m 'first commit'",
+    ]
+    assert list(plain.iterdir()) == []
+    assert beflow("init").stderr == result.stderr
+
+
+def test_outside_a_git_repository_the_issues_already_there_are_read_not_written(
+    tmp_path: Path, beflow, monkeypatch
+) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    monkeypatch.chdir(plain)
+    git(plain, "init", "-q")
+    assert beflow("issues", "new", "Fix the login crash").exit_code == 0
+    assert beflow("issues", "new", "Add dark mode", "--status", "open").exit_code == 0
+    shutil.rmtree(plain / ".git")  # (a checkout whose .git went away: the issues stay)
+    assert "Fix the login crash" in beflow("issues", "list").stdout
+    before = on_disk(plain)
+
+    for args in (
+        ["new", "Speed up search"],
+        ["comment", "1", "a comment"],
+        ["close", "1"],
+        ["reopen", "2"],
+        ["set-status", "2", "ready"],
+    ):
+        result = beflow("issues", *args)
+        assert result.exit_code == 2, (args, result.stderr)
+        assert result.stderr.startswith(f"error: {plain} is not inside a git repository; nothing was written\n")
+        assert on_disk(plain) == before, args
+    assert beflow("issues", "show", "1").exit_code == 0
 
 
 def test_list_shows_a_table_by_key(three: Path, beflow) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -185,6 +186,38 @@ def test_an_agent_files_follow_ups_as_open_with_where_they_came_from(agent: Cont
 def test_an_unknown_key_is_not_found(context: Context) -> None:
     with pytest.raises(NotFoundError, match="there are no issues yet"):
         call(context, "issue.show", key="3")
+
+
+#: An input for each operation that writes issues.
+WRITES = {
+    "issue.new": {"title": "x"},
+    "issue.comment": {"key": "1", "text": "x"},
+    "issue.rework": {"key": "1", "text": "x"},
+    "issue.set_status": {"key": "1", "status": "review"},
+    "issue.close": {"key": "1"},
+    "issue.reopen": {"key": "1"},
+}
+
+
+def test_outside_a_git_repository_every_issue_write_is_refused_before_anything_is_read(
+    context: Context, repo: Path
+) -> None:
+    # The CLI, `mcp serve` and the HTTP API all call these: each refuses as `beflow init` does.
+    writing = {name for name, op in REGISTRY.items() if name.startswith("issue.") and op.access == "write"}
+    assert writing == set(WRITES)
+    call(context, "issue.new", title="first")
+    shutil.rmtree(repo / ".git")
+    reads = []
+    tracker = context.open_tracker()
+    assert isinstance(tracker, LocalTracker)
+    original = tracker.get
+    tracker.get = lambda key: reads.append(key) or original(key)  # type: ignore[method-assign]
+    for name, arguments in WRITES.items():
+        with pytest.raises(UsageError, match="is not inside a git repository; nothing was written") as refused:
+            call(context, name, **arguments)
+        assert refused.value.code == "usage"
+    assert reads == []
+    assert [i.title for i in tracker.listing().issues] == ["first"]
 
 
 def test_doctor_counts_issues_and_names_every_broken_file_with_its_line(context: Context) -> None:

@@ -30,10 +30,10 @@ def test_a_capped_log_given_many_lines_at_once_keeps_those_that_fit_whole(tmp_pa
     assert path.read_bytes() == b"***\ntwo\n[beflow: output beyond 12 bytes was not kept: 11 more bytes]\n"
 
 
-def test_a_store_with_a_mask_writes_and_reads_back_every_secret_masked(tmp_path: Path) -> None:
+def test_a_store_with_a_mask_writes_and_reads_back_every_secret_masked(repo: Path) -> None:
 
     secret = "s3cr3t-value"
-    store = RunStore(tmp_path, mask=lambda text: text.replace(secret, "••••"))
+    store = RunStore(repo, mask=lambda text: text.replace(secret, "••••"))
     record = RunRecord(id="20240101-000000-1-abcd", issue="1", mode="auto", agent="a", started_at=now())
     store.create(record, f"prompt with {secret}")
     record.final_message = f"final {secret}"
@@ -47,4 +47,4 @@ def test_a_store_with_a_mask_writes_and_reads_back_every_secret_masked(tmp_path:
     store.mask_files(record.id)
 
     assert not [p for p in store.directory(record.id).rglob("*") if p.is_file() and secret in p.read_text()]
-    assert RunStore(tmp_path).get(record.id).final_message == "final ••••"
+    assert RunStore(repo).get(record.id).final_message == "final ••••"

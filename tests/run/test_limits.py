@@ -432,9 +432,9 @@ def test_a_retry_that_resumes_the_session_counts_its_own_cost_once_in_the_issues
 
 
 def test_a_days_spending_counts_the_days_watch_runs_from_their_records_and_starts_again_the_next_day(
-    tmp_path: Path,
+    repo: Path,
 ) -> None:
-    store = RunStore(tmp_path)
+    store = RunStore(repo)
     today = dt.datetime.now().astimezone()
     spent = [
         (today, "watch", 2.0, "USD"),
@@ -463,11 +463,11 @@ def test_a_days_spending_counts_the_days_watch_runs_from_their_records_and_start
 
 
 def test_a_days_spending_counts_the_runs_another_watch_process_finishes_after_the_first_look(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two watch processes of one project, each with its ledger: what the other finishes later that day counts at
     this one's next look; each look reads only the records written since the last one."""
-    store = RunStore(tmp_path)
+    store = RunStore(repo)
     reads: list[str] = []
     validate = RunRecord.model_validate_json
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from beflow.config import load_project
 from beflow.run import preflight
 from beflow.trackers import Status
+from tests.conftest import git
 from tests.support.projects import AutoProject, config_file
 
 
@@ -74,7 +76,9 @@ def test_outside_a_git_repository_nothing_runs_and_nothing_changes(tmp_path: Pat
     directory.mkdir()
     config_file(directory).write_text(json.dumps({"agent": "codex"}))
     monkeypatch.chdir(directory)
+    git(directory, "init", "-q")  # (issues are filed only inside a git work tree)
     assert beflow("issues", "new", "task").exit_code == 0
+    shutil.rmtree(directory / ".git")
 
     result = beflow("--auto")
 

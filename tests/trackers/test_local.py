@@ -21,14 +21,17 @@ from beflow.run.issue_status import requeue_orphans
 from beflow.trackers.issue import Comment, Issue, Status
 from beflow.trackers.local import LocalTracker
 from beflow.trackers.local_format import COMMENTS_MARKER, IssueFileError, file_name, parse, render
+from tests.conftest import git
 
 T0 = dt.datetime(2024, 5, 1, 10, 0, tzinfo=dt.UTC)
 
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
+    """A git work tree: the local tracker writes only inside one (beflow.paths.state_dir)."""
     path = tmp_path / "project"
     path.mkdir()
+    git(path, "init", "-q")
     return path
 
 
@@ -523,7 +526,7 @@ def test_claiming_an_unknown_issue_is_not_found(tracker: LocalTracker) -> None:
 
 def test_reading_creates_no_state(tracker: LocalTracker, project: Path) -> None:
     assert tracker.listing().issues == [] and tracker.ready() == [] and tracker.holder("1") is None
-    assert list(project.iterdir()) == []
+    assert [p.name for p in project.iterdir()] == [".git"]
 
 
 @pytest.mark.parametrize(
@@ -545,10 +548,10 @@ def test_front_matter_refuses_aliases_deep_nesting_and_bulk_with_the_line(front:
     assert f"0001-t.md{message}" in caught.value.message
 
 
-def test_an_issue_file_beyond_the_size_limit_is_a_problem_of_that_file(tmp_path: Path) -> None:
-    tracker = LocalTracker(tmp_path / "issues", tmp_path)
+def test_an_issue_file_beyond_the_size_limit_is_a_problem_of_that_file(project: Path) -> None:
+    tracker = LocalTracker(project / "issues", project)
     tracker.create(title="fine")
-    (tmp_path / "issues" / "0002-big.md").write_text("---\nkey: 2\ntitle: big\nstatus: ready\n---\n" + "x" * (5 << 20))
+    (project / "issues" / "0002-big.md").write_text("---\nkey: 2\ntitle: big\nstatus: ready\n---\n" + "x" * (5 << 20))
     listing = tracker.listing()
     assert [i.title for i in listing.issues] == ["fine"]
     assert [p.message for p in listing.problems] == ["the file is larger than 4 MiB; beflow does not read it"]

@@ -11,6 +11,7 @@ import pytest
 from beflow.trackers import local, local_files, local_index
 from beflow.trackers.issue import Status
 from beflow.trackers.local import LocalTracker
+from tests.conftest import git
 
 #: More issues than a handful (the index once waited for this many changes before it was rewritten).
 MANY = 18
@@ -23,6 +24,7 @@ def tracker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> LocalTracker:
     monkeypatch.setattr(local_files, "RACY_NS", -(10**12))
     project = tmp_path / "project"
     project.mkdir()
+    git(project, "init", "-q")  # the local tracker writes only inside a git work tree (beflow.paths.state_dir)
     return LocalTracker(project / ".beflow" / "issues", project)
 
 
