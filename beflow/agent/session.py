@@ -33,7 +33,8 @@ from beflow.agent.acpx_command import (
 from beflow.config import Config
 from beflow.guardrails import Usage
 from beflow.paths import acpx_home
-from beflow.records.record import RunRecord
+from beflow.records.logs import LOG_NOTE, TRANSCRIPT_LIMIT
+from beflow.records.record import RunRecord, last_on_session
 from beflow.records.store import RunStore
 from beflow.system import interrupts, proc
 from beflow.system.files import read_regular
@@ -70,13 +71,27 @@ def close_killed_runs(store: RunStore, home: Path | None = None) -> list[RunReco
     """Close the records of runs whose beflow was killed (:meth:`~beflow.records.store.RunStore.close_orphans`), and
     stop the acpx queue owners still serving their sessions: a resumed turn runs in acpx's detached owner, which
     outlives a SIGKILLed beflow with its agent still at work in the worktree. The records closed."""
-    closed = store.close_orphans()
+    closed = store.close_orphans(usage_of=lambda record: reported_usage(store, record))
     for record in closed:
         if not record.session:
             continue
         for pid in queue_owner_pids(record.session, home or acpx_home()):
             proc.kill_group_of(pid, marker="__queue-owner")
     return closed
+
+
+def reported_usage(store: RunStore, record: RunRecord) -> Usage | None:
+    """What the agent of ``record``'s run reported it used, read back from the run's transcript (capped, as beflow
+    wrote it): a killed beflow never wrote it into the record. A run that resumed a session counts its cost from the
+    last figure an earlier run recorded on it, as it would have."""
+    try:
+        data = store.read(record.id, "transcript.jsonl", limit=TRANSCRIPT_LIMIT + LOG_NOTE)
+    except OSError:  # none (killed before the agent started), or not the file beflow wrote: nothing is read
+        return None
+    earlier = last_on_session(store.records([record.issue]), record.session) if record.session else None
+    transcript = Transcript(usage=Usage.resuming(earlier))
+    transcript.follow(data.rstrip(b"\n"))
+    return None if transcript.usage.empty else transcript.usage
 
 
 def forget_session(session_id: str, home: Path) -> list[Path]:

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -211,6 +211,16 @@ WORDS_FIELDS = (
     "dirty_before",
     "last_activity",
 )
+
+
+def last_on_session(records: Iterable[RunRecord], session: str) -> Usage | None:
+    """What the latest of ``records`` (newest first) on the ACP session ``session`` reported of the session's
+    cost; None when none did. A run that resumes the session counts its cost from there."""
+    for record in records:
+        on_it = session in (record.session, record.resumed_session)
+        if on_it and record.usage is not None and record.usage.cost is not None:
+            return record.usage
+    return None
 
 
 def masked_record(record: RunRecord, mask: Callable[[str], str]) -> RunRecord:

@@ -14,6 +14,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from beflow.errors import NotFoundError, excerpt
+from beflow.guardrails import Usage
 from beflow.paths import STATE_DIR, slug, state_dir
 from beflow.records.logs import RunFiles
 from beflow.records.record import RUN_ID, RunRecord, masked_record
@@ -211,12 +212,15 @@ class RunStore(RunFiles):
             data = "".join(f"{name}\n" for name in names).encode("utf-8")
             files.append(self.project_dir / STATE_DIR / FINISHED_RUNS, data, below=self.project_dir)
 
-    def close_orphans(self) -> list[RunRecord]:
+    def close_orphans(self, usage_of: Callable[[RunRecord], Usage | None] | None = None) -> list[RunRecord]:
         """Close the records of runs whose beflow was killed (still ``running``, their process gone): they end
-        ``cancelled``, saying so, instead of looking alive for ever."""
+        ``cancelled``, saying so, instead of looking alive for ever; with what their agent reported it used, as
+        ``usage_of`` reads it back (from the transcript: :func:`beflow.agent.session.close_killed_runs`)."""
         closed = []
         for record in self.running():
             if not liveness.is_running(record.pid, record.pid_start):
+                if usage_of is not None and record.usage is None:
+                    record.usage = usage_of(record)
                 record.close("cancelled", f"beflow (pid {record.pid}) was killed before the run finished")
                 self.save(record)
                 closed.append(record)

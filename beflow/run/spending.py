@@ -13,16 +13,6 @@ from beflow.records.record import RunRecord
 from beflow.records.store import RunStore
 
 
-def last_on_session(records: Iterable[RunRecord], session: str) -> Usage | None:
-    """What the latest of ``records`` (newest first) on the ACP session ``session`` reported of the session's
-    cost; None when none did. A run that resumes the session counts its cost from there."""
-    for record in records:
-        on_it = session in (record.session, record.resumed_session)
-        if on_it and record.usage is not None and record.usage.cost is not None:
-            return record.usage
-    return None
-
-
 def today() -> dt.date:
     """The local calendar day: a day's budget resets at the user's midnight."""
     return dt.datetime.now().astimezone().date()

@@ -15,8 +15,7 @@ from beflow.mcp.inject import Injection
 from beflow.mcp.own import follow_progress
 from beflow.mcpserver.channel import RunChannel, own_channel
 from beflow.records.logs import LOG_NOTE, STDERR_LIMIT, TRANSCRIPT_LIMIT
-from beflow.records.record import Outcome
-from beflow.run import spending
+from beflow.records.record import Outcome, last_on_session
 from beflow.run.lifecycle import Session
 from beflow.run.limits import Limiter, UsageEvents
 from beflow.run.policy import judge
@@ -96,6 +95,8 @@ class AgentTurn:
                     finally:
                         if box is not None:  # what the sandbox's proxy refused, however the run ended
                             record.blocked = dict(box.blocked)
+                        # What the agent reported, however the turn ended: a cancelled run's cost counts too.
+                        record.usage = None if agent.transcript.usage.empty else agent.transcript.usage
                     record.resumed_session = agent.resumed_session
                 await workspace.hook("after_run", fatal=False)
         transcript = agent.transcript
@@ -145,4 +146,4 @@ class AgentTurn:
         """What the latest run on the ACP session ``session`` reported, that a resumed run's cost counts from."""
         if session is None:
             return None
-        return spending.last_on_session(self.store.records([self.record.issue]), session)
+        return last_on_session(self.store.records([self.record.issue]), session)
