@@ -3,12 +3,12 @@ dispatcher."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import click
 
 from beflow.cli.common import App, HelpGroup, emit_json, err, escape, out, pass_app
+from beflow.cli.lines import event_line
 from beflow.config import Project
 from beflow.errors import UsageError
 from beflow.events import RunEvent, WatchEvent
@@ -36,8 +36,7 @@ def _line(event: WatchEvent | RunEvent, as_json: bool) -> None:
         return
     if event.type not in SHOWN:
         return
-    details = ", ".join(f"{k}={v}" for k, v in event.data.fields().items() if v is not None and k != "usage")
-    err.print(escape(f"{time.strftime('%H:%M:%S')} {event.type:<12} {event.issue or '':<6} {details}"), highlight=False)
+    err.print(escape(event_line(event)), highlight=False)
 
 
 @click.group("temporal", cls=HelpGroup, epilog="Example:\n\n  beflow temporal dev")

@@ -10,6 +10,7 @@ import click
 
 from beflow import guardrails
 from beflow.cli.common import App, err, escape, pass_app
+from beflow.cli.lines import event_line
 from beflow.cli.stream import EventStream
 from beflow.events import RunEvent, WatchEvent
 from beflow.records.record import FAILED_OUTCOMES, RunRecord
@@ -156,9 +157,7 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
                 stream(event.to_json())
             return
         if isinstance(event, WatchEvent) and event.type in LOGGED:
-            details = ", ".join(f"{k}={v}" for k, v in event.data.fields().items() if v is not None)
-            line = f"{time.strftime('%H:%M:%S')} {event.type:<16} {event.issue or '':<6} {details}"
-            (live.console if live else err).print(escape(line), highlight=False)
+            (live.console if live else err).print(escape(event_line(event)), highlight=False)
 
     dispatcher = Dispatcher(project, opens=open_project, config_option=app.config_option, listener=listener)
     if not as_json and err.is_terminal:

@@ -126,6 +126,20 @@ def test_watch_once_on_a_terminal_exits_0(
     assert auto_project.only_record().outcome == "succeeded"
 
 
+def test_watch_lines_say_what_the_runs_used_in_words(
+    auto_project: AutoProject, terminals: list[terminal.Terminal], no_leftover_processes: None
+) -> None:
+    key = auto_project.new_issue("usage 1234 200000 0.02 USD", "write out.txt hi", title="write out")
+    term = start(auto_project, terminals, "watch", "--once")
+    assert term.wait() == 0, term.text
+    found = re.search(rf"finished\s+{key}\s+run=\S+, outcome=succeeded, reason=[^—]+ — (.*)", term.text)
+    assert found, term.text
+    assert found.group(1).rstrip() == (
+        "used: context 1,234 of 200,000 tokens; cost 0.02 USD — the watch so far: 1,234 tokens, 0.02 USD over 1 run"
+    )
+    assert "{'" not in term.text and "watch_used=" not in term.text
+
+
 #: What an issue, a comment or an agent may write to take over a terminal: an OSC 52 clipboard write, clear-screen,
 #: a C1 CSI (U+009B, a CSI on its own) and a right-to-left override.
 HOSTILE = "\x1b]52;c;c2VjcmV0\x07 \x1b[2J\x1b[H \x9b31m \u202ereversed"

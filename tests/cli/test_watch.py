@@ -17,7 +17,7 @@ import pytest
 from rich.console import Console
 
 from beflow.cli.watch import render
-from beflow.events import WATCH_EVENTS
+from beflow.events import WATCH_EVENTS, WatchEvent
 from beflow.mcp.journal import journal_dir
 from beflow.paths import ACPXRC
 from beflow.records.record import RunRecord
@@ -298,6 +298,26 @@ def test_the_live_view_shows_running_runs_the_queue_and_backoffs(auto_project: A
     assert "queue (1)" in text and "Waiting its turn" in text
     assert "backing off" in text and "the agent reported an error: boom" in text
     assert "tick 5" in text
+
+
+def test_event_lines_say_the_figures_in_words_and_json_keeps_them_as_they_are() -> None:
+    from beflow.cli.lines import details
+
+    used = {"runs": 2, "reported": 1, "tokens": 1234, "cost": {"USD": 0.02}}
+    finished = WatchEvent.of(
+        "finished", "7", run="r1", outcome="failed", reason="boom", usage={"total_tokens": 1234}, watch_used=used
+    )
+    assert details(finished) == "run=r1, outcome=failed, reason=boom — used: 1,234 tokens — the watch so far: " + (
+        "1,234 tokens, 0.02 USD over 2 runs"
+    )
+    assert finished.to_json()["watch_used"] == used  # --json: as it was
+    stopping = WatchEvent.of("stopping", running=1, watch_used={"runs": 1, "reported": 0, "tokens": 0, "cost": {}})
+    assert details(stopping) == "running=1 — the watch so far: no usage reported over 1 run"
+    cleared = WatchEvent.of("budget_cleared", message="dispatching again", spent=0.5, limit=5.0, currency="USD")
+    assert details(cleared) == "message=dispatching again — today 0.50 of 5 USD"
+    reached = WatchEvent.of("budget_reached", message="5.10 USD spent on 2026-12-01, ...", spent=5.1, limit=5.0)
+    assert details(reached) == "message=5.10 USD spent on 2026-12-01, ..."  # (its message has the figures)
+    assert details(WatchEvent.of("dispatched", "7", attempt=1)) == "attempt=1"
 
 
 def test_the_live_view_shows_what_runs_use_and_a_day_budget_that_holds_dispatching(auto_project: AutoProject) -> None:
