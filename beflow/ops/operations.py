@@ -15,9 +15,9 @@ import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Annotated, Any, Generic, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from beflow.config import Project
 from beflow.errors import BeflowError, OutOfScopeError, UsageError, excerpt
@@ -42,6 +42,16 @@ class Input(BaseModel):
 
     # Built on first use: a command validates one input, and only the MCP server needs them all.
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, defer_build=True)
+
+
+def _whole_number_as_text(value: object) -> object:
+    """A key sent as a whole number is its text: clients read "e.g. 7" and send 7 (the MCP Inspector does). A float
+    or a bool is no key (``type(...) is int``: a bool is an int to ``isinstance``)."""
+    return str(value) if type(value) is int else value
+
+
+#: An issue key in an operation's input: a string, or a whole number taken as one (its schema stays a string).
+Key = Annotated[str, BeforeValidator(_whole_number_as_text)]
 
 
 @dataclass

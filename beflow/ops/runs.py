@@ -13,7 +13,7 @@ from beflow.config import Project
 from beflow.errors import NotBoundError, NotFoundError, excerpt
 from beflow.guardrails import Usage
 from beflow.ops.agent_words import agent_words
-from beflow.ops.operations import Context, Input, operation
+from beflow.ops.operations import Context, Input, Key, operation
 from beflow.records.logs import STDERR_LIMIT, TRANSCRIPT_LIMIT
 from beflow.records.record import MAX_PROGRESS, ProgressNote, RunRecord
 from beflow.records.store import RunStore
@@ -35,7 +35,7 @@ def store(context: Context) -> RunStore:
 
 
 class ListRuns(Input):
-    issue: str | None = Field(default=None, max_length=100, description="Only runs of this issue.")
+    issue: Key | None = Field(default=None, max_length=100, description="Only runs of this issue.")
     limit: int = Field(default=50, ge=1, le=1000, description="At most this many, newest first.")
     offset: int = Field(default=0, ge=0, description="Skip this many of the newest first (a later page).")
 
@@ -55,7 +55,7 @@ class RunList(BaseModel):
 
 
 class RunStatusQuery(Input):
-    issue: str | None = Field(
+    issue: Key | None = Field(
         default=None, max_length=100, description="Whose runs (default: the issue you work on, if any)."
     )
     limit: int = Field(default=10, ge=1, le=100, description="At most this many earlier runs, newest first.")
