@@ -72,6 +72,9 @@ class Context:
     secrets: list[str] | None = None
     #: What the bound run's agent reported so far (its record has it only at the end).
     live_usage: Usage | None = None
+    #: The caller is on another machine (MCP over HTTP): what it is told names no file of this one, which it cannot
+    #: read (the docs are topics of ``beflow docs TOPIC``).
+    remote: bool = False
     #: What operations built once for this context (the run store, the masker of an agent's words).
     cache: dict[str, object] = field(default_factory=dict)
 
