@@ -40,6 +40,9 @@ def command(directory: Path | None) -> None:
         f"[bold]beflow's own files:[/] worktrees, locks and crash logs go under {escape(str(beflow_home()))} "
         "($BEFLOW_HOME; the run's worktree is removed when it ends)"
     )
+    note = _node_note(sample.project.config.acpx_argv())
+    if note:
+        out.print(f"[bold]Node.js:[/] {escape(note)}")
     out.print(f"Issue {sample.issue_key} is ready; running it with `beflow --auto {sample.issue_key}`…\n")
     with Progress(as_json=False) as progress:
         record = interrupts.run(lambda: demo.run(sample, progress))
@@ -68,6 +71,24 @@ def command(directory: Path | None) -> None:
     out.print(f"  {beflow} mcp show           # the servers that were injected (values masked)")
     if record.outcome not in DONE_OUTCOMES:
         raise SystemExit(1)
+
+
+def _node_note(acpx: list[str]) -> str | None:
+    """What the demo says of a Node.js older than acpx needs: that npx fetches the pinned one beside acpx, or (acpx
+    on PATH, on the old one) how to get Node.js 22."""
+    from beflow import NODE_VERSION
+    from beflow.system import node
+
+    found = node.version()
+    if found is None or not node.too_old(found):
+        return None
+    older = f"this machine's {node.shown(found)} is older than {node.MINIMUM_TEXT}, which acpx and real agents need"
+    if acpx == node.npx_acpx():
+        return (
+            f"{older}: this demo's acpx runs on Node.js {NODE_VERSION}, which npx fetches beside it on first use "
+            f"(about 80 MB, once). To have Node.js 22 yourself: {node.how_to_get()}."
+        )
+    return f"{older}; the demo runs anyway (its agent is Python). Before a real agent, {node.how_to_get()}."
 
 
 def _sandbox(sample: demo.Demo, record: RunRecord) -> str:

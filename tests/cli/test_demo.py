@@ -49,3 +49,40 @@ def test_demo_refuses_a_directory_that_is_not_empty(tmp_path: Path, beflow) -> N
 
     assert result.exit_code == 2 and "is not empty" in result.stderr
     assert sorted(p.name for p in (tmp_path / "busy").iterdir()) == ["file"]
+
+
+def test_demo_on_a_node_older_than_22_runs_acpx_on_the_pinned_node_that_npx_fetches(
+    tmp_path: Path, acpx_bin: Path, beflow, monkeypatch: pytest.MonkeyPatch, no_leftover_processes: None
+) -> None:
+    """The README's command on a machine with Node 20 and no acpx: the demo asks npx for the pinned Node.js 22 beside
+    the pinned acpx, and says so. npx here is a stand-in that checks what it was asked for and runs the pinned acpx
+    on the suite's Node 22 (tools/node), as `npx -y -p node@… -p acpx@… acpx` does once it has them (no download in
+    a test)."""
+    from beflow import ACPX_VERSION, NODE_VERSION
+    from tests.conftest import NODE_BIN
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    real_node = NODE_BIN / "node"
+    (bin_dir / "node").write_text(
+        f'#!/bin/sh\n[ "$1" = --version ] && {{ echo v20.20.2; exit 0; }}\nexec {real_node} "$@"\n'
+    )
+    wanted = f"-y -p node@{NODE_VERSION} -p acpx@{ACPX_VERSION} acpx"
+    (bin_dir / "npx").write_text(
+        f'#!/bin/sh\necho "npx $*" >&2\n[ "$1 $2 $3 $4 $5 $6" = "{wanted}" ] || exit 97\nshift 6\n'
+        f'PATH={NODE_BIN}:$PATH exec {acpx_bin} "$@"\n'
+    )
+    for name in ("node", "npx"):
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+    result = beflow("demo", "--dir", str(tmp_path / "demo"))
+
+    assert result.exit_code == 0, result.stdout + result.stderr
+    (record,) = RunStore(tmp_path / "demo").records()
+    stderr = (tmp_path / "demo" / ".beflow" / "runs" / record.id / "stderr.log").read_text()
+    assert f"npx {wanted} --cwd " in stderr  # (in the sandbox, whose /tmp is its own: the run's log is what says)
+    note = next(line for line in result.stdout.splitlines() if line.startswith("Node.js: "))
+    assert note.startswith("Node.js: this machine's v20.20.2 is older than 22.13, which acpx and real agents need:")
+    assert f"this demo's acpx runs on Node.js {NODE_VERSION}, which npx fetches beside it on first use" in note
+    assert "Outcome: succeeded" in result.stdout
