@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -22,7 +23,8 @@ from beflow.system import interrupts
 @click.command(
     "demo",
     short_help="See beflow work: a demo agent on a sample repository, end to end.",
-    epilog="Example:  beflow demo --dir /tmp/beflow-demo",
+    epilog="Examples:\n\n  beflow demo --dir /tmp/beflow-demo\n\n"
+    "  beflow demo --agent   # the demo agent's setting, for your own repository",
 )
 @click.option(
     "--dir",
@@ -30,9 +32,19 @@ from beflow.system import interrupts
     type=click.Path(path_type=Path, file_okay=False),
     help="Where to create the sample repository (a new or empty directory; default: a new temporary one).",
 )
-def command(directory: Path | None) -> None:
+@click.option(
+    "--agent",
+    "print_agent",
+    is_flag=True,
+    help="Print the demo agent's `agent` setting, to try beflow on your own repository with no account "
+    "(beflow docs demo), and exit.",
+)
+def command(directory: Path | None, print_agent: bool) -> None:
     """Create a sample repository with one issue and run a demo agent on it through acpx, with MCP servers
     injected: you see the branch, the diff and the run record it leaves."""
+    if print_agent:
+        out.print(escape(json.dumps({"agent": {"command": demo.agent_command()}})), soft_wrap=True)
+        return
     directory = (directory or Path(tempfile.mkdtemp(prefix="beflow-demo-"))).resolve()
     sample = demo.create(directory)
     out.print(f"[bold]Sample repository:[/] {escape(str(directory))} (a new git repository with one issue)")

@@ -47,6 +47,12 @@ MCP_SERVERS = {
 }
 
 
+def agent_command() -> str:
+    """The demo agent's command line for ``agent.command``: this interpreter, whose beflow has it. It works in any
+    repository (without ``greet.py`` it writes notes on the issue): a run with no model and no account."""
+    return shlex.join([sys.executable, "-m", "beflow.demo.agent"])
+
+
 @dataclass(frozen=True)
 class Demo:
     project: Project
@@ -70,7 +76,7 @@ def create(directory: Path) -> Demo:
     atomic_write(directory / "README.md", "# greet\n\nA tiny sample project for the beflow demo.\n")
     atomic_write(directory / ".gitignore", ".acpxrc.json\n__pycache__/\n")
     config = {
-        "agent": {"command": shlex.join([sys.executable, "-m", "beflow.demo.agent"])},
+        "agent": {"command": agent_command()},
         "timeout": 120,
         "mcp": {"enabled": True},
     }

@@ -86,3 +86,42 @@ def test_demo_on_a_node_older_than_22_runs_acpx_on_the_pinned_node_that_npx_fetc
     assert note.startswith("Node.js: this machine's v20.20.2 is older than 22.13, which acpx and real agents need:")
     assert f"this demo's acpx runs on Node.js {NODE_VERSION}, which npx fetches beside it on first use" in note
     assert "Outcome: succeeded" in result.stdout
+
+
+def test_the_demo_agent_runs_on_a_repository_that_is_not_the_demos_and_writes_notes_on_the_issue(
+    repo: Path, acpx_bin: Path, beflow, no_leftover_processes: None
+) -> None:
+    """beflow docs demo, as written: `beflow demo --agent` gives the setting; a run on any repository leaves
+    NOTES/issue-<key>.md on the issue's branch, the same for the same issue."""
+    import json
+
+    from tests.support.projects import config_file
+
+    printed = beflow("demo", "--agent")
+    assert printed.exit_code == 0
+    setting = json.loads(printed.stdout)
+    assert setting["agent"]["command"].endswith(" -m beflow.demo.agent")
+    config_file(repo).parent.mkdir(parents=True, exist_ok=True)
+    config_file(repo).write_text(json.dumps({"acpx": [str(acpx_bin)], **setting}))
+    body = "Which commands make a release?\nAnd who signs it?"
+    assert beflow("issues", "new", "Explain the release steps", "--body", body).exit_code == 0
+
+    result = beflow("--auto")
+
+    assert result.exit_code == 0, result.stderr
+    (record,) = RunStore(repo).records()
+    assert record.outcome == "succeeded" and record.changed_files == ["A\tNOTES/issue-1.md"]
+    assert git(repo, "show", "beflow/1:NOTES/issue-1.md") == (
+        "# Issue 1: Explain the release steps\n\n"
+        "Notes by beflow's demo agent, which needs no model and no account: it does not solve issues. It writes\n"
+        "this file so that a run on this repository goes through every step a real agent's does: the worktree,\n"
+        "the MCP servers, the commit to a branch, the record and the comment on the issue.\n\n"
+        "## What the issue says\n\n"
+        "> Which commands make a release?\n"
+        "> And who signs it?\n\n"
+        "## What the run handed the agent\n\n"
+        "- the repository's top level: `README.md`\n"
+        "- MCP servers: none\n"
+    )
+    assert "I wrote NOTES/issue-1.md" in (record.final_message or "")
+    assert not (repo / "NOTES").exists()  # the checkout is untouched
