@@ -30,12 +30,19 @@ def test_schema_lists_every_operation_with_hints_and_snippets(repo: Path, beflow
     assert not tools["issue_list"]["agentSafe"] and not tools["issue_list"]["exposed"]
     hints = schema["permissionHints"]
     assert "issue_show" in hints["allow"] and "issue_comment" in hints["ask"] and "issue_close" in hints["deny"]
+    # Claude Code: an .mcp.json server is `type`, `command`, `args` (https://code.claude.com/docs/en/mcp); a settings
+    # permission rule names an MCP tool `mcp__<server>__<tool>` in `allow`/`ask`/`deny`
+    # (https://code.claude.com/docs/en/settings, "Permission settings").
     claude = schema["snippets"]["claudeCode"]
+    assert set(claude["settings"]["permissions"]) == {"allow", "ask", "deny"}
     assert "mcp__beflow__issue_show" in claude["settings"]["permissions"]["allow"]
     assert claude["mcpServers"]["beflow"] == {"type": "stdio", "command": "beflow", "args": ["mcp", "serve"]}
+    # OpenCode: a local server is `type: local` with `command` an array (https://opencode.ai/docs/mcp-servers/#local);
+    # `permission` is keyed by tool name, an MCP tool's being `<server>_<tool>` (https://opencode.ai/docs/permissions/,
+    # https://opencode.ai/docs/mcp-servers/#glob-patterns).
     opencode = schema["snippets"]["opencode"]
     assert opencode["permission"]["beflow_issue_comment"] == "ask"
-    assert opencode["mcp"]["beflow"]["command"] == ["beflow", "mcp", "serve"]
+    assert opencode["mcp"]["beflow"] == {"type": "local", "command": ["beflow", "mcp", "serve"], "enabled": True}
 
 
 def test_schema_gives_the_snippets_for_mcp_over_http_too(repo: Path, beflow) -> None:
