@@ -52,9 +52,15 @@ def command(directory: Path | None, print_agent: bool) -> None:
         f"[bold]beflow's own files:[/] worktrees, locks and crash logs go under {escape(str(beflow_home()))} "
         "($BEFLOW_HOME; the run's worktree is removed when it ends)"
     )
-    note = _node_note(sample.project.config.acpx_argv())
+    acpx = sample.project.config.acpx_argv()
+    note = _node_note(acpx)
     if note:
         out.print(f"[bold]Node.js:[/] {escape(note)}")
+    if acpx[0] == "npx":
+        out.print(f"[bold]acpx:[/] `{escape(' '.join(acpx))}` (npx fetches it on first use)…")
+        took = demo.fetch_acpx(sample.project)
+        if took is not None:
+            out.print(f"[bold]acpx:[/] ready in {took:.1f} s")
     out.print(f"Issue {sample.issue_key} is ready; running it with `beflow --auto {sample.issue_key}`…\n")
     with Progress(as_json=False) as progress:
         record = interrupts.run(lambda: demo.run(sample, progress))

@@ -93,6 +93,26 @@ def create(directory: Path) -> Demo:
     return Demo(project=project, issue_key=issue.key)
 
 
+def fetch_acpx(project: Project) -> float | None:
+    """When acpx comes through npx (none configured or on PATH): have npx fetch it — and the pinned Node.js, where
+    this machine's is older — once, outside the sandbox, so that npx's cache holds it for the run. A sandboxed
+    run's writes to ``~/.npm`` are its own and go with it: without this, every run on a new machine installed acpx
+    again. The seconds it took, or ``None`` when there was nothing to fetch or it failed (the run then says why)."""
+    from beflow.errors import BeflowError, Interrupted
+    from beflow.system import proc
+
+    argv = project.config.acpx_argv()
+    if argv[0] != "npx":
+        return None
+    try:
+        result = proc.run_sync([*argv, "--version"], timeout=600.0)
+    except Interrupted:
+        raise
+    except BeflowError:
+        return None
+    return result.duration if result.ok else None
+
+
 async def run(demo: Demo, events: EventSink | None = None) -> RunRecord:
     """Run the demo's issue exactly as ``beflow --auto`` would."""
     from beflow.app import open_code_host, open_tracker

@@ -85,6 +85,8 @@ def test_demo_on_a_node_older_than_22_runs_acpx_on_the_pinned_node_that_npx_fetc
     note = next(line for line in result.stdout.splitlines() if line.startswith("Node.js: "))
     assert note.startswith("Node.js: this machine's v20.20.2 is older than 22.13, which acpx and real agents need:")
     assert f"this demo's acpx runs on Node.js {NODE_VERSION}, which npx fetches beside it on first use" in note
+    # Fetched once outside the sandbox, where npx's cache keeps it (a sandboxed run's writes to ~/.npm go with it).
+    assert f"acpx: `npx {wanted}` (npx fetches it on first use)…\nacpx: ready in " in result.stdout
     assert "Outcome: succeeded" in result.stdout
 
 
