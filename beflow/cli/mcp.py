@@ -258,4 +258,10 @@ def schema(app: App, allow: str | None, issue: str | None, server_name: str, htt
         )
     if not http_url.startswith(("http://", "https://")):
         raise click.BadParameter("an http:// or https:// URL", param_hint="--http-url")
-    emit_json(export(project, parse_allow(allow), issue, server_name, http_url))
+    schema = export(project, parse_allow(allow), issue, server_name, http_url)
+    emit_json(schema)
+    # The HTTP snippets work only with the token in the client's environment: say how, beside them (on stderr, so
+    # that the JSON still pipes).
+    token = schema["snippets"]["http"]["token"]
+    err.print(f"beflow mcp schema: the HTTP snippets need {token['env']} in the client's environment:", markup=False)
+    err.print(f"  {token['export']}", markup=False)
