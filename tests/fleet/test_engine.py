@@ -265,3 +265,19 @@ def test_a_run_whose_activity_the_fleet_no_longer_has_pending_proves_nothing_and
         await (await Client.connect(temporal_server)).get_workflow_handle(workflow).terminate("counted")
 
     asyncio.run(ended())
+
+
+def test_no_doc_nor_hint_says_beflow_temporal_which_installs_nothing_from_a_clone() -> None:
+    """beflow is installed from its clone: ``pip install 'beflow[temporal]'`` would look for it on PyPI. Every page,
+    the README and every message of the code say the commands that work there (``pyproject.toml``'s own test extra
+    names itself that way, which pip does resolve)."""
+    from beflow.fleet.remote import INSTALL_EXTRA
+    from tests.conftest import REPO_ROOT
+
+    read = [REPO_ROOT / name for name in ("README.md", "CONTRIBUTING.md", "CHANGELOG.md", "config.example.json")]
+    read += [path for path in (REPO_ROOT / "beflow").rglob("*") if path.suffix in {".py", ".md", ".json", ".j2"}]
+    saying = [path for path in read if "beflow[temporal]" in path.read_text()]
+    assert saying == []
+    assert "pip install '.[temporal]'" in (REPO_ROOT / "docs" / "fleet.md").read_text()
+    for command in ("pip install '.[temporal]'", "pipx install --force '.[temporal]'", "uv tool install --reinstall"):
+        assert command in INSTALL_EXTRA
