@@ -231,6 +231,39 @@ def test_ctrl_c_on_a_workers_terminal_mid_run_ends_it_in_one_line_and_records_th
     assert record.outcome == "cancelled" and record.stop_reason == "worker w1 stopped"
 
 
+def test_issues_show_on_a_fleet_whose_workers_are_gone_or_frozen_says_so_promptly_and_how_to_start_one(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A workflow's state is a query, which only a worker answers: with no worker polling its task queue,
+    ``issues show`` says so at once (not after 30 s, blaming the service); with one that polls but does not answer
+    (frozen), within the query's few seconds."""
+    mark = tmp_path / "at-work"
+    key = fleet.project.new_issue(f"run touch {mark}; sleep 120", "write result.txt never", title="Nobody")
+    assert fleet.beflow("watch", "--once").wait(60) == 0  # its workflow runs; no worker ever took it
+
+    def shown() -> tuple[float, str]:
+        began = time.monotonic()
+        out, err = fleet.beflow("issues", "show", key).communicate(timeout=60)
+        return time.monotonic() - began, out + err
+
+    took, said = shown()
+    assert took < 10, said
+    assert f"no worker serves its task queue '{fleet.task_queue}' (Temporal at {fleet.address} answers)" in said
+    assert "fix: Start one in the project's checkout: `beflow worker`" in said
+    frozen = fleet.worker("w1")
+    eventually(mark.exists, "the run's agent at work", alive=frozen)
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        took, said = shown()
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+        frozen.send_signal(signal.SIGTERM)
+        frozen.wait(60)
+    assert took < 20, said
+    assert f"no worker of its task queue '{fleet.task_queue}' answered for it within 5 s" in said
+    assert "`beflow worker`" in said and "did not answer within 30 s" not in said
+
+
 def test_feedback_on_an_issue_in_review_is_signalled_to_its_workflow_which_runs_the_round(fleet: Fleet) -> None:
     from beflow.app import open_tracker
     from beflow.config import load_project
