@@ -195,8 +195,12 @@ def run_checks(explicit: Path | None = None) -> list[Check]:
 
 def check_tracker(project: Project) -> Check:
     """The tracker opens; for local issues: the directory, how many by status, and every file that does not parse."""
-    from beflow.app import open_tracker
+    from beflow.app import engine, open_tracker
 
+    try:
+        engine(project)
+    except BeflowError:  # the engine's check says why, with the fix: said once
+        return Check("tracker", False, "not opened: the engine cannot open (see engine, below)")
     try:
         tracker = open_tracker(project)
         listing = tracker.listing()
@@ -306,7 +310,10 @@ def check_engine(project: Project) -> Check | None:
     """The engine's service answers (a fleet's Temporal service: docs/fleet.md); the default engine needs nothing."""
     from beflow.app import engine
 
-    answer = engine(project).probe(project)
+    try:
+        answer = engine(project).probe(project)
+    except BeflowError as error:  # (what the engine needs is not installed: how to install it)
+        return Check("engine", False, error.message, error.fix)
     if answer is None:
         return None
     ok, detail, fix = answer
