@@ -82,15 +82,19 @@ def close_killed_runs(store: RunStore, home: Path | None = None) -> list[RunReco
 
 def reported_usage(store: RunStore, record: RunRecord) -> Usage | None:
     """What the agent of ``record``'s run reported it used, read back from the run's transcript (capped, as beflow
-    wrote it): a killed beflow never wrote it into the record. A run that resumed a session counts its cost from the
-    last figure an earlier run recorded on it, as it would have."""
+    wrote it), as the run reads it: for a run still going (its record has it only at the end), or a killed beflow's,
+    which never wrote it. A run that resumed a session counts its cost from the last figure an earlier run recorded
+    on it."""
     try:
         data = store.read(record.id, "transcript.jsonl", limit=TRANSCRIPT_LIMIT + LOG_NOTE)
     except OSError:  # none (killed before the agent started), or not the file beflow wrote: nothing is read
         return None
+    # (kept in the record before the turn when the run resumes a session; this run's own record reported nothing)
     earlier = last_on_session(store.records([record.issue]), record.session) if record.session else None
     transcript = Transcript(usage=Usage.resuming(earlier))
-    transcript.follow(data.rstrip(b"\n"))
+    whole = data[: data.rfind(b"\n")]  # the lines written whole: the last may be on its way, or cut by a kill
+    if whole:
+        transcript.follow(whole)
     return None if transcript.usage.empty else transcript.usage
 
 

@@ -8,7 +8,7 @@ import datetime as dt
 from pydantic import BaseModel, Field
 
 from beflow.agent import acpx
-from beflow.agent.session import close_killed_runs
+from beflow.agent.session import close_killed_runs, reported_usage
 from beflow.config import Project
 from beflow.errors import NotBoundError, NotFoundError, excerpt
 from beflow.guardrails import Usage
@@ -228,29 +228,11 @@ def _so_far(runs: RunStore, context: Context) -> Usage | None:
 
 
 def _usage_so_far(runs: RunStore, record: RunRecord) -> Usage | None:
-    """What the agent of a run still going reported so far, read from its transcript as the run reads it (a
-    resumed session's cost counted from the last figure an earlier run on it reported)."""
+    """What the agent of a run still going reported so far, read from its transcript as the run reads it
+    (:func:`beflow.agent.session.reported_usage`)."""
     if record.finished or record.usage is not None:
         return record.usage
-    try:
-        data = runs.read(record.id, "transcript.jsonl", limit=TRANSCRIPT_LIMIT)
-    except OSError:
-        return None
-    transcript = acpx.Transcript()
-    if record.session is not None:  # (kept in the record before the turn when the run resumes a session)
-        on_it = [
-            r.usage
-            for r in runs.records([record.issue])  # (newest first: the last run on the session comes first)
-            if r.id != record.id
-            and record.session in (r.session, r.resumed_session)
-            and r.usage
-            and r.usage.cost is not None
-        ]
-        transcript.usage = Usage.resuming(on_it[0] if on_it else None)
-    whole = data[: data.rfind(b"\n")]  # (the lines written whole: the last may be on its way)
-    if whole:
-        transcript.follow(whole)
-    return None if transcript.usage.empty else transcript.usage
+    return reported_usage(runs, record)
 
 
 @operation(
