@@ -35,6 +35,7 @@ from temporalio.worker import (
     WorkerTuner,
 )
 
+from beflow.agent.session import reported_usage
 from beflow.codehosts.base import Opened
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
@@ -271,7 +272,8 @@ class FleetWorker:
         project, watch = self.project, self.project.config.watch
         store = RunStore(project.directory)
         if run.resumed:  # a killed worker's run: its record closed, its managed file put back
-            await threads.blocking(store.close_orphans)
+            # (with what its agent reported, read back from its transcript)
+            await threads.blocking(lambda: store.close_orphans(usage_of=lambda r: reported_usage(store, r)))
             await threads.blocking(recover_orphans)
         request = RunRequest(
             key=run.key,
@@ -366,7 +368,7 @@ class FleetWorker:
         from beflow.mcp.orphans import recover_orphans
 
         store, project = RunStore(self.project.directory), self.project
-        store.close_orphans()
+        store.close_orphans(usage_of=lambda r: reported_usage(store, r))
         recover_orphans()  # a killed run's managed file, put back before anything reads its worktree
         left = {r.worktree: r.issue for r in store.records() if r.worktree and os.path.isdir(r.worktree)}
         if not left:
