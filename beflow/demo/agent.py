@@ -20,6 +20,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from beflow.system import files
+
 FAREWELL = '''
 
 def farewell(name: str) -> str:
@@ -86,7 +88,7 @@ class DemoAgent:
             if method == "session/cancel":
                 self.cancelled.set()
             elif method == "session/prompt":
-                threading.Thread(target=self.prompt, args=(message["id"], params), daemon=True).start()
+                threading.Thread(target=self.answer_prompt, args=(message["id"], params), daemon=True).start()
             elif "id" in message:
                 self.answer(message["id"], method, params)
 
@@ -111,6 +113,15 @@ class DemoAgent:
 
     # -- the work ------------------------------------------------------------------------------------------------
 
+    def answer_prompt(self, request_id: Any, params: dict[str, Any]) -> None:
+        """:meth:`prompt`, and an error answer if it fails: acpx waits for the prompt's answer, so an agent that
+        died in its thread without one would hold the run until its timeout."""
+        try:
+            self.prompt(request_id, params)
+        except Exception as exc:
+            error = {"code": -32603, "message": f"the demo agent failed: {type(exc).__name__}: {exc}"}
+            self.send({"jsonrpc": "2.0", "id": request_id, "error": error})
+
     def prompt(self, request_id: Any, params: dict[str, Any]) -> None:
         session_id = params["sessionId"]
         session = self.sessions[session_id]
@@ -122,7 +133,8 @@ class DemoAgent:
         if self.cancelled.is_set():
             self.send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "cancelled"}})
             return
-        if greet.exists():
+        source = sample_source(cwd, greet)
+        if source is not None:
             title, done = (
                 "Add farewell() to greet.py and a test",
                 "Added farewell(name) to greet.py, with a test in test_greet.py.",
@@ -137,14 +149,22 @@ class DemoAgent:
                 f"NOTES/{target.name}: the issue in brief and what this run handed me."
             )
         if self.edit(session_id, title, target):
-            if target == greet:
-                source = greet.read_text(encoding="utf-8")
-                if "def farewell" not in source:
-                    greet.write_text(source.rstrip("\n") + "\n" + FAREWELL, encoding="utf-8")
-                (cwd / "test_greet.py").write_text(TEST, encoding="utf-8")
-            else:
-                target.parent.mkdir(exist_ok=True)
-                target.write_text(issue.notes(cwd, names), encoding="utf-8")
+            try:
+                # Below the worktree through no symlink, each file replaced rather than written through: a
+                # repository's greet.py, test_greet.py or NOTES that links elsewhere is never written at its target.
+                if source is not None:
+                    if "def farewell" not in source:
+                        files.atomic_write(greet, source.rstrip("\n") + "\n" + FAREWELL, below=cwd, durable=False)
+                    files.atomic_write(cwd / "test_greet.py", TEST, below=cwd, durable=False)
+                else:
+                    files.atomic_write(target, issue.notes(cwd, names), below=cwd, durable=False)
+            except OSError as exc:
+                self.update(
+                    session_id, {"sessionUpdate": "tool_call_update", "toolCallId": "edit-1", "status": "failed"}
+                )
+                self.say(session_id, f"I could not write {target.name} ({exc.strerror or exc}), so I stopped.\n")
+                self.send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": "refusal"}})
+                return
             self.update(
                 session_id, {"sessionUpdate": "tool_call_update", "toolCallId": "edit-1", "status": "completed"}
             )
@@ -173,6 +193,19 @@ class DemoAgent:
         self.update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": "edit-1", "status": "failed"})
         self.say(session_id, f"I was not allowed to edit {target.name}, so I changed nothing.\n")
         return False
+
+
+def sample_source(cwd: Path, greet: Path) -> str | None:
+    """The text of the demo's sample ``greet.py``; ``None`` for any other repository: none there, or one that is
+    not a small UTF-8 regular file of its own (a symlink, a directory, a hard link, a huge or binary file)."""
+    try:
+        return files.read_regular(greet, below=cwd, limit=SAMPLE_LIMIT).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+#: The largest greet.py taken for the sample's (which is a few lines).
+SAMPLE_LIMIT = 64 * 1024
 
 
 def prompt_text(params: dict[str, Any]) -> str:
@@ -206,7 +239,7 @@ class Issue:
         """The file: the issue in brief, and what the run handed the agent. Nothing in it changes between two runs
         of the same issue on the same commit."""
         quoted = "\n".join(f"> {line}".rstrip() for line in self.body.splitlines()[:40]) or "> (no description)"
-        listed = sorted(p.name + ("/" if p.is_dir() else "") for p in cwd.iterdir() if p.name not in SKIPPED)
+        listed = sorted(p.name + ("/" if _is_directory(p) else "") for p in cwd.iterdir() if p.name not in SKIPPED)
         shown = ", ".join(f"`{name}`" for name in listed[:30]) + (", …" if len(listed) > 30 else "")
         heading = f"Issue {self.key}: {self.title}" if self.key else self.title
         return (
@@ -219,6 +252,11 @@ class Issue:
             f"- the repository's top level: {shown or 'nothing'}\n"
             f"- MCP servers: {', '.join(servers) or 'none'}\n"
         )
+
+
+def _is_directory(path: Path) -> bool:
+    """A directory itself, not a symlink to one (the listing follows no link out of the repository)."""
+    return path.is_dir() and not path.is_symlink()
 
 
 #: What the notes' listing of the top level leaves out: git's own, and what beflow puts there for the run.

@@ -84,4 +84,72 @@ def test_the_agent_starts_without_loading_beflows_run_machinery() -> None:
     """acpx starts the demo agent for every demo run: it loads what it speaks with, not the runner beside it."""
     code = "import sys, beflow.demo.agent; print(sorted(m for m in sys.modules if m.startswith(('beflow.', 'git'))))"
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert loaded.strip() == "['beflow.demo', 'beflow.demo.agent']"
+    # (beflow.system.files: the agent writes below the worktree through no symlink, as beflow does.)
+    assert loaded.strip() == "['beflow.demo', 'beflow.demo.agent', 'beflow.system', 'beflow.system.files']"
+
+
+def test_it_writes_through_no_symlink_and_nowhere_outside_the_repository(tmp_path: Path, acpx_bin: Path) -> None:
+    """A repository the agent did not make: its greet.py, test_greet.py or NOTES may link anywhere. The agent
+    takes a linked greet.py for no sample, and replaces a link where it writes instead of writing at its target."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "greet.py").write_text(GREET)
+    (outside / "test_greet.py").write_text("mine\n")
+    repository = tmp_path / "répo with space"
+    repository.mkdir()
+    (repository / "greet.py").symlink_to(outside / "greet.py")
+    (repository / "test_greet.py").symlink_to(outside / "test_greet.py")
+
+    result = acpx_exec(acpx_bin, repository, "--approve-all")
+
+    assert result.returncode == 0, result.stderr
+    assert "There is no greet.py here" in said(result.stdout)
+    assert (outside / "greet.py").read_text() == GREET and (outside / "test_greet.py").read_text() == "mine\n"
+    assert (repository / "NOTES" / "issue.md").is_file() and not (repository / "NOTES").is_symlink()
+    assert "`greet.py`" in (repository / "NOTES" / "issue.md").read_text()
+
+    # A sample whose test_greet.py links out: the link is replaced, its target left alone.
+    (repository / "greet.py").unlink()
+    (repository / "greet.py").write_text(GREET)
+    result = acpx_exec(acpx_bin, repository, "--approve-all")
+    assert result.returncode == 0, result.stderr
+    assert "def farewell" in (repository / "greet.py").read_text()
+    assert not (repository / "test_greet.py").is_symlink() and (outside / "test_greet.py").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("notes", ["a symlink to a directory outside", "a file"])
+def test_notes_that_is_no_directory_of_its_own_fails_the_turn_and_writes_nothing(
+    tmp_path: Path, acpx_bin: Path, notes: str
+) -> None:
+    """NOTES linked elsewhere is never followed, NOTES as a file is not replaced; the agent says so and its turn
+    ends (acpx is answered: the run does not wait for its timeout)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    repository = tmp_path / "repository"
+    repository.mkdir()
+    if notes == "a file":
+        (repository / "NOTES").write_text("my notes\n")
+    else:
+        (repository / "NOTES").symlink_to(outside, target_is_directory=True)
+
+    result = acpx_exec(acpx_bin, repository, "--approve-all")
+
+    assert "I could not write issue.md" in said(result.stdout), result.stdout
+    assert '"stopReason":"refusal"' in result.stdout.replace(" ", "")
+    assert list(outside.iterdir()) == []
+    if notes == "a file":
+        assert (repository / "NOTES").read_text() == "my notes\n"
+
+
+def test_a_greet_py_that_is_a_directory_or_huge_is_no_sample(tmp_path: Path, acpx_bin: Path) -> None:
+    repository = tmp_path / "repository"
+    (repository / "greet.py").mkdir(parents=True)
+    huge = tmp_path / "huge"
+    huge.mkdir()
+    (huge / "greet.py").write_text(GREET + "#" * (1 << 20))
+
+    for where in (repository, huge):
+        result = acpx_exec(acpx_bin, where, "--approve-all")
+        assert result.returncode == 0, result.stderr
+        assert (where / "NOTES" / "issue.md").is_file()
+    assert (huge / "greet.py").read_text() == GREET + "#" * (1 << 20)
