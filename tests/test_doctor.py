@@ -61,7 +61,8 @@ def test_a_node_older_than_acpx_needs_fails_with_the_ways_to_node_22(only_git: P
         "20.20.2 is older than 22.13, which acpx 0.19.1 and agents such as claude need",
     )
     assert node.fix is not None and node.fix.startswith("Install Node.js 22 (22.13 or later): `nvm install 22`")
-    assert 'set "acpx": ["npx", "-y", "-p", "node@22.23.3", "-p", "acpx@0.19.1", "acpx"] in c.json.' in node.fix
+    pinned = '"npx", "-y", "-p", "node@22.23.3", "-p", "acpx@0.19.1", "--", "env", "-u", "npm_config_package", "acpx"'
+    assert f'set "acpx": [{pinned}] in c.json.' in node.fix
 
 
 def test_an_old_node_is_only_a_warning_where_npx_fetches_node_22_beside_acpx(only_git: Path) -> None:
@@ -69,7 +70,8 @@ def test_an_old_node_is_only_a_warning_where_npx_fetches_node_22_beside_acpx(onl
 
     node = check_node(Config())
 
-    assert Config().acpx_argv() == ["npx", "-y", "-p", "node@22.23.3", "-p", "acpx@0.19.1", "acpx"]
+    fetched = ["-p", "node@22.23.3", "-p", "acpx@0.19.1"]
+    assert Config().acpx_argv() == ["npx", "-y", *fetched, "--", "env", "-u", "npm_config_package", "acpx"]
     assert node.ok and node.warning
     assert node.detail.endswith("acpx runs on Node.js 22.23.3, which npx fetches beside it")
 

@@ -53,7 +53,16 @@ def npx_acpx() -> list[str]:
     """The pinned acpx through npx, with the pinned Node.js first on its PATH: npx puts the ``node`` package's
     binary beside ``acpx`` in the bin directory it runs from, so acpx (``#!/usr/bin/env node``) and the agents it
     starts run on the pinned Node.js, whatever this machine has."""
-    return ["npx", "-y", "-p", f"node@{NODE_VERSION}", "-p", f"acpx@{ACPX_VERSION}", "acpx"]
+    return npx_packages([f"node@{NODE_VERSION}", f"acpx@{ACPX_VERSION}"], "acpx")
+
+
+def npx_packages(packages: list[str], command: str) -> list[str]:
+    """``command`` from ``packages`` that npx fetches (``-p`` each). npx tells the command its packages in
+    ``npm_config_package``, and every ``npx`` the command starts reads it as its own ``-p``: acpx starts registry
+    agents with ``npx @agentclientprotocol/codex-acp@…``, which would then be run as a shell command ("not found").
+    ``env -u`` takes it out of the command's environment."""
+    fetched = [part for package in packages for part in ("-p", package)]
+    return ["npx", "-y", *fetched, "--", "env", "-u", "npm_config_package", command]
 
 
 def how_to_get(where: str | None = None) -> str:

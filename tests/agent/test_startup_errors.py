@@ -70,7 +70,7 @@ def test_doctor_shows_the_agents_own_startup_error_masked_and_capped(
     said = line.split("; it said on stderr: ", 1)[1]
     assert len(said) <= STDERR_TAIL_CHARS and "x" * 100 not in said
     assert fix.startswith("    fix: The agent needs Node.js 22.13 or later")
-    assert '"node@22.23.3", "-p", "acpx@0.19.1", "acpx"' in fix
+    assert '"node@22.23.3", "-p", "acpx@0.19.1", "--", "env", "-u", "npm_config_package", "acpx"' in fix
 
 
 def test_a_run_whose_agent_does_not_start_says_why_in_its_reason(

@@ -67,9 +67,9 @@ def test_demo_on_a_node_older_than_22_runs_acpx_on_the_pinned_node_that_npx_fetc
     (bin_dir / "node").write_text(
         f'#!/bin/sh\n[ "$1" = --version ] && {{ echo v20.20.2; exit 0; }}\nexec {real_node} "$@"\n'
     )
-    wanted = f"-y -p node@{NODE_VERSION} -p acpx@{ACPX_VERSION} acpx"
+    wanted = f"-y -p node@{NODE_VERSION} -p acpx@{ACPX_VERSION} -- env -u npm_config_package acpx"
     (bin_dir / "npx").write_text(
-        f'#!/bin/sh\necho "npx $*" >&2\n[ "$1 $2 $3 $4 $5 $6" = "{wanted}" ] || exit 97\nshift 6\n'
+        f'#!/bin/sh\necho "npx $*" >&2\n[ "$1 $2 $3 $4 $5 $6 $7 $8 $9 ${{10}}" = "{wanted}" ] || exit 97\nshift 10\n'
         f'PATH={NODE_BIN}:$PATH exec {acpx_bin} "$@"\n'
     )
     for name in ("node", "npx"):

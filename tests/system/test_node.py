@@ -4,7 +4,11 @@ this machine's is older."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from beflow import ACPX_VERSION, NODE_VERSION
 from beflow.system import node
@@ -39,5 +43,31 @@ def test_an_older_node_gets_the_pinned_one_from_npx_beside_acpx(tmp_path: Path, 
     monkeypatch.setenv("PATH", str(tmp_path))
 
     assert node.version() == (20, 20, 2) and node.too_old(node.version())
-    assert Config().acpx_argv() == ["npx", "-y", "-p", f"node@{NODE_VERSION}", "-p", f"acpx@{ACPX_VERSION}", "acpx"]
+    fetched = ["-p", f"node@{NODE_VERSION}", "-p", f"acpx@{ACPX_VERSION}"]
+    assert Config().acpx_argv() == ["npx", "-y", *fetched, "--", "env", "-u", "npm_config_package", "acpx"]
     assert Config(acpx=["my-acpx"]).acpx_argv() == ["my-acpx"]
+
+
+def _package(directory: Path, name: str, script: str) -> Path:
+    """A local npm package whose one bin, ``name``, is ``script`` (sh)."""
+    (directory / "bin").mkdir(parents=True)
+    (directory / "package.json").write_text(json.dumps({"name": name, "version": "1.0.0", "bin": {name: "bin/run"}}))
+    (directory / "bin" / "run").write_text(f"#!/bin/sh\n{script}\n")
+    (directory / "bin" / "run").chmod(0o755)
+    return directory
+
+
+@pytest.mark.slow
+def test_what_npx_fetched_for_acpx_starts_agents_through_npx_as_acpx_does(tmp_path: Path) -> None:
+    """acpx starts a registry agent with ``npx <adapter>``: under the npx that fetched the pinned Node.js and acpx
+    (``-p`` each), that npx must run the adapter, not take npx's own ``-p`` packages for its and the adapter's name
+    for a shell command. The real npx, with local packages in the roles of acpx and an agent's adapter."""
+    agent = _package(tmp_path / "agent", "beflow-test-agent", "echo agent started")
+    client = _package(tmp_path / "client", "beflow-test-client", f"exec npx -y {agent}")
+    env = {**os.environ, "npm_config_cache": str(tmp_path / "npm-cache"), "npm_config_update_notifier": "false"}
+
+    argv = node.npx_packages([str(client)], "beflow-test-client")
+    result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+
+    assert result.stdout.strip() == "agent started", result.stderr
+    assert node.npx_acpx() == node.npx_packages([f"node@{NODE_VERSION}", f"acpx@{ACPX_VERSION}"], "acpx")
