@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import mcp_types as types
@@ -80,6 +82,19 @@ def fit(data: Any, budget: int) -> Any | None:
             continue
         return None
     return None
+
+
+def for_remote(text: str, project: Path) -> str:
+    """``text`` as a client on another machine is told it: the project's paths relative to it (``.beflow/issues``,
+    not where the project lies on the server) and beflow's own directory as ``$BEFLOW_HOME``. A remote client
+    cannot open either, and where the server keeps its files is none of its business."""
+    from beflow.paths import beflow_home  # (settled per call: a test's or a server's own $BEFLOW_HOME)
+
+    for directory, shown in ((project, "."), (beflow_home(), "$BEFLOW_HOME")):
+        prefix = str(directory).rstrip(os.sep)
+        if len(prefix) > 1:
+            text = text.replace(prefix + os.sep, "" if shown == "." else shown + "/").replace(prefix, shown)
+    return text
 
 
 def tool_error(code: str, message: str, fix: str | None, remote: bool = False) -> types.CallToolResult:

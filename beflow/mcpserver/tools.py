@@ -17,7 +17,7 @@ from beflow.errors import BeflowError, TooLargeError, UsageError, excerpt
 from beflow.mcpserver.channel import ChannelClient
 from beflow.mcpserver.failures import log_internal, without_input
 from beflow.mcpserver.launch import Limits
-from beflow.mcpserver.results import tool_error, tool_result
+from beflow.mcpserver.results import for_remote, tool_error, tool_result
 from beflow.mcpserver.schema import tool
 from beflow.mcpserver.subscriptions import ResourceWatch
 from beflow.ops.operations import Context, Operation
@@ -91,6 +91,9 @@ class Tools:
         return tool_result(op.tool_name, data, self.limits.max_output, op.whole, self.context.remote)
 
     def error(self, code: str, message: str, fix: str | None) -> types.CallToolResult:
+        if self.context.remote:
+            project = self.context.project.directory
+            message, fix = for_remote(message, project), (for_remote(fix, project) if fix is not None else None)
         return tool_error(code, message, fix, self.context.remote)
 
     def _invoke(self, op: Operation[Any, Any], arguments: dict[str, Any]) -> Any:

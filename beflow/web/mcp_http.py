@@ -25,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 from beflow.app import open_tracker
 from beflow.config import Project
 from beflow.errors import BeflowError
+from beflow.mcpserver.results import for_remote
 from beflow.mcpserver.schema import ISSUE_URI, RUN_URI
 from beflow.web.guard import Policy
 from beflow.web.live import Hub
@@ -112,7 +113,7 @@ class RemoteMcp:
                 )
             except BeflowError as error:
                 fix = "The issues are at /api/v1/issues: connect to /mcp/issues/KEY with one of their keys."
-                return Refusal(404, error.code, error.message, fix)
+                return Refusal(404, error.code, for_remote(error.message, self.project.directory), fix)
             if launch.issue in self.servers:
                 return self.servers[launch.issue]
             if len(self.servers) > MAX_BOUND:

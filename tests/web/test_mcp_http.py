@@ -135,6 +135,22 @@ def test_a_bound_server_for_an_issue_that_does_not_exist_is_not_found(served: tu
         "not_found",
     )
     assert said["error"]["message"].startswith("no issue 99") and "--issue" not in answer.text
+    # Nor where the project lies on the server: its paths are the project's own.
+    assert said["error"]["message"].startswith("no issue 99 in .beflow/issues;") and str(Path.cwd()) not in answer.text
+
+
+def test_errors_over_http_name_no_path_of_the_server(served: tuple[Serving, Hub], tmp_path: Path) -> None:
+    """A tool's error tells a remote client where things are in the project, not where the project is."""
+    serving, _ = served
+
+    async def main() -> dict[str, Any]:
+        async with connect(serving) as session:
+            missing = await session.call_tool("issue_show", {"key": "99"})
+            return json.loads(missing.content[0].text)["error"]  # type: ignore[union-attr,no-any-return]
+
+    error = run(main)
+    assert error["code"] == "not_found" and error["message"].startswith("no issue 99 in .beflow/issues;")
+    assert str(Path.cwd()) not in json.dumps(error) and "/tmp" not in json.dumps(error)
 
 
 def test_a_client_of_either_revision_hears_of_a_change_its_own_way(served: tuple[Serving, Hub]) -> None:
