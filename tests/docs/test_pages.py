@@ -279,6 +279,11 @@ def json_examples() -> list[tuple[Named, Any]]:
             if block:
                 found += _config_of(Named("\n".join(block), page.name, start), top)
                 block, start = [], 0
+            row = re.match(r"\| \[`(\w+)`\]", line)  # a row of config.md's table of keys: its default
+            if language is None and row:
+                for span in spans(line):
+                    if span.startswith("{"):
+                        found += _config_of(Named(f'{{"{row[1]}": {span}}}', page.name, number), top)
             if language is None:
                 for span in spans(line):
                     # A section's settings (`"mcp": {"enabled": true}`); a span with a plain value is often a value
@@ -303,6 +308,7 @@ def test_every_config_example_of_the_docs_is_a_valid_config(tmp_path: Path) -> N
     examples = json_examples()
     assert len(examples) > 30
     assert any(value == {"mcp": {"enabled": True}} for _, value in examples)  # an inline one, from the README
+    assert any(value == {"mcp": {"enabled": False, "self": False}} for _, value in examples)  # a default, in a table
 
     wrong = []
     for index, (named, value) in enumerate(examples):
@@ -377,12 +383,21 @@ def outcome_lists() -> list[tuple[Named, set[str]]]:
     return found
 
 
+def test_the_table_of_outcomes_is_the_codes() -> None:
+    text = (PACKAGE / "docs" / "runs.md").read_text(encoding="utf-8")
+    section = text.split("## Outcomes", 1)[1].split("\n## ", 1)[0]
+
+    tabled = set(re.findall(r"^\| `(\w+)` \|", section, flags=re.MULTILINE))
+
+    assert tabled == OUTCOMES - {"running"}  # (a record's state while its run goes on, not an ending)
+
+
 def test_every_list_of_outcomes_is_the_codes() -> None:
     lists = outcome_lists()
     assert {named.page for named, _ in lists} >= {"modes.md"}
 
-    # `running` is a record's state while its run goes on, not how a run ends: a list of endings may leave it out.
-    wrong = [f"{named}: {sorted(OUTCOMES - {'running'} - listed)} missing" for named, listed in lists]
-    wrong = [w for w, (_, listed) in zip(wrong, lists, strict=True) if not OUTCOMES - {"running"} <= listed]
+    # `running` is a record's state while its run goes on, not how a run ends: a list of endings leaves it out.
+    endings = OUTCOMES - {"running"}
+    wrong = [f"{named}: {sorted(endings - listed)} missing" for named, listed in lists if not endings <= listed]
 
     assert not wrong, "\n".join(wrong)
