@@ -198,7 +198,7 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
             stream.close()
     if once and not records and not as_json:  # `--json` keeps its stream as it is: no run, no event
         with contextlib.suppress(BeflowError):  # the tracker's failure was said as the watch's `error`
-            err.print(escape(nothing_ran(dispatcher)), highlight=False)
+            click.echo(nothing_ran(dispatcher), err=True)  # (plain words of beflow's own: a pipe needs no rich)
     if once and any(r.outcome in FAILED_OUTCOMES for r in records):
         raise SystemExit(1)
 
