@@ -55,6 +55,9 @@ class EngineKind:
     probe: Callable[[Project], tuple[bool, str, str | None] | None]
     #: Where an issue's run is, as the engine tells it (``beflow issues show``); None: the engine keeps no state.
     state: Callable[[Project, Tracker, str], IssueState | None] | None = None
+    #: What the engine needs installed, checked as it is opened: a UsageError naming the config's field and saying
+    #: how to install it (``temporal``: beflow's ``temporal`` extra), so that every command refuses the same way.
+    require: Callable[[Project], None] = lambda _project: None
 
 
 # -- the kinds ------------------------------------------------------------------------------------------------------
@@ -87,6 +90,12 @@ def _fleet_claims(project: Project) -> ClaimsOver:
     return claims_over(project)
 
 
+def _fleet_require(project: Project) -> None:
+    from beflow.fleet.remote import require_sdk
+
+    require_sdk(project)
+
+
 def _fleet_probe(project: Project) -> tuple[bool, str, str | None]:
     from beflow.fleet.remote import probe
     from beflow.fleet.shapes import engine_of
@@ -109,7 +118,9 @@ CODE_HOSTS: dict[str, CodeHostKind] = {
 }
 ENGINES: dict[str, EngineKind] = {
     "local": EngineKind(claims=lambda _project: None, runs_elsewhere=False, probe=lambda _project: None),
-    "temporal": EngineKind(claims=_fleet_claims, runs_elsewhere=True, probe=_fleet_probe, state=_fleet_state),
+    "temporal": EngineKind(
+        claims=_fleet_claims, runs_elsewhere=True, probe=_fleet_probe, state=_fleet_state, require=_fleet_require
+    ),
 }
 
 
@@ -117,8 +128,11 @@ ENGINES: dict[str, EngineKind] = {
 
 
 def engine(project: Project) -> EngineKind:
-    """The engine the config names (``engine``)."""
-    return ENGINES[project.config.engine.kind]
+    """The engine the config names (``engine``), once what it needs is known to be installed (else a UsageError
+    saying how to install it: every command that opens the engine or a tracker refuses alike)."""
+    kind = ENGINES[project.config.engine.kind]
+    kind.require(project)
+    return kind
 
 
 def open_tracker(project: Project) -> Tracker:

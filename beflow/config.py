@@ -398,11 +398,16 @@ class Config(Model):
         return self.code_host if self.code_host is not None else self.tracker.implied_code_host()
 
     def acpx_argv(self) -> list[str]:
-        """The argv prefix that starts acpx: configured, else ``acpx`` on PATH, else the pinned one via npx."""
+        """The argv prefix that starts acpx: configured, else ``acpx`` on PATH, else the pinned one via npx — with
+        the pinned Node.js beside it when this machine's is older than acpx needs (:mod:`beflow.system.node`)."""
         if self.acpx:
             return list(self.acpx)
         if shutil.which("acpx"):
             return ["acpx"]
+        from beflow.system import node  # (the process runner it asks node with: not for every config loaded)
+
+        if node.too_old(node.version()):
+            return node.npx_acpx()
         return ["npx", "-y", f"acpx@{ACPX_VERSION}"]
 
     def agent_label(self) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from beflow import ACPX_VERSION
+from beflow import ACPX_VERSION, NODE_VERSION
 from beflow.agent import agent_env, agents
 from beflow.config import CONFIG_PATH, Config, Project, earlier_root_config, load_project
 from beflow.errors import BeflowError, ConfigError, Interrupted
@@ -16,7 +16,7 @@ from beflow.mcp.acp import shadowed_global_servers
 from beflow.mcp.cascade import check_cascade
 from beflow.records.store import RunStore
 from beflow.run import preflight
-from beflow.system import proc
+from beflow.system import node, proc
 from beflow.trackers import Status
 from beflow.trackers.base import SetsUpLabels
 from beflow.trackers.issue import FileProblem
@@ -59,14 +59,22 @@ def check_git() -> Check:
     return Check("git", True, version)
 
 
-def check_node() -> Check:
+def check_node(config: Config | None = None, where: str = str(CONFIG_PATH)) -> Check:
+    """Node.js 22.13 or later, which acpx needs; an older one is fine only where acpx runs on the pinned Node.js
+    that npx fetches beside it (no acpx configured or on PATH)."""
     version, raw = _version(["node"])
     if version is None:
-        return Check("node", False, raw, "Install Node.js 20 or newer (acpx runs on it).")
-    major = int(version.split(".")[0])
-    if major < 20:
-        return Check("node", False, f"{version} is too old", "Install Node.js 20 or newer.")
-    return Check("node", True, version)
+        return Check("node", False, raw, f"Install Node.js 22 ({node.MINIMUM_TEXT} or later): acpx runs on it.")
+    found = tuple(int(part) for part in version.split("."))
+    if found[:2] >= node.MINIMUM:
+        return Check("node", True, version)
+    older = f"{version} is older than {node.MINIMUM_TEXT}, which acpx {ACPX_VERSION} and agents such as claude need"
+    if (config or Config()).acpx_argv() == node.npx_acpx():
+        fetched = f"{older}: acpx runs on Node.js {NODE_VERSION}, which npx fetches beside it"
+        fix = f"Nothing to do for beflow's runs; for everything else, {node.how_to_get()}."
+        return Check("node", True, fetched, fix, warning=True)
+    fix = node.how_to_get(where)
+    return Check("node", False, older, fix[0].upper() + fix[1:] + ".")
 
 
 def check_acpx(config: Config, where: str = str(CONFIG_PATH)) -> Check:
@@ -175,7 +183,8 @@ def run_checks(explicit: Path | None = None) -> list[Check]:
     """Every check, in a fixed order; a broken config still lets the tool checks run."""
     config_check, project = check_config(explicit)
     acpx_check = check_acpx(project.config, project.config_name) if project else check_acpx(Config())
-    checks = [check_git(), check_node(), acpx_check, config_check]
+    node_check = check_node(project.config, project.config_name) if project else check_node()
+    checks = [check_git(), node_check, acpx_check, config_check]
     earlier = check_earlier_root_config(project) if project else None
     if earlier is not None:
         checks.append(earlier)
@@ -186,8 +195,12 @@ def run_checks(explicit: Path | None = None) -> list[Check]:
 
 def check_tracker(project: Project) -> Check:
     """The tracker opens; for local issues: the directory, how many by status, and every file that does not parse."""
-    from beflow.app import open_tracker
+    from beflow.app import engine, open_tracker
 
+    try:
+        engine(project)
+    except BeflowError:  # the engine's check says why, with the fix: said once
+        return Check("tracker", False, "not opened: the engine cannot open (see engine, below)")
     try:
         tracker = open_tracker(project)
         listing = tracker.listing()
@@ -297,7 +310,10 @@ def check_engine(project: Project) -> Check | None:
     """The engine's service answers (a fleet's Temporal service: docs/fleet.md); the default engine needs nothing."""
     from beflow.app import engine
 
-    answer = engine(project).probe(project)
+    try:
+        answer = engine(project).probe(project)
+    except BeflowError as error:  # (what the engine needs is not installed: how to install it)
+        return Check("engine", False, error.message, error.fix)
     if answer is None:
         return None
     ok, detail, fix = answer

@@ -23,6 +23,17 @@ from tests.support.projects import auto_project, finished_run  # noqa: F401 - fi
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_AGENT = Path(__file__).resolve().parent / "support" / "acp_agent.py"
 
+#: The pinned Node.js 22 scripts/test installs (acpx 0.19.1 declares node >=22.13): first on PATH for the whole
+#: suite, pytest run by hand included, whatever Node.js this machine has.
+NODE_BIN = REPO_ROOT / "tools" / "node" / "node_modules" / ".bin"
+if (NODE_BIN / "node").exists() and not os.environ.get("PATH", "").startswith(f"{NODE_BIN}{os.pathsep}"):
+    os.environ["PATH"] = f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+def pytest_report_header() -> str:
+    found = shutil.which("node")
+    return f"node: {found} (./scripts/test installs the pinned Node.js 22 into tools/node)"
+
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tests that start acpx or a beflow process are marked ``slow`` (``pytest -m "not slow"`` is the fast loop);

@@ -51,16 +51,31 @@ def test_a_missing_node_fails_with_a_fix(only_git: Path) -> None:
 
     assert not node.ok
     assert "node: command not found" in node.detail
-    assert node.fix and "Node.js 20" in node.fix
+    assert node.fix and "Install Node.js 22 (22.13 or later)" in node.fix
 
 
-def test_an_old_node_fails_with_a_fix(only_git: Path) -> None:
+def test_a_node_older_than_acpx_needs_fails_with_the_ways_to_node_22(only_git: Path) -> None:
+    """Node 20 (end of life in April 2026) under an acpx that runs on it: acpx 0.19.1 declares node >=22.13."""
+    fake_tool(only_git, "node", "echo v20.20.2")
+
+    node = check_node(Config(acpx=["acpx"]), "c.json")
+
+    assert (node.ok, node.detail) == (
+        False,
+        "20.20.2 is older than 22.13, which acpx 0.19.1 and agents such as claude need",
+    )
+    assert node.fix is not None and node.fix.startswith("Install Node.js 22 (22.13 or later): `nvm install 22`")
+    assert 'set "acpx": ["npx", "-y", "-p", "node@22.23.3", "-p", "acpx@0.19.1", "acpx"] in c.json.' in node.fix
+
+
+def test_an_old_node_is_only_a_warning_where_npx_fetches_node_22_beside_acpx(only_git: Path) -> None:
     fake_tool(only_git, "node", "echo v18.19.0")
 
-    node = check_node()
+    node = check_node(Config())
 
-    assert (node.ok, node.detail) == (False, "18.19.0 is too old")
-    assert node.fix == "Install Node.js 20 or newer."
+    assert Config().acpx_argv() == ["npx", "-y", "-p", "node@22.23.3", "-p", "acpx@0.19.1", "acpx"]
+    assert node.ok and node.warning
+    assert node.detail.endswith("acpx runs on Node.js 22.23.3, which npx fetches beside it")
 
 
 def test_the_configured_acpx_is_probed(acpx_bin: Path) -> None:

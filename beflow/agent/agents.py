@@ -25,8 +25,9 @@ from beflow.agent.acpx_command import AGENT_MISSING, agent_args
 from beflow.agent.session import forget_session
 from beflow.config import CONFIG_PATH, AgentCommand, Config
 from beflow.errors import BeflowError
+from beflow.mcp.redact import Redactor
 from beflow.paths import acpx_home
-from beflow.system import proc
+from beflow.system import node, proc
 
 #: ACP's error code for "authenticate first" (JSON-RPC -32000, "Authentication required").
 ACP_AUTH_REQUIRED = -32000
@@ -121,6 +122,39 @@ def agent_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.strip() and not line.startswith("[acpx]")]
 
 
+#: The most of a program's own start-up error a reason carries: its last lines, at most this many characters.
+STDERR_TAIL_LINES = 6
+STDERR_TAIL_CHARS = 400
+
+#: npm's news of its own releases, which npx prints whatever happened: never the cause.
+_NPM_NOTICE = re.compile(r"^npm notice\b")
+
+#: What npm (through npx) says when a package needs a newer Node.js than the one running it.
+_ENGINE = re.compile(r"EBADENGINE|requires? node(\.js)? *(>=|version)|Unsupported engine", re.I)
+
+
+def stderr_tail(stderr: str) -> str:
+    """The last lines the agent (or npx fetching it) wrote to stderr, on one line and capped at the end's side:
+    the program's own account of why it did not start. ``stderr`` is masked already (a run's log is; the doctor's
+    probe masks it)."""
+    lines = [" ".join(line.split()) for line in agent_lines(stderr) if not _NPM_NOTICE.match(line)]
+    said = " / ".join(lines[-STDERR_TAIL_LINES:])
+    return said if len(said) <= STDERR_TAIL_CHARS else "…" + said[-(STDERR_TAIL_CHARS - 1) :].lstrip()
+
+
+def _with_tail(cause: str, tail: str) -> str:
+    return f"{cause}; it said on stderr: {tail}" if tail and tail not in cause else cause
+
+
+def _node_fix(tail: str, fix: str) -> str:
+    """``fix``, led by how to get Node.js 22 when the program said that its Node.js is too old."""
+    if _ENGINE.search(tail):
+        found = node.version()
+        mine = f" (this machine's is {node.shown(found)})" if found is not None else ""
+        return f"the agent needs Node.js {node.MINIMUM_TEXT} or later{mine}: {node.how_to_get(str(CONFIG_PATH))}; {fix}"
+    return fix
+
+
 def is_auth_failure(transcript: Transcript) -> bool:
     """Whether the agent (or acpx for it) said that it needs a login."""
     if transcript.acpx_detail == ACPX_AUTH_REQUIRED:
@@ -150,16 +184,21 @@ def diagnose(
             f"the agent {label} could not be started: {one_line(first)}", install_fix(config), permanent=True
         )
     logs = f"`beflow runs logs {run_id}` shows the transcript" if run_id else "the run's transcript shows more"
+    # A program that did not start says why on its stderr (acpx's message is often no more than "Internal error").
+    tail = stderr_tail(stderr) if not transcript.prompted else ""
     startup = _STARTUP_FAILED.match(transcript.acpx_error or "")
     if transcript.acpx_detail == "AGENT_STARTUP_FAILED" and startup:
         how = f"exit {startup['exit']}" if startup["exit"] != "null" else f"signal {startup['signal']}"
         said = f": {one_line(startup['rest'])}" if startup["rest"].strip() else ""
-        return AgentFailure(f"the agent {label} exited before it started ({how}){said}", _by_hand(config), False)
+        cause = _with_tail(f"the agent {label} exited before it started ({how}){said}", tail)
+        return AgentFailure(cause, _node_fix(tail, _by_hand(config)), False)
     if transcript.acpx_error:
-        return AgentFailure(f"acpx: {one_line(transcript.acpx_error)}", _check_fix(config, logs), permanent=False)
+        cause = _with_tail(f"acpx: {one_line(transcript.acpx_error)}", tail)
+        return AgentFailure(cause, _node_fix(tail, _check_fix(config, logs)), permanent=False)
     if transcript.request_error:
         said = f"{transcript.request_error_method}: {transcript.request_error}"
-        return AgentFailure(f"the agent {label} failed to start: {one_line(said)}", _check_fix(config, logs), False)
+        cause = _with_tail(f"the agent {label} failed to start: {one_line(said)}", tail)
+        return AgentFailure(cause, _node_fix(tail, _check_fix(config, logs)), False)
     if returncode not in (0, None) and transcript.stop_reason is None and transcript.error is None:
         words = f": {one_line(last_words[0])}" if last_words[0] else " (it said nothing on stderr)"
         when = "in the middle of its turn" if transcript.prompted else "before its turn began"
@@ -247,15 +286,16 @@ async def probe_async(config: Config, *, timeout: float = PROBE_TIMEOUT) -> Prob
         )
     if result.ok and created is not None:
         return Probe(True, f"{label} started and opened a session in {result.duration:.1f} s")
-    stderr = result.stderr.decode("utf-8", "replace")
+    # Masked as a run's stderr.log is: the agent's start-up error goes into what doctor prints.
+    stderr = Redactor(secrets=agent_env.held_secrets(config)).text(result.stderr.decode("utf-8", "replace"))
     failure = diagnose(transcript, config, returncode=result.returncode, stderr=stderr)
     if failure is None:
         said = agent_lines(stderr)[-1:] or [_last_json_error(result.stdout) or result.describe()]
         return Probe(False, f"{label} did not open a session: {one_line(said[0])}", _check_by_hand(config))
     cause = failure.cause.replace("the agent ", "", 1)
     fix = failure.fix.replace("run the issue again", "run `beflow doctor` again")
-    if "beflow doctor` starts" in fix:
-        fix = _check_by_hand(config)
+    if "`beflow doctor` starts" in fix:  # (this is doctor: what comes before that part stays)
+        fix = fix.split("`beflow doctor` starts", 1)[0] + _by_hand(config)
     return Probe(False, cause, fix[0].upper() + fix[1:] + ("" if fix.endswith(".") else "."))
 
 

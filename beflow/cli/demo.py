@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 import tempfile
@@ -22,7 +23,8 @@ from beflow.system import interrupts
 @click.command(
     "demo",
     short_help="See beflow work: a demo agent on a sample repository, end to end.",
-    epilog="Example:  beflow demo --dir /tmp/beflow-demo",
+    epilog="Examples:\n\n  beflow demo --dir /tmp/beflow-demo\n\n"
+    "  beflow demo --agent   # the demo agent's setting, for your own repository",
 )
 @click.option(
     "--dir",
@@ -30,9 +32,19 @@ from beflow.system import interrupts
     type=click.Path(path_type=Path, file_okay=False),
     help="Where to create the sample repository (a new or empty directory; default: a new temporary one).",
 )
-def command(directory: Path | None) -> None:
+@click.option(
+    "--agent",
+    "print_agent",
+    is_flag=True,
+    help="Print the demo agent's `agent` setting, to try beflow on your own repository with no account "
+    "(beflow docs demo), and exit.",
+)
+def command(directory: Path | None, print_agent: bool) -> None:
     """Create a sample repository with one issue and run a demo agent on it through acpx, with MCP servers
     injected: you see the branch, the diff and the run record it leaves."""
+    if print_agent:
+        out.print(escape(json.dumps({"agent": {"command": demo.agent_command()}})), soft_wrap=True)
+        return
     directory = (directory or Path(tempfile.mkdtemp(prefix="beflow-demo-"))).resolve()
     sample = demo.create(directory)
     out.print(f"[bold]Sample repository:[/] {escape(str(directory))} (a new git repository with one issue)")
@@ -40,6 +52,15 @@ def command(directory: Path | None) -> None:
         f"[bold]beflow's own files:[/] worktrees, locks and crash logs go under {escape(str(beflow_home()))} "
         "($BEFLOW_HOME; the run's worktree is removed when it ends)"
     )
+    acpx = sample.project.config.acpx_argv()
+    note = _node_note(acpx)
+    if note:
+        out.print(f"[bold]Node.js:[/] {escape(note)}")
+    if acpx[0] == "npx":
+        out.print(f"[bold]acpx:[/] `{escape(' '.join(acpx))}` (npx fetches it on first use)…")
+        took = demo.fetch_acpx(sample.project)
+        if took is not None:
+            out.print(f"[bold]acpx:[/] ready in {took:.1f} s")
     out.print(f"Issue {sample.issue_key} is ready; running it with `beflow --auto {sample.issue_key}`…\n")
     with Progress(as_json=False) as progress:
         record = interrupts.run(lambda: demo.run(sample, progress))
@@ -68,6 +89,24 @@ def command(directory: Path | None) -> None:
     out.print(f"  {beflow} mcp show           # the servers that were injected (values masked)")
     if record.outcome not in DONE_OUTCOMES:
         raise SystemExit(1)
+
+
+def _node_note(acpx: list[str]) -> str | None:
+    """What the demo says of a Node.js older than acpx needs: that npx fetches the pinned one beside acpx, or (acpx
+    on PATH, on the old one) how to get Node.js 22."""
+    from beflow import NODE_VERSION
+    from beflow.system import node
+
+    found = node.version()
+    if found is None or not node.too_old(found):
+        return None
+    older = f"this machine's {node.shown(found)} is older than {node.MINIMUM_TEXT}, which acpx and real agents need"
+    if acpx == node.npx_acpx():
+        return (
+            f"{older}: this demo's acpx runs on Node.js {NODE_VERSION}, which npx fetches beside it on first use "
+            f"(about 80 MB, once). To have Node.js 22 yourself: {node.how_to_get()}."
+        )
+    return f"{older}; the demo runs anyway (its agent is Python). Before a real agent, {node.how_to_get()}."
 
 
 def _sandbox(sample: demo.Demo, record: RunRecord) -> str:

@@ -82,13 +82,12 @@ def dev(port: int, ui_port: int | None, database: Path | None) -> None:
 def worker(app: App, lanes: int, name: str | None, as_json: bool) -> None:
     """Take runs of the fleet's issues, up to --lanes at once, until stopped (Ctrl-C or SIGTERM: running runs are
     cancelled and recorded; the fleet resumes them on another worker)."""
-    from beflow.fleet.remote import require_sdk
+    from beflow.app import engine, open_project
     from beflow.fleet.shapes import engine_of
 
     project = app.project()
     engine_of(project)  # a project on the embedded engine has no fleet to work for: say so, with the fix
-    require_sdk()
-    from beflow.app import open_project
+    engine(project)  # (the Temporal SDK installed, or how to install it)
     from beflow.fleet.worker import FleetWorker, default_name
 
     hardening.keep_private()  # before any agent runs (docs/safety.md)

@@ -218,6 +218,8 @@ def _show_workflow(app: App, key: str) -> None:
         state = asked(project, app.tracker(), key)
     except BeflowError as error:
         out.print(f"its workflow's state is not known: {escape(error.message)}", style="dim")
+        if error.fix:
+            out.print(f"fix: {escape(error.fix)}", style="dim")
         return
     if state is None:
         return

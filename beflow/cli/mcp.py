@@ -171,7 +171,11 @@ _issue_option = click.option(
 @_issue_option
 @click.option("--run", "run_id", metavar="ID", help="Bind to this run (its progress; its issue unless --issue).")
 @click.option("--channel", metavar="SOCKET", hidden=True, help="A run's channel (mcp.self): forward every operation.")
-@click.option("--actor", default="agent", show_default=True, help="Who comments and reports: the comments say so.")
+@click.option(
+    "--actor",
+    help="Who comments and reports: the comments say so. Default: agent for a run's own server (--channel), else you "
+    "(git's user.name).",
+)
 @click.option("--max-input", type=click.IntRange(min=1024), default=256 * 1024, show_default=True, help="Bytes.")
 @click.option("--max-output", type=click.IntRange(min=4096), default=1024 * 1024, show_default=True, help="Bytes.")
 @click.option(
@@ -188,7 +192,7 @@ def serve(
     issue: str | None,
     run_id: str | None,
     channel: str | None,
-    actor: str,
+    actor: str | None,
     max_input: int,
     max_output: int,
     poll: float,
@@ -206,14 +210,14 @@ def serve(
     from beflow.mcpserver.schema import parse_allow
     from beflow.mcpserver.server import serve as serve_mcp
 
-    if not actor.strip() or len(actor.splitlines()) > 1:
+    if actor is not None and (not actor.strip() or len(actor.splitlines()) > 1):
         raise click.BadParameter("one line, not empty", param_hint="--actor")
     launch = Launch(
         project=app.project(),
         allow=parse_allow(allow),
         issue=issue,
         run=run_id,
-        actor=actor.strip(),
+        actor=None if actor is None else actor.strip(),
         limits=Limits(max_input=max_input, max_output=max_output),
         poll=poll,
         channel=channel,
@@ -254,4 +258,10 @@ def schema(app: App, allow: str | None, issue: str | None, server_name: str, htt
         )
     if not http_url.startswith(("http://", "https://")):
         raise click.BadParameter("an http:// or https:// URL", param_hint="--http-url")
-    emit_json(export(project, parse_allow(allow), issue, server_name, http_url))
+    schema = export(project, parse_allow(allow), issue, server_name, http_url)
+    emit_json(schema)
+    # The HTTP snippets work only with the token in the client's environment: say how, beside them (on stderr, so
+    # that the JSON still pipes).
+    token = schema["snippets"]["http"]["token"]
+    err.print(f"beflow mcp schema: the HTTP snippets need {token['env']} in the client's environment:", markup=False)
+    err.print(f"  {token['export']}", markup=False)

@@ -47,6 +47,12 @@ MCP_SERVERS = {
 }
 
 
+def agent_command() -> str:
+    """The demo agent's command line for ``agent.command``: this interpreter, whose beflow has it. It works in any
+    repository (without ``greet.py`` it writes notes on the issue): a run with no model and no account."""
+    return shlex.join([sys.executable, "-m", "beflow.demo.agent"])
+
+
 @dataclass(frozen=True)
 class Demo:
     project: Project
@@ -70,7 +76,7 @@ def create(directory: Path) -> Demo:
     atomic_write(directory / "README.md", "# greet\n\nA tiny sample project for the beflow demo.\n")
     atomic_write(directory / ".gitignore", ".acpxrc.json\n__pycache__/\n")
     config = {
-        "agent": {"command": shlex.join([sys.executable, "-m", "beflow.demo.agent"])},
+        "agent": {"command": agent_command()},
         "timeout": 120,
         "mcp": {"enabled": True},
     }
@@ -85,6 +91,26 @@ def create(directory: Path) -> Demo:
     assert isinstance(tracker, LocalTracker)
     issue = tracker.create(title="Say goodbye too", body=ISSUE_BODY, labels=["demo"], priority=1)
     return Demo(project=project, issue_key=issue.key)
+
+
+def fetch_acpx(project: Project) -> float | None:
+    """When acpx comes through npx (none configured or on PATH): have npx fetch it — and the pinned Node.js, where
+    this machine's is older — once, outside the sandbox, so that npx's cache holds it for the run. A sandboxed
+    run's writes to ``~/.npm`` are its own and go with it: without this, every run on a new machine installed acpx
+    again. The seconds it took, or ``None`` when there was nothing to fetch or it failed (the run then says why)."""
+    from beflow.errors import BeflowError, Interrupted
+    from beflow.system import proc
+
+    argv = project.config.acpx_argv()
+    if argv[0] != "npx":
+        return None
+    try:
+        result = proc.run_sync([*argv, "--version"], timeout=600.0)
+    except Interrupted:
+        raise
+    except BeflowError:
+        return None
+    return result.duration if result.ok else None
 
 
 async def run(demo: Demo, events: EventSink | None = None) -> RunRecord:

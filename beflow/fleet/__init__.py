@@ -2,7 +2,7 @@
 
 The package is named for what the user gets — a fleet of workers — rather than for the engine behind it: the
 engine is chosen by ``engine.kind`` in the config, and only this package imports the Temporal SDK (``temporalio``,
-the ``beflow[temporal]`` extra), lazily, so that a project on the embedded engine never loads it.
+beflow's ``temporal`` extra), lazily, so that a project on the embedded engine never loads it.
 
 - :mod:`beflow.fleet.shapes`: what crosses Temporal (workflow and activity inputs and results: keys, ids,
   outcomes; never a token, a transcript or an injected value), and the ids.

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from beflow.config import Project, TemporalEngineSettings
-from beflow.errors import LockedError
+from beflow.errors import BeflowError, LockedError
 from beflow.fleet.remote import Bridge, Unreachable
 from beflow.fleet.shapes import IssueState, workflow_id
 from beflow.trackers import Tracker
@@ -172,21 +172,58 @@ def fleet_claims(tracker: Tracker) -> FleetClaims | None:
     return tracker.claims if isinstance(tracker.claims, FleetClaims) else None
 
 
+#: Seconds the workflow's ``state`` query may wait for a worker: a worker that polls answers in milliseconds.
+QUERY_TIMEOUT = 5.0
+
+
+class NoWorker(BeflowError):
+    """No worker serves the fleet's task queue: nothing answers for a workflow, nor runs its issue."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, fix="Start one in the project's checkout: `beflow worker` (`beflow docs fleet`).")
+
+
 def workflow_state(project: Project, tracker: str, key: str) -> IssueState | None:
     """What issue ``key``'s workflow answers to its ``state`` query (``beflow issues show``); None when no
-    workflow of it runs. Raises :class:`~beflow.fleet.remote.Unreachable` when the service does not answer."""
+    workflow of it runs. A query waits for a worker to answer it: when none polls the workflow's task queue, or none
+    answers within :data:`QUERY_TIMEOUT`, :class:`NoWorker` says so at once. Raises
+    :class:`~beflow.fleet.remote.Unreachable` when the service does not answer."""
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
     from temporalio.service import RPCError, RPCStatusCode
 
     from beflow.fleet.shapes import STATE, engine_of
 
+    settings = engine_of(project)
+
+    async def polled(client: Client, queue: str) -> bool:
+        asked = DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+        )
+        return bool((await client.workflow_service.describe_task_queue(asked)).pollers)
+
     async def asked(client: Client) -> IssueState | None:
         handle = client.get_workflow_handle(workflow_id(tracker, key))
+        queue = settings.task_queue
         try:
-            state: IssueState = await handle.query(STATE, result_type=IssueState)
+            queue = (await handle.describe()).task_queue
+            if not await polled(client, queue):
+                raise NoWorker(f"no worker serves its task queue {queue!r} (Temporal at {settings.address} answers)")
+            state: IssueState = await handle.query(
+                STATE, result_type=IssueState, rpc_timeout=datetime.timedelta(seconds=QUERY_TIMEOUT)
+            )
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
                 return None
+            if error.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED):  # (the query's timeout)
+                raise NoWorker(
+                    f"no worker of its task queue {queue!r} answered for it within {QUERY_TIMEOUT:g} s (Temporal at "
+                    f"{settings.address} answers): are they stopped, or cut off?"
+                ) from None
             raise Unreachable(f"the workflow of issue {key} did not answer: {error.message}") from None
         return state
 
-    return Bridge(engine_of(project)).ask(asked)
+    return Bridge(settings).ask(asked)

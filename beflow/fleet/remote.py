@@ -14,8 +14,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from beflow.config import TemporalEngineSettings
-from beflow.errors import BeflowError, ConfigError
+from beflow.config import Project, TemporalEngineSettings
+from beflow.errors import BeflowError, ConfigError, UsageError
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -45,20 +45,29 @@ def api_key(settings: TemporalEngineSettings) -> str | None:
     return value
 
 
-def require_sdk() -> None:
-    """The Temporal SDK is installed (the ``temporal`` extra), or a :class:`ConfigError` that says how to get it."""
+#: How to install beflow's ``temporal`` extra (beflow is installed from a clone, not from PyPI): the one hint of
+#: every message that needs it. pipx and uv replace an install only when told to.
+INSTALL_EXTRA = (
+    "`pip install '.[temporal]'` in your clone of beflow (or, as beflow was installed, "
+    "`pipx install --force '.[temporal]'` or `uv tool install --reinstall '.[temporal]'`)"
+)
+
+
+def require_sdk(project: Project) -> None:
+    """The Temporal SDK of ``project``'s engine is installed (the ``temporal`` extra), or a :class:`UsageError`
+    that names the config file and field that chose it and says how to install it."""
     try:
         import temporalio  # noqa: F401
-    except ImportError:
-        raise ConfigError(
-            "engine: the Temporal engine needs the Temporal SDK, which is not installed",
-            fix="pip install 'beflow[temporal]'",
+    except ImportError as error:
+        raise UsageError(
+            f'{project.config_name}: engine.kind is "temporal", and the Temporal engine needs the Temporal SDK '
+            f"(beflow's `temporal` extra), which is not installed here ({error})",
+            fix=f'Install it with beflow\'s `temporal` extra: {INSTALL_EXTRA}; or set "engine": {{"kind": "local"}}.',
         ) from None
 
 
 async def connect(settings: TemporalEngineSettings) -> Client:
     """A client of ``settings``'s service and namespace; :class:`Unreachable` saying where, when it cannot."""
-    require_sdk()
     from temporalio.client import Client
     from temporalio.converter import default
 

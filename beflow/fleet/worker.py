@@ -239,8 +239,11 @@ class FleetWorker:
             self.lanes.free(run.workflow_id)
         if cancelled:
             if stopping:
-                # Not the workflow's cancellation: the run is taken up again on another worker.
-                raise ApplicationError(f"{why[0]} (worker {self.name})", type=WORKER_STOPPED)
+                # Not the workflow's cancellation: the run is taken up again on another worker. Benign: the record
+                # says so already, and the SDK logs a benign failure at debug level, never with its traceback.
+                raise ApplicationError(
+                    f"{why[0]} (worker {self.name})", type=WORKER_STOPPED, category=ApplicationErrorCategory.BENIGN
+                )
             raise asyncio.CancelledError
         return work.result()
 

@@ -16,6 +16,7 @@ from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.mcpserver.channel import client_from_environment
 from beflow.mcpserver.schema import exposed, load_all
 from beflow.ops.operations import Context
+from beflow.repository.authors import user_name
 from beflow.trackers.base import Tracker
 from beflow.trackers.issue import normalize_key
 
@@ -45,27 +46,44 @@ class Launch:
     allow: list[str] | None = None
     issue: str | None = None
     run: str | None = None
-    actor: str = "agent"
+    #: Who comments and reports (None: :func:`acting_as` says: an agent for a run's own server, else the person).
+    actor: str | None = None
     limits: Limits = field(default_factory=Limits)
     poll: float = DEFAULT_POLL
     #: ``mcp.self``: the run's channel (its socket); every operation is forwarded to the run's process.
     channel: str | None = None
     #: How the project's tracker is opened (:func:`beflow.app.open_tracker`), for the operations that need it.
     opens_tracker: Callable[[Project], Tracker] | None = None
+    #: Served over HTTP (``/mcp``): its clients are on other machines, and are told no path of this one.
+    remote: bool = False
+
+
+def acting_as(launch: Launch) -> str:
+    """Who a server's comments and reports are signed by: ``--actor``; else, for a run's own server (its channel),
+    ``agent``; else the person whose client this is (git's ``user.name``, else the login name): a session that is not
+    a run's is a person's, whatever client it is."""
+    if launch.actor is not None:
+        return launch.actor
+    return "agent" if launch.channel else user_name(launch.project.directory)
 
 
 #: What an issue key given at launch may look like: a tracker's key (``7``, ``#7``, ``PROJ-12``), never a path.
 LAUNCH_KEY = re.compile(r"^#?[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 
 
-def existing_issue(issue: str, show: Callable[[str], Any]) -> str:
+def existing_issue(issue: str, show: Callable[[str], Any], *, remote: bool = False) -> str:
     """The key of the issue ``--issue`` names, through ``show`` (``issue.show``); a usage error (exit 2) for a key
-    that is not one or an issue that does not exist."""
+    that is not one or an issue that does not exist. ``remote``: the key came in a URL (``/mcp/issues/KEY``), not
+    in ``--issue``: not found, saying so without the option."""
     if not LAUNCH_KEY.match(issue) or ".." in issue:
+        if remote:
+            raise NotFoundError(f"no issue {excerpt(issue)}: that is not an issue key")
         raise UsageError(f"--issue {excerpt(issue)} is not an issue key", fix="Give an issue's key, e.g. --issue 7.")
     try:
         key: str = show(issue).key
     except NotFoundError as error:
+        if remote:
+            raise
         raise UsageError(f"--issue: {error.message}", fix=error.fix) from None
     return key
 
@@ -90,8 +108,9 @@ def check_launch(launch: Launch) -> Launch:
         issue = record.issue
         launch = dataclasses.replace(launch, run=record.id, issue=issue)
     if issue is not None:
-        launch = dataclasses.replace(launch, issue=existing_issue(issue, lambda key: call("issue.show", {"key": key})))
+        shown = existing_issue(issue, lambda key: call("issue.show", {"key": key}), remote=launch.remote)
+        launch = dataclasses.replace(launch, issue=shown)
     exposed(launch.allow, bound=launch.issue is not None)  # a bad --allow fails before serving
     if forward is not None:
         forward.close()
-    return launch
+    return dataclasses.replace(launch, actor=acting_as(launch))

@@ -18,13 +18,17 @@ CUT = "… [cut]"
 ERROR_META = "beflow/error"
 
 
-def docs_link(code: str) -> str:
-    """Where error codes are explained: the installed docs page (it matches this version), its error-codes table."""
+def docs_link(code: str, remote: bool = False) -> str:
+    """Where error codes are explained: the installed docs page (it matches this version), its error-codes table;
+    for a ``remote`` client (MCP over HTTP), which cannot read the server's files, the page's topic and the command
+    that prints it."""
+    if remote:
+        return "mcp-server#error-codes (`beflow docs mcp-server`, section Error codes)"
     return f"{docs_dir() / 'mcp-server.md'}#error-codes"
 
 
-def error_payload(code: str, message: str, fix: str | None) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "fix": fix, "docs": docs_link(code)}}
+def error_payload(code: str, message: str, fix: str | None, remote: bool = False) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "fix": fix, "docs": docs_link(code, remote)}}
 
 
 def _leaves(data: Any) -> tuple[list[tuple[int, Any, Any]], list[tuple[int, Any, Any]]]:
@@ -78,9 +82,9 @@ def fit(data: Any, budget: int) -> Any | None:
     return None
 
 
-def tool_error(code: str, message: str, fix: str | None) -> types.CallToolResult:
-    """A tool call's error, as data."""
-    payload = error_payload(code, message, fix)
+def tool_error(code: str, message: str, fix: str | None, remote: bool = False) -> types.CallToolResult:
+    """A tool call's error, as data (``remote``: for a client on another machine, see :func:`docs_link`)."""
+    payload = error_payload(code, message, fix, remote)
     # No structuredContent: it must match the tool's outputSchema, and an error is not a result (clients that
     # validate it, such as the MCP Inspector, refuse the call). The error goes as text, and as data in _meta.
     return types.CallToolResult(
@@ -90,7 +94,7 @@ def tool_error(code: str, message: str, fix: str | None) -> types.CallToolResult
     )
 
 
-def tool_result(name: str, data: Any, limit: int, whole: str | None) -> types.CallToolResult:
+def tool_result(name: str, data: Any, limit: int, whole: str | None, remote: bool = False) -> types.CallToolResult:
     """The result ``data`` of the tool ``name`` within ``limit`` bytes, cut if need be (``whole``: where the whole
     of it can be read), or a ``too_large`` error when even cut it does not fit."""
     # The JSON goes twice (structured, and as text for clients that read text only): each gets half.
@@ -101,6 +105,7 @@ def tool_result(name: str, data: Any, limit: int, whole: str | None) -> types.Ca
             "too_large",
             f"{name}: the result does not fit in {limit} bytes, even cut",
             f"Read it whole with {whole or 'the beflow command line'}.",
+            remote,
         )
     content: list[types.ContentBlock] = []
     meta = None

@@ -11,6 +11,7 @@ both expose the agent-safe set.
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -22,6 +23,7 @@ from beflow.config import Project
 from beflow.errors import OutOfScopeError, UsageError
 from beflow.mcp.own import SERVER_NAME
 from beflow.ops.operations import REGISTRY, Operation
+from beflow.paths import TOKEN_ENV, token_path
 
 #: The resources beflow serves: an issue, and a run with its record and transcript.
 ISSUE_URI = "beflow://issue/{key}"
@@ -197,7 +199,6 @@ def export(
         opencode[f"{server}_{op.tool_name}"] = verdict
     launch = launch_of(allow, issue)
     endpoint = http_endpoint(http_url, issue)
-    bearer = {"Authorization": "Bearer ${BEFLOW_HTTP_TOKEN}"}
     return {
         "server": {"name": server, "version": __version__, "python": sys.version.split()[0]},
         "launch": launch.model_dump(),
@@ -213,16 +214,45 @@ def export(
                 "mcp": {server: {"type": "local", "command": [launch.command, *launch.args], "enabled": True}},
                 "permission": opencode,
             },
-            # MCP over Streamable HTTP (`beflow watch --http PORT`, `beflow serve PORT`): the agent-safe tools;
-            # the token is the server's (BEFLOW_HTTP_TOKEN, or the one it printed when it made it).
-            "http": {
-                "url": endpoint,
-                "claudeCode": {"mcpServers": {server: {"type": "http", "url": endpoint, "headers": bearer}}},
-                "opencode": {
-                    "$schema": "https://opencode.ai/config.json",
-                    "mcp": {server: {"type": "remote", "url": endpoint, "headers": bearer, "enabled": True}},
-                },
-            },
+            # MCP over Streamable HTTP (`beflow watch --http PORT`, `beflow serve PORT`): the agent-safe tools.
+            "http": http_snippets(server, endpoint),
+        },
+    }
+
+
+#: How each client writes "the value of an environment variable" in its config. Claude Code expands ``${VAR}``
+#: in an ``.mcp.json`` server's ``url`` and ``headers`` (https://code.claude.com/docs/en/mcp, "Environment variable
+#: expansion in .mcp.json"); OpenCode substitutes ``{env:VAR}`` anywhere in its config and sends ``${VAR}`` as it
+#: is (https://opencode.ai/docs/config/#env-vars, https://opencode.ai/docs/mcp-servers/#remote).
+CLAUDE_CODE_ENV = "${%s}"
+OPENCODE_ENV = "{env:%s}"
+
+
+def http_snippets(server: str, endpoint: str) -> dict[str, Any]:
+    """The clients' configs for beflow's MCP endpoint over HTTP, and how the token gets to them: both read it from
+    ``BEFLOW_HTTP_TOKEN`` in the client's own environment, while beflow keeps the token it made in a file."""
+    claude = {"Authorization": "Bearer " + CLAUDE_CODE_ENV % TOKEN_ENV}
+    opencode = {"Authorization": "Bearer " + OPENCODE_ENV % TOKEN_ENV}
+    stored = token_path()
+    return {
+        "url": endpoint,
+        "claudeCode": {"mcpServers": {server: {"type": "http", "url": endpoint, "headers": claude}}},
+        "opencode": {
+            "$schema": "https://opencode.ai/config.json",
+            # `oauth: false`: a bearer token is what the server takes, so OpenCode does not try OAuth discovery on
+            # a 401 (https://opencode.ai/docs/mcp-servers/#disabling-oauth).
+            "mcp": {server: {"type": "remote", "url": endpoint, "headers": opencode, "oauth": False, "enabled": True}},
+        },
+        "token": {
+            "env": TOKEN_ENV,
+            "file": str(stored),
+            "export": f'export {TOKEN_ENV}="$(cat {shlex.quote(str(stored))})"',
+            "note": (
+                f"Both snippets read the token from {TOKEN_ENV} in the client's environment. The server's token is "
+                f"${TOKEN_ENV} where it was set, else the one beflow made in {stored} the first time a server needed "
+                "it: run the export line in the shell that starts the client (or set the variable to the value you "
+                "gave the server)."
+            ),
         },
     }
 

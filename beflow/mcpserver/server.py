@@ -41,7 +41,7 @@ from beflow import __version__
 from beflow.mcp.own import SERVER_NAME
 from beflow.mcpserver.channel import client_from_environment
 from beflow.mcpserver.drain import MAX_PENDING, Drain
-from beflow.mcpserver.launch import Launch
+from beflow.mcpserver.launch import Launch, acting_as
 from beflow.mcpserver.resources import Resources
 from beflow.mcpserver.schema import exposed
 from beflow.mcpserver.stdio import stdio_streams
@@ -60,10 +60,11 @@ class BeflowServer:
         issue = normalize_key(launch.issue) if launch.issue else None
         self.context = Context(
             project=launch.project,
-            actor=launch.actor,
+            actor=acting_as(launch),
             bound_issue=issue,
             bound_run=launch.run,
             opens_tracker=launch.opens_tracker,
+            remote=launch.remote,
         )
         self.operations: dict[str, Operation[Any, Any]] = {
             op.tool_name: op for op in exposed(launch.allow, bound=issue is not None)

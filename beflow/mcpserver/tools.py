@@ -61,7 +61,7 @@ class Tools:
         op = self.operations.get(params.name)
         if op is None:
             names = ", ".join(self.operations)
-            return tool_error(
+            return self.error(
                 "unknown_tool", f"no tool {excerpt(params.name)} on this server", f"The tools here are: {names}."
             )
         arguments = params.arguments or {}
@@ -71,7 +71,7 @@ class Tools:
                 f"{op.tool_name}: the input is {size} bytes; this server takes at most {self.limits.max_input}",
                 fix="Send less (shorter text), or split it over several calls.",
             )
-            return tool_error(error.code, error.message, error.fix)
+            return self.error(error.code, error.message, error.fix)
         async with self.calls:
             # Shielded: once it started, a call finishes (and is answered) even when the server is stopping.
             with anyio.CancelScope(shield=True):
@@ -79,16 +79,19 @@ class Tools:
                     result = await anyio.to_thread.run_sync(self._invoke, op, arguments)
                 except BeflowError as error:
                     message = without_input(error.message) if isinstance(error, UsageError) else error.message
-                    return tool_error(error.code, message, error.fix)
+                    return self.error(error.code, message, error.fix)
                 except Exception as error:
                     where = log_internal(error)
-                    return tool_error(
+                    return self.error(
                         "internal",
                         f"{op.tool_name}: beflow failed unexpectedly; the details are logged in {where}",
                         "Report it with that log; the call may be retried.",
                     )
         data = result.model_dump(mode="json") if hasattr(result, "model_dump") else result
-        return tool_result(op.tool_name, data, self.limits.max_output, op.whole)
+        return tool_result(op.tool_name, data, self.limits.max_output, op.whole, self.context.remote)
+
+    def error(self, code: str, message: str, fix: str | None) -> types.CallToolResult:
+        return tool_error(code, message, fix, self.context.remote)
 
     def _invoke(self, op: Operation[Any, Any], arguments: dict[str, Any]) -> Any:
         """A tool call: in this process, or, for a run's own server, in the run's (through its channel)."""

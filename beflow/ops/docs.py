@@ -30,26 +30,33 @@ class DocsQuery(Input):
 class Page(BaseModel):
     topic: str = Field(description="The page's name, e.g. 'config'.")
     title: str
-    path: str = Field(description="The absolute path of the Markdown file; read it with your own tools.")
+    command: str = Field(description="The command that prints the page where beflow is installed: `beflow docs TOPIC`.")
+    path: str | None = Field(
+        description="The absolute path of the Markdown file; read it with your own tools. None over HTTP: the file "
+        "is on the server's machine."
+    )
 
 
 class DocsLocation(BaseModel):
     version: str = Field(description="The installed beflow's version: the pages describe exactly this one.")
-    directory: str
+    directory: str | None = Field(description="Where the pages are (None over HTTP: on the server's machine).")
     pages: list[Page] = Field(description="The pages that match the topic (every page without one).")
     hint: str
 
 
-def _located() -> list[Page]:
-    """Every page of the installed docs, by name (the pages `beflow docs` shows)."""
-    return [Page(topic=p.topic, title=p.title, path=str(p.path)) for p in doc_pages()]
+def _located() -> list[tuple[Page, Path]]:
+    """Every page of the installed docs, by name (the pages `beflow docs` shows), and its file."""
+    return [
+        (Page(topic=p.topic, title=p.title, command=f"beflow docs {p.topic}", path=str(p.path)), p.path)
+        for p in doc_pages()
+    ]
 
 
-def _matches(page: Page, topic: str) -> bool:
+def _matches(page: Page, path: Path, topic: str) -> bool:
     word = topic.lower()
     if word in page.topic.lower() or word in page.title.lower():
         return True
-    return word in Path(page.path).read_text(encoding="utf-8").lower()
+    return word in path.read_text(encoding="utf-8").lower()
 
 
 @operation(
@@ -65,17 +72,23 @@ def _matches(page: Page, topic: str) -> bool:
 )
 def locate(context: Context, payload: DocsQuery) -> DocsLocation:
     everything = _located()
-    chosen = everything if not payload.topic else [p for p in everything if _matches(p, payload.topic)]
+    topic = payload.topic
+    chosen = [page for page, path in everything if not topic or _matches(page, path, topic)]
     if not chosen:
-        names = ", ".join(p.topic for p in everything)
-        raise NotFoundError(f"docs.locate: no page mentions {payload.topic!r}", fix=f"The pages are: {names}.")
+        names = ", ".join(page.topic for page, _ in everything)
+        raise NotFoundError(f"docs.locate: no page mentions {topic!r}", fix=f"The pages are: {names}.")
     # The page that names the topic first: the agent reads one file, not all of them.
-    chosen.sort(key=lambda p: payload.topic is not None and payload.topic.lower() not in p.topic.lower())
+    chosen.sort(key=lambda p: topic is not None and topic.lower() not in p.topic.lower())
+    if context.remote:  # (the files are on the server's machine: the caller cannot read them there)
+        chosen = [page.model_copy(update={"path": None}) for page in chosen]
+        first = f"Run `{chosen[0].command}` where beflow is installed"
+    else:
+        first = f"Read {chosen[0].path} first"
     return DocsLocation(
         version=__version__,
-        directory=str(docs_dir()),
+        directory=None if context.remote else str(docs_dir()),
         pages=chosen,
-        hint=f"Read {chosen[0].path} first"
-        + (" (it is the page about that topic)" if payload.topic else "")
+        hint=first
+        + (" (it is the page about that topic)" if topic else "")
         + "; each page is one topic, in Markdown, written for this version of beflow.",
     )

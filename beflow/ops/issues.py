@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, computed_field
 from beflow.errors import OutOfScopeError, UsageError
 from beflow.ops import rounds
 from beflow.ops.agent_words import agent_follow_up, agent_words, posted_words
-from beflow.ops.operations import Context, Input, operation
+from beflow.ops.operations import Context, Input, Key, operation
 from beflow.records.store import RunStore
 from beflow.trackers.base import StreamsListings, TakesRework, Tracker
 from beflow.trackers.claims import ClaimInfo
@@ -51,7 +51,7 @@ class ListIssues(Input):
 
 
 class IssueKey(Input):
-    key: str = KeyField
+    key: Key = KeyField
 
 
 class NewIssue(Input):
@@ -69,18 +69,18 @@ class NewIssue(Input):
 
 
 class NewComment(Input):
-    key: str = KeyField
+    key: Key = KeyField
     text: str = Field(min_length=1, max_length=MAX_TEXT, description="The comment, in Markdown.")
 
 
 class SetStatus(Input):
-    key: str = KeyField
+    key: Key = KeyField
     status: Status = Field(description="The new status; only allowed transitions are accepted.")
     note: str | None = Field(default=None, max_length=MAX_TEXT, description="Why, added as a comment.")
 
 
 class ChangeStatus(Input):
-    key: str = KeyField
+    key: Key = KeyField
     note: str | None = Field(default=None, max_length=MAX_TEXT, description="Why, added as a comment.")
 
 

@@ -15,9 +15,9 @@ import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Annotated, Any, Generic, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
 
 from beflow.config import Project
 from beflow.errors import BeflowError, OutOfScopeError, UsageError, excerpt
@@ -44,6 +44,16 @@ class Input(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True, defer_build=True)
 
 
+def _whole_number_as_text(value: object) -> object:
+    """A key sent as a whole number is its text: clients read "e.g. 7" and send 7 (the MCP Inspector does). A float
+    or a bool is no key (``type(...) is int``: a bool is an int to ``isinstance``)."""
+    return str(value) if type(value) is int else value
+
+
+#: An issue key in an operation's input: a string, or a whole number taken as one (its schema stays a string).
+Key = Annotated[str, BeforeValidator(_whole_number_as_text)]
+
+
 @dataclass
 class Context:
     """What an operation runs against: the project, who is acting, and (for agents) the issue and run it is bound
@@ -62,6 +72,9 @@ class Context:
     secrets: list[str] | None = None
     #: What the bound run's agent reported so far (its record has it only at the end).
     live_usage: Usage | None = None
+    #: The caller is on another machine (MCP over HTTP): what it is told names no file of this one, which it cannot
+    #: read (the docs are topics of ``beflow docs TOPIC``).
+    remote: bool = False
     #: What operations built once for this context (the run store, the masker of an agent's words).
     cache: dict[str, object] = field(default_factory=dict)
 

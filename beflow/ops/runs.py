@@ -13,7 +13,7 @@ from beflow.config import Project
 from beflow.errors import NotBoundError, NotFoundError, excerpt
 from beflow.guardrails import Usage
 from beflow.ops.agent_words import agent_words
-from beflow.ops.operations import Context, Input, operation
+from beflow.ops.operations import Context, Input, Key, operation
 from beflow.records.logs import STDERR_LIMIT, TRANSCRIPT_LIMIT
 from beflow.records.record import MAX_PROGRESS, ProgressNote, RunRecord
 from beflow.records.store import RunStore
@@ -35,7 +35,7 @@ def store(context: Context) -> RunStore:
 
 
 class ListRuns(Input):
-    issue: str | None = Field(default=None, max_length=100, description="Only runs of this issue.")
+    issue: Key | None = Field(default=None, max_length=100, description="Only runs of this issue.")
     limit: int = Field(default=50, ge=1, le=1000, description="At most this many, newest first.")
     offset: int = Field(default=0, ge=0, description="Skip this many of the newest first (a later page).")
 
@@ -55,7 +55,7 @@ class RunList(BaseModel):
 
 
 class RunStatusQuery(Input):
-    issue: str | None = Field(
+    issue: Key | None = Field(
         default=None, max_length=100, description="Whose runs (default: the issue you work on, if any)."
     )
     limit: int = Field(default=10, ge=1, le=100, description="At most this many earlier runs, newest first.")
@@ -204,11 +204,53 @@ def run_status(context: Context, payload: RunStatusQuery) -> RunStatus:
     current = None
     if context.bound_run is not None:
         # The run's own channel hands over what its agent reported so far (beflow.mcpserver.channel).
-        current = RunSummary.of(_lookup(context, context.bound_run), context.live_usage)
+        current = RunSummary.of(_lookup(context, context.bound_run), context.live_usage or _so_far(runs, context))
     issues = None if payload.issue is None else [normalize_key(payload.issue)]
     records = runs.records(issues, limit=payload.limit + 1)  # (one more: the current run is not an earlier one)
-    earlier = [RunSummary.of(r) for r in records if current is None or r.id != current.id]
+    if issues is not None and not records and context.bound_issue is None:
+        context.open_tracker().get(issues[0])  # no runs of an issue that does not exist: not_found, not "none"
+    earlier = [_summary(runs, r) for r in records if current is None or r.id != current.id]
     return RunStatus(current=current, earlier=earlier[: payload.limit])
+
+
+def _summary(runs: RunStore, record: RunRecord) -> RunSummary:
+    """A run's summary; one still going, from another session than its own, with its progress and usage so far
+    (its record has them only at the end: they are in its progress file and transcript meanwhile)."""
+    if record.finished:
+        return RunSummary.of(record)
+    record.progress = runs.progress(record.id)
+    return RunSummary.of(record, _usage_so_far(runs, record))
+
+
+def _so_far(runs: RunStore, context: Context) -> Usage | None:
+    assert context.bound_run is not None
+    return _usage_so_far(runs, _lookup(context, context.bound_run))
+
+
+def _usage_so_far(runs: RunStore, record: RunRecord) -> Usage | None:
+    """What the agent of a run still going reported so far, read from its transcript as the run reads it (a
+    resumed session's cost counted from the last figure an earlier run on it reported)."""
+    if record.finished or record.usage is not None:
+        return record.usage
+    try:
+        data = runs.read(record.id, "transcript.jsonl", limit=TRANSCRIPT_LIMIT)
+    except OSError:
+        return None
+    transcript = acpx.Transcript()
+    if record.session is not None:  # (kept in the record before the turn when the run resumes a session)
+        on_it = [
+            r.usage
+            for r in runs.records([record.issue])  # (newest first: the last run on the session comes first)
+            if r.id != record.id
+            and record.session in (r.session, r.resumed_session)
+            and r.usage
+            and r.usage.cost is not None
+        ]
+        transcript.usage = Usage.resuming(on_it[0] if on_it else None)
+    whole = data[: data.rfind(b"\n")]  # (the lines written whole: the last may be on its way)
+    if whole:
+        transcript.follow(whole)
+    return None if transcript.usage.empty else transcript.usage
 
 
 @operation(

@@ -9,11 +9,15 @@ import unicodedata
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
-from typing import NamedTuple
+from typing import Annotated, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, WithJsonSchema, field_validator
 
 from beflow.errors import TransitionError, UsageError
+
+#: A file's path, a string in JSON: its schema says no more (``"format": "path"`` is pydantic's, not JSON Schema's,
+#: and every TypeScript MCP client logs that it ignores it).
+FilePath = Annotated[Path, WithJsonSchema({"type": "string"})]
 
 #: The priority of an issue nobody gave one. Lower numbers are more urgent and run first (0 is the most urgent).
 DEFAULT_PRIORITY = 2
@@ -194,7 +198,7 @@ class Issue(BaseModel):
     body: str = ""
     comments: list[Comment] = Field(default_factory=list)
     #: Where the issue lives: the file of a local issue (None for remote trackers).
-    path: Path | None = None
+    path: FilePath | None = None
     #: A link a person can open: ``file://`` for local issues, the web page for GitHub.
     url: str | None = None
 
@@ -253,7 +257,7 @@ def draft_issue(title: str, body: str, labels: list[str] | None, priority: int, 
 class FileProblem(BaseModel):
     """One issue file that could not be read, and why."""
 
-    path: Path
+    path: FilePath
     line: int | None = None
     message: str
 

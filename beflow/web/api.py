@@ -283,6 +283,18 @@ class ActionDone(BaseModel):
     result: dict[str, Any]
 
 
+class ProtectedResource(BaseModel):
+    """How to authenticate to one of this server's resources (OAuth 2.0 Protected Resource Metadata, RFC 9728): with
+    the server's token as a bearer token in ``Authorization``. There is no authorization server to get one from:
+    the token is the one the server made (``$BEFLOW_HOME/http-token``) or was given (``BEFLOW_HTTP_TOKEN``)."""
+
+    resource: str = Field(description="The resource's URL: the server, /mcp or /mcp/issues/{key}.")
+    resource_name: str = "beflow"
+    bearer_methods_supported: list[Literal["header"]] = Field(
+        default=["header"], description="The token goes in the Authorization header, nowhere else."
+    )
+
+
 class Problem(BaseModel):
     """Every error: a code, what happened and how to fix it."""
 

@@ -18,11 +18,13 @@ from beflow.web.api import (
     ActionDone,
     IssueDetail,
     IssuePage,
+    ProtectedResource,
     RunPage,
     SetStatusBody,
     State,
     TranscriptPage,
 )
+from beflow.web.guard import RESOURCE_METADATA
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,8 @@ _LISTING = (
     Param("per_page", "query", "integer", minimum=1, maximum=MAX_PER_PAGE),
 )
 
-#: Every endpoint under ``/api/v1/``, in the order they are routed and documented.
+#: Every endpoint under ``/api/v1/``, and how to authenticate to the server and to MCP (RFC 9728), in the order they
+#: are routed and documented.
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("state", "GET", "/api/v1/state", "The live state", State),
     Endpoint(
@@ -130,5 +133,15 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ActionDone,
         (_KEY,),
         body=SetStatusBody,
+    ),
+    Endpoint("resource", "GET", RESOURCE_METADATA, "How to authenticate to this server (RFC 9728)", ProtectedResource),
+    Endpoint("resource_mcp", "GET", f"{RESOURCE_METADATA}/mcp", "How to authenticate to /mcp", ProtectedResource),
+    Endpoint(
+        "resource_mcp_issue",
+        "GET",
+        f"{RESOURCE_METADATA}/mcp/issues/{{key}}",
+        "How to authenticate to /mcp/issues/{key}",
+        ProtectedResource,
+        (_KEY,),
     ),
 )

@@ -26,6 +26,10 @@ from beflow.paths import MIN_TOKEN, TOKEN_ENV, token_path
 from beflow.system.files import atomic_write, read_regular
 
 COOKIE = "beflow_token"
+#: Where a client learns how to authenticate to a resource (RFC 9728): at this path for the server itself, and with
+#: the resource's path after it (``/.well-known/oauth-protected-resource/mcp``) for ``/mcp``. Open to all: a client
+#: reads it before it has a token.
+RESOURCE_METADATA = "/.well-known/oauth-protected-resource"
 
 
 @dataclass(frozen=True)
@@ -183,3 +187,14 @@ def bearer(authorization: str | None) -> str | None:
         return None
     scheme, _, value = authorization.partition(" ")
     return value.strip() if scheme.lower() == "bearer" and value.strip() else None
+
+
+def challenge(base: str, path: str, presented: str | None) -> str:
+    """The ``WWW-Authenticate`` of a 401 (RFC 6750): a bearer token is what this server takes, its metadata (RFC 9728)
+    says so for the resource at ``path``; a token that was given and is not this server's is ``invalid_token``.
+    Without it, MCP clients take the 401 for OAuth's and look for an authorization server there is none of."""
+    resource = "/mcp" + path.removeprefix("/mcp") if path == "/mcp" or path.startswith("/mcp/") else ""
+    said = f'Bearer realm="beflow", resource_metadata="{base.rstrip("/")}{RESOURCE_METADATA}{resource}"'
+    if presented is not None:
+        said += ', error="invalid_token", error_description="not this server\'s token"'
+    return said

@@ -11,11 +11,14 @@ Resource updates are pushed from the watch's events (a run's progress announces 
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.abc
+from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
@@ -92,37 +95,38 @@ class RemoteMcp:
     async def _unbound(self) -> tuple[BeflowServer, Any]:
         async with self._making:
             if None not in self.servers:
-                from beflow.mcpserver.launch import Launch
+                from beflow.mcpserver.launch import Launch, check_launch
 
-                await self._start(None, Launch(project=self.project, actor="agent", opens_tracker=open_tracker))
+                # (no run's channel here: its clients are people's, and what they write is signed as theirs)
+                launch = Launch(project=self.project, opens_tracker=open_tracker, remote=True)
+                await self._start(None, await anyio.to_thread.run_sync(check_launch, launch))
             return self.servers[None]
 
-    async def _bound(self, key: str) -> tuple[BeflowServer, Any] | JSONResponse:
+    async def _bound(self, key: str) -> tuple[BeflowServer, Any] | Refusal:
         from beflow.mcpserver.launch import Launch, check_launch
 
         async with self._making:
             try:
                 launch = await anyio.to_thread.run_sync(
-                    check_launch, Launch(project=self.project, issue=key, opens_tracker=open_tracker)
+                    check_launch, Launch(project=self.project, issue=key, opens_tracker=open_tracker, remote=True)
                 )
             except BeflowError as error:
-                return JSONResponse({"error": {"code": error.code, "message": error.message, "fix": error.fix}}, 404)
+                fix = "The issues are at /api/v1/issues: connect to /mcp/issues/KEY with one of their keys."
+                return Refusal(404, error.code, error.message, fix)
             if launch.issue in self.servers:
                 return self.servers[launch.issue]
             if len(self.servers) > MAX_BOUND:
-                return JSONResponse({"error": {"code": "too_many", "message": "too many bound servers"}}, 503)
+                return Refusal(503, "too_many", "too many bound servers", "Try again later, or use /mcp.")
             return await self._start(launch.issue, launch)
 
     async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self._tasks is None:
-            await JSONResponse({"error": {"code": "stopping", "message": "the server is stopping"}}, 503)(
-                scope, receive, send
-            )
+            await Refusal(503, "stopping", "the server is stopping").answer(scope, receive, send)
             return
         key = scope.get("path_params", {}).get("key")
         found = await self._unbound() if key is None else await self._bound(str(key))
-        if isinstance(found, JSONResponse):
-            await found(scope, receive, send)
+        if isinstance(found, Refusal):
+            await found.answer(scope, receive, send)
             return
         _, manager = found
         await manager.handle_request(scope, receive, send)
@@ -148,6 +152,32 @@ class RemoteMcp:
             for uri in dict.fromkeys(uris):
                 if bound is None or uri == ISSUE_URI.format(key=bound) or _run_of(uri, bound, events):
                     self._tasks.start_soon(server.announce, uri)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A request ``/mcp`` cannot serve, answered as MCP answers an error: a JSON-RPC error (``-32602`` for what does
+    not exist here, as for a resource; ``-32603`` otherwise), beflow's code and fix in its ``data``, with the id of
+    the request it answers."""
+
+    status: int
+    code: str
+    message: str
+    fix: str | None = None
+
+    async def answer(self, scope: Scope, receive: Receive, send: Send) -> None:
+        request_id = None
+        if scope.get("method") == "POST":
+            body = await Request(scope, receive).body()  # (the guard bounded its size)
+            with contextlib.suppress(ValueError):
+                sent = json.loads(body)
+                if isinstance(sent, dict) and isinstance(sent.get("id"), str | int):
+                    request_id = sent["id"]
+        rpc_code = -32602 if self.status == 404 else -32603
+        data = {"code": self.code, "fix": self.fix}
+        error = {"code": rpc_code, "message": self.message, "data": data}
+        answer = JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}, self.status)
+        await answer(scope, receive, send)
 
 
 def _run_of(uri: str, issue: str, events: list[dict[str, Any]]) -> bool:

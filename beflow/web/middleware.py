@@ -9,7 +9,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from beflow.web.guard import COOKIE, bearer
+from beflow.web.guard import COOKIE, RESOURCE_METADATA, bearer, challenge
 
 if TYPE_CHECKING:
     from beflow.web.server import Server
@@ -79,21 +79,28 @@ class Guard:
         # Another origin's page presents the token itself: the cookie a browser may send along is never taken.
         cookie = None if cross else request.cookies.get(COOKIE)
         mcp = path == "/mcp" or path.startswith("/mcp/")
-        first_visit = path == "/" and "token" in request.query_params
+        # (the page's first visit brings its token in the query; a client reads how to authenticate before it can)
+        open_to_all = (path == "/" and "token" in request.query_params) or path.startswith(RESOURCE_METADATA)
         if mcp:
             if not policy.token_ok(presented):
-                return server.problem(401, "unauthorized", "/mcp needs the server's token", _TOKEN_FIX)
-        elif policy.token_required and not first_visit and not (policy.token_ok(presented) or policy.token_ok(cookie)):
-            return server.problem(401, "unauthorized", "this server needs its token", _TOKEN_FIX)
+                return self.unauthorized(request, presented, "/mcp needs the server's token")
+        elif policy.token_required and not open_to_all and not (policy.token_ok(presented) or policy.token_ok(cookie)):
+            return self.unauthorized(request, presented, "this server needs its token")
         acting = request.method == "POST" and path.startswith("/api/v1/") and path != "/api/v1/refresh"
         if acting:
             if not (policy.token_ok(presented) or policy.token_ok(cookie)):
-                return server.problem(401, "unauthorized", "actions need the server's token", _TOKEN_FIX)
+                return self.unauthorized(request, presented, "actions need the server's token")
             if not cross and not policy.same_origin(origin, host, request.headers.get("sec-fetch-site")):
                 return server.problem(403, "bad_origin", "actions come from this server's own page only")
         if request.method not in ("GET", "HEAD", "POST", "DELETE", "OPTIONS"):
             return server.problem(405, "method", "method not allowed")
         return None
+
+    def unauthorized(self, request: Request, presented: str | None, message: str) -> Response:
+        """A 401 saying how to authenticate (RFC 6750's ``WWW-Authenticate``, with the resource's metadata)."""
+        answer = self.server.problem(401, "unauthorized", message, _TOKEN_FIX)
+        answer.headers["WWW-Authenticate"] = challenge(str(request.base_url), request.url.path, presented)
+        return answer
 
 
 #: What a preflight of an origin ``http.origins`` names is told it may send (no credentials: the token goes in
@@ -118,6 +125,8 @@ def _cors(send: Send, origin: str | None, allowed: bool) -> Send:
             headers.append((b"vary", b"Origin"))
             if allowed and origin is not None:
                 headers.append((b"access-control-allow-origin", origin.encode("latin-1")))
+                # (a page of that origin, an MCP client in a browser, reads how to authenticate from a 401)
+                headers.append((b"access-control-expose-headers", b"WWW-Authenticate"))
             message = {**message, "headers": headers}
         await send(message)
 

@@ -15,6 +15,7 @@ from starlette.routing import Route
 
 from beflow.errors import BeflowError
 from beflow.web import api, endpoints, openapi, sse
+from beflow.web.guard import RESOURCE_METADATA
 from beflow.web.lists import number, paging
 
 if TYPE_CHECKING:
@@ -73,6 +74,11 @@ def api_routes(server: Server, views: Views) -> list[Route]:
     async def document(request: Request) -> Response:
         return JSONResponse(openapi.document())
 
+    async def resource(request: Request) -> Response:
+        # (the resource is the path after the well-known one: "" for the server itself, /mcp, /mcp/issues/{key})
+        path = request.url.path.removeprefix(RESOURCE_METADATA)
+        return server.json(api.ProtectedResource(resource=str(request.base_url).rstrip("/") + (path or "/")))
+
     actions = Actions(server)
     handlers: dict[str, Handler] = {
         "state": state,
@@ -84,6 +90,9 @@ def api_routes(server: Server, views: Views) -> list[Route]:
         "events": events,
         "refresh": refresh,
         "openapi": document,
+        "resource": resource,
+        "resource_mcp": resource,
+        "resource_mcp_issue": resource,
         "cancel": functools.partial(actions.answer, kind="cancel"),  # (partials of coroutines: awaited as such)
         "retry": functools.partial(actions.answer, kind="retry"),
         "status": functools.partial(actions.answer, kind="status"),

@@ -64,15 +64,20 @@ def test_it_changes_nothing_when_the_edit_is_not_allowed(sample: Path, acpx_bin:
     assert not (sample / "test_greet.py").exists()
 
 
-def test_without_greet_py_it_says_there_is_nothing_to_do(tmp_path: Path, acpx_bin: Path) -> None:
-    empty = tmp_path / "empty"
-    empty.mkdir()
+def test_without_greet_py_it_writes_notes_on_the_issue_instead(tmp_path: Path, acpx_bin: Path) -> None:
+    """Any other repository: the issue in brief, in a file the same for the same issue (no model, no clock)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "app.py").write_text("print('hi')\n")
 
-    result = acpx_exec(acpx_bin, empty, "--approve-all")
+    result = acpx_exec(acpx_bin, other, "--approve-all")
 
     assert result.returncode == 0, result.stderr
-    assert "nothing for me to change" in said(result.stdout)
-    assert list(empty.iterdir()) == []
+    assert "There is no greet.py here" in said(result.stdout) and "NOTES/issue.md" in said(result.stdout)
+    notes = (other / "NOTES" / "issue.md").read_text()
+    assert notes.startswith("# (no title)\n\nNotes by beflow's demo agent, which needs no model and no account")
+    assert "> Say goodbye" in notes and "- the repository's top level: `app.py`" in notes
+    assert sorted(p.name for p in other.iterdir()) == ["NOTES", "app.py"]
 
 
 def test_the_agent_starts_without_loading_beflows_run_machinery() -> None:

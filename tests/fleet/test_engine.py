@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -165,17 +166,62 @@ def test_a_worker_on_the_embedded_engine_says_it_needs_the_temporal_one(beflow, 
     assert "this needs the Temporal engine" in result.stderr and '"engine": {"kind": "temporal"' in result.stderr
 
 
-def test_a_worker_without_the_temporal_sdk_says_how_to_install_it(tmp_path: Path) -> None:
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps({"engine": {"kind": "temporal", "address": "127.0.0.1:1"}}))
-    # A default install: the SDK is not there to import (None in sys.modules makes every import of it fail).
-    code = "import sys; sys.modules['temporalio'] = None; from beflow.cli import main; main(sys.argv[1:])"
-    done = subprocess.run(
-        [sys.executable, "-c", code, "--config", str(path), "worker"], capture_output=True, text=True, cwd=tmp_path
+@pytest.fixture
+def without_the_sdk(repo: Path, tmp_path: Path) -> dict[str, str]:
+    """``repo`` as a fleet with one ready issue, and an environment where the Temporal SDK does not import (a
+    default install: a package of that name on PYTHONPATH that fails as a missing one does)."""
+    from beflow.app import open_tracker
+    from beflow.config import load_project
+
+    config = repo / ".beflow" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps({"acpx": [str(tmp_path / "no-acpx")], "sandbox": {"enabled": False}}))
+    assert open_tracker(load_project(config)).create(title="first", body="").key == "1"
+    config.write_text(
+        json.dumps({"engine": {"kind": "temporal", "address": "127.0.0.1:1"}, "acpx": [str(tmp_path / "no-acpx")]})
     )
-    assert done.returncode == 2, done.stderr
-    assert "Temporal SDK, which is not installed" in done.stderr and "pip install 'beflow[temporal]'" in done.stderr
-    assert "Traceback" not in done.stderr and "failed unexpectedly" not in done.stderr
+    package = tmp_path / "no-sdk" / "temporalio"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'temporalio'\", name='temporalio')\n"
+    )
+    return {"PYTHONPATH": str(package.parent)}
+
+
+#: Every command that opens the engine, each refused the same way without the SDK.
+ENGINE_COMMANDS = [["watch"], ["watch", "--once"], ["issues", "show", "1"], ["--auto", "1"], ["worker"]]
+
+
+@pytest.mark.parametrize("command", ENGINE_COMMANDS, ids=" ".join)
+def test_a_fleet_without_the_temporal_sdk_is_refused_by_every_command_saying_how_to_install_it(
+    beflow_process: Any, repo: Path, without_the_sdk: dict[str, str], isolated_home: Path, command: list[str]
+) -> None:
+    process = beflow_process(*command, cwd=repo, env=without_the_sdk)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 2, out + err
+    config = repo / ".beflow" / "config.json"
+    first, fix = err.splitlines()[-2:]
+    assert first == (
+        f'error: {config}: engine.kind is "temporal", and the Temporal engine needs the Temporal SDK (beflow\'s '
+        "`temporal` extra), which is not installed here (No module named 'temporalio')"
+    )
+    assert fix.startswith("fix: Install it with beflow's `temporal` extra: `pip install '.[temporal]'` in your clone")
+    assert "Traceback" not in err and "failed unexpectedly" not in err
+    assert not (isolated_home / "logs").exists()  # no crash log
+
+
+def test_doctor_on_a_fleet_without_the_temporal_sdk_fails_the_engine_check_with_the_fix(
+    beflow_process: Any, repo: Path, without_the_sdk: dict[str, str]
+) -> None:
+    process = beflow_process("doctor", cwd=repo, env=without_the_sdk)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 1, out + err
+    lines = (out + err).splitlines()
+    engine = next(n for n, line in enumerate(lines) if line.startswith("✗ engine:"))
+    assert 'engine.kind is "temporal"' in lines[engine] and "not installed here" in lines[engine]
+    assert "pip install '.[temporal]'" in lines[engine + 1] and "fix:" in lines[engine + 1]
+    assert "✗ tracker: not opened: the engine cannot open (see engine, below)" in lines
+    assert "Traceback" not in err and "Temporal at 127.0.0.1:1" not in out
 
 
 def test_a_run_whose_activity_the_fleet_no_longer_has_pending_proves_nothing_and_writes_nothing(
@@ -219,3 +265,19 @@ def test_a_run_whose_activity_the_fleet_no_longer_has_pending_proves_nothing_and
         await (await Client.connect(temporal_server)).get_workflow_handle(workflow).terminate("counted")
 
     asyncio.run(ended())
+
+
+def test_no_doc_nor_hint_says_beflow_temporal_which_installs_nothing_from_a_clone() -> None:
+    """beflow is installed from its clone: ``pip install 'beflow[temporal]'`` would look for it on PyPI. Every page,
+    the README and every message of the code say the commands that work there (``pyproject.toml``'s own test extra
+    names itself that way, which pip does resolve)."""
+    from beflow.fleet.remote import INSTALL_EXTRA
+    from tests.conftest import REPO_ROOT
+
+    read = [REPO_ROOT / name for name in ("README.md", "CONTRIBUTING.md", "CHANGELOG.md", "config.example.json")]
+    read += [path for path in (REPO_ROOT / "beflow").rglob("*") if path.suffix in {".py", ".md", ".json", ".j2"}]
+    saying = [path for path in read if "beflow[temporal]" in path.read_text()]
+    assert saying == []
+    assert "pip install '.[temporal]'" in (REPO_ROOT / "docs" / "fleet.md").read_text()
+    for command in ("pip install '.[temporal]'", "pipx install --force '.[temporal]'", "uv tool install --reinstall"):
+        assert command in INSTALL_EXTRA

@@ -192,7 +192,9 @@ def test_a_worker_stopped_mid_run_cancels_its_run_and_the_workflow_takes_it_up_e
     eventually(mark.exists, "the first run's agent at work", alive=first)
     second = fleet.worker("w2")
     first.send_signal(signal.SIGTERM)
-    first.wait(60)
+    _, said = first.communicate(timeout=60)
+    # It ends as any command a signal stops: one line, no traceback of the run's failure that moves it elsewhere.
+    assert said == "error: interrupted by SIGTERM\n" and first.returncode == 130
     eventually(lambda: fleet.in_review(key), "the run done on the other worker", alive=second)
     assert fleet.state(key)["worker"] == "w2"
     stopped, resumed = sorted(fleet.project.records(key), key=lambda r: r.started_at)
@@ -201,6 +203,65 @@ def test_a_worker_stopped_mid_run_cancels_its_run_and_the_workflow_takes_it_up_e
     assert fleet.project.branch_files(f"beflow/{key}")["result.txt"] == "taken up"
     second.send_signal(signal.SIGTERM)
     second.wait(60)
+
+
+def test_ctrl_c_on_a_workers_terminal_mid_run_ends_it_in_one_line_and_records_the_run_stopped(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    from tests.support import terminal
+
+    mark = tmp_path / "at-work"
+    key = fleet.project.new_issue(f"run touch {mark}; sleep 120", "write result.txt never", title="Ctrl-C")
+    config = str(fleet.project.config_path)
+    term = terminal.start("--config", config, "worker", "--id", "w1", "--lanes", "1", cwd=fleet.project.directory)
+    try:
+        term.expect("worker w1: 1 lane")
+        assert fleet.beflow("watch", "--once").wait(60) == 0
+        term.expect("started")
+        eventually(mark.exists, "the agent at work")
+        term.type("\x03")
+        assert term.wait() == 130
+    finally:
+        term.close()
+    shown = term.text.splitlines()
+    assert shown[-1] == "error: interrupted by SIGINT", term.text
+    assert "finished" in shown[-2] and "outcome=cancelled" in shown[-2] and "worker w1 stopped" in shown[-2]
+    assert "Traceback" not in term.text and "WorkerStopped" not in term.text
+    (record,) = fleet.project.records(key)
+    assert record.outcome == "cancelled" and record.stop_reason == "worker w1 stopped"
+
+
+def test_issues_show_on_a_fleet_whose_workers_are_gone_or_frozen_says_so_promptly_and_how_to_start_one(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A workflow's state is a query, which only a worker answers: with no worker polling its task queue,
+    ``issues show`` says so at once (not after 30 s, blaming the service); with one that polls but does not answer
+    (frozen), within the query's few seconds."""
+    mark = tmp_path / "at-work"
+    key = fleet.project.new_issue(f"run touch {mark}; sleep 120", "write result.txt never", title="Nobody")
+    assert fleet.beflow("watch", "--once").wait(60) == 0  # its workflow runs; no worker ever took it
+
+    def shown() -> tuple[float, str]:
+        began = time.monotonic()
+        out, err = fleet.beflow("issues", "show", key).communicate(timeout=60)
+        return time.monotonic() - began, out + err
+
+    took, said = shown()
+    assert took < 10, said
+    assert f"no worker serves its task queue '{fleet.task_queue}' (Temporal at {fleet.address} answers)" in said
+    assert "fix: Start one in the project's checkout: `beflow worker`" in said
+    frozen = fleet.worker("w1")
+    eventually(mark.exists, "the run's agent at work", alive=frozen)
+    frozen.send_signal(signal.SIGSTOP)
+    try:
+        took, said = shown()
+    finally:
+        frozen.send_signal(signal.SIGCONT)
+        frozen.send_signal(signal.SIGTERM)
+        frozen.wait(60)
+    assert took < 20, said
+    assert f"no worker of its task queue '{fleet.task_queue}' answered for it within 5 s" in said
+    assert "`beflow worker`" in said and "did not answer within 30 s" not in said
 
 
 def test_feedback_on_an_issue_in_review_is_signalled_to_its_workflow_which_runs_the_round(fleet: Fleet) -> None:

@@ -17,15 +17,25 @@ import anyio
 import mcp_types as types
 import pytest
 from mcp import ClientSession
+from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.subscriptions import ResourcesListChanged, ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
 from beflow.app import open_tracker
 from beflow.config import load_project
+from beflow.records.record import RunRecord, new_run_id, now
+from beflow.records.store import RunStore
+from beflow.repository.authors import user_name
 from beflow.trackers import Status
+from tests.support.mcp_revisions import HANDSHAKE, MODERN, subscribe
 from tests.support.projects import config_file
 
-pytestmark = pytest.mark.slow  # every test here starts beflow as a real process
+pytestmark = [
+    pytest.mark.slow,  # every test here starts beflow as a real process
+    # (the old way of hearing of a change is served beside the new one; no test uses a helper the SDK says is gone)
+    pytest.mark.filterwarnings("error::mcp.shared.exceptions.MCPDeprecationWarning"),
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 AGENT_SAFE = {
@@ -69,12 +79,7 @@ async def connect(
     env = {"BEFLOW_HOME": os.environ["BEFLOW_HOME"], "PYTHONPATH": str(REPO_ROOT)}
     if files:
         env |= {f"MCP_EXTRA_{name.upper()}": str(path) for name, path in files.items()}
-    parameters = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", module, "--config", str(config_file(project)), "mcp", "serve", *args],
-        env=env,
-        cwd=str(project),
-    )
+    parameters = server_parameters(project, *args, module=module, env=env)
     stderr = errlog.open("w") if errlog else sys.stderr
     async with (
         stdio_client(parameters, errlog=stderr) as (read, write),
@@ -83,6 +88,19 @@ async def connect(
         await s.initialize()
         await s.list_tools()  # as clients do; the SDK's client checks results against the listed output schemas
         yield s
+
+
+def server_parameters(
+    project: Path, *args: str, module: str = "beflow", env: dict[str, str] | None = None
+) -> StdioServerParameters:
+    """``beflow mcp serve ARGS`` in ``project``, as a client starts it."""
+    env = env or {"BEFLOW_HOME": os.environ["BEFLOW_HOME"], "PYTHONPATH": str(REPO_ROOT)}
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", module, "--config", str(config_file(project)), "mcp", "serve", *args],
+        env=env,
+        cwd=str(project),
+    )
 
 
 def run(main: Callable[[], Awaitable[None]]) -> None:
@@ -337,7 +355,7 @@ def test_a_person_commenting_on_the_bound_issue_notifies_subscribed_clients(proj
 
     async def main() -> None:
         async with connect(project, "--issue", "1", "--poll", "0.1", on_message=on_message) as session:
-            await session.subscribe_resource("beflow://issue/1")
+            await subscribe(session, "beflow://issue/1")
             await session.send_ping()
             open_tracker(load_project(config_file(project))).comment("1", "Try an empty username too.", "ada")
             await changed.wait()
@@ -346,6 +364,51 @@ def test_a_person_commenting_on_the_bound_issue_notifies_subscribed_clients(proj
 
     run(main)
     assert updates[0] == "beflow://issue/1"
+
+
+def test_a_client_of_the_2026_revision_listens_for_changes_and_one_of_2025_subscribes(project: Path) -> None:
+    """The SDK's client negotiates 2026-07-28 with beflow when it may (``mode="auto"``), and hears of a comment and
+    of a new run through ``subscriptions/listen``; told to use the handshake (``legacy``), 2025-11-25."""
+    heard: list[object] = []
+
+    async def main() -> None:
+        parameters = server_parameters(project, "--issue", "1", "--poll", "0.1")
+        async with Client(stdio_client(parameters), mode="auto") as modern:
+            assert modern.protocol_version == MODERN
+            wanted = {"resource_subscriptions": ["beflow://issue/1"], "resources_list_changed": True}
+            async with modern.listen(**wanted) as listening:  # type: ignore[arg-type]
+                assert listening.honored is not None and listening.honored.resources_list_changed
+                open_tracker(load_project(config_file(project))).comment("1", "Try an empty username too.", "ada")
+                async for event in listening:
+                    heard.append(event)
+                    break
+                record = RunRecord(id=new_run_id("1"), issue="1", mode="auto", agent="codex", started_at=now())
+                RunStore(project).create(record, "prompt")
+                async for event in listening:
+                    heard.append(event)
+                    break
+        async with Client(stdio_client(parameters), mode="legacy") as legacy:
+            assert legacy.protocol_version == HANDSHAKE
+            await subscribe(legacy.session, "beflow://issue/1")
+
+    run(main)
+    assert heard == [ResourceUpdated(uri="beflow://issue/1"), ResourcesListChanged()]
+
+
+def test_a_person_s_comments_through_their_client_are_signed_as_theirs(project: Path) -> None:
+    """A server that is not a run's own (no channel) serves a person's client: what they write is signed as
+    theirs (git's user.name), not "agent"; ``--actor`` still says otherwise when given."""
+
+    async def main() -> None:
+        async with connect(project, "--issue", "1") as session:
+            await session.call_tool("issue_comment", {"text": "Mine."})
+        async with connect(project, "--issue", "1", "--actor", "reviewer-bot") as session:
+            await session.call_tool("issue_comment", {"text": "The bot's."})
+
+    run(main)
+    comments = open_tracker(load_project(config_file(project))).get("1").comments
+    assert [(c.author, c.text) for c in comments] == [(user_name(project), "Mine."), ("reviewer-bot", "The bot's.")]
+    assert user_name(project) != "agent"
 
 
 def test_an_unbound_server_for_a_person_can_expose_every_operation(project: Path) -> None:
@@ -382,8 +445,6 @@ def test_an_unexpected_failure_is_internal_and_names_the_log_with_the_details(
 
 
 def test_a_new_run_of_the_bound_issue_changes_the_resource_list(project: Path) -> None:
-    from beflow.records.record import RunRecord, now
-    from beflow.records.store import RunStore
 
     changed = anyio.Event()
 
@@ -406,8 +467,6 @@ def test_a_new_run_of_the_bound_issue_changes_the_resource_list(project: Path) -
 
 
 def test_a_bound_server_finds_its_issues_runs_only_and_never_names_another_issues(project: Path) -> None:
-    from beflow.records.record import RunRecord, now
-    from beflow.records.store import RunStore
 
     store = RunStore(project)
     mine = RunRecord(id="20260101-000001-1-bcde", issue="1", mode="auto", agent="codex", started_at=now())

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 import beflow.ops.runs  # noqa: F401 - registers the run operations
@@ -9,8 +12,10 @@ from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.errors import NotFoundError
 from beflow.ops.operations import REGISTRY, Context
-from beflow.records.record import RunRecord
-from tests.support.projects import AutoProject
+from beflow.records.record import ProgressNote, RunRecord, new_run_id
+from beflow.records.store import RunStore
+from beflow.trackers.issue import utc_now
+from tests.support.projects import AutoProject, config_file
 
 
 def call(name: str, bound_issue: str | None = None, **arguments: object):  # type: ignore[no-untyped-def]
@@ -48,3 +53,41 @@ def test_an_agent_bound_to_an_issue_sees_only_its_runs(finished_run: RunRecord, 
 def test_an_unknown_run_says_which_ones_are_close(finished_run: RunRecord) -> None:
     with pytest.raises(NotFoundError, match=f"did you mean {finished_run.id}"):
         call("run.show", id=finished_run.id[:-1] + "x")
+
+
+def usage_line(used: int, cost: float) -> str:
+    """A ``usage_update`` as acpx relays it."""
+    update = {
+        "sessionUpdate": "usage_update",
+        "used": used,
+        "size": 200000,
+        "cost": {"amount": cost, "currency": "USD"},
+    }
+    params = {"sessionId": "s1", "update": update}
+    return json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": params}, separators=(",", ":"))
+
+
+def test_another_session_sees_a_run_in_flight_with_its_progress_and_usage_so_far(repo: Path) -> None:
+    config_file(repo).write_text("{}\n")
+    open_tracker(load_project()).create("Fix the login crash")
+    runs = RunStore(repo)
+    record = RunRecord(id=new_run_id("1"), issue="1", mode="auto", agent="a", started_at=utc_now())
+    runs.create(record, "the prompt")  # running, by this (living) process
+    runs.add_progress(record.id, ProgressNote(time=utc_now(), text="tests pass; docs next", actor="agent"))
+    lines = [usage_line(1200, 0.25), usage_line(5000, 0.5)]
+    runs.write(record.id, "transcript.jsonl", "\n".join(lines) + "\n" + usage_line(9000, 0.75)[:40])
+
+    for status in (call("run.status", issue="1"), call("run.status"), call("run.status", bound_issue="1")):
+        (summary,) = status.earlier
+        assert (summary.id, summary.outcome) == (record.id, "running")
+        assert summary.progress == "tests pass; docs next"
+        assert summary.usage is not None and (summary.usage.cost, summary.usage.currency) == (0.5, "USD")
+        assert summary.usage.context_used == 5000
+
+
+def test_the_status_of_an_issue_that_does_not_exist_is_not_found(repo: Path) -> None:
+    config_file(repo).write_text("{}\n")
+    open_tracker(load_project()).create("Fix the login crash")
+    assert call("run.status", issue="1").earlier == []  # (an issue without runs: none, rightly)
+    with pytest.raises(NotFoundError):
+        call("run.status", issue="999")

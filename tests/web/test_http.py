@@ -272,6 +272,44 @@ def test_off_loopback_every_request_needs_the_token(project: Path) -> None:
         assert http.get("/").status_code == 200
 
 
+def test_a_401_says_a_bearer_token_is_what_it_takes_and_where_the_resource_metadata_is(project: Path) -> None:
+    """RFC 6750's challenge, and RFC 9728's metadata (open to all: it is read before a client has the token), so that
+    an MCP client asks for the token instead of looking for an OAuth server there is none of."""
+    with serving(project, host="0.0.0.0") as (served, _), client(served) as http:
+        base = f"http://127.0.0.1:{served.bind.port}"
+        metadata = f"{base}/.well-known/oauth-protected-resource"
+        challenges = {
+            path: http.post(path, json={}, headers=headers).headers.get("www-authenticate")
+            for path, headers in (
+                ("/mcp", {}),
+                ("/mcp/issues/1", {"Authorization": "Bearer wrong-token-0123456789"}),
+                ("/api/v1/refresh", {}),
+            )
+        }
+        assert challenges == {
+            "/mcp": f'Bearer realm="beflow", resource_metadata="{metadata}/mcp"',
+            "/mcp/issues/1": f'Bearer realm="beflow", resource_metadata="{metadata}/mcp/issues/1", '
+            'error="invalid_token", error_description="not this server\'s token"',
+            "/api/v1/refresh": f'Bearer realm="beflow", resource_metadata="{metadata}"',
+        }
+        described = {
+            path: http.get(f"/.well-known/oauth-protected-resource{path}").json()
+            for path in ("", "/mcp", "/mcp/issues/1")
+        }
+        assert described == {
+            path: {
+                "resource": f"{base}{path or '/'}",
+                "resource_name": "beflow",
+                "bearer_methods_supported": ["header"],
+            }
+            for path in ("", "/mcp", "/mcp/issues/1")
+        }
+        assert (
+            "/.well-known/oauth-protected-resource/mcp"
+            in http.get("/api/v1/openapi.json", headers={"Authorization": f"Bearer {TOKEN}"}).json()["paths"]
+        )
+
+
 def test_on_loopback_mcp_still_needs_the_token(project: Path) -> None:
     with serving(project) as (served, _), client(served) as http:
         assert http.get("/api/v1/state").status_code == 200

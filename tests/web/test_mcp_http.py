@@ -16,14 +16,22 @@ import jsonschema
 import mcp_types as types
 import pytest
 from mcp import ClientSession
+from mcp.client.client import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ResourceUpdated
 
 from beflow.app import open_tracker
 from beflow.config import load_project
+from beflow.repository.authors import user_name
 from beflow.web.guard import TOKEN_ENV, Bind
 from beflow.web.live import Hub
 from beflow.web.serving import Serving, beside
+from tests.support.mcp_revisions import HANDSHAKE, MODERN, subscribe
 from tests.support.projects import config_file
+
+#: The old way of hearing of a change is served beside the new one, and the tests use neither through a helper the
+#: SDK says is gone (tests.support.mcp_revisions).
+pytestmark = pytest.mark.filterwarnings("error::mcp.shared.exceptions.MCPDeprecationWarning")
 
 TOKEN = "m" * 24
 AGENT_SAFE = {
@@ -65,12 +73,12 @@ async def connect(
         yield session
 
 
-def run(main: Any) -> None:
-    async def bounded() -> None:
+def run(main: Any) -> Any:
+    async def bounded() -> Any:
         with anyio.fail_after(60):
-            await main()
+            return await main()
 
-    anyio.run(bounded)
+    return anyio.run(bounded)
 
 
 def test_lists_and_calls_the_same_tools_as_mcp_serve(served: tuple[Serving, Hub]) -> None:
@@ -111,13 +119,98 @@ def test_a_bound_server_refuses_another_issue_with_an_error_every_client_accepts
 
 
 def test_a_bound_server_for_an_issue_that_does_not_exist_is_not_found(served: tuple[Serving, Hub]) -> None:
+    """As MCP answers what does not exist (a resource's ``-32602``), naming no command-line option."""
     serving, _ = served
     answer = httpx2.post(
         f"{serving.url}/mcp/issues/99",
         headers={"Authorization": f"Bearer {TOKEN}", "Accept": "application/json, text/event-stream"},
-        json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        json={"jsonrpc": "2.0", "id": 7, "method": "ping"},
     )
     assert answer.status_code == 404
+    said = answer.json()
+    assert (said["jsonrpc"], said["id"], said["error"]["code"], said["error"]["data"]["code"]) == (
+        "2.0",
+        7,
+        -32602,
+        "not_found",
+    )
+    assert said["error"]["message"].startswith("no issue 99") and "--issue" not in answer.text
+
+
+def test_a_client_of_either_revision_hears_of_a_change_its_own_way(served: tuple[Serving, Hub]) -> None:
+    """2026-07-28: ``subscriptions/listen``; 2025-11-25: ``resources/subscribe`` and its notifications. The SDK's
+    client negotiates the newest it can: the new one when it may, the old one when told to."""
+    serving, hub = served
+    heard: dict[str, list[str]] = {"modern": [], "legacy": []}
+    arrived = anyio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ResourceUpdatedNotification):
+            heard["legacy"].append(str(message.params.uri))
+            arrived.set()
+
+    async def main() -> None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}, timeout=30) as http:
+            transport = streamable_http_client(f"{serving.url}/mcp/issues/1", http_client=http)
+            async with Client(transport, mode="auto") as modern:
+                assert modern.protocol_version == MODERN
+                assert (await modern.call_tool("issue_show", {})).structured_content["key"] == "1"  # type: ignore[index]
+                async with modern.listen(resource_subscriptions=["beflow://issue/1"]) as listening:
+                    assert listening.honored is not None
+                    assert listening.honored.resource_subscriptions == ["beflow://issue/1"]
+                    hub.publish({"event": "progress", "run": "r1", "issue": "1", "time": 1.0, "text": "halfway"})
+                    async for event in listening:
+                        assert isinstance(event, ResourceUpdated)
+                        heard["modern"].append(event.uri)
+                        break
+            transport = streamable_http_client(f"{serving.url}/mcp/issues/1", http_client=http)
+            async with Client(transport, mode="legacy", message_handler=on_message) as legacy:
+                assert legacy.protocol_version == HANDSHAKE
+                await subscribe(legacy.session, "beflow://issue/1")
+                hub.publish({"event": "progress", "run": "r1", "issue": "1", "time": 2.0, "text": "done"})
+                await arrived.wait()
+
+    run(main)
+    assert heard == {"modern": ["beflow://issue/1"], "legacy": ["beflow://issue/1"]}
+
+
+def test_over_http_a_client_is_told_topics_not_the_servers_files_and_acts_as_a_person(
+    served: tuple[Serving, Hub],
+) -> None:
+    """A client over HTTP cannot read the server's files: errors' ``docs`` and ``docs_locate`` give the topic and
+    the command that prints it. Its comments are a person's (signed as git's user.name), not an agent's; and a key
+    sent as a number (as the MCP Inspector sends "e.g. 7") is the key."""
+    serving, _ = served
+
+    async def main() -> tuple[Any, ...]:
+        async with connect(serving) as session:
+            failed = await session.call_tool("issue_set_status", {"key": 1, "status": "review"})
+            located = await session.call_tool("docs_locate", {"topic": "config"})
+            commented = await session.call_tool("issue_comment", {"key": 1, "text": "Looked at it from my laptop."})
+            floated = await session.call_tool("issue_show", {"key": 1.5})
+            return failed, located, commented, floated
+
+    failed, located, commented, floated = run(main)
+    assert failed.is_error and failed.meta["beflow/error"]["code"] == "transition"
+    assert (
+        failed.meta["beflow/error"]["docs"] == "mcp-server#error-codes (`beflow docs mcp-server`, section Error codes)"
+    )
+    found = located.structured_content
+    assert found["directory"] is None and found["hint"].startswith("Run `beflow docs config` where beflow is installed")
+    assert found["pages"][0] == {
+        "topic": "config",
+        "title": "Configuration: .beflow/config.json",
+        "command": "beflow docs config",
+        "path": None,
+    }
+    assert str(Path.cwd()) not in located.model_dump_json() and "/docs/" not in located.model_dump_json()
+    assert not commented.is_error and commented.structured_content["key"] == "1"
+    person = user_name(Path.cwd())
+    assert person != "agent"
+    assert [(c.author, c.text) for c in open_tracker(load_project(config_file(Path.cwd()))).get("1").comments] == [
+        (person, "Looked at it from my laptop.")
+    ]
+    assert floated.is_error and floated.meta["beflow/error"]["code"] == "usage"
 
 
 def test_mcp_needs_the_token(served: tuple[Serving, Hub]) -> None:
@@ -144,7 +237,7 @@ def test_a_resource_update_is_pushed_when_a_run_progresses(served: tuple[Serving
 
     async def main() -> None:
         async with connect(serving, on_message=on_message) as session:
-            await session.subscribe_resource("beflow://issue/1")
+            await subscribe(session, "beflow://issue/1")
             # (nothing about the issue changes: only the event can make the server announce it)
             hub.publish({"event": "progress", "run": "r1", "issue": "1", "time": 1.0, "text": "halfway"})
             await arrived.wait()
@@ -172,9 +265,9 @@ def test_every_client_that_subscribed_hears_of_the_update_not_only_the_last(serv
             connect(serving, on_message=listener("second")) as second,
             connect(serving, on_message=listener("other")) as other,
         ):
-            await first.subscribe_resource("beflow://issue/1")
-            await second.subscribe_resource("beflow://issue/1")
-            await other.subscribe_resource("beflow://issue/2")
+            await subscribe(first, "beflow://issue/1")
+            await subscribe(second, "beflow://issue/1")
+            await subscribe(other, "beflow://issue/2")
             hub.publish({"event": "progress", "run": "r1", "issue": "1", "time": 1.0, "text": "halfway"})
             await events["first"].wait()
             await events["second"].wait()
