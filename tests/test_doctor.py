@@ -143,7 +143,7 @@ def test_without_node_the_acpx_check_names_node_and_how_to_install_it(only_git: 
     acpx = check_acpx(Config())
 
     assert (acpx.ok, acpx.detail) == (False, "node: Node.js is not installed (not found on PATH), and acpx runs on it")
-    assert acpx.fix and acpx.fix.startswith("Install Node.js 22 or newer")
+    assert acpx.fix and acpx.fix.startswith("Install Node.js 22 (22.13 or later): `nvm install 22`")
 
 
 def test_no_config_file_is_fine_but_worth_a_look(repo: Path) -> None:

@@ -22,6 +22,7 @@ from beflow.errors import BeflowError, ConfigError, ProgramMissingError
 from beflow.paths import acpx_home, git_toplevel
 from beflow.repository import git, refs
 from beflow.run import prompt
+from beflow.system import node
 from beflow.system.files import open_regular, read_regular
 from beflow.validation import MAX_CONFIG_FILE, line_of
 
@@ -184,13 +185,6 @@ def _acpx(project: Project) -> None:
         raise ConfigError(f"{_where(project, 'acpx')}{error.message}", fix=error.fix) from None
 
 
-#: How to get the Node.js acpx needs (acpx 0.19 declares node >= 22.13).
-INSTALL_NODE = (
-    "Install Node.js 22 or newer (https://nodejs.org/en/download, or `nvm install 22`), then check with "
-    "`beflow doctor`."
-)
-
-
 def check_acpx(config: Config, where: str = str(CONFIG_PATH)) -> None:
     """The acpx that ``config`` names is installed, and the Node.js it runs on: the one check of them that runs
     and ``beflow doctor`` share (doctor then asks acpx for its version). ``where`` names the config file in the
@@ -201,8 +195,10 @@ def check_acpx(config: Config, where: str = str(CONFIG_PATH)) -> None:
     # comes with it; an acpx installed by npm starts with `#!/usr/bin/env node`).
     on_node = _runs_on_node(program) if program else not config.acpx or Path(argv[0]).name in ("npx", "acpx")
     if on_node and shutil.which("node") is None:
+        how = node.how_to_get()
         raise ProgramMissingError(
-            "node: Node.js is not installed (not found on PATH), and acpx runs on it", fix=INSTALL_NODE
+            "node: Node.js is not installed (not found on PATH), and acpx runs on it",
+            fix=f"{how[0].upper()}{how[1:]}; then check with `beflow doctor`.",
         )
     if program is not None:
         return

@@ -88,8 +88,8 @@ def test_without_node_the_missing_program_is_named_with_how_to_install_node_not_
     assert result.exit_code == 2, result.stderr
     assert result.stderr.splitlines() == [
         "error: node: Node.js is not installed (not found on PATH), and acpx runs on it",
-        "fix: Install Node.js 22 or newer (https://nodejs.org/en/download, or `nvm install 22`), then check with "
-        "`beflow doctor`.",
+        "fix: Install Node.js 22 (22.13 or later): `nvm install 22`, `fnm install 22`, your package manager or "
+        "https://nodejs.org; then check with `beflow doctor`.",
     ]
     assert_nothing_changed(auto_project, key)
 
