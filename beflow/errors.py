@@ -86,6 +86,13 @@ class ToolMissingError(BeflowError):
     code = "tool_missing"
 
 
+class ProgramMissingError(ConfigError):
+    """A program every run needs (Node.js, which acpx runs on) is not installed: no run can start, and nothing was
+    changed (exit 2, as for the config; the watch holds dispatching back until it is there)."""
+
+    code = "tool_missing"
+
+
 class Interrupted(BeflowError):
     """The user or the system asked beflow to stop (SIGINT, SIGTERM, SIGHUP); cleanup has run."""
 

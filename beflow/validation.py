@@ -186,13 +186,37 @@ def _syntax_hint(text: str, line: int, column: int, char: str | None) -> str | N
         comma_column = comma - code.rfind("\n", 0, comma)
         where = f"column {comma_column}" if comma_line == line else f"line {comma_line}, column {comma_column}"
         return f"two commas in a row at {where}?"
+    if char is None:  # the end came with brackets still open: say where the one to close was opened
+        return _unclosed(code)
     # A value at the start of a line after a line that ends in a value: the comma between them is missing.
-    if char is None or char.isspace() or char in ",:]}" or code[:offset].rpartition("\n")[2].strip():
+    if char.isspace() or char in ",:]}" or code[:offset].rpartition("\n")[2].strip():
         return None
     previous = next((n for n in range(line - 1, 0, -1) if lines[n - 1].strip()), None)
     if previous is not None and lines[previous - 1].rstrip()[-1] not in ",{[:":
         return f"a missing comma at the end of line {previous}?"
     return None
+
+
+#: A string, a comment or a bracket: what :func:`_unclosed` walks.
+_BRACKETS_OUTSIDE_STRINGS = re.compile(_SKIPPED.pattern + r"|[{}\[\]]", re.DOTALL)
+
+
+def _unclosed(code: str) -> str | None:
+    """Where the innermost bracket still open at the end of ``code`` was opened, as a hint; ``None`` when every
+    bracket is closed (the end came in a string, say) or they do not pair up."""
+    opened: list[int] = []
+    for match in _BRACKETS_OUTSIDE_STRINGS.finditer(code):
+        token = match.group(0)
+        if token in ("{", "["):
+            opened.append(match.start())
+        elif token in ("}", "]") and (not opened or code[opened.pop()] != {"}": "{", "]": "["}[token]):
+            return None
+    if not opened:
+        return None
+    at = opened[-1]
+    line, column = code.count("\n", 0, at) + 1, at - code.rfind("\n", 0, at)
+    closing = "}" if code[at] == "{" else "]"
+    return f"the {code[at]} at line {line}, column {column} is never closed: a {closing} is missing?"
 
 
 def _duplicate_keys_error(path: Path, text: str, key: str) -> ConfigError:

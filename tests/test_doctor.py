@@ -22,6 +22,10 @@ def fake_tool(bin_dir: Path, name: str, script: str) -> Path:
     return path
 
 
+#: The machine's node, found before a test takes PATH away.
+NODE = shutil.which("node")
+
+
 @pytest.fixture
 def only_git(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A PATH with git (and sh) but no node, npm or npx."""
@@ -128,11 +132,20 @@ def test_an_acpx_that_fails_shows_its_output(tmp_path: Path) -> None:
 
 
 def test_without_acpx_and_npx_the_fix_says_how_to_get_it(only_git: Path) -> None:
+    assert NODE, "node is needed for this test"
+    (only_git / "node").symlink_to(NODE)  # Node.js without npm: no npx
     acpx = check_acpx(Config())
 
     assert not acpx.ok
     assert "npx" in acpx.detail
     assert acpx.fix and f"npm install -g acpx@{ACPX_VERSION}" in acpx.fix
+
+
+def test_without_node_the_acpx_check_names_node_and_how_to_install_it(only_git: Path) -> None:
+    acpx = check_acpx(Config())
+
+    assert (acpx.ok, acpx.detail) == (False, "node: Node.js is not installed (not found on PATH), and acpx runs on it")
+    assert acpx.fix and acpx.fix.startswith("Install Node.js 22 (22.13 or later): `nvm install 22`")
 
 
 def test_no_config_file_is_fine_but_worth_a_look(repo: Path) -> None:

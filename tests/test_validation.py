@@ -172,8 +172,23 @@ def test_a_file_that_is_not_utf8_is_a_config_error(tmp_path: Path) -> None:
             "{\n  timeout: 5,\n  ,\n}",
             ":3: invalid JSON5: Unexpected newline at column 4 (two commas in a row at column 3?)",
         ),
+        # the end came with a bracket open: where it was opened (brackets in strings and comments do not count)
+        (
+            '{\n  "agent": "codex"\n',
+            ":3: invalid JSON5: Unexpected end of input at column 1 (the { at line 1, column 1 is never closed: "
+            "a } is missing?)",
+        ),
+        (
+            '{"mcpServers": {"a": {"command": "x", "args": ["{", "[}"]} // {\n  /* [ */\n',
+            ":3: invalid JSON5: Unexpected end of input at column 1 (the { at line 1, column 16 is never closed: "
+            "a } is missing?)",
+        ),
+        (
+            '{\n  "acpx": ["npx",\n',
+            ":3: invalid JSON5: Unexpected end of input at column 1 (the [ at line 2, column 11",
+        ),
         # no guess where there is nothing to guess
-        ('{\n  "agent": "codex"\n', ":3: invalid JSON5: Unexpected end of input at column 1"),
+        ('{\n  "agent": "codex\n}', ":2: invalid JSON5: Unexpected newline at column 18"),
         ('{\n  "agent": "codex" "x"\n}', ':2: invalid JSON5: Unexpected "\\"" at column 20'),
     ],
 )

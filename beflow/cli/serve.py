@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from beflow.cli.common import App, err, escape, pass_app
+from beflow.paths import TOKEN_ENV
 
 if TYPE_CHECKING:
     from beflow.watch.dispatcher import Dispatcher
@@ -28,7 +29,11 @@ def announce(serving: Serving) -> None:
             f"{escape(token.value)}"
         )
     if serving.policy.token_required:
-        err.print(f"beflow: not loopback: every request needs the token; open {escape(serving.url)}/?token=<token>")
+        # Where the token is, never the token itself (a terminal's output is kept, shared and pasted).
+        where = f"${TOKEN_ENV}" if token.path is None else escape(str(token.path))
+        err.print(
+            f"beflow: not loopback: every request needs the token, which is in {where}; open {url}/?token=<token>"
+        )
 
 
 @contextlib.contextmanager

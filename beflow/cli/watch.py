@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections import Counter
 from typing import TYPE_CHECKING
 
 import click
@@ -12,9 +13,11 @@ from beflow import guardrails
 from beflow.cli.common import App, err, escape, pass_app
 from beflow.cli.lines import event_line
 from beflow.cli.stream import EventStream
+from beflow.errors import BeflowError
 from beflow.events import RunEvent, WatchEvent
 from beflow.records.record import FAILED_OUTCOMES, RunRecord
 from beflow.system import hardening, interrupts
+from beflow.trackers import Status
 from beflow.watch.dispatcher import Dispatcher
 from beflow.watch.lanes import Snapshot
 
@@ -188,5 +191,27 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
             live.stop()
         if stream is not None:
             stream.close()
+    if once and not records and not as_json:  # `--json` keeps its stream as it is: no run, no event
+        with contextlib.suppress(BeflowError):  # the tracker's failure was said as the watch's `error`
+            click.echo(nothing_ran(dispatcher), err=True)  # (plain words of beflow's own: a pipe needs no rich)
     if once and any(r.outcome in FAILED_OUTCOMES for r in records):
         raise SystemExit(1)
+
+
+def nothing_ran(dispatcher: Dispatcher) -> str:
+    """What ``--once`` says when it started no run: the issues by status, and what the user can do."""
+    issues = dispatcher.tracker.listing().issues
+    if not issues:
+        return 'nothing ready: there are no issues yet (`beflow issues new "TITLE"` files one, ready for runs)'
+    counts = Counter(issue.status for issue in issues)
+    seen = ", ".join(f"{counts[status]} {status.value}" for status in Status if counts[status])
+    if not counts[Status.READY]:
+        hint = " (`beflow issues set-status KEY ready` makes one ready)" if counts[Status.OPEN] else ""
+        return f"nothing ready: {seen}{hint}"
+    backoffs = dispatcher.retries.waiting()
+    if backoffs:
+        due = time.strftime("%H:%M:%S", time.localtime(backoffs[0].due))
+        why = f"{len(backoffs)} backing off after a failed run, the next due at {due}"
+    else:
+        why = "the ready ones are held: claimed by another run, or skipped as said above"
+    return f"nothing started: {seen}; {why}"

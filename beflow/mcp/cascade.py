@@ -466,15 +466,18 @@ _UNSET = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)\} is not set and has 
 
 
 def fix_for(problems: list[Problem]) -> str:
-    """What to do about these problems: for unset variables, export them or give a default; for the rest, fix
-    each entry at its line."""
+    """What to do about these problems: for unset variables, export them or give a default; for a syntax error,
+    fix the syntax; for the rest, fix each entry at its line."""
     unset = list(dict.fromkeys(m["name"] for p in problems if (m := _UNSET.search(p.message))))
-    others = [p for p in problems if not _UNSET.search(p.message)]
+    syntax = [p for p in problems if p.message.startswith("invalid JSON5")]
+    others = [p for p in problems if not _UNSET.search(p.message) and p not in syntax]
     parts = []
     if unset:
         names = " and ".join(unset) if len(unset) <= 2 else ", ".join(unset[:-1]) + f" and {unset[-1]}"
         first = unset[0]
         parts.append(f"export {names} before running beflow, or write ${{{first}:-…}} in .mcp.json to give a default")
+    if syntax:  # as config.json's: the file is JSON5
+        parts.append("fix the syntax where shown (comments and trailing commas are allowed)")
     if others:
         parts.append("fix each entry at the line shown (`beflow docs mcp` describes them)")
     text = "; ".join(parts)

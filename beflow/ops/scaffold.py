@@ -7,7 +7,7 @@ from importlib import resources
 from pathlib import Path
 
 from beflow.config import CONFIG_PATH
-from beflow.errors import BeflowError
+from beflow.errors import UsageError
 from beflow.paths import state_dir
 from beflow.system.files import atomic_write
 
@@ -30,6 +30,6 @@ def init_project(directory: Path, *, force: bool = False, config_path: Path | No
     target = config_path or directory / CONFIG_PATH
     existed = target.exists()
     if existed and not force:
-        raise BeflowError(f"{target} already exists; nothing was changed", fix="Pass --force to overwrite it.")
+        raise UsageError(f"{target} already exists; nothing was changed", fix="Pass --force to overwrite it.")
     atomic_write(target, example_config())
     return InitResult(config_path=target, overwritten=existed, state_dir=state_dir(directory))

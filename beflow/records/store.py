@@ -229,7 +229,13 @@ class RunStore(RunFiles):
     def get(self, run_id: str) -> RunRecord:
         """A record by id or unique id prefix; ``latest`` is the newest run."""
         ids = sorted(self._names())
-        if run_id == "latest" and ids:
+        if not ids:
+            raise NotFoundError(
+                f"no runs yet in {self.project_dir}, so no run {excerpt(run_id)}",
+                fix='`beflow --auto` runs every ready issue (`beflow issues new "TITLE"` files one); '
+                "`beflow watch` keeps running them.",
+            )
+        if run_id == "latest":
             newest = self.records(limit=1)
             run_id = newest[0].id if newest else ids[-1]
         matches = [i for i in ids if i == run_id] or [i for i in ids if i.startswith(run_id)]

@@ -103,10 +103,11 @@ def _clean_message(message: str) -> str:
     return "\n".join(kept).strip("\n")
 
 
-def build(where: At, worktree: Worktree, message: str | None, *, empty: str | None = None) -> str:
+def build(where: At, worktree: Worktree, message: str | None, *, empty: str | None = None) -> tuple[str, bool]:
     """The run's commit: what the agent's HEAD names, once it is known to descend from where the run started, with
     everything the agent left uncommitted committed on it (``message``; None: nothing is committed) — or, when
     nothing was left and ``empty`` is given, an empty commit with that message. HEAD is rewritten to it, detached.
+    The answer is that commit and whether beflow made it (else it is the agent's HEAD).
 
     A sandboxed agent wrote its objects into the run's own object directory: beflow's commit is written beside
     them, in a quarantine, and what the run's commit and the worktree's index need is then brought into the
@@ -131,7 +132,7 @@ def build(where: At, worktree: Worktree, message: str | None, *, empty: str | No
             _check_descent(where, worktree, parent, None)  # asked again, of the objects as brought in
     if made is not None:
         move_head(where, made, "beflow: the run's commit")
-    return made or parent
+    return made or parent, made is not None
 
 
 def _check_descent(where: At, worktree: Worktree, head: str, env: dict[str, str] | None) -> None:

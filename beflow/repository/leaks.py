@@ -23,11 +23,14 @@ class Leak:
     commit: str
     path: str
     what: str
-    #: The whole description, when it is not "puts ``what`` in ``path``".
+    #: What is wrong with the commit, when it is not "puts ``what`` in ``path``" (after its name).
     said: str | None = None
 
-    def describe(self) -> str:
-        return self.said or f"commit {self.commit[:12]} puts {self.what} in {self.path}"
+    def describe(self, name: str | None = None) -> str:
+        """What is wrong, said of ``name`` (default: ``commit <sha>``; a commit the user cannot find any more is
+        named for what it was, e.g. "the agent's uncommitted work")."""
+        name = name or f"commit {self.commit[:12]}"
+        return f"{name} {self.said}" if self.said else f"{name} puts {self.what} in {self.path}"
 
 
 _BLOB_MODES = {"100644", "100755", "120000"}
@@ -61,9 +64,9 @@ def find_leaks(worktree: At, since: str, head: str, needles: Sequence[bytes], *,
                 leaks += _commit_leaks(worktree, reader, sha, wanted, managed)
             except ObjectTooLarge:
                 why = f"its message is over {MAX_COMMIT >> 20} MiB, which beflow does not publish (nor read whole)"
-                leaks.append(Leak(sha, "its message", "", said=f"commit {sha[:12]} is unpublishable: {why}"))
+                leaks.append(Leak(sha, "its message", "", said=f"is unpublishable: {why}"))
             except CorruptObject as error:
-                leaks.append(Leak(sha, "", "", said=f"commit {sha[:12]} cannot be checked: {error.message}"))
+                leaks.append(Leak(sha, "", "", said=f"cannot be checked: {error.message}"))
     return leaks
 
 
@@ -99,7 +102,7 @@ def _commit_leaks(worktree: At, reader: ObjectReader, commit: str, wanted: list[
             if found and old_sha.strip("0"):  # exempt only what a verified earlier version already held
                 found -= _search(reader, old_sha, [wanted[i] for i in sorted(found)], indices=sorted(found))
         except CorruptObject as error:
-            leaks.append(Leak(commit, path, "", said=f"commit {commit[:12]} cannot be checked: {error.message}"))
+            leaks.append(Leak(commit, path, "", said=f"cannot be checked: {error.message}"))
             continue
         if found:
             leaks.append(Leak(commit, path, _SECRET))

@@ -99,10 +99,10 @@ def delete_branch_at(where: At, branch: str, commit: str) -> bool:
     return True
 
 
-def is_ancestor(directory: Path, older: str, newer: str) -> bool:
+def is_ancestor(where: At, older: str, newer: str) -> bool:
     """Whether ``older`` is ``newer`` or one of its ancestors."""
     try:
-        run(directory, "merge-base", "--is-ancestor", older, newer)
+        run(where, "merge-base", "--is-ancestor", older, newer)
     except CommandFailed:
         return False
     return True

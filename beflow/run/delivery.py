@@ -21,7 +21,7 @@ from beflow.codehosts.base import CodeHost
 from beflow.errors import BeflowError
 from beflow.paths import ACPXRC
 from beflow.records.record import Outcome, RunRecord
-from beflow.repository import commits, excludes, git, leaks, objectstore, run_objects, status, worktrees
+from beflow.repository import commits, excludes, git, leaks, objectstore, refs, run_objects, status, worktrees
 from beflow.trackers.claims import ClaimLost
 
 #: What became of the run's work: ``committed`` (the branch holds the run's commit), ``unchanged`` (no new commit:
@@ -147,7 +147,7 @@ def _commit(job: Job, at: git.At) -> Verdict:
         message, empty = job.answered
     try:
         # Built by beflow on what the agent's HEAD names, if that descends from the run's start; no ref moves.
-        head = commits.build(at, worktree, message, empty=empty)
+        head, made = commits.build(at, worktree, message, empty=empty)
     except BeflowError as error:
         why = f"{reason}; {error.message}; the work is kept in {worktree.path}"
         return Verdict("failed", "failed", why, worktree_kept=True)
@@ -158,7 +158,7 @@ def _commit(job: Job, at: git.At) -> Verdict:
     since = worktree.checked_from or worktree.base_commit
     found = leaks.find_leaks(at, since, head, job.needles, managed=job.managed)
     if found:
-        return _refused(worktree, at, f"{reason}; {found[0].describe()}")
+        return _refused(worktree, at, f"{reason}; {found[0].describe(_leak_name(at, worktree, found[0], head, made))}")
     if head != worktree.tip:
         try:
             commits.publish(at, worktree.branch, head, worktree.tip, f"beflow run {job.run_id}")
@@ -195,6 +195,16 @@ def _refused(worktree: worktrees.Worktree, at: git.At, why: str, *, permanent: b
         f"changes in {worktree.path}"
     )
     return Verdict("refused", "failed", reason, None, tuple(changed), worktree_kept=True, permanent=permanent)
+
+
+def _leak_name(at: git.At, worktree: worktrees.Worktree, leak: leaks.Leak, head: str, made: bool) -> str:
+    """The leaking commit as the user can find it: the refusal undoes the run's commits (nothing names them any
+    more), so only one already on the branch is named by its id."""
+    if worktree.tip is not None and refs.is_ancestor(at, leak.commit, worktree.tip):
+        return f"commit {leak.commit[:12]} on {worktree.branch}"
+    if made and leak.commit == head:
+        return "the agent's uncommitted work"
+    return "a commit the agent made during the run"
 
 
 def _status(at: git.At) -> list[str]:

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import shlex
 import shutil
 from pathlib import Path
 
 from beflow import ACPX_VERSION
 from beflow.config import CONFIG_PATH, AgentCommand, Config, Project
-from beflow.errors import BeflowError, ConfigError
+from beflow.errors import BeflowError, ConfigError, ProgramMissingError
 from beflow.paths import acpx_home, git_toplevel
 from beflow.repository import git, refs
 from beflow.run import prompt
-from beflow.system.files import read_regular
+from beflow.system import node
+from beflow.system.files import open_regular, read_regular
 from beflow.validation import MAX_CONFIG_FILE, line_of
 
 #: The agents acpx 0.19.1 knows by name (``acpx --help``); acpx config files can add more (``agents``).
@@ -177,15 +179,28 @@ def _servers(project: Project) -> None:
 def _acpx(project: Project) -> None:
     try:
         check_acpx(project.config, project.config_name)
+    except ProgramMissingError:
+        raise  # a program, not a setting: no place in the config file to name
     except ConfigError as error:
         raise ConfigError(f"{_where(project, 'acpx')}{error.message}", fix=error.fix) from None
 
 
 def check_acpx(config: Config, where: str = str(CONFIG_PATH)) -> None:
-    """The acpx that ``config`` names is installed: the one check of it that runs and ``beflow doctor`` share
-    (doctor then asks it for its version). ``where`` names the config file in the fix."""
+    """The acpx that ``config`` names is installed, and the Node.js it runs on: the one check of them that runs
+    and ``beflow doctor`` share (doctor then asks acpx for its version). ``where`` names the config file in the
+    fix."""
     argv = config.acpx_argv()
-    if shutil.which(argv[0]) is not None:
+    program = shutil.which(argv[0])
+    # No Node.js is no setting to change: said as the missing program it is, before what it leaves missing (npx
+    # comes with it; an acpx installed by npm starts with `#!/usr/bin/env node`).
+    on_node = _runs_on_node(program) if program else not config.acpx or Path(argv[0]).name in ("npx", "acpx")
+    if on_node and shutil.which("node") is None:
+        how = node.how_to_get()
+        raise ProgramMissingError(
+            "node: Node.js is not installed (not found on PATH), and acpx runs on it",
+            fix=f"{how[0].upper()}{how[1:]}; then check with `beflow doctor`.",
+        )
+    if program is not None:
         return
     if config.acpx:
         raise ConfigError(
@@ -198,6 +213,21 @@ def check_acpx(config: Config, where: str = str(CONFIG_PATH)) -> None:
         "acpx: not on PATH, and npx (to fetch the pinned acpx) is missing too",
         fix=f"Install Node.js with npm, or `npm install -g acpx@{ACPX_VERSION}`, or set `acpx` in {where}.",
     )
+
+
+def _runs_on_node(program: str) -> bool:
+    """Whether ``program`` is a script that Node.js runs (its ``#!`` line names node)."""
+    try:
+        fd = open_regular(Path(program), below=None)
+    except OSError:
+        return False
+    try:
+        first = os.read(fd, 256).split(b"\n", 1)[0]
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return first.startswith(b"#!") and b"node" in first
 
 
 def check_agent(project: Project) -> None:

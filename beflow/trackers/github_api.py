@@ -65,8 +65,21 @@ class RateLimited(GitHubError):
     code = "rate_limited"
 
     def __init__(self, message: str, until: float) -> None:
-        super().__init__(message, status=429, fix="beflow waits by itself and goes on when GitHub allows it.")
+        allowed = time.strftime("%H:%M:%S", time.localtime(until))
+        fix = f"Run the command again after {allowed}, when GitHub allows it (`beflow watch` waits by itself)."
+        super().__init__(message, status=429, fix=fix)
         self.until = until
+
+
+#: What the user does when GitHub does not answer: the fix is shown where a command ends on the error (a one-shot
+#: command, an MCP call), never by ``beflow watch``, which only says the error and looks again on its next tick.
+_TRY_AGAIN = (
+    "Check the network (and tracker.api_url), then run the command again (`beflow watch` keeps looking by itself)."
+)
+_GITHUB_TROUBLE = (
+    "GitHub is having trouble (https://www.githubstatus.com): run the command again in a few minutes "
+    "(`beflow watch` keeps looking by itself)."
+)
 
 
 class Unavailable(GitHubError):
@@ -162,7 +175,7 @@ class Api:
     def _out_of_time(self, method: str, path: str) -> Unavailable:
         return Unavailable(
             f"GitHub: {method} {path}: no answer in the time the lease had left",
-            fix="Check the network (and tracker.api_url); beflow tries again by itself.",
+            fix=_TRY_AGAIN,
         )
 
     # -- requests --------------------------------------------------------------------------------------------------
@@ -238,7 +251,7 @@ class Api:
                     raise self._out_of_time(method, path) from None
                 raise Unavailable(
                     f"GitHub ({self.base_url}) does not answer: {type(error).__name__}",
-                    fix="Check the network (and tracker.api_url); beflow tries again by itself.",
+                    fix=_TRY_AGAIN,
                 ) from None
             self._note(method, answer)
             if answer.status_code == 304 and cached is not None:
@@ -325,7 +338,7 @@ class Api:
                 "or log in with `gh auth login` and unset it.",
             )
         if answer.status_code >= 500:
-            return Unavailable(what, status=answer.status_code, fix="GitHub has a problem; beflow tries again.")
+            return Unavailable(what, status=answer.status_code, fix=_GITHUB_TROUBLE)
         return GitHubError(what, status=answer.status_code)
 
 

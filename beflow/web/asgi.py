@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -43,8 +46,33 @@ def build_app(server: Server) -> ASGIApp:
         endpoint = _Asgi(server.mcp.asgi)  # (an ASGI app: Starlette calls a function with a Request)
         methods = ["GET", "POST", "DELETE"]
         routes[:0] = [Route("/mcp", endpoint, methods=methods), Route("/mcp/issues/{key}", endpoint, methods=methods)]
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=_api_problems(server))
     return Guard(app, server)
+
+
+def _api_problems(server: Server) -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+    """Starlette's own 404 and 405 (no such path, a method a path does not take) as the API's other errors are,
+    under ``/api/``: ``{"error": {...}}``; the pages keep Starlette's plain answers."""
+    from starlette.exceptions import HTTPException
+    from starlette.responses import PlainTextResponse
+
+    async def answer(request: Request, error: Exception) -> Response:
+        assert isinstance(error, HTTPException)
+        path = request.url.path
+        if not (path == "/api" or path.startswith("/api/")):
+            return PlainTextResponse(error.detail, error.status_code, headers=error.headers)
+        shown = path if len(path) <= 80 else path[:79] + "…"
+        if error.status_code == 405:
+            problem = server.problem(405, "method", f"{shown} does not take {request.method}")
+        else:
+            problem = server.problem(404, "not_found", f"no endpoint {shown}", _ENDPOINTS_FIX)
+        problem.headers.update(error.headers or {})
+        return problem
+
+    return {404: answer, 405: answer}
+
+
+_ENDPOINTS_FIX = "GET /api/v1/openapi.json describes every endpoint (`beflow docs dashboard` too)."
 
 
 class _Asgi:

@@ -31,7 +31,7 @@ def test_init_refuses_to_overwrite_without_force(repo: Path, beflow) -> None:
 
     result = beflow("init")
 
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error, as the README's exit codes say: nothing was changed
     assert result.stderr.splitlines() == [
         f"error: {config} already exists; nothing was changed",
         "fix: Pass --force to overwrite it.",
@@ -107,7 +107,7 @@ def test_init_refuses_to_overwrite_the_file_named_by_config_without_force(repo: 
 
     refused = beflow("--config", "ci.json", "init")
 
-    assert refused.exit_code == 1
+    assert refused.exit_code == 2
     assert refused.stderr.splitlines()[0] == f"error: {config} already exists; nothing was changed"
     assert config.read_text() == "{agent: 'mine'}"
 

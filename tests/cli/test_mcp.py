@@ -167,10 +167,27 @@ def test_check_lists_every_problem_and_exits_2(beflow, repo: Path, isolated_home
     assert lines[4] == f"{project_file}:5: mcpServers.c.typo: unknown key (did you mean 'type'?)"
     assert lines[5] == f"{project_file}:4: mcpServers.b.url: ${{NOPE}} is not set and has no default (server 'b')"
     assert lines[6] == (
-        "fix: Export NOPE before running beflow, or write ${NOPE:-…} in .mcp.json to give a default; fix each entry "
-        "at the line shown (`beflow docs mcp` describes them); `beflow mcp check` lists every problem."
+        "fix: Export NOPE before running beflow, or write ${NOPE:-…} in .mcp.json to give a default; fix the syntax "
+        "where shown (comments and trailing commas are allowed); fix each entry at the line shown (`beflow docs mcp` "
+        "describes them); `beflow mcp check` lists every problem."
     )
     assert result.stdout == ""
+
+
+def test_an_unclosed_brace_is_shown_where_it_was_opened_with_the_syntax_fix(beflow, repo: Path) -> None:
+    path = write_mcp(repo / ".mcp.json", '{"mcpServers": {\n  "docs": {"command": "docs-server"}\n')
+
+    for command in (("mcp", "check"), ("mcp", "show")):
+        result = beflow(*command)
+
+        assert result.exit_code == 2
+        assert result.stderr.splitlines() == [
+            "error: 1 problem in the MCP cascade:",
+            f"{path}:3: invalid JSON5: Unexpected end of input at column 1 (the {{ at line 1, column 16 is never "
+            "closed: a } is missing?)",
+            "fix: Fix the syntax where shown (comments and trailing commas are allowed); `beflow mcp check` lists "
+            "every problem.",
+        ]
 
 
 def test_check_json(beflow, repo: Path) -> None:

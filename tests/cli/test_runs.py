@@ -59,6 +59,18 @@ def test_list_without_runs_says_how_to_make_one(repo: Path, beflow) -> None:
     assert json.loads(beflow("runs", "list", "--json").stdout) == []
 
 
+def test_logs_and_show_without_runs_say_there_are_none_yet_and_how_to_start_one(repo: Path, beflow) -> None:
+    for command in ("logs", "show"):
+        result = beflow("runs", command, "latest")
+
+        assert result.exit_code == 1
+        assert result.stderr.splitlines() == [
+            f"error: no runs yet in {repo}, so no run 'latest'",
+            'fix: `beflow --auto` runs every ready issue (`beflow issues new "TITLE"` files one); `beflow watch` '
+            "keeps running them.",
+        ]
+
+
 def test_show_summarizes_the_run(finished_run: RunRecord, beflow) -> None:
     result = beflow("runs", "show", "latest")
 

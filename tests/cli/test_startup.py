@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import click
@@ -31,7 +32,12 @@ def loaded_by(*args: str, cwd: Path | None = None) -> set[str]:
         "    pass\n"
         "print('MODULES', sorted({m.split('.')[0] for m in sys.modules}), file=sys.stderr)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, capture_output=True, text=True, check=True)
+    # An empty temporary directory of its own: a live sandbox of a test beside it would make the start-up's sweep
+    # of sandbox scratch directories (rightly) load psutil to ask whether that run's beflow is alive.
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "TMPDIR": tmp}
+        command = [sys.executable, "-c", code]
+        done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=True)
     line = next(x for x in done.stderr.splitlines() if x.startswith("MODULES "))
     return set(json.loads(line.removeprefix("MODULES ").replace("'", '"')))
 

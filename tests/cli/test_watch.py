@@ -59,6 +59,41 @@ def test_once_with_nothing_ready_exits_0_quietly(auto_project: AutoProject, befl
     assert auto_project.records() == []
 
 
+def test_once_on_a_terminal_with_nothing_ready_says_so_with_the_issues_by_status(
+    auto_project: AutoProject, beflow
+) -> None:
+    """Without `--json`, a `--once` that started nothing says why instead of printing nothing."""
+    empty = beflow("watch", "--once")
+    auto_project.new_issue("write one.txt 1", status=Status.OPEN)
+    auto_project.new_issue("write two.txt 2", status=Status.OPEN)
+    closed = auto_project.new_issue("write three.txt 3", status=Status.OPEN)
+    auto_project.tracker.set_status(closed, Status.CLOSED)
+    some = beflow("watch", "--once")
+
+    assert (empty.exit_code, empty.stdout, some.exit_code, some.stdout) == (0, "", 0, "")
+    assert empty.stderr == (
+        'nothing ready: there are no issues yet (`beflow issues new "TITLE"` files one, ready for runs)\n'
+    )
+    assert some.stderr == ("nothing ready: 2 open, 1 closed (`beflow issues set-status KEY ready` makes one ready)\n")
+    assert auto_project.records() == []
+
+
+def test_once_on_a_terminal_with_a_ready_issue_backing_off_says_when_it_is_due(
+    auto_project: AutoProject, beflow
+) -> None:
+    auto_project.configure(watch={**FAST, "backoff": 3600, "backoff_max": 3600})
+    auto_project.new_issue("fail nope")
+    assert beflow("watch", "--once", "--json").exit_code == 1
+
+    waiting = beflow("watch", "--once")
+
+    assert waiting.exit_code == 0
+    assert re.fullmatch(
+        r"nothing started: 1 ready; 1 backing off after a failed run, the next due at \d\d:\d\d:\d\d\n",
+        waiting.stderr,
+    ), waiting.stderr
+
+
 def test_once_held_back_by_the_configuration_exits_2_and_changes_nothing(auto_project: AutoProject, beflow) -> None:
     auto_project.configure(agent="claud")
     key = auto_project.new_issue("write a.txt x")

@@ -35,7 +35,7 @@ def test_init_never_overwrites_without_force(repo: Path) -> None:
     with pytest.raises(BeflowError) as caught:
         init_project(repo)
 
-    assert caught.value.exit_code == 1
+    assert caught.value.exit_code == 2  # a usage error: nothing was changed
     assert str(config) in caught.value.message and "nothing was changed" in caught.value.message
     assert caught.value.fix == "Pass --force to overwrite it."
     assert config.read_text() == '{"agent": "mine"}'

@@ -78,8 +78,11 @@ def test_an_ambiguous_prefix_names_five_runs_and_how_many_more(store: RunStore) 
 
 def test_no_runs_yet(store: RunStore) -> None:
     assert store.records() == []
-    with pytest.raises(NotFoundError, match="no run 'latest'"):
+    with pytest.raises(NotFoundError) as caught:
         store.get("latest")
+
+    assert caught.value.message == f"no runs yet in {store.project_dir}, so no run 'latest'"
+    assert caught.value.fix is not None and caught.value.fix.startswith("`beflow --auto` runs every ready issue")
 
 
 def test_runs_started_within_the_same_second_are_ordered_by_start_time(store: RunStore) -> None:

@@ -5,6 +5,7 @@ runs (the end-to-end tests in test_runner.py and tests/faults/ prove the wiring)
 from __future__ import annotations
 
 import contextlib
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,9 +149,26 @@ def test_a_secret_in_a_commit_of_the_run_is_refused_and_the_work_kept_uncommitte
 
     assert (verdict.delivered, verdict.outcome, verdict.commit) == ("refused", "failed", None)
     assert "settings.json" in verdict.reason and "beflow/1 was not updated" in verdict.reason
+    # The refusal undoes the agent's commit: it is named for what it was, not by an id nothing names any more.
+    assert "; a commit the agent made during the run puts a secret value" in verdict.reason
+    assert not re.search(r"commit [0-9a-f]{12}", verdict.reason), verdict.reason
     assert "beflow/1" not in branches(repo) and verdict.worktree_kept
     assert sorted(run_git(tree.path, "status", "--porcelain").split()) == ["??", "??", "hello.txt", "settings.json"]
     assert SECRET.decode() not in run_git(repo, "log", "-p", "--all")
+
+
+def test_a_secret_left_uncommitted_is_named_as_the_agents_work_not_as_the_commit_beflow_undid(
+    repo: Path, worktree: tuple[worktrees.Worktree, Any]
+) -> None:
+    tree = worktree[0]
+    (tree.path / "token.txt").write_bytes(SECRET)
+
+    verdict = delivery.deliver(job(worktree))
+
+    assert verdict.delivered == "refused"
+    assert "; the agent's uncommitted work puts a secret value" in verdict.reason
+    assert "in token.txt: nothing was committed and beflow/1 was not updated" in verdict.reason
+    assert not re.search(r"commit [0-9a-f]{12}", verdict.reason), verdict.reason
 
 
 def test_a_continued_branch_is_read_whole_from_the_base(repo: Path, tmp_path: Path) -> None:
@@ -173,6 +191,8 @@ def test_a_continued_branch_is_read_whole_from_the_base(repo: Path, tmp_path: Pa
 
     assert verdict.delivered == "refused" and "planted.txt" in verdict.reason
     assert run_git(repo, "rev-parse", "beflow/1") == before
+    # That commit is still on the branch: it is named, so that a person can find it.
+    assert f"; commit {before[:12]} on beflow/1 puts a secret value" in verdict.reason
 
 
 def test_work_that_must_not_be_committed_is_refused_before_any_commit(

@@ -71,6 +71,30 @@ def test_a_configuration_every_run_would_fail_on_exits_2_and_changes_nothing(
     assert_nothing_changed(auto_project, key)
 
 
+@pytest.mark.parametrize("acpx", ["default", "installed"])
+def test_without_node_the_missing_program_is_named_with_how_to_install_node_not_a_setting(
+    auto_project: AutoProject, beflow, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, acpx_bin: Path, acpx: str
+) -> None:
+    """No Node.js on PATH: with the default acpx (npx, which comes with Node, is missing too) and with an acpx
+    installed by npm (a script Node runs), the error names the program and how to get it, not the config file."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git") or "git")
+    auto_project.configure(acpx=None if acpx == "default" else [str(acpx_bin)])
+    key = auto_project.new_issue("write a.txt x")
+    monkeypatch.setenv("PATH", str(bin_dir))
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.splitlines() == [
+        "error: node: Node.js is not installed (not found on PATH), and acpx runs on it",
+        "fix: Install Node.js 22 (22.13 or later): `nvm install 22`, `fnm install 22`, your package manager or "
+        "https://nodejs.org; then check with `beflow doctor`.",
+    ]
+    assert_nothing_changed(auto_project, key)
+
+
 def test_outside_a_git_repository_nothing_runs_and_nothing_changes(tmp_path: Path, beflow, monkeypatch) -> None:
     directory = tmp_path / "not-a-repo"
     directory.mkdir()

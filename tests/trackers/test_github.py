@@ -5,6 +5,7 @@ status labels, marked comments, ETags, pagination, rate limits, token and access
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import threading
 import time
@@ -145,6 +146,41 @@ def test_token_and_access_problems_name_the_setting(gh: AutoProject, github: Fak
     gone = beflow("issues", "list")
     assert gone.exit_code == 2
     assert "tracker.repo: octo/renamed is not a repository this token can see (404)" in gone.stderr
+
+
+def test_a_one_shot_command_that_github_fails_says_what_the_user_does_not_that_beflow_tries_again(
+    gh: AutoProject, github: FakeGitHub, beflow
+) -> None:
+    """The fix of a command that ended on GitHub's trouble is the user's to do: only `beflow watch` looks again by
+    itself (and it shows the error, not the fix)."""
+    github.fail(502, times=3)  # a GET is tried three times
+    broken = beflow("issues", "list")
+    github.fail(403, headers={"X-RateLimit-Remaining": "0", "X-RateLimit-Reset": str(int(time.time()) + 600)})
+    limited = beflow("issues", "list")
+    import socket
+
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    gh.configure(tracker={"kind": "github", "repo": "octo/hello", "api_url": dead})
+    silent = beflow("issues", "list")
+
+    assert broken.exit_code == limited.exit_code == silent.exit_code == 1
+    fixes = [
+        next(line for line in r.stderr.splitlines() if line.startswith("fix: ")) for r in (broken, limited, silent)
+    ]
+    assert fixes[0] == (
+        "fix: GitHub is having trouble (https://www.githubstatus.com): run the command again in a few minutes "
+        "(`beflow watch` keeps looking by itself)."
+    )
+    assert re.fullmatch(
+        r"fix: Run the command again after \d\d:\d\d:\d\d, when GitHub allows it \(`beflow watch` waits by itself\)\.",
+        fixes[1],
+    )
+    assert fixes[2] == (
+        "fix: Check the network (and tracker.api_url), then run the command again (`beflow watch` keeps looking by "
+        "itself)."
+    )
 
 
 def test_a_claim_is_exclusive_and_released(gh: AutoProject, github: FakeGitHub) -> None:

@@ -225,6 +225,29 @@ def test_a_forged_host_is_refused(project: Path, host: str) -> None:
             assert answer.json()["error"]["code"] == "bad_host"
 
 
+def test_an_api_path_or_method_that_does_not_exist_is_answered_as_every_api_error_is(project: Path) -> None:
+    with serving(project) as (served, _), client(served) as http:
+        problem = schema_of(http.get("/api/v1/openapi.json").json(), "Problem")
+        missing = http.get("/api/v1/nope")
+        wrong = http.delete("/api/v1/state")
+        page = http.get("/nope")
+
+    assert (missing.status_code, missing.headers["content-type"]) == (404, "application/json")
+    assert missing.json() == {
+        "error": {
+            "code": "not_found",
+            "message": "no endpoint /api/v1/nope",
+            "fix": "GET /api/v1/openapi.json describes every endpoint (`beflow docs dashboard` too).",
+        }
+    }
+    assert (wrong.status_code, wrong.json()["error"]["code"]) == (405, "method")
+    assert wrong.json()["error"]["message"] == "/api/v1/state does not take DELETE"
+    assert "GET" in wrong.headers["allow"]
+    for answer in (missing, wrong):
+        jsonschema.validate(answer.json(), problem)
+    assert (page.status_code, page.text) == (404, "Not Found")  # a page's 404 is not the API's
+
+
 def test_a_foreign_origin_is_refused(project: Path) -> None:
     with serving(project) as (served, _), client(served) as http:
         answer = http.get("/api/v1/state", headers={"Origin": "http://evil.example"})
