@@ -3,8 +3,8 @@
 claim → prompt → MCP servers → the workspace (:mod:`beflow.run.workspace`: worktree on ``beflow/<key>``, included
 files, ``after_create``) → the agent's turn (:class:`beflow.run.turn.AgentTurn`: inject, ``before_run``, acpx cold or
 resumed, ``after_run``, restore) → delivery (:func:`beflow.run.delivery.deliver`, one thread hop: commit, leak check,
-compare-and-swap, push and pull request through the code host) → record → tracker update → remove the worktree
-(kept, and said so, when that could lose the agent's work) → release the claim.
+compare-and-swap, push and pull request through the code host) → record → remove the worktree (kept, and said
+so, when that could lose the agent's work) → tracker update → release the claim.
 
 The record, the tracker, the events and the injection are the run's :class:`~beflow.run.lifecycle.Session`; how the
 session ended is :func:`beflow.run.policy.judge`'s call, what became of its work the delivery's
