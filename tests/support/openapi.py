@@ -1,6 +1,7 @@
 """GitHub's published OpenAPI description (the pinned npm package ``@octokit/openapi``), loaded and indexed once per
 session: every request the client sends to the fake GitHub and every answer the fake gives is checked against it,
-so that the fake cannot drift from the real API."""
+so that the fake cannot drift from the real API. Its checker, :class:`Spec`, serves GitLab's description too
+(tests/support/gitlab_openapi.py)."""
 
 from __future__ import annotations
 
@@ -52,9 +53,15 @@ class Route:
 class Spec:
     """The description, its operations indexed by method and path, and validators built on demand."""
 
+    #: Where the document sits in the validators' registry, what it is called in messages, and the schema of the
+    #: error answers any operation may give (another forge's description sets its own: tests/support/gitlab_openapi).
+    uri = URI
+    title = "GitHub's REST API"
+    error_pointer = "/components/schemas/basic-error"
+
     def __init__(self, document: dict[str, Any]) -> None:
         self.document = document
-        self.registry = Registry().with_resource(URI, Resource(contents=document, specification=DRAFT4))
+        self.registry = Registry().with_resource(self.uri, Resource(contents=document, specification=DRAFT4))
         self.routes: list[Route] = []
         for template, item in document["paths"].items():
             regex = "^" + re.sub(r"\\\{(\w[\w-]*)\\\}", self._segment(item), re.escape(template)) + "$"
@@ -96,11 +103,11 @@ class Spec:
             match = route.pattern.match(path)
             if match:
                 return route, {k: unquote(v) for k, v in match.groupdict().items()}
-        raise LookupError(f"{method} {path} is no operation of GitHub's REST API")
+        raise LookupError(f"{method} {path} is no operation of {self.title}")
 
     @functools.cache  # noqa: B019 - one Spec per session
     def validator(self, pointer: str) -> Draft4Validator:
-        return Draft4Validator({"$ref": f"{URI}#{pointer}"}, registry=self.registry)
+        return Draft4Validator({"$ref": f"{self.uri}#{pointer}"}, registry=self.registry)
 
     def errors(self, pointer: str, instance: Any) -> list[str]:
         found = sorted(self.validator(pointer).iter_errors(instance), key=lambda e: list(e.absolute_path))
@@ -109,7 +116,7 @@ class Spec:
     # -- requests and responses ------------------------------------------------------------------------------------
 
     def check_request(self, method: str, path: str, query: dict[str, str], body: Any) -> list[str]:
-        """What is wrong with a request (empty when GitHub's description allows it)."""
+        """What is wrong with a request (empty when the description allows it)."""
         try:
             route, _ = self.route(method, path)
         except LookupError as error:
@@ -122,7 +129,11 @@ class Spec:
                 problems.append(f"{where}: unknown query parameter {name!r}")
                 continue
             schema = _nullable(params[name].get("schema", {}))
-            problems += [f"{where}: ?{name}={value}: {m}" for m in _check_value(schema, value, self.registry)]
+            # A form-style array that is not exploded travels as one comma-separated value (GitLab's `labels=a,b`).
+            listed = params[name].get("style", "form") == "form" and params[name].get("explode") is False
+            problems += [
+                f"{where}: ?{name}={value}: {m}" for m in _check_value(schema, value, self.registry, listed=listed)
+            ]
         content = route.operation.get("requestBody", {}).get("content", {})
         if body is not None:
             if "application/json" not in content:
@@ -147,7 +158,7 @@ class Spec:
             if status in CROSS_CUTTING:
                 if status == 304 or body is None:
                     return []
-                return [f"{where}: {m}" for m in self.errors("/components/schemas/basic-error", body)]
+                return [f"{where}: {m}" for m in self.errors(self.error_pointer, body)]
             return [f"{where}: the description lists no such status ({', '.join(responses)})"]
         response = self.param(responses[str(status)])
         content = response.get("content", {})
@@ -208,11 +219,15 @@ def _pointer(*parts: str) -> str:
     return "/" + "/".join(p.replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def _check_value(schema: dict[str, Any], raw: str, registry: Registry) -> list[str]:
+def _check_value(schema: dict[str, Any], raw: str, registry: Registry, *, listed: bool = False) -> list[str]:
     kinds = schema.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds]
     value: Any = raw
-    if "integer" in kinds and re.fullmatch(r"-?\d+", raw):
+    if listed and "array" in kinds:
+        items = schema.get("items", {})
+        whole = "integer" in (items.get("type") if isinstance(items.get("type"), list) else [items.get("type")])
+        value = [int(v) if whole and re.fullmatch(r"-?\d+", v) else v for v in raw.split(",")]
+    elif "integer" in kinds and re.fullmatch(r"-?\d+", raw):
         value = int(raw)
     elif "boolean" in kinds and raw in ("true", "false"):
         value = raw == "true"
