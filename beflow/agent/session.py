@@ -1,6 +1,6 @@
 """One agent session of an unattended run: acpx's cold ``exec``, or, on a retry, ``prompt -s`` on the agent's
 earlier ACP session (:class:`AgentSession`); and the queue owners and session files a resumed session leaves
-behind, stopped and removed (:func:`close_killed_runs`, :func:`forget_session`).
+behind, stopped and removed, with the worktree of a killed run (:func:`close_killed_runs`, :func:`forget_session`).
 
 `exec` is one-shot: acpx starts the agent, runs one turn and stops it. To resume an agent's ACP session, acpx needs a
 named session (`sessions new --name N --resume-session <id>`) and `prompt -s N`, which hands the turn to a detached
@@ -36,7 +36,7 @@ from beflow.paths import acpx_home
 from beflow.records.logs import LOG_NOTE, TRANSCRIPT_LIMIT
 from beflow.records.record import RunRecord, last_on_session
 from beflow.records.store import RunStore
-from beflow.system import interrupts, proc
+from beflow.system import interrupts, liveness, proc
 from beflow.system.files import read_regular
 
 if TYPE_CHECKING:
@@ -70,14 +70,45 @@ def queue_owner_pids(session_id: str, home: Path) -> list[int]:
 def close_killed_runs(store: RunStore, home: Path | None = None) -> list[RunRecord]:
     """Close the records of runs whose beflow was killed (:meth:`~beflow.records.store.RunStore.close_orphans`), and
     stop the acpx queue owners still serving their sessions: a resumed turn runs in acpx's detached owner, which
-    outlives a SIGKILLed beflow with its agent still at work in the worktree. The records closed."""
+    outlives a SIGKILLed beflow with its agent still at work in the worktree; then remove the worktrees they left in
+    the user's repository (those agents stopped first). The records closed."""
     closed = store.close_orphans(usage_of=lambda record: reported_usage(store, record))
     for record in closed:
         if not record.session:
             continue
         for pid in queue_owner_pids(record.session, home or acpx_home()):
             proc.kill_group_of(pid, marker="__queue-owner")
+    _remove_worktrees(store, [record for record in closed if record.worktree])
     return closed
+
+
+def _remove_worktrees(store: RunStore, closed: list[RunRecord]) -> None:
+    """Remove the worktrees the killed runs ``closed`` left registered in the user's repository, as a run that ends
+    removes its own (:func:`~beflow.repository.worktrees.remove_left`); one kept is said in its record. A worktree a
+    live run of the project works in now is never touched."""
+    if not closed:
+        return
+    from beflow.errors import BeflowError
+    from beflow.repository import git, worktrees
+
+    live = {r.worktree for r in store.running() if r.worktree and liveness.is_running(r.pid, r.pid_start)}
+    try:
+        repo = git.open_repo(store.project_dir)
+    except BeflowError:
+        return  # no repository there any more: nothing of it to put back
+    with repo:
+        for record in closed:
+            if record.worktree in live:
+                continue
+            try:
+                known = {commit for commit in (record.base_commit, record.commit) if commit}
+                kept = worktrees.remove_left(repo, Path(record.worktree or ""), known)
+            except BeflowError as error:
+                kept = error.message
+            if kept is not None:
+                record.worktree_kept = True
+                record.stop_reason = f"{record.stop_reason}; its worktree is kept ({kept}): {record.worktree}"
+                store.save(record)
 
 
 def reported_usage(store: RunStore, record: RunRecord) -> Usage | None:

@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from beflow.errors import ConfigError, UsageError
 from beflow.paths import beflow_home, path_key, slug
-from beflow.repository.git import CommandFailed, GitError, common_dir, pinned, run
+from beflow.repository.git import CommandFailed, GitError, common_dir, distrusting, pinned, run
 from beflow.repository.refs import branch_tip, move_head, resolve_base
+from beflow.repository.status import is_dirty
 from beflow.system.files import FileTooLarge, NotRegularError, create_new, open_regular, read_regular
 
 if TYPE_CHECKING:
@@ -216,6 +217,40 @@ def remove_worktree(repo: git.Repo, path: Path, *, prune_parent: bool = False) -
                     path.parent.rmdir()
     except CommandFailed as exc:
         raise GitError(f"could not remove worktree {path}: {exc.stderr}") from None
+
+
+def remove_left(repo: git.Repo, path: Path, known: set[str]) -> str | None:
+    """Remove the worktree a killed run left at ``path``, as a run that ends removes its own: its branch (and what
+    beflow committed on it) stays. Kept when it holds what no check has seen, which a finished run would have
+    committed or kept: uncommitted changes, or a HEAD that is none of ``known`` (the commits the run's record
+    names). Why it was kept, or None: removed, or no worktree of the repository there (another beflow removed it).
+
+    The worktree's content is the agent's: beflow's git is pinned to its registration in the repository (never led
+    by its ``.git`` file) and distrusted (no hook, no configured command)."""
+    with distrusting(), _worktrees_locked(repo):
+        if path not in registered_worktrees(repo):
+            return None
+        try:
+            with pinned(path, own_git_dir(common_dir(repo), path)) as left:
+                if is_dirty(left):
+                    return "it holds uncommitted changes"
+                head = run(left, "rev-parse", "--verify", "--quiet", "HEAD").strip()
+        except CommandFailed as exc:
+            return f"git could not read it ({exc.stderr or 'no reason given'})"
+        except GitError as error:
+            return error.message
+        except Exception as error:  # no repository object could be opened there (its .git file is not git's)
+            return f"git could not read it ({type(error).__name__})"
+        if head not in known:
+            return f"it holds commit {head[:12]}, which beflow never checked"
+        try:
+            run(repo, "worktree", "remove", "--force", str(path))
+        except CommandFailed as exc:
+            return f"git could not remove it ({exc.stderr or 'no reason given'})"
+        if path.parent.parent == beflow_home() / "worktrees":  # beflow's own folder: gone with its last worktree
+            with contextlib.suppress(OSError):
+                path.parent.rmdir()
+    return None
 
 
 #: The largest ``.worktreeinclude`` read.

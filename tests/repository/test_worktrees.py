@@ -142,3 +142,59 @@ def test_a_worktree_whose_directory_vanished_is_pruned_before_the_next_one_is_ma
     again = worktrees.create_worktree(repository, worktrees.worktree_path(worktrees_dir, "other"), "beflow/1", "HEAD")
 
     assert again.continued and str(gone) not in run_git(repo, "worktree", "list")
+
+
+def test_the_worktree_a_killed_run_left_is_removed_once_and_its_branch_kept(repo: Path, worktrees_dir: Path) -> None:
+    repository = git.open_repo(repo)
+    base = run_git(repo, "rev-parse", "HEAD").strip()
+    path = worktrees.worktree_path(worktrees_dir, "7")
+    made = worktrees.create_worktree(repository, path, "beflow/7", "HEAD")
+    (path / "work.txt").write_text("done\n")
+    commit = commits.commit_all(path, "work")
+    assert commit is not None
+    commits.publish(path, "beflow/7", commit, made.tip, "work")  # beflow had committed when it was killed
+
+    assert worktrees.remove_left(repository, path, {base, commit}) is None
+    assert not path.exists() and len(run_git(repo, "worktree", "list").splitlines()) == 1
+    assert run_git(repo, "rev-parse", "beflow/7").strip() == commit
+    assert worktrees.remove_left(repository, path, {base, commit}) is None  # (another beflow removed it: no-op)
+    repository.close()
+
+
+@pytest.mark.parametrize("agent_did", ["wrote", "committed"])
+def test_the_worktree_of_a_killed_run_is_kept_with_work_no_check_has_seen(
+    repo: Path, worktrees_dir: Path, agent_did: str
+) -> None:
+    repository = git.open_repo(repo)
+    base = run_git(repo, "rev-parse", "HEAD").strip()
+    path = worktrees.worktree_path(worktrees_dir, "7")
+    worktrees.create_worktree(repository, path, "beflow/7", "HEAD")
+    (path / "work.txt").write_text("half done\n")
+    if agent_did == "committed":
+        assert commits.commit_all(path, "the agent's") is not None
+
+    kept = worktrees.remove_left(repository, path, {base})
+
+    expected = "it holds commit" if agent_did == "committed" else "it holds uncommitted changes"
+    assert kept is not None and kept.startswith(expected)
+    assert (path / "work.txt").read_text() == "half done\n"
+    assert len(run_git(repo, "worktree", "list").splitlines()) == 2
+    repository.close()
+
+
+def test_removing_a_killed_runs_worktree_never_follows_its_git_file(repo: Path, worktrees_dir: Path) -> None:
+    """The agent pointed the worktree's ``.git`` at the user's checkout, which has changes: beflow's git reads the
+    worktree's own registration (clean), and git refuses to remove a worktree whose ``.git`` does not point back."""
+    repository = git.open_repo(repo)
+    base = run_git(repo, "rev-parse", "HEAD").strip()
+    path = worktrees.worktree_path(worktrees_dir, "7")
+    worktrees.create_worktree(repository, path, "beflow/7", "HEAD")
+    (path / ".git").write_text(f"gitdir: {repo / '.git'}\n")
+    (repo / "README.md").write_text("the user's edit\n")
+
+    kept = worktrees.remove_left(repository, path, {base})
+
+    assert kept is not None and kept.startswith("git could not remove it"), kept
+    assert (repo / "README.md").read_text() == "the user's edit\n" and path.is_dir()
+    assert run_git(repo, "rev-parse", "HEAD").strip() == base
+    repository.close()
