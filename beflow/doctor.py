@@ -190,6 +190,8 @@ def run_checks(explicit: Path | None = None) -> list[Check]:
         checks.append(earlier)
     if project is not None:
         checks.extend(c for c in (check(project) for check in PROJECT_CHECKS) if c is not None)
+        # Last, and told how the agent check went: an agent that does not start is not the sandbox's fault.
+        checks.append(check_sandbox(project, any(c.name == "agent" and c.ok for c in checks)))
     return checks
 
 
@@ -338,10 +340,11 @@ def check_agent_starts(project: Project) -> Check | None:
 PROJECT_CHECKS.append(check_agent_starts)
 
 
-def check_sandbox(project: Project) -> Check:
+def check_sandbox(project: Project, agent_starts: bool = True) -> Check:
     """Whether runs are sandboxed here, and why (``sandbox.enabled``; ``"auto"``: whether bwrap starts on this
     machine). When they are: the sandbox starts, the agent starts in it and reaches its model's host through the
-    proxy (beflow/sandbox/check.py)."""
+    proxy (beflow/sandbox/check.py). ``agent_starts`` false: the agent check failed (not logged in, say) or found no
+    agent to start; the agent is not started in the sandbox to fail there again, in words that blame the sandbox."""
     from beflow.sandbox import check, choice  # (loaded by doctor alone: bwrap is started only here)
 
     chosen = choice.choose(project.config)
@@ -350,8 +353,8 @@ def check_sandbox(project: Project) -> Check:
     if not chosen.sandboxed:
         how = f"Make bwrap start here (beflow docs safety, #the-sandbox), or choose: {choice.HOW_TO_CHOOSE}."
         return Check("sandbox", True, f"off ({chosen.why}): runs are not sandboxed", how, warning=True)
-    ok, detail, fix = check.check(project, AGENT_PROBE_TIMEOUT)
+    ok, detail, fix = check.check(project, AGENT_PROBE_TIMEOUT, agent=agent_starts)
+    if ok and not agent_starts:
+        how = "Make the agent start (see above); then doctor starts it inside the sandbox too."
+        return Check("sandbox", True, f"on ({chosen.why}): {detail}", how, warning=True)
     return Check("sandbox", ok, f"on ({chosen.why}): {detail}", fix)
-
-
-PROJECT_CHECKS.append(check_sandbox)

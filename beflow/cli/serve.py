@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from beflow.cli.common import App, err, escape, pass_app
+from beflow.errors import Interrupted
 from beflow.paths import TOKEN_ENV
 
 if TYPE_CHECKING:
@@ -34,6 +35,21 @@ def announce(serving: Serving) -> None:
         err.print(
             f"beflow: not loopback: every request needs the token, which is in {where}; open {url}/?token=<token>"
         )
+
+
+@contextlib.contextmanager
+def stopped_as_a_service() -> Iterator[None]:
+    """A server stopped by SIGTERM or SIGINT — how systemd, docker and Ctrl-C stop a service — says "stopped" (one
+    line) and exits as a signal does (130, after cleanup), not "error: interrupted by SIGTERM": it was asked to
+    stop, and did. Any other signal (SIGHUP: the terminal went away) stays the error it is."""
+    try:
+        yield
+    except Interrupted as stop:
+        if stop.signal_name not in ("SIGTERM", "SIGINT"):
+            raise
+        with contextlib.suppress(OSError):
+            err.print("beflow: stopped")
+        raise SystemExit(stop.exit_code) from None
 
 
 @contextlib.contextmanager
@@ -71,4 +87,5 @@ def command(app: App, where: str) -> None:
 
     hardening.keep_private()
     project = app.project()
-    serve_forever(project, parse_bind(where), app.actor, announce)
+    with stopped_as_a_service():
+        serve_forever(project, parse_bind(where), app.actor, announce)

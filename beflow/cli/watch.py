@@ -175,8 +175,9 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
     try:
         with contextlib.ExitStack() as serving:
             if hub is not None and http is not None:
-                from beflow.cli.serve import beside_watch
+                from beflow.cli.serve import beside_watch, stopped_as_a_service
 
+                serving.enter_context(stopped_as_a_service())  # (outermost: after the server's own warning)
                 source = serving.enter_context(beside_watch(app, http, dispatcher, hub))
 
                 async def watching() -> list[RunRecord]:

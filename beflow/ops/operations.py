@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, Literal, TypeVar, cast
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
 
 from beflow.config import Project
 from beflow.errors import BeflowError, OutOfScopeError, UsageError, excerpt
@@ -46,8 +47,13 @@ class Input(BaseModel):
 
 def _whole_number_as_text(value: object) -> object:
     """A key sent as a whole number is its text: clients read "e.g. 7" and send 7 (the MCP Inspector does). A float
-    or a bool is no key (``type(...) is int``: a bool is an int to ``isinstance``)."""
-    return str(value) if type(value) is int else value
+    or a bool is no key (``type(...) is int``: a bool is an int to ``isinstance``), and the refusal says what is
+    one: pydantic's own words ("expected a string") would refuse the whole numbers it takes."""
+    if type(value) is int:
+        return str(value)
+    if not isinstance(value, str):
+        raise PydanticCustomError("key_type", "expected a string or a whole number")
+    return value
 
 
 #: An issue key in an operation's input: a string, or a whole number taken as one (its schema stays a string).

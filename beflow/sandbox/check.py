@@ -41,8 +41,10 @@ def model_host(project: Project, sandbox: Sandbox) -> str | None:
     return host if ":" in host else f"{host}:443"
 
 
-async def check_async(project: Project, timeout: float) -> tuple[bool, str, str | None]:
-    """Whether the sandbox works for ``project``'s agent: ok, what was found, and the fix when not."""
+async def check_async(project: Project, timeout: float, agent: bool = True) -> tuple[bool, str, str | None]:
+    """Whether the sandbox works for ``project``'s agent: ok, what was found, and the fix when not. ``agent``
+    false: the agent did not start outside the sandbox, so starting it inside would only say that again, as the
+    sandbox's fault; the sandbox and its proxy are checked without it."""
     config = project.config
     done: list[str] = []
     with tempfile.TemporaryDirectory(prefix="beflow-doctor-") as directory:
@@ -52,25 +54,14 @@ async def check_async(project: Project, timeout: float) -> tuple[bool, str, str 
             async with sandbox.opened():
                 await sandbox.probe()
                 done.append("starts")
-                unset = agent_env.for_agent(config).unset
-                argv = agents.probe_argv(config, cwd, "beflow-doctor")
-                started = await proc.run(sandbox.wrap(argv, cwd=cwd), cwd=cwd, timeout=timeout, unset=unset)
-                sandbox.check(started)
                 label = config.agent_label()
-                if not started.ok:
-                    said = started.stderr.decode("utf-8", "replace")
-                    lines = agents.agent_lines(said)[-1:] or [started.describe()]
-                    hint = sandbox.explain(said)
-                    return (
-                        False,
-                        f"{label} did not start inside the sandbox: {agents.one_line(lines[0])}"
-                        + (f"; {hint}" if hint else ""),
-                        (
-                            "Check that the agent's install and login are among the preset's or sandbox.read/write "
-                            "paths (beflow docs config, #sandbox), and that `beflow doctor` passes without the sandbox."
-                        ),
-                    )
-                done.append(f"{label} opened a session inside")
+                if agent:
+                    failed = await _agent_inside(project, sandbox, cwd, timeout)
+                    if failed is not None:
+                        return failed
+                    done.append(f"{label} opened a session inside")
+                else:
+                    done.append(f"{label} not started inside (it did not start outside it: see above)")
                 host = model_host(project, sandbox)
                 if host is None:
                     done.append("no host allowed (sandbox.hosts): the agent has no network")
@@ -95,6 +86,29 @@ async def check_async(project: Project, timeout: float) -> tuple[bool, str, str 
     return True, "; ".join(done), None
 
 
-def check(project: Project, timeout: float) -> tuple[bool, str, str | None]:
+async def _agent_inside(project: Project, sandbox: Sandbox, cwd: Path, timeout: float) -> tuple[bool, str, str] | None:
+    """The agent started inside the open sandbox (initialize and a new session): None, or the failure to report."""
+    config = project.config
+    unset = agent_env.for_agent(config).unset
+    argv = agents.probe_argv(config, cwd, "beflow-doctor")
+    started = await proc.run(sandbox.wrap(argv, cwd=cwd), cwd=cwd, timeout=timeout, unset=unset)
+    sandbox.check(started)
+    if started.ok:
+        return None
+    said = started.stderr.decode("utf-8", "replace")
+    lines = agents.agent_lines(said)[-1:] or [started.describe()]
+    hint = sandbox.explain(said)
+    return (
+        False,
+        f"{config.agent_label()} did not start inside the sandbox: {agents.one_line(lines[0])}"
+        + (f"; {hint}" if hint else ""),
+        (
+            "Check that the agent's install and login are among the preset's or sandbox.read/write "
+            "paths (beflow docs config, #sandbox), and that `beflow doctor` passes without the sandbox."
+        ),
+    )
+
+
+def check(project: Project, timeout: float, agent: bool = True) -> tuple[bool, str, str | None]:
     """:func:`check_async` from synchronous code."""
-    return anyio.run(lambda: check_async(project, timeout))
+    return anyio.run(lambda: check_async(project, timeout, agent))

@@ -27,6 +27,7 @@ from beflow import __version__
 from beflow.app import open_tracker
 from beflow.config import Project
 from beflow.errors import BeflowError, NotFoundError, UsageError
+from beflow.mcpserver.results import for_remote
 from beflow.ops.operations import Context
 from beflow.web import api, filters
 from beflow.web.guard import Policy
@@ -129,6 +130,9 @@ class Server:
         return Response(body, status_code=status, media_type="application/json")
 
     def problem(self, status: int, code: str, message: str, fix: str | None = None) -> Response:
+        """An API error, in the words MCP over HTTP uses: no path of the server's disk (:func:`for_remote`)."""
+        here = self.project.directory
+        message, fix = for_remote(message, here), (for_remote(fix, here) if fix is not None else None)
         return self.json(api.Problem(error=api.ProblemDetail(code=code, message=message, fix=fix)), status)
 
     def html(self, template: str, **values: Any) -> HTMLResponse:

@@ -230,6 +230,22 @@ def test_errors_cross_as_data_with_a_code_a_fix_and_no_raw_input(project: Path) 
     run(main)
 
 
+def test_a_key_that_is_neither_a_string_nor_a_whole_number_is_refused_in_words_that_say_what_a_key_is(
+    project: Path,
+) -> None:
+    async def main() -> None:
+        async with connect(project) as session:
+            float_key = await session.call_tool("issue_show", {"key": 1.0})
+            whole = await session.call_tool("issue_show", {"key": 1})
+
+        refused = error_of(float_key)
+        assert refused["code"] == "usage"
+        assert refused["message"] == "issue.show: key: expected a string or a whole number"
+        assert not whole.is_error  # (what the message promises)
+
+    run(main)
+
+
 def test_inputs_over_the_limit_are_refused_and_results_over_it_are_cut_with_a_note(project: Path) -> None:
     open_tracker(load_project(config_file(project))).comment("1", "long " * 6000, "someone")
 

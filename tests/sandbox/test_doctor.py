@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from beflow.config import load_project
-from beflow.doctor import check_sandbox
+from beflow.doctor import check_sandbox, run_checks
 from tests.support.projects import config_file
 
 pytestmark = pytest.mark.slow  # the doctor starts the agent through acpx, in the sandbox
@@ -61,6 +61,26 @@ def test_the_doctor_starts_the_agent_in_the_sandbox_and_reaches_its_host(
     assert "starts" in check.detail
     assert "opened a session inside" in check.detail
     assert f"127.0.0.1:{listening} reached through the proxy" in check.detail
+
+
+def test_an_agent_that_is_not_logged_in_is_not_blamed_on_the_sandbox(
+    repo: Path, acpx_bin: Path, test_agent_command: str, listening: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent check already says the agent is not logged in: the sandbox line says what it checked of the
+    sandbox itself, and that the agent was not started in it because of that, never "did not start inside"."""
+    monkeypatch.setenv("ACP_TEST_AUTH", "required")  # the test agent's "not logged in"
+    configure(repo, acpx_bin, test_agent_command, hosts=[f"127.0.0.1:{listening}"])
+    checks = {check.name: check for check in run_checks(config_file(repo))}
+
+    assert not checks["agent"].ok, checks["agent"]
+    sandbox = checks["sandbox"]
+    assert sandbox.ok and sandbox.warning, sandbox
+    assert "did not start inside the sandbox" not in sandbox.detail
+    assert sandbox.detail == (
+        f"on (sandbox.enabled is true): starts; {load_project(config_file(repo)).config.agent_label()} not started "
+        f"inside (it did not start outside it: see above); 127.0.0.1:{listening} reached through the proxy"
+    )
+    assert sandbox.fix and "agent" in sandbox.fix
 
 
 def test_a_host_the_proxy_cannot_reach_is_named(repo: Path, acpx_bin: Path, test_agent_command: str) -> None:

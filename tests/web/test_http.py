@@ -248,6 +248,16 @@ def test_an_api_path_or_method_that_does_not_exist_is_answered_as_every_api_erro
     assert (page.status_code, page.text) == (404, "Not Found")  # a page's 404 is not the API's
 
 
+def test_an_issue_that_does_not_exist_is_not_found_in_words_that_name_no_path_of_the_server(project: Path) -> None:
+    with serving(project) as (served, _), client(served) as http:
+        answer = http.get("/api/v1/issues/999")
+
+    error = answer.json()["error"]
+    assert (answer.status_code, error["code"]) == (404, "not_found")
+    assert error["message"].startswith("no issue 999 in .beflow/issues")  # as MCP over HTTP says it
+    assert str(project) not in answer.text
+
+
 def test_a_foreign_origin_is_refused(project: Path) -> None:
     with serving(project) as (served, _), client(served) as http:
         answer = http.get("/api/v1/state", headers={"Origin": "http://evil.example"})

@@ -1,6 +1,7 @@
 """Stopping a server with pages open: ``beflow serve`` and ``beflow watch --http`` as real processes, an event
 stream connected (as the live page keeps one), then SIGTERM or Ctrl-C. The streams end themselves when the server
-is asked to stop: the process exits quickly, 130, and says nothing of it on stderr (no traceback)."""
+is asked to stop: the process exits quickly, 130, and says "stopped" on stderr — no error, no traceback: SIGTERM is
+how systemd and docker stop a service."""
 
 from __future__ import annotations
 
@@ -126,6 +127,7 @@ def stop_with_streams_open(
     eventually(lambda: streams.ended == 3 and mcp.ended, "every stream ended")
     text = "".join(stderr)
     assert code == 130, text
+    assert text.splitlines()[-1] == "beflow: stopped" and "error" not in text, text
     assert took < QUICK, f"stopping took {took:.1f} s: {text}"
     for bad in ("Traceback", "Exception in ASGI application", "CancelledError", "graceful shutdown exceeded"):
         assert bad not in text, text
