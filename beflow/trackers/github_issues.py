@@ -21,6 +21,7 @@ from beflow.trackers import github_wire as wire
 from beflow.trackers.github_comments import Authors
 from beflow.trackers.github_labels import RepoLabels
 from beflow.trackers.issue import DEFAULT_PRIORITY, Comment, FileProblem, Issue
+from beflow.trackers.wire import problem as problem_in
 
 #: Before the marker, a comment beflow posted holds a token of its own: a post whose answer was lost is found by it.
 _MARKERS = re.compile(r"\s*(<!-- beflow:post [0-9a-f]+ -->\s*)?<!-- beflow(:progress)? -->\s*$")
@@ -110,7 +111,7 @@ class IssueReader:
                 url=raw.html_url,
             )
         except pydantic.ValidationError as exc:  # a label a person (or an agent) made that no issue may carry
-            raise self.unreadable(str(raw.number), wire.problem(exc), _LABEL_FIX) from None
+            raise self.unreadable(str(raw.number), problem_in(exc), _LABEL_FIX) from None
 
     def unreadable(self, number: str | None, problem: str, fix: str) -> UnreadableIssue:
         which = f"issue {number}" if number is not None else "an issue"
@@ -133,7 +134,7 @@ class IssueReader:
         try:
             comment = Comment(author=got.login, created=got.created_at, text=text)
         except pydantic.ValidationError as exc:
-            return _left_out(got.id, wire.problem(exc), got.created_at)
+            return _left_out(got.id, problem_in(exc), got.created_at)
         # The text of one who may not give feedback stays out of prompts, as in review rounds.
         return comment.withholding(self.authors.why_unread(got))
 

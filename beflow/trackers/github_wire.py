@@ -15,9 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from beflow.errors import BeflowError
+from beflow.trackers.wire import Answers, Wire, problem
 
 #: A number or an id as GitHub gives them: a JSON integer ("7" and true are not numbers).
 Id = Annotated[int, Field(strict=True, ge=0)]
@@ -35,12 +36,6 @@ class MalformedAnswer(BeflowError):
             fix="GitHub (or a proxy before it) answered differently from its API's description; beflow reads it "
             "again at its next look. Check tracker.api_url if it goes on.",
         )
-
-
-class Wire(BaseModel):
-    """A payload of GitHub's: fields beflow does not read are ignored."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 # -- issues, labels, comments ------------------------------------------------------------------------------------------
@@ -287,35 +282,8 @@ def error_message(data: Any) -> str | None:
 
 M = TypeVar("M", bound=Wire)
 
-
-def problem(error: ValidationError) -> str:
-    """The first thing wrong with a payload: where, and what (never the value: it may be anything)."""
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
-    message = str(first["msg"]).removeprefix("Value error, ")
-    return f"{where}: {message}" if where else message
-
-
-def parse(model: type[M], data: Any, what: str) -> M:
-    """``data``, GitHub's answer to ``what`` (``GET /repos/...``), as ``model``; else :class:`MalformedAnswer`."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as error:
-        raise MalformedAnswer(f"GitHub's answer to {what} cannot be read: {problem(error)}") from None
-
-
-def listed(data: Any, what: str) -> list[Any]:
-    """The items of a listing's answer (an empty answer has none); anything but a list is :class:`MalformedAnswer`."""
-    if data is None:
-        return []
-    if not isinstance(data, list):
-        raise MalformedAnswer(f"GitHub's answer to {what} cannot be read: it is not a list")
-    return data
-
-
-def parse_list(model: type[M], data: Any, what: str) -> list[M]:
-    """Every item of a listing as ``model``; one that does not read makes the answer :class:`MalformedAnswer`."""
-    return [parse(model, item, f"{what} (item {n})") for n, item in enumerate(listed(data, what))]
+_answers = Answers("GitHub", MalformedAnswer)
+parse, listed, parse_list = _answers.parse, _answers.listed, _answers.parse_list
 
 
 @dataclass(frozen=True)

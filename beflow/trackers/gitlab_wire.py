@@ -19,10 +19,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, ValidationError, field_validator
 
 from beflow.errors import BeflowError
-from beflow.trackers.github_wire import problem
+from beflow.trackers.wire import Answers, Wire, problem
 
 #: An id or an iid as GitLab gives them: a JSON integer ("7" and true are not ids).
 Id = Annotated[int, Field(strict=True, ge=0)]
@@ -43,12 +43,6 @@ class MalformedAnswer(BeflowError):
             fix="GitLab (or a proxy before it) answered differently from its API's description; beflow reads it "
             "again at its next look. Check tracker.url if it goes on.",
         )
-
-
-class Wire(BaseModel):
-    """A payload of GitLab's: fields beflow does not read are ignored."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True)
 
 
 # -- people and their rights -------------------------------------------------------------------------------------------
@@ -322,27 +316,8 @@ def next_page(headers: Mapping[str, str]) -> str | None:
 
 M = TypeVar("M", bound=Wire)
 
-
-def parse(model: type[M], data: Any, what: str) -> M:
-    """``data``, GitLab's answer to ``what`` (``GET /projects/...``), as ``model``; else :class:`MalformedAnswer`."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as error:
-        raise MalformedAnswer(f"GitLab's answer to {what} cannot be read: {problem(error)}") from None
-
-
-def listed(data: Any, what: str) -> list[Any]:
-    """The items of a listing's answer; anything but a list is :class:`MalformedAnswer`."""
-    if data is None:
-        return []
-    if not isinstance(data, list):
-        raise MalformedAnswer(f"GitLab's answer to {what} cannot be read: it is not a list")
-    return data
-
-
-def parse_list(model: type[M], data: Any, what: str) -> list[M]:
-    """Every item of a listing as ``model``; one that does not read makes the answer :class:`MalformedAnswer`."""
-    return [parse(model, item, f"{what} (item {n})") for n, item in enumerate(listed(data, what))]
+_answers = Answers("GitLab", MalformedAnswer)
+parse, listed, parse_list = _answers.parse, _answers.listed, _answers.parse_list
 
 
 @dataclass(frozen=True)
