@@ -46,13 +46,13 @@ import anyio.abc
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from beflow import guardrails
-from beflow.agent.acpx import Transcript
+from beflow.agent.acpx import ToolCallState, Transcript
 from beflow.config import Project
 from beflow.errors import BeflowError, UsageError, excerpt
 from beflow.mcp.acp import AcpServer
 from beflow.mcp.own import CAPABILITY_ENV, SERVER_NAME, check_name, own_server
 from beflow.mcpserver.failures import log_internal, without_input
-from beflow.mcpserver.schema import load_all
+from beflow.mcpserver.schema import exposed, load_all
 from beflow.ops.operations import Context
 from beflow.paths import beflow_home
 from beflow.system import threads
@@ -425,20 +425,21 @@ async def own_channel(
 
 
 #: Tool call titles that name beflow's own server: ``mcp beflow.issue_show``, ``mcp__beflow__issue_show``, ...
-OWN_TOOL = re.compile(rf"(?<![A-Za-z0-9])(?:mcp__)?{SERVER_NAME}(?:[._]|__)[a-z]+_[a-z_]+")
+OWN_TOOL = re.compile(rf"(?<![A-Za-z0-9])(?:mcp__)?{SERVER_NAME}(?:[._]|__)(?P<tool>[a-z]+_[a-z_]+)")
 
 
 def own_failure(channel: RunChannel, transcript: Transcript | None) -> str | None:
     """Why beflow's own server failed the agent, judged from what the agent tried (its tool calls naming the
-    server, in the transcript) and what the channel served; ``None`` when nothing points at a failure."""
+    server, in the transcript) and what the channel served; ``None`` when nothing points at a failure. A call
+    naming a tool the server does not list never reaches the run: a server that started answered it itself
+    (``unknown_tool``), so it is the agent's slip, not the server's failure."""
     tried = []
     if transcript is not None:
-        tried = [
-            call
-            for call in transcript.tool_calls.values()
-            if OWN_TOOL.search(call.title or "") or OWN_TOOL.search(call.kind or "")
-        ]
+        tried = [call for call in transcript.tool_calls.values() if _own_tool(call) is not None]
     usage = channel.usage
+    if usage.sessions:  # it started: it reached the run at start-up
+        listed = {op.tool_name for op in exposed(None, bound=True)}
+        tried = [call for call in tried if _own_tool(call) in listed]
     unanswered = len(tried) - usage.calls
     if tried and unanswered > 0 and any(call.status == "failed" for call in tried):
         started = "it never started" if usage.sessions == 0 else "the run answered fewer of them"
@@ -448,3 +449,9 @@ def own_failure(channel: RunChannel, transcript: Transcript | None) -> str | Non
             f"reached the run ({started}{refused})"
         )
     return None
+
+
+def _own_tool(call: ToolCallState) -> str | None:
+    """The tool of beflow's own server a tool call names (in its title, else its kind), if it names one."""
+    found = OWN_TOOL.search(call.title or "") or OWN_TOOL.search(call.kind or "")
+    return found["tool"] if found else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,3 +122,40 @@ def test_run_status_carries_what_the_run_used_so_far_and_what_earlier_runs_used(
     assert beflow("--auto", key).exit_code == 0
     (earlier,) = status()["earlier"]
     assert earlier["usage"]["cost"] == 0.4 and earlier["usage"]["context_peak"] == 2500
+
+
+#: Removes the run's channel under the agent: beflow's own server cannot start any more.
+CUT = r"""
+import json, os
+(own,) = [s for s in json.load(open(".acpxrc.json"))["mcpServers"] if s["name"] == "beflow"]
+os.unlink(own["args"][own["args"].index("--channel") + 1])
+"""
+FAILED = "beflow's own MCP server failed the agent"
+
+
+@pytest.mark.slow
+def test_an_unknown_tool_is_no_failure_of_beflows_server_and_a_server_that_cannot_start_is(
+    auto_project: AutoProject, beflow, tmp_path: Path
+) -> None:
+    auto_project.configure(mcp={"self": True})
+    key = auto_project.new_issue(directive("no_such_tool", {}), "write a.txt x", title="Fix the crash")
+
+    asked = beflow("--auto", key, "--json")
+
+    assert asked.exit_code == 0, asked.stderr
+    record = auto_project.only_record()
+    # The server answered the agent itself: it has no such tool.
+    assert (record.final_message or "").endswith("mcp no_such_tool: error unknown_tool"), record.final_message
+    assert FAILED not in asked.stdout + asked.stderr and FAILED not in (record.stop_reason or "")
+
+    cut = tmp_path / "cut.py"
+    cut.write_text(CUT)
+    key = auto_project.new_issue(f"run {sys.executable} {cut}", directive("issue_comment", {"text": "Found it."}))
+
+    failed = beflow("--auto", key, "--json")
+
+    (record,) = auto_project.records(key)
+    failure = f"{FAILED}: 1 of its 1 call(s) to it never reached the run (it never started)"
+    notices = [json.loads(line) for line in failed.stdout.splitlines() if '"notice"' in line]
+    assert any(failure in event.get("message", "") for event in notices), failed.stdout
+    assert failure in (record.stop_reason or ""), record.stop_reason

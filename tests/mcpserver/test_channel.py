@@ -15,10 +15,11 @@ from pathlib import Path
 import anyio
 import pytest
 
+from beflow.agent.acpx import ToolCallState, Transcript
 from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.errors import BeflowError
-from beflow.mcpserver.channel import MAX_REQUEST, ChannelClient, RunChannel
+from beflow.mcpserver.channel import MAX_REQUEST, ChannelClient, RunChannel, own_failure
 from tests.support.projects import config_file
 
 
@@ -133,3 +134,21 @@ def test_a_channel_in_the_systems_temporary_directory_sweeps_only_killed_runs_ch
     anyio.run(main)
     assert (others / "kept.txt").read_text() == "x"
     assert not killed.exists() and not channel.directory.exists()
+
+
+def calls(*titles: str) -> Transcript:
+    """A transcript whose tool calls (named by their titles) all failed."""
+    return Transcript(tool_calls={str(n): ToolCallState(title, "other", "failed") for n, title in enumerate(titles)})
+
+
+def test_an_unknown_tool_is_the_agents_slip_and_a_server_that_never_started_its_failure(channel: RunChannel) -> None:
+    # It started (its start-up check reached the run) and answered the unknown tools itself: no failure.
+    channel.usage.sessions = 1
+    assert own_failure(channel, calls("mcp beflow.no_such_tool", "mcp__beflow__issue_frobnicate")) is None
+    # A tool it lists that never reached the run is its failure, the unknown one beside it not counted.
+    failure = own_failure(channel, calls("mcp beflow.no_such_tool", "mcp beflow.issue_comment"))
+    assert failure is not None and "1 of its 1 call(s) to it never reached the run" in failure
+    # It never started: whatever the agent called, nothing answered.
+    channel.usage.sessions = 0
+    failure = own_failure(channel, calls("mcp beflow.no_such_tool"))
+    assert failure is not None and "(it never started)" in failure
