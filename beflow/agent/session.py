@@ -78,16 +78,23 @@ def close_killed_runs(store: RunStore, home: Path | None = None) -> list[RunReco
             continue
         for pid in queue_owner_pids(record.session, home or acpx_home()):
             proc.kill_group_of(pid, marker="__queue-owner")
-    _remove_worktrees(store, [record for record in closed if record.worktree])
+    kept = remove_left_worktrees(store, [record for record in closed if record.worktree])
+    for record in closed:
+        why = kept.get(Path(record.worktree)) if record.worktree else None
+        if why is not None:
+            record.worktree_kept = True
+            record.stop_reason = f"{record.stop_reason}; its worktree is kept ({why}): {record.worktree}"
+            store.save(record)
     return closed
 
 
-def _remove_worktrees(store: RunStore, closed: list[RunRecord]) -> None:
-    """Remove the worktrees the killed runs ``closed`` left registered in the user's repository, as a run that ends
-    removes its own (:func:`~beflow.repository.worktrees.remove_left`); one kept is said in its record. A worktree a
-    live run of the project works in now is never touched."""
-    if not closed:
-        return
+def remove_left_worktrees(store: RunStore, records: list[RunRecord]) -> dict[Path, str | None]:
+    """Remove the worktrees ``records`` (runs that are over) left registered in the user's repository, as a run that
+    ends removes its own (:func:`~beflow.repository.worktrees.remove_left`: git pinned to the repository's
+    registration, never led by the worktree's ``.git`` file); a worktree a live run of the project works in now is
+    never touched. Each worktree looked at, and why it was kept (None: removed, or no worktree there any more)."""
+    if not records:
+        return {}
     from beflow.errors import BeflowError
     from beflow.repository import git, worktrees
 
@@ -95,20 +102,22 @@ def _remove_worktrees(store: RunStore, closed: list[RunRecord]) -> None:
     try:
         repo = git.open_repo(store.project_dir)
     except BeflowError:
-        return  # no repository there any more: nothing of it to put back
+        return {}  # no repository there any more: nothing of it to put back
+    # Every commit a run of the worktree named was checked by that run.
+    known: dict[str, set[str]] = {}
+    for record in records:
+        if record.worktree:
+            known.setdefault(record.worktree, set()).update(c for c in (record.base_commit, record.commit) if c)
+    said: dict[Path, str | None] = {}
     with repo:
-        for record in closed:
-            if record.worktree in live:
+        for path, commits in known.items():
+            if path in live:
                 continue
             try:
-                known = {commit for commit in (record.base_commit, record.commit) if commit}
-                kept = worktrees.remove_left(repo, Path(record.worktree or ""), known)
+                said[Path(path)] = worktrees.remove_left(repo, Path(path), commits)
             except BeflowError as error:
-                kept = error.message
-            if kept is not None:
-                record.worktree_kept = True
-                record.stop_reason = f"{record.stop_reason}; its worktree is kept ({kept}): {record.worktree}"
-                store.save(record)
+                said[Path(path)] = error.message
+    return said
 
 
 def reported_usage(store: RunStore, record: RunRecord) -> Usage | None:

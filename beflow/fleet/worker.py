@@ -35,7 +35,7 @@ from temporalio.worker import (
     WorkerTuner,
 )
 
-from beflow.agent.session import reported_usage
+from beflow.agent.session import close_killed_runs, remove_left_worktrees
 from beflow.codehosts.base import Opened
 from beflow.config import Project
 from beflow.errors import BeflowError, LockedError
@@ -57,7 +57,6 @@ from beflow.fleet.workflow import IssueWorkflow
 from beflow.ops import rounds
 from beflow.records.record import RunRecord
 from beflow.records.store import RunStore
-from beflow.repository import git, status, worktrees
 from beflow.run.policy import after_run, is_final
 from beflow.run.request import RunRequest
 from beflow.system import threads
@@ -271,10 +270,10 @@ class FleetWorker:
 
         project, watch = self.project, self.project.config.watch
         store = RunStore(project.directory)
-        if run.resumed:  # a killed worker's run: its record closed, its managed file put back
-            # (with what its agent reported, read back from its transcript)
-            await threads.blocking(lambda: store.close_orphans(usage_of=lambda r: reported_usage(store, r)))
+        if run.resumed:  # a killed worker's run: its managed file put back, then its record closed (with what its
+            # agent reported), its acpx queue owner stopped and its worktree removed unless it holds work
             await threads.blocking(recover_orphans)
+            await threads.blocking(close_killed_runs, store)
         request = RunRequest(
             key=run.key,
             mode="watch",
@@ -363,32 +362,28 @@ class FleetWorker:
 
     def sweep(self) -> list[tuple[str, str]]:
         """The worktrees runs on this machine left behind (a worker killed mid-run: its run went on elsewhere),
-        removed when no run holds their issue now and nothing in them is uncommitted; kept, and said, when something
-        is (a person's to look at). Each (issue, what became of its worktree)."""
+        removed when no run holds their issue now and nothing in them is unchecked, as the single-machine path
+        removes them (:func:`~beflow.agent.session.close_killed_runs`); kept, and said, when something is (a
+        person's to look at). Each (issue, what became of its worktree)."""
         from beflow.mcp.orphans import recover_orphans
 
-        store, project = RunStore(self.project.directory), self.project
-        store.close_orphans(usage_of=lambda r: reported_usage(store, r))
+        store = RunStore(self.project.directory)
         recover_orphans()  # a killed run's managed file, put back before anything reads its worktree
         left = {r.worktree: r.issue for r in store.records() if r.worktree and os.path.isdir(r.worktree)}
+        close_killed_runs(store)
         if not left:
             return []
         claims = fleet_claims(self.tracker)
         held = claims.held(set(left.values())) if claims is not None else set(left.values())
+        over = [r for r in store.records() if r.worktree in left and r.issue not in held]
+        kept = remove_left_worktrees(store, over)
         said: list[tuple[str, str]] = []
-        with git.open_repo(project.directory) as repo:
-            for path, key in left.items():
-                if key in held:
-                    continue  # a run holds it: its worktree is in use
-                try:
-                    if status.is_dirty(Path(path)):
-                        said.append((key, f"kept {path}: it holds uncommitted changes of an earlier run"))
-                        continue
-                    worktrees.remove_worktree(repo, Path(path), prune_parent=project.config.worktrees.dir is None)
-                except BeflowError as error:
-                    said.append((key, f"kept {path}: {error.message}"))
-                    continue
+        for path, key in left.items():
+            why = kept.get(Path(path))
+            if not os.path.isdir(path):
                 said.append((key, f"removed {path}, left by an earlier run"))
+            elif why is not None:
+                said.append((key, f"kept {path}: {why}"))
         return said
 
     async def serve(self, ready: Callable[[], None] | None = None) -> None:
