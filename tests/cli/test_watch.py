@@ -266,6 +266,8 @@ def test_a_signal_mid_run_cancels_restores_records_requeues_and_exits_130(
     stdout, stderr = process.communicate(timeout=60)
 
     assert process.returncode == 130, stderr
+    # A watch is a service: stopped by a signal, it says so — no error (`--once` is interrupted: below).
+    assert stderr.strip().splitlines()[-1] == "beflow: stopped" and "error" not in stderr, stderr
     events = events_of(stdout)
     assert [e["event"] for e in events] == ["dispatched", "stopping", "finished"]
     assert events[-1]["outcome"] == "cancelled"
@@ -303,6 +305,23 @@ def test_a_watcher_stopped_before_any_issue_is_ready_exits_130(auto_project: Aut
         pytest.fail("beflow watch did not stop on SIGTERM")
     assert process.returncode == 130
     assert [e["event"] for e in events_of(stdout)] == ["stopping"]
+
+
+def test_a_once_watch_stopped_mid_run_is_an_interruption_not_a_stopped_service(
+    auto_project: AutoProject, beflow_process, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    """`--once` is a one-shot command: a signal interrupts it, and it says so as the error it is."""
+    auto_project.configure(watch=FAST)
+    marks = tmp_path / "marks.log"
+    auto_project.new_issue("sleep 60", f"mark {marks}")
+    process = beflow_process("watch", "--once", cwd=auto_project.directory)
+    wait_for(marks)
+
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 130
+    assert "error: interrupted by SIGTERM" in stderr and "beflow: stopped" not in stderr, stderr
 
 
 # -- the live view ----------------------------------------------------------------------------------------------
