@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # rich is loaded for the live view only: `watch --json` (cron
 #: Events worth a line in the scrolling log above the live view.
 LOGGED = {
     "dispatched",
+    "skipped",
     "finished",
     "retry_scheduled",
     "cancelled",
