@@ -75,9 +75,13 @@ class NotFoundError(BeflowError):
 
 
 class LockedError(BeflowError):
-    """Another beflow process holds what this one needs."""
+    """Another beflow process holds what this one needs; ``holder`` names it when its claim says who it is."""
 
     code = "locked"
+
+    def __init__(self, message: str, *, fix: str | None = None, holder: str | None = None) -> None:
+        super().__init__(message, fix=fix)
+        self.holder = holder
 
 
 class ToolMissingError(BeflowError):

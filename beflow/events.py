@@ -182,6 +182,13 @@ class Because(Payload):
     reason: str
 
 
+class Skipped(Because):
+    """A dispatch that did not run, or an issue that cannot be read; ``by``: the watcher that took the issue first,
+    when its claim says who."""
+
+    by: str | None = None
+
+
 class Problem(Payload):
     message: str
 
@@ -217,7 +224,7 @@ WATCH_PAYLOADS: dict[str, type[Payload]] = {
     "retry_scheduled": RetryScheduled,
     "failed": Because,
     "cancelled": Because,
-    "skipped": Because,
+    "skipped": Skipped,
     "requeued": Because,
     "settled": Because,
     "config_reloaded": ConfigReloaded,

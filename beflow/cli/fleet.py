@@ -3,12 +3,14 @@ dispatcher."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import click
 
 from beflow.cli.common import App, HelpGroup, emit_json, err, escape, out, pass_app
 from beflow.cli.lines import event_line
+from beflow.cli.serve import stopped_as_a_service
 from beflow.config import Project
 from beflow.errors import UsageError
 from beflow.events import RunEvent, WatchEvent
@@ -64,7 +66,8 @@ def dev(port: int, ui_port: int | None, database: Path | None) -> None:
         ui = f"; web UI on http://{devserver.HOST}:{ui_port}" if ui_port else ""
         err.print(escape(f"Temporal dev server at {devserver.HOST}:{port} (database {where}{ui}); Ctrl-C stops it"))
 
-    code = interrupts.run(lambda: devserver.serve(port, where, ready, ui_port=ui_port))
+    with stopped_as_a_service():
+        code = interrupts.run(lambda: devserver.serve(port, where, ready, ui_port=ui_port))
     if code:
         raise SystemExit(code)
 
@@ -96,7 +99,8 @@ def worker(app: App, lanes: int, name: str | None, as_json: bool) -> None:
     def ready() -> None:
         err.print(escape(f"worker {fleet.name}: {lanes} lane(s) on {fleet.settings.address}, queue {fleet.queue}"))
 
-    interrupts.run(lambda: fleet.serve(ready))
+    with stopped_as_a_service():  # a worker is a service: SIGTERM is how it is stopped
+        interrupts.run(lambda: fleet.serve(ready))
 
 
 def watch_fleet(project: Project, *, once: bool, as_json: bool, http: str | None = None) -> None:
@@ -113,4 +117,6 @@ def watch_fleet(project: Project, *, once: bool, as_json: bool, http: str | None
     dispatcher = FleetDispatcher(project, open_project(project), lambda event: _line(event, as_json))
     if not as_json:
         err.print(escape(f"dispatching to the fleet at {dispatcher.settings.address} — Ctrl-C stops"))
-    interrupts.run(lambda: dispatcher.watch(once=once))
+    # A watch is a service stopped by a signal; an interrupted `--once` is an interruption.
+    with stopped_as_a_service() if not once else contextlib.nullcontext():
+        interrupts.run(lambda: dispatcher.watch(once=once))

@@ -30,6 +30,8 @@ def details(event: WatchEvent | RunEvent) -> str:
     if (used := fields.pop("watch_used", None)) is not None:
         totals = guardrails.Totals(used["runs"], used["reported"], used["tokens"], dict(used["cost"]))
         said.append(f"the watch so far: {totals.describe()}")
+    if (by := fields.get("by")) is not None and by in str(fields.get("reason", "")):
+        del fields["by"]  # the reason already names who took the issue
     named = ", ".join(f"{name}={_value(value)}" for name, value in fields.items() if value is not None)
     return " — ".join([named, *said] if named else said)  # (a run's usage in words has commas and semicolons)
 

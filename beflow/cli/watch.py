@@ -12,6 +12,7 @@ import click
 from beflow import guardrails
 from beflow.cli.common import App, err, escape, pass_app
 from beflow.cli.lines import event_line
+from beflow.cli.serve import stopped_as_a_service
 from beflow.cli.stream import EventStream
 from beflow.errors import BeflowError
 from beflow.events import RunEvent, WatchEvent
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # rich is loaded for the live view only: `watch --json` (cron
 #: Events worth a line in the scrolling log above the live view.
 LOGGED = {
     "dispatched",
+    "skipped",
     "finished",
     "retry_scheduled",
     "cancelled",
@@ -174,10 +176,11 @@ def command(app: App, once: bool, as_json: bool, http: str | None) -> None:
         live.start()
     try:
         with contextlib.ExitStack() as serving:
-            if hub is not None and http is not None:
-                from beflow.cli.serve import beside_watch, stopped_as_a_service
-
+            if not once or http is not None:  # a service stopped says so; an interrupted `--once` is an interruption
                 serving.enter_context(stopped_as_a_service())  # (outermost: after the server's own warning)
+            if hub is not None and http is not None:
+                from beflow.cli.serve import beside_watch
+
                 source = serving.enter_context(beside_watch(app, http, dispatcher, hub))
 
                 async def watching() -> list[RunRecord]:

@@ -188,6 +188,7 @@ class FileClaims:
             raise LockedError(
                 f"issue {key} is claimed by {who}",
                 fix="Wait for that run to finish or stop it; a claim ends by itself when its process dies.",
+                holder=who if holder else None,
             )
         return Claim(info, lock.release)
 

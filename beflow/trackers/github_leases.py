@@ -188,7 +188,7 @@ class GitHubLeases:
         # lost): taken over like a dead one, never reported as "claimed by" itself.
         own = current in self._written and key not in self._holding
         if self._live(current, held) and not own:
-            raise LockedError(f"issue {key} is claimed by {_who(held)}", fix=_LOCKED_FIX)
+            raise LockedError(f"issue {key} is claimed by {_who(held)}", fix=_LOCKED_FIX, holder=_who(held))
         sha = self._lease_commit(key, lease, current)
         if not self._move_ref(key, sha):
             raise LockedError(f"issue {key} was claimed by another beflow just now", fix=_LOCKED_FIX)

@@ -306,7 +306,10 @@ class Dispatcher:
             with running.scope:
                 record = await run.execute()
         except LockedError as error:
-            self.emit("skipped", key, reason=error.message)
+            # Another watcher (here, or on another machine) claimed the issue first: its lane is free again.
+            taken = error.code == LockedError.code  # (not a NoLongerReady: that one may have been moved by a person)
+            reason = f"taken by another watcher: {error.message}" if taken else error.message
+            self.emit("skipped", key, reason=reason, **({"by": error.holder} if error.holder else {}))
         except BeflowError as error:
             self.emit("error", key, message=error.message)
         except Exception as error:  # one run's unexpected failure (a full disk, say) must not stop the watcher

@@ -21,7 +21,8 @@ from beflow.events import WATCH_EVENTS, WatchEvent
 from beflow.mcp.journal import journal_dir
 from beflow.paths import ACPXRC
 from beflow.records.record import RunRecord
-from beflow.trackers import Status
+from beflow.trackers import Issue, Status
+from beflow.trackers.local import LocalTracker
 from beflow.watch.lanes import Running, Snapshot
 from beflow.watch.retries import Backoff
 from tests.support.projects import AutoProject
@@ -241,6 +242,41 @@ def test_two_watchers_started_together_run_each_issue_exactly_once(
     assert {auto_project.issue(k).status for k in keys} == {Status.REVIEW}
 
 
+def test_a_watch_that_loses_the_claim_race_says_the_issue_was_taken_and_by_whom(
+    auto_project: AutoProject, beflow, beflow_process, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two watchers on one project both see an issue ready; the other one claims it first (it is started, and
+    holds the claim, between this watch's look at the tracker and its claim). This one says the issue was taken,
+    by whom, and runs nothing; the other one runs it, and says `stopped` when SIGTERM stops it."""
+    auto_project.configure(watch=FAST)
+    marks = tmp_path / "marks.log"
+    key = auto_project.new_issue("sleep 60", f"mark {marks}", title="Raced")
+    looked = LocalTracker.ready
+    other: list[subprocess.Popen[str]] = []
+
+    def ready_then_outrun(tracker: LocalTracker) -> list[Issue]:
+        listed = looked(tracker)
+        if listed and not other:  # the race: the other watcher takes the issue now
+            other.append(beflow_process("watch", cwd=auto_project.directory))
+            eventually(lambda: tracker.holder(key) is not None, "the other watcher's claim", alive=other[0])
+        return listed
+
+    monkeypatch.setattr(LocalTracker, "ready", ready_then_outrun)
+    loser = beflow("watch", "--once")
+    (winner,) = other
+    wait_for(marks)
+    winner.send_signal(signal.SIGTERM)
+    _, said = winner.communicate(timeout=60)
+
+    assert loser.exit_code == 0, loser.stderr
+    (line,) = [line for line in loser.stderr.splitlines() if " skipped " in line]
+    assert re.search(rf" skipped +{key} +reason=taken by another watcher: issue {key} is claimed by beflow ", line)
+    assert f"(pid {winner.pid} on " in line  # who took it, from its claim
+    assert re.search(rf" dispatched +{key} ", said) and said.strip().splitlines()[-1] == "beflow: stopped", said
+    assert winner.returncode == 130
+    assert [r.outcome for r in auto_project.records()] == ["cancelled"]  # one run: the winner's
+
+
 # -- signals ----------------------------------------------------------------------------------------------------
 
 
@@ -266,6 +302,8 @@ def test_a_signal_mid_run_cancels_restores_records_requeues_and_exits_130(
     stdout, stderr = process.communicate(timeout=60)
 
     assert process.returncode == 130, stderr
+    # A watch is a service: stopped by a signal, it says so — no error (`--once` is interrupted: below).
+    assert stderr.strip().splitlines()[-1] == "beflow: stopped" and "error" not in stderr, stderr
     events = events_of(stdout)
     assert [e["event"] for e in events] == ["dispatched", "stopping", "finished"]
     assert events[-1]["outcome"] == "cancelled"
@@ -303,6 +341,23 @@ def test_a_watcher_stopped_before_any_issue_is_ready_exits_130(auto_project: Aut
         pytest.fail("beflow watch did not stop on SIGTERM")
     assert process.returncode == 130
     assert [e["event"] for e in events_of(stdout)] == ["stopping"]
+
+
+def test_a_once_watch_stopped_mid_run_is_an_interruption_not_a_stopped_service(
+    auto_project: AutoProject, beflow_process, tmp_path: Path, no_leftover_processes: None
+) -> None:
+    """`--once` is a one-shot command: a signal interrupts it, and it says so as the error it is."""
+    auto_project.configure(watch=FAST)
+    marks = tmp_path / "marks.log"
+    auto_project.new_issue("sleep 60", f"mark {marks}")
+    process = beflow_process("watch", "--once", cwd=auto_project.directory)
+    wait_for(marks)
+
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+
+    assert process.returncode == 130
+    assert "error: interrupted by SIGTERM" in stderr and "beflow: stopped" not in stderr, stderr
 
 
 # -- the live view ----------------------------------------------------------------------------------------------

@@ -58,11 +58,12 @@ def test_dev_server_two_workers_and_watch_turn_ready_issues_into_branches_once(
         return {(await client.get_workflow_handle(workflow_id(tracker, key)).query("state"))["worker"] for key in keys}
 
     assert ask(address, workers_of) == {"one", "two"}
-    for process in (watch, *workers):
+    # Each is a service: SIGTERM stops it, and it says so — no error.
+    for process in (watch, *workers, server):
         process.send_signal(signal.SIGTERM)
-        process.wait(60)
-    server.send_signal(signal.SIGTERM)
-    server.wait(60)
+        _, said = process.communicate(timeout=60)
+        assert process.returncode == 130 and said.strip().splitlines()[-1] == "beflow: stopped", said
+        assert "error" not in said, said
     # What the service stored (inputs, results, heartbeats) holds no secret of the runs' MCP servers.
     stored = b"".join(path.read_bytes() for path in tmp_path.glob("temporal.db*"))
     assert b"beflow/local:" in stored  # the workflows are there
