@@ -126,6 +126,73 @@ class GitHubTrackerSettings(Model):
         return _http_url(value)
 
 
+class GitLabTrackerSettings(Model):
+    """GitLab issues (docs/trackers.md): which issues are beflow's, where status lives, how claims are leased."""
+
+    kind: Literal["gitlab"]
+    #: The project's path (``group/name``, subgroups included); left out, it is read from the checkout's ``origin``.
+    project: str | None = None
+    #: The GitLab instance: gitlab.com, or a self-managed one's address (its REST API is ``<url>/api/v4``).
+    url: str = "https://gitlab.com"
+    #: An issue is beflow's when it carries every one of these labels.
+    labels: list[Annotated[str, Field(min_length=1, max_length=50)]] = Field(default_factory=lambda: ["beflow"])
+    #: Status labels are this prefix and the status: ``beflow:ready``, ``beflow:in-progress``, ...
+    status_prefix: str = Field(default="beflow:", min_length=1, max_length=30)
+    #: The environment variable holding the token (else ``glab config get token --host <host>``).
+    token_env: str = Field(default="GITLAB_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: Seconds a claim lasts without renewal: after that another watcher may take the issue over.
+    lease: Seconds = 300.0
+    #: Confidential issues are beflow's too (they are skipped by default: an agent's words about them are public
+    #: wherever its branch and merge request are).
+    confidential: Flag = False
+    #: Whether the agent's environment gets the token (it does not by default).
+    agent_token: Flag = False
+
+    def secret_env(self) -> list[str]:
+        """The environment variables holding this tracker's secrets: every run masks their values and withholds
+        them from the agent (docs/safety.md)."""
+        return [self.token_env]
+
+    def agent_gets_secrets(self) -> bool:
+        """Whether the agent's environment keeps :meth:`secret_env` (``agent_token``)."""
+        return self.agent_token
+
+    def issues_in_checkout(self) -> bool:
+        return False
+
+    def outside_service(self) -> bool:
+        return True
+
+    def status_label_prefix(self) -> str | None:
+        return self.status_prefix
+
+    def implied_code_host(self) -> CodeHostSettings:
+        """The issues' own project, on the same instance with the same token."""
+        return GitLabCodeHostSettings(kind="gitlab", project=self.project, url=self.url, token_env=self.token_env)
+
+    @field_validator("project")
+    @classmethod
+    def _project_path(cls, value: str | None) -> str | None:
+        return _project_path(value)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return _instance_url(value)
+
+
+def _project_path(value: str | None) -> str | None:
+    if value is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+", value):
+        raise ValueError('expected a project path, "group/name" (or "group/subgroup/name")')
+    return value
+
+
+def _instance_url(value: str) -> str:
+    if not re.fullmatch(r"https?://[^\s/]+(/\S*)?", value):
+        raise ValueError('expected an http(s) URL, such as "https://gitlab.example.com"')
+    return value.rstrip("/").removesuffix("/api/v4")
+
+
 def _owner_slash_name(value: str | None) -> str | None:
     if value is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+", value):
         raise ValueError('expected "owner/name"')
@@ -138,7 +205,7 @@ def _http_url(value: str | None) -> str | None:
     return value.rstrip("/") if value else value
 
 
-Tracker = Annotated[LocalTrackerSettings | GitHubTrackerSettings, Field(discriminator="kind")]
+Tracker = Annotated[LocalTrackerSettings | GitHubTrackerSettings | GitLabTrackerSettings, Field(discriminator="kind")]
 
 
 class GitHubCodeHostSettings(Model):
@@ -167,6 +234,32 @@ class GitHubCodeHostSettings(Model):
         return [self.token_env]
 
 
+class GitLabCodeHostSettings(Model):
+    """GitLab as the code host (docs/config.md): where runs' branches are pushed and proposed as merge requests."""
+
+    kind: Literal["gitlab"]
+    #: The project's path (``group/name``); left out, it is read from the checkout's ``origin`` remote.
+    project: str | None = None
+    #: The GitLab instance: gitlab.com, or a self-managed one's address.
+    url: str = "https://gitlab.com"
+    #: The environment variable holding the token (else ``glab config get token --host <host>``).
+    token_env: str = Field(default="GITLAB_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+    @field_validator("project")
+    @classmethod
+    def _project_path(cls, value: str | None) -> str | None:
+        return _project_path(value)
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        return _instance_url(value)
+
+    def secret_env(self) -> list[str]:
+        """The environment variables holding this code host's secrets: masked in every run, never the agent's."""
+        return [self.token_env]
+
+
 class NoCodeHostSettings(Model):
     """No code host: branches stay in the local repository."""
 
@@ -176,7 +269,9 @@ class NoCodeHostSettings(Model):
         return []
 
 
-CodeHostSettings = Annotated[GitHubCodeHostSettings | NoCodeHostSettings, Field(discriminator="kind")]
+CodeHostSettings = Annotated[
+    GitHubCodeHostSettings | GitLabCodeHostSettings | NoCodeHostSettings, Field(discriminator="kind")
+]
 
 
 class Worktrees(Model):
@@ -211,6 +306,9 @@ class AfterRun(Model):
     pull_request: Flag = False
     #: Pull requests are opened as drafts.
     draft: Flag = True
+    #: The pull request's description says ``Closes #<key>``, so that merging it closes the issue (for issues of the
+    #: code host's own repository; the issue is linked either way).
+    closes_issue: Flag = False
 
 
 class Watch(Model):

@@ -314,7 +314,8 @@ def test_the_code_host_is_the_one_named_else_the_one_the_tracker_implies(repo: P
 @pytest.mark.parametrize(
     ("code_host", "said"),
     [
-        ({"kind": "gitlab"}, "code_host"),
+        ({"kind": "gitlab", "project": "no-group"}, "code_host.project"),
+        ({"kind": "bitbucket"}, "code_host.kind"),
         ({"kind": "github", "repo": "hello"}, 'code_host.repo: expected "owner/name"'),
         ({"kind": "github", "api_url": "ftp://x"}, "code_host.api_url: expected an http(s) URL"),
         ({"kind": "github", "token_env": "no spaces"}, "code_host.token_env"),
