@@ -523,6 +523,28 @@ class RateHeaders:
         return max(spent, default=None)
 
 
+class RateLimit(Wire):
+    """One bucket as ``rateLimitStatus`` reports it (``type``: ``requestCount``, ``queryComplexity``, ...)."""
+
+    type: str
+    allowedAmount: float
+    remainingAmount: float
+    #: The bucket's period, and when it is full again (epoch milliseconds).
+    period: float
+    reset: float
+
+
+class RateLimitStatus(Wire):
+    kind: str
+    limits: list[RateLimit]
+
+
+class RateLimitAnswer(Wire):
+    """The answer to ``BeflowRateLimitStatus`` (``beflow doctor``)."""
+
+    rateLimitStatus: RateLimitStatus
+
+
 # -- parsing -------------------------------------------------------------------------------------------------------
 
 M = TypeVar("M", bound=Wire)

@@ -97,6 +97,46 @@ def test_every_document_beflow_sends_is_listed() -> None:
     assert sorted(operations.values()) == sorted(q.DOCUMENTS.values())
 
 
+def test_every_document_beflow_sends_is_answered_by_the_fake(linear: FakeLinear) -> None:
+    """Each of beflow's documents, sent with the variables beflow sends, answered without an error: the fake does
+    all that beflow asks (a document added without the fake learning it fails here)."""
+    issue = linear.add_issue("Everything", labels=["beflow"])
+    comment = linear.add_comment(issue, "Mine")
+    session = linear.delegate(issue)
+    app = {"BeflowAgentSession", "BeflowAgentSessionCreate", "BeflowAgentSessionUpdate", "BeflowAgentActivityCreate"}
+    variables: dict[str, dict[str, Any]] = {
+        "BeflowViewer": {},
+        "BeflowTeam": {"key": "ENG"},
+        "BeflowWorkflowStates": {"teamKey": "ENG"},
+        "BeflowIssues": {"filter": q.issue_filter("ENG", labels=["beflow"], state_types=["unstarted"]), "first": 50},
+        "BeflowChanged": {"filter": q.issue_filter("ENG", updated_after="2026-01-01T00:00:00.000Z"), "first": 50},
+        "BeflowIssue": {"id": "ENG-1", "first": 50},
+        "BeflowComments": {"id": issue["id"], "first": 50, "after": None, "includeArchived": True},
+        "BeflowComment": {"id": comment["id"]},
+        "BeflowAgentSession": {"id": session["id"], "first": 50},
+        "BeflowRateLimitStatus": {},
+        "BeflowCommentCreate": {"input": {"issueId": issue["id"], "body": "Claimed", "id": str(uuid.uuid4())}},
+        "BeflowCommentUpdate": {"id": comment["id"], "input": {"body": "Mine, edited"}},
+        "BeflowIssueUpdate": {"id": issue["id"], "input": {"stateId": linear.state("In Progress")["id"]}},
+        "BeflowLabelCreate": {"input": {"name": "beflow:failed", "teamId": linear.team["id"], "color": "#eb5757"}},
+        "BeflowAgentSessionCreate": {"input": {"issueId": issue["id"]}},
+        "BeflowAgentSessionUpdate": {
+            "id": session["id"],
+            "input": {"addedExternalUrls": [{"label": "PR", "url": "u"}]},
+        },
+        "BeflowAgentActivityCreate": {
+            "input": {"agentSessionId": session["id"], "content": {"type": "thought", "body": "Reading"}}
+        },
+    }
+    assert sorted(variables) == sorted(q.DOCUMENTS)
+    for name, document in q.DOCUMENTS.items():
+        data(post(linear, document, variables[name], token=APP_TOKEN if name in app else API_KEY))
+    status = data(post(linear, q.RATE_LIMIT_STATUS))
+    limits = wire.parse(wire.RateLimitAnswer, status, "BeflowRateLimitStatus").rateLimitStatus.limits
+    assert {limit.type for limit in limits} == {"requestCount", "queryComplexity"}
+    assert [s.operation for s in linear.seen][: len(q.DOCUMENTS)] == list(q.DOCUMENTS)
+
+
 # -- reading issues ----------------------------------------------------------------------------------------------------
 
 
