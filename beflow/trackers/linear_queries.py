@@ -191,7 +191,7 @@ query BeflowChanged($filter: IssueFilter!, $first: Int!) {
 }
 """
 
-#: One issue with its first page of comments, oldest first (the order they were written in).
+#: One issue with its first page of comments by creation (Linear gives the latest first).
 ISSUE_WITH_COMMENTS = _document(
     """
 query BeflowIssue($id: String!, $first: Int!) {
@@ -242,7 +242,7 @@ query BeflowComment($id: String!) {
     USER,
 )
 
-#: An agent session with its activities (a person's prompts and ``stop`` signal among them), oldest first.
+#: An agent session with its activities (a person's prompts and ``stop`` signal among them), the latest first.
 AGENT_SESSION = _document(
     """
 query BeflowAgentSession($id: String!, $first: Int!, $after: String) {
@@ -397,9 +397,9 @@ def issue_filter(
     updated_after: str | None = None,
     delegate: str | None = None,
 ) -> dict[str, Any]:
-    """The ``IssueFilter`` of a team's issues (by its key): in ``project`` (by name) if given, carrying every one of
-    ``labels``, in a state of one of ``state_types``, updated after ``updated_after`` (ISO 8601), or delegated to the
-    user ``delegate`` (an id) whatever their labels."""
+    """The ``IssueFilter`` of a team's issues (by its key): in ``project`` (by name) if given, in a state of one of
+    ``state_types``, updated after ``updated_after`` (ISO 8601), and carrying every one of ``labels`` (each without
+    regard to case) or delegated to the user ``delegate`` (an id: beflow's app user) whatever their labels."""
     parts: list[dict[str, Any]] = [{"team": {"key": {"eq": team}}}]
     if project is not None:
         parts.append({"project": {"name": {"eq": project}}})

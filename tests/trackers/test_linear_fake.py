@@ -5,8 +5,10 @@ by the client, rate limits, faults)."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import datetime as dt
 import hashlib
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -264,6 +266,24 @@ def test_a_comment_made_with_an_id_of_beflows_choosing_is_made_once(linear: Fake
     assert codes(post(linear, q.COMMENT_CREATE, {"input": {"issueId": "ENG-1", "body": "x", "id": not_v4}})) == [
         wire.INVALID_INPUT
     ]
+
+
+def test_of_racing_creates_with_one_id_exactly_one_is_made(linear: FakeLinear) -> None:
+    """What a claim on Linear can stand on: watchers that create a comment with the same id at once (each its own
+    words) — one is made, the others are refused, and reading the id says whose it is."""
+    issue = linear.add_issue("Raced")
+    chosen = str(uuid.uuid4())
+    start = threading.Barrier(6)
+
+    def claim(n: int) -> int:
+        start.wait()
+        variables = {"input": {"issueId": issue["id"], "body": f"watcher {n}", "id": chosen}}
+        return post(linear, q.COMMENT_CREATE, variables).json().get("data") is not None
+
+    with concurrent.futures.ThreadPoolExecutor(6) as pool:
+        won = [n for n, ok in zip(range(6), pool.map(claim, range(6)), strict=True) if ok]
+    assert len(won) == 1 and len(issue["comments"]) == 1
+    assert data(post(linear, q.COMMENT_BY_ID, {"id": chosen}))["comment"]["body"] == f"watcher {won[0]}"
 
 
 def test_a_deleted_comment_keeps_its_id_taken_and_is_read_when_asked_for(linear: FakeLinear) -> None:
