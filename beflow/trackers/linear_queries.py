@@ -38,7 +38,9 @@ fragment BeflowState on WorkflowState {
 }
 """
 
-#: An issue as beflow reads it (with :data:`STATE` and :data:`USER`).
+#: An issue as beflow reads it (with :data:`STATE` and :data:`USER`). Its first 20 labels by name (a connection
+#: multiplies the cost of a listing by its page size), and the ids of all of them: the names of an issue with more
+#: are read from its team's labels.
 ISSUE = """
 fragment BeflowIssue on Issue {
   id
@@ -52,7 +54,8 @@ fragment BeflowIssue on Issue {
   state { ...BeflowState }
   team { id key }
   project { id name }
-  labels(first: 50) { nodes { id name } }
+  labels(first: 20) { nodes { id name } }
+  labelIds
   assignee { ...BeflowUser }
   delegate { ...BeflowUser }
 }

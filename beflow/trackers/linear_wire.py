@@ -173,6 +173,8 @@ class Issue(Wire):
     team: TeamRef
     project: ProjectRef | None = None
     labels: list[Label] = Field(default_factory=list)
+    #: The ids of all its labels (``labels`` is a first page of them).
+    labelIds: list[Id] | None = None
     assignee: User | None = None
     #: The agent the issue is delegated to (an app user), the person staying its assignee.
     delegate: User | None = None
@@ -188,6 +190,11 @@ class Issue(Wire):
     @property
     def label_names(self) -> list[str]:
         return [label.name for label in self.labels]
+
+    @property
+    def labels_complete(self) -> bool:
+        """Whether ``labels`` holds every label of the issue (else the rest are named by the team's labels)."""
+        return self.labelIds is None or {label.id for label in self.labels} >= set(self.labelIds)
 
     @property
     def rank(self) -> int:

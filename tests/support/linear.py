@@ -724,8 +724,11 @@ def _install(schema: GraphQLSchema) -> None:
             for defn in kind.fields.values():
                 if get_named_type(defn.type).name.endswith("Connection"):
                     defn.resolve = _stored_connection
-        if kind.name == "User":
-            kind.fields["isMe"].resolve = lambda user, info: user["id"] == info.context.user["id"]
+    # Fields that follow from others: whether a user is the token's, and the ids of an issue's labels.
+    user, issue = schema.type_map["User"], schema.type_map["Issue"]
+    assert isinstance(user, GraphQLObjectType) and isinstance(issue, GraphQLObjectType)
+    user.fields["isMe"].resolve = lambda user, info: user["id"] == info.context.user["id"]
+    issue.fields["labelIds"].resolve = lambda issue, info: [label["id"] for label in issue["labels"]]
     for root, table in ((schema.query_type, QUERIES), (schema.mutation_type, MUTATIONS)):
         assert root is not None
         for name, defn in root.fields.items():

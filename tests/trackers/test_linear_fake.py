@@ -27,6 +27,7 @@ from tests.support.linear import (
     SCHEMA,
     SCHEMA_SHA256,
     FakeLinear,
+    complexity,
     linear_schema,
 )
 from tests.support.linear import linear as linear
@@ -91,6 +92,14 @@ def test_a_typo_in_a_document_fails_the_validation_naming_the_field(schema: Grap
     ]
     wrong_argument = q.COMMENT_UPDATE.replace("commentUpdate(id: $id", "commentUpdate(commentId: $id")
     assert any("Unknown argument 'commentId'" in p.message for p in validate(schema, parse(wrong_argument)))
+
+
+def test_every_document_stays_far_below_linears_cap_on_one_querys_cost(schema: GraphQLSchema) -> None:
+    """Linear refuses a query that costs more than 10,000 points, and meters 250,000 an hour: the listing of a full
+    page stays under a third of the cap, and the idle poll's question costs a few hundred at most."""
+    costs = {name: complexity(schema, parse(doc), {"first": q.PAGE}, name) for name, doc in q.DOCUMENTS.items()}
+    assert max(costs.values()) == costs["BeflowIssues"] < 3500
+    assert costs["BeflowChanged"] < 200
 
 
 def test_every_document_beflow_sends_is_listed() -> None:
@@ -178,7 +187,8 @@ def test_the_listing_reads_as_beflows_issue(linear: FakeLinear) -> None:
     )
     assert (issue.state.name, issue.state.type, issue.team.key, issue.rank) == ("Todo", "unstarted", "ENG", 1)
     assert issue.project is not None and issue.project.name == "Widgets"
-    assert issue.label_names == ["beflow"] and issue.assignee is None and issue.delegate is None
+    assert issue.label_names == ["beflow"] and issue.labels_complete
+    assert issue.assignee is None and issue.delegate is None
     assert issue.url == "https://linear.app/acme/issue/eng-1"
 
 

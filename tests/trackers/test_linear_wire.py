@@ -26,6 +26,7 @@ ISSUE: dict[str, Any] = {
     "state": TODO, "team": {"id": "1c2d3e4f-5a6b-4c7d-8e9f-0a1b2c3d4e5f", "key": "ENG"},
     "project": {"id": "2d3e4f5a-6b7c-4d8e-9f0a-1b2c3d4e5f6a", "name": "Widgets"},
     "labels": {"nodes": [{"id": "3e4f5a6b-7c8d-4e9f-8a1b-2c3d4e5f6a7b", "name": "beflow"}]},
+    "labelIds": ["3e4f5a6b-7c8d-4e9f-8a1b-2c3d4e5f6a7b"],
     "assignee": ADA, "delegate": AGENT, "branchName": "ada/eng-123-widgets-break-on-resize",
 }  # fmt: skip
 
@@ -55,6 +56,7 @@ def test_an_issue_reads_with_its_state_team_labels_and_people() -> None:
     issue = wire.parse(wire.Issue, ISSUE, "BeflowIssues")
     assert (issue.identifier, issue.title, issue.rank) == ("ENG-123", "Widgets break on resize", wire.HIGH)
     assert (issue.state.name, issue.state.type, issue.team.key) == ("Todo", "unstarted", "ENG")
+    assert issue.labels_complete and not wire.parse(wire.Issue, {**ISSUE, "labelIds": ["a", "b"]}, "x").labels_complete
     assert issue.label_names == ["beflow"] and issue.project == wire.ProjectRef(
         id=ISSUE["project"]["id"], name="Widgets"
     )
