@@ -213,14 +213,14 @@ query BeflowIssue($id: String!, $first: Int!) {
     COMMENT,
 )
 
-#: The next pages of an issue's comments; ``includeArchived`` also gives the ones deleted since (a claim reads them:
-#: an id once taken stays taken).
+#: The next pages of an issue's comments; ``includeArchived`` also gives the ones deleted since, and ``filter`` picks
+#: (a claim reads beflow's own, ``{"user": {"isMe": {"eq": true}}}``, deleted ones too: an id once taken stays taken).
 COMMENTS = _document(
     """
-query BeflowComments($id: String!, $first: Int!, $after: String, $includeArchived: Boolean) {
+query BeflowComments($id: String!, $first: Int!, $after: String, $includeArchived: Boolean, $filter: CommentFilter) {
   issue(id: $id) {
     id
-    comments(first: $first, after: $after, orderBy: createdAt, includeArchived: $includeArchived) {
+    comments(first: $first, after: $after, orderBy: createdAt, includeArchived: $includeArchived, filter: $filter) {
       nodes { ...BeflowComment }
       pageInfo { hasNextPage endCursor }
     }

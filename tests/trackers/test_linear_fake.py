@@ -308,6 +308,13 @@ def test_a_deleted_comment_keeps_its_id_taken_and_is_read_when_asked_for(linear:
         return sorted(c["body"] for c in nodes)
 
     assert (bodies(False), bodies(True)) == (["Kept"], ["Deleted", "Kept"])
+    linear.add_comment(issue, "beflow-claim 1", user=linear.app)
+    mine = {"user": {"isMe": {"eq": True}}, "body": {"startsWith": "beflow-claim"}}
+    variables = {"id": issue["id"], "first": 50, "includeArchived": True, "filter": mine}
+    assert data(post(linear, q.COMMENTS, variables, token=APP_TOKEN))["issue"]["comments"]["nodes"][0]["body"] == (
+        "beflow-claim 1"
+    )
+    assert data(post(linear, q.COMMENTS, variables))["issue"]["comments"]["nodes"] == []  # not the person's
     read = wire.parse(wire.CommentOnIssue, data(post(linear, q.COMMENT_BY_ID, {"id": gone["id"]}))["comment"], "x")
     assert read.archivedAt is not None and read.issue is not None and read.issue.identifier == "ENG-1"
     again = {"input": {"issueId": issue["id"], "body": "x", "id": gone["id"]}}
