@@ -64,6 +64,8 @@ ACTIVE = ("triage", "backlog", "unstarted", "started")
 FULL_EVERY = 600.0
 #: How far back the first look after a full listing asks what changed: the listing and the clocks need not agree.
 OVERLAP = 60.0
+#: Linear's times are to the millisecond: "changed after" asks from a millisecond before the last change read.
+_TICK = dt.timedelta(milliseconds=1)
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*-[0-9]+$")
 _SHAPE_FIX = (
     "Linear (or a proxy before it) answered differently from its schema; beflow skips the issue until it reads. "
@@ -209,25 +211,26 @@ class LinearTracker:
         read = self._issues(flt)
         self._active, self._problems = {}, {}
         self._take(read)
-        self._since, self._full_at = begun, time.monotonic()
+        # What changes next is asked from the latest change read (the same millisecond included), or from a while
+        # before the listing began, whichever is later: the window of the next question stays small.
+        latest = max((r.updatedAt for r in read if isinstance(r, wire.Issue)), default=begun)
+        self._since, self._full_at = max(begun, latest) - _TICK, time.monotonic()
 
     def _changes(self) -> None:
         assert self._since is not None
         flt = q.issue_filter(self.settings.team, project=self.settings.project, updated_after=_iso(self._since))
         data = self.api.query(q.CHANGED, {"filter": flt, "first": q.PAGE})
         page = wire.parse(_ChangedAnswer, data, "BeflowChanged").issues
-        changed = [n for n in page.nodes if self._stamps.get(n.id) != n.updatedAt]
         if page.pageInfo.hasNextPage:  # more changed than a page: read them all again
             self._full()
             return
-        if not changed:
-            return
-        newest = max(n.updatedAt for n in changed)
-        # (without the labels: an issue that lost beflow's label is seen, and dropped)
-        self._take(self._issues(q.issue_filter(self.settings.team, project=self.settings.project,
-                                               updated_after=_iso(min(n.updatedAt for n in changed)
-                                                                  - dt.timedelta(milliseconds=1)))))  # fmt: skip
-        self._since = max(self._since, newest - dt.timedelta(seconds=1))
+        changed = [n for n in page.nodes if self._stamps.get(n.id) != n.updatedAt]
+        if changed:
+            # (without the labels: an issue that lost beflow's label is seen, and dropped)
+            since = min(n.updatedAt for n in changed) - _TICK
+            self._take(self._issues(q.issue_filter(self.settings.team, project=self.settings.project,
+                                                   updated_after=_iso(since))))  # fmt: skip
+        self._since = max([self._since, *(n.updatedAt - _TICK for n in page.nodes)])
 
     def _issues(self, flt: dict[str, Any]) -> list[wire.Issue | wire.Unread]:
         """Every issue matching ``flt``, a page at a time; one that does not read is its :class:`~wire.Unread`."""
