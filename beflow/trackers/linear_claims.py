@@ -293,9 +293,16 @@ class LinearLeases:
         info = ClaimInfo(key=key, owner=lease.owner, pid=lease.pid, host=lease.host, since=utc_now())
 
         def renew() -> None:
+            if state.lost:
+                raise ClaimLost(state.lost)
+            if time.monotonic() >= state.expires:
+                # Run out: another watcher may hold the issue now, whether or not it took it yet.
+                with contextlib.suppress(BeflowError):
+                    taker = self._read(issue_id, lease.generation + 1)
+                    state.lost = f"the claim on issue {key} was taken over by {_who(taker.lease)}" if taker else None
+                state.lost = state.lost or f"the claim on issue {key} ran out before it was renewed"
+                raise ClaimLost(state.lost)
             with state.lock, self.api.deadline(state.expires):
-                if state.lost:
-                    raise ClaimLost(state.lost)
                 begun = time.monotonic()
                 taker = self._read(issue_id, lease.generation + 1)
                 if taker is not None:
