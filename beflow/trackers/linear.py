@@ -14,25 +14,21 @@
   (:mod:`beflow.trackers.linear_claims`, the tracker's claim store).
 - **Polling** is cheap: the team's active issues are held in memory, and each look asks Linear only what changed since
   the last one (``BeflowChanged``: ids and times, a few points), reading in full only the issues that did; an idle
-  watch costs one request a poll.
+  watch costs one request a poll (:mod:`beflow.trackers.linear_issues`).
 """
 
 from __future__ import annotations
 
-import contextlib
-import datetime as dt
 import os
 import re
-import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pydantic
 
 from beflow.config import LinearTrackerSettings, Project
-from beflow.errors import BeflowError, NotFoundError, UsageError, excerpt
+from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.trackers import linear_queries as q
 from beflow.trackers import linear_quoting
 from beflow.trackers import linear_wire as wire
@@ -41,7 +37,6 @@ from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, orp
 from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
     Comment,
-    FileProblem,
     Issue,
     Listing,
     Status,
@@ -53,31 +48,11 @@ from beflow.trackers.issue import (
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError
 from beflow.trackers.linear_claims import LinearLeases, is_claim
 from beflow.trackers.linear_comments import IssueComments
+from beflow.trackers.linear_issues import SHAPE_FIX, TeamIssues, comment_of
 from beflow.trackers.linear_workflow import Workflow
 from beflow.trackers.wire import Wire
-from beflow.trackers.wire import problem as problem_in
 
-#: The state types of the issues a watch holds in memory (a done or canceled issue starts no run).
-ACTIVE = ("triage", "backlog", "unstarted", "started")
-#: Seconds between full listings of the active issues (a look in between asks only what changed): an issue moved out of
-#: the team or the project is dropped by the next one.
-FULL_EVERY = 600.0
-#: How far back the first look after a full listing asks what changed: the listing and the clocks need not agree.
-OVERLAP = 60.0
-#: Linear's times are to the millisecond: "changed after" asks from a millisecond before the last change read.
-_TICK = dt.timedelta(milliseconds=1)
 _IDENTIFIER = re.compile(r"^[A-Za-z][A-Za-z0-9_]*-[0-9]+$")
-_SHAPE_FIX = (
-    "Linear (or a proxy before it) answered differently from its schema; beflow skips the issue until it reads. "
-    "Check tracker.api_url if it goes on."
-)
-_LABEL_FIX = "Rename or remove that label in Linear; beflow skips the issue until then."
-
-
-class UnreadableIssue(BeflowError):
-    """An issue beflow cannot take as Linear gives it: named and skipped, never a crash of the listing it is in."""
-
-    code = "unreadable_issue"
 
 
 def linear_key(key: str) -> str:
@@ -102,25 +77,6 @@ def open_linear(project: Project, settings: LinearTrackerSettings, claims: Claim
     """The Linear tracker of ``settings``; ``claims``: the engine's store over its leases (beflow.app)."""
     api = Api(settings.api_url, resolve_token(settings), token_name=settings.token_env)
     return LinearTracker(settings, api, project, claims=claims)
-
-
-class _Changed(Wire):
-    id: wire.Id
-    identifier: str
-    updatedAt: dt.datetime
-
-
-class _ChangedAnswer(Wire):
-    issues: wire.Connection[_Changed]
-
-
-class _Page(Wire):
-    nodes: Any
-    pageInfo: wire.PageInfo = wire.PageInfo(hasNextPage=False)
-
-
-class _IssuesAnswer(Wire):
-    issues: _Page
 
 
 class _IssueAnswer(Wire):
@@ -169,144 +125,17 @@ class LinearTracker:
         #: Who runs which issue: the leases, or the engine's store over them (a fleet's running workflows).
         self.claims: ClaimStore = claims(self.identity, self.leases) if claims else self.leases
         self.comments = IssueComments(api, self.leases)
-        #: The issues the last look could not read, and why: they are skipped until fixed.
-        self.unreadable: dict[str, str] = {}
-        self._active: dict[str, wire.Issue] = {}  # issue id -> the active issue of beflow's, as last read
-        self._stamps: dict[str, dt.datetime] = {}  # issue id -> its updatedAt as last read (any issue of the team)
-        self._ids: dict[str, str] = {}  # identifier -> issue id
-        self._problems: dict[str, FileProblem] = {}  # issue id -> why it does not read
-        self._since: dt.datetime | None = None  # what changed after this was not read yet
-        self._full_at = 0.0
-        self._reading = False
-        self._looked = False
+        #: The team's issues that are beflow's, as last read (beflow.trackers.linear_issues).
+        self.issues = TeamIssues(api, settings, self.workflow, self.leases)
 
-    # -- looking -----------------------------------------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def reading_once(self) -> Iterator[None]:
+    def reading_once(self) -> AbstractContextManager[None]:
         """Every question of the block is answered from one look at Linear (a watch tick)."""
-        outer = self._reading
-        self._reading, self._looked = True, False
-        try:
-            yield
-        finally:
-            self._reading = outer
+        return self.issues.reading_once()
 
-    def _look(self) -> None:
-        """The active issues brought up to date: a full listing every :data:`FULL_EVERY` seconds, else one question
-        of what changed since the last look and a read of those that did."""
-        if self._reading and self._looked:
-            return
-        if self._since is None or time.monotonic() - self._full_at > FULL_EVERY:
-            self._full()
-        else:
-            self._changes()
-        self._looked = True
-
-    def _full(self) -> None:
-        begun = dt.datetime.fromtimestamp(self.api.now() - OVERLAP, dt.UTC)
-        flt = q.issue_filter(
-            self.settings.team, project=self.settings.project, labels=self.settings.labels, state_types=ACTIVE
-        )
-        read = self._issues(flt)
-        self._active, self._problems = {}, {}
-        self._take(read)
-        # What changes next is asked from the latest change read (the same millisecond included), or from a while
-        # before the listing began, whichever is later: the window of the next question stays small.
-        latest = max((r.updatedAt for r in read if isinstance(r, wire.Issue)), default=begun)
-        self._since, self._full_at = max(begun, latest) - _TICK, time.monotonic()
-
-    def _changes(self) -> None:
-        assert self._since is not None
-        flt = q.issue_filter(self.settings.team, project=self.settings.project, updated_after=_iso(self._since))
-        data = self.api.query(q.CHANGED, {"filter": flt, "first": q.PAGE})
-        page = wire.parse(_ChangedAnswer, data, "BeflowChanged").issues
-        if page.pageInfo.hasNextPage:  # more changed than a page: read them all again
-            self._full()
-            return
-        changed = [n for n in page.nodes if self._stamps.get(n.id) != n.updatedAt]
-        if changed:
-            # (without the labels: an issue that lost beflow's label is seen, and dropped)
-            since = min(n.updatedAt for n in changed) - _TICK
-            self._take(self._issues(q.issue_filter(self.settings.team, project=self.settings.project,
-                                                   updated_after=_iso(since))))  # fmt: skip
-        self._since = max([self._since, *(n.updatedAt - _TICK for n in page.nodes)])
-
-    def _issues(self, flt: dict[str, Any]) -> list[wire.Issue | wire.Unread]:
-        """Every issue matching ``flt``, a page at a time; one that does not read is its :class:`~wire.Unread`."""
-        found: list[wire.Issue | wire.Unread] = []
-        after: str | None = None
-        while True:
-            data = self.api.query(q.ISSUES, {"filter": flt, "first": q.PAGE, "after": after})
-            page = wire.parse(_IssuesAnswer, data, "BeflowIssues").issues
-            found.extend(wire.read(wire.Issue, item) for item in wire.listed(page.nodes, "BeflowIssues"))
-            if not page.pageInfo.hasNextPage or not page.pageInfo.endCursor:
-                return found
-            after = page.pageInfo.endCursor
-
-    def _take(self, read: list[wire.Issue | wire.Unread]) -> None:
-        for raw in read:
-            if isinstance(raw, wire.Unread):
-                if raw.id is not None:
-                    self._drop(raw.id)
-                    self._problem(raw.id, raw.identifier, raw.why, _SHAPE_FIX)
-                continue
-            self._stamps[raw.id] = raw.updatedAt
-            self._ids[raw.identifier] = raw.id
-            self._problems.pop(raw.id, None)
-            self.unreadable.pop(raw.identifier, None)
-            if self.mine(raw) and raw.state.type in ACTIVE:
-                self._active[raw.id] = raw
-                self.leases.observe(raw.identifier, raw.id, raw.updatedAt)
-            else:
-                self._drop(raw.id)
-
-    def _drop(self, issue_id: str) -> None:
-        self._active.pop(issue_id, None)
-
-    def _problem(self, issue_id: str, identifier: str | None, why: str, fix: str) -> UnreadableIssue:
-        which = identifier or issue_id
-        error = UnreadableIssue(f"issue {which} of the Linear team {self.settings.team} cannot be read: {why}", fix=fix)
-        self._problems[issue_id] = FileProblem(path=_where(which), message=error.message)
-        self.unreadable[which] = error.message
-        return error
-
-    def mine(self, raw: wire.Issue) -> bool:
-        """Whether ``raw`` is beflow's: of the team (and project), carrying every label of ``tracker.labels``."""
-        if raw.team.key != self.settings.team:
-            return False
-        if self.settings.project is not None and (raw.project is None or raw.project.name != self.settings.project):
-            return False
-        names = {name.casefold() for name in self.workflow.names(raw)}
-        return all(label.casefold() in names for label in self.settings.labels)
-
-    def _issue(self, raw: wire.Issue, comments: list[Comment] | None = None) -> Issue:
-        names = self.workflow.names(raw)
-        title = raw.title.strip()
-        try:
-            return Issue(
-                key=raw.identifier,
-                title=title.splitlines()[0] if title else "(untitled)",
-                status=self.workflow.status_of(raw, names),
-                labels=[name for name in names if not self.workflow.says_status(name)],
-                priority=raw.rank,
-                created=raw.createdAt,
-                updated=raw.updatedAt,
-                body=raw.description or "",
-                comments=comments or [],
-                url=raw.url,
-            )
-        except pydantic.ValidationError as exc:  # a label a person made that no issue may carry
-            raise self._problem(raw.id, raw.identifier, problem_in(exc), _LABEL_FIX) from None
-
-    def _readable(self, raws: list[wire.Issue]) -> list[Issue]:
-        issues = []
-        for raw in raws:
-            try:
-                issues.append(self._issue(raw))
-            except UnreadableIssue:
-                self._active.pop(raw.id, None)
-        return issues
+    @property
+    def unreadable(self) -> dict[str, str]:
+        """The issues the last look could not read, and why: they are skipped until fixed."""
+        return self.issues.unreadable
 
     # -- reading -----------------------------------------------------------------------------------------------------
 
@@ -316,24 +145,24 @@ class LinearTracker:
             flt = q.issue_filter(
                 self.settings.team, project=self.settings.project, labels=self.settings.labels, state_types=types or ()
             )
-            read = self._issues(flt)
-            self._take(read)
-            raws = [r for r in read if isinstance(r, wire.Issue) and self.mine(r)]
+            read = self.issues.fetch(flt)
+            self.issues.take(read)
+            raws = [r for r in read if isinstance(r, wire.Issue) and self.issues.mine(r)]
         else:
-            self._look()
-            raws = list(self._active.values())
-        issues = self._readable(raws)
+            self.issues.look()
+            raws = list(self.issues.active.values())
+        issues = self.issues.readable(raws)
         chosen = [i for i in issues if (status is None or i.status == status) and (label is None or label in i.labels)]
-        return Listing(issues=sorted(chosen, key=_by_key), problems=list(self._problems.values()))
+        return Listing(issues=sorted(chosen, key=_by_key), problems=list(self.issues.problems.values()))
 
     def ready(self) -> list[Issue]:
-        self._look()
-        candidates = self._readable(list(self._active.values()))
+        self.issues.look()
+        candidates = self.issues.readable(list(self.issues.active.values()))
         return ready_of(candidates, self.claims)
 
     def orphaned(self) -> list[Issue]:
-        self._look()
-        candidates = self._readable(list(self._active.values()))
+        self.issues.look()
+        candidates = self.issues.readable(list(self.issues.active.values()))
         return orphans_of(candidates, self.claims)
 
     def _raw(self, key: str, comments: bool = False) -> tuple[wire.Issue, list[wire.Comment]]:
@@ -356,10 +185,10 @@ class LinearTracker:
             raise
         got = wire.read(wire.IssueWithComments, wire.parse(_IssueAnswer, data, "BeflowIssue").issue)
         if isinstance(got, wire.Unread):
-            raise self._problem(got.id or wanted, got.identifier or wanted, got.why, _SHAPE_FIX)
-        self._ids[got.identifier] = got.id
-        self._ids[wanted] = got.id
-        if not self.mine(got):
+            raise self.issues.problem(got.id or wanted, got.identifier or wanted, got.why, SHAPE_FIX)
+        self.issues.ids[got.identifier] = got.id
+        self.issues.ids[wanted] = got.id
+        if not self.issues.mine(got):
             labels = ", ".join(self.settings.labels)
             raise NotFoundError(
                 f"issue {wanted} is not beflow's: it is not in the team {self.settings.team}"
@@ -379,12 +208,12 @@ class LinearTracker:
 
     def get(self, key: str) -> Issue:
         raw, comments = self._raw(key, comments=True)
-        return self._issue(raw, [c for c in (_comment(c) for c in comments) if c is not None])
+        return self.issues.issue(raw, [c for c in (comment_of(c) for c in comments) if c is not None])
 
     def _id_of(self, key: str) -> str:
         """The stable id of issue ``key`` (read when not known yet)."""
         wanted = linear_key(key)
-        return self._ids.get(wanted) or self._raw(wanted)[0].id
+        return self.issues.ids.get(wanted) or self._raw(wanted)[0].id
 
     # -- writing -----------------------------------------------------------------------------------------------------
 
@@ -408,7 +237,11 @@ class LinearTracker:
         }
         if self.settings.project is not None:
             project = next(
-                (r.project.id for r in self._active.values() if r.project and r.project.name == self.settings.project),
+                (
+                    r.project.id
+                    for r in self.issues.active.values()
+                    if r.project and r.project.name == self.settings.project
+                ),
                 None,
             )
             if project is None:
@@ -433,8 +266,8 @@ class LinearTracker:
             if wire.INVALID_INPUT not in error.codes:
                 raise
             made = self._raw(payload["id"])[0]  # refused because the first try made it
-        self._take([made])
-        return self._issue(made)
+        self.issues.take([made])
+        return self.issues.issue(made)
 
     def comment(self, key: str, text: str, author: str) -> Comment:
         try:
@@ -444,7 +277,7 @@ class LinearTracker:
         raw, _ = self._raw(key)
         with self.claims.under_lease(raw.identifier):
             posted = self.comments.post(raw.id, text)
-        made = _comment(posted)
+        made = comment_of(posted)
         assert made is not None
         return made
 
@@ -511,19 +344,6 @@ def _linear_priority(priority: int) -> int:
     return max(priority, wire.URGENT)
 
 
-def _comment(raw: wire.Comment) -> Comment | None:
-    """A comment as beflow reads it (None: an empty one)."""
-    if not raw.body.strip():
-        return None
-    author = (raw.user.displayName or raw.user.name) if raw.user else "Linear"
-    try:
-        return Comment(author=author, created=raw.createdAt, text=raw.body)
-    except pydantic.ValidationError as exc:
-        why = problem_in(exc)
-        text = f"(comment {raw.id} cannot be read: {why})"
-        return Comment(author="unknown", created=raw.createdAt, text=text).withholding(f"it cannot be read: {why}")
-
-
 def _is_uuid(text: str) -> bool:
     try:
         return str(uuid.UUID(text)) == text.lower()
@@ -531,14 +351,6 @@ def _is_uuid(text: str) -> bool:
         return False
 
 
-def _iso(value: dt.datetime) -> str:
-    return value.astimezone(dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def _by_key(issue: Issue) -> tuple[str, int, str]:
     team, _, number = issue.key.rpartition("-")
     return (team, int(number) if number.isdigit() else 0, issue.key)
-
-
-def _where(which: str) -> Path:
-    return Path(f"linear/{which}")

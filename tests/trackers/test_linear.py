@@ -307,3 +307,13 @@ def _update() -> str:
     from beflow.trackers import linear_queries as q
 
     return q.ISSUE_UPDATE
+
+
+def test_an_issue_with_a_label_no_issue_may_carry_is_skipped_and_named(
+    linear: FakeLinear, tracker: LinearTracker
+) -> None:
+    linear.add_issue("Hostile", labels=["beflow", "line\nbreak"])
+    linear.add_issue("Fine", labels=["beflow"])
+    assert [i.title for i in tracker.ready()] == ["Fine"]
+    assert list(tracker.unreadable) == ["ENG-1"] and "cannot be read" in tracker.unreadable["ENG-1"]
+    assert [p.message for p in tracker.listing().problems] == [tracker.unreadable["ENG-1"]]
