@@ -15,7 +15,8 @@ exists, and an id stays taken when its comment is deleted (Linear archives it). 
   when it holds nobody, creates generation ``n + 1``. Of racing claimants exactly one create succeeds: the others'
   are refused, because the id is taken. A create whose answer was lost (no answer, a 5xx, a retry refused because the
   first try did make it) is settled by reading ``comment(id)``: the claim is this claimant's if and only if the
-  comment's nonce is its own.
+  comment's nonce is its own. A refused create whose generation holds nobody either (one the listing did not show
+  yet) moves on to the next: the ids alone decide who holds an issue, the listing only saves steps.
 - **Renewal** first reads ``comment(id of n + 1)``: when it exists the issue was taken over (:class:`ClaimLost`);
   else it edits its own generation (the edit moves ``updatedAt``). **Release** edits it to ``released``. **Take-over**
   of an expired or released head is the same race for ``n + 1``.
@@ -69,6 +70,8 @@ from beflow.trackers.wire import Wire
 CLOCK_MARGIN = 1.0
 #: An issue's claim comments are read 50 a page, at most this many pages: an issue with more counts as held.
 MAX_PAGES = 10
+#: How many generations a claim steps over (each made and let go while it looked) before it gives up.
+MAX_STEPS = 20
 #: The first words of every claim comment (the listing of an issue's claims filters by them).
 VISIBLE = "beflow claim"
 _LEASE = re.compile(r"^`(\{[^`\n]*\})`$", re.MULTILINE)
@@ -250,42 +253,56 @@ class LinearLeases:
         started = time.monotonic()
         issue_id = self._resolve(key)
         head = self._head(issue_id)
-        if head is not None and self._live(head):
-            # A generation of this process's that holds no run (its claim's answer was lost) is taken over like a
-            # dead one, never reported as "claimed by" itself.
-            own = head.lease.nonce in self._written and key not in self._holding
-            if not own:
-                who = _who(head.lease)
-                raise LockedError(f"issue {key} is claimed by {who}", fix=_LOCKED_FIX, holder=who)
-        generation = 1 if head is None else head.lease.generation + 1
-        lease = Lease(
-            generation=generation,
-            owner=owner,
-            host=socket.gethostname(),
-            pid=os.getpid(),
-            nonce=secrets.token_hex(8),
-            since=self.api.now(),
+        for _ in range(MAX_STEPS):
+            if head is not None and self._live(head):
+                # A generation of this process's that holds no run (its claim's answer was lost) is taken over like
+                # a dead one, never reported as "claimed by" itself.
+                own = head.lease.nonce in self._written and key not in self._holding
+                if not own:
+                    who = _who(head.lease)
+                    raise LockedError(f"issue {key} is claimed by {who}", fix=_LOCKED_FIX, holder=who)
+            lease = Lease(
+                generation=1 if head is None else head.lease.generation + 1,
+                owner=owner,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                nonce=secrets.token_hex(8),
+                since=self.api.now(),
+            )
+            taken = self._create(key, issue_id, lease)
+            if taken is None:
+                return self._held(key, issue_id, generation_id(issue_id, lease.generation), lease, started)
+            if self._live(taken):
+                who = _who(taken.lease)
+                raise LockedError(f"issue {key} was claimed by {who} just now", fix=_LOCKED_FIX, holder=who)
+            # A generation the listing did not show (Linear's listing lags, or rewrote its words), holding nobody:
+            # the next one is raced for. The ids alone decide who holds the issue; the listing only saves steps.
+            head = taken
+        raise LockedError(
+            f"issue {key}: more than {MAX_STEPS} claims of it were made while beflow looked", fix=_LOCKED_FIX
         )
-        cid = generation_id(issue_id, generation)
+
+    def _create(self, key: str, issue_id: str, lease: Lease) -> Link | None:
+        """Create the generation ``lease`` names: None when this claimant made it, else the generation someone
+        else made at that id (the create was refused)."""
+        cid = generation_id(issue_id, lease.generation)
         self._written.add(lease.nonce)
         variables = {"input": {"id": cid, "issueId": issue_id, "body": body_of(lease)}}
         try:
             # Safe to send again: a second create of one id is refused, never a second comment.
             self.api.mutate(q.COMMENT_CREATE, variables, retry=True)
+            return None
         except LinearAuthError:
             raise
         except LinearError as error:
             # Refused (the id is taken: by a racing claimant, or by this create's own first try whose answer was
             # lost), or no answer at all: the comment at the id says whose generation it is.
-            found = self._read(issue_id, generation)
+            found = self._read(issue_id, lease.generation)
             if found is None:
                 if isinstance(error, Unavailable):
                     raise
                 raise LockedError(f"issue {key} is being claimed by another beflow", fix=_LOCKED_FIX) from None
-            if found.lease.nonce != lease.nonce:
-                who = _who(found.lease)
-                raise LockedError(f"issue {key} was claimed by {who} just now", fix=_LOCKED_FIX, holder=who) from None
-        return self._held(key, issue_id, cid, lease, started)
+            return None if found.lease.nonce == lease.nonce else found
 
     def _held(self, key: str, issue_id: str, cid: str, lease: Lease, started: float) -> Claim:
         # The lease runs from before the requests that wrote it, on this process's clock, less a margin.
