@@ -34,8 +34,8 @@ tests use behaves so, and racing claimants are tested against it.
 
 Reading who holds a listing's issues (:meth:`LinearLeases.held`) costs no request while nothing changes: the tracker
 tells the store each issue's ``updatedAt`` (:meth:`LinearLeases.observe`), and an issue's claims are read again only
-when that moved or when a head seen live may have run out since. That answer is advice: the claim itself is the
-truth, and refuses a taken issue.
+when that moved, or when a head seen live may have run out or been released since (a third of a lease later at most:
+a release edits the claim alone). That answer is advice: the claim itself is the truth, and refuses a taken issue.
 """
 
 from __future__ import annotations
@@ -238,11 +238,13 @@ class LinearLeases:
         fresh = link.updated_at.timestamp() + self.settings.lease + CLOCK_MARGIN > self.api.now()
         return fresh and time.monotonic() - seen < self.settings.lease
 
-    def _runs_out(self, link: Link) -> float:
-        """When (monotonic) a head seen live may have run out."""
-        seen = self._seen.setdefault(link.version, time.monotonic())
-        by_clock = time.monotonic() + link.updated_at.timestamp() + self.settings.lease + CLOCK_MARGIN - self.api.now()
-        return min(seen + self.settings.lease, by_clock)
+    def _recheck(self, link: Link) -> float:
+        """When (monotonic) a head seen live is looked at again: once it may have run out, or after a third of a lease
+        (the renewals' pace: a release edits the claim alone, and moves nothing a listing shows)."""
+        now = time.monotonic()
+        seen = self._seen.setdefault(link.version, now)
+        by_clock = now + link.updated_at.timestamp() + self.settings.lease + CLOCK_MARGIN - self.api.now()
+        return min(seen + self.settings.lease, by_clock, now + self.settings.lease / 3)
 
     def _margin(self) -> float:
         return min(2.0, self.settings.lease / 4)
@@ -416,7 +418,7 @@ class LinearLeases:
             if stale:
                 head = self._head(issue_id)
                 live = head is not None and self._live(head)
-                known = _Known(updated, head, self._runs_out(head) if head is not None and live else None)
+                known = _Known(updated, head, self._recheck(head) if head is not None and live else None)
                 with self._lock:
                     self._known[issue_id] = known
             if known is not None and known.recheck is not None:

@@ -237,3 +237,14 @@ def test_a_generation_the_listing_does_not_show_is_stepped_over_when_it_holds_no
     with pytest.raises(LockedError, match="claimed by lagging"):
         blind.claim("ENG-1", "blind")
     claim.release()
+
+
+def test_of_watchers_racing_whose_answers_are_lost_exactly_one_holds_it(
+    linear: FakeLinear, issue: dict[str, Any]
+) -> None:
+    """Creates made and their answers lost on the way back, amid the race: each claimant settles by the nonce at the
+    generation's id, and one holds the issue."""
+    linear.fail(502, field="commentCreate", after=True, times=3)
+    won = race([make(linear) for _ in range(6)], lambda w: w.claim("ENG-1", "watcher"))
+    assert len(won) == 1 and len(claims_of(issue)) == 1
+    won[0].release()
