@@ -165,8 +165,9 @@ class LinearTracker:
         candidates = self.issues.readable(list(self.issues.active.values()))
         return orphans_of(candidates, self.claims)
 
-    def _raw(self, key: str, comments: bool = False) -> tuple[wire.Issue, list[wire.Comment]]:
-        """Issue ``key`` as Linear gives it (and its comments, oldest first, without beflow's claims)."""
+    def _raw(self, key: str, comments: bool = False, *, mine: bool = True) -> tuple[wire.Issue, list[wire.Comment]]:
+        """Issue ``key`` as Linear gives it (and its comments, oldest first, without beflow's claims); ``mine``: a
+        :class:`NotFoundError` when it is not beflow's."""
         wanted = linear_key(key)
         if not _IDENTIFIER.match(wanted) and not _is_uuid(wanted):
             shown = excerpt(key, quote=False)
@@ -188,7 +189,7 @@ class LinearTracker:
             raise self.issues.problem(got.id or wanted, got.identifier or wanted, got.why, SHAPE_FIX)
         self.issues.ids[got.identifier] = got.id
         self.issues.ids[wanted] = got.id
-        if not self.issues.mine(got):
+        if mine and not self.issues.mine(got):
             labels = ", ".join(self.settings.labels)
             raise NotFoundError(
                 f"issue {wanted} is not beflow's: it is not in the team {self.settings.team}"
@@ -206,8 +207,8 @@ class LinearTracker:
         conversation = sorted((c for c in found if not is_claim(got.id, c)), key=lambda c: c.createdAt)
         return got, conversation
 
-    def get(self, key: str) -> Issue:
-        raw, comments = self._raw(key, comments=True)
+    def get(self, key: str, *, mine: bool = True) -> Issue:
+        raw, comments = self._raw(key, comments=True, mine=mine)
         return self.issues.issue(raw, [c for c in (comment_of(c) for c in comments) if c is not None])
 
     def _id_of(self, key: str) -> str:
@@ -296,7 +297,8 @@ class LinearTracker:
                 self.comments.note(raw.identifier, raw.id, current, status, note)
             elif status == Status.IN_PROGRESS and current != status:
                 self.comments.start_progress(raw.identifier, raw.id, "beflow is working on this issue.")
-        return self.get(raw.identifier)
+        # As it is now, even if it stopped being beflow's meanwhile (a person took the label away).
+        return self.get(raw.identifier, mine=False)
 
     def progress(self, key: str, text: str, *, force: bool = False) -> bool:
         """Edit the run's progress comment (at most every ``PROGRESS_EVERY`` seconds); whether it was edited."""
