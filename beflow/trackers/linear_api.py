@@ -216,6 +216,8 @@ class Api:
                 if self._gate - time.time() <= self.inline_wait and attempt < 3:
                     continue  # a short wait, taken in line by _wait_for_gate
                 raise RateLimited(self._gate_reason, self._gate)
+            if answer.status_code == 401:  # (a proxy's refusal may be no GraphQL answer)
+                raise self._error(operation, 401, envelope or wire.Envelope())
             if envelope is None or answer.status_code >= 500:
                 if retry and attempt < 2 and self._can_wait(0.5 * (attempt + 1)):
                     time.sleep(0.5 * (attempt + 1))
