@@ -49,7 +49,7 @@ from beflow.errors import BeflowError, LockedError
 from beflow.trackers import gitlab_wire as wire
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimLost
 from beflow.trackers.gitlab_api import Api, GitLabError, Unavailable
-from beflow.trackers.issue import as_utc, normalize_key
+from beflow.trackers.issue import as_utc, normalize_key, utc_now
 
 #: How long a claimant waits between posting its claim note and reading the chain back: a note with a lower id whose
 #: transaction began earlier may become visible a moment after GitLab answered ours.
@@ -241,7 +241,8 @@ class GitLabLeases:
         """What a listing showed of each issue's ``updated_at``: :meth:`held` reads an issue's notes again only when
         it moved (a claim note posted moves it), or when a head seen live may have run out."""
         with self._lock:
-            self._observed.update({normalize_key(key): as_utc(when) for key, when in seen.items()})
+            # (to the millisecond GitLab gives: two changes within one second are two changes)
+            self._observed.update({normalize_key(key): _exact(when) for key, when in seen.items()})
 
     def held(self, keys: Iterable[str] = ()) -> set[str]:
         """Which of ``keys`` have a live claim: no request for an issue whose ``updated_at`` did not move since its
@@ -270,7 +271,7 @@ class GitLabLeases:
         key = normalize_key(key)
         read = self._read(key)
         if not read.complete:
-            return ClaimInfo(key=key, owner="unknown", pid=0, host="unknown", since=dt.datetime.now(dt.UTC))
+            return ClaimInfo(key=key, owner="unknown", pid=0, host="unknown", since=utc_now())
         return self._info(key, read.head) if read.head is not None and self._live(read) else None
 
     def last_holder(self, key: str) -> ClaimInfo | None:
@@ -349,6 +350,8 @@ class GitLabLeases:
             # Bounded by the time the lease has left: a renewal that hangs fails before the lease ends, so that the
             # run is stopped while the issue is still its own (docs/trackers.md: leases).
             with state.lock, self.api.deadline(state.expires):
+                if state.expires <= time.monotonic() and not state.lost:  # another machine's turn may have come
+                    state.lost = f"the claim on issue {key} could not be renewed before it ran out"
                 if state.lost:
                     raise ClaimLost(state.lost)
                 begun = time.monotonic()
@@ -373,6 +376,8 @@ class GitLabLeases:
 
         def release() -> None:
             self._holding.pop(key, None)
+            with self._lock:
+                self._looks.pop(key, None)  # (its listing may not move: the next look reads the notes)
             if state.lost:
                 return  # taken over already: nothing of ours to release
             done = state.lease.model_copy(update={"released": True})
@@ -424,6 +429,11 @@ class _HeldLease:
 
 
 _LOCKED_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."
+
+
+def _exact(value: dt.datetime) -> dt.datetime:
+    """``value`` in UTC, as precise as it was given (a time without a zone is taken to be UTC)."""
+    return (value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
 
 
 def _who(lease: Lease) -> str:
