@@ -23,7 +23,12 @@ anyone may take the head.
 
 Reading who holds a listing's issues (:meth:`GitLabLeases.held`) costs no request while nothing changes: the tracker
 tells the store each issue's ``updated_at`` from its listings (:meth:`GitLabLeases.observe`), and an issue's notes are
-read again only when that moved, or when a head seen live may have run out since.
+read again only when that moved, or when a head seen live may have run out since. That answer is advice (GitLab may
+touch an issue for a new note only once a minute; a claim made meanwhile shows when the claimant's label change
+does): the claim itself is the truth, and refuses a taken issue.
+
+An issue's notes are read 100 a page, at most :data:`MAX_PAGES` pages (2,000 notes); an issue with more counts as
+held, and claiming it is refused saying so.
 """
 
 from __future__ import annotations
@@ -301,7 +306,14 @@ class GitLabLeases:
             if mine is None:
                 raise
             return mine.id
-        return wire.parse(ClaimNote, made.data, f"POST {path}").id
+        note = wire.parse(ClaimNote, made.data, f"POST {path}")
+        if not (note.internal or note.confidential):  # (a GitLab before internal notes: anyone would see a claim)
+            self._delete(key, note.id)
+            raise GitLabError(
+                f"GitLab made the claim note on issue {key} a public one: it has no internal notes",
+                fix="beflow's claims on GitLab need internal notes (GitLab 15.0 or later).",
+            )
+        return note.id
 
     def _delete(self, key: str, note_id: int) -> None:
         """Delete a claim note that lost (a failure is harmless: a note that lost is no link, ever)."""
@@ -334,7 +346,11 @@ class GitLabLeases:
         started = time.monotonic()
         note_id = self._post(key, lease)
         time.sleep(self.settle)
-        after = self._read(key)
+        try:
+            after = self._read(key)
+        except BeflowError:
+            self._delete(key, note_id)  # (unknown whether it holds: it is withdrawn, and nobody took it yet)
+            raise
         if after.head is None or after.head.id != note_id or not after.complete:
             self._delete(key, note_id)
             raise LockedError(f"issue {key} was claimed by another beflow just now", fix=_LOCKED_FIX)

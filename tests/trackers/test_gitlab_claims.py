@@ -355,3 +355,12 @@ def test_an_issue_never_listed_is_read_at_every_question(gitlab: FakeGitLab, iss
     watcher = store(gitlab)
     assert watcher.held(["1"]) == set() and watcher.held(["1"]) == set()
     assert len(gitlab.requests("GET", NOTES)) == 2
+
+
+def test_a_gitlab_that_makes_the_claim_note_public_is_refused_and_the_note_withdrawn(
+    gitlab: FakeGitLab, issue: Any
+) -> None:
+    gitlab.tamper("POST", NOTES, lambda note: {**note, "internal": False, "confidential": False})  # (an old GitLab)
+    with pytest.raises(BeflowError, match="internal notes"):
+        store(gitlab).claim("1", owner="watcher a")
+    assert claim_notes(gitlab) == []
