@@ -198,6 +198,10 @@ class GitLabTracker:
         status: Status = Status.READY,
     ) -> Issue:
         draft = draft_issue(title, body, labels, priority, status)  # the same checks as every tracker
+        for name in draft.labels:
+            if "," in name:  # GitLab splits label names at commas: "bug,beflow:ready" would be two labels
+                shown = excerpt(name, quote=True)
+                raise UsageError(f"new issue: labels: {shown} holds a comma, and GitLab reads it as several labels")
         self.labels.ready()
         names = [*self.settings.labels, *draft.labels]
         label = self.status_label(status)
