@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pydantic
@@ -115,7 +116,7 @@ class GitLabTracker:
     def status_label(self, status: Status) -> str | None:
         return self.labels.of(status)
 
-    def reading_once(self) -> Any:
+    def reading_once(self) -> AbstractContextManager[None]:
         """Within the block, this thread's questions are answered from one look at the issues (a watch tick)."""
         return self.issues.reading_once()
 
