@@ -71,7 +71,7 @@ def test_a_look_after_the_first_asks_only_for_what_changed(gl: AutoProject, gitl
 def test_an_update_written_before_the_last_look_began_is_not_missed(gl: AutoProject, gitlab: FakeGitLab) -> None:
     """A change GitLab shows with a time before the previous look (the same second, a transaction committed while
     that look was read) is still seen: each look starts a margin before the previous one began."""
-    gitlab.add_issue("One", labels=["beflow", "beflow:ready"])
+    edit(gitlab, gitlab.add_issue("One")["iid"], labels=["beflow", "beflow:ready"], ago=120.0)
     opened = tracker(gl)
     opened.listing()
     opened.listing()
