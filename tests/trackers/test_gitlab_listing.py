@@ -4,8 +4,10 @@ over fifty issues costs one request per poll."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import time
+from typing import Any
 
 import anyio
 import pytest
@@ -94,6 +96,23 @@ def test_a_look_gitlab_failed_loses_no_change(
     with pytest.raises(Unavailable):
         opened.listing()
     assert [i.status for i in opened.listing().issues] == [Status.REVIEW]
+
+
+def test_a_listing_that_lags_behind_beflows_own_write_does_not_undo_it(gl: AutoProject, gitlab: FakeGitLab) -> None:
+    """GitLab may answer a listing from a replica a moment behind: beflow's own write, as GitLab answered it, stands
+    until a later state of the issue shows."""
+    gitlab.add_issue("One", labels=["beflow", "beflow:ready"])
+    opened = tracker(gl)
+    opened.listing()
+    before = copy.deepcopy(gitlab.issues[1])
+    time.sleep(0.01)  # (the fake's clock shows milliseconds)
+    opened.set_status("1", Status.IN_PROGRESS)
+
+    def lagging(items: Any) -> Any:
+        return [before if item["iid"] == 1 else item for item in items] if isinstance(items, list) else items
+
+    gitlab.tamper("GET", ISSUES, lagging)
+    assert [i.status for i in opened.listing().issues] == [Status.IN_PROGRESS]
 
 
 def test_a_deleted_issue_leaves_at_the_next_whole_listing(
