@@ -259,8 +259,10 @@ class GitLabTracker:
             self.issues.saw(moved)
 
     def progress(self, key: str, text: str, *, force: bool = False) -> bool:
-        """Edit the run's progress note (at most every ``PROGRESS_EVERY`` seconds); whether it was edited."""
-        return self.notes.progress(key, text, force=force)
+        """Edit the run's progress note (at most every ``PROGRESS_EVERY`` seconds); whether it was edited. The text
+        is beflow's line with the agent's latest activity in it, made inert as GitLab reads it (a run quotes the
+        activity for GitHub, which links ``#`` and ``@`` only: ``!3``, ``~label`` or ``%milestone`` would act here)."""
+        return self.notes.progress(key, gitlab_quoting.inert(text), force=force)
 
     # -- claims: leases as internal notes (beflow.trackers.gitlab_claims) ----------------------------------------
 
