@@ -18,6 +18,7 @@ adds after the agent's words when ``after_run.closes_issue`` asks for it, is the
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 
 from beflow.trackers.quoting import JOINER
 
@@ -54,3 +55,32 @@ def no_quick_actions(text: str) -> str:
     indent or quote marks) gets an invisible joiner before it. Every note beflow writes goes through this, whatever
     it holds: beflow never means a quick action, and a line of an agent's that reached a note unquoted must not act."""
     return _QUICK_ACTION.sub(lambda m: m.group(1) + JOINER, text)
+
+
+#: The opening line of a fenced code block, and a closing one (nothing after its fence).
+_FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})")
+_CLOSE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*$")
+
+
+def inert_markdown(text: str, keep: Collection[str] = ()) -> str:
+    """A Markdown text beflow wrote (a run's summary, with the agent's words in fenced blocks) made inert: outside
+    fenced blocks as :func:`inert`, inside them with no quick action (what is in a block is shown as it is, neither
+    linked nor notified; but GitLab's quick-action parser ends a block at any line of three backticks, so a longer
+    fence does not keep a quick action out). A line of ``keep`` (beflow's own ``Closes #<key>``) outside a block is
+    left as it is."""
+    out: list[str] = []
+    fence: str | None = None
+    for line in text.split("\n"):
+        if fence is None:
+            opened = _FENCE.match(line)
+            if opened:
+                fence = opened.group(1)
+                out.append(no_quick_actions(line))
+            else:
+                out.append(line if line in keep else inert(line))
+            continue
+        closed = _CLOSE.match(line)
+        if closed and closed.group(1)[0] == fence[0] and len(closed.group(1)) >= len(fence):
+            fence = None  # (as long as the opening fence or longer, of the same character)
+        out.append(no_quick_actions(line))
+    return "\n".join(out)
