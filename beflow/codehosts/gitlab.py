@@ -30,7 +30,8 @@ from beflow.config import Feedback as FeedbackSettings
 from beflow.feedback import Feedback, Gathered
 from beflow.repository import git, refs, remote
 from beflow.trackers import gitlab_wire as wire
-from beflow.trackers.base import Tracker
+from beflow.trackers.base import Finding, Tracker
+from beflow.trackers.gitlab_access import access_checks
 from beflow.trackers.gitlab_api import (
     Api,
     GitLabAccessError,
@@ -245,6 +246,10 @@ class GitLabCodeHost:
     def look_again(self) -> None:
         """The next :meth:`gather` reads the project's changes afresh (a refresh asked for by a person)."""
         self._feedback.look_again()
+
+    def access_checks(self) -> list[Finding]:
+        """What GitLab says this code host's token may do in its project (``beflow doctor``: ``ChecksAccess``)."""
+        return access_checks(self.api, self.project, self.settings, what="code_host")
 
     def held_secrets(self) -> list[str]:
         """The token this code host calls GitLab and pushes with (from its variable, or glab's)."""
