@@ -49,8 +49,9 @@ from beflow.trackers.gitlab_quoting import inert, inert_markdown
 GIT_USER = "oauth2"
 #: What GitLab makes a draft of: a title that starts so.
 DRAFT = "Draft: "
-#: beflow's own closing line, the last of a description (after_run.closes_issue): the one line left to act.
-_CLOSES = re.compile(r"Closes #\d+(?: \(https?://\S+\))?")
+#: beflow's own line about the issue, the last of a description: ``Closes #<key>`` (after_run.closes_issue), the one
+#: line left to act, or the issue's link (which GitLab shows on the issue as a mention, as it should).
+_ISSUE_LINE = re.compile(r"Closes #\d+(?: \(https?://\S+\))?|Issue: (?:https?://\S+|`[^`\n]+`)")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -272,7 +273,7 @@ class GitLabCodeHost:
 
 def _description(body: str) -> str:
     """A merge request's description of ``body`` (a run's summary, the agent's words fenced in it) that acts on
-    nothing but beflow's own closing line, its last."""
+    nothing but beflow's own line about the issue, its last (the run writes it after everything else)."""
     lines = body.rstrip().split("\n")
-    keep = [lines[-1]] if lines and _CLOSES.fullmatch(lines[-1]) else []
+    keep = [lines[-1]] if lines and _ISSUE_LINE.fullmatch(lines[-1]) else []
     return inert_markdown(body, keep=keep)

@@ -209,6 +209,14 @@ def test_titles_and_descriptions_act_on_nothing_but_beflows_closing_line(
     assert acted_on(mr["description"]) == []
 
 
+def test_the_issues_link_on_the_last_line_is_kept_whole(host: GitLabCodeHost, gitlab: FakeGitLab) -> None:
+    link = f"https://gitlab.example.com/{PROJECT}/-/issues/1"
+    host.propose(BRANCH, "Add notes", f"see {link}\n\nIssue: {link}", draft=False)
+    (mr,) = gitlab.mrs.values()
+    shown, last = mr["description"].rsplit("\n", 1)
+    assert last == f"Issue: {link}" and "\u2060" in shown  # beflow's own link works; the agent's act on nothing
+
+
 # -- opening -------------------------------------------------------------------------------------------------------
 
 
