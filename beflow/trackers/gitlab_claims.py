@@ -65,6 +65,8 @@ CLOCK_MARGIN = 1.0
 #: counts as held (a claim on it is refused, naming the bound).
 PER_PAGE = 100
 MAX_PAGES = 20
+#: How long a release waits for a renewal on its way (each is bounded by the lease anyway).
+RELEASE_WAIT = 5.0
 
 #: The visible line of a claim note; the lease follows it in beflow's hidden marker.
 VISIBLE = "beflow is holding this issue for a run."
@@ -396,11 +398,18 @@ class GitLabLeases:
             self._holding.pop(key, None)
             with self._lock:
                 self._looks.pop(key, None)  # (its listing may not move: the next look reads the notes)
-            if state.lost:
-                return  # taken over already: nothing of ours to release
-            done = state.lease.model_copy(update={"released": True})
-            with contextlib.suppress(BeflowError):  # unreachable GitLab: the lease runs out by itself
-                self._call(self.api.request, "PUT", path, json={"body": body_of(done)})
+            # A renewal on its way ends first (its edit would undo the release), or at least the wait does.
+            waited = state.lock.acquire(timeout=RELEASE_WAIT)
+            try:
+                if state.lost:
+                    return  # taken over already: nothing of ours to release
+                state.lost = f"the claim on issue {key} was released"
+                done = state.lease.model_copy(update={"released": True})
+                with contextlib.suppress(BeflowError):  # unreachable GitLab: the lease runs out by itself
+                    self._call(self.api.request, "PUT", path, json={"body": body_of(done)})
+            finally:
+                if waited:
+                    state.lock.release()
 
         self._holding[key] = state
         return Claim(
