@@ -205,10 +205,11 @@ class GitLabFeedback:
         ended: Any = None
         if mr is not None and mr.state == "merged":
             ended = "merged"
-        elif mr is not None and mr.state in ("closed", "locked"):
+        elif mr is not None and mr.state == "closed":
             ended = "closed"
         known = _Known(read_from, mr, Gathered(ended=ended))
-        if mr is not None and ended is None:
+        # (``locked``: being merged right now; its merge shows at the next look)
+        if mr is not None and mr.state == "opened":
             pieces: list[Feedback] = []
             ignored: list[Ignored] = []
             self._discussions(mr, pieces, ignored)

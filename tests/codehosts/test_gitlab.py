@@ -16,6 +16,8 @@ from beflow.codehosts.gitlab import GitLabCodeHost
 from beflow.config import GitLabCodeHostSettings, load_project
 from beflow.errors import BeflowError
 from beflow.repository.remote import PushAuth
+from beflow.trackers.base import ChecksAccess
+from beflow.trackers.gitlab import GitLabTracker
 from beflow.trackers.gitlab_api import Api, api_base
 from tests.support.gitlab import PROJECT, TOKEN, FakeGitLab
 from tests.support.gitlab import gitlab as gitlab
@@ -207,6 +209,14 @@ def test_titles_and_descriptions_act_on_nothing_but_beflows_closing_line(
     assert acted_on(mr["description"]) == []
 
 
+def test_the_issues_link_on_the_last_line_is_kept_whole(host: GitLabCodeHost, gitlab: FakeGitLab) -> None:
+    link = f"https://gitlab.example.com/{PROJECT}/-/issues/1"
+    host.propose(BRANCH, "Add notes", f"see {link}\n\nIssue: {link}", draft=False)
+    (mr,) = gitlab.mrs.values()
+    shown, last = mr["description"].rsplit("\n", 1)
+    assert last == f"Issue: {link}" and "\u2060" in shown  # beflow's own link works; the agent's act on nothing
+
+
 # -- opening -------------------------------------------------------------------------------------------------------
 
 
@@ -226,3 +236,72 @@ def test_the_registry_opens_a_gitlab_code_host_for_another_trackers_issues(
     assert isinstance(opened, GitLabCodeHost)
     assert (opened.project, opened.api.base_url, opened.held_secrets()) == (PROJECT, api_base(gitlab.url), [TOKEN])
     assert opened.description == f"GitLab project {PROJECT}"
+    assert isinstance(opened, ChecksAccess) and all(finding.ok for finding in opened.access_checks())
+
+
+# -- a run -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def local_on_gitlab(
+    auto_project: AutoProject, gitlab: FakeGitLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AutoProject:
+    """The test project with its local tracker, GitLab as its code host (its token in a variable of its own), the
+    fake's git of the project as ``origin`` and merge requests on."""
+    monkeypatch.setenv("HOSTPAT", TOKEN)  # a name no drop list matches: withheld as the code host's
+    monkeypatch.delenv("GITLAB_TOKEN", raising=False)
+    gitlab.serve_git(auto_project.directory, tmp_path / "served")
+    run_git(auto_project.directory, "remote", "add", "origin", gitlab.git_url)
+    auto_project.configure(
+        code_host={"kind": "gitlab", "project": PROJECT, "url": gitlab.url, "token_env": "HOSTPAT"},
+        after_run={"pull_request": True},
+    )
+    return auto_project
+
+
+@pytest.mark.slow
+def test_a_local_issue_is_proposed_as_a_gitlab_merge_request(
+    local_on_gitlab: AutoProject, gitlab: FakeGitLab, tmp_path: Path, beflow
+) -> None:
+    key = local_on_gitlab.new_issue("write notes.txt first", "say Fixes #3 /close @alice", title="Add notes /merge")
+
+    done = beflow("--auto", key)
+
+    assert done.exit_code == 0, done.stderr
+    (mr,) = gitlab.mrs.values()
+    record = local_on_gitlab.only_record()
+    assert (mr["source_branch"], mr["target_branch"], mr["draft"]) == (f"beflow/{key}", "main", True)
+    assert mr["title"].replace("\u2060", "") == "Draft: Add notes /merge" and acted_on(mr["title"]) == []
+    assert "**succeeded**" in mr["description"] and "notes.txt" in mr["description"]
+    assert acted_on(mr["description"]) == [] and "Closes" not in mr["description"]  # closes_issue is off
+    assert run_git(tmp_path / "served" / f"{PROJECT}.git", "rev-parse", f"refs/heads/beflow/{key}") == record.commit
+    assert record.pull_request == mr["web_url"]
+    assert gitlab.git is not None and {s.user for s in gitlab.git.seen if s.status == 200} == {"oauth2"}
+
+    seen = done.stdout + done.stderr
+    assert TOKEN not in seen
+    roots = [local_on_gitlab.directory, tmp_path / "served"]
+    assert [p for root in roots for p in root.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()] == []
+
+
+def test_with_the_gitlab_tracker_the_code_host_is_its_project_and_shares_its_client(
+    auto_project: AutoProject, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITLAB_TOKEN", TOKEN)
+    auto_project.configure(
+        tracker={"kind": "gitlab", "project": PROJECT, "url": gitlab.url}, after_run={"pull_request": True}
+    )
+    project = load_project(auto_project.config_path)
+    tracker = open_tracker(project)
+
+    opened = open_code_host(project, tracker)
+
+    assert isinstance(opened, GitLabCodeHost) and isinstance(tracker, GitLabTracker)
+    assert opened.api is tracker.api and opened.project == PROJECT
+    monkeypatch.setenv("OTHER_TOKEN", TOKEN)
+    auto_project.configure(
+        code_host={"kind": "gitlab", "project": PROJECT, "url": gitlab.url, "token_env": "OTHER_TOKEN"}
+    )
+    project = load_project(auto_project.config_path)
+    apart = open_code_host(project, open_tracker(project))
+    assert isinstance(apart, GitLabCodeHost) and apart.api is not tracker.api  # another token: a client of its own
