@@ -1,0 +1,94 @@
+"""A new user's first steps with GitLab, as the docs give them: ``beflow init`` in a clone of the project, the tracker
+set to GitLab (the project read from ``origin``), ``beflow doctor`` saying what is missing and how to fix it,
+``beflow init --labels``, then ``beflow doctor`` all good — with the token in ``$GITLAB_TOKEN``, or from ``glab`` when
+there is none, and a clear refusal naming both when there is neither."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.cli.test_doctor import check_lines
+from tests.support.gitlab import TOKEN, FakeGitLab
+from tests.support.gitlab_projects import gitlab_origin
+from tests.support.projects import UNSANDBOXED, AutoProject, config_file
+
+pytestmark = pytest.mark.slow
+
+
+def fake_glab(directory: Path, host: str) -> str:
+    """A ``glab`` whose ``glab config get token --host HOST`` prints the token (for that host alone)."""
+    directory.mkdir()
+    glab = directory / "glab"
+    glab.write_text(f'#!/bin/sh\n[ "$*" = "config get token --host {host}" ] && echo {TOKEN} && exit 0\nexit 1\n')
+    glab.chmod(0o755)
+    return f"{directory}{os.pathsep}{os.environ['PATH']}"
+
+
+def test_init_labels_and_doctor_on_gitlab(
+    auto_project: AutoProject, gitlab: FakeGitLab, beflow, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = auto_project.directory
+    gitlab_origin(auto_project, gitlab)
+    config_file(project).unlink()
+    assert beflow("init").exit_code == 0
+    config = config_file(project)
+    settings = json.loads(json.dumps(auto_project.config))  # the test agent and acpx, as a user's would be set
+    settings |= {"tracker": {"kind": "gitlab", "url": gitlab.url}, "sandbox": UNSANDBOXED}
+    config.write_text(json.dumps(settings))
+    monkeypatch.setenv("GITLAB_TOKEN", TOKEN)
+
+    missing = beflow("doctor")
+    tracker = check_lines(missing.stdout, "tracker")
+    assert tracker[0].startswith("✗ tracker:") and "beflow:ready" in tracker[0], missing.stdout
+    assert "beflow init --labels" in "\n".join(tracker)
+
+    created = beflow("init", "--labels")
+    assert created.exit_code == 0, created.stderr
+    assert {"beflow", "beflow:ready", "beflow:in-progress", "beflow:review"} <= set(gitlab.labels)
+
+    good = beflow("doctor")
+    (line,) = check_lines(good.stdout, "tracker")
+    assert line.startswith("✓ tracker:") and "acme/widgets" in line, good.stdout
+    assert TOKEN not in good.stdout + good.stderr
+
+    # No token in the environment: glab's, for this host.
+    monkeypatch.delenv("GITLAB_TOKEN")
+    monkeypatch.setenv("PATH", fake_glab(tmp_path / "bin", "127.0.0.1"))
+    from_glab = beflow("doctor")
+    assert check_lines(from_glab.stdout, "tracker")[0].startswith("✓ tracker:"), from_glab.stdout
+
+    # Neither: the fix names both.
+    monkeypatch.setenv("PATH", os.environ["PATH"].split(os.pathsep, 1)[1])
+    refused = beflow("doctor")
+    lines = "\n".join(check_lines(refused.stdout, "tracker"))
+    assert refused.exit_code == 1 and lines.startswith("✗ tracker:")
+    assert "GITLAB_TOKEN" in lines and "glab" in lines, lines
+
+
+def test_doctor_says_a_token_that_cannot_push_and_a_project_it_cannot_see(
+    auto_project: AutoProject, gitlab: FakeGitLab, beflow, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reporter = gitlab.user("rita", access_level=20)
+    gitlab.tokens["glpat-reporter"] = (reporter["id"], ["api"])
+    monkeypatch.setenv("GITLAB_TOKEN", "glpat-reporter")
+    auto_project.configure(tracker={"kind": "gitlab", "project": "acme/widgets", "url": gitlab.url})
+    beflow("init", "--labels")
+
+    weak = beflow("doctor")
+    lines = "\n".join(check_lines(weak.stdout, "tracker"))
+    assert weak.exit_code == 1 and "Developer" in lines, weak.stdout
+
+    gitlab.tokens["glpat-readonly"] = (gitlab.bot["id"], ["read_api"])
+    monkeypatch.setenv("GITLAB_TOKEN", "glpat-readonly")
+    scopes = "\n".join(check_lines(beflow("doctor").stdout, "tracker"))
+    assert "api" in scopes and scopes.startswith("✗ tracker:"), scopes
+
+    monkeypatch.setenv("GITLAB_TOKEN", TOKEN)
+    auto_project.configure(tracker={"kind": "gitlab", "project": "acme/gone", "url": gitlab.url})
+    gone = beflow("doctor")
+    lines = "\n".join(check_lines(gone.stdout, "tracker"))
+    assert gone.exit_code == 1 and "tracker.project" in lines and "acme/gone" in lines, gone.stdout
