@@ -2,7 +2,9 @@
 over HTTP on a local port, every request and answer checked against the description of GitLab's REST API
 (``tests/support/gitlab_openapi.py``), as the fake GitHub is checked against octokit's.
 
-It speaks what the GitLab tracker and code host will meet: a token in ``PRIVATE-TOKEN`` or ``Authorization: Bearer``;
+It speaks what the GitLab tracker and code host will meet: the project's git over smart HTTP at ``/<project>.git``
+on the same port once :meth:`FakeGitLab.serve_git` is called (``git http-backend``, taking the token as the password
+of the user ``oauth2``, as GitLab does); a token in ``PRIVATE-TOKEN`` or ``Authorization: Bearer``;
 offset pagination (``page``/``per_page``, answered with ``X-Page``, ``X-Next-Page``, ``X-Total`` and a ``Link``) and
 keyset pagination on the project's jobs (``pagination=keyset``: a ``Link`` to the next page, no totals);
 ``updated_after`` on the issue, merge request and pipeline listings; ``RateLimit-*`` headers on every answer and a 429
@@ -23,11 +25,13 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import pytest
 
+from tests.support.git_http import GitRepos
 from tests.support.gitlab_openapi import GitLabSpec, gitlab_spec
 
 PROJECT = "acme/widgets"
@@ -108,6 +112,8 @@ class FakeGitLab:
         self.rate_remaining = WINDOW
         self.server: ThreadingHTTPServer | None = None
         self.serving = ""
+        #: The project's git, once served (:meth:`serve_git`).
+        self.git: GitRepos | None = None
         self.bot = self.user("beflow-bot", access_level=40)
         self.tokens[TOKEN] = (self.bot["id"], ["api"])
 
@@ -117,7 +123,18 @@ class FakeGitLab:
         host, port = self.server.server_address[:2]
         return f"http://{host!s}:{port}"
 
+    @property
+    def git_url(self) -> str:
+        """The project's git over HTTP, on the instance's own host and port (as ``http_url_to_repo`` says)."""
+        return f"{self.url}/{PROJECT}.git"
+
     # -- arranging ---------------------------------------------------------------------------------------------------
+
+    def serve_git(self, source: Path, root: Path) -> Path:
+        """Serve a bare clone of the repository at ``source`` (kept under ``root``) as the project's git at
+        :attr:`git_url`, taking the user ``oauth2`` with the token as its password; the bare repository."""
+        self.git = GitRepos(root, credentials={"oauth2": TOKEN})
+        return self.git.bare(f"{PROJECT}.git", source)
 
     def user(self, username: str, *, access_level: int | None = None) -> dict[str, Any]:
         """A user (a member with ``access_level``, when given)."""
@@ -298,7 +315,7 @@ class FakeGitLab:
     def _get_a_single_project(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         return Answer(200, {"id": PROJECT_ID, "path_with_namespace": PROJECT, "default_branch": "main",
                             "name": "widgets", "web_url": f"https://gitlab.example.com/{PROJECT}",
-                            "http_url_to_repo": f"https://gitlab.example.com/{PROJECT}.git"}, single=True)  # fmt: skip
+                            "http_url_to_repo": self.git_url}, single=True)  # fmt: skip
 
     def _member(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         uid = int(params["user_id"])
@@ -589,6 +606,9 @@ def _handler(fake: FakeGitLab) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self) -> None:
             parts = urlsplit(self.path)
+            if fake.git is not None and parts.path.startswith(f"/{PROJECT}.git/"):
+                fake.git.serve(self)  # (git's smart HTTP: no API request)
+                return
             query = dict(parse_qsl(parts.query, keep_blank_values=True))
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
