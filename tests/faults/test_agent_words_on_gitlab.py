@@ -12,7 +12,8 @@ import pytest
 
 from tests.faults.conftest import beflow_run
 from tests.support.gitlab import FakeGitLab
-from tests.support.gitlab_projects import ENV, acted_on, public_notes
+from tests.support.gitlab_markdown import acted_on
+from tests.support.gitlab_projects import ENV, public_notes
 from tests.support.projects import AutoProject
 
 pytestmark = pytest.mark.slow

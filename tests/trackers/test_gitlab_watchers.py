@@ -30,7 +30,7 @@ def test_two_watchers_racing_over_the_same_issues_run_each_once(
     tmp_path: Path,
     no_leftover_processes: None,
 ) -> None:
-    served = gitlab_origin(auto_project, gitlab)
+    bare = gitlab_origin(auto_project, gitlab)
     marks = tmp_path / "marks"
     marks.mkdir()
     for n in range(1, ISSUES + 1):
@@ -39,7 +39,7 @@ def test_two_watchers_racing_over_the_same_issues_run_each_once(
     tracker = tracker_settings(gitlab, lease=5)
     machines = []
     for name in ("a", "b"):
-        path = watching.machine_clone(tmp_path, served, name, acpx_bin, test_agent_command, tracker,
+        path = watching.machine_clone(tmp_path, bare, name, acpx_bin, test_agent_command, tracker,
                                       watch={"interval": 0.2, "concurrency": 2, "backoff": 0.5},
                                       after_run={"pull_request": True})  # fmt: skip
         git(path, "remote", "set-url", "origin", gitlab.git_url)  # as a clone of the project on GitLab
