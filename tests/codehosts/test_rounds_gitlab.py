@@ -2,7 +2,8 @@
 starts one round once ``feedback.settle`` has passed, on the same branch and the same merge request, answered by a
 reply in that very thread; a non-member's words — a reply in the thread, a note mentioning ``@beflow``, a note
 dressed up as beflow's own answer — are left out of the prompt and of the round, and answer nothing. Real acpx, the
-test agent, the fake GitLab serving the project's git."""
+test agent, the fake GitLab serving the project's git. With ``feedback.checks``, a failed pipeline is feedback too:
+its failed jobs and the end of their logs."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import time
 import pytest
 
 from beflow.trackers import Status
+from tests.faults.conftest import beflow_run
 from tests.support.gitlab import TOKEN, FakeGitLab
-from tests.support.gitlab_projects import DEVELOPER, branch_on_gitlab, notes_of
+from tests.support.gitlab_projects import DEVELOPER, ENV, branch_on_gitlab, notes_of
 from tests.support.projects import AutoProject, git
 from tests.support.watching import Watcher
 
@@ -69,3 +71,27 @@ def test_a_developers_diff_note_gets_one_round_after_the_settle_and_a_reply_in_i
     elsewhere = [n for n in notes_of(gitlab, mr["iid"], "MergeRequest") if n not in thread["notes"]]
     assert not [n for n in elsewhere if n["author"]["id"] == gitlab.bot["id"] and "c.txt" in n["body"]]
     assert on_gitlab.issue("1").status == Status.REVIEW
+
+
+def test_a_failed_pipeline_is_feedback_with_feedback_checks_its_failed_jobs_and_their_logs_tail(
+    on_gitlab: AutoProject, gitlab: FakeGitLab, no_leftover_processes: None
+) -> None:
+    on_gitlab.configure(feedback={"checks": True})
+    gitlab.add_issue("Add notes", labels=["beflow", "beflow:ready"], description="acp-test: write notes.txt first")
+    assert beflow_run(on_gitlab, "--auto", "1", env=ENV).code == 0
+    first = on_gitlab.only_record()
+    noise = "".join(f"step {n}\n" for n in range(200))
+    gitlab.add_pipeline(first.commit or "", "beflow/1", "failed", {
+        "lint": ("failed", f"\x1b[31m{noise}notes.txt:1: E501 line too long\x1b[0m\n"),
+        "unit": ("success", "UNIT-LOG all passed\n"),
+    })  # fmt: skip
+
+    done = beflow_run(on_gitlab, "--auto", "1", env=ENV)
+
+    assert done.code == 0, done.stdout + done.stderr
+    record = on_gitlab.records("1")[0]
+    assert record.round == 1 and len(record.feedback) == 1, record.feedback
+    prompt = (on_gitlab.run_dir(record) / "prompt.md").read_text()
+    assert "lint" in prompt and "E501 line too long" in prompt and "\x1b" not in prompt
+    assert "UNIT-LOG" not in prompt and "step 10\n" not in prompt  # the failed job's log, its end only
+    assert branch_on_gitlab(gitlab, "beflow/1") == record.commit and len(gitlab.mrs) == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -20,7 +21,8 @@ pytestmark = pytest.mark.slow
 
 
 def fake_glab(directory: Path, host: str) -> str:
-    """A ``glab`` whose ``glab config get token --host HOST`` prints the token (for that host alone)."""
+    """A ``glab`` whose ``glab config get token --host HOST`` prints the token (for that host alone: the instance's
+    host and port, as glab keeps a self-managed instance's)."""
     directory.mkdir()
     glab = directory / "glab"
     glab.write_text(f'#!/bin/sh\n[ "$*" = "config get token --host {host}" ] && echo {TOKEN} && exit 0\nexit 1\n')
@@ -57,7 +59,7 @@ def test_init_labels_and_doctor_on_gitlab(
 
     # No token in the environment: glab's, for this host.
     monkeypatch.delenv("GITLAB_TOKEN")
-    monkeypatch.setenv("PATH", fake_glab(tmp_path / "bin", "127.0.0.1"))
+    monkeypatch.setenv("PATH", fake_glab(tmp_path / "bin", urlsplit(gitlab.url).netloc))
     from_glab = beflow("doctor")
     assert check_lines(from_glab.stdout, "tracker")[0].startswith("✓ tracker:"), from_glab.stdout
 
