@@ -238,7 +238,7 @@ def test_every_kind_the_config_accepts_has_one_line_in_the_composition_root() ->
         members = typing.get_args(typing.get_args(union)[0])
         return {typing.get_args(member.model_fields["kind"].annotation)[0] for member in members}
 
-    assert kinds(config.Tracker) == set(app.TRACKERS) == {"local", "github"}
+    assert kinds(config.Tracker) == set(app.TRACKERS) == {"local", "github", "gitlab"}
     assert kinds(config.CodeHostSettings) - {"none"} == set(app.CODE_HOSTS)
     assert kinds(config.Engine) == set(app.ENGINES)
 
@@ -246,8 +246,9 @@ def test_every_kind_the_config_accepts_has_one_line_in_the_composition_root() ->
 #: Where a kind may be named: its own package, its settings, the composition root (and the demo, which makes a
 #: local project on purpose). Everywhere else a tracker, code host or engine is asked through its protocol.
 KIND_NAMES = re.compile(
-    r"\b(LocalTracker|GitHubTracker|GitHubCodeHost|(Local|GitHub)TrackerSettings|GitHubCodeHostSettings)\b"
-    r"|\.kind\s*[!=]=\s*[\"'](local|github|temporal)[\"']"
+    r"\b(LocalTracker|GitHubTracker|GitLabTracker|GitHubCodeHost|(Local|GitHub|GitLab)TrackerSettings"
+    r"|GitHubCodeHostSettings)\b"
+    r"|\.kind\s*[!=]=\s*[\"'](local|github|gitlab|temporal)[\"']"
 )
 KINDS_AT_HOME = ("beflow.trackers", "beflow.codehosts", "beflow.app", "beflow.config", "beflow.demo")
 

@@ -361,6 +361,8 @@ class Api:
 
     def _error(self, method: str, path: str, answer: httpx.Response, data: Any) -> BeflowError:
         said = wire.error_message(data)
+        if said is not None:  # GitLab's messages repeat the status ("404 Project Not Found"): said once
+            said = said.removeprefix(f"{answer.status_code} ")
         what = f"GitLab: {method} {path}: {answer.status_code}" + (f" {said}" if said else "")
         if answer.status_code == 401:
             return GitLabAuthError(

@@ -1,17 +1,18 @@
-"""Words beflow writes on GitLab (notes, merge request titles and descriptions), quoted so that they act on nothing
-(docs/safety.md): the GitLab tracker and the GitLab code host both use it.
+"""An agent's words in what beflow writes on GitLab, made to act on nothing (docs/safety.md).
 
-GitLab acts on more than GitHub does. References link and leave a note on what they name: ``#1`` (an issue),
-``!2`` (a merge request), ``&3`` (an epic), ``$4`` (a snippet), ``%5`` or ``%"v1"`` (a milestone), ``~bug`` (a label),
-``@user`` and ``@group`` (which also notify), each also after a project path (``acme/widgets#1``). A closing word
-(``Closes``, ``fixes``, ``Resolved``, ``implements``...) before a reference or an issue's URL closes that issue when
-the merge request is merged. And a line that starts with ``/`` is a quick action (``/close``, ``/merge``,
-``/approve``, ``/assign_reviewer``...), run when a note or a description is saved — GitLab looks for them outside
-code blocks, which it finds by three backticks alone, so a longer fence beflow quotes with does not keep one out.
+GitLab acts on more words than GitHub (:mod:`beflow.trackers.quoting`): ``@user`` and ``@group`` notify people;
+``#12``, ``group/project#12``, ``!3``, ``&5`` (an epic), ``$7`` (a snippet) and a link to an issue or merge request
+of the instance cross-reference it (a note "mentioned in" appears there, its people are told); ``~label``,
+``%milestone``, ``*iteration:`` and ``[vulnerability:`` link what they name; ``Closes #12`` (or ``Fixes``,
+``Resolves``, ``Implements``... with a reference or a link) closes the issue when a merge request is merged; and a
+line starting with ``/`` is a quick action — ``/close``, ``/merge``, ``/approve``, ``/label ~x``, ``/assign @me`` —
+which GitLab carries out as the user of beflow's token, in a note, an issue or a merge request description alike.
 
-So every such character gets an invisible U+2060 WORD JOINER after it (a reference's sigil) or before it (a quick
-action's slash), and every closing word one after its first letter: a reader sees the same words, and GitLab reads
-none of them. Only beflow's own ``Closes #<key>`` line is left to act (:func:`inert_markdown`'s ``keep``).
+So every such word of an agent's gets an invisible word joiner (U+2060) where GitLab would start reading it: after
+the ``@``, ``#``, ``!``, ``~``, ``%``, ``&``, ``$``, ``*`` or ``[``; after the first letter of a closing keyword;
+inside the ``/-/`` of a link to an issue; and before the ``/`` of a line that would be a quick action. The words read
+the same (the joiner shows as nothing) and GitLab acts on none of them. beflow's own ``Closes #<key>`` line, which it
+adds after the agent's words when ``after_run.closes_issue`` asks for it, is the only one left to act.
 """
 
 from __future__ import annotations
@@ -21,29 +22,47 @@ from collections.abc import Collection
 
 from beflow.trackers.quoting import JOINER
 
-#: A reference's sigil before what it names (a word, a quoted name, a number).
-_SIGIL = re.compile(r"([#!&$%~@])(?=[\w\"-])")
-#: GitLab's closing words (its default ``issue_closing_pattern``), in any case.
-_CLOSING = re.compile(r"\b(c)(?=(?:los(?:e[sd]?|ing))\b)|\b(f)(?=ix(?:e[sd]|ing)?\b)|\b(r)(?=esolv(?:e[sd]?|ing)\b)"
-                      r"|\b(i)(?=mplement(?:s|ed|ing)?\b)", re.I)  # fmt: skip
-#: A quick action: a line whose first character (after blanks) is a slash.
-_QUICK_ACTION = re.compile(r"^([ \t]*)/", re.M)
-#: The opening line of a fenced code block, and a closing one (nothing after its fence).
-_FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})")
-_CLOSE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*$")
-
-
-def no_quick_action(text: str) -> str:
-    """``text`` with no line GitLab would run as a quick action (code included: see the module's description)."""
-    return _QUICK_ACTION.sub(lambda m: f"{m.group(1)}{JOINER}/", text)
+#: A reference or a mention, at the character after which the joiner goes.
+_REFERENCE = re.compile(
+    r"""
+    [@\#](?=[\w-])                  # @user, @group/sub, #12, group/project#12
+    | [!&$](?=\d)                   # !3 (a merge request), &5 (an epic), $7 (a snippet)
+    | [~%](?=[\w"])                 # ~label, ~"two words", %milestone, %"v 1.0"
+    | \*(?=iteration:)              # *iteration:12
+    | \[(?=(?:vulnerability|contact):)  # [vulnerability:12], [contact:x@example.com]
+    """,
+    re.VERBOSE | re.IGNORECASE,
+)
+#: GitLab's closing keywords (its default closing pattern): the joiner goes after their first letter.
+_CLOSING = re.compile(r"(?i)\b(?:clos(?:e[sd]?|ing)|fix(?:e[sd]|ing)?|resolv(?:e[sd]?|ing)|implement(?:s|ed|ing)?)\b")
+#: A link to an issue, merge request, epic or work item of the instance: its ``/-/`` gets the joiner.
+_LINK = re.compile(r"(?<=/-)(?=/(?:issues|merge_requests|epics|work_items|snippets)/\d)", re.IGNORECASE)
+#: A line that would be a quick action: its ``/`` (after any indent or quote marks) gets the joiner before it.
+_QUICK_ACTION = re.compile(r"^([ \t>]*)(?=/)", re.MULTILINE)
 
 
 def inert(text: str) -> str:
-    """``text`` (a title, a line of beflow's, an agent's short words) with no reference, mention, closing word or
-    quick action that GitLab would act on."""
-    text = _SIGIL.sub(lambda m: m.group(1) + JOINER, text)
-    text = _CLOSING.sub(lambda m: next(g for g in m.groups() if g) + JOINER, text)
-    return no_quick_action(text)
+    """``text`` with every mention, reference, closing keyword, link to an issue and quick action broken by an
+    invisible joiner: it reads the same, and GitLab acts on nothing in it."""
+    text = _REFERENCE.sub(lambda m: m.group(0) + JOINER, text)
+    text = _CLOSING.sub(lambda m: m.group(0)[0] + JOINER + m.group(0)[1:], text)
+    text = _LINK.sub(JOINER, text)
+    return no_quick_actions(text)
+
+
+def no_quick_actions(text: str) -> str:
+    """``text`` with no line GitLab would carry out as a quick action: every line starting with ``/`` (after any
+    indent or quote marks) gets an invisible joiner before it. Every note beflow writes goes through this, whatever
+    it holds: beflow never means a quick action, and a line of an agent's that reached a note unquoted must not act."""
+    return _QUICK_ACTION.sub(lambda m: m.group(1) + JOINER, text)
+
+
+#: (the code host's name for it)
+no_quick_action = no_quick_actions
+
+#: The opening line of a fenced code block, and a closing one (nothing after its fence).
+_FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})")
+_CLOSE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*$")
 
 
 def inert_markdown(text: str, keep: Collection[str] = ()) -> str:
@@ -57,12 +76,12 @@ def inert_markdown(text: str, keep: Collection[str] = ()) -> str:
         if fence is None:
             if opened:
                 fence = opened.group(1)
-                out.append(no_quick_action(line))
+                out.append(no_quick_actions(line))
             else:
                 out.append(line if line in keep else inert(line))
             continue
         closed = _CLOSE.match(line)
         if closed and closed.group(1)[0] == fence[0] and len(closed.group(1)) >= len(fence):
             fence = None  # (as long as the opening fence or longer, of the same character)
-        out.append(no_quick_action(line))
+        out.append(no_quick_actions(line))
     return "\n".join(out)

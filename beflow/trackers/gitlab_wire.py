@@ -166,10 +166,18 @@ class Note(Wire):
     resolvable: bool = False
     resolved: bool = False
     position: Position | None = None
+    #: An internal note (``confidential`` before GitLab 15.6): only the project's members see it.
+    internal: bool = False
+    confidential: bool = False
 
     @property
     def text(self) -> str:
         return self.body or ""
+
+    @property
+    def hidden(self) -> bool:
+        """Whether only the project's members see this note (an internal note)."""
+        return self.internal or self.confidential
 
 
 class Discussion(Wire):

@@ -10,7 +10,9 @@ keyset pagination on the project's jobs (``pagination=keyset``: a ``Link`` to th
 ``updated_after`` on the issue, merge request and pipeline listings; ``RateLimit-*`` headers on every answer and a 429
 with ``Retry-After`` when the window is spent; an ``ETag`` on single resources (a matching ``If-None-Match`` is a 304;
 listings carry none, as GitLab's do not answer 304); faults injected by status (5xx storms), answered before or after
-the change is made.
+the change is made; requests held before they are handled (a GitLab that hangs), and a note whose transaction began
+first committed late (its id drawn on arrival, the note seen and answered later: :meth:`FakeGitLab.stall_notes`).
+Every answer carries a ``Date`` (whole seconds, as GitLab's).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ import datetime as dt
 import hashlib
 import itertools
 import json
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -58,6 +62,14 @@ class Seen:
     body: Any
     status: int
     headers: dict[str, str]
+
+
+@dataclass
+class Delay:
+    method: str
+    prefix: str
+    seconds: float
+    times: int | None
 
 
 @dataclass
@@ -107,6 +119,11 @@ class FakeGitLab:
         self.traces: dict[int, str] = {}
         self.faults: list[Fault] = []
         self.tampers: list[Tamper] = []
+        self.delays: list[Delay] = []
+        self.stalls: list[float] = []
+        #: Set when the server stops: every held request is let go.
+        self.released = threading.Event()
+        self._local = threading.local()  # the id a stalled note creation drew on arrival
         self.seen: list[Seen] = []
         self.violations: list[str] = []
         self.rate_remaining = WINDOW
@@ -189,15 +206,18 @@ class FakeGitLab:
         author: dict[str, Any] | None = None,
         position: dict[str, Any] | None = None,
         discussion: str | None = None,
+        internal: bool = False,
     ) -> dict[str, Any]:
         """A note on issue or merge request ``iid`` (``kind`` ``Issue`` or ``MergeRequest``): a new thread, or an
-        answer in ``discussion``; ``position`` makes it a diff note (resolvable, as GitLab's are)."""
+        answer in ``discussion``; ``position`` makes it a diff note (resolvable, as GitLab's are); ``internal``: seen
+        only by members Reporter and above (GitLab still sends ``confidential`` beside ``internal``)."""
         with self.lock:
             threads = self.discussions.setdefault((kind, iid), [])
-            note = {"id": next(self.ids), "type": None, "body": body, "author": author or self.bot,
+            drawn, self._local.drawn = getattr(self._local, "drawn", None), None
+            note = {"id": drawn or next(self.ids), "type": None, "body": body, "author": author or self.bot,
                     "created_at": _now(), "updated_at": _now(), "system": False, "noteable_id": iid + 100,
                     "noteable_type": kind, "noteable_iid": iid, "resolvable": False, "resolved": False,
-                    "confidential": False, "internal": False}  # fmt: skip
+                    "confidential": internal, "internal": internal}  # fmt: skip
             if position is not None:
                 note |= {"type": "DiffNote", "position": {"position_type": "text", **position}, "resolvable": True}
             if discussion is not None:
@@ -257,6 +277,38 @@ class FakeGitLab:
         ``after``: the change is made first and its answer lost (a proxy's 502 on the way back)."""
         message = body if body is not None else {"message": f"{status} fault"}
         self.faults.extend(Fault(status, headers or {}, message, only, prefix, after) for _ in range(times))
+
+    def delay(self, method: str, prefix: str, seconds: float, *, times: int | None = 1) -> None:
+        """Hold the next ``times`` requests (None: every one) of ``method`` on paths starting with ``prefix`` for
+        ``seconds`` before handling them (a GitLab that hangs, the connection open); the others are answered
+        meanwhile."""
+        with self.lock:
+            self.delays.append(Delay(method, prefix, seconds, times))
+
+    def stall_notes(self, seconds: float, *, times: int = 1) -> None:
+        """The next ``times`` note creations draw their id on arrival and are made (seen in listings, and answered)
+        ``seconds`` later: as a transaction that began first and committed last, a note with a lower id than one
+        already seen appears a moment later."""
+        with self.lock:
+            self.stalls.extend([seconds] * times)
+
+    def _hold(self, method: str, path: str) -> None:
+        """Hold this request as a delay or a stall says (outside the lock: other requests are answered meanwhile)."""
+        with self.lock:
+            hold = 0.0
+            for delay in self.delays:
+                if delay.method == method and path.startswith(delay.prefix):
+                    if delay.times is not None:
+                        delay.times -= 1
+                        if delay.times <= 0:
+                            self.delays.remove(delay)
+                    hold = delay.seconds
+                    break
+            if method == "POST" and path.endswith("/notes") and self.stalls:
+                hold += self.stalls.pop(0)
+                self._local.drawn = next(self.ids)
+        if hold:
+            self.released.wait(hold)
 
     def tamper(self, method: str, prefix: str, change: Callable[[Any], Any]) -> Tamper:
         """From now on, successful answers of ``method`` on paths starting with ``prefix`` are what ``change`` makes
@@ -400,16 +452,27 @@ class FakeGitLab:
         if iid not in self.issues:
             return _error(404, "Not found")
         author = self.users[self.tokens[params["token"]][0]]
-        return Answer(201, self.add_note("Issue", iid, body["body"], author=author))
+        return Answer(201, self.add_note("Issue", iid, body["body"], author=author, internal=body.get("internal", False)))
 
     def _modify_existing_issue_note(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         found = [n for n in self._notes_of("Issue", int(params["issue_iid"])) if n["id"] == int(params["note_id"])]
         if not found:
             return _error(404, "Note Not Found")
-        if "body" in body:
+        if "body" in body and body["body"] != found[0]["body"]:  # (an edit that changes nothing moves nothing)
             found[0]["body"] = body["body"]
             found[0]["updated_at"] = _now()
         return Answer(200, found[0])
+
+    def _delete_an_issue_note(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        threads = self.discussions.get(("Issue", int(params["issue_iid"])), [])
+        for thread in threads:
+            kept = [n for n in thread["notes"] if n["id"] != int(params["note_id"])]
+            if len(kept) < len(thread["notes"]):
+                thread["notes"] = kept
+                if not kept:
+                    threads.remove(thread)
+                return Answer(204)
+        return _error(404, "Note Not Found")
 
     def _create_new_merge_request_note(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         iid = int(params["merge_request_iid"])
@@ -563,6 +626,7 @@ HANDLERS = {
     "getApiV4ProjectsIdIssuesIssueIidNotes": "_list_project_issue_notes",
     "postApiV4ProjectsIdIssuesIssueIidNotes": "_create_new_issue_note",
     "putApiV4ProjectsIdIssuesIssueIidNotesNoteId": "_modify_existing_issue_note",
+    "deleteApiV4ProjectsIdIssuesIssueIidNotesNoteId": "_delete_an_issue_note",
     "postApiV4ProjectsIdMergeRequestsMergeRequestIidNotes": "_create_new_merge_request_note",
     "getApiV4ProjectsIdMergeRequestsMergeRequestIidDiscussions": "_list_project_merge_request_discussion_items",
     "postApiV4ProjectsIdMergeRequestsMergeRequestIidDiscussionsDiscussionIdNotes": "_reply_in_thread",
@@ -614,12 +678,14 @@ def _handler(fake: FakeGitLab) -> type[BaseHTTPRequestHandler]:
             raw = self.rfile.read(length) if length else b""
             body = json.loads(raw) if raw else None
             headers = {k.lower(): v for k, v in self.headers.items()}
+            fake._hold(self.command, parts.path)
             with fake.lock:
                 try:
                     answer = fake.handle(self.command, parts.path, query, body, headers)
                 except Exception as error:  # a request the fake cannot act on: GitLab would refuse it, say so
                     fake.violations.append(f"request: {self.command} {parts.path}: the fake could not act: {error!r}")
                     answer = _error(400, "Bad request")
+                fake._local.drawn = None  # (a stalled creation that made no note draws nothing for the next request)
                 self._send(answer, parts.path, query, body, headers)
 
         def _send(self, answer: Answer, path: str, query: dict[str, str], body: Any, headers: dict[str, str]) -> None:
@@ -679,6 +745,7 @@ def serve() -> Iterator[FakeGitLab]:
     try:
         yield fake
     finally:
+        fake.released.set()
         server.shutdown()
         server.server_close()
 
@@ -691,3 +758,37 @@ def gitlab() -> Iterator[FakeGitLab]:
     assert not fake.violations, "the fake GitLab strayed from the description of GitLab's API:\n" + "\n".join(
         fake.violations[:20]
     )
+
+
+def gitlab_tracker(project: Any) -> Any:
+    """The GitLab tracker ``project``'s config names (an ``AutoProject``), opened as beflow opens it."""
+    from beflow.app import open_tracker
+    from beflow.config import load_project
+    from beflow.trackers.gitlab import GitLabTracker
+
+    opened = open_tracker(load_project(project.config_path))
+    assert isinstance(opened, GitLabTracker)
+    return opened
+
+
+#: What GitLab reads as a reference or a mention (outside code), and its closing keywords and quick actions.
+_GITLAB_REFERENCE = re.compile(
+    r"(?<![\w`])@[\w.-]+"  # @user, @group
+    r"|(?:[\w.-]+/)*[\w.-]*[#!&$]\d+"  # #12, group/project#12, !3, &5, $7
+    r"|(?<![\w&])[~%](?:\d+|[\w.-]+|\"[^\"]+\")"  # ~label, ~"a label", %milestone
+    r"|\*iteration:|\[(?:vulnerability|contact):"
+    r"|/-/(?:issues|merge_requests|epics|work_items|snippets)/\d+"  # a link to an issue of the instance
+)
+_CLOSING_WORD = (
+    r"\b(?:clos(?:e[sd]?|ing)|fix(?:e[sd]|ing)?|resolv(?:e[sd]?|ing)|implement(?:s|ed|ing)?):?\s+(?:issues?\s+)?"
+)
+_GITLAB_CLOSING = re.compile(_CLOSING_WORD + r"(?:(?:[\w.-]+/)*[\w.-]*#\d+|https?://\S+/-/issues/\d+)", re.I)
+_QUICK_ACTION = re.compile(r"^/[a-z_]+\b.*$", re.MULTILINE)
+
+
+def acted_on(markdown: str) -> list[str]:
+    """What GitLab would act on in ``markdown``, outside code: quick actions (a line starting with ``/`` and a
+    command), closing keywords with a reference, mentions and references (which notify, or cross-reference)."""
+    text = re.sub(r"^(`{3,}|~{3,})[^\n]*\n.*?^\1[`~]*[ \t]*$", "", markdown, flags=re.S | re.M)  # fenced blocks
+    text = re.sub(r"(`+)(?!`).+?(?<!`)\1(?!`)", "", text)  # inline code
+    return _QUICK_ACTION.findall(text) + _GITLAB_CLOSING.findall(text) + _GITLAB_REFERENCE.findall(text)

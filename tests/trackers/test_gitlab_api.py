@@ -155,7 +155,7 @@ def test_a_refused_token_names_its_variable_and_never_the_token(gitlab: FakeGitL
         api.get("/user")
 
     error = raised.value
-    assert error.message == "GitLab refused the token in $MY_GITLAB (401 401 Unauthorized)"
+    assert error.message == "GitLab refused the token in $MY_GITLAB (401 Unauthorized)"
     assert error.fix is not None and "MY_GITLAB" in error.fix and "glab auth login" in error.fix
     assert "glpat-wrong" not in error.message + error.fix
     assert error.exit_code == 2
@@ -165,7 +165,7 @@ def test_an_error_says_what_gitlab_said(gitlab: FakeGitLab) -> None:
     api = client(gitlab)
     with pytest.raises(GitLabError) as missing:
         api.get(f"{BASE}/issues/99")
-    assert (missing.value.status, missing.value.message) == (404, f"GitLab: GET {BASE}/issues/99: 404 404 Not found")
+    assert (missing.value.status, missing.value.message) == (404, f"GitLab: GET {BASE}/issues/99: 404 Not found")
 
     assert api.request("GET", f"{BASE}/issues/99", ok=(404,)).status == 404  # a status the caller expects
 

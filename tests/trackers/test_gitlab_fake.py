@@ -44,6 +44,7 @@ DOC_WRITTEN = {
     f"GET {P}/issues/{{issue_iid}}/notes",
     f"POST {P}/issues/{{issue_iid}}/notes",
     f"PUT {P}/issues/{{issue_iid}}/notes/{{note_id}}",
+    f"DELETE {P}/issues/{{issue_iid}}/notes/{{note_id}}",
     f"POST {P}/merge_requests/{{merge_request_iid}}/notes",
     f"GET {P}/merge_requests/{{merge_request_iid}}/discussions",
     f"POST {P}/merge_requests/{{merge_request_iid}}/discussions/{{discussion_id}}/notes",
