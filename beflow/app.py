@@ -93,6 +93,12 @@ def _github_code_host(project: Project, settings: CodeHostSettings, tracker: Tra
     return open_for(project, settings, tracker)
 
 
+def _gitlab_code_host(project: Project, settings: CodeHostSettings, tracker: Tracker | None) -> CodeHost:
+    from beflow.codehosts.gitlab import open_for  # httpx is imported only by projects that use GitLab
+
+    return open_for(project, settings, tracker)
+
+
 def _fleet_claims(project: Project) -> ClaimsOver:
     from beflow.fleet.claims import claims_over  # the Temporal SDK, for fleet projects only
 
@@ -125,6 +131,7 @@ TRACKERS: dict[str, TrackerKind] = {
 }
 CODE_HOSTS: dict[str, CodeHostKind] = {
     "github": CodeHostKind(_github_code_host),
+    "gitlab": CodeHostKind(_gitlab_code_host),
 }
 ENGINES: dict[str, EngineKind] = {
     "local": EngineKind(claims=lambda _project: None, runs_elsewhere=False, probe=lambda _project: None),

@@ -194,7 +194,17 @@ class Discussion(Wire):
         return all(note.resolved for note in resolvable)
 
 
-# -- merge requests, pipelines, jobs -----------------------------------------------------------------------------------
+# -- projects, merge requests, pipelines, jobs ------------------------------------------------------------------------
+
+
+class Project(Wire):
+    """A project (``GET /projects/:id``): where merge requests go by default."""
+
+    id: Id
+    path_with_namespace: str
+    #: Null for a project with no commit yet.
+    default_branch: str | None = None
+    web_url: str | None = None
 
 
 class MergeRequest(Wire):
