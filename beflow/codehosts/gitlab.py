@@ -57,14 +57,14 @@ def open_for(project: Project, settings: CodeHostSettings, tracker: Tracker | No
     """The GitLab code host of ``settings``, sharing the GitLab tracker's client when it speaks to the same
     instance with the same token (one client, one rate limit; left out, ``code_host`` is the tracker's project, as
     it resolved it)."""
+    from beflow.trackers.gitlab import GitLabTracker
+
     assert isinstance(settings, GitLabCodeHostSettings)  # (its registry line says so)
-    shared = getattr(tracker, "api", None)
-    if not isinstance(shared, Api):
+    if not isinstance(tracker, GitLabTracker):
         return open_gitlab(project, settings)
-    tracker_project = getattr(tracker, "project", None)
-    if project.config.code_host is None and isinstance(tracker_project, str):
-        settings = settings.model_copy(update={"project": tracker_project})
-    return open_gitlab(project, settings, shared)
+    if project.config.code_host is None:
+        settings = settings.model_copy(update={"project": tracker.project})
+    return open_gitlab(project, settings, tracker.api)
 
 
 def open_gitlab(project: Project, settings: GitLabCodeHostSettings, api: Api | None = None) -> GitLabCodeHost:
@@ -108,7 +108,7 @@ class GitLabCodeHost:
         self.push_url = push_url
         self.description = f"GitLab project {project}"
         self._base = f"/projects/{project_id(project)}"
-        self._feedback = GitLabFeedback(api, self._base, feedback or FeedbackSettings(), secrets=secrets)
+        self._feedback = GitLabFeedback(api, project, self._base, feedback or FeedbackSettings(), secrets=secrets)
 
     # -- the push --------------------------------------------------------------------------------------------------
 

@@ -7,8 +7,9 @@
   resolved thread is done with; GitLab's own notes (a push, a label) are nobody's words. Every text has had what a
   reader cannot see stripped (:func:`strip_hidden`).
 - **Who counts.** Members of the project with the Developer role or above (their role looked up once and remembered a
-  while), and the usernames of ``feedback.allow``. beflow's own notes (its hidden marker) and the token's own user
-  never count. What is left out, and why, is in :attr:`~beflow.feedback.Gathered.ignored`.
+  while: :class:`beflow.trackers.gitlab_notes.Members`), and the usernames of ``feedback.allow``. beflow's own notes
+  (its hidden marker) and the token's own user never count. What is left out, and why, is in
+  :attr:`~beflow.feedback.Gathered.ignored`.
 - **Where the answers go.** Each piece is answered in its own thread, once across machines: the answer carries a
   token of the piece, and one already there is the answer. Answers are masked and act on nothing
   (:mod:`beflow.trackers.gitlab_quoting`).
@@ -33,6 +34,7 @@ from beflow.config import Feedback as FeedbackSettings
 from beflow.feedback import Feedback, Gathered, Ignored, ThreadComment, mentions, strip_hidden
 from beflow.trackers import gitlab_wire as wire
 from beflow.trackers.gitlab_api import Api, GitLabError, RateLimited
+from beflow.trackers.gitlab_notes import MARKER, Members
 from beflow.trackers.gitlab_quoting import inert_markdown
 
 #: The project-wide listings are read at most this often (seconds): every issue gathered in one poll shares them.
@@ -43,14 +45,8 @@ SLACK = 60.0
 SAME_SECOND = 1.0
 #: The most pages (of 100) read of one listing in one poll: the work per poll stays bounded.
 MAX_PAGES = 10
-#: How long a member's role is remembered (seconds).
-MEMBER_TTL = 600.0
-#: beflow's mark on its own notes (and the start of every mark of its own).
-MARKER = "<!-- beflow -->"
-OWN_MARKER = "<!-- beflow"
 #: The prefixes of the ids of the pieces GitLab's merge requests give (:attr:`beflow.feedback.Feedback.id`).
 GITLAB_KINDS = frozenset({"mr-note", "pipeline"})
-_ROLES = {10: "Guest", 20: "Reporter", 30: "Developer", 40: "Maintainer", 50: "Owner"}
 
 
 def _iso(epoch: float) -> str:
@@ -65,63 +61,6 @@ def _unreadable(unread: list[wire.Unread]) -> list[Ignored]:
         )
         for item in unread
     ]
-
-
-class Members:
-    """Who may give feedback (a member with the Developer role or above, a username of ``feedback.allow``), and so
-    whose words reach a prompt; the lookups remembered :data:`MEMBER_TTL` seconds."""
-
-    def __init__(self, api: Api, base: str, allow: list[str]) -> None:
-        self.api = api
-        self._base = base
-        self.allow = {name.lower() for name in allow}
-        self._me: wire.User | None = None
-        self._roles: dict[int, tuple[int, float]] = {}
-
-    def me(self) -> wire.User:
-        """The token's user (read once)."""
-        if self._me is None:
-            self._me = wire.parse(wire.User, self.api.get("/user"), "GET /user")
-        return self._me
-
-    def own(self, note: wire.Note) -> bool:
-        """Whether ``note`` is beflow's (its marker) or the token's user's."""
-        return OWN_MARKER in note.text or note.author.id == self.me().id
-
-    def why_not(self, note: wire.Note) -> str | None:
-        """None when the author of ``note`` may give feedback; else why not."""
-        name = note.author.username
-        if OWN_MARKER in note.text:
-            return "beflow's own note"
-        if note.author.id == self.me().id:
-            return f"{name} is the user of beflow's own token"
-        if name.lower() in self.allow:
-            return None
-        level = self._level(note.author.id)
-        if level >= wire.DEVELOPER:
-            return None
-        role = _ROLES.get(level, "not a member") if level else "not a member"
-        return f"{name} is not a Developer or above in the project ({role}) and is not in feedback.allow"
-
-    def _level(self, user: int) -> int:
-        """The role of ``user`` in the project (inherited ones included; 0: none, or not active)."""
-        held = self._roles.get(user)
-        if held is not None and time.monotonic() - held[1] < MEMBER_TTL:
-            return held[0]
-        path = f"{self._base}/members/all/{user}"
-        try:
-            member = wire.parse(wire.Member, self.api.get(path), f"GET {path}")
-            level = member.access_level if member.state in (None, "active") else 0
-        except RateLimited:
-            raise
-        except GitLabError as error:
-            if error.status not in (403, 404):
-                raise
-            level = 0  # not a member (404), or the token may not read members (403): not trusted
-        except wire.MalformedAnswer:
-            level = 0  # a role GitLab does not say as it should is no role
-        self._roles[user] = (level, time.monotonic())
-        return level
 
 
 class Replies:
@@ -212,12 +151,18 @@ class GitLabFeedback:
     """The feedback on one project's merge requests, for review rounds (see the module's description)."""
 
     def __init__(
-        self, api: Api, base: str, settings: FeedbackSettings, *, secrets: Callable[[], Iterable[str]] = lambda: ()
+        self,
+        api: Api,
+        project: str,
+        base: str,
+        settings: FeedbackSettings,
+        *,
+        secrets: Callable[[], Iterable[str]] = lambda: (),
     ) -> None:
         self.api = api
         self._base = base
         self.settings = settings
-        self.members = Members(api, base, settings.allow)
+        self.members = Members(api, base, project, settings.allow)
         self.replies = Replies(api, base, secrets)
         self.pipelines = Pipelines(api, base)
         self._lock = threading.RLock()
@@ -260,10 +205,11 @@ class GitLabFeedback:
         ended: Any = None
         if mr is not None and mr.state == "merged":
             ended = "merged"
-        elif mr is not None and mr.state in ("closed", "locked"):
+        elif mr is not None and mr.state == "closed":
             ended = "closed"
         known = _Known(read_from, mr, Gathered(ended=ended))
-        if mr is not None and ended is None:
+        # (``locked``: being merged right now; its merge shows at the next look)
+        if mr is not None and mr.state == "opened":
             pieces: list[Feedback] = []
             ignored: list[Ignored] = []
             self._discussions(mr, pieces, ignored)

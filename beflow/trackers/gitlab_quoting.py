@@ -57,9 +57,6 @@ def no_quick_actions(text: str) -> str:
     return _QUICK_ACTION.sub(lambda m: m.group(1) + JOINER, text)
 
 
-#: (the code host's name for it)
-no_quick_action = no_quick_actions
-
 #: The opening line of a fenced code block, and a closing one (nothing after its fence).
 _FENCE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})")
 _CLOSE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*$")
@@ -68,12 +65,14 @@ _CLOSE = re.compile(r"^[ \t]{0,3}(`{3,}|~{3,})[ \t]*$")
 def inert_markdown(text: str, keep: Collection[str] = ()) -> str:
     """A Markdown text beflow wrote (a run's summary, with the agent's words in fenced blocks) made inert: outside
     fenced blocks as :func:`inert`, inside them with no quick action (what is in a block is shown as it is, neither
-    linked nor notified). A line of ``keep`` (beflow's own ``Closes #<key>``) outside a block is left as it is."""
+    linked nor notified; but GitLab's quick-action parser ends a block at any line of three backticks, so a longer
+    fence does not keep a quick action out). A line of ``keep`` (beflow's own ``Closes #<key>``) outside a block is
+    left as it is."""
     out: list[str] = []
     fence: str | None = None
     for line in text.split("\n"):
-        opened = _FENCE.match(line)
         if fence is None:
+            opened = _FENCE.match(line)
             if opened:
                 fence = opened.group(1)
                 out.append(no_quick_actions(line))

@@ -226,3 +226,48 @@ def test_the_registry_opens_a_gitlab_code_host_for_another_trackers_issues(
     assert isinstance(opened, GitLabCodeHost)
     assert (opened.project, opened.api.base_url, opened.held_secrets()) == (PROJECT, api_base(gitlab.url), [TOKEN])
     assert opened.description == f"GitLab project {PROJECT}"
+
+
+# -- a run -----------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def local_on_gitlab(
+    auto_project: AutoProject, gitlab: FakeGitLab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AutoProject:
+    """The test project with its local tracker, GitLab as its code host (its token in a variable of its own), the
+    fake's git of the project as ``origin`` and merge requests on."""
+    monkeypatch.setenv("HOSTPAT", TOKEN)  # a name no drop list matches: withheld as the code host's
+    monkeypatch.delenv("GITLAB_TOKEN", raising=False)
+    gitlab.serve_git(auto_project.directory, tmp_path / "served")
+    run_git(auto_project.directory, "remote", "add", "origin", gitlab.git_url)
+    auto_project.configure(
+        code_host={"kind": "gitlab", "project": PROJECT, "url": gitlab.url, "token_env": "HOSTPAT"},
+        after_run={"pull_request": True},
+    )
+    return auto_project
+
+
+@pytest.mark.slow
+def test_a_local_issue_is_proposed_as_a_gitlab_merge_request(
+    local_on_gitlab: AutoProject, gitlab: FakeGitLab, tmp_path: Path, beflow
+) -> None:
+    key = local_on_gitlab.new_issue("write notes.txt first", "say Fixes #3 /close @alice", title="Add notes /merge")
+
+    done = beflow("--auto", key)
+
+    assert done.exit_code == 0, done.stderr
+    (mr,) = gitlab.mrs.values()
+    record = local_on_gitlab.only_record()
+    assert (mr["source_branch"], mr["target_branch"], mr["draft"]) == (f"beflow/{key}", "main", True)
+    assert mr["title"].replace("\u2060", "") == "Draft: Add notes /merge" and acted_on(mr["title"]) == []
+    assert "**succeeded**" in mr["description"] and "notes.txt" in mr["description"]
+    assert acted_on(mr["description"]) == [] and "Closes" not in mr["description"]  # closes_issue is off
+    assert run_git(tmp_path / "served" / f"{PROJECT}.git", "rev-parse", f"refs/heads/beflow/{key}") == record.commit
+    assert record.pull_request == mr["web_url"]
+    assert gitlab.git is not None and {s.user for s in gitlab.git.seen if s.status == 200} == {"oauth2"}
+
+    seen = done.stdout + done.stderr
+    assert TOKEN not in seen
+    roots = [local_on_gitlab.directory, tmp_path / "served"]
+    assert [p for root in roots for p in root.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()] == []

@@ -25,7 +25,6 @@ import itertools
 import json
 import re
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -452,7 +451,9 @@ class FakeGitLab:
         if iid not in self.issues:
             return _error(404, "Not found")
         author = self.users[self.tokens[params["token"]][0]]
-        return Answer(201, self.add_note("Issue", iid, body["body"], author=author, internal=body.get("internal", False)))
+        return Answer(
+            201, self.add_note("Issue", iid, body["body"], author=author, internal=body.get("internal", False))
+        )
 
     def _modify_existing_issue_note(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         found = [n for n in self._notes_of("Issue", int(params["issue_iid"])) if n["id"] == int(params["note_id"])]

@@ -76,7 +76,9 @@ def _op(
         "x-beflow-doc": DOCS + doc,
         "parameters": params,
         # (``ok`` None: the answer has no body, as GitLab's 204 No Content)
-        "responses": {status: {"description": "OK"} | ({} if ok is None else {"content": {content_type: {"schema": ok}}})}
+        "responses": {
+            status: {"description": "OK"} | ({} if ok is None else {"content": {content_type: {"schema": ok}}})
+        }
         | {code: copy.deepcopy(error) for code in errors},
     }
     if body:
@@ -130,9 +132,7 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
     },
     f"{P}/issues/{{issue_iid}}/notes/{{note_id}}": {
         "put": _op("notes/#modify-existing-issue-note", ref("Note"), [*ISSUE, _path("note_id")], body="NoteUpdate"),
-        "delete": _op(
-            "notes/#delete-an-issue-note", None, [*ISSUE, _path("note_id")], status="204", errors=("404",)
-        ),
+        "delete": _op("notes/#delete-an-issue-note", None, [*ISSUE, _path("note_id")], status="204", errors=("404",)),
     },
     f"{P}/merge_requests": {
         "get": _op(
