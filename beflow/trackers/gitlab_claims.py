@@ -23,7 +23,12 @@ anyone may take the head.
 
 Reading who holds a listing's issues (:meth:`GitLabLeases.held`) costs no request while nothing changes: the tracker
 tells the store each issue's ``updated_at`` from its listings (:meth:`GitLabLeases.observe`), and an issue's notes are
-read again only when that moved, or when a head seen live may have run out since.
+read again only when that moved, or when a head seen live may have run out since. That answer is advice (GitLab may
+touch an issue for a new note only once a minute; a claim made meanwhile shows when the claimant's label change
+does): the claim itself is the truth, and refuses a taken issue.
+
+An issue's notes are read 100 a page, at most :data:`MAX_PAGES` pages (2,000 notes); an issue with more counts as
+held, and claiming it is refused saying so.
 """
 
 from __future__ import annotations
@@ -49,7 +54,7 @@ from beflow.errors import BeflowError, LockedError
 from beflow.trackers import gitlab_wire as wire
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimLost
 from beflow.trackers.gitlab_api import Api, GitLabError, Unavailable
-from beflow.trackers.issue import as_utc, normalize_key
+from beflow.trackers.issue import as_utc, normalize_key, utc_now
 
 #: How long a claimant waits between posting its claim note and reading the chain back: a note with a lower id whose
 #: transaction began earlier may become visible a moment after GitLab answered ours.
@@ -241,7 +246,8 @@ class GitLabLeases:
         """What a listing showed of each issue's ``updated_at``: :meth:`held` reads an issue's notes again only when
         it moved (a claim note posted moves it), or when a head seen live may have run out."""
         with self._lock:
-            self._observed.update({normalize_key(key): as_utc(when) for key, when in seen.items()})
+            # (to the millisecond GitLab gives: two changes within one second are two changes)
+            self._observed.update({normalize_key(key): _exact(when) for key, when in seen.items()})
 
     def held(self, keys: Iterable[str] = ()) -> set[str]:
         """Which of ``keys`` have a live claim: no request for an issue whose ``updated_at`` did not move since its
@@ -270,7 +276,7 @@ class GitLabLeases:
         key = normalize_key(key)
         read = self._read(key)
         if not read.complete:
-            return ClaimInfo(key=key, owner="unknown", pid=0, host="unknown", since=dt.datetime.now(dt.UTC))
+            return ClaimInfo(key=key, owner="unknown", pid=0, host="unknown", since=utc_now())
         return self._info(key, read.head) if read.head is not None and self._live(read) else None
 
     def last_holder(self, key: str) -> ClaimInfo | None:
@@ -300,7 +306,14 @@ class GitLabLeases:
             if mine is None:
                 raise
             return mine.id
-        return wire.parse(ClaimNote, made.data, f"POST {path}").id
+        note = wire.parse(ClaimNote, made.data, f"POST {path}")
+        if not (note.internal or note.confidential):  # (a GitLab before internal notes: anyone would see a claim)
+            self._delete(key, note.id)
+            raise GitLabError(
+                f"GitLab made the claim note on issue {key} a public one: it has no internal notes",
+                fix="beflow's claims on GitLab need internal notes (GitLab 15.0 or later).",
+            )
+        return note.id
 
     def _delete(self, key: str, note_id: int) -> None:
         """Delete a claim note that lost (a failure is harmless: a note that lost is no link, ever)."""
@@ -333,7 +346,11 @@ class GitLabLeases:
         started = time.monotonic()
         note_id = self._post(key, lease)
         time.sleep(self.settle)
-        after = self._read(key)
+        try:
+            after = self._read(key)
+        except BeflowError:
+            self._delete(key, note_id)  # (unknown whether it holds: it is withdrawn, and nobody took it yet)
+            raise
         if after.head is None or after.head.id != note_id or not after.complete:
             self._delete(key, note_id)
             raise LockedError(f"issue {key} was claimed by another beflow just now", fix=_LOCKED_FIX)
@@ -349,6 +366,8 @@ class GitLabLeases:
             # Bounded by the time the lease has left: a renewal that hangs fails before the lease ends, so that the
             # run is stopped while the issue is still its own (docs/trackers.md: leases).
             with state.lock, self.api.deadline(state.expires):
+                if state.expires <= time.monotonic() and not state.lost:  # another machine's turn may have come
+                    state.lost = f"the claim on issue {key} could not be renewed before it ran out"
                 if state.lost:
                     raise ClaimLost(state.lost)
                 begun = time.monotonic()
@@ -373,6 +392,8 @@ class GitLabLeases:
 
         def release() -> None:
             self._holding.pop(key, None)
+            with self._lock:
+                self._looks.pop(key, None)  # (its listing may not move: the next look reads the notes)
             if state.lost:
                 return  # taken over already: nothing of ours to release
             done = state.lease.model_copy(update={"released": True})
@@ -424,6 +445,11 @@ class _HeldLease:
 
 
 _LOCKED_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."
+
+
+def _exact(value: dt.datetime) -> dt.datetime:
+    """``value`` in UTC, as precise as it was given (a time without a zone is taken to be UTC)."""
+    return (value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)).astimezone(dt.UTC)
 
 
 def _who(lease: Lease) -> str:
