@@ -25,8 +25,9 @@ from beflow.config import GitLabTrackerSettings, Project
 from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.trackers import gitlab_quoting
 from beflow.trackers import gitlab_wire as wire
-from beflow.trackers.base import RateBudget
+from beflow.trackers.base import Finding, RateBudget
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, orphans_of, ready_of
+from beflow.trackers.gitlab_access import access_checks
 from beflow.trackers.gitlab_api import (
     Api,
     GitLabAccessError,
@@ -179,6 +180,10 @@ class GitLabTracker:
 
     def missing_labels(self) -> list[str]:
         return self.labels.missing()
+
+    def access_checks(self) -> list[Finding]:
+        """What GitLab says the token may do: the api scope, the project, the right to push (``beflow doctor``)."""
+        return access_checks(self.api, self.project, self.settings)
 
     def rate_budget(self) -> RateBudget:
         stats = self.api.stats

@@ -23,7 +23,6 @@ import datetime as dt
 import hashlib
 import itertools
 import json
-import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -770,26 +769,3 @@ def gitlab_tracker(project: Any) -> Any:
     opened = open_tracker(load_project(project.config_path))
     assert isinstance(opened, GitLabTracker)
     return opened
-
-
-#: What GitLab reads as a reference or a mention (outside code), and its closing keywords and quick actions.
-_GITLAB_REFERENCE = re.compile(
-    r"(?<![\w`])@[\w.-]+"  # @user, @group
-    r"|(?:[\w.-]+/)*[\w.-]*[#!&$]\d+"  # #12, group/project#12, !3, &5, $7
-    r"|(?<![\w&])[~%](?:\d+|[\w.-]+|\"[^\"]+\")"  # ~label, ~"a label", %milestone
-    r"|\*iteration:|\[(?:vulnerability|contact):"
-    r"|/-/(?:issues|merge_requests|epics|work_items|snippets)/\d+"  # a link to an issue of the instance
-)
-_CLOSING_WORD = (
-    r"\b(?:clos(?:e[sd]?|ing)|fix(?:e[sd]|ing)?|resolv(?:e[sd]?|ing)|implement(?:s|ed|ing)?):?\s+(?:issues?\s+)?"
-)
-_GITLAB_CLOSING = re.compile(_CLOSING_WORD + r"(?:(?:[\w.-]+/)*[\w.-]*#\d+|https?://\S+/-/issues/\d+)", re.I)
-_QUICK_ACTION = re.compile(r"^/[a-z_]+\b.*$", re.MULTILINE)
-
-
-def acted_on(markdown: str) -> list[str]:
-    """What GitLab would act on in ``markdown``, outside code: quick actions (a line starting with ``/`` and a
-    command), closing keywords with a reference, mentions and references (which notify, or cross-reference)."""
-    text = re.sub(r"^(`{3,}|~{3,})[^\n]*\n.*?^\1[`~]*[ \t]*$", "", markdown, flags=re.S | re.M)  # fenced blocks
-    text = re.sub(r"(`+)(?!`).+?(?<!`)\1(?!`)", "", text)  # inline code
-    return _QUICK_ACTION.findall(text) + _GITLAB_CLOSING.findall(text) + _GITLAB_REFERENCE.findall(text)

@@ -18,8 +18,14 @@ _CLOSES = re.compile(
     r"\b(?:[Cc]los(?:e[sd]?|ing)|[Ff]ix(?:e[sd]|ing)?|[Rr]esolv(?:e[sd]?|ing)|[Ii]mplement(?:s|ed|ing)?):? +"
     r"(?:issues? +)?(?:[\w.-]+/[\w./-]+)?(?:#\d+|https?://\S+/-/issues/\d+)"
 )
-#: A reference or a mention: a sigil right before a name, a number or a quoted name.
-_REFERENCE = re.compile(r"(?<![\w`])(?:[\w.-]+/[\w.-]+)?[#!&$%~@](?:\d+|[A-Za-z][\w.-]*|\"[^\"]+\")")
+#: A reference or a mention: a sigil right before a name, a number or a quoted name; an iteration, a vulnerability
+#: or a contact by its prefix; a link to an issue, merge request, epic or work item of the instance (which leaves a
+#: "mentioned in" note there as a reference does).
+_REFERENCE = re.compile(
+    r"(?<![\w`])(?:[\w.-]+/[\w.-]+)?[#!&$%~@](?:\d+|[A-Za-z][\w.-]*|\"[^\"]+\")"
+    r"|\*iteration:\d+|\[(?:vulnerability|contact):[^\]]+\]"
+    r"|/-/(?:issues|merge_requests|epics|work_items|snippets)/\d+"
+)
 
 
 def _without_code(markdown: str) -> str:

@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 
-from beflow.config import GitLabTrackerSettings
+from beflow.config import GitLabTrackerSettings, load_project
+from beflow.doctor import check_access, check_tracker
 from beflow.trackers.base import Finding
 from beflow.trackers.gitlab_access import access_checks
 from beflow.trackers.gitlab_api import Api, api_base
 from tests.support.gitlab import PROJECT, TOKEN, FakeGitLab
 from tests.support.gitlab import gitlab as gitlab
+from tests.support.projects import AutoProject
 
 SEEN = "/api/v4/projects/acme%2Fwidgets"
 
@@ -138,3 +140,29 @@ def test_gitlab_not_answering_is_a_finding_not_a_crash(gitlab: FakeGitLab) -> No
 
     assert found[0].ok and not found[1].ok
     assert found[1].detail.startswith("GitLab: GET /projects/acme%2Fwidgets: 503")
+
+
+def test_doctor_shows_what_gitlab_allows_and_init_labels_makes_the_missing_labels(
+    auto_project: AutoProject, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch, beflow
+) -> None:
+    monkeypatch.setenv("GITLAB_TOKEN", TOKEN)
+    auto_project.configure(tracker={"kind": "gitlab", "project": PROJECT, "url": gitlab.url})
+    project = load_project(auto_project.config_path)
+
+    tracker = check_tracker(project)
+    assert tracker.ok and tracker.warning
+    assert tracker.detail.endswith(
+        "labels not created yet: beflow, beflow:ready, beflow:in-progress, beflow:review, beflow:failed, beflow:closed"
+    )
+    assert tracker.fix == "`beflow init --labels` creates them (or beflow does on its first write)."
+    assert [(c.name, c.ok, c.detail) for c in check_access(project)] == [
+        ("gitlab", True, "the token in $GITLAB_TOKEN (@beflow-bot) has the api scope"),
+        ("gitlab", True, f"project {PROJECT} on {gitlab.url}"),
+        ("gitlab", True, f"@beflow-bot may push to {PROJECT} (Maintainer)"),
+    ]
+
+    made = beflow("init", "--labels")
+    assert made.exit_code == 0, made.stderr
+    assert made.stdout.startswith("Created the labels beflow, beflow:ready")
+    assert f"in GitLab project {PROJECT}" in made.stdout
+    assert not check_tracker(project).warning

@@ -15,9 +15,10 @@ from beflow.config import load_project
 from beflow.errors import BeflowError
 from beflow.ops.operations import REGISTRY, Context
 from beflow.trackers import Status
-from tests.support.gitlab import PROJECT, TOKEN, FakeGitLab, acted_on
+from tests.support.gitlab import PROJECT, TOKEN, FakeGitLab
 from tests.support.gitlab import gitlab as gitlab
 from tests.support.gitlab import gitlab_tracker as tracker
+from tests.support.gitlab_markdown import acted_on
 from tests.support.projects import AutoProject
 
 HOSTILE = ["evil\u2028label", "two\nlines", "esc\x1b]52;c;aGk=\x07", "x" * 51]

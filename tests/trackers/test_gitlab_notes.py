@@ -12,9 +12,10 @@ from beflow.config import load_project
 from beflow.run.request import RunRequest, render_prompt
 from beflow.trackers import Status
 from beflow.trackers.gitlab_notes import PROGRESS_MARKER
-from tests.support.gitlab import PROJECT, TOKEN, FakeGitLab, acted_on
+from tests.support.gitlab import PROJECT, TOKEN, FakeGitLab
 from tests.support.gitlab import gitlab as gitlab
 from tests.support.gitlab import gitlab_tracker as tracker
+from tests.support.gitlab_markdown import acted_on
 from tests.support.projects import AutoProject
 
 NOTES = "/api/v4/projects/acme%2Fwidgets/issues/1/notes"

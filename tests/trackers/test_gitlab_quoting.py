@@ -7,7 +7,7 @@ import pytest
 
 from beflow.records.record import RunRecord, now
 from beflow.run.summary import summary
-from beflow.trackers.gitlab_quoting import inert, inert_markdown
+from beflow.trackers.gitlab_quoting import inert, inert_markdown, no_quick_actions
 from beflow.trackers.quoting import JOINER, fenced
 from tests.support.gitlab_markdown import acted_on
 
@@ -63,3 +63,56 @@ def test_a_summary_on_gitlab_acts_only_through_beflows_own_line() -> None:
     assert acted_on(made) == ["Closes #1"]
     assert made.replace(JOINER, "") == text.replace(JOINER, "")
     assert acted_on(inert_markdown(text)) == []
+
+
+#: More of what GitLab acts on: every kind of reference, closing words with a colon or an issue's link, quick
+#: actions after blank lines, in quotes or indented.
+MORE_HOSTILE = [
+    "Fixes #2",
+    "closes acme/widgets#3 and Resolves: #4, implements issue #5",
+    "Closing https://gitlab.example.com/acme/widgets/-/issues/6",
+    "see !3, acme/other!4, &5 (an epic), $6 (a snippet)",
+    "cc @alice @acme/security-team @all",
+    'label it ~bug ~"needs review" ~12 for %v1.0 %"Sprint 3" %7',
+    "*iteration:12 and [vulnerability:3] [contact:eve@example.com]",
+    "/close",
+    "Done.\n/merge\n/approve\n/label ~done\n/assign @me\n/unassign\n/reopen",
+    "  /close indented",
+    "> /close in a quote",
+    "/shrug",
+    "fine text\n\n/spend 1h\n/due tomorrow",
+]
+
+
+@pytest.mark.parametrize("text", MORE_HOSTILE)
+def test_more_hostile_texts_act_on_nothing_and_read_the_same(text: str) -> None:
+    assert acted_on(text) or text.lstrip().startswith(("/", ">"))  # (the sample acts, as written)
+    shown = inert(text)
+    assert acted_on(shown) == []
+    assert shown.replace(JOINER, "") == text
+    assert not [line for line in shown.splitlines() if line.lstrip(" \t>").startswith("/")]
+    assert inert(shown) == shown  # twice is once
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["50% done", "a & b, R&D", "x = y ~ z", "costs $ 5", "wow!", "C# and F#", "ssh://host/a/b", "path/to/file.py"],
+)
+def test_words_that_act_on_nothing_are_left_as_they_are(text: str) -> None:
+    assert inert(text) == text
+
+
+def test_quick_actions_are_defused_in_every_line_and_nothing_else_changes() -> None:
+    text = "first\n/close\n  /merge\n> /approve\nnot /a command"
+    assert no_quick_actions(text) == f"first\n{JOINER}/close\n  {JOINER}/merge\n> {JOINER}/approve\nnot /a command"
+
+
+def test_a_note_of_a_runs_summary_holds_no_quick_action() -> None:
+    """What the tracker posts (a run's summary as its note) goes through no_quick_actions: not one line of it, in a
+    fence or not, would run."""
+    record = RunRecord(id="r1", issue="1", title="t", mode="auto", agent="a", attempt=1, branch="beflow/1",
+                       started_at=now())  # fmt: skip
+    record.close("failed", "the agent said: stop")
+    record.final_message = "\n".join(MORE_HOSTILE)
+    text = no_quick_actions(summary(record))
+    assert not [line for line in text.splitlines() if line.startswith("/")]
