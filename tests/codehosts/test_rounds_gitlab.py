@@ -90,7 +90,6 @@ def test_a_failed_pipeline_is_feedback_with_feedback_checks_its_failed_jobs_and_
 
     assert done.code == 0, done.stdout + done.stderr
     record = on_gitlab.records("1")[0]
-    print([ (r.method, r.path, r.query, r.status) for r in gitlab.seen if "pipeline" in r.path or "merge_requests" in r.path or "jobs" in r.path])
     assert record.round == 1 and len(record.feedback) == 1, record.feedback
     prompt = (on_gitlab.run_dir(record) / "prompt.md").read_text()
     assert "lint" in prompt and "E501 line too long" in prompt and "\x1b" not in prompt

@@ -73,7 +73,8 @@ def test_closes_issue_puts_the_closing_line_in_the_merge_request(
     assert done.code == 0, done.stdout + done.stderr
     (mr,) = gitlab.mrs.values()
     assert not mr["draft"] and mr["title"] == "Add notes"
-    assert acted_on(mr["description"]) == ["Closes #1"]  # beflow's own line, and only it
+    acting = [line for line in mr["description"].splitlines() if acted_on(line)]
+    assert acting == [f"Closes #1 ({gitlab.issues[1]['web_url']})"]  # beflow's own line, and only it
 
 
 def test_confidential_issues_are_left_alone_unless_configured(
