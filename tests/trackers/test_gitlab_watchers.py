@@ -47,12 +47,12 @@ def test_two_watchers_racing_over_the_same_issues_run_each_once(
     # Both start at once: each sees every issue ready on its first poll.
     watchers = [watching.start_watch(p, tmp_path / f"home-{p.name}", tmp_path / f"{p.name}.log", ENV) for p in machines]
     try:
-        eventually(
-            lambda: all("beflow:review" in gitlab.issues[n]["labels"] for n in range(1, ISSUES + 1)),
-            "every issue to reach review",
-            180,
-            interval=0.2,
-        )
+
+        def ended(n: int) -> bool:  # in review, and its note says how the run ended (edited after the labels)
+            notes = public_notes(gitlab, n)
+            return "beflow:review" in gitlab.issues[n]["labels"] and any("**succeeded**" in x["body"] for x in notes)
+
+        eventually(lambda: all(ended(n) for n in range(1, ISSUES + 1)), "every issue's run to end", 180, interval=0.2)
     finally:
         for process in watchers:
             if process.poll() is None:
