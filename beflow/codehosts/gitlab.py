@@ -30,7 +30,8 @@ from beflow.config import Feedback as FeedbackSettings
 from beflow.feedback import Feedback, Gathered
 from beflow.repository import git, refs, remote
 from beflow.trackers import gitlab_wire as wire
-from beflow.trackers.base import Tracker
+from beflow.trackers.base import Finding, Tracker
+from beflow.trackers.gitlab_access import access_checks
 from beflow.trackers.gitlab_api import (
     Api,
     GitLabAccessError,
@@ -48,8 +49,9 @@ from beflow.trackers.gitlab_quoting import inert, inert_markdown
 GIT_USER = "oauth2"
 #: What GitLab makes a draft of: a title that starts so.
 DRAFT = "Draft: "
-#: beflow's own closing line, the last of a description (after_run.closes_issue): the one line left to act.
-_CLOSES = re.compile(r"Closes #\d+(?: \(https?://\S+\))?")
+#: beflow's own line about the issue, the last of a description: ``Closes #<key>`` (after_run.closes_issue), the one
+#: line left to act, or the issue's link (which GitLab shows on the issue as a mention, as it should).
+_ISSUE_LINE = re.compile(r"Closes #\d+(?: \(https?://\S+\))?|Issue: (?:https?://\S+|`[^`\n]+`)")
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
@@ -246,6 +248,10 @@ class GitLabCodeHost:
         """The next :meth:`gather` reads the project's changes afresh (a refresh asked for by a person)."""
         self._feedback.look_again()
 
+    def access_checks(self) -> list[Finding]:
+        """What GitLab says this code host's token may do in its project (``beflow doctor``: ``ChecksAccess``)."""
+        return access_checks(self.api, self.project, self.settings, what="code_host")
+
     def held_secrets(self) -> list[str]:
         """The token this code host calls GitLab and pushes with (from its variable, or glab's)."""
         return [self.api.token] if self.api.token else []
@@ -267,7 +273,7 @@ class GitLabCodeHost:
 
 def _description(body: str) -> str:
     """A merge request's description of ``body`` (a run's summary, the agent's words fenced in it) that acts on
-    nothing but beflow's own closing line, its last."""
+    nothing but beflow's own line about the issue, its last (the run writes it after everything else)."""
     lines = body.rstrip().split("\n")
-    keep = [lines[-1]] if lines and _CLOSES.fullmatch(lines[-1]) else []
+    keep = [lines[-1]] if lines and _ISSUE_LINE.fullmatch(lines[-1]) else []
     return inert_markdown(body, keep=keep)

@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from typing import Any
 
 import pydantic
@@ -115,7 +116,7 @@ class GitLabTracker:
     def status_label(self, status: Status) -> str | None:
         return self.labels.of(status)
 
-    def reading_once(self) -> Any:
+    def reading_once(self) -> AbstractContextManager[None]:
         """Within the block, this thread's questions are answered from one look at the issues (a watch tick)."""
         return self.issues.reading_once()
 
@@ -198,6 +199,10 @@ class GitLabTracker:
         status: Status = Status.READY,
     ) -> Issue:
         draft = draft_issue(title, body, labels, priority, status)  # the same checks as every tracker
+        for name in draft.labels:
+            if "," in name:  # GitLab splits label names at commas: "bug,beflow:ready" would be two labels
+                shown = excerpt(name, quote=True)
+                raise UsageError(f"new issue: labels: {shown} holds a comma, and GitLab reads it as several labels")
         self.labels.ready()
         names = [*self.settings.labels, *draft.labels]
         label = self.status_label(status)
@@ -254,8 +259,10 @@ class GitLabTracker:
             self.issues.saw(moved)
 
     def progress(self, key: str, text: str, *, force: bool = False) -> bool:
-        """Edit the run's progress note (at most every ``PROGRESS_EVERY`` seconds); whether it was edited."""
-        return self.notes.progress(key, text, force=force)
+        """Edit the run's progress note (at most every ``PROGRESS_EVERY`` seconds); whether it was edited. The text
+        is beflow's line with the agent's latest activity in it, made inert as GitLab reads it (a run quotes the
+        activity for GitHub, which links ``#`` and ``@`` only: ``!3``, ``~label`` or ``%milestone`` would act here)."""
+        return self.notes.progress(key, gitlab_quoting.inert(text), force=force)
 
     # -- claims: leases as internal notes (beflow.trackers.gitlab_claims) ----------------------------------------
 

@@ -9,48 +9,33 @@ Polling is polite: a GET of a single resource carries the ETag of its last answe
 GitLab's listings answer no 304, so they are not kept); a rate limit (a 429 with ``Retry-After``, or
 ``RateLimit-Remaining: 0``) closes a gate until GitLab says to come back, and every request meanwhile fails at once
 with :class:`RateLimited` instead of hammering; writes go one at a time. The token is sent in the ``Authorization``
-header only (it works for personal, project, group and OAuth tokens) and never appears in an error message.
+header only (it works for personal, project, group and OAuth tokens) and never appears in an error message. What
+GitHub's client does alike is :mod:`beflow.trackers.forge_api`; this module says what is GitLab's.
 """
 
 from __future__ import annotations
 
-import contextlib
-import email.utils
-import os
 import re
 import shutil
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
 
-from beflow import __version__
 from beflow.config import GitLabCodeHostSettings, GitLabTrackerSettings, Project
 from beflow.errors import BeflowError, ConfigError
-from beflow.system import proc
 from beflow.trackers import gitlab_wire as wire
+from beflow.trackers.forge_api import ForgeApi, ForgeError, Limited, RateHeaders, find_token
 
-#: Waits up to this long are taken in line (a short ``Retry-After``); longer ones close the gate and fail fast.
-INLINE_WAIT = 5.0
-#: How many answers of single resources the ETag cache keeps.
-CACHE_SIZE = 4096
 #: Items a listing asks for per page (GitLab's most).
 PER_PAGE = 100
 
 
-class GitLabError(BeflowError):
+class GitLabError(ForgeError):
     """GitLab answered with an error (or not at all)."""
 
     code = "gitlab"
-
-    def __init__(self, message: str, *, status: int | None = None, fix: str | None = None) -> None:
-        super().__init__(message, fix=fix)
-        self.status = status
+    forge = "GitLab"
 
 
 class GitLabAuthError(ConfigError):
@@ -65,16 +50,8 @@ class GitLabAccessError(ConfigError):
     code = "gitlab_access"
 
 
-class RateLimited(GitLabError):
+class RateLimited(Limited, GitLabError):
     """GitLab asked beflow to slow down; nothing is sent until ``until`` (epoch seconds)."""
-
-    code = "rate_limited"
-
-    def __init__(self, message: str, until: float) -> None:
-        allowed = time.strftime("%H:%M:%S", time.localtime(until))
-        fix = f"Run the command again after {allowed}, when GitLab allows it (`beflow watch` waits by itself)."
-        super().__init__(message, status=429, fix=fix)
-        self.until = until
 
 
 class Unavailable(GitLabError):
@@ -92,127 +69,19 @@ _GITLAB_TROUBLE = (
 )
 
 
-@dataclass
-class Response:
-    status: int
-    #: The answer's JSON; the text of an answer that is no JSON (a job's log); None when empty.
-    data: Any
-    headers: httpx.Headers
-    #: Whether the answer came from the ETag cache (GitLab said 304).
-    cached: bool = False
-
-
-@dataclass
-class Stats:
-    """What the client sent, for ``--json`` views and the tests."""
-
-    requests: int = 0
-    not_modified: int = 0
-    rate_limited: int = 0
-    remaining: int | None = None
-    reset: float | None = None
-    by_method: dict[str, int] = field(default_factory=dict)
-
-
-class Api:
+class Api(ForgeApi):
     """One GitLab REST API (``https://host/api/v4``) with one token. Thread-safe: runs renew their claims from worker
     threads."""
 
-    def __init__(
-        self,
-        base_url: str,
-        token: str,
-        *,
-        token_name: str = "GITLAB_TOKEN",
-        timeout: float = 30.0,
-        inline_wait: float = INLINE_WAIT,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.token_name = token_name
-        self.token = token  # for git's credential helper only (over a socket); never in argv, a file or a message
-        self.inline_wait = inline_wait
-        self._client = httpx.Client(
-            base_url=self.base_url,
-            timeout=timeout,
-            transport=transport,
-            headers={
-                "Accept": "application/json",
-                "Authorization": f"Bearer {token}",
-                "User-Agent": f"beflow/{__version__}",
-            },
-        )
-        self._cache: OrderedDict[str, tuple[str, Any, httpx.Headers]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._writes = threading.Lock()
-        self._gate = 0.0  # nothing is sent before this time (epoch seconds)
-        self._gate_reason = ""
-        #: Server time minus local time, from the ``Date`` of the last answer: leases are timed on GitLab's clock.
-        self.clock_offset = 0.0
-        self.stats = Stats()
-        self.timeout = timeout
-        self._local = threading.local()  # this thread's deadline (monotonic), if a caller set one
+    forge = "GitLab"
+    try_again = _TRY_AGAIN
+    unavailable = Unavailable
+    rate_limited = RateLimited
+    token_variable = "GITLAB_TOKEN"
+    rate_headers = staticmethod(wire.RateHeaders.of)
 
-    def close(self) -> None:
-        self._client.close()
-
-    def now(self) -> float:
-        """GitLab's clock (epoch seconds), as its last answer's ``Date`` showed it."""
-        return time.time() + self.clock_offset
-
-    @contextlib.contextmanager
-    def deadline(self, at: float) -> Iterator[None]:
-        """Every request of this thread inside the block ends by ``at`` (``time.monotonic()``): its timeouts, its
-        retries and its waits (the gate, the one-write-at-a-time lock) all fit in what is left, and a request that
-        cannot is :class:`Unavailable` at once. A claim's lease bounds the requests made under it this way."""
-        outer = getattr(self._local, "deadline", None)
-        self._local.deadline = at if outer is None else min(outer, at)
-        try:
-            yield
-        finally:
-            self._local.deadline = outer
-
-    def _left(self) -> float | None:
-        """Seconds left before this thread's deadline (None: no deadline)."""
-        at = getattr(self._local, "deadline", None)
-        return None if at is None else at - time.monotonic()
-
-    def _out_of_time(self, method: str, path: str) -> Unavailable:
-        return Unavailable(f"GitLab: {method} {path}: no answer in the time the lease had left", fix=_TRY_AGAIN)
-
-    # -- requests --------------------------------------------------------------------------------------------------
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: dict[str, Any] | None = None,
-        json: Any = None,
-        ok: tuple[int, ...] = (),
-        retry: bool | None = None,
-    ) -> Response:
-        """Send one request; 2xx (and any status in ``ok``) is returned, anything else raised as a GitLabError.
-
-        No answer or a 5xx is tried again (twice) for every method but POST: a POST whose answer was lost may have
-        been done, and doing it again files a second note or merge request. Its caller looks first (a note by its
-        marker, a merge request by its branch), or says ``retry=True`` for a POST that is harmless twice. A rate
-        limit (a 429) is waited out for every method: GitLab did nothing."""
-        again = method != "POST" if retry is None else retry
-        if method == "GET":
-            return self._send(method, path, params, json, ok, again)
-        left = self._left()
-        # No parallel bursts of writes (GitLab's limits on notes and issues punish them); a write with a deadline
-        # waits for its turn no longer than it has.
-        if not self._writes.acquire(timeout=-1 if left is None else max(left, 0.0)):
-            raise self._out_of_time(method, path)
-        try:
-            return self._send(method, path, params, json, ok, again)
-        finally:
-            self._writes.release()
-
-    def get(self, path: str, params: dict[str, Any] | None = None) -> Any:
-        return self.request("GET", path, params=params).data
+    def _headers(self) -> dict[str, str]:
+        return {"Accept": "application/json"}
 
     def paginate(self, path: str, params: dict[str, Any] | None = None, *, max_pages: int | None = None) -> list[Any]:
         """Every item of a list endpoint (of its first ``max_pages`` pages): offset pages by ``X-Next-Page``, keyset
@@ -257,107 +126,27 @@ class Api:
             and not theirs.username
         )
 
-    def _send(
-        self, method: str, path: str, params: dict[str, Any] | None, body: Any, ok: tuple[int, ...], again: bool
-    ) -> Response:
-        for attempt in range(4):
-            self._wait_for_gate()
-            left = self._left()
-            if left is not None and left <= 0:
-                raise self._out_of_time(method, path)
-            timeout = self.timeout if left is None else min(self.timeout, left)
-            request = self._client.build_request(method, path, params=params, json=body, timeout=timeout)
-            key = str(request.url)
-            with self._lock:
-                cached = self._cache.get(key) if method == "GET" else None
-            if cached is not None:
-                request.headers["If-None-Match"] = cached[0]
-            try:
-                answer = self._client.send(request)
-            except httpx.HTTPError as error:
-                if again and attempt < 2 and self._can_wait(0.5 * (attempt + 1)):
-                    time.sleep(0.5 * (attempt + 1))
-                    continue
-                left = self._left()
-                if left is not None and left <= 0.5:  # the timeout was what the deadline left
-                    raise self._out_of_time(method, path) from None
-                raise Unavailable(
-                    f"GitLab ({self.base_url}) does not answer: {type(error).__name__}", fix=_TRY_AGAIN
-                ) from None
-            self._note(method, answer)
-            if answer.status_code == 304 and cached is not None:
-                with self._lock:
-                    self.stats.not_modified += 1
-                    self._cache.move_to_end(key)
-                return Response(200, cached[1], cached[2], cached=True)
-            if self._rate_limited(answer):
-                if self._gate - time.time() <= self.inline_wait and attempt < 3:
-                    continue  # a short wait, taken in line by _wait_for_gate
-                raise RateLimited(self._gate_reason, self._gate)
-            if answer.status_code >= 500 and again and attempt < 2 and self._can_wait(0.5 * (attempt + 1)):
-                time.sleep(0.5 * (attempt + 1))
-                continue
-            data = _body(answer)
-            if answer.is_success or answer.status_code in ok:
-                # Only single resources are kept: GitLab's listings answer no 304, keeping them would only cost memory.
-                etag = answer.headers.get("etag")
-                if method == "GET" and answer.status_code == 200 and etag and isinstance(data, dict):
-                    with self._lock:
-                        self._cache[key] = (etag, data, answer.headers)
-                        while len(self._cache) > CACHE_SIZE:
-                            self._cache.popitem(last=False)
-                return Response(answer.status_code, data, answer.headers)
-            raise self._error(method, path, answer, data)
-        raise RateLimited(self._gate_reason or "GitLab keeps asking beflow to slow down", self._gate)
+    # -- what GitLab says, as beflow's errors ------------------------------------------------------------------------
 
-    def _can_wait(self, seconds: float) -> bool:
-        """Whether a wait of ``seconds`` (and a try after it) fits before this thread's deadline."""
-        left = self._left()
-        return left is None or left > seconds + 0.5
-
-    def _wait_for_gate(self) -> None:
-        wait = self._gate - time.time()
-        if wait <= 0:
-            return
-        if wait > self.inline_wait or not self._can_wait(wait):
-            raise RateLimited(self._gate_reason, self._gate)
-        time.sleep(wait)
-
-    def _note(self, method: str, answer: httpx.Response) -> None:
-        with self._lock:
-            self.stats.requests += 1
-            self.stats.by_method[method] = self.stats.by_method.get(method, 0) + 1
-            rate = wire.RateHeaders.of(answer.headers)
-            if rate.remaining is not None:
-                self.stats.remaining = rate.remaining
-            if rate.reset is not None:
-                self.stats.reset = float(rate.reset)
-            date = answer.headers.get("date")
-            if date:
-                try:
-                    server = email.utils.parsedate_to_datetime(date).timestamp()
-                except (TypeError, ValueError):
-                    return
-                self.clock_offset = server - time.time()
-
-    def _rate_limited(self, answer: httpx.Response) -> bool:
-        """Whether GitLab asked to slow down (a 429); if so, the gate is closed until it says to come back."""
+    def _asked_to_wait(self, answer: httpx.Response, rate: RateHeaders, now: float) -> tuple[float, str] | None:
+        """A 429: for ``Retry-After`` seconds, else until ``RateLimit-Reset`` (on GitLab's clock), else a minute."""
         if answer.status_code != 429:
-            return False
-        rate = wire.RateHeaders.of(answer.headers)
-        now = time.time()
+            return None
         if rate.retry_after is not None:
-            until = now + float(rate.retry_after)
-        elif rate.remaining == 0 and rate.reset is not None:
-            until = float(rate.reset) - self.clock_offset + 1
-        else:
-            until = now + 60.0
-        with self._lock:
-            self.stats.rate_limited += 1
-            self._gate = max(self._gate, until)
-            wait = self._gate - now
-            self._gate_reason = f"GitLab asked beflow to slow down (its rate limit); waiting {wait:.0f} s"
-        return True
+            return now + float(rate.retry_after), "its rate limit"
+        if rate.remaining == 0 and rate.reset is not None:
+            return float(rate.reset) - self.clock_offset + 1, "its rate limit"
+        return now + 60.0, "its rate limit"
+
+    def _keeps(self, data: Any) -> bool:
+        # Single resources only: GitLab's listings answer no 304, keeping them would only cost memory.
+        return isinstance(data, dict)
+
+    def _decode(self, answer: httpx.Response) -> Any:
+        """An answer's JSON, or its text when it is no JSON (a job's log); None when it is empty."""
+        if answer.content and "json" not in answer.headers.get("content-type", "application/json"):
+            return answer.text
+        return super()._decode(answer)
 
     def _error(self, method: str, path: str, answer: httpx.Response, data: Any) -> BeflowError:
         said = wire.error_message(data)
@@ -373,18 +162,6 @@ class Api:
         if answer.status_code >= 500:
             return Unavailable(what, status=answer.status_code, fix=_GITLAB_TROUBLE)
         return GitLabError(what, status=answer.status_code)
-
-
-def _body(answer: httpx.Response) -> Any:
-    """An answer's JSON, or its text when it is no JSON (a job's log); None when it is empty."""
-    if not answer.content:
-        return None
-    if "json" not in answer.headers.get("content-type", "application/json"):
-        return answer.text
-    try:
-        return answer.json()
-    except ValueError:
-        return None
 
 
 def _origin(url: str) -> str:
@@ -414,18 +191,11 @@ def web_host(url: str) -> str:
 def resolve_token(settings: GitLabTrackerSettings | GitLabCodeHostSettings, what: str = "tracker") -> str:
     """The token: ``$token_env``, else ``glab config get token --host <host>``; a clear error naming both when
     neither gives one (``what``: the setting it is for, ``tracker`` or ``code_host``)."""
-    token = os.environ.get(settings.token_env, "").strip()
+    host = urlsplit(settings.url).netloc.rpartition("@")[2] or web_host(settings.url)
+    token = find_token(settings.token_env, ["glab", "config", "get", "token", "--host", host])
     if token:
         return token
-    host = urlsplit(settings.url).netloc.rpartition("@")[2] or web_host(settings.url)
     glab = shutil.which("glab")
-    if glab:
-        try:
-            result = proc.run_sync(["glab", "config", "get", "token", "--host", host], timeout=15)
-        except BeflowError:
-            result = None
-        if result is not None and result.ok and result.stdout.strip():
-            return result.stdout.decode("utf-8", "replace").strip()
     raise GitLabAuthError(
         f"{what}: no GitLab token: ${settings.token_env} is not set"
         + (f", and glab has no token for {host}" if glab else ", and the GitLab CLI (glab) is not installed"),

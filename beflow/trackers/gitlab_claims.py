@@ -235,8 +235,10 @@ class GitLabLeases:
         chain = chain_of(links)
         read = _Read(key, chain[-1] if chain else None, links, now, len(raw) < PER_PAGE * MAX_PAGES)
         left = read.left(self.settings.lease) if read.complete else math.inf
+        # Seen live, it is counted held a little longer than it may last: GitLab's now was read from a Date in whole
+        # seconds, and a look again as soon as it may have run out would find it live for that second, again and again.
         with self._lock:
-            self._looks[key] = _Look(observed, read_at + left if left > 0 else None)
+            self._looks[key] = _Look(observed, read_at + left + CLOCK_MARGIN if left > 0 else None)
         return read
 
     def _live(self, read: _Read) -> bool:

@@ -84,6 +84,8 @@ class ProjectIssues:
         self._since: float | None = None  # GitLab's clock: where the next look for changes starts
         self._synced = 0.0  # monotonic: when the whole listing was last read
         self._lock = threading.Lock()
+        #: One look at a time: a look that began earlier never lands over a later one.
+        self._looking = threading.Lock()
         self._reading = _Reading()
         #: How many looks asked GitLab (and how many of them read the whole listing): the cost of keeping up.
         self.looks = 0
@@ -126,10 +128,7 @@ class ProjectIssues:
         """GitLab's answer about one issue (read by the tracker, or the answer to its own write): what is held of it
         is brought up to date."""
         with self._lock:
-            held = self._entries.get(raw.iid)
-            if held is not None and held.raw is not None and held.raw.updated_at > raw.updated_at:
-                return  # an older answer than the one held
-            self._take(raw)
+            self._take(raw, self._entries)
 
     def forget(self, iid: int) -> None:
         """Issue ``iid`` is gone (GitLab says 404)."""
@@ -137,6 +136,10 @@ class ProjectIssues:
             self._entries.pop(iid, None)
 
     def _refresh(self) -> None:
+        with self._looking:
+            self._look_now()
+
+    def _look_now(self) -> None:
         with self._lock:
             full = self._since is None or time.monotonic() - self._synced >= RESYNC
             since = self._since
@@ -154,30 +157,36 @@ class ProjectIssues:
         items = wire.listed(data, f"GET {self._path}")
         with self._lock:
             self.looks += 1
+            held = self._entries
             if full:
                 self.resyncs += 1
                 self._entries = {}
                 self._synced = started
             for item in items:
-                self._item(item, full)
+                self._item(item, full, held)
             self._since = began - SLACK
 
-    def _item(self, item: Any, full: bool) -> None:
+    def _item(self, item: Any, full: bool, held: dict[int, _Entry]) -> None:
         got = wire.read(wire.Issue, item)
         if isinstance(got, wire.Unread):
             mine = True if full else self.reader.mine_raw(item)
             if got.iid is None:
                 return  # nothing names it: its next change, or the next whole listing, shows it
-            if mine is False or (mine is None and got.iid not in self._entries):
+            if mine is False or (mine is None and got.iid not in held):
                 self._entries.pop(got.iid, None)
                 return
             message = self.reader.unreadable(str(got.iid), got.why).message
             self._entries[got.iid] = _Entry(None, None, message, problem=True)
             return
-        self._take(got)
+        self._take(got, held)
 
-    def _take(self, raw: wire.Issue) -> None:
-        """``raw`` as what is held of its issue (the lock held)."""
+    def _take(self, raw: wire.Issue, held: dict[int, _Entry]) -> None:
+        """``raw`` as what is held of its issue, unless ``held`` (what was held before) knows a later state of it (an
+        answer to a write, read while the listing was) (the lock held)."""
+        before = held.get(raw.iid)
+        if before is not None and before.raw is not None and before.raw.updated_at > raw.updated_at:
+            self._entries[raw.iid] = before
+            return
         if not self.reader.mine(raw):
             self._entries.pop(raw.iid, None)
             return

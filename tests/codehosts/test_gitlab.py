@@ -16,6 +16,8 @@ from beflow.codehosts.gitlab import GitLabCodeHost
 from beflow.config import GitLabCodeHostSettings, load_project
 from beflow.errors import BeflowError
 from beflow.repository.remote import PushAuth
+from beflow.trackers.base import ChecksAccess
+from beflow.trackers.gitlab import GitLabTracker
 from beflow.trackers.gitlab_api import Api, api_base
 from tests.support.gitlab import PROJECT, TOKEN, FakeGitLab
 from tests.support.gitlab import gitlab as gitlab
@@ -207,6 +209,14 @@ def test_titles_and_descriptions_act_on_nothing_but_beflows_closing_line(
     assert acted_on(mr["description"]) == []
 
 
+def test_the_issues_link_on_the_last_line_is_kept_whole(host: GitLabCodeHost, gitlab: FakeGitLab) -> None:
+    link = f"https://gitlab.example.com/{PROJECT}/-/issues/1"
+    host.propose(BRANCH, "Add notes", f"see {link}\n\nIssue: {link}", draft=False)
+    (mr,) = gitlab.mrs.values()
+    shown, last = mr["description"].rsplit("\n", 1)
+    assert last == f"Issue: {link}" and "\u2060" in shown  # beflow's own link works; the agent's act on nothing
+
+
 # -- opening -------------------------------------------------------------------------------------------------------
 
 
@@ -226,6 +236,7 @@ def test_the_registry_opens_a_gitlab_code_host_for_another_trackers_issues(
     assert isinstance(opened, GitLabCodeHost)
     assert (opened.project, opened.api.base_url, opened.held_secrets()) == (PROJECT, api_base(gitlab.url), [TOKEN])
     assert opened.description == f"GitLab project {PROJECT}"
+    assert isinstance(opened, ChecksAccess) and all(finding.ok for finding in opened.access_checks())
 
 
 # -- a run -----------------------------------------------------------------------------------------------------------
@@ -271,3 +282,26 @@ def test_a_local_issue_is_proposed_as_a_gitlab_merge_request(
     assert TOKEN not in seen
     roots = [local_on_gitlab.directory, tmp_path / "served"]
     assert [p for root in roots for p in root.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()] == []
+
+
+def test_with_the_gitlab_tracker_the_code_host_is_its_project_and_shares_its_client(
+    auto_project: AutoProject, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITLAB_TOKEN", TOKEN)
+    auto_project.configure(
+        tracker={"kind": "gitlab", "project": PROJECT, "url": gitlab.url}, after_run={"pull_request": True}
+    )
+    project = load_project(auto_project.config_path)
+    tracker = open_tracker(project)
+
+    opened = open_code_host(project, tracker)
+
+    assert isinstance(opened, GitLabCodeHost) and isinstance(tracker, GitLabTracker)
+    assert opened.api is tracker.api and opened.project == PROJECT
+    monkeypatch.setenv("OTHER_TOKEN", TOKEN)
+    auto_project.configure(
+        code_host={"kind": "gitlab", "project": PROJECT, "url": gitlab.url, "token_env": "OTHER_TOKEN"}
+    )
+    project = load_project(auto_project.config_path)
+    apart = open_code_host(project, open_tracker(project))
+    assert isinstance(apart, GitLabCodeHost) and apart.api is not tracker.api  # another token: a client of its own

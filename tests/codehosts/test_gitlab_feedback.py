@@ -266,8 +266,27 @@ def test_a_failed_pipeline_of_the_head_commit_names_its_failed_jobs_and_the_end_
     assert make_host().gather("1", BRANCH) == Gathered()  # without feedback.checks: no pipeline read
 
 
-def test_a_passing_pipeline_is_no_feedback_and_a_log_is_capped_in_bytes(gitlab: FakeGitLab) -> None:
+def test_a_failed_pipeline_is_answered_once_in_a_note_of_the_merge_request_and_a_passing_one_is_no_feedback(
+    make_host: Host, gitlab: FakeGitLab
+) -> None:
+    mr = gitlab.open_mr(BRANCH)
+    gitlab.mrs[mr]["sha"] = SHA
+    gitlab.add_pipeline(SHA, BRANCH, "failed", {"test": ("failed", "boom")})
+    host = make_host(checks=True)
+    (piece,) = host.gather("1", BRANCH).pieces
+
+    host.reply(piece, "Fixed the test.")
+    host.reply(piece, "Fixed the test.")
+
+    (thread,) = gitlab.discussions[("MergeRequest", mr)]
+    assert thread["individual_note"] and thread["notes"][0]["body"].startswith("F\u2060ixed the test.")
+    gitlab.add_pipeline(SHA, BRANCH, "success", {"test": ("success", "ok")})  # run again, and passed
+    assert make_host(checks=True).gather("1", BRANCH).pieces == []
+
+
+def test_a_log_is_capped_in_lines_and_bytes_as_a_terminal_shows_it() -> None:
     assert gitlab_pipelines.tail("x" * 10_000 + "\nlast") == "last"
+    assert gitlab_pipelines.tail("\n".join(str(n) for n in range(100)), lines=3) == "97\n98\n99"
     long_line = "é" * 5000
     cut = gitlab_pipelines.tail(long_line, size=100)
     assert len(cut.encode()) <= 100 and set(cut) == {"é"}

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 
 import pytest
 
-from beflow.errors import NotFoundError
+from beflow.errors import ConfigError, NotFoundError
 from beflow.trackers import Status
 from beflow.trackers.base import MetersRequests, NamesUnreadable, ReadsOnce, SetsUpLabels, ShowsProgress, TakesRework
+from beflow.trackers.gitlab_api import RateLimited
 from tests.support.gitlab import PROJECT, TOKEN, FakeGitLab
 from tests.support.gitlab import gitlab as gitlab
 from tests.support.gitlab import gitlab_tracker as tracker
@@ -170,3 +172,25 @@ def test_a_dead_gitlab_is_unavailable_and_says_so(gl: AutoProject, beflow) -> No
     gl.configure(tracker={"kind": "gitlab", "project": PROJECT, "url": dead})
     silent = beflow("issues", "list")
     assert silent.exit_code == 1 and "does not answer" in silent.stderr
+
+
+def test_the_project_is_read_from_origin_when_left_out(gl: AutoProject, gitlab: FakeGitLab) -> None:
+    subprocess.run(["git", "remote", "add", "origin", f"{gitlab.url}/{PROJECT}.git"], cwd=gl.directory, check=True)
+    gl.configure(tracker={"kind": "gitlab", "url": gitlab.url})
+    assert tracker(gl).project == PROJECT
+    subprocess.run(["git", "remote", "set-url", "origin", "git@elsewhere.example.com:x/y.git"], cwd=gl.directory)
+    with pytest.raises(ConfigError, match=r"tracker\.project: not set, and origin is git@elsewhere"):
+        tracker(gl)
+
+
+def test_a_spent_rate_limit_is_said_and_metered_without_hammering(gl: AutoProject, gitlab: FakeGitLab) -> None:
+    gitlab.add_issue("One", labels=["beflow", "beflow:ready"])
+    opened = tracker(gl)
+    gitlab.rate_remaining = 0  # GitLab answers 429 with Retry-After: 60
+    with pytest.raises(RateLimited):
+        opened.ready()
+    sent = len(gitlab.seen)
+    with pytest.raises(RateLimited):
+        opened.listing()
+    assert len(gitlab.seen) == sent  # nothing is sent until GitLab allows it
+    assert opened.rate_budget().limited == 1

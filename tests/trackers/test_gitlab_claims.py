@@ -348,7 +348,7 @@ def test_held_reads_an_issues_notes_only_when_it_moved_or_a_live_head_may_have_r
     assert look() == {"1"} and reads() == before + 1
     assert look() == {"1"} and reads() == before + 1
     eventually(lambda: look() == set(), "the unrenewed lease to run out", timeout=10, interval=0.1)
-    assert reads() <= before + 4  # read again when it may have run out, not at every look
+    assert reads() <= before + 3  # read again once it may have run out (twice at most), not at every look
 
 
 def test_an_issue_never_listed_is_read_at_every_question(gitlab: FakeGitLab, issue: Any) -> None:

@@ -111,3 +111,15 @@ def test_an_agents_words_on_gitlab_act_on_nothing_and_hold_no_secret(gl: AutoPro
         assert acted_on(text) == [] and TOKEN not in text, text
     assert MASK in notes[0] and gitlab.issues[2]["state"] == "opened"
     assert made.status == Status.OPEN
+
+
+def test_a_label_holding_a_comma_is_refused_as_gitlab_would_split_it(gl: AutoProject, gitlab: FakeGitLab) -> None:
+    """An agent's follow-up labelled ``bug,beflow:ready`` passes the check for status labels as one label; GitLab
+    would read it as two, and the follow-up would be queued."""
+    gitlab.add_issue("Bound", labels=["beflow", "beflow:in-progress"])
+    agent = Context(
+        project=load_project(gl.config_path), opens_tracker=open_tracker, actor="agent (run r1)", bound_issue="1"
+    )
+    with pytest.raises(BeflowError, match="holds a comma"):
+        REGISTRY["issue.new"].call(agent, {"title": "Queue me", "labels": ["bug,beflow:ready"]})
+    assert list(gitlab.issues) == [1] and gitlab.requests("POST", "/api/v4/projects/acme%2Fwidgets/issues") == []

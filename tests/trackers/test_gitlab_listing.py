@@ -4,13 +4,17 @@ over fifty issues costs one request per poll."""
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
+import time
+from typing import Any
 
 import anyio
 import pytest
 
 from beflow.trackers import Status, reading_once
 from beflow.trackers import gitlab_listing as listing
+from beflow.trackers.gitlab_api import Unavailable
 from tests.support.gitlab import PROJECT, TOKEN, FakeGitLab, Seen
 from tests.support.gitlab import gitlab as gitlab
 from tests.support.gitlab import gitlab_tracker as tracker
@@ -69,12 +73,46 @@ def test_a_look_after_the_first_asks_only_for_what_changed(gl: AutoProject, gitl
 def test_an_update_written_before_the_last_look_began_is_not_missed(gl: AutoProject, gitlab: FakeGitLab) -> None:
     """A change GitLab shows with a time before the previous look (the same second, a transaction committed while
     that look was read) is still seen: each look starts a margin before the previous one began."""
-    gitlab.add_issue("One", labels=["beflow", "beflow:ready"])
+    edit(gitlab, gitlab.add_issue("One")["iid"], labels=["beflow", "beflow:ready"], ago=120.0)
     opened = tracker(gl)
     opened.listing()
     opened.listing()
-    edit(gitlab, 1, labels=["beflow", "beflow:failed"], ago=listing.SLACK / 2)
+    edit(gitlab, 1, labels=["beflow", "beflow:failed"], ago=20.0)  # written 20 s back, shown only now
     assert [i.status for i in opened.listing().issues] == [Status.FAILED]
+
+
+def test_a_look_gitlab_failed_loses_no_change(
+    gl: AutoProject, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 502 storm fails a look (after the client's retries); the next look starts where the last good one did, not
+    where the failed one would have (no margin here to hide it: GitLab's clock shows whole seconds)."""
+    monkeypatch.setattr(listing, "SLACK", 0.0)
+    gitlab.add_issue("One", labels=["beflow", "beflow:ready"])
+    opened = tracker(gl)
+    opened.listing()
+    edit(gitlab, 1, labels=["beflow", "beflow:review"])
+    time.sleep(1.5)  # the failed look begins well after the change
+    gitlab.fail(502, times=3, prefix=ISSUES)
+    with pytest.raises(Unavailable):
+        opened.listing()
+    assert [i.status for i in opened.listing().issues] == [Status.REVIEW]
+
+
+def test_a_listing_that_lags_behind_beflows_own_write_does_not_undo_it(gl: AutoProject, gitlab: FakeGitLab) -> None:
+    """GitLab may answer a listing from a replica a moment behind: beflow's own write, as GitLab answered it, stands
+    until a later state of the issue shows."""
+    gitlab.add_issue("One", labels=["beflow", "beflow:ready"])
+    opened = tracker(gl)
+    opened.listing()
+    before = copy.deepcopy(gitlab.issues[1])
+    time.sleep(0.01)  # (the fake's clock shows milliseconds)
+    opened.set_status("1", Status.IN_PROGRESS)
+
+    def lagging(items: Any) -> Any:
+        return [before if item["iid"] == 1 else item for item in items] if isinstance(items, list) else items
+
+    gitlab.tamper("GET", ISSUES, lagging)
+    assert [i.status for i in opened.listing().issues] == [Status.IN_PROGRESS]
 
 
 def test_a_deleted_issue_leaves_at_the_next_whole_listing(

@@ -56,6 +56,12 @@ def test_a_runs_progress_is_one_note_edited_in_place_that_ends_saying_how_it_end
     assert not opened.progress("1", "- too soon")  # edits are spaced out
     (note,) = notes_of(gitlab, 1)
     assert note["body"].startswith("- editing a.py") and note["body"].endswith(PROGRESS_MARKER)
+    # The agent's activity in it acts on nothing: no reference, mention or quick action.
+    assert opened.progress(
+        "1", "beflow run `r1` is working on this issue: read !3 ~bug %v1 &5 @bob\n/close", force=True
+    )
+    (note,) = notes_of(gitlab, 1)
+    assert "read !" in note["body"] and acted_on(note["body"]) == []
 
     opened.set_status("1", Status.REVIEW, note="Done: the branch is beflow/1")
     (note,) = notes_of(gitlab, 1)
