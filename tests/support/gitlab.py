@@ -211,9 +211,9 @@ class FakeGitLab:
         only by members Reporter and above (GitLab still sends ``confidential`` beside ``internal``)."""
         with self.lock:
             threads = self.discussions.setdefault((kind, iid), [])
-            drawn, self._local.drawn = getattr(self._local, "drawn", None), None
-            note = {"id": drawn or next(self.ids), "type": None, "body": body, "author": author or self.bot,
-                    "created_at": _now(), "updated_at": _now(), "system": False, "noteable_id": iid + 100,
+            drawn, self._local.drawn = getattr(self._local, "drawn", None) or (next(self.ids), _now()), None
+            note = {"id": drawn[0], "type": None, "body": body, "author": author or self.bot,
+                    "created_at": drawn[1], "updated_at": drawn[1], "system": False, "noteable_id": iid + 100,
                     "noteable_type": kind, "noteable_iid": iid, "resolvable": False, "resolved": False,
                     "confidential": internal, "internal": internal}  # fmt: skip
             if position is not None:
@@ -304,7 +304,7 @@ class FakeGitLab:
                     break
             if method == "POST" and path.endswith("/notes") and self.stalls:
                 hold += self.stalls.pop(0)
-                self._local.drawn = next(self.ids)
+                self._local.drawn = (next(self.ids), _now())  # (its transaction's id and time)
         if hold:
             self.released.wait(hold)
 
