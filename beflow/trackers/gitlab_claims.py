@@ -5,8 +5,9 @@ written by the token's own user — whose hidden marker holds the lease as JSON:
 (the id of the claim note it supersedes, or null) and ``released``. Every reader orders the claim notes alone into one
 chain (:func:`chain_of`): the head starts as the lowest-id claim with ``takes: null``; then, as long as some claims
 take the current head, the lowest-id one of them becomes the head. Every other claim note lost (it names a link
-someone else took first, or an older one) and is no link. The head is live while it is not released and its last edit
-(``updated_at``) is less than a lease old on GitLab's clock.
+someone else took first, or an older one) and is no link. A note by anyone else, a public one, or one whose lease does
+not read is no claim at all. The head is live while it is not released and its last edit (``updated_at``) is less than
+a lease old on GitLab's clock (the ``Date`` of the answer that listed the notes, :data:`CLOCK_MARGIN` allowed for).
 
 Claiming reads the notes, posts a claim taking the head (when it is not live), waits :data:`SETTLE` (GitLab answers a
 POST once its transaction commits, but a note with a lower id whose transaction began earlier may become visible a
@@ -15,11 +16,11 @@ renewal edits the note (the edit moves its ``updated_at``) and reads the chain b
 ``released: true``; a dead head is taken over by a claim naming it.
 
 Why two machines never both hold an issue: the head only moves by a note naming it, and the first such note (the
-lowest id) wins for every reader alike, so two claimants of one head cannot both see their own note as the head. A
-head is only taken when its last edit is older than the lease on GitLab's clock; its holder counts its own lease
-from before the request that made that edit, less a margin, and every request under the lease (renewals, writes:
-:meth:`GitLabLeases.under_lease`) is bounded by that deadline (``api.deadline``), so the holder has stopped before
-anyone may take the head.
+lowest id) wins for every reader alike, so two claimants of one head cannot both see their own note as the head
+(given that a note is visible :data:`SETTLE` after GitLab answered a later one). A head is only taken when its last
+edit is older than the lease on GitLab's clock; its holder counts its own lease from before the request that made
+that edit, less a margin, and every request under the lease (renewals, writes: :meth:`GitLabLeases.under_lease`) is
+bounded by that deadline (``api.deadline``), so the holder has stopped before anyone may take the head.
 
 Reading who holds a listing's issues (:meth:`GitLabLeases.held`) costs no request while nothing changes: the tracker
 tells the store each issue's ``updated_at`` from its listings (:meth:`GitLabLeases.observe`), and an issue's notes are
@@ -65,6 +66,8 @@ CLOCK_MARGIN = 1.0
 #: counts as held (a claim on it is refused, naming the bound).
 PER_PAGE = 100
 MAX_PAGES = 20
+#: How long a release waits for a renewal on its way (each is bounded by the lease anyway).
+RELEASE_WAIT = 5.0
 
 #: The visible line of a claim note; the lease follows it in beflow's hidden marker.
 VISIBLE = "beflow is holding this issue for a run."
@@ -396,11 +399,18 @@ class GitLabLeases:
             self._holding.pop(key, None)
             with self._lock:
                 self._looks.pop(key, None)  # (its listing may not move: the next look reads the notes)
-            if state.lost:
-                return  # taken over already: nothing of ours to release
-            done = state.lease.model_copy(update={"released": True})
-            with contextlib.suppress(BeflowError):  # unreachable GitLab: the lease runs out by itself
-                self._call(self.api.request, "PUT", path, json={"body": body_of(done)})
+            # A renewal on its way ends first (its edit would undo the release), or at least the wait does.
+            waited = state.lock.acquire(timeout=RELEASE_WAIT)
+            try:
+                if state.lost:
+                    return  # taken over already: nothing of ours to release
+                state.lost = f"the claim on issue {key} was released"
+                done = state.lease.model_copy(update={"released": True})
+                with contextlib.suppress(BeflowError):  # unreachable GitLab: the lease runs out by itself
+                    self._call(self.api.request, "PUT", path, json={"body": body_of(done)})
+            finally:
+                if waited:
+                    state.lock.release()
 
         self._holding[key] = state
         return Claim(

@@ -20,6 +20,7 @@ import pytest
 
 from beflow.config import GitLabTrackerSettings
 from beflow.errors import BeflowError, LockedError
+from beflow.trackers import gitlab_claims
 from beflow.trackers.claims import Claim, ClaimLost, keep_renewed
 from beflow.trackers.gitlab_api import Api, api_base, project_id
 from beflow.trackers.gitlab_claims import (
@@ -364,3 +365,16 @@ def test_a_gitlab_that_makes_the_claim_note_public_is_refused_and_the_note_withd
     with pytest.raises(BeflowError, match="internal notes"):
         store(gitlab).claim("1", owner="watcher a")
     assert claim_notes(gitlab) == []
+
+
+def test_an_issue_with_more_notes_than_are_read_counts_as_held_and_is_not_claimed(
+    gitlab: FakeGitLab, issue: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gitlab_claims, "MAX_PAGES", 1)  # (100 notes read, not 2,000)
+    talker = gitlab.user("talker", access_level=30)
+    for n in range(100):
+        gitlab.add_note("Issue", 1, f"word {n}", author=talker)
+    mine = store(gitlab)
+    with pytest.raises(LockedError, match="more than 100 notes"):
+        mine.claim("1", owner="watcher a")
+    assert mine.held(["1"]) == {"1"} and claim_notes(gitlab) == []
