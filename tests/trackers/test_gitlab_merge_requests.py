@@ -1,7 +1,8 @@
 """A ready GitLab issue, run by ``beflow watch --once`` as a real process through the pinned acpx: its branch pushed to
 the project's repository on GitLab (over HTTP, the token through beflow's credential helper), one merge request
 opened — then updated, not duplicated, by the next run — the status labels moved, and one note on the issue, edited
-in place, that says how the run ended. The token is in no output, file, git config or record."""
+in place, that says how the run ended; merging the merge request makes the issue done. The token is in no output,
+file, git config or record."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from beflow.trackers import Status
 from tests.faults.conftest import beflow_run
 from tests.support.gitlab import TOKEN, FakeGitLab
 from tests.support.gitlab_markdown import acted_on
@@ -94,3 +96,20 @@ def test_confidential_issues_are_left_alone_unless_configured(
 
     assert taken.code == 0, taken.stdout + taken.stderr
     assert on_gitlab.only_record().outcome == "succeeded" and len(gitlab.mrs) == 1
+
+
+def test_a_merged_merge_request_makes_its_issue_done(
+    on_gitlab: AutoProject, gitlab: FakeGitLab, no_leftover_processes: None
+) -> None:
+    gitlab.add_issue("Add notes", labels=["beflow", "beflow:ready"], description="acp-test: write notes.txt first")
+    assert beflow_run(on_gitlab, "watch", "--once", env=ENV).code == 0
+    (iid,) = gitlab.mrs
+    gitlab.merge(iid)  # a person merges it
+
+    done = beflow_run(on_gitlab, "watch", "--once", env=ENV)
+
+    assert done.code == 0, done.stdout + done.stderr
+    assert on_gitlab.issue("1").status == Status.DONE
+    issue = gitlab.issues[1]
+    assert issue["state"] == "closed" and not {"beflow:review", "beflow:closed"} & set(issue["labels"])
+    assert len(on_gitlab.records("1")) == 1  # no round, no run
