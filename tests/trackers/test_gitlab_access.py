@@ -166,3 +166,41 @@ def test_doctor_shows_what_gitlab_allows_and_init_labels_makes_the_missing_label
     assert made.stdout.startswith("Created the labels beflow, beflow:ready")
     assert f"in GitLab project {PROJECT}" in made.stdout
     assert not check_tracker(project).warning
+
+
+def test_doctor_says_the_findings_of_a_gitlab_tracker_and_code_host_on_one_project_once(
+    auto_project: AutoProject, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITLAB_TOKEN", TOKEN)
+    # (no code_host: the GitLab tracker's project is the code host, with the tracker's client)
+    auto_project.configure(
+        tracker={"kind": "gitlab", "project": PROJECT, "url": gitlab.url}, after_run={"pull_request": True}
+    )
+
+    found = check_access(load_project(auto_project.config_path))
+
+    assert [c.detail for c in found] == [
+        "the token in $GITLAB_TOKEN (@beflow-bot) has the api scope",
+        f"project {PROJECT} on {gitlab.url}",
+        f"@beflow-bot may push to {PROJECT} (Maintainer)",
+    ]
+    assert len(gitlab.requests("GET", "/api/v4/personal_access_tokens/self")) == 2  # both asked, each said once
+
+
+def test_doctor_asks_a_gitlab_code_host_beside_local_issues(
+    auto_project: AutoProject, gitlab: FakeGitLab, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MY_GITLAB", TOKEN)
+    gitlab.members[gitlab.bot["id"]] = 20
+    auto_project.configure(
+        code_host={"kind": "gitlab", "project": PROJECT, "url": gitlab.url, "token_env": "MY_GITLAB"},
+        after_run={"pull_request": True},
+    )
+
+    found = check_access(load_project(auto_project.config_path))
+
+    assert [(c.ok, c.detail) for c in found] == [
+        (True, "the token in $MY_GITLAB (@beflow-bot) has the api scope"),
+        (True, f"project {PROJECT} on {gitlab.url}"),
+        (False, f"@beflow-bot is Reporter in {PROJECT}: it may not push"),
+    ]
