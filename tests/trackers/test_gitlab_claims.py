@@ -378,3 +378,22 @@ def test_an_issue_with_more_notes_than_are_read_counts_as_held_and_is_not_claime
     with pytest.raises(LockedError, match="more than 100 notes"):
         mine.claim("1", owner="watcher a")
     assert mine.held(["1"]) == {"1"} and claim_notes(gitlab) == []
+
+
+def test_a_claim_whose_chain_cannot_be_read_back_is_withdrawn(gitlab: FakeGitLab, issue: Any) -> None:
+    gitlab.delay("POST", NOTES, 0.3)
+    failed: list[BeflowError] = []
+
+    def claim() -> None:
+        try:
+            store(gitlab).claim("1", owner="watcher a")
+        except BeflowError as error:
+            failed.append(error)
+
+    claiming = threading.Thread(target=claim)
+    claiming.start()
+    eventually(lambda: not gitlab.delays, "the claim note to be on its way")
+    gitlab.fail(502, only="GET", prefix=NOTES, times=3)  # every try of the look after it
+    claiming.join()
+    assert failed and claim_notes(gitlab) == []  # whether it held is unknown: it is withdrawn
+    assert store(gitlab).claim("1", owner="watcher b").info.owner == "watcher b"
