@@ -500,8 +500,7 @@ class Config(Model):
         if type(self.code_host) is type(implied):
             # `{"kind": "gitlab"}` beside a GitLab tracker is that tracker's project, instance and token, but for
             # what it says itself.
-            said = {name: getattr(self.code_host, name) for name in self.code_host.model_fields_set}
-            return implied.model_copy(update=said)
+            return implied.model_copy(update=self.code_host.model_dump(include=self.code_host.model_fields_set))
         return self.code_host
 
     def acpx_argv(self) -> list[str]:
