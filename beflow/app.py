@@ -78,6 +78,15 @@ def _github_tracker(project: Project, claims: ClaimsOver | None) -> Tracker:
     return open_github(project, settings, claims)
 
 
+def _gitlab_tracker(project: Project, claims: ClaimsOver | None) -> Tracker:
+    from beflow.config import GitLabTrackerSettings
+    from beflow.trackers.gitlab import open_gitlab  # httpx is imported only by projects that use GitLab
+
+    settings = project.config.tracker
+    assert isinstance(settings, GitLabTrackerSettings)  # (its registry line says so)
+    return open_gitlab(project, settings, claims)
+
+
 def _linear_tracker(project: Project, claims: ClaimsOver | None) -> Tracker:
     from beflow.config import LinearTrackerSettings
     from beflow.trackers.linear import open_linear  # httpx is imported only by projects that use Linear
@@ -89,6 +98,12 @@ def _linear_tracker(project: Project, claims: ClaimsOver | None) -> Tracker:
 
 def _github_code_host(project: Project, settings: CodeHostSettings, tracker: Tracker | None) -> CodeHost:
     from beflow.codehosts.github import open_for
+
+    return open_for(project, settings, tracker)
+
+
+def _gitlab_code_host(project: Project, settings: CodeHostSettings, tracker: Tracker | None) -> CodeHost:
+    from beflow.codehosts.gitlab import open_for  # httpx is imported only by projects that use GitLab
 
     return open_for(project, settings, tracker)
 
@@ -121,10 +136,12 @@ def _fleet_state(project: Project, tracker: Tracker, key: str) -> IssueState | N
 TRACKERS: dict[str, TrackerKind] = {
     "local": TrackerKind(_local_tracker, holds_token=False),
     "github": TrackerKind(_github_tracker, holds_token=True),
+    "gitlab": TrackerKind(_gitlab_tracker, holds_token=True),
     "linear": TrackerKind(_linear_tracker, holds_token=True),
 }
 CODE_HOSTS: dict[str, CodeHostKind] = {
     "github": CodeHostKind(_github_code_host),
+    "gitlab": CodeHostKind(_gitlab_code_host),
 }
 ENGINES: dict[str, EngineKind] = {
     "local": EngineKind(claims=lambda _project: None, runs_elsewhere=False, probe=lambda _project: None),

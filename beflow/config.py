@@ -564,8 +564,16 @@ class Config(Model):
 
     def code_host_settings(self) -> CodeHostSettings:
         """The code host: ``code_host`` as configured, else the one the tracker implies (GitHub's repository for
-        the GitHub tracker, none for the local one)."""
-        return self.code_host if self.code_host is not None else self.tracker.implied_code_host()
+        the GitHub tracker, GitLab's project for the GitLab tracker, none for the local one); a code host of the
+        tracker's own kind takes what it leaves out from the tracker."""
+        implied = self.tracker.implied_code_host()
+        if self.code_host is None:
+            return implied
+        if type(self.code_host) is type(implied):
+            # `{"kind": "gitlab"}` beside a GitLab tracker is that tracker's project, instance and token, but for
+            # what it says itself.
+            return implied.model_copy(update=self.code_host.model_dump(include=self.code_host.model_fields_set))
+        return self.code_host
 
     def acpx_argv(self) -> list[str]:
         """The argv prefix that starts acpx: configured, else ``acpx`` on PATH, else the pinned one via npx — with

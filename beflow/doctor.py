@@ -18,7 +18,7 @@ from beflow.records.store import RunStore
 from beflow.run import preflight
 from beflow.system import node, proc
 from beflow.trackers import Status
-from beflow.trackers.base import SetsUpLabels
+from beflow.trackers.base import ChecksAccess, SetsUpLabels
 from beflow.trackers.issue import FileProblem
 
 #: acpx probes may download the pinned release through npx on first use.
@@ -145,8 +145,8 @@ def check_earlier_root_config(project: Project) -> Check | None:
 
 
 #: Checks that need a loaded project (the tracker, the MCP cascade); later features add theirs here. A check
-#: that has nothing to say (its subject is already reported broken) returns None.
-PROJECT_CHECKS: list[Callable[[Project], Check | None]] = []
+#: that has nothing to say (its subject is already reported broken) returns None; one may return several lines.
+PROJECT_CHECKS: list[Callable[[Project], Check | list[Check] | None]] = []
 
 
 def check_mcp(project: Project) -> Check:
@@ -189,7 +189,9 @@ def run_checks(explicit: Path | None = None) -> list[Check]:
     if earlier is not None:
         checks.append(earlier)
     if project is not None:
-        checks.extend(c for c in (check(project) for check in PROJECT_CHECKS) if c is not None)
+        for check in PROJECT_CHECKS:
+            found = check(project)
+            checks.extend(found if isinstance(found, list) else [] if found is None else [found])
         # Last, and told how the agent check went: an agent that does not start is not the sandbox's fault.
         checks.append(check_sandbox(project, any(c.name == "agent" and c.ok for c in checks)))
     return checks
@@ -232,13 +234,39 @@ def check_tracker(project: Project) -> Check:
                 "tracker",
                 True,
                 f"{detail}; labels not created yet: {', '.join(absent)}",
-                "`beflow init --github` creates them (or beflow does on its first write).",
+                "`beflow init --labels` creates them (or beflow does on its first write).",
                 warning=True,
             )
     return Check("tracker", True, detail)
 
 
 PROJECT_CHECKS.append(check_tracker)
+
+
+def check_access(project: Project) -> list[Check]:
+    """What the tracker's and the code host's services say beflow may do there (the token's scopes, the project,
+    the right to push), from those that can say it (:class:`~beflow.trackers.base.ChecksAccess`); a finding both
+    make is shown once. Nothing when the tracker does not open: its own line says why."""
+    from beflow.app import engine, open_code_host, open_tracker
+
+    try:
+        engine(project)
+        tracker = open_tracker(project)
+    except BeflowError:
+        return []
+    findings = tracker.access_checks() if isinstance(tracker, ChecksAccess) else []
+    checks = []
+    try:
+        host = open_code_host(project, tracker)
+    except BeflowError as error:
+        host = None
+        checks.append(Check("code_host", False, error.message, error.fix))
+    if isinstance(host, ChecksAccess):
+        findings += [finding for finding in host.access_checks() if finding not in findings]
+    return [Check(f.name, f.ok, f.detail, f.fix, f.warning) for f in findings] + checks
+
+
+PROJECT_CHECKS.append(check_access)
 
 
 def _problems_in_files(problems: list[FileProblem]) -> str:

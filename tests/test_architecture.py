@@ -246,8 +246,9 @@ def test_every_kind_the_config_accepts_has_one_line_in_the_composition_root() ->
 #: Where a kind may be named: its own package, its settings, the composition root (and the demo, which makes a
 #: local project on purpose). Everywhere else a tracker, code host or engine is asked through its protocol.
 KIND_NAMES = re.compile(
-    r"\b(LocalTracker|GitHubTracker|GitHubCodeHost|(Local|GitHub)TrackerSettings|GitHubCodeHostSettings)\b"
-    r"|\.kind\s*[!=]=\s*[\"'](local|github|temporal)[\"']"
+    r"\b(LocalTracker|GitHubTracker|GitLabTracker|GitHubCodeHost|(Local|GitHub|GitLab)TrackerSettings"
+    r"|GitHubCodeHostSettings)\b"
+    r"|\.kind\s*[!=]=\s*[\"'](local|github|gitlab|temporal)[\"']"
 )
 KINDS_AT_HOME = ("beflow.trackers", "beflow.codehosts", "beflow.app", "beflow.config", "beflow.demo")
 

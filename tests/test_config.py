@@ -311,6 +311,24 @@ def test_the_code_host_is_the_one_named_else_the_one_the_tracker_implies(repo: P
     assert none.code_host_settings() == NoCodeHostSettings(kind="none")
 
 
+def test_a_code_host_of_the_trackers_kind_takes_what_it_leaves_out_from_the_tracker() -> None:
+    from beflow.config import GitLabCodeHostSettings
+
+    gitlab = {"kind": "gitlab", "project": "acme/widgets", "url": "https://gitlab.example.com", "token_env": "GL"}
+    named = Config.model_validate({"tracker": gitlab, "code_host": {"kind": "gitlab"}}).code_host_settings()
+    assert named == GitLabCodeHostSettings(
+        kind="gitlab", project="acme/widgets", url="https://gitlab.example.com", token_env="GL"
+    )
+    other = {"kind": "gitlab", "project": "acme/code"}
+    said = Config.model_validate({"tracker": gitlab, "code_host": other}).code_host_settings()
+    assert said == GitLabCodeHostSettings(
+        kind="gitlab", project="acme/code", url="https://gitlab.example.com", token_env="GL"
+    )
+    github = {"kind": "github", "repo": "octo/hello"}
+    elsewhere = Config.model_validate({"tracker": gitlab, "code_host": github}).code_host_settings()
+    assert elsewhere == GitHubCodeHostSettings(kind="github", repo="octo/hello")  # another kind: nothing taken
+
+
 @pytest.mark.parametrize(
     ("code_host", "said"),
     [

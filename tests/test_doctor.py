@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from beflow import ACPX_VERSION
 from beflow.config import Config
-from beflow.doctor import check_acpx, check_config, check_git, check_node, run_checks
+from beflow.doctor import Check, check_access, check_acpx, check_config, check_git, check_node, run_checks
+from beflow.trackers.base import Finding
 from tests.support.projects import config_file
 
 
@@ -269,3 +271,58 @@ def test_a_cost_budget_against_an_agent_whose_runs_report_no_cost_is_a_warning(r
     path.write_text(json.dumps({"agent": "codex", "limits": {"cost_per_run": 2}}))
     ran(Usage(cost=0.1, currency="USD", updates=1))
     assert check_costs(load_project(path)) is None  # the agent does report its cost
+
+
+class _Checked:
+    """A tracker's or a code host's service that says what beflow may do there."""
+
+    def __init__(self, *findings: Finding) -> None:
+        self.findings = list(findings)
+
+    def access_checks(self) -> list[Finding]:
+        return self.findings
+
+
+def test_what_the_tracker_and_the_code_host_find_of_their_service_is_shown_once(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow import app
+    from beflow.config import load_project
+    from beflow.trackers.local import LocalTracker
+
+    token = Finding("forge", True, "the token has the api scope")
+    push = Finding("forge", False, "@bot may not push", "Give @bot the Developer role.")
+
+    class CheckedTracker(LocalTracker):
+        def access_checks(self) -> list[Finding]:
+            return [token]
+
+    def tracker(project: Any, claims: Any) -> Any:
+        return CheckedTracker(project.tracker_dir, project.directory, claims=claims)
+
+    monkeypatch.setitem(app.TRACKERS, "local", app.TrackerKind(tracker, holds_token=False))
+    monkeypatch.setitem(app.CODE_HOSTS, "github", app.CodeHostKind(lambda *_: _Checked(token, push)))  # type: ignore[arg-type,return-value]
+    config_file(repo).write_text('{"code_host": {"kind": "github"}, "after_run": {"pull_request": true}}')
+
+    assert check_access(load_project()) == [
+        Check("forge", True, "the token has the api scope"),
+        Check("forge", False, "@bot may not push", "Give @bot the Developer role."),
+    ]
+
+
+def test_a_tracker_that_cannot_say_what_it_may_do_adds_no_line(repo: Path) -> None:
+    from beflow.config import load_project
+
+    assert check_access(load_project()) == []
+
+
+def test_a_code_host_that_does_not_open_is_a_line_with_its_fix(repo: Path) -> None:
+    from beflow.config import load_project
+
+    config_file(repo).write_text('{"code_host": {"kind": "github"}, "after_run": {"pull_request": true}}')
+
+    [host] = check_access(load_project())
+
+    assert (host.name, host.ok) == ("code_host", False)
+    assert "code_host.repo: not set, and the checkout has no origin remote" in host.detail
+    assert host.fix == 'Set "repo": "owner/name" in the code_host settings.'

@@ -15,15 +15,17 @@ from beflow.paths import outside_git
 from beflow.repository.git import toplevel as git_toplevel
 
 
-def _github_labels(app: App) -> None:
+def _labels(app: App) -> None:
     from beflow.trackers.base import SetsUpLabels
 
     project = app.project()
     tracker = app.tracker()
     if not isinstance(tracker, SetsUpLabels):
         raise UsageError(
-            f"--github: the tracker in {project.config_path or 'the defaults'} is not GitHub",
-            fix='Set "tracker": {"kind": "github", "repo": "owner/name"} in .beflow/config.json, then run it again.',
+            f"--labels: the tracker in {project.config_path or 'the defaults'} ({tracker.description}) has no "
+            "labels to create",
+            fix='--labels is for a tracker whose statuses are labels (GitHub, GitLab): set its "tracker" in '
+            ".beflow/config.json, then run it again.",
         )
     created = tracker.ensure_labels()
     if created:
@@ -41,21 +43,23 @@ def _github_labels(app: App) -> None:
     help="Project directory (default: the git top level, else the current directory).",
 )
 @click.option(
-    "--github",
-    "github",
+    "--labels",
+    "labels",
     is_flag=True,
-    help="Create the labels the GitHub tracker needs in the configured repository (the config is left as it is).",
+    help="Create the labels the tracker needs (GitHub, GitLab) in its repository or project; the config is left as "
+    "it is.",
 )
+@click.option("--github", "labels", is_flag=True, hidden=True)  # (its name before GitLab's tracker came)
 @pass_app
-def command(app: App, force: bool, directory: Path | None, github: bool) -> None:
+def command(app: App, force: bool, directory: Path | None, labels: bool) -> None:
     """Write a commented .beflow/config.json; beflow's run state stays out of git.
 
     `.beflow/config.json` and `.beflow/issues/` are yours to commit; everything else in `.beflow/` is git-ignored.
 
     With `beflow --config PATH init`, the file is written to PATH and its directory is the project's.
     """
-    if github:
-        _github_labels(app)
+    if labels:
+        _labels(app)
         return
     config_path = None
     if app.config_option is not None:

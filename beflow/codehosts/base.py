@@ -2,7 +2,9 @@
 
 A code host is chosen apart from the tracker (``code_host`` in the config; a GitHub tracker implies GitHub's for its
 repository): the local tracker can open GitHub pull requests, and a tracker of another kind can too. Delivery
-(:mod:`beflow.run.delivery`) is its one caller in a run; docs/architecture.md says how to add one.
+(:mod:`beflow.run.delivery`) is its one caller in a run; docs/architecture.md says how to add one. A code host that
+can say what its token may do answers :class:`~beflow.trackers.base.ChecksAccess`, as a tracker does
+(``beflow doctor`` asks both).
 """
 
 from __future__ import annotations

@@ -1,14 +1,14 @@
-"""beflow's git credential helper: ``python -I -S git_credential.py FD PROTOCOL HOST ACTION``.
+"""beflow's git credential helper: ``python -I -S git_credential.py FD PROTOCOL HOST USERNAME ACTION``.
 
 git runs it (``credential.helper``) in the git commands beflow runs with a token
-(:class:`beflow.repository.remote.PushAuth`). For
-``get`` of exactly ``PROTOCOL`` and ``HOST`` (``host[:port]``, as git names it) it asks beflow for the token over
-the socket ``FD`` that the git command inherited from beflow, and answers ``username=x-access-token`` and
-``password=<token>``; for any other protocol or host (a redirect, a rewritten URL), and for ``store`` and ``erase``,
-it answers nothing and never asks. The token so is in no environment, no argv and no file: a socket, unlike a pipe,
-cannot be opened again through ``/proc/<pid>/fd/FD`` by another process. What it reads is bounded (git's request,
-beflow's answer); anything unexpected — FD not a socket, no answer, an answer too long or holding a line end —
-gives no credential at all, and git then fails to authenticate. It runs with the standard library alone (``-I
+(:class:`beflow.repository.remote.PushAuth`). For ``get`` of exactly ``PROTOCOL`` and ``HOST`` (``host[:port]``, as
+git names it) it asks beflow for the token over the socket ``FD`` that the git command inherited from beflow, and
+answers ``username=USERNAME`` (the name the code host takes with a token: ``x-access-token`` on GitHub, ``oauth2`` on
+GitLab) and ``password=<token>``; for any other protocol or host (a redirect, a rewritten URL), and for ``store`` and
+``erase``, it answers nothing and never asks. The token so is in no environment, no argv and no file: a socket, unlike
+a pipe, cannot be opened again through ``/proc/<pid>/fd/FD`` by another process. What it reads is bounded (git's
+request, beflow's answer); anything unexpected — FD not a socket, no answer, an answer too long or holding a line
+end — gives no credential at all, and git then fails to authenticate. It runs with the standard library alone (``-I
 -S``): one interpreter start-up per credential asked.
 """
 
@@ -26,6 +26,8 @@ MAX_ANSWER = 8 << 10
 ASK = b"get\n"
 #: The user name GitHub takes with a token.
 USERNAME = "x-access-token"
+#: What a user name may be: it goes into git's credential protocol as one ``key=value`` line.
+_NAME_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
 def _request(stream: int) -> dict[str, str] | None:
@@ -76,9 +78,9 @@ def _token(fd: int) -> str | None:
         return None
 
 
-def answer(fd: int, protocol: str, host: str, action: str, stream: int) -> str:
+def answer(fd: int, protocol: str, host: str, action: str, stream: int, username: str = USERNAME) -> str:
     """What the helper prints for git's ``action`` with its request on ``stream``: the credential, or nothing."""
-    if action != "get":
+    if action != "get" or not username or not set(username) <= _NAME_CHARACTERS:
         return ""
     request = _request(stream)
     if request is None or request.get("protocol") != protocol or request.get("host") != host:
@@ -86,15 +88,15 @@ def answer(fd: int, protocol: str, host: str, action: str, stream: int) -> str:
     token = _token(fd)
     if token is None:
         return ""
-    return f"username={USERNAME}\npassword={token}\n"
+    return f"username={username}\npassword={token}\n"
 
 
 def main(args: list[str]) -> int:
-    if len(args) != 4 or not args[0].isdigit():
-        print("usage: git_credential.py FD PROTOCOL HOST ACTION", file=sys.stderr)
+    if len(args) != 5 or not args[0].isdigit():
+        print("usage: git_credential.py FD PROTOCOL HOST USERNAME ACTION", file=sys.stderr)
         return 2
-    fd, protocol, host, action = int(args[0]), args[1], args[2], args[3]
-    sys.stdout.write(answer(fd, protocol, host, action, sys.stdin.fileno()))
+    fd, protocol, host, username, action = int(args[0]), args[1], args[2], args[3], args[4]
+    sys.stdout.write(answer(fd, protocol, host, action, sys.stdin.fileno(), username))
     sys.stdout.flush()
     return 0
 

@@ -27,7 +27,8 @@ def remote_url(directory: Path, remote: str, *, push: bool = False) -> str | Non
 
 @dataclass(frozen=True)
 class PushAuth:
-    """A token git authenticates with, for ``protocol://host`` only (``host[:port]``, as in the URL).
+    """A token git authenticates with, for ``protocol://host`` only (``host[:port]``, as in the URL), as the user
+    ``username`` (the name the code host takes with a token: GitHub's ``x-access-token``, GitLab's ``oauth2``).
 
     git gets it through its credential protocol: beflow's helper (:mod:`beflow.repository.git_credential`) asks
     beflow for it over a socket that only the git command and what it starts inherit, and answers for that protocol
@@ -37,9 +38,10 @@ class PushAuth:
     token: str
     host: str
     protocol: str = "https"
+    username: str = "x-access-token"
 
     def __repr__(self) -> str:  # never the token (a traceback, a log)
-        return f"PushAuth(protocol={self.protocol!r}, host={self.host!r})"
+        return f"PushAuth(protocol={self.protocol!r}, host={self.host!r}, username={self.username!r})"
 
 
 def push(directory: Path, url: str, commit: str, branch: str, auth: PushAuth | None = None) -> None:
@@ -122,7 +124,8 @@ def _credential_helper(auth: PushAuth | None) -> Iterator[tuple[list[tuple[str, 
 
     thread = threading.Thread(target=serve, name="beflow-git-credential", daemon=True)
     thread.start()
-    program = [sys.executable, "-I", "-S", git_credential.__file__, str(theirs.fileno()), auth.protocol, auth.host]
+    helper = git_credential.__file__
+    program = [sys.executable, "-I", "-S", helper, str(theirs.fileno()), auth.protocol, auth.host, auth.username]
     try:
         yield [("credential.helper", "!" + shlex.join(program))], (theirs.fileno(),)
     finally:

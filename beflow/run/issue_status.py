@@ -91,7 +91,7 @@ def settle_orphans(tracker: Tracker, store: RunStore) -> list[str]:
         except BeflowError:
             continue  # a run has it now
         with claim:
-            if leave_issue(tracker, issue.key, status_after(latest.outcome), summary(latest)):
+            if leave_issue(tracker, issue.key, status_after(latest.outcome), summary(latest, inert=tracker.inert)):
                 settled.append(issue.key)
     return settled
 

@@ -274,7 +274,11 @@ class Session:
             self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
             return record
         status = status_for(record.outcome)
-        note = summary(record, self._issue_usage()) if self.project.config.after_run.comment else None
+        note = (
+            summary(record, self._issue_usage(), inert=self.tracker.inert)
+            if self.project.config.after_run.comment
+            else None
+        )
         if status == Status.FAILED and self.request.mode == "watch":
             note = give_up_note(note, record.attempt, permanent=record.permanent)
         note = self.redact.text(note) if note is not None else None

@@ -42,6 +42,7 @@ from beflow.run.workspace import Workspace
 from beflow.system import interrupts, threads
 from beflow.trackers import Status, Tracker
 from beflow.trackers.claims import Claim, while_held
+from beflow.trackers.quoting import code
 
 
 class NoLongerReady(LockedError):
@@ -291,8 +292,14 @@ class _InWorktree:
 
         def body(verdict: delivery.Verdict) -> str:
             draft = verdict.onto(record.model_copy(update={"outcome": verdict.outcome, "stop_reason": verdict.reason}))
-            text = f"{summary(draft)}\n\nCloses #{issue.key}" + (f" ({issue.url})" if issue.url else "")
-            return self.session.redact.text(text)  # the agent's final message, say: the token is a secret of the run
+            return self.session.redact.text(f"{summary(draft)}\n\n{issue_line()}")  # (the agent's words: masked)
+
+        def issue_line() -> str:
+            # Merging closes the issue only when asked (after_run.closes_issue): a closing word acts on the code
+            # host's own issue of that number, which for another tracker's key is some other issue.
+            if self.config.after_run.closes_issue:
+                return f"Closes #{issue.key}" + (f" ({issue.url})" if issue.url else "")
+            return f"Issue: {issue.url}" if issue.url else f"Issue: {code(issue.key)}"
 
         held = self.claim.held if self.claim is not None else contextlib.nullcontext
         return delivery.Proposal(self.code_host, issue.title, body, self.config.after_run.draft, held)

@@ -3,14 +3,21 @@ agent's last message — quoted, so that the agent's words neither ping nor clos
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from beflow import guardrails
 from beflow.guardrails import Totals
 from beflow.records.record import RunRecord
-from beflow.trackers.quoting import code, fenced, inert, unmarked
+from beflow.trackers import quoting
+from beflow.trackers.quoting import code, fenced, unmarked
 
 
-def summary(record: RunRecord, issue_usage: Totals | None = None) -> str:
-    """The comment a finished run leaves on its issue; ``issue_usage``: what all of the issue's runs used."""
+def summary(
+    record: RunRecord, issue_usage: Totals | None = None, *, inert: Callable[[str], str] = quoting.inert
+) -> str:
+    """The comment a finished run leaves on its issue; ``issue_usage``: what all of the issue's runs used;
+    ``inert``: how the words the agent chose are made to act on nothing where the text goes (the tracker's
+    :meth:`~beflow.trackers.base.Tracker.inert` for a comment; GitHub's quoting, the default, for a pull request)."""
     lines = [f"beflow run `{record.id}`: **{record.outcome}** — {inert(record.stop_reason or '')}"]
     lines.append(f"- agent: {record.agent}, attempt {record.attempt}, {record.duration or 0:.1f} s")
     used = guardrails.describe(record.usage)

@@ -156,6 +156,27 @@ class NamesUnreadable(Protocol):
     unreadable: dict[str, str]
 
 
+class Finding(NamedTuple):
+    """One thing a tracker or a code host found of its service, shown by ``beflow doctor`` as a line of its own."""
+
+    #: The line's name (``gitlab``): the same finding of the tracker and of the code host is shown once.
+    name: str
+    ok: bool
+    detail: str
+    #: What to change when it is wrong (or worth a look).
+    fix: str | None = None
+    #: ok, but worth a look.
+    warning: bool = False
+
+
+@runtime_checkable
+class ChecksAccess(Protocol):
+    """Its service can be asked what beflow may do there (the token's scopes, the project, the right to push):
+    ``beflow doctor`` shows each finding. A code host may answer it too (:mod:`beflow.codehosts.base`)."""
+
+    def access_checks(self) -> list[Finding]: ...
+
+
 class RateBudget(NamedTuple):
     """What a rate-limited API last said of its limit."""
 

@@ -21,12 +21,12 @@ from urllib.parse import quote, urlparse
 import pydantic
 
 from beflow.config import GitHubCodeHostSettings, GitHubTrackerSettings, Project
-from beflow.errors import BeflowError, ConfigError, NotFoundError, UsageError, excerpt
-from beflow.system import proc
+from beflow.errors import ConfigError, NotFoundError, UsageError, excerpt
 from beflow.trackers import github_wire as wire
 from beflow.trackers import quoting
 from beflow.trackers.base import RateBudget
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, orphans_of, ready_of
+from beflow.trackers.forge_api import find_token
 from beflow.trackers.github_api import (
     PUBLIC_API,
     Api,
@@ -55,16 +55,9 @@ from beflow.trackers.issue import (
 def resolve_token(settings: GitHubTrackerSettings | GitHubCodeHostSettings, what: str = "tracker") -> str:
     """The token: ``$token_env``, else ``gh auth token``; a clear error naming both when neither gives one
     (``what``: the setting it is for, ``tracker`` or ``code_host``)."""
-    token = os.environ.get(settings.token_env, "").strip()
+    token = find_token(settings.token_env, ["gh", "auth", "token"])
     if token:
         return token
-    if shutil.which("gh"):
-        try:
-            result = proc.run_sync(["gh", "auth", "token"], timeout=15)
-        except BeflowError:
-            result = None
-        if result is not None and result.ok and result.stdout.strip():
-            return result.stdout.decode("utf-8", "replace").strip()
     raise GitHubAuthError(
         f"{what}: no GitHub token: ${settings.token_env} is not set"
         + ("" if shutil.which("gh") else ", and the GitHub CLI (gh) is not installed"),

@@ -1,5 +1,5 @@
 """The labels of the GitHub tracker: its status labels (``beflow:ready``, ...: status lives in labels on GitHub) and
-the labels that say an issue is beflow's, made in the repository when they are missing (``beflow init --github``)."""
+the labels that say an issue is beflow's, made in the repository when they are missing (``beflow init --labels``)."""
 
 from __future__ import annotations
 

@@ -166,10 +166,18 @@ class Note(Wire):
     resolvable: bool = False
     resolved: bool = False
     position: Position | None = None
+    #: An internal note (``confidential`` before GitLab 15.6): only the project's members see it.
+    internal: bool = False
+    confidential: bool = False
 
     @property
     def text(self) -> str:
         return self.body or ""
+
+    @property
+    def hidden(self) -> bool:
+        """Whether only the project's members see this note (an internal note)."""
+        return self.internal or self.confidential
 
 
 class Discussion(Wire):
@@ -186,7 +194,17 @@ class Discussion(Wire):
         return all(note.resolved for note in resolvable)
 
 
-# -- merge requests, pipelines, jobs -----------------------------------------------------------------------------------
+# -- projects, merge requests, pipelines, jobs ------------------------------------------------------------------------
+
+
+class Project(Wire):
+    """A project (``GET /projects/:id``): where merge requests go by default."""
+
+    id: Id
+    path_with_namespace: str
+    #: Null for a project with no commit yet.
+    default_branch: str | None = None
+    web_url: str | None = None
 
 
 class MergeRequest(Wire):

@@ -24,7 +24,7 @@ def local_on_github(auto_project: AutoProject, github: FakeGitHub, monkeypatch: 
     auto_project.add_origin()
     auto_project.configure(
         code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url, "token_env": "HOSTPAT"},
-        after_run={"pull_request": True},
+        after_run={"pull_request": True, "closes_issue": True},
     )
     return auto_project
 

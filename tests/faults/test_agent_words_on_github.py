@@ -132,7 +132,7 @@ def test_an_agents_words_act_on_nothing_on_github_and_its_follow_up_is_open_and_
     on_github: AutoProject, github: FakeGitHub, no_leftover_processes: None
 ) -> None:
     on_github.add_origin()
-    on_github.configure(after_run={"pull_request": True})
+    on_github.configure(after_run={"pull_request": True, "closes_issue": True})
     github.add_issue("Other", labels=["beflow"])  # 1: what the agent's words would close, link or notify about
     github.add_issue(
         "Add notes",

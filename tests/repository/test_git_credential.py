@@ -25,8 +25,10 @@ def request(protocol: str = "https", host: str = HOST, *extra: str) -> bytes:
     ).encode()
 
 
-def helper(fd: int, action: str, stdin: bytes, protocol: str = "https", host: str = HOST) -> str:
-    argv = [sys.executable, "-I", "-S", git_credential.__file__, str(fd), protocol, host, action]
+def helper(
+    fd: int, action: str, stdin: bytes, protocol: str = "https", host: str = HOST, username: str = "x-access-token"
+) -> str:
+    argv = [sys.executable, "-I", "-S", git_credential.__file__, str(fd), protocol, host, username, action]
     done = subprocess.run(argv, input=stdin, capture_output=True, pass_fds=(fd,), timeout=60, check=True)
     return done.stdout.decode()
 
@@ -72,6 +74,16 @@ def test_it_answers_get_for_its_protocol_and_host(beflow: Beflow) -> None:
     assert said == f"username=x-access-token\npassword={TOKEN}\n"
     assert helper(beflow.theirs.fileno(), "get", request()) == said  # git may ask again: it is answered again
     assert beflow.asked == 2
+
+
+def test_it_answers_with_the_user_name_the_code_host_takes(beflow: Beflow) -> None:
+    """GitLab takes any token as the password of the user ``oauth2``; a name that could bend git's credential
+    protocol (a line end, an ``=``) gives no credential at all."""
+    said = helper(beflow.theirs.fileno(), "get", request(), username="oauth2")
+    assert said == f"username=oauth2\npassword={TOKEN}\n"
+    assert helper(beflow.theirs.fileno(), "get", request(), username="oauth2\npassword=x") == ""
+    assert helper(beflow.theirs.fileno(), "get", request(), username="") == ""
+    assert beflow.asked == 1
 
 
 @pytest.mark.parametrize(

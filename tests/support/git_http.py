@@ -71,11 +71,11 @@ class Seen:
 
 
 @dataclass
-class GitServer:
-    """What the server serves (repositories under ``root``, as ``/<owner>/<name>.git``) and what it saw."""
+class GitRepos:
+    """Repositories served over git's smart HTTP (under ``root``, as ``/<owner>/<name>.git``), the credentials they
+    take, and what was asked of them: the part a fake code host that serves its projects' git reuses."""
 
     root: Path
-    ca: Path
     #: The user name and password it takes (as GitHub takes a token: ``x-access-token`` and the token).
     credentials: dict[str, str] = field(default_factory=dict)
     #: Services whose authenticated requests are held until :attr:`released` is set.
@@ -84,10 +84,6 @@ class GitServer:
     holding: threading.Event = field(default_factory=threading.Event)
     released: threading.Event = field(default_factory=threading.Event)
     seen: list[Seen] = field(default_factory=list)
-    port: int = 0
-
-    def url(self, path: str) -> str:
-        return f"https://127.0.0.1:{self.port}/{path}"
 
     def bare(self, path: str, source: Path) -> Path:
         """A bare clone of the repository at ``source``, served at ``path`` (``octo/hello.git``)."""
@@ -106,77 +102,94 @@ class GitServer:
             return None
         return user if user in self.credentials and self.credentials[user] == password else None
 
+    def serve(self, handler: BaseHTTPRequestHandler) -> None:
+        """Answer ``handler``'s request (a GET or a POST of git's smart HTTP) as ``git http-backend`` does, once its
+        Basic credential is one of :attr:`credentials` (else a 401 asking for one)."""
+        parts = urlsplit(handler.path)
+        body = _body(handler) if handler.command == "POST" else b""
+        user = self.authenticated(handler.headers.get("Authorization"))
+        if user is None:
+            self.seen.append(Seen(handler.command, parts.path, None, 401))
+            _send(handler, 401, {"WWW-Authenticate": 'Basic realm="git"', "Content-Type": "text/plain"}, b"no\n")
+            return
+        service = parts.path.rsplit("/", 1)[-1]
+        if service == "refs":  # info/refs?service=git-receive-pack
+            service = parts.query.removeprefix("service=")
+        if handler.command == "POST" and service in self.hold:
+            self.holding.set()
+            self.released.wait(HOLD_MOST)
+        env = {
+            "PATH": os.environ.get("PATH", os.defpath),
+            "GIT_PROJECT_ROOT": str(self.root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "REQUEST_METHOD": handler.command,
+            "PATH_INFO": parts.path,
+            "QUERY_STRING": parts.query,
+            "CONTENT_TYPE": handler.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            "REMOTE_USER": user,
+            "REMOTE_ADDR": "127.0.0.1",
+            "GIT_PROTOCOL": handler.headers.get("Git-Protocol", ""),
+            "HTTP_CONTENT_ENCODING": handler.headers.get("Content-Encoding", ""),
+        }
+        backend = [shutil.which("git") or "git", "http-backend"]
+        done = subprocess.run(backend, input=body, env=env, capture_output=True, check=False)
+        head, _, payload = done.stdout.partition(b"\r\n\r\n")
+        headers: dict[str, str] = {}
+        status = 200
+        for line in head.decode("latin-1").split("\r\n"):
+            key, _, value = line.partition(":")
+            if key.lower() == "status":
+                status = int(value.strip().split()[0])
+            elif key:
+                headers[key] = value.strip()
+        self.seen.append(Seen(handler.command, parts.path, user, status))
+        _send(handler, status, headers, payload)
+
+
+@dataclass
+class GitServer(GitRepos):
+    """The repositories, served over TLS on a port of their own; git trusts the certificate at :attr:`ca`."""
+
+    ca: Path = Path()
+    port: int = 0
+
+    def url(self, path: str) -> str:
+        return f"https://127.0.0.1:{self.port}/{path}"
+
+
+def _body(handler: BaseHTTPRequestHandler) -> bytes:
+    if handler.headers.get("Transfer-Encoding", "").lower() == "chunked":
+        chunks = []
+        while size := int(handler.rfile.readline().split(b";")[0].strip() or b"0", 16):
+            chunks.append(handler.rfile.read(size))
+            handler.rfile.readline()
+        while handler.rfile.readline().strip():  # trailers, up to the empty line
+            pass
+        return b"".join(chunks)
+    return handler.rfile.read(int(handler.headers.get("Content-Length") or 0))
+
+
+def _send(handler: BaseHTTPRequestHandler, status: int, headers: dict[str, str], body: bytes) -> None:
+    handler.send_response(status)
+    for key, value in headers.items():
+        handler.send_header(key, value)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
 
 def _handler(server: GitServer) -> type[BaseHTTPRequestHandler]:
-    backend = [shutil.which("git") or "git", "http-backend"]
-
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
-        def _body(self) -> bytes:
-            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
-                chunks = []
-                while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
-                    chunks.append(self.rfile.read(size))
-                    self.rfile.readline()
-                while self.rfile.readline().strip():  # trailers, up to the empty line
-                    pass
-                return b"".join(chunks)
-            return self.rfile.read(int(self.headers.get("Content-Length") or 0))
-
-        def _send(self, status: int, headers: dict[str, str], body: bytes) -> None:
-            self.send_response(status)
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
         def _serve(self) -> None:
-            parts = urlsplit(self.path)
-            body = self._body() if self.command == "POST" else b""
-            user = server.authenticated(self.headers.get("Authorization"))
-            if user is None:
-                server.seen.append(Seen(self.command, parts.path, None, 401))
-                self._send(401, {"WWW-Authenticate": 'Basic realm="git"', "Content-Type": "text/plain"}, b"no\n")
-                return
-            service = parts.path.rsplit("/", 1)[-1]
-            if service == "refs":  # info/refs?service=git-receive-pack
-                service = parts.query.removeprefix("service=")
-            if self.command == "POST" and service in server.hold:
-                server.holding.set()
-                server.released.wait(HOLD_MOST)
-            env = {
-                "PATH": os.environ.get("PATH", os.defpath),
-                "GIT_PROJECT_ROOT": str(server.root),
-                "GIT_HTTP_EXPORT_ALL": "1",
-                "GIT_CONFIG_NOSYSTEM": "1",
-                "GIT_CONFIG_GLOBAL": os.devnull,
-                "REQUEST_METHOD": self.command,
-                "PATH_INFO": parts.path,
-                "QUERY_STRING": parts.query,
-                "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-                "CONTENT_LENGTH": str(len(body)),
-                "REMOTE_USER": user,
-                "REMOTE_ADDR": "127.0.0.1",
-                "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
-                "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
-            }
-            done = subprocess.run(backend, input=body, env=env, capture_output=True, check=False)
-            head, _, payload = done.stdout.partition(b"\r\n\r\n")
-            headers: dict[str, str] = {}
-            status = 200
-            for line in head.decode("latin-1").split("\r\n"):
-                key, _, value = line.partition(":")
-                if key.lower() == "status":
-                    status = int(value.strip().split()[0])
-                elif key:
-                    headers[key] = value.strip()
-            server.seen.append(Seen(self.command, parts.path, user, status))
-            self._send(status, headers, payload)
+            server.serve(self)
 
         do_GET = do_POST = _serve
 
@@ -205,7 +218,7 @@ def serve(directory: Path) -> Iterator[GitServer]:
     cert, key = certificate(directory)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
-    state = GitServer(directory / "repos", cert)
+    state = GitServer(directory / "repos", ca=cert)
     state.root.mkdir(parents=True, exist_ok=True)
     httpd = _TlsServer(("127.0.0.1", 0), _handler(state), context)
     state.port = httpd.server_address[1]

@@ -2,13 +2,17 @@
 over HTTP on a local port, every request and answer checked against the description of GitLab's REST API
 (``tests/support/gitlab_openapi.py``), as the fake GitHub is checked against octokit's.
 
-It speaks what the GitLab tracker and code host will meet: a token in ``PRIVATE-TOKEN`` or ``Authorization: Bearer``;
+It speaks what the GitLab tracker and code host will meet: the project's git over smart HTTP at ``/<project>.git``
+on the same port once :meth:`FakeGitLab.serve_git` is called (``git http-backend``, taking the token as the password
+of the user ``oauth2``, as GitLab does); a token in ``PRIVATE-TOKEN`` or ``Authorization: Bearer``;
 offset pagination (``page``/``per_page``, answered with ``X-Page``, ``X-Next-Page``, ``X-Total`` and a ``Link``) and
 keyset pagination on the project's jobs (``pagination=keyset``: a ``Link`` to the next page, no totals);
 ``updated_after`` on the issue, merge request and pipeline listings; ``RateLimit-*`` headers on every answer and a 429
 with ``Retry-After`` when the window is spent; an ``ETag`` on single resources (a matching ``If-None-Match`` is a 304;
 listings carry none, as GitLab's do not answer 304); faults injected by status (5xx storms), answered before or after
-the change is made.
+the change is made; requests held before they are handled (a GitLab that hangs), and a note whose transaction began
+first committed late (its id drawn on arrival, the note seen and answered later: :meth:`FakeGitLab.stall_notes`).
+Every answer carries a ``Date`` (whole seconds, as GitLab's).
 """
 
 from __future__ import annotations
@@ -19,15 +23,18 @@ import datetime as dt
 import hashlib
 import itertools
 import json
+import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 import pytest
 
+from tests.support.git_http import GitRepos
 from tests.support.gitlab_openapi import GitLabSpec, gitlab_spec
 
 PROJECT = "acme/widgets"
@@ -54,6 +61,14 @@ class Seen:
     body: Any
     status: int
     headers: dict[str, str]
+
+
+@dataclass
+class Delay:
+    method: str
+    prefix: str
+    seconds: float
+    times: int | None
 
 
 @dataclass
@@ -103,11 +118,19 @@ class FakeGitLab:
         self.traces: dict[int, str] = {}
         self.faults: list[Fault] = []
         self.tampers: list[Tamper] = []
+        self.delays: list[Delay] = []
+        self.stalls: list[float] = []
+        #: Set when the server stops: every held request is let go.
+        self.released = threading.Event()
+        self._local = threading.local()  # the id a stalled note creation drew on arrival
         self.seen: list[Seen] = []
         self.violations: list[str] = []
         self.rate_remaining = WINDOW
         self.server: ThreadingHTTPServer | None = None
         self.serving = ""
+        #: The project's git, once served (:meth:`serve_git`).
+        self.git: GitRepos | None = None
+        self.bare: Path | None = None
         self.bot = self.user("beflow-bot", access_level=40)
         self.tokens[TOKEN] = (self.bot["id"], ["api"])
 
@@ -117,7 +140,19 @@ class FakeGitLab:
         host, port = self.server.server_address[:2]
         return f"http://{host!s}:{port}"
 
+    @property
+    def git_url(self) -> str:
+        """The project's git over HTTP, on the instance's own host and port (as ``http_url_to_repo`` says)."""
+        return f"{self.url}/{PROJECT}.git"
+
     # -- arranging ---------------------------------------------------------------------------------------------------
+
+    def serve_git(self, source: Path, root: Path) -> Path:
+        """Serve a bare clone of the repository at ``source`` (kept under ``root``) as the project's git at
+        :attr:`git_url`, taking the user ``oauth2`` with the token as its password; the bare repository."""
+        self.git = GitRepos(root, credentials={"oauth2": TOKEN})
+        self.bare = self.git.bare(f"{PROJECT}.git", source)
+        return self.bare
 
     def user(self, username: str, *, access_level: int | None = None) -> dict[str, Any]:
         """A user (a member with ``access_level``, when given)."""
@@ -172,15 +207,18 @@ class FakeGitLab:
         author: dict[str, Any] | None = None,
         position: dict[str, Any] | None = None,
         discussion: str | None = None,
+        internal: bool = False,
     ) -> dict[str, Any]:
         """A note on issue or merge request ``iid`` (``kind`` ``Issue`` or ``MergeRequest``): a new thread, or an
-        answer in ``discussion``; ``position`` makes it a diff note (resolvable, as GitLab's are)."""
+        answer in ``discussion``; ``position`` makes it a diff note (resolvable, as GitLab's are); ``internal``: seen
+        only by members Reporter and above (GitLab still sends ``confidential`` beside ``internal``)."""
         with self.lock:
             threads = self.discussions.setdefault((kind, iid), [])
-            note = {"id": next(self.ids), "type": None, "body": body, "author": author or self.bot,
-                    "created_at": _now(), "updated_at": _now(), "system": False, "noteable_id": iid + 100,
+            drawn, self._local.drawn = getattr(self._local, "drawn", None) or (next(self.ids), _now()), None
+            note = {"id": drawn[0], "type": None, "body": body, "author": author or self.bot,
+                    "created_at": drawn[1], "updated_at": drawn[1], "system": False, "noteable_id": iid + 100,
                     "noteable_type": kind, "noteable_iid": iid, "resolvable": False, "resolved": False,
-                    "confidential": False, "internal": False}  # fmt: skip
+                    "confidential": internal, "internal": internal}  # fmt: skip
             if position is not None:
                 note |= {"type": "DiffNote", "position": {"position_type": "text", **position}, "resolvable": True}
             if discussion is not None:
@@ -241,6 +279,38 @@ class FakeGitLab:
         message = body if body is not None else {"message": f"{status} fault"}
         self.faults.extend(Fault(status, headers or {}, message, only, prefix, after) for _ in range(times))
 
+    def delay(self, method: str, prefix: str, seconds: float, *, times: int | None = 1) -> None:
+        """Hold the next ``times`` requests (None: every one) of ``method`` on paths starting with ``prefix`` for
+        ``seconds`` before handling them (a GitLab that hangs, the connection open); the others are answered
+        meanwhile."""
+        with self.lock:
+            self.delays.append(Delay(method, prefix, seconds, times))
+
+    def stall_notes(self, seconds: float, *, times: int = 1) -> None:
+        """The next ``times`` note creations draw their id on arrival and are made (seen in listings, and answered)
+        ``seconds`` later: as a transaction that began first and committed last, a note with a lower id than one
+        already seen appears a moment later."""
+        with self.lock:
+            self.stalls.extend([seconds] * times)
+
+    def _hold(self, method: str, path: str) -> None:
+        """Hold this request as a delay or a stall says (outside the lock: other requests are answered meanwhile)."""
+        with self.lock:
+            hold = 0.0
+            for delay in self.delays:
+                if delay.method == method and path.startswith(delay.prefix):
+                    if delay.times is not None:
+                        delay.times -= 1
+                        if delay.times <= 0:
+                            self.delays.remove(delay)
+                    hold = delay.seconds
+                    break
+            if method == "POST" and path.endswith("/notes") and self.stalls:
+                hold += self.stalls.pop(0)
+                self._local.drawn = (next(self.ids), _now())  # (its transaction's id and time)
+        if hold:
+            self.released.wait(hold)
+
     def tamper(self, method: str, prefix: str, change: Callable[[Any], Any]) -> Tamper:
         """From now on, successful answers of ``method`` on paths starting with ``prefix`` are what ``change`` makes
         of a copy of them; they are still checked against the description (a test can see the check catch them)."""
@@ -298,7 +368,7 @@ class FakeGitLab:
     def _get_a_single_project(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         return Answer(200, {"id": PROJECT_ID, "path_with_namespace": PROJECT, "default_branch": "main",
                             "name": "widgets", "web_url": f"https://gitlab.example.com/{PROJECT}",
-                            "http_url_to_repo": f"https://gitlab.example.com/{PROJECT}.git"}, single=True)  # fmt: skip
+                            "http_url_to_repo": self.git_url}, single=True)  # fmt: skip
 
     def _member(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         uid = int(params["user_id"])
@@ -383,16 +453,29 @@ class FakeGitLab:
         if iid not in self.issues:
             return _error(404, "Not found")
         author = self.users[self.tokens[params["token"]][0]]
-        return Answer(201, self.add_note("Issue", iid, body["body"], author=author))
+        return Answer(
+            201, self.add_note("Issue", iid, body["body"], author=author, internal=body.get("internal", False))
+        )
 
     def _modify_existing_issue_note(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         found = [n for n in self._notes_of("Issue", int(params["issue_iid"])) if n["id"] == int(params["note_id"])]
         if not found:
             return _error(404, "Note Not Found")
-        if "body" in body:
+        if "body" in body and body["body"] != found[0]["body"]:  # (an edit that changes nothing moves nothing)
             found[0]["body"] = body["body"]
             found[0]["updated_at"] = _now()
         return Answer(200, found[0])
+
+    def _delete_an_issue_note(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        threads = self.discussions.get(("Issue", int(params["issue_iid"])), [])
+        for thread in threads:
+            kept = [n for n in thread["notes"] if n["id"] != int(params["note_id"])]
+            if len(kept) < len(thread["notes"]):
+                thread["notes"] = kept
+                if not kept:
+                    threads.remove(thread)
+                return Answer(204)
+        return _error(404, "Note Not Found")
 
     def _create_new_merge_request_note(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         iid = int(params["merge_request_iid"])
@@ -418,7 +501,26 @@ class FakeGitLab:
 
     # merge requests --------------------------------------------------------------------------------------------
 
+    def _pushed(self) -> None:
+        """Each open merge request's ``sha`` follows its source branch in the served repository, and a push moves the
+        merge request's ``updated_at``, as GitLab's do."""
+        if self.bare is None:
+            return
+        for mr in self.mrs.values():
+            if mr["state"] != "opened":
+                continue
+            found = subprocess.run(
+                ["git", "-C", str(self.bare), "rev-parse", "--verify", "-q", f"refs/heads/{mr['source_branch']}"],
+                capture_output=True,
+                text=True,
+            )
+            head = found.stdout.strip() or None
+            if head is not None and head != mr["sha"]:
+                mr["sha"] = head
+                mr["updated_at"] = _now()
+
     def _list_project_merge_requests(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        self._pushed()
         state = query.get("state", "all")
         found = [
             m
@@ -447,9 +549,11 @@ class FakeGitLab:
                "labels": _names(body.get("labels")),
                "web_url": f"https://gitlab.example.com/{PROJECT}/-/merge_requests/{iid}"}  # fmt: skip
         self.mrs[iid] = raw
+        self._pushed()
         return Answer(201, raw)
 
     def _get_single_mr(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        self._pushed()
         mr = self.mrs.get(int(params["merge_request_iid"]))
         return Answer(200, mr, single=True) if mr else _error(404, "Not found")
 
@@ -546,6 +650,7 @@ HANDLERS = {
     "getApiV4ProjectsIdIssuesIssueIidNotes": "_list_project_issue_notes",
     "postApiV4ProjectsIdIssuesIssueIidNotes": "_create_new_issue_note",
     "putApiV4ProjectsIdIssuesIssueIidNotesNoteId": "_modify_existing_issue_note",
+    "deleteApiV4ProjectsIdIssuesIssueIidNotesNoteId": "_delete_an_issue_note",
     "postApiV4ProjectsIdMergeRequestsMergeRequestIidNotes": "_create_new_merge_request_note",
     "getApiV4ProjectsIdMergeRequestsMergeRequestIidDiscussions": "_list_project_merge_request_discussion_items",
     "postApiV4ProjectsIdMergeRequestsMergeRequestIidDiscussionsDiscussionIdNotes": "_reply_in_thread",
@@ -589,17 +694,22 @@ def _handler(fake: FakeGitLab) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self) -> None:
             parts = urlsplit(self.path)
+            if fake.git is not None and parts.path.startswith(f"/{PROJECT}.git/"):
+                fake.git.serve(self)  # (git's smart HTTP: no API request)
+                return
             query = dict(parse_qsl(parts.query, keep_blank_values=True))
             length = int(self.headers.get("content-length") or 0)
             raw = self.rfile.read(length) if length else b""
             body = json.loads(raw) if raw else None
             headers = {k.lower(): v for k, v in self.headers.items()}
+            fake._hold(self.command, parts.path)
             with fake.lock:
                 try:
                     answer = fake.handle(self.command, parts.path, query, body, headers)
                 except Exception as error:  # a request the fake cannot act on: GitLab would refuse it, say so
                     fake.violations.append(f"request: {self.command} {parts.path}: the fake could not act: {error!r}")
                     answer = _error(400, "Bad request")
+                fake._local.drawn = None  # (a stalled creation that made no note draws nothing for the next request)
                 self._send(answer, parts.path, query, body, headers)
 
         def _send(self, answer: Answer, path: str, query: dict[str, str], body: Any, headers: dict[str, str]) -> None:
@@ -659,6 +769,7 @@ def serve() -> Iterator[FakeGitLab]:
     try:
         yield fake
     finally:
+        fake.released.set()
         server.shutdown()
         server.server_close()
 
@@ -671,3 +782,14 @@ def gitlab() -> Iterator[FakeGitLab]:
     assert not fake.violations, "the fake GitLab strayed from the description of GitLab's API:\n" + "\n".join(
         fake.violations[:20]
     )
+
+
+def gitlab_tracker(project: Any) -> Any:
+    """The GitLab tracker ``project``'s config names (an ``AutoProject``), opened as beflow opens it."""
+    from beflow.app import open_tracker
+    from beflow.config import load_project
+    from beflow.trackers.gitlab import GitLabTracker
+
+    opened = open_tracker(load_project(project.config_path))
+    assert isinstance(opened, GitLabTracker)
+    return opened

@@ -62,7 +62,7 @@ LABEL_QUERY = _query("labels", {"type": "array", "items": STR}, style="form", ex
 
 def _op(
     doc: str,
-    ok: dict[str, Any],
+    ok: dict[str, Any] | None,
     params: list[dict[str, Any]],
     *,
     status: str = "200",
@@ -75,7 +75,10 @@ def _op(
     operation: dict[str, Any] = {
         "x-beflow-doc": DOCS + doc,
         "parameters": params,
-        "responses": {status: {"description": "OK", "content": {content_type: {"schema": ok}}}}
+        # (``ok`` None: the answer has no body, as GitLab's 204 No Content)
+        "responses": {
+            status: {"description": "OK"} | ({} if ok is None else {"content": {content_type: {"schema": ok}}})
+        }
         | {code: copy.deepcopy(error) for code in errors},
     }
     if body:
@@ -129,6 +132,7 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
     },
     f"{P}/issues/{{issue_iid}}/notes/{{note_id}}": {
         "put": _op("notes/#modify-existing-issue-note", ref("Note"), [*ISSUE, _path("note_id")], body="NoteUpdate"),
+        "delete": _op("notes/#delete-an-issue-note", None, [*ISSUE, _path("note_id")], status="204", errors=("404",)),
     },
     f"{P}/merge_requests": {
         "get": _op(

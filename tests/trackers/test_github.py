@@ -273,17 +273,22 @@ def test_a_run_that_loses_its_lease_is_cancelled_and_leaves_the_issue_alone(
         assert not path.is_file() or TOKEN.encode() not in path.read_bytes(), path
 
 
-def test_init_github_creates_the_labels_once(gh: AutoProject, github: FakeGitHub, beflow) -> None:
-    made = beflow("init", "--github")
+def test_init_labels_creates_the_labels_once(gh: AutoProject, github: FakeGitHub, beflow) -> None:
+    made = beflow("init", "--labels")
     assert made.exit_code == 0, made.stderr
     assert "beflow, beflow:ready, beflow:in-progress, beflow:review, beflow:failed" in made.stdout
     assert set(github.labels) == {"beflow", "beflow:ready", "beflow:in-progress", "beflow:review", "beflow:failed"}
-    assert beflow("init", "--github").stdout == "Every label beflow needs is there already.\n"
+    assert beflow("init", "--labels").stdout == "Every label beflow needs is there already.\n"
+    assert beflow("init", "--github").stdout == "Every label beflow needs is there already.\n"  # (its former name)
+    assert "--github" not in beflow("init", "--help").stdout
 
 
-def test_init_github_refuses_the_local_tracker(auto_project: AutoProject, beflow) -> None:
-    refused = beflow("init", "--github")
-    assert refused.exit_code == 2 and "is not GitHub" in refused.stderr
+@pytest.mark.parametrize("option", ["--labels", "--github"])
+def test_init_labels_refuses_the_local_tracker(auto_project: AutoProject, beflow, option: str) -> None:
+    refused = beflow("init", option)
+    assert refused.exit_code == 2
+    assert "--labels: the tracker in " in refused.stderr and "(local issues in " in refused.stderr
+    assert "has no labels to create" in refused.stderr
 
 
 def test_the_repository_is_read_from_origin_when_left_out(gh: AutoProject, github: FakeGitHub) -> None:

@@ -34,7 +34,7 @@ def published(auto_project: AutoProject, github: FakeGitHub, monkeypatch: pytest
     auto_project.add_origin()
     auto_project.configure(
         tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url},
-        after_run={"pull_request": True},
+        after_run={"pull_request": True, "closes_issue": True},
     )
     return auto_project
 
@@ -75,6 +75,20 @@ def test_a_run_opens_a_pull_request_and_a_retry_updates_it(published: AutoProjec
     leaks = [p for root in roots for p in root.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()]
     assert leaks == []
     assert TOKEN not in git(published.directory, "config", "--list")
+
+
+def test_a_pull_request_links_its_issue_without_closing_it_unless_asked(
+    published: AutoProject, github: FakeGitHub, beflow
+) -> None:
+    published.configure(after_run={"pull_request": True})  # closes_issue left out: false
+    github.add_issue("Add notes", labels=["beflow", "beflow:ready"], body="acp-test: write notes.txt first")
+
+    done = beflow("--auto", "1")
+
+    assert done.exit_code == 0, done.stderr
+    (pull,) = github.pulls.values()
+    assert "Closes" not in pull["body"] and acted_on(pull["body"]) == []
+    assert pull["body"].rstrip().endswith(f"Issue: {github.issues[1]['html_url']}")
 
 
 def test_pull_requests_need_a_code_host(auto_project: AutoProject, beflow) -> None:

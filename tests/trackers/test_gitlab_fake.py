@@ -4,8 +4,11 @@ shape."""
 
 from __future__ import annotations
 
+import email.utils
 import json
 import re
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +47,7 @@ DOC_WRITTEN = {
     f"GET {P}/issues/{{issue_iid}}/notes",
     f"POST {P}/issues/{{issue_iid}}/notes",
     f"PUT {P}/issues/{{issue_iid}}/notes/{{note_id}}",
+    f"DELETE {P}/issues/{{issue_iid}}/notes/{{note_id}}",
     f"POST {P}/merge_requests/{{merge_request_iid}}/notes",
     f"GET {P}/merge_requests/{{merge_request_iid}}/discussions",
     f"POST {P}/merge_requests/{{merge_request_iid}}/discussions/{{discussion_id}}/notes",
@@ -191,6 +195,46 @@ def test_rate_limits_etags_and_faults(gitlab: FakeGitLab) -> None:
         limited = http.get(f"{API}/issues")
         assert (limited.status_code, limited.headers["retry-after"]) == (429, "60")
         assert wire.RateHeaders.of(limited.headers).remaining == 0
+
+
+def test_internal_notes_edits_deletions_and_the_clock(gitlab: FakeGitLab) -> None:
+    issue = gitlab.add_issue("one")
+    notes = f"{API}/issues/{issue['iid']}/notes"
+    with client(gitlab) as http:
+        made = http.post(notes, json={"body": "hold", "internal": True}).json()
+        assert made["internal"] is True and made["confidential"] is True
+        same = http.put(f"{notes}/{made['id']}", json={"body": "hold"}).json()
+        assert same["updated_at"] == made["updated_at"]  # an edit that changes nothing moves nothing
+        time.sleep(0.002)
+        edited = http.put(f"{notes}/{made['id']}", json={"body": "held"}).json()
+        assert edited["updated_at"] > made["updated_at"] and len(edited["updated_at"]) == len(
+            "2026-01-01T00:00:00.000Z"
+        )
+        gone = http.delete(f"{notes}/{made['id']}")
+        assert (gone.status_code, gone.content) == (204, b"")
+        assert http.delete(f"{notes}/{made['id']}").status_code == 404 and http.get(notes).json() == []
+        date = email.utils.parsedate_to_datetime(gone.headers["date"])  # GitLab's clock, in whole seconds
+        assert abs(date.timestamp() - time.time()) < 5
+
+
+def test_requests_held_and_notes_committed_late(gitlab: FakeGitLab) -> None:
+    issue = gitlab.add_issue("one")
+    notes = f"{API}/issues/{issue['iid']}/notes"
+    gitlab.stall_notes(0.3)
+    seen: list[Any] = []
+    late = threading.Thread(target=lambda: seen.append(client(gitlab).post(notes, json={"body": "first"}).json()))
+    late.start()
+    while gitlab.stalls:
+        time.sleep(0.01)
+    with client(gitlab) as http:
+        second = http.post(notes, json={"body": "second"}).json()
+        assert [n["body"] for n in http.get(notes).json()] == ["second"]  # the first is not seen yet
+        late.join()
+        assert seen[0]["id"] < second["id"]  # its id was drawn first
+        assert [n["body"] for n in http.get(notes, params={"sort": "asc"}).json()] == ["first", "second"]
+        gitlab.delay("GET", notes, 0.2)
+        with pytest.raises(httpx.ReadTimeout):
+            http.get(notes, timeout=0.05)  # held, the connection open
 
 
 def test_a_review_thread_is_answered_in_place(gitlab: FakeGitLab) -> None:
