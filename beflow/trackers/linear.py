@@ -32,7 +32,7 @@ from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.trackers import linear_queries as q
 from beflow.trackers import linear_quoting
 from beflow.trackers import linear_wire as wire
-from beflow.trackers.base import RateBudget
+from beflow.trackers.base import Finding, RateBudget
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, orphans_of, ready_of
 from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
@@ -45,6 +45,7 @@ from beflow.trackers.issue import (
     normalize_key,
     utc_now,
 )
+from beflow.trackers.linear_access import access_checks
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError
 from beflow.trackers.linear_claims import LinearLeases, is_claim
 from beflow.trackers.linear_comments import IssueComments
@@ -310,6 +311,10 @@ class LinearTracker:
 
     def missing_labels(self) -> list[str]:
         return self.workflow.missing()
+
+    def access_checks(self) -> list[Finding]:
+        """Whose token beflow holds, whether it may open agent sessions, and the team's states (``beflow doctor``)."""
+        return access_checks(self.api, self.settings, self.workflow)
 
     def rate_budget(self) -> RateBudget:
         stats = self.api.stats

@@ -112,10 +112,20 @@ class Workflow:
         named = {label.id: label.name for label in issue.labels}
         return [named.get(lid) or by_id.get(lid, lid) for lid in issue.labelIds or []]
 
+    def needed(self) -> list[str]:
+        """The labels beflow writes in this team: the tracker's, ``failed``, and ``open`` and ``review`` where the
+        team has no state for them (``ready`` is a person's word: beflow moves an issue to a ready state instead)."""
+        wanted = [Status.FAILED]
+        if not any(t not in self.settings.ready_states for t in _NOT_STARTED if self.first(t)):
+            wanted.append(Status.OPEN)
+        if self.review_state() is None:
+            wanted.append(Status.REVIEW)
+        return [*self.settings.labels, *(label for status in wanted if (label := self.label(status)))]
+
     def missing(self) -> list[str]:
-        """The labels beflow needs that the team lacks."""
+        """The labels beflow writes that the team lacks."""
         self.team()
-        return [name for name in [*self.settings.labels, *self.statuses()] if name.casefold() not in self._labels]
+        return [name for name in self.needed() if name.casefold() not in self._labels]
 
     def label_id(self, name: str) -> str:
         """The id of the team's label ``name``, made when the team has none."""

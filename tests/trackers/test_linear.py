@@ -15,12 +15,12 @@ from beflow import app
 from beflow.config import Config, LinearTrackerSettings
 from beflow.errors import NotFoundError, TransitionError
 from beflow.trackers import linear_wire as wire
-from beflow.trackers.base import ReadsOnce, SetsUpLabels, ShowsProgress, Tracker
+from beflow.trackers.base import ChecksAccess, ReadsOnce, SetsUpLabels, ShowsProgress, Tracker
 from beflow.trackers.issue import Status
 from beflow.trackers.linear import LinearTracker, linear_key, open_linear
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError, RateLimited, Unavailable
 from beflow.trackers.quoting import JOINER
-from tests.support.linear import API_KEY, OAUTH_TOKEN, FakeLinear
+from tests.support.linear import API_KEY, APP_TOKEN, OAUTH_TOKEN, FakeLinear
 from tests.support.linear import linear as linear
 
 
@@ -171,8 +171,8 @@ def test_a_new_issue_is_filed_in_the_team_with_beflows_labels(linear: FakeLinear
     held = tracker.create("Held back", status=Status.OPEN)
     assert (held.status, held.priority) == (Status.OPEN, 5)
     assert linear.issue("ENG-2")["state"]["name"] == "Backlog"
-    assert tracker.missing_labels() == ["beflow:ready", "beflow:open", "beflow:review", "beflow:failed"]
-    assert tracker.ensure_labels() == ["beflow:ready", "beflow:open", "beflow:review", "beflow:failed"]
+    assert tracker.missing_labels() == ["beflow:failed"]  # (a state says open and review in this team)
+    assert tracker.ensure_labels() == ["beflow:failed"]
     assert tracker.missing_labels() == []
 
 
@@ -317,3 +317,17 @@ def test_an_issue_with_a_label_no_issue_may_carry_is_skipped_and_named(
     assert [i.title for i in tracker.ready()] == ["Fine"]
     assert list(tracker.unreadable) == ["ENG-1"] and "cannot be read" in tracker.unreadable["ENG-1"]
     assert [p.message for p in tracker.listing().problems] == [tracker.unreadable["ENG-1"]]
+
+
+def test_doctor_is_told_whose_token_it_is_and_the_teams_states(linear: FakeLinear, tracker: LinearTracker) -> None:
+    assert isinstance(tracker, ChecksAccess)
+    person, team = tracker.access_checks()
+    assert person.ok and "personal API key of Ada Lovelace" in person.detail and "actor=app" in person.detail
+    assert team.ok and team.detail == "ENG (Engineering): in progress: In Progress, review: In Review, ready: Todo, " \
+        "done: Done, closed: Canceled"  # fmt: skip
+    app_tracker = LinearTracker(settings_for(linear), Api(linear.url, APP_TOKEN))
+    assert "app user beflow" in app_tracker.access_checks()[0].detail
+    for state in [s for s in linear.team["states"] if s["type"] == "canceled"]:
+        linear.team["states"].remove(state)
+    bare = LinearTracker(settings_for(linear), Api(linear.url, API_KEY)).access_checks()[1]
+    assert not bare.ok and "no state for closed" in bare.detail and bare.fix
