@@ -95,12 +95,15 @@ def test_a_developers_diff_note_gets_one_round_after_the_settle_and_a_reply_in_i
         gitlab.add_note("MergeRequest", mr["iid"], "@beflow acp-test: write c.txt c", author=mallory)
 
         dispatched = watch.wait_for(lambda e: e.get("event") == "dispatched" and e.get("round", 0) >= 1, "a round")
-        watch.wait_for(lambda e: len(watch.of("finished")) >= 2, "the round to finish", 120)
+        ended = watch.wait_for(
+            lambda e: e.get("event") == "finished" and e.get("round") == 1, "the round to finish", 120
+        )
         rounds_dispatched = watch.of("dispatched")
     finally:
         watch.stop()
 
     assert dispatched["round"] == 1 and len(rounds_dispatched) == 2  # the first run, and one round
+    assert [e.get("round") for e in watch.of("finished")] == [None, 1] and ended["outcome"] == "succeeded"
     record = on_gitlab.records("1")[0]
     assert record.round == 1 and record.outcome == "succeeded", record.stop_reason
     assert record.started_at.timestamp() >= asked_at + SETTLE - 1  # not before the settle (a clock of whole seconds)
