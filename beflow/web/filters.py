@@ -38,6 +38,7 @@ def environment() -> Environment:
     templates.filters["elide"] = elide
     templates.filters["moment"] = moment
     templates.filters["used_line"] = used_line
+    templates.filters["newest"] = newest
     from beflow.web.markdown import markdown  # (which uses plain, above)
 
     templates.filters["markdown"] = markdown
@@ -51,6 +52,12 @@ def plain(text: object, limit: int = MAX_TEXT) -> str:
     if len(value) > limit:
         value = value[:limit] + f"… [{len(value) - limit} more characters]"
     return value
+
+
+def newest(text: object, limit: int = MAX_TEXT) -> str:
+    """The end of a long text (a lane's tail shows a long message's newest words), marked where it was cut."""
+    value = plain(text, limit=len(str(text)))
+    return "…" + value[-limit:] if len(value) > limit else value
 
 
 def when(moment: float | None) -> str:

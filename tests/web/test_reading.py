@@ -19,7 +19,7 @@ from beflow.records.store import RunStore
 from beflow.trackers.issue import Status, utc_now
 from beflow.web.guard import TOKEN_ENV
 from tests.support.projects import config_file
-from tests.web.test_dashboard import REPO_ROOT, browser_modules  # noqa: F401 (a fixture)
+from tests.web.conftest import REPO_ROOT
 from tests.web.test_http import serving
 
 pytestmark = pytest.mark.slow
@@ -89,7 +89,7 @@ def test_pages_render_markdown_inert_keep_short_tokens_whole_follow_events_and_s
     repo: Path,
     browser_modules: Path,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(TOKEN_ENV, "r" * 24)
     key, run = hostile_project(repo)

@@ -17,6 +17,11 @@
     limit = limit || MAX_TEXT;
     return text.length > limit ? text.slice(0, limit) + "… [" + (text.length - limit) + " more characters]" : text;
   }
+  // The end of a long line of the tail (its newest words), as the server says it (filters.newest).
+  function newest(text, limit) {
+    text = plain(text, text.length);
+    return text.length > limit ? "…" + text.slice(text.length - limit) : text;
+  }
   function el(tag, cls, text) {
     var node = document.createElement(tag);
     if (cls) node.className = cls;
@@ -126,7 +131,7 @@
       lane.progress.forEach(function (p) { ul.appendChild(el("li", null, p)); });
       art.appendChild(ul);
       var pre = el("pre", "tail");
-      lane.tail.forEach(function (line) { pre.appendChild(el("span", "k-" + line.kind, line.kind + ": " + line.text.slice(0, 300) + "\n")); });
+      lane.tail.forEach(function (line) { pre.appendChild(el("span", "k-" + line.kind, line.kind + ": " + newest(line.text, 300) + "\n")); });
       art.appendChild(pre);
       box.appendChild(art);
     });
