@@ -15,6 +15,7 @@ from markupsafe import Markup, escape
 
 from beflow import guardrails
 from beflow.web import api
+from beflow.web import markdown as rendering
 
 TEMPLATES = Path(__file__).parent / "templates"
 #: Characters of one text shown, at most: a huge line is cut, with a note.
@@ -39,8 +40,6 @@ def environment() -> Environment:
     templates.filters["moment"] = moment
     templates.filters["used_line"] = used_line
     templates.filters["newest"] = newest
-    from beflow.web.markdown import markdown  # (which uses plain, above)
-
     templates.filters["markdown"] = markdown
     return templates
 
@@ -63,6 +62,15 @@ def newest(text: object, limit: int = MAX_TEXT) -> str:
 def when(moment: float | None) -> str:
     """``14:03:27``, the local time of a moment (seconds since the epoch); ``-`` for none."""
     return time.strftime("%H:%M:%S", time.localtime(moment)) if moment else "-"
+
+
+#: Characters of an issue's body or comment rendered, at most (a longer one is cut first, with a note).
+MAX_MARKDOWN = 20_000
+
+
+def markdown(text: object, limit: int = MAX_MARKDOWN) -> Markup:
+    """An issue's body or comment as inert HTML (:mod:`beflow.web.markdown`), from its plain text (:func:`plain`)."""
+    return rendering.markdown(plain(text or "", limit))
 
 
 def moment(value: dt.datetime | float | None) -> str:

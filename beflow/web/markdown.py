@@ -21,10 +21,6 @@ from markdown_it.common.utils import escapeHtml
 from markdown_it.token import Token
 from markupsafe import Markup
 
-from beflow.web.filters import plain
-
-#: Characters of one text rendered, at most (a longer one is cut first, with a note).
-MAX_MARKDOWN = 20_000
 _SCHEMES = ("http", "https", "mailto")
 
 
@@ -70,7 +66,7 @@ def _renderer() -> MarkdownIt:
 _MD = _renderer()
 
 
-def markdown(text: object, limit: int = MAX_MARKDOWN) -> Markup:
-    """``text`` (an issue's body, a comment) as HTML that runs nothing and loads nothing: terminal escapes and
-    control characters removed and a huge text cut (as :func:`beflow.web.filters.plain` does), then rendered."""
-    return Markup(f'<div class="markdown">{_MD.render(plain(text or "", limit))}</div>')
+def markdown(text: str) -> Markup:
+    """``text`` (an issue's body, a comment) as HTML that runs nothing and loads nothing. (The pages give it
+    plain text: terminal escapes removed, a huge text cut — ``filters.markdown``.)"""
+    return Markup(f'<div class="markdown">{_MD.render(text)}</div>')

@@ -113,6 +113,7 @@ try {
     labels: [...document.querySelectorAll(".record dt")].map((node) => node.textContent),
     values: Object.fromEntries([...document.querySelectorAll(".record dt")].map((dt) => [dt.dataset.field, dt.nextElementSibling.textContent])),
     elided: [...document.querySelectorAll(".record details.elided")].map((node) => node.querySelector(".more-marker").textContent),
+    agent: [...document.querySelectorAll(".transcript li.k-agent .text")].map((node) => node.textContent),
   }));
   // The whole of an elided value, on demand.
   await page.$eval(".record details.elided summary", (node) => node.click());

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from beflow.web.markdown import markdown
+from beflow.web.filters import markdown
 
 EVIL = "https://evil.example"
 

@@ -77,7 +77,10 @@ def hostile_project(repo: Path) -> tuple[str, str]:
             "sessionId": "s",
             "update": {
                 "sessionUpdate": "agent_message_chunk",
-                "content": {"type": "text", "text": f"<img src={EVIL}/a.png onerror=alert('agent')>"},
+                "content": {
+                    "type": "text",
+                    "text": f"<img src={EVIL}/a.png onerror=alert('agent')> edited {running.worktree}/src/app.py",
+                },
             },
         },
     }
@@ -120,7 +123,8 @@ def test_pages_render_markdown_inert_keep_short_tokens_whole_follow_events_and_s
             until("issue-open")  # a comment comes while the issue's page is open
             tracker.comment(key, "a *live* comment", "ann")
             tracker.set_status(key, Status.READY)
-            hub.publish({"event": "progress", "issue": key, "run": run, "text": "commented", "time": 0.0})
+            hub.publish({"event": "activity", "issue": key, "run": run, "text": "reading", "time": 0.0})
+            hub.publish({"event": "dispatched", "issue": key, "attempt": 1, "time": 0.0})
             go()
             until("run-open")  # the run ends while its page is open
             record = store.get(run)
@@ -168,6 +172,7 @@ def test_pages_render_markdown_inert_keep_short_tokens_whole_follow_events_and_s
     values = seen["run"]["values"]
     assert values["worktree"] == f".beflow/worktrees/{key}" and values["changed_files"] == "src/app.py"
     assert values["branch"] == BRANCH
+    assert seen["run"]["agent"] == [f"<img src={EVIL}/a.png onerror=alert('agent')> edited src/app.py"]
     assert len(values["pid_start"]) == len("2026-12-06 14:03:27")
     assert seen["run"]["elided"] == ["… (300 more characters: show all)"]
     assert seen["run"]["whole"] == "no earlier session: " + "x" * 400

@@ -208,14 +208,21 @@
   // A run's or an issue's page: read again when an event of its run or issue comes, and the part under #live
   // replaced by the new one (parsed inert: DOMParser runs no script, and the server sanitized what it rendered).
   var live = document.getElementById("live");
+  // A run's page follows every event of its run. An issue's page, the events that change what it shows (not the
+  // agent's activity, usage and progress, which come many a minute: each read of the page asks the tracker).
+  var CHATTER = { activity: true, usage: true, progress: true };
   function concerns(event) {
     if (!live || !event) return false;
-    if (live.dataset.kind === "run") return event.run === live.dataset.run || (event.issue === live.dataset.issue && event.event !== "activity");
-    return event.issue === live.dataset.issue;
+    if (live.dataset.kind === "run") return event.run === live.dataset.run;
+    return event.issue === live.dataset.issue && !CHATTER[event.event];
   }
+  // At most one read a second: a burst of events is one read.
+  var lastRead = 0, later = null;
   function reread() {
     if (inFlight) { pending = true; return; }
-    inFlight = true; pending = false;
+    var since = Date.now() - lastRead;
+    if (since < 1000) { if (!later) later = setTimeout(function () { later = null; reread(); }, 1000 - since); return; }
+    inFlight = true; pending = false; lastRead = Date.now();
     var seen = lastEvent;
     fetch(location.href, { credentials: "same-origin", cache: "no-store" })
       .then(function (r) { return r.ok ? r.text() : null; })
