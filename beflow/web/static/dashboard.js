@@ -28,6 +28,17 @@
     if (text !== undefined && text !== null) node.textContent = plain(text);
     return node;
   }
+  // A long value cut with a visible marker, the whole value one click away (as the server says it: filters.elide).
+  function elided(text, keep) {
+    text = plain(text);
+    if (text.length <= keep) return document.createTextNode(text);
+    var details = el("details", "elided"), summary = el("summary");
+    summary.appendChild(document.createTextNode(text.slice(0, keep)));
+    summary.appendChild(el("span", "more-marker", "… (" + num(text.length - keep) + " more characters: show all)"));
+    details.appendChild(summary);
+    details.appendChild(el("span", "whole", text));
+    return details;
+  }
   function link(href, text) { var a = el("a", null, text); a.setAttribute("href", href); return a; }
   function seconds(v) {
     if (v === null || v === undefined) return "-";
@@ -117,7 +128,7 @@
       var art = el("article", "lane");
       art.dataset.issue = lane.issue; art.dataset.started = lane.started;
       var h = el("h3"); h.appendChild(link("/issues/" + encodeURIComponent(lane.issue), lane.issue));
-      h.appendChild(document.createTextNode(" ")); h.appendChild(el("span", "title", plain(lane.title, 300)));
+      h.appendChild(document.createTextNode(" ")); var title = el("span", "title"); title.appendChild(elided(lane.title, 300)); h.appendChild(title);
       art.appendChild(h);
       var meta = el("p", "meta", (lane.round ? "round " + lane.round + ", " : "") + "attempt " + lane.attempt + " · ");
       meta.appendChild(el("span", "elapsed", seconds(lane.elapsed)));
@@ -169,7 +180,7 @@
     document.getElementById("queue-count").textContent = state.totals.queued;
     renderTable("queue", state.queue.slice(0, 50), function (tr, q) {
       tr.dataset.issue = q.issue;
-      cell(tr, link("/issues/" + encodeURIComponent(q.issue), q.issue)); cell(tr, q.priority, "token"); cell(tr, q.title.slice(0, 300));
+      cell(tr, link("/issues/" + encodeURIComponent(q.issue), q.issue)); cell(tr, q.priority, "token"); cell(tr, elided(q.title, 300));
       cell(tr, q.held ? holdText(q.held) : "", "held");
     });
     renderTable("held", state.held, function (tr, h) {
@@ -179,13 +190,13 @@
     });
     renderTable("backoffs", state.backoffs, function (tr, b) {
       tr.dataset.issue = b.issue;
-      cell(tr, b.issue); cell(tr, b.attempt, "token"); cell(tr, when(b.due), "token"); var td = cell(tr, b.reason.slice(0, 300));
+      cell(tr, b.issue); cell(tr, b.attempt, "token"); cell(tr, when(b.due), "token"); var td = cell(tr, elided(b.reason, 300));
       if (actions) td.appendChild(button("retry now", "/api/v1/issues/" + encodeURIComponent(b.issue) + "/retry"));
     });
     renderTable("recent", state.recent, function (tr, r) {
       tr.dataset.run = r.id; tr.dataset.outcome = r.outcome;
-      var first = cell(tr, r.issue + " "); first.appendChild(el("span", "title", plain(r.title, 120)));
-      cell(tr, r.outcome, "o-" + r.outcome + " token"); cell(tr, (r.reason || "").slice(0, 200)); cell(tr, r.branch || "-");
+      var first = cell(tr, r.issue + " "); var title = el("span", "title"); title.appendChild(elided(r.title, 120)); first.appendChild(title);
+      cell(tr, r.outcome, "o-" + r.outcome + " token"); cell(tr, elided(r.reason || "", 200)); cell(tr, elided(r.branch || "-", 60));
       var pr = null;
       if (r.pull_request && /^https?:\/\//.test(r.pull_request)) { pr = link(r.pull_request, "PR"); pr.rel = "noreferrer noopener"; }
       cell(tr, pr || ""); cell(tr, seconds(r.duration), "token"); cell(tr, usageText(r.usage), "usage"); cell(tr, link("/runs/" + encodeURIComponent(r.id), r.id));
