@@ -17,11 +17,12 @@ from beflow.ops import rounds
 from beflow.ops.agent_words import agent_follow_up, agent_words, posted_words
 from beflow.ops.operations import Context, Input, Key, operation
 from beflow.records.store import RunStore
-from beflow.trackers.base import StreamsListings, TakesRework, Tracker, WritesIntoProject
+from beflow.trackers.base import SetsPriority, StreamsListings, TakesRework, Tracker, WritesIntoProject
 from beflow.trackers.claims import ClaimInfo
 from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
     MAX_TEXT,
+    TRANSITIONS,
     Comment,
     Issue,
     Listing,
@@ -83,9 +84,21 @@ class SetStatus(Input):
     note: str | None = Field(default=None, max_length=MAX_TEXT, description="Why, added as a comment.")
 
 
+class SetPriority(Input):
+    key: Key = KeyField
+    priority: int = Field(ge=0, le=1000, description="Lower runs first: 0 is the most urgent; 2 is the default.")
+
+
 class ChangeStatus(Input):
     key: Key = KeyField
     note: str | None = Field(default=None, max_length=MAX_TEXT, description="Why, added as a comment.")
+
+
+class PriorityChange(BaseModel):
+    key: str
+    title: str
+    previous: int
+    priority: int
 
 
 class IssueView(Issue):
@@ -322,3 +335,37 @@ def close_issue(context: Context, payload: ChangeStatus) -> StatusChange:
 )
 def reopen_issue(context: Context, payload: ChangeStatus) -> StatusChange:
     return _change(context, payload.key, Status.READY, payload.note)
+
+
+#: The statuses a person may move an issue to (from the dashboard): every one but ``in_progress``, which only a run
+#: sets (a run that starts claims the issue first).
+PERSON_STATUSES = frozenset(Status) - {Status.IN_PROGRESS}
+
+
+def person_choices(current: Status) -> list[Status]:
+    """Where a person may move an issue from ``current``: the tracker's transitions, in the statuses' order."""
+    return [s for s in Status if s in TRANSITIONS[current] and s in PERSON_STATUSES]
+
+
+@operation(
+    "issue.set_priority",
+    title="Set an issue's priority",
+    description="Change an issue's priority, and so its place in the queue (lower runs first; 0 is the most urgent). "
+    "Local tracker only (elsewhere, change it in the tracker: a `priority:N` label, Linear's priority). Writes to "
+    "the tracker.",
+    safety="action",
+    issue_field="key",
+    category="issues",
+    tags=("issues", "write", "priority"),
+    tracker=True,
+)
+def set_priority(context: Context, payload: SetPriority) -> PriorityChange:
+    trackers = tracker(context, writes=True)
+    if not isinstance(trackers, SetsPriority):
+        raise UsageError(
+            "issue.set_priority is the local tracker's: this project's tracker keeps priorities itself",
+            fix="Change the priority in the tracker (a `priority:N` label on GitHub and GitLab, Linear's priority).",
+        )
+    before = trackers.get(payload.key)
+    after = trackers.set_priority(before.key, payload.priority, author=context.actor)
+    return PriorityChange(key=after.key, title=after.title, previous=before.priority, priority=after.priority)

@@ -128,6 +128,15 @@ class TakesRework(Protocol):
 
 
 @runtime_checkable
+class SetsPriority(Protocol):
+    """An issue's priority changes in place (the queue's order, from the dashboard or ``issue.set_priority``): the
+    local tracker's front matter. Elsewhere the tracker's own priority is the one to change (GitHub's and GitLab's
+    ``priority:N`` label, Linear's priority field), in the tracker."""
+
+    def set_priority(self, key: str, priority: int, author: str = "beflow") -> Issue: ...
+
+
+@runtime_checkable
 class WritesIntoProject(Protocol):
     """Its issues are files of the project (the local tracker): a write is refused, before anything is read, where
     the project is in no git work tree (as ``beflow init`` refuses there)."""

@@ -298,6 +298,16 @@ class LocalTracker:
 
         return self._update(key, move)
 
+    def set_priority(self, key: str, priority: int, author: str = "beflow") -> Issue:
+        """The issue's priority (lower runs first); the same priority again writes nothing."""
+
+        def move(issue: Issue) -> Issue:
+            if issue.priority == priority:
+                return issue
+            return issue.model_copy(update={"priority": priority, "updated": utc_now()})
+
+        return self._update(key, move)
+
     # feedback (beflow.feedback.FeedbackSource: comments left with --rework) ------------------------------------
 
     def gather(self, key: str, branch: str) -> Gathered:

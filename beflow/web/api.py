@@ -13,8 +13,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, create_model
 
 from beflow import guardrails
-from beflow.ops.issues import IssueView
+from beflow.ops.issues import MAX_LABELS, MAX_TITLE, IssueView
 from beflow.records.record import RunRecord
+from beflow.trackers.issue import DEFAULT_PRIORITY, MAX_TEXT
 
 API_VERSION = "v1"
 #: Transcript lines in one page, at most (``limit``); a page asks for fewer.
@@ -209,7 +210,9 @@ class State(BaseModel):
     recent: list[RecentRun]
     totals: Totals
     health: Health
-    actions: bool = Field(description="Whether actions (cancel, retry, set status) are enabled (http.actions).")
+    actions: bool = Field(
+        description="Whether actions (new issue, cancel, retry, set status, set priority) are enabled (http.actions)."
+    )
     time: float
 
 
@@ -218,6 +221,11 @@ class IssueDetail(BaseModel):
 
     issue: IssueView
     runs: list[RecentRun]
+    choices: list[str] = Field(
+        default_factory=list,
+        description="The statuses a person may move the issue to from its own (the tracker's transitions; "
+        "in_progress is a run's).",
+    )
 
 
 #: Rows of a list page (``/api/v1/issues``, ``/api/v1/runs``) unless ``per_page`` says fewer; at most MAX_PER_PAGE.
@@ -314,6 +322,26 @@ class SetStatusBody(BaseModel):
 
     status: str = Field(max_length=40)
     note: str | None = Field(default=None, max_length=2000)
+
+
+class NewIssueBody(BaseModel):
+    """``POST /api/v1/issues``: a new issue (``issue.new``), ready for runs unless ``status`` says open."""
+
+    model_config = {"extra": "forbid"}
+
+    title: str = Field(min_length=1, max_length=MAX_TITLE)
+    body: str = Field(default="", max_length=MAX_TEXT)
+    labels: list[str] = Field(default_factory=list, max_length=MAX_LABELS)
+    priority: int = Field(default=DEFAULT_PRIORITY, ge=0, le=1000, description="Lower runs first.")
+    status: Literal["open", "ready"] = "ready"
+
+
+class PriorityBody(BaseModel):
+    """``POST /api/v1/issues/{key}/priority``: the issue's place in the queue (``issue.set_priority``)."""
+
+    model_config = {"extra": "forbid"}
+
+    priority: int = Field(ge=0, le=1000, description="Lower runs first: 0 is the most urgent; 2 is the default.")
 
 
 class MissedNotice(BaseModel):

@@ -6,9 +6,11 @@
 - ``Host`` is checked on every request (DNS rebinding: a page on ``evil.example`` whose name now points at
   127.0.0.1 sends ``Host: evil.example``), and so is ``Origin`` when a browser sends one: the server's own origin,
   or one ``http.origins`` names.
-- Actions (``http.actions``) need a POST, the token and the server's own origin (no cross-site request can act),
-  or an origin ``http.origins`` names with the token as a bearer token (CORS: the server's cookie never counts for
-  another origin's request).
+- Actions (``http.actions``) need a POST and the token, from one of three clients: the server's own page (its
+  Origin, the token as the cookie or a bearer token); a script (no Origin at all, the token as a bearer token: the
+  cookie a browser adds by itself never acts without the page's Origin); or an origin ``http.origins`` names, with
+  the token as a bearer token (CORS: the server's cookie never counts for another origin's request). Any other
+  Origin (``null`` included) is refused, token or not.
 """
 
 from __future__ import annotations

@@ -87,11 +87,20 @@ class Guard:
         elif policy.token_required and not open_to_all and not (policy.token_ok(presented) or policy.token_ok(cookie)):
             return self.unauthorized(request, presented, "this server needs its token")
         acting = request.method == "POST" and path.startswith("/api/v1/") and path != "/api/v1/refresh"
-        if acting:
+        if acting:  # who may act: docs/dashboard.md#who-may-act
             if not (policy.token_ok(presented) or policy.token_ok(cookie)):
                 return self.unauthorized(request, presented, "actions need the server's token")
             if not cross and not policy.same_origin(origin, host, request.headers.get("sec-fetch-site")):
-                return server.problem(403, "bad_origin", "actions come from this server's own page only")
+                return server.problem(403, "bad_origin", "actions come from this server's own page only", _ACT_FIX)
+            if origin is None and not policy.token_ok(presented):
+                # A browser sends its Origin with every POST: a request without one is a script's, which holds the
+                # token itself. The cookie a browser adds by itself acts for the server's own page only.
+                return server.problem(
+                    403,
+                    "bad_origin",
+                    "an action with no Origin (a script's) takes the token in Authorization; the cookie is the page's",
+                    _ACT_FIX,
+                )
         if request.method not in ("GET", "HEAD", "POST", "DELETE", "OPTIONS"):
             return server.problem(405, "method", "method not allowed")
         return None
@@ -135,4 +144,8 @@ def _cors(send: Send, origin: str | None, allowed: bool) -> Send:
 
 _HOST_FIX = "Open the address `beflow watch --http` printed, or name this host in http.hosts."
 _ORIGIN_FIX = "Call the API from this server's own page, or name the origin in http.origins."
+_ACT_FIX = (
+    "Act from this server's own page, or send `Authorization: Bearer <token>` and no Origin (a script), "
+    "or from an origin http.origins names with the token as a bearer token."
+)
 _TOKEN_FIX = "Send `Authorization: Bearer <token>` ($BEFLOW_HTTP_TOKEN, or the token beflow printed when it made it)."

@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from beflow.errors import BeflowError
+from beflow.errors import BeflowError, UsageError
+from beflow.validation import messages_of
 from beflow.web import api, endpoints, openapi, sse
 from beflow.web.guard import RESOURCE_METADATA
 from beflow.web.lists import number, paging
@@ -96,6 +97,8 @@ def api_routes(server: Server, views: Views) -> list[Route]:
         "cancel": functools.partial(actions.answer, kind="cancel"),  # (partials of coroutines: awaited as such)
         "retry": functools.partial(actions.answer, kind="retry"),
         "status": functools.partial(actions.answer, kind="status"),
+        "new": functools.partial(actions.answer, kind="new"),
+        "priority": functools.partial(actions.answer, kind="priority"),
     }
     assert {e.name for e in endpoints.ENDPOINTS} == set(handlers), "an endpoint without its handler, or the reverse"
     routes = [Route(e.path, handlers[e.name], methods=[e.method]) for e in endpoints.ENDPOINTS]
@@ -108,8 +111,17 @@ def api_routes(server: Server, views: Views) -> list[Route]:
 
 
 class Actions:
-    """What a person does from the page or a client (``http.actions``): cancel a run, retry an issue, set an
-    issue's status — each an ``issue.set_status`` through the registry, which the watch then acts on."""
+    """What a person does from the page or a client (``http.actions``): file an issue, cancel a run, retry an
+    issue, set an issue's status or its priority — each an operation of the registry (``issue.new``,
+    ``issue.set_status``, ``issue.set_priority``), which the watch then acts on. Who may ask is the guard's to
+    decide (:mod:`beflow.web.middleware`), before any of this runs."""
+
+    #: The body each action takes (none: an empty one, or none at all).
+    BODIES: ClassVar[dict[str, type[BaseModel]]] = {
+        "status": api.SetStatusBody,
+        "new": api.NewIssueBody,
+        "priority": api.PriorityBody,
+    }
 
     def __init__(self, server: Server) -> None:
         self.server = server
@@ -127,7 +139,11 @@ class Actions:
             return refused
         kind = request.path_params["action"]
         side = "runs" if request.url.path.startswith("/api/v1/runs/") else "issues"
-        allowed = [e.name for e in endpoints.ENDPOINTS if e.method == "POST" and e.path.startswith(f"/api/v1/{side}/")]
+        allowed = [
+            e.path.rsplit("/", 1)[1]
+            for e in endpoints.ENDPOINTS
+            if e.method == "POST" and e.path.startswith(f"/api/v1/{side}/")
+        ]
         return self.server.problem(404, "not_found", f"no action {kind[:40]!r} here; there are: {', '.join(allowed)}")
 
     async def answer(self, request: Request, kind: str) -> Response:
@@ -135,20 +151,29 @@ class Actions:
         refused = self.off()
         if refused is not None:
             return refused
-        try:
-            body = await request.json() if kind == "status" else {}
-            change = api.SetStatusBody.model_validate(body) if kind == "status" else None
-        except (ValueError, ValidationError):
-            return server.problem(400, "usage", 'the body must be JSON: {"status": …, "note": …}')
-        target = request.path_params["id" if kind == "cancel" else "key"]
+        model = self.BODIES.get(kind)
+        body: BaseModel | None = None
+        if model is not None:
+            try:
+                data = await request.json()
+            except ValueError:
+                fields = ", ".join(f'"{name}": …' for name in model.model_fields)
+                return server.problem(400, "usage", f"the body of {kind} must be JSON: {{{fields}}}")
+            try:
+                body = model.model_validate(data)
+            except ValidationError as error:
+                said = "; ".join(messages_of(error, model=model, data=data))
+                return server.problem(400, "usage", f"{kind}: {said}")
+        target = request.path_params.get("id" if kind == "cancel" else "key", "")
 
         async def done() -> Response:
-            return server.json(await server.off_loop(self.act, kind, target, change))
+            return server.json(await server.off_loop(self.act, kind, target, body))
 
         return await server.answer(done)
 
-    def act(self, kind: str, target: str, change: api.SetStatusBody | None) -> api.ActionDone:
+    def act(self, kind: str, target: str, body: BaseModel | None) -> api.ActionDone:
         call = self.server.call
+        operation = "issue.set_status"
         if kind == "cancel":  # a run: its issue moves back to open, and the watch cancels it
             record = call("run.show", {"id": target})
             if record.finished:
@@ -160,13 +185,28 @@ class Actions:
                 # (in_progress cannot go to open: through ready, as a person would; the run holds the issue's
                 # claim, so nothing starts it meanwhile)
                 call("issue.set_status", {"key": record.issue, "status": "ready"})
-            arguments = {"key": record.issue, "status": "open", "note": "Cancelled from beflow's dashboard."}
+            arguments: dict[str, Any] = {
+                "key": record.issue,
+                "status": "open",
+                "note": "Cancelled from beflow's dashboard.",
+            }
         elif kind == "retry":
             arguments = {"key": target, "status": "ready", "note": "Retried from beflow's dashboard."}
+        elif kind == "new":
+            assert isinstance(body, api.NewIssueBody)
+            operation, arguments = "issue.new", body.model_dump()
+        elif kind == "priority":
+            assert isinstance(body, api.PriorityBody)
+            operation, arguments = "issue.set_priority", {"key": target, "priority": body.priority}
         else:
-            assert change is not None
-            arguments = {"key": target, "status": change.status, "note": change.note}
-        result = call("issue.set_status", arguments)
+            assert isinstance(body, api.SetStatusBody)
+            if body.status == "in_progress":
+                raise UsageError(
+                    "in_progress is a run's status: a person does not set it",
+                    fix="Set ready and the watch starts a run; cancel a run to stop it.",
+                )
+            arguments = {"key": target, "status": body.status, "note": body.note}
+        result = call(operation, arguments)
         if self.server.source is not None:
             self.server.source.refresh()
-        return api.ActionDone(operation="issue.set_status", result=result.model_dump(mode="json"))
+        return api.ActionDone(operation=operation, result=result.model_dump(mode="json"))

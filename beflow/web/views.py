@@ -9,6 +9,7 @@ import time
 from typing import TYPE_CHECKING
 
 from beflow.errors import BeflowError
+from beflow.ops.issues import person_choices
 from beflow.trackers.base import MetersRequests
 from beflow.web import api, lists
 from beflow.web.live import WatchData
@@ -109,7 +110,7 @@ class Views:
             ready = self.server.call("issue.list", {"status": "ready"}).issues
         except BeflowError:
             ready = []
-        ready.sort(key=lambda i: (-i.priority, i.created))
+        ready.sort(key=lambda i: i.order())  # (lower priorities first, as every tracker's ready() gives them)
         return [api.Queued(issue=i.key, title=i.title, priority=i.priority) for i in ready]
 
     def recent(self) -> list[api.RecentRun]:
@@ -162,7 +163,8 @@ class Views:
         """An issue and its last 20 runs, newest first."""
         issue = self.server.call("issue.show", {"key": key})
         runs = [api.RecentRun.of(r) for r in self.server.call("run.list", {"issue": issue.key, "limit": 20}).runs]
-        return api.IssueDetail(issue=issue, runs=runs)
+        choices = [s.value for s in person_choices(issue.status)]
+        return api.IssueDetail(issue=issue, runs=runs, choices=choices)
 
     def issues(self, status: str | None, page: int, per_page: int) -> api.IssuePage:
         return lists.issues(self.server.call, status, page, per_page)

@@ -44,6 +44,7 @@ def test_the_operations_and_what_they_declare() -> None:
         "issue.close": ("action", False, "key"),
         "issue.reopen": ("action", False, "key"),
         "issue.rework": ("action", False, "key"),
+        "issue.set_priority": ("action", False, "key"),
     }
     for name in declared:
         op = REGISTRY[name]
@@ -82,6 +83,21 @@ def test_a_person_files_ready_issues_comments_and_closes_them(context: Context) 
     assert [c.text for c in shown.comments] == ["Only on Safari.", "Fixed upstream."]
     assert shown.claim is None
     assert [i.key for i in call(context, "issue.list", status="ready").issues] == ["1"]
+
+
+def test_a_person_moves_an_issue_in_the_queue_by_its_priority(context: Context) -> None:
+    call(context, "issue.new", title="First")
+    call(context, "issue.new", title="Second")
+    tracker = context.open_tracker()
+    assert [i.key for i in tracker.ready()] == ["1", "2"]
+    change = call(context, "issue.set_priority", key="#2", priority=0)
+    assert change.model_dump() == {"key": "2", "title": "Second", "previous": 2, "priority": 0}
+    assert [i.key for i in tracker.ready()] == ["2", "1"]
+    assert call(context, "issue.set_priority", key="2", priority=0).previous == 0  # (the same again: nothing to do)
+    with pytest.raises(UsageError, match="priority: "):
+        call(context, "issue.set_priority", key="2", priority=-1)
+    with pytest.raises(NotFoundError):
+        call(context, "issue.set_priority", key="9", priority=1)
 
 
 def test_show_says_who_holds_the_issue(context: Context) -> None:
@@ -196,6 +212,7 @@ WRITES = {
     "issue.set_status": {"key": "1", "status": "review"},
     "issue.close": {"key": "1"},
     "issue.reopen": {"key": "1"},
+    "issue.set_priority": {"key": "1", "priority": 0},
 }
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from beflow.config import load_project
-from beflow.errors import ConfigError, LockedError
+from beflow.errors import ConfigError, LockedError, UsageError
+from beflow.ops.operations import REGISTRY, Context
 from beflow.trackers import Status
-from beflow.trackers.base import MetersRequests
+from beflow.trackers.base import MetersRequests, SetsPriority
 from beflow.trackers.claims import ClaimLost
 from beflow.trackers.github import GitHubTracker
 from beflow.trackers.github_api import RateLimited, Unavailable
@@ -317,3 +318,18 @@ def test_the_api_url_comes_from_github_api_url_and_a_dead_network_is_unavailable
     gh.configure(tracker={"kind": "github", "repo": "octo/hello", "api_url": dead})
     with pytest.raises(Unavailable, match=f"GitHub \\({dead}\\) does not answer"):
         tracker(gh).listing()
+
+
+def test_a_priority_is_githubs_label_and_the_registry_says_so_rather_than_change_it(
+    gh: AutoProject, github: FakeGitHub
+) -> None:
+    """The dashboard's queue order moves the local tracker's priorities; on GitHub a priority is a label a person
+    sets there, and ``issue.set_priority`` says so with nothing changed."""
+    github.add_issue("One", labels=["beflow", "beflow:ready", "priority:3"])
+    github_tracker = tracker(gh)
+    assert not isinstance(github_tracker, SetsPriority)
+    context = Context(project=load_project(config_file(gh.directory)), actor="ann", tracker=github_tracker)
+    with pytest.raises(UsageError, match=r"issue\.set_priority is the local tracker's") as refused:
+        REGISTRY["issue.set_priority"].call(context, {"key": "1", "priority": 0})
+    assert "priority:N" in str(refused.value.fix)
+    assert github_tracker.get("1").priority == 3

@@ -1,0 +1,203 @@
+"""Steering from the API (``http.actions``): a new issue, a retry, a status a person may choose, a priority (the
+queue's order), a cancel — each through the operations registry — and who may ask: the server's own page with its
+token, a script with the token and no Origin, never another Origin, never without the token, never with actions
+off; each refusal says why and changes nothing."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from beflow.app import open_tracker
+from beflow.config import load_project
+from beflow.records.record import RunRecord, new_run_id
+from beflow.records.store import RunStore
+from beflow.trackers.issue import Status, utc_now
+from beflow.web.guard import COOKIE, TOKEN_ENV
+from tests.support.projects import config_file
+from tests.web.test_http import client, serving
+
+TOKEN = "s" * 20 + "-steering-token"
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+@pytest.fixture(autouse=True)
+def token_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TOKEN_ENV, TOKEN)
+
+
+def steered(repo: Path, actions: bool = True) -> str:
+    """A project with three issues (1 failed, 2 in progress, 3 ready) and issue 2's run, still going; its id."""
+    config_file(repo).parent.mkdir(parents=True, exist_ok=True)
+    config_file(repo).write_text(json.dumps({"http": {"actions": actions}}) + "\n")
+    tracker = open_tracker(load_project(config_file(repo)))
+    tracker.create("Failed one", "it failed", status=Status.READY)
+    tracker.set_status("1", Status.IN_PROGRESS)
+    tracker.set_status("1", Status.FAILED, note="the agent gave up")
+    tracker.create("Second", "")
+    tracker.create("Third", "")
+    tracker.set_status("2", Status.IN_PROGRESS)
+    running = RunRecord(id=new_run_id("2"), issue="2", mode="auto", agent="a", started_at=utc_now(), title="Second")
+    RunStore(repo).create(running, "prompt")
+    return running.id
+
+
+def issues(repo: Path) -> list[tuple[str, str, int, str, int]]:
+    """Every issue as it is: key, status, priority, title, comments."""
+    tracker = open_tracker(load_project(config_file(repo)))
+    return [
+        (i.key, i.status.value, i.priority, i.title, len(i.comments))
+        for i in (tracker.get(row.key) for row in tracker.listing().issues)
+    ]
+
+
+#: Every action, as (path, body) for a run id.
+ACTIONS: dict[str, Callable[[str], tuple[str, dict[str, Any] | None]]] = {
+    "new": lambda run: ("/api/v1/issues", {"title": "From the page", "priority": 0}),
+    "retry": lambda run: ("/api/v1/issues/1/retry", None),
+    "status": lambda run: ("/api/v1/issues/3/status", {"status": "open", "note": "later"}),
+    "priority": lambda run: ("/api/v1/issues/3/priority", {"priority": 0}),
+    "cancel": lambda run: (f"/api/v1/runs/{run}/cancel", None),
+}
+
+
+def post(http: httpx.Client, action: str, run: str, **headers: str) -> httpx.Response:
+    path, body = ACTIONS[action](run)
+    return http.post(path, json=body, headers=headers)
+
+
+@pytest.mark.parametrize("action", sorted(ACTIONS))
+def test_an_action_is_refused_without_the_token_with_a_wrong_one_or_from_another_origin_and_changes_nothing(
+    repo: Path, action: str
+) -> None:
+    run = steered(repo)
+    before = issues(repo)
+    with serving(repo) as (served, _), client(served) as http:
+        own = f"http://127.0.0.1:{served.bind.port}"
+        refusals = {
+            "no token": post(http, action, run, Origin=own),
+            "a wrong token": post(http, action, run, Origin=own, Authorization="Bearer " + "w" * 30),
+            "a wrong cookie": post(http, action, run, Origin=own, Cookie=f"{COOKIE}={'w' * 30}"),
+            "another origin": post(http, action, run, Origin="http://evil.example", **BEARER),
+            "another port": post(http, action, run, Origin="http://127.0.0.1:1", **BEARER),
+            "an opaque origin": post(http, action, run, Origin="null", **BEARER),
+            "a cross-site fetch": post(http, action, run, **{"Sec-Fetch-Site": "cross-site"}, **BEARER),
+            # A browser adds the cookie by itself; without the page's Origin it never acts (a form of another
+            # site's page in an old browser, a request a page cannot say where it comes from).
+            "the cookie and no origin": post(http, action, run, Cookie=f"{COOKIE}={TOKEN}"),
+        }
+        said = {why: (answer.status_code, answer.json()["error"]["code"]) for why, answer in refusals.items()}
+        assert said == {
+            "no token": (401, "unauthorized"),
+            "a wrong token": (401, "unauthorized"),
+            "a wrong cookie": (401, "unauthorized"),
+            "another origin": (403, "bad_origin"),
+            "another port": (403, "bad_origin"),
+            "an opaque origin": (403, "bad_origin"),
+            "a cross-site fetch": (403, "bad_origin"),
+            "the cookie and no origin": (403, "bad_origin"),
+        }
+        assert refusals["no token"].headers["www-authenticate"].startswith('Bearer realm="beflow"')
+        assert "takes the token in Authorization" in refusals["the cookie and no origin"].json()["error"]["message"]
+        assert all(answer.json()["error"]["fix"] for answer in refusals.values())
+    assert issues(repo) == before
+
+
+@pytest.mark.parametrize("action", sorted(ACTIONS))
+def test_an_action_is_refused_while_actions_are_off_and_changes_nothing(repo: Path, action: str) -> None:
+    run = steered(repo, actions=False)
+    before = issues(repo)
+    with serving(repo) as (served, _), client(served) as http:
+        own = f"http://127.0.0.1:{served.bind.port}"
+        answer = post(http, action, run, Origin=own, **BEARER)
+        assert (answer.status_code, answer.json()["error"]["code"]) == (403, "actions_off")
+        assert answer.json()["error"]["fix"] == 'Set "http": {"actions": true} in the config.'
+        assert http.get("/api/v1/state").json()["actions"] is False
+    assert issues(repo) == before
+
+
+@pytest.mark.parametrize("who", ["page", "script"])
+@pytest.mark.parametrize("action", sorted(ACTIONS))
+def test_the_servers_own_page_acts_with_its_cookie_and_a_script_with_the_token_and_no_origin(
+    repo: Path, action: str, who: str
+) -> None:
+    run = steered(repo)
+    before = issues(repo)
+    with serving(repo) as (served, _), client(served) as http:
+        own = f"http://127.0.0.1:{served.bind.port}"
+        page = {"Origin": own, "Cookie": f"{COOKIE}={TOKEN}", "Sec-Fetch-Site": "same-origin"}
+        answer = post(http, action, run, **(page if who == "page" else BEARER))
+        assert answer.status_code == 200, answer.text
+    assert issues(repo) != before
+
+
+def test_steering_through_the_registry_new_issue_priority_status_and_retry(repo: Path) -> None:
+    run = steered(repo)
+    with serving(repo) as (served, _), client(served, **BEARER) as http:
+
+        def queue() -> list[str]:
+            return [q["issue"] for q in http.get("/api/v1/state").json()["queue"]]
+
+        assert queue() == ["3"]  # (1 failed; 2 has a run)
+        # A new issue, ready and urgent: first in the queue.
+        new = http.post("/api/v1/issues", json={"title": "Urgent", "body": "*now*", "labels": ["bug"], "priority": 0})
+        assert new.status_code == 200, new.text
+        assert new.json()["operation"] == "issue.new"
+        created = new.json()["result"]
+        assert (created["key"], created["status"], created["priority"], created["labels"]) == ("4", "ready", 0, ["bug"])
+        assert queue() == ["4", "3"]
+        # The queue's order: a priority moves an issue ahead.
+        moved = http.post("/api/v1/issues/3/priority", json={"priority": 0})
+        assert moved.json() == {
+            "operation": "issue.set_priority",
+            "result": {"key": "3", "title": "Third", "previous": 2, "priority": 0},
+        }
+        assert queue() == ["3", "4"]  # (the same priority: the older first)
+        # The statuses a person may choose are the tracker's transitions, and never in_progress.
+        assert http.get("/api/v1/issues/1").json()["choices"] == ["ready", "closed"]
+        assert http.get("/api/v1/issues/3").json()["choices"] == ["open", "closed"]
+        refused = http.post("/api/v1/issues/3/status", json={"status": "in_progress"})
+        assert refused.status_code == 400 and "a run's status" in refused.json()["error"]["message"]
+        illegal = http.post("/api/v1/issues/1/status", json={"status": "done"})
+        assert illegal.status_code == 400
+        assert "from failed it can go to: ready, closed" in illegal.json()["error"]["message"]
+        # Retry of a failed issue: ready, with a note saying where it came from.
+        retried = http.post("/api/v1/issues/1/retry").json()["result"]
+        assert (retried["previous"], retried["status"]) == ("failed", "ready")
+        assert (
+            http.get("/api/v1/issues/1").json()["issue"]["comments"][-1]["text"] == "Retried from beflow's dashboard."
+        )
+        assert queue() == ["3", "4", "1"]
+        # Cancel goes the same way: the run's issue back to open.
+        cancelled = http.post(f"/api/v1/runs/{run}/cancel").json()
+        assert (cancelled["operation"], cancelled["result"]["status"]) == ("issue.set_status", "open")
+
+
+def test_an_actions_body_is_checked_and_a_bad_one_named(repo: Path) -> None:
+    steered(repo)
+    before = issues(repo)
+    with serving(repo) as (served, _), client(served, **BEARER) as http:
+        said = {
+            body: http.post(path, content=body, headers={"Content-Type": "application/json"}).json()["error"]
+            for path, body in (
+                ("/api/v1/issues", "{}"),
+                ("/api/v1/issues", '{"title": "x", "priority": -1}'),
+                ("/api/v1/issues", '{"title": "x", "status": "in_progress"}'),
+                ("/api/v1/issues/3/priority", '{"priority": "high"}'),
+                ("/api/v1/issues/3/priority", "not json"),
+            )
+        }
+        assert {body: error["code"] for body, error in said.items()} == dict.fromkeys(said, "usage")
+        assert said["{}"]["message"].startswith("new: title: ")
+        assert said['{"title": "x", "priority": -1}']["message"].startswith("new: priority: ")
+        assert said['{"title": "x", "status": "in_progress"}']["message"].startswith("new: status: ")
+        assert said['{"priority": "high"}']["message"].startswith("priority: priority: ")
+        assert said["not json"]["message"] == 'the body of priority must be JSON: {"priority": …}'
+        missing = http.post("/api/v1/issues/99/priority", json={"priority": 1})
+        assert missing.status_code == 404
+    assert issues(repo) == before
