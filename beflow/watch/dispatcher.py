@@ -84,6 +84,9 @@ class Dispatcher:
         self._unreadable: dict[str, str] = {}  # issues the tracker cannot read, as last said
         self.queue: list[Issue] = []
         self.tick_count = 0
+        #: The ticks whose look at the tracker is done (the last one's number): what was written before a tick
+        #: started is in the snapshot once this reaches it (an action of the dashboard waits for that).
+        self.surveyed = 0
         self.next_tick = self.clock()
         self.stopping = False
         #: What holds dispatching back (why, and the error): a configuration problem every run would hit, the day's
@@ -133,6 +136,7 @@ class Dispatcher:
             backoffs=self.retries.waiting(),
             recent=list(self.endings.recent),
             tick=self.tick_count,
+            surveyed=self.surveyed,
             next_tick=self.next_tick,
             used=self.ledger.watch,
             budget=self._day_budget(),
@@ -210,7 +214,9 @@ class Dispatcher:
         before a run must not hold the runs' output or the signal handlers), then dispatching, on the loop."""
         self.tick_count += 1
         self._polled = time.monotonic()
-        if await threads.blocking(self._survey, once):
+        startable = await threads.blocking(self._survey, once)
+        self.surveyed = self.tick_count
+        if startable:
             self._dispatch(tasks, finished)
 
     def _survey(self, once: bool) -> bool:

@@ -115,6 +115,8 @@ class Snapshot:
     recent: list[RunRecord]
     tick: int
     next_tick: float
+    #: The ticks whose look at the tracker is done (Dispatcher.surveyed).
+    surveyed: int = 0
     #: What the watch's runs used since it started, and its day against ``limits.cost_per_day`` (if set).
     used: guardrails.Totals = field(default_factory=guardrails.Totals)
     budget: guardrails.DayBudget | None = None

@@ -7,10 +7,11 @@
   127.0.0.1 sends ``Host: evil.example``), and so is ``Origin`` when a browser sends one: the server's own origin,
   or one ``http.origins`` names.
 - Actions (``http.actions``) need a POST and the token, from one of three clients: the server's own page (its
-  Origin, the token as the cookie or a bearer token); a script (no Origin at all, the token as a bearer token: the
-  cookie a browser adds by itself never acts without the page's Origin); or an origin ``http.origins`` names, with
-  the token as a bearer token (CORS: the server's cookie never counts for another origin's request). Any other
-  Origin (``null`` included) is refused, token or not.
+  Origin, or ``Sec-Fetch-Site: same-origin`` where the browser leaves the Origin out; the token as the cookie or a
+  bearer token); a script (no Origin, the token as a bearer token: the cookie a browser adds by itself never acts
+  for a request that does not say it comes from the page); or an origin ``http.origins`` names, with the token as a
+  bearer token (CORS: the server's cookie never counts for another origin's request). Any other Origin (``null``
+  included) and any cross-site fetch is refused, token or not.
 """
 
 from __future__ import annotations

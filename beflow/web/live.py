@@ -32,6 +32,9 @@ if TYPE_CHECKING:
 RING = 2000
 #: Errors the health panel shows.
 ERRORS_KEPT = 10
+#: Seconds an action waits, at most, for the watch to look at the tracker after it (a slow tracker: the page
+#: then shows the change at the watch's next look).
+LOOK_WAIT = 5.0
 #: Issues whose latest start was skipped (claimed elsewhere, unreadable) the queue shows, at most.
 SKIPS_KEPT = 50
 
@@ -229,6 +232,8 @@ class WatchData:
     unreadable: dict[str, str] = field(default_factory=dict)
     #: Whether the watch's last look at the tracker succeeded (None: not looked yet).
     tracker_reachable: bool | None = None
+    #: The ticks whose look at the tracker is done.
+    surveyed: int = 0
 
 
 class Watching(Protocol):
@@ -292,6 +297,7 @@ class WatchSource:
             budget_held=self.dispatcher.ledger.holding,
             unreadable=dict(tracker.unreadable) if isinstance(tracker, NamesUnreadable) else {},
             tracker_reachable=snapshot.tracker_reachable,
+            surveyed=snapshot.surveyed,
         )
 
     def data(self) -> WatchData | None:
@@ -304,6 +310,20 @@ class WatchSource:
             return anyio.from_thread.run_sync(self._copy, token=self.token)
         except RuntimeError:  # the loop has ended
             return None
+
+    def looked(self, wait: float = LOOK_WAIT) -> None:
+        """Wake the watch and wait (``wait`` seconds at most) until it has looked at the tracker since: what an
+        action just wrote is then in the state the page reads next (a new issue in the queue, its new order)."""
+        before = self.data()
+        if before is None:
+            return
+        self.refresh()
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            now = self.data()
+            if now is None or now.surveyed > before.tick:  # a tick that started after the write has looked
+                return
+            time.sleep(0.02)
 
     def refresh(self) -> None:
         """Look at the tracker now (``POST /api/v1/refresh``): the dispatcher's wait ends at once."""

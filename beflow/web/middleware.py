@@ -92,13 +92,15 @@ class Guard:
                 return self.unauthorized(request, presented, "actions need the server's token")
             if not cross and not policy.same_origin(origin, host, request.headers.get("sec-fetch-site")):
                 return server.problem(403, "bad_origin", "actions come from this server's own page only", _ACT_FIX)
-            if origin is None and not policy.token_ok(presented):
-                # A browser sends its Origin with every POST: a request without one is a script's, which holds the
-                # token itself. The cookie a browser adds by itself acts for the server's own page only.
+            fetch_site = request.headers.get("sec-fetch-site")
+            if origin is None and fetch_site != "same-origin" and not policy.token_ok(presented):
+                # The server's own page says where it comes from: its Origin, or (a browser that leaves a
+                # same-origin Origin out) Sec-Fetch-Site. A request that says neither is a script's, which holds the
+                # token itself: the cookie a browser adds by itself acts for the server's own page only.
                 return server.problem(
                     403,
                     "bad_origin",
-                    "an action with no Origin (a script's) takes the token in Authorization; the cookie is the page's",
+                    "an action from no page (no Origin) takes the token in Authorization; the cookie is the page's",
                     _ACT_FIX,
                 )
         if request.method not in ("GET", "HEAD", "POST", "DELETE", "OPTIONS"):

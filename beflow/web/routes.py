@@ -208,5 +208,5 @@ class Actions:
             arguments = {"key": target, "status": body.status, "note": body.note}
         result = call(operation, arguments)
         if self.server.source is not None:
-            self.server.source.refresh()
+            self.server.source.looked()  # (answered once the watch saw it: the page's next read shows it)
         return api.ActionDone(operation=operation, result=result.model_dump(mode="json"))

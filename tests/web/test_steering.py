@@ -6,6 +6,8 @@ off; each refusal says why and changes nothing."""
 from __future__ import annotations
 
 import json
+import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,10 @@ from beflow.records.record import RunRecord, new_run_id
 from beflow.records.store import RunStore
 from beflow.trackers.issue import Status, utc_now
 from beflow.web.guard import COOKIE, TOKEN_ENV
-from tests.support.projects import config_file
+from tests.support.projects import AutoProject, config_file
+from tests.support.waiting import eventually
+from tests.web.conftest import REPO_ROOT
+from tests.web.test_dashboard import Watch
 from tests.web.test_http import client, serving
 
 TOKEN = "s" * 20 + "-steering-token"
@@ -87,6 +92,7 @@ def test_an_action_is_refused_without_the_token_with_a_wrong_one_or_from_another
             "another port": post(http, action, run, Origin="http://127.0.0.1:1", **BEARER),
             "an opaque origin": post(http, action, run, Origin="null", **BEARER),
             "a cross-site fetch": post(http, action, run, **{"Sec-Fetch-Site": "cross-site"}, **BEARER),
+            "a same-site fetch": post(http, action, run, **{"Sec-Fetch-Site": "same-site"}, **BEARER),
             # A browser adds the cookie by itself; without the page's Origin it never acts (a form of another
             # site's page in an old browser, a request a page cannot say where it comes from).
             "the cookie and no origin": post(http, action, run, Cookie=f"{COOKIE}={TOKEN}"),
@@ -100,10 +106,12 @@ def test_an_action_is_refused_without_the_token_with_a_wrong_one_or_from_another
             "another port": (403, "bad_origin"),
             "an opaque origin": (403, "bad_origin"),
             "a cross-site fetch": (403, "bad_origin"),
+            "a same-site fetch": (403, "bad_origin"),
             "the cookie and no origin": (403, "bad_origin"),
         }
         assert refusals["no token"].headers["www-authenticate"].startswith('Bearer realm="beflow"')
-        assert "takes the token in Authorization" in refusals["the cookie and no origin"].json()["error"]["message"]
+        cookie_only = refusals["the cookie and no origin"].json()["error"]["message"]
+        assert "(no Origin) takes the token in Authorization" in cookie_only
         assert all(answer.json()["error"]["fix"] for answer in refusals.values())
     assert issues(repo) == before
 
@@ -121,7 +129,7 @@ def test_an_action_is_refused_while_actions_are_off_and_changes_nothing(repo: Pa
     assert issues(repo) == before
 
 
-@pytest.mark.parametrize("who", ["page", "script"])
+@pytest.mark.parametrize("who", ["page", "page without its origin", "script"])
 @pytest.mark.parametrize("action", sorted(ACTIONS))
 def test_the_servers_own_page_acts_with_its_cookie_and_a_script_with_the_token_and_no_origin(
     repo: Path, action: str, who: str
@@ -130,8 +138,14 @@ def test_the_servers_own_page_acts_with_its_cookie_and_a_script_with_the_token_a
     before = issues(repo)
     with serving(repo) as (served, _), client(served) as http:
         own = f"http://127.0.0.1:{served.bind.port}"
-        page = {"Origin": own, "Cookie": f"{COOKIE}={TOKEN}", "Sec-Fetch-Site": "same-origin"}
-        answer = post(http, action, run, **(page if who == "page" else BEARER))
+        cookie = {"Cookie": f"{COOKIE}={TOKEN}", "Sec-Fetch-Site": "same-origin"}
+        headers = {
+            "page": {"Origin": own, **cookie},
+            # (Chromium leaves a same-origin POST's Origin out under the page's Referrer-Policy: no-referrer)
+            "page without its origin": cookie,
+            "script": BEARER,
+        }[who]
+        answer = post(http, action, run, **headers)
         assert answer.status_code == 200, answer.text
     assert issues(repo) != before
 
@@ -201,3 +215,59 @@ def test_an_actions_body_is_checked_and_a_bad_one_named(repo: Path) -> None:
         missing = http.post("/api/v1/issues/99/priority", json={"priority": 1})
         assert missing.status_code == 404
     assert issues(repo) == before
+
+
+STEERING = REPO_ROOT / "tests" / "support" / "steering.mjs"
+
+
+@pytest.mark.slow
+def test_a_person_steers_a_running_watch_from_its_page_in_a_real_browser(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, beflow_process, browser_modules: Path, tmp_path: Path
+) -> None:
+    auto_project.configure(watch={"interval": 0.2, "concurrency": 1}, http={"actions": True})
+    marks = tmp_path / "marks.log"
+    long = auto_project.new_issue("sleep 120", f"mark {marks}", title="the long one", priority=0)
+    queued = auto_project.new_issue("say queued", title="queued")
+    failed = auto_project.new_issue("say retried", title="the failed one")
+    auto_project.tracker.set_status(failed, Status.IN_PROGRESS)
+    auto_project.tracker.set_status(failed, Status.FAILED, note="the agent gave up")
+    process = beflow_process("watch", "--json", "--http", "0", cwd=auto_project.directory, env={TOKEN_ENV: TOKEN})
+    watching = Watch(process)
+    threading.Thread(target=lambda: watching.stderr.extend(process.stderr), daemon=True).start()  # type: ignore[arg-type]
+    threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()  # type: ignore[union-attr]
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    eventually(marks.exists, "the long run started", alive=process)
+    keys = json.dumps({"long": long, "queued": queued, "failed": failed})
+    driver = subprocess.run(
+        ["node", str(STEERING), str(browser_modules), watching.url, TOKEN, keys, str(artifacts)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    seen = json.loads(driver.stdout.splitlines()[-1])
+    if "error" in seen:
+        pytest.fail(f"{json.dumps(seen)}\n{driver.stderr}\n{''.join(watching.stderr[-20:])}")
+    assert seen["pageerrors"] == [] and seen["dialogs"] == []  # (the token link's cookie: never asked for)
+    assert seen["address"] == watching.url + "/"
+    # A new issue from the form: filed ready with what the form said, first in the queue.
+    filed = seen["filed"]
+    assert seen["queueBefore"] == [queued] and seen["queueFiled"] == [filed, queued]
+    assert (seen["filedSaid"], seen["formCleared"]) == ("done", "")
+    # The queue's order changed from the page: the queued issue raised ahead of it.
+    assert seen["queueReordered"] == [queued, filed]
+    # A status a person may choose, and the note as a comment.
+    assert seen["choices"] == ["open", "closed"] and seen["failedChoices"] == ["ready", "closed"]
+    assert (seen["statusShown"], seen["statusNote"]) == ("open", "not this week")
+    # The failed issue retried: ready, in the queue, then run once the lane was free.
+    assert (seen["retried"], seen["retryGone"]) == ("ready", True)
+    assert seen["queueRetried"] == [filed, failed]
+    assert seen["failedRuns"] >= 1
+    assert {"filed", "reordered", "moved", "retried-run"} <= {p.stem for p in artifacts.iterdir()}
+    # What the tracker holds is what the page said, each change signed by whoever runs the server.
+    new = auto_project.issue(filed)
+    assert (new.title, new.body, new.labels) == ("Filed from the page", "acp-test: say filed", ["docs", "ui"])
+    assert auto_project.issue(queued).status == Status.OPEN and auto_project.issue(queued).priority == 0
+    assert auto_project.issue(long).status == Status.OPEN
+    assert any(c.text == "Retried from beflow's dashboard." for c in auto_project.issue(failed).comments)
+    assert any(r.issue == failed for r in auto_project.runs.records())

@@ -84,22 +84,69 @@
     row.appendChild(td);
     return td;
   }
-  function token() {
-    var t = sessionStorage.getItem("beflow-token");
-    if (!t) { t = window.prompt("This server's token (BEFLOW_HTTP_TOKEN, or the one beflow printed):") || ""; if (t) sessionStorage.setItem("beflow-token", t); }
-    return t;
+  // Actions (http.actions): the server's own page acts with its cookie (set by the /?token=… link) or, without one,
+  // the token asked once and kept for this tab; an answer that needs the token asks for it, then tries once more.
+  // What an action said shows beside it (never an alert); the page reads itself again after it.
+  function stored() { return sessionStorage.getItem("beflow-token") || ""; }
+  function post(path, body, t) {
+    var headers = { "Content-Type": "application/json" };
+    if (t) headers.Authorization = "Bearer " + t;
+    return fetch(path, { method: "POST", headers: headers, body: JSON.stringify(body || {}), credentials: "same-origin" });
   }
   function act(path, body) {
-    var headers = { "Content-Type": "application/json" };
-    var t = token(); if (t) headers.Authorization = "Bearer " + t;
-    fetch(path, { method: "POST", headers: headers, body: JSON.stringify(body || {}), credentials: "same-origin" })
-      .then(function (r) { if (!r.ok) r.json().then(function (p) { window.alert(p.error ? p.error.message : r.status); }); schedule(); });
+    return post(path, body, stored()).then(function (r) {
+      if (r.status !== 401) return r;
+      var t = window.prompt("This server's token (BEFLOW_HTTP_TOKEN, or the one beflow printed):") || "";
+      if (!t) return r;
+      sessionStorage.setItem("beflow-token", t);
+      return post(path, body, t);
+    }).then(function (r) {
+      return r.json().then(function (answer) { return { ok: r.ok, answer: answer }; });
+    }).catch(function () {
+      return { ok: false, answer: { error: { message: "no answer from the server" } } };
+    }).then(function (done) { schedule(); return done; });
   }
-  function button(label, path, body) {
+  function said(node, done) {
+    if (!node) return;
+    node.textContent = done.ok ? "done" : plain((done.answer.error || {}).message || "refused", 300);
+    node.className = "said" + (done.ok ? " ok" : " bad");
+  }
+  function button(label, path, body, title) {
     var b = el("button", null, label);
-    b.addEventListener("click", function () { act(path, body); });
+    if (title) b.title = title;
+    b.addEventListener("click", function () {
+      b.disabled = true;
+      act(path, body).then(function (done) { b.disabled = false; if (!done.ok) window.alert(plain(done.answer.error ? done.answer.error.message : "refused", 300)); });
+    });
     return b;
   }
+  // A form of the page (class "act", its data-path the action's): its fields as the action's JSON body — a
+  // number field as a number, "labels" split at commas, an empty optional field left out.
+  function formBody(form) {
+    var body = {};
+    Array.prototype.forEach.call(form.elements, function (field) {
+      if (!field.name) return;
+      var value = field.value;
+      if (field.name === "labels") body.labels = value.split(",").map(function (l) { return l.trim(); }).filter(Boolean);
+      else if (field.type === "number") { if (value !== "") body[field.name] = Number(value); }
+      else if (value !== "" || field.required) body[field.name] = value;
+    });
+    return body;
+  }
+  document.addEventListener("submit", function (event) {
+    var form = event.target;
+    if (!form.classList || !form.classList.contains("act")) return;
+    event.preventDefault();
+    var submit = form.querySelector("button");
+    if (submit) submit.disabled = true;
+    act(form.dataset.path, formBody(form)).then(function (done) {
+      var out = form.querySelector(".said");
+      said(out, done);
+      if (submit) submit.disabled = false;
+      if (done.ok && form.dataset.reset === "yes") form.reset();
+      if (done.ok && done.answer.result && done.answer.result.key) form.dataset.done = done.answer.result.key;
+    });
+  });
 
   // A lane's tail shows its newest lines (scrolled to its end) unless the reader scrolled up in it: then it stays
   // where they left it, across renders.
@@ -180,7 +227,14 @@
     document.getElementById("queue-count").textContent = state.totals.queued;
     renderTable("queue", state.queue.slice(0, 50), function (tr, q) {
       tr.dataset.issue = q.issue;
-      cell(tr, link("/issues/" + encodeURIComponent(q.issue), q.issue)); cell(tr, q.priority, "token"); cell(tr, elided(q.title, 300));
+      cell(tr, link("/issues/" + encodeURIComponent(q.issue), q.issue));
+      var prio = cell(tr, String(q.priority), "token priority");
+      if (actions) {
+        var path = "/api/v1/issues/" + encodeURIComponent(q.issue) + "/priority";
+        prio.appendChild(button("▲", path, { priority: Math.max(0, q.priority - 1) }, "sooner: priority " + Math.max(0, q.priority - 1)));
+        prio.appendChild(button("▼", path, { priority: q.priority + 1 }, "later: priority " + (q.priority + 1)));
+      }
+      cell(tr, elided(q.title, 300));
       cell(tr, q.held ? holdText(q.held) : "", "held");
     });
     renderTable("held", state.held, function (tr, h) {
