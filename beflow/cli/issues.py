@@ -401,3 +401,23 @@ def set_status_command(app: App, key: str, status: str, note: str | None, as_jso
     transitions: `beflow docs trackers` shows them)."""
     change = call_operation(app, issues.set_status, issues.SetStatus, key=key, status=Status(status), note=note)
     _show_change(change, as_json)
+
+
+@group.command("set-priority", epilog="Example:  beflow issues set-priority 7 0")
+@click.argument("key")
+@click.argument("priority", type=click.IntRange(0, 1000))
+@json_option
+@pass_app
+def set_priority_command(app: App, key: str, priority: int, as_json: bool) -> None:
+    """Move an issue in the queue: PRIORITY 0 is the most urgent, 2 the default; lower runs first (the local
+    tracker's; on GitHub, GitLab and Linear change it in the tracker)."""
+    change = call_operation(app, issues.set_priority, issues.SetPriority, key=key, priority=priority)
+    if as_json:
+        emit_json(change)
+    elif change.previous == change.priority:
+        out.print(f"Issue [bold]{escape(change.key)}[/] has priority {change.priority} already; nothing changed.")
+    else:
+        out.print(
+            f"Issue [bold]{escape(change.key)}[/] ({escape(change.title)}): priority {change.previous} → "
+            f"{change.priority}"
+        )

@@ -227,8 +227,27 @@ def test_set_status_follows_the_transition_table(three: Path, beflow) -> None:
     )
 
 
+def test_set_priority_moves_an_issue_in_the_queue(three: Path, beflow) -> None:
+    moved = beflow("issues", "set-priority", "2", "0")
+    assert (moved.exit_code, moved.stdout) == (0, "Issue 2 (Add dark mode): priority 2 → 0\n")
+    again = beflow("issues", "set-priority", "2", "0", "--json")
+    assert json.loads(again.stdout) == {"key": "2", "title": "Add dark mode", "previous": 0, "priority": 0}
+    refused = beflow("issues", "set-priority", "2", "-1")
+    assert refused.exit_code == 2 and "PRIORITY" in refused.stderr
+
+
 def test_every_command_has_help_with_an_example(repo: Path, beflow) -> None:
-    for command in ([], ["list"], ["show"], ["new"], ["comment"], ["close"], ["reopen"], ["set-status"]):
+    for command in (
+        [],
+        ["list"],
+        ["show"],
+        ["new"],
+        ["comment"],
+        ["close"],
+        ["reopen"],
+        ["set-status"],
+        ["set-priority"],
+    ):
         result = beflow("issues", *command, "--help")
         assert result.exit_code == 0, command
         assert "Example:  beflow issues" in result.stdout, command
