@@ -21,6 +21,24 @@ const puppeteer = await load("puppeteer-core");
 
 const timeout = 60_000;
 const seen = { dialogs: [], pageerrors: [], steps: [] };
+// In the page: the short tokens of table cells whose glyphs are on more than one line (as reading.mjs measures).
+const brokenTokens = () => {
+  const broken = [];
+  for (const cell of document.querySelectorAll("table td, table th")) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      for (const match of node.data.matchAll(/\S+/g)) {
+        if (match[0].length > 10) continue;
+        const range = document.createRange();
+        range.setStart(node, match.index);
+        range.setEnd(node, match.index + match[0].length);
+        const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
+        if (tops.size > 1) broken.push(match[0]);
+      }
+    }
+  }
+  return broken;
+};
 const queue = () => [...document.querySelectorAll("#queue tbody tr")].map((tr) => tr.dataset.issue);
 
 const browser = await puppeteer.launch({
@@ -66,6 +84,21 @@ try {
   await page.waitForFunction((key) => document.querySelector("#queue tbody tr")?.dataset.issue === key, { timeout }, seen.filed);
   seen.queueFiled = await page.evaluate(queue);
   await shot("filed");
+  // The steering controls at a phone's width: no short token broken, no page wider than the window.
+  seen.layout = {};
+  await page.setViewport({ width: 390, height: 900 });
+  for (const path of ["/", `/issues/${keys.failed}`]) {
+    await live(path);
+    if (path === "/") {
+      await page.waitForFunction(() => document.querySelector("#queue td.priority button"), { timeout });
+      await page.evaluate(() => { document.querySelector("#new-issue").open = true; });
+    }
+    seen.layout[path] = { broken: await page.evaluate(brokenTokens), width: await page.evaluate(() => document.documentElement.scrollWidth) };
+    await shot(path === "/" ? "home-390" : "issue-390");
+  }
+  await page.setViewport({ width: 1366, height: 900 });
+  await live("/");
+  await page.waitForFunction(() => document.querySelector("#queue td.priority button"), { timeout });
 
   // The queue's order: the queued issue raised twice (priority 2 -> 1 -> 0), ahead of the new one.
   for (const priority of [1, 0]) {

@@ -254,6 +254,11 @@ def test_a_person_steers_a_running_watch_from_its_page_in_a_real_browser(  # typ
     filed = seen["filed"]
     assert seen["queueBefore"] == [queued] and seen["queueFiled"] == [filed, queued]
     assert (seen["filedSaid"], seen["formCleared"]) == ("done", "")
+    # The controls fit a phone: no short token broken (a priority and its ▲ ▼), nothing wider than the window.
+    assert seen["layout"] == {
+        "/": {"broken": [], "width": 390},
+        f"/issues/{failed}": {"broken": [], "width": 390},
+    }
     # The queue's order changed from the page: the queued issue raised ahead of it.
     assert seen["queueReordered"] == [queued, filed]
     # A status a person may choose, and the note as a comment.
