@@ -121,8 +121,9 @@ def tracker_secrets(config: Config) -> tuple[list[str], list[str]]:
     withheld, granted = ([], names) if tracker.agent_gets_secrets() else (names, [])
     hosts = [name for name in config.code_host_settings().secret_env() if name not in names]
     engine = [name for name in config.engine.secret_env() if name not in names and name not in hosts]
+    hooks = [name for name in config.webhooks.secret_env.named().values() if name not in names]
     own = [name for name in own_secret_env() if name not in names]
-    return [*withheld, *hosts, *engine, *own], granted
+    return list(dict.fromkeys([*withheld, *hosts, *engine, *hooks, *own])), granted
 
 
 def own_secret_env() -> list[str]:
@@ -136,8 +137,9 @@ def held_secret_env(config: Config) -> list[str]:
     """Every variable beflow holds a secret in for this project (the tracker's, the code host's, the engine's, and
     beflow's own: the HTTP server's token): their values are masked in everything a run writes, whoever gets them."""
     settings = config.code_host_settings()
-    names = [*config.tracker.secret_env(), *settings.secret_env(), *config.engine.secret_env(), *own_secret_env()]
-    return list(dict.fromkeys(names))
+    hooks = list(config.webhooks.secret_env.named().values())  # (the webhooks' secrets: a forged delivery's key)
+    names = [*config.tracker.secret_env(), *settings.secret_env(), *config.engine.secret_env(), *hooks]
+    return list(dict.fromkeys([*names, *own_secret_env()]))
 
 
 def held_secrets(config: Config, environ: Mapping[str, str] | None = None) -> list[str]:

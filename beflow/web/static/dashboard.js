@@ -117,6 +117,10 @@
     if (b) row("day budget", b.spent.toFixed(2) + " of " + b.limit + " " + b.currency + (b.held ? " — held: " + (b.message || "") : ""), b.held ? "bad" : null);
     if (state.totals.used) row("used", totalsText(state.totals.used));
     if (h.config_reloaded) row("config", "reloaded " + when(h.config_reloaded));
+    var w = h.webhooks, refused = Object.keys(w.refused).sort().map(function (k) { return k + " " + w.refused[k]; });
+    if (w.woke || w.ignored || refused.length) {
+      row("webhooks", w.woke + " woke the watch, " + w.ignored + " ignored" + (refused.length ? ", refused: " + refused.join(", ") : ""), refused.length ? "bad" : null);
+    }
     var errors = document.getElementById("errors");
     errors.replaceChildren();
     h.errors.forEach(function (e) { errors.appendChild(el("li", null, e)); });
