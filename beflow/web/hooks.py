@@ -18,6 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from beflow.web import api
+from beflow.web.endpoints import HOOKS
 from beflow.web.webhooks import FORGES, MAX_BODY, Delivery, Forge, Refused, verify
 
 if TYPE_CHECKING:
@@ -36,7 +37,9 @@ class Hooks:
         self.tally = server.hook_tally
 
     def routes(self) -> list[Route]:
-        return [Route(f"{PREFIX}{forge}", self._endpoint(forge), methods=["POST"]) for forge in FORGES]
+        """A route for each endpoint :data:`~beflow.web.endpoints.HOOKS` declares (and the OpenAPI document says)."""
+        forges = {f"{PREFIX}{forge}": forge for forge in FORGES}
+        return [Route(e.path, self._endpoint(forges[e.path]), methods=[e.method]) for e in HOOKS]
 
     def _endpoint(self, forge: Forge) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
