@@ -4,8 +4,9 @@ An agent runs as the same user as beflow and does what an issue tells it; whatev
 print, commit or send away. So by default the agent (acpx, the agent it starts, the hooks that run in its worktree
 afterwards) gets beflow's environment with three kinds of variable taken out:
 
-1. **the tracker's secrets** (each tracker's settings name their own: ``secret_env()``), and
-   any other variable holding the same value; only the tracker's own setting (``agent_token``) gives them back;
+1. **the tracker's secrets** (each tracker's settings name their own: ``secret_env()``), the code host's, the
+   webhooks' (``webhooks.secret_env``) and beflow's own, and any other variable holding the same value; only the
+   tracker's own setting (``agent_token``) gives the tracker's back;
 2. **the default drop list** (:data:`DEFAULT_DROP`): cloud provider credentials, ``*_TOKEN``, ``*_SECRET*``,
    ``*_PASSWORD``, ``SSH_AUTH_SOCK``, ``GPG_AGENT_INFO``, ...;
 3. what ``agent_env.drop`` names.
