@@ -62,10 +62,11 @@ class Hooks:
             self.tally.ignored += 1
             said = f"{delivery.event or 'this event'} changes nothing ready"
             return self.server.json(api.Accepted(message=said), 202)
-        self.tally.woke += 1
         source = self.server.source
-        if source is None:
+        if source is None:  # (beflow serve)
+            self.tally.ignored += 1
             return self.server.json(api.Accepted(message="no watch is running: nothing to wake"), 202)
+        self.tally.woke += 1
         await self.server.off_loop(source.hooked, forge)
         return self.server.json(api.Accepted(message="the watch looks at the tracker now"), 202)
 
