@@ -193,6 +193,7 @@ def test_a_gitlab_webhook_starts_a_ready_issue_at_once_and_a_forged_one_does_not
     threading.Thread(target=lambda: stderr.extend(process.stderr), daemon=True).start()
     threading.Thread(target=lambda: events.extend(json.loads(line) for line in process.stdout), daemon=True).start()
     url = eventually(lambda: url_of(stderr), "the server said where it serves", alive=process)
+    eventually(lambda: f"beflow: webhooks at {url}/hooks/gitlab\n" in stderr, "the server said where webhooks go")
 
     def ticks() -> int:
         return int(httpx.get(url + "/api/v1/state", timeout=30).json()["totals"]["ticks"])
