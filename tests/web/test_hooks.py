@@ -9,7 +9,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -24,6 +24,8 @@ from beflow.web.guard import TOKEN_ENV, Bind
 from beflow.web.live import Hub, WatchSource
 from beflow.web.serving import Serving, beside
 from beflow.web.webhooks import MAX_BODY
+from tests.support.github import NAME, OWNER, FakeGitHub
+from tests.support.github import TOKEN as GITHUB_TOKEN
 from tests.support.gitlab import FakeGitLab
 from tests.support.gitlab_projects import ENV as GITLAB_ENV
 from tests.support.projects import AutoProject, config_file
@@ -179,34 +181,40 @@ def test_the_webhook_secrets_are_withheld_from_the_agent_and_masked(repo: Path) 
 # -- a real watch, woken ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.slow
-def test_a_gitlab_webhook_starts_a_ready_issue_at_once_and_a_forged_one_does_nothing(  # type: ignore[no-untyped-def]
-    on_gitlab: AutoProject, gitlab: FakeGitLab, beflow_process, no_leftover_processes: None
+def woken_by_a_webhook(  # type: ignore[no-untyped-def]
+    project: AutoProject,
+    beflow_process,
+    forge: str,
+    env: dict[str, str],
+    file_ready_issue: Callable[[], None],
+    delivery: tuple[bytes, dict[str, str], dict[str, str]],
 ) -> None:
-    """``beflow watch --http`` polling every 600 s: the run starts within the test's wait only if the delivery woke
-    the watch (nothing else wakes it: no run ends, no file of a GitLab tracker changes, the config stays)."""
-    on_gitlab.configure(watch={"interval": 600}, webhooks={"secret_env": {"gitlab": SECRET_ENV["gitlab"]}})
-    env = {**GITLAB_ENV, TOKEN_ENV: TOKEN, SECRET_ENV["gitlab"]: SECRET}
-    process = beflow_process("watch", "--json", "--http", "0", cwd=on_gitlab.directory, env=env)
+    """``beflow watch --http`` polling every 600 s: once it has looked at the tracker, a ready issue is filed and
+    ``forge`` sends ``delivery`` (a body, its good headers, forged ones). The run starts within the test's wait only
+    if the good delivery woke the watch — nothing else wakes it: no run ends, no file of a forge's tracker changes,
+    the config stays — and the forged one is refused before it."""
+    project.configure(watch={"interval": 600}, webhooks={"secret_env": {forge: SECRET_ENV[forge]}})
+    env = {**env, TOKEN_ENV: TOKEN, SECRET_ENV[forge]: SECRET}
+    process = beflow_process("watch", "--json", "--http", "0", cwd=project.directory, env=env)
     stderr: list[str] = []
     events: list[dict[str, Any]] = []
     threading.Thread(target=lambda: stderr.extend(process.stderr), daemon=True).start()
     threading.Thread(target=lambda: events.extend(json.loads(line) for line in process.stdout), daemon=True).start()
     url = eventually(lambda: url_of(stderr), "the server said where it serves", alive=process)
-    eventually(lambda: f"beflow: webhooks at {url}/hooks/gitlab\n" in stderr, "the server said where webhooks go")
+    eventually(lambda: f"beflow: webhooks at {url}/hooks/{forge}\n" in stderr, "the server said where webhooks go")
 
     def ticks() -> int:
         return int(httpx.get(url + "/api/v1/state", timeout=30).json()["totals"]["ticks"])
 
     eventually(lambda: ticks() >= 1, "the watch's first look at the tracker", alive=process)
-    gitlab.add_issue("Add notes", labels=["beflow", "beflow:ready"], description="acp-test: write notes.txt first")
-    body = gitlab_issue_hook()
+    file_ready_issue()
+    body, good, forged = delivery
 
-    forged = httpx.post(url + "/hooks/gitlab", content=body, headers=gitlab_headers(token="not-the-secret"), timeout=30)
-    assert forged.status_code == 401
+    refused = httpx.post(f"{url}/hooks/{forge}", content=body, headers=forged, timeout=30)
+    assert refused.status_code == 401
     assert not [e for e in events if e.get("event") == "dispatched"]
 
-    woke = httpx.post(url + "/hooks/gitlab", content=body, headers=gitlab_headers(), timeout=30)
+    woke = httpx.post(f"{url}/hooks/{forge}", content=body, headers=good, timeout=30)
 
     assert woke.status_code == 202, woke.text
     eventually(lambda: any(e.get("event") == "dispatched" for e in events), "the run started", alive=process)
@@ -216,3 +224,32 @@ def test_a_gitlab_webhook_starts_a_ready_issue_at_once_and_a_forged_one_does_not
     process.send_signal(signal.SIGINT)
     assert process.wait(30) == 130
     assert SECRET not in "".join(stderr) + json.dumps(events)
+
+
+@pytest.mark.slow
+def test_a_gitlab_webhook_starts_a_ready_issue_at_once_and_a_forged_one_does_nothing(  # type: ignore[no-untyped-def]
+    on_gitlab: AutoProject, gitlab: FakeGitLab, beflow_process, no_leftover_processes: None
+) -> None:
+    def file_ready_issue() -> None:
+        gitlab.add_issue("Add notes", labels=["beflow", "beflow:ready"], description="acp-test: write notes.txt first")
+
+    body = gitlab_issue_hook()
+    delivery = (body, gitlab_headers(), gitlab_headers(token="not-the-secret"))
+    woken_by_a_webhook(on_gitlab, beflow_process, "gitlab", GITLAB_ENV, file_ready_issue, delivery)
+
+
+@pytest.mark.slow
+def test_a_github_webhook_starts_a_ready_issue_at_once_and_a_forged_one_does_nothing(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, github: FakeGitHub, beflow_process, no_leftover_processes: None
+) -> None:
+    auto_project.configure(tracker={"kind": "github", "repo": f"{OWNER}/{NAME}", "api_url": github.url})
+
+    def file_ready_issue() -> None:
+        github.add_issue("Add notes", labels=["beflow", "beflow:ready"], body="acp-test: write notes.txt first")
+
+    body = github_issue_labeled()
+    forged = {**github_headers(body), "x-hub-signature-256": "sha256=" + "0" * 64}
+    delivery = (body, github_headers(body), forged)
+    woken_by_a_webhook(
+        auto_project, beflow_process, "github", {"GITHUB_TOKEN": GITHUB_TOKEN}, file_ready_issue, delivery
+    )
