@@ -253,3 +253,19 @@ def test_a_github_webhook_starts_a_ready_issue_at_once_and_a_forged_one_does_not
     woken_by_a_webhook(
         auto_project, beflow_process, "github", {"GITHUB_TOKEN": GITHUB_TOKEN}, file_ready_issue, delivery
     )
+
+
+def test_a_signed_linear_delivery_within_its_window_wakes_a_watch_on_linear(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LINEAR_API_KEY", "lin_api_" + "k" * 32)
+    tracker = {"kind": "linear", "team": "ENG", "api_url": "http://127.0.0.1:9/graphql"}  # (never asked here)
+    project = project_on(repo, {"linear": SECRET_ENV["linear"]}, tracker=tracker)
+    with serving(project) as (_, source, http):
+        body = linear_issue_update(sent=time.time())
+        assert http.post("/hooks/linear", content=body, headers=linear_headers(body)).status_code == 202
+        stale = linear_issue_update(sent=time.time() - 3600)
+        assert http.post("/hooks/linear", content=stale, headers=linear_headers(stale, "another")).status_code == 401
+
+        assert source.woken == ["linear"]
+        assert webhooks_health(http) == {"woke": 1, "ignored": 0, "refused": {"stale": 1}}
