@@ -127,6 +127,8 @@ def test_every_refused_delivery_is_answered_counted_and_wakes_nothing(repo: Path
             "ignored": 0,
             "refused": {"unsigned": 1, "bad_signature": 1, "replayed": 1, "off": 1},
         }
+        page = http.get("/").text  # the health panel says so too
+        assert "1 woke the watch, 0 ignored, refused: bad_signature 1, off 1, replayed 1, unsigned 1" in page
 
 
 def test_an_oversized_delivery_is_cut_off_declared_or_streamed(repo: Path) -> None:
