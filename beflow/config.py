@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -48,6 +48,8 @@ class AgentCommand(Model):
 
 class LocalTrackerSettings(Model):
     kind: Literal["local"] = "local"
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = None
     dir: str = ".beflow/issues"
 
     def secret_env(self) -> list[str]:
@@ -78,6 +80,8 @@ class GitHubTrackerSettings(Model):
     """GitHub Issues (docs/trackers.md): which issues are beflow's, where status lives, how claims are leased."""
 
     kind: Literal["github"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = "github"
     #: ``owner/name``; left out, it is read from the checkout's ``origin`` remote.
     repo: str | None = None
     #: An issue is beflow's when it carries every one of these labels (and is not a pull request).
@@ -130,6 +134,8 @@ class GitLabTrackerSettings(Model):
     """GitLab issues (docs/trackers.md): which issues are beflow's, where status lives, how claims are leased."""
 
     kind: Literal["gitlab"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = "gitlab"
     #: The project's path (``group/name``, subgroups included); left out, it is read from the checkout's ``origin``.
     project: str | None = None
     #: The GitLab instance: gitlab.com, or a self-managed one's address (its REST API is ``<url>/api/v4``).
@@ -190,6 +196,8 @@ class LinearTrackerSettings(Model):
     team's workflow states, how claims are leased."""
 
     kind: Literal["linear"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = "linear"
     #: The team's key (``ENG``: the start of its issues' identifiers).
     team: str = Field(pattern=r"^[A-Za-z0-9_]{1,20}$")
     #: Only the issues of this project (by name), when given.
@@ -284,6 +292,8 @@ class GitHubCodeHostSettings(Model):
     """GitHub as the code host (docs/config.md): where runs' branches are pushed and proposed as pull requests."""
 
     kind: Literal["github"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = "github"
     #: ``owner/name``; left out, it is read from the checkout's ``origin`` remote.
     repo: str | None = None
     #: The REST API's base URL; else ``$GITHUB_API_URL``; else https://api.github.com.
@@ -310,6 +320,8 @@ class GitLabCodeHostSettings(Model):
     """GitLab as the code host (docs/config.md): where runs' branches are pushed and proposed as merge requests."""
 
     kind: Literal["gitlab"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = "gitlab"
     #: The project's path (``group/name``); left out, it is read from the checkout's ``origin`` remote.
     project: str | None = None
     #: The GitLab instance: gitlab.com, or a self-managed one's address.
@@ -336,6 +348,8 @@ class NoCodeHostSettings(Model):
     """No code host: branches stay in the local repository."""
 
     kind: Literal["none"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = None
 
     def secret_env(self) -> list[str]:
         return []
@@ -453,6 +467,29 @@ class Http(Model):
     origins: list[OriginUrl] = Field(default_factory=list)
 
 
+EnvVar = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class WebhookSecrets(Model):
+    """The environment variable holding each forge's webhook secret (docs/webhooks.md): a forge with none named is
+    refused at ``/hooks/<forge>``."""
+
+    github: EnvVar | None = None
+    gitlab: EnvVar | None = None
+    linear: EnvVar | None = None
+
+    def named(self) -> dict[str, str]:
+        """Forge → variable, for the forges that name one."""
+        return {forge: name for forge, name in self.model_dump().items() if name}
+
+
+class Webhooks(Model):
+    """``POST /hooks/{github,gitlab,linear}`` on ``beflow watch --http`` and ``beflow serve`` (docs/webhooks.md): a
+    verified delivery of the configured tracker's or code host's forge wakes the watch at once."""
+
+    secret_env: WebhookSecrets = Field(default_factory=WebhookSecrets)
+
+
 class Feedback(Model):
     """Review rounds (docs/rounds.md): what counts as feedback on a run's work, from whom, and how many rounds."""
 
@@ -548,6 +585,7 @@ class Config(Model):
     mcp: Mcp = Field(default_factory=Mcp)
     agent_env: AgentEnv = Field(default_factory=AgentEnv)
     http: Http = Field(default_factory=Http)
+    webhooks: Webhooks = Field(default_factory=Webhooks)
     limits: Limits = Field(default_factory=Limits)
     feedback: Feedback = Field(default_factory=Feedback)
     sandbox: Sandbox = Field(default_factory=Sandbox)
@@ -574,6 +612,11 @@ class Config(Model):
             # what it says itself.
             return implied.model_copy(update=self.code_host.model_dump(include=self.code_host.model_fields_set))
         return self.code_host
+
+    def webhook_forges(self) -> set[str]:
+        """The forges whose webhooks may wake a watch of this project: the tracker's and the code host's."""
+        found = {self.tracker.forge, self.code_host_settings().forge}
+        return {forge for forge in found if forge is not None}
 
     def acpx_argv(self) -> list[str]:
         """The argv prefix that starts acpx: configured, else ``acpx`` on PATH, else the pinned one via npx — with
