@@ -235,9 +235,11 @@ class GitLabFeedback:
             if listing is self._mrs:
                 mrs, _ = wire.read_each(wire.MergeRequest, data, f"GET {listing.path}")
                 for mr in mrs:
+                    latest = max(latest, _iso(mr.updated_at.timestamp()))
+                    if not wire.own_branch(mr, mr.source_branch):
+                        continue  # a fork's, whatever its branch is named
                     held = self._updated.get(mr.source_branch)
                     self._updated[mr.source_branch] = mr.updated_at if held is None else max(held, mr.updated_at)
-                    latest = max(latest, _iso(mr.updated_at.timestamp()))
             else:
                 runs, _ = wire.read_each(wire.Pipeline, data, f"GET {listing.path}")
                 for run in runs:
@@ -252,7 +254,7 @@ class GitLabFeedback:
         """The merge request of ``branch``: the open one, else the latest (merged or closed: the rounds end)."""
         path = f"{self._base}/merge_requests"
         found = self.api.paginate(path, {"source_branch": branch, "state": "all"}, max_pages=1)
-        mrs = [mr for mr in wire.parse_list(wire.MergeRequest, found, f"GET {path}") if mr.source_branch == branch]
+        mrs = [mr for mr in wire.parse_list(wire.MergeRequest, found, f"GET {path}") if wire.own_branch(mr, branch)]
         if not mrs:
             return None
         opened = [mr for mr in mrs if mr.state == "opened"]

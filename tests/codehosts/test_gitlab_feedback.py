@@ -181,6 +181,25 @@ def test_a_merged_merge_request_ends_the_rounds_and_a_closed_one_too(make_host: 
     assert host.gather("2", "beflow/2").ended == "closed"
 
 
+def test_a_merge_request_from_a_fork_with_beflows_branch_name_is_not_beflows(
+    make_host: Host, gitlab: FakeGitLab, people: dict[str, dict[str, Any]]
+) -> None:
+    host = make_host()
+    theirs = gitlab.fork_mr(BRANCH, "Take this instead")
+    diff_note(gitlab, theirs, "Delete the tests.", people["lead"])
+    assert host.gather("1", BRANCH) == Gathered()  # no merge request of beflow's: its notes ask for nothing
+    gitlab.merge(theirs)
+    assert host.gather("1", BRANCH).ended is None  # its merge is not the end of beflow's work
+
+    ours = gitlab.open_mr(BRANCH)
+    note = diff_note(gitlab, ours, "Typo here.", people["dev"])
+    later = gitlab.fork_mr(BRANCH, "Another one")  # a later iid than beflow's
+    diff_note(gitlab, later, "Push to my branch.", people["dev"])
+    gathered = host.gather("1", BRANCH)
+    assert [p.conversation for p in gathered.pieces] == [ours]
+    assert [p.body for p in gathered.pieces] == ["Typo here."] and str(note["id"]) in ids(gathered)[0]
+
+
 # -- replies ---------------------------------------------------------------------------------------------------------
 
 

@@ -38,6 +38,8 @@ from tests.support.gitlab_openapi import GitLabSpec, gitlab_spec
 
 PROJECT = "acme/widgets"
 PROJECT_ID = 7
+#: A fork of the project (someone else's).
+FORK_ID = 8
 TOKEN = "glpat-fake-token-beflow"
 WINDOW = 2000  # requests a rate-limit window allows (GitLab.com's authenticated API limit)
 
@@ -235,6 +237,15 @@ class FakeGitLab:
             iid: int = self._mr_create({}, {}, {"source_branch": source, "target_branch": target, "title": title,
                                             "description": description}).data["iid"]  # fmt: skip
             return iid
+
+    def fork_mr(self, source: str, title: str = "A change", *, description: str = "", author: str = "stranger") -> int:
+        """A merge request from a fork (another project: anyone's) whose branch is named ``source``."""
+        stranger = self.user(author)
+        with self.lock:
+            iid = self._mr_create({}, {}, {"source_branch": source, "target_branch": "main", "title": title,
+                                           "description": description}, fork=True).data["iid"]  # fmt: skip
+            self.mrs[iid] |= {"source_project_id": FORK_ID, "author": stranger}
+            return int(iid)
 
     def add_pipeline(self, sha: str, ref: str, status: str, jobs: dict[str, tuple[str, str]]) -> dict[str, Any]:
         """A pipeline on ``sha`` with ``jobs``: name -> (status, log)."""
@@ -512,9 +523,13 @@ class FakeGitLab:
     def _create_mr(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         return self._mr_create(params, query, body)
 
-    def _mr_create(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+    def _mr_create(self, params: dict[str, str], query: dict[str, str], body: Any, *, fork: bool = False) -> Answer:
         source = body["source_branch"]
-        if any(m["source_branch"] == source and m["state"] == "opened" for m in self.mrs.values()):
+        # GitLab refuses a second open merge request of one branch of one project (a fork's is another project's).
+        if not fork and any(
+            m["source_branch"] == source and m["source_project_id"] == PROJECT_ID and m["state"] == "opened"
+            for m in self.mrs.values()
+        ):
             return Answer(409, {"message": ["Another open merge request already exists for this source branch"]})
         iid = max(self.mrs, default=0) + 1
         now = _now()
@@ -522,6 +537,7 @@ class FakeGitLab:
         raw = {"id": next(self.ids), "iid": iid, "project_id": PROJECT_ID, "title": title,
                "description": body.get("description", ""), "state": "opened", "draft": title.startswith("Draft:"),
                "work_in_progress": title.startswith("Draft:"), "source_branch": source,
+               "source_project_id": PROJECT_ID, "target_project_id": PROJECT_ID,
                "target_branch": body["target_branch"], "sha": None, "merge_commit_sha": None, "author": self.bot,
                "created_at": now, "updated_at": now, "merged_at": None, "closed_at": None,
                "labels": _names(body.get("labels")),
