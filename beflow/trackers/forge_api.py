@@ -18,6 +18,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import email.utils
+import json
 import os
 import shutil
 import threading
@@ -35,6 +36,8 @@ from beflow.system import proc
 
 #: Waits up to this long are taken in line (a short ``retry-after``); longer ones close the gate and fail fast.
 INLINE_WAIT = 5.0
+#: The most of an error's body :meth:`ForgeApi.tail` reads (its message is at the start).
+ERROR_BODY = 64 * 1024
 #: How many GET answers the ETag cache keeps.
 CACHE_SIZE = 4096
 
@@ -322,6 +325,53 @@ class ForgeApi(abc.ABC):
                 return Response(answer.status_code, data, answer.headers)
             raise self._error(method, path, answer, data)
         raise self.rate_limited(self._gate_reason or f"{self.forge} keeps asking beflow to slow down", self._gate)
+
+    def tail(self, path: str, size: int) -> bytes:
+        """The last ``size`` bytes of a GET's answer (a job's log), read as it streams: however long the answer, no
+        more than about twice ``size`` is held. Not retried (the caller asks again on a later poll); its errors are
+        :meth:`request`'s, an error's body read up to :data:`ERROR_BODY` bytes."""
+        self._wait_for_gate()
+        left = self._left()
+        if left is not None and left <= 0:
+            raise self._out_of_time("GET", path)
+        timeout = self.timeout if left is None else min(self.timeout, left)
+        request = self._client.build_request("GET", path, timeout=timeout)
+        try:
+            answer = self._client.send(request, stream=True)
+        except httpx.HTTPError as error:
+            raise self.unavailable(
+                f"{self.forge} ({self.base_url}) does not answer: {type(error).__name__}", fix=self.try_again
+            ) from None
+        try:
+            self._note("GET", answer)
+            if self._rate_limited(answer):
+                raise self.rate_limited(self._gate_reason, self._gate)
+            kept = bytearray()
+            limit = size if answer.is_success else ERROR_BODY
+            try:
+                for chunk in answer.iter_bytes():
+                    left = self._left()
+                    if left is not None and left <= 0:
+                        raise self._out_of_time("GET", path)
+                    if answer.is_success:
+                        kept += chunk
+                        if len(kept) > 2 * size:
+                            del kept[: len(kept) - size]
+                    elif len(kept) < limit:
+                        kept += chunk[: limit - len(kept)]
+            except httpx.HTTPError as error:
+                raise self.unavailable(
+                    f"{self.forge}: GET {path}: the answer broke off: {type(error).__name__}", fix=self.try_again
+                ) from None
+            if answer.is_success:
+                return bytes(kept[-size:]) if size else b""
+            try:
+                data = json.loads(kept) if kept else None
+            except ValueError:
+                data = None
+            raise self._error("GET", path, answer, data)
+        finally:
+            answer.close()
 
     def _wait_for_gate(self) -> None:
         wait = self._gate - self._clock().time()

@@ -4,6 +4,7 @@ failed pipelines, the end of the rounds, and what watching costs."""
 
 from __future__ import annotations
 
+import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -283,6 +284,29 @@ def test_a_failed_pipeline_of_the_head_commit_names_its_failed_jobs_and_the_end_
     assert "\x1b" not in piece.body
     assert len(piece.body.encode()) < gitlab_pipelines.MAX_LOG_BYTES + 500
     assert make_host().gather("1", BRANCH) == Gathered()  # without feedback.checks: no pipeline read
+
+
+def test_a_failed_jobs_log_of_a_hundred_megabytes_is_streamed_and_only_its_end_kept(
+    make_host: Host, gitlab: FakeGitLab
+) -> None:
+    mr = gitlab.open_mr(BRANCH)
+    gitlab.mrs[mr]["sha"] = SHA
+    pipeline = gitlab.add_pipeline(SHA, BRANCH, "failed", {"test": ("failed", "")})
+    (job,) = gitlab.jobs[pipeline["id"]]
+    line = b"\x1b[31mE   AssertionError: \xc3\xa9 != e\x1b[0m " + b"." * 90 + b"\n"
+    gitlab.traces[job["id"]] = (line * 10_000, 100)  # ~110 MB, sent as it is written
+    host = make_host(checks=True)
+
+    tracemalloc.start()
+    try:
+        (piece,) = host.gather("1", BRANCH).pieces
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    assert peak < 16 * 1024 * 1024  # (reading it whole takes hundreds of megabytes)
+    assert "AssertionError: é != e" in piece.body and "\x1b" not in piece.body and "\ufffd" not in piece.body
+    assert len(piece.body.encode()) < gitlab_pipelines.MAX_LOG_BYTES + 500
 
 
 def test_a_failed_pipeline_is_answered_once_in_a_note_of_the_merge_request_and_a_passing_one_is_no_feedback(

@@ -88,6 +88,8 @@ class Answer:
     #: A single resource: it carries an ETag (listings do not).
     single: bool = False
     text: str | None = None
+    #: A text answer too long to hold: this chunk, sent this many times.
+    repeated: tuple[bytes, int] | None = None
 
 
 def _now() -> str:
@@ -116,7 +118,8 @@ class FakeGitLab:
         self.discussions: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self.pipelines: list[dict[str, Any]] = []
         self.jobs: dict[int, list[dict[str, Any]]] = {}
-        self.traces: dict[int, str] = {}
+        #: Each job's log: its text, or a chunk and how many times it repeats (a log too long to hold).
+        self.traces: dict[int, str | tuple[bytes, int]] = {}
         self.faults: list[Fault] = []
         self.tampers: list[Tamper] = []
         self.delays: list[Delay] = []
@@ -604,6 +607,8 @@ class FakeGitLab:
 
     def _get_a_log_file(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         log = self.traces.get(int(params["job_id"]))
+        if isinstance(log, tuple):
+            return Answer(200, text="", repeated=log)
         return Answer(200, text=log) if log is not None else _error(404, "Not found")
 
     # offset pagination -----------------------------------------------------------------------------------------
@@ -735,9 +740,11 @@ def _handler(fake: FakeGitLab) -> type[BaseHTTPRequestHandler]:
             self.send_response(status)
             for key, value in out.items():
                 self.send_header(key, value)
-            self.send_header("Content-Length", str(len(payload)))
+            chunk, times = answer.repeated or (payload, 1)
+            self.send_header("Content-Length", str(len(chunk) * times))
             self.end_headers()
-            self.wfile.write(payload)
+            for _ in range(times):
+                self.wfile.write(chunk)
 
         do_GET = do_POST = do_PUT = do_DELETE = _serve
 

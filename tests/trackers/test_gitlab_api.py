@@ -402,3 +402,24 @@ def test_an_origin_elsewhere_is_an_error_naming_the_setting(tmp_path: Path, orig
         "gitlab.example.com"
     )
     assert raised.value.fix == 'Set "project": "group/name" in the code_host settings.'
+
+
+# -- the end of a long answer ----------------------------------------------------------------------------------------
+
+
+def test_the_tail_of_an_answer_is_its_last_bytes_and_an_error_is_the_forges_error() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/jobs/1/trace"):
+            return httpx.Response(200, content=iter([b"a" * 1000, b"b" * 1000, b"the end"]))
+        if request.url.path.endswith("/jobs/2/trace"):
+            return httpx.Response(429, headers={"Retry-After": "600"})
+        return httpx.Response(404, content=iter([b'{"message": "404 Not found"}', b" " * 10_000_000]))
+
+    api = mocked(handler)
+
+    assert api.tail(f"{BASE}/jobs/1/trace", 10) == b"bbbthe end"
+    with pytest.raises(GitLabError) as missing:
+        api.tail(f"{BASE}/jobs/3/trace", 10)
+    assert missing.value.status == 404 and TOKEN not in str(missing.value)
+    with pytest.raises(RateLimited):
+        api.tail(f"{BASE}/jobs/2/trace", 10)
