@@ -36,6 +36,8 @@ from beflow.system import proc
 
 #: Waits up to this long are taken in line (a short ``retry-after``); longer ones close the gate and fail fast.
 INLINE_WAIT = 5.0
+#: The longest a rate limit closes the gate, whatever the answer says (GitHub's window is an hour, GitLab's a minute).
+MAX_WAIT = 3600.0
 #: The most of an error's body :meth:`ForgeApi.tail` reads (its message is at the start).
 ERROR_BODY = 64 * 1024
 #: How many GET answers the ETag cache keeps.
@@ -405,6 +407,9 @@ class ForgeApi(abc.ABC):
         if asked is None:
             return False
         until, kind = asked
+        # However long an answer says (a broken proxy's Retry-After of years): no forge's window is longer than an
+        # hour, and beflow would otherwise stay silent until restarted.
+        until = min(until, now + MAX_WAIT)
         with self._lock:
             self.stats.rate_limited += 1
             self._gate = max(self._gate, until)

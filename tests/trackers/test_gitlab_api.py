@@ -313,6 +313,32 @@ def test_a_429_without_retry_after_waits_for_the_reset_on_gitlab_s_clock() -> No
     assert (api.stats.remaining, api.stats.reset) == (0, float(reset))
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [{"Retry-After": "99999999999999999999"}, {"RateLimit-Remaining": "0", "RateLimit-Reset": "99999999999999999999"}],
+)
+def test_an_absurd_wait_closes_the_gate_for_an_hour_at_most(headers: dict[str, str]) -> None:
+    api = mocked(lambda request: httpx.Response(429, json={"message": "Retry later"}, headers=headers))
+
+    with pytest.raises(RateLimited) as hit:
+        api.get("/user")
+
+    assert hit.value.until == pytest.approx(time.time() + 3600, abs=10)
+    assert "Run the command again after" in (hit.value.fix or "")
+
+
+def test_a_reset_in_the_past_is_tried_again_in_line_and_then_fails_as_a_rate_limit() -> None:
+    sent: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(1)
+        return httpx.Response(429, json={"message": "x"}, headers={"RateLimit-Remaining": "0", "RateLimit-Reset": "5"})
+
+    with pytest.raises(RateLimited):
+        mocked(answer).get("/user")
+    assert len(sent) == 4
+
+
 # -- the token, the API, the project -------------------------------------------------------------------------------
 
 
