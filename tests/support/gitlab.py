@@ -20,10 +20,12 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
+import email.utils
 import hashlib
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -123,6 +125,7 @@ class FakeGitLab:
         self.faults: list[Fault] = []
         self.tampers: list[Tamper] = []
         self.delays: list[Delay] = []
+        self.skews: list[Delay] = []
         self.stalls: list[float] = []
         #: Set when the server stops: every held request is let go.
         self.released = threading.Event()
@@ -296,6 +299,23 @@ class FakeGitLab:
         meanwhile."""
         with self.lock:
             self.delays.append(Delay(method, prefix, seconds, times))
+
+    def skew_clock(self, method: str, prefix: str, seconds: float, *, times: int | None = None) -> None:
+        """The ``Date`` of the next ``times`` answers (None: every one) of ``method`` on paths starting with ``prefix``
+        is ``seconds`` off (a proxy's, or a GitLab whose clock is wrong); what GitLab stores keeps the true time."""
+        with self.lock:
+            self.skews.append(Delay(method, prefix, seconds, times))
+
+    def _skew(self, method: str, path: str) -> float:
+        with self.lock:
+            for skew in self.skews:
+                if skew.method == method and path.startswith(skew.prefix):
+                    if skew.times is not None:
+                        skew.times -= 1
+                        if skew.times <= 0:
+                            self.skews.remove(skew)
+                    return skew.seconds
+            return 0.0
 
     def stall_notes(self, seconds: float, *, times: int = 1) -> None:
         """The next ``times`` note creations draw their id on arrival and are made (seen in listings, and answered)
@@ -689,6 +709,9 @@ def _handler(fake: FakeGitLab) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
+        def date_time_string(self, timestamp: float | None = None) -> str:
+            return email.utils.formatdate(time.time() + getattr(self, "skew", 0.0), usegmt=True)
+
         def _serve(self) -> None:
             parts = urlsplit(self.path)
             if fake.git is not None and parts.path.startswith(f"/{PROJECT}.git/"):
@@ -737,6 +760,7 @@ def _handler(fake: FakeGitLab) -> type[BaseHTTPRequestHandler]:
                 for problem in fake.spec.check_response(self.command, path, status, checked)
             )
             fake.seen.append(Seen(self.command, path, query, body, status, headers))
+            self.skew = fake._skew(self.command, path)
             self.send_response(status)
             for key, value in out.items():
                 self.send_header(key, value)
