@@ -16,6 +16,7 @@ import pytest
 
 from beflow.config import Config, GitLabTrackerSettings, Project
 from beflow.errors import ConfigError
+from beflow.trackers import gitlab_api
 from beflow.trackers import gitlab_wire as wire
 from beflow.trackers.gitlab_api import (
     Api,
@@ -121,6 +122,10 @@ def test_keyset_pages_are_followed_by_their_link(gitlab: FakeGitLab) -> None:
         "http://gitlab.example.com/api/v4/projects/7/jobs?cursor=x",  # (the token would cross in clear)
         "https://gitlab.example.com:8443/api/v4/projects/7/jobs?cursor=x",
         "https://gitlab.example.com/other/api/v4/projects/7/jobs?cursor=x",
+        "https://gitlab.example.com/api/v4/../../uploads/x?cursor=x",  # (outside the API, on its host)
+        "https://gitlab.example.com/api/v4/%2e%2e/%2E%2E/uploads/x?cursor=x",
+        "https://gitlab.example.com/api/v4/..%5c..%5cuploads/x?cursor=x",
+        "https://user@gitlab.example.com/api/v4/projects/7/jobs?cursor=x",
     ],
 )
 def test_a_next_page_on_another_origin_is_never_asked_for(elsewhere: str) -> None:
@@ -131,10 +136,52 @@ def test_a_next_page_on_another_origin_is_never_asked_for(elsewhere: str) -> Non
         return httpx.Response(200, json=[{"id": 1}], headers={"Link": f'<{elsewhere}>; rel="next"'})
 
     api = mocked(answer)
-    with pytest.raises(GitLabError, match=r"the next page is on .* not on https://gitlab\.example\.com") as raised:
+    with pytest.raises(GitLabError, match=r"the next page is outside https://gitlab\.example\.com/api/v4") as raised:
         api.paginate(f"{BASE}/jobs", {"pagination": "keyset"})
     assert [r.url.host for r in sent] == ["gitlab.example.com"] and len(sent) == 1
     assert TOKEN not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-Next-Page": "1"},  # (the page it is)
+        {"Link": '<https://gitlab.example.com/api/v4/projects/7/jobs?cursor=same>; rel="next"'},
+    ],
+)
+def test_a_listing_whose_next_page_is_one_it_gave_already_is_an_error_not_a_loop(headers: dict[str, str]) -> None:
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json=[{"id": 1}], headers=headers)
+
+    with pytest.raises(GitLabError, match="the listing does not end"):
+        mocked(answer).paginate(f"{BASE}/jobs", {"page": 1} if "X-Next-Page" in headers else None)
+    assert len(sent) <= 3
+
+
+def test_a_listing_of_pages_without_end_stops_at_the_most_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gitlab_api, "MAX_PAGES", 5)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        page = int(request.url.params.get("page", "1"))
+        return httpx.Response(200, json=[{"id": page}], headers={"X-Next-Page": str(page + 1)})
+
+    with pytest.raises(GitLabError, match="more than 5 pages"):
+        mocked(answer).paginate(f"{BASE}/jobs")
+
+
+def test_a_redirect_is_an_error_and_its_location_never_asked(gitlab: FakeGitLab) -> None:
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(302, headers={"Location": "https://evil.example.com/api/v4/user"})
+
+    with pytest.raises(GitLabError, match="302") as raised:
+        mocked(answer).get("/user")
+    assert [r.url.host for r in sent] == ["gitlab.example.com"] and raised.value.status == 302
 
 
 def test_a_page_that_is_no_list_is_a_malformed_answer(gitlab: FakeGitLab) -> None:
