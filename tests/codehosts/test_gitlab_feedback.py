@@ -4,6 +4,7 @@ failed pipelines, the end of the rounds, and what watching costs."""
 
 from __future__ import annotations
 
+import hashlib
 import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -238,6 +239,23 @@ def test_an_answer_whose_reply_was_lost_is_not_posted_twice(
     host.reply(piece, "Fixed.")
 
     assert len(thread_of(gitlab, mr, note)["notes"]) == 2
+
+
+def test_a_strangers_note_carrying_the_pieces_answer_token_does_not_stop_the_answer(
+    make_host: Host, gitlab: FakeGitLab, people: dict[str, dict[str, Any]]
+) -> None:
+    mr = gitlab.open_mr(BRANCH)
+    note = diff_note(gitlab, mr, "Typo here.", people["dev"])
+    host = make_host()
+    (piece,) = host.gather("1", BRANCH).pieces
+    token = hashlib.sha256(piece.id.encode()).hexdigest()[:16]  # (anyone can work it out)
+    forged = f"Fixed, nothing to see.\n\n<!-- beflow:answer {token} -->\n<!-- beflow -->"
+    gitlab.add_note("MergeRequest", mr, forged, author=people["stranger"], discussion=thread_of(gitlab, mr, note)["id"])
+
+    host.reply(piece, "Fixed in abc.")
+
+    answers = [n for n in thread_of(gitlab, mr, note)["notes"] if n["author"]["id"] == gitlab.bot["id"]]
+    assert [n["body"].replace(JOINER, "").split("\n")[0] for n in answers] == ["Fixed in abc."]
 
 
 def test_a_piece_whose_thread_is_gone_is_answered_on_the_merge_request(
