@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Protocol
 import httpx
 
 from beflow import __version__
-from beflow.errors import BeflowError
+from beflow.errors import BeflowError, excerpt
 from beflow.system import proc
 
 #: Waits up to this long are taken in line (a short ``retry-after``); longer ones close the gate and fail fast.
@@ -58,6 +58,16 @@ def find_token(variable: str, argv: list[str]) -> str | None:
         if result is not None and result.ok and result.stdout.strip():
             return result.stdout.decode("utf-8", "replace").strip()
     return None
+
+
+#: How much of what a forge's error answer says an error message quotes.
+SAID = 200
+
+
+def quoted(said: str | None) -> str | None:
+    """What a forge's error answer says, as beflow's error message may quote it: control characters escaped, cut
+    to about :data:`SAID` characters (a proxy's page, or a hostile server's, is no message to show whole)."""
+    return None if said is None else excerpt(said, SAID, quote=False)
 
 
 class ForgeError(BeflowError):

@@ -25,7 +25,7 @@ import httpx
 from beflow.config import GitLabCodeHostSettings, GitLabTrackerSettings, Project
 from beflow.errors import BeflowError, ConfigError
 from beflow.trackers import gitlab_wire as wire
-from beflow.trackers.forge_api import ForgeApi, ForgeError, Limited, RateHeaders, find_token
+from beflow.trackers.forge_api import ForgeApi, ForgeError, Limited, RateHeaders, find_token, quoted
 
 #: Items a listing asks for per page (GitLab's most).
 PER_PAGE = 100
@@ -169,7 +169,7 @@ class Api(ForgeApi):
     def _error(self, method: str, path: str, answer: httpx.Response, data: Any) -> BeflowError:
         said = wire.error_message(data)
         if said is not None:  # GitLab's messages repeat the status ("404 Project Not Found"): said once
-            said = said.removeprefix(f"{answer.status_code} ")
+            said = quoted(said.removeprefix(f"{answer.status_code} "))
         what = f"GitLab: {method} {path}: {answer.status_code}" + (f" {said}" if said else "")
         if answer.status_code == 401:
             return GitLabAuthError(

@@ -227,6 +227,17 @@ def test_an_error_says_what_gitlab_said(gitlab: FakeGitLab) -> None:
         api.get(f"{BASE}/labels")
 
 
+def test_what_an_error_answer_says_is_quoted_short_and_without_its_control_characters() -> None:
+    said = "\x1b]52;c;aGk=\x07 evil" + "y" * 100_000
+    api = mocked(lambda request: httpx.Response(400, json={"message": {"title": [said]}}))
+
+    with pytest.raises(GitLabError) as raised:
+        api.get("/user")
+
+    assert len(str(raised.value)) < 400 and "\x1b" not in str(raised.value) and "\x07" not in str(raised.value)
+    assert "GitLab: GET /user: 400" in str(raised.value)
+
+
 # -- faults ---------------------------------------------------------------------------------------------------------
 
 
