@@ -87,6 +87,15 @@ def _gitlab_tracker(project: Project, claims: ClaimsOver | None) -> Tracker:
     return open_gitlab(project, settings, claims)
 
 
+def _linear_tracker(project: Project, claims: ClaimsOver | None) -> Tracker:
+    from beflow.config import LinearTrackerSettings
+    from beflow.trackers.linear import open_linear  # httpx is imported only by projects that use Linear
+
+    settings = project.config.tracker
+    assert isinstance(settings, LinearTrackerSettings)  # (its registry line says so)
+    return open_linear(project, settings, claims)
+
+
 def _github_code_host(project: Project, settings: CodeHostSettings, tracker: Tracker | None) -> CodeHost:
     from beflow.codehosts.github import open_for
 
@@ -128,6 +137,7 @@ TRACKERS: dict[str, TrackerKind] = {
     "local": TrackerKind(_local_tracker, holds_token=False),
     "github": TrackerKind(_github_tracker, holds_token=True),
     "gitlab": TrackerKind(_gitlab_tracker, holds_token=True),
+    "linear": TrackerKind(_linear_tracker, holds_token=True),
 }
 CODE_HOSTS: dict[str, CodeHostKind] = {
     "github": CodeHostKind(_github_code_host),

@@ -181,6 +181,75 @@ class GitLabTrackerSettings(Model):
         return _instance_url(value)
 
 
+#: The kinds of Linear workflow state (``WorkflowState.type``) a setting may name.
+LinearStateType = Literal["triage", "backlog", "unstarted", "started", "completed", "canceled"]
+
+
+class LinearTrackerSettings(Model):
+    """Linear issues of one team (docs/trackers.md): which issues are beflow's, how beflow's statuses map to the
+    team's workflow states, how claims are leased."""
+
+    kind: Literal["linear"]
+    #: The team's key (``ENG``: the start of its issues' identifiers).
+    team: str = Field(pattern=r"^[A-Za-z0-9_]{1,20}$")
+    #: Only the issues of this project (by name), when given.
+    project: str | None = Field(default=None, min_length=1, max_length=200)
+    #: An issue is beflow's when it carries every one of these labels (names compared without regard to case).
+    labels: list[Annotated[str, Field(min_length=1, max_length=50)]] = Field(default_factory=lambda: ["beflow"])
+    #: Labels for the statuses Linear's workflow has no state for: ``beflow:failed``, ``beflow:open``, ...
+    status_prefix: str = Field(default="beflow:", min_length=1, max_length=30)
+    #: The environment variable holding the personal API key or OAuth token.
+    token_env: str = Field(default="LINEAR_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: Linear's GraphQL endpoint.
+    api_url: str = "https://api.linear.app/graphql"
+    #: The workflow state types whose issues are ready (``beflow:ready`` makes any other not-started issue ready).
+    ready_states: list[LinearStateType] = Field(
+        default_factory=lambda: list[LinearStateType](["unstarted"]), min_length=1
+    )
+    #: The name of the team's state that means review (left out: a started state named "Review" or "In Review").
+    review_state: str | None = Field(default=None, min_length=1, max_length=100)
+    #: Seconds a claim lasts without renewal: after that another watcher may take the issue over.
+    lease: Seconds = 300.0
+    #: Whether the agent's environment gets the token (it does not by default).
+    agent_token: Flag = False
+
+    def secret_env(self) -> list[str]:
+        """The environment variables holding this tracker's secrets: every run masks their values and withholds
+        them from the agent (docs/safety.md)."""
+        return [self.token_env]
+
+    def agent_gets_secrets(self) -> bool:
+        return self.agent_token
+
+    def issues_in_checkout(self) -> bool:
+        return False
+
+    def outside_service(self) -> bool:
+        return True
+
+    def status_label_prefix(self) -> str | None:
+        return self.status_prefix
+
+    def implied_code_host(self) -> CodeHostSettings:
+        """None: Linear keeps no code; ``code_host`` names where the branches go."""
+        return NoCodeHostSettings(kind="none")
+
+    @field_validator("api_url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        checked = _http_url(value)
+        assert checked is not None
+        return checked
+
+    @field_validator("ready_states")
+    @classmethod
+    def _not_started(cls, value: list[LinearStateType]) -> list[LinearStateType]:
+        late = [kind for kind in value if kind in ("started", "completed", "canceled")]
+        if late:
+            raise ValueError(f"a ready issue is one not started yet: {', '.join(late)} cannot be ready")
+        return list(dict.fromkeys(value))
+
+
 def _project_path(value: str | None) -> str | None:
     if value is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+", value):
         raise ValueError('expected a project path, "group/name" (or "group/subgroup/name")')
@@ -205,7 +274,10 @@ def _http_url(value: str | None) -> str | None:
     return value.rstrip("/") if value else value
 
 
-Tracker = Annotated[LocalTrackerSettings | GitHubTrackerSettings | GitLabTrackerSettings, Field(discriminator="kind")]
+Tracker = Annotated[
+    LocalTrackerSettings | GitHubTrackerSettings | GitLabTrackerSettings | LinearTrackerSettings,
+    Field(discriminator="kind"),
+]
 
 
 class GitHubCodeHostSettings(Model):
@@ -500,8 +572,7 @@ class Config(Model):
         if type(self.code_host) is type(implied):
             # `{"kind": "gitlab"}` beside a GitLab tracker is that tracker's project, instance and token, but for
             # what it says itself.
-            said = {name: getattr(self.code_host, name) for name in self.code_host.model_fields_set}
-            return implied.model_copy(update=said)
+            return implied.model_copy(update=self.code_host.model_dump(include=self.code_host.model_fields_set))
         return self.code_host
 
     def acpx_argv(self) -> list[str]:

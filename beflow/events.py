@@ -169,6 +169,8 @@ class RunFinished(Payload):
     reason: str | None = None
     usage: UsageFigures | None = None
     watch_used: WatchUsed | None = None
+    #: The review round it ran (left out for the issue's first run).
+    round: int | None = None
 
 
 class RetryScheduled(Payload):

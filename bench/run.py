@@ -56,6 +56,8 @@ ROWS = (
     "http",
     "feedback",
     "round",
+    "gitlabidle",
+    "gitlabround",
     "sandbox",
     "store",
     "fleet",
@@ -90,6 +92,9 @@ class Sizes:
     round_interval: float = (
         2.0  # the round row's watch.interval (the default is 30 s; at least FRESH in github_feedback)
     )
+    gitlab_issues: int = 50  # the gitlabidle row: issues of the GitLab project an idle watch polls
+    gitlab_polls: int = 10  # the gitlabidle row: polls measured, in each state
+    gitlab_interval: float = 2.0  # the gitlabidle row: watch.interval (at least FRESH in gitlab_feedback)
     fleet_issues: int = 8  # the fleet2x2 row: issues on two workers with two lanes each
     fleet_turn: float = 10.0  # the fleet2x2 row: seconds the agent works on each of them
     heartbeat: float = 3.0  # the fleetfailover row: engine.heartbeat, the seconds before a dead worker's run moves
@@ -110,6 +115,7 @@ class Sizes:
             drain=4,
             rss_runs=40,
             polls=10,
+            gitlab_polls=5,
             usage_runs=5,
             fleet_runs=5,
             fleet_turn=5.0,
@@ -137,6 +143,7 @@ class Sizes:
             usage_runs=1,
             review_pulls=3,
             polls=2,
+            gitlab_polls=2,
             fleet_runs=2,
             fleet_issues=4,  # one issue a lane: both workers, every lane
             fleet_turn=1.0,
@@ -1542,6 +1549,152 @@ class Bench:
             )
         )
 
+    def _on_gitlab(self, fake: Any, repo: Path, **config: Any) -> None:
+        """``repo`` as a clone of the fake GitLab's project (its ``origin`` the project's git over HTTP), its issues
+        and merge requests there, the token in ``$GITLAB_TOKEN`` for the watches it starts; ``config`` added."""
+        from tests.support.gitlab import PROJECT, TOKEN
+
+        fake.serve_git(repo, self.root / f"gitlab-git-{self._repos}")
+        git(repo, "remote", "add", "origin", fake.git_url)
+        settings = json.loads((repo / "config.json").read_text())
+        settings |= {"tracker": {"kind": "gitlab", "project": PROJECT, "url": fake.url, "lease": 60}, **config}
+        (repo / "config.json").write_text(json.dumps(settings, indent=2))
+        os.environ["GITLAB_TOKEN"] = TOKEN  # the watch inherits it
+
+    def gitlabidle(self) -> None:
+        """An idle ``beflow watch`` on a GitLab project of N issues, none ready, against the fake GitLab: the API
+        requests it sends a poll (every one counts against GitLab's rate limit: its listings answer no 304). Then
+        the same N issues in review, each with its merge request and no activity: the issues' poll plus the
+        project-wide listings of review feedback, in the notes."""
+        sys.path.insert(0, str(ROOT))
+        from tests.support.gitlab import serve
+
+        s = self.sizes
+        per_poll: dict[str, list[float]] = {"idle": [], "review": []}
+        listings: dict[str, int] = {}
+        try:
+            with serve() as fake:
+                repo = self.repo(mcp=False)
+                self._on_gitlab(fake, repo, after_run={"pull_request": True}, watch={"interval": s.gitlab_interval})
+                for n in range(1, s.gitlab_issues + 1):
+                    fake.add_issue(f"Issue {n}", labels=["beflow"])  # open: filed, not for agents yet
+                for state in ("idle", "review"):
+                    if state == "review":  # each ran (its record) into a merge request, in review
+                        for n in range(1, s.gitlab_issues + 1):
+                            fake.issues[n]["labels"].append("beflow:review")
+                            mr = fake.mrs[fake.open_mr(f"beflow/{n}", f"Issue {n}")]
+                            _reviewed_run(repo, n, mr["web_url"])
+                    with watching(repo) as watch:
+                        # Past the first polls, which read everything once.
+                        until(lambda: len(_issue_listings(fake.seen)) >= 2, "the watch's first polls", 60, [watch])
+                        time.sleep(s.gitlab_interval * 2)
+                        before, started = len(fake.seen), time.perf_counter()
+                        time.sleep(s.gitlab_interval * s.gitlab_polls)
+                        polls = (time.perf_counter() - started) / s.gitlab_interval
+                        window = fake.seen[before:]
+                        per_poll[state].append(len(window) / polls)
+                        listings[state] = len(_issue_listings(window))
+                    fake.seen.clear()
+                assert not fake.violations, fake.violations[:5]
+        finally:
+            os.environ.pop("GITLAB_TOKEN", None)
+        measured = median(per_poll["idle"])
+        self.add(
+            Row(
+                f"gitlab idle, {s.gitlab_issues} issues",
+                "idle `watch` API requests a poll, none ready",
+                "",
+                None,
+                measured,
+                "req",
+                "<= 1 a poll",
+                measured <= 1.0,
+                None,
+                {"idle": per_poll["idle"], "review": per_poll["review"]},
+                f"interval {s.gitlab_interval:g} s, over {s.gitlab_polls} polls ({listings['idle']} issue listings); "
+                f"all {s.gitlab_issues} in review with their "
+                f"merge requests: {median(per_poll['review']):.1f} a poll (goal <= 3: the issues' poll and two "
+                f"project-wide listings, whatever the number)",
+            )
+        )
+
+    def gitlabround(self) -> None:
+        """A Developer's diff note on the merge request of an issue in review (the fake GitLab, tracker and code
+        host) until the running watch dispatches its round, ``runs`` times, each after the previous round finished:
+        how long after the settle the round started (at most one poll is the goal)."""
+        sys.path.insert(0, str(ROOT))
+        from tests.support.gitlab import serve
+
+        s = self.sizes
+        past: list[float] = []
+        stray = 0
+        try:
+            with serve() as fake:
+                repo = self.repo(mcp=False)
+                self._on_gitlab(
+                    fake,
+                    repo,
+                    after_run={"pull_request": True},
+                    feedback={"settle": s.settle, "max_rounds": 2 * s.runs + 5},
+                    watch={"interval": s.round_interval},
+                )
+                dana = fake.user("dana", access_level=30)  # a Developer: her notes are feedback
+                fake.add_issue("round", description=prompt_for(0), labels=["beflow", "beflow:ready"])
+
+                def settled(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+                    kinds = [e.get("event") for e in events]
+                    return events if kinds.count("dispatched") == kinds.count("finished") > 0 else []
+
+                def rounds_after(events: list[dict[str, Any]], last: int) -> list[dict[str, Any]]:
+                    return [e for e in events if e.get("event") == "dispatched" and e.get("round", 0) > last]
+
+                with watching(repo) as watch:
+                    watch.wait_for(settled, 180)  # issue 1 ran into review with its merge request
+                    (iid,) = fake.mrs
+                    for index in range(s.runs):
+                        watch.wait_for(settled, 180)
+                        with watch._lock:
+                            last = max(e.get("round", 0) for _, e in watch.events if e.get("event") == "dispatched")
+                        time.sleep(s.round_interval * ((index * 0.37) % 1))  # the note falls anywhere in a poll
+                        head = git(fake.git.root / "acme/widgets.git", "rev-parse", "refs/heads/beflow/1").strip()
+                        position = {"base_sha": head, "start_sha": head, "head_sha": head, "new_path": "out.txt",
+                                    "old_path": "out.txt", "new_line": 1}  # fmt: skip
+                        filed = time.perf_counter()
+                        fake.add_note("MergeRequest", iid, f"acp-test: write r{index}.txt x", author=dana,
+                                      position=position)  # fmt: skip
+                        watch.wait_for(
+                            lambda ev, n=last: bool(rounds_after(ev, n)), s.settle + s.round_interval * 3 + 60
+                        )
+                        with watch._lock:
+                            seen = next(t for t, e in watch.events if rounds_after([e], last))
+                        if seen < filed:
+                            stray += 1
+                            continue
+                        past.append(seen - filed - s.settle)
+                    watch.wait_for(settled, 180)
+                assert not fake.violations, fake.violations[:5]
+        finally:
+            os.environ.pop("GITLAB_TOKEN", None)
+        measured = median(past)
+        early = [p for p in past if p < -0.1]  # a round before the settle ran out (the fake's stamps: milliseconds)
+        self.add(
+            Row(
+                "gitlab round",
+                "MR diff note -> its round starts, past the settle",
+                "",
+                None,
+                measured,
+                "s",
+                f"<= 1 poll ({s.round_interval:g} s)",
+                measured <= s.round_interval and not early,
+                None,
+                {"past_settle": past},
+                f"settle {s.settle:g} s, interval {s.round_interval:g} s; max {_fmt(max(past), 's')} past the settle"
+                + (f"; {stray} rounds started before their note (not counted)" if stray else "")
+                + (f"; {len(early)} rounds started BEFORE the settle ran out" if early else ""),
+            )
+        )
+
     def drain(self) -> None:
         """Draining N ready issues with ``--auto``: per-run time beside 10k other issues against beside none."""
         s = self.sizes
@@ -1701,6 +1854,23 @@ class Bench:
                 f"{first // 1024} -> {last // 1024} MiB",
             )
         )
+
+
+def _reviewed_run(repo: Path, key: int, pull_request: str) -> None:
+    """The record of a first run of issue ``key`` that succeeded into ``pull_request`` (written directly)."""
+    started = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=key)
+    run_id = f"{started:%Y%m%d-%H%M%S}-{key}-{key:04x}"
+    record = {"id": run_id, "issue": str(key), "title": f"Issue {key}", "mode": "watch", "agent": "bench",
+              "branch": f"beflow/{key}", "commit": "0" * 40, "started_at": started.isoformat(),
+              "finished_at": (started + dt.timedelta(seconds=30)).isoformat(), "duration": 30.0,
+              "outcome": "succeeded", "pid": 1, "pid_start": 1.0, "pull_request": pull_request}  # fmt: skip
+    (repo / ".beflow" / "runs" / run_id).mkdir(parents=True)
+    (repo / ".beflow" / "runs" / run_id / "run.json").write_text(json.dumps(record, indent=2) + "\n")
+
+
+def _issue_listings(seen: list[Any]) -> list[Any]:
+    """The fake GitLab's answers to listings of the project's issues (a watch's poll reads one)."""
+    return [r for r in seen if r.method == "GET" and r.path.endswith("/issues")]
 
 
 def _timed(fn: Callable[[], Any]) -> float:

@@ -18,6 +18,8 @@ import pytest
 from beflow.cli import main
 from tests.support import slow
 from tests.support.github import github  # noqa: F401 - the fake GitHub, for the GitHub tracker's tests
+from tests.support.gitlab import gitlab  # noqa: F401 - the fake GitLab, for the GitLab tracker's and code host's tests
+from tests.support.gitlab_projects import on_gitlab  # noqa: F401 - the test project on the fake GitLab
 from tests.support.projects import auto_project, finished_run  # noqa: F401 - fixtures for every test module
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -81,7 +81,10 @@ def problem(tmp_path: Path, text: str) -> str:
         ),
         ('{"hooks": {"after_run": {"timeout": 1}}}', "hooks.after_run.command: required key is missing"),
         # the tracker: its kind decides which keys exist
-        ('{"tracker": {"kind": "jira"}}', "tracker.kind: expected 'local' or 'github' or 'gitlab' (got \"jira\")"),
+        (
+            '{"tracker": {"kind": "jira"}}',
+            "tracker.kind: expected 'local' or 'github' or 'gitlab' or 'linear' (got \"jira\")",
+        ),
         ('{"tracker": {"kind": "github", "lease": 0}}', "tracker.lease: expected a number greater than 0"),
         ('{"tracker": {"kind": "github", "repo": "octo"}}', 'tracker.repo: expected "owner/name" (got "octo")'),
         ('{"tracker": {"kind": "local", "repo": "a/b"}}', "tracker.repo: unknown key (expected one of: dir, kind)"),
@@ -303,7 +306,10 @@ def snapshot(directory: Path) -> dict[str, bytes]:
         ('{\n  "agent": "codex",,\n}', ":2: invalid JSON5"),
         ('{\n  "agnt": "codex"\n}', ":2: agnt: unknown key (did you mean 'agent'?)"),
         ('{\n  "timeout": "1h"\n}', ':2: timeout: expected a number (got "1h")'),
-        ('{\n  "tracker": {"kind": "jira"}\n}', ":2: tracker.kind: expected 'local' or 'github' or 'gitlab' (got"),
+        (
+            '{\n  "tracker": {"kind": "jira"}\n}',
+            ":2: tracker.kind: expected 'local' or 'github' or 'gitlab' or 'linear' (got",
+        ),
         # odd keys, huge numbers and deep nesting: errors, never a crash
         ('{\n  "¹": 1, "①": 2\n}', ":2: ¹: unknown key"),
         ('{\n  "' + "7" * 5000 + '": 1\n}', ":2: " + "7" * 79 + "…: unknown key"),

@@ -318,6 +318,22 @@ mutation BeflowIssueUpdate($id: String!, $input: IssueUpdateInput!) {
     USER,
 )
 
+#: An issue filed in a team (``beflow issues create``; ``input``: ``teamId``, ``title``, ``description``, ``labelIds``,
+#: ``priority``, ``stateId``, ``projectId``, and ``id`` a UUID beflow chooses: a retry cannot file it twice).
+ISSUE_CREATE = _document(
+    """
+mutation BeflowIssueCreate($input: IssueCreateInput!) {
+  issueCreate(input: $input) {
+    success
+    issue { ...BeflowIssue }
+  }
+}
+""",
+    ISSUE,
+    STATE,
+    USER,
+)
+
 #: A label of a team (beflow's status labels: ``beflow:failed``, ...), made when the team has none of the name.
 LABEL_CREATE = """
 mutation BeflowLabelCreate($input: IssueLabelCreateInput!) {
@@ -384,6 +400,7 @@ DOCUMENTS: dict[str, str] = {
     "BeflowCommentCreate": COMMENT_CREATE,
     "BeflowCommentUpdate": COMMENT_UPDATE,
     "BeflowIssueUpdate": ISSUE_UPDATE,
+    "BeflowIssueCreate": ISSUE_CREATE,
     "BeflowLabelCreate": LABEL_CREATE,
     "BeflowAgentSessionCreate": AGENT_SESSION_CREATE_ON_ISSUE,
     "BeflowAgentSessionUpdate": AGENT_SESSION_UPDATE,

@@ -45,6 +45,7 @@ class Endings:
             run=record.id,
             outcome=record.outcome,
             reason=record.stop_reason,
+            **({"round": record.round} if record.round else {}),
             **({"usage": used} if used else {}),
             watch_used=dataclasses.asdict(self.ledger.watch),
         )

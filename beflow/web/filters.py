@@ -4,15 +4,18 @@ live page, the browser's ``textContent``."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 import time
 from pathlib import Path
 from urllib.parse import urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup, escape
 
 from beflow import guardrails
 from beflow.web import api
+from beflow.web import markdown as rendering
 
 TEMPLATES = Path(__file__).parent / "templates"
 #: Characters of one text shown, at most: a huge line is cut, with a note.
@@ -33,6 +36,11 @@ def environment() -> Environment:
     templates.filters["usage"] = usage_text
     templates.filters["totals"] = totals_text
     templates.filters["query"] = query
+    templates.filters["elide"] = elide
+    templates.filters["moment"] = moment
+    templates.filters["used_line"] = used_line
+    templates.filters["newest"] = newest
+    templates.filters["markdown"] = markdown
     return templates
 
 
@@ -45,9 +53,52 @@ def plain(text: object, limit: int = MAX_TEXT) -> str:
     return value
 
 
+def newest(text: object, limit: int = MAX_TEXT) -> str:
+    """The end of a long text (a lane's tail shows a long message's newest words), marked where it was cut."""
+    value = plain(text, limit=len(str(text)))
+    return "…" + value[-limit:] if len(value) > limit else value
+
+
 def when(moment: float | None) -> str:
     """``14:03:27``, the local time of a moment (seconds since the epoch); ``-`` for none."""
     return time.strftime("%H:%M:%S", time.localtime(moment)) if moment else "-"
+
+
+#: Characters of an issue's body or comment rendered, at most (a longer one is cut first, with a note).
+MAX_MARKDOWN = 20_000
+
+
+def markdown(text: object, limit: int = MAX_MARKDOWN) -> Markup:
+    """An issue's body or comment as inert HTML (:mod:`beflow.web.markdown`), from its plain text (:func:`plain`)."""
+    return rendering.markdown(plain(text or "", limit))
+
+
+def moment(value: dt.datetime | float | None) -> str:
+    """``2026-12-06 14:03:27``, a moment in local time to the second (a record's time, a process's start); ``-``
+    for none."""
+    if value is None:
+        return "-"
+    if isinstance(value, dt.datetime):
+        value = value.timestamp()
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(value))
+
+
+#: Characters of a value shown before it is elided (the rest on demand).
+ELIDE_AT = 120
+
+
+def elide(text: object, keep: int = ELIDE_AT) -> Markup:
+    """A long value cut to ``keep`` characters with a visible marker, the whole value one click away (a
+    ``<details>``: no script)."""
+    value = plain(text)
+    if len(value) <= keep:
+        return Markup(escape(value))
+    head = escape(value[:keep])
+    whole = escape(value)
+    return Markup(
+        f'<details class="elided"><summary>{head}<span class="more-marker">… ({len(value) - keep:,} more '
+        f'characters: show all)</span></summary><span class="whole">{whole}</span></details>'
+    )
 
 
 def seconds(value: float | None) -> str:
@@ -87,3 +138,18 @@ def totals_text(used: api.UsageTotals | None) -> str:
     if used is None:
         return ""
     return guardrails.Totals(used.runs, used.reported, used.tokens, dict(used.cost)).describe()
+
+
+def used_line(state: api.State) -> str:
+    """The health panel's usage: the watch's finished runs (when it has any) and what its running lanes reported
+    so far — agreeing with the lanes, never "no usage reported over 0 runs" while lanes report tokens. Empty when
+    there is nothing to say."""
+    parts = []
+    used = state.totals.used
+    if used is not None and used.runs:
+        parts.append(totals_text(used))
+    reporting = [lane.usage.tokens for lane in state.lanes if lane.usage is not None and lane.usage.tokens is not None]
+    if reporting:
+        lanes = f"{len(reporting)} running run" + ("s" if len(reporting) != 1 else "")
+        parts.append(f"{sum(reporting):,} tokens so far in {lanes}")
+    return "; ".join(parts)

@@ -14,6 +14,7 @@ from starlette.routing import Route
 from beflow import guardrails
 from beflow.trackers.issue import Status
 from beflow.web import api
+from beflow.web.fields import record_fields
 from beflow.web.guard import COOKIE
 from beflow.web.lists import number, paging
 
@@ -47,7 +48,7 @@ def page_routes(server: Server, views: Views) -> list[Route]:
         async def page() -> Response:
             record = await server.off_loop(server.call, "run.show", {"id": run_id})
             transcript = await server.off_loop(views.transcripts.page, record.id, offset, api.MAX_PAGE)
-            fields = record.model_dump(mode="json", exclude={"progress", "final_message", "usage"})
+            fields = record_fields(record, server.project.directory)
             used = guardrails.describe(record.usage)  # what the agent reported, as `beflow runs show` says it
             return server.html("run.html", record=record, fields=fields, used=used, transcript=transcript)
 

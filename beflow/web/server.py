@@ -136,7 +136,9 @@ class Server:
         return self.json(api.Problem(error=api.ProblemDetail(code=code, message=message, fix=fix)), status)
 
     def html(self, template: str, **values: Any) -> HTMLResponse:
-        page = self.templates.get_template(template).render(version=__version__, policy=self.policy, **values)
+        page = self.templates.get_template(template).render(
+            version=__version__, policy=self.policy, mask=self.redact.text, **values
+        )
         return HTMLResponse(self.redact.text(page), headers=PAGE_HEADERS)
 
     async def off_loop(self, fn: Callable[..., Any], *args: Any) -> Any:

@@ -69,7 +69,12 @@ class Transcripts:
 
         record = self.call("run.show", {"id": run_id})
         raw = self.store().log_text(record.id, "transcript.jsonl", TRANSCRIPT_LIMIT).splitlines()
-        lines = [api.TranscriptLine(kind=line.kind, text=line.text) for line in acpx.readable(raw, diffs.reader())]
+        # Paths in the run's worktree (its copy of the repository) read as paths of the repository: `src/app.py`.
+        inside = record.worktree.rstrip("/") + "/" if record.worktree else None
+        lines = [
+            api.TranscriptLine(kind=line.kind, text=line.text.replace(inside, "") if inside else line.text)
+            for line in acpx.readable(raw, diffs.reader())
+        ]
         page = lines[offset : offset + limit]
         end = offset + len(page)
         return api.TranscriptPage(

@@ -28,6 +28,8 @@ ROWS = (
     "http",
     "feedback",
     "round",
+    "gitlabidle",
+    "gitlabround",
     "sandbox",
     "store",
     "fleet",

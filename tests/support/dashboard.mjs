@@ -49,7 +49,29 @@ try {
   }
   await page.waitForSelector(`${lane} .usage`, { timeout });
   seen.usage = await page.$eval(`${lane} .usage`, (node) => node.textContent);
+  // The health line agrees with the lanes: what they reported so far.
+  seen.healthUsed = await page.$$eval("#health-list dt", (dts) => dts.find((dt) => dt.textContent === "used")?.nextElementSibling.textContent ?? null);
   await page.screenshot({ path: join(artifacts, "2-progress.png"), fullPage: true });
+
+  // The tail shows its newest lines (scrolled to its end); a reader who scrolled up stays where they are.
+  const tail = `${lane} pre.tail`;
+  await page.waitForFunction(
+    (selector) => {
+      const pre = document.querySelector(selector);
+      return pre && pre.scrollHeight > pre.clientHeight + 20 && pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    },
+    { timeout },
+    tail,
+  );
+  seen.tailText = await page.$eval(tail, (pre) => pre.textContent);
+  seen.tailShows = seen.tailText.includes("line 30");
+  await page.$eval(tail, (pre) => (pre.scrollTop = 10));
+  await page.waitForFunction(
+    (selector) => [...document.querySelectorAll(`${selector} .progress li`)].some((li) => li.textContent === "almost"),
+    { timeout },
+    lane,
+  );
+  seen.tailKept = await page.$eval(tail, (pre) => pre.scrollTop);
 
   await page.waitForFunction(
     (wanted) => {

@@ -16,11 +16,7 @@ import datetime as dt
 import hashlib
 import itertools
 import json
-import os
 import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +32,7 @@ if TYPE_CHECKING:
 
 import pytest
 
+from tests.support import watching
 from tests.support.openapi import Spec, spec
 from tests.support.waiting import eventually
 
@@ -986,44 +983,11 @@ def github() -> Iterator[FakeGitHub]:
     )
 
 
-class Watcher:
-    """``beflow watch --json`` as a real process, its events read as they come."""
+class Watcher(watching.Watcher):
+    """``beflow watch --json`` as a real process with the fake GitHub's token, its events read as they come."""
 
     def __init__(self, config: Path, cwd: Path, env: dict[str, str] | None = None) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "beflow", "--config", str(config), "watch", "--json"],
-            cwd=cwd,
-            env={**os.environ, "GITHUB_TOKEN": TOKEN, **(env or {})},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            start_new_session=True,
-        )
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                self.events.append(json.loads(line))
-
-    def wait_for(self, match: Callable[[dict[str, Any]], bool], what: str, timeout: float = 90) -> dict[str, Any]:
-        """The first event ``match`` accepts; fails if the watch stops or none comes in time."""
-        deadline = time.monotonic() + timeout
-        while True:
-            found = next((e for e in self.events if match(e)), None)
-            if found is not None:
-                return found
-            assert self.process.poll() is None, f"the watch stopped: {self.events[-5:]}"
-            assert time.monotonic() < deadline, f"no event: {what}: {self.events[-5:]}"
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait()
+        super().__init__(config, cwd, {"GITHUB_TOKEN": TOKEN, **(env or {})})
 
 
 def wait_until(condition: Callable[[], bool], what: str, timeout: float = 90) -> None:

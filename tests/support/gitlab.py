@@ -24,6 +24,7 @@ import email.utils
 import hashlib
 import itertools
 import json
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -137,6 +138,7 @@ class FakeGitLab:
         self.serving = ""
         #: The project's git, once served (:meth:`serve_git`).
         self.git: GitRepos | None = None
+        self.bare: Path | None = None
         self.bot = self.user("beflow-bot", access_level=40)
         self.tokens[TOKEN] = (self.bot["id"], ["api"])
 
@@ -157,7 +159,8 @@ class FakeGitLab:
         """Serve a bare clone of the repository at ``source`` (kept under ``root``) as the project's git at
         :attr:`git_url`, taking the user ``oauth2`` with the token as its password; the bare repository."""
         self.git = GitRepos(root, credentials={"oauth2": TOKEN})
-        return self.git.bare(f"{PROJECT}.git", source)
+        self.bare = self.git.bare(f"{PROJECT}.git", source)
+        return self.bare
 
     def user(self, username: str, *, access_level: int | None = None) -> dict[str, Any]:
         """A user (a member with ``access_level``, when given)."""
@@ -532,7 +535,26 @@ class FakeGitLab:
 
     # merge requests --------------------------------------------------------------------------------------------
 
+    def _pushed(self) -> None:
+        """Each open merge request's ``sha`` follows its source branch in the served repository, and a push moves the
+        merge request's ``updated_at``, as GitLab's do."""
+        if self.bare is None:
+            return
+        for mr in self.mrs.values():
+            if mr["state"] != "opened":
+                continue
+            found = subprocess.run(
+                ["git", "-C", str(self.bare), "rev-parse", "--verify", "-q", f"refs/heads/{mr['source_branch']}"],
+                capture_output=True,
+                text=True,
+            )
+            head = found.stdout.strip() or None
+            if head is not None and head != mr["sha"]:
+                mr["sha"] = head
+                mr["updated_at"] = _now()
+
     def _list_project_merge_requests(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        self._pushed()
         state = query.get("state", "all")
         found = [
             m
@@ -566,9 +588,11 @@ class FakeGitLab:
                "labels": _names(body.get("labels")),
                "web_url": f"https://gitlab.example.com/{PROJECT}/-/merge_requests/{iid}"}  # fmt: skip
         self.mrs[iid] = raw
+        self._pushed()
         return Answer(201, raw)
 
     def _get_single_mr(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        self._pushed()
         mr = self.mrs.get(int(params["merge_request_iid"]))
         return Answer(200, mr, single=True) if mr else _error(404, "Not found")
 

@@ -923,6 +923,34 @@ def _m_issue_update(_: Any, info: Any, id: str, input: dict[str, Any]) -> Any:
     return {"success": True, "lastSyncId": float(next(fake.numbers)), "issue": issue}
 
 
+def _m_issue_create(_: Any, info: Any, input: dict[str, Any]) -> Any:
+    fake, user = _ctx(info)
+    _only(input, {"id", "teamId", "title", "description", "labelIds", "priority", "stateId", "projectId"},
+          "IssueCreateInput")  # fmt: skip
+    team = _by_id(fake.teams.values(), input["teamId"], "Team")
+    if not (input.get("title") or "").strip():
+        raise Refusal("INVALID_INPUT", "title should not be empty", "An issue needs a title.")
+    iid = _new_id(fake, input.get("id"), {i["id"] for i in fake.issues})
+    state = next((s for s in team["states"] if s["id"] == input.get("stateId")), None)
+    if input.get("stateId") is not None and state is None:
+        raise Refusal("INVALID_INPUT", "Workflow state not found in the issue's team", "Invalid workflow state.")
+    # (Linear files an issue in the team's first backlog state when no state is given)
+    state = state or next(s for s in team["states"] if s["type"] == "backlog")
+    issue = fake.add_issue(input["title"], description=input.get("description"), team=team, creator=user,
+                           priority=int(input.get("priority") or 0), state=state["name"])  # fmt: skip
+    issue["id"] = iid
+    labels = []
+    for lid in input.get("labelIds") or []:
+        found = next((lb for lb in fake.labels if lb["id"] == lid), None)
+        if found is None:
+            raise Refusal("INVALID_INPUT", "Entity not found: IssueLabel", "Could not find referenced label.")
+        labels.append(found)
+    issue["labels"] = labels
+    if input.get("projectId") is not None:
+        issue["project"] = _by_id(fake.projects, input["projectId"], "Project")
+    return {"success": True, "lastSyncId": float(next(fake.numbers)), "issue": issue}
+
+
 def _m_label_create(_: Any, info: Any, input: dict[str, Any], replaceTeamLabels: bool | None = None) -> Any:
     fake, _user = _ctx(info)
     _only(input, {"name", "teamId", "color", "description", "id"}, "IssueLabelCreateInput")
@@ -1031,6 +1059,7 @@ MUTATIONS: dict[str, Resolver] = {
     "commentCreate": _m_comment_create,
     "commentUpdate": _m_comment_update,
     "issueUpdate": _m_issue_update,
+    "issueCreate": _m_issue_create,
     "issueLabelCreate": _m_label_create,
     "agentSessionCreateOnIssue": _m_session_create_on_issue,
     "agentSessionUpdate": _m_session_update,

@@ -5,11 +5,9 @@ watcher killed with SIGKILL is taken over once its lease runs out."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,8 +16,10 @@ import psutil
 import pytest
 
 from beflow.records.store import RunStore
+from tests.support import watching
 from tests.support.github import TOKEN, FakeGitHub
-from tests.support.projects import UNSANDBOXED, config_file
+from tests.support.waiting import eventually
+from tests.support.watching import machine_clone
 
 pytestmark = pytest.mark.slow
 
@@ -31,42 +31,19 @@ def git(cwd: Path, *args: str) -> None:
 
 
 def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.1)
+    eventually(condition, what, timeout, interval=0.1)
 
 
 def clone(
     tmp_path: Path, origin: Path, name: str, github: FakeGitHub, acpx: Path, agent: str, concurrency: int
 ) -> Path:
-    path = tmp_path / name
-    git(tmp_path, "clone", "-q", str(origin), str(path))
-    config = {
-        "agent": {"command": agent},
-        "acpx": [str(acpx)],
-        "timeout": 120,
-        "sandbox": UNSANDBOXED,
-        "tracker": {"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": LEASE},
-        "watch": {"interval": 0.3, "concurrency": concurrency, "backoff": 0.5},
-    }
-    config_file(path).write_text(json.dumps(config))
-    return path
+    tracker = {"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": LEASE}
+    watch = {"interval": 0.3, "concurrency": concurrency, "backoff": 0.5}
+    return machine_clone(tmp_path, origin, name, acpx, agent, tracker, watch=watch)
 
 
 def start_watch(path: Path, home: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "BEFLOW_HOME": str(home), "GITHUB_TOKEN": TOKEN}
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "beflow", "--config", str(config_file(path)), "watch", "--json"],
-            cwd=path,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+    return watching.start_watch(path, home, log, {"GITHUB_TOKEN": TOKEN})
 
 
 def test_two_watchers_run_ten_issues_each_once_and_take_over_a_killed_watchers_issue(

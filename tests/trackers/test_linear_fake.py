@@ -129,6 +129,7 @@ def test_every_document_beflow_sends_is_answered_by_the_fake(linear: FakeLinear)
         "BeflowCommentCreate": {"input": {"issueId": issue["id"], "body": "Claimed", "id": str(uuid.uuid4())}},
         "BeflowCommentUpdate": {"id": comment["id"], "input": {"body": "Mine, edited"}},
         "BeflowIssueUpdate": {"id": issue["id"], "input": {"stateId": linear.state("In Progress")["id"]}},
+        "BeflowIssueCreate": {"input": {"teamId": linear.team["id"], "title": "Filed", "id": str(uuid.uuid4())}},
         "BeflowLabelCreate": {"input": {"name": "beflow:failed", "teamId": linear.team["id"], "color": "#eb5757"}},
         "BeflowAgentSessionCreate": {"input": {"issueId": issue["id"]}},
         "BeflowAgentSessionUpdate": {

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import subprocess
 import threading
@@ -34,16 +33,6 @@ HOSTILE = "<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script>
 
 def progress(text: str) -> str:
     return f"mcp-call beflow run_progress {json.dumps({'text': text})}"
-
-
-@pytest.fixture(scope="session")
-def browser_modules() -> Path:
-    """tools/browser/node_modules, which scripts/test installs; its absence is a failure, never a skip."""
-    configured = os.environ.get("BEFLOW_TEST_BROWSER")
-    path = Path(configured) if configured else REPO_ROOT / "tools" / "browser" / "node_modules"
-    if not (path / "puppeteer-core").is_dir() or not (path / "@sparticuz" / "chromium").is_dir():
-        pytest.fail("the test browser is not installed: run ./scripts/test (it installs it into tools/browser)")
-    return path
 
 
 @dataclass
@@ -91,8 +80,11 @@ def test_the_live_page_follows_a_run_in_a_real_browser(
     key = auto_project.new_issue(
         "usage 1200 100000 0.05 USD",
         progress("reading the code"),
+        "say " + "\\n".join(f"line {n}" for n in range(1, 31)),
         "sleep 1",
         progress("tests pass"),
+        "sleep 2",
+        progress("almost"),
         "sleep 1",
         "write done.txt <svg onload=window.__pwned=3>",
         title=HOSTILE,
@@ -120,13 +112,16 @@ def test_the_live_page_follows_a_run_in_a_real_browser(
     # The hostile title is text: its markup shows as characters, nothing of it ran, its escapes are gone.
     assert seen["title"].startswith("<img src=x onerror=window.__pwned=1><script>window.__pwned=2</script> red")
     assert "\x1b" not in seen["title"] and "[31m" not in seen["title"]
-    assert seen["title"].endswith("more characters]")  # a huge line is cut
+    assert "… (2,7" in seen["title"] and "more characters: show all)" in seen["title"]  # elided, whole on demand
     assert seen["pwned"] is None and seen["images"] == 0 and seen["scripts"] == ["/static/dashboard.js"]
     assert seen["recentTitle"].startswith("<img src=x")
     assert seen["wide"] <= 390 + 1  # a phone's width, a 3000-character title and all
     assert seen["outcome"] == "succeeded" and seen["back"] == "succeeded"
     assert seen["runPage"].startswith("succeeded") and seen["transcriptLines"] > 0
     assert seen["usage"] == "context 1,200/100,000 · 1,200 tokens · 0.05 USD"  # what the agent reported
+    assert seen["healthUsed"] == "1,200 tokens so far in 1 running run"  # the health line agrees with the lane
+    # The lane's tail showed its newest line, and kept the reader's place once they scrolled up.
+    assert seen["tailShows"] and seen["tailKept"] == 10, seen["tailText"]
     # The run's file edit is a unified diff, its markup text, on a phone's width too.
     assert seen["diffAdded"] == ["+<svg onload=window.__pwned=3>"]
     assert seen["runPwned"] is None and seen["runImages"] == 0 and seen["runWide"] <= 390 + 1

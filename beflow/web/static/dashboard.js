@@ -1,5 +1,7 @@
-// beflow's live page: the watch's events (server-sent) trigger a fresh read of /api/v1/state, rendered with
-// textContent only (no HTML from data, ever). No build step, no library.
+// beflow's live pages. The home page: the watch's events (server-sent) trigger a fresh read of /api/v1/state,
+// rendered with textContent only (no HTML from data, ever). A run's and an issue's page: an event of their run or
+// issue triggers a fresh read of the page itself, whose part under #live replaces the shown one (the server's own
+// rendering, Markdown sanitized there; no script in it runs). No build step, no library.
 (function () {
   "use strict";
   var actions = document.body.dataset.actions === "on";
@@ -15,11 +17,27 @@
     limit = limit || MAX_TEXT;
     return text.length > limit ? text.slice(0, limit) + "… [" + (text.length - limit) + " more characters]" : text;
   }
+  // The end of a long line of the tail (its newest words), as the server says it (filters.newest).
+  function newest(text, limit) {
+    text = plain(text, text.length);
+    return text.length > limit ? "…" + text.slice(text.length - limit) : text;
+  }
   function el(tag, cls, text) {
     var node = document.createElement(tag);
     if (cls) node.className = cls;
     if (text !== undefined && text !== null) node.textContent = plain(text);
     return node;
+  }
+  // A long value cut with a visible marker, the whole value one click away (as the server says it: filters.elide).
+  function elided(text, keep) {
+    text = plain(text);
+    if (text.length <= keep) return document.createTextNode(text);
+    var details = el("details", "elided"), summary = el("summary");
+    summary.appendChild(document.createTextNode(text.slice(0, keep)));
+    summary.appendChild(el("span", "more-marker", "… (" + num(text.length - keep) + " more characters: show all)"));
+    details.appendChild(summary);
+    details.appendChild(el("span", "whole", text));
+    return details;
   }
   function link(href, text) { var a = el("a", null, text); a.setAttribute("href", href); return a; }
   function seconds(v) {
@@ -43,6 +61,17 @@
     var parts = t.reported ? [num(t.tokens) + " tokens"] : [];
     Object.keys(t.cost).sort().forEach(function (c) { parts.push(t.cost[c].toFixed(2) + " " + c); });
     return (parts.length ? parts.join(", ") : "no usage reported") + " over " + t.runs + " run" + (t.runs !== 1 ? "s" : "");
+  }
+  // As the server says it (filters.used_line): the finished runs, then what the running lanes reported so far.
+  function usedLine(state) {
+    var parts = [], used = state.totals.used;
+    if (used && used.runs) parts.push(totalsText(used));
+    var tokens = 0, lanes = 0;
+    state.lanes.forEach(function (lane) {
+      if (lane.usage && lane.usage.tokens !== null && lane.usage.tokens !== undefined) { tokens += lane.usage.tokens; lanes += 1; }
+    });
+    if (lanes) parts.push(num(tokens) + " tokens so far in " + lanes + " running run" + (lanes !== 1 ? "s" : ""));
+    return parts.join("; ");
   }
   function holdText(h, bare) {
     var text = plain(h.message, 300) + (h.fix ? " — " + plain(h.fix, 300) : "");
@@ -72,15 +101,34 @@
     return b;
   }
 
+  // A lane's tail shows its newest lines (scrolled to its end) unless the reader scrolled up in it: then it stays
+  // where they left it, across renders.
+  function tailScrolls(box) {
+    var kept = {};
+    box.querySelectorAll(".lane").forEach(function (lane) {
+      var pre = lane.querySelector(".tail");
+      if (pre && pre.scrollTop + pre.clientHeight < pre.scrollHeight - 4) kept[lane.dataset.issue] = pre.scrollTop;
+    });
+    return kept;
+  }
+  function placeTails(box, kept) {
+    box.querySelectorAll(".lane").forEach(function (lane) {
+      var pre = lane.querySelector(".tail");
+      if (!pre) return;
+      var at = kept[lane.dataset.issue];
+      pre.scrollTop = at === undefined ? pre.scrollHeight : at;
+    });
+  }
   function renderLanes(state) {
     var box = document.getElementById("lanes");
+    var kept = tailScrolls(box);
     box.replaceChildren();
     if (!state.lanes.length) { box.appendChild(el("p", "empty", "Nothing running.")); }
     state.lanes.forEach(function (lane) {
       var art = el("article", "lane");
       art.dataset.issue = lane.issue; art.dataset.started = lane.started;
       var h = el("h3"); h.appendChild(link("/issues/" + encodeURIComponent(lane.issue), lane.issue));
-      h.appendChild(document.createTextNode(" ")); h.appendChild(el("span", "title", plain(lane.title, 300)));
+      h.appendChild(document.createTextNode(" ")); var title = el("span", "title"); title.appendChild(elided(lane.title, 300)); h.appendChild(title);
       art.appendChild(h);
       var meta = el("p", "meta", (lane.round ? "round " + lane.round + ", " : "") + "attempt " + lane.attempt + " · ");
       meta.appendChild(el("span", "elapsed", seconds(lane.elapsed)));
@@ -94,28 +142,33 @@
       lane.progress.forEach(function (p) { ul.appendChild(el("li", null, p)); });
       art.appendChild(ul);
       var pre = el("pre", "tail");
-      lane.tail.forEach(function (line) { pre.appendChild(el("span", "k-" + line.kind, line.kind + ": " + line.text.slice(0, 300) + "\n")); });
+      lane.tail.forEach(function (line) { pre.appendChild(el("span", "k-" + line.kind, line.kind + ": " + newest(line.text, 300) + "\n")); });
       art.appendChild(pre);
       box.appendChild(art);
     });
+    placeTails(box, kept);
     document.getElementById("running-count").textContent = state.totals.running + "/" + state.totals.concurrency;
   }
   function renderTable(id, rows, fill) {
     var body = document.querySelector("#" + id + " tbody");
     body.replaceChildren();
     rows.forEach(function (item) { var tr = el("tr"); fill(tr, item); body.appendChild(tr); });
+    // An empty section says nothing: its table (and its heading, when it has one of its own) is hidden.
+    var wrap = document.getElementById(id).closest(".section") || document.getElementById(id).closest(".scroll");
+    wrap.hidden = rows.length === 0;
   }
   function renderHealth(state) {
     var h = state.health, dl = document.getElementById("health-list");
     dl.replaceChildren();
     function row(k, v, cls) { dl.appendChild(el("dt", null, k)); dl.appendChild(el("dd", cls, v)); }
-    row("watch", h.live ? "running" : "not running (beflow serve)");
+    row("watch", h.live ? "running" : "none: this server shows the issues and the records");
     row("tracker", h.tracker + (h.tracker_reachable === null ? "" : h.tracker_reachable ? " · reachable" : " · errors"));
     if (h.rate_limit) row("rate limit", h.rate_limit.remaining + " left, resets " + when(h.rate_limit.reset));
     if (h.blocked) row("held back", h.blocked + (h.blocked_fix ? " — " + h.blocked_fix : ""), "bad");
     var b = state.totals.budget;
     if (b) row("day budget", b.spent.toFixed(2) + " of " + b.limit + " " + b.currency + (b.held ? " — held: " + (b.message || "") : ""), b.held ? "bad" : null);
-    if (state.totals.used) row("used", totalsText(state.totals.used));
+    var used = usedLine(state);
+    if (used) row("used", used);
     if (h.config_reloaded) row("config", "reloaded " + when(h.config_reloaded));
     var errors = document.getElementById("errors");
     errors.replaceChildren();
@@ -127,26 +180,26 @@
     document.getElementById("queue-count").textContent = state.totals.queued;
     renderTable("queue", state.queue.slice(0, 50), function (tr, q) {
       tr.dataset.issue = q.issue;
-      cell(tr, link("/issues/" + encodeURIComponent(q.issue), q.issue)); cell(tr, q.priority); cell(tr, q.title.slice(0, 300));
+      cell(tr, link("/issues/" + encodeURIComponent(q.issue), q.issue)); cell(tr, q.priority, "token"); cell(tr, elided(q.title, 300));
       cell(tr, q.held ? holdText(q.held) : "", "held");
     });
     renderTable("held", state.held, function (tr, h) {
       tr.dataset.issue = h.issue;
-      cell(tr, link("/issues/" + encodeURIComponent(h.issue), h.issue)); cell(tr, h.held.check);
-      cell(tr, holdText(h.held, true)); cell(tr, when(h.held.since));
+      cell(tr, link("/issues/" + encodeURIComponent(h.issue), h.issue)); cell(tr, h.held.check, "token");
+      cell(tr, holdText(h.held, true)); cell(tr, when(h.held.since), "token");
     });
     renderTable("backoffs", state.backoffs, function (tr, b) {
       tr.dataset.issue = b.issue;
-      cell(tr, b.issue); cell(tr, b.attempt); cell(tr, when(b.due)); var td = cell(tr, b.reason.slice(0, 300));
+      cell(tr, b.issue); cell(tr, b.attempt, "token"); cell(tr, when(b.due), "token"); var td = cell(tr, elided(b.reason, 300));
       if (actions) td.appendChild(button("retry now", "/api/v1/issues/" + encodeURIComponent(b.issue) + "/retry"));
     });
     renderTable("recent", state.recent, function (tr, r) {
       tr.dataset.run = r.id; tr.dataset.outcome = r.outcome;
-      var first = cell(tr, r.issue + " "); first.appendChild(el("span", "title", plain(r.title, 120)));
-      cell(tr, r.outcome, "o-" + r.outcome); cell(tr, (r.reason || "").slice(0, 200)); cell(tr, r.branch || "-");
+      var first = cell(tr, r.issue + " "); var title = el("span", "title"); title.appendChild(elided(r.title, 120)); first.appendChild(title);
+      cell(tr, r.outcome, "o-" + r.outcome + " token"); cell(tr, elided(r.reason || "", 200)); cell(tr, elided(r.branch || "-", 60));
       var pr = null;
       if (r.pull_request && /^https?:\/\//.test(r.pull_request)) { pr = link(r.pull_request, "PR"); pr.rel = "noreferrer noopener"; }
-      cell(tr, pr || ""); cell(tr, seconds(r.duration)); cell(tr, usageText(r.usage), "usage"); cell(tr, link("/runs/" + encodeURIComponent(r.id), r.id));
+      cell(tr, pr || ""); cell(tr, seconds(r.duration), "token"); cell(tr, usageText(r.usage), "usage"); cell(tr, link("/runs/" + encodeURIComponent(r.id), r.id));
     });
     if (seen !== null) document.body.dataset.lastEvent = seen;
     document.body.dataset.rendered = String(Date.now());
@@ -163,13 +216,86 @@
   }
   function schedule() { refresh(); }
 
-  var connection = document.getElementById("connection");
-  if (window.EventSource && document.getElementById("lanes")) {
-    var source = new EventSource("/api/v1/events");
-    source.onopen = function () { connection.textContent = "live"; connection.className = "connection live"; refresh(); };
-    source.onerror = function () { connection.textContent = "reconnecting…"; connection.className = "connection"; };
-    source.onmessage = function (message) { lastEvent = message.lastEventId; schedule(); };
+  // A run's or an issue's page: read again when an event of its run or issue comes, and the part under #live
+  // replaced by the new one (parsed inert: DOMParser runs no script, and the server sanitized what it rendered).
+  var live = document.getElementById("live");
+  // A run's page follows every event of its run. An issue's page, the events that change what it shows (not the
+  // agent's activity, usage and progress, which come many a minute: each read of the page asks the tracker).
+  var CHATTER = { activity: true, usage: true, progress: true };
+  function concerns(event) {
+    if (!live || !event) return false;
+    if (live.dataset.kind === "run") return event.run === live.dataset.run;
+    return event.issue === live.dataset.issue && !CHATTER[event.event];
   }
+  // At most one read a second: a burst of events is one read.
+  var lastRead = 0, later = null;
+  function reread() {
+    if (inFlight) { pending = true; return; }
+    var since = Date.now() - lastRead;
+    if (since < 1000) { if (!later) later = setTimeout(function () { later = null; reread(); }, 1000 - since); return; }
+    inFlight = true; pending = false; lastRead = Date.now();
+    var seen = lastEvent;
+    fetch(location.href, { credentials: "same-origin", cache: "no-store" })
+      .then(function (r) { return r.ok ? r.text() : null; })
+      .then(function (html) {
+        if (html === null) return;
+        var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live");
+        if (!fresh) return;
+        var y = window.scrollY;
+        live.replaceWith(document.adoptNode(fresh));
+        live = fresh;
+        window.scrollTo(0, y);
+        if (seen !== null) document.body.dataset.lastEvent = seen;
+        document.body.dataset.rendered = String(Date.now());
+      })
+      .catch(function () {})
+      .then(function () { inFlight = false; if (pending) reread(); });
+  }
+  if (live) schedule = reread;
+
+  // The event stream, reconnected by the page itself with a growing wait (1 s, 2 s, 4 s … 30 s at most, a little
+  // random so that many pages do not come back at once), not the browser's retry every second: a server that is
+  // gone is asked a few times a minute, not sixty.
+  var connection = document.getElementById("connection");
+  var home = document.getElementById("lanes");
+  var wait = 1000, source = null, attempts = 0, lost = null, waits = [];
+  function say(text, cls) { connection.textContent = text; connection.className = "connection" + (cls ? " " + cls : ""); }
+  function stopped() {
+    // The server (and the watch it served for) stopped answering: the page says so, not what it last saw.
+    if (lost === null) lost = Date.now();
+    var dd = document.querySelector("#health-list dd");
+    if (home && dd) { dd.textContent = "stopped: no answer from the server since " + new Date(lost).toLocaleTimeString(); dd.className = "bad"; }
+    document.body.dataset.stopped = "yes";
+  }
+  function connect() {
+    attempts += 1;
+    document.body.dataset.connects = String(attempts);
+    source = new EventSource("/api/v1/events");
+    source.onopen = function () {
+      wait = 1000; lost = null; delete document.body.dataset.stopped;
+      say("live", "live");
+      schedule();
+    };
+    source.onmessage = function (message) {
+      lastEvent = message.lastEventId;
+      if (!live) { schedule(); return; }
+      var event = null;
+      try { event = JSON.parse(message.data); } catch (e) { event = null; }
+      if (concerns(event)) schedule();
+    };
+    source.onerror = function () {
+      source.close();
+      stopped();
+      var delay = Math.min(wait, 30000) * (0.8 + Math.random() * 0.4);
+      wait = Math.min(wait * 2, 30000);
+      waits.push(Math.round(delay));
+      document.body.dataset.waits = waits.slice(-10).join(" ");
+      say("disconnected: trying again in " + Math.round(delay / 1000) + "s");
+      setTimeout(connect, delay);
+    };
+  }
+  if (window.EventSource && (home || live)) connect();
+  if (home) placeTails(home, {});
   // Elapsed times move between events.
   setInterval(function () {
     document.querySelectorAll(".lane").forEach(function (lane) {
