@@ -7,7 +7,7 @@
   wait is taken in line, a long one fails every request at once with the forge's ``RateLimited``.
 - **Retries.** No answer or a 5xx is tried again (twice, with backoff) for every method but POST, unless told.
 - **One write at a time**, and **deadlines**: every request of a thread inside :meth:`ForgeApi.deadline` ends by then.
-- **The forge's clock** from each answer's ``Date``: leases are timed on it.
+- **The forge's clock** from the last answers' ``Date`` (their median): leases are timed on it.
 
 Each forge's client says only what differs: its headers, its errors, how it says to slow down, which answers are
 worth keeping, and how its listings page.
@@ -23,7 +23,7 @@ import os
 import shutil
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -40,6 +40,8 @@ INLINE_WAIT = 5.0
 MAX_WAIT = 3600.0
 #: The most of an error's body :meth:`ForgeApi.tail` reads (its message is at the start).
 ERROR_BODY = 64 * 1024
+#: How many of the last answers' ``Date`` the forge's clock is the median of.
+CLOCK_ANSWERS = 5
 #: How many GET answers the ETag cache keeps.
 CACHE_SIZE = 4096
 
@@ -173,6 +175,7 @@ class ForgeApi(abc.ABC):
         self._gate_reason = ""
         #: Server time minus local time, from the ``Date`` of the last answer: leases are timed on the forge's clock.
         self.clock_offset = 0.0
+        self._offsets: deque[float] = deque(maxlen=CLOCK_ANSWERS)
         self.stats = Stats()
         self.timeout = timeout
         self._local = threading.local()  # this thread's deadline (monotonic), if a caller set one
@@ -408,7 +411,10 @@ class ForgeApi(abc.ABC):
                     server = email.utils.parsedate_to_datetime(date).timestamp()
                 except (TypeError, ValueError):
                     return
-                self.clock_offset = server - self._clock().time()
+                # The median of the last few answers' clocks: one answer's Date far off (a proxy's cached answer, a
+                # broken clock) moves neither the leases nor the watermarks timed on it.
+                self._offsets.append(server - self._clock().time())
+                self.clock_offset = sorted(self._offsets)[(len(self._offsets) - 1) // 2]
 
     def _rate_limited(self, answer: httpx.Response) -> bool:
         """Whether the forge asked to slow down; if so, the gate is closed until it says to come back."""

@@ -397,6 +397,21 @@ def test_a_reset_in_the_past_is_tried_again_in_line_and_then_fails_as_a_rate_lim
     assert len(sent) == 4
 
 
+def test_gitlabs_clock_is_the_median_of_the_last_answers_one_far_off_moves_it_not() -> None:
+    dates = [0.0, 10 * 365 * 86400.0, 0.0, -10 * 365 * 86400.0, 0.0, 3600.0, 3600.0, 3600.0]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + dates.pop(0)))
+        return httpx.Response(200, json={"id": 1}, headers={"Date": date})
+
+    api = mocked(answer)
+    seen = []
+    for _ in range(8):
+        api.get("/user")
+        seen.append(round((api.now() - time.time()) / 60))
+    assert seen == [0, 0, 0, 0, 0, 0, 0, 60]  # (a clock that moved for good is followed, after a few answers)
+
+
 # -- the token, the API, the project -------------------------------------------------------------------------------
 
 

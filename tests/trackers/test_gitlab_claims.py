@@ -224,7 +224,7 @@ YEARS = 10 * 365 * 24 * 3600.0
 
 def test_a_date_years_ahead_takes_no_live_claim_over(gitlab: FakeGitLab, issue: Any) -> None:
     holder = store(gitlab).claim("1", owner="watcher a")
-    gitlab.skew_clock("GET", NOTES, YEARS)  # every notes listing says it is ten years later
+    gitlab.skew_clock("GET", "/api/v4/", YEARS)  # every answer to a GET says it is ten years later
 
     other = store(gitlab)
     with pytest.raises(LockedError, match=r"claimed by watcher a .*GitLab's Date header"):
