@@ -35,7 +35,7 @@ from beflow.run import delivery, prompt
 from beflow.run.issue_status import refuse_closed
 from beflow.run.lifecycle import Session, cancel_reason
 from beflow.run.policy import status_after
-from beflow.run.request import RunRequest, render_prompt
+from beflow.run.request import RunRequest, branch_of, render_prompt
 from beflow.run.summary import summary
 from beflow.run.turn import AgentTurn
 from beflow.run.workspace import Workspace
@@ -97,7 +97,7 @@ class Run:
                 issue,
                 self.request,
                 self._events,
-                branch=refs.branch_for(issue.key),
+                branch=branch_of(self.project.directory, issue),
                 code_host=self.code_host,
             )
             return await self._held(claim, session)
@@ -161,7 +161,7 @@ class _InWorktree:
 
     async def run(self) -> RunRecord:
         record, issue = self.record, self.session.issue
-        branch = refs.branch_for(issue.key)
+        branch = record.branch or refs.branch_for(issue.key)
         try:
             text = render_prompt(self.project, issue, self.request, branch=branch, run_id=record.id)
         except BeflowError as error:
@@ -217,7 +217,7 @@ class _InWorktree:
             self._resolve_servers()
             await workspace.create(self._channel)
             self._turn = AgentTurn(self.session, workspace, self._channel)
-            branch = refs.branch_for(self.record.issue)
+            branch = self.record.branch or refs.branch_for(self.record.issue)
             with self.session.repository_guarded(workspace.path, branch=branch) as self._guard:
                 ending.set(*await self._turn.run(text))
         await anyio.lowlevel.checkpoint()  # a pending cancellation goes on from here, the record written

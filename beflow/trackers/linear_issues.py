@@ -205,6 +205,7 @@ class TeamIssues:
                 body=raw.description or "",
                 comments=comments or [],
                 url=raw.url,
+                id=raw.id,
             )
         except pydantic.ValidationError as exc:  # a label a person made that no issue may carry
             raise self.problem(raw.id, raw.identifier, problem_in(exc), _LABEL_FIX) from None
