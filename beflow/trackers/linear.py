@@ -49,6 +49,7 @@ from beflow.trackers.linear_access import access_checks
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError
 from beflow.trackers.linear_claims import LinearLeases, is_claim
 from beflow.trackers.linear_comments import IssueComments
+from beflow.trackers.linear_identity import Identity
 from beflow.trackers.linear_issues import SHAPE_FIX, TeamIssues, comment_of
 from beflow.trackers.linear_workflow import Workflow
 from beflow.trackers.wire import Wire
@@ -126,8 +127,10 @@ class LinearTracker:
         #: Who runs which issue: the leases, or the engine's store over them (a fleet's running workflows).
         self.claims: ClaimStore = claims(self.identity, self.leases) if claims else self.leases
         self.comments = IssueComments(api, self.leases)
+        #: Who beflow is in Linear (the token's user), asked once.
+        self.me = Identity(api)
         #: The team's issues that are beflow's, as last read (beflow.trackers.linear_issues).
-        self.issues = TeamIssues(api, settings, self.workflow, self.leases)
+        self.issues = TeamIssues(api, settings, self.workflow, self.leases, self.me)
 
     def reading_once(self) -> AbstractContextManager[None]:
         """Every question of the block is answered from one look at Linear (a watch tick)."""
@@ -144,7 +147,11 @@ class LinearTracker:
         if status in (Status.DONE, Status.CLOSED) or status is None:
             types = {Status.DONE: ["completed"], Status.CLOSED: ["canceled"]}.get(status) if status else None
             flt = q.issue_filter(
-                self.settings.team, project=self.settings.project, labels=self.settings.labels, state_types=types or ()
+                self.settings.team,
+                project=self.settings.project,
+                labels=self.settings.labels,
+                state_types=types or (),
+                handed=True,
             )
             read = self.issues.fetch(flt)
             self.issues.take(read)
@@ -292,6 +299,8 @@ class LinearTracker:
         with self.claims.under_lease(raw.identifier):  # a run's moves and comments, only while the issue is its own
             if current != status:
                 update = self.workflow.move(raw, names, status)
+                if status == Status.IN_PROGRESS:  # the claim is won: beflow is the one working it, as Linear shows
+                    update |= self.me.take(raw)
                 if update:
                     self.api.mutate(q.ISSUE_UPDATE, {"id": raw.id, "input": update}, retry=True)
             if note and note.strip():

@@ -416,10 +416,12 @@ def issue_filter(
     state_types: Sequence[str] = (),
     updated_after: str | None = None,
     delegate: str | None = None,
+    handed: bool = False,
 ) -> dict[str, Any]:
     """The ``IssueFilter`` of a team's issues (by its key): in ``project`` (by name) if given, in a state of one of
     ``state_types``, updated after ``updated_after`` (ISO 8601), and carrying every one of ``labels`` (each without
-    regard to case) or delegated to the user ``delegate`` (an id: beflow's app user) whatever their labels."""
+    regard to case) or delegated to the user ``delegate`` (an id: beflow's app user) whatever their labels; ``handed``:
+    or delegated or assigned to the token's own user (whoever asks: Linear's ``isMe``)."""
     parts: list[dict[str, Any]] = [{"team": {"key": {"eq": team}}}]
     if project is not None:
         parts.append({"project": {"name": {"eq": project}}})
@@ -429,8 +431,11 @@ def issue_filter(
         parts.append({"updatedAt": {"gt": updated_after}})
     # Every label, each matched without regard to case (Linear keeps a label's name as typed, and finds it so).
     labelled: list[dict[str, Any]] = [{"labels": {"some": {"name": {"eqIgnoreCase": name}}}} for name in labels]
-    if labelled and delegate is not None:
-        parts.append({"or": [{"and": labelled}, {"delegate": {"id": {"eq": delegate}}}]})
+    given: list[dict[str, Any]] = [{"delegate": {"id": {"eq": delegate}}}] if delegate is not None else []
+    if handed:
+        given += [{"delegate": {"isMe": {"eq": True}}}, {"assignee": {"isMe": {"eq": True}}}]
+    if labelled and given:
+        parts.append({"or": [{"and": labelled}, *given]})
     else:
         parts.extend(labelled)
     return {"and": parts}

@@ -37,6 +37,10 @@ _NOT_STARTED = ("backlog", "unstarted", "triage")
 _REVIEW_NAMES = ("review", "in review")
 
 
+#: The state types of an issue nobody started: a delegated one is ready in any of them.
+_NOT_STARTED = ("triage", "backlog", "unstarted")
+
+
 class _TeamAnswer(Wire):
     teams: wire.Connection[wire.Team]
 
@@ -151,8 +155,9 @@ class Workflow:
 
     # -- statuses ----------------------------------------------------------------------------------------------------
 
-    def status_of(self, issue: wire.Issue, names: list[str]) -> Status:
-        """beflow's status of an issue, from its state's type and its labels."""
+    def status_of(self, issue: wire.Issue, names: list[str], *, delegated: bool = False) -> Status:
+        """beflow's status of an issue, from its state's type and its labels; ``delegated`` to beflow's app user, an
+        issue not started yet (in triage or the backlog too) is ready: the delegation is the ask."""
         labels = {name.casefold() for name in names}
 
         def labelled(status: Status) -> bool:
@@ -172,7 +177,7 @@ class Workflow:
             return Status.FAILED
         if labelled(Status.OPEN):
             return Status.OPEN
-        if labelled(Status.READY) or kind in self.settings.ready_states:
+        if labelled(Status.READY) or kind in self.settings.ready_states or (delegated and kind in _NOT_STARTED):
             return Status.READY
         return Status.OPEN
 
