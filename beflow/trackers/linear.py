@@ -51,6 +51,7 @@ from beflow.trackers.linear_claims import LinearLeases, is_claim
 from beflow.trackers.linear_comments import IssueComments
 from beflow.trackers.linear_identity import Identity
 from beflow.trackers.linear_issues import SHAPE_FIX, TeamIssues, comment_of
+from beflow.trackers.linear_sessions import LinearSession, open_session
 from beflow.trackers.linear_workflow import Workflow
 from beflow.trackers.wire import Wire
 
@@ -313,6 +314,12 @@ class LinearTracker:
     def progress(self, key: str, text: str, *, force: bool = False) -> bool:
         """Edit the run's progress comment (at most every ``PROGRESS_EVERY`` seconds); whether it was edited."""
         return self.comments.progress(linear_key(key), text, force=force)
+
+    def agent_session(self, key: str) -> LinearSession | None:
+        """A new agent session on the issue for a run, when the token is an app's (None with a person's)."""
+        if not self.me.is_app:
+            return None
+        return open_session(self.api, self._id_of(key))
 
     def ensure_labels(self) -> list[str]:
         """Make the labels beflow needs that the team lacks; the names made."""
