@@ -126,6 +126,9 @@ class Session:
         self._session: SessionReporter | None = None
         #: Called (from another thread) when a person asks the run to stop in its agent session.
         self.on_stop: Callable[[], None] | None = None
+        #: Why the run was stopped by a person in its agent session, if it was: its issue is held back (``open``),
+        #: not put back in the queue, or a watch would run it again at once.
+        self.stopped: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -307,7 +310,7 @@ class Session:
         if self.claim_lost is not None:  # the issue is another run's now: its status and comments are that run's
             self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
             return record
-        status = status_for(record.outcome)
+        status = Status.OPEN if record.outcome == "cancelled" and self.stopped else status_for(record.outcome)
         note = (
             summary(record, self._issue_usage(), inert=self.tracker.inert)
             if self.project.config.after_run.comment

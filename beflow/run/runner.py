@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Callable
 
 import anyio
+import anyio.from_thread
 import anyio.lowlevel
 
 from beflow import guardrails
@@ -126,10 +127,27 @@ class Run:
             session.claim_lost = reason  # the issue is the new holder's: this run leaves it be
 
         def cancelled_because() -> str | None:
-            return f"lost the claim on the issue: {lost[0]}" if lost else self._cancelled_because()
+            if lost:
+                return f"lost the claim on the issue: {lost[0]}"
+            return session.stopped or self._cancelled_because()
 
+        # A person's stop in the run's agent session (heard on the session's own thread) cancels the run as Ctrl-C
+        # and a watch's cancel do: through a cancellation, the record closed as cancelled, everything restored.
+        stop_scope, loop = anyio.CancelScope(), anyio.lowlevel.current_token()
+
+        def stop() -> None:
+            session.stopped = "a person stopped it in the issue's agent session"
+            anyio.from_thread.run_sync(stop_scope.cancel, token=loop)
+
+        session.on_stop = stop
         steps = _InWorktree(session, cancelled_because, self.code_host, claim)
-        record = await while_held(claim, steps.run, lose, lambda message: session.emit("notice", message=message))
+
+        async def work() -> RunRecord | None:
+            with stop_scope:
+                return await steps.run()
+            return None
+
+        record = await while_held(claim, work, lose, lambda message: session.emit("notice", message=message))
         return record if record is not None else session.record
 
 

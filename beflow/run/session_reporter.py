@@ -37,12 +37,12 @@ class SessionReporter:
         session: AgentSession,
         on_stop: Callable[[], None] | None = None,
         *,
-        stop_every: float = STOP_EVERY,
+        stop_every: float | None = None,
         on_error: Callable[[Exception], None] | None = None,
     ) -> None:
         self.session = session
         self._on_stop = on_stop
-        self._stop_every = stop_every
+        self._stop_every = STOP_EVERY if stop_every is None else stop_every
         self._on_error = on_error
         self._queue: deque[_Step] = deque()
         self._changed = threading.Condition()

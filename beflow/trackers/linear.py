@@ -299,7 +299,7 @@ class LinearTracker:
         check_transition(raw.identifier, current, status)
         with self.claims.under_lease(raw.identifier):  # a run's moves and comments, only while the issue is its own
             if current != status:
-                update = self.workflow.move(raw, names, status)
+                update = self.workflow.move(raw, names, status, delegated=self.issues.delegated(raw))
                 if status == Status.IN_PROGRESS:  # the claim is won: beflow is the one working it, as Linear shows
                     update |= self.me.take(raw)
                 if update:

@@ -37,10 +37,6 @@ _NOT_STARTED = ("backlog", "unstarted", "triage")
 _REVIEW_NAMES = ("review", "in review")
 
 
-#: The state types of an issue nobody started: a delegated one is ready in any of them.
-_NOT_STARTED = ("triage", "backlog", "unstarted")
-
-
 class _TeamAnswer(Wire):
     teams: wire.Connection[wire.Team]
 
@@ -181,8 +177,9 @@ class Workflow:
             return Status.READY
         return Status.OPEN
 
-    def move(self, issue: wire.Issue, names: list[str], status: Status) -> dict[str, Any]:
-        """The ``IssueUpdateInput`` that puts ``issue`` in ``status`` (empty: it is there)."""
+    def move(self, issue: wire.Issue, names: list[str], status: Status, *, delegated: bool = False) -> dict[str, Any]:
+        """The ``IssueUpdateInput`` that puts ``issue`` in ``status`` (empty: it is there); ``delegated`` to beflow's
+        app user, ``open`` is a label (the issue is ready in every state not started)."""
         kind, current = issue.state.type, issue.state
         review = self.review_state()
         state: wire.WorkflowState | None = None
@@ -212,6 +209,8 @@ class Workflow:
                 labels = [Status.OPEN] if status == Status.OPEN else []
             if status == Status.FAILED:
                 labels = [Status.FAILED]
+            elif delegated:
+                labels = [Status.OPEN]
         update: dict[str, Any] = {}
         if state is not None and state.id != current.id:
             update["stateId"] = state.id

@@ -4,6 +4,8 @@ fails) — through the real acpx and the test agent, against the fake Linear."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -11,16 +13,26 @@ import pytest
 
 from beflow.config import load_project
 from beflow.records.record import RunRecord
+from beflow.run import session_reporter
 from beflow.run.runner import Run, RunRequest
+from beflow.trackers.issue import Status
 from beflow.trackers.linear import LinearTracker
 from tests.support.linear import API_KEY, APP_TOKEN, FakeLinear
 from tests.support.linear import linear as linear
-from tests.support.projects import AutoProject
+from tests.support.projects import AutoProject, git
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.slow
 
 
-def run_issue(auto_project: AutoProject, fake: FakeLinear, token: str, monkeypatch: pytest.MonkeyPatch, body: str):  # type: ignore[no-untyped-def]
+def run_issue(
+    auto_project: AutoProject,
+    fake: FakeLinear,
+    token: str,
+    monkeypatch: pytest.MonkeyPatch,
+    body: str,
+    meanwhile: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[dict[str, Any], RunRecord]:
     monkeypatch.setenv("BEFLOW_TEST_LINEAR", token)
     auto_project.configure(
         tracker={"kind": "linear", "team": "ENG", "api_url": fake.url, "token_env": "BEFLOW_TEST_LINEAR"},
@@ -34,7 +46,12 @@ def run_issue(auto_project: AutoProject, fake: FakeLinear, token: str, monkeypat
     project = load_project(auto_project.config_path)
     tracker = auto_project.tracker
     assert isinstance(tracker, LinearTracker)
+    person = threading.Thread(target=meanwhile, args=(issue,), daemon=True) if meanwhile else None
+    if person is not None:
+        person.start()
     record: RunRecord = anyio.run(Run(project, tracker, RunRequest(key="ENG-1", final=False)).execute)
+    if person is not None:
+        person.join(30)
     return issue, record
 
 
@@ -85,3 +102,33 @@ def test_with_a_persons_key_no_session_is_opened(
     issue, record = run_issue(auto_project, linear, API_KEY, monkeypatch, "acp-test: say hi")
     assert record.outcome == "no_changes"
     assert [s for s in issue["agentSessions"] if s["creator"] is None] == []
+
+
+@pytest.mark.usefixtures("no_leftover_processes")
+def test_a_persons_stop_in_the_session_cancels_the_run_and_holds_the_issue_back(
+    auto_project: AutoProject, linear: FakeLinear, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_reporter, "STOP_EVERY", 0.2)
+
+    def stop_once_it_works(issue: dict[str, Any]) -> None:
+        def working() -> dict[str, Any] | None:
+            sessions = [s for s in issue["agentSessions"] if s["creator"] is None]
+            return sessions[0] if sessions and len(sessions[0]["activities"]) >= 2 else None
+
+        session = eventually(working, "the run's session at work")
+        linear.prompt(session, "Stop, please", stop=True)
+
+    body = "acp-test: write early.txt before\nacp-test: sleep 60\nacp-test: write late.txt after"
+    issue, record = run_issue(auto_project, linear, APP_TOKEN, monkeypatch, body, stop_once_it_works)
+    assert record.outcome == "cancelled"
+    assert record.stop_reason is not None and "a person stopped it in the issue's agent session" in record.stop_reason
+    assert record.duration is not None and record.duration < 60
+    session = runs_session(linear, issue)
+    last = session["activities"][-1]["content"]
+    assert last["type"] == "response" and last["body"].startswith("Stopped")
+    # Held back (beflow:open), not put back in the queue: a watch does not run it again at once.
+    assert auto_project.tracker.get("ENG-1").status == Status.OPEN
+    # As Ctrl-C: the agent stopped (no process left), and what it did before is kept on its branch.
+    assert record.branch is not None
+    assert git(auto_project.directory, "show", f"{record.branch}:early.txt").strip() == "before"
+    assert "late.txt" not in git(auto_project.directory, "ls-tree", "--name-only", record.branch)
