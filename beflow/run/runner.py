@@ -37,7 +37,7 @@ from beflow.run.issue_status import refuse_closed
 from beflow.run.lifecycle import Session, cancel_reason
 from beflow.run.policy import status_after
 from beflow.run.request import RunRequest, branch_of, render_prompt
-from beflow.run.summary import summary
+from beflow.run.summary import pull_request_summary
 from beflow.run.turn import AgentTurn
 from beflow.run.workspace import Workspace
 from beflow.system import interrupts, threads
@@ -310,7 +310,8 @@ class _InWorktree:
 
         def body(verdict: delivery.Verdict) -> str:
             draft = verdict.onto(record.model_copy(update={"outcome": verdict.outcome, "stop_reason": verdict.reason}))
-            return self.session.redact.text(f"{summary(draft)}\n\n{issue_line()}")  # (the agent's words: masked)
+            text = pull_request_summary(draft, self.session.tracker)
+            return self.session.redact.text(f"{text}\n\n{issue_line()}")  # (the agent's words: masked)
 
         def issue_line() -> str:
             # Merging closes the issue only when asked (after_run.closes_issue): a closing word acts on the code

@@ -152,6 +152,15 @@ class HostsAgentSessions(Protocol):
 
 
 @runtime_checkable
+class ReadsPullRequests(Protocol):
+    """The tracker's own code-host integration reads the pull requests beflow opens (Linear moves an issue named after
+    ``Fixes`` in a title or body, in any part of it): the agent's words there, quoted ones too, made to act on
+    nothing for it, as they are made inert for the code host."""
+
+    def pull_request_inert(self, text: str) -> str: ...
+
+
+@runtime_checkable
 class TakesRework(Protocol):
     """A person asks for rework with a comment the next review round answers (``beflow issues comment --rework``:
     the local tracker; on GitHub, a review of the pull request or a mention of the trigger does it)."""

@@ -354,6 +354,11 @@ class LinearTracker:
         """Quoted so that Linear acts on nothing in it: no mention, no issue linked, no magic word moving an issue."""
         return linear_quoting.inert(text)
 
+    def pull_request_inert(self, text: str) -> str:
+        """Linear's code-host integration reads a pull request's title and body for ``Fixes ENG-1``: every
+        identifier in the agent's words is broken, its quoted message included."""
+        return linear_quoting.keys_inert(text)
+
     def held_secrets(self) -> list[str]:
         """The token this tracker calls Linear with."""
         return [self.api.token] if self.api.token else []

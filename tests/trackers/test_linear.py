@@ -17,11 +17,12 @@ import pytest
 from beflow import app
 from beflow.config import Config, LinearTrackerSettings, load_project
 from beflow.errors import NotFoundError, TransitionError
-from beflow.records.record import new_run_id
+from beflow.records.record import RunRecord, new_run_id, now
 from beflow.records.store import RunStore
 from beflow.run.request import RunRequest, branch_of, new_record
+from beflow.run.summary import pull_request_summary
 from beflow.trackers import linear_wire as wire
-from beflow.trackers.base import ChecksAccess, ReadsOnce, SetsUpLabels, ShowsProgress, Tracker
+from beflow.trackers.base import ChecksAccess, ReadsOnce, ReadsPullRequests, SetsUpLabels, ShowsProgress, Tracker
 from beflow.trackers.issue import Status
 from beflow.trackers.linear import LinearTracker, linear_key, open_linear
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError, RateLimited, Unavailable
@@ -261,6 +262,19 @@ def test_an_agents_words_act_on_nothing_in_linear(tracker: LinearTracker) -> Non
 
 
 # -- the client ------------------------------------------------------------------------------------------------------
+
+
+def test_the_agents_words_in_a_pull_request_carry_no_magic_word_for_linear(tracker: LinearTracker) -> None:
+    assert isinstance(tracker, ReadsPullRequests)
+    said = "Fixes ENG-1. Closes eng-2, resolves WID-3 #done, part of OPS-4"
+    record = RunRecord(
+        id="20261206-093000-ENG-1-abcd", issue="ENG-1", mode="watch", agent="acp-test", started_at=now(),
+        outcome="succeeded", stop_reason=said, final_message=f"Done.\n{said}", branch="beflow/ENG-1",
+    )  # fmt: skip
+    body = pull_request_summary(record, tracker)
+    assert "Closes eng" in body and "resolves WID" in body  # (people read the same words)
+    assert re.findall(r"[A-Za-z]+-\d", body.replace("beflow/ENG-1", "").replace(record.id, "")) == []
+    assert "```" in body  # the quoted message too: Linear reads a code block's words as well
 
 
 def test_a_key_goes_bare_and_an_oauth_token_after_bearer(linear: FakeLinear) -> None:
