@@ -319,7 +319,7 @@ class LinearTracker:
         """A new agent session on the issue for a run, when the token is an app's (None with a person's)."""
         if not self.me.is_app:
             return None
-        return open_session(self.api, self._id_of(key))
+        return open_session(self.api, self._id_of(key), self.me.viewer().viewer.id)
 
     def ensure_labels(self) -> list[str]:
         """Make the labels beflow needs that the team lacks; the names made."""

@@ -262,6 +262,19 @@ query BeflowAgentSession($id: String!, $first: Int!, $after: String) {
     ACTIVITY,
 )
 
+#: The latest agent sessions of an issue: a person's delegation or mention opened one that waits for its agent.
+ISSUE_SESSIONS = _document(
+    """
+query BeflowIssueSessions($id: String!) {
+  issue(id: $id) {
+    id
+    agentSessions(first: 10) { nodes { ...BeflowSession } }
+  }
+}
+""",
+    SESSION,
+)
+
 #: The rate-limit budgets left, for ``beflow doctor``.
 RATE_LIMIT_STATUS = """
 query BeflowRateLimitStatus {
@@ -396,6 +409,7 @@ DOCUMENTS: dict[str, str] = {
     "BeflowComments": COMMENTS,
     "BeflowComment": COMMENT_BY_ID,
     "BeflowAgentSession": AGENT_SESSION,
+    "BeflowIssueSessions": ISSUE_SESSIONS,
     "BeflowRateLimitStatus": RATE_LIMIT_STATUS,
     "BeflowCommentCreate": COMMENT_CREATE,
     "BeflowCommentUpdate": COMMENT_UPDATE,

@@ -31,8 +31,23 @@ class _Read(Wire):
     agentSession: wire.AgentSessionWithActivities
 
 
-def open_session(api: Api, issue_id: str) -> LinearSession:
-    """A new agent session of beflow's app user on the issue ``issue_id``."""
+class _Sessions(Wire):
+    agentSessions: wire.Connection[wire.AgentSession]
+
+
+class _IssueSessions(Wire):
+    issue: _Sessions
+
+
+def open_session(api: Api, issue_id: str, me: str) -> LinearSession:
+    """The agent session of beflow's app user (``me``) on the issue ``issue_id`` for a run: the one a person's
+    delegation or mention opened and that waits for beflow, else a new one."""
+    data = api.query(q.ISSUE_SESSIONS, {"id": issue_id})
+    sessions = wire.parse(_IssueSessions, data, "BeflowIssueSessions").issue.agentSessions.nodes
+    waiting = [s for s in sessions if s.appUser.id == me and s.status == "pending"]
+    if waiting:
+        newest = max(waiting, key=lambda s: s.createdAt)
+        return LinearSession(api, newest.id, newest.createdAt)
     data = api.mutate(q.AGENT_SESSION_CREATE_ON_ISSUE, {"input": {"issueId": issue_id}})
     made = wire.parse(_Made, data, "BeflowAgentSessionCreate").agentSessionCreateOnIssue.agentSession
     return LinearSession(api, made.id, made.createdAt)

@@ -40,7 +40,7 @@ def run_issue(
     )
     issue = fake.add_issue("Do it", description=body)
     if token == APP_TOKEN:
-        fake.delegate(issue)  # (Linear opens a session of its own on a delegation: beflow opens the run's)
+        fake.delegate(issue)  # (Linear opens a session on a delegation: the run takes it up)
     else:
         issue["assignee"] = fake.person  # handed to the key's user
     project = load_project(auto_project.config_path)
@@ -56,7 +56,7 @@ def run_issue(
 
 
 def runs_session(fake: FakeLinear, issue: dict[str, Any]) -> dict[str, Any]:
-    [session] = [s for s in issue["agentSessions"] if s["creator"] is None]  # beflow's, not the delegation's
+    [session] = issue["agentSessions"]  # the delegation's, taken up by the run: no second one
     return session
 
 
@@ -77,7 +77,7 @@ def test_a_run_is_an_agent_session_a_thought_first_then_its_tool_calls_and_a_res
     # The thought is the first word after the claim: the session and it come before the issue is moved.
     writes = [s.operation for s in linear.seen if s.query.lstrip().startswith("mutation")]
     claimed = writes.index("BeflowCommentCreate")
-    assert writes[claimed + 1 : claimed + 3] == ["BeflowAgentSessionCreate", "BeflowAgentActivityCreate"]
+    assert writes[claimed + 1] == "BeflowAgentActivityCreate"
     actions = [p["content"] for p in posted if p["content"]["type"] == "action"]
     assert any("made.txt" in a["parameter"] for a in actions)
     assert record.branch and record.branch in session["activities"][-1]["content"]["body"]
@@ -101,7 +101,7 @@ def test_with_a_persons_key_no_session_is_opened(
 ) -> None:
     issue, record = run_issue(auto_project, linear, API_KEY, monkeypatch, "acp-test: say hi")
     assert record.outcome == "no_changes"
-    assert [s for s in issue["agentSessions"] if s["creator"] is None] == []
+    assert issue["agentSessions"] == []
 
 
 @pytest.mark.usefixtures("no_leftover_processes")
@@ -112,7 +112,7 @@ def test_a_persons_stop_in_the_session_cancels_the_run_and_holds_the_issue_back(
 
     def stop_once_it_works(issue: dict[str, Any]) -> None:
         def working() -> dict[str, Any] | None:
-            sessions = [s for s in issue["agentSessions"] if s["creator"] is None]
+            sessions = issue["agentSessions"]
             return sessions[0] if sessions and len(sessions[0]["activities"]) >= 2 else None
 
         session = eventually(working, "the run's session at work")

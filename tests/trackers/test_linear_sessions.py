@@ -66,3 +66,17 @@ def test_a_stop_signal_is_found_among_the_activities_since_the_last_look(linear:
         assert session.stop_asked()
         assert not session.stop_asked()  # (heard once: the next look starts after it)
     assert linear.violations == []
+
+
+def test_the_session_a_delegation_opened_is_taken_up_and_a_later_run_opens_its_own(linear: FakeLinear) -> None:
+    issue = linear.add_issue("Delegated")
+    waiting = linear.delegate(issue)
+    linear.delegate(linear.add_issue("Delegated to another"), linear.user("Other agent", app=True))
+    with tracker_of(linear, APP_TOKEN) as tracker:
+        first = tracker.agent_session("ENG-1")
+        assert first is not None and first.id == waiting["id"]  # type: ignore[attr-defined]
+        first.thought("beflow is working on this")
+        first.respond("Done.")
+        second = tracker.agent_session("ENG-1")  # (the first one is complete: a new run, a new session)
+        assert second is not None and second.id != waiting["id"]  # type: ignore[attr-defined]
+    assert len(issue["agentSessions"]) == 2 and linear.violations == []
