@@ -201,6 +201,10 @@ class Issue(BaseModel):
     path: FilePath | None = None
     #: A link a person can open: ``file://`` for local issues, the web page for GitHub.
     url: str | None = None
+    #: The tracker's own id of the issue where its key can change (a Linear issue moved to another team is ``ENG-1``
+    #: then ``OPS-7``): the runs of an issue are found by it, so a moved issue keeps its branch and history. None
+    #: where the key is the id.
+    id: str | None = None
 
     @field_validator("title")
     @classmethod
