@@ -30,9 +30,10 @@ class Identity:
         return self.viewer().is_app
 
     def handed(self, raw: wire.Issue) -> bool:
-        """Whether ``raw`` was handed to beflow: delegated to its app user, or assigned to the token's user."""
+        """Whether ``raw`` was handed to beflow: delegated to its app user. (An issue merely assigned to the token's
+        user is not: with a person's key that is every issue of theirs, and assignment as a trigger is opt-in.)"""
         me = self.viewer().viewer.id
-        return any(user is not None and user.id == me for user in (raw.delegate, raw.assignee))
+        return raw.delegate is not None and raw.delegate.id == me
 
     def take(self, raw: wire.Issue) -> dict[str, Any]:
         """The ``IssueUpdateInput`` that makes beflow the one working ``raw``: its delegate with an app's token (the

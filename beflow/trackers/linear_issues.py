@@ -192,7 +192,7 @@ class TeamIssues:
 
     def mine(self, raw: wire.Issue) -> bool:
         """Whether ``raw`` is beflow's: of the team (and project), carrying every label of ``tracker.labels`` or
-        handed to beflow (delegated to its app user, or assigned to the token's user)."""
+        delegated to beflow's app user."""
         if raw.team.key != self.settings.team:
             return False
         if self.settings.project is not None and (raw.project is None or raw.project.name != self.settings.project):

@@ -435,7 +435,7 @@ def issue_filter(
     """The ``IssueFilter`` of a team's issues (by its key): in ``project`` (by name) if given, in a state of one of
     ``state_types``, updated after ``updated_after`` (ISO 8601), and carrying every one of ``labels`` (each without
     regard to case) or delegated to the user ``delegate`` (an id: beflow's app user) whatever their labels; ``handed``:
-    or delegated or assigned to the token's own user (whoever asks: Linear's ``isMe``)."""
+    or delegated to the token's own user (whoever asks: Linear's ``isMe``; only an app user can be a delegate)."""
     parts: list[dict[str, Any]] = [{"team": {"key": {"eq": team}}}]
     if project is not None:
         parts.append({"project": {"name": {"eq": project}}})
@@ -447,7 +447,7 @@ def issue_filter(
     labelled: list[dict[str, Any]] = [{"labels": {"some": {"name": {"eqIgnoreCase": name}}}} for name in labels]
     given: list[dict[str, Any]] = [{"delegate": {"id": {"eq": delegate}}}] if delegate is not None else []
     if handed:
-        given += [{"delegate": {"isMe": {"eq": True}}}, {"assignee": {"isMe": {"eq": True}}}]
+        given += [{"delegate": {"isMe": {"eq": True}}}]
     if labelled and given:
         parts.append({"or": [{"and": labelled}, *given]})
     else:

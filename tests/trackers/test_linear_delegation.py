@@ -44,16 +44,16 @@ def test_an_issue_delegated_to_beflows_app_is_ready_without_the_label_even_in_th
         assert [i.key for i in person.ready()] == ["ENG-1"]
 
 
-def test_an_issue_assigned_to_the_tokens_user_is_ready_in_the_ready_states(linear: FakeLinear) -> None:
+def test_an_issue_merely_assigned_to_the_tokens_user_is_not_beflows(linear: FakeLinear) -> None:
+    # With a person's key, the token's user is that person: every issue of theirs would be beflow's.
     mine = linear.add_issue("Assigned to the key's user")
     mine["assignee"] = linear.person
-    backlog = linear.add_issue("Assigned, in the backlog", state="Backlog")
-    backlog["assignee"] = linear.person
-    other = linear.add_issue("Assigned to someone else")
-    other["assignee"] = linear.user("Grace Hopper")
+    labelled = linear.add_issue("Labelled", labels=["beflow"])
+    labelled["assignee"] = linear.person
     with tracker_of(linear, API_KEY) as tracker:
-        assert [i.key for i in tracker.ready()] == ["ENG-1"]
-        assert tracker.get("ENG-2").status == Status.OPEN
+        assert [i.key for i in tracker.ready()] == ["ENG-2"]
+        with pytest.raises(NotFoundError, match="not beflow's"):
+            tracker.get("ENG-1")
 
 
 @pytest.mark.parametrize(("token", "field"), [(APP_TOKEN, "delegate"), (API_KEY, "assignee")])
