@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Annotated, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -76,7 +76,35 @@ class LocalTrackerSettings(Model):
         return NoCodeHostSettings(kind="none")
 
 
-class GitHubTrackerSettings(Model):
+class _ServiceTracker:
+    """What a tracker of an outside service (GitHub, GitLab, Linear) says of itself: its token is a secret of every
+    run, its issues are not files of the checkout, and beflow's statuses it has no place for are labels."""
+
+    if TYPE_CHECKING:  # (each tracker's settings model declares them, with its own defaults)
+        token_env: str
+        agent_token: bool
+        status_prefix: str
+
+    def secret_env(self) -> list[str]:
+        """The environment variables holding this tracker's secrets: every run masks their values and withholds
+        them from the agent (docs/safety.md)."""
+        return [self.token_env]
+
+    def agent_gets_secrets(self) -> bool:
+        """Whether the agent's environment keeps :meth:`secret_env` (``agent_token``)."""
+        return self.agent_token
+
+    def issues_in_checkout(self) -> bool:
+        return False
+
+    def outside_service(self) -> bool:
+        return True
+
+    def status_label_prefix(self) -> str | None:
+        return self.status_prefix
+
+
+class GitHubTrackerSettings(_ServiceTracker, Model):
     """GitHub Issues (docs/trackers.md): which issues are beflow's, where status lives, how claims are leased."""
 
     kind: Literal["github"]
@@ -97,24 +125,6 @@ class GitHubTrackerSettings(Model):
     #: Whether the agent's environment gets the token (it does not by default).
     agent_token: Flag = False
 
-    def secret_env(self) -> list[str]:
-        """The environment variables holding this tracker's secrets: every run masks their values and withholds
-        them from the agent (docs/safety.md)."""
-        return [self.token_env]
-
-    def agent_gets_secrets(self) -> bool:
-        """Whether the agent's environment keeps :meth:`secret_env` (``agent_token``)."""
-        return self.agent_token
-
-    def issues_in_checkout(self) -> bool:
-        return False
-
-    def outside_service(self) -> bool:
-        return True
-
-    def status_label_prefix(self) -> str | None:
-        return self.status_prefix
-
     def implied_code_host(self) -> CodeHostSettings:
         """The issues' own repository, through the same API and token."""
         return GitHubCodeHostSettings(kind="github", repo=self.repo, api_url=self.api_url, token_env=self.token_env)
@@ -130,7 +140,7 @@ class GitHubTrackerSettings(Model):
         return _http_url(value)
 
 
-class GitLabTrackerSettings(Model):
+class GitLabTrackerSettings(_ServiceTracker, Model):
     """GitLab issues (docs/trackers.md): which issues are beflow's, where status lives, how claims are leased."""
 
     kind: Literal["gitlab"]
@@ -154,24 +164,6 @@ class GitLabTrackerSettings(Model):
     #: Whether the agent's environment gets the token (it does not by default).
     agent_token: Flag = False
 
-    def secret_env(self) -> list[str]:
-        """The environment variables holding this tracker's secrets: every run masks their values and withholds
-        them from the agent (docs/safety.md)."""
-        return [self.token_env]
-
-    def agent_gets_secrets(self) -> bool:
-        """Whether the agent's environment keeps :meth:`secret_env` (``agent_token``)."""
-        return self.agent_token
-
-    def issues_in_checkout(self) -> bool:
-        return False
-
-    def outside_service(self) -> bool:
-        return True
-
-    def status_label_prefix(self) -> str | None:
-        return self.status_prefix
-
     def implied_code_host(self) -> CodeHostSettings:
         """The issues' own project, on the same instance with the same token."""
         return GitLabCodeHostSettings(kind="gitlab", project=self.project, url=self.url, token_env=self.token_env)
@@ -191,7 +183,7 @@ class GitLabTrackerSettings(Model):
 LinearStateType = Literal["triage", "backlog", "unstarted", "started", "completed", "canceled"]
 
 
-class LinearTrackerSettings(Model):
+class LinearTrackerSettings(_ServiceTracker, Model):
     """Linear issues of one team (docs/trackers.md): which issues are beflow's, how beflow's statuses map to the
     team's workflow states, how claims are leased."""
 
@@ -220,23 +212,6 @@ class LinearTrackerSettings(Model):
     lease: Seconds = 300.0
     #: Whether the agent's environment gets the token (it does not by default).
     agent_token: Flag = False
-
-    def secret_env(self) -> list[str]:
-        """The environment variables holding this tracker's secrets: every run masks their values and withholds
-        them from the agent (docs/safety.md)."""
-        return [self.token_env]
-
-    def agent_gets_secrets(self) -> bool:
-        return self.agent_token
-
-    def issues_in_checkout(self) -> bool:
-        return False
-
-    def outside_service(self) -> bool:
-        return True
-
-    def status_label_prefix(self) -> str | None:
-        return self.status_prefix
 
     def implied_code_host(self) -> CodeHostSettings:
         """None: Linear keeps no code; ``code_host`` names where the branches go."""
