@@ -258,6 +258,26 @@ def draft_issue(title: str, body: str, labels: list[str] | None, priority: int, 
     return draft
 
 
+def draft_comment(text: str, author: str) -> Comment:
+    """A new comment as every tracker takes it (text it can read back, within its size), before the tracker writes
+    it; bad input is a :class:`UsageError` saying what is wrong."""
+    try:
+        return Comment(author=author, created=utc_now(), text=text)
+    except ValidationError as exc:
+        raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
+
+
+def labels_of_new(mine: list[str], draft: Issue, status_label: str | None) -> list[str]:
+    """The labels a tracker that keeps status and priority in labels gives a new issue: its own (``mine``), the
+    draft's, the status's and ``priority:N`` when not the default; each once, in that order."""
+    names = [*mine, *draft.labels]
+    if status_label:
+        names.append(status_label)
+    if draft.priority != DEFAULT_PRIORITY:
+        names.append(f"priority:{draft.priority}")
+    return list(dict.fromkeys(names))
+
+
 class FileProblem(BaseModel):
     """One issue file that could not be read, and why."""
 

@@ -25,8 +25,6 @@ import uuid
 from contextlib import AbstractContextManager
 from typing import Any
 
-import pydantic
-
 from beflow.config import LinearTrackerSettings, Project
 from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.trackers import linear_queries as q
@@ -41,9 +39,9 @@ from beflow.trackers.issue import (
     Listing,
     Status,
     check_transition,
+    draft_comment,
     draft_issue,
     normalize_key,
-    utc_now,
 )
 from beflow.trackers.linear_access import access_checks
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError
@@ -280,10 +278,7 @@ class LinearTracker:
         return self.issues.issue(made)
 
     def comment(self, key: str, text: str, author: str) -> Comment:
-        try:
-            Comment(author=author, created=utc_now(), text=text)
-        except pydantic.ValidationError as exc:
-            raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
+        draft_comment(text, author)
         raw, _ = self._raw(key)
         with self.claims.under_lease(raw.identifier):
             posted = self.comments.post(raw.id, text)
