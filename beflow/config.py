@@ -12,7 +12,7 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -48,6 +48,8 @@ class AgentCommand(Model):
 
 class LocalTrackerSettings(Model):
     kind: Literal["local"] = "local"
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = None
     dir: str = ".beflow/issues"
 
     def secret_env(self) -> list[str]:
@@ -74,24 +76,14 @@ class LocalTrackerSettings(Model):
         return NoCodeHostSettings(kind="none")
 
 
-class GitHubTrackerSettings(Model):
-    """GitHub Issues (docs/trackers.md): which issues are beflow's, where status lives, how claims are leased."""
+class _ServiceTracker:
+    """What a tracker of an outside service (GitHub, GitLab, Linear) says of itself: its token is a secret of every
+    run, its issues are not files of the checkout, and beflow's statuses it has no place for are labels."""
 
-    kind: Literal["github"]
-    #: ``owner/name``; left out, it is read from the checkout's ``origin`` remote.
-    repo: str | None = None
-    #: An issue is beflow's when it carries every one of these labels (and is not a pull request).
-    labels: list[Annotated[str, Field(min_length=1, max_length=50)]] = Field(default_factory=lambda: ["beflow"])
-    #: Status labels are this prefix and the status: ``beflow:ready``, ``beflow:in-progress``, ...
-    status_prefix: str = Field(default="beflow:", min_length=1, max_length=30)
-    #: The environment variable holding the token (else ``gh auth token``).
-    token_env: str = Field(default="GITHUB_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    #: The REST API's base URL; else ``$GITHUB_API_URL``; else https://api.github.com.
-    api_url: str | None = None
-    #: Seconds a claim lasts without renewal: after that another watcher may take the issue over.
-    lease: Seconds = 300.0
-    #: Whether the agent's environment gets the token (it does not by default).
-    agent_token: Flag = False
+    if TYPE_CHECKING:  # (each tracker's settings model declares them, with its own defaults)
+        token_env: str
+        agent_token: bool
+        status_prefix: str
 
     def secret_env(self) -> list[str]:
         """The environment variables holding this tracker's secrets: every run masks their values and withholds
@@ -111,6 +103,28 @@ class GitHubTrackerSettings(Model):
     def status_label_prefix(self) -> str | None:
         return self.status_prefix
 
+
+class GitHubTrackerSettings(_ServiceTracker, Model):
+    """GitHub Issues (docs/trackers.md): which issues are beflow's, where status lives, how claims are leased."""
+
+    kind: Literal["github"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = "github"
+    #: ``owner/name``; left out, it is read from the checkout's ``origin`` remote.
+    repo: str | None = None
+    #: An issue is beflow's when it carries every one of these labels (and is not a pull request).
+    labels: list[Annotated[str, Field(min_length=1, max_length=50)]] = Field(default_factory=lambda: ["beflow"])
+    #: Status labels are this prefix and the status: ``beflow:ready``, ``beflow:in-progress``, ...
+    status_prefix: str = Field(default="beflow:", min_length=1, max_length=30)
+    #: The environment variable holding the token (else ``gh auth token``).
+    token_env: str = Field(default="GITHUB_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: The REST API's base URL; else ``$GITHUB_API_URL``; else https://api.github.com.
+    api_url: str | None = None
+    #: Seconds a claim lasts without renewal: after that another watcher may take the issue over.
+    lease: Seconds = 300.0
+    #: Whether the agent's environment gets the token (it does not by default).
+    agent_token: Flag = False
+
     def implied_code_host(self) -> CodeHostSettings:
         """The issues' own repository, through the same API and token."""
         return GitHubCodeHostSettings(kind="github", repo=self.repo, api_url=self.api_url, token_env=self.token_env)
@@ -126,10 +140,12 @@ class GitHubTrackerSettings(Model):
         return _http_url(value)
 
 
-class GitLabTrackerSettings(Model):
+class GitLabTrackerSettings(_ServiceTracker, Model):
     """GitLab issues (docs/trackers.md): which issues are beflow's, where status lives, how claims are leased."""
 
     kind: Literal["gitlab"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = "gitlab"
     #: The project's path (``group/name``, subgroups included); left out, it is read from the checkout's ``origin``.
     project: str | None = None
     #: The GitLab instance: gitlab.com, or a self-managed one's address (its REST API is ``<url>/api/v4``).
@@ -147,24 +163,6 @@ class GitLabTrackerSettings(Model):
     confidential: Flag = False
     #: Whether the agent's environment gets the token (it does not by default).
     agent_token: Flag = False
-
-    def secret_env(self) -> list[str]:
-        """The environment variables holding this tracker's secrets: every run masks their values and withholds
-        them from the agent (docs/safety.md)."""
-        return [self.token_env]
-
-    def agent_gets_secrets(self) -> bool:
-        """Whether the agent's environment keeps :meth:`secret_env` (``agent_token``)."""
-        return self.agent_token
-
-    def issues_in_checkout(self) -> bool:
-        return False
-
-    def outside_service(self) -> bool:
-        return True
-
-    def status_label_prefix(self) -> str | None:
-        return self.status_prefix
 
     def implied_code_host(self) -> CodeHostSettings:
         """The issues' own project, on the same instance with the same token."""
@@ -185,11 +183,13 @@ class GitLabTrackerSettings(Model):
 LinearStateType = Literal["triage", "backlog", "unstarted", "started", "completed", "canceled"]
 
 
-class LinearTrackerSettings(Model):
+class LinearTrackerSettings(_ServiceTracker, Model):
     """Linear issues of one team (docs/trackers.md): which issues are beflow's, how beflow's statuses map to the
     team's workflow states, how claims are leased."""
 
     kind: Literal["linear"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = "linear"
     #: The team's key (``ENG``: the start of its issues' identifiers).
     team: str = Field(pattern=r"^[A-Za-z0-9_]{1,20}$")
     #: Only the issues of this project (by name), when given.
@@ -212,23 +212,6 @@ class LinearTrackerSettings(Model):
     lease: Seconds = 300.0
     #: Whether the agent's environment gets the token (it does not by default).
     agent_token: Flag = False
-
-    def secret_env(self) -> list[str]:
-        """The environment variables holding this tracker's secrets: every run masks their values and withholds
-        them from the agent (docs/safety.md)."""
-        return [self.token_env]
-
-    def agent_gets_secrets(self) -> bool:
-        return self.agent_token
-
-    def issues_in_checkout(self) -> bool:
-        return False
-
-    def outside_service(self) -> bool:
-        return True
-
-    def status_label_prefix(self) -> str | None:
-        return self.status_prefix
 
     def implied_code_host(self) -> CodeHostSettings:
         """None: Linear keeps no code; ``code_host`` names where the branches go."""
@@ -284,6 +267,8 @@ class GitHubCodeHostSettings(Model):
     """GitHub as the code host (docs/config.md): where runs' branches are pushed and proposed as pull requests."""
 
     kind: Literal["github"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = "github"
     #: ``owner/name``; left out, it is read from the checkout's ``origin`` remote.
     repo: str | None = None
     #: The REST API's base URL; else ``$GITHUB_API_URL``; else https://api.github.com.
@@ -310,6 +295,8 @@ class GitLabCodeHostSettings(Model):
     """GitLab as the code host (docs/config.md): where runs' branches are pushed and proposed as merge requests."""
 
     kind: Literal["gitlab"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = "gitlab"
     #: The project's path (``group/name``); left out, it is read from the checkout's ``origin`` remote.
     project: str | None = None
     #: The GitLab instance: gitlab.com, or a self-managed one's address.
@@ -336,6 +323,8 @@ class NoCodeHostSettings(Model):
     """No code host: branches stay in the local repository."""
 
     kind: Literal["none"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = None
 
     def secret_env(self) -> list[str]:
         return []
@@ -453,6 +442,29 @@ class Http(Model):
     origins: list[OriginUrl] = Field(default_factory=list)
 
 
+EnvVar = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class WebhookSecrets(Model):
+    """The environment variable holding each forge's webhook secret (docs/webhooks.md): a forge with none named is
+    refused at ``/hooks/<forge>``."""
+
+    github: EnvVar | None = None
+    gitlab: EnvVar | None = None
+    linear: EnvVar | None = None
+
+    def named(self) -> dict[str, str]:
+        """Forge → variable, for the forges that name one."""
+        return {forge: name for forge, name in self.model_dump().items() if name}
+
+
+class Webhooks(Model):
+    """``POST /hooks/{github,gitlab,linear}`` on ``beflow watch --http`` and ``beflow serve`` (docs/webhooks.md): a
+    verified delivery of the configured tracker's or code host's forge wakes the watch at once."""
+
+    secret_env: WebhookSecrets = Field(default_factory=WebhookSecrets)
+
+
 class Feedback(Model):
     """Review rounds (docs/rounds.md): what counts as feedback on a run's work, from whom, and how many rounds."""
 
@@ -548,6 +560,7 @@ class Config(Model):
     mcp: Mcp = Field(default_factory=Mcp)
     agent_env: AgentEnv = Field(default_factory=AgentEnv)
     http: Http = Field(default_factory=Http)
+    webhooks: Webhooks = Field(default_factory=Webhooks)
     limits: Limits = Field(default_factory=Limits)
     feedback: Feedback = Field(default_factory=Feedback)
     sandbox: Sandbox = Field(default_factory=Sandbox)
@@ -574,6 +587,11 @@ class Config(Model):
             # what it says itself.
             return implied.model_copy(update=self.code_host.model_dump(include=self.code_host.model_fields_set))
         return self.code_host
+
+    def webhook_forges(self) -> set[str]:
+        """The forges whose webhooks may wake a watch of this project: the tracker's and the code host's."""
+        found = {self.tracker.forge, self.code_host_settings().forge}
+        return {forge for forge in found if forge is not None}
 
     def acpx_argv(self) -> list[str]:
         """The argv prefix that starts acpx: configured, else ``acpx`` on PATH, else the pinned one via npx — with

@@ -335,6 +335,42 @@ def check_agent_env(project: Project) -> Check:
 
 PROJECT_CHECKS.append(check_agent_env)
 
+#: Characters a webhook secret should have at least: it is all that lets a delivery in.
+WEBHOOK_SECRET_MIN = 16
+
+
+def check_webhooks(project: Project) -> Check | None:
+    """The webhooks' secrets (docs/webhooks.md): each variable ``webhooks.secret_env`` names is set (else that
+    forge's deliveries are all refused), long enough, and of a forge the project uses (else they do nothing)."""
+    named = project.config.webhooks.secret_env.named()
+    if not named:
+        return None
+    used = project.config.webhook_forges()
+    unset = [
+        f"webhooks.secret_env.{forge} names ${name}, which is not set"
+        for forge, name in named.items()
+        if not os.environ.get(name, "").strip()
+    ]
+    if unset:
+        return Check(
+            "webhooks",
+            False,
+            "; ".join(unset),
+            "Export the secret the forge signs its deliveries with in that variable.",
+        )
+    short = [forge for forge, name in named.items() if len(os.environ[name].strip()) < WEBHOOK_SECRET_MIN]
+    unused = [forge for forge in named if forge not in used]
+    detail = f"POST /hooks/{{{','.join(named)}}} of `beflow watch --http` wakes the watch"
+    if short or unused:
+        said = [f"{', '.join(short)}: the secret is shorter than {WEBHOOK_SECRET_MIN} characters"] if short else []
+        said += [f"{', '.join(unused)}: neither the tracker's nor the code host's forge: ignored"] if unused else []
+        fix = "Use a long random secret (openssl rand -hex 32); name only the forges of the tracker and code host."
+        return Check("webhooks", True, f"{detail}; " + "; ".join(said), fix, warning=True)
+    return Check("webhooks", True, detail)
+
+
+PROJECT_CHECKS.append(check_webhooks)
+
 
 def check_engine(project: Project) -> Check | None:
     """The engine's service answers (a fleet's Temporal service: docs/fleet.md); the default engine needs nothing."""

@@ -442,3 +442,35 @@ def test_mcp_self_is_only_spelled_self(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match=r"mcp\.self_server: unknown key"):
         load_config_file(path)
+
+
+@pytest.mark.parametrize(
+    ("webhooks", "error"),
+    [
+        ({"secret_env": {"bitbucket": "SECRET"}}, r"webhooks\.secret_env\.bitbucket: unknown key"),
+        ({"secret_env": {"github": "not a name"}}, r"webhooks\.secret_env\.github"),
+        ({"secret": "inline"}, r"webhooks\.secret: unknown key"),
+    ],
+)
+def test_a_webhooks_setting_that_is_wrong_is_named(tmp_path: Path, webhooks: dict[str, object], error: str) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"webhooks": webhooks}))
+
+    with pytest.raises(ConfigError, match=error):
+        load_config_file(path)
+
+
+def test_webhooks_act_for_the_forges_of_the_tracker_and_the_code_host(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    forges = {
+        json.dumps({}): set(),
+        json.dumps({"tracker": {"kind": "github", "repo": "a/b"}}): {"github"},
+        json.dumps({"tracker": {"kind": "gitlab", "project": "a/b"}}): {"gitlab"},
+        json.dumps({"tracker": {"kind": "linear", "team": "ENG"}, "code_host": {"kind": "github"}}): {
+            "linear",
+            "github",
+        },
+    }
+    for text, expected in forges.items():
+        path.write_text(text)
+        assert load_config_file(path).webhook_forges() == expected, text

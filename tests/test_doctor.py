@@ -326,3 +326,41 @@ def test_a_code_host_that_does_not_open_is_a_line_with_its_fix(repo: Path) -> No
     assert (host.name, host.ok) == ("code_host", False)
     assert "code_host.repo: not set, and the checkout has no origin remote" in host.detail
     assert host.fix == 'Set "repo": "owner/name" in the code_host settings.'
+
+
+def test_doctor_says_whether_the_webhooks_can_be_verified(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    from beflow.config import load_project
+    from beflow.doctor import check_webhooks
+
+    path = config_file(repo)
+    path.write_text(json.dumps({"code_host": {"kind": "github", "repo": "acme/widgets"}}))
+    assert check_webhooks(load_project(path)) is None  # no webhooks: nothing to say
+
+    path.write_text(
+        json.dumps(
+            {
+                "code_host": {"kind": "github", "repo": "acme/widgets"},
+                "webhooks": {"secret_env": {"github": "HOOK_SECRET_OF_THE_TEST"}},
+            }
+        )
+    )
+    monkeypatch.delenv("HOOK_SECRET_OF_THE_TEST", raising=False)
+    unset = check_webhooks(load_project(path))
+    assert unset is not None and not unset.ok
+    assert "webhooks.secret_env.github names $HOOK_SECRET_OF_THE_TEST, which is not set" in unset.detail
+
+    monkeypatch.setenv("HOOK_SECRET_OF_THE_TEST", "0123456789abcdef0123")
+    good = check_webhooks(load_project(path))
+    assert good is not None and good.ok and not good.warning
+    assert "0123456789abcdef0123" not in good.detail + (good.fix or "")
+
+    monkeypatch.setenv("HOOK_SECRET_OF_THE_TEST", "short")
+    path.write_text(
+        json.dumps({"webhooks": {"secret_env": {"github": "HOOK_SECRET_OF_THE_TEST"}}})  # local tracker, no code host
+    )
+    warned = check_webhooks(load_project(path))
+    assert warned is not None and warned.ok and warned.warning
+    assert "shorter than 16 characters" in warned.detail
+    assert "neither the tracker's nor the code host's" in warned.detail

@@ -4,8 +4,9 @@ An agent runs as the same user as beflow and does what an issue tells it; whatev
 print, commit or send away. So by default the agent (acpx, the agent it starts, the hooks that run in its worktree
 afterwards) gets beflow's environment with three kinds of variable taken out:
 
-1. **the tracker's secrets** (each tracker's settings name their own: ``secret_env()``), and
-   any other variable holding the same value; only the tracker's own setting (``agent_token``) gives them back;
+1. **the tracker's secrets** (each tracker's settings name their own: ``secret_env()``), the code host's, the
+   webhooks' (``webhooks.secret_env``) and beflow's own, and any other variable holding the same value; only the
+   tracker's own setting (``agent_token``) gives the tracker's back;
 2. **the default drop list** (:data:`DEFAULT_DROP`): cloud provider credentials, ``*_TOKEN``, ``*_SECRET*``,
    ``*_PASSWORD``, ``SSH_AUTH_SOCK``, ``GPG_AGENT_INFO``, ...;
 3. what ``agent_env.drop`` names.
@@ -121,8 +122,9 @@ def tracker_secrets(config: Config) -> tuple[list[str], list[str]]:
     withheld, granted = ([], names) if tracker.agent_gets_secrets() else (names, [])
     hosts = [name for name in config.code_host_settings().secret_env() if name not in names]
     engine = [name for name in config.engine.secret_env() if name not in names and name not in hosts]
+    hooks = [name for name in config.webhooks.secret_env.named().values() if name not in names]
     own = [name for name in own_secret_env() if name not in names]
-    return [*withheld, *hosts, *engine, *own], granted
+    return list(dict.fromkeys([*withheld, *hosts, *engine, *hooks, *own])), granted
 
 
 def own_secret_env() -> list[str]:
@@ -136,8 +138,9 @@ def held_secret_env(config: Config) -> list[str]:
     """Every variable beflow holds a secret in for this project (the tracker's, the code host's, the engine's, and
     beflow's own: the HTTP server's token): their values are masked in everything a run writes, whoever gets them."""
     settings = config.code_host_settings()
-    names = [*config.tracker.secret_env(), *settings.secret_env(), *config.engine.secret_env(), *own_secret_env()]
-    return list(dict.fromkeys(names))
+    hooks = list(config.webhooks.secret_env.named().values())  # (the webhooks' secrets: a forged delivery's key)
+    names = [*config.tracker.secret_env(), *settings.secret_env(), *config.engine.secret_env(), *hooks]
+    return list(dict.fromkeys([*names, *own_secret_env()]))
 
 
 def held_secrets(config: Config, environ: Mapping[str, str] | None = None) -> list[str]:

@@ -24,6 +24,8 @@ def announce(serving: Serving) -> None:
     token = serving.token
     url = escape(serving.url)
     err.print(f"beflow: serving {url}/ (API {url}/api/v1/, MCP {url}/mcp)")
+    if serving.webhooks:
+        err.print(f"beflow: webhooks at {', '.join(f'{url}/hooks/{forge}' for forge in serving.webhooks)}")
     if token.created:
         err.print(
             f"beflow: a token was made for this server and stored in {escape(str(token.path))} (said once): "

@@ -231,7 +231,7 @@ class GitLabCodeHost:
     def _open_mr(self, branch: str) -> wire.MergeRequest | None:
         path = f"{self._base}/merge_requests"
         found = self.api.paginate(path, {"source_branch": branch, "state": "opened"}, max_pages=1)
-        mrs = wire.parse_list(wire.MergeRequest, found, f"GET {path}")
+        mrs = [mr for mr in wire.parse_list(wire.MergeRequest, found, f"GET {path}") if wire.own_branch(mr, branch)]
         return max(mrs, key=lambda mr: mr.iid) if mrs else None
 
     # -- feedback (review rounds) ----------------------------------------------------------------------------------

@@ -66,16 +66,18 @@ def _unreadable(unread: list[wire.Unread]) -> list[Ignored]:
 class Replies:
     """beflow's answers in a merge request's threads, each posted once, masked and inert."""
 
-    def __init__(self, api: Api, base: str, secrets: Callable[[], Iterable[str]]) -> None:
+    def __init__(self, api: Api, base: str, secrets: Callable[[], Iterable[str]], me: Callable[[], int]) -> None:
         self.api = api
         self._base = base
         self._secrets = secrets
+        self._me = me  # the id of the token's user: the author of every answer of beflow's
 
     def reply(self, piece: Feedback, body: str) -> None:
         """Answer ``piece`` in its thread (a failed pipeline, which has none: in a note of the merge request).
         ``body`` is masked (every secret beflow holds), made inert and carries beflow's marker (so it never counts
         as feedback itself). A piece is answered once, whoever answers it: the answer carries a token of the piece,
-        and one already there (another machine's, or this one's before it was stopped) is the answer."""
+        and one already there by the token's user (another machine's, or this one's before it was stopped) is the
+        answer."""
         if piece.id.partition(":")[0] not in GITLAB_KINDS:
             return  # another source's piece: not ours to answer on GitLab
         mr = piece.conversation
@@ -125,7 +127,9 @@ class Replies:
     def _posted(self, mr: int, token: str) -> bool:
         path = f"{self._base}/merge_requests/{mr}/discussions"
         threads, _ = wire.read_each(wire.Discussion, self.api.paginate(path, max_pages=MAX_PAGES), f"GET {path}")
-        return any(token in note.text for thread in threads for note in thread.notes)
+        # The token is of the piece, which anyone can work out: in a note by anyone else it answers nothing.
+        me = self._me()
+        return any(token in note.text and note.author.id == me for thread in threads for note in thread.notes)
 
 
 @dataclass
@@ -163,7 +167,7 @@ class GitLabFeedback:
         self._base = base
         self.settings = settings
         self.members = Members(api, base, project, settings.allow)
-        self.replies = Replies(api, base, secrets)
+        self.replies = Replies(api, base, secrets, lambda: self.members.me().id)
         self.pipelines = Pipelines(api, base)
         self._lock = threading.RLock()
         order = {"order_by": "updated_at", "sort": "asc"}
@@ -235,9 +239,11 @@ class GitLabFeedback:
             if listing is self._mrs:
                 mrs, _ = wire.read_each(wire.MergeRequest, data, f"GET {listing.path}")
                 for mr in mrs:
+                    latest = max(latest, _iso(mr.updated_at.timestamp()))
+                    if not wire.own_branch(mr, mr.source_branch):
+                        continue  # a fork's, whatever its branch is named
                     held = self._updated.get(mr.source_branch)
                     self._updated[mr.source_branch] = mr.updated_at if held is None else max(held, mr.updated_at)
-                    latest = max(latest, _iso(mr.updated_at.timestamp()))
             else:
                 runs, _ = wire.read_each(wire.Pipeline, data, f"GET {listing.path}")
                 for run in runs:
@@ -252,7 +258,7 @@ class GitLabFeedback:
         """The merge request of ``branch``: the open one, else the latest (merged or closed: the rounds end)."""
         path = f"{self._base}/merge_requests"
         found = self.api.paginate(path, {"source_branch": branch, "state": "all"}, max_pages=1)
-        mrs = [mr for mr in wire.parse_list(wire.MergeRequest, found, f"GET {path}") if mr.source_branch == branch]
+        mrs = [mr for mr in wire.parse_list(wire.MergeRequest, found, f"GET {path}") if wire.own_branch(mr, branch)]
         if not mrs:
             return None
         opened = [mr for mr in mrs if mr.state == "opened"]

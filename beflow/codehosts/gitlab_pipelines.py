@@ -22,6 +22,8 @@ from beflow.trackers.quoting import code, fenced
 #: The most lines, and bytes, of a failed job's log that reach a prompt (its end: where a failure shows).
 MAX_LOG_LINES = 40
 MAX_LOG_BYTES = 4000
+#: The most of a log's end that is read to find them (colours and section markers take room).
+MAX_LOG_READ = 64 * 1024
 #: The most failed jobs of one pipeline whose logs are read.
 MAX_JOBS = 5
 #: The commits whose latest pipeline is remembered (the oldest forgotten first).
@@ -115,11 +117,12 @@ class Pipelines:
     def _log(self, job: wire.Job) -> str:
         path = f"{self._base}/jobs/{job.id}/trace"
         try:
-            data = self.api.request("GET", path).data
+            # Its end only, streamed: a job's log may be hundreds of megabytes.
+            data = self.api.tail(path, MAX_LOG_READ).decode("utf-8", "replace")
         except RateLimited:
             raise
         except GitLabError as error:
             if error.status in (403, 404):
                 return f"(its log cannot be read: {error.status})"
             raise
-        return tail(data if isinstance(data, str) else "")
+        return tail(data)

@@ -100,6 +100,8 @@ class RunRecord(BaseModel):
 
     id: str
     issue: str
+    #: The tracker's stable id of the issue (:attr:`~beflow.trackers.issue.Issue.id`), when its key can change.
+    issue_id: str | None = None
     title: str = ""
     mode: Mode
     agent: str

@@ -72,13 +72,16 @@ class RunStore(RunFiles):
     def resumable_session(self, record: RunRecord) -> str | None:
         """The ACP session of ``record``'s issue's latest earlier run with the same agent, if it recorded one (a
         retry and a review round resume it)."""
-        for earlier in self.records([record.issue]):
-            if earlier.issue == record.issue and earlier.id != record.id and earlier.agent == record.agent:
+        for earlier in self.records([record.issue], ids=[record.issue_id] if record.issue_id else ()):
+            if earlier.id != record.id and earlier.agent == record.agent:
                 return earlier.session
         return None
 
-    def records(self, issues: Collection[str] | None = None, limit: int | None = None) -> list[RunRecord]:
-        """The readable records (of ``issues`` only, when given), newest first; with ``limit``, the newest ``limit``.
+    def records(
+        self, issues: Collection[str] | None = None, limit: int | None = None, *, ids: Collection[str] = ()
+    ) -> list[RunRecord]:
+        """The readable records (of ``issues`` only, when given, and of the issues whose tracker's stable id is one
+        of ``ids``: a moved issue's runs under its former key), newest first; with ``limit``, the newest ``limit``.
 
         Run ids start with their start time and carry their issue's key (:func:`new_run_id`), so a question about
         a few issues or the latest runs reads those records, not every record of the project: directories are
@@ -87,16 +90,19 @@ class RunStore(RunFiles):
         with self._opened() as root:
             if root is None:
                 return []
-            found = self._newest(root, issues, limit)
+            found = self._newest(root, issues, limit, ids)
         if issues is not None:
-            found = [record for record in found if record.issue in issues]
+            found = [record for record in found if _of(record, issues, ids)]
         # By start time, not by id: ids tell seconds only, and two runs can start within the same second.
         found.sort(key=lambda r: (r.started_at, r.id), reverse=True)
         return found if limit is None else found[:limit]
 
-    def _newest(self, root: files.Opened, issues: Collection[str] | None, limit: int | None) -> list[RunRecord]:
+    def _newest(
+        self, root: files.Opened, issues: Collection[str] | None, limit: int | None, ids: Collection[str] = ()
+    ) -> list[RunRecord]:
         """:meth:`records`' reading, from the runs' directory held open: not in order yet."""
-        tags = None if issues is None else {slug(key, max_length=24) for key in issues}
+        # A directory's name tells its issue's key then, not its stable id: asked by id, every record is read.
+        tags = None if issues is None or ids else {slug(key, max_length=24) for key in issues}
         timed: list[tuple[str, str]] = []  # (start second, name)
         untimed: list[str] = []
         for name in self._names(root):
@@ -113,7 +119,7 @@ class RunStore(RunFiles):
             if cutoff is not None and start < cutoff:
                 break
             for _, record in self._read(lambda path: True, [name], root):
-                if issues is None or record.issue in issues:
+                if issues is None or _of(record, issues, ids):
                     found.append(record)
                     kept += 1
             if limit is not None and kept >= limit and cutoff is None:
@@ -257,3 +263,8 @@ class RunStore(RunFiles):
         """The record of the run ``run_id`` exactly (no prefix, no ``latest``), as ``run.json`` holds it: read as
         :meth:`read` reads (``OSError``), parsed (``ValidationError``)."""
         return RunRecord.model_validate_json(self.read(run_id, "run.json", limit=MAX_RECORD))
+
+
+def _of(record: RunRecord, issues: Collection[str], ids: Collection[str]) -> bool:
+    """Whether ``record`` is a run of one of ``issues`` (by key) or of ``ids`` (by the tracker's stable id)."""
+    return record.issue in issues or (record.issue_id is not None and record.issue_id in ids)

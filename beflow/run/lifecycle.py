@@ -31,7 +31,7 @@ from beflow.mcp.inject import Injection, managed_acpxrc
 from beflow.mcp.own import secret_part
 from beflow.mcp.redact import Redactor
 from beflow.paths import ACPXRC
-from beflow.records.record import WORDS_FIELDS, Outcome, RunRecord, masked_record, new_run_id
+from beflow.records.record import DONE_OUTCOMES, WORDS_FIELDS, Outcome, RunRecord, masked_record, new_run_id
 from beflow.records.store import RunStore
 from beflow.repository import repoguard
 from beflow.run import issue_status
@@ -39,11 +39,12 @@ from beflow.run.issue_status import Unreported
 from beflow.run.policy import give_up_note
 from beflow.run.reporter import ProgressReporter
 from beflow.run.request import RunRequest, new_record
+from beflow.run.session_reporter import SessionReporter
 from beflow.run.summary import summary
 from beflow.system import interrupts
 from beflow.system.journal import SAVED_DAYS
 from beflow.trackers import Issue, Status, Tracker
-from beflow.trackers.base import ShowsProgress
+from beflow.trackers.base import HostsAgentSessions, ShowsProgress
 from beflow.trackers.quoting import inert
 
 
@@ -121,6 +122,13 @@ class Session:
         self.claim_lost: str | None = None
         #: Trackers that show a run's progress on the issue are told from a thread of the run's own.
         self._reporter = ProgressReporter(self._progress) if isinstance(tracker, ShowsProgress) else None
+        #: The run as an agent's session on the issue, for a tracker that hosts them (opened by :meth:`start`).
+        self._session: SessionReporter | None = None
+        #: Called (from another thread) when a person asks the run to stop in its agent session.
+        self.on_stop: Callable[[], None] | None = None
+        #: Why the run was stopped by a person in its agent session, if it was: its issue is held back (``open``),
+        #: not put back in the queue, or a watch would run it again at once.
+        self.stopped: str | None = None
 
     @property
     def run_id(self) -> str:
@@ -134,6 +142,11 @@ class Session:
         if kind == "activity" and self._reporter is not None and self.claim_lost is None:
             latest = inert(str(data["latest"]))  # the agent's activity: no mention pings, no reference links
             self._reporter.report(f"beflow run `{self.record.id}` is working on this issue: {latest}")
+        if self._session is not None and self.claim_lost is None:
+            if kind == "activity":  # a tool call: the next activity replaces it
+                self._session.action("Working", self.tracker.inert(str(data["latest"])), ephemeral=True)
+            elif kind == "progress":
+                self._session.action("Progress", self.tracker.inert(str(data["text"])))
 
     def _progress(self, text: str) -> None:
         if isinstance(self.tracker, ShowsProgress) and self.claim_lost is None:  # (the lease may have been lost since)
@@ -176,7 +189,29 @@ class Session:
     def start(self, prompt_text: str, note: str | None = None) -> None:
         """The record is written with its prompt, and the tracker says a run works on the issue."""
         self.store.create(self.record, prompt_text)
+        self._open_session()  # the first word after the claim: an agent session wants one within seconds
         issue_status.move_to_in_progress(self.tracker, self.issue, note)
+
+    def _open_session(self) -> None:
+        if not isinstance(self.tracker, HostsAgentSessions) or self.request.mode not in ("auto", "watch"):
+            return
+        try:
+            session = self.tracker.agent_session(self.record.issue)
+            if session is None:
+                return
+            session.thought(f"beflow is working on this (run `{self.record.id}`).")
+        except BeflowError as error:  # the session is a courtesy: the run goes on without it
+            self.emit("notice", message=f"no agent session on the issue: {error.message}")
+            return
+
+        def stop() -> None:
+            if self.on_stop is not None:
+                self.on_stop()
+
+        def failed(error: Exception) -> None:
+            self.emit("notice", message=f"the issue's agent session is not told of the run any more: {error}")
+
+        self._session = SessionReporter(session, stop, on_error=failed)
 
     def use_servers(self, servers: list[AcpServer] | None) -> None:
         """The run's MCP servers: named in the record, and from here on their secret values are masked in
@@ -267,13 +302,15 @@ class Session:
         record = self.record
         if self._reporter is not None:
             self._reporter.close()  # (its last update must not land on the issue after the outcome)
+        if self._session is not None:
+            self._session.close()  # (the activities queued are sent before the session's last word)
         record.close(outcome, reason)
         self.mask_record()
         self.store.save(record)
         if self.claim_lost is not None:  # the issue is another run's now: its status and comments are that run's
             self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
             return record
-        status = status_for(record.outcome)
+        status = Status.OPEN if record.outcome == "cancelled" and self.stopped else status_for(record.outcome)
         note = (
             summary(record, self._issue_usage(), inert=self.tracker.inert)
             if self.project.config.after_run.comment
@@ -285,8 +322,26 @@ class Session:
         missing = issue_status.leave_finished(self.tracker, record.issue, status, note, run_id=record.id)
         if missing is not None:
             self._unreported(missing)
+        self._end_session(record)
         self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
         return record
+
+    def _end_session(self, record: RunRecord) -> None:
+        """The agent session's last word: a response with the pull request, or the error that ended the run."""
+        if self._session is None:
+            return
+        said = self.tracker.inert(self.redact.text(record.stop_reason or record.outcome))
+        try:
+            if record.outcome in DONE_OUTCOMES:
+                done = "Done" if record.outcome == "succeeded" else "Done, without changing anything"
+                where = f": {record.pull_request}" if record.pull_request else f" on `{record.branch}`"
+                self._session.session.respond(f"{done}{where}. {said}", record.pull_request)
+            elif record.outcome == "cancelled":
+                self._session.session.respond(f"Stopped: {said}")
+            else:
+                self._session.session.error(f"The run {record.outcome.replace('_', ' ')}: {said}")
+        except BeflowError as error:
+            self.emit("notice", message=f"the issue's agent session was not told how the run ended: {error.message}")
 
     def _issue_usage(self) -> Totals | None:
         """What every run of the issue used (all rounds and attempts, this one included), for its comment."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from beflow.config import Project
@@ -14,6 +15,7 @@ from beflow.feedback import Feedback, Ignored, strip_hidden
 from beflow.ops import rounds
 from beflow.records.record import Mode, RunRecord, now
 from beflow.records.store import RunStore
+from beflow.repository import refs
 from beflow.run import prompt
 from beflow.trackers import Issue
 
@@ -74,7 +76,8 @@ def _prompt_variables(
 def render_prompt(project: Project, issue: Issue, request: RunRequest, *, branch: str, run_id: str) -> str:
     """The prompt of one run, from the configured template and the same variables in every mode."""
     # A round's prompt says what the earlier rounds changed and said (their records).
-    earlier = rounds.previous(RunStore(project.directory).records([issue.key]), request.round) if request.round else []
+    runs = RunStore(project.directory).records([issue.key], ids=[issue.id] if issue.id else ()) if request.round else []
+    earlier = rounds.previous(runs, request.round) if request.round else []
     variables = _prompt_variables(issue, request, branch, run_id, earlier)
     return prompt.render(project.config.prompt, project.directory, variables)
 
@@ -84,6 +87,7 @@ def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: s
     return RunRecord(
         id=run_id,
         issue=issue.key,
+        issue_id=issue.id,
         title=issue.title,
         mode=request.mode,
         agent=project.config.agent_label(),
@@ -94,3 +98,13 @@ def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: s
         branch=branch,
         started_at=now(),
     )
+
+
+def branch_of(directory: Path, issue: Issue) -> str:
+    """Where the runs of ``issue`` commit: ``beflow/<key>``; an issue whose key changed (a Linear issue moved to
+    another team) keeps the branch its earlier runs had, found by the tracker's stable id."""
+    if issue.id is not None:
+        for record in RunStore(directory).records([issue.key], ids=[issue.id]):
+            if record.branch:
+                return record.branch
+    return refs.branch_for(issue.key)

@@ -17,6 +17,7 @@ import contextlib
 from collections.abc import Callable
 
 import anyio
+import anyio.from_thread
 import anyio.lowlevel
 
 from beflow import guardrails
@@ -35,8 +36,8 @@ from beflow.run import delivery, prompt
 from beflow.run.issue_status import refuse_closed
 from beflow.run.lifecycle import Session, cancel_reason
 from beflow.run.policy import status_after
-from beflow.run.request import RunRequest, render_prompt
-from beflow.run.summary import summary
+from beflow.run.request import RunRequest, branch_of, render_prompt
+from beflow.run.summary import pull_request_summary
 from beflow.run.turn import AgentTurn
 from beflow.run.workspace import Workspace
 from beflow.system import interrupts, threads
@@ -97,7 +98,7 @@ class Run:
                 issue,
                 self.request,
                 self._events,
-                branch=refs.branch_for(issue.key),
+                branch=branch_of(self.project.directory, issue),
                 code_host=self.code_host,
             )
             return await self._held(claim, session)
@@ -126,10 +127,27 @@ class Run:
             session.claim_lost = reason  # the issue is the new holder's: this run leaves it be
 
         def cancelled_because() -> str | None:
-            return f"lost the claim on the issue: {lost[0]}" if lost else self._cancelled_because()
+            if lost:
+                return f"lost the claim on the issue: {lost[0]}"
+            return session.stopped or self._cancelled_because()
 
+        # A person's stop in the run's agent session (heard on the session's own thread) cancels the run as Ctrl-C
+        # and a watch's cancel do: through a cancellation, the record closed as cancelled, everything restored.
+        stop_scope, loop = anyio.CancelScope(), anyio.lowlevel.current_token()
+
+        def stop() -> None:
+            session.stopped = "a person stopped it in the issue's agent session"
+            anyio.from_thread.run_sync(stop_scope.cancel, token=loop)
+
+        session.on_stop = stop
         steps = _InWorktree(session, cancelled_because, self.code_host, claim)
-        record = await while_held(claim, steps.run, lose, lambda message: session.emit("notice", message=message))
+
+        async def work() -> RunRecord | None:
+            with stop_scope:
+                return await steps.run()
+            return None
+
+        record = await while_held(claim, work, lose, lambda message: session.emit("notice", message=message))
         return record if record is not None else session.record
 
 
@@ -161,7 +179,7 @@ class _InWorktree:
 
     async def run(self) -> RunRecord:
         record, issue = self.record, self.session.issue
-        branch = refs.branch_for(issue.key)
+        branch = record.branch or refs.branch_for(issue.key)
         try:
             text = render_prompt(self.project, issue, self.request, branch=branch, run_id=record.id)
         except BeflowError as error:
@@ -217,7 +235,7 @@ class _InWorktree:
             self._resolve_servers()
             await workspace.create(self._channel)
             self._turn = AgentTurn(self.session, workspace, self._channel)
-            branch = refs.branch_for(self.record.issue)
+            branch = self.record.branch or refs.branch_for(self.record.issue)
             with self.session.repository_guarded(workspace.path, branch=branch) as self._guard:
                 ending.set(*await self._turn.run(text))
         await anyio.lowlevel.checkpoint()  # a pending cancellation goes on from here, the record written
@@ -292,7 +310,8 @@ class _InWorktree:
 
         def body(verdict: delivery.Verdict) -> str:
             draft = verdict.onto(record.model_copy(update={"outcome": verdict.outcome, "stop_reason": verdict.reason}))
-            return self.session.redact.text(f"{summary(draft)}\n\n{issue_line()}")  # (the agent's words: masked)
+            text = pull_request_summary(draft, self.session.tracker)
+            return self.session.redact.text(f"{text}\n\n{issue_line()}")  # (the agent's words: masked)
 
         def issue_line() -> str:
             # Merging closes the issue only when asked (after_run.closes_issue): a closing word acts on the code

@@ -8,16 +8,22 @@ from collections.abc import Callable
 from beflow import guardrails
 from beflow.guardrails import Totals
 from beflow.records.record import RunRecord
-from beflow.trackers import quoting
+from beflow.trackers import Tracker, quoting
+from beflow.trackers.base import ReadsPullRequests
 from beflow.trackers.quoting import code, fenced, unmarked
 
 
 def summary(
-    record: RunRecord, issue_usage: Totals | None = None, *, inert: Callable[[str], str] = quoting.inert
+    record: RunRecord,
+    issue_usage: Totals | None = None,
+    *,
+    inert: Callable[[str], str] = quoting.inert,
+    quoted: Callable[[str], str] = lambda text: text,
 ) -> str:
     """The comment a finished run leaves on its issue; ``issue_usage``: what all of the issue's runs used;
     ``inert``: how the words the agent chose are made to act on nothing where the text goes (the tracker's
-    :meth:`~beflow.trackers.base.Tracker.inert` for a comment; GitHub's quoting, the default, for a pull request)."""
+    :meth:`~beflow.trackers.base.Tracker.inert` for a comment; GitHub's quoting, the default, for a pull request);
+    ``quoted``: how its last message, quoted as code, is (as it is: GitHub reads nothing in a code block)."""
     lines = [f"beflow run `{record.id}`: **{record.outcome}** — {inert(record.stop_reason or '')}"]
     lines.append(f"- agent: {record.agent}, attempt {record.attempt}, {record.duration or 0:.1f} s")
     used = guardrails.describe(record.usage)
@@ -47,12 +53,22 @@ def summary(
     if record.worktree_kept:
         lines.append(f"- worktree kept at `{record.worktree}`")
     if record.final_message:  # the agent's words, quoted: GitHub neither closes issues nor pings for them
-        said = unmarked("\n".join(record.final_message.strip().splitlines()[:20]))
+        said = unmarked(quoted("\n".join(record.final_message.strip().splitlines()[:20])))
         lines.append("")
         lines.append(fenced(said[:FINAL_MESSAGE_SHOWN]))
         if len(said) > FINAL_MESSAGE_SHOWN:
             lines.append(f"(the agent's message goes on: `beflow runs show {record.id}` has it whole)")
     return "\n".join(lines)
+
+
+def pull_request_summary(record: RunRecord, tracker: Tracker) -> str:
+    """:func:`summary` for a pull request's body: the agent's words inert for the code host (GitHub's quoting) and,
+    when the tracker's own integration reads pull requests too (Linear's ``Fixes ENG-1``), for it as well, its
+    quoted last message included."""
+    if not isinstance(tracker, ReadsPullRequests):
+        return summary(record)
+    words = tracker.pull_request_inert
+    return summary(record, inert=lambda text: quoting.inert(words(text)), quoted=words)
 
 
 #: Characters of the agent's final message a comment or pull request body quotes: GitHub refuses a body of more

@@ -80,7 +80,7 @@ class Workspace:
         (``channel``: beflow's own server's, shown to the agent), and ``after_create`` run (fatal when it fails)."""
         session, record = self.session, self.session.record
         path = worktrees.worktree_path(session.project.worktrees_dir, record.issue)
-        branch = refs.branch_for(record.issue)
+        branch = record.branch or refs.branch_for(record.issue)
         # Another run's agent at work on the repository may have planted hooks or commands in its config
         # already: then this run's git, before its own agent, is distrusted as well.
         distrust = await threads.blocking(repoguard.agent_at_work, session.project.directory)

@@ -119,6 +119,47 @@ class ShowsProgress(Protocol):
     def progress(self, key: str, text: str, *, force: bool = False) -> bool: ...
 
 
+class AgentSession(Protocol):
+    """One run shown as an agent's session on its issue (Linear's agent sessions): what it thinks, does and answers,
+    as it goes. Every method is a request to the tracker (call it off the event loop); the words are the caller's to
+    make inert and masked."""
+
+    def thought(self, text: str) -> None: ...
+
+    def action(self, action: str, parameter: str, *, ephemeral: bool = False) -> None:
+        """A step: a tool call (``ephemeral``: the next activity replaces it), a progress line."""
+        ...
+
+    def respond(self, text: str, link: str | None = None) -> None:
+        """The run's end: what it did, and the pull request it opened (``link``), which the session links to."""
+        ...
+
+    def error(self, text: str) -> None:
+        """The run failed: why."""
+        ...
+
+    def stop_asked(self) -> bool:
+        """Whether a person sent the session a stop signal (one cheap request)."""
+        ...
+
+
+@runtime_checkable
+class HostsAgentSessions(Protocol):
+    """A run can be an agent's session on the issue (Linear, with an app's token): opened as soon as the run starts,
+    its steps and its end said there, and a person's stop signal heard. None: not with this token."""
+
+    def agent_session(self, key: str) -> AgentSession | None: ...
+
+
+@runtime_checkable
+class ReadsPullRequests(Protocol):
+    """The tracker's own code-host integration reads the pull requests beflow opens (Linear moves an issue named after
+    ``Fixes`` in a title or body, in any part of it): the agent's words there, quoted ones too, made to act on
+    nothing for it, as they are made inert for the code host."""
+
+    def pull_request_inert(self, text: str) -> str: ...
+
+
 @runtime_checkable
 class TakesRework(Protocol):
     """A person asks for rework with a comment the next review round answers (``beflow issues comment --rework``:

@@ -7,7 +7,7 @@
   wait is taken in line, a long one fails every request at once with the forge's ``RateLimited``.
 - **Retries.** No answer or a 5xx is tried again (twice, with backoff) for every method but POST, unless told.
 - **One write at a time**, and **deadlines**: every request of a thread inside :meth:`ForgeApi.deadline` ends by then.
-- **The forge's clock** from each answer's ``Date``: leases are timed on it.
+- **The forge's clock** from the last answers' ``Date`` (their median): leases are timed on it.
 
 Each forge's client says only what differs: its headers, its errors, how it says to slow down, which answers are
 worth keeping, and how its listings page.
@@ -18,11 +18,12 @@ from __future__ import annotations
 import abc
 import contextlib
 import email.utils
+import json
 import os
 import shutil
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -30,11 +31,17 @@ from typing import Any, ClassVar, Protocol
 import httpx
 
 from beflow import __version__
-from beflow.errors import BeflowError
+from beflow.errors import BeflowError, excerpt
 from beflow.system import proc
 
 #: Waits up to this long are taken in line (a short ``retry-after``); longer ones close the gate and fail fast.
 INLINE_WAIT = 5.0
+#: The longest a rate limit closes the gate, whatever the answer says (GitHub's window is an hour, GitLab's a minute).
+MAX_WAIT = 3600.0
+#: The most of an error's body :meth:`ForgeApi.tail` reads (its message is at the start).
+ERROR_BODY = 64 * 1024
+#: How many of the last answers' ``Date`` the forge's clock is the median of.
+CLOCK_ANSWERS = 5
 #: How many GET answers the ETag cache keeps.
 CACHE_SIZE = 4096
 
@@ -53,6 +60,16 @@ def find_token(variable: str, argv: list[str]) -> str | None:
         if result is not None and result.ok and result.stdout.strip():
             return result.stdout.decode("utf-8", "replace").strip()
     return None
+
+
+#: How much of what a forge's error answer says an error message quotes.
+SAID = 200
+
+
+def quoted(said: str | None) -> str | None:
+    """What a forge's error answer says, as beflow's error message may quote it: control characters escaped, cut
+    to about :data:`SAID` characters (a proxy's page, or a hostile server's, is no message to show whole)."""
+    return None if said is None else excerpt(said, SAID, quote=False)
 
 
 class ForgeError(BeflowError):
@@ -158,6 +175,7 @@ class ForgeApi(abc.ABC):
         self._gate_reason = ""
         #: Server time minus local time, from the ``Date`` of the last answer: leases are timed on the forge's clock.
         self.clock_offset = 0.0
+        self._offsets: deque[float] = deque(maxlen=CLOCK_ANSWERS)
         self.stats = Stats()
         self.timeout = timeout
         self._local = threading.local()  # this thread's deadline (monotonic), if a caller set one
@@ -323,6 +341,53 @@ class ForgeApi(abc.ABC):
             raise self._error(method, path, answer, data)
         raise self.rate_limited(self._gate_reason or f"{self.forge} keeps asking beflow to slow down", self._gate)
 
+    def tail(self, path: str, size: int) -> bytes:
+        """The last ``size`` bytes of a GET's answer (a job's log), read as it streams: however long the answer, no
+        more than about twice ``size`` is held. Not retried (the caller asks again on a later poll); its errors are
+        :meth:`request`'s, an error's body read up to :data:`ERROR_BODY` bytes."""
+        self._wait_for_gate()
+        left = self._left()
+        if left is not None and left <= 0:
+            raise self._out_of_time("GET", path)
+        timeout = self.timeout if left is None else min(self.timeout, left)
+        request = self._client.build_request("GET", path, timeout=timeout)
+        try:
+            answer = self._client.send(request, stream=True)
+        except httpx.HTTPError as error:
+            raise self.unavailable(
+                f"{self.forge} ({self.base_url}) does not answer: {type(error).__name__}", fix=self.try_again
+            ) from None
+        try:
+            self._note("GET", answer)
+            if self._rate_limited(answer):
+                raise self.rate_limited(self._gate_reason, self._gate)
+            kept = bytearray()
+            limit = size if answer.is_success else ERROR_BODY
+            try:
+                for chunk in answer.iter_bytes():
+                    left = self._left()
+                    if left is not None and left <= 0:
+                        raise self._out_of_time("GET", path)
+                    if answer.is_success:
+                        kept += chunk
+                        if len(kept) > 2 * size:
+                            del kept[: len(kept) - size]
+                    elif len(kept) < limit:
+                        kept += chunk[: limit - len(kept)]
+            except httpx.HTTPError as error:
+                raise self.unavailable(
+                    f"{self.forge}: GET {path}: the answer broke off: {type(error).__name__}", fix=self.try_again
+                ) from None
+            if answer.is_success:
+                return bytes(kept[-size:]) if size else b""
+            try:
+                data = json.loads(kept) if kept else None
+            except ValueError:
+                data = None
+            raise self._error("GET", path, answer, data)
+        finally:
+            answer.close()
+
     def _wait_for_gate(self) -> None:
         wait = self._gate - self._clock().time()
         if wait <= 0:
@@ -346,7 +411,10 @@ class ForgeApi(abc.ABC):
                     server = email.utils.parsedate_to_datetime(date).timestamp()
                 except (TypeError, ValueError):
                     return
-                self.clock_offset = server - self._clock().time()
+                # The median of the last few answers' clocks: one answer's Date far off (a proxy's cached answer, a
+                # broken clock) moves neither the leases nor the watermarks timed on it.
+                self._offsets.append(server - self._clock().time())
+                self.clock_offset = sorted(self._offsets)[(len(self._offsets) - 1) // 2]
 
     def _rate_limited(self, answer: httpx.Response) -> bool:
         """Whether the forge asked to slow down; if so, the gate is closed until it says to come back."""
@@ -355,6 +423,9 @@ class ForgeApi(abc.ABC):
         if asked is None:
             return False
         until, kind = asked
+        # However long an answer says (a broken proxy's Retry-After of years): no forge's window is longer than an
+        # hour, and beflow would otherwise stay silent until restarted.
+        until = min(until, now + MAX_WAIT)
         with self._lock:
             self.stats.rate_limited += 1
             self._gate = max(self._gate, until)

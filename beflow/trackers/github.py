@@ -18,10 +18,8 @@ import shutil
 from typing import Any
 from urllib.parse import quote, urlparse
 
-import pydantic
-
 from beflow.config import GitHubCodeHostSettings, GitHubTrackerSettings, Project
-from beflow.errors import ConfigError, NotFoundError, UsageError, excerpt
+from beflow.errors import ConfigError, NotFoundError, excerpt
 from beflow.trackers import github_wire as wire
 from beflow.trackers import quoting
 from beflow.trackers.base import RateBudget
@@ -46,9 +44,10 @@ from beflow.trackers.issue import (
     Listing,
     Status,
     check_transition,
+    draft_comment,
     draft_issue,
+    labels_of_new,
     normalize_key,
-    utc_now,
 )
 
 
@@ -233,22 +232,14 @@ class GitHubTracker:
     ) -> Issue:
         draft = draft_issue(title, body, labels, priority, status)  # the same checks as every tracker
         self.labels.ready()
-        names = [*self.settings.labels, *draft.labels]
-        label = self.status_label(status)
-        if label:
-            names.append(label)
-        if priority != DEFAULT_PRIORITY:
-            names.append(f"priority:{priority}")
-        payload = {"title": draft.title, "body": draft.body, "labels": list(dict.fromkeys(names))}
+        names = labels_of_new(self.settings.labels, draft, self.status_label(status))
+        payload = {"title": draft.title, "body": draft.body, "labels": names}
         path = f"{self._base}/issues"
         made = self._call(self.api.request, "POST", path, json=payload).data
         return self.reader.issue(wire.parse(wire.Issue, made, f"POST {path}"))
 
     def comment(self, key: str, text: str, author: str) -> Comment:
-        try:
-            Comment(author=author, created=utc_now(), text=text)
-        except pydantic.ValidationError as exc:
-            raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
+        draft_comment(text, author)
         number = self._raw_issue(key).number
         with self.claims.under_lease(str(number)):
             posted = self.comments.post(number, text)

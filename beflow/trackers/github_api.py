@@ -22,7 +22,7 @@ import httpx
 
 from beflow.errors import BeflowError, ConfigError
 from beflow.trackers import github_wire as wire
-from beflow.trackers.forge_api import Clock, ForgeApi, ForgeError, Limited, RateHeaders
+from beflow.trackers.forge_api import Clock, ForgeApi, ForgeError, Limited, RateHeaders, quoted
 
 PUBLIC_API = "https://api.github.com"
 API_VERSION = "2022-11-28"
@@ -115,7 +115,7 @@ class Api(ForgeApi):
         return None
 
     def _error(self, method: str, path: str, answer: httpx.Response, data: Any) -> BeflowError:
-        said = wire.error_message(data)
+        said = quoted(wire.error_message(data))
         what = f"GitHub: {method} {path}: {answer.status_code}" + (f" {said}" if said else "")
         if answer.status_code == 401:
             return GitHubAuthError(

@@ -123,8 +123,9 @@ class Authors:
         self._permissions: dict[str, tuple[bool, float]] = {}
 
     def own(self, words: wire.Authored) -> bool:
-        """Whether ``words`` are beflow's (its marker) or the token's user's."""
-        return OWN_MARKER in words.text or words.login.lower() == self.me().lower()
+        """Whether ``words`` are beflow's: the token's user's (a marker proves nothing: anyone can write one, and a
+        stranger's words shown as beflow's would reach a prompt)."""
+        return words.login.lower() == self.me().lower()
 
     def why_not(self, words: wire.Authored) -> str | None:
         """None when the author of ``words`` may give feedback; else why not."""

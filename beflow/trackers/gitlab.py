@@ -20,8 +20,6 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import Any
 
-import pydantic
-
 from beflow.config import GitLabTrackerSettings, Project
 from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.trackers import gitlab_quoting
@@ -52,9 +50,10 @@ from beflow.trackers.issue import (
     Listing,
     Status,
     check_transition,
+    draft_comment,
     draft_issue,
+    labels_of_new,
     normalize_key,
-    utc_now,
 )
 
 
@@ -204,23 +203,15 @@ class GitLabTracker:
                 shown = excerpt(name, quote=True)
                 raise UsageError(f"new issue: labels: {shown} holds a comma, and GitLab reads it as several labels")
         self.labels.ready()
-        names = [*self.settings.labels, *draft.labels]
-        label = self.status_label(status)
-        if label:
-            names.append(label)
-        if priority != DEFAULT_PRIORITY:
-            names.append(f"priority:{priority}")
-        payload = {"title": draft.title, "description": draft.body, "labels": ",".join(dict.fromkeys(names))}
+        names = labels_of_new(self.settings.labels, draft, self.status_label(status))
+        payload = {"title": draft.title, "description": draft.body, "labels": ",".join(names)}
         path = f"{self.base}/issues"
         made = wire.parse(wire.Issue, self._call(self.api.request, "POST", path, json=payload).data, f"POST {path}")
         self.issues.saw(made)
         return self.reader.issue(made)
 
     def comment(self, key: str, text: str, author: str) -> Comment:
-        try:
-            Comment(author=author, created=utc_now(), text=text)
-        except pydantic.ValidationError as exc:
-            raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
+        draft_comment(text, author)
         iid = self._raw_issue(key).iid
         with self.claims.under_lease(str(iid)):
             posted = self.notes.post(iid, text)

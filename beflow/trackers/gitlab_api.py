@@ -18,17 +18,19 @@ from __future__ import annotations
 import re
 import shutil
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
 from beflow.config import GitLabCodeHostSettings, GitLabTrackerSettings, Project
 from beflow.errors import BeflowError, ConfigError
 from beflow.trackers import gitlab_wire as wire
-from beflow.trackers.forge_api import ForgeApi, ForgeError, Limited, RateHeaders, find_token
+from beflow.trackers.forge_api import ForgeApi, ForgeError, Limited, RateHeaders, find_token, quoted
 
 #: Items a listing asks for per page (GitLab's most).
 PER_PAGE = 100
+#: The most pages any listing reads (100,000 items): one with more is taken for a listing that never ends.
+MAX_PAGES = 1000
 
 
 class GitLabError(ForgeError):
@@ -93,7 +95,18 @@ class Api(ForgeApi):
         url: str | None = path
         query: dict[str, Any] | None = {"per_page": PER_PAGE, **(params or {})}
         pages = 0
+        asked: set[str] = set()
         while url is not None and (max_pages is None or pages < max_pages):
+            # A listing that never ends (a next page it gave already, or pages without end) is an error, not a loop
+            # that holds ever more in memory.
+            page = f"{url}?{sorted((query or {}).items())}"
+            if page in asked or pages >= MAX_PAGES:
+                raise GitLabError(
+                    f"GitLab: GET {path}: the listing does not end (its next page is one it gave already, or it has "
+                    f"more than {MAX_PAGES} pages)",
+                    fix=_GITLAB_TROUBLE,
+                )
+            asked.add(page)
             response = self.request("GET", url, params=query)
             pages += 1
             items.extend(wire.listed(response.data, f"GET {path}"))
@@ -112,18 +125,23 @@ class Api(ForgeApi):
             return None, None
         if not self._same_origin(link):
             raise GitLabError(
-                f"GitLab: GET {path}: the next page is on {_origin(link)}, not on {_origin(self.base_url)}; "
-                "beflow sends its token to tracker.url only",
+                f"GitLab: GET {path}: the next page is outside {self.base_url} (on {_origin(link)}); "
+                "beflow sends its token to tracker.url's API only",
                 fix="Set tracker.url to the address GitLab calls itself (its external_url).",
             )
         return link, None
 
     def _same_origin(self, url: str) -> bool:
         mine, theirs = urlsplit(self.base_url), urlsplit(url)
+        # (``/api/v4/../../x`` is outside the API however it starts, ``%2e%2e`` as much to a server that decodes it)
+        steps = unquote(theirs.path).replace("\\", "/").split("/")
         return (
             (theirs.scheme, theirs.hostname, theirs.port) == (mine.scheme, mine.hostname, mine.port)
             and theirs.path.startswith(mine.path + "/")
+            and "." not in steps
+            and ".." not in steps
             and not theirs.username
+            and theirs.password is None
         )
 
     # -- what GitLab says, as beflow's errors ------------------------------------------------------------------------
@@ -151,7 +169,7 @@ class Api(ForgeApi):
     def _error(self, method: str, path: str, answer: httpx.Response, data: Any) -> BeflowError:
         said = wire.error_message(data)
         if said is not None:  # GitLab's messages repeat the status ("404 Project Not Found"): said once
-            said = said.removeprefix(f"{answer.status_code} ")
+            said = quoted(said.removeprefix(f"{answer.status_code} "))
         what = f"GitLab: {method} {path}: {answer.status_code}" + (f" {said}" if said else "")
         if answer.status_code == 401:
             return GitLabAuthError(

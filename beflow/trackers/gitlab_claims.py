@@ -8,6 +8,9 @@ take the current head, the lowest-id one of them becomes the head. Every other c
 someone else took first, or an older one) and is no link. A note by anyone else, a public one, or one whose lease does
 not read is no claim at all. The head is live while it is not released and its last edit (``updated_at``) is less than
 a lease old on GitLab's clock (the ``Date`` of the answer that listed the notes, :data:`CLOCK_MARGIN` allowed for).
+A ``Date`` is a header anything on the way can get wrong, so it is checked against what GitLab stamps its notes with:
+a head is never counted live for more than a lease from a read, and a claim taking a head that GitLab made before the
+head ran out by its notes' clock is withdrawn (the ``Date`` that let it was ahead).
 
 Claiming reads the notes, posts a claim taking the head (when it is not live), waits :data:`SETTLE` (GitLab answers a
 POST once its transaction commits, but a note with a lower id whose transaction began earlier may become visible a
@@ -167,7 +170,8 @@ class _Read:
         """Seconds the head has left on GitLab's clock (0 or less: released, run out, or none)."""
         if self.head is None or self.head.lease.released:
             return 0.0
-        return self.head.updated_at.timestamp() + lease + CLOCK_MARGIN - self.now
+        # Never more than a lease: a Date in the past (a stale cache's, a wrong clock's) holds a head no longer.
+        return min(self.head.updated_at.timestamp() + lease + CLOCK_MARGIN - self.now, lease + CLOCK_MARGIN)
 
     def taker(self, note_id: int) -> Link | None:
         """The claim that took note ``note_id`` over first, if any."""
@@ -301,8 +305,9 @@ class GitLabLeases:
         took time, and the clocks of GitLab's answers show whole seconds."""
         return min(2.0, self.settings.lease / 4)
 
-    def _post(self, key: str, lease: Lease) -> int:
-        """Post a claim note; its id. An answer that was lost (no answer, a 5xx) is settled by finding the nonce."""
+    def _post(self, key: str, lease: Lease) -> tuple[int, dt.datetime]:
+        """Post a claim note; its id and when GitLab made it. An answer that was lost (no answer, a 5xx) is settled
+        by finding the nonce."""
         path = self._notes(key)
         try:
             made = self._call(self.api.request, "POST", path, json={"body": body_of(lease), "internal": True})
@@ -310,7 +315,7 @@ class GitLabLeases:
             mine = next((link for link in self._read(key).links if link.lease.nonce == lease.nonce), None)
             if mine is None:
                 raise
-            return mine.id
+            return mine.id, mine.created_at
         note = wire.parse(ClaimNote, made.data, f"POST {path}")
         if not (note.internal or note.confidential):  # (a GitLab before internal notes: anyone would see a claim)
             self._delete(key, note.id)
@@ -318,7 +323,7 @@ class GitLabLeases:
                 f"GitLab made the claim note on issue {key} a public one: it has no internal notes",
                 fix="beflow's claims on GitLab need internal notes (GitLab 15.0 or later).",
             )
-        return note.id
+        return note.id, note.created_at
 
     def _delete(self, key: str, note_id: int) -> None:
         """Delete a claim note that lost (a failure is harmless: a note that lost is no link, ever)."""
@@ -349,7 +354,18 @@ class GitLabLeases:
         )
         self._nonces.add(lease.nonce)
         started = time.monotonic()
-        note_id = self._post(key, lease)
+        note_id, made_at = self._post(key, lease)
+        if head is not None and not head.lease.released and not own and made_at < self._ran_out(head):
+            # GitLab made our note before the head ran out on its own clock: the Date that said it had run out was
+            # wrong (a proxy's, a clock's). Withdrawn: the head's holder may still be at work.
+            self._delete(key, note_id)
+            who = _who(head.lease)
+            raise LockedError(
+                f"issue {key} is claimed by {who} (GitLab's Date header said the claim had run out, its notes "
+                "say it had not)",
+                fix=_LOCKED_FIX,
+                holder=who,
+            )
         time.sleep(self.settle)
         try:
             after = self._read(key)
@@ -360,6 +376,10 @@ class GitLabLeases:
             self._delete(key, note_id)
             raise LockedError(f"issue {key} was claimed by another beflow just now", fix=_LOCKED_FIX)
         return self._held(key, owner, note_id, lease, after.head.created_at, started)
+
+    def _ran_out(self, head: Link) -> dt.datetime:
+        """When ``head``'s lease runs out on the clock GitLab stamps its notes with."""
+        return head.updated_at + dt.timedelta(seconds=self.settings.lease + CLOCK_MARGIN)
 
     def _held(self, key: str, owner: str, note_id: int, lease: Lease, since: dt.datetime, started: float) -> Claim:
         # The lease runs from before the request that wrote it, on this process's clock, less a margin.

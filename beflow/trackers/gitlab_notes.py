@@ -143,8 +143,9 @@ class Members:
         return self._me
 
     def own(self, note: wire.Note) -> bool:
-        """Whether ``note`` is beflow's (its marker) or the token's user's."""
-        return OWN_MARKER in note.text or note.author.id == self.me().id
+        """Whether ``note`` is beflow's: the token's user's (a marker proves nothing: anyone can write one, and a
+        stranger's words shown as beflow's would reach a prompt)."""
+        return note.author.id == self.me().id
 
     def why_not(self, note: wire.Note) -> str | None:
         """None when the author of ``note`` may give feedback (a review round's); else why not."""

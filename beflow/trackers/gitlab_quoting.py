@@ -38,7 +38,9 @@ _CLOSING = re.compile(r"(?i)\b(?:clos(?:e[sd]?|ing)|fix(?:e[sd]|ing)?|resolv(?:e
 #: A link to an issue, merge request, epic or work item of the instance: its ``/-/`` gets the joiner.
 _LINK = re.compile(r"(?<=/-)(?=/(?:issues|merge_requests|epics|work_items|snippets)/\d)", re.IGNORECASE)
 #: A line that would be a quick action: its ``/`` (after any indent or quote marks) gets the joiner before it.
-_QUICK_ACTION = re.compile(r"^([ \t>]*)(?=/)", re.MULTILINE)
+#: GitLab deletes every carriage return before it looks for quick actions: a line that starts with them is read as
+#: starting with what follows (``\r/merge`` is ``/merge``).
+_QUICK_ACTION = re.compile(r"^([ \t>\r]*)(?=/)", re.MULTILINE)
 
 
 def inert(text: str) -> str:

@@ -218,6 +218,10 @@ class MergeRequest(Wire):
     #: ``opened``, ``closed``, ``locked`` or ``merged``.
     state: Literal["opened", "closed", "locked", "merged"]
     draft: bool = False
+    #: The project the branch is in: another than ``project_id`` (the target) for a merge request from a fork,
+    #: whoever's it is, whatever its branch is named.
+    source_project_id: Id
+    target_project_id: Id
     source_branch: str
     target_branch: str
     #: The head commit of the source branch (null before GitLab has looked at a new branch).
@@ -227,6 +231,12 @@ class MergeRequest(Wire):
     updated_at: dt.datetime
     merged_at: dt.datetime | None = None
     web_url: str | None = None
+
+
+def own_branch(mr: MergeRequest, branch: str) -> bool:
+    """Whether ``mr`` is of ``branch`` in the project itself: GitLab lists a fork's merge request by its branch's
+    name too, and a fork is anyone's (beflow never takes it for its own, nor its feedback, nor its merge)."""
+    return mr.source_branch == branch and mr.source_project_id == mr.target_project_id == mr.project_id
 
 
 class Pipeline(Wire):

@@ -201,6 +201,10 @@ class Issue(BaseModel):
     path: FilePath | None = None
     #: A link a person can open: ``file://`` for local issues, the web page for GitHub.
     url: str | None = None
+    #: The tracker's own id of the issue where its key can change (a Linear issue moved to another team is ``ENG-1``
+    #: then ``OPS-7``): the runs of an issue are found by it, so a moved issue keeps its branch and history. None
+    #: where the key is the id.
+    id: str | None = None
 
     @field_validator("title")
     @classmethod
@@ -252,6 +256,26 @@ def draft_issue(title: str, body: str, labels: list[str] | None, priority: int, 
     if len(draft.body) > MAX_STORED_TEXT:
         raise UsageError(f"new issue: body: {len(draft.body):,} characters; at most {MAX_STORED_TEXT:,}")
     return draft
+
+
+def draft_comment(text: str, author: str) -> Comment:
+    """A new comment as every tracker takes it (text it can read back, within its size), before the tracker writes
+    it; bad input is a :class:`UsageError` saying what is wrong."""
+    try:
+        return Comment(author=author, created=utc_now(), text=text)
+    except ValidationError as exc:
+        raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
+
+
+def labels_of_new(mine: list[str], draft: Issue, status_label: str | None) -> list[str]:
+    """The labels a tracker that keeps status and priority in labels gives a new issue: its own (``mine``), the
+    draft's, the status's and ``priority:N`` when not the default; each once, in that order."""
+    names = [*mine, *draft.labels]
+    if status_label:
+        names.append(status_label)
+    if draft.priority != DEFAULT_PRIORITY:
+        names.append(f"priority:{draft.priority}")
+    return list(dict.fromkeys(names))
 
 
 class FileProblem(BaseModel):

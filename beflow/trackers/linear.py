@@ -25,8 +25,6 @@ import uuid
 from contextlib import AbstractContextManager
 from typing import Any
 
-import pydantic
-
 from beflow.config import LinearTrackerSettings, Project
 from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.trackers import linear_queries as q
@@ -41,15 +39,17 @@ from beflow.trackers.issue import (
     Listing,
     Status,
     check_transition,
+    draft_comment,
     draft_issue,
     normalize_key,
-    utc_now,
 )
 from beflow.trackers.linear_access import access_checks
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError
 from beflow.trackers.linear_claims import LinearLeases, is_claim
 from beflow.trackers.linear_comments import IssueComments
+from beflow.trackers.linear_identity import Identity
 from beflow.trackers.linear_issues import SHAPE_FIX, TeamIssues, comment_of
+from beflow.trackers.linear_sessions import LinearSession, open_session
 from beflow.trackers.linear_workflow import Workflow
 from beflow.trackers.wire import Wire
 
@@ -126,8 +126,10 @@ class LinearTracker:
         #: Who runs which issue: the leases, or the engine's store over them (a fleet's running workflows).
         self.claims: ClaimStore = claims(self.identity, self.leases) if claims else self.leases
         self.comments = IssueComments(api, self.leases)
+        #: Who beflow is in Linear (the token's user), asked once.
+        self.me = Identity(api)
         #: The team's issues that are beflow's, as last read (beflow.trackers.linear_issues).
-        self.issues = TeamIssues(api, settings, self.workflow, self.leases)
+        self.issues = TeamIssues(api, settings, self.workflow, self.leases, self.me)
 
     def reading_once(self) -> AbstractContextManager[None]:
         """Every question of the block is answered from one look at Linear (a watch tick)."""
@@ -144,7 +146,11 @@ class LinearTracker:
         if status in (Status.DONE, Status.CLOSED) or status is None:
             types = {Status.DONE: ["completed"], Status.CLOSED: ["canceled"]}.get(status) if status else None
             flt = q.issue_filter(
-                self.settings.team, project=self.settings.project, labels=self.settings.labels, state_types=types or ()
+                self.settings.team,
+                project=self.settings.project,
+                labels=self.settings.labels,
+                state_types=types or (),
+                handed=True,
             )
             read = self.issues.fetch(flt)
             self.issues.take(read)
@@ -272,10 +278,7 @@ class LinearTracker:
         return self.issues.issue(made)
 
     def comment(self, key: str, text: str, author: str) -> Comment:
-        try:
-            Comment(author=author, created=utc_now(), text=text)
-        except pydantic.ValidationError as exc:
-            raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
+        draft_comment(text, author)
         raw, _ = self._raw(key)
         with self.claims.under_lease(raw.identifier):
             posted = self.comments.post(raw.id, text)
@@ -291,7 +294,9 @@ class LinearTracker:
         check_transition(raw.identifier, current, status)
         with self.claims.under_lease(raw.identifier):  # a run's moves and comments, only while the issue is its own
             if current != status:
-                update = self.workflow.move(raw, names, status)
+                update = self.workflow.move(raw, names, status, delegated=self.issues.delegated(raw))
+                if status == Status.IN_PROGRESS:  # the claim is won: beflow is the one working it, as Linear shows
+                    update |= self.me.take(raw)
                 if update:
                     self.api.mutate(q.ISSUE_UPDATE, {"id": raw.id, "input": update}, retry=True)
             if note and note.strip():
@@ -304,6 +309,12 @@ class LinearTracker:
     def progress(self, key: str, text: str, *, force: bool = False) -> bool:
         """Edit the run's progress comment (at most every ``PROGRESS_EVERY`` seconds); whether it was edited."""
         return self.comments.progress(linear_key(key), text, force=force)
+
+    def agent_session(self, key: str) -> LinearSession | None:
+        """A new agent session on the issue for a run, when the token is an app's (None with a person's)."""
+        if not self.me.is_app:
+            return None
+        return open_session(self.api, self._id_of(key), self.me.viewer().viewer.id)
 
     def ensure_labels(self) -> list[str]:
         """Make the labels beflow needs that the team lacks; the names made."""
@@ -337,6 +348,11 @@ class LinearTracker:
     def inert(self, text: str) -> str:
         """Quoted so that Linear acts on nothing in it: no mention, no issue linked, no magic word moving an issue."""
         return linear_quoting.inert(text)
+
+    def pull_request_inert(self, text: str) -> str:
+        """Linear's code-host integration reads a pull request's title and body for ``Fixes ENG-1``: every
+        identifier in the agent's words is broken, its quoted message included."""
+        return linear_quoting.keys_inert(text)
 
     def held_secrets(self) -> list[str]:
         """The token this tracker calls Linear with."""

@@ -25,6 +25,7 @@ from beflow.trackers import linear_wire as wire
 from beflow.trackers.issue import Comment, FileProblem, Issue
 from beflow.trackers.linear_api import Api
 from beflow.trackers.linear_claims import LinearLeases
+from beflow.trackers.linear_identity import Identity
 from beflow.trackers.linear_workflow import Workflow
 from beflow.trackers.wire import Wire
 from beflow.trackers.wire import problem as problem_in
@@ -73,8 +74,11 @@ class _IssuesAnswer(Wire):
 class TeamIssues:
     """The issues of one team that are beflow's, as last read (see the module's description)."""
 
-    def __init__(self, api: Api, settings: LinearTrackerSettings, workflow: Workflow, leases: LinearLeases) -> None:
+    def __init__(
+        self, api: Api, settings: LinearTrackerSettings, workflow: Workflow, leases: LinearLeases, identity: Identity
+    ) -> None:
         self.api = api
+        self.identity = identity
         self.settings = settings
         self.workflow = workflow
         self.leases = leases
@@ -115,8 +119,13 @@ class TeamIssues:
 
     def _full(self) -> None:
         begun = dt.datetime.fromtimestamp(self.api.now() - OVERLAP, dt.UTC)
+        self.identity.viewer()  # (once: whose issues are handed to beflow is asked with the first listing, not later)
         flt = q.issue_filter(
-            self.settings.team, project=self.settings.project, labels=self.settings.labels, state_types=ACTIVE
+            self.settings.team,
+            project=self.settings.project,
+            labels=self.settings.labels,
+            state_types=ACTIVE,
+            handed=True,
         )
         read = self.fetch(flt)
         self.active, self.problems = {}, {}
@@ -182,13 +191,14 @@ class TeamIssues:
         return error
 
     def mine(self, raw: wire.Issue) -> bool:
-        """Whether ``raw`` is beflow's: of the team (and project), carrying every label of ``tracker.labels``."""
+        """Whether ``raw`` is beflow's: of the team (and project), carrying every label of ``tracker.labels`` or
+        delegated to beflow's app user."""
         if raw.team.key != self.settings.team:
             return False
         if self.settings.project is not None and (raw.project is None or raw.project.name != self.settings.project):
             return False
         names = {name.casefold() for name in self.workflow.names(raw)}
-        return all(label.casefold() in names for label in self.settings.labels)
+        return all(label.casefold() in names for label in self.settings.labels) or self.identity.handed(raw)
 
     def issue(self, raw: wire.Issue, comments: list[Comment] | None = None) -> Issue:
         names = self.workflow.names(raw)
@@ -197,7 +207,7 @@ class TeamIssues:
             return Issue(
                 key=raw.identifier,
                 title=title.splitlines()[0] if title else "(untitled)",
-                status=self.workflow.status_of(raw, names),
+                status=self.workflow.status_of(raw, names, delegated=self.delegated(raw)),
                 labels=[name for name in names if not self.workflow.says_status(name)],
                 priority=raw.rank,
                 created=raw.createdAt,
@@ -205,9 +215,14 @@ class TeamIssues:
                 body=raw.description or "",
                 comments=comments or [],
                 url=raw.url,
+                id=raw.id,
             )
         except pydantic.ValidationError as exc:  # a label a person made that no issue may carry
             raise self.problem(raw.id, raw.identifier, problem_in(exc), _LABEL_FIX) from None
+
+    def delegated(self, raw: wire.Issue) -> bool:
+        """Whether ``raw`` is delegated to beflow's app user (a person's delegation of an issue not started yet)."""
+        return raw.delegate is not None and raw.delegate.app and self.identity.handed(raw)
 
     def readable(self, raws: list[wire.Issue]) -> list[Issue]:
         issues = []

@@ -262,6 +262,19 @@ query BeflowAgentSession($id: String!, $first: Int!, $after: String) {
     ACTIVITY,
 )
 
+#: The latest agent sessions of an issue: a person's delegation or mention opened one that waits for its agent.
+ISSUE_SESSIONS = _document(
+    """
+query BeflowIssueSessions($id: String!) {
+  issue(id: $id) {
+    id
+    agentSessions(first: 10) { nodes { ...BeflowSession } }
+  }
+}
+""",
+    SESSION,
+)
+
 #: The rate-limit budgets left, for ``beflow doctor``.
 RATE_LIMIT_STATUS = """
 query BeflowRateLimitStatus {
@@ -396,6 +409,7 @@ DOCUMENTS: dict[str, str] = {
     "BeflowComments": COMMENTS,
     "BeflowComment": COMMENT_BY_ID,
     "BeflowAgentSession": AGENT_SESSION,
+    "BeflowIssueSessions": ISSUE_SESSIONS,
     "BeflowRateLimitStatus": RATE_LIMIT_STATUS,
     "BeflowCommentCreate": COMMENT_CREATE,
     "BeflowCommentUpdate": COMMENT_UPDATE,
@@ -416,10 +430,12 @@ def issue_filter(
     state_types: Sequence[str] = (),
     updated_after: str | None = None,
     delegate: str | None = None,
+    handed: bool = False,
 ) -> dict[str, Any]:
     """The ``IssueFilter`` of a team's issues (by its key): in ``project`` (by name) if given, in a state of one of
     ``state_types``, updated after ``updated_after`` (ISO 8601), and carrying every one of ``labels`` (each without
-    regard to case) or delegated to the user ``delegate`` (an id: beflow's app user) whatever their labels."""
+    regard to case) or delegated to the user ``delegate`` (an id: beflow's app user) whatever their labels; ``handed``:
+    or delegated to the token's own user (whoever asks: Linear's ``isMe``; only an app user can be a delegate)."""
     parts: list[dict[str, Any]] = [{"team": {"key": {"eq": team}}}]
     if project is not None:
         parts.append({"project": {"name": {"eq": project}}})
@@ -429,8 +445,11 @@ def issue_filter(
         parts.append({"updatedAt": {"gt": updated_after}})
     # Every label, each matched without regard to case (Linear keeps a label's name as typed, and finds it so).
     labelled: list[dict[str, Any]] = [{"labels": {"some": {"name": {"eqIgnoreCase": name}}}} for name in labels]
-    if labelled and delegate is not None:
-        parts.append({"or": [{"and": labelled}, {"delegate": {"id": {"eq": delegate}}}]})
+    given: list[dict[str, Any]] = [{"delegate": {"id": {"eq": delegate}}}] if delegate is not None else []
+    if handed:
+        given += [{"delegate": {"isMe": {"eq": True}}}]
+    if labelled and given:
+        parts.append({"or": [{"and": labelled}, *given]})
     else:
         parts.extend(labelled)
     return {"and": parts}

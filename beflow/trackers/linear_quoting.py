@@ -22,6 +22,12 @@ _IDENTIFIER = re.compile(r"(?<![\w\u2060-])([A-Za-z][A-Za-z0-9_]{0,19})(?=-\d)")
 _LINEAR_LINK = re.compile(r"(linear)(\.app)", re.IGNORECASE)
 
 
+def keys_inert(text: str) -> str:
+    """``text`` with every identifier broken (``ENG\u2060-1``): no magic word (``Fixes ENG-1``) or smart commit
+    (``WID-1 #done``) acts on it, wherever in a pull request it is (a code block included)."""
+    return _IDENTIFIER.sub(lambda m: m.group(1) + JOINER, text)
+
+
 def inert(text: str) -> str:
     """``text`` with every identifier (``ENG-1``, ``WID-1``), ``@mention``, ``#word`` and link to Linear broken by an
     invisible joiner (GitHub's references too: the same words go into pull requests)."""

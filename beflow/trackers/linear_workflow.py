@@ -151,8 +151,9 @@ class Workflow:
 
     # -- statuses ----------------------------------------------------------------------------------------------------
 
-    def status_of(self, issue: wire.Issue, names: list[str]) -> Status:
-        """beflow's status of an issue, from its state's type and its labels."""
+    def status_of(self, issue: wire.Issue, names: list[str], *, delegated: bool = False) -> Status:
+        """beflow's status of an issue, from its state's type and its labels; ``delegated`` to beflow's app user, an
+        issue not started yet (in triage or the backlog too) is ready: the delegation is the ask."""
         labels = {name.casefold() for name in names}
 
         def labelled(status: Status) -> bool:
@@ -172,12 +173,13 @@ class Workflow:
             return Status.FAILED
         if labelled(Status.OPEN):
             return Status.OPEN
-        if labelled(Status.READY) or kind in self.settings.ready_states:
+        if labelled(Status.READY) or kind in self.settings.ready_states or (delegated and kind in _NOT_STARTED):
             return Status.READY
         return Status.OPEN
 
-    def move(self, issue: wire.Issue, names: list[str], status: Status) -> dict[str, Any]:
-        """The ``IssueUpdateInput`` that puts ``issue`` in ``status`` (empty: it is there)."""
+    def move(self, issue: wire.Issue, names: list[str], status: Status, *, delegated: bool = False) -> dict[str, Any]:
+        """The ``IssueUpdateInput`` that puts ``issue`` in ``status`` (empty: it is there); ``delegated`` to beflow's
+        app user, ``open`` is a label (the issue is ready in every state not started)."""
         kind, current = issue.state.type, issue.state
         review = self.review_state()
         state: wire.WorkflowState | None = None
@@ -207,6 +209,8 @@ class Workflow:
                 labels = [Status.OPEN] if status == Status.OPEN else []
             if status == Status.FAILED:
                 labels = [Status.FAILED]
+            elif delegated:
+                labels = [Status.OPEN]
         update: dict[str, Any] = {}
         if state is not None and state.id != current.id:
             update["stateId"] = state.id

@@ -24,9 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import pydantic
-
-from beflow.errors import NotFoundError, UsageError, excerpt
+from beflow.errors import NotFoundError, excerpt
 from beflow.feedback import Feedback, Gathered
 from beflow.paths import STATE_DIR, state_dir
 from beflow.system import startup
@@ -42,6 +40,7 @@ from beflow.trackers.issue import (
     ListingStream,
     Status,
     check_transition,
+    draft_comment,
     draft_issue,
     normalize_key,
     utc_now,
@@ -272,10 +271,7 @@ class LocalTracker:
         return max(numbers)
 
     def comment(self, key: str, text: str, author: str) -> Comment:
-        try:
-            new = Comment(author=author, created=utc_now(), text=text)
-        except pydantic.ValidationError as exc:
-            raise UsageError(f"comment: {str(exc.errors()[0]['msg']).removeprefix('Value error, ')}") from None
+        new = draft_comment(text, author)
 
         def add(issue: Issue) -> Issue:
             return issue.model_copy(update={"comments": [*issue.comments, new], "updated": new.created})

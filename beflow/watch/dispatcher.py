@@ -47,7 +47,7 @@ from beflow.watch.reachability import TrackerLook
 from beflow.watch.reloading import ConfigReload
 from beflow.watch.retries import Retries
 from beflow.watch.rounds import ReviewRounds
-from beflow.watch.wake import REFRESH, Wakeup, watch_directories
+from beflow.watch.wake import Wakeup, looks_again, watch_directories
 
 #: Finished runs a long watch keeps in memory besides the live view's ``recent`` (the records on disk keep them
 #: all): none, so that its memory stays flat. ``--once`` returns every run of its tick.
@@ -168,7 +168,7 @@ class Dispatcher:
                         break
                     interval = self.project.config.watch.interval
                     self.next_tick = self.clock() + interval
-                    if REFRESH in await self.wakeup.wait(self._until_next(interval)):
+                    if looks_again(await self.wakeup.wait(self._until_next(interval))):
                         self.rounds.look_again(self.tracker, self.code_host)
             except anyio.get_cancelled_exc_class():
                 self.stopping = True

@@ -18,6 +18,14 @@ import anyio
 
 #: Why a person woke the watch (the dashboard's refresh): feedback is read afresh too.
 REFRESH = "refresh asked over HTTP"
+#: Why a forge woke the watch (a verified webhook, :mod:`beflow.web.hooks`): feedback is read afresh too.
+HOOKED = "a webhook arrived"
+
+
+def looks_again(reasons: list[str]) -> bool:
+    """Whether the reasons a wait ended for ask for every source's feedback to be read afresh: a person's refresh, or
+    a forge saying something changed (a review, a note, a check finished)."""
+    return any(reason == REFRESH or reason.startswith(HOOKED) for reason in reasons)
 
 
 class Wakeup:

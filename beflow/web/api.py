@@ -169,6 +169,20 @@ class RateLimit(BaseModel):
     limited: int = Field(description="Requests refused for the limit so far.")
 
 
+class Webhooks(BaseModel):
+    """What the server's webhooks (``/hooks/*``) received since it started."""
+
+    woke: int = Field(description="Verified deliveries that woke the watch.")
+    ignored: int = Field(
+        description="Verified deliveries not acted on: an event that changes nothing ready, or a forge that is "
+        "neither the project's tracker nor its code host."
+    )
+    refused: dict[str, int] = Field(
+        description="Refused deliveries by why: off (no secret configured), unsigned, bad_signature, stale, "
+        "no_delivery_id, malformed, replayed, too_large."
+    )
+
+
 class Health(BaseModel):
     """How the watch is doing."""
 
@@ -180,6 +194,7 @@ class Health(BaseModel):
     config_reloaded: float | None = Field(description="When the config was last reloaded, if it was.")
     errors: list[str] = Field(description="The latest errors the watch reported, newest last.")
     rate_limit: RateLimit | None
+    webhooks: Webhooks
 
 
 class Totals(BaseModel):

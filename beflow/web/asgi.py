@@ -16,6 +16,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from beflow.web.hooks import Hooks
 from beflow.web.middleware import Guard
 from beflow.web.pages import page_routes
 from beflow.web.routes import api_routes
@@ -28,9 +29,9 @@ STATIC = Path(__file__).parent / "static"
 
 def build_app(server: Server) -> ASGIApp:
     """The ASGI application: the pages and the API (which share their views, and the caches they keep), the
-    static files and MCP, behind the guard (Host, Origin, token, body size)."""
+    static files, the forges' webhooks and MCP, behind the guard (Host, Origin, token, body size)."""
     views = Views(server, Transcripts(server.store, server.call))
-    routes: list[BaseRoute] = [*page_routes(server, views), *api_routes(server, views)]
+    routes: list[BaseRoute] = [*page_routes(server, views), *api_routes(server, views), *Hooks(server).routes()]
     routes.append(Mount("/static", StaticFiles(directory=STATIC), name="static"))
 
     @contextlib.asynccontextmanager

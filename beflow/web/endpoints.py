@@ -27,6 +27,7 @@ from beflow.web.api import (
     TranscriptPage,
 )
 from beflow.web.guard import RESOURCE_METADATA
+from beflow.web.webhooks import FORGES, MAX_BODY
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,8 @@ class Endpoint:
     media: Literal["application/json", "text/event-stream"] = "application/json"
     #: What the answer is, where its status's phrase ("OK") does not say it.
     answers: str | None = None
+    #: Authenticated by the forge's signature of the body, not by beflow's token (``/hooks/*``).
+    signed: bool = False
 
 
 _KEY = Param("key", "path")
@@ -163,4 +166,49 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ProtectedResource,
         (_KEY,),
     ),
+)
+
+
+#: How each forge signs and names a delivery (:mod:`beflow.web.webhooks`): the headers its endpoint reads.
+_SIGNED_BY: dict[str, tuple[str, tuple[Param, ...]]] = {
+    "github": (
+        "GitHub",
+        (
+            Param("X-Hub-Signature-256", "header", description="sha256=<hex HMAC-SHA256 of the body>"),
+            Param("X-GitHub-Delivery", "header", description="The delivery's id (a replay is refused)"),
+            Param("X-GitHub-Event", "header"),
+        ),
+    ),
+    "gitlab": (
+        "GitLab",
+        (
+            Param("X-Gitlab-Token", "header", description="The shared secret"),
+            Param("X-Gitlab-Event-UUID", "header", description="The delivery's id (a replay is refused)"),
+            Param("X-Gitlab-Event", "header"),
+        ),
+    ),
+    "linear": (
+        "Linear",
+        (
+            Param("Linear-Signature", "header", description="<hex HMAC-SHA256 of the body>"),
+            Param("Linear-Delivery", "header", description="The delivery's id (a replay is refused)"),
+            Param("Linear-Event", "header"),
+        ),
+    ),
+}
+
+#: The forges' webhooks (docs/webhooks.md): served by :mod:`beflow.web.hooks`, documented beside the API.
+HOOKS: tuple[Endpoint, ...] = tuple(
+    Endpoint(
+        f"hook_{forge}",
+        "POST",
+        f"/hooks/{forge}",
+        f"A {_SIGNED_BY[forge][0]} webhook delivery (webhooks.secret_env.{forge}): verified, it wakes the watch",
+        Accepted,
+        _SIGNED_BY[forge][1],
+        status=202,
+        answers=f"Verified and new (the body at most {MAX_BODY} bytes): acted on, or not this project's",
+        signed=True,
+    )
+    for forge in FORGES
 )

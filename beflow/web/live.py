@@ -327,16 +327,25 @@ class WatchSource:
 
     def refresh(self) -> None:
         """Look at the tracker now (``POST /api/v1/refresh``): the dispatcher's wait ends at once."""
+        from beflow.watch.wake import REFRESH
+
+        self._wake(REFRESH)
+
+    def hooked(self, forge: str) -> None:
+        """A verified webhook of ``forge`` says something changed: the dispatcher looks now (``/hooks/<forge>``)."""
+        from beflow.watch.wake import HOOKED
+
+        self._wake(f"{HOOKED} ({forge})")
+
+    def _wake(self, reason: str) -> None:
         import anyio.from_thread
 
         if self.token is None:
             return
 
         def wake() -> None:
-            from beflow.watch.wake import REFRESH
-
             if self.dispatcher.wakeup is not None:
-                self.dispatcher.wakeup.set(REFRESH)
+                self.dispatcher.wakeup.set(reason)
 
         with contextlib.suppress(RuntimeError):  # the watch has ended
             anyio.from_thread.run_sync(wake, token=self.token)

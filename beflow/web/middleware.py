@@ -1,5 +1,7 @@
 """What every request passes before any route: its Host, its Origin, the token, its body's size, and CORS for the
-origins ``http.origins`` names — as :class:`beflow.web.guard.Policy` decides (docs/dashboard.md#security)."""
+origins ``http.origins`` names — as :class:`beflow.web.guard.Policy` decides (docs/dashboard.md#security). The
+forges' webhooks (``/hooks/*``) need no token (their signature is checked by their route) and take larger bodies,
+up to their own limit; the Host check holds for them too."""
 
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from beflow.web.guard import COOKIE, RESOURCE_METADATA, bearer, challenge
+from beflow.web.hooks import PREFIX as HOOKS
+from beflow.web.webhooks import MAX_BODY as HOOK_MAX_BODY
 
 if TYPE_CHECKING:
     from beflow.web.server import Server
@@ -45,8 +49,12 @@ class Guard:
         if refusal is not None:
             await refusal(scope, receive, send)
             return
+        # (a forge's delivery may be larger than the API's bodies: its route refuses one past its own limit, and
+        # counts it)
+        hook = request.url.path.startswith(HOOKS)
+        limit = HOOK_MAX_BODY if hook else MAX_BODY
         declared = request.headers.get("content-length", "0")
-        if not declared.isdigit() or int(declared) > MAX_BODY:
+        if not hook and (not declared.isdigit() or int(declared) > MAX_BODY):
             await self.server.problem(413, "too_large", f"request bodies are {MAX_BODY} bytes at most")(
                 scope, receive, send
             )
@@ -59,7 +67,7 @@ class Guard:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > MAX_BODY:
+                if received > limit:
                     return {"type": "http.disconnect"}
             return message
 
@@ -81,6 +89,8 @@ class Guard:
         mcp = path == "/mcp" or path.startswith("/mcp/")
         # (the page's first visit brings its token in the query; a client reads how to authenticate before it can)
         open_to_all = (path == "/" and "token" in request.query_params) or path.startswith(RESOURCE_METADATA)
+        # (a forge cannot send the token: a delivery's signature is checked instead, by its route)
+        open_to_all = open_to_all or path.startswith(HOOKS)
         if mcp:
             if not policy.token_ok(presented):
                 return self.unauthorized(request, presented, "/mcp needs the server's token")

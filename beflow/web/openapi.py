@@ -1,6 +1,6 @@
 """``/api/v1/openapi.json``: the API's OpenAPI 3.1 document, made of what the server serves — its endpoints
-(:data:`beflow.web.endpoints.ENDPOINTS`) and the pydantic models they answer with, the event stream's among them —
-so that it cannot say what the server does not do."""
+(:data:`beflow.web.endpoints.ENDPOINTS`, and the webhooks', :data:`~beflow.web.endpoints.HOOKS`) and the pydantic
+models they answer with, the event stream's among them — so that it cannot say what the server does not do."""
 
 from __future__ import annotations
 
@@ -35,11 +35,15 @@ def document() -> dict[str, Any]:
         "anyOf": [_ref(name) for name in events],
     }
     paths: dict[str, dict[str, Any]] = {}
-    for endpoint in endpoints.ENDPOINTS:
+    for endpoint in (*endpoints.ENDPOINTS, *endpoints.HOOKS):
         paths.setdefault(endpoint.path, {})[endpoint.method.lower()] = _operation(endpoint, ref)
     return {
         "openapi": "3.1.0",
-        "info": {"title": "beflow", "version": __version__, "description": "A watch's state, issues and runs."},
+        "info": {
+            "title": "beflow",
+            "version": __version__,
+            "description": "A watch's state, issues and runs; the forges' webhooks that wake it.",
+        },
         "paths": paths,
         "components": {
             "schemas": components,
@@ -50,6 +54,8 @@ def document() -> dict[str, Any]:
 
 def _operation(endpoint: endpoints.Endpoint, ref: dict[Any, dict[str, Any]]) -> dict[str, Any]:
     operation: dict[str, Any] = {"summary": endpoint.summary, "operationId": endpoint.name}
+    if endpoint.signed:
+        operation["security"] = []  # (the forge's signature of the body, checked by the endpoint)
     if endpoint.params:
         operation["parameters"] = [_parameter(param) for param in endpoint.params]
     if endpoint.body is not None:

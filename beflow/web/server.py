@@ -32,6 +32,7 @@ from beflow.ops.operations import Context
 from beflow.web import api, filters
 from beflow.web.guard import Policy
 from beflow.web.live import Hub, WatchSource
+from beflow.web.webhooks import Replays, Tally
 
 if TYPE_CHECKING:
     from beflow.mcp.redact import Redactor
@@ -75,6 +76,9 @@ class Server:
         self._masking: tuple[Project, Redactor] | None = None
         assert self.redact is not None  # (the secrets read now, not at the first request)
         self.templates = filters.environment()
+        #: The forges' webhooks (``/hooks/*``, :mod:`beflow.web.hooks`): the deliveries seen, what came of them.
+        self.hook_replays = Replays()
+        self.hook_tally = Tally()
         self.mcp = None
         if mcp:
             from beflow.web.mcp_http import RemoteMcp

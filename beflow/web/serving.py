@@ -37,6 +37,8 @@ class Serving:
     bind: Bind
     token: Token
     policy: Policy
+    #: The forges whose webhooks it acts on: a secret named for them, and the project's tracker or code host.
+    webhooks: tuple[str, ...] = ()
     #: Why the server stopped serving, when it failed (the watch goes on without it).
     failure: BaseException | None = None
 
@@ -61,6 +63,12 @@ def listen(bind: Bind) -> tuple[socket.socket, Bind]:
     sock.listen(128)
     sock.setblocking(False)
     return sock, replace(bind, port=sock.getsockname()[1])
+
+
+def webhooks_of(project: Project) -> tuple[str, ...]:
+    """The forges whose webhooks the server acts on (the secrets' variables are checked at each delivery)."""
+    config = project.config
+    return tuple(forge for forge in config.webhooks.secret_env.named() if forge in config.webhook_forges())
 
 
 def policy_for(project: Project, bind: Bind, token: Token) -> Policy:
@@ -94,7 +102,7 @@ def beside(
     token = load_token()
     sock, bound = listen(bind)
     policy = policy_for(project, bound, token)
-    serving = Serving(bound, token, policy)
+    serving = Serving(bound, token, policy, webhooks_of(project))
     running: list[uvicorn.Server] = []
     stopping = threading.Event()
 
@@ -139,7 +147,7 @@ def serve_forever(project: Project, bind: Bind, actor: str | None, on_ready: Cal
     sock, bound = listen(bind)
     policy = policy_for(project, bound, token)
     server = Server(project, policy, Hub(), None, actor=actor)
-    on_ready(Serving(bound, token, policy))
+    on_ready(Serving(bound, token, policy, webhooks_of(project)))
     http = _stoppable(server)(_config(build_app(server)))
     http.run(sockets=[sock])
     stopped_by: int | None = getattr(http, "stopped_by", None)

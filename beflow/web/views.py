@@ -147,7 +147,7 @@ class Views:
             if isinstance(data.tracker, MetersRequests):
                 budget = data.tracker.rate_budget()
                 rate = api.RateLimit(remaining=budget.remaining, reset=budget.reset, limited=budget.limited)
-        hub = self.server.hub
+        hub, tally = self.server.hub, self.server.hook_tally
         return api.Health(
             live=data is not None,
             tracker=self.server.watched()[0].config.tracker.kind,
@@ -157,6 +157,7 @@ class Views:
             config_reloaded=hub.config_reloaded,
             errors=list(hub.errors),
             rate_limit=rate,
+            webhooks=api.Webhooks(woke=tally.woke, ignored=tally.ignored, refused=dict(tally.refused)),
         )
 
     def issue(self, key: str) -> api.IssueDetail:

@@ -175,6 +175,21 @@ def test_a_lost_answer_to_the_opening_is_found_not_done_twice(host: GitLabCodeHo
     assert opened.url == gitlab.mrs[1]["web_url"]
 
 
+def test_a_merge_request_from_a_fork_with_the_same_branch_name_is_left_as_its_author_wrote_it(
+    host: GitLabCodeHost, gitlab: FakeGitLab
+) -> None:
+    theirs = gitlab.fork_mr(BRANCH, "Their change", description="Theirs.")
+
+    assert host.find(BRANCH) is None
+    opened = host.propose(BRANCH, "Ours", "Body.", draft=False)
+
+    assert opened.opened and opened.url.endswith(f"/merge_requests/{theirs + 1}")
+    assert (gitlab.mrs[theirs]["title"], gitlab.mrs[theirs]["description"]) == ("Their change", "Theirs.")
+    assert not gitlab.requests("PUT", f"{BASE}/merge_requests/{theirs}")
+    again = host.propose(BRANCH, "Ours", "Second.", draft=False)
+    assert not again.opened and gitlab.mrs[theirs + 1]["description"] == "Second."
+
+
 def test_one_opened_meanwhile_elsewhere_is_updated(host: GitLabCodeHost, gitlab: FakeGitLab) -> None:
     gitlab.open_mr(BRANCH, "Theirs")
     # Not seen when looked for (an answer from just before), then a 409 for the opening: found, and updated.

@@ -20,11 +20,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import datetime as dt
+import email.utils
 import hashlib
 import itertools
 import json
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -39,6 +41,8 @@ from tests.support.gitlab_openapi import GitLabSpec, gitlab_spec
 
 PROJECT = "acme/widgets"
 PROJECT_ID = 7
+#: A fork of the project (someone else's).
+FORK_ID = 8
 TOKEN = "glpat-fake-token-beflow"
 WINDOW = 2000  # requests a rate-limit window allows (GitLab.com's authenticated API limit)
 
@@ -87,6 +91,8 @@ class Answer:
     #: A single resource: it carries an ETag (listings do not).
     single: bool = False
     text: str | None = None
+    #: A text answer too long to hold: this chunk, sent this many times.
+    repeated: tuple[bytes, int] | None = None
 
 
 def _now() -> str:
@@ -115,10 +121,12 @@ class FakeGitLab:
         self.discussions: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self.pipelines: list[dict[str, Any]] = []
         self.jobs: dict[int, list[dict[str, Any]]] = {}
-        self.traces: dict[int, str] = {}
+        #: Each job's log: its text, or a chunk and how many times it repeats (a log too long to hold).
+        self.traces: dict[int, str | tuple[bytes, int]] = {}
         self.faults: list[Fault] = []
         self.tampers: list[Tamper] = []
         self.delays: list[Delay] = []
+        self.skews: list[Delay] = []
         self.stalls: list[float] = []
         #: Set when the server stops: every held request is let go.
         self.released = threading.Event()
@@ -239,6 +247,15 @@ class FakeGitLab:
                                             "description": description}).data["iid"]  # fmt: skip
             return iid
 
+    def fork_mr(self, source: str, title: str = "A change", *, description: str = "", author: str = "stranger") -> int:
+        """A merge request from a fork (another project: anyone's) whose branch is named ``source``."""
+        stranger = self.user(author)
+        with self.lock:
+            iid = self._mr_create({}, {}, {"source_branch": source, "target_branch": "main", "title": title,
+                                           "description": description}, fork=True).data["iid"]  # fmt: skip
+            self.mrs[iid] |= {"source_project_id": FORK_ID, "author": stranger}
+            return int(iid)
+
     def add_pipeline(self, sha: str, ref: str, status: str, jobs: dict[str, tuple[str, str]]) -> dict[str, Any]:
         """A pipeline on ``sha`` with ``jobs``: name -> (status, log)."""
         with self.lock:
@@ -285,6 +302,23 @@ class FakeGitLab:
         meanwhile."""
         with self.lock:
             self.delays.append(Delay(method, prefix, seconds, times))
+
+    def skew_clock(self, method: str, prefix: str, seconds: float, *, times: int | None = None) -> None:
+        """The ``Date`` of the next ``times`` answers (None: every one) of ``method`` on paths starting with ``prefix``
+        is ``seconds`` off (a proxy's, or a GitLab whose clock is wrong); what GitLab stores keeps the true time."""
+        with self.lock:
+            self.skews.append(Delay(method, prefix, seconds, times))
+
+    def _skew(self, method: str, path: str) -> float:
+        with self.lock:
+            for skew in self.skews:
+                if skew.method == method and path.startswith(skew.prefix):
+                    if skew.times is not None:
+                        skew.times -= 1
+                        if skew.times <= 0:
+                            self.skews.remove(skew)
+                    return skew.seconds
+            return 0.0
 
     def stall_notes(self, seconds: float, *, times: int = 1) -> None:
         """The next ``times`` note creations draw their id on arrival and are made (seen in listings, and answered)
@@ -534,9 +568,13 @@ class FakeGitLab:
     def _create_mr(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         return self._mr_create(params, query, body)
 
-    def _mr_create(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+    def _mr_create(self, params: dict[str, str], query: dict[str, str], body: Any, *, fork: bool = False) -> Answer:
         source = body["source_branch"]
-        if any(m["source_branch"] == source and m["state"] == "opened" for m in self.mrs.values()):
+        # GitLab refuses a second open merge request of one branch of one project (a fork's is another project's).
+        if not fork and any(
+            m["source_branch"] == source and m["source_project_id"] == PROJECT_ID and m["state"] == "opened"
+            for m in self.mrs.values()
+        ):
             return Answer(409, {"message": ["Another open merge request already exists for this source branch"]})
         iid = max(self.mrs, default=0) + 1
         now = _now()
@@ -544,6 +582,7 @@ class FakeGitLab:
         raw = {"id": next(self.ids), "iid": iid, "project_id": PROJECT_ID, "title": title,
                "description": body.get("description", ""), "state": "opened", "draft": title.startswith("Draft:"),
                "work_in_progress": title.startswith("Draft:"), "source_branch": source,
+               "source_project_id": PROJECT_ID, "target_project_id": PROJECT_ID,
                "target_branch": body["target_branch"], "sha": None, "merge_commit_sha": None, "author": self.bot,
                "created_at": now, "updated_at": now, "merged_at": None, "closed_at": None,
                "labels": _names(body.get("labels")),
@@ -612,6 +651,8 @@ class FakeGitLab:
 
     def _get_a_log_file(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         log = self.traces.get(int(params["job_id"]))
+        if isinstance(log, tuple):
+            return Answer(200, text="", repeated=log)
         return Answer(200, text=log) if log is not None else _error(404, "Not found")
 
     # offset pagination -----------------------------------------------------------------------------------------
@@ -692,6 +733,9 @@ def _handler(fake: FakeGitLab) -> type[BaseHTTPRequestHandler]:
         def log_message(self, format: str, *args: Any) -> None:
             pass
 
+        def date_time_string(self, timestamp: float | None = None) -> str:
+            return email.utils.formatdate(time.time() + getattr(self, "skew", 0.0), usegmt=True)
+
         def _serve(self) -> None:
             parts = urlsplit(self.path)
             if fake.git is not None and parts.path.startswith(f"/{PROJECT}.git/"):
@@ -740,12 +784,15 @@ def _handler(fake: FakeGitLab) -> type[BaseHTTPRequestHandler]:
                 for problem in fake.spec.check_response(self.command, path, status, checked)
             )
             fake.seen.append(Seen(self.command, path, query, body, status, headers))
+            self.skew = fake._skew(self.command, path)
             self.send_response(status)
             for key, value in out.items():
                 self.send_header(key, value)
-            self.send_header("Content-Length", str(len(payload)))
+            chunk, times = answer.repeated or (payload, 1)
+            self.send_header("Content-Length", str(len(chunk) * times))
             self.end_headers()
-            self.wfile.write(payload)
+            for _ in range(times):
+                self.wfile.write(chunk)
 
         do_GET = do_POST = do_PUT = do_DELETE = _serve
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import re
 
-#: A quick action's line (GitLab's extractor: ``/command`` at the start of a line; taken here after blanks too, to
-#: be on the safe side).
-_QUICK = re.compile(r"^[ \t]*/([a-z_]+)", re.M)
+#: A quick action's line (GitLab's extractor: ``/command`` at the start of a line, in any case, once every carriage
+#: return is deleted; taken here after blanks and quote marks too, to be on the safe side).
+_QUICK = re.compile(r"^[ \t>]*/([a-z_]+)", re.M | re.I)
 #: What the quick-action parser skips as code (its extractor's ``CODE_REGEX``): from a line starting with three
 #: backticks to the next line that is three backticks.
 _QUICK_CODE = re.compile(r"^```.+?\n```$", re.M | re.S)
@@ -35,7 +35,7 @@ def _without_code(markdown: str) -> str:
 
 def acted_on(markdown: str) -> list[str]:
     """What GitLab would act on in ``markdown``: quick actions, closing words with what they close, references."""
-    quick = [f"/{m}" for m in _QUICK.findall(_QUICK_CODE.sub("", markdown))]
+    quick = [f"/{m}" for m in _QUICK.findall(_QUICK_CODE.sub("", markdown.replace("\r", "")))]
     prose = _without_code(markdown)
     closes = _CLOSES.findall(prose)
     rest = _CLOSES.sub("", prose)

@@ -144,6 +144,8 @@ SCHEMAS: dict[str, Any] = {
             "project_id": INT,
             "title": STR,
             "state": {"type": "string", "enum": ["opened", "closed", "locked", "merged"]},
+            "source_project_id": INT,
+            "target_project_id": INT,
             "source_branch": STR,
             "target_branch": STR,
             "created_at": TIME,

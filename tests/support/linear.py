@@ -309,6 +309,23 @@ class FakeLinear:
             team["issues"].append(raw)
             return raw
 
+    def move(self, issue: dict[str, Any], team: dict[str, Any]) -> dict[str, Any]:
+        """A person moves ``issue`` to ``team``: it takes the team's next identifier and keeps its id (Linear keeps
+        the former identifiers), its state the same type's in the new team."""
+        with self.lock:
+            issue["team"]["issues"].remove(issue)
+            issue["previousIdentifiers"].append(issue["identifier"])
+            number = len(team["issues"]) + 1
+            issue["identifier"] = f"{team['key']}-{number}"
+            issue["number"] = float(number)
+            issue["url"] = f"https://linear.app/acme/issue/{issue['identifier'].lower()}"
+            issue["state"] = next(s for s in team["states"] if s["type"] == issue["state"]["type"])
+            issue["labels"] = [self.label(label["name"], team) for label in issue["labels"]]
+            issue["team"] = team
+            issue["updatedAt"] = self.now()
+            team["issues"].append(issue)
+            return issue
+
     def issue(self, key: str) -> dict[str, Any]:
         """An issue by its id or identifier (``ENG-1``)."""
         return next(i for i in self.issues if key in (i["id"], i["identifier"]))

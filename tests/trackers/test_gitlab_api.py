@@ -16,6 +16,7 @@ import pytest
 
 from beflow.config import Config, GitLabTrackerSettings, Project
 from beflow.errors import ConfigError
+from beflow.trackers import gitlab_api
 from beflow.trackers import gitlab_wire as wire
 from beflow.trackers.gitlab_api import (
     Api,
@@ -121,6 +122,10 @@ def test_keyset_pages_are_followed_by_their_link(gitlab: FakeGitLab) -> None:
         "http://gitlab.example.com/api/v4/projects/7/jobs?cursor=x",  # (the token would cross in clear)
         "https://gitlab.example.com:8443/api/v4/projects/7/jobs?cursor=x",
         "https://gitlab.example.com/other/api/v4/projects/7/jobs?cursor=x",
+        "https://gitlab.example.com/api/v4/../../uploads/x?cursor=x",  # (outside the API, on its host)
+        "https://gitlab.example.com/api/v4/%2e%2e/%2E%2E/uploads/x?cursor=x",
+        "https://gitlab.example.com/api/v4/..%5c..%5cuploads/x?cursor=x",
+        "https://user@gitlab.example.com/api/v4/projects/7/jobs?cursor=x",
     ],
 )
 def test_a_next_page_on_another_origin_is_never_asked_for(elsewhere: str) -> None:
@@ -131,10 +136,52 @@ def test_a_next_page_on_another_origin_is_never_asked_for(elsewhere: str) -> Non
         return httpx.Response(200, json=[{"id": 1}], headers={"Link": f'<{elsewhere}>; rel="next"'})
 
     api = mocked(answer)
-    with pytest.raises(GitLabError, match=r"the next page is on .* not on https://gitlab\.example\.com") as raised:
+    with pytest.raises(GitLabError, match=r"the next page is outside https://gitlab\.example\.com/api/v4") as raised:
         api.paginate(f"{BASE}/jobs", {"pagination": "keyset"})
     assert [r.url.host for r in sent] == ["gitlab.example.com"] and len(sent) == 1
     assert TOKEN not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-Next-Page": "1"},  # (the page it is)
+        {"Link": '<https://gitlab.example.com/api/v4/projects/7/jobs?cursor=same>; rel="next"'},
+    ],
+)
+def test_a_listing_whose_next_page_is_one_it_gave_already_is_an_error_not_a_loop(headers: dict[str, str]) -> None:
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(200, json=[{"id": 1}], headers=headers)
+
+    with pytest.raises(GitLabError, match="the listing does not end"):
+        mocked(answer).paginate(f"{BASE}/jobs", {"page": 1} if "X-Next-Page" in headers else None)
+    assert len(sent) <= 3
+
+
+def test_a_listing_of_pages_without_end_stops_at_the_most_pages(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gitlab_api, "MAX_PAGES", 5)
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        page = int(request.url.params.get("page", "1"))
+        return httpx.Response(200, json=[{"id": page}], headers={"X-Next-Page": str(page + 1)})
+
+    with pytest.raises(GitLabError, match="more than 5 pages"):
+        mocked(answer).paginate(f"{BASE}/jobs")
+
+
+def test_a_redirect_is_an_error_and_its_location_never_asked(gitlab: FakeGitLab) -> None:
+    sent: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(request)
+        return httpx.Response(302, headers={"Location": "https://evil.example.com/api/v4/user"})
+
+    with pytest.raises(GitLabError, match="302") as raised:
+        mocked(answer).get("/user")
+    assert [r.url.host for r in sent] == ["gitlab.example.com"] and raised.value.status == 302
 
 
 def test_a_page_that_is_no_list_is_a_malformed_answer(gitlab: FakeGitLab) -> None:
@@ -178,6 +225,17 @@ def test_an_error_says_what_gitlab_said(gitlab: FakeGitLab) -> None:
     gitlab.fail(400, body={"error": "labels is invalid"})
     with pytest.raises(GitLabError, match="400 labels is invalid"):
         api.get(f"{BASE}/labels")
+
+
+def test_what_an_error_answer_says_is_quoted_short_and_without_its_control_characters() -> None:
+    said = "\x1b]52;c;aGk=\x07 evil" + "y" * 100_000
+    api = mocked(lambda request: httpx.Response(400, json={"message": {"title": [said]}}))
+
+    with pytest.raises(GitLabError) as raised:
+        api.get("/user")
+
+    assert len(str(raised.value)) < 400 and "\x1b" not in str(raised.value) and "\x07" not in str(raised.value)
+    assert "GitLab: GET /user: 400" in str(raised.value)
 
 
 # -- faults ---------------------------------------------------------------------------------------------------------
@@ -313,6 +371,47 @@ def test_a_429_without_retry_after_waits_for_the_reset_on_gitlab_s_clock() -> No
     assert (api.stats.remaining, api.stats.reset) == (0, float(reset))
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [{"Retry-After": "99999999999999999999"}, {"RateLimit-Remaining": "0", "RateLimit-Reset": "99999999999999999999"}],
+)
+def test_an_absurd_wait_closes_the_gate_for_an_hour_at_most(headers: dict[str, str]) -> None:
+    api = mocked(lambda request: httpx.Response(429, json={"message": "Retry later"}, headers=headers))
+
+    with pytest.raises(RateLimited) as hit:
+        api.get("/user")
+
+    assert hit.value.until == pytest.approx(time.time() + 3600, abs=10)
+    assert "Run the command again after" in (hit.value.fix or "")
+
+
+def test_a_reset_in_the_past_is_tried_again_in_line_and_then_fails_as_a_rate_limit() -> None:
+    sent: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        sent.append(1)
+        return httpx.Response(429, json={"message": "x"}, headers={"RateLimit-Remaining": "0", "RateLimit-Reset": "5"})
+
+    with pytest.raises(RateLimited):
+        mocked(answer).get("/user")
+    assert len(sent) == 4
+
+
+def test_gitlabs_clock_is_the_median_of_the_last_answers_one_far_off_moves_it_not() -> None:
+    dates = [0.0, 10 * 365 * 86400.0, 0.0, -10 * 365 * 86400.0, 0.0, 3600.0, 3600.0, 3600.0]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        date = time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(time.time() + dates.pop(0)))
+        return httpx.Response(200, json={"id": 1}, headers={"Date": date})
+
+    api = mocked(answer)
+    seen = []
+    for _ in range(8):
+        api.get("/user")
+        seen.append(round((api.now() - time.time()) / 60))
+    assert seen == [0, 0, 0, 0, 0, 0, 0, 60]  # (a clock that moved for good is followed, after a few answers)
+
+
 # -- the token, the API, the project -------------------------------------------------------------------------------
 
 
@@ -402,3 +501,24 @@ def test_an_origin_elsewhere_is_an_error_naming_the_setting(tmp_path: Path, orig
         "gitlab.example.com"
     )
     assert raised.value.fix == 'Set "project": "group/name" in the code_host settings.'
+
+
+# -- the end of a long answer ----------------------------------------------------------------------------------------
+
+
+def test_the_tail_of_an_answer_is_its_last_bytes_and_an_error_is_the_forges_error() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/jobs/1/trace"):
+            return httpx.Response(200, content=iter([b"a" * 1000, b"b" * 1000, b"the end"]))
+        if request.url.path.endswith("/jobs/2/trace"):
+            return httpx.Response(429, headers={"Retry-After": "600"})
+        return httpx.Response(404, content=iter([b'{"message": "404 Not found"}', b" " * 10_000_000]))
+
+    api = mocked(handler)
+
+    assert api.tail(f"{BASE}/jobs/1/trace", 10) == b"bbbthe end"
+    with pytest.raises(GitLabError) as missing:
+        api.tail(f"{BASE}/jobs/3/trace", 10)
+    assert missing.value.status == 404 and TOKEN not in str(missing.value)
+    with pytest.raises(RateLimited):
+        api.tail(f"{BASE}/jobs/2/trace", 10)

@@ -219,6 +219,35 @@ def test_a_dead_lease_is_taken_over_by_a_claim_naming_it(gitlab: FakeGitLab, iss
         pass
 
 
+YEARS = 10 * 365 * 24 * 3600.0
+
+
+def test_a_date_years_ahead_takes_no_live_claim_over(gitlab: FakeGitLab, issue: Any) -> None:
+    holder = store(gitlab).claim("1", owner="watcher a")
+    gitlab.skew_clock("GET", "/api/v4/", YEARS)  # every answer to a GET says it is ten years later
+
+    other = store(gitlab)
+    with pytest.raises(LockedError, match=r"claimed by watcher a .*GitLab's Date header"):
+        other.claim("1", owner="watcher b")
+
+    assert len(claim_notes(gitlab)) == 1  # its note withdrawn
+    holder.renew()  # and the holder holds on
+    with holder.held():
+        pass
+
+
+def test_a_date_years_behind_holds_a_dead_claim_no_longer_than_a_lease(gitlab: FakeGitLab, issue: Any) -> None:
+    store(gitlab, lease=1).claim("1", owner="watcher a")  # its process is gone: never renewed
+    watcher = store(gitlab, lease=1)
+    gitlab.skew_clock("GET", NOTES, -YEARS, times=1)  # one stale answer
+
+    watcher.observe({"1": updated(gitlab)})
+    assert watcher.held(["1"]) == {"1"}
+
+    eventually(lambda: watcher.held(["1"]) == set(), "the dead lease to be seen run out", timeout=10, interval=0.2)
+    assert watcher.claim("1", owner="watcher b").info.owner == "watcher b"
+
+
 def test_a_lease_that_cannot_be_renewed_in_time_is_lost_before_another_takes_it(gitlab: FakeGitLab, issue: Any) -> None:
     claim = store(gitlab, lease=2).claim("1", owner="watcher a")
     (note,) = claim_notes(gitlab)

@@ -81,16 +81,19 @@ MORE_HOSTILE = [
     "> /close in a quote",
     "/shrug",
     "fine text\n\n/spend 1h\n/due tomorrow",
+    "\r/merge",  # (GitLab deletes carriage returns before it looks)
+    "Done.\n\r\r/approve\n \r/label ~done\r\n>\r /unassign",
+    "/MERGE\n/Approve",
 ]
 
 
 @pytest.mark.parametrize("text", MORE_HOSTILE)
 def test_more_hostile_texts_act_on_nothing_and_read_the_same(text: str) -> None:
-    assert acted_on(text) or text.lstrip().startswith(("/", ">"))  # (the sample acts, as written)
+    assert acted_on(text)  # (the sample acts, as written)
     shown = inert(text)
     assert acted_on(shown) == []
     assert shown.replace(JOINER, "") == text
-    assert not [line for line in shown.splitlines() if line.lstrip(" \t>").startswith("/")]
+    assert not [line for line in shown.replace("\r", "").split("\n") if line.lstrip(" \t>").startswith("/")]
     assert inert(shown) == shown  # twice is once
 
 

@@ -47,6 +47,7 @@ MERGE_REQUEST: dict[str, Any] = {
     "id": 1, "iid": 1, "project_id": 3, "title": "test1", "description": "fixed login page css paddings",
     "state": "merged", "merged_at": "2018-09-07T11:16:17.520Z", "created_at": "2017-04-29T08:46:00Z",
     "updated_at": "2017-04-29T08:46:00Z", "target_branch": "main", "source_branch": "test1", "author": AUTHOR,
+    "source_project_id": 3, "target_project_id": 3,
     "draft": False, "work_in_progress": False, "sha": "8888888888888888888888888888888888888888",
     "detailed_merge_status": "not_open", "web_url": "http://gitlab.example.com/my-group/my-project/merge_requests/1",
 }  # fmt: skip

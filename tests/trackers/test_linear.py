@@ -4,18 +4,25 @@ one request a poll; words made inert; the client's token, errors, retries and ra
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pydantic
 import pytest
 
 from beflow import app
-from beflow.config import Config, LinearTrackerSettings
+from beflow.config import Config, LinearTrackerSettings, load_project
 from beflow.errors import NotFoundError, TransitionError
+from beflow.records.record import RunRecord, new_run_id, now
+from beflow.records.store import RunStore
+from beflow.run.request import RunRequest, branch_of, new_record
+from beflow.run.summary import pull_request_summary
 from beflow.trackers import linear_wire as wire
-from beflow.trackers.base import ChecksAccess, ReadsOnce, SetsUpLabels, ShowsProgress, Tracker
+from beflow.trackers.base import ChecksAccess, ReadsOnce, ReadsPullRequests, SetsUpLabels, ShowsProgress, Tracker
 from beflow.trackers.issue import Status
 from beflow.trackers.linear import LinearTracker, linear_key, open_linear
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError, RateLimited, Unavailable
@@ -112,6 +119,46 @@ def test_an_issue_is_read_by_its_identifier_in_any_case_with_its_comments_oldest
     with pytest.raises(NotFoundError, match="identifiers such as ENG-123"):
         tracker.get("42")
     assert linear_key("#eng-12") == "ENG-12"
+
+
+def test_an_issue_moved_to_another_team_keeps_its_branch_and_its_runs(linear: FakeLinear, repo: Path) -> None:
+    raw = linear.add_issue("Moved", labels=["beflow"])
+    with opened(linear) as eng:
+        before = eng.get("ENG-1")
+    assert before.id == raw["id"]
+    project = load_project(_project_config(repo))
+    request = RunRequest(key=before.key)
+    first = new_record(project, before, request, run_id=new_run_id(before.key), branch=branch_of(repo, before))
+    assert (first.issue_id, first.branch) == (raw["id"], "beflow/ENG-1")
+    first.close("succeeded", "done")
+    store = RunStore(repo)
+    store.create(first, "prompt")
+
+    linear.move(raw, linear.add_team("OPS", "Operations"))
+    with opened(linear, team="OPS") as ops:
+        after = ops.get("OPS-1")
+    assert (after.key, after.id) == ("OPS-1", before.id)
+    assert [r.id for r in store.records([after.key], ids=[after.id])] == [first.id]
+    assert store.records([after.key]) == []  # by its key alone, the run under ENG-1 is not its
+    assert branch_of(repo, after) == "beflow/ENG-1"
+    second = new_record(project, after, request, run_id=new_run_id(after.key), branch=branch_of(repo, after))
+    assert store.resumable_session(second) is None and second.branch == "beflow/ENG-1"
+
+
+@contextmanager
+def opened(fake: FakeLinear, **extra: Any) -> Iterator[LinearTracker]:
+    api = Api(fake.url, API_KEY, inline_wait=0.5)
+    try:
+        yield LinearTracker(settings_for(fake, **extra), api)
+    finally:
+        api.close()
+
+
+def _project_config(directory: Path) -> Path:
+    (directory / ".beflow").mkdir(exist_ok=True)
+    path = directory / ".beflow" / "config.json"
+    path.write_text(json.dumps({"agent": {"command": "true"}}))
+    return path
 
 
 # -- writing ---------------------------------------------------------------------------------------------------------
@@ -215,6 +262,19 @@ def test_an_agents_words_act_on_nothing_in_linear(tracker: LinearTracker) -> Non
 
 
 # -- the client ------------------------------------------------------------------------------------------------------
+
+
+def test_the_agents_words_in_a_pull_request_carry_no_magic_word_for_linear(tracker: LinearTracker) -> None:
+    assert isinstance(tracker, ReadsPullRequests)
+    said = "Fixes ENG-1. Closes eng-2, resolves WID-3 #done, part of OPS-4"
+    record = RunRecord(
+        id="20261206-093000-ENG-1-abcd", issue="ENG-1", mode="watch", agent="acp-test", started_at=now(),
+        outcome="succeeded", stop_reason=said, final_message=f"Done.\n{said}", branch="beflow/ENG-1",
+    )  # fmt: skip
+    body = pull_request_summary(record, tracker)
+    assert "Closes eng" in body and "resolves WID" in body  # (people read the same words)
+    assert re.findall(r"[A-Za-z]+-\d", body.replace("beflow/ENG-1", "").replace(record.id, "")) == []
+    assert "```" in body  # the quoted message too: Linear reads a code block's words as well
 
 
 def test_a_key_goes_bare_and_an_oauth_token_after_bearer(linear: FakeLinear) -> None:

@@ -114,7 +114,13 @@ def test_every_document_beflow_sends_is_answered_by_the_fake(linear: FakeLinear)
     issue = linear.add_issue("Everything", labels=["beflow"])
     comment = linear.add_comment(issue, "Mine")
     session = linear.delegate(issue)
-    app = {"BeflowAgentSession", "BeflowAgentSessionCreate", "BeflowAgentSessionUpdate", "BeflowAgentActivityCreate"}
+    app = {
+        "BeflowAgentSession",
+        "BeflowIssueSessions",
+        "BeflowAgentSessionCreate",
+        "BeflowAgentSessionUpdate",
+        "BeflowAgentActivityCreate",
+    }
     variables: dict[str, dict[str, Any]] = {
         "BeflowViewer": {},
         "BeflowTeam": {"key": "ENG"},
@@ -125,6 +131,7 @@ def test_every_document_beflow_sends_is_answered_by_the_fake(linear: FakeLinear)
         "BeflowComments": {"id": issue["id"], "first": 50, "after": None, "includeArchived": True},
         "BeflowComment": {"id": comment["id"]},
         "BeflowAgentSession": {"id": session["id"], "first": 50},
+        "BeflowIssueSessions": {"id": issue["id"]},
         "BeflowRateLimitStatus": {},
         "BeflowCommentCreate": {"input": {"issueId": issue["id"], "body": "Claimed", "id": str(uuid.uuid4())}},
         "BeflowCommentUpdate": {"id": comment["id"], "input": {"body": "Mine, edited"}},

@@ -85,3 +85,12 @@ def test_a_wakeup_returns_its_reasons_once() -> None:
         return first, second
 
     assert anyio.run(scenario) == (["a run ended", "files changed"], [])
+
+
+def test_a_refresh_or_a_webhook_has_every_sources_feedback_read_afresh_and_other_wake_ups_do_not() -> None:
+    from beflow.watch.wake import HOOKED, REFRESH, looks_again
+
+    assert looks_again([REFRESH])
+    assert looks_again(["files changed", f"{HOOKED} (gitlab)"])
+    assert not looks_again(["files changed", "run of 7 ended", "woken"])
+    assert not looks_again([])  # (the poll)

@@ -71,6 +71,7 @@ def state(lanes: list[api.Lane], used: api.UsageTotals | None) -> api.State:
         config_reloaded=None,
         errors=[],
         rate_limit=None,
+        webhooks=api.Webhooks(woke=0, ignored=0, refused={}),
     )
     return api.State(
         project="p",

@@ -51,7 +51,7 @@ def test_the_document_is_valid_openapi_and_is_what_the_server_serves(served: Ser
     with httpx.Client(base_url=f"http://127.0.0.1:{served.bind.port}", timeout=10) as http:
         answer = http.get("/api/v1/openapi.json")
     assert answer.status_code == 200 and answer.json() == made
-    assert set(made["paths"]) == {e.path for e in endpoints.ENDPOINTS}
+    assert set(made["paths"]) == {e.path for e in (*endpoints.ENDPOINTS, *endpoints.HOOKS)}
     # The validator is no rubber stamp: an answer it does not describe is refused.
     del made["paths"]["/api/v1/state"]["get"]["responses"]["200"]["description"]
     with pytest.raises(OpenAPIValidationError):
@@ -70,10 +70,10 @@ def _scope(path: str, method: str) -> dict[str, Any]:
 def test_every_route_under_api_v1_is_in_the_document_and_every_endpoint_in_it_is_routed(project: Path) -> None:
     server = Server(load_project(config_file(project)), Policy(Bind("127.0.0.1", 1), TOKEN), mcp=False)
     app = build_app(server).app  # type: ignore[attr-defined]  # (behind the guard)
-    routes = [r for r in app.routes if isinstance(r, Route) and r.path.startswith("/api/")]
+    routes = [r for r in app.routes if isinstance(r, Route) and r.path.startswith(("/api/", "/hooks/"))]
     assert len(routes) > 10 and all(_requests(r) for r in routes)  # (each names its methods: no catch-all)
     documented = [(path, method.upper()) for path, item in document()["paths"].items() for method in item]
-    assert len(documented) == len(endpoints.ENDPOINTS)
+    assert len(documented) == len(endpoints.ENDPOINTS) + len(endpoints.HOOKS)
     # What the document says is answered by the route for that very path and method (the first that matches).
     for path, method in documented:
         scope = _scope(path, method)

@@ -217,6 +217,10 @@
     var used = usedLine(state);
     if (used) row("used", used);
     if (h.config_reloaded) row("config", "reloaded " + when(h.config_reloaded));
+    var w = h.webhooks, refused = Object.keys(w.refused).sort().map(function (k) { return k + " " + w.refused[k]; });
+    if (w.woke || w.ignored || refused.length) {
+      row("webhooks", w.woke + " woke the watch, " + w.ignored + " ignored" + (refused.length ? ", refused: " + refused.join(", ") : ""), refused.length ? "bad" : null);
+    }
     var errors = document.getElementById("errors");
     errors.replaceChildren();
     h.errors.forEach(function (e) { errors.appendChild(el("li", null, e)); });

@@ -1,0 +1,134 @@
+"""A run told as an agent session on its Linear issue (an app's token): the session opened and a thought posted as the
+first writes after the claim, the agent's tool calls as actions, a response at the end (or an error when the run
+fails) — through the real acpx and the test agent, against the fake Linear."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import pytest
+
+from beflow.config import load_project
+from beflow.records.record import RunRecord
+from beflow.run import session_reporter
+from beflow.run.runner import Run, RunRequest
+from beflow.trackers.issue import Status
+from beflow.trackers.linear import LinearTracker
+from tests.support.linear import API_KEY, APP_TOKEN, FakeLinear
+from tests.support.linear import linear as linear
+from tests.support.projects import AutoProject, git
+from tests.support.waiting import eventually
+
+pytestmark = pytest.mark.slow
+
+
+def run_issue(
+    auto_project: AutoProject,
+    fake: FakeLinear,
+    token: str,
+    monkeypatch: pytest.MonkeyPatch,
+    body: str,
+    meanwhile: Callable[[dict[str, Any]], None] | None = None,
+) -> tuple[dict[str, Any], RunRecord]:
+    monkeypatch.setenv("BEFLOW_TEST_LINEAR", token)
+    auto_project.configure(
+        tracker={"kind": "linear", "team": "ENG", "api_url": fake.url, "token_env": "BEFLOW_TEST_LINEAR"},
+        after_run={"pull_request": False},
+    )
+    issue = fake.add_issue("Do it", description=body)
+    if token == APP_TOKEN:
+        fake.delegate(issue)  # (Linear opens a session on a delegation: the run takes it up)
+    else:
+        issue["assignee"] = fake.person  # handed to the key's user
+    project = load_project(auto_project.config_path)
+    tracker = auto_project.tracker
+    assert isinstance(tracker, LinearTracker)
+    person = threading.Thread(target=meanwhile, args=(issue,), daemon=True) if meanwhile else None
+    if person is not None:
+        person.start()
+    record: RunRecord = anyio.run(Run(project, tracker, RunRequest(key="ENG-1", final=False)).execute)
+    if person is not None:
+        person.join(30)
+    return issue, record
+
+
+def runs_session(fake: FakeLinear, issue: dict[str, Any]) -> dict[str, Any]:
+    [session] = issue["agentSessions"]  # the delegation's, taken up by the run: no second one
+    return session
+
+
+def test_a_run_is_an_agent_session_a_thought_first_then_its_tool_calls_and_a_response(
+    auto_project: AutoProject, linear: FakeLinear, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    issue, record = run_issue(auto_project, linear, APP_TOKEN, monkeypatch, "acp-test: write made.txt hello ENG-2")
+    assert record.outcome == "succeeded"
+    session = runs_session(linear, issue)
+    posted = [s.variables["input"] for s in linear.seen if s.operation == "BeflowAgentActivityCreate"]
+    kinds = [p["content"]["type"] for p in posted]
+    assert kinds[0] == "thought" and kinds[-1] == "response" and "action" in kinds
+    # A tool call is ephemeral: the next activity replaces it in the session (the response, last).
+    assert all(p.get("ephemeral") for p in posted if p["content"]["type"] == "action")
+    assert [a["content"]["type"] for a in session["activities"]] == ["thought", "response"]
+    assert "beflow is working on this" in session["activities"][0]["content"]["body"]
+    assert session["status"] == "complete"
+    # The thought is the first word after the claim: the session and it come before the issue is moved.
+    writes = [s.operation for s in linear.seen if s.query.lstrip().startswith("mutation")]
+    claimed = writes.index("BeflowCommentCreate")
+    assert writes[claimed + 1] == "BeflowAgentActivityCreate"
+    actions = [p["content"] for p in posted if p["content"]["type"] == "action"]
+    assert any("made.txt" in a["parameter"] for a in actions)
+    assert record.branch and record.branch in session["activities"][-1]["content"]["body"]
+
+
+def test_a_failed_run_ends_its_session_with_an_error(
+    auto_project: AutoProject, linear: FakeLinear, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    issue, record = run_issue(auto_project, linear, APP_TOKEN, monkeypatch, "acp-test: fail it broke")
+    assert record.outcome == "failed"
+    session = runs_session(linear, issue)
+    assert [a["content"]["type"] for a in session["activities"]][:: len(session["activities"]) - 1] == [
+        "thought",
+        "error",
+    ]
+    assert session["status"] == "error"
+
+
+def test_with_a_persons_key_no_session_is_opened(
+    auto_project: AutoProject, linear: FakeLinear, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    issue, record = run_issue(auto_project, linear, API_KEY, monkeypatch, "acp-test: say hi")
+    assert record.outcome == "no_changes"
+    assert issue["agentSessions"] == []
+
+
+@pytest.mark.usefixtures("no_leftover_processes")
+def test_a_persons_stop_in_the_session_cancels_the_run_and_holds_the_issue_back(
+    auto_project: AutoProject, linear: FakeLinear, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_reporter, "STOP_EVERY", 0.2)
+
+    def stop_once_it_works(issue: dict[str, Any]) -> None:
+        def working() -> dict[str, Any] | None:
+            sessions = issue["agentSessions"]
+            return sessions[0] if sessions and len(sessions[0]["activities"]) >= 2 else None
+
+        session = eventually(working, "the run's session at work")
+        linear.prompt(session, "Stop, please", stop=True)
+
+    body = "acp-test: write early.txt before\nacp-test: sleep 60\nacp-test: write late.txt after"
+    issue, record = run_issue(auto_project, linear, APP_TOKEN, monkeypatch, body, stop_once_it_works)
+    assert record.outcome == "cancelled"
+    assert record.stop_reason is not None and "a person stopped it in the issue's agent session" in record.stop_reason
+    assert record.duration is not None and record.duration < 60
+    session = runs_session(linear, issue)
+    last = session["activities"][-1]["content"]
+    assert last["type"] == "response" and last["body"].startswith("Stopped")
+    # Held back (beflow:open), not put back in the queue: a watch does not run it again at once.
+    assert auto_project.tracker.get("ENG-1").status == Status.OPEN
+    # As Ctrl-C: the agent stopped (no process left), and what it did before is kept on its branch.
+    assert record.branch is not None
+    assert git(auto_project.directory, "show", f"{record.branch}:early.txt").strip() == "before"
+    assert "late.txt" not in git(auto_project.directory, "ls-tree", "--name-only", record.branch)
