@@ -280,8 +280,12 @@ def test_the_example_settings_have_what_every_trackers_settings_have() -> None:
     }
     exec(compile(_example_blocks()[1], "docs/architecture.md", "exec", dont_inherit=True), namespace)
 
-    def methods(cls: type) -> set[str]:
-        return {name for name, value in vars(cls).items() if callable(value) and not name.startswith("_")}
+    def methods(cls: type) -> set[str]:  # its own and its mixins', not pydantic's
+        return {
+            name
+            for name in dir(cls)
+            if not name.startswith("_") and not hasattr(Model, name) and callable(getattr(cls, name))
+        }
 
     settings = namespace["MemoryTrackerSettings"](kind="memory")
     assert methods(type(settings)) == methods(LocalTrackerSettings) == methods(GitHubTrackerSettings) - {"_http_url"}
