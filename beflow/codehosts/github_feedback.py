@@ -127,9 +127,10 @@ class _Client:
 class Replies(_Client):
     """beflow's answers where feedback was given, each posted once, masked and inert."""
 
-    def __init__(self, api: Api, repo: str, secrets: Callable[[], Iterable[str]]) -> None:
+    def __init__(self, api: Api, repo: str, secrets: Callable[[], Iterable[str]], me: Callable[[], str]) -> None:
         super().__init__(api, repo)
         self._secrets = secrets
+        self._me = me  # the login of the token's user: the author of every answer of beflow's
 
     def reply(self, piece: Feedback, body: str) -> None:
         """Answer ``piece`` in its review thread (an inline piece), else in the conversation it was given in (the
@@ -137,7 +138,7 @@ class Replies(_Client):
         reference in it acts), and carries beflow's marker (so it never counts as feedback itself).
 
         A piece is answered once, whoever answers it: the answer carries a token of the piece, and one already
-        there (another machine's, or this one's before it was stopped) is the answer."""
+        there by the token's user (another machine's, or this one's before it was stopped) is the answer."""
         if piece.id.partition(":")[0] not in GITHUB_KINDS:
             return  # another source's piece (the local tracker's --rework): not ours to answer on GitHub
         text = self._clean(body)
@@ -201,7 +202,9 @@ class Replies(_Client):
 
     def _posted(self, listing: str, token: str) -> bool:
         comments, _ = wire.read_each(wire.Authored, self._list(listing, {}), f"GET {listing}")
-        return any(token in c.text for c in comments)
+        # The token is of the piece, which anyone can work out: in a comment by anyone else it answers nothing.
+        me = self._me().lower()
+        return any(token in c.text and c.login.lower() == me for c in comments)
 
 
 class GitHubFeedback(_Client):
@@ -221,7 +224,7 @@ class GitHubFeedback(_Client):
         #: Whether an issue's key is an issue number of this repository (the tracker is this repository's).
         self.issues = issues
         self.authors = Authors(api, repo, settings.allow)
-        self.replies = Replies(api, repo, secrets)
+        self.replies = Replies(api, repo, secrets, self.authors.me)
         self._lock = threading.RLock()
         self._listings = [
             _Listing(f"{self._base}/issues", {"state": "all", "sort": "updated", "direction": "asc"}),

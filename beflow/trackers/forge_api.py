@@ -137,6 +137,23 @@ class Stats:
     by_method: dict[str, int] = field(default_factory=dict)
 
 
+def _whole(answer: httpx.Response, ends: float, clock: Clock) -> httpx.Response:
+    """``answer`` read whole by ``ends`` (``clock.monotonic()``), else httpx's ``ReadTimeout``: httpx's timeouts are
+    per read, and a server that drips its answer a byte at a time would otherwise hold the request without end. (A
+    chunk comes within one read's timeout or the read fails: the request ends within about twice its time.)"""
+    content = bytearray()
+    try:
+        for chunk in answer.iter_bytes():
+            content += chunk
+            if clock.monotonic() > ends:
+                raise httpx.ReadTimeout("the answer took longer than the timeout", request=answer.request)
+    finally:
+        answer.close()
+    # The bytes are decoded already: the answer that holds them says no encoding.
+    headers = [(k, v) for k, v in answer.headers.multi_items() if k.lower() != "content-encoding"]
+    return httpx.Response(answer.status_code, headers=headers, content=bytes(content), request=answer.request)
+
+
 class ForgeApi(abc.ABC):
     """One forge's REST API with one token. Thread-safe: runs renew their claims from worker threads."""
 
@@ -298,6 +315,7 @@ class ForgeApi(abc.ABC):
             if left is not None and left <= 0:
                 raise self._out_of_time(method, path)
             timeout = self.timeout if left is None else min(self.timeout, left)
+            ends = self._clock().monotonic() + timeout  # the whole request's bound (httpx's timeouts are per read)
             request = self._client.build_request(method, path, params=params, json=body, timeout=timeout)
             key = str(request.url)
             with self._lock:
@@ -305,7 +323,7 @@ class ForgeApi(abc.ABC):
             if cached is not None:
                 request.headers["If-None-Match"] = cached[0]
             try:
-                answer = self._client.send(request)
+                answer = _whole(self._client.send(request, stream=True), ends, self._clock())
             except httpx.HTTPError as error:
                 if again and attempt < 2 and self._can_wait(0.5 * (attempt + 1)):
                     self._clock().sleep(0.5 * (attempt + 1))
@@ -350,6 +368,7 @@ class ForgeApi(abc.ABC):
         if left is not None and left <= 0:
             raise self._out_of_time("GET", path)
         timeout = self.timeout if left is None else min(self.timeout, left)
+        ends = self._clock().monotonic() + timeout  # the whole request's bound (httpx's timeouts are per read)
         request = self._client.build_request("GET", path, timeout=timeout)
         try:
             answer = self._client.send(request, stream=True)
@@ -368,6 +387,8 @@ class ForgeApi(abc.ABC):
                     left = self._left()
                     if left is not None and left <= 0:
                         raise self._out_of_time("GET", path)
+                    if self._clock().monotonic() > ends:  # (a drip: every read in time, the whole too long)
+                        raise httpx.ReadTimeout("the answer took longer than the timeout", request=request)
                     if answer.is_success:
                         kept += chunk
                         if len(kept) > 2 * size:

@@ -3,6 +3,7 @@ description): what counts, from whom, what is stripped, where replies go, and wh
 
 from __future__ import annotations
 
+import hashlib
 import time
 import types
 from collections.abc import Callable, Iterator
@@ -443,6 +444,33 @@ def test_a_piece_is_answered_once_whoever_answers_it(make_host: Host, github: Fa
     assert [c["body"].split("\n")[0] for c in replies] == ["Done in abc123 (inline)."]
     answers = [c["body"].split("\n")[0] for c in github.comments_of(number) if "<!-- beflow -->" in c["body"]]
     assert answers == ["Done in abc123 (review).", "Done in abc123 (comment)."]
+
+
+def test_a_strangers_comment_carrying_the_pieces_answer_token_does_not_stop_the_answer(
+    make_host: Host, github: FakeGitHub
+) -> None:
+    number = github.open_pull("beflow/1")
+    github.submit_review(number, "", state="COMMENTED", comments=[{"path": "a.py", "line": 1, "body": "Rename."}])
+    github.add_comment(number, "@beflow and the docs")
+    host = make_host()
+    inline, mention = host.gather("1", "beflow/1").pieces
+    (root,) = github.review_comments_of(number)
+    for piece in (inline, mention):
+        token = hashlib.sha256(piece.id.encode()).hexdigest()[:16]  # (anyone can work it out)
+        forged = f"Done, nothing to see.\n\n<!-- beflow:answer {token} -->\n<!-- beflow -->"
+        if piece.kind == "inline":
+            github.add_review_comment(number, forged, author="mallory", association="NONE", in_reply_to=root["id"])
+        else:
+            github.add_comment(number, forged, author="mallory", association="NONE")
+
+    for piece in (inline, mention):
+        host.reply(piece, f"Done in abc123 ({piece.kind}).")
+
+    me = github.tokens[TOKEN]
+    replies = [c for c in github.review_comments_of(number) if c["user"]["login"] == me]
+    assert [c["body"].split("\n")[0] for c in replies] == ["Done in abc123 (inline)."]
+    answers = [c["body"].split("\n")[0] for c in github.comments_of(number) if c["user"]["login"] == me]
+    assert answers == ["Done in abc123 (comment)."]
 
 
 def test_the_watermarks_are_on_githubs_clock_not_this_machines(
