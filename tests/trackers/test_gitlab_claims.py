@@ -109,7 +109,7 @@ def test_racing_claimants_in_threads_exactly_one_wins_every_time(gitlab: FakeGit
     for round_ in range(10):
         iid = gitlab.add_issue(f"Issue {round_}")["iid"]
         # Every claimant reads the notes before any claim note lands: they all post, and the chain picks one.
-        gitlab.delay("POST", f"/api/v4{BASE}/issues/{iid}/notes", 0.2, times=len(machines))
+        gitlab.delay("POST", f"/api/v4{BASE}/issues/{iid}/notes", 0.5, times=len(machines))
         won, lost = race(machines, str(iid))
         assert len(won) == 1 and len(lost) == len(machines) - 1, (won, lost)
         raced += sum("just now" in message for message in lost)

@@ -220,7 +220,7 @@ def test_internal_notes_edits_deletions_and_the_clock(gitlab: FakeGitLab) -> Non
 def test_requests_held_and_notes_committed_late(gitlab: FakeGitLab) -> None:
     issue = gitlab.add_issue("one")
     notes = f"{API}/issues/{issue['iid']}/notes"
-    gitlab.stall_notes(0.3)
+    gitlab.stall_notes(60)  # until released below: no timing to win
     seen: list[Any] = []
     late = threading.Thread(target=lambda: seen.append(client(gitlab).post(notes, json={"body": "first"}).json()))
     late.start()
@@ -229,10 +229,12 @@ def test_requests_held_and_notes_committed_late(gitlab: FakeGitLab) -> None:
     with client(gitlab) as http:
         second = http.post(notes, json={"body": "second"}).json()
         assert [n["body"] for n in http.get(notes).json()] == ["second"]  # the first is not seen yet
+        gitlab.released.set()  # the first note's transaction commits now
         late.join()
+        gitlab.released.clear()
         assert seen[0]["id"] < second["id"]  # its id was drawn first
         assert [n["body"] for n in http.get(notes, params={"sort": "asc"}).json()] == ["first", "second"]
-        gitlab.delay("GET", notes, 0.2)
+        gitlab.delay("GET", notes, 60)
         with pytest.raises(httpx.ReadTimeout):
             http.get(notes, timeout=0.05)  # held, the connection open
 
