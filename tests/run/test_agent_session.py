@@ -38,11 +38,11 @@ def run_issue(
         tracker={"kind": "linear", "team": "ENG", "api_url": fake.url, "token_env": "BEFLOW_TEST_LINEAR"},
         after_run={"pull_request": False},
     )
-    issue = fake.add_issue("Do it", description=body)
     if token == APP_TOKEN:
+        issue = fake.add_issue("Do it", description=body)
         fake.delegate(issue)  # (Linear opens a session on a delegation: the run takes it up)
     else:
-        issue["assignee"] = fake.person  # handed to the key's user
+        issue = fake.add_issue("Do it", description=body, labels=["beflow"])  # a person's key: by its label
     project = load_project(auto_project.config_path)
     tracker = auto_project.tracker
     assert isinstance(tracker, LinearTracker)
