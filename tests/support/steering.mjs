@@ -138,6 +138,8 @@ try {
   await live("/");
   await page.waitForFunction((key) => document.querySelector(`#queue tr[data-issue="${key}"]`), { timeout }, keys.failed);
   seen.queueRetried = await page.evaluate(queue);
+  // The lane's cancel button comes with its run (the queue's rows may be drawn first).
+  await page.waitForFunction((key) => document.querySelector(`.lane[data-issue="${key}"] .meta button`), { timeout }, keys.long);
   await page.evaluate((key) => document.querySelector(`.lane[data-issue="${key}"] .meta button`).click(), keys.long);
   await page.waitForFunction((key) => !document.querySelector(`.lane[data-issue="${key}"]`), { timeout }, keys.long);
   await live(`/issues/${keys.failed}`);
@@ -149,7 +151,7 @@ try {
   const pages = await browser.pages();
   seen.debug = await pages[pages.length - 1].evaluate(async () => ({
     rows: [...document.querySelectorAll("#queue tbody tr")].map((tr) => tr.innerHTML),
-    state: (await (await fetch("/api/v1/state")).json()).queue,
+    state: await (await fetch("/api/v1/state")).json(),
   })).catch((e) => String(e));
   seen.said = await Promise.all((await browser.pages()).map((p) => p.$$eval(".said", (nodes) => nodes.map((n) => n.textContent)).catch(() => null)));
 } finally {

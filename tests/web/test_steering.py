@@ -226,7 +226,8 @@ def test_a_person_steers_a_running_watch_from_its_page_in_a_real_browser(  # typ
 ) -> None:
     auto_project.configure(watch={"interval": 0.2, "concurrency": 1}, http={"actions": True})
     marks = tmp_path / "marks.log"
-    long = auto_project.new_issue("sleep 120", f"mark {marks}", title="the long one", priority=0)
+    # Longer than the driver may take on a loaded machine: the page cancels it, not the clock.
+    long = auto_project.new_issue("sleep 900", f"mark {marks}", title="the long one", priority=0)
     queued = auto_project.new_issue("say queued", title="queued")
     failed = auto_project.new_issue("say retried", title="the failed one")
     auto_project.tracker.set_status(failed, Status.IN_PROGRESS)
