@@ -144,6 +144,8 @@ class Sizes:
             review_pulls=3,
             polls=2,
             gitlab_polls=2,
+            gitlab_issues=3,
+            settle=1.0,
             fleet_runs=2,
             fleet_issues=4,  # one issue a lane: both workers, every lane
             fleet_turn=1.0,

@@ -82,7 +82,10 @@ def test_a_held_progress_update_holds_up_no_other_run_nor_ctrl_c(
             time.sleep(0.05)
         assert not any(_alive(agent) for agent in agents)
         assert time.monotonic() - interrupted < 6
-        # The runs' outcomes are then written to GitHub, whose client sends one write at a time: after the held one.
+        # The runs' outcomes are then written to GitHub, whose client sends one write at a time: after the held one,
+        # which the test lets go now rather than wait out.
+        assert beflow.poll() is None
+        github.released.set()
         assert beflow.wait(timeout=60) == 130
     finally:
         if beflow.poll() is None:

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests.support.gitlab import TOKEN, FakeGitLab
-from tests.support.gitlab_projects import ENV, branch_on_gitlab, public_notes
+from tests.support.gitlab_projects import ENV, branch_on_gitlab, public_notes, tracker_settings
 from tests.support.projects import AutoProject
 from tests.support.waiting import eventually
 from tests.support.watching import Watcher
@@ -21,7 +21,10 @@ pytestmark = pytest.mark.slow
 def test_a_502_storm_during_a_watch_loses_nothing_and_does_nothing_twice(
     on_gitlab: AutoProject, gitlab: FakeGitLab, no_leftover_processes: None
 ) -> None:
-    on_gitlab.configure(watch={"interval": 0.3, "concurrency": 2, "backoff": 0.5})
+    # A run the storm failed may leave its claim unreleased: a short lease lets its retry take it back soon.
+    on_gitlab.configure(
+        watch={"interval": 0.3, "concurrency": 2, "backoff": 0.5}, tracker=tracker_settings(gitlab, lease=8)
+    )
     for n in (1, 2, 3):
         work = f"acp-test: sleep 1\nacp-test: write out-{n}.txt {n}"  # the storm falls while they work
         gitlab.add_issue(f"Task {n}", labels=["beflow", "beflow:ready"], description=work)
