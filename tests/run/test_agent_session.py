@@ -12,11 +12,15 @@ import anyio
 import pytest
 
 from beflow.config import load_project
+from beflow.mcp.journal import journal_dir
 from beflow.records.record import RunRecord
 from beflow.run import session_reporter
 from beflow.run.runner import Run, RunRequest
 from beflow.trackers.issue import Status
 from beflow.trackers.linear import LinearTracker
+from tests.faults.conftest import beflow_run
+from tests.support.github import TOKEN as GITHUB_TOKEN
+from tests.support.github import FakeGitHub
 from tests.support.linear import API_KEY, APP_TOKEN, FakeLinear
 from tests.support.linear import linear as linear
 from tests.support.projects import AutoProject, git
@@ -118,6 +122,11 @@ def test_a_persons_stop_in_the_session_cancels_the_run_and_holds_the_issue_back(
         session = eventually(working, "the run's session at work")
         linear.prompt(session, "Stop, please", stop=True)
 
+    # A managed file the repository has: the run's injection replaces it in the worktree, the stop puts it back.
+    prior = b'{"agents": {"kept": {"command": "kept"}}}\n'
+    (auto_project.directory / ".acpxrc.json").write_bytes(prior)
+    git(auto_project.directory, "add", ".acpxrc.json")
+    git(auto_project.directory, "commit", "-q", "-m", "acpx settings")
     body = "acp-test: write early.txt before\nacp-test: sleep 60\nacp-test: write late.txt after"
     issue, record = run_issue(auto_project, linear, APP_TOKEN, monkeypatch, body, stop_once_it_works)
     assert record.outcome == "cancelled"
@@ -132,3 +141,39 @@ def test_a_persons_stop_in_the_session_cancels_the_run_and_holds_the_issue_back(
     assert record.branch is not None
     assert git(auto_project.directory, "show", f"{record.branch}:early.txt").strip() == "before"
     assert "late.txt" not in git(auto_project.directory, "ls-tree", "--name-only", record.branch)
+    assert record.mcp_servers  # (injected, so restored: the branch has the repository's file, byte for byte)
+    assert git(auto_project.directory, "show", f"{record.branch}:.acpxrc.json").encode() == prior
+    assert list(journal_dir().glob("*")) == []  # nothing left for `beflow restore` to put back
+
+
+@pytest.mark.usefixtures("no_leftover_processes")
+def test_a_delegated_issue_is_claimed_by_the_watch_and_answered_with_its_pull_request(
+    auto_project: AutoProject, linear: FakeLinear, github: FakeGitHub
+) -> None:
+    """The whole way: a person delegates the issue to beflow's app; ``beflow watch`` claims it, works it as the
+    session a delegation opened, pushes and opens a pull request on GitHub, links it from the session and moves the
+    issue to review."""
+    auto_project.add_origin()
+    auto_project.configure(
+        tracker={"kind": "linear", "team": "ENG", "api_url": linear.url, "token_env": "BEFLOW_TEST_LINEAR"},
+        code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url, "token_env": "HOSTPAT"},
+        after_run={"pull_request": True},
+    )
+    issue = linear.add_issue("Add notes", description="acp-test: write notes.txt first")
+    linear.delegate(issue)
+
+    done = beflow_run(auto_project, "watch", "--once", env={"BEFLOW_TEST_LINEAR": APP_TOKEN, "HOSTPAT": GITHUB_TOKEN})
+
+    assert done.code == 0, done.stdout + done.stderr
+    [record] = auto_project.runs.records()
+    assert record.outcome == "succeeded" and record.issue_id == issue["id"], record.stop_reason
+    [pull] = github.pulls.values()
+    assert pull["head"]["ref"] == record.branch == "beflow/ENG-1" and record.pull_request == pull["html_url"]
+    session = runs_session(linear, issue)
+    kinds = [a["content"]["type"] for a in session["activities"]]
+    assert kinds[0] == "thought" and kinds[-1] == "response" and session["status"] == "complete"
+    posted = [s.variables["input"]["content"]["type"] for s in linear.requests("agentActivityCreate")]
+    assert posted[0] == "thought" and "action" in posted
+    assert session["externalUrls"] == [{"label": "Pull request", "url": pull["html_url"]}]
+    assert issue["state"]["name"] == "In Review" and issue["delegate"]["id"] == linear.app["id"]
+    assert APP_TOKEN not in done.stdout + done.stderr and GITHUB_TOKEN not in done.stdout + done.stderr
