@@ -88,6 +88,8 @@ class Fault:
     body: Any
     field: str | None
     after: bool
+    #: Headers of the answer beyond the buckets' (a rate limit's own reset, ``Retry-After``).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -409,6 +411,30 @@ class FakeLinear:
         no ``body`` is given."""
         self.faults.extend(Fault(status, body, field, after) for _ in range(times))
 
+    def rate_limit(
+        self,
+        *,
+        reset_in: float | None,
+        field: str | None = None,
+        times: int = 1,
+        status: int = 400,
+        retry_after: int | None = None,
+        graphql: bool = True,
+    ) -> None:
+        """The next ``times`` requests (asking ``field``, when given) are refused as rate limited, unexecuted, as
+        Linear refuses them: a ``RATELIMITED`` GraphQL error under ``status`` (400, as Linear answers; 429, as a
+        proxy may), with the requests bucket empty until ``reset_in`` seconds from now (None: no reset header) and
+        ``Retry-After`` when given; ``graphql=False``: a proxy's page instead of a GraphQL answer."""
+        headers: dict[str, str] = {"X-RateLimit-Requests-Remaining": "0", "X-RateLimit-Requests-Reset": "",
+                                   "X-RateLimit-Complexity-Reset": ""}  # fmt: skip
+        if reset_in is not None:
+            at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=reset_in)
+            headers["X-RateLimit-Requests-Reset"] = str(int(at.timestamp() * 1000))
+        if retry_after is not None:
+            headers["Retry-After"] = str(retry_after)
+        body = {"errors": [_error("RATELIMITED", "Rate limit exceeded")]} if graphql else None
+        self.faults.extend(Fault(status, body, field, False, headers) for _ in range(times))
+
     def spend(self, *, requests: int | None = None, complexity: int | None = None) -> None:
         """What is left of the buckets (0: the next request is rate limited)."""
         with self.lock:
@@ -462,7 +488,8 @@ class FakeLinear:
                 if fault.after:
                     self._execute(document, variables, operation, user)
                 text = None if fault.body is not None else f"<html><body>{fault.status} upstream error</body></html>"
-                answer = Answer(fault.status, fault.body, self._headers(cost), text=text)
+                headers = {k: v for k, v in (self._headers(cost) | fault.headers).items() if v}  # ("": left out)
+                answer = Answer(fault.status, fault.body, headers, text=text)
                 return self._record(answer, operation, fields, query, variables, auth)
             data, errors = self._execute(document, variables, operation, user)
             out: dict[str, Any] = {"data": data}
