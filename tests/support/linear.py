@@ -199,13 +199,14 @@ class FakeLinear:
 
     # -- arranging -----------------------------------------------------------------------------------------------
 
-    def user(self, name: str, *, app: bool = False) -> dict[str, Any]:
-        """A user of the workspace: a person, or an app user (an OAuth app installed with ``actor=app``)."""
+    def user(self, name: str, *, app: bool = False, guest: bool = False) -> dict[str, Any]:
+        """A user of the workspace: a person (a member, or a ``guest`` let into some teams), or an app user (an OAuth
+        app installed with ``actor=app``)."""
         with self.lock:
             handle = re.sub(r"\W+", ".", name.lower())
             now = self.now()
             raw = {"id": self._id(), "name": name, "displayName": handle, "email": f"{handle}@acme.example",
-                   "app": app, "active": True, "admin": False, "guest": False, "createdAt": now, "updatedAt": now,
+                   "app": app, "active": True, "admin": False, "guest": guest, "createdAt": now, "updatedAt": now,
                    "url": f"https://linear.app/acme/profiles/{handle}", "archivedAt": None,
                    "supportsAgentSessions": app}  # fmt: skip
             self.users[raw["id"]] = raw
@@ -375,12 +376,16 @@ class FakeLinear:
         issue["agentSessions"].append(raw)
         return raw
 
-    def prompt(self, session: dict[str, Any], body: str, *, stop: bool = False) -> dict[str, Any]:
-        """A person's message in a session; ``stop`` sends Linear's stop signal with it."""
+    def prompt(
+        self, session: dict[str, Any], body: str, *, stop: bool = False, by: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A person's message in a session (``by``: that user's, else Ada's); ``stop`` sends Linear's stop signal
+        with it."""
         with self.lock:
             content = {"__typename": "AgentActivityPromptContent", "type": "prompt", "body": body,
                        "bodyData": {}, "title": None}  # fmt: skip
-            return self._activity(session, self.person, content, signal="stop" if stop else None, ephemeral=False)
+            user = by or self.person
+            return self._activity(session, user, content, signal="stop" if stop else None, ephemeral=False)
 
     def _activity(
         self,
@@ -394,10 +399,11 @@ class FakeLinear:
         metadata: Any = None,
     ) -> dict[str, Any]:
         now = self.now()
+        # (``type``, the content's, is what an ``AgentActivityFilter`` compares)
         raw = {"id": aid or self._id(), "createdAt": now, "updatedAt": now, "archivedAt": None, "sentAt": now,
                "ephemeral": ephemeral, "queued": False, "signal": signal, "signalMetadata": metadata, "user": user,
                "sourceComment": None, "sourceMetadata": None, "contextualMetadata": None, "content": content,
-               "agentSession": session}  # fmt: skip
+               "agentSession": session, "type": content["type"]}  # fmt: skip
         self.activities[raw["id"]] = raw
         session["activities"].append(raw)
         session["updatedAt"] = now
