@@ -5,7 +5,8 @@ as a review is on GitHub.
 Trust: only the workspace's members are heard — a prompt by a guest (let into some teams only), an app (another
 agent) or a suspended account is left out, and said so in the round's record. A stop signal is no feedback: it
 stopped the run it was sent to. The piece's id is ``linear-prompt:<activity id>``; its answer is the round's own run,
-which reports in an agent session of the issue, so nothing more is posted as a reply.
+which goes on in the session the prompt was written in (:func:`beflow.trackers.linear_sessions.open_session`), so
+nothing more is posted as a reply.
 """
 
 from __future__ import annotations
