@@ -1,6 +1,7 @@
 """A run told as an agent session on its Linear issue (an app's token): the session opened and a thought posted as the
 first writes after the claim, the agent's tool calls as actions, a response at the end (or an error when the run
-fails) — through the real acpx and the test agent, against the fake Linear."""
+fails), a person's stop cancelling it and a follow-up answered by a round — through the real acpx and the test
+agent, against the fake Linear; and the whole way through ``beflow watch`` to a pull request on the fake GitHub."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from beflow.config import load_project
 from beflow.mcp.journal import journal_dir
+from beflow.ops import rounds
 from beflow.records.record import RunRecord
 from beflow.run import session_reporter
 from beflow.run.runner import Run, RunRequest
@@ -64,7 +66,7 @@ def runs_session(fake: FakeLinear, issue: dict[str, Any]) -> dict[str, Any]:
     return session
 
 
-def test_a_run_is_an_agent_session_a_thought_first_then_its_tool_calls_and_a_response(
+def test_a_run_is_an_agent_session_and_a_follow_up_in_it_is_answered_by_a_round_on_the_same_branch(
     auto_project: AutoProject, linear: FakeLinear, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     issue, record = run_issue(auto_project, linear, APP_TOKEN, monkeypatch, "acp-test: write made.txt hello ENG-2")
@@ -85,6 +87,25 @@ def test_a_run_is_an_agent_session_a_thought_first_then_its_tool_calls_and_a_res
     actions = [p["content"] for p in posted if p["content"]["type"] == "action"]
     assert any("made.txt" in a["parameter"] for a in actions)
     assert record.branch and record.branch in session["activities"][-1]["content"]["body"]
+
+    # A person's follow-up in the session, once the issue is in review: a round on the same branch, in that session.
+    assert auto_project.tracker.get("ENG-1").status == Status.REVIEW
+    asked = linear.prompt(session, "acp-test: write more.txt again")
+    project = load_project(auto_project.config_path)
+    tracker = auto_project.tracker
+    planned = rounds.plan(project, rounds.sources(tracker), "ENG-1", issue_id=issue["id"])
+    assert planned is not None and planned.round == 1
+    assert [p.id for p in planned.pieces] == [f"linear-prompt:{asked['id']}"]
+
+    request = RunRequest(key="ENG-1", final=False, round=1, feedback=planned.pieces)
+    second: RunRecord = anyio.run(Run(project, tracker, request).execute)
+
+    assert second.outcome == "succeeded" and second.round == 1 and second.branch == record.branch
+    assert [c.id for c in second.feedback] == [f"linear-prompt:{asked['id']}"]
+    assert git(auto_project.directory, "show", f"{second.branch}:more.txt").strip() == "again"
+    assert runs_session(linear, issue)["activities"][-1]["content"]["type"] == "response"  # answered where asked
+    again = rounds.plan(project, rounds.sources(tracker), "ENG-1", issue_id=issue["id"])
+    assert again is not None and again.pieces == []  # answered on the branch: no second round for it
 
 
 def test_a_failed_run_ends_its_session_with_an_error(
