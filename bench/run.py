@@ -58,6 +58,8 @@ ROWS = (
     "round",
     "gitlabidle",
     "gitlabround",
+    "linearidle",
+    "linearagent",
     "sandbox",
     "store",
     "fleet",
@@ -1617,6 +1619,169 @@ class Bench:
                 f"all {s.gitlab_issues} in review with their "
                 f"merge requests: {median(per_poll['review']):.1f} a poll (goal <= 3: the issues' poll and two "
                 f"project-wide listings, whatever the number)",
+            )
+        )
+
+    def linearidle(self) -> None:
+        """The Linear tracker over a team of N labelled issues, none ready (in the backlog), against the fake Linear:
+        the requests a watch's poll sends once the first one read them all (each look asks only what changed)."""
+        sys.path.insert(0, str(ROOT))
+        from beflow.config import LinearTrackerSettings
+        from beflow.trackers.issue import Status
+        from beflow.trackers.linear import LinearTracker
+        from beflow.trackers.linear_api import Api
+        from tests.support.linear import API_KEY, serve
+
+        s = self.sizes
+        per_poll: list[float] = []
+        with serve() as fake:
+            for n in range(1, s.gitlab_issues + 1):
+                fake.add_issue(f"Issue {n}", labels=["beflow"], state="Backlog")
+            settings = LinearTrackerSettings.model_validate({"kind": "linear", "team": "ENG", "api_url": fake.url})
+            api = Api(fake.url, API_KEY)
+            tracker = LinearTracker(settings, api)
+            try:
+                for _ in range(2):  # the first polls read everything once
+                    with tracker.reading_once():
+                        assert tracker.ready() == []
+                for _ in range(s.gitlab_polls):
+                    before = len(fake.seen)
+                    with tracker.reading_once():  # a tick: ready, orphans, and the review listing
+                        tracker.ready(), tracker.orphaned(), tracker.listing(Status.REVIEW)
+                    per_poll.append(float(len(fake.seen) - before))
+            finally:
+                api.close()
+            assert not fake.violations, fake.violations[:5]
+        measured = median(per_poll)
+        self.add(
+            Row(
+                f"linear idle, {s.gitlab_issues} issues",
+                "idle poll's Linear requests, none ready",
+                "",
+                None,
+                measured,
+                "req",
+                "<= 1 a poll",
+                measured <= 1.0,
+                None,
+                {"idle": per_poll},
+                f"over {s.gitlab_polls} polls (ready, orphans and the listing of one tick)",
+            )
+        )
+
+    def linearagent(self) -> None:
+        """Runs of delegated issues as Linear agent sessions (an app's token, the fake Linear, the real acpx and the
+        test agent), ``runs`` times each: from the claim (its generation comment) to the session's first activity,
+        and from a person's stop signal in the session to the run's end (cancelled, restored, recorded) — with
+        Linear's webhook (the ``AgentSessionEvent`` delivery's effect: :func:`session_reporter.look_now`, called
+        as ``/hooks/linear`` calls it, the HTTP and its signature check left out) and without (the run's own looks
+        every ``STOP_EVERY`` seconds, in the notes)."""
+        sys.path.insert(0, str(ROOT))
+        import anyio
+
+        from beflow.config import load_project
+        from beflow.run import session_reporter
+        from beflow.run.runner import Run, RunRequest
+        from beflow.trackers.linear import open_linear
+        from tests.support.linear import APP_TOKEN, serve
+
+        s = self.sizes
+        first: list[float] = []
+        stopped: dict[str, list[float]] = {"webhook": [], "polled": []}
+
+        def when(stamp: str) -> float:
+            return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+        os.environ["BEFLOW_BENCH_LINEAR"] = APP_TOKEN
+        try:
+            with serve() as fake:
+                repo = self.repo()
+                settings = json.loads((repo / "config.json").read_text())
+                tracker_settings = {
+                    "kind": "linear",
+                    "team": "ENG",
+                    "api_url": fake.url,
+                    "token_env": "BEFLOW_BENCH_LINEAR",
+                }
+                settings["tracker"] = tracker_settings
+                (repo / "config.json").write_text(json.dumps(settings))
+                project = load_project(repo / "config.json")
+                for n in range(s.runs):
+                    for stop in (None, "webhook", "polled"):
+                        body = (
+                            "acp-test: write early.txt before\nacp-test: sleep 60"
+                            if stop
+                            else "acp-test: write made.txt hello"
+                        )
+                        issue = fake.add_issue(f"Issue {n} {stop}", description=body)
+                        fake.delegate(issue)
+                        tracker = open_linear(project, project.config.tracker)  # type: ignore[arg-type]
+
+                        def stop_it(issue: dict[str, Any] = issue, how: str | None = stop) -> None:
+                            deadline = time.monotonic() + 60
+                            while time.monotonic() < deadline:
+                                sessions = issue["agentSessions"]
+                                if sessions and len(sessions[0]["activities"]) >= 2:
+                                    fake.prompt(sessions[0], "Stop", stop=True)
+                                    if how == "webhook":
+                                        session_reporter.look_now()
+                                    return
+                                time.sleep(0.02)
+
+                        person = threading.Thread(target=stop_it, daemon=True) if stop else None
+                        if person is not None:
+                            person.start()
+                        request = RunRequest(key=issue["identifier"], final=False)
+                        record = anyio.run(Run(project, tracker, request).execute)
+                        if person is not None:
+                            person.join(60)
+                        claim = min(
+                            when(c["createdAt"]) for c in issue["comments"] if c["body"].startswith("beflow claim")
+                        )
+                        session = issue["agentSessions"][0]
+                        thought = min(when(a["createdAt"]) for a in session["activities"] if a["user"]["app"])
+                        first.append(thought - claim)
+                        if stop:
+                            assert record.outcome == "cancelled", record.stop_reason
+                            signal = next(a for a in session["activities"] if a["signal"] == "stop")
+                            assert record.finished_at is not None
+                            stopped[stop].append(record.finished_at.timestamp() - when(signal["createdAt"]))
+                        tracker.api.close()
+                assert not fake.violations, fake.violations[:5]
+        finally:
+            os.environ.pop("BEFLOW_BENCH_LINEAR", None)
+        measured = median(first)
+        self.add(
+            Row(
+                "linear first activity",
+                "claim -> the session's first activity",
+                "",
+                None,
+                measured,
+                "s",
+                "<= 2 s",
+                measured <= 2.0,
+                None,
+                {"first": first},
+                f"{len(first)} runs",
+            )
+        )
+        measured = median(stopped["webhook"])
+        polled = median(stopped["polled"])
+        self.add(
+            Row(
+                "linear stop",
+                "a person's stop -> the run cancelled (webhook)",
+                "",
+                None,
+                measured,
+                "s",
+                "<= 2 s",
+                measured <= 2.0,
+                None,
+                stopped,
+                f"{len(stopped['webhook'])} runs; without webhooks {polled:.1f} s "
+                f"(the session is asked every {session_reporter.STOP_EVERY:g} s)",
             )
         )
 

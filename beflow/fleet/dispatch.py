@@ -34,8 +34,8 @@ from beflow.fleet.shapes import (
 )
 from beflow.ops import rounds
 from beflow.records.store import RunStore
-from beflow.repository import refs
 from beflow.run.issue_status import requeue_orphans, settle_orphans
+from beflow.run.request import branch_of
 from beflow.system import threads
 from beflow.trackers import Issue, Status, reading_once
 from beflow.trackers.base import WatchesDirectories
@@ -145,7 +145,7 @@ class FleetDispatcher:
             return {}
         config, told = self.project.config, dict[str, FeedbackSeen]()
         for issue in issues:
-            branch = refs.branch_for(issue.key)
+            branch = branch_of(self.project.directory, issue)
             gathered = rounds.gather(found, issue.key, branch)
             if gathered.ended is not None and issue.status == Status.REVIEW:
                 planned = rounds.Plan(0, ended=gathered.ended)
@@ -154,7 +154,8 @@ class FleetDispatcher:
                 continue
             if not gathered.pieces:
                 continue  # (nothing to hold against the branch: no git process for it)
-            left = pending(gathered.pieces, rounds.answered(self.project.directory, issue.key, config.worktrees.base))
+            done = rounds.answered(self.project.directory, issue.key, config.worktrees.base, issue_id=issue.id)
+            left = pending(gathered.pieces, done)
             due = due_at(left, 0.0 if issue.status == Status.READY else config.feedback.settle)
             if due is not None:
                 told[issue.key] = FeedbackSeen(ids=[piece.id for piece in left], due=due.timestamp())

@@ -57,19 +57,33 @@ def gather(found: Iterable[FeedbackSource], key: str, branch: str) -> Gathered:
     return merged([source.gather(key, branch) for source in found])
 
 
-def answered(directory: Path, key: str, base: str = "HEAD", store: RunStore | None = None) -> set[str]:
-    """The ids of the feedback the rounds of issue ``key`` answered on its branch: beflow's own record of each
-    round that delivered (its ``feedback``), while the round's commit is still on the branch (since ``base``). A
-    ``Beflow-Feedback:`` trailer in a commit the agent made is the agent's word, not beflow's: the branch's
-    history is not read for what was answered."""
-    records = [
-        r
-        for r in (store or RunStore(directory)).records([key])
-        if r.round > 0 and r.outcome in DONE_OUTCOMES and r.commit and r.feedback
-    ]
+def history(store: RunStore, key: str, issue_id: str | None = None) -> list[RunRecord]:
+    """The runs of issue ``key``, newest first; with ``issue_id`` (the tracker's stable id), those it had under
+    another key too (a Linear issue moved to another team)."""
+    return store.records([key], ids=[issue_id] if issue_id else ())
+
+
+def branch_in(records: Iterable[RunRecord], key: str) -> str:
+    """Where the runs of an issue commit: the branch its first run had (named from its key then: an issue whose key
+    changed since keeps it), else ``beflow/<key>``."""
+    for record in sorted(records, key=lambda r: (r.started_at, r.id)):
+        if record.branch:
+            return record.branch
+    return refs.branch_for(key)
+
+
+def answered(
+    directory: Path, key: str, base: str = "HEAD", store: RunStore | None = None, *, issue_id: str | None = None
+) -> set[str]:
+    """The ids of the feedback the rounds of issue ``key`` (and of its stable ``issue_id``: its runs under an
+    earlier key) answered on its branch: beflow's own record of each round that delivered (its ``feedback``), while
+    the round's commit is still on the branch (since ``base``). A ``Beflow-Feedback:`` trailer in a commit the agent
+    made is the agent's word, not beflow's: the branch's history is not read for what was answered."""
+    runs = history(store or RunStore(directory), key, issue_id)
+    records = [r for r in runs if r.round > 0 and r.outcome in DONE_OUTCOMES and r.commit and r.feedback]
     if not records:
         return set()
-    branch = refs.branch_for(key)
+    branch = branch_in(runs, key)
     since: str | None = None
     tip: str | None = None
     with contextlib.suppress(BeflowError), git.open_repo(directory) as repo:
@@ -117,23 +131,34 @@ class Plan:
 
 
 def plan(
-    project: Project, found: list[FeedbackSource], key: str, store: RunStore | None = None, *, number: int | None = None
+    project: Project,
+    found: list[FeedbackSource],
+    key: str,
+    store: RunStore | None = None,
+    *,
+    number: int | None = None,
+    issue_id: str | None = None,
 ) -> Plan | None:
     """The round issue ``key`` is due for (blocking): None when it has no source of feedback or no run of it
     finished yet; else its unanswered feedback and the round that answers it. ``number``: the round is known
-    (a fleet's workflow counts them; the runs' records are on other machines), so no record is read."""
+    (a fleet's workflow counts them; the runs' records are on other machines), so no record is read.
+    ``issue_id``: the tracker's stable id, by which the runs of an issue whose key changed are found, and its
+    branch."""
     if not found:
         return None
+    store = store or RunStore(project.directory)
+    # (a round whose number is known reads the records for its branch alone: only a moved issue has another one)
+    records = history(store, key, issue_id) if number is None or issue_id else []
     if number is None:
-        records = (store or RunStore(project.directory)).records([key])
         if not first_run_done(records):
             return None
         number = completed(records) + 1
-    branch = refs.branch_for(key)
+    branch = branch_in(records, key)
     gathered = gather(found, key, branch)
     config = project.config.feedback
     # The branch's history is read only when there is feedback to hold against it (a git process per issue).
-    done = answered(project.directory, key, project.config.worktrees.base, store) if gathered.pieces else set()
+    base = project.config.worktrees.base
+    done = answered(project.directory, key, base, store, issue_id=issue_id) if gathered.pieces else set()
     left = pending(gathered.pieces, done)
     return Plan(
         number,

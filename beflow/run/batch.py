@@ -51,10 +51,12 @@ async def run_many(
         settle_orphans(tracker, store)
         if picked:
             requeue_orphans(tracker)
-            keys = [issue.key for issue in tracker.ready()]
+            issues = tracker.ready()
         else:
             # Unknown keys fail before anything runs; a key named twice runs once.
-            keys = list(dict.fromkeys(tracker.get(key).key for key in keys))
+            issues = [tracker.get(key) for key in keys]
+        ids = {issue.key: issue.id for issue in issues}  # (a moved issue's rounds are found by its stable id)
+        keys = list(ids)
     if limit is not None:
         keys = keys[:limit]
     records: list[RunRecord] = []
@@ -66,7 +68,7 @@ async def run_many(
             request = RunRequest(key=key, mode=mode, only_if_ready=picked)
             try:
                 # Unanswered feedback on an issue's work makes its run a review round, at once (no settle wait).
-                planned = await threads.blocking(rounds.plan, project, found, key)
+                planned = await threads.blocking(rounds.plan, project, found, key, issue_id=ids[key])
                 if planned is not None and planned.pieces:
                     if planned.capped or planned.ended is not None:
                         most = project.config.feedback.max_rounds

@@ -15,7 +15,6 @@ from beflow.feedback import Feedback, Ignored, strip_hidden
 from beflow.ops import rounds
 from beflow.records.record import Mode, RunRecord, now
 from beflow.records.store import RunStore
-from beflow.repository import refs
 from beflow.run import prompt
 from beflow.trackers import Issue
 
@@ -103,8 +102,4 @@ def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: s
 def branch_of(directory: Path, issue: Issue) -> str:
     """Where the runs of ``issue`` commit: ``beflow/<key>``; an issue whose key changed (a Linear issue moved to
     another team) keeps the branch its earlier runs had, found by the tracker's stable id."""
-    if issue.id is not None:
-        for record in RunStore(directory).records([issue.key], ids=[issue.id]):
-            if record.branch:
-                return record.branch
-    return refs.branch_for(issue.key)
+    return rounds.branch_in(rounds.history(RunStore(directory), issue.key, issue.id), issue.key)

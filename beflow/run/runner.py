@@ -41,7 +41,7 @@ from beflow.run.summary import pull_request_summary
 from beflow.run.turn import AgentTurn
 from beflow.run.workspace import Workspace
 from beflow.system import interrupts, threads
-from beflow.trackers import Status, Tracker
+from beflow.trackers import Issue, Status, Tracker
 from beflow.trackers.claims import Claim, while_held
 from beflow.trackers.quoting import code
 
@@ -91,7 +91,7 @@ class Run:
                 raise NoLongerReady(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
             refuse_closed(issue)
             if self.request.round:
-                await threads.blocking(self._round_catch_up, issue.key)
+                await threads.blocking(self._round_catch_up, issue)
             session = Session(
                 self.project,
                 self.tracker,
@@ -106,13 +106,13 @@ class Run:
             with anyio.CancelScope(shield=True):
                 await threads.blocking(claim.release)  # a remote tracker's release is a request
 
-    def _round_catch_up(self, key: str) -> None:
+    def _round_catch_up(self, issue: Issue) -> None:
         """Before a round, once the issue is ours: the branch as the code host has it (another machine may have
         pushed a round), and only the feedback no round on it answered yet; none left: another run answered it."""
-        project, request = self.project, self.request
-        branch = refs.branch_for(key)
+        project, request, key = self.project, self.request, issue.key
+        branch = branch_of(project.directory, issue)
         rounds.catch_up(self.code_host, project.directory, branch)
-        done = rounds.answered(project.directory, key, project.config.worktrees.base)
+        done = rounds.answered(project.directory, key, project.config.worktrees.base, issue_id=issue.id)
         request.feedback = pending(request.feedback, done)
         if not request.feedback:
             raise NoLongerReady(f"the feedback on issue {key} was answered meanwhile")

@@ -4,13 +4,15 @@ and each activity is a request.
 
 Activities are sent in order; an ephemeral one (a tool call) still waiting is replaced by the next one (Linear would
 replace it anyway), so nothing piles up however fast the agent works. While the run lives, the thread also asks every
-:data:`STOP_EVERY` seconds whether a person sent the session a stop signal, and says so once through ``on_stop``.
+:data:`STOP_EVERY` seconds whether a person sent the session a stop signal, and says so once through ``on_stop``;
+:func:`look_now` has every live reporter of the process ask at once (a Linear webhook said a session was prompted).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +23,18 @@ from beflow.trackers.base import AgentSession
 STOP_EVERY = 5.0
 #: Seconds the end of a run waits for the activities still queued before its response.
 CLOSE_WAIT = 5.0
+
+#: The reporters of the runs this process runs, while they listen for a stop.
+_LISTENING: weakref.WeakSet[SessionReporter] = weakref.WeakSet()
+
+
+def look_now() -> int:
+    """Every reporter listening for a stop asks its session now, not at its next look (a webhook said a session was
+    prompted: maybe with a stop); how many were asked."""
+    reporters = list(_LISTENING)
+    for reporter in reporters:
+        reporter.look_now()
+    return len(reporters)
 
 
 @dataclass(frozen=True)
@@ -49,8 +63,17 @@ class SessionReporter:
         self._closed = False
         self._busy = False
         self._failed = False
+        self._look = False
         self._thread = threading.Thread(target=self._run, name="beflow-session", daemon=True)
         self._thread.start()
+        if on_stop is not None:
+            _LISTENING.add(self)
+
+    def look_now(self) -> None:
+        """Ask the session for a stop at once (after the activity being sent, if one is)."""
+        with self._changed:
+            self._look = True
+            self._changed.notify_all()
 
     def action(self, action: str, parameter: str, *, ephemeral: bool = False) -> None:
         self._add(_Step(lambda s: s.action(action, parameter, ephemeral=ephemeral), ephemeral))
@@ -73,20 +96,24 @@ class SessionReporter:
                         self._changed.wait()
                         continue
                     wait = next_look - time.monotonic()
-                    if wait <= 0:
+                    if wait <= 0 or self._look:
                         break
                     self._changed.wait(wait)
                 if self._closed:
                     return
                 step = self._queue.popleft() if self._queue else None
+                look = step is None and self._look  # (asked to look now: after any activity waiting)
+                if look:
+                    self._look = False
                 self._busy = True
             try:
                 if step is not None:
                     step.send(self.session)
-                elif self._on_stop is not None and time.monotonic() >= next_look:
+                elif self._on_stop is not None and (look or time.monotonic() >= next_look):
                     next_look = time.monotonic() + self._stop_every
                     if self.session.stop_asked():
                         on_stop, self._on_stop = self._on_stop, None
+                        _LISTENING.discard(self)
                         on_stop()
             except Exception as error:  # the session is a courtesy: a tracker that fails it never fails the run
                 if self._on_error is not None and not self._failed:
@@ -100,6 +127,7 @@ class SessionReporter:
     def close(self, timeout: float = CLOSE_WAIT) -> None:
         """Stop listening; the activities queued are sent first (up to ``timeout`` seconds), then the thread ends.
         Called from a worker thread (the run's finish), never on the event loop."""
+        _LISTENING.discard(self)
         with self._changed:
             self._on_stop = None
             self._changed.notify_all()

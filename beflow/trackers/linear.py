@@ -27,6 +27,7 @@ from typing import Any
 
 from beflow.config import LinearTrackerSettings, Project
 from beflow.errors import NotFoundError, UsageError, excerpt
+from beflow.feedback import Feedback, Gathered
 from beflow.trackers import linear_queries as q
 from beflow.trackers import linear_quoting
 from beflow.trackers import linear_wire as wire
@@ -47,6 +48,7 @@ from beflow.trackers.linear_access import access_checks
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError
 from beflow.trackers.linear_claims import LinearLeases, is_claim
 from beflow.trackers.linear_comments import IssueComments
+from beflow.trackers.linear_feedback import gather_prompts
 from beflow.trackers.linear_identity import Identity
 from beflow.trackers.linear_issues import SHAPE_FIX, TeamIssues, comment_of
 from beflow.trackers.linear_sessions import LinearSession, open_session
@@ -315,6 +317,18 @@ class LinearTracker:
         if not self.me.is_app:
             return None
         return open_session(self.api, self._id_of(key), self.me.viewer().viewer.id)
+
+    # -- feedback (beflow.feedback.FeedbackSource: a person's follow-up in an agent session) ------------------------
+
+    def gather(self, key: str, branch: str) -> Gathered:
+        """The follow-up messages the workspace's members sent beflow's agent sessions on issue ``key``
+        (:mod:`beflow.trackers.linear_feedback`); none with a person's token, which has no sessions (no request)."""
+        if not self.me.is_app:
+            return Gathered()
+        return gather_prompts(self.api, self._id_of(key), self.me.viewer().viewer.id)
+
+    def reply(self, piece: Feedback, body: str) -> None:
+        """Nothing: a prompt is answered by the round's own run, which reports in an agent session of the issue."""
 
     def ensure_labels(self) -> list[str]:
         """Make the labels beflow needs that the team lacks; the names made."""

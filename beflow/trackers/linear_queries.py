@@ -275,6 +275,34 @@ query BeflowIssueSessions($id: String!) {
     SESSION,
 )
 
+#: The people's messages (prompts) in an issue's latest agent sessions, for review rounds: who wrote each (a member
+#: of the workspace or not), and whether it is a stop signal.
+ISSUE_PROMPTS = """
+query BeflowIssuePrompts($id: String!) {
+  issue(id: $id) {
+    id
+    url
+    agentSessions(first: 10) {
+      nodes {
+        id
+        startedAt
+        url
+        appUser { id }
+        activities(first: 50, filter: {type: {eq: "prompt"}}) {
+          nodes {
+            id
+            createdAt
+            signal
+            user { id name displayName app active guest }
+            content { __typename ... on AgentActivityPromptContent { type body } }
+          }
+        }
+      }
+    }
+  }
+}
+"""
+
 #: The rate-limit budgets left, for ``beflow doctor``.
 RATE_LIMIT_STATUS = """
 query BeflowRateLimitStatus {
@@ -410,6 +438,7 @@ DOCUMENTS: dict[str, str] = {
     "BeflowComment": COMMENT_BY_ID,
     "BeflowAgentSession": AGENT_SESSION,
     "BeflowIssueSessions": ISSUE_SESSIONS,
+    "BeflowIssuePrompts": ISSUE_PROMPTS,
     "BeflowRateLimitStatus": RATE_LIMIT_STATUS,
     "BeflowCommentCreate": COMMENT_CREATE,
     "BeflowCommentUpdate": COMMENT_UPDATE,

@@ -41,13 +41,18 @@ class _IssueSessions(Wire):
 
 def open_session(api: Api, issue_id: str, me: str) -> LinearSession:
     """The agent session of beflow's app user (``me``) on the issue ``issue_id`` for a run: the one a person's
-    delegation or mention opened and that waits for beflow, else a new one."""
+    delegation or mention opened and that waits for beflow, else the one a person wrote in after its run ended (a
+    follow-up: the round that answers it goes on there), else a new one."""
     data = api.query(q.ISSUE_SESSIONS, {"id": issue_id})
     sessions = wire.parse(_IssueSessions, data, "BeflowIssueSessions").issue.agentSessions.nodes
-    waiting = [s for s in sessions if s.appUser.id == me and s.status == "pending"]
+    mine = [s for s in sessions if s.appUser.id == me]
+    waiting = [s for s in mine if s.status == "pending"] or [
+        s for s in mine if s.endedAt is not None and s.updatedAt > s.endedAt
+    ]
     if waiting:
-        newest = max(waiting, key=lambda s: s.createdAt)
-        return LinearSession(api, newest.id, newest.createdAt)
+        newest = max(waiting, key=lambda s: s.updatedAt)
+        # A stop looked for from its latest change on: an earlier run's stop in it stopped that run, not this one.
+        return LinearSession(api, newest.id, newest.updatedAt)
     data = api.mutate(q.AGENT_SESSION_CREATE_ON_ISSUE, {"input": {"issueId": issue_id}})
     made = wire.parse(_Made, data, "BeflowAgentSessionCreate").agentSessionCreateOnIssue.agentSession
     return LinearSession(api, made.id, made.createdAt)

@@ -279,7 +279,12 @@ class Dispatcher:
                 continue  # its run ended, and a retry was scheduled, while the tick looked at the tracker
             attempt = self.retries.start(issue.key)
             running = Running(
-                issue.key, attempt, anyio.CancelScope(), self.tracker, round=self.rounds.round_of(issue.key)
+                issue.key,
+                attempt,
+                anyio.CancelScope(),
+                self.tracker,
+                round=self.rounds.round_of(issue.key),
+                issue_id=issue.id,
             )
             self.running[issue.key] = running
             self.queue.remove(issue)
@@ -298,7 +303,9 @@ class Dispatcher:
             final=is_final(running.attempt, self.project.config.watch),
             only_if_ready=True,
         )
-        running.round = await self.rounds.shape(request, self.project, running.tracker, self.code_host)
+        running.round = await self.rounds.shape(
+            request, self.project, running.tracker, self.code_host, issue_id=running.issue_id
+        )
         run = Run(
             self.project,
             running.tracker,

@@ -35,6 +35,8 @@ class Running:
     progress: str = ""
     #: Why reconciliation cancelled it, for the run's record.
     reason: str | None = None
+    #: The tracker's stable id of the issue (its rounds find the runs it had under an earlier key by it).
+    issue_id: str | None = None
     #: The run has finished (it moved its issue on itself; reconciliation leaves it be).
     finished: bool = False
     #: What its agent reported it used so far (its ``usage`` events).

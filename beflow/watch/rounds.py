@@ -51,14 +51,14 @@ class ReviewRounds:
         if not found:
             return []
         for issue in ready:
-            planned = self._plan(project, found, issue.key, store)
+            planned = self._plan(project, found, issue.key, store, issue.id)
             if planned is not None and planned.startable:
                 self.due[issue.key] = planned  # queued already: no settle wait
         now, config = self.clock(), project.config.feedback
         queued: list[Issue] = []
         for issue in tracker.listing(status=Status.REVIEW).issues:
             key = issue.key
-            planned = None if key in running else self._plan(project, found, key, store)
+            planned = None if key in running else self._plan(project, found, key, store, issue.id)
             if planned is None:
                 continue
             if planned.ended is not None or (planned.capped and planned.pieces):
@@ -75,9 +75,11 @@ class ReviewRounds:
             queued.append(issue)
         return queued
 
-    def _plan(self, project: Project, found: list[FeedbackSource], key: str, store: RunStore) -> rounds.Plan | None:
+    def _plan(
+        self, project: Project, found: list[FeedbackSource], key: str, store: RunStore, issue_id: str | None
+    ) -> rounds.Plan | None:
         try:
-            return rounds.plan(project, found, key, store)
+            return rounds.plan(project, found, key, store, issue_id=issue_id)
         except BeflowError as error:
             self.emit("error", key, message=f"reading the feedback on issue {key} failed: {error.message}")
             return None
@@ -86,7 +88,15 @@ class ReviewRounds:
         planned = self.due.get(key)
         return planned.round if planned is not None else 0
 
-    async def shape(self, request: RunRequest, project: Project, tracker: Tracker, code_host: CodeHost | None) -> int:
+    async def shape(
+        self,
+        request: RunRequest,
+        project: Project,
+        tracker: Tracker,
+        code_host: CodeHost | None,
+        *,
+        issue_id: str | None = None,
+    ) -> int:
         """Make ``request`` the round a dispatched issue runs, if it is one; its number (0: none). The round its
         review feedback queued, or, for a ready issue (put back in the queue with rework, a round's retry, a round a
         killed watcher left), the one its unanswered feedback makes now (no settle wait: it was queued already)."""
@@ -95,7 +105,7 @@ class ReviewRounds:
         if planned is None:
             found = rounds.sources(tracker, code_host)
             try:
-                planned = await threads.blocking(rounds.plan, project, found, key) if found else None
+                planned = await threads.blocking(rounds.plan, project, found, key, issue_id=issue_id) if found else None
             except BeflowError as error:
                 self.emit("error", key, message=f"reading the feedback on issue {key} failed: {error.message}")
                 planned = None

@@ -17,6 +17,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from beflow.run import session_reporter
 from beflow.web import api
 from beflow.web.endpoints import HOOKS
 from beflow.web.webhooks import FORGES, MAX_BODY, Delivery, Forge, Refused, verify
@@ -58,6 +59,8 @@ class Hooks:
             self.tally.ignored += 1
             said = f"{forge} is neither this project's tracker nor its code host: nothing done"
             return self.server.json(api.Accepted(message=said), 202)
+        if delivery.stops:
+            session_reporter.look_now()  # the running runs' sessions are asked now, not at their next look
         if not delivery.wakes:
             self.tally.ignored += 1
             said = f"{delivery.event or 'this event'} changes nothing ready"

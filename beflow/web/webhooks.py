@@ -74,6 +74,8 @@ class Delivery:
     id: str
     event: str
     wakes: bool
+    #: It may carry a person's stop signal to a running run's agent session (Linear's ``AgentSessionEvent``).
+    stops: bool = False
 
 
 class _Loose(BaseModel):
@@ -118,7 +120,9 @@ _GITLAB_ALWAYS = frozenset(
     {"Issue Hook", "Confidential Issue Hook", "Note Hook", "Confidential Note Hook", "Merge Request Hook"}
 )
 _GITLAB_FINISHED = frozenset({"success", "failed", "canceled", "skipped"})
-_LINEAR_WAKING = frozenset({"Issue", "Comment", "IssueLabel", "IssueRelation"})
+#: An agent session of beflow's app was opened or prompted (a follow-up, maybe a stop signal): it wakes the watch too.
+_LINEAR_SESSION = "AgentSessionEvent"
+_LINEAR_WAKING = frozenset({"Issue", "Comment", "IssueLabel", "IssueRelation", _LINEAR_SESSION})
 
 
 def _header(headers: Mapping[str, str], name: str) -> str | None:
@@ -189,7 +193,7 @@ def verify_linear(headers: Mapping[str, str], body: bytes, secret: str, now: flo
     # (no delivery header: the signature names the delivery, its body holding the time it was sent)
     delivery = _header(headers, "Linear-Delivery") or signature.lower()
     event = _header(headers, "Linear-Event") or parsed.type or ""
-    return Delivery("linear", delivery, event, event in _LINEAR_WAKING)
+    return Delivery("linear", delivery, event, event in _LINEAR_WAKING, stops=event == _LINEAR_SESSION)
 
 
 def verify(forge: Forge, headers: Mapping[str, str], body: bytes, secret: str, now: float) -> Delivery:

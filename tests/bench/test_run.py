@@ -30,6 +30,8 @@ ROWS = (
     "round",
     "gitlabidle",
     "gitlabround",
+    "linearidle",
+    "linearagent",
     "sandbox",
     "store",
     "fleet",

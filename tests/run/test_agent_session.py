@@ -1,6 +1,7 @@
 """A run told as an agent session on its Linear issue (an app's token): the session opened and a thought posted as the
 first writes after the claim, the agent's tool calls as actions, a response at the end (or an error when the run
-fails) — through the real acpx and the test agent, against the fake Linear."""
+fails), a person's stop cancelling it and a follow-up answered by a round — through the real acpx and the test
+agent, against the fake Linear; and the whole way through ``beflow watch`` to a pull request on the fake GitHub."""
 
 from __future__ import annotations
 
@@ -12,11 +13,16 @@ import anyio
 import pytest
 
 from beflow.config import load_project
+from beflow.mcp.journal import journal_dir
+from beflow.ops import rounds
 from beflow.records.record import RunRecord
 from beflow.run import session_reporter
 from beflow.run.runner import Run, RunRequest
 from beflow.trackers.issue import Status
 from beflow.trackers.linear import LinearTracker
+from tests.faults.conftest import beflow_run
+from tests.support.github import TOKEN as GITHUB_TOKEN
+from tests.support.github import FakeGitHub
 from tests.support.linear import API_KEY, APP_TOKEN, FakeLinear
 from tests.support.linear import linear as linear
 from tests.support.projects import AutoProject, git
@@ -60,7 +66,7 @@ def runs_session(fake: FakeLinear, issue: dict[str, Any]) -> dict[str, Any]:
     return session
 
 
-def test_a_run_is_an_agent_session_a_thought_first_then_its_tool_calls_and_a_response(
+def test_a_run_is_an_agent_session_and_a_follow_up_in_it_is_answered_by_a_round_on_the_same_branch(
     auto_project: AutoProject, linear: FakeLinear, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     issue, record = run_issue(auto_project, linear, APP_TOKEN, monkeypatch, "acp-test: write made.txt hello ENG-2")
@@ -81,6 +87,25 @@ def test_a_run_is_an_agent_session_a_thought_first_then_its_tool_calls_and_a_res
     actions = [p["content"] for p in posted if p["content"]["type"] == "action"]
     assert any("made.txt" in a["parameter"] for a in actions)
     assert record.branch and record.branch in session["activities"][-1]["content"]["body"]
+
+    # A person's follow-up in the session, once the issue is in review: a round on the same branch, in that session.
+    assert auto_project.tracker.get("ENG-1").status == Status.REVIEW
+    asked = linear.prompt(session, "acp-test: write more.txt again")
+    project = load_project(auto_project.config_path)
+    tracker = auto_project.tracker
+    planned = rounds.plan(project, rounds.sources(tracker), "ENG-1", issue_id=issue["id"])
+    assert planned is not None and planned.round == 1
+    assert [p.id for p in planned.pieces] == [f"linear-prompt:{asked['id']}"]
+
+    request = RunRequest(key="ENG-1", final=False, round=1, feedback=planned.pieces)
+    second: RunRecord = anyio.run(Run(project, tracker, request).execute)
+
+    assert second.outcome == "succeeded" and second.round == 1 and second.branch == record.branch
+    assert [c.id for c in second.feedback] == [f"linear-prompt:{asked['id']}"]
+    assert git(auto_project.directory, "show", f"{second.branch}:more.txt").strip() == "again"
+    assert runs_session(linear, issue)["activities"][-1]["content"]["type"] == "response"  # answered where asked
+    again = rounds.plan(project, rounds.sources(tracker), "ENG-1", issue_id=issue["id"])
+    assert again is not None and again.pieces == []  # answered on the branch: no second round for it
 
 
 def test_a_failed_run_ends_its_session_with_an_error(
@@ -118,6 +143,11 @@ def test_a_persons_stop_in_the_session_cancels_the_run_and_holds_the_issue_back(
         session = eventually(working, "the run's session at work")
         linear.prompt(session, "Stop, please", stop=True)
 
+    # A managed file the repository has: the run's injection replaces it in the worktree, the stop puts it back.
+    prior = b'{"agents": {"kept": {"command": "kept"}}}\n'
+    (auto_project.directory / ".acpxrc.json").write_bytes(prior)
+    git(auto_project.directory, "add", ".acpxrc.json")
+    git(auto_project.directory, "commit", "-q", "-m", "acpx settings")
     body = "acp-test: write early.txt before\nacp-test: sleep 60\nacp-test: write late.txt after"
     issue, record = run_issue(auto_project, linear, APP_TOKEN, monkeypatch, body, stop_once_it_works)
     assert record.outcome == "cancelled"
@@ -132,3 +162,39 @@ def test_a_persons_stop_in_the_session_cancels_the_run_and_holds_the_issue_back(
     assert record.branch is not None
     assert git(auto_project.directory, "show", f"{record.branch}:early.txt").strip() == "before"
     assert "late.txt" not in git(auto_project.directory, "ls-tree", "--name-only", record.branch)
+    assert record.mcp_servers  # (injected, so restored: the branch has the repository's file, byte for byte)
+    assert git(auto_project.directory, "show", f"{record.branch}:.acpxrc.json").encode() == prior
+    assert list(journal_dir().glob("*")) == []  # nothing left for `beflow restore` to put back
+
+
+@pytest.mark.usefixtures("no_leftover_processes")
+def test_a_delegated_issue_is_claimed_by_the_watch_and_answered_with_its_pull_request(
+    auto_project: AutoProject, linear: FakeLinear, github: FakeGitHub
+) -> None:
+    """The whole way: a person delegates the issue to beflow's app; ``beflow watch`` claims it, works it as the
+    session a delegation opened, pushes and opens a pull request on GitHub, links it from the session and moves the
+    issue to review."""
+    auto_project.add_origin()
+    auto_project.configure(
+        tracker={"kind": "linear", "team": "ENG", "api_url": linear.url, "token_env": "BEFLOW_TEST_LINEAR"},
+        code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url, "token_env": "HOSTPAT"},
+        after_run={"pull_request": True},
+    )
+    issue = linear.add_issue("Add notes", description="acp-test: write notes.txt first")
+    linear.delegate(issue)
+
+    done = beflow_run(auto_project, "watch", "--once", env={"BEFLOW_TEST_LINEAR": APP_TOKEN, "HOSTPAT": GITHUB_TOKEN})
+
+    assert done.code == 0, done.stdout + done.stderr
+    [record] = auto_project.runs.records()
+    assert record.outcome == "succeeded" and record.issue_id == issue["id"], record.stop_reason
+    [pull] = github.pulls.values()
+    assert pull["head"]["ref"] == record.branch == "beflow/ENG-1" and record.pull_request == pull["html_url"]
+    session = runs_session(linear, issue)
+    kinds = [a["content"]["type"] for a in session["activities"]]
+    assert kinds[0] == "thought" and kinds[-1] == "response" and session["status"] == "complete"
+    posted = [s.variables["input"]["content"]["type"] for s in linear.requests("agentActivityCreate")]
+    assert posted[0] == "thought" and "action" in posted
+    assert session["externalUrls"] == [{"label": "Pull request", "url": pull["html_url"]}]
+    assert issue["state"]["name"] == "In Review" and issue["delegate"]["id"] == linear.app["id"]
+    assert APP_TOKEN not in done.stdout + done.stderr and GITHUB_TOKEN not in done.stdout + done.stderr

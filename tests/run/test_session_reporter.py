@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 
+from beflow.run import session_reporter
 from beflow.run.session_reporter import SessionReporter
 from tests.support.waiting import eventually
 
@@ -67,3 +68,20 @@ def test_a_stop_signal_is_heard_once_while_the_run_lives_and_not_after() -> None
     reporter.action("Progress", "stopping")
     reporter.close()
     assert heard == ["stop"] and told.looks == looks  # (nobody listens once it was heard)
+
+
+def test_asked_to_look_now_every_listening_reporter_asks_its_session_at_once() -> None:
+    """A webhook said a session was prompted: the reporters listening ask now, not a minute later; one that does not
+    listen for a stop (nobody to tell) is not asked."""
+    told, deaf = Told(), Told()
+    told.gate.set()
+    heard: list[str] = []
+    reporter = SessionReporter(told, lambda: heard.append("stop"), stop_every=3600)
+    quiet = SessionReporter(deaf, None, stop_every=3600)
+    told.stop = True
+    assert session_reporter.look_now() == 1
+    eventually(lambda: heard == ["stop"], "the stop heard at once")
+    assert told.looks == 1 and deaf.looks == 0
+    reporter.close()
+    quiet.close()
+    assert session_reporter.look_now() == 0  # (closed: not listening any more)

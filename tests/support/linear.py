@@ -88,6 +88,8 @@ class Fault:
     body: Any
     field: str | None
     after: bool
+    #: Headers of the answer beyond the buckets' (a rate limit's own reset, ``Retry-After``).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -197,13 +199,14 @@ class FakeLinear:
 
     # -- arranging -----------------------------------------------------------------------------------------------
 
-    def user(self, name: str, *, app: bool = False) -> dict[str, Any]:
-        """A user of the workspace: a person, or an app user (an OAuth app installed with ``actor=app``)."""
+    def user(self, name: str, *, app: bool = False, guest: bool = False) -> dict[str, Any]:
+        """A user of the workspace: a person (a member, or a ``guest`` let into some teams), or an app user (an OAuth
+        app installed with ``actor=app``)."""
         with self.lock:
             handle = re.sub(r"\W+", ".", name.lower())
             now = self.now()
             raw = {"id": self._id(), "name": name, "displayName": handle, "email": f"{handle}@acme.example",
-                   "app": app, "active": True, "admin": False, "guest": False, "createdAt": now, "updatedAt": now,
+                   "app": app, "active": True, "admin": False, "guest": guest, "createdAt": now, "updatedAt": now,
                    "url": f"https://linear.app/acme/profiles/{handle}", "archivedAt": None,
                    "supportsAgentSessions": app}  # fmt: skip
             self.users[raw["id"]] = raw
@@ -373,12 +376,16 @@ class FakeLinear:
         issue["agentSessions"].append(raw)
         return raw
 
-    def prompt(self, session: dict[str, Any], body: str, *, stop: bool = False) -> dict[str, Any]:
-        """A person's message in a session; ``stop`` sends Linear's stop signal with it."""
+    def prompt(
+        self, session: dict[str, Any], body: str, *, stop: bool = False, by: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A person's message in a session (``by``: that user's, else Ada's); ``stop`` sends Linear's stop signal
+        with it."""
         with self.lock:
             content = {"__typename": "AgentActivityPromptContent", "type": "prompt", "body": body,
                        "bodyData": {}, "title": None}  # fmt: skip
-            return self._activity(session, self.person, content, signal="stop" if stop else None, ephemeral=False)
+            user = by or self.person
+            return self._activity(session, user, content, signal="stop" if stop else None, ephemeral=False)
 
     def _activity(
         self,
@@ -392,10 +399,11 @@ class FakeLinear:
         metadata: Any = None,
     ) -> dict[str, Any]:
         now = self.now()
+        # (``type``, the content's, is what an ``AgentActivityFilter`` compares)
         raw = {"id": aid or self._id(), "createdAt": now, "updatedAt": now, "archivedAt": None, "sentAt": now,
                "ephemeral": ephemeral, "queued": False, "signal": signal, "signalMetadata": metadata, "user": user,
                "sourceComment": None, "sourceMetadata": None, "contextualMetadata": None, "content": content,
-               "agentSession": session}  # fmt: skip
+               "agentSession": session, "type": content["type"]}  # fmt: skip
         self.activities[raw["id"]] = raw
         session["activities"].append(raw)
         session["updatedAt"] = now
@@ -408,6 +416,30 @@ class FakeLinear:
         the request is carried out first and its answer lost (a proxy's 502 on the way back). A proxy's page when
         no ``body`` is given."""
         self.faults.extend(Fault(status, body, field, after) for _ in range(times))
+
+    def rate_limit(
+        self,
+        *,
+        reset_in: float | None,
+        field: str | None = None,
+        times: int = 1,
+        status: int = 400,
+        retry_after: int | None = None,
+        graphql: bool = True,
+    ) -> None:
+        """The next ``times`` requests (asking ``field``, when given) are refused as rate limited, unexecuted, as
+        Linear refuses them: a ``RATELIMITED`` GraphQL error under ``status`` (400, as Linear answers; 429, as a
+        proxy may), with the requests bucket empty until ``reset_in`` seconds from now (None: no reset header) and
+        ``Retry-After`` when given; ``graphql=False``: a proxy's page instead of a GraphQL answer."""
+        headers: dict[str, str] = {"X-RateLimit-Requests-Remaining": "0", "X-RateLimit-Requests-Reset": "",
+                                   "X-RateLimit-Complexity-Reset": ""}  # fmt: skip
+        if reset_in is not None:
+            at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=reset_in)
+            headers["X-RateLimit-Requests-Reset"] = str(int(at.timestamp() * 1000))
+        if retry_after is not None:
+            headers["Retry-After"] = str(retry_after)
+        body = {"errors": [_error("RATELIMITED", "Rate limit exceeded")]} if graphql else None
+        self.faults.extend(Fault(status, body, field, False, headers) for _ in range(times))
 
     def spend(self, *, requests: int | None = None, complexity: int | None = None) -> None:
         """What is left of the buckets (0: the next request is rate limited)."""
@@ -462,7 +494,8 @@ class FakeLinear:
                 if fault.after:
                     self._execute(document, variables, operation, user)
                 text = None if fault.body is not None else f"<html><body>{fault.status} upstream error</body></html>"
-                answer = Answer(fault.status, fault.body, self._headers(cost), text=text)
+                headers = {k: v for k, v in (self._headers(cost) | fault.headers).items() if v}  # ("": left out)
+                answer = Answer(fault.status, fault.body, headers, text=text)
                 return self._record(answer, operation, fields, query, variables, auth)
             data, errors = self._execute(document, variables, operation, user)
             out: dict[str, Any] = {"data": data}

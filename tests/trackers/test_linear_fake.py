@@ -117,6 +117,7 @@ def test_every_document_beflow_sends_is_answered_by_the_fake(linear: FakeLinear)
     app = {
         "BeflowAgentSession",
         "BeflowIssueSessions",
+        "BeflowIssuePrompts",
         "BeflowAgentSessionCreate",
         "BeflowAgentSessionUpdate",
         "BeflowAgentActivityCreate",
@@ -132,6 +133,7 @@ def test_every_document_beflow_sends_is_answered_by_the_fake(linear: FakeLinear)
         "BeflowComment": {"id": comment["id"]},
         "BeflowAgentSession": {"id": session["id"], "first": 50},
         "BeflowIssueSessions": {"id": issue["id"]},
+        "BeflowIssuePrompts": {"id": issue["id"]},
         "BeflowRateLimitStatus": {},
         "BeflowCommentCreate": {"input": {"issueId": issue["id"], "body": "Claimed", "id": str(uuid.uuid4())}},
         "BeflowCommentUpdate": {"id": comment["id"], "input": {"body": "Mine, edited"}},

@@ -80,3 +80,26 @@ def test_the_session_a_delegation_opened_is_taken_up_and_a_later_run_opens_its_o
         second = tracker.agent_session("ENG-1")  # (the first one is complete: a new run, a new session)
         assert second is not None and second.id != waiting["id"]  # type: ignore[attr-defined]
     assert len(issue["agentSessions"]) == 2 and linear.violations == []
+
+
+def test_a_session_a_person_wrote_in_after_its_run_ended_is_where_the_next_run_goes_on(linear: FakeLinear) -> None:
+    """A follow-up in a finished session (feedback for a review round): the round's run answers in that session,
+    not in a new one beside it."""
+    issue = linear.add_issue("Delegated")
+    raw = linear.delegate(issue)
+    with tracker_of(linear, APP_TOKEN) as tracker:
+        first = tracker.agent_session("ENG-1")
+        assert first is not None
+        first.thought("beflow is working on this")
+        linear.prompt(raw, "Stop", stop=True)
+        assert first.stop_asked()
+        first.respond("Stopped.")
+        linear.prompt(raw, "Please also cover the empty case")
+        again = tracker.agent_session("ENG-1")
+        assert again is not None and again.id == raw["id"]  # type: ignore[attr-defined]
+        assert not again.stop_asked()  # (the first run's stop is not this one's)
+        again.thought("beflow is working on this")
+        again.respond("Done again.")
+        third = tracker.agent_session("ENG-1")  # (answered: the next run opens its own)
+        assert third is not None and third.id != raw["id"]  # type: ignore[attr-defined]
+    assert len(issue["agentSessions"]) == 2 and linear.violations == []

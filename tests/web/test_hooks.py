@@ -20,10 +20,12 @@ import pytest
 
 from beflow.app import open_tracker
 from beflow.config import load_project
+from beflow.run.session_reporter import SessionReporter
 from beflow.web.guard import TOKEN_ENV, Bind
 from beflow.web.live import Hub, WatchSource
 from beflow.web.serving import Serving, beside
 from beflow.web.webhooks import MAX_BODY
+from tests.run.test_session_reporter import Told
 from tests.support.github import NAME, OWNER, FakeGitHub
 from tests.support.github import TOKEN as GITHUB_TOKEN
 from tests.support.gitlab import FakeGitLab
@@ -39,6 +41,7 @@ from tests.web.test_webhooks import (
     gitlab_issue_hook,
     linear_headers,
     linear_issue_update,
+    linear_session_prompted,
 )
 
 TOKEN = "t" * 20 + "-secret-token"
@@ -271,3 +274,30 @@ def test_a_signed_linear_delivery_within_its_window_wakes_a_watch_on_linear(
 
         assert source.woken == ["linear"]
         assert webhooks_health(http) == {"woke": 1, "ignored": 0, "refused": {"stale": 1}}
+
+
+def test_a_linear_session_prompted_has_the_running_runs_ask_their_sessions_for_a_stop_at_once(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without webhooks a run asks its session for a stop every few seconds; an ``AgentSessionEvent`` delivery has it
+    ask now (and wakes the watch: the prompt may be a follow-up)."""
+    monkeypatch.setenv("LINEAR_API_KEY", "lin_api_" + "k" * 32)
+    tracker = {"kind": "linear", "team": "ENG", "api_url": "http://127.0.0.1:9/graphql"}  # (never asked here)
+    project = project_on(repo, {"linear": SECRET_ENV["linear"]}, tracker=tracker)
+    session = Told()
+    session.gate.set()
+    heard: list[str] = []
+    reporter = SessionReporter(session, lambda: heard.append("stop"), stop_every=3600)
+    try:
+        with serving(project) as (_, source, http):
+            body = linear_issue_update(sent=time.time())
+            assert http.post("/hooks/linear", content=body, headers=linear_headers(body)).status_code == 202
+            assert session.looks == 0  # (an issue's change is no session's)
+            session.stop = True
+            prompted = linear_session_prompted(sent=time.time())
+            headers = linear_headers(prompted, "prompted-1", event="AgentSessionEvent")
+            assert http.post("/hooks/linear", content=prompted, headers=headers).status_code == 202
+            eventually(lambda: heard == ["stop"], "the stop heard at once")
+            assert session.looks == 1 and source.woken == ["linear", "linear"]
+    finally:
+        reporter.close()

@@ -98,11 +98,28 @@ def linear_issue_update(sent: float = NOW) -> bytes:
     ).encode()
 
 
-def linear_headers(body: bytes, delivery: str = "234d1a4e-b617-4388-90fe-adc3633d6b72") -> dict[str, str]:
+def linear_session_prompted(sent: float = NOW) -> bytes:
+    """An ``AgentSessionEvent`` (``prompted``): a person wrote in an agent session of the app, maybe a stop."""
+    return json.dumps(
+        {
+            "action": "prompted",
+            "type": "AgentSessionEvent",
+            "agentSession": {"id": "5b0c1a4e-0000-4000-8000-000000000003", "issueId": "2174add1-f7c8"},
+            "agentActivity": {"content": {"type": "prompt", "body": "Stop"}, "signal": "stop"},
+            "organizationId": "e0a31a5c-0000-4000-8000-000000000002",
+            "webhookTimestamp": int(sent * 1000),
+            "webhookId": "000042e3-d123-4980-b49f-8e140eef9329",
+        }
+    ).encode()
+
+
+def linear_headers(
+    body: bytes, delivery: str = "234d1a4e-b617-4388-90fe-adc3633d6b72", event: str = "Issue"
+) -> dict[str, str]:
     return {
         "linear-signature": signed(body),
         "linear-delivery": delivery,
-        "linear-event": "Issue",
+        "linear-event": event,
         "content-type": "application/json; charset=utf-8",
     }
 
