@@ -37,6 +37,7 @@ WatchEventKind = Literal[
     "budget_cleared",
     "feedback",
     "swept",
+    "held",
 ]
 RUN_EVENTS: frozenset[str] = frozenset(get_args(RunEventKind))
 WATCH_EVENTS: frozenset[str] = frozenset(get_args(WatchEventKind))
@@ -179,7 +180,7 @@ class RetryScheduled(Payload):
 
 
 class Because(Payload):
-    """Why the watcher did what the event's kind says (gave up, cancelled, skipped, requeued, settled)."""
+    """Why the watcher did what the event's kind says (gave up, cancelled, skipped, requeued, settled, held)."""
 
     reason: str
 
@@ -236,6 +237,7 @@ WATCH_PAYLOADS: dict[str, type[Payload]] = {
     "feedback": FeedbackHeard,
     "swept": Because,
     "budget_cleared": Budget,
+    "held": Because,
 }
 
 
