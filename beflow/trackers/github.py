@@ -23,6 +23,7 @@ from beflow.errors import ConfigError, NotFoundError, excerpt
 from beflow.trackers import github_wire as wire
 from beflow.trackers import quoting
 from beflow.trackers.base import RateBudget
+from beflow.trackers.blockers import Blocker
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, orphans_of, ready_of
 from beflow.trackers.forge_api import find_token
 from beflow.trackers.github_api import (
@@ -208,6 +209,26 @@ class GitHubTracker:
         path = f"{self._base}/issues/{raw.number}/comments"
         comments = self.reader.comments(self._call(self.api.paginate, path), f"GET {path}", raw)
         return self.reader.issue(raw, comments)
+
+    def blockers(self, issue: Issue) -> list[Blocker]:
+        """The issues ``issue`` is blocked by: GitHub's issue dependencies (never its sub-issues). One request, and
+        none where the listing said no open issue blocks it."""
+        if self.reader.blocked_counts.get(issue.key) == 0:
+            return []
+        path = f"{self._base}/issues/{issue.key}/dependencies/blocked_by"
+        try:
+            data = self._call(self.api.paginate, path)
+        except GitHubError as error:
+            if error.status == 404:  # a GitHub without issue dependencies (an older Enterprise Server)
+                return []
+            raise
+        raws, _ = wire.read_each(wire.Issue, data, f"GET {path}")
+        return [Blocker(self._blocker_key(raw), self.labels.status_of(raw, raw.label_names)) for raw in raws]
+
+    def _blocker_key(self, raw: wire.Issue) -> str:
+        """``5`` in this repository, ``owner/name#5`` in another."""
+        home = "/".join((raw.repository_url or "").rstrip("/").split("/")[-2:])
+        return str(raw.number) if not home or home.lower() == self.repo.lower() else f"{home}#{raw.number}"
 
     # -- writing ---------------------------------------------------------------------------------------------------
 
