@@ -25,6 +25,7 @@ from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.trackers import gitlab_quoting
 from beflow.trackers import gitlab_wire as wire
 from beflow.trackers.base import Finding, RateBudget
+from beflow.trackers.blockers import Blocker
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, orphans_of, ready_of
 from beflow.trackers.gitlab_access import access_checks
 from beflow.trackers.gitlab_api import (
@@ -171,6 +172,22 @@ class GitLabTracker:
         path = f"{self.base}/issues/{raw.iid}/notes"
         data = self._call(self.api.paginate, path, {"sort": "asc", "order_by": "created_at"})
         return self.reader.issue(raw, self.reader.comments(data, f"GET {path}", raw))
+
+    def blockers(self, issue: Issue) -> list[Blocker]:
+        """The issues ``issue`` is blocked by: its blocking links (``is_blocked_by``; GitLab Premium). One request,
+        asked only of an issue about to be dispatched: GitLab's listing says nothing of them."""
+        path = f"{self.base}/issues/{normalize_key(issue.key)}/links"
+        links, _ = wire.read_each(wire.IssueLink, self._call(self.api.get, path), f"GET {path}")
+        return [
+            Blocker(self._linked_key(link), self.labels.status_of(link))
+            for link in links
+            if link.link_type == "is_blocked_by"
+        ]
+
+    def _linked_key(self, link: wire.IssueLink) -> str:
+        """``5`` in this project, ``group/other#5`` in another (read from its page's address)."""
+        home = (link.web_url or "").partition("/-/")[0].split("://", 1)[-1].partition("/")[2]
+        return str(link.iid) if not home or home.lower() == self.project.lower() else f"{home}#{link.iid}"
 
     # -- writing ---------------------------------------------------------------------------------------------------
 

@@ -127,6 +127,12 @@ class Issue(Wire):
         return [item.get("name") if isinstance(item, dict) else item for item in value]
 
 
+class IssueLink(Issue):
+    """An issue linked to another, as the other's links list it (``is_blocked_by``: it blocks that one)."""
+
+    link_type: str | None = None
+
+
 class Position(Wire):
     """Where a diff note sits: the versions it was written against and the line, old side or new."""
 

@@ -116,6 +116,8 @@ class FakeGitLab:
         self.members: dict[int, int] = {}
         self.labels: dict[str, dict[str, Any]] = {}
         self.issues: dict[int, dict[str, Any]] = {}
+        #: Blocking links: (blocker iid, blocked iid, link id).
+        self.blocking: list[tuple[int, int, int]] = []
         self.mrs: dict[int, dict[str, Any]] = {}
         #: ("Issue" | "MergeRequest", iid) -> discussions, each {"id", "individual_note", "notes"}
         self.discussions: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -443,6 +445,25 @@ class FakeGitLab:
         labels = _names(body.get("labels"))
         return Answer(201, self.add_issue(body["title"], description=body.get("description", ""), labels=labels))
 
+    def block(self, iid: int, *by: int) -> None:
+        """Issue ``iid`` is blocked by the issues ``by`` (a blocking link: both issues list it, each its way)."""
+        with self.lock:
+            for other in by:
+                self.blocking.append((other, iid, next(self.ids)))
+
+    def _list_issue_relations(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        iid = int(params["issue_iid"])
+        if iid not in self.issues:
+            return _error(404, "Not found")
+        found = []
+        for blocker, blocked, link in self.blocking:
+            if iid in (blocker, blocked):
+                other, kind = (blocker, "is_blocked_by") if iid == blocked else (blocked, "blocks")
+                stamp = self.issues[other]["created_at"]
+                found.append({**self.issues[other], "issue_link_id": link, "link_type": kind,
+                              "link_created_at": stamp, "link_updated_at": stamp})  # fmt: skip
+        return Answer(200, found)
+
     def _single_project_issue(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         issue = self.issues.get(int(params["issue_iid"]))
         return Answer(200, issue, single=True) if issue else _error(404, "Not found")
@@ -689,6 +710,7 @@ HANDLERS = {
     "getApiV4ProjectsIdIssuesIssueIid": "_single_project_issue",
     "putApiV4ProjectsIdIssuesIssueIid": "_edit_an_issue",
     "getApiV4ProjectsIdIssuesIssueIidNotes": "_list_project_issue_notes",
+    "getApiV4ProjectsIdIssuesIssueIidLinks": "_list_issue_relations",
     "postApiV4ProjectsIdIssuesIssueIidNotes": "_create_new_issue_note",
     "putApiV4ProjectsIdIssuesIssueIidNotesNoteId": "_modify_existing_issue_note",
     "deleteApiV4ProjectsIdIssuesIssueIidNotesNoteId": "_delete_an_issue_note",

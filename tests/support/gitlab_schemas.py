@@ -101,6 +101,19 @@ SCHEMAS: dict[str, Any] = {
             "user_notes_count": INT,
         },
     ),
+    # An issue linked to another, as the other's links list it: the issue and the link.
+    "IssueLink": {
+        "allOf": [
+            ref("Issue"),
+            _object(
+                {
+                    "issue_link_id": INT,
+                    "link_type": {"type": "string", "enum": ["relates_to", "blocks", "is_blocked_by"]},
+                },
+                {"link_created_at": TIME, "link_updated_at": TIME},
+            ),
+        ]
+    },
     "Position": _object(
         {"position_type": {"type": "string", "enum": ["text", "image", "file"]}},
         {
@@ -246,4 +259,5 @@ SCHEMA_DOCS: dict[str, str] = {
     "MergeRequestCreate": "merge_requests/",
     "MergeRequestUpdate": "merge_requests/",
     "LabelCreate": "labels/",
+    "IssueLink": "issue_links/#list-issue-relations",
 }
