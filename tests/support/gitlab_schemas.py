@@ -38,6 +38,11 @@ NDATE = {"type": "string", "format": "date", "nullable": True}
 #: Labels as GitLab takes them in a body: a comma-separated string, or an array of names.
 LABELS = {"anyOf": [STR, {"type": "array", "items": STR}]}
 
+
+def _enum_of(*values: str) -> dict[str, Any]:
+    return {"type": "string", "enum": list(values)}
+
+
 # -- entities and bodies: what beflow reads is required and typed, the rest typed as GitLab's pages type it -----------
 
 SCHEMAS: dict[str, Any] = {
