@@ -29,6 +29,7 @@ SHOWN = {
     "notice",
     "feedback",
     "swept",
+    "held",
 }
 
 
