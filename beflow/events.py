@@ -38,6 +38,8 @@ WatchEventKind = Literal[
     "feedback",
     "swept",
     "held",
+    "triggered",
+    "ignored",
 ]
 RUN_EVENTS: frozenset[str] = frozenset(get_args(RunEventKind))
 WATCH_EVENTS: frozenset[str] = frozenset(get_args(WatchEventKind))
@@ -187,7 +189,8 @@ class Because(Payload):
 
 class Skipped(Because):
     """A dispatch that did not run, or an issue that cannot be read; ``by``: the watcher that took the issue first,
-    when its claim says who."""
+    when its claim says who. Also a trigger heard (``triggered``, ``ignored``): ``by`` who mentioned or was
+    assigned."""
 
     by: str | None = None
 
@@ -238,6 +241,8 @@ WATCH_PAYLOADS: dict[str, type[Payload]] = {
     "swept": Because,
     "budget_cleared": Budget,
     "held": Because,
+    "triggered": Skipped,
+    "ignored": Skipped,
 }
 
 

@@ -30,6 +30,8 @@ SHOWN = {
     "feedback",
     "swept",
     "held",
+    "triggered",
+    "ignored",
 }
 
 

@@ -46,6 +46,8 @@ LOGGED = {
     "budget_cleared",
     "feedback",
     "held",
+    "triggered",
+    "ignored",
 }
 
 #: The run events the HTTP server's event stream carries besides the watch's (its lanes move with them; `usage` at

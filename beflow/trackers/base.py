@@ -15,6 +15,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 from beflow.trackers.blockers import Blocker
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimStore
 from beflow.trackers.issue import DEFAULT_PRIORITY, Comment, Issue, Listing, ListingStream, Status
+from beflow.trackers.triggers import Heard
 
 
 @runtime_checkable
@@ -108,6 +109,15 @@ class KnowsBlockers(Protocol):
         """The issues ``issue`` (as a listing gave it) is blocked by, each with its status now. Asked only of an issue
         about to be dispatched; no request where the listing said it has none."""
         ...
+
+
+@runtime_checkable
+class HearsTriggers(Protocol):
+    """A mention of the trigger by a person who may give beflow work (``mention``: the trigger, None: not heard), or
+    an assignment to the token's user (``assign``), hands an open issue over: labelled ready by the tracker itself
+    (docs/config.md#triggers). Only what changed since the last call is read: a watch asks once a poll."""
+
+    def hear(self, mention: str | None, assign: bool) -> Heard: ...
 
 
 @runtime_checkable

@@ -37,6 +37,7 @@ from beflow.trackers.github_comments import Authors, IssueComments
 from beflow.trackers.github_issues import IssueReader
 from beflow.trackers.github_labels import RepoLabels
 from beflow.trackers.github_leases import GitHubLeases
+from beflow.trackers.github_triggers import GitHubTriggers
 from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
     Comment,
@@ -50,6 +51,7 @@ from beflow.trackers.issue import (
     labels_of_new,
     normalize_key,
 )
+from beflow.trackers.triggers import Heard
 
 
 def resolve_token(settings: GitHubTrackerSettings | GitHubCodeHostSettings, what: str = "tracker") -> str:
@@ -138,6 +140,8 @@ class GitHubTracker:
         self.authors = Authors(api, repo, project.config.feedback.allow if project else [])  # (whose words count)
         #: What GitHub says of an issue, as beflow's (github_issues.py).
         self.reader = IssueReader(repo, self.labels, self.authors, settings.labels)
+        #: Mentions and assignments that hand issues over (beflow.trackers.github_triggers).
+        self.triggers = GitHubTriggers(api, self._base, self._call, self.labels, self.authors, settings.labels)
         #: The issues the last listing could not read (a hostile label) and why: they are skipped until fixed.
         self.unreadable: dict[str, str] = {}
 
@@ -224,6 +228,9 @@ class GitHubTracker:
             raise
         raws, _ = wire.read_each(wire.Issue, data, f"GET {path}")
         return [Blocker(self._blocker_key(raw), self.labels.status_of(raw, raw.label_names)) for raw in raws]
+
+    def hear(self, mention: str | None, assign: bool) -> Heard:
+        return self.triggers.hear(mention, assign)
 
     def _blocker_key(self, raw: wire.Issue) -> str:
         """``5`` in this repository, ``owner/name#5`` in another."""

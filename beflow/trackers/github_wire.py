@@ -78,6 +78,9 @@ class Issue(IssueState):
     issue_dependencies_summary: DependenciesSummary | None = None
     #: ``https://api.github.com/repos/owner/name``: a blocker may live in another repository.
     repository_url: str | None = None
+    #: Who it is assigned to, and how many comments it has (what a trigger reads: beflow.trackers.github_triggers).
+    assignees: list[User] | None = None
+    comments: int | None = None
 
     @field_validator("labels", mode="before")
     @classmethod

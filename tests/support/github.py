@@ -227,6 +227,13 @@ class FakeGitHub:
             self._touch(number)
             return raw
 
+    def assign(self, number: int, login: str) -> None:
+        """Assign issue ``number`` to ``login``."""
+        with self.lock:
+            self.issues[number]["assignees"] = [self.user(login)]
+            self.issues[number]["assignee"] = self.user(login)
+            self._touch(number)
+
     def block(self, number: int, *by: int) -> None:
         """Issue ``number`` is blocked by the issues ``by`` (GitHub's issue dependencies)."""
         with self.lock:
