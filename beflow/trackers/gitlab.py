@@ -44,6 +44,7 @@ from beflow.trackers.gitlab_issues import IssueReader
 from beflow.trackers.gitlab_labels import ProjectLabels
 from beflow.trackers.gitlab_listing import Look, ProjectIssues
 from beflow.trackers.gitlab_notes import IssueNotes, Members
+from beflow.trackers.gitlab_triggers import GitLabTriggers
 from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
     Comment,
@@ -56,6 +57,7 @@ from beflow.trackers.issue import (
     labels_of_new,
     normalize_key,
 )
+from beflow.trackers.triggers import Heard
 
 
 def open_gitlab(project: Project, settings: GitLabTrackerSettings, claims: ClaimsOver | None = None) -> GitLabTracker:
@@ -108,6 +110,8 @@ class GitLabTracker:
         #: The issues held in memory, one request per look (beflow.trackers.gitlab_listing); every look tells the
         #: leases when each issue last changed, so that they know whose claims to read again.
         self.issues = ProjectIssues(api, self.base, self._call, self.reader, self.leases.observe)
+        #: Mentions and assignments that hand issues over (beflow.trackers.gitlab_triggers).
+        self.triggers = GitLabTriggers(api, self.base, self._call, self.labels, self.members, self.reader, self.issues)
         #: The issues the last look skipped (they cannot be read, or are confidential) and why.
         self.unreadable: dict[str, str] = {}
 
@@ -183,6 +187,9 @@ class GitLabTracker:
             for link in links
             if link.link_type == "is_blocked_by"
         ]
+
+    def hear(self, mention: str | None, assign: bool) -> Heard:
+        return self.triggers.hear(mention, assign)
 
     def _linked_key(self, link: wire.IssueLink) -> str:
         """``5`` in this project, ``group/other#5`` in another (read from its page's address)."""

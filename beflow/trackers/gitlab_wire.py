@@ -115,6 +115,9 @@ class Issue(Wire):
     created_at: dt.datetime
     updated_at: dt.datetime
     web_url: str | None = None
+    #: Who it is assigned to, and how many notes people wrote on it (what a trigger reads).
+    assignees: list[User] | None = None
+    user_notes_count: int | None = None
 
     @field_validator("labels", mode="before")
     @classmethod

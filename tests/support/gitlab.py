@@ -240,8 +240,16 @@ class FakeGitLab:
             else:
                 sha = hashlib.sha1(f"{kind}{iid}{note['id']}".encode()).hexdigest()
                 threads.append({"id": sha, "individual_note": position is None, "notes": [note]})
+            if kind == "Issue" and iid in self.issues:
+                self.issues[iid]["user_notes_count"] += 1
             self._touch(kind, iid)
             return note
+
+    def assign(self, iid: int, user: dict[str, Any]) -> None:
+        """Assign issue ``iid`` to ``user``."""
+        with self.lock:
+            self.issues[iid]["assignees"] = [{k: user[k] for k in ("id", "username", "name", "state")}]
+            self._touch("Issue", iid)
 
     def open_mr(self, source: str, title: str = "A change", *, description: str = "", target: str = "main") -> int:
         with self.lock:
