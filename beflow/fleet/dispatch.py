@@ -40,6 +40,7 @@ from beflow.system import threads
 from beflow.trackers import Issue, Status, reading_once
 from beflow.trackers.base import WatchesDirectories
 from beflow.watch.blocking import BlockerHolds
+from beflow.watch.hearing import hear
 from beflow.watch.wake import Wakeup, watch_directories
 
 if TYPE_CHECKING:
@@ -127,6 +128,7 @@ class FleetDispatcher:
                 for issue in requeue_orphans(self.tracker):
                     self.emit("requeued", issue.key, reason="its run stopped without finishing")
                 # An issue waiting for others starts no workflow until they are done (a `held` event says why).
+                hear(self.project, self.tracker, self.emit)  # (mentions, assignments: labelled ready now)
                 candidates = self.tracker.ready()
                 ready = self.blockers.sift(self.tracker, candidates, free=len(candidates))
                 # An issue put back with rework is ready but held: its workflow, waiting in review, runs its round.

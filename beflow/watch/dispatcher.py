@@ -39,9 +39,10 @@ from beflow.run.request import RunRequest
 from beflow.run.spending import Ledger
 from beflow.system import threads
 from beflow.trackers import Issue, Tracker, reading_once
-from beflow.trackers.base import HearsTriggers, NamesUnreadable, WatchesDirectories
+from beflow.trackers.base import NamesUnreadable, WatchesDirectories
 from beflow.watch.blocking import BlockerHolds
 from beflow.watch.endings import Endings
+from beflow.watch.hearing import hear
 from beflow.watch.holds import Holds
 from beflow.watch.lanes import Running, Snapshot, run_ids
 from beflow.watch.reachability import TrackerLook
@@ -240,7 +241,7 @@ class Dispatcher:
                 for issue in requeue_orphans(self.tracker):
                     self.emit("requeued", issue.key, reason="its run stopped without finishing")
                 self._reconcile(started)
-                self._hear()
+                hear(self.project, self.tracker, self.emit)  # (mentions, assignments: labelled ready now)
                 self._queue()
                 self.tracker_look.succeeded()
                 # The checks every run needs (git, acpx, the prompt, .mcp.json) only when a run is about to start:
@@ -258,17 +259,6 @@ class Dispatcher:
             self.tracker_look.failed(error)
             self.emit("error", message=f"{type(error).__name__}: {error}")
         return False
-
-    def _hear(self) -> None:
-        """Mentions and assignments that hand issues over (``triggers``): labelled ready now, queued this tick."""
-        triggers, word = self.project.config.triggers, self.project.config.feedback.trigger
-        if not (triggers.mention or triggers.assign) or not isinstance(self.tracker, HearsTriggers):
-            return
-        heard = self.tracker.hear(word if triggers.mention else None, triggers.assign)
-        for handed in heard.handed:
-            self.emit("triggered", handed.key, reason=handed.reason(word), by=handed.by)
-        for left in heard.left:  # a stranger's mention: left out, and said
-            self.emit("ignored", left.key, reason=f"{left.by} wrote {word}: {left.why}", by=left.by)
 
     def _queue(self) -> None:
         """The queue: what is ready, not running and not backing off (those are shown apart, with their due time)."""
