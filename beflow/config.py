@@ -479,6 +479,26 @@ class Feedback(Model):
     allow: list[str] = Field(default_factory=list)
 
 
+class Triggers(Model):
+    """What hands an issue to beflow (docs/config.md#triggers): the ready label (``label``, the way it always was), a
+    mention of ``feedback.trigger`` in a comment by a person who may give beflow work (``mention``), an assignment to
+    the user of beflow's token (``assign``). A mention or an assignment labels the issue ready (GitHub, GitLab)."""
+
+    label: Flag = True
+    mention: Flag = False
+    assign: Flag = False
+
+    @field_validator("label")
+    @classmethod
+    def _labels_stay(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError(
+                "false is not supported: beflow keeps an issue's status in labels, and a mention or an assignment "
+                "hands an issue over by labelling it ready (set mention or assign to true beside it)"
+            )
+        return value
+
+
 SandboxPath = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[^\x00]+$")]
 #: A host the sandbox's proxy lets through: ``name``, ``name:port``, or ``*.domain`` (any name below it).
 SandboxHost = Annotated[str, Field(min_length=1, max_length=260, pattern=r"^(\*\.)?[A-Za-z0-9._-]+(:[0-9]{1,5})?$")]
@@ -563,6 +583,7 @@ class Config(Model):
     webhooks: Webhooks = Field(default_factory=Webhooks)
     limits: Limits = Field(default_factory=Limits)
     feedback: Feedback = Field(default_factory=Feedback)
+    triggers: Triggers = Field(default_factory=Triggers)
     sandbox: Sandbox = Field(default_factory=Sandbox)
     #: What dispatches and runs issues: this machine's ``beflow watch``, or a fleet on Temporal.
     engine: Engine = Field(default_factory=LocalEngineSettings)

@@ -37,6 +37,9 @@ WatchEventKind = Literal[
     "budget_cleared",
     "feedback",
     "swept",
+    "held",
+    "triggered",
+    "ignored",
 ]
 RUN_EVENTS: frozenset[str] = frozenset(get_args(RunEventKind))
 WATCH_EVENTS: frozenset[str] = frozenset(get_args(WatchEventKind))
@@ -179,14 +182,15 @@ class RetryScheduled(Payload):
 
 
 class Because(Payload):
-    """Why the watcher did what the event's kind says (gave up, cancelled, skipped, requeued, settled)."""
+    """Why the watcher did what the event's kind says (gave up, cancelled, skipped, requeued, settled, held)."""
 
     reason: str
 
 
 class Skipped(Because):
     """A dispatch that did not run, or an issue that cannot be read; ``by``: the watcher that took the issue first,
-    when its claim says who."""
+    when its claim says who. Also a trigger heard (``triggered``, ``ignored``): ``by`` who mentioned or was
+    assigned."""
 
     by: str | None = None
 
@@ -236,6 +240,9 @@ WATCH_PAYLOADS: dict[str, type[Payload]] = {
     "feedback": FeedbackHeard,
     "swept": Because,
     "budget_cleared": Budget,
+    "held": Because,
+    "triggered": Skipped,
+    "ignored": Skipped,
 }
 
 

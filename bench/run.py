@@ -47,6 +47,7 @@ ROWS = (
     "usage",
     "watch",
     "latency",
+    "webhook",
     "issues",
     "issues100k",
     "idle",
@@ -416,6 +417,11 @@ class Watch:
             except subprocess.TimeoutExpired:
                 self.child.kill()
                 self.child.wait()
+
+
+def _told(events: list[dict[str, Any]], kind: str, issue: str) -> bool:
+    """Whether ``events`` hold one of ``kind`` about ``issue``."""
+    return any(e.get("event") == kind and e.get("issue") == issue for e in events)
 
 
 def served_url(watch: Watch, timeout: float = 60) -> str:
@@ -1128,6 +1134,81 @@ class Bench:
                 None,
                 {"beflow": delays},
                 f"interval {s.interval:g} s",
+            )
+        )
+
+    def webhook(self) -> None:
+        """A signed GitHub delivery (an issue labelled ready on the fake GitHub) until ``watch --http`` dispatches its
+        run. The poll is far slower (``watch.interval`` 600 s): only the delivery can have woken the watch."""
+        import hashlib
+        import hmac
+        import uuid
+
+        import httpx
+
+        sys.path.insert(0, str(ROOT))
+        from tests.support.github import TOKEN, serve
+
+        s = self.sizes
+        repo = self.repo(mcp=False, interval=600.0, concurrency=1)
+        delays = []
+        secret = uuid.uuid4().hex
+        with serve() as fake:
+            config = json.loads((repo / "config.json").read_text())
+            config |= {
+                "tracker": {"kind": "github", "repo": "octo/hello", "api_url": fake.url, "lease": 60},
+                "webhooks": {"secret_env": {"github": "BENCH_HOOK_SECRET"}},
+            }
+            (repo / "config.json").write_text(json.dumps(config, indent=2))
+            os.environ |= {"GITHUB_TOKEN": TOKEN, "BENCH_HOOK_SECRET": secret}  # the watch inherits them
+            try:
+                with watching(repo, "--http", "0") as watch:
+                    base = served_url(watch)
+                    with httpx.Client(base_url=base, timeout=30) as http:
+                        until(lambda: http.get("/api/v1/state").json()["totals"]["ticks"] >= 1, "a tick", 60, [watch])
+                        for index in range(s.runs):
+                            number = fake.add_issue(f"hooked {index}", labels=["beflow", "beflow:ready"])
+                            fake.issues[number]["body"] = prompt_for(0)
+                            body = json.dumps({"action": "labeled", "issue": {"number": number}}).encode()
+                            digest = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+                            headers = {
+                                "X-GitHub-Event": "issues",
+                                "X-GitHub-Delivery": uuid.uuid4().hex,
+                                "X-Hub-Signature-256": f"sha256={digest}",
+                                "Content-Type": "application/json",
+                            }
+                            sent = time.perf_counter()
+                            http.post("/hooks/github", content=body, headers=headers).raise_for_status()
+                            key = str(number)
+                            seen = watch.wait_for(
+                                lambda ev, k=key: any(
+                                    e.get("event") == "dispatched" and e.get("issue") == k for e in ev
+                                ),
+                                timeout=120,
+                            )
+                            delays.append(max(0.0, seen - sent))
+                            watch.wait_for(
+                                lambda ev, k=key: any(e.get("event") == "finished" and e.get("issue") == k for e in ev),
+                                timeout=120,
+                            )
+            finally:
+                for name in ("GITHUB_TOKEN", "BENCH_HOOK_SECRET"):
+                    os.environ.pop(name, None)
+            assert not fake.violations, fake.violations[:5]
+        value = median(delays)
+        self.add(
+            Row(
+                "webhook",
+                "webhook delivery -> its run starts",
+                "",
+                None,
+                value,
+                "s",
+                "≤ 1 s",
+                value <= 1.0,
+                None,
+                {"beflow": delays},
+                f"GitHub `issues` deliveries, signed; watch.interval 600 s; max {_fmt(max(delays), 's')}",
             )
         )
 

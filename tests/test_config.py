@@ -474,3 +474,14 @@ def test_webhooks_act_for_the_forges_of_the_tracker_and_the_code_host(tmp_path: 
     for text, expected in forges.items():
         path.write_text(text)
         assert load_config_file(path).webhook_forges() == expected, text
+
+
+def test_triggers_default_to_the_label_alone_and_label_false_is_refused_naming_the_field(tmp_path: Path) -> None:
+    from beflow.config import Config
+
+    assert Config().triggers.model_dump() == {"label": True, "mention": False, "assign": False}
+    path = tmp_path / "config.json"
+    path.write_text('{"triggers": {"label": false, "mention": true}}')
+    with pytest.raises(ConfigError) as caught:
+        load_config_file(path)
+    assert "triggers.label" in caught.value.message and "false is not supported" in caught.value.message

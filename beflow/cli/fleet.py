@@ -29,6 +29,9 @@ SHOWN = {
     "notice",
     "feedback",
     "swept",
+    "held",
+    "triggered",
+    "ignored",
 }
 
 

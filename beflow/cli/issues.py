@@ -103,7 +103,7 @@ def list_command(app: App, status: str | None, label: str | None, as_json: bool)
         for issue in itertools.chain([first], rows):
             table.add_row(
                 issue.key,
-                styled(issue.status),
+                styled(issue.status) + (f" [yellow]· {escape(issue.held)}[/]" if issue.held else ""),
                 str(issue.priority),
                 escape(issue.title),
                 escape(", ".join(issue.labels)),
@@ -130,7 +130,8 @@ RIGHT_ALIGNED = {"KEY", "PRI"}
 
 def _cells(row: IssueRow) -> tuple[str, ...]:
     labels = visible(", ".join(row.labels))
-    return (row.key, row.status.value, str(row.priority), visible(row.title), labels, short_time(row.updated))
+    status = row.status.value + (f" · {visible(row.held)}" if row.held else "")
+    return (row.key, status, str(row.priority), visible(row.title), labels, short_time(row.updated))
 
 
 def _plain_table(listing: ListingStream) -> None:

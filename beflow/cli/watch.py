@@ -45,6 +45,9 @@ LOGGED = {
     "budget_reached",
     "budget_cleared",
     "feedback",
+    "held",
+    "triggered",
+    "ignored",
 }
 
 #: The run events the HTTP server's event stream carries besides the watch's (its lanes move with them; `usage` at
@@ -86,6 +89,13 @@ def render(snapshot: Snapshot, concurrency: int) -> Group:
         for issue in snapshot.queue[:10]:
             queue.add_row(issue.key, str(issue.priority), escape(issue.title))
         parts.append(queue)
+    if snapshot.held:
+        held = Table(title=f"held ({len(snapshot.held)})", title_justify="left", box=None)
+        for column in ("issue", "why"):
+            held.add_column(column, no_wrap=True, overflow="ellipsis", max_width=80)
+        for key, why in list(snapshot.held.items())[:10]:
+            held.add_row(key, escape(why))
+        parts.append(held)
     if snapshot.backoffs:
         backoffs = Table(title="backing off", title_justify="left", box=None)
         for column in ("issue", "next attempt", "due in", "last failure"):
@@ -216,6 +226,8 @@ def nothing_ran(dispatcher: Dispatcher) -> str:
     if backoffs:
         due = time.strftime("%H:%M:%S", time.localtime(backoffs[0].due))
         why = f"{len(backoffs)} backing off after a failed run, the next due at {due}"
+    elif dispatcher.blockers.held:
+        why = f"{len(dispatcher.blockers.held)} held back, waiting for other issues (as said above)"
     else:
         why = "the ready ones are held: claimed by another run, or skipped as said above"
     return f"nothing started: {seen}; {why}"

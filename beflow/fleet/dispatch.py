@@ -39,6 +39,8 @@ from beflow.run.request import branch_of
 from beflow.system import threads
 from beflow.trackers import Issue, Status, reading_once
 from beflow.trackers.base import WatchesDirectories
+from beflow.watch.blocking import BlockerHolds
+from beflow.watch.hearing import hear
 from beflow.watch.wake import Wakeup, watch_directories
 
 if TYPE_CHECKING:
@@ -70,6 +72,8 @@ class FleetDispatcher:
         #: The feedback ids this dispatcher told each issue's workflow of (a workflow ignores what it heard already;
         #: this keeps its history from growing by a signal a tick).
         self._told: dict[str, set[str]] = {}
+        #: Ready issues held back until the issues they wait for are done (beflow.watch.blocking).
+        self.blockers = BlockerHolds(self.emit)
 
     def emit(self, kind: WatchEventKind, issue: str | None = None, **data: Any) -> None:
         if self.listener is not None:
@@ -123,7 +127,10 @@ class FleetDispatcher:
                     self.emit("settled", key, reason="its run had finished; the issue now says so")
                 for issue in requeue_orphans(self.tracker):
                     self.emit("requeued", issue.key, reason="its run stopped without finishing")
-                ready = self.tracker.ready()
+                # An issue waiting for others starts no workflow until they are done (a `held` event says why).
+                hear(self.project, self.tracker, self.emit)  # (mentions, assignments: labelled ready now)
+                candidates = self.tracker.ready()
+                ready = self.blockers.sift(self.tracker, candidates, free=len(candidates))
                 # An issue put back with rework is ready but held: its workflow, waiting in review, runs its round.
                 queued = self.tracker.listing(status=Status.READY).issues
                 review = self.tracker.listing(status=Status.REVIEW).issues

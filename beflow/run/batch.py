@@ -2,7 +2,8 @@
 (:class:`beflow.run.runner.Run`).
 
 Before any agent runs: the pre-flight checks, the code host (where to push is read now), killed runs closed, orphans
-settled and put back; unknown keys fail, and a key named twice runs once. Unanswered feedback on an issue's work
+settled and put back; unknown keys fail, and a key named twice runs once. Picked issues that wait for others
+(blockers) are left for later; a named one runs. Unanswered feedback on an issue's work
 makes its run a review round at once (no settle wait).
 """
 
@@ -26,6 +27,8 @@ from beflow.run.request import RunRequest
 from beflow.run.runner import NoLongerReady, Run
 from beflow.system import threads
 from beflow.trackers import Tracker, reading_once
+from beflow.trackers.base import KnowsBlockers
+from beflow.trackers.blockers import held_by
 
 
 async def run_many(
@@ -51,7 +54,10 @@ async def run_many(
         settle_orphans(tracker, store)
         if picked:
             requeue_orphans(tracker)
+            # An issue waiting for others is left for later (`beflow issues list` says why); one named runs.
             issues = tracker.ready()
+            if isinstance(tracker, KnowsBlockers):
+                issues = [issue for issue in issues if held_by(tracker.blockers(issue)) is None]
         else:
             # Unknown keys fail before anything runs; a key named twice runs once.
             issues = [tracker.get(key) for key in keys]

@@ -12,8 +12,10 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from beflow.trackers.blockers import Blocker
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimStore
 from beflow.trackers.issue import DEFAULT_PRIORITY, Comment, Issue, Listing, ListingStream, Status
+from beflow.trackers.triggers import Heard
 
 
 @runtime_checkable
@@ -96,6 +98,26 @@ class StreamsListings(Protocol):
     """Listings read one issue at a time (the local tracker, from its index), never all of them held at once."""
 
     def stream(self, status: Status | None = None, label: str | None = None) -> ListingStream: ...
+
+
+@runtime_checkable
+class KnowsBlockers(Protocol):
+    """An issue may wait for others (the local tracker's ``blocked_by``, GitHub's issue dependencies, GitLab's
+    blocking links, Linear's relations): a watch holds a ready issue back, and says why, until they are done."""
+
+    def blockers(self, issue: Issue) -> list[Blocker]:
+        """The issues ``issue`` (as a listing gave it) is blocked by, each with its status now. Asked only of an issue
+        about to be dispatched; no request where the listing said it has none."""
+        ...
+
+
+@runtime_checkable
+class HearsTriggers(Protocol):
+    """A mention of the trigger by a person who may give beflow work (``mention``: the trigger, None: not heard), or
+    an assignment to the token's user (``assign``), hands an open issue over: labelled ready by the tracker itself
+    (docs/config.md#triggers). Only what changed since the last call is read: a watch asks once a poll."""
+
+    def hear(self, mention: str | None, assign: bool) -> Heard: ...
 
 
 @runtime_checkable

@@ -23,6 +23,7 @@ from beflow.errors import ConfigError, NotFoundError, excerpt
 from beflow.trackers import github_wire as wire
 from beflow.trackers import quoting
 from beflow.trackers.base import RateBudget
+from beflow.trackers.blockers import Blocker
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, orphans_of, ready_of
 from beflow.trackers.forge_api import find_token
 from beflow.trackers.github_api import (
@@ -36,6 +37,7 @@ from beflow.trackers.github_comments import Authors, IssueComments
 from beflow.trackers.github_issues import IssueReader
 from beflow.trackers.github_labels import RepoLabels
 from beflow.trackers.github_leases import GitHubLeases
+from beflow.trackers.github_triggers import GitHubTriggers
 from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
     Comment,
@@ -49,6 +51,7 @@ from beflow.trackers.issue import (
     labels_of_new,
     normalize_key,
 )
+from beflow.trackers.triggers import Heard
 
 
 def resolve_token(settings: GitHubTrackerSettings | GitHubCodeHostSettings, what: str = "tracker") -> str:
@@ -137,6 +140,8 @@ class GitHubTracker:
         self.authors = Authors(api, repo, project.config.feedback.allow if project else [])  # (whose words count)
         #: What GitHub says of an issue, as beflow's (github_issues.py).
         self.reader = IssueReader(repo, self.labels, self.authors, settings.labels)
+        #: Mentions and assignments that hand issues over (beflow.trackers.github_triggers).
+        self.triggers = GitHubTriggers(api, self._base, self._call, self.labels, self.authors, settings.labels)
         #: The issues the last listing could not read (a hostile label) and why: they are skipped until fixed.
         self.unreadable: dict[str, str] = {}
 
@@ -208,6 +213,29 @@ class GitHubTracker:
         path = f"{self._base}/issues/{raw.number}/comments"
         comments = self.reader.comments(self._call(self.api.paginate, path), f"GET {path}", raw)
         return self.reader.issue(raw, comments)
+
+    def blockers(self, issue: Issue) -> list[Blocker]:
+        """The issues ``issue`` is blocked by: GitHub's issue dependencies (never its sub-issues). One request, and
+        none where the listing said no open issue blocks it."""
+        if self.reader.blocked_counts.get(issue.key) == 0:
+            return []
+        path = f"{self._base}/issues/{issue.key}/dependencies/blocked_by"
+        try:
+            data = self._call(self.api.paginate, path)
+        except GitHubError as error:
+            if error.status == 404:  # a GitHub without issue dependencies (an older Enterprise Server)
+                return []
+            raise
+        raws, _ = wire.read_each(wire.Issue, data, f"GET {path}")
+        return [Blocker(self._blocker_key(raw), self.labels.status_of(raw, raw.label_names)) for raw in raws]
+
+    def hear(self, mention: str | None, assign: bool) -> Heard:
+        return self.triggers.hear(mention, assign)
+
+    def _blocker_key(self, raw: wire.Issue) -> str:
+        """``5`` in this repository, ``owner/name#5`` in another."""
+        home = "/".join((raw.repository_url or "").rstrip("/").split("/")[-2:])
+        return str(raw.number) if not home or home.lower() == self.repo.lower() else f"{home}#{raw.number}"
 
     # -- writing ---------------------------------------------------------------------------------------------------
 

@@ -49,6 +49,8 @@ class IssueReader:
         self.labels = labels
         self.authors = authors
         self.wanted = wanted
+        #: How many open issues each issue of the last listing is blocked by, as GitHub said (none: it did not).
+        self.blocked_counts: dict[str, int] = {}
 
     def mine(self, issue: wire.Issue) -> bool:
         """Whether ``issue`` is beflow's: no pull request, and it carries every label of ``tracker.labels``."""
@@ -68,6 +70,7 @@ class IssueReader:
         issues: list[Issue] = []
         problems: list[FileProblem] = []
         unreadable: dict[str, str] = {}
+        self.blocked_counts = {}
         for item in wire.listed(data, what):
             got = wire.read(wire.Issue, item)
             try:
@@ -77,6 +80,9 @@ class IssueReader:
                     raise self.unreadable(None if got.number is None else str(got.number), got.why, _SHAPE_FIX)
                 if self.mine(got):
                     issues.append(self.issue(got))
+                    summary = got.issue_dependencies_summary
+                    if summary is not None and summary.blocked_by is not None:
+                        self.blocked_counts[str(got.number)] = summary.blocked_by
             except UnreadableIssue as error:
                 number = str(got.number) if got.number is not None else "?"
                 if got.number is not None:

@@ -56,6 +56,12 @@ class IssueState(Wire):
     state_reason: str | None = None
 
 
+class DependenciesSummary(Wire):
+    """How many issues an issue is blocked by (``blocked_by``: the open ones)."""
+
+    blocked_by: int | None = None
+
+
 class Issue(IssueState):
     """An issue as GitHub lists it (a pull request too: the issues endpoints list both)."""
 
@@ -68,6 +74,13 @@ class Issue(IssueState):
     html_url: str | None = None
     #: Present on a pull request only (its presence is what says so).
     pull_request: object | None = None
+    #: Absent where GitHub has no issue dependencies (an older GitHub Enterprise Server).
+    issue_dependencies_summary: DependenciesSummary | None = None
+    #: ``https://api.github.com/repos/owner/name``: a blocker may live in another repository.
+    repository_url: str | None = None
+    #: Who it is assigned to, and how many comments it has (what a trigger reads: beflow.trackers.github_triggers).
+    assignees: list[User] | None = None
+    comments: int | None = None
 
     @field_validator("labels", mode="before")
     @classmethod

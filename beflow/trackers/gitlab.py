@@ -25,6 +25,7 @@ from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.trackers import gitlab_quoting
 from beflow.trackers import gitlab_wire as wire
 from beflow.trackers.base import Finding, RateBudget
+from beflow.trackers.blockers import Blocker
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, orphans_of, ready_of
 from beflow.trackers.gitlab_access import access_checks
 from beflow.trackers.gitlab_api import (
@@ -43,6 +44,7 @@ from beflow.trackers.gitlab_issues import IssueReader
 from beflow.trackers.gitlab_labels import ProjectLabels
 from beflow.trackers.gitlab_listing import Look, ProjectIssues
 from beflow.trackers.gitlab_notes import IssueNotes, Members
+from beflow.trackers.gitlab_triggers import GitLabTriggers
 from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
     Comment,
@@ -55,6 +57,7 @@ from beflow.trackers.issue import (
     labels_of_new,
     normalize_key,
 )
+from beflow.trackers.triggers import Heard
 
 
 def open_gitlab(project: Project, settings: GitLabTrackerSettings, claims: ClaimsOver | None = None) -> GitLabTracker:
@@ -107,6 +110,8 @@ class GitLabTracker:
         #: The issues held in memory, one request per look (beflow.trackers.gitlab_listing); every look tells the
         #: leases when each issue last changed, so that they know whose claims to read again.
         self.issues = ProjectIssues(api, self.base, self._call, self.reader, self.leases.observe)
+        #: Mentions and assignments that hand issues over (beflow.trackers.gitlab_triggers).
+        self.triggers = GitLabTriggers(api, self.base, self._call, self.labels, self.members, self.reader, self.issues)
         #: The issues the last look skipped (they cannot be read, or are confidential) and why.
         self.unreadable: dict[str, str] = {}
 
@@ -171,6 +176,25 @@ class GitLabTracker:
         path = f"{self.base}/issues/{raw.iid}/notes"
         data = self._call(self.api.paginate, path, {"sort": "asc", "order_by": "created_at"})
         return self.reader.issue(raw, self.reader.comments(data, f"GET {path}", raw))
+
+    def blockers(self, issue: Issue) -> list[Blocker]:
+        """The issues ``issue`` is blocked by: its blocking links (``is_blocked_by``; GitLab Premium). One request,
+        asked only of an issue about to be dispatched: GitLab's listing says nothing of them."""
+        path = f"{self.base}/issues/{normalize_key(issue.key)}/links"
+        links, _ = wire.read_each(wire.IssueLink, self._call(self.api.get, path), f"GET {path}")
+        return [
+            Blocker(self._linked_key(link), self.labels.status_of(link))
+            for link in links
+            if link.link_type == "is_blocked_by"
+        ]
+
+    def hear(self, mention: str | None, assign: bool) -> Heard:
+        return self.triggers.hear(mention, assign)
+
+    def _linked_key(self, link: wire.IssueLink) -> str:
+        """``5`` in this project, ``group/other#5`` in another (read from its page's address)."""
+        home = (link.web_url or "").partition("/-/")[0].split("://", 1)[-1].partition("/")[2]
+        return str(link.iid) if not home or home.lower() == self.project.lower() else f"{home}#{link.iid}"
 
     # -- writing ---------------------------------------------------------------------------------------------------
 

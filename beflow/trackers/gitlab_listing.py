@@ -32,6 +32,8 @@ from beflow.trackers.issue import FileProblem, Issue
 SLACK = 60.0
 #: The whole listing is read again this often (seconds): deletions show in no listing of changes.
 RESYNC = 900.0
+#: Changed issues held for the triggers at most (the oldest go first).
+CHANGES_KEPT = 1_000
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,9 @@ class ProjectIssues:
         #: One look at a time: a look that began earlier never lands over a later one.
         self._looking = threading.Lock()
         self._reading = _Reading()
+        #: The issues looks for changes showed, any of the project's (labelled or not), until a trigger takes them
+        #: (:meth:`changes`): assignments and new notes are read from them, at no request of their own.
+        self._changed: dict[int, wire.Issue] = {}
         #: How many looks asked GitLab (and how many of them read the whole listing): the cost of keeping up.
         self.looks = 0
         self.resyncs = 0
@@ -123,6 +128,12 @@ class ProjectIssues:
         if self._seen is not None:
             self._seen(updated)
         return look
+
+    def changes(self) -> list[wire.Issue]:
+        """The issues the looks for changes showed since the last call, each as last shown."""
+        with self._lock:
+            changed, self._changed = list(self._changed.values()), {}
+        return changed
 
     def saw(self, raw: wire.Issue) -> None:
         """GitLab's answer about one issue (read by the tracker, or the answer to its own write): what is held of it
@@ -178,6 +189,10 @@ class ProjectIssues:
             message = self.reader.unreadable(str(got.iid), got.why).message
             self._entries[got.iid] = _Entry(None, None, message, problem=True)
             return
+        if not full:
+            self._changed[got.iid] = got
+            while len(self._changed) > CHANGES_KEPT:  # (nobody takes them: a tracker without triggers)
+                self._changed.pop(next(iter(self._changed)))
         self._take(got, held)
 
     def _take(self, raw: wire.Issue, held: dict[int, _Entry]) -> None:

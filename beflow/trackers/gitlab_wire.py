@@ -115,6 +115,9 @@ class Issue(Wire):
     created_at: dt.datetime
     updated_at: dt.datetime
     web_url: str | None = None
+    #: Who it is assigned to, and how many notes people wrote on it (what a trigger reads).
+    assignees: list[User] | None = None
+    user_notes_count: int | None = None
 
     @field_validator("labels", mode="before")
     @classmethod
@@ -125,6 +128,12 @@ class Issue(Wire):
         if not isinstance(value, list):
             return value
         return [item.get("name") if isinstance(item, dict) else item for item in value]
+
+
+class IssueLink(Issue):
+    """An issue linked to another, as the other's links list it (``is_blocked_by``: it blocks that one)."""
+
+    link_type: str | None = None
 
 
 class Position(Wire):

@@ -205,6 +205,9 @@ class Issue(BaseModel):
     #: then ``OPS-7``): the runs of an issue are found by it, so a moved issue keeps its branch and history. None
     #: where the key is the id.
     id: str | None = None
+    #: The keys of the issues this one waits for, as its listing names them (the local tracker's ``blocked_by``
+    #: front matter); empty where the tracker names them only when asked (:class:`~beflow.trackers.base.KnowsBlockers`).
+    blocked_by: list[str] = Field(default_factory=list)
 
     @field_validator("title")
     @classmethod
@@ -306,6 +309,8 @@ class IssueRow(NamedTuple):
     title: str
     labels: list[str]
     updated: dt.datetime
+    #: Why a ready issue is not started (``blocked by 3 (ready)``), where the listing says; None: nothing holds it.
+    held: str | None = None
 
 
 class ListingStream:

@@ -32,6 +32,7 @@ from beflow.trackers import linear_queries as q
 from beflow.trackers import linear_quoting
 from beflow.trackers import linear_wire as wire
 from beflow.trackers.base import Finding, RateBudget
+from beflow.trackers.blockers import Blocker
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, orphans_of, ready_of
 from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
@@ -101,6 +102,14 @@ class _IssueMade(Wire):
 
 class _CreateAnswer(Wire):
     issueCreate: _IssueMade
+
+
+class _BlockersAnswer(Wire):
+    issue: wire.Relations
+
+
+#: beflow's status of a blocking issue, from its state's type alone (it may be another team's, with other labels).
+_BLOCKER_STATUS = {"completed": Status.DONE, "canceled": Status.CLOSED, "started": Status.IN_PROGRESS}
 
 
 class LinearTracker:
@@ -224,6 +233,17 @@ class LinearTracker:
         """The stable id of issue ``key`` (read when not known yet)."""
         wanted = linear_key(key)
         return self.issues.ids.get(wanted) or self._raw(wanted)[0].id
+
+    def blockers(self, issue: Issue) -> list[Blocker]:
+        """The issues ``issue`` is blocked by: the ``blocks`` relations that point at it. One request, asked only of
+        an issue about to be dispatched (the listings stay as cheap as they were)."""
+        variables = {"id": issue.id or linear_key(issue.key), "first": q.PAGE}
+        found = wire.parse(_BlockersAnswer, self.api.query(q.BLOCKERS, variables), "BeflowBlockers")
+        return [
+            Blocker(r.issue.identifier, _BLOCKER_STATUS.get(r.issue.state.type, Status.OPEN))
+            for r in found.issue.inverseRelations.nodes
+            if r.type == "blocks"
+        ]
 
     # -- writing -----------------------------------------------------------------------------------------------------
 

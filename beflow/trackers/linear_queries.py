@@ -194,6 +194,21 @@ query BeflowChanged($filter: IssueFilter!, $first: Int!) {
 }
 """
 
+#: The issues one issue is blocked by: the relations of type ``blocks`` that point at it (its inverse relations), each
+#: with the blocking issue's state. Asked only of an issue about to be dispatched.
+BLOCKERS = _document(
+    """
+query BeflowBlockers($id: String!, $first: Int!) {
+  issue(id: $id) {
+    inverseRelations(first: $first) {
+      nodes { type issue { id identifier state { ...BeflowState } } }
+    }
+  }
+}
+""",
+    STATE,
+)
+
 #: One issue with its first page of comments by creation (Linear gives the latest first).
 ISSUE_WITH_COMMENTS = _document(
     """
@@ -434,6 +449,7 @@ DOCUMENTS: dict[str, str] = {
     "BeflowIssues": ISSUES,
     "BeflowChanged": CHANGED,
     "BeflowIssue": ISSUE_WITH_COMMENTS,
+    "BeflowBlockers": BLOCKERS,
     "BeflowComments": COMMENTS,
     "BeflowComment": COMMENT_BY_ID,
     "BeflowAgentSession": AGENT_SESSION,

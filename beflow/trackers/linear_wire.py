@@ -157,6 +157,25 @@ class ProjectRef(Wire):
 NO_PRIORITY, URGENT, HIGH, NORMAL, LOW = 0, 1, 2, 3, 4
 
 
+class Related(Wire):
+    """The issue at the other end of a relation, as ``BeflowBlockers`` selects it."""
+
+    id: Id
+    identifier: Identifier
+    state: WorkflowState
+
+
+class Relation(Wire):
+    """A relation pointing at an issue (``type`` ``blocks``: ``issue`` blocks it)."""
+
+    type: str
+    issue: Related
+
+
+class Relations(Wire):
+    inverseRelations: Connection[Relation]
+
+
 class Issue(Wire):
     """An issue as ``BeflowIssue`` (the fragment) selects it; ``labels`` read as the labels themselves."""
 

@@ -29,6 +29,7 @@ from beflow.feedback import Feedback, Gathered
 from beflow.paths import STATE_DIR, state_dir
 from beflow.system import startup
 from beflow.system.files import atomic_write, read_regular
+from beflow.trackers.blockers import Blocker, held_by
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimsOver, ClaimStore, FileClaims, orphans_of, ready_of
 from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
@@ -148,11 +149,19 @@ class LocalTracker:
         problems = self._files.answer(self._index.problems)
 
         def rows() -> Iterator[IssueRow]:
-            for key, state, priority, title, labels, updated in self._index.select(
-                "key, status, priority, title, labels, updated", status, label
-            ):
+            columns = "key, status, priority, title, labels, updated, json_extract(issue, '$.blocked_by')"
+            for key, state, priority, title, labels, updated, blocked in self._index.select(columns, status, label):
+                held = None
+                if blocked not in (None, "[]") and state == Status.READY.value:  # (a few rows: one look each)
+                    held = held_by(self._blockers_of(str(key), json.loads(blocked)))
                 yield IssueRow(
-                    str(key), Status(state), priority, title, json.loads(labels), dt.datetime.fromisoformat(updated)
+                    str(key),
+                    Status(state),
+                    priority,
+                    title,
+                    json.loads(labels),
+                    dt.datetime.fromisoformat(updated),
+                    held,
                 )
 
         def documents() -> Iterator[str]:
@@ -163,6 +172,14 @@ class LocalTracker:
 
     def ready(self) -> list[Issue]:
         return ready_of(self._issues(Status.READY), self.claims)
+
+    def blockers(self, issue: Issue) -> list[Blocker]:
+        """The issues ``issue``'s ``blocked_by`` names, with their status as the index has it (one query)."""
+        return self._files.answer(lambda: self._blockers_of(issue.key, issue.blocked_by)) if issue.blocked_by else []
+
+    def _blockers_of(self, key: str, blocked_by: list[str]) -> list[Blocker]:
+        found = self._index.blockers(blocked_by, key)
+        return [Blocker(k, *found[k]) if k in found else Blocker(k, None) for k in blocked_by]
 
     def get(self, key: str) -> Issue:
         """The issue read from its file, never from its row in the index: the index only says which file to read.

@@ -74,6 +74,8 @@ MAX_ISSUE_FILE = 4 << 20
 MAX_FRONT_MATTER = 64 << 10
 #: Nesting of YAML collections in the front matter (labels is a list: depth 2).
 MAX_FRONT_MATTER_DEPTH = 8
+#: Issues one issue may wait for (``blocked_by``).
+MAX_BLOCKERS = 100
 
 
 _CAREFUL: list[Any] = []
@@ -123,6 +125,8 @@ class _FrontMatter(BaseModel):
     labels: list[str] = Field(default_factory=list)
     created: dt.datetime | None = None
     updated: dt.datetime | None = None
+    #: The keys of the issues this one waits for (``blocked_by: [3, 5]``).
+    blocked_by: list[int] = Field(default_factory=list, max_length=MAX_BLOCKERS)
 
     @field_validator("key", "priority", mode="before")
     @classmethod
@@ -149,6 +153,29 @@ class _FrontMatter(BaseModel):
         if isinstance(value, list):
             return [str(v) if isinstance(v, int | float) and not isinstance(v, bool) else v for v in value]
         return value
+
+    @field_validator("blocked_by", mode="before")
+    @classmethod
+    def _blockers(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        if isinstance(value, int | str) and not isinstance(value, bool):  # `blocked_by: 3`, `blocked_by: "#3"`
+            value = [value]
+        if not isinstance(value, list):
+            return value
+        keys = []
+        for item in value:
+            if isinstance(item, str) and item.strip().removeprefix("#").isascii() and item.strip("# ").isdigit():
+                item = int(item.strip().removeprefix("#"))
+            if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item < 2**63:
+                raise ValueError(f"expected issue keys (whole numbers, as in [3, 5]), not {_shown(item)}")
+            keys.append(item)
+        return list(dict.fromkeys(keys))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -199,6 +226,8 @@ def render(issue: Issue) -> str:
         "created": format_time(issue.created),
         "updated": format_time(issue.updated),
     }
+    if issue.blocked_by:  # (only when set: every other file reads as it always did)
+        front["blocked_by"] = [int(key) for key in issue.blocked_by]
     dumped = yaml.safe_dump(front, sort_keys=False, allow_unicode=True, default_flow_style=None, width=2**31)
     parts = [f"{FENCE}\n{dumped}{FENCE}\n"]
     if issue.body:
@@ -274,6 +303,8 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
     if len(body) > MAX_STORED_TEXT and len(normalize_text(body)) > MAX_STORED_TEXT:
         size = len(normalize_text(body))
         raise fail(end + 2, f"the body is {size:,} characters long; an issue's body is at most {MAX_STORED_TEXT:,}")
+    if front.key in front.blocked_by:
+        raise fail(_line_of_key(front_lines, "blocked_by"), f"blocked_by: issue {front.key} cannot wait for itself")
     created = front.created or mtime or dt.datetime.now(dt.UTC)
     try:
         return Issue(
@@ -288,6 +319,7 @@ def parse(path: Path, text: str, *, mtime: dt.datetime | None = None) -> Issue:
             comments=comments,
             path=path,
             url=path.absolute().as_uri(),
+            blocked_by=[str(key) for key in front.blocked_by],
         )
     except pydantic.ValidationError as exc:  # a title or label that is empty or spans lines
         key = str(exc.errors()[0]["loc"][0]) if exc.errors()[0]["loc"] else ""

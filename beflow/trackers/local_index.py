@@ -18,7 +18,8 @@ from beflow.trackers.issue import FileProblem, Issue, Status, format_time
 
 #: "3": labels are bounded (one line of at most 50 characters, no control characters), so the rows of an older
 #: index may hold issues the model refuses now: it is rebuilt from the files, which report each such issue.
-INDEX_VERSION = "3"
+#: "4": issues may name their blockers (``blocked_by``), which older rows neither kept nor allowed.
+INDEX_VERSION = "4"
 INDEX_NAME = "index.sqlite"
 #: Rows fetched from the index at a time while a listing streams (memory stays flat however many issues there are).
 STREAM_BATCH = 512
@@ -231,6 +232,23 @@ class IssueIndex:
             return []
         with self.lock:
             return [n for (n,) in self.db().execute("SELECT name FROM issues WHERE key = ? ORDER BY name", (int(key),))]
+
+    def blockers(self, keys: list[str], of: str) -> dict[str, tuple[Status, bool]]:
+        """The status of each of ``keys`` that an issue has, and whether it waits for issue ``of`` in turn (a
+        cycle); a key two files give is the first file's."""
+        numbers = [int(k) for k in keys if k.isascii() and k.isdigit() and len(k) <= 18]
+        if not numbers:
+            return {}
+        repeated = self.repeated()
+        marks = ",".join("?" * len(numbers))
+        query = f"""
+            SELECT name, key, status,
+                EXISTS (SELECT 1 FROM json_each(issue, '$.blocked_by') WHERE json_each.value = ?)
+            FROM issues WHERE problems IS NULL AND key IN ({marks}) ORDER BY name DESC
+        """
+        with self.lock:
+            rows = self.db().execute(query, [of, *numbers]).fetchall()
+        return {str(key): (Status(status), bool(back)) for name, key, status, back in rows if name not in repeated}
 
     def max_key(self) -> int:
         with self.lock:

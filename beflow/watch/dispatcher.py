@@ -40,7 +40,9 @@ from beflow.run.spending import Ledger
 from beflow.system import threads
 from beflow.trackers import Issue, Tracker, reading_once
 from beflow.trackers.base import NamesUnreadable, WatchesDirectories
+from beflow.watch.blocking import BlockerHolds
 from beflow.watch.endings import Endings
+from beflow.watch.hearing import hear
 from beflow.watch.holds import Holds
 from beflow.watch.lanes import Running, Snapshot, run_ids
 from beflow.watch.reachability import TrackerLook
@@ -103,6 +105,8 @@ class Dispatcher:
         #: What a run's end changes in the watch: its recent runs, its ledger, a currency hold, the next attempt.
         self.endings = Endings(self.ledger, self.holds, self.retries, self.emit)
         self.rounds = ReviewRounds(clock, self.emit)  # review rounds due, or waiting for feedback to settle
+        #: Ready issues held back until the issues they wait for are done (beflow.watch.blocking).
+        self.blockers = BlockerHolds(self.emit)
         #: Whether the last look at the tracker succeeded (only the tracker's own failures count).
         self.tracker_look = TrackerLook()
 
@@ -142,6 +146,7 @@ class Dispatcher:
             budget=self._day_budget(),
             blocked=self.holds.blocked,
             blocked_fix=self.holds.blocked_by.fix if self.holds.blocked_by is not None else None,
+            held=dict(self.blockers.held),
             tracker_reachable=self.tracker_look.reachable,
         )
 
@@ -236,6 +241,7 @@ class Dispatcher:
                 for issue in requeue_orphans(self.tracker):
                     self.emit("requeued", issue.key, reason="its run stopped without finishing")
                 self._reconcile(started)
+                hear(self.project, self.tracker, self.emit)  # (mentions, assignments: labelled ready now)
                 self._queue()
                 self.tracker_look.succeeded()
                 # The checks every run needs (git, acpx, the prompt, .mcp.json) only when a run is about to start:
@@ -265,7 +271,9 @@ class Dispatcher:
         self._unreadable = dict(unreadable)
         self.retries.recall(self.store, [i.key for i in ready], self.project.config.watch)
         queue = [i for i in ready if not self.retries.backing_off(i.key, now)]
-        self.queue = queue + self.rounds.survey(self.project, self.tracker, self.code_host, self.running, queue)
+        queue += self.rounds.survey(self.project, self.tracker, self.code_host, self.running, queue)
+        free = self.project.config.watch.concurrency - len(self.running)
+        self.queue = self.blockers.sift(self.tracker, queue, free)
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         if self.holds.budget_reached(self.ledger, self._day_budget()) or self.holds.currency_held(self.project):
@@ -277,6 +285,8 @@ class Dispatcher:
                 break
             if issue.key in self.running or self.retries.backing_off(issue.key, now):
                 continue  # its run ended, and a retry was scheduled, while the tick looked at the tracker
+            if not self.blockers.may_start(self.tracker, issue):
+                continue  # a slot freed since the look: its blockers are looked at next tick
             attempt = self.retries.start(issue.key)
             running = Running(
                 issue.key,

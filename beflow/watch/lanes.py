@@ -127,3 +127,5 @@ class Snapshot:
     blocked_fix: str | None = None
     #: Whether the watch's last look at the tracker succeeded (None: not looked yet; beflow.watch.reachability).
     tracker_reachable: bool | None = None
+    #: Ready issues held back for their blockers, and why (beflow.watch.blocking).
+    held: dict[str, str] = field(default_factory=dict)

@@ -96,10 +96,10 @@ class Lane(BaseModel):
 class Hold(BaseModel):
     """Why an issue is not started: the check (or the budget, or the tracker) that holds it, its message and fix."""
 
-    check: Literal["config", "budget", "unreadable", "skipped"] = Field(
+    check: Literal["config", "budget", "unreadable", "skipped", "blocked"] = Field(
         description="config: a check every run would fail (preflight); budget: limits.cost_per_day is reached; "
         "unreadable: the tracker cannot read the issue; skipped: the watch's last start of it was skipped "
-        "(claimed by another machine, or no longer ready)."
+        "(claimed by another machine, or no longer ready); blocked: it waits for other issues to be done."
     )
     message: str
     fix: str | None = None

@@ -234,6 +234,8 @@ class WatchData:
     tracker_reachable: bool | None = None
     #: The ticks whose look at the tracker is done.
     surveyed: int = 0
+    #: Ready issues held back for their blockers, and why.
+    held: dict[str, str] = field(default_factory=dict)
 
 
 class Watching(Protocol):
@@ -298,6 +300,7 @@ class WatchSource:
             unreadable=dict(tracker.unreadable) if isinstance(tracker, NamesUnreadable) else {},
             tracker_reachable=snapshot.tracker_reachable,
             surveyed=snapshot.surveyed,
+            held=dict(snapshot.held),
         )
 
     def data(self) -> WatchData | None:

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 #: Seconds the recent runs are kept between state reads when no run finished here meanwhile.
 RECENT_FOR = 2.0
+_BLOCKED_FIX = "It starts once the issues it waits for are done or closed (or no longer block it)."
 _UNREADABLE_FIX = "Fix the issue as the message says (its labels, its text); the watch reads it again at its next look."
 
 
@@ -132,6 +133,10 @@ class Views:
         held = [
             api.HeldIssue(issue=key, held=api.Hold(check="unreadable", message=why, fix=_UNREADABLE_FIX))
             for key, why in sorted(data.unreadable.items())
+        ]
+        held += [
+            api.HeldIssue(issue=key, held=api.Hold(check="blocked", message=why, fix=_BLOCKED_FIX))
+            for key, why in data.held.items()
         ]
         hub.forget(set(data.unreadable))
         for key, (why, since) in sorted(hub.skips().items(), key=lambda item: -item[1][1]):

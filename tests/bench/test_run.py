@@ -19,6 +19,7 @@ ROWS = (
     "usage",
     "watch",
     "latency",
+    "webhook",
     "issues",
     "issues100k",
     "idle",

@@ -132,7 +132,7 @@ def test_list_in_a_new_project_says_how_to_start(repo: Path, beflow) -> None:
 def test_list_json_is_every_field(three: Path, beflow) -> None:
     [first, *_] = json.loads(beflow("issues", "list", "--json").stdout)["issues"]
     assert set(first) == {"key", "title", "status", "labels", "priority", "created", "updated", "body", "comments",
-                          "path", "url", "id"}  # fmt: skip
+                          "path", "url", "id", "blocked_by"}  # fmt: skip
     assert first["created"].endswith("Z") and first["url"].startswith("file://")
 
 
@@ -313,3 +313,14 @@ def test_bad_values_are_named_by_operation_and_field_and_change_nothing(repo: Pa
         result = beflow(*argv)
         assert (result.exit_code, result.stdout, result.stderr) == (2, "", stderr), argv
     assert not (repo / ".beflow" / "issues").exists()
+
+
+def test_list_says_why_a_ready_issue_is_held_for_its_blockers(three: Path, beflow) -> None:
+    path = next((three / ".beflow" / "issues").glob("0003-*.md"))
+    path.write_text(path.read_text().replace("priority: 2", "priority: 2\nblocked_by: [1, 2]"))
+    lines = beflow("issues", "list").stdout.splitlines()
+    assert lines[4].split()[:2] == ["3", "ready"]
+    assert "· blocked by 1 (ready), 2 (open)" in lines[4]
+    assert "blocked" not in lines[2] + lines[3]
+    listed = json.loads(beflow("issues", "list", "--json").stdout)["issues"]
+    assert [i["blocked_by"] for i in listed] == [[], [], ["1", "2"]]

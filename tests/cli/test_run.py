@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from beflow.trackers import Status
 from tests.support.projects import AutoProject
 
 
@@ -73,4 +74,17 @@ def test_auto_with_nothing_ready_says_so(auto_project: AutoProject, beflow) -> N
 def test_auto_rejects_bad_options(auto_project: AutoProject, beflow) -> None:
     assert beflow("--auto", "--limit", "0").exit_code == 2
     assert beflow("--auto", "--concurrency", "0").exit_code == 2
+    assert auto_project.records() == []
+
+
+def test_auto_leaves_an_issue_waiting_for_an_open_one_for_later(auto_project: AutoProject, beflow) -> None:
+    first = auto_project.new_issue("write a.txt x", status=Status.OPEN)
+    second = auto_project.new_issue("write b.txt x")
+    path = auto_project.issue(second).path
+    assert path is not None
+    path.write_text(path.read_text().replace("priority: 2", f"priority: 2\nblocked_by: [{first}]"))
+
+    result = beflow("--auto")
+
+    assert result.exit_code == 0 and "No ready issues to run" in result.stderr
     assert auto_project.records() == []

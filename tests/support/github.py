@@ -114,6 +114,8 @@ class FakeGitHub:
         self.check_runs: dict[str, list[dict[str, Any]]] = {}
         self.annotations: dict[int, list[dict[str, Any]]] = {}
         self.statuses: dict[str, list[dict[str, Any]]] = {}
+        #: Issue dependencies: issue number -> the numbers of the issues it is blocked by.
+        self.blocked_by: dict[int, list[int]] = {}
         #: Collaborators' permission (``admin``, ``maintain``, ``write``, ``triage``, ``read``); others: ``none``.
         self.permissions: dict[str, str] = {}
         #: Requests that counted against the rate limit (a 304 does not, as on GitHub; nor a refused token).
@@ -192,6 +194,7 @@ class FakeGitHub:
                 updated_at=now,
                 closed_at=now if state == "closed" else None,
                 html_url=f"https://github.com/{self.repo}/issues/{number}",
+                repository_url=f"https://api.github.com/repos/{self.repo}",
                 comments=0,
                 author_association=association,
             )
@@ -223,6 +226,39 @@ class FakeGitHub:
             self.issues[number]["comments"] += 1
             self._touch(number)
             return raw
+
+    def assign(self, number: int, login: str) -> None:
+        """Assign issue ``number`` to ``login``."""
+        with self.lock:
+            self.issues[number]["assignees"] = [self.user(login)]
+            self.issues[number]["assignee"] = self.user(login)
+            self._touch(number)
+
+    def block(self, number: int, *by: int) -> None:
+        """Issue ``number`` is blocked by the issues ``by`` (GitHub's issue dependencies)."""
+        with self.lock:
+            self.blocked_by.setdefault(number, []).extend(by)
+
+    def _summarized(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """``raw`` with its dependencies summary as GitHub counts it now (``blocked_by``: the open blockers)."""
+        blockers = [self.issues[n] for n in self.blocked_by.get(raw["number"], [])]
+        blocking = [n for n, by in self.blocked_by.items() if raw["number"] in by]
+        return {
+            **raw,
+            "issue_dependencies_summary": {
+                "blocked_by": sum(1 for b in blockers if b["state"] == "open"),
+                "total_blocked_by": len(blockers),
+                "blocking": sum(1 for n in blocking if self.issues[n]["state"] == "open"),
+                "total_blocking": len(blocking),
+            },
+        }
+
+    def _issues_list_dependencies_blocked_by(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        raw = self._issue(params)
+        if raw is None:
+            return 404, {}, _not_found()
+        found = [self._summarized(self.issues[n]) for n in self.blocked_by.get(raw["number"], [])]
+        return self._page(f"/repos/{self.repo}/issues/{raw['number']}/dependencies/blocked_by", query, found)
 
     def _touch(self, number: int) -> None:
         self.issues[number]["updated_at"] = _now()
@@ -565,7 +601,7 @@ class FakeGitHub:
             found.sort(key=lambda r: r["updated_at"])
         if query.get("direction", "asc" if query.get("sort") == "updated" else "") == "desc":
             found.reverse()
-        return self._page(f"/repos/{self.repo}/issues", query, found)
+        return self._page(f"/repos/{self.repo}/issues", query, [self._summarized(raw) for raw in found])
 
     def _page(self, path: str, query: dict[str, str], items: list[Any]) -> tuple[int, dict[str, str], Any]:
         per_page = min(int(query.get("per_page", 30)), 100)
@@ -590,7 +626,7 @@ class FakeGitHub:
 
     def _issues_get(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
         raw = self._issue(params)
-        return (200, {}, raw) if raw else (404, {}, _not_found())
+        return (200, {}, self._summarized(raw)) if raw else (404, {}, _not_found())
 
     def _issues_update(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
         raw = self._issue(params)

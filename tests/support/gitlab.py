@@ -116,6 +116,8 @@ class FakeGitLab:
         self.members: dict[int, int] = {}
         self.labels: dict[str, dict[str, Any]] = {}
         self.issues: dict[int, dict[str, Any]] = {}
+        #: Blocking links: (blocker iid, blocked iid, link id).
+        self.blocking: list[tuple[int, int, int]] = []
         self.mrs: dict[int, dict[str, Any]] = {}
         #: ("Issue" | "MergeRequest", iid) -> discussions, each {"id", "individual_note", "notes"}
         self.discussions: dict[tuple[str, int], list[dict[str, Any]]] = {}
@@ -238,8 +240,16 @@ class FakeGitLab:
             else:
                 sha = hashlib.sha1(f"{kind}{iid}{note['id']}".encode()).hexdigest()
                 threads.append({"id": sha, "individual_note": position is None, "notes": [note]})
+            if kind == "Issue" and iid in self.issues:
+                self.issues[iid]["user_notes_count"] += 1
             self._touch(kind, iid)
             return note
+
+    def assign(self, iid: int, user: dict[str, Any]) -> None:
+        """Assign issue ``iid`` to ``user``."""
+        with self.lock:
+            self.issues[iid]["assignees"] = [{k: user[k] for k in ("id", "username", "name", "state")}]
+            self._touch("Issue", iid)
 
     def open_mr(self, source: str, title: str = "A change", *, description: str = "", target: str = "main") -> int:
         with self.lock:
@@ -442,6 +452,25 @@ class FakeGitLab:
     def _new_issue(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         labels = _names(body.get("labels"))
         return Answer(201, self.add_issue(body["title"], description=body.get("description", ""), labels=labels))
+
+    def block(self, iid: int, *by: int) -> None:
+        """Issue ``iid`` is blocked by the issues ``by`` (a blocking link: both issues list it, each its way)."""
+        with self.lock:
+            for other in by:
+                self.blocking.append((other, iid, next(self.ids)))
+
+    def _list_issue_relations(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        iid = int(params["issue_iid"])
+        if iid not in self.issues:
+            return _error(404, "Not found")
+        found = []
+        for blocker, blocked, link in self.blocking:
+            if iid in (blocker, blocked):
+                other, kind = (blocker, "is_blocked_by") if iid == blocked else (blocked, "blocks")
+                stamp = self.issues[other]["created_at"]
+                found.append({**self.issues[other], "issue_link_id": link, "link_type": kind,
+                              "link_created_at": stamp, "link_updated_at": stamp})  # fmt: skip
+        return Answer(200, found)
 
     def _single_project_issue(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         issue = self.issues.get(int(params["issue_iid"]))
@@ -689,6 +718,7 @@ HANDLERS = {
     "getApiV4ProjectsIdIssuesIssueIid": "_single_project_issue",
     "putApiV4ProjectsIdIssuesIssueIid": "_edit_an_issue",
     "getApiV4ProjectsIdIssuesIssueIidNotes": "_list_project_issue_notes",
+    "getApiV4ProjectsIdIssuesIssueIidLinks": "_list_issue_relations",
     "postApiV4ProjectsIdIssuesIssueIidNotes": "_create_new_issue_note",
     "putApiV4ProjectsIdIssuesIssueIidNotesNoteId": "_modify_existing_issue_note",
     "deleteApiV4ProjectsIdIssuesIssueIidNotesNoteId": "_delete_an_issue_note",

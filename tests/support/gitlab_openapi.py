@@ -130,6 +130,9 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
         ),
         "post": _op("notes/#create-new-issue-note", ref("Note"), ISSUE, status="201", body="NoteCreate"),
     },
+    f"{P}/issues/{{issue_iid}}/links": {
+        "get": _op("issue_links/#list-issue-relations", list_of("IssueLink"), ISSUE, errors=("404",)),
+    },
     f"{P}/issues/{{issue_iid}}/notes/{{note_id}}": {
         "put": _op("notes/#modify-existing-issue-note", ref("Note"), [*ISSUE, _path("note_id")], body="NoteUpdate"),
         "delete": _op("notes/#delete-an-issue-note", None, [*ISSUE, _path("note_id")], status="204", errors=("404",)),

@@ -38,6 +38,11 @@ NDATE = {"type": "string", "format": "date", "nullable": True}
 #: Labels as GitLab takes them in a body: a comma-separated string, or an array of names.
 LABELS = {"anyOf": [STR, {"type": "array", "items": STR}]}
 
+
+def _enum_of(*values: str) -> dict[str, Any]:
+    return {"type": "string", "enum": list(values)}
+
+
 # -- entities and bodies: what beflow reads is required and typed, the rest typed as GitLab's pages type it -----------
 
 SCHEMAS: dict[str, Any] = {
@@ -101,6 +106,19 @@ SCHEMAS: dict[str, Any] = {
             "user_notes_count": INT,
         },
     ),
+    # An issue linked to another, as the other's links list it: the issue and the link.
+    "IssueLink": {
+        "allOf": [
+            ref("Issue"),
+            _object(
+                {
+                    "issue_link_id": INT,
+                    "link_type": {"type": "string", "enum": ["relates_to", "blocks", "is_blocked_by"]},
+                },
+                {"link_created_at": TIME, "link_updated_at": TIME},
+            ),
+        ]
+    },
     "Position": _object(
         {"position_type": {"type": "string", "enum": ["text", "image", "file"]}},
         {
@@ -246,4 +264,5 @@ SCHEMA_DOCS: dict[str, str] = {
     "MergeRequestCreate": "merge_requests/",
     "MergeRequestUpdate": "merge_requests/",
     "LabelCreate": "labels/",
+    "IssueLink": "issue_links/#list-issue-relations",
 }

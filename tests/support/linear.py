@@ -306,11 +306,21 @@ class FakeLinear:
                 "project": self.project(project) if project else None,
                 "labels": [self.label(name, team) for name in labels or []], "assignee": None, "delegate": None,
                 "creator": creator or self.person, "comments": [], "agentSessions": [], "attachments": [],
-                "previousIdentifiers": [], "reactions": [], "trashed": None,
+                "previousIdentifiers": [], "reactions": [], "trashed": None, "relations": [], "inverseRelations": [],
             }  # fmt: skip
             self.issues.append(raw)
             team["issues"].append(raw)
             return raw
+
+    def block(self, issue: dict[str, Any], *by: dict[str, Any]) -> None:
+        """``issue`` is blocked by the issues ``by`` (a relation of type ``blocks`` from each)."""
+        with self.lock:
+            for blocker in by:
+                now = self.now()
+                relation = {"id": self._id(), "type": "blocks", "issue": blocker, "relatedIssue": issue,
+                            "createdAt": now, "updatedAt": now, "archivedAt": None}  # fmt: skip
+                blocker["relations"].append(relation)
+                issue["inverseRelations"].append(relation)
 
     def move(self, issue: dict[str, Any], team: dict[str, Any]) -> dict[str, Any]:
         """A person moves ``issue`` to ``team``: it takes the team's next identifier and keeps its id (Linear keeps

@@ -27,7 +27,7 @@ from tests.support.openapi import _nullable
 DOC_WRITTEN_SCHEMAS = {
     "Error", "User", "Member", "PersonalAccessToken", "Project", "Label", "Issue", "Position", "Note", "Discussion",
     "MergeRequest", "Pipeline", "Job", "IssueCreate", "IssueUpdate", "NoteCreate", "NoteUpdate", "ThreadReply",
-    "MergeRequestCreate", "MergeRequestUpdate", "LabelCreate",
+    "MergeRequestCreate", "MergeRequestUpdate", "LabelCreate", "IssueLink",
 }  # fmt: skip
 #: Operations beflow calls that are written from GitLab's pages alone. All of them, for now: GitLab's official
 #: description is merged over them once a pinned copy sits at gitlab_openapi.OFFICIAL, and each operation it holds
@@ -45,6 +45,7 @@ DOC_WRITTEN = {
     f"GET {P}/issues/{{issue_iid}}",
     f"PUT {P}/issues/{{issue_iid}}",
     f"GET {P}/issues/{{issue_iid}}/notes",
+    f"GET {P}/issues/{{issue_iid}}/links",
     f"POST {P}/issues/{{issue_iid}}/notes",
     f"PUT {P}/issues/{{issue_iid}}/notes/{{note_id}}",
     f"DELETE {P}/issues/{{issue_iid}}/notes/{{note_id}}",

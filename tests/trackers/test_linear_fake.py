@@ -129,6 +129,7 @@ def test_every_document_beflow_sends_is_answered_by_the_fake(linear: FakeLinear)
         "BeflowIssues": {"filter": q.issue_filter("ENG", labels=["beflow"], state_types=["unstarted"]), "first": 50},
         "BeflowChanged": {"filter": q.issue_filter("ENG", updated_after="2026-01-01T00:00:00.000Z"), "first": 50},
         "BeflowIssue": {"id": "ENG-1", "first": 50},
+        "BeflowBlockers": {"id": "ENG-1", "first": 50},
         "BeflowComments": {"id": issue["id"], "first": 50, "after": None, "includeArchived": True},
         "BeflowComment": {"id": comment["id"]},
         "BeflowAgentSession": {"id": session["id"], "first": 50},

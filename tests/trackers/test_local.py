@@ -580,3 +580,53 @@ def test_an_index_of_an_earlier_version_with_a_label_refused_now_is_rebuilt(proj
 
     listing = LocalTracker(project / ".beflow" / "issues", project).listing()
     assert [i.labels for i in listing.issues] == [["bug"]] and listing.problems == []
+
+
+# --- blockers ------------------------------------------------------------------------------------------------------
+
+
+def test_blocked_by_reads_back_and_names_each_blocker_with_its_status(tracker: LocalTracker) -> None:
+    first = tracker.create("first").key
+    second = tracker.create("second").key
+    path = write(
+        tracker,
+        "0003-third.md",
+        """
+        ---
+        key: 3
+        title: third
+        status: ready
+        blocked_by: [1, "#2", 9]
+        ---
+        """,
+    )
+    issue = tracker.get("3")
+    assert issue.blocked_by == ["1", "2", "9"]
+    assert parse(path, render(issue)).blocked_by == ["1", "2", "9"]  # (written back as it was read)
+    tracker.set_status(first, Status.CLOSED)
+    assert [tuple(b) for b in tracker.blockers(issue)] == [
+        ("1", Status.CLOSED, False),
+        (second, Status.READY, False),
+        ("9", None, False),
+    ]
+    assert "blocked_by" not in render(tracker.get(first))  # a file without blockers reads as it always did
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ("[x]", "blocked_by: expected issue keys (whole numbers, as in [3, 5]), not 'x'"),
+        ("[0]", "blocked_by: expected issue keys"),
+        ("{a: 1}", "blocked_by: "),
+        ("[4]", "blocked_by: issue 4 cannot wait for itself"),
+    ],
+)
+def test_a_blocked_by_that_is_not_issue_keys_names_the_file_line_and_field(
+    tracker: LocalTracker, value: str, said: str
+) -> None:
+    path = write(tracker, "0004-x.md", f"---\nkey: 4\ntitle: x\nstatus: ready\nblocked_by: {value}\n---\n")
+    listing = tracker.listing()
+    assert listing.issues == []
+    (problem,) = listing.problems
+    assert (problem.path, problem.line) == (path, 5)
+    assert said in problem.message

@@ -550,6 +550,35 @@ def test_the_state_lists_an_issue_the_tracker_cannot_read_once_with_why(  # type
     assert "issue 2 in octo/hello cannot be read: labels" in held["held"]["message"]
 
 
+def test_the_state_lists_an_issue_held_for_its_blockers_with_why(auto_project) -> None:  # type: ignore[no-untyped-def]
+    from beflow.system import threads
+    from beflow.watch.dispatcher import Dispatcher
+    from beflow.web.live import WatchSource
+
+    first = auto_project.new_issue("reply: x", title="first")
+    second = auto_project.new_issue("reply: x", title="second")
+    path = auto_project.issue(second).path
+    path.write_text(path.read_text().replace("priority: 2", f"priority: 2\nblocked_by: [{first}]"))
+    project = load_project(auto_project.config_path)
+    hub = Hub()
+
+    async def scenario() -> dict[str, Any]:
+        dispatcher = Dispatcher(project, opens=open_project, listener=lambda event: hub.publish(event.to_json()))
+        source = WatchSource(dispatcher, hub)
+        source.attach()
+        await threads.blocking(dispatcher._survey, False)  # one look at the tracker, as a tick's
+        with beside(project, Bind("127.0.0.1", 0), hub, source) as served:
+            url = f"http://127.0.0.1:{served.bind.port}/api/v1/state"
+            got: dict[str, Any] = await anyio.to_thread.run_sync(lambda: httpx.get(url, timeout=30).json())
+            return got
+
+    state = anyio.run(scenario)
+    assert [q["issue"] for q in state["queue"]] == [first]
+    (held,) = state["held"]
+    assert held["issue"] == second and held["held"]["check"] == "blocked"
+    assert held["held"]["message"] == f"blocked by {first} (ready)" and "done or closed" in held["held"]["fix"]
+
+
 def test_a_lane_in_a_review_round_says_which_round(project: Path) -> None:
     from beflow.system import threads
     from beflow.watch.dispatcher import Dispatcher
