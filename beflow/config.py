@@ -473,6 +473,8 @@ class Feedback(Model):
     #: Seconds to wait after the latest piece before a round starts (reviewers batch their comments).
     settle: Seconds = 60.0
     max_rounds: int = Field(default=5, ge=1)
+    #: Rounds failed checks may start (with ``checks``) before the issue is flagged ``needs-human`` for a person.
+    max_fix_rounds: int = Field(default=2, ge=0)
     #: Failed check runs and commit statuses on the pull request's head start rounds too.
     checks: bool = False
     #: Logins whose feedback counts besides the repository's owners, members and collaborators.

@@ -33,6 +33,7 @@ from beflow.feedback import (
     strip_hidden,
     trailer_lines,
 )
+from beflow.ops import fixes
 from beflow.records.record import CONSUMED_TEXT, DONE_OUTCOMES, Consumed, LeftOut, RunRecord
 from beflow.records.store import RunStore
 from beflow.repository import git, refs
@@ -110,6 +111,8 @@ class Plan:
     due: dt.datetime | None = None
     ended: str | None = None
     capped: bool = False
+    #: What the issue was told as this plan flagged it ``needs-human`` (its fix rounds spent), if it did.
+    flagged: str | None = None
 
     @property
     def startable(self) -> bool:
@@ -117,13 +120,22 @@ class Plan:
 
 
 def plan(
-    project: Project, found: list[FeedbackSource], key: str, store: RunStore | None = None, *, number: int | None = None
+    project: Project,
+    found: list[FeedbackSource],
+    key: str,
+    store: RunStore | None = None,
+    *,
+    number: int | None = None,
+    tracker: Tracker | None = None,
 ) -> Plan | None:
     """The round issue ``key`` is due for (blocking): None when it has no source of feedback or no run of it
     finished yet; else its unanswered feedback and the round that answers it. ``number``: the round is known
-    (a fleet's workflow counts them; the runs' records are on other machines), so no record is read."""
+    (a fleet's workflow counts them; the runs' records are on other machines), so no record is read. ``tracker``:
+    failed checks start rounds at most ``feedback.max_fix_rounds`` times (:mod:`beflow.ops.fixes`), the issue
+    flagged once they are spent."""
     if not found:
         return None
+    records: list[RunRecord] = []
     if number is None:
         records = (store or RunStore(project.directory)).records([key])
         if not first_run_done(records):
@@ -135,13 +147,18 @@ def plan(
     # The branch's history is read only when there is feedback to hold against it (a git process per issue).
     done = answered(project.directory, key, project.config.worktrees.base, store) if gathered.pieces else set()
     left = pending(gathered.pieces, done)
+    ignored, flagged = list(gathered.ignored), None
+    if tracker is not None and gathered.ended is None:
+        left, held, flagged = fixes.hold(tracker, key, left, records, config.max_fix_rounds)
+        ignored += held
     return Plan(
         number,
         left,
-        list(gathered.ignored),
+        ignored,
         due_at(left, config.settle),
         gathered.ended,
         capped=number > config.max_rounds,
+        flagged=flagged,
     )
 
 

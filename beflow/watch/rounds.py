@@ -51,14 +51,14 @@ class ReviewRounds:
         if not found:
             return []
         for issue in ready:
-            planned = self._plan(project, found, issue.key, store)
+            planned = self._plan(project, tracker, found, issue.key, store)
             if planned is not None and planned.startable:
                 self.due[issue.key] = planned  # queued already: no settle wait
         now, config = self.clock(), project.config.feedback
         queued: list[Issue] = []
         for issue in tracker.listing(status=Status.REVIEW).issues:
             key = issue.key
-            planned = None if key in running else self._plan(project, found, key, store)
+            planned = None if key in running else self._plan(project, tracker, found, key, store)
             if planned is None:
                 continue
             if planned.ended is not None or (planned.capped and planned.pieces):
@@ -75,12 +75,17 @@ class ReviewRounds:
             queued.append(issue)
         return queued
 
-    def _plan(self, project: Project, found: list[FeedbackSource], key: str, store: RunStore) -> rounds.Plan | None:
+    def _plan(
+        self, project: Project, tracker: Tracker, found: list[FeedbackSource], key: str, store: RunStore
+    ) -> rounds.Plan | None:
         try:
-            return rounds.plan(project, found, key, store)
+            planned = rounds.plan(project, found, key, store, tracker=tracker)
         except BeflowError as error:
             self.emit("error", key, message=f"reading the feedback on issue {key} failed: {error.message}")
             return None
+        if planned is not None and planned.flagged:
+            self.emit("skipped", key, reason=planned.flagged)
+        return planned
 
     def round_of(self, key: str) -> int:
         planned = self.due.get(key)
@@ -95,7 +100,7 @@ class ReviewRounds:
         if planned is None:
             found = rounds.sources(tracker, code_host)
             try:
-                planned = await threads.blocking(rounds.plan, project, found, key) if found else None
+                planned = await threads.blocking(rounds.plan, project, found, key, tracker=tracker) if found else None
             except BeflowError as error:
                 self.emit("error", key, message=f"reading the feedback on issue {key} failed: {error.message}")
                 planned = None
