@@ -372,6 +372,17 @@ class AfterRun(Model):
     closes_issue: Flag = False
 
 
+class AfterReview(Model):
+    """What beflow does once people reviewed a pull request it opened (docs/rounds.md#landing)."""
+
+    #: ``"approved-and-green"``: merge it once ``approvals`` trusted people approved it (none asks for changes,
+    #: beflow's own token never counts) and every check of its head passed (none failing or pending); the issue
+    #: moves to done and the branch is deleted. Left out: people merge.
+    merge: Literal["approved-and-green"] | None = None
+    method: Literal["merge", "squash", "rebase"] = "merge"
+    approvals: int = Field(default=1, ge=1, le=20)
+
+
 class Watch(Model):
     interval: Seconds = 30.0
     concurrency: Count = 2
@@ -555,6 +566,7 @@ class Config(Model):
     worktrees: Worktrees = Field(default_factory=Worktrees)
     hooks: Hooks = Field(default_factory=Hooks)
     after_run: AfterRun = Field(default_factory=AfterRun)
+    after_review: AfterReview = Field(default_factory=AfterReview)
     prompt: str | None = None
     watch: Watch = Field(default_factory=Watch)
     open: dict[str, list[str]] = Field(default_factory=dict)

@@ -37,6 +37,7 @@ WatchEventKind = Literal[
     "budget_cleared",
     "feedback",
     "swept",
+    "landed",
 ]
 RUN_EVENTS: frozenset[str] = frozenset(get_args(RunEventKind))
 WATCH_EVENTS: frozenset[str] = frozenset(get_args(WatchEventKind))
@@ -235,6 +236,7 @@ WATCH_PAYLOADS: dict[str, type[Payload]] = {
     "budget_reached": Budget,
     "feedback": FeedbackHeard,
     "swept": Because,
+    "landed": Because,
     "budget_cleared": Budget,
 }
 

@@ -135,6 +135,7 @@ class Pull(IssueState):
     html_url: str
     merged_at: dt.datetime | None = None
     head: Head | None = None
+    draft: bool | None = None
 
 
 class Repository(Wire):
@@ -183,6 +184,8 @@ class CheckOutput(Wire):
 class CheckRun(Wire):
     id: Id
     name: str | None = None
+    #: ``queued``, ``in_progress``, ``completed``...
+    status: str | None = None
     conclusion: str | None = None
     html_url: str | None = None
     completed_at: dt.datetime | None = None

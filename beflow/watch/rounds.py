@@ -9,7 +9,7 @@ from beflow.codehosts.base import CodeHost
 from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.feedback import FeedbackSource, LooksAgain
-from beflow.ops import rounds
+from beflow.ops import landing, rounds
 from beflow.records.store import RunStore
 from beflow.run.request import RunRequest
 from beflow.system import threads
@@ -58,6 +58,8 @@ class ReviewRounds:
         queued: list[Issue] = []
         for issue in tracker.listing(status=Status.REVIEW).issues:
             key = issue.key
+            if key not in running and self._landed(project, tracker, code_host, key):
+                continue
             planned = None if key in running else self._plan(project, tracker, found, key, store)
             if planned is None:
                 continue
@@ -74,6 +76,18 @@ class ReviewRounds:
             self.due[key] = planned
             queued.append(issue)
         return queued
+
+    def _landed(self, project: Project, tracker: Tracker, code_host: CodeHost | None, key: str) -> bool:
+        """Land the issue's pull request if ``after_review.merge`` asks and it is approved and green."""
+        try:
+            said = landing.land(tracker, code_host, key, project.config.after_review)
+        except BeflowError as error:
+            self.emit("error", key, message=f"landing the pull request of issue {key} failed: {error.message}")
+            return False
+        if said is None:
+            return False
+        self.emit("landed", key, reason=said)
+        return True
 
     def _plan(
         self, project: Project, tracker: Tracker, found: list[FeedbackSource], key: str, store: RunStore
