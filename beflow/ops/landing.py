@@ -4,8 +4,8 @@ its branch deleted.
 
 The code host reads and merges (:class:`~beflow.codehosts.base.Lands`); what may land is decided here, from what it
 read: never with a failing or pending check, never on beflow's own approval (the host never counts its token's
-user), never while someone trusted asks for changes, never a head no check passed on, and never a head other than the one whose checks were read
-(the merge names it, and the host refuses a moved one).
+user), never while someone trusted asks for changes, never a head no check passed on, and never a head other than
+the one whose checks were read (the merge names it, and the host refuses a moved one).
 """
 
 from __future__ import annotations

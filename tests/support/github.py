@@ -822,7 +822,8 @@ class FakeGitHub:
             why = "Pull Request is still a draft" if pull.get("draft") else "Pull Request is not mergeable"
             return 405, {}, {"message": why, "documentation_url": docs}
         if body.get("sha") not in (None, pull["head"]["sha"]):
-            return 409, {}, {"message": "Head branch was modified. Review and try the merge again.", "documentation_url": docs}
+            moved = "Head branch was modified. Review and try the merge again."
+            return 409, {}, {"message": moved, "documentation_url": docs}
         self.merged[number] = body.get("merge_method") or "merge"
         self.end_pull(number, merged=True)
         return 200, {}, {"sha": "1" * 40, "merged": True, "message": "Pull Request successfully merged"}

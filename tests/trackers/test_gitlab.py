@@ -12,7 +12,15 @@ import pytest
 
 from beflow.errors import ConfigError, NotFoundError
 from beflow.trackers import Status
-from beflow.trackers.base import FlagsIssues, MetersRequests, NamesUnreadable, ReadsOnce, SetsUpLabels, ShowsProgress, TakesRework
+from beflow.trackers.base import (
+    FlagsIssues,
+    MetersRequests,
+    NamesUnreadable,
+    ReadsOnce,
+    SetsUpLabels,
+    ShowsProgress,
+    TakesRework,
+)
 from beflow.trackers.gitlab_api import RateLimited
 from tests.support.gitlab import PROJECT, TOKEN, FakeGitLab
 from tests.support.gitlab import gitlab as gitlab
