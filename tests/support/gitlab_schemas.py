@@ -165,6 +165,10 @@ SCHEMAS: dict[str, Any] = {
             "detailed_merge_status": STR,
         },
     ),
+    "Approvals": _object(
+        {"approved_by": {"type": "array", "items": _object({"user": ref("User")})}},
+        {"approved": BOOL, "approvals_required": INT, "approvals_left": INT},
+    ),
     "Pipeline": _object(
         {"id": INT, "project_id": INT, "sha": STR, "status": STR},
         {"iid": INT, "ref": NSTR, "source": STR, "created_at": NTIME, "updated_at": NTIME, "web_url": STR},
@@ -220,6 +224,10 @@ SCHEMAS: dict[str, Any] = {
         },
         minProperties=1,
     ),
+    "MergeRequestMerge": _body(
+        {"sha": {"type": "string", "minLength": 40, "maxLength": 64}},
+        {"squash": BOOL, "should_remove_source_branch": BOOL, "merge_commit_message": STR},
+    ),
     "LabelCreate": _body({"name": {"type": "string", "minLength": 1}, "color": STR}, {"description": STR}),
 }
 
@@ -246,4 +254,6 @@ SCHEMA_DOCS: dict[str, str] = {
     "MergeRequestCreate": "merge_requests/",
     "MergeRequestUpdate": "merge_requests/",
     "LabelCreate": "labels/",
+    "Approvals": "merge_request_approvals/",
+    "MergeRequestMerge": "merge_requests/",
 }
