@@ -553,10 +553,31 @@ class TemporalEngineSettings(Model):
 Engine = Annotated[LocalEngineSettings | TemporalEngineSettings, Field(discriminator="kind")]
 
 
+#: A name of acpx's agent registry (``claude``, ``codex``...): a word, never an option or a command.
+AgentName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+#: A model id as the agent advertises it (``sonnet``, ``gpt-5.2``, ``anthropic/claude-opus``): never an option.
+ModelName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]*$")]
+LabelPrefix = Annotated[str, Field(min_length=1, max_length=30, pattern=r"^[^\s]+$")]
+
+
+class Agents(Model):
+    """Which agent and model an issue's labels may choose (docs/config.md#agents): ``agent:NAME`` picks one of
+    ``allowed`` (the configured ``agent`` always may be), ``model:NAME`` one of ``models``. Anything else named by a
+    label is refused, never run: an issue cannot name a command."""
+
+    allowed: list[AgentName] = Field(default_factory=list)
+    models: list[ModelName] = Field(default_factory=list)
+    label_prefix: LabelPrefix = "agent:"
+    model_prefix: LabelPrefix = "model:"
+
+
 class Config(Model):
     """Every key of ``.beflow/config.json``, with its default (docs/config.md)."""
 
     agent: str | AgentCommand = "codex"
+    #: The agent's model (acpx ``--model``), as the agent advertises it; left out: the agent's own default.
+    model: ModelName | None = None
+    agents: Agents = Field(default_factory=Agents)
     acpx: list[str] | None = Field(default=None, min_length=1)
     permissions: Permissions = "approve-all"
     timeout: Seconds | None = 3600.0
