@@ -157,3 +157,25 @@ def test_a_draft_or_an_unconfigured_project_is_never_merged(
     assert landing.land(tracker, host, key, AfterReview()) is None  # merge not asked for: no request at all
     assert len(github.requests()) == asked
     assert github.merged == {}
+
+
+def test_a_watch_survey_lands_what_is_ready_and_says_so(
+    tracker: LocalTracker, github: FakeGitHub, host: GitHubCodeHost, repo: Path
+) -> None:
+    from beflow.config import Config, Project
+    from beflow.watch.rounds import ReviewRounds
+
+    key, number = in_review(tracker, github)
+    waiting, _ = in_review(tracker, github)  # green, but nobody approved it
+    github.add_check_run(HEAD, "tests", conclusion="success")
+    github.submit_review(number, "", state="APPROVED", author="alice")
+    emitted: list[tuple[str, str, dict[str, object]]] = []
+    rounds = ReviewRounds(lambda: 0.0, lambda kind, key, **data: emitted.append((kind, key, data)))
+    project = Project(config=Config(after_review=ON), config_path=None, directory=repo)
+
+    assert rounds.survey(project, tracker, host, running=set(), ready=[]) == []
+
+    assert [(kind, k) for kind, k, _ in emitted] == [("landed", key)]
+    assert tracker.get(key).status == Status.DONE and tracker.get(waiting).status == Status.REVIEW
+    rounds.survey(project, tracker, host, running={waiting}, ready=[])  # a running issue is left alone
+    assert len(emitted) == 1 and github.merged == {number: "squash"}

@@ -157,3 +157,37 @@ def test_the_round_plan_holds_the_failed_checks_of_githubs_pull_request_once_spe
     assert {i.why for i in planned.ignored if i.id.startswith("check-run:")} == {
         "the issue had its 1 fix round(s) for failed checks (feedback.max_fix_rounds)"
     }
+
+
+def test_a_watch_survey_flags_the_issue_once_and_queues_no_fix_round(
+    tracker: LocalTracker, repo: Path, github: FakeGitHub
+) -> None:
+    from beflow.watch.rounds import ReviewRounds
+
+    key = in_review(tracker)
+    number = github.open_pull(f"beflow/{key}")
+    github.add_check_run(github.pulls[number]["head"]["sha"], "tests", conclusion="failure")
+    feedback = FeedbackSettings(checks=True, settle=0.1, max_fix_rounds=1)
+    project = Project(config=Config(feedback=feedback), config_path=None, directory=repo)
+    store = RunStore(repo)
+    store.create(record(key, 0), "prompt")
+    store.create(record(key, 1, "check"), "prompt")
+    emitted: list[tuple[str, str, dict[str, object]]] = []
+    rounds = ReviewRounds(lambda: 2e9, lambda kind, key, **data: emitted.append((kind, key, data)))
+    api = Api(github.url, TOKEN)
+    try:
+        host = GitHubCodeHost(
+            GitHubCodeHostSettings(kind="github", repo="octo/hello", api_url=github.url),
+            "octo/hello",
+            api,
+            None,
+            feedback=feedback,
+        )
+        for _ in range(2):
+            assert rounds.survey(project, tracker, host, running=set(), ready=[]) == []
+    finally:
+        api.close()
+
+    assert [(kind, k) for kind, k, _ in emitted] == [("skipped", key)]
+    assert str(emitted[0][2]["reason"]).startswith(fixes.STOPPED)
+    assert "needs-human" in tracker.get(key).labels
