@@ -21,7 +21,6 @@ import anyio.from_thread
 import anyio.lowlevel
 
 from beflow import guardrails
-from beflow.agent import choice
 from beflow.codehosts.base import CodeHost
 from beflow.config import Project
 from beflow.errors import BeflowError, ConfigError, LockedError, PermanentFailure
@@ -33,6 +32,7 @@ from beflow.ops import rounds
 from beflow.paths import ACPXRC
 from beflow.records.record import DONE_OUTCOMES, Outcome, RunRecord
 from beflow.repository import git, objectstore, refs, repoguard
+from beflow.run import agent_choice as choice
 from beflow.run import delivery, prompt
 from beflow.run.issue_status import refuse_closed
 from beflow.run.lifecycle import Session, cancel_reason

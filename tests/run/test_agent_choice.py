@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from beflow.agent import acpx_command, agent_env
-from beflow.agent.choice import REFUSED, AgentRefused, chosen, for_issue
 from beflow.config import Config, Project
+from beflow.run.agent_choice import REFUSED, AgentRefused, chosen, for_issue
 from beflow.sandbox.box import preset_name
 from beflow.trackers import Issue, Status
 from tests.support.projects import AutoProject
