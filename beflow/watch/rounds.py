@@ -58,9 +58,11 @@ class ReviewRounds:
         queued: list[Issue] = []
         for issue in tracker.listing(status=Status.REVIEW).issues:
             key = issue.key
-            if key not in running and self._landed(project, tracker, code_host, key):
-                continue
             planned = None if key in running else self._plan(project, tracker, found, key, store)
+            # Feedback nobody answered yet (a mention, a failed check) holds the landing back: its round comes first.
+            quiet = planned is None or (planned.ended is None and not planned.pieces)
+            if key not in running and quiet and self._landed(project, tracker, code_host, key):
+                continue
             if planned is None:
                 continue
             if planned.ended is not None or (planned.capped and planned.pieces):

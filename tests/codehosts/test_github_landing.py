@@ -4,6 +4,7 @@ branch deleted, issue done; never with a failing or pending check, on beflow's o
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -179,3 +180,28 @@ def test_a_watch_survey_lands_what_is_ready_and_says_so(
     assert tracker.get(key).status == Status.DONE and tracker.get(waiting).status == Status.REVIEW
     rounds.survey(project, tracker, host, running={waiting}, ready=[])  # a running issue is left alone
     assert len(emitted) == 1 and github.merged == {number: "squash"}
+
+
+def test_a_mention_nobody_answered_yet_holds_the_landing_back(
+    tracker: LocalTracker, github: FakeGitHub, host: GitHubCodeHost, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow.codehosts import github_feedback
+    from beflow.config import Config, Project
+    from beflow.records.record import RunRecord
+    from beflow.records.store import RunStore
+    from beflow.watch.rounds import ReviewRounds
+
+    monkeypatch.setattr(github_feedback, "FRESH", 0.0)
+    key, number = in_review(tracker, github)
+    RunStore(repo).create(RunRecord(id="20240501-100000-1", issue=key, mode="auto", agent="codex",
+                                    started_at=dt.datetime.now(dt.UTC), outcome="succeeded"), "prompt")  # fmt: skip
+    github.add_check_run(HEAD, "tests", conclusion="success")
+    github.submit_review(number, "", state="APPROVED", author="alice")
+    github.add_comment(number, "@beflow please also update the changelog", author="bob", association="MEMBER")
+    emitted: list[str] = []
+    rounds = ReviewRounds(lambda: 0.0, lambda kind, key, **data: emitted.append(kind))
+    project = Project(config=Config(after_review=ON), config_path=None, directory=repo)
+
+    rounds.survey(project, tracker, host, running=set(), ready=[])
+
+    assert "landed" not in emitted and github.merged == {} and tracker.get(key).status == Status.REVIEW
