@@ -372,6 +372,17 @@ class AfterRun(Model):
     closes_issue: Flag = False
 
 
+class AfterReview(Model):
+    """What beflow does once people reviewed a pull request it opened (docs/rounds.md#landing)."""
+
+    #: ``"approved-and-green"``: merge it once ``approvals`` trusted people approved it (none asks for changes,
+    #: beflow's own token never counts) and every check of its head passed (none failing or pending); the issue
+    #: moves to done and the branch is deleted. Left out: people merge.
+    merge: Literal["approved-and-green"] | None = None
+    method: Literal["merge", "squash", "rebase"] = "merge"
+    approvals: int = Field(default=1, ge=1, le=20)
+
+
 class Watch(Model):
     interval: Seconds = 30.0
     concurrency: Count = 2
@@ -473,6 +484,8 @@ class Feedback(Model):
     #: Seconds to wait after the latest piece before a round starts (reviewers batch their comments).
     settle: Seconds = 60.0
     max_rounds: int = Field(default=5, ge=1)
+    #: Rounds failed checks may start (with ``checks``) before the issue is flagged ``needs-human`` for a person.
+    max_fix_rounds: int = Field(default=2, ge=0)
     #: Failed check runs and commit statuses on the pull request's head start rounds too.
     checks: bool = False
     #: Logins whose feedback counts besides the repository's owners, members and collaborators.
@@ -560,10 +573,31 @@ class TemporalEngineSettings(Model):
 Engine = Annotated[LocalEngineSettings | TemporalEngineSettings, Field(discriminator="kind")]
 
 
+#: A name of acpx's agent registry (``claude``, ``codex``...): a word, never an option or a command.
+AgentName = Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+#: A model id as the agent advertises it (``sonnet``, ``gpt-5.2``, ``anthropic/claude-opus``): never an option.
+ModelName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]*$")]
+LabelPrefix = Annotated[str, Field(min_length=1, max_length=30, pattern=r"^[^\s]+$")]
+
+
+class Agents(Model):
+    """Which agent and model an issue's labels may choose (docs/config.md#agents): ``agent:NAME`` picks one of
+    ``allowed`` (the configured ``agent`` always may be), ``model:NAME`` one of ``models``. Anything else named by a
+    label is refused, never run: an issue cannot name a command."""
+
+    allowed: list[AgentName] = Field(default_factory=list)
+    models: list[ModelName] = Field(default_factory=list)
+    label_prefix: LabelPrefix = "agent:"
+    model_prefix: LabelPrefix = "model:"
+
+
 class Config(Model):
     """Every key of ``.beflow/config.json``, with its default (docs/config.md)."""
 
     agent: str | AgentCommand = "codex"
+    #: The agent's model (acpx ``--model``), as the agent advertises it; left out: the agent's own default.
+    model: ModelName | None = None
+    agents: Agents = Field(default_factory=Agents)
     acpx: list[str] | None = Field(default=None, min_length=1)
     permissions: Permissions = "approve-all"
     timeout: Seconds | None = 3600.0
@@ -573,6 +607,7 @@ class Config(Model):
     worktrees: Worktrees = Field(default_factory=Worktrees)
     hooks: Hooks = Field(default_factory=Hooks)
     after_run: AfterRun = Field(default_factory=AfterRun)
+    after_review: AfterReview = Field(default_factory=AfterReview)
     prompt: str | None = None
     watch: Watch = Field(default_factory=Watch)
     open: dict[str, list[str]] = Field(default_factory=dict)

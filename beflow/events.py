@@ -40,6 +40,7 @@ WatchEventKind = Literal[
     "held",
     "triggered",
     "ignored",
+    "landed",
 ]
 RUN_EVENTS: frozenset[str] = frozenset(get_args(RunEventKind))
 WATCH_EVENTS: frozenset[str] = frozenset(get_args(WatchEventKind))
@@ -239,6 +240,7 @@ WATCH_PAYLOADS: dict[str, type[Payload]] = {
     "budget_reached": Budget,
     "feedback": FeedbackHeard,
     "swept": Because,
+    "landed": Because,
     "budget_cleared": Budget,
     "held": Because,
     "triggered": Skipped,

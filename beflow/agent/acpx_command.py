@@ -24,10 +24,12 @@ MAX_ARGV_PROMPT = 64 * 1024
 
 
 def agent_args(config: Config) -> list[str]:
-    """How acpx is told which agent to run: a registry name, or ``--agent <command>`` for a raw one."""
+    """How acpx is told which agent to run: a registry name, or ``--agent <command>`` for a raw one; with
+    ``--model <id>`` first when a model is configured (or an issue's label chose one)."""
+    model = ["--model", config.model] if config.model else []
     if isinstance(config.agent, AgentCommand):
-        return ["--agent", config.agent.command]
-    return [config.agent]
+        return [*model, "--agent", config.agent.command]
+    return [*model, config.agent]
 
 
 def exec_argv(

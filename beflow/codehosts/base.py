@@ -59,6 +59,41 @@ class CodeHost(Protocol):
 
 
 @dataclass(frozen=True)
+class Landing:
+    """What a code host says of a branch's open pull request, for landing it (``after_review.merge``): its head
+    commit, the trusted people whose latest review approves it (never beflow's own token user) and those whose latest
+    review asks for changes, and its head's checks (by name) that failed, that have not finished and that passed."""
+
+    number: int
+    branch: str
+    head: str
+    url: str
+    draft: bool = False
+    approved_by: tuple[str, ...] = ()
+    changes_requested_by: tuple[str, ...] = ()
+    failing: tuple[str, ...] = ()
+    pending: tuple[str, ...] = ()
+    passed: tuple[str, ...] = ()
+
+
+@runtime_checkable
+class Lands(Protocol):
+    """A code host that can merge a pull request beflow opened, once people approved it and its checks passed
+    (:mod:`beflow.ops.landing` decides; the host reads and merges). Methods block and raise
+    :class:`~beflow.errors.BeflowError` subclasses only."""
+
+    def landing(self, branch: str) -> Landing | None:
+        """The open pull request of ``branch`` as it is now (None: none is open)."""
+        ...
+
+    def land(self, landing: Landing, method: str) -> bool:
+        """Merge ``landing``'s pull request by ``method`` (``merge``, ``squash``, ``rebase``) only while its head is
+        still ``landing.head`` (the host refuses otherwise), then delete its branch; whether it was merged (False:
+        the head moved, or the host would not merge it now)."""
+        ...
+
+
+@dataclass(frozen=True)
 class Opened:
     """A project's tracker and code host, opened together (:func:`beflow.app.open_project`): a watch, a fleet's
     dispatcher and its workers each hold one."""

@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from beflow.codehosts.base import PullRequest
+from beflow.codehosts.base import Landing, PullRequest
 from beflow.codehosts.github_feedback import GitHubFeedback
+from beflow.codehosts.github_landing import GitHubLanding
 from beflow.config import CodeHostSettings, GitHubCodeHostSettings, Project
 from beflow.config import Feedback as FeedbackSettings
 from beflow.feedback import Feedback, Gathered
@@ -92,6 +93,7 @@ class GitHubCodeHost:
         self.description = f"GitHub repository {repo}"
         self._base = f"/repos/{repo}"
         self._feedback = GitHubFeedback(api, repo, feedback or FeedbackSettings(), issues=issues, secrets=secrets)
+        self._landing = GitHubLanding(api, repo, self._feedback.authors)
 
     # -- the push --------------------------------------------------------------------------------------------------
 
@@ -214,6 +216,16 @@ class GitHubCodeHost:
     def look_again(self) -> None:
         """The next :meth:`gather` reads the repository's changes afresh (a refresh asked for by a person)."""
         self._feedback.look_again()
+
+    # -- landing (after_review.merge) -------------------------------------------------------------------------------
+
+    def landing(self, branch: str) -> Landing | None:
+        """The open pull request of ``branch``, its approvals and its head's checks (a ``Lands``)."""
+        return self._call(self._landing.landing, branch)  # type: ignore[no-any-return]
+
+    def land(self, landing: Landing, method: str) -> bool:
+        """Merge it at ``landing.head`` by ``method``, then delete its branch (a ``Lands``)."""
+        return self._call(self._landing.land, landing, method)  # type: ignore[no-any-return]
 
     def held_secrets(self) -> list[str]:
         """The token this code host calls GitHub and pushes with (from its variable, or ``gh auth token``)."""

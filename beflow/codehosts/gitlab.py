@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from beflow.codehosts.base import PullRequest
+from beflow.codehosts.base import Landing, PullRequest
 from beflow.codehosts.gitlab_feedback import GitLabFeedback
+from beflow.codehosts.gitlab_landing import GitLabLanding
 from beflow.config import CodeHostSettings, GitLabCodeHostSettings, Project
 from beflow.config import Feedback as FeedbackSettings
 from beflow.feedback import Feedback, Gathered
@@ -111,6 +112,7 @@ class GitLabCodeHost:
         self.description = f"GitLab project {project}"
         self._base = f"/projects/{project_id(project)}"
         self._feedback = GitLabFeedback(api, project, self._base, feedback or FeedbackSettings(), secrets=secrets)
+        self._landing = GitLabLanding(api, self._base, self._feedback.members, self._open_mr)
 
     # -- the push --------------------------------------------------------------------------------------------------
 
@@ -247,6 +249,16 @@ class GitLabCodeHost:
     def look_again(self) -> None:
         """The next :meth:`gather` reads the project's changes afresh (a refresh asked for by a person)."""
         self._feedback.look_again()
+
+    # -- landing (after_review.merge) -------------------------------------------------------------------------------
+
+    def landing(self, branch: str) -> Landing | None:
+        """The open merge request of ``branch``, its approvals and its head's latest pipeline (a ``Lands``)."""
+        return self._call(self._landing.landing, branch)  # type: ignore[no-any-return]
+
+    def land(self, landing: Landing, method: str) -> bool:
+        """Merge it at ``landing.head``, removing its branch (a ``Lands``)."""
+        return self._call(self._landing.land, landing, method)  # type: ignore[no-any-return]
 
     def access_checks(self) -> list[Finding]:
         """What GitLab says this code host's token may do in its project (``beflow doctor``: ``ChecksAccess``)."""

@@ -33,6 +33,7 @@ from beflow.feedback import (
     strip_hidden,
     trailer_lines,
 )
+from beflow.ops import fixes
 from beflow.records.record import CONSUMED_TEXT, DONE_OUTCOMES, Consumed, LeftOut, RunRecord
 from beflow.records.store import RunStore
 from beflow.repository import git, refs
@@ -124,6 +125,8 @@ class Plan:
     due: dt.datetime | None = None
     ended: str | None = None
     capped: bool = False
+    #: What the issue was told as this plan flagged it ``needs-human`` (its fix rounds spent), if it did.
+    flagged: str | None = None
 
     @property
     def startable(self) -> bool:
@@ -138,12 +141,14 @@ def plan(
     *,
     number: int | None = None,
     issue_id: str | None = None,
+    tracker: Tracker | None = None,
 ) -> Plan | None:
     """The round issue ``key`` is due for (blocking): None when it has no source of feedback or no run of it
     finished yet; else its unanswered feedback and the round that answers it. ``number``: the round is known
     (a fleet's workflow counts them; the runs' records are on other machines), so no record is read.
     ``issue_id``: the tracker's stable id, by which the runs of an issue whose key changed are found, and its
-    branch."""
+    branch. ``tracker``: failed checks start rounds at most ``feedback.max_fix_rounds`` times
+    (:mod:`beflow.ops.fixes`), the issue flagged once they are spent."""
     if not found:
         return None
     store = store or RunStore(project.directory)
@@ -160,13 +165,18 @@ def plan(
     base = project.config.worktrees.base
     done = answered(project.directory, key, base, store, issue_id=issue_id) if gathered.pieces else set()
     left = pending(gathered.pieces, done)
+    ignored, flagged = list(gathered.ignored), None
+    if tracker is not None and gathered.ended is None:
+        left, held, flagged = fixes.hold(tracker, key, left, records, config.max_fix_rounds)
+        ignored += held
     return Plan(
         number,
         left,
-        list(gathered.ignored),
+        ignored,
         due_at(left, config.settle),
         gathered.ended,
         capped=number > config.max_rounds,
+        flagged=flagged,
     )
 
 

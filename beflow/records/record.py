@@ -105,6 +105,10 @@ class RunRecord(BaseModel):
     title: str = ""
     mode: Mode
     agent: str
+    #: The agent's model, when one was configured or chosen by the issue's label (acpx ``--model``).
+    model: str | None = None
+    #: The issue's labels that chose the agent or the model (``agent:claude``): none, the config's.
+    chosen_by: list[str] = Field(default_factory=list)
     attempt: int = 1
     #: 0: the issue's first run (and its retries); 1, 2...: a review round, continuing the branch with feedback.
     round: int = 0

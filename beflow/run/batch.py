@@ -74,7 +74,7 @@ async def run_many(
             request = RunRequest(key=key, mode=mode, only_if_ready=picked)
             try:
                 # Unanswered feedback on an issue's work makes its run a review round, at once (no settle wait).
-                planned = await threads.blocking(rounds.plan, project, found, key, issue_id=ids[key])
+                planned = await threads.blocking(rounds.plan, project, found, key, issue_id=ids[key], tracker=tracker)
                 if planned is not None and planned.pieces:
                     if planned.capped or planned.ended is not None:
                         most = project.config.feedback.max_rounds

@@ -37,6 +37,8 @@ class RunRequest:
     feedback: list[Feedback] = field(default_factory=list)
     #: Feedback the round's sources left out, and why (for its record).
     ignored: list[Ignored] = field(default_factory=list)
+    #: The issue's labels that chose the run's agent or model (``agent:claude``), for its record.
+    chosen_by: list[str] = field(default_factory=list)
 
 
 def _prompt_variables(
@@ -90,6 +92,8 @@ def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: s
         title=issue.title,
         mode=request.mode,
         agent=project.config.agent_label(),
+        model=project.config.model,
+        chosen_by=list(request.chosen_by),
         attempt=request.attempt,
         round=request.round,
         feedback=rounds.consumed(request.feedback),

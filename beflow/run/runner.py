@@ -32,6 +32,7 @@ from beflow.ops import rounds
 from beflow.paths import ACPXRC
 from beflow.records.record import DONE_OUTCOMES, Outcome, RunRecord
 from beflow.repository import git, objectstore, refs, repoguard
+from beflow.run import agent_choice as choice
 from beflow.run import delivery, prompt
 from beflow.run.issue_status import refuse_closed
 from beflow.run.lifecycle import Session, cancel_reason
@@ -90,6 +91,7 @@ class Run:
             if self.request.only_if_ready and issue.status not in startable:
                 raise NoLongerReady(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
             refuse_closed(issue)
+            await threads.blocking(self._choose_agent, issue)
             if self.request.round:
                 await threads.blocking(self._round_catch_up, issue)
             session = Session(
@@ -105,6 +107,22 @@ class Run:
         finally:
             with anyio.CancelScope(shield=True):
                 await threads.blocking(claim.release)  # a remote tracker's release is a request
+
+    def _choose_agent(self, issue: Issue) -> None:
+        """The run's agent and model as the issue's labels choose them (``agent:NAME``, ``model:NAME``), within the
+        config's lists; labels that name anything else refuse the run: the issue leaves the queue (back to open),
+        saying why once, and no agent starts."""
+        try:
+            self.project, chose = choice.for_issue(self.project, issue)
+        except choice.AgentRefused as refused:
+            said = f"{choice.REFUSED}: {refused.message}. {refused.fix}"
+            if not any(c.text == said for c in issue.comments):
+                if issue.status == Status.READY:
+                    self.tracker.set_status(issue.key, Status.OPEN, note=said)
+                else:
+                    self.tracker.comment(issue.key, said, author="beflow")
+            raise
+        self.request.chosen_by = list(chose.labels)
 
     def _round_catch_up(self, issue: Issue) -> None:
         """Before a round, once the issue is ours: the branch as the code host has it (another machine may have

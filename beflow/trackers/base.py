@@ -208,6 +208,21 @@ class WritesIntoProject(Protocol):
 
 
 @runtime_checkable
+class FlagsIssues(Protocol):
+    """An issue can carry a flag for people beside its status (``needs-human``: beflow stopped fixing its failed
+    checks): a label under the status prefix on GitHub and GitLab (``beflow:needs-human``), a label of the local
+    issue's front matter (``needs-human``). A person lifts it by removing the label."""
+
+    def flag_label(self, flag: str) -> str:
+        """The label that says ``flag`` on an issue (:attr:`Issue.labels` holds it while it is flagged)."""
+        ...
+
+    def flag(self, key: str, flag: str, note: str) -> Issue:
+        """Put ``flag`` on the issue, with ``note`` as one comment saying why."""
+        ...
+
+
+@runtime_checkable
 class SetsUpLabels(Protocol):
     """Statuses are labels that must exist first (``beflow init`` creates them, ``beflow doctor`` names the
     missing ones)."""

@@ -309,6 +309,21 @@ class GitHubTracker:
             if name != target and name in names:
                 self._call(self.api.request, "DELETE", f"{path}/labels/{quote(name, safe='')}", ok=(404,))
 
+    def flag_label(self, flag: str) -> str:
+        return f"{self.settings.status_prefix}{flag}"
+
+    def flag(self, key: str, flag: str, note: str) -> Issue:
+        """The label ``flag`` under the status prefix (GitHub makes it when the repository lacks it), and ``note``
+        as one comment."""
+        raw = self._raw_issue(key)
+        number, label = raw.number, self.flag_label(flag)
+        with self.claims.under_lease(str(number)):
+            if label not in raw.label_names:
+                path = f"{self._base}/issues/{number}/labels"
+                self._call(self.api.request, "POST", path, json={"labels": [label]}, retry=True)
+            self.comments.post(number, note)
+        return self.get(str(number))
+
     def progress(self, key: str, text: str, *, force: bool = False) -> bool:
         """Edit the run's progress comment (at most every ``PROGRESS_EVERY`` seconds); whether it was edited."""
         return self.comments.progress(key, text, force=force)

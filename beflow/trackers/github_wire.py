@@ -148,6 +148,7 @@ class Pull(IssueState):
     html_url: str
     merged_at: dt.datetime | None = None
     head: Head | None = None
+    draft: bool | None = None
 
 
 class Repository(Wire):
@@ -196,6 +197,8 @@ class CheckOutput(Wire):
 class CheckRun(Wire):
     id: Id
     name: str | None = None
+    #: ``queued``, ``in_progress``, ``completed``...
+    status: str | None = None
     conclusion: str | None = None
     html_url: str | None = None
     completed_at: dt.datetime | None = None

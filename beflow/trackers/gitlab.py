@@ -273,6 +273,21 @@ class GitLabTracker:
         if not isinstance(moved, wire.Unread):
             self.issues.saw(moved)
 
+    def flag_label(self, flag: str) -> str:
+        return f"{self.settings.status_prefix}{flag}"
+
+    def flag(self, key: str, flag: str, note: str) -> Issue:
+        """The label ``flag`` under the status prefix (GitLab makes it when the project lacks it), and ``note`` as
+        one note."""
+        raw = self._raw_issue(key)
+        iid, label = raw.iid, self.flag_label(flag)
+        with self.claims.under_lease(str(iid)):
+            if label not in raw.labels:
+                path = f"{self.base}/issues/{iid}"
+                self._call(self.api.request, "PUT", path, json={"add_labels": label})
+            self.notes.post(iid, note)
+        return self.get(str(iid))
+
     def progress(self, key: str, text: str, *, force: bool = False) -> bool:
         """Edit the run's progress note (at most every ``PROGRESS_EVERY`` seconds); whether it was edited. The text
         is beflow's line with the agent's latest activity in it, made inert as GitLab reads it (a run quotes the

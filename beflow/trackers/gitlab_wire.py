@@ -248,6 +248,16 @@ def own_branch(mr: MergeRequest, branch: str) -> bool:
     return mr.source_branch == branch and mr.source_project_id == mr.target_project_id == mr.project_id
 
 
+class Approver(Wire):
+    user: User
+
+
+class Approvals(Wire):
+    """Who approved a merge request (``GET .../merge_requests/:iid/approvals``)."""
+
+    approved_by: list[Approver] = Field(default_factory=list)
+
+
 class Pipeline(Wire):
     """A pipeline, as ``GET /projects/:id/pipelines`` lists them."""
 

@@ -311,6 +311,21 @@ class LocalTracker:
 
         return self._update(key, move)
 
+    def flag_label(self, flag: str) -> str:
+        return flag  # (a local issue's labels are beflow's own: no prefix is needed to tell them apart)
+
+    def flag(self, key: str, flag: str, note: str) -> Issue:
+        """The label ``flag`` in the issue's front matter, and ``note`` as a comment, in one write."""
+        label = self.flag_label(flag)
+
+        def mark(issue: Issue) -> Issue:
+            now = utc_now()
+            comments = [*issue.comments, Comment(author="beflow", created=now, text=note)]
+            labels = issue.labels if label in issue.labels else [*issue.labels, label]
+            return issue.model_copy(update={"labels": labels, "comments": comments, "updated": now})
+
+        return self._update(key, mark)
+
     def set_priority(self, key: str, priority: int, author: str = "beflow") -> Issue:
         """The issue's priority (lower runs first); the same priority again writes nothing."""
 

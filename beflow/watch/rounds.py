@@ -9,7 +9,7 @@ from beflow.codehosts.base import CodeHost
 from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.feedback import FeedbackSource, LooksAgain
-from beflow.ops import rounds
+from beflow.ops import landing, rounds
 from beflow.records.store import RunStore
 from beflow.run.request import RunRequest
 from beflow.system import threads
@@ -51,14 +51,18 @@ class ReviewRounds:
         if not found:
             return []
         for issue in ready:
-            planned = self._plan(project, found, issue.key, store, issue.id)
+            planned = self._plan(project, tracker, found, issue.key, store, issue.id)
             if planned is not None and planned.startable:
                 self.due[issue.key] = planned  # queued already: no settle wait
         now, config = self.clock(), project.config.feedback
         queued: list[Issue] = []
         for issue in tracker.listing(status=Status.REVIEW).issues:
             key = issue.key
-            planned = None if key in running else self._plan(project, found, key, store, issue.id)
+            planned = None if key in running else self._plan(project, tracker, found, key, store, issue.id)
+            # Feedback nobody answered yet (a mention, a failed check) holds the landing back: its round comes first.
+            quiet = planned is None or (planned.ended is None and not planned.pieces)
+            if key not in running and quiet and self._landed(project, tracker, code_host, key):
+                continue
             if planned is None:
                 continue
             if planned.ended is not None or (planned.capped and planned.pieces):
@@ -75,14 +79,35 @@ class ReviewRounds:
             queued.append(issue)
         return queued
 
+    def _landed(self, project: Project, tracker: Tracker, code_host: CodeHost | None, key: str) -> bool:
+        """Land the issue's pull request if ``after_review.merge`` asks and it is approved and green."""
+        try:
+            said = landing.land(tracker, code_host, key, project.config.after_review)
+        except BeflowError as error:
+            self.emit("error", key, message=f"landing the pull request of issue {key} failed: {error.message}")
+            return False
+        if said is None:
+            return False
+        self.emit("landed", key, reason=said)
+        return True
+
     def _plan(
-        self, project: Project, found: list[FeedbackSource], key: str, store: RunStore, issue_id: str | None
+        self,
+        project: Project,
+        tracker: Tracker,
+        found: list[FeedbackSource],
+        key: str,
+        store: RunStore,
+        issue_id: str | None,
     ) -> rounds.Plan | None:
         try:
-            return rounds.plan(project, found, key, store, issue_id=issue_id)
+            planned = rounds.plan(project, found, key, store, issue_id=issue_id, tracker=tracker)
         except BeflowError as error:
             self.emit("error", key, message=f"reading the feedback on issue {key} failed: {error.message}")
             return None
+        if planned is not None and planned.flagged:
+            self.emit("skipped", key, reason=planned.flagged)
+        return planned
 
     def round_of(self, key: str) -> int:
         planned = self.due.get(key)
@@ -105,7 +130,11 @@ class ReviewRounds:
         if planned is None:
             found = rounds.sources(tracker, code_host)
             try:
-                planned = await threads.blocking(rounds.plan, project, found, key, issue_id=issue_id) if found else None
+                planned = (
+                    await threads.blocking(rounds.plan, project, found, key, issue_id=issue_id, tracker=tracker)
+                    if found
+                    else None
+                )
             except BeflowError as error:
                 self.emit("error", key, message=f"reading the feedback on issue {key} failed: {error.message}")
                 planned = None

@@ -32,6 +32,8 @@ _WORDS: dict[str, tuple[str, Kind]] = {
     "id": ("run", "text"),
     "mode": ("mode", "text"),
     "agent": ("agent", "text"),
+    "model": ("model", "text"),
+    "chosen_by": ("agent chosen by", "list"),
     "attempt": ("attempt", "text"),
     "round": ("review round", "text"),
     "started_at": ("started", "moment"),

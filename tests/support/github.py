@@ -105,6 +105,8 @@ class FakeGitHub:
         self.commits: dict[str, dict[str, Any]] = {}
         self.trees: dict[str, dict[str, Any]] = {}
         self.pulls: dict[int, dict[str, Any]] = {}
+        #: Pull requests merged through the API, with the method asked for.
+        self.merged: dict[int, str] = {}
         #: Feedback on pull requests: review id -> raw (``pull`` number kept aside), review comment id -> raw.
         self.reviews: dict[int, dict[str, Any]] = {}
         self.review_pull: dict[int, int] = {}
@@ -772,6 +774,13 @@ class FakeGitHub:
         self.refs[name] = body["sha"]
         return 200, {}, self._ref(name)
 
+    def _git_delete_ref(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        name = "refs/" + params["ref"]
+        if name not in self.refs:
+            return 422, {}, {"message": "Reference does not exist", "documentation_url": "https://docs.github.com"}
+        del self.refs[name]
+        return 204, {}, None
+
     def _descends(self, sha: str, ancestor: str) -> bool:
         pending = [sha]
         while pending:
@@ -836,6 +845,24 @@ class FakeGitHub:
     def _pulls_get(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
         pull = self.pulls.get(int(params["pull_number"]))
         return (200, {}, pull) if pull else (404, {}, _not_found())
+
+    def _pulls_merge(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
+        """GitHub's merge: refused (405) for a closed or draft pull request, and (409) when ``sha`` is not its head
+        now; the method used is kept in ``merged``."""
+        number = int(params["pull_number"])
+        pull = self.pulls.get(number)
+        if pull is None:
+            return 404, {}, _not_found()
+        docs = "https://docs.github.com/rest/pulls/pulls#merge-a-pull-request"
+        if pull["state"] != "open" or pull.get("draft"):
+            why = "Pull Request is still a draft" if pull.get("draft") else "Pull Request is not mergeable"
+            return 405, {}, {"message": why, "documentation_url": docs}
+        if body.get("sha") not in (None, pull["head"]["sha"]):
+            moved = "Head branch was modified. Review and try the merge again."
+            return 409, {}, {"message": moved, "documentation_url": docs}
+        self.merged[number] = body.get("merge_method") or "merge"
+        self.end_pull(number, merged=True)
+        return 200, {}, {"sha": "1" * 40, "merged": True, "message": "Pull Request successfully merged"}
 
     def _pulls_list_reviews(self, params: dict[str, str], query: dict[str, str], body: Any) -> Any:
         number = int(params["pull_number"])

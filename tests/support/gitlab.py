@@ -122,6 +122,10 @@ class FakeGitLab:
         #: ("Issue" | "MergeRequest", iid) -> discussions, each {"id", "individual_note", "notes"}
         self.discussions: dict[tuple[str, int], list[dict[str, Any]]] = {}
         self.pipelines: list[dict[str, Any]] = []
+        #: Merge request iid -> the users who approved it; those merged through the API, with how; branches removed.
+        self.approvals: dict[int, list[dict[str, Any]]] = {}
+        self.merged: dict[int, dict[str, Any]] = {}
+        self.removed: list[str] = []
         self.jobs: dict[int, list[dict[str, Any]]] = {}
         #: Each job's log: its text, or a chunk and how many times it repeats (a log too long to hold).
         self.traces: dict[int, str | tuple[bytes, int]] = {}
@@ -638,6 +642,37 @@ class FakeGitLab:
         mr["updated_at"] = _now()
         return Answer(200, mr)
 
+    def approve(self, iid: int, user: dict[str, Any]) -> None:
+        """``user`` approves merge request ``iid`` (as on its page)."""
+        with self.lock:
+            if user not in self.approvals.setdefault(iid, []):
+                self.approvals[iid].append(user)
+
+    def _merge_request_approvals(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        iid = int(params["merge_request_iid"])
+        if iid not in self.mrs:
+            return _error(404, "Not found")
+        users = self.approvals.get(iid, [])
+        return Answer(200, {"approved": bool(users), "approved_by": [{"user": u} for u in users]}, single=True)
+
+    def _merge_a_merge_request(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        """GitLab's merge: refused (405) unless open and not a draft, and (409) when ``sha`` is not the source
+        branch's head now; the branch removed when asked (``removed``), the squash asked for kept in ``merged``."""
+        self._pushed()
+        iid = int(params["merge_request_iid"])
+        mr = self.mrs.get(iid)
+        if mr is None:
+            return _error(404, "Not found")
+        if mr["state"] != "opened" or mr["draft"]:
+            return _error(405, "Method Not Allowed")
+        if "sha" in body and body["sha"] != mr["sha"]:
+            return _error(409, "SHA does not match HEAD of source branch")
+        self.merged[iid] = {"squash": bool(body.get("squash"))}
+        if body.get("should_remove_source_branch"):
+            self.removed.append(mr["source_branch"])
+        self.merge(iid)
+        return Answer(200, mr)
+
     def merge(self, iid: int) -> None:
         with self.lock:
             self.mrs[iid] |= {"state": "merged", "merged_at": _now(), "updated_at": _now()}
@@ -729,6 +764,8 @@ HANDLERS = {
     "postApiV4ProjectsIdMergeRequests": "_create_mr",
     "getApiV4ProjectsIdMergeRequestsMergeRequestIid": "_get_single_mr",
     "putApiV4ProjectsIdMergeRequestsMergeRequestIid": "_update_mr",
+    "getApiV4ProjectsIdMergeRequestsMergeRequestIidApprovals": "_merge_request_approvals",
+    "putApiV4ProjectsIdMergeRequestsMergeRequestIidMerge": "_merge_a_merge_request",
     "getApiV4ProjectsIdPipelines": "_list_project_pipelines",
     "getApiV4ProjectsIdPipelinesPipelineIdJobs": "_list_pipeline_jobs",
     "getApiV4ProjectsIdJobs": "_list_project_jobs",

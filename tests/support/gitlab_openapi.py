@@ -172,6 +172,18 @@ OPERATIONS: dict[str, dict[str, dict[str, Any]]] = {
             errors=("400", "404", "409", "422"),
         ),
     },
+    f"{P}/merge_requests/{{merge_request_iid}}/approvals": {
+        "get": _op("merge_request_approvals/#get-the-approval-state-of-merge-requests", ref("Approvals"), MR),
+    },
+    f"{P}/merge_requests/{{merge_request_iid}}/merge": {
+        "put": _op(
+            "merge_requests/#merge-a-merge-request",
+            ref("MergeRequest"),
+            MR,
+            body="MergeRequestMerge",
+            errors=("400", "401", "404", "405", "406", "409", "422"),
+        ),
+    },
     f"{P}/merge_requests/{{merge_request_iid}}/notes": {
         "post": _op("notes/#create-new-merge-request-note", ref("Note"), MR, status="201", body="NoteCreate"),
     },

@@ -183,6 +183,10 @@ SCHEMAS: dict[str, Any] = {
             "detailed_merge_status": STR,
         },
     ),
+    "Approvals": _object(
+        {"approved_by": {"type": "array", "items": _object({"user": ref("User")})}},
+        {"approved": BOOL, "approvals_required": INT, "approvals_left": INT},
+    ),
     "Pipeline": _object(
         {"id": INT, "project_id": INT, "sha": STR, "status": STR},
         {"iid": INT, "ref": NSTR, "source": STR, "created_at": NTIME, "updated_at": NTIME, "web_url": STR},
@@ -238,6 +242,10 @@ SCHEMAS: dict[str, Any] = {
         },
         minProperties=1,
     ),
+    "MergeRequestMerge": _body(
+        {"sha": {"type": "string", "minLength": 40, "maxLength": 64}},
+        {"squash": BOOL, "should_remove_source_branch": BOOL, "merge_commit_message": STR},
+    ),
     "LabelCreate": _body({"name": {"type": "string", "minLength": 1}, "color": STR}, {"description": STR}),
 }
 
@@ -265,4 +273,6 @@ SCHEMA_DOCS: dict[str, str] = {
     "MergeRequestUpdate": "merge_requests/",
     "LabelCreate": "labels/",
     "IssueLink": "issue_links/#list-issue-relations",
+    "Approvals": "merge_request_approvals/",
+    "MergeRequestMerge": "merge_requests/",
 }

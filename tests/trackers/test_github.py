@@ -17,7 +17,7 @@ from beflow.config import load_project
 from beflow.errors import ConfigError, LockedError, UsageError
 from beflow.ops.operations import REGISTRY, Context
 from beflow.trackers import Status
-from beflow.trackers.base import MetersRequests, SetsPriority
+from beflow.trackers.base import FlagsIssues, MetersRequests, SetsPriority
 from beflow.trackers.claims import ClaimLost
 from beflow.trackers.github import GitHubTracker
 from beflow.trackers.github_api import RateLimited, Unavailable
@@ -333,3 +333,18 @@ def test_a_priority_is_githubs_label_and_the_registry_says_so_rather_than_change
         REGISTRY["issue.set_priority"].call(context, {"key": "1", "priority": 0})
     assert "priority:N" in str(refused.value.fix)
     assert github_tracker.get("1").priority == 3
+
+
+def test_an_issue_is_flagged_with_a_label_under_the_status_prefix_and_one_comment(
+    gh: AutoProject, github: FakeGitHub
+) -> None:
+    number = github.add_issue("Fix it", labels=["beflow", "beflow:review"])
+    opened = tracker(gh)
+    assert isinstance(opened, FlagsIssues) and opened.flag_label("needs-human") == "beflow:needs-human"
+
+    flagged = opened.flag(str(number), "needs-human", "the checks still fail.")
+
+    assert "beflow:needs-human" in flagged.labels and flagged.status == Status.REVIEW
+    assert [c.text for c in flagged.comments] == ["the checks still fail."]
+    again = opened.flag(str(number), "needs-human", "once more.")  # the label is not added twice
+    assert github.issue_labels(number).count("beflow:needs-human") == 1 and len(again.comments) == 2

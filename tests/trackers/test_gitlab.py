@@ -12,7 +12,15 @@ import pytest
 
 from beflow.errors import ConfigError, NotFoundError
 from beflow.trackers import Status
-from beflow.trackers.base import MetersRequests, NamesUnreadable, ReadsOnce, SetsUpLabels, ShowsProgress, TakesRework
+from beflow.trackers.base import (
+    FlagsIssues,
+    MetersRequests,
+    NamesUnreadable,
+    ReadsOnce,
+    SetsUpLabels,
+    ShowsProgress,
+    TakesRework,
+)
 from beflow.trackers.gitlab_api import RateLimited
 from tests.support.gitlab import PROJECT, TOKEN, FakeGitLab
 from tests.support.gitlab import gitlab as gitlab
@@ -194,3 +202,17 @@ def test_a_spent_rate_limit_is_said_and_metered_without_hammering(gl: AutoProjec
         opened.listing()
     assert len(gitlab.seen) == sent  # nothing is sent until GitLab allows it
     assert opened.rate_budget().limited == 1
+
+
+def test_an_issue_is_flagged_with_a_label_under_the_status_prefix_and_one_note(
+    gl: AutoProject, gitlab: FakeGitLab
+) -> None:
+    iid = gitlab.add_issue("Fix it", labels=["beflow", "beflow:review"])["iid"]
+    opened = tracker(gl)
+    assert isinstance(opened, FlagsIssues) and opened.flag_label("needs-human") == "beflow:needs-human"
+
+    flagged = opened.flag(str(iid), "needs-human", "the checks still fail.")
+
+    assert "beflow:needs-human" in labels_of(gitlab, iid) and flagged.status == Status.REVIEW
+    assert "beflow:needs-human" in flagged.labels
+    assert [c.text for c in flagged.comments] == ["the checks still fail."]

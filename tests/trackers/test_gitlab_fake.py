@@ -27,7 +27,7 @@ from tests.support.openapi import _nullable
 DOC_WRITTEN_SCHEMAS = {
     "Error", "User", "Member", "PersonalAccessToken", "Project", "Label", "Issue", "Position", "Note", "Discussion",
     "MergeRequest", "Pipeline", "Job", "IssueCreate", "IssueUpdate", "NoteCreate", "NoteUpdate", "ThreadReply",
-    "MergeRequestCreate", "MergeRequestUpdate", "LabelCreate", "IssueLink",
+    "MergeRequestCreate", "MergeRequestUpdate", "LabelCreate", "IssueLink", "Approvals", "MergeRequestMerge",
 }  # fmt: skip
 #: Operations beflow calls that are written from GitLab's pages alone. All of them, for now: GitLab's official
 #: description is merged over them once a pinned copy sits at gitlab_openapi.OFFICIAL, and each operation it holds
@@ -56,6 +56,8 @@ DOC_WRITTEN = {
     f"POST {P}/merge_requests",
     f"GET {P}/merge_requests/{{merge_request_iid}}",
     f"PUT {P}/merge_requests/{{merge_request_iid}}",
+    f"GET {P}/merge_requests/{{merge_request_iid}}/approvals",
+    f"PUT {P}/merge_requests/{{merge_request_iid}}/merge",
     f"GET {P}/pipelines",
     f"GET {P}/pipelines/{{pipeline_id}}/jobs",
     f"GET {P}/jobs",
