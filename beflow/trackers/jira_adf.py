@@ -214,13 +214,18 @@ def _text(nodes: list[Any], depth: int) -> str:
 
 
 def _plain(nodes: list[Any], depth: int) -> str:
-    return "".join(
-        (n.get("text") if n.get("type") == "text" and isinstance(n.get("text"), str) else "\n")
-        if n.get("type") in ("text", "hardBreak")
-        else _plain(_children(n), depth + 1)
-        for n in nodes
-        if isinstance(n, dict) and depth <= MAX_DEPTH
-    )
+    out: list[str] = []
+    for node in nodes:
+        if not isinstance(node, dict) or depth > MAX_DEPTH:
+            continue
+        if node.get("type") == "text":
+            text = node.get("text")
+            out.append(text if isinstance(text, str) else "")
+        elif node.get("type") == "hardBreak":
+            out.append("\n")
+        else:
+            out.append(_plain(_children(node), depth + 1))
+    return "".join(out)
 
 
 def _marked(node: dict[str, Any]) -> str:
