@@ -48,6 +48,8 @@ from beflow.trackers.jira_claims import JiraLeases, is_claim
 _KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,19}-[0-9]{1,12}$")
 #: The fields beflow reads of an issue.
 FIELDS = "summary,status,labels,priority,created,updated,description"
+#: Issues a search page asks for.
+PAGE = 100
 #: Edits of a run's progress comment are at most this often (seconds).
 PROGRESS_EVERY = 15.0
 #: How long a person's right to edit the project's issues is remembered (seconds).
@@ -129,7 +131,7 @@ class JiraTracker:
         seen: set[str] = set()
         unreadable: dict[str, str] = {}
         for _ in range(200):
-            params = {"jql": self.jql(finished=finished), "fields": FIELDS, "maxResults": 100}
+            params = {"jql": self.jql(finished=finished), "fields": FIELDS, "maxResults": PAGE}
             if token:
                 params["nextPageToken"] = token
             page = wire.parse(wire.SearchPage, self.api.get("/search/jql", params), "GET /search/jql")
