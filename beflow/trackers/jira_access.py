@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+from beflow.config import JiraTrackerSettings
 from beflow.errors import BeflowError
 from beflow.trackers import jira_wire as wire
 from beflow.trackers.base import Finding
-
-if TYPE_CHECKING:
-    from beflow.trackers.jira import JiraTracker
+from beflow.trackers.issue import Listing, Status
+from beflow.trackers.jira_api import Api
+from beflow.trackers.jira_workflow import Workflow
 
 #: What beflow does in the project, as Jira's permission keys.
 NEEDED = (
@@ -24,8 +25,9 @@ NEEDED = (
 )
 
 
-def access_checks(tracker: JiraTracker) -> list[Finding]:
-    settings, api = tracker.settings, tracker.api
+def access_checks(
+    api: Api, settings: JiraTrackerSettings, listing: Callable[[], Listing], workflow: Workflow
+) -> list[Finding]:
     try:
         me = wire.parse(wire.User, api.get("/myself"), "GET /myself")
         project = wire.parse(wire.Project, api.get(f"/project/{settings.project}"), "GET /project")
@@ -43,18 +45,17 @@ def access_checks(tracker: JiraTracker) -> list[Finding]:
         findings.append(Finding("jira permissions", False, f"missing in {settings.project}: {', '.join(missing)}", fix))
     else:
         findings.append(Finding("jira permissions", True, f"all beflow needs in {settings.project}"))
-    return [*findings, _transitions(tracker)]
+    return [*findings, _transitions(settings, listing, workflow)]
 
 
-def _transitions(tracker: JiraTracker) -> Finding:
-    """The transitions, as the workflow of an active issue of beflow's offers them (none: nothing to ask yet)."""
-    moves = tracker.settings.transitions
+def _transitions(settings: JiraTrackerSettings, listing: Callable[[], Listing], workflow: Workflow) -> Finding:
+    """The transitions, as the workflow of a ready issue of beflow's offers them (none: nothing to ask yet)."""
+    moves = settings.transitions
     try:
-        issues = tracker.listing().issues
-        sample = next((i for i in issues if i.status.value in ("ready", "open")), None)
+        sample = next((i for i in listing().issues if i.status in (Status.READY, Status.OPEN)), None)
         if sample is None:
             return Finding("jira transitions", True, "no ready issue to ask the workflow with yet", warning=True)
-        offered = tracker.transitions(sample.key)
+        offered = workflow.transitions(sample.key)
     except BeflowError as error:
         return Finding("jira transitions", False, error.message, error.fix)
     names = {n.lower() for t in offered for n in (t.name, t.to.name)}
