@@ -90,7 +90,7 @@ def problem(tmp_path: Path, text: str) -> str:
             "tracker.project: required key is missing",
         ),
         (
-            '{"tracker": {"kind": "jira", "site": "https://a.atlassian.net", "project": "WID", "labels": ["two words"]}}',
+            '{"tracker": {"kind": "jira", "site": "https://a.net", "project": "WID", "labels": ["two words"]}}',
             "tracker.labels.0: expected",
         ),
         ('{"tracker": {"kind": "github", "lease": 0}}', "tracker.lease: expected a number greater than 0"),
