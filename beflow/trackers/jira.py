@@ -106,8 +106,8 @@ class JiraTracker:
 
     def jql(self, *, finished: bool) -> str:
         """The JQL of beflow's issues (``finished``: those in a Done status too)."""
-        parts = [f'project = "{self.settings.project}"']
-        parts += [f'labels = "{label}"' for label in self.settings.labels]
+        parts = [f"project = {_jql_string(self.settings.project)}"]
+        parts += [f"labels = {_jql_string(label)}" for label in self.settings.labels]
         if self.settings.jql:
             parts.append(f"({self.settings.jql})")
         if not finished:
@@ -304,6 +304,11 @@ class JiraTracker:
     def held_secrets(self) -> list[str]:
         """The API token, and the basic auth header's value that holds it."""
         return [s for s in (self.api.token, self.api.basic) if s]
+
+
+def _jql_string(value: str) -> str:
+    """``value`` as a JQL string: quoted, its quotes and backslashes escaped (nothing in it can end the string)."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _by_key(issue: Issue) -> tuple[str, int, str]:

@@ -14,6 +14,7 @@ is read for its text. A document deeper than :data:`MAX_DEPTH` is read no deeper
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -23,6 +24,11 @@ from beflow.trackers import quoting
 MAX_DEPTH = 64
 #: Nodes whose content is hidden behind a click: left out of what beflow reads.
 HIDDEN = frozenset({"expand", "nestedExpand"})
+
+#: The most a comment's document may weigh, as JSON: Jira refuses a comment over 32,767 characters.
+MAX_COMMENT = 32_000
+#: What ends a text beflow had to cut to fit.
+CUT = "\n\n(cut here: Jira keeps comments of at most 32,767 characters)"
 
 _FENCE = re.compile(r"^(`{3,})([^`\n]*)$")
 _HEADING = re.compile(r"^(#{1,6}) +(.+)$")
@@ -76,6 +82,18 @@ def document(text: str) -> dict[str, Any]:
         i += 1
     flush()
     return {"type": "doc", "version": 1, "content": content}
+
+
+def fitting(text: str, limit: int = MAX_COMMENT) -> dict[str, Any]:
+    """Markdown ``text`` as an ADF document of at most ``limit`` characters of JSON: cut, and said so, when longer (an
+    agent's long last message would otherwise be refused whole)."""
+    made = document(text)
+    size = len(json.dumps(made))
+    while size > limit and text:
+        text = text[: max(0, len(text) * limit // size - len(CUT) - 64)]
+        made = document(text + CUT)
+        size = len(json.dumps(made))
+    return made
 
 
 def _inline_lines(lines: list[str]) -> list[dict[str, Any]]:

@@ -80,11 +80,11 @@ class IssueComments:
 
     def post(self, key: str, text: str) -> wire.Comment:
         path = f"/issue/{key}/comment"
-        made = self.api.request("POST", path, json={"body": adf.document(text)})
+        made = self.api.request("POST", path, json={"body": adf.fitting(text)})
         return wire.parse(wire.Comment, made.data, f"POST {path}")
 
     def edit(self, key: str, comment_id: str, text: str) -> None:
-        self.api.request("PUT", f"/issue/{key}/comment/{comment_id}", json={"body": adf.document(text)})
+        self.api.request("PUT", f"/issue/{key}/comment/{comment_id}", json={"body": adf.fitting(text)})
 
     def note(self, key: str, before: Status, after: Status, note: str) -> None:
         """The comment that goes with a change of status: a run's start opens its progress comment, and its end is

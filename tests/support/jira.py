@@ -41,6 +41,8 @@ PROJECT_ID = "10000"
 EMAIL = "bot@example.com"
 TOKEN = "ATATT-fake-jira-token-beflow"
 BOT = "5b10ac8d82e05b22cc7d4ef5"
+#: Jira refuses a comment longer than this (its document, as JSON).
+MAX_COMMENT = 32_767
 DESCRIPTION = Path(__file__).parent / "jira" / "swagger-v3.v3.json.gz"
 
 #: The workflow's statuses: name -> (id, category key).
@@ -420,6 +422,8 @@ class FakeJira:
         found = self._issue(params)
         if found is None:
             return _error(404, "Issue does not exist or you do not have permission to see it.")
+        if len(json.dumps(body["body"])) > MAX_COMMENT:
+            return Answer(400, {"errorMessages": [], "errors": {"comment": "The entered text is too long."}})
         return Answer(201, copy.deepcopy(self.add_comment(found["key"], body["body"], author=params["account"])))
 
     def _comment(self, params: dict[str, str]) -> dict[str, Any] | None:
@@ -432,6 +436,8 @@ class FakeJira:
         comment = self._comment(params)
         if comment is None:
             return _error(404, "Can not find a comment for the id.")
+        if len(json.dumps(body["body"])) > MAX_COMMENT:
+            return Answer(400, {"errorMessages": [], "errors": {"comment": "The entered text is too long."}})
         if comment["author"]["accountId"] != params["account"]:
             return _error(403, "You do not have the permission to edit this comment.")
         comment["body"], comment["updated"] = body["body"], _now()

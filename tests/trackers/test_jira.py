@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from beflow.config import Config, JiraTrackerSettings
+from beflow.config import Config, JiraTrackerSettings, load_project
+from beflow.doctor import check_access, check_tracker
 from beflow.errors import BeflowError, NotFoundError, TransitionError
 from beflow.trackers import jira as jira_module
 from beflow.trackers import jira_adf as adf
@@ -18,8 +19,9 @@ from beflow.trackers.issue import DEFAULT_PRIORITY, Status
 from beflow.trackers.jira import JiraTracker, JiraWorkflowError
 from beflow.trackers.jira_api import Api, JiraAuthError, credentials
 from beflow.trackers.quoting import JOINER
-from tests.support.jira import BOT, EMAIL, TOKEN, FakeJira, doc
+from tests.support.jira import BOT, EMAIL, TOKEN, Answer, FakeJira, doc
 from tests.support.jira import jira as jira
+from tests.support.projects import AutoProject
 
 
 def make(fake: FakeJira, **settings: Any) -> JiraTracker:
@@ -252,3 +254,39 @@ def test_errors_are_beflow_errors(jira: FakeJira) -> None:
     jira.fail(400, prefix="/rest/api/3/search")
     with pytest.raises(BeflowError, match="400"):
         make(jira).ready()
+
+
+def test_doctor_opens_the_configured_jira_tracker_and_shows_its_findings(
+    auto_project: AutoProject, jira: FakeJira, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JIRA_EMAIL", EMAIL)
+    monkeypatch.setenv("JIRA_API_TOKEN", TOKEN)
+    auto_project.configure(
+        tracker={"kind": "jira", "site": jira.url, "project": "WID", "transitions": {"in_progress": "Start"}}
+    )
+    jira.add_issue("Sample")
+    project = load_project(auto_project.config_path)
+    assert check_tracker(project).ok
+    found = {c.name: c for c in check_access(project)}
+    assert found["jira"].ok and found["jira permissions"].ok
+    assert not found["jira transitions"].ok and "in_progress (Start)" in found["jira transitions"].detail
+
+
+def test_a_comment_too_long_for_jira_is_cut_and_says_so(jira: FakeJira) -> None:
+    key = jira.add_issue("Long")
+    make(jira).comment(key, "word " * 12_000, "beflow")
+    [stored] = jira.comments[key]
+    assert len(json.dumps(stored["body"])) <= 32_767
+    assert adf.markdown(stored["body"]).endswith("(cut here: Jira keeps comments of at most 32,767 characters)")
+
+
+def test_labels_are_quoted_in_jql_and_a_search_that_never_ends_is_cut(
+    jira: FakeJira, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tracker = make(jira, labels=['we"ird\\'])
+    assert 'labels = "we\\"ird\\\\"' in tracker.jql(finished=False)
+    jira.add_issue("One", labels=["beflow"])
+    endless = {"issues": [], "isLast": False, "nextPageToken": "again"}
+    monkeypatch.setattr(jira, "_searchAndReconsileIssuesUsingJql", lambda *_: Answer(200, endless))
+    assert make(jira).listing().issues == []
+    assert len(jira.requests("GET", "/rest/api/3/search/jql")) == 2
