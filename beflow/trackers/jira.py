@@ -18,7 +18,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -95,6 +97,8 @@ class JiraTracker:
         self.comments = IssueComments(api, settings.project, lambda: self.claims, self.me, allow or [])
         #: Issues the last listing could not read, and why.
         self.unreadable: dict[str, str] = {}
+        #: Within :meth:`reading_once`, the searches made so far (by whether finished issues were asked for).
+        self._once: dict[bool, list[wire.Issue]] | None = None
 
     def me(self) -> str:
         """The account id of the token's account (asked once)."""
@@ -114,7 +118,27 @@ class JiraTracker:
             parts.append("statusCategory != Done")
         return " AND ".join(parts) + " ORDER BY priority DESC, created ASC"
 
+    @contextlib.contextmanager
+    def reading_once(self) -> Iterator[None]:
+        """Every question of the block is answered from one search (a watch tick asks for ready and orphaned
+        issues: one request, not two)."""
+        outer, self._once = self._once, {}
+        try:
+            yield
+        finally:
+            self._once = outer
+
     def _search(self, *, finished: bool) -> list[wire.Issue]:
+        if self._once is None:
+            return self._searched(finished=finished)
+        if finished in self._once:
+            return self._once[finished]
+        if not finished and True in self._once:  # (the active ones, out of a search that had the finished ones too)
+            return [r for r in self._once[True] if r.fields.status.statusCategory.key != "done"]
+        self._once[finished] = self._searched(finished=finished)
+        return self._once[finished]
+
+    def _searched(self, *, finished: bool) -> list[wire.Issue]:
         found: list[wire.Issue] = []
         token: str | None = None
         seen: set[str] = set()

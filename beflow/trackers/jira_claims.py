@@ -266,7 +266,18 @@ class JiraLeases:
         )
         self._nonces.add(lease.nonce)
         started = time.monotonic()
-        comment_id, _ = self._post(key, lease)
+        comment_id, made_at = self._post(key, lease)
+        if head is not None and not head.lease.released and not own and made_at < self._ran_out(head):
+            # Jira made our comment before the head ran out on its own clock: the Date that said it had run out was
+            # wrong (a proxy's, a clock's). Withdrawn: the head's holder may still be at work.
+            self._delete(key, comment_id)
+            who = _who(head.lease)
+            raise LockedError(
+                f"issue {key} is claimed by {who} (Jira's Date header said the claim had run out, its comments say "
+                "it had not)",
+                fix=_LOCKED_FIX,
+                holder=who,
+            )
         time.sleep(self.settle)
         try:
             after = self._read(key)
@@ -277,6 +288,10 @@ class JiraLeases:
             self._delete(key, comment_id)
             raise LockedError(f"issue {key} was claimed by another beflow just now", fix=_LOCKED_FIX)
         return self._held(key, owner, comment_id, lease, after.head.created_at, started)
+
+    def _ran_out(self, head: Link) -> dt.datetime:
+        """When ``head``'s lease runs out on the clock Jira stamps its comments with."""
+        return head.updated_at + dt.timedelta(seconds=self.settings.lease + CLOCK_MARGIN)
 
     def _held(self, key: str, owner: str, comment_id: int, lease: Lease, since: dt.datetime, started: float) -> Claim:
         state = _HeldLease(comment_id, lease, started + self.settings.lease - self._margin())

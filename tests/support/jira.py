@@ -161,6 +161,8 @@ class FakeJira:
         self.seen: list[Seen] = []
         self.violations: list[str] = []
         self.server: ThreadingHTTPServer | None = None
+        #: Seconds the ``Date`` of every answer is off (a proxy's, or a clock's); what Jira stamps keeps the true time.
+        self.date_skew = 0.0
         self.bot = self.user("beflow bot", BOT)
         self.tokens[base64.b64encode(f"{EMAIL}:{TOKEN}".encode()).decode()] = BOT
 
@@ -509,7 +511,7 @@ def _handler(fake: FakeJira) -> type[BaseHTTPRequestHandler]:
             pass
 
         def date_time_string(self, timestamp: float | None = None) -> str:
-            return email.utils.formatdate(time.time(), usegmt=True)
+            return email.utils.formatdate(time.time() + fake.date_skew, usegmt=True)
 
         def _serve(self) -> None:
             parts = urlsplit(self.path)

@@ -117,3 +117,26 @@ def test_who_holds_a_listings_issues_costs_no_request_while_nothing_changes(jira
     assert len(jira.requests("GET", "/rest/api/3/issue/")) == before
     with make(jira).claim(keys[0], "elsewhere"):
         assert [i.key for i in tracker.ready()] == keys[1:]
+
+
+def test_a_date_header_ahead_of_jiras_own_stamps_takes_no_live_claim_over(jira: FakeJira) -> None:
+    key = jira.add_issue("Skewed")
+    holder = make(jira).claim(key, "holder")
+    jira.date_skew = 3600.0  # every answer's Date an hour ahead: the head looks long run out
+    with pytest.raises(LockedError, match="Date header said the claim had run out"):
+        make(jira).claim(key, "hasty")
+    assert len(claims_on(jira, key)) == 1  # (the hasty claim withdrawn)
+    jira.date_skew = 0.0
+    holder.renew()
+    holder.release()
+
+
+def test_a_watch_tick_answers_ready_and_orphaned_from_one_search(jira: FakeJira) -> None:
+    jira.add_issue("Ready")
+    jira.add_issue("Orphan", status="In Progress")
+    tracker = make(jira)
+    with tracker.reading_once():
+        assert len(tracker.ready()) == 1 and len(tracker.orphaned()) == 1
+    assert len(jira.requests("GET", "/rest/api/3/search/jql")) == 1
+    tracker.ready()
+    assert len(jira.requests("GET", "/rest/api/3/search/jql")) == 2
