@@ -96,6 +96,15 @@ def _linear_tracker(project: Project, claims: ClaimsOver | None) -> Tracker:
     return open_linear(project, settings, claims)
 
 
+def _jira_tracker(project: Project, claims: ClaimsOver | None) -> Tracker:
+    from beflow.config import JiraTrackerSettings
+    from beflow.trackers.jira import open_jira  # httpx is imported only by projects that use Jira
+
+    settings = project.config.tracker
+    assert isinstance(settings, JiraTrackerSettings)  # (its registry line says so)
+    return open_jira(project, settings, claims)
+
+
 def _github_code_host(project: Project, settings: CodeHostSettings, tracker: Tracker | None) -> CodeHost:
     from beflow.codehosts.github import open_for
 
@@ -138,6 +147,7 @@ TRACKERS: dict[str, TrackerKind] = {
     "github": TrackerKind(_github_tracker, holds_token=True),
     "gitlab": TrackerKind(_gitlab_tracker, holds_token=True),
     "linear": TrackerKind(_linear_tracker, holds_token=True),
+    "jira": TrackerKind(_jira_tracker, holds_token=True),
 }
 CODE_HOSTS: dict[str, CodeHostKind] = {
     "github": CodeHostKind(_github_code_host),

@@ -233,6 +233,60 @@ class LinearTrackerSettings(_ServiceTracker, Model):
         return list(dict.fromkeys(value))
 
 
+class JiraTransitions(Model):
+    """The names of the workflow's transitions beflow takes (a transition's name, or the name of the status it goes
+    to, compared without regard to case). A status beflow needs none for is reached by any transition to a status of
+    the right category, or is a label under ``status_prefix``."""
+
+    #: Into a status of the "In Progress" category: a run starts.
+    in_progress: str = Field(default="In Progress", min_length=1, max_length=100)
+    #: A run opened a pull request (left out: the issue stays where it is, labelled ``<status_prefix>review``).
+    review: str | None = Field(default=None, min_length=1, max_length=100)
+    #: Into a status of the "Done" category: the work is accepted (``beflow issues done``).
+    done: str = Field(default="Done", min_length=1, max_length=100)
+
+
+class JiraTrackerSettings(_ServiceTracker, Model):
+    """Jira Cloud issues of one project (docs/trackers.md): which issues are beflow's, the workflow's transitions
+    beflow takes, how claims are leased. The token is an Atlassian API token, sent with the account's email."""
+
+    kind: Literal["jira"]
+    #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
+    forge: ClassVar[str | None] = None
+    #: The Jira Cloud site: ``https://acme.atlassian.net`` (its REST API is ``<site>/rest/api/3``).
+    site: str
+    #: The project's key (``WID``: the start of its issues' keys).
+    project: str = Field(pattern=r"^[A-Z][A-Z0-9_]{0,19}$")
+    #: An issue is beflow's when it carries every one of these labels (Jira's labels hold no spaces).
+    labels: list[Annotated[str, Field(min_length=1, max_length=50, pattern=r"^\S+$")]] = Field(
+        default_factory=lambda: ["beflow"]
+    )
+    #: More JQL the issues must match (``component = Backend``), and-ed with the project and the labels.
+    jql: str | None = Field(default=None, min_length=1, max_length=1000)
+    transitions: JiraTransitions = Field(default_factory=JiraTransitions)
+    #: Labels for the statuses Jira's workflow has no category for: ``beflow:failed``, ``beflow:review``, ...
+    status_prefix: str = Field(default="beflow:", min_length=1, max_length=30, pattern=r"^\S+$")
+    #: The environment variable holding the account's email, sent with the token (Jira Cloud's basic auth).
+    email_env: str = Field(default="JIRA_EMAIL", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: The environment variable holding the API token.
+    token_env: str = Field(default="JIRA_API_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: Seconds a claim lasts without renewal: after that another watcher may take the issue over.
+    lease: Seconds = 300.0
+    #: Whether the agent's environment gets the token (it does not by default).
+    agent_token: Flag = False
+
+    def implied_code_host(self) -> CodeHostSettings:
+        """None: Jira keeps no code; ``code_host`` names where the branches go."""
+        return NoCodeHostSettings(kind="none")
+
+    @field_validator("site")
+    @classmethod
+    def _site(cls, value: str) -> str:
+        checked = _http_url(value)
+        assert checked is not None
+        return checked.removesuffix("/rest/api/3")
+
+
 def _project_path(value: str | None) -> str | None:
     if value is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+", value):
         raise ValueError('expected a project path, "group/name" (or "group/subgroup/name")')
@@ -258,7 +312,7 @@ def _http_url(value: str | None) -> str | None:
 
 
 Tracker = Annotated[
-    LocalTrackerSettings | GitHubTrackerSettings | GitLabTrackerSettings | LinearTrackerSettings,
+    LocalTrackerSettings | GitHubTrackerSettings | GitLabTrackerSettings | LinearTrackerSettings | JiraTrackerSettings,
     Field(discriminator="kind"),
 ]
 

@@ -238,7 +238,7 @@ def test_every_kind_the_config_accepts_has_one_line_in_the_composition_root() ->
         members = typing.get_args(typing.get_args(union)[0])
         return {typing.get_args(member.model_fields["kind"].annotation)[0] for member in members}
 
-    assert kinds(config.Tracker) == set(app.TRACKERS) == {"local", "github", "gitlab", "linear"}
+    assert kinds(config.Tracker) == set(app.TRACKERS) == {"local", "github", "gitlab", "linear", "jira"}
     assert kinds(config.CodeHostSettings) - {"none"} == set(app.CODE_HOSTS)
     assert kinds(config.Engine) == set(app.ENGINES)
 

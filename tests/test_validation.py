@@ -82,8 +82,16 @@ def problem(tmp_path: Path, text: str) -> str:
         ('{"hooks": {"after_run": {"timeout": 1}}}', "hooks.after_run.command: required key is missing"),
         # the tracker: its kind decides which keys exist
         (
-            '{"tracker": {"kind": "jira"}}',
-            "tracker.kind: expected 'local' or 'github' or 'gitlab' or 'linear' (got \"jira\")",
+            '{"tracker": {"kind": "trello"}}',
+            "tracker.kind: expected 'local' or 'github' or 'gitlab' or 'linear' or 'jira' (got \"trello\")",
+        ),
+        (
+            '{"tracker": {"kind": "jira", "site": "https://a.atlassian.net"}}',
+            "tracker.project: required key is missing",
+        ),
+        (
+            '{"tracker": {"kind": "jira", "site": "https://a.net", "project": "WID", "labels": ["two words"]}}',
+            "tracker.labels.0: expected",
         ),
         ('{"tracker": {"kind": "github", "lease": 0}}', "tracker.lease: expected a number greater than 0"),
         ('{"tracker": {"kind": "github", "repo": "octo"}}', 'tracker.repo: expected "owner/name" (got "octo")'),
@@ -307,8 +315,8 @@ def snapshot(directory: Path) -> dict[str, bytes]:
         ('{\n  "agnt": "codex"\n}', ":2: agnt: unknown key (did you mean 'agent'?)"),
         ('{\n  "timeout": "1h"\n}', ':2: timeout: expected a number (got "1h")'),
         (
-            '{\n  "tracker": {"kind": "jira"}\n}',
-            ":2: tracker.kind: expected 'local' or 'github' or 'gitlab' or 'linear' (got",
+            '{\n  "tracker": {"kind": "trello"}\n}',
+            ":2: tracker.kind: expected 'local' or 'github' or 'gitlab' or 'linear' or 'jira' (got",
         ),
         # odd keys, huge numbers and deep nesting: errors, never a crash
         ('{\n  "¹": 1, "①": 2\n}', ":2: ¹: unknown key"),

@@ -16,13 +16,14 @@ import os
 import socket
 from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Annotated, Any, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.to_thread
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 from beflow.errors import BeflowError, LockedError
 from beflow.system.locks import NotedLock
@@ -268,3 +269,50 @@ async def while_held(
     if failure is not None:
         raise failure
     return result
+
+
+# -- leases as a chain of comments (GitLab's notes, Jira's comments) ------------------------------------------------
+# Where a tracker has no compare-and-swap, a claim is a comment of beflow's own holding a lease that names the claim it
+# takes over; every reader orders them into one chain the same way (beflow.trackers.gitlab_claims says why it holds).
+
+
+class Lease(BaseModel):
+    """A lease as its claim comment holds it (beflow's own JSON, read back from the tracker: a comment whose JSON does
+    not read as one is no claim)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+    owner: str
+    host: str
+    pid: int
+    #: Tells this process's claims from others' (a claim whose answer was lost is found by it).
+    nonce: Annotated[str, Field(min_length=8)]
+    #: The claim comment this one supersedes (the head when it was posted), or None for the first of a chain.
+    takes: Annotated[int, Field(ge=0)] | None
+    released: bool = False
+    #: Bumped by every renewal: a tracker moves a comment's last edit only when its body changes.
+    renewal: Annotated[int, Field(ge=0)] = 0
+
+
+@dataclass(frozen=True)
+class Link:
+    """A claim comment: its id, its lease, when it was made and last edited."""
+
+    id: int
+    lease: Lease
+    created_at: dt.datetime
+    updated_at: dt.datetime
+
+
+def chain_of(links: Iterable[Link]) -> list[Link]:
+    """The chain of claims, first to head (empty: no claim): the lowest-id claim taking nothing starts it, and each
+    next link is the lowest-id claim taking the one before."""
+    first: dict[int | None, Link] = {}
+    for link in sorted(links, key=lambda link: link.id):
+        first.setdefault(link.lease.takes, link)
+    chain: list[Link] = []
+    head = first.get(None)
+    while head is not None:  # (ids grow along the chain: it ends)
+        chain.append(head)
+        head = first.get(head.id)
+    return chain

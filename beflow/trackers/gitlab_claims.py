@@ -49,14 +49,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
 from beflow.config import GitLabTrackerSettings
 from beflow.errors import BeflowError, LockedError
 from beflow.trackers import gitlab_wire as wire
-from beflow.trackers.claims import Claim, ClaimInfo, ClaimLost
+from beflow.trackers.claims import Claim, ClaimInfo, ClaimLost, Lease, Link, chain_of
 from beflow.trackers.gitlab_api import Api, GitLabError, Unavailable
 from beflow.trackers.issue import as_utc, normalize_key, utc_now
 
@@ -78,39 +78,11 @@ CLAIM_MARKER = "<!-- beflow:claim "
 _BODY = re.compile(r"\A" + re.escape(VISIBLE) + r"\n\n" + re.escape(CLAIM_MARKER) + r"(\{[^\n]*\}) -->\Z")
 
 
-class Lease(BaseModel):
-    """A lease as its claim note holds it (beflow's own JSON, read back from GitLab: a note whose JSON does not read
-    as one is no claim)."""
-
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
-
-    owner: str
-    host: str
-    pid: int
-    #: Tells this process's claims from others' (a claim whose answer was lost is found by it).
-    nonce: Annotated[str, Field(min_length=8)]
-    #: The claim note this one supersedes (the head when it was posted), or None for the first of a chain.
-    takes: Annotated[int, Field(ge=0)] | None
-    released: bool = False
-    #: Bumped by every renewal: GitLab moves a note's ``updated_at`` only when its body changes.
-    renewal: Annotated[int, Field(ge=0)] = 0
-
-
 class ClaimNote(wire.Note):
     """A note as the claims read it: whether it is internal (older GitLab versions call it ``confidential``)."""
 
     internal: bool = False
     confidential: bool = False
-
-
-@dataclass(frozen=True)
-class Link:
-    """A claim note: its id, its lease, when it was made and last edited."""
-
-    id: int
-    lease: Lease
-    created_at: dt.datetime
-    updated_at: dt.datetime
 
 
 def body_of(lease: Lease) -> str:
@@ -139,20 +111,6 @@ def link_of(note: ClaimNote, me: int) -> Link | None:
     if lease.takes is not None and lease.takes >= note.id:  # a claim only ever takes an older note
         return None
     return Link(note.id, lease, note.created_at, note.updated_at or note.created_at)
-
-
-def chain_of(links: Iterable[Link]) -> list[Link]:
-    """The chain of claims, first to head (empty: no claim): the lowest-id claim taking nothing starts it, and each
-    next link is the lowest-id claim taking the one before."""
-    first: dict[int | None, Link] = {}
-    for link in sorted(links, key=lambda link: link.id):
-        first.setdefault(link.lease.takes, link)
-    chain: list[Link] = []
-    head = first.get(None)
-    while head is not None:  # (ids grow along the chain: it ends)
-        chain.append(head)
-        head = first.get(head.id)
-    return chain
 
 
 @dataclass(frozen=True)

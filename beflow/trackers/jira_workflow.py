@@ -1,0 +1,107 @@
+"""beflow's statuses in a Jira project's workflow: a status's category (To Do, In Progress, Done) and beflow's labels
+under ``status_prefix`` for what Jira has no category for, read and written; moves take the workflow's transitions
+named in ``tracker.transitions`` (by the transition's name, or the name of the status it goes to), else any into the
+category a status needs."""
+
+from __future__ import annotations
+
+from beflow.config import JiraTrackerSettings
+from beflow.errors import ConfigError
+from beflow.trackers import jira_wire as wire
+from beflow.trackers.issue import Status
+from beflow.trackers.jira_api import Api
+
+#: The categories of Jira's statuses.
+NEW, STARTED, FINISHED = "new", "indeterminate", "done"
+
+
+class JiraWorkflowError(ConfigError):
+    """The issue's workflow has no transition beflow needs (``tracker.transitions``): no run starts."""
+
+    code = "jira_workflow"
+
+
+class Workflow:
+    def __init__(self, api: Api, settings: JiraTrackerSettings) -> None:
+        self.api = api
+        self.settings = settings
+
+    def status_of(self, raw: wire.Issue) -> Status:
+        """beflow's status of an issue: its status's category, and beflow's labels for what Jira has none for."""
+        prefix = self.settings.status_prefix
+        flags = {label[len(prefix) :] for label in raw.fields.labels if label.startswith(prefix)}
+        category = raw.fields.status.statusCategory.key
+        if category == FINISHED:
+            return Status.CLOSED if "closed" in flags else Status.DONE
+        if "failed" in flags:
+            return Status.FAILED
+        if "review" in flags:
+            return Status.REVIEW
+        if category == STARTED:
+            return Status.IN_PROGRESS
+        return Status.OPEN if "open" in flags else Status.READY
+
+    def transitions(self, key: str) -> list[wire.Transition]:
+        """The transitions the workflow offers issue ``key`` now."""
+        path = f"/issue/{key}/transitions"
+        return [t for t in wire.parse(wire.Transitions, self.api.get(path), f"GET {path}").transitions if t.isAvailable]
+
+    def check_start(self, raw: wire.Issue) -> None:
+        """:class:`JiraWorkflowError` when a ready issue's workflow offers no ``in_progress`` transition: a run is
+        refused before anything is written."""
+        if self.status_of(raw) != Status.READY:
+            return
+        self._find(raw, self.transitions(raw.key), self.settings.transitions.in_progress, "in_progress")
+
+    def _find(self, raw: wire.Issue, found: list[wire.Transition], named: str, setting: str) -> wire.Transition:
+        chosen = next((t for t in found if named.lower() in (t.name.lower(), t.to.name.lower())), None)
+        if chosen is None:
+            offered = ", ".join(t.name for t in found) or "none"
+            raise JiraWorkflowError(
+                f"issue {raw.key}: its workflow offers no transition {named!r} from {raw.fields.status.name!r} "
+                f"(it offers: {offered})",
+                fix=f"Set tracker.transitions.{setting} to one of them, or add the transition to the project's "
+                "workflow in Jira (`beflow doctor` lists what is missing).",
+            )
+        return chosen
+
+    def _transition(self, raw: wire.Issue, named: str | None, category: str | None, setting: str) -> None:
+        """Take the transition ``named``, else any into ``category``; a named one the workflow lacks is
+        :class:`JiraWorkflowError`; a category none leads to is left as it is."""
+        found = self.transitions(raw.key)
+        if named is not None:
+            chosen: wire.Transition | None = self._find(raw, found, named, setting)
+        else:
+            chosen = next((t for t in found if t.to.statusCategory.key == category), None)
+        if chosen is None or (chosen.to.id and chosen.to.id == raw.fields.status.id):
+            return
+        self.api.request("POST", f"/issue/{raw.key}/transitions", json={"transition": {"id": chosen.id}})
+
+    def move(self, raw: wire.Issue, status: Status) -> None:
+        """Move the issue to ``status``: its transition, then beflow's labels."""
+        prefix = self.settings.status_prefix
+        flags = {f"{prefix}{name}" for name in ("open", "review", "failed", "closed")}
+        keep: set[str] = set()
+        category = raw.fields.status.statusCategory.key
+        moves = self.settings.transitions
+        if status == Status.IN_PROGRESS:
+            self._transition(raw, moves.in_progress, None, "in_progress")
+        elif status == Status.REVIEW:
+            if moves.review is not None:
+                self._transition(raw, moves.review, None, "review")
+            keep = {f"{prefix}review"}
+        elif status == Status.DONE:
+            self._transition(raw, moves.done, None, "done")
+        elif status == Status.CLOSED:
+            if category != FINISHED:
+                self._transition(raw, None, FINISHED, "done")
+            keep = {f"{prefix}closed"}
+        elif category != NEW:  # ready, open, failed: back to a To Do status
+            self._transition(raw, None, NEW, "in_progress")
+        if status in (Status.OPEN, Status.FAILED):
+            keep = {f"{prefix}{status.value}"}
+        present = set(raw.fields.labels)
+        changes = [{"remove": label} for label in sorted((flags - keep) & present)]
+        changes += [{"add": label} for label in sorted(keep - present)]
+        if changes:
+            self.api.request("PUT", f"/issue/{raw.key}", json={"update": {"labels": changes}})
