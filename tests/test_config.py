@@ -474,3 +474,14 @@ def test_webhooks_act_for_the_forges_of_the_tracker_and_the_code_host(tmp_path: 
     for text, expected in forges.items():
         path.write_text(text)
         assert load_config_file(path).webhook_forges() == expected, text
+
+
+def test_attempts_count_defaults_to_the_agents_and_may_not_pass_max() -> None:
+    attempts = Config.model_validate({"attempts": {"agents": ["codex", {"command": "x"}]}}).attempts
+
+    assert attempts.configured() == 2
+    assert attempts.agent_of(3, "claude") == "codex"
+    assert Config().attempts.configured() == 1
+    assert Config().attempts.agent_of(2, "claude") == "claude"
+    with pytest.raises(ValueError, match=r"count \(5\) is more than max \(4\)"):
+        Config.model_validate({"attempts": {"count": 5}})
