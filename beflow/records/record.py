@@ -91,6 +91,32 @@ class LeftOut(BaseModel):
 CONSUMED_TEXT = 300
 
 
+class CheckResult(BaseModel):
+    """One of ``attempts.judge.checks`` run on a candidate's branch (docs/runs.md#best-of-n)."""
+
+    command: str
+    passed: bool
+
+
+class CandidateRow(BaseModel):
+    """One candidate of a best-of-N run, as the judge saw it: a line of the comparison table."""
+
+    candidate: int
+    run_id: str
+    agent: str
+    branch: str | None = None
+    outcome: Outcome
+    commit: str | None = None
+    checks_passed: int = 0
+    checks_total: int = 0
+    #: Lines added plus removed on its branch (``git diff --numstat``); None: it committed nothing.
+    lines_changed: int | None = None
+    cost: float | None = None
+    currency: str | None = None
+    duration: float | None = None
+    chosen: bool = False
+
+
 class RunRecord(BaseModel):
     """``run.json``: what ran, where, and how it ended."""
 
@@ -106,6 +132,13 @@ class RunRecord(BaseModel):
     mode: Mode
     agent: str
     attempt: int = 1
+    #: Best of N: which candidate this run is (1, 2...; 0: not a candidate), on ``beflow-attempts/<key>/c<N>``.
+    candidate: int = 0
+    #: A candidate's judge checks, in order, and the lines its branch changes (added plus removed).
+    checks: list[CheckResult] = Field(default_factory=list)
+    lines_changed: int | None = None
+    #: The judged run of a best-of-N issue: its candidates side by side (the chosen one's work is its branch).
+    candidates: list[CandidateRow] = Field(default_factory=list)
     #: 0: the issue's first run (and its retries); 1, 2...: a review round, continuing the branch with feedback.
     round: int = 0
     #: The feedback the round answered (its ids are on the round's commit too, as ``Beflow-Feedback:`` trailers).

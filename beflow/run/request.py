@@ -38,6 +38,9 @@ class RunRequest:
     feedback: list[Feedback] = field(default_factory=list)
     #: Feedback the round's sources left out, and why (for its record).
     ignored: list[Ignored] = field(default_factory=list)
+    #: Best of N: the candidate this run is (1, 2...), on its own branch, judged before anything is proposed; 0: a
+    #: plain run. A candidate leaves the tracker to the judged run (:mod:`beflow.run.attempts`).
+    candidate: int = 0
 
 
 def _prompt_variables(
@@ -64,6 +67,7 @@ def _prompt_variables(
             "comments": comments,
         },
         "attempt": request.attempt,
+        "candidate": request.candidate,
         "round": request.round,
         "feedback": rounds.prompt_feedback(request.feedback),
         "previous": previous,
@@ -92,6 +96,7 @@ def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: s
         mode=request.mode,
         agent=project.config.agent_label(),
         attempt=request.attempt,
+        candidate=request.candidate,
         round=request.round,
         feedback=rounds.consumed(request.feedback),
         feedback_ignored=rounds.left_out(request.ignored),
@@ -105,6 +110,6 @@ def branch_of(directory: Path, issue: Issue) -> str:
     another team) keeps the branch its earlier runs had, found by the tracker's stable id."""
     if issue.id is not None:
         for record in RunStore(directory).records([issue.key], ids=[issue.id]):
-            if record.branch:
+            if record.branch and not record.candidate:  # (a candidate's branch is its own)
                 return record.branch
     return refs.branch_for(issue.key)
