@@ -18,8 +18,8 @@ from beflow.watch import holds
 @click.command(
     "auto",
     hidden=True,
-    epilog="Examples:\n\n  beflow --auto            # every ready issue, once\n\n  beflow --auto 7 9 --concurrency 2\n\n"
-    "  beflow --auto 7 --attempts 3   # three candidates, the best proposed",
+    epilog="Examples:\n\n  beflow --auto            # every ready issue, once\n\n"
+    "  beflow --auto 7 9 --concurrency 2\n\n  beflow --auto 7 --attempts 3   # three candidates, the best proposed",
 )
 @click.argument("keys", nargs=-1)
 @click.option("--limit", type=click.IntRange(min=1), help="Run at most N issues.")
