@@ -1,0 +1,61 @@
+"""Best of N end to end (docs/runs.md#best-of-n): the real acpx drives the test agent as three candidates whose
+prompts differ by the ``candidate`` variable; the judge's check and the diff sizes choose, one branch is proposed."""
+
+from __future__ import annotations
+
+from beflow.trackers import Status
+from tests.support.projects import AutoProject, git
+
+#: Candidate 1 passes with the larger diff, 2 fails the check, 3 passes with the smallest: 3 is chosen.
+PROMPT = (
+    "{{ issue.body }}\n"
+    "{% if candidate == 1 %}acp-test: write more.txt a\\nb\\nc\\n\n"
+    "acp-test: write app.txt ok\\n\n"
+    "{% elif candidate == 2 %}acp-test: write app.txt broken\\n\n"
+    "{% else %}acp-test: write app.txt ok\\n\n{% endif %}"
+)
+
+
+def test_the_passing_candidate_with_the_smallest_diff_becomes_the_issues_branch(
+    auto_project: AutoProject, beflow
+) -> None:
+    auto_project.configure(
+        prompt=PROMPT,
+        attempts={"judge": {"checks": ["grep -qx ok app.txt"]}, "keep": False},
+    )
+    key = auto_project.new_issue("mcp", title="Make app ok")
+
+    result = beflow("--auto", key, "--attempts", "3")
+
+    assert result.exit_code == 0, result.stderr
+    records = {r.candidate: r for r in auto_project.records(key)}
+    assert sorted(records) == [0, 1, 2, 3]
+    judged, candidates = records[0], [records[n] for n in (1, 2, 3)]
+    # Each candidate: its own branch and worktree (gone), the servers injected and put back, checks recorded.
+    for n, record in enumerate(candidates, start=1):
+        assert record.outcome == "succeeded" and record.branch == f"beflow-attempts/{key}/c{n}"
+        assert record.final_message == "mcp servers: docs, tools"
+        assert record.restored, record
+    assert [(r.lines_changed, [c.passed for c in r.checks]) for r in candidates] == [
+        (4, [True]),
+        (1, [False]),
+        (1, [True]),
+    ]
+    assert len({r.worktree for r in candidates}) == 3
+    # The judged run: candidate 3 chosen, its commit is beflow/<key>; the others' branches removed (keep: false).
+    assert judged.outcome == "succeeded", judged.stop_reason
+    assert "candidate 3 chosen over 1 other passing" in (judged.stop_reason or "")
+    assert [row.chosen for row in judged.candidates] == [False, False, True]
+    tip = git(auto_project.directory, "rev-parse", f"beflow/{key}").strip()
+    assert judged.commit == tip == records[3].commit
+    assert auto_project.branch_files(f"beflow/{key}")["app.txt"] == "ok\n"
+    assert not [b for b in auto_project.branches() if b.startswith("beflow-attempts/")]
+    assert auto_project.registered_worktrees() == []
+    assert auto_project.secrets_in_records() == []
+    # One comment on the issue, with the table; the issue is in review.
+    issue = auto_project.issue(key)
+    assert issue.status == Status.REVIEW
+    comments = [c.text for c in issue.comments if c.author == "beflow"]
+    assert len([c for c in comments if "candidate" in c]) == 1
+    table = comments[-1]
+    assert "| 3 (chosen) |" in table and "| 0/1 |" in table and f"`beflow-attempts/{key}/c1`" in table
