@@ -52,10 +52,9 @@ def candidates_for(project: Project, issue: Issue, asked: int | None) -> tuple[i
         if labelled:
             count = max(labelled)
             if count > settings.max:
-                notice = (
-                    f"issue {issue.key} asks for {count} candidates; attempts.max is {settings.max}: {settings.max} run"
-                )
-                count = settings.max
+                most = settings.max
+                notice = f"issue {issue.key} asks for {count} candidates; attempts.max is {most}, so {most} run"
+                count = most
     if count is None:
         count = settings.configured()
     if count > 1 and refs.branch_tip(project.directory, refs.branch_for(issue.key)) is not None:
