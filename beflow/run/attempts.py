@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 import anyio
 
 from beflow.codehosts.base import CodeHost
-from beflow.config import Project
+from beflow.config import Attempts, Project
 from beflow.errors import BeflowError, UsageError
 from beflow.events import EventSink
 from beflow.records.record import Outcome, RunRecord
@@ -40,10 +40,18 @@ LABEL = re.compile(r"^attempts:(\d{1,3})$")
 
 
 def candidates_for(project: Project, issue: Issue, asked: int | None) -> tuple[int, str | None]:
-    """How many candidates ``issue`` gets — ``asked`` (``--attempts``), else its label ``attempts:N``, else
-    ``attempts.count`` — and a notice when its label asked for more than ``attempts.max`` (capped there). A
-    number of 1 is a plain run; so is an issue whose ``beflow/<key>`` exists (rounds continue that branch)."""
-    settings = project.config.attempts
+    """How many candidates ``issue`` gets (:func:`asked_for`) and what to say of it; 1 is a plain run, and so is
+    the run of an issue whose ``beflow/<key>`` exists (rounds continue that branch)."""
+    count, notice = asked_for(project.config.attempts, issue, asked)
+    if count > 1 and refs.branch_tip(project.directory, refs.branch_for(issue.key)) is not None:
+        why = f"issue {issue.key} already has its branch {refs.branch_for(issue.key)}: one run continues it"
+        return 1, f"{notice}; {why}" if notice else why
+    return count, notice
+
+
+def asked_for(settings: Attempts, issue: Issue, asked: int | None) -> tuple[int, str | None]:
+    """How many candidates are asked for ``issue`` — ``asked`` (``--attempts``), else its label ``attempts:N``, else
+    ``attempts.count`` — and a notice when its label asked for more than ``attempts.max`` (capped there)."""
     if asked is not None and asked > settings.max:
         raise UsageError(f"--attempts {asked} is more than attempts.max ({settings.max})", fix="beflow docs config")
     count, notice = asked, None
@@ -57,9 +65,6 @@ def candidates_for(project: Project, issue: Issue, asked: int | None) -> tuple[i
                 count = most
     if count is None:
         count = settings.configured()
-    if count > 1 and refs.branch_tip(project.directory, refs.branch_for(issue.key)) is not None:
-        why = f"issue {issue.key} already has its branch {refs.branch_for(issue.key)}: one run continues it"
-        return 1, f"{notice}; {why}" if notice else why
     return max(1, count), notice
 
 
@@ -79,6 +84,7 @@ class BestOf:
         code_host: CodeHost | None = None,
         lanes: anyio.CapacityLimiter | None = None,
         cancelled_because: Callable[[], str | None] | None = None,
+        candidate_events: EventSink | None = None,
     ) -> None:
         self.project = project
         self.tracker = tracker
@@ -87,6 +93,9 @@ class BestOf:
         self.code_host = code_host
         self.lanes = lanes or anyio.CapacityLimiter(count)
         self._events = threads.looped(events) if events is not None else None
+        #: Where the candidates' own events go (a watch's lane follows the judged run's only); default: ``events``.
+        heard = candidate_events if candidate_events is not None else events
+        self._candidate_events = threads.looped(heard) if heard is not None else None
         self._cancelled_because = cancelled_because or (lambda: None)
 
     async def execute(self, notice: str | None = None) -> RunRecord:
@@ -181,7 +190,7 @@ class _Judged:
                     best.tracker,
                     issue,
                     request,
-                    best._events,
+                    best._candidate_events,
                     branch=refs.candidate_branch(issue.key, candidate),
                     code_host=best.code_host,  # (its secrets are masked in the candidate's record too)
                 )

@@ -240,7 +240,7 @@ class Dispatcher:
                 self.tracker_look.succeeded()
                 # The checks every run needs (git, acpx, the prompt, .mcp.json) only when a run is about to start:
                 # an idle watch does next to nothing per tick.
-                startable = self.queue and self.project.config.watch.concurrency > len(self.running)
+                startable = self.queue and self.project.config.watch.concurrency > self._lanes_taken()
                 # `--once` with nothing to start still reports a configuration every run would fail on, from the
                 # checks that need no git process (a bad `worktrees.base` waits for a run to start).
                 idle = bool(once and not startable and self.holds.blocked is None)
@@ -270,24 +270,40 @@ class Dispatcher:
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         if self.holds.budget_reached(self.ledger, self._day_budget()) or self.holds.currency_held(self.project):
             return  # (a run that ended while the tick looked at the tracker may have found the currency wrong)
-        free = self.project.config.watch.concurrency - len(self.running)
+        concurrency = self.project.config.watch.concurrency
+        free = concurrency - self._lanes_taken()
         now = self.clock()
         for issue in list(self.queue):
             if free <= 0 or self.stopping:
                 break
             if issue.key in self.running or self.retries.backing_off(issue.key, now):
                 continue  # its run ended, and a retry was scheduled, while the tick looked at the tracker
+            round_ = self.rounds.round_of(issue.key)
+            lanes = min(self._candidates(issue), concurrency) if not round_ else 1
+            if lanes > free:
+                break  # best of N waits for its lanes, ahead of the issues after it
             attempt = self.retries.start(issue.key)
-            running = Running(
-                issue.key, attempt, anyio.CancelScope(), self.tracker, round=self.rounds.round_of(issue.key)
-            )
+            running = Running(issue.key, attempt, anyio.CancelScope(), self.tracker, round=round_, lanes=lanes)
             self.running[issue.key] = running
             self.queue.remove(issue)
-            free -= 1
+            free -= lanes
             self.emit("dispatched", issue.key, attempt=attempt, round=self.rounds.round_of(issue.key))
             tasks.start_soon(self._run, running, finished)
 
+    def _lanes_taken(self) -> int:
+        return sum(running.lanes for running in self.running.values())
+
+    def _candidates(self, issue: Issue) -> int:
+        """How many best-of-N candidates ``issue`` asks for (its label, the config): the lanes it takes."""
+        from beflow.run.attempts import asked_for
+
+        try:
+            return asked_for(self.project.config.attempts, issue, None)[0]
+        except BeflowError:
+            return 1
+
     async def _run(self, running: Running, finished: list[RunRecord]) -> None:
+        from beflow.run.attempts import BestOf, candidates_for
         from beflow.run.runner import Run  # (the run machinery: an idle `watch --once` never loads it)
 
         key = running.key
@@ -299,18 +315,41 @@ class Dispatcher:
             only_if_ready=True,
         )
         running.round = await self.rounds.shape(request, self.project, running.tracker, self.code_host)
-        run = Run(
-            self.project,
-            running.tracker,
-            request,
-            self._on_run_event,
-            cancelled_because=lambda: running.reason,
-            code_host=self.code_host,
-        )
         record: RunRecord | None = None
         try:
             with running.scope:
-                record = await run.execute()
+                count, notice = 1, None
+                if running.lanes > 1 and not running.round:
+                    issue = await threads.blocking(running.tracker.get, key)
+                    count, notice = await threads.blocking(candidates_for, self.project, issue, None)
+                if count > 1:
+
+                    def candidate_event(event: RunEvent) -> None:
+                        running.heard_candidate(event)
+                        self._tell(event)
+
+                    best = BestOf(
+                        self.project,
+                        running.tracker,
+                        request,
+                        count,
+                        self._on_run_event,
+                        code_host=self.code_host,
+                        lanes=anyio.CapacityLimiter(running.lanes),
+                        cancelled_because=lambda: running.reason,
+                        candidate_events=candidate_event,
+                    )
+                    record = await best.execute(notice)
+                else:
+                    run = Run(
+                        self.project,
+                        running.tracker,
+                        request,
+                        self._on_run_event,
+                        cancelled_because=lambda: running.reason,
+                        code_host=self.code_host,
+                    )
+                    record = await run.execute()
         except LockedError as error:
             # Another watcher (here, or on another machine) claimed the issue first: its lane is free again.
             taken = error.code == LockedError.code  # (not a NoLongerReady: that one may have been moved by a person)

@@ -41,6 +41,19 @@ class Running:
     usage: guardrails.Usage | None = None
     #: The review round it is (0: not a round; docs/rounds.md).
     round: int = 0
+    #: The lanes it takes: one, or one per best-of-N candidate (docs/runs.md#best-of-n).
+    lanes: int = 1
+
+    def heard_candidate(self, event: RunEvent) -> None:
+        """What the lane shows of one of its best-of-N candidates' events: the latest activity, progress and usage
+        of any (the lane's run is the judged one: its id and its end are its own)."""
+        match event.data:
+            case Activity(latest=latest):
+                self.latest = f"candidate: {latest}"
+            case AgentProgress(text=text):
+                self.progress = text
+            case _:
+                pass
 
     def heard(self, event: RunEvent) -> None:
         """What the lane learns from its run's event: the run's id, its latest activity, progress and usage."""
