@@ -98,6 +98,13 @@ class CheckResult(BaseModel):
     passed: bool
 
 
+class ReviewerChoice(BaseModel):
+    """What best of N's reviewer agent answered (``candidate.choose``): the candidate it prefers, and why."""
+
+    candidate: int = Field(ge=1)
+    reason: str = Field(max_length=2000)
+
+
 class CandidateRow(BaseModel):
     """One candidate of a best-of-N run, as the judge saw it: a line of the comparison table."""
 
@@ -106,6 +113,7 @@ class CandidateRow(BaseModel):
     agent: str
     branch: str | None = None
     outcome: Outcome
+    base_commit: str | None = None
     commit: str | None = None
     checks_passed: int = 0
     checks_total: int = 0
@@ -139,6 +147,10 @@ class RunRecord(BaseModel):
     lines_changed: int | None = None
     #: The judged run of a best-of-N issue: its candidates side by side (the chosen one's work is its branch).
     candidates: list[CandidateRow] = Field(default_factory=list)
+    #: Best of N's reviewer run: the candidates it may choose among (its answer is ``choice.json`` of its record).
+    reviewing: list[int] = Field(default_factory=list)
+    #: The judged run: what its reviewer chose and why, when it answered (the agent's words, masked).
+    review: ReviewerChoice | None = None
     #: 0: the issue's first run (and its retries); 1, 2...: a review round, continuing the branch with feedback.
     round: int = 0
     #: The feedback the round answered (its ids are on the round's commit too, as ``Beflow-Feedback:`` trailers).

@@ -33,6 +33,11 @@ def candidate_branch(key: str, candidate: int) -> str:
     return f"beflow-attempts/{slug(key)}/c{candidate}"
 
 
+def review_branch(key: str) -> str:
+    """``beflow-attempts/<key>/review``: where best of N's reviewer works (it commits nothing: the branch goes)."""
+    return f"beflow-attempts/{slug(key)}/review"
+
+
 def branch_tip(where: At, branch: str) -> str | None:
     """The commit ``branch`` points to, None when there is no such branch."""
     try:

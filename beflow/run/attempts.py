@@ -14,16 +14,18 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import anyio
 
 from beflow.codehosts.base import CodeHost
-from beflow.config import Attempts, Project
+from beflow.config import Attempts, Hooks, Project
 from beflow.errors import BeflowError, UsageError
 from beflow.events import EventSink
-from beflow.records.record import Outcome, RunRecord
-from beflow.repository import refs
-from beflow.run import judging
+from beflow.feedback import strip_hidden
+from beflow.records.record import CandidateRow, Outcome, RunRecord
+from beflow.repository import refs, status
+from beflow.run import judging, prompt
 from beflow.run.issue_status import refuse_closed
 from beflow.run.lifecycle import Session, unexpected
 from beflow.run.policy import status_after
@@ -33,7 +35,7 @@ from beflow.run.summary import pull_request_summary
 from beflow.system import threads
 from beflow.trackers import Issue, Status, Tracker
 from beflow.trackers.claims import Claim, ClaimLost, while_held
-from beflow.trackers.quoting import code
+from beflow.trackers.quoting import code, fenced
 
 #: The label that asks for N candidates on one issue.
 LABEL = re.compile(r"^attempts:(\d{1,3})$")
@@ -209,7 +211,7 @@ class _Judged:
         """The verdict, the table in the record, and the chosen candidate made ``beflow/<key>`` and proposed."""
         record, checks = self.record, len(self.config.attempts.judge.checks)
         rows = [judging.row_of(r, checks) for r in records]
-        choice = judging.choose(rows)
+        choice = await self._reviewed(rows) or judging.choose(rows)
         chosen = next((r for r in records if r.candidate == choice.chosen), None)
         record.candidates = [row.model_copy(update={"chosen": row.candidate == choice.chosen}) for row in rows]
         self.session.store.save(record)
@@ -232,6 +234,46 @@ class _Judged:
         if not self.config.attempts.keep:
             await threads.blocking(self._remove_branches, records)
         return "succeeded", reason
+
+    async def _reviewed(self, rows: Sequence[CandidateRow]) -> judging.Choice | None:
+        """The reviewer's choice among the passing candidates (``attempts.judge.reviewer``), or None: no reviewer,
+        fewer than two passing, or no answer that names one of them (then the checks and the diffs choose, as said).
+
+        The reviewer is a run of its own (in a lane, its sandbox, its record) in a worktree of the base: beflow's
+        prompt gives it the issue and each passing candidate's diff (capped), it answers through
+        ``candidate.choose`` (beflow's own MCP server, bound to its run), and nothing it changes is committed."""
+        best, issue = self.best, self.session.issue
+        reviewer = self.config.attempts.judge.reviewer
+        passing = [row for row in rows if judging.passes(row)]
+        if reviewer is None or len(passing) < 2:
+            return None
+        text = await threads.blocking(review_prompt, best.project.directory, issue, passing)
+        after_run = self.config.after_run.model_copy(update={"commit": False, "pull_request": False})
+        mcp = self.config.mcp.model_copy(update={"self_server": True})  # (its answer goes through beflow's server)
+        update = {"agent": reviewer, "hooks": Hooks(), "after_run": after_run, "mcp": mcp}
+        config = self.config.model_copy(update=update)
+        session = Session(
+            best.project.model_copy(update={"config": config}),
+            best.tracker,
+            issue,
+            dataclasses.replace(best.request, review=text),
+            best._candidate_events,
+            branch=refs.review_branch(issue.key),
+            code_host=best.code_host,
+        )
+        session.record.reviewing = [row.candidate for row in passing]
+        async with best.lanes:
+            try:
+                await InWorktree(session, self._cancelled_because, None, self.claim).run()
+            except Exception as error:  # recorded by the run itself: the checks and the diffs choose
+                self.session.emit("notice", message=f"the reviewer: {unexpected(error)}")
+        answer = session.store.read_choice(session.record.id)
+        if answer is None or answer.candidate not in session.record.reviewing:
+            why = f"the reviewer (run {session.record.id}) chose no candidate that passed: the checks and diffs choose"
+            self.session.emit("notice", message=why)
+            return None
+        self.record.review = answer
+        return judging.Choice(answer.candidate, f"candidate {answer.candidate} chosen by the reviewer")
 
     def _propose(self, host: CodeHost, branch: str, reason: str) -> str:
         """Push ``beflow/<key>`` and open its pull request, the table in its body; a failure is said, not fatal."""
@@ -260,6 +302,38 @@ class _Judged:
         for candidate in records:
             if candidate.branch and candidate.commit:
                 refs.delete_branch_at(self.best.project.directory, candidate.branch, candidate.commit)
+
+
+#: Bytes of each candidate's diff the reviewer is shown; beyond, a line says how much was left out.
+REVIEW_DIFF = 32 << 10
+
+
+def review_prompt(directory: Path, issue: Issue, passing: Sequence[CandidateRow]) -> str:
+    """The reviewer's prompt: the issue, each passing candidate's figures and diff (capped at :data:`REVIEW_DIFF`
+    bytes, control characters replaced), and how to answer."""
+    numbers = ", ".join(str(row.candidate) for row in passing)
+    parts = [
+        f"You review {len(passing)} candidate solutions to one issue, each on a branch of its own. Do not change "
+        "any file. Read the issue and each candidate's diff, then call the tool `candidate_choose` of beflow's MCP "
+        f"server once, with the number of the candidate you prefer ({numbers}) and why, in a few sentences.",
+        "",
+        f"# Issue {issue.key}: {prompt.without_controls(strip_hidden(issue.title))}",
+        "",
+        prompt.without_controls(strip_hidden(issue.body)),
+    ]
+    for row in passing:
+        assert row.commit is not None and row.base_commit is not None
+        diff = status.diff(directory, row.base_commit, row.commit).encode("utf-8", "replace")
+        shown = diff[:REVIEW_DIFF].decode("utf-8", "replace")
+        cut = f"\n[{len(diff) - REVIEW_DIFF} more bytes of the diff are left out]" if len(diff) > REVIEW_DIFF else ""
+        figures = f"{row.checks_passed}/{row.checks_total} checks passed, {row.lines_changed} lines changed"
+        parts += [
+            "",
+            f"## Candidate {row.candidate} ({figures})",
+            "",
+            fenced(prompt.without_controls(shown), "diff") + cut,
+        ]
+    return "\n".join(parts) + "\n"
 
 
 def _issue_line(issue: Issue, *, closes: bool) -> str:

@@ -34,6 +34,7 @@ def row_of(record: RunRecord, checks: int) -> CandidateRow:
         agent=record.agent,
         branch=record.branch,
         outcome=record.outcome,
+        base_commit=record.base_commit,
         commit=record.commit,
         checks_passed=sum(check.passed for check in record.checks),
         checks_total=checks,

@@ -121,9 +121,9 @@ class Session:
         #: Why the claim's lease was lost, if it was: another machine owns the issue now, and this run leaves it be.
         self.claim_lost: str | None = None
         #: Trackers that show a run's progress on the issue are told from a thread of the run's own.
-        #: A best-of-N candidate leaves the issue to the judged run (:mod:`beflow.run.attempts`): it tells the tracker
-        #: nothing itself.
-        self.reports = not request.candidate
+        #: A best-of-N candidate (and its reviewer) leaves the issue to the judged run (:mod:`beflow.run.attempts`):
+        #: it tells the tracker nothing itself.
+        self.reports = not request.candidate and request.review is None
         shows = isinstance(tracker, ShowsProgress) and self.reports
         self._reporter = ProgressReporter(self._progress) if shows else None
         #: The run as an agent's session on the issue, for a tracker that hosts them (opened by :meth:`start`).

@@ -41,6 +41,9 @@ class RunRequest:
     #: Best of N: the candidate this run is (1, 2...), on its own branch, judged before anything is proposed; 0: a
     #: plain run. A candidate leaves the tracker to the judged run (:mod:`beflow.run.attempts`).
     candidate: int = 0
+    #: Best of N's reviewer: its prompt (the issue and the passing candidates' diffs, written by beflow, not the
+    #: template); None: not a reviewer. A reviewer leaves the tracker to the judged run, and commits nothing.
+    review: str | None = None
 
 
 def _prompt_variables(

@@ -181,7 +181,12 @@ class InWorktree:
         record, issue = self.record, self.session.issue
         branch = record.branch or refs.branch_for(issue.key)
         try:
-            text = render_prompt(self.project, issue, self.request, branch=branch, run_id=record.id)
+            review = self.request.review  # (best of N's reviewer: its prompt is beflow's)
+            text = (
+                review
+                if review is not None
+                else render_prompt(self.project, issue, self.request, branch=branch, run_id=record.id)
+            )
         except BeflowError as error:
             record.permanent = True
             await threads.shielded(self.session.start, "")  # the tracker is told: a watch does not pick it up again

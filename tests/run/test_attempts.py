@@ -59,3 +59,36 @@ def test_the_passing_candidate_with_the_smallest_diff_becomes_the_issues_branch(
     assert len([c for c in comments if "candidate" in c]) == 1
     table = comments[-1]
     assert "| 3 (chosen) |" in table and "| 0/1 |" in table and f"`beflow-attempts/{key}/c1`" in table
+
+
+def test_a_reviewer_agents_answer_chooses_among_the_passing_candidates(auto_project: AutoProject, beflow) -> None:
+    # Both candidates pass; the smaller diff is candidate 2's, but the reviewer prefers 1 and says why. The issue's
+    # body reaches the reviewer's prompt only (the candidates' template leaves it out).
+    auto_project.configure(
+        prompt="{% if candidate == 1 %}acp-test: write app.txt ok\\nthorough\\n\n"
+        "{% else %}acp-test: write app.txt ok\\n\n{% endif %}",
+        attempts={"count": 2, "judge": {"checks": ["grep -qx ok app.txt"], "reviewer": auto_project.config["agent"]}},
+    )
+    reply = '{"candidate": 1, "reason": "candidate 1 is more thorough @someone"}'
+    key = auto_project.new_issue(f"mcp-call beflow candidate_choose {reply}", title="Make app ok")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    records = auto_project.records(key)
+    (judged,) = [r for r in records if not r.candidate and not r.reviewing]
+    (reviewer,) = [r for r in records if r.reviewing]
+    assert reviewer.reviewing == [1, 2] and reviewer.outcome in ("succeeded", "no_changes")
+    assert reviewer.commit is None and not reviewer.worktree_kept
+    assert (
+        "Candidate 2 (1/1 checks passed, 1 lines changed)" in (auto_project.run_dir(reviewer) / "prompt.md").read_text()
+    )
+    assert judged.review is not None and judged.review.candidate == 1
+    assert judged.stop_reason == "candidate 1 chosen by the reviewer"
+    assert git(auto_project.directory, "rev-parse", f"beflow/{key}").strip() == judged.commit
+    assert [b for b in auto_project.branches() if b.startswith("beflow-attempts/")] == [
+        f"beflow-attempts/{key}/c1",
+        f"beflow-attempts/{key}/c2",
+    ]  # kept (the default); the reviewer's branch held nothing and went
+    comment = auto_project.issue(key).comments[-1].text
+    assert "The reviewer chose candidate 1:" in comment and "more thorough" in comment
