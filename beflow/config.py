@@ -373,8 +373,8 @@ class AfterRun(Model):
 
 
 class Judge(Model):
-    """How best of N picks its candidate (docs/runs.md): the checks each candidate's branch must pass, run in its
-    sandbox as hooks are; ``reviewer``: an agent that reads the passing candidates' diffs and chooses."""
+    """How best of N picks its candidate (docs/runs.md#best-of-n): the checks each candidate's work runs, in its
+    sandbox as hooks are; ``reviewer``: an agent that reads the passing candidates' diffs and chooses one."""
 
     checks: list[HookSpec] = Field(default_factory=list)
     reviewer: str | AgentCommand | None = None

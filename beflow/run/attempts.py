@@ -12,62 +12,30 @@ None passing: the issue fails with the table, every branch kept.
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import anyio
 
 from beflow.codehosts.base import CodeHost
-from beflow.config import Attempts, Hooks, Project
-from beflow.errors import BeflowError, UsageError
+from beflow.config import Hooks, Project
+from beflow.errors import BeflowError
 from beflow.events import EventSink
 from beflow.feedback import strip_hidden
 from beflow.records.record import CandidateRow, Outcome, RunRecord
 from beflow.repository import refs, status
 from beflow.run import judging, prompt
+from beflow.run.candidates import candidates_for
 from beflow.run.issue_status import refuse_closed
 from beflow.run.lifecycle import Session, unexpected
 from beflow.run.policy import status_after
 from beflow.run.request import RunRequest
-from beflow.run.runner import InWorktree, NoLongerReady
+from beflow.run.runner import InWorktree, NoLongerReady, Run
 from beflow.run.summary import pull_request_summary
 from beflow.system import threads
 from beflow.trackers import Issue, Status, Tracker
 from beflow.trackers.claims import Claim, ClaimLost, while_held
 from beflow.trackers.quoting import code, fenced
-
-#: The label that asks for N candidates on one issue.
-LABEL = re.compile(r"^attempts:(\d{1,3})$")
-
-
-def candidates_for(project: Project, issue: Issue, asked: int | None) -> tuple[int, str | None]:
-    """How many candidates ``issue`` gets (:func:`asked_for`) and what to say of it; 1 is a plain run, and so is
-    the run of an issue whose ``beflow/<key>`` exists (rounds continue that branch)."""
-    count, notice = asked_for(project.config.attempts, issue, asked)
-    if count > 1 and refs.branch_tip(project.directory, refs.branch_for(issue.key)) is not None:
-        why = f"issue {issue.key} already has its branch {refs.branch_for(issue.key)}: one run continues it"
-        return 1, f"{notice}; {why}" if notice else why
-    return count, notice
-
-
-def asked_for(settings: Attempts, issue: Issue, asked: int | None) -> tuple[int, str | None]:
-    """How many candidates are asked for ``issue`` — ``asked`` (``--attempts``), else its label ``attempts:N``, else
-    ``attempts.count`` — and a notice when its label asked for more than ``attempts.max`` (capped there)."""
-    if asked is not None and asked > settings.max:
-        raise UsageError(f"--attempts {asked} is more than attempts.max ({settings.max})", fix="beflow docs config")
-    count, notice = asked, None
-    if count is None:
-        labelled = [int(m.group(1)) for label in issue.labels if (m := LABEL.match(label.strip()))]
-        if labelled:
-            count = max(labelled)
-            if count > settings.max:
-                most = settings.max
-                notice = f"issue {issue.key} asks for {count} candidates; attempts.max is {most}, so {most} run"
-                count = most
-    if count is None:
-        count = settings.configured()
-    return max(1, count), notice
 
 
 class BestOf:
@@ -340,3 +308,38 @@ def _issue_line(issue: Issue, *, closes: bool) -> str:
     if closes:  # (as a plain run's pull request says it: beflow.run.runner)
         return f"Closes #{issue.key}" + (f" ({issue.url})" if issue.url else "")
     return f"Issue: {issue.url}" if issue.url else f"Issue: {code(issue.key)}"
+
+
+async def run_issue(
+    project: Project,
+    tracker: Tracker,
+    request: RunRequest,
+    events: EventSink,
+    *,
+    code_host: CodeHost | None,
+    lanes: int,
+    cancelled_because: Callable[[], str | None],
+    candidate_events: EventSink,
+) -> RunRecord:
+    """One issue's run as a watch starts it in its ``lanes``: best of N when it has lanes for more than one
+    candidate and still asks for them (:func:`~beflow.run.candidates.candidates_for`), else a plain run."""
+    count, notice = 1, None
+    if lanes > 1 and not request.round:
+        issue = await threads.blocking(tracker.get, request.key)
+        count, notice = await threads.blocking(candidates_for, project, issue, None)
+    if count > 1:
+        best = BestOf(
+            project,
+            tracker,
+            request,
+            count,
+            events,
+            code_host=code_host,
+            lanes=anyio.CapacityLimiter(lanes),
+            cancelled_because=cancelled_because,
+            candidate_events=candidate_events,
+        )
+        return await best.execute(notice)
+    return await Run(
+        project, tracker, request, events, cancelled_because=cancelled_because, code_host=code_host
+    ).execute()

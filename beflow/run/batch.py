@@ -21,7 +21,8 @@ from beflow.ops import rounds
 from beflow.records.record import Mode, RunRecord
 from beflow.records.store import RunStore
 from beflow.run import preflight
-from beflow.run.attempts import BestOf, candidates_for
+from beflow.run.attempts import BestOf
+from beflow.run.candidates import candidates_for
 from beflow.run.issue_status import requeue_orphans, settle_orphans
 from beflow.run.request import RunRequest
 from beflow.run.runner import NoLongerReady, Run

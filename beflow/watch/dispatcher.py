@@ -42,7 +42,7 @@ from beflow.trackers import Issue, Tracker, reading_once
 from beflow.trackers.base import NamesUnreadable, WatchesDirectories
 from beflow.watch.endings import Endings
 from beflow.watch.holds import Holds
-from beflow.watch.lanes import Running, Snapshot, run_ids
+from beflow.watch.lanes import Running, Snapshot, lanes_asked, run_ids
 from beflow.watch.reachability import TrackerLook
 from beflow.watch.reloading import ConfigReload
 from beflow.watch.retries import Retries
@@ -279,7 +279,7 @@ class Dispatcher:
             if issue.key in self.running or self.retries.backing_off(issue.key, now):
                 continue  # its run ended, and a retry was scheduled, while the tick looked at the tracker
             round_ = self.rounds.round_of(issue.key)
-            lanes = min(self._candidates(issue), concurrency) if not round_ else 1
+            lanes = min(lanes_asked(self.project, issue), concurrency) if not round_ else 1
             if lanes > free:
                 break  # best of N waits for its lanes, ahead of the issues after it
             attempt = self.retries.start(issue.key)
@@ -293,18 +293,8 @@ class Dispatcher:
     def _lanes_taken(self) -> int:
         return sum(running.lanes for running in self.running.values())
 
-    def _candidates(self, issue: Issue) -> int:
-        """How many best-of-N candidates ``issue`` asks for (its label, the config): the lanes it takes."""
-        from beflow.run.attempts import asked_for
-
-        try:
-            return asked_for(self.project.config.attempts, issue, None)[0]
-        except BeflowError:
-            return 1
-
     async def _run(self, running: Running, finished: list[RunRecord]) -> None:
-        from beflow.run.attempts import BestOf, candidates_for
-        from beflow.run.runner import Run  # (the run machinery: an idle `watch --once` never loads it)
+        from beflow.run.attempts import run_issue  # (the run machinery: an idle `watch --once` never loads it)
 
         key = running.key
         request = RunRequest(
@@ -315,41 +305,24 @@ class Dispatcher:
             only_if_ready=True,
         )
         running.round = await self.rounds.shape(request, self.project, running.tracker, self.code_host)
+
+        def candidate_event(event: RunEvent) -> None:
+            running.heard_candidate(event)
+            self._tell(event)
+
         record: RunRecord | None = None
         try:
             with running.scope:
-                count, notice = 1, None
-                if running.lanes > 1 and not running.round:
-                    issue = await threads.blocking(running.tracker.get, key)
-                    count, notice = await threads.blocking(candidates_for, self.project, issue, None)
-                if count > 1:
-
-                    def candidate_event(event: RunEvent) -> None:
-                        running.heard_candidate(event)
-                        self._tell(event)
-
-                    best = BestOf(
-                        self.project,
-                        running.tracker,
-                        request,
-                        count,
-                        self._on_run_event,
-                        code_host=self.code_host,
-                        lanes=anyio.CapacityLimiter(running.lanes),
-                        cancelled_because=lambda: running.reason,
-                        candidate_events=candidate_event,
-                    )
-                    record = await best.execute(notice)
-                else:
-                    run = Run(
-                        self.project,
-                        running.tracker,
-                        request,
-                        self._on_run_event,
-                        cancelled_because=lambda: running.reason,
-                        code_host=self.code_host,
-                    )
-                    record = await run.execute()
+                record = await run_issue(
+                    self.project,
+                    running.tracker,
+                    request,
+                    self._on_run_event,
+                    code_host=self.code_host,
+                    lanes=running.lanes,
+                    cancelled_because=lambda: running.reason,
+                    candidate_events=candidate_event,
+                )
         except LockedError as error:
             # Another watcher (here, or on another machine) claimed the issue first: its lane is free again.
             taken = error.code == LockedError.code  # (not a NoLongerReady: that one may have been moved by a person)

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 import anyio
 
 from beflow import guardrails
+from beflow.config import Project
 from beflow.errors import BeflowError, NotFoundError
 from beflow.events import Activity, AgentProgress, Finished, RunEvent, UsageReport
 from beflow.records.record import RunRecord
 from beflow.records.store import RunStore
+from beflow.run.candidates import asked_for
 from beflow.trackers import Issue, Status, Tracker
 from beflow.watch.retries import Backoff
 
@@ -110,6 +112,14 @@ class Running:
         except (BeflowError, OSError, ValueError):
             return None
         return record if record.finished else None
+
+
+def lanes_asked(project: Project, issue: Issue) -> int:
+    """The lanes ``issue`` asks for: one per best-of-N candidate its label or the config asks for."""
+    try:
+        return asked_for(project.config.attempts, issue, None)[0]
+    except BeflowError:
+        return 1
 
 
 def run_ids(running: dict[str, Running]) -> dict[str, str | None]:

@@ -3,7 +3,11 @@ prompts differ by the ``candidate`` variable; the judge's check and the diff siz
 
 from __future__ import annotations
 
-from beflow.trackers import Status
+from pathlib import Path
+
+from beflow.records.record import CandidateRow, now
+from beflow.run.attempts import REVIEW_DIFF, review_prompt
+from beflow.trackers import Issue, Status
 from tests.support.projects import AutoProject, git
 
 #: Candidate 1 passes with the larger diff, 2 fails the check, 3 passes with the smallest: 3 is chosen.
@@ -92,3 +96,25 @@ def test_a_reviewer_agents_answer_chooses_among_the_passing_candidates(auto_proj
     ]  # kept (the default); the reviewer's branch held nothing and went
     comment = auto_project.issue(key).comments[-1].text
     assert "The reviewer chose candidate 1:" in comment and "more thorough" in comment
+
+
+def test_the_reviewers_prompt_has_the_issue_and_each_passing_diff_capped(repo: Path) -> None:
+    base = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "big.txt").write_text("x" * 100 + "\n" + "y\n" * (REVIEW_DIFF // 2) + "\x1b[31m\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "big")
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    row = CandidateRow(
+        candidate=2, run_id="r", agent="a", outcome="succeeded", base_commit=base, commit=commit, lines_changed=9
+    )
+    issue = Issue(
+        key="7", title="Fix it", body="Do it <!-- hidden -->", status=Status.READY, created=now(), updated=now()
+    )
+
+    text = review_prompt(repo, issue, [row, row.model_copy(update={"candidate": 3})])
+
+    assert "call the tool `candidate_choose`" in text and "(2, 3)" in text
+    assert "# Issue 7: Fix it\n\nDo it" in text and "hidden" not in text
+    assert "## Candidate 2 (0/0 checks passed, 9 lines changed)" in text and "## Candidate 3" in text
+    assert "+" + "x" * 100 in text and "more bytes of the diff are left out]" in text
+    assert "\x1b" not in text and len(text) < 3 * REVIEW_DIFF

@@ -9,7 +9,7 @@ import pytest
 from beflow.config import Config, Project
 from beflow.errors import UsageError
 from beflow.records.record import now
-from beflow.run.attempts import candidates_for
+from beflow.run.candidates import candidates_for
 from beflow.trackers import Issue, Status
 from tests.support.projects import git
 
