@@ -35,6 +35,7 @@ ROWS = (
     "fleet",
     "fleet2x2",
     "fleetfailover",
+    "attempts",
 )
 
 
