@@ -284,13 +284,13 @@ def choose_candidate(context: Context, payload: CandidateChoice) -> CandidateCho
     if context.bound_run is None:
         raise NotBoundError(
             "candidate.choose: this session is not part of a run, so there is no choice to make",
-            fix="Only best of N's reviewer agent chooses (docs/runs.md#best-of-n).",
+            fix="Only best of N's reviewer agent chooses (`beflow docs runs`, best of N).",
         )
     record = _lookup(context, context.bound_run)
     if not record.reviewing:
         raise OutOfScopeError(
             "candidate.choose: this run is not best of N's reviewer, so it chooses no candidate",
-            fix="Only best of N's reviewer agent chooses (docs/runs.md#best-of-n).",
+            fix="Only best of N's reviewer agent chooses (`beflow docs runs`, best of N).",
         )
     if payload.candidate not in record.reviewing:
         listed = ", ".join(map(str, record.reviewing))
