@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from beflow.records.record import CandidateRow, now
 from beflow.run.attempts import REVIEW_DIFF, review_prompt
 from beflow.trackers import Issue, Status
+from tests.support.github import TOKEN, FakeGitHub
 from tests.support.projects import AutoProject, git
 
 #: Candidate 1 passes with the larger diff, 2 fails the check, 3 passes with the smallest: 3 is chosen.
@@ -20,12 +23,17 @@ PROMPT = (
 )
 
 
-def test_the_passing_candidate_with_the_smallest_diff_becomes_the_issues_branch(
-    auto_project: AutoProject, beflow
+def test_the_passing_candidate_with_the_smallest_diff_becomes_the_issues_branch_and_its_one_pull_request(
+    auto_project: AutoProject, beflow, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("HOSTPAT", TOKEN)
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    origin = auto_project.add_origin()
     auto_project.configure(
         prompt=PROMPT,
         attempts={"judge": {"checks": ["grep -qx ok app.txt"]}, "keep": False},
+        code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url, "token_env": "HOSTPAT"},
+        after_run={"pull_request": True},
     )
     key = auto_project.new_issue("mcp", title="Make app ok")
 
@@ -63,6 +71,14 @@ def test_the_passing_candidate_with_the_smallest_diff_becomes_the_issues_branch(
     assert len([c for c in comments if "candidate" in c]) == 1
     table = comments[-1]
     assert "| 3 (chosen) |" in table and "| 0/1 |" in table and f"`beflow-attempts/{key}/c1`" in table
+    # One pull request, of beflow/<key>, with the table; no candidate's branch was pushed.
+    (pull,) = github.pulls.values()
+    assert (pull["head"]["ref"], pull["title"]) == (f"beflow/{key}", "Make app ok")
+    assert "| 3 (chosen) |" in pull["body"] and judged.pull_request == pull["html_url"]
+    assert git(origin, "for-each-ref", "--format=%(refname)").split() == [f"refs/heads/beflow/{key}", "refs/heads/main"]
+    assert pull["html_url"] in table
+    runs = auto_project.directory / ".beflow" / "runs"
+    assert [p for p in runs.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()] == []
 
 
 def test_a_reviewer_agents_answer_chooses_among_the_passing_candidates(auto_project: AutoProject, beflow) -> None:
