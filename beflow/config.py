@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from beflow import ACPX_VERSION
 from beflow.errors import ConfigError
@@ -437,6 +437,45 @@ class AfterReview(Model):
     approvals: int = Field(default=1, ge=1, le=20)
 
 
+class Judge(Model):
+    """How best of N picks its candidate (docs/runs.md#best-of-n): the checks each candidate's work runs, in its
+    sandbox as hooks are; ``reviewer``: an agent that reads the passing candidates' diffs and chooses one."""
+
+    checks: list[HookSpec] = Field(default_factory=list)
+    reviewer: str | AgentCommand | None = None
+
+    def commands(self) -> list[Hook]:
+        return [Hook(command=spec) if isinstance(spec, str) else spec for spec in self.checks]
+
+
+class Attempts(Model):
+    """Best of N: several candidates at one issue, judged, one pull request (docs/runs.md)."""
+
+    #: Candidates per issue; left out, one per entry of ``agents`` (none: one run, as without this key).
+    count: Count | None = None
+    #: The agent of each candidate, in turn (``agent``'s forms); left out, the configured ``agent`` for all.
+    agents: list[str | AgentCommand] = Field(default_factory=list)
+    judge: Judge = Field(default_factory=Judge)
+    #: Keep the other candidates' branches (``beflow-attempts/<key>/c<N>``) once one is chosen.
+    keep: Flag = True
+    #: The most candidates ``--attempts`` and the label ``attempts:N`` may ask for.
+    max: Count = 4
+
+    @model_validator(mode="after")
+    def _within_max(self) -> Attempts:
+        if self.count is not None and self.count > self.max:
+            raise ValueError(f"count ({self.count}) is more than max ({self.max})")
+        return self
+
+    def configured(self) -> int:
+        """How many candidates an issue gets when neither ``--attempts`` nor a label says (1: a plain run)."""
+        return self.count if self.count is not None else max(1, len(self.agents))
+
+    def agent_of(self, candidate: int, default: str | AgentCommand) -> str | AgentCommand:
+        """The agent of candidate ``candidate`` (from 1): ``agents`` in turn, else ``default``."""
+        return self.agents[(candidate - 1) % len(self.agents)] if self.agents else default
+
+
 class Watch(Model):
     interval: Seconds = 30.0
     concurrency: Count = 2
@@ -673,6 +712,7 @@ class Config(Model):
     limits: Limits = Field(default_factory=Limits)
     feedback: Feedback = Field(default_factory=Feedback)
     triggers: Triggers = Field(default_factory=Triggers)
+    attempts: Attempts = Field(default_factory=Attempts)
     sandbox: Sandbox = Field(default_factory=Sandbox)
     #: What dispatches and runs issues: this machine's ``beflow watch``, or a fleet on Temporal.
     engine: Engine = Field(default_factory=LocalEngineSettings)

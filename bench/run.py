@@ -66,6 +66,7 @@ ROWS = (
     "fleet",
     "fleet2x2",
     "fleetfailover",
+    "attempts",
 )
 BROWSER = ROOT / "tools" / "browser" / "node_modules"
 
@@ -619,6 +620,40 @@ class Bench:
                 ratio <= 1.10,
                 ratio,
                 {"bare": bare, "beflow": ours},
+                f"{(value - base) * 1000:.0f} ms over",
+            )
+        )
+
+    def attempts(self) -> None:
+        """Best of N in N lanes (``--attempts`` with ``--lanes`` candidates, each a ``--turn``-second agent turn, the
+        judge's check ``true``) against one plain ``--auto`` run of the same turn plus the check run bare: the
+        slowest candidate plus the judge, interleaved."""
+        repo = self.repo()
+        config = json.loads((repo / "config.json").read_text())
+        config["attempts"] = {"judge": {"checks": ["true"]}, "max": max(4, self.sizes.lanes)}
+        (repo / "config.json").write_text(json.dumps(config, indent=2))
+        prompt = prompt_for(self.sizes.turn)
+        plain, best = [], []
+        for index in range(self.sizes.runs):
+            one, many = new_issue(repo, f"plain {index}", prompt), new_issue(repo, f"best {index}", prompt)
+            check = _timed(lambda: subprocess.run(["sh", "-c", "true"], cwd=repo, check=True))
+            plain.append(_timed(lambda k=one: measure(beflow(repo, "--auto", k), repo)) + check)
+            argv = beflow(repo, "--auto", many, "--attempts", str(self.sizes.lanes))
+            best.append(_timed(lambda a=argv: measure(a, repo)))
+        base, value = median(plain), median(best)
+        ratio = value / base
+        self.add(
+            Row(
+                "attempts",
+                f"best of {self.sizes.lanes} in {self.sizes.lanes} lanes ({self.sizes.turn:g}-s turns)",
+                "one run + the judge's check",
+                base,
+                value,
+                "s",
+                "<= 1.10x",
+                ratio <= 1.10,
+                ratio,
+                {"plain": plain, "best": best},
                 f"{(value - base) * 1000:.0f} ms over",
             )
         )

@@ -485,3 +485,14 @@ def test_triggers_default_to_the_label_alone_and_label_false_is_refused_naming_t
     with pytest.raises(ConfigError) as caught:
         load_config_file(path)
     assert "triggers.label" in caught.value.message and "false is not supported" in caught.value.message
+
+
+def test_attempts_count_defaults_to_the_agents_and_may_not_pass_max() -> None:
+    attempts = Config.model_validate({"attempts": {"agents": ["codex", {"command": "x"}]}}).attempts
+
+    assert attempts.configured() == 2
+    assert attempts.agent_of(3, "claude") == "codex"
+    assert Config().attempts.configured() == 1
+    assert Config().attempts.agent_of(2, "claude") == "claude"
+    with pytest.raises(ValueError, match=r"count \(5\) is more than max \(4\)"):
+        Config.model_validate({"attempts": {"count": 5}})

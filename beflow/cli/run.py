@@ -18,14 +18,22 @@ from beflow.watch import holds
 @click.command(
     "auto",
     hidden=True,
-    epilog="Examples:\n\n  beflow --auto            # every ready issue, once\n\n  beflow --auto 7 9 --concurrency 2",
+    epilog="Examples:\n\n  beflow --auto            # every ready issue, once\n\n"
+    "  beflow --auto 7 9 --concurrency 2\n\n  beflow --auto 7 --attempts 3   # three candidates, the best proposed",
 )
 @click.argument("keys", nargs=-1)
 @click.option("--limit", type=click.IntRange(min=1), help="Run at most N issues.")
 @click.option("--concurrency", type=click.IntRange(min=1), default=1, show_default=True, help="Issues run at once.")
+@click.option(
+    "--attempts",
+    type=click.IntRange(min=1),
+    help="Best of N: N candidates per issue, judged, one pull request (at most attempts.max).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON event per line instead of the live view.")
 @pass_app
-def auto(app: App, keys: tuple[str, ...], limit: int | None, concurrency: int, as_json: bool) -> None:
+def auto(
+    app: App, keys: tuple[str, ...], limit: int | None, concurrency: int, attempts: int | None, as_json: bool
+) -> None:
     """Run the agent on the given issues (default: every ready issue, once), unattended, each in a throwaway
     worktree on branch beflow/<key>; commit, record, update the tracker, exit."""
     from beflow.app import open_code_host
@@ -46,6 +54,7 @@ def auto(app: App, keys: tuple[str, ...], limit: int | None, concurrency: int, a
                 list(keys),
                 limit=limit,
                 concurrency=concurrency,
+                attempts=attempts,
                 opens_code_host=open_code_host,
                 events=progress,
             )

@@ -66,9 +66,9 @@ def history(store: RunStore, key: str, issue_id: str | None = None) -> list[RunR
 
 def branch_in(records: Iterable[RunRecord], key: str) -> str:
     """Where the runs of an issue commit: the branch its first run had (named from its key then: an issue whose key
-    changed since keeps it), else ``beflow/<key>``."""
+    changed since keeps it), else ``beflow/<key>``. A best-of-N candidate's branch is its own, never the issue's."""
     for record in sorted(records, key=lambda r: (r.started_at, r.id)):
-        if record.branch:
+        if record.branch and not record.candidate:
             return record.branch
     return refs.branch_for(key)
 

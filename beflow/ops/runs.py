@@ -10,12 +10,12 @@ from pydantic import BaseModel, Field
 from beflow.agent import acpx
 from beflow.agent.session import close_killed_runs, reported_usage
 from beflow.config import Project
-from beflow.errors import NotBoundError, NotFoundError, excerpt
+from beflow.errors import NotBoundError, NotFoundError, OutOfScopeError, excerpt
 from beflow.guardrails import Usage
 from beflow.ops.agent_words import agent_words
 from beflow.ops.operations import Context, Input, Key, operation
 from beflow.records.logs import STDERR_LIMIT, TRANSCRIPT_LIMIT
-from beflow.records.record import MAX_PROGRESS, ProgressNote, RunRecord
+from beflow.records.record import MAX_PROGRESS, ProgressNote, ReviewerChoice, RunRecord
 from beflow.records.store import RunStore
 from beflow.trackers.issue import normalize_key
 
@@ -258,3 +258,46 @@ def report_progress(context: Context, payload: ProgressReport) -> ProgressRecord
     note = ProgressNote(time=dt.datetime.now(dt.UTC), text=text, actor=context.actor)
     runs.add_progress(record.id, note)
     return ProgressRecorded(run=record.id, note=note)
+
+
+class CandidateChoice(Input):
+    candidate: int = Field(ge=1, le=100, description="The number of the candidate you prefer (one the prompt lists).")
+    reason: str = Field(min_length=1, max_length=2000, description="Why, in a few sentences.")
+
+
+class CandidateChosen(BaseModel):
+    run: str
+    candidate: int
+
+
+@operation(
+    "candidate.choose",
+    title="Choose the best candidate",
+    description="Best of N's reviewer only: say which candidate's work you prefer, and why. Only the candidates your "
+    "prompt lists may be chosen; calling it again replaces your answer. Cheap.",
+    safety="action",
+    agent=True,
+    category="runs",
+    tags=("runs", "write", "attempts"),
+)
+def choose_candidate(context: Context, payload: CandidateChoice) -> CandidateChosen:
+    if context.bound_run is None:
+        raise NotBoundError(
+            "candidate.choose: this session is not part of a run, so there is no choice to make",
+            fix="Only best of N's reviewer agent chooses (`beflow docs runs`, best of N).",
+        )
+    record = _lookup(context, context.bound_run)
+    if not record.reviewing:
+        raise OutOfScopeError(
+            "candidate.choose: this run is not best of N's reviewer, so it chooses no candidate",
+            fix="Only best of N's reviewer agent chooses (`beflow docs runs`, best of N).",
+        )
+    if payload.candidate not in record.reviewing:
+        listed = ", ".join(map(str, record.reviewing))
+        raise OutOfScopeError(
+            f"candidate.choose: candidate {payload.candidate} is not one you may choose",
+            fix=f"Choose one of {listed}: the candidates that passed the checks.",
+        )
+    reason = agent_words(context, payload.reason)  # the run's secrets masked (docs/safety.md)
+    store(context).write_choice(record.id, ReviewerChoice(candidate=payload.candidate, reason=reason))
+    return CandidateChosen(run=record.id, candidate=payload.candidate)

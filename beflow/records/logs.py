@@ -16,13 +16,17 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from beflow.paths import STATE_DIR
-from beflow.records.record import SHOWN_PROGRESS, ProgressNote
+from beflow.records.record import SHOWN_PROGRESS, ProgressNote, ReviewerChoice
 from beflow.system import files
 from beflow.system.files import atomic_write
 
 #: The file of a run's progress lines: appended to by ``run.progress`` (in the run's process, for beflow's own
 #: server in it, through the run's channel), apart from ``run.json`` so that a line never races the run's writes.
 PROGRESS_FILE = "progress.jsonl"
+#: Best of N's reviewer's answer (``candidate.choose``), in its run's record.
+CHOICE_FILE = "choice.json"
+#: The largest answer read back (the reason is at most 2000 characters).
+MAX_CHOICE = 64 << 10
 #: Bytes of the end of the progress file read for them: 50 lines of 300 characters, JSON-escaped, fit in it.
 PROGRESS_TAIL = 1 << 20
 #: The most of a file of the record rewritten masked (``prompt.md``, ``progress.jsonl``): its end, beyond.
@@ -166,6 +170,20 @@ class RunFiles:
         """Append one progress line: a single ``O_APPEND`` write, so that concurrent writers never tear a line."""
         line = (self.mask(note.model_dump_json()) + "\n").encode("utf-8")
         files.append(self.file(run_id, PROGRESS_FILE), line, below=self.project_dir)
+
+    def write_choice(self, run_id: str, choice: ReviewerChoice) -> None:
+        """The reviewer's answer, masked; a later answer replaces it."""
+        text = self.mask(choice.model_dump_json()) + "\n"
+        atomic_write(self.file(run_id, CHOICE_FILE), text, durable=False, below=self.project_dir)
+
+    def read_choice(self, run_id: str) -> ReviewerChoice | None:
+        """The reviewer's answer, if it gave one; a file that is not the regular one beflow wrote, or that does not
+        parse (without the sandbox the agent can write the record), is none."""
+        try:
+            data = self.read(run_id, CHOICE_FILE, limit=MAX_CHOICE)
+            return ReviewerChoice.model_validate_json(data)
+        except (OSError, ValidationError):
+            return None
 
     def mask_files(self, run_id: str, names: Collection[str] = (PROGRESS_FILE, "prompt.md")) -> None:
         """Rewrite the run's progress file and prompt with secret values masked, once the agent is done with them:

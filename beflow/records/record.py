@@ -91,6 +91,40 @@ class LeftOut(BaseModel):
 CONSUMED_TEXT = 300
 
 
+class CheckResult(BaseModel):
+    """One of ``attempts.judge.checks`` run on a candidate's branch (docs/runs.md#best-of-n)."""
+
+    command: str
+    passed: bool
+
+
+class ReviewerChoice(BaseModel):
+    """What best of N's reviewer agent answered (``candidate.choose``): the candidate it prefers, and why."""
+
+    candidate: int = Field(ge=1)
+    reason: str = Field(max_length=2000)
+
+
+class CandidateRow(BaseModel):
+    """One candidate of a best-of-N run, as the judge saw it: a line of the comparison table."""
+
+    candidate: int
+    run_id: str
+    agent: str
+    branch: str | None = None
+    outcome: Outcome
+    base_commit: str | None = None
+    commit: str | None = None
+    checks_passed: int = 0
+    checks_total: int = 0
+    #: Lines added plus removed on its branch (``git diff --numstat``); None: it committed nothing.
+    lines_changed: int | None = None
+    cost: float | None = None
+    currency: str | None = None
+    duration: float | None = None
+    chosen: bool = False
+
+
 class RunRecord(BaseModel):
     """``run.json``: what ran, where, and how it ended."""
 
@@ -110,6 +144,17 @@ class RunRecord(BaseModel):
     #: The issue's labels that chose the agent or the model (``agent:claude``): none, the config's.
     chosen_by: list[str] = Field(default_factory=list)
     attempt: int = 1
+    #: Best of N: which candidate this run is (1, 2...; 0: not a candidate), on ``beflow-attempts/<key>/c<N>``.
+    candidate: int = 0
+    #: A candidate's judge checks, in order, and the lines its branch changes (added plus removed).
+    checks: list[CheckResult] = Field(default_factory=list)
+    lines_changed: int | None = None
+    #: The judged run of a best-of-N issue: its candidates side by side (the chosen one's work is its branch).
+    candidates: list[CandidateRow] = Field(default_factory=list)
+    #: Best of N's reviewer run: the candidates it may choose among (its answer is ``choice.json`` of its record).
+    reviewing: list[int] = Field(default_factory=list)
+    #: The judged run: what its reviewer chose and why, when it answered (the agent's words, masked).
+    review: ReviewerChoice | None = None
     #: 0: the issue's first run (and its retries); 1, 2...: a review round, continuing the branch with feedback.
     round: int = 0
     #: The feedback the round answered (its ids are on the round's commit too, as ``Beflow-Feedback:`` trailers).

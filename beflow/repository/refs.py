@@ -27,6 +27,17 @@ def branch_for(key: str) -> str:
     return f"beflow/{slug(key)}"
 
 
+def candidate_branch(key: str, candidate: int) -> str:
+    """``beflow-attempts/<key>/c<N>``: a best-of-N candidate's branch (not under ``beflow/<key>``: git cannot hold
+    ``beflow/7`` and ``beflow/7/c1`` at once)."""
+    return f"beflow-attempts/{slug(key)}/c{candidate}"
+
+
+def review_branch(key: str) -> str:
+    """``beflow-attempts/<key>/review``: where best of N's reviewer works (it commits nothing: the branch goes)."""
+    return f"beflow-attempts/{slug(key)}/review"
+
+
 def branch_tip(where: At, branch: str) -> str | None:
     """The commit ``branch`` points to, None when there is no such branch."""
     try:

@@ -63,3 +63,15 @@ def changed_files(worktree: At, base: str, head: str) -> list[str]:
 def diff(directory: Path, base: str, head: str) -> str:
     """The stat and the patch of what changed between two commits."""
     return run(directory, "diff", "--stat", "--patch", "--no-ext-diff", "--no-textconv", base, head).removesuffix("\n")
+
+
+def lines_changed(where: At, base: str, head: str) -> int:
+    """Lines added plus removed between two commits (``git diff --numstat``); a binary file counts one line."""
+    total = 0
+    for line in run(where, "diff", "--numstat", "--no-ext-diff", "--no-textconv", "-z", base, head).split("\0"):
+        parts = line.split("\t", 2)
+        if len(parts) < 3:  # (a rename's paths follow its counts, each on its own)
+            continue
+        added, removed, _ = parts
+        total += int(added) + int(removed) if added.isdigit() and removed.isdigit() else 1
+    return total

@@ -16,12 +16,14 @@ import anyio
 from beflow.agent.session import close_killed_runs
 from beflow.codehosts.base import CodeHost
 from beflow.config import Project
-from beflow.errors import BeflowError, LockedError
+from beflow.errors import BeflowError, LockedError, UsageError
 from beflow.events import EventSink
 from beflow.ops import rounds
 from beflow.records.record import Mode, RunRecord
 from beflow.records.store import RunStore
 from beflow.run import preflight
+from beflow.run.attempts import BestOf
+from beflow.run.candidates import candidates_for
 from beflow.run.issue_status import requeue_orphans, settle_orphans
 from beflow.run.request import RunRequest
 from beflow.run.runner import NoLongerReady, Run
@@ -41,9 +43,13 @@ async def run_many(
     opens_code_host: Callable[[Project, Tracker], CodeHost | None],
     events: EventSink | None = None,
     mode: Mode = "auto",
+    attempts: int | None = None,
 ) -> list[RunRecord]:
     """Run the named issues, or every ready issue once, ``concurrency`` at a time; ``opens_code_host``: how the
-    project's code host is opened (:func:`beflow.app.open_code_host`)."""
+    project's code host is opened (:func:`beflow.app.open_code_host`); ``attempts``: candidates per issue (best of
+    N, :mod:`beflow.run.attempts`; None: as the config and the issue's label say)."""
+    if attempts is not None and attempts > project.config.attempts.max:  # before anything runs
+        raise UsageError(f"--attempts {attempts} is more than attempts.max ({project.config.attempts.max})")
     preflight.check(project)
     code_host = opens_code_host(project, tracker)  # before any agent runs: where to push is read now
     found = rounds.sources(tracker, code_host)
@@ -55,14 +61,14 @@ async def run_many(
         if picked:
             requeue_orphans(tracker)
             # An issue waiting for others is left for later (`beflow issues list` says why); one named runs.
-            issues = tracker.ready()
+            ready = tracker.ready()
             if isinstance(tracker, KnowsBlockers):
-                issues = [issue for issue in issues if held_by(tracker.blockers(issue)) is None]
+                ready = [issue for issue in ready if held_by(tracker.blockers(issue)) is None]
+            issues = {issue.key: issue for issue in ready}
         else:
             # Unknown keys fail before anything runs; a key named twice runs once.
-            issues = [tracker.get(key) for key in keys]
-        ids = {issue.key: issue.id for issue in issues}  # (a moved issue's rounds are found by its stable id)
-        keys = list(ids)
+            issues = {issue.key: issue for issue in map(tracker.get, keys)}
+        keys = list(issues)
     if limit is not None:
         keys = keys[:limit]
     records: list[RunRecord] = []
@@ -70,11 +76,20 @@ async def run_many(
     limiter = anyio.CapacityLimiter(max(1, concurrency))
 
     async def one(key: str) -> None:
-        async with limiter:
-            request = RunRequest(key=key, mode=mode, only_if_ready=picked)
-            try:
+        request = RunRequest(key=key, mode=mode, only_if_ready=picked)
+        try:
+            # Best of N: the candidates take a lane each (at least as many as they are), the judged run none.
+            count, notice = await threads.blocking(candidates_for, project, issues[key], attempts)
+            if count > 1:
+                limiter.total_tokens = max(limiter.total_tokens, count)
+                best = BestOf(project, tracker, request, count, events, code_host=code_host, lanes=limiter)
+                records.append(await best.execute(notice))
+                return
+            async with limiter:
                 # Unanswered feedback on an issue's work makes its run a review round, at once (no settle wait).
-                planned = await threads.blocking(rounds.plan, project, found, key, issue_id=ids[key], tracker=tracker)
+                planned = await threads.blocking(
+                    rounds.plan, project, found, key, issue_id=issues[key].id, tracker=tracker
+                )
                 if planned is not None and planned.pieces:
                     if planned.capped or planned.ended is not None:
                         most = project.config.feedback.max_rounds
@@ -82,14 +97,14 @@ async def run_many(
                         raise rounds.RoundsEnded(rounds.end_reason(planned, most))
                     request.round, request.feedback, request.ignored = planned.round, planned.pieces, planned.ignored
                 records.append(await Run(project, tracker, request, events, code_host=code_host).execute())
-            except NoLongerReady:
-                pass  # another beflow ran it meanwhile: nothing to do here
-            except LockedError as error:
-                if not picked:
-                    refused.append(error)  # named by the user: say that someone else has it
-                # picked from the ready list: another beflow is running it, which is what the user wants
-            except BeflowError as error:  # closed, claimed by another run: the other issues still run
-                refused.append(error)
+        except NoLongerReady:
+            pass  # another beflow ran it meanwhile: nothing to do here
+        except LockedError as error:
+            if not picked:
+                refused.append(error)  # named by the user: say that someone else has it
+            # picked from the ready list: another beflow is running it, which is what the user wants
+        except BeflowError as error:  # closed, claimed by another run: the other issues still run
+            refused.append(error)
 
     async with anyio.create_task_group() as tasks:
         for key in keys:

@@ -121,7 +121,11 @@ class Session:
         #: Why the claim's lease was lost, if it was: another machine owns the issue now, and this run leaves it be.
         self.claim_lost: str | None = None
         #: Trackers that show a run's progress on the issue are told from a thread of the run's own.
-        self._reporter = ProgressReporter(self._progress) if isinstance(tracker, ShowsProgress) else None
+        #: A best-of-N candidate (and its reviewer) leaves the issue to the judged run (:mod:`beflow.run.attempts`):
+        #: it tells the tracker nothing itself.
+        self.reports = not request.candidate and request.review is None
+        shows = isinstance(tracker, ShowsProgress) and self.reports
+        self._reporter = ProgressReporter(self._progress) if shows else None
         #: The run as an agent's session on the issue, for a tracker that hosts them (opened by :meth:`start`).
         self._session: SessionReporter | None = None
         #: Called (from another thread) when a person asks the run to stop in its agent session.
@@ -189,6 +193,8 @@ class Session:
     def start(self, prompt_text: str, note: str | None = None) -> None:
         """The record is written with its prompt, and the tracker says a run works on the issue."""
         self.store.create(self.record, prompt_text)
+        if not self.reports:
+            return
         self._open_session()  # the first word after the claim: an agent session wants one within seconds
         issue_status.move_to_in_progress(self.tracker, self.issue, note)
 
@@ -307,7 +313,7 @@ class Session:
         record.close(outcome, reason)
         self.mask_record()
         self.store.save(record)
-        if self.claim_lost is not None:  # the issue is another run's now: its status and comments are that run's
+        if self.claim_lost is not None or not self.reports:  # the issue is another run's: its status and comments too
             self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
             return record
         status = Status.OPEN if record.outcome == "cancelled" and self.stopped else status_for(record.outcome)

@@ -17,9 +17,9 @@ from beflow.system.files import read_regular
 DEFAULT_TEMPLATE = "templates/prompt.md.j2"
 
 #: The variables every prompt is rendered with (docs/config.md).
-VARIABLES = frozenset({"issue", "attempt", "branch", "run_id", "mode", "round", "feedback", "previous"})
+VARIABLES = frozenset({"issue", "attempt", "candidate", "branch", "run_id", "mode", "round", "feedback", "previous"})
 #: What a message about an unknown variable says to do.
-USE_ONLY = "Use only issue, attempt, branch, run_id, mode, round, feedback and previous."
+USE_ONLY = "Use only issue, attempt, candidate, branch, run_id, mode, round, feedback and previous."
 #: What ``issue`` has.
 ISSUE_FIELDS = frozenset({"key", "title", "body", "labels", "url", "comments"})
 

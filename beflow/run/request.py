@@ -39,6 +39,12 @@ class RunRequest:
     ignored: list[Ignored] = field(default_factory=list)
     #: The issue's labels that chose the run's agent or model (``agent:claude``), for its record.
     chosen_by: list[str] = field(default_factory=list)
+    #: Best of N: the candidate this run is (1, 2...), on its own branch, judged before anything is proposed; 0: a
+    #: plain run. A candidate leaves the tracker to the judged run (:mod:`beflow.run.attempts`).
+    candidate: int = 0
+    #: Best of N's reviewer: its prompt (the issue and the passing candidates' diffs, written by beflow, not the
+    #: template); None: not a reviewer. A reviewer leaves the tracker to the judged run, and commits nothing.
+    review: str | None = None
 
 
 def _prompt_variables(
@@ -65,6 +71,7 @@ def _prompt_variables(
             "comments": comments,
         },
         "attempt": request.attempt,
+        "candidate": request.candidate,
         "round": request.round,
         "feedback": rounds.prompt_feedback(request.feedback),
         "previous": previous,
@@ -95,6 +102,7 @@ def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: s
         model=project.config.model,
         chosen_by=list(request.chosen_by),
         attempt=request.attempt,
+        candidate=request.candidate,
         round=request.round,
         feedback=rounds.consumed(request.feedback),
         feedback_ignored=rounds.left_out(request.ignored),

@@ -30,8 +30,8 @@ from beflow.mcp.acp import resolve_servers
 from beflow.mcpserver.channel import RunChannel, with_own_server
 from beflow.ops import rounds
 from beflow.paths import ACPXRC
-from beflow.records.record import DONE_OUTCOMES, Outcome, RunRecord
-from beflow.repository import git, objectstore, refs, repoguard
+from beflow.records.record import DONE_OUTCOMES, CheckResult, Outcome, RunRecord
+from beflow.repository import git, objectstore, refs, repoguard, status
 from beflow.run import agent_choice as choice
 from beflow.run import delivery, prompt
 from beflow.run.issue_status import refuse_closed
@@ -158,7 +158,7 @@ class Run:
             anyio.from_thread.run_sync(stop_scope.cancel, token=loop)
 
         session.on_stop = stop
-        steps = _InWorktree(session, cancelled_because, self.code_host, claim)
+        steps = InWorktree(session, cancelled_because, self.code_host, claim)
 
         async def work() -> RunRecord | None:
             with stop_scope:
@@ -169,7 +169,7 @@ class Run:
         return record if record is not None else session.record
 
 
-class _InWorktree:
+class InWorktree:
     """One unattended run, composed: its session, its workspace (:mod:`beflow.run.workspace`), the agent
     (:class:`beflow.agent.session.AgentSession`) and the delivery of its work (:mod:`beflow.run.delivery`)."""
 
@@ -199,7 +199,12 @@ class _InWorktree:
         record, issue = self.record, self.session.issue
         branch = record.branch or refs.branch_for(issue.key)
         try:
-            text = render_prompt(self.project, issue, self.request, branch=branch, run_id=record.id)
+            review = self.request.review  # (best of N's reviewer: its prompt is beflow's)
+            text = (
+                review
+                if review is not None
+                else render_prompt(self.project, issue, self.request, branch=branch, run_id=record.id)
+            )
         except BeflowError as error:
             record.permanent = True
             await threads.shielded(self.session.start, "")  # the tracker is told: a watch does not pick it up again
@@ -304,6 +309,8 @@ class _InWorktree:
         self.store.save(record)
         for notice in verdict.notices:
             self.emit("notice", message=notice)
+        if self.request.candidate and verdict.commit is not None and verdict.outcome == "succeeded":
+            await self._judge_checks(workspace, verdict.commit)
         published = verdict.claim_lost is None and verdict.proposed in (None, "opened", "updated")
         if self.request.round and verdict.outcome in DONE_OUTCOMES and verdict.commit is not None and published:
             await threads.blocking(self._reply, verdict.outcome)
@@ -312,6 +319,19 @@ class _InWorktree:
             fresh = record.commit is None and not worktree.continued
             await workspace.remove(delete_fresh_branch=lambda: fresh and not record.worktree_kept)
         return verdict.outcome, verdict.reason
+
+    async def _judge_checks(self, workspace: Workspace, commit: str) -> None:
+        """A best-of-N candidate's committed work: the lines it changes, and the judge's checks run on it in its
+        worktree and sandbox, as hooks are (``attempts.judge.checks``); all recorded for the judge."""
+        record = self.record
+        assert record.base_commit is not None
+        record.lines_changed = await threads.blocking(
+            status.lines_changed, self.project.directory, record.base_commit, commit
+        )
+        for number, check in enumerate(self.config.attempts.judge.commands(), start=1):
+            passed = await workspace.check(number, check)
+            record.checks.append(CheckResult(command=check.command, passed=passed))
+        self.store.save(record)
 
     def _reply(self, outcome: Outcome) -> None:
         """Answer each piece the round consumed where it was given: what changed, with the commit."""

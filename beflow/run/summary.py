@@ -8,6 +8,7 @@ from collections.abc import Callable
 from beflow import guardrails
 from beflow.guardrails import Totals
 from beflow.records.record import RunRecord
+from beflow.run.judging import table
 from beflow.trackers import Tracker, quoting
 from beflow.trackers.base import ReadsPullRequests
 from beflow.trackers.quoting import code, fenced, unmarked
@@ -52,6 +53,11 @@ def summary(
         lines.append(f"- sandbox: {inert(_blocked(record.blocked) or 'no connection blocked')}")
     if record.worktree_kept:
         lines.append(f"- worktree kept at `{record.worktree}`")
+    if record.candidates:  # best of N: the candidates side by side (beflow's figures, the agents' labels as code)
+        lines += ["", table(record.candidates)]
+    if record.review is not None:  # the reviewer's words, quoted as the agent's last message is
+        lines += ["", f"The reviewer chose candidate {record.review.candidate}:"]
+        lines.append(fenced(unmarked(quoted(record.review.reason))[:FINAL_MESSAGE_SHOWN]))
     if record.final_message:  # the agent's words, quoted: GitHub neither closes issues nor pings for them
         said = unmarked(quoted("\n".join(record.final_message.strip().splitlines()[:20])))
         lines.append("")

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from beflow.agent import agent_env
+from beflow.config import Hook
 from beflow.errors import BeflowError
 from beflow.mcpserver.channel import RunChannel
 from beflow.repository import excludes, git, refs, repoguard, worktrees
@@ -79,7 +80,9 @@ class Workspace:
         managed file hidden from git when servers are injected, the run's sandbox opened when it is sandboxed
         (``channel``: beflow's own server's, shown to the agent), and ``after_create`` run (fatal when it fails)."""
         session, record = self.session, self.session.record
-        path = worktrees.worktree_path(session.project.worktrees_dir, record.issue)
+        # A best-of-N candidate has a worktree of its own beside its siblings'.
+        candidate = f"{record.issue} c{record.candidate}" if record.candidate else record.issue
+        path = worktrees.worktree_path(session.project.worktrees_dir, candidate)
         branch = record.branch or refs.branch_for(record.issue)
         # Another run's agent at work on the repository may have planted hooks or commands in its config
         # already: then this run's git, before its own agent, is distrusted as well.
@@ -128,25 +131,36 @@ class Workspace:
         hook = self.config.hooks.get(name)
         if hook is None:
             return
+        failed = await self._run(f"hook {name}", hook, f"hooks/{name}.log", fatal=fatal)
+        if failed is not None:
+            self._failed(failed[0], fatal, permanent=failed[1])
+
+    async def check(self, number: int, hook: Hook) -> bool:
+        """Best of N's judge check ``number`` (from 1) on the candidate's work, run as a hook is (in the run's
+        sandbox, its output capped and masked in ``checks/<number>.log``); whether it passed."""
+        return await self._run(f"check {number}", hook, f"checks/{number}.log", fatal=False) is None
+
+    async def _run(self, name: str, hook: Hook, log_name: str, *, fatal: bool) -> tuple[str, bool] | None:
+        """Run ``hook`` in the worktree (in the run's sandbox when it is sandboxed); None when it passed, else why
+        not and whether that is permanent (the sandbox did not start)."""
         session, box = self.session, self.sandbox
         if self.sandboxed and box is None:  # its sandbox did not open: nothing runs unconfined instead
-            return self._failed(f"hook {name} did not run: the run's sandbox is not open", fatal, permanent=True)
-        session.emit("activity", latest=f"hook {name}: {hook.command}")
+            return f"{name} did not run: the run's sandbox is not open", True
+        session.emit("activity", latest=f"{name}: {hook.command}")
         argv = proc.shell(hook.command)
         # Streamed to the log as it comes, up to a limit: a hook that floods (`yes`) keeps beflow's memory flat.
         result: proc.Completed | None = None
         not_started: str | None = None
         hidden: str | None = None
         try:
-            log = session.store.log(session.record.id, f"hooks/{name}.log", HOOK_LOG_LIMIT, session.redact_hooks)
+            log = session.store.log(session.record.id, log_name, HOOK_LOG_LIMIT, session.redact_hooks)
         except OSError as exc:
             # Without the sandbox the agent can write the record: a log it replaced (a symlink to ~/.bashrc) is
             # never written through, and a hook whose output cannot be kept does not run.
-            message = f"hook {name} was not run: its log cannot be written ({exc})"
+            message = f"{name} was not run: its log cannot be written ({exc})"
             if fatal:
                 raise BeflowError(message) from None
-            session.emit("notice", message=message)
-            return
+            return message, False
         with log:
             log.write(f"$ {session.redact.text(hook.command)}\n".encode())
             if box is not None:
@@ -178,15 +192,13 @@ class Workspace:
             ending = f"{result.describe()} after {result.duration:.1f} s" if result else "stopped by a signal"
             log.close(f"[{ending}]\n".encode())
         if result is None:
-            message = f"hook {name} was stopped by a signal; its output is in the run record"
-        elif not_started is not None:
-            return self._failed(f"hook {name} did not run: {not_started}", fatal, permanent=True)
-        elif not result.ok:
+            return f"{name} was stopped by a signal; its output is in the run record", False
+        if not_started is not None:
+            return f"{name} did not run: {not_started}", True
+        if not result.ok:
             why = f"; {hidden}" if hidden else ""
-            message = f"hook {name} failed ({result.describe()}){why}; its output is in the run record"
-        else:
-            return
-        self._failed(message, fatal)
+            return f"{name} failed ({result.describe()}){why}; its output is in the run record", False
+        return None
 
     def _hidden(self, box: Sandbox, command: str) -> str | None:
         """What of what a failed hook names (its program, a script in the home) the sandbox hid, and how to show

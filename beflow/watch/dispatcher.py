@@ -44,7 +44,7 @@ from beflow.watch.blocking import BlockerHolds
 from beflow.watch.endings import Endings
 from beflow.watch.hearing import hear
 from beflow.watch.holds import Holds
-from beflow.watch.lanes import Running, Snapshot, run_ids
+from beflow.watch.lanes import Running, Snapshot, lanes_asked, run_ids
 from beflow.watch.reachability import TrackerLook
 from beflow.watch.reloading import ConfigReload
 from beflow.watch.retries import Retries
@@ -246,7 +246,7 @@ class Dispatcher:
                 self.tracker_look.succeeded()
                 # The checks every run needs (git, acpx, the prompt, .mcp.json) only when a run is about to start:
                 # an idle watch does next to nothing per tick.
-                startable = self.queue and self.project.config.watch.concurrency > len(self.running)
+                startable = self.queue and self.project.config.watch.concurrency > self._lanes_taken()
                 # `--once` with nothing to start still reports a configuration every run would fail on, from the
                 # checks that need no git process (a bad `worktrees.base` waits for a run to start).
                 idle = bool(once and not startable and self.holds.blocked is None)
@@ -278,7 +278,8 @@ class Dispatcher:
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         if self.holds.budget_reached(self.ledger, self._day_budget()) or self.holds.currency_held(self.project):
             return  # (a run that ended while the tick looked at the tracker may have found the currency wrong)
-        free = self.project.config.watch.concurrency - len(self.running)
+        concurrency = self.project.config.watch.concurrency
+        free = concurrency - self._lanes_taken()
         now = self.clock()
         for issue in list(self.queue):
             if free <= 0 or self.stopping:
@@ -287,23 +288,25 @@ class Dispatcher:
                 continue  # its run ended, and a retry was scheduled, while the tick looked at the tracker
             if not self.blockers.may_start(self.tracker, issue):
                 continue  # a slot freed since the look: its blockers are looked at next tick
+            round_ = self.rounds.round_of(issue.key)
+            lanes = min(lanes_asked(self.project, issue), concurrency) if not round_ else 1
+            if lanes > free:
+                break  # best of N waits for its lanes, ahead of the issues after it
             attempt = self.retries.start(issue.key)
             running = Running(
-                issue.key,
-                attempt,
-                anyio.CancelScope(),
-                self.tracker,
-                round=self.rounds.round_of(issue.key),
-                issue_id=issue.id,
+                issue.key, attempt, anyio.CancelScope(), self.tracker, round=round_, issue_id=issue.id, lanes=lanes
             )
             self.running[issue.key] = running
             self.queue.remove(issue)
-            free -= 1
+            free -= lanes
             self.emit("dispatched", issue.key, attempt=attempt, round=self.rounds.round_of(issue.key))
             tasks.start_soon(self._run, running, finished)
 
+    def _lanes_taken(self) -> int:
+        return sum(running.lanes for running in self.running.values())
+
     async def _run(self, running: Running, finished: list[RunRecord]) -> None:
-        from beflow.run.runner import Run  # (the run machinery: an idle `watch --once` never loads it)
+        from beflow.run.attempts import run_issue  # (the run machinery: an idle `watch --once` never loads it)
 
         key = running.key
         request = RunRequest(
@@ -316,18 +319,24 @@ class Dispatcher:
         running.round = await self.rounds.shape(
             request, self.project, running.tracker, self.code_host, issue_id=running.issue_id
         )
-        run = Run(
-            self.project,
-            running.tracker,
-            request,
-            self._on_run_event,
-            cancelled_because=lambda: running.reason,
-            code_host=self.code_host,
-        )
+
+        def candidate_event(event: RunEvent) -> None:
+            running.heard_candidate(event)
+            self._tell(event)
+
         record: RunRecord | None = None
         try:
             with running.scope:
-                record = await run.execute()
+                record = await run_issue(
+                    self.project,
+                    running.tracker,
+                    request,
+                    self._on_run_event,
+                    code_host=self.code_host,
+                    lanes=running.lanes,
+                    cancelled_because=lambda: running.reason,
+                    candidate_events=candidate_event,
+                )
         except LockedError as error:
             # Another watcher (here, or on another machine) claimed the issue first: its lane is free again.
             taken = error.code == LockedError.code  # (not a NoLongerReady: that one may have been moved by a person)

@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 import anyio
 
 from beflow import guardrails
+from beflow.config import Project
 from beflow.errors import BeflowError, NotFoundError
 from beflow.events import Activity, AgentProgress, Finished, RunEvent, UsageReport
 from beflow.records.record import RunRecord
 from beflow.records.store import RunStore
+from beflow.run.candidates import asked_for
 from beflow.trackers import Issue, Status, Tracker
 from beflow.watch.retries import Backoff
 
@@ -43,6 +45,19 @@ class Running:
     usage: guardrails.Usage | None = None
     #: The review round it is (0: not a round; docs/rounds.md).
     round: int = 0
+    #: The lanes it takes: one, or one per best-of-N candidate (docs/runs.md#best-of-n).
+    lanes: int = 1
+
+    def heard_candidate(self, event: RunEvent) -> None:
+        """What the lane shows of one of its best-of-N candidates' events: the latest activity, progress and usage
+        of any (the lane's run is the judged one: its id and its end are its own)."""
+        match event.data:
+            case Activity(latest=latest):
+                self.latest = f"candidate: {latest}"
+            case AgentProgress(text=text):
+                self.progress = text
+            case _:
+                pass
 
     def heard(self, event: RunEvent) -> None:
         """What the lane learns from its run's event: the run's id, its latest activity, progress and usage."""
@@ -99,6 +114,14 @@ class Running:
         except (BeflowError, OSError, ValueError):
             return None
         return record if record.finished else None
+
+
+def lanes_asked(project: Project, issue: Issue) -> int:
+    """The lanes ``issue`` asks for: one per best-of-N candidate its label or the config asks for."""
+    try:
+        return asked_for(project.config.attempts, issue, None)[0]
+    except BeflowError:
+        return 1
 
 
 def run_ids(running: dict[str, Running]) -> dict[str, str | None]:

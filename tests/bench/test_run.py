@@ -38,6 +38,7 @@ ROWS = (
     "fleet",
     "fleet2x2",
     "fleetfailover",
+    "attempts",
 )
 
 

@@ -47,6 +47,7 @@ AGENT_SAFE = {
     "run_show",
     "run_status",
     "run_progress",
+    "candidate_choose",
 }
 
 

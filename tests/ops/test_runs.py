@@ -10,7 +10,7 @@ import pytest
 import beflow.ops.runs  # noqa: F401 - registers the run operations
 from beflow.app import open_tracker
 from beflow.config import load_project
-from beflow.errors import NotFoundError
+from beflow.errors import NotBoundError, NotFoundError, OutOfScopeError
 from beflow.ops.operations import REGISTRY, Context
 from beflow.records.record import ProgressNote, RunRecord, new_run_id
 from beflow.records.store import RunStore
@@ -91,3 +91,44 @@ def test_the_status_of_an_issue_that_does_not_exist_is_not_found(repo: Path) -> 
     assert call("run.status", issue="1").earlier == []  # (an issue without runs: none, rightly)
     with pytest.raises(NotFoundError):
         call("run.status", issue="999")
+
+
+def test_only_best_of_ns_reviewer_chooses_and_only_a_candidate_it_was_given(repo: Path) -> None:
+    config_file(repo).write_text("{}\n")
+    open_tracker(load_project()).create("Fix the login crash")
+    runs = RunStore(repo)
+    reviewer = RunRecord(id=new_run_id("1"), issue="1", mode="auto", agent="a", started_at=utc_now(), reviewing=[1, 3])
+    plain = RunRecord(id=new_run_id("1"), issue="1", mode="auto", agent="a", started_at=utc_now())
+    for record in (reviewer, plain):
+        runs.create(record, "the prompt")
+
+    def choose(run: str | None, candidate: int, reason: str = "smaller and tested"):  # type: ignore[no-untyped-def]
+        context = Context(project=load_project(), opens_tracker=open_tracker, bound_issue="1", bound_run=run)
+        return REGISTRY["candidate.choose"].call(context, {"candidate": candidate, "reason": reason})
+
+    with pytest.raises(NotBoundError):
+        choose(None, 1)
+    with pytest.raises(OutOfScopeError, match="not best of N's reviewer"):
+        choose(plain.id, 1)
+    with pytest.raises(OutOfScopeError, match="candidate 2 is not one you may choose") as refused:
+        choose(reviewer.id, 2)
+    assert refused.value.fix == "Choose one of 1, 3: the candidates that passed the checks."
+    assert runs.read_choice(reviewer.id) is None and runs.read_choice(plain.id) is None
+
+    assert choose(reviewer.id, 3).candidate == 3
+    assert choose(reviewer.id, 1, "on second thought, 1").candidate == 1  # a later answer replaces it
+    answer = runs.read_choice(reviewer.id)
+    assert answer is not None and (answer.candidate, answer.reason) == (1, "on second thought, 1")
+
+
+def test_a_reviewers_answer_that_is_not_beflows_file_is_no_answer(repo: Path) -> None:
+    runs = RunStore(repo)
+    record = RunRecord(id=new_run_id("1"), issue="1", mode="auto", agent="a", started_at=utc_now(), reviewing=[1])
+    runs.create(record, "p")
+    (repo / "elsewhere.json").write_text('{"candidate": 1, "reason": "planted"}')
+
+    runs.file(record.id, "choice.json").symlink_to(repo / "elsewhere.json")
+    assert runs.read_choice(record.id) is None
+    runs.file(record.id, "choice.json").unlink()
+    runs.file(record.id, "choice.json").write_text('{"candidate": 0, "reason": "none"}')
+    assert runs.read_choice(record.id) is None

@@ -65,7 +65,7 @@ def test_an_undefined_variable_is_an_error_naming_the_template(tmp_path: Path) -
 
     with pytest.raises(PromptError, match=r"p\.md: 'dict object' has no attribute 'assignee'") as error:
         prompt.render("p.md", tmp_path, VARIABLES)
-    assert "issue, attempt, branch, run_id" in (error.value.fix or "")
+    assert "issue, attempt, candidate, branch, run_id" in (error.value.fix or "")
 
     with pytest.raises(PromptError, match=r"config\.json prompt: 'ticket' is undefined"):
         prompt.render("{{ ticket }}", tmp_path, VARIABLES)

@@ -43,6 +43,7 @@ AGENT_SAFE = {
     "run_show",
     "run_status",
     "run_progress",
+    "candidate_choose",
 }
 
 

@@ -1,0 +1,136 @@
+"""Best of N end to end (docs/runs.md#best-of-n): the real acpx drives the test agent as three candidates whose
+prompts differ by the ``candidate`` variable; the judge's check and the diff sizes choose, one branch is proposed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from beflow.records.record import CandidateRow, now
+from beflow.run.attempts import REVIEW_DIFF, review_prompt
+from beflow.trackers import Issue, Status
+from tests.support.github import TOKEN, FakeGitHub
+from tests.support.projects import AutoProject, git
+
+#: Candidate 1 passes with the larger diff, 2 fails the check, 3 passes with the smallest: 3 is chosen.
+PROMPT = (
+    "{{ issue.body }}\n"
+    "{% if candidate == 1 %}acp-test: write more.txt a\\nb\\nc\\n\n"
+    "acp-test: write app.txt ok\\n\n"
+    "{% elif candidate == 2 %}acp-test: write app.txt broken\\n\n"
+    "{% else %}acp-test: write app.txt ok\\n\n{% endif %}"
+)
+
+
+def test_the_passing_candidate_with_the_smallest_diff_becomes_the_issues_branch_and_its_one_pull_request(
+    auto_project: AutoProject, beflow, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOSTPAT", TOKEN)
+    monkeypatch.delenv("GITHUB_TOKEN", raising=False)
+    origin = auto_project.add_origin()
+    auto_project.configure(
+        prompt=PROMPT,
+        attempts={"judge": {"checks": ["grep -qx ok app.txt"]}, "keep": False},
+        code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url, "token_env": "HOSTPAT"},
+        after_run={"pull_request": True},
+    )
+    key = auto_project.new_issue("mcp", title="Make app ok")
+
+    result = beflow("--auto", key, "--attempts", "3")
+
+    assert result.exit_code == 0, result.stderr
+    records = {r.candidate: r for r in auto_project.records(key)}
+    assert sorted(records) == [0, 1, 2, 3]
+    judged, candidates = records[0], [records[n] for n in (1, 2, 3)]
+    # Each candidate: its own branch and worktree (gone), the servers injected and put back, checks recorded.
+    for n, record in enumerate(candidates, start=1):
+        assert record.outcome == "succeeded" and record.branch == f"beflow-attempts/{key}/c{n}"
+        assert record.final_message == "mcp servers: docs, tools"
+        assert record.restored, record
+    assert [(r.lines_changed, [c.passed for c in r.checks]) for r in candidates] == [
+        (4, [True]),
+        (1, [False]),
+        (1, [True]),
+    ]
+    assert len({r.worktree for r in candidates}) == 3
+    # The judged run: candidate 3 chosen, its commit is beflow/<key>; the others' branches removed (keep: false).
+    assert judged.outcome == "succeeded", judged.stop_reason
+    assert "candidate 3 chosen over 1 other passing" in (judged.stop_reason or "")
+    assert [row.chosen for row in judged.candidates] == [False, False, True]
+    tip = git(auto_project.directory, "rev-parse", f"beflow/{key}").strip()
+    assert judged.commit == tip == records[3].commit
+    assert auto_project.branch_files(f"beflow/{key}")["app.txt"] == "ok\n"
+    assert not [b for b in auto_project.branches() if b.startswith("beflow-attempts/")]
+    assert auto_project.registered_worktrees() == []
+    assert auto_project.secrets_in_records() == []
+    # One comment on the issue, with the table; the issue is in review.
+    issue = auto_project.issue(key)
+    assert issue.status == Status.REVIEW
+    comments = [c.text for c in issue.comments if c.author == "beflow"]
+    assert len([c for c in comments if "candidate" in c]) == 1
+    table = comments[-1]
+    assert "| 3 (chosen) |" in table and "| 0/1 |" in table and f"`beflow-attempts/{key}/c1`" in table
+    # One pull request, of beflow/<key>, with the table; no candidate's branch was pushed.
+    (pull,) = github.pulls.values()
+    assert (pull["head"]["ref"], pull["title"]) == (f"beflow/{key}", "Make app ok")
+    assert "| 3 (chosen) |" in pull["body"] and judged.pull_request == pull["html_url"]
+    assert git(origin, "for-each-ref", "--format=%(refname)").split() == [f"refs/heads/beflow/{key}", "refs/heads/main"]
+    assert pull["html_url"] in table
+    runs = auto_project.directory / ".beflow" / "runs"
+    assert [p for p in runs.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()] == []
+
+
+def test_a_reviewer_agents_answer_chooses_among_the_passing_candidates(auto_project: AutoProject, beflow) -> None:
+    # Both candidates pass; the smaller diff is candidate 2's, but the reviewer prefers 1 and says why. The issue's
+    # body reaches the reviewer's prompt only (the candidates' template leaves it out).
+    auto_project.configure(
+        prompt="{% if candidate == 1 %}acp-test: write app.txt ok\\nthorough\\n\n"
+        "{% else %}acp-test: write app.txt ok\\n\n{% endif %}",
+        attempts={"count": 2, "judge": {"checks": ["grep -qx ok app.txt"], "reviewer": auto_project.config["agent"]}},
+    )
+    reply = '{"candidate": 1, "reason": "candidate 1 is more thorough @someone"}'
+    key = auto_project.new_issue(f"mcp-call beflow candidate_choose {reply}", title="Make app ok")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 0, result.stderr
+    records = auto_project.records(key)
+    (judged,) = [r for r in records if not r.candidate and not r.reviewing]
+    (reviewer,) = [r for r in records if r.reviewing]
+    assert reviewer.reviewing == [1, 2] and reviewer.outcome in ("succeeded", "no_changes")
+    assert reviewer.commit is None and not reviewer.worktree_kept
+    assert (
+        "Candidate 2 (1/1 checks passed, 1 lines changed)" in (auto_project.run_dir(reviewer) / "prompt.md").read_text()
+    )
+    assert judged.review is not None and judged.review.candidate == 1
+    assert judged.stop_reason == "candidate 1 chosen by the reviewer"
+    assert git(auto_project.directory, "rev-parse", f"beflow/{key}").strip() == judged.commit
+    assert [b for b in auto_project.branches() if b.startswith("beflow-attempts/")] == [
+        f"beflow-attempts/{key}/c1",
+        f"beflow-attempts/{key}/c2",
+    ]  # kept (the default); the reviewer's branch held nothing and went
+    comment = auto_project.issue(key).comments[-1].text
+    assert "The reviewer chose candidate 1:" in comment and "more thorough" in comment
+
+
+def test_the_reviewers_prompt_has_the_issue_and_each_passing_diff_capped(repo: Path) -> None:
+    base = git(repo, "rev-parse", "HEAD").strip()
+    (repo / "big.txt").write_text("x" * 100 + "\n" + "y\n" * (REVIEW_DIFF // 2) + "\x1b[31m\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "big")
+    commit = git(repo, "rev-parse", "HEAD").strip()
+    row = CandidateRow(
+        candidate=2, run_id="r", agent="a", outcome="succeeded", base_commit=base, commit=commit, lines_changed=9
+    )
+    issue = Issue(
+        key="7", title="Fix it", body="Do it <!-- hidden -->", status=Status.READY, created=now(), updated=now()
+    )
+
+    text = review_prompt(repo, issue, [row, row.model_copy(update={"candidate": 3})])
+
+    assert "call the tool `candidate_choose`" in text and "(2, 3)" in text
+    assert "# Issue 7: Fix it\n\nDo it" in text and "hidden" not in text
+    assert "## Candidate 2 (0/0 checks passed, 9 lines changed)" in text and "## Candidate 3" in text
+    assert "+" + "x" * 100 in text and "more bytes of the diff are left out]" in text
+    assert "\x1b" not in text and len(text) < 3 * REVIEW_DIFF
