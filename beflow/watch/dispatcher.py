@@ -293,9 +293,8 @@ class Dispatcher:
             if lanes > free:
                 break  # best of N waits for its lanes, ahead of the issues after it
             attempt = self.retries.start(issue.key)
-            running = Running(
-                issue.key, attempt, anyio.CancelScope(), self.tracker, round=round_, issue_id=issue.id, lanes=lanes
-            )
+            scope = anyio.CancelScope()
+            running = Running(issue.key, attempt, scope, self.tracker, round=round_, issue_id=issue.id, lanes=lanes)
             self.running[issue.key] = running
             self.queue.remove(issue)
             free -= lanes
@@ -316,9 +315,8 @@ class Dispatcher:
             final=is_final(running.attempt, self.project.config.watch),
             only_if_ready=True,
         )
-        running.round = await self.rounds.shape(
-            request, self.project, running.tracker, self.code_host, issue_id=running.issue_id
-        )
+        tracker, issue_id = running.tracker, running.issue_id
+        running.round = await self.rounds.shape(request, self.project, tracker, self.code_host, issue_id=issue_id)
 
         def candidate_event(event: RunEvent) -> None:
             running.heard_candidate(event)

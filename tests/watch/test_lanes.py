@@ -32,7 +32,7 @@ def test_best_of_n_takes_a_lane_per_candidate_and_waits_ahead_of_later_issues_fo
     two = tracker.create("two candidates", labels=["attempts:2"])
     four = tracker.create("four candidates, capped at the watch's lanes", labels=["attempts:4"])
     plain = tracker.create("plain")
-    dispatcher.queue = [two, four, plain]
+    dispatcher.queue = dispatcher.blockers.sift(tracker, [two, four, plain], 3)  # (as a tick's look does)
     tasks = Started()
 
     async def dispatch() -> dict[str, int]:
