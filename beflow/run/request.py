@@ -12,8 +12,8 @@ from typing import Any
 
 from beflow.config import Project
 from beflow.feedback import Feedback, Ignored, strip_hidden
-from beflow.ops import rounds
-from beflow.records.record import Mode, RunRecord, now
+from beflow.ops import questions, rounds
+from beflow.records.record import Answer, Mode, Question, RunRecord, now
 from beflow.records.store import RunStore
 from beflow.repository import refs
 from beflow.run import prompt
@@ -38,6 +38,11 @@ class RunRequest:
     feedback: list[Feedback] = field(default_factory=list)
     #: Feedback the round's sources left out, and why (for its record).
     ignored: list[Ignored] = field(default_factory=list)
+    #: A person's answer to the question the agent asked (the run that asked, ``answer.run``): this run resumes the
+    #: agent's session with it, on the same branch (docs/questions.md).
+    answer: Answer | None = None
+    #: The question it answers.
+    question: Question | None = None
 
 
 def _prompt_variables(
@@ -79,7 +84,10 @@ def render_prompt(project: Project, issue: Issue, request: RunRequest, *, branch
     runs = RunStore(project.directory).records([issue.key], ids=[issue.id] if issue.id else ()) if request.round else []
     earlier = rounds.previous(runs, request.round) if request.round else []
     variables = _prompt_variables(issue, request, branch, run_id, earlier)
-    return prompt.render(project.config.prompt, project.directory, variables)
+    text = prompt.render(project.config.prompt, project.directory, variables)
+    if request.answer is not None:  # after the whole prompt: an agent that cannot resume its session starts cold
+        text += questions.answer_prompt(request.answer, request.question)
+    return text
 
 
 def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: str, branch: str | None) -> RunRecord:
@@ -97,6 +105,7 @@ def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: s
         feedback_ignored=rounds.left_out(request.ignored),
         branch=branch,
         started_at=now(),
+        answer=request.answer,
     )
 
 

@@ -43,6 +43,7 @@ from beflow.trackers.base import NamesUnreadable, WatchesDirectories
 from beflow.watch.endings import Endings
 from beflow.watch.holds import Holds
 from beflow.watch.lanes import Running, Snapshot, run_ids
+from beflow.watch.questions import WaitingQuestions
 from beflow.watch.reachability import TrackerLook
 from beflow.watch.reloading import ConfigReload
 from beflow.watch.retries import Retries
@@ -103,6 +104,8 @@ class Dispatcher:
         #: What a run's end changes in the watch: its recent runs, its ledger, a currency hold, the next attempt.
         self.endings = Endings(self.ledger, self.holds, self.retries, self.emit)
         self.rounds = ReviewRounds(clock, self.emit)  # review rounds due, or waiting for feedback to settle
+        #: Blocked issues: their agent's question answered (a run resumes it) or waited on (beflow.watch.questions).
+        self.questions = WaitingQuestions(clock, self.emit)
         #: Whether the last look at the tracker succeeded (only the tracker's own failures count).
         self.tracker_look = TrackerLook()
 
@@ -265,7 +268,8 @@ class Dispatcher:
         self._unreadable = dict(unreadable)
         self.retries.recall(self.store, [i.key for i in ready], self.project.config.watch)
         queue = [i for i in ready if not self.retries.backing_off(i.key, now)]
-        self.queue = queue + self.rounds.survey(self.project, self.tracker, self.code_host, self.running, queue)
+        rounds = self.rounds.survey(self.project, self.tracker, self.code_host, self.running, queue)
+        self.queue = queue + rounds + self.questions.survey(self.project, self.tracker, self.running)
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         if self.holds.budget_reached(self.ledger, self._day_budget()) or self.holds.currency_held(self.project):
@@ -298,7 +302,8 @@ class Dispatcher:
             final=is_final(running.attempt, self.project.config.watch),
             only_if_ready=True,
         )
-        running.round = await self.rounds.shape(request, self.project, running.tracker, self.code_host)
+        if not self.questions.shape(request, self.project):  # (an answer resumes its session: no review round)
+            running.round = await self.rounds.shape(request, self.project, running.tracker, self.code_host)
         run = Run(
             self.project,
             running.tracker,
