@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from beflow.errors import NotBoundError, UsageError
 from beflow.feedback import strip_hidden
 from beflow.ops.agent_words import agent_words
+from beflow.ops.issues import tracker
 from beflow.ops.operations import Context, Input, Key, operation
 from beflow.records.record import Answer, Question, RunRecord
 from beflow.records.store import RunStore
@@ -61,12 +62,12 @@ def question_comment(key: str, question: Question, run_id: str, inert: Callable[
     return "\n".join(lines)
 
 
-def ask(tracker: Tracker, key: str, question: Question, run_id: str) -> None:
+def ask(trackers: Tracker, key: str, question: Question, run_id: str) -> None:
     """Put the question of run ``run_id`` to people on the issue (the tracker's way, else a comment)."""
-    if isinstance(tracker, AsksQuestions):
-        tracker.ask(key, question, run_id)
+    if isinstance(trackers, AsksQuestions):
+        trackers.ask(key, question, run_id)
         return
-    tracker.comment(key, question_comment(key, question, run_id, tracker.inert), author=BEFLOW)
+    trackers.comment(key, question_comment(key, question, run_id, trackers.inert), author=BEFLOW)
 
 
 def answer_in(comments: list[Comment], question: Question, run_id: str) -> Answer | None:
@@ -92,12 +93,12 @@ def _aware(when: dt.datetime) -> dt.datetime:
     return when if when.tzinfo is not None else when.replace(tzinfo=dt.UTC)
 
 
-def answer_of(tracker: Tracker, issue: Issue, asking: RunRecord) -> Answer | None:
+def answer_of(trackers: Tracker, issue: Issue, asking: RunRecord) -> Answer | None:
     """The answer to the question of ``asking`` (the run that asked), if a person gave one."""
     if asking.question is None:
         return None
-    if isinstance(tracker, AsksQuestions):
-        return tracker.answer_of(issue.key, asking.question, asking.id)
+    if isinstance(trackers, AsksQuestions):
+        return trackers.answer_of(issue.key, asking.question, asking.id)
     return answer_in(issue.comments, asking.question, asking.id)
 
 
@@ -169,6 +170,7 @@ class Asked(BaseModel):
     tracker=True,
 )
 def ask_question(context: Context, payload: AskQuestion) -> Asked:
+    tracker(context, writes=True)  # (the question is written there when the turn ends: refused now, if it cannot be)
     if context.bound_run is None or context.asks is None:
         raise NotBoundError(
             "issue.ask: this session is not a run's agent, so nobody waits for its question",
@@ -213,7 +215,7 @@ class Answered(BaseModel):
 def answer_question(context: Context, payload: GiveAnswer) -> Answered:
     if context.bound_issue is not None:  # (an agent never answers its own question: the op is not agent-safe)
         raise UsageError("issue.answer is a person's")
-    trackers = context.open_tracker()
+    trackers = tracker(context, writes=True)
     issue = trackers.get(payload.key)
     asking = waiting(RunStore(context.project.directory), issue.key) if issue.status == Status.BLOCKED else None
     if asking is None:
