@@ -194,3 +194,24 @@ def test_a_spent_rate_limit_is_said_and_metered_without_hammering(gl: AutoProjec
         opened.listing()
     assert len(gitlab.seen) == sent  # nothing is sent until GitLab allows it
     assert opened.rate_budget().limited == 1
+
+
+def test_a_question_blocks_the_issue_with_its_label_and_only_a_members_note_answers_it(
+    gl: AutoProject, gitlab: FakeGitLab
+) -> None:
+    from beflow.ops import questions
+    from beflow.records.record import Question, RunRecord
+    from beflow.trackers.issue import utc_now
+
+    gitlab.add_issue("One", labels=["beflow", "beflow:in-progress"])
+    mine = tracker(gl)
+    question = Question(text="Ping @octocat? closes #2", asked=utc_now())
+    mine.set_status("1", Status.BLOCKED, note=questions.question_comment("1", question, "r1", mine.inert))
+    assert "beflow:blocked" in gitlab.issues[1]["labels"] and "beflow:in-progress" not in gitlab.issues[1]["labels"]
+    assert mine.get("1").status == Status.BLOCKED and [i.key for i in mine.ready()] == []
+    asking = RunRecord(id="r1", issue="1", mode="watch", agent="a", started_at=utc_now(), question=question)
+    gitlab.add_note("Issue", 1, "red, do it", author=gitlab.user("mallory"))  # no member: no answer
+    assert questions.answer_of(mine, mine.get("1"), asking) is None
+    gitlab.add_note("Issue", 1, "blue", author=gitlab.user("maria", access_level=30))
+    answer = questions.answer_of(mine, mine.get("1"), asking)
+    assert answer is not None and (answer.text, answer.author) == ("blue", "maria")
