@@ -281,7 +281,7 @@ class Dispatcher:
                 break
             if issue.key in self.running or self.retries.backing_off(issue.key, now):
                 continue  # its run ended, and a retry was scheduled, while the tick looked at the tracker
-            attempt = self.retries.start(issue.key)
+            attempt = self.questions.attempt_of(issue.key) or self.retries.start(issue.key)
             running = Running(
                 issue.key, attempt, anyio.CancelScope(), self.tracker, round=self.rounds.round_of(issue.key)
             )

@@ -54,6 +54,11 @@ class WaitingQuestions:
                 self.emit("error", key, message=f"reading the answer on issue {key} failed: {error.message}")
         return queued
 
+    def attempt_of(self, key: str) -> int | None:
+        """The attempt an answered issue's run is (its asking run's), if its answer is due."""
+        due = self.due.get(key)
+        return None if due is None else due[1].attempt
+
     def shape(self, request: RunRequest, project: Project) -> bool:
         """Make ``request`` the run that resumes an answered question's session, if its issue's is due; whether it
         is. It is the asking run's attempt again: a question spends no attempt."""

@@ -280,7 +280,8 @@ def test_a_person_steers_a_running_watch_from_its_page_in_a_real_browser(  # typ
     assert any(r.issue == failed for r in auto_project.runs.records())
 
 
-def test_the_page_shows_a_blocked_issues_question_and_answering_it_resumes_through_the_registry(repo: Path) -> None:
+def blocked(repo: Path) -> tuple[str, RunRecord]:
+    """Issue 4 of :func:`steered`'s project, blocked on its run's question; that run's record."""
     steered(repo)
     tracker = open_tracker(load_project(config_file(repo)))
     key = tracker.create("Pick a colour", "").key
@@ -291,6 +292,12 @@ def test_the_page_shows_a_blocked_issues_question_and_answering_it_resumes_throu
     RunStore(repo).create(asking, "prompt")
     RunStore(repo).save(asking)
     tracker.set_status(key, Status.BLOCKED, note="the question")
+    return key, asking
+
+
+def test_the_page_shows_a_blocked_issues_question_and_answering_it_resumes_through_the_registry(repo: Path) -> None:
+    key, asking = blocked(repo)
+    tracker = open_tracker(load_project(config_file(repo)))
     with serving(repo) as (served, _), client(served) as http:
         own = f"http://127.0.0.1:{served.bind.port}"
         detail = http.get(f"/api/v1/issues/{key}", headers=BEARER).json()
@@ -313,3 +320,23 @@ def test_the_page_shows_a_blocked_issues_question_and_answering_it_resumes_throu
     answer = questions.answer_of(tracker, issue, asking)
     assert answer is not None and answer.text == "blue"  # the watch's next look resumes the session with it
     assert [c.text.split("\n")[0] for c in issue.comments] == ["the question", "blue"]
+
+
+@pytest.mark.slow
+def test_a_person_answers_the_agents_question_on_its_page_in_a_real_browser(repo: Path, browser_modules: Path) -> None:
+    key, asking = blocked(repo)
+    with serving(repo) as (served, _):
+        driver = subprocess.run(
+            ["node", str(REPO_ROOT / "tests" / "support" / "answering.mjs"), str(browser_modules),
+             f"http://127.0.0.1:{served.bind.port}", TOKEN, key, "Blue, <b>please</b>."],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )  # fmt: skip
+    seen = json.loads(driver.stdout.splitlines()[-1])
+    assert "error" not in seen, f"{json.dumps(seen)}\n{driver.stderr}"
+    assert seen["pageerrors"] == [] and seen["dialogs"] == []
+    assert (seen["question"], seen["choices"], seen["said"]) == ("Red or <b>blue</b>?", ["red", "blue"], "done")
+    tracker = open_tracker(load_project(config_file(repo)))
+    answer = questions.answer_of(tracker, tracker.get(key), asking)
+    assert answer is not None and answer.text == "Blue, <b>please</b>."
