@@ -144,6 +144,8 @@ class RunChannel:
     failure: str | None = None
     #: The question the agent asked (``issue.ask``), its last if it asked more than once: the run ends ``asked``.
     question: Question | None = None
+    #: Whether the run takes its agent's questions (an unattended one); a person is with an attended one.
+    takes_questions: bool = True
     _live: Callable[[], guardrails.Usage | None] = field(default=lambda: None, init=False, repr=False)
     #: What names the channels in the directory :attr:`directory` is in: anything in beflow's own, ``beflow-UID-``
     #: in the system's temporary directory (which everyone's files share).
@@ -192,7 +194,7 @@ class RunChannel:
             # no variable holds (beflow.ops.agent_words).
             tracker=tracker,
             secrets=secrets,
-            asks=self._asked,
+            asks=self._asked if self.takes_questions else None,
         )
         lock = anyio.Lock()  # one call at a time: the run's tracker is shared with the run itself
         slots = anyio.Semaphore(MAX_CONNECTIONS)

@@ -173,8 +173,8 @@ def ask_question(context: Context, payload: AskQuestion) -> Asked:
     tracker(context, writes=True)  # (the question is written there when the turn ends: refused now, if it cannot be)
     if context.bound_run is None or context.asks is None:
         raise NotBoundError(
-            "issue.ask: this session is not a run's agent, so nobody waits for its question",
-            fix="Questions are for an agent in a run (beflow's own server, mcp.self); comment on the issue instead.",
+            "issue.ask: this session is not an unattended run's agent, so nobody waits for its question",
+            fix="With a person beside you, ask them in your reply; elsewhere, comment on the issue.",
         )
     choices = [" ".join(agent_words(context, c).split())[:MAX_CHOICE] for c in payload.choices]
     question = Question(text=agent_words(context, payload.question), choices=[c for c in choices if c])

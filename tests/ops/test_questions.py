@@ -59,7 +59,7 @@ def test_an_agents_question_goes_to_its_run_masked_and_unable_to_carry_beflows_m
 
 def test_a_question_is_an_agents_in_a_run_about_its_own_issue(project_dir: Path) -> None:
     op = questions.ask_question
-    with pytest.raises(NotBoundError, match="not a run's agent"):
+    with pytest.raises(NotBoundError, match="not an unattended run's agent"):
         op.call(_agent([], run=None), {"question": "?"})
     with pytest.raises(NotBoundError):  # a person's session (no run): nobody waits
         op.call(Context(project=load_project(), opens_tracker=open_tracker), {"key": "1", "question": "?"})
