@@ -166,3 +166,26 @@ def test_a_question_blocks_the_issue_and_the_answer_resumes_the_same_session_to_
     assert len(questions) == 1 and "> Red or blue?" in questions[0].text and "1. red" in questions[0].text
     assert [e.data.outcome for e in watch.of("finished", key)] == ["asked", "succeeded"]
     assert auto_project.secrets_in_records() == []
+
+
+def test_a_question_whose_run_was_killed_before_it_told_the_tracker_is_put_as_the_run_would_have(repo: Path) -> None:
+    from beflow.run.issue_status import requeue_orphans, settle_orphans
+
+    _config({})
+    project = load_project()
+    tracker = open_tracker(project)
+    key = tracker.create("pick a colour").key
+    tracker.set_status(key, Status.IN_PROGRESS)  # (no live claim: its beflow was killed after the record)
+    record = RunRecord(
+        id=f"20260101-000000-{key}-abcd", issue=key, mode="watch", agent="a", started_at=dt.datetime.now(dt.UTC)
+    )
+    record.question = Question(text="Red or blue?", asked=dt.datetime.now(dt.UTC))
+    record.close("asked", "the agent asked a question")
+    RunStore(repo).create(record, "prompt")
+    RunStore(repo).save(record)
+    assert settle_orphans(tracker, RunStore(repo)) == [key] and requeue_orphans(tracker) == []
+    issue = tracker.get(key)
+    assert issue.status == Status.BLOCKED  # not requeued: a fresh run would drop the question
+    assert (
+        QUESTION_MARK.format(run=record.id) in issue.comments[-1].text and "> Red or blue?" in issue.comments[-1].text
+    )
