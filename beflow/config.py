@@ -502,6 +502,8 @@ class Limits(Model):
     cost_per_day: Money | None = None
     #: The ISO 4217 currency of the cost budgets: the one the agent reports its cost in.
     currency: Currency = "USD"
+    #: Seconds an issue waits ``blocked`` for a person's answer to its agent's question before it fails, saying so.
+    wait: Seconds = 86400.0
 
     @field_validator("currency")
     @classmethod

@@ -201,15 +201,19 @@ class AgentSession:
         on_stderr: proc.LinesHandler,
         on_cold_start: Callable[[str], None] = lambda why: None,
         earlier_usage: Usage | None = None,
+        resumed: tuple[str, Path] | None = None,
     ) -> proc.Completed:
         """Run the agent on ``text`` (resuming ``earlier`` when given) to the end: how acpx ended. A resume that
         fell through calls ``on_cold_start(why)`` before the cold start. ``earlier_usage``: what the last run on
         ``earlier`` reported, so that a resumed run's cost is its own (ACP's is the session's, cumulative). In a
-        sandbox that cannot start, nothing runs: :class:`~beflow.sandbox.box.SandboxError` says why."""
+        sandbox that cannot start, nothing runs: :class:`~beflow.sandbox.box.SandboxError` says why. ``resumed``: the
+        prompt (and its file) of a resumed session instead of ``text``, which a cold start still gets whole (the
+        answer to the agent's question: the session knows the rest)."""
+        args = (text, key, prompt_file, earlier, on_stdout, on_stderr, on_cold_start, earlier_usage, resumed)
         if self.sandbox is None:
-            return await self._run(text, key, prompt_file, earlier, on_stdout, on_stderr, on_cold_start, earlier_usage)
+            return await self._run(*args)
         async with self.sandbox.opened():
-            return await self._run(text, key, prompt_file, earlier, on_stdout, on_stderr, on_cold_start, earlier_usage)
+            return await self._run(*args)
 
     def _argv(self, argv: list[str]) -> list[str]:
         return argv if self.sandbox is None else self.sandbox.wrap(argv, cwd=self.cwd)
@@ -230,6 +234,7 @@ class AgentSession:
         on_stderr: proc.LinesHandler,
         on_cold_start: Callable[[str], None],
         earlier_usage: Usage | None,
+        resumed: tuple[str, Path] | None,
     ) -> proc.Completed:
         config, cwd = self.config, self.cwd
         timeout = config.timeout
@@ -263,10 +268,11 @@ class AgentSession:
                 self.resume_note = f"could not name the earlier session: {tail(created)}; started cold"
             else:
                 self.transcript.usage = Usage.resuming(earlier_usage)
+                again = common if resumed is None else {**common, "prompt": resumed[0], "prompt_file": resumed[1]}
                 finished = False
                 try:
                     result = self._started(
-                        await proc.run(self._argv(prompt_argv(config, name=name, **common)), **supervise)
+                        await proc.run(self._argv(prompt_argv(config, name=name, **again)), **supervise)
                     )
                     finished = self.transcript.stop_reason is not None
                 finally:

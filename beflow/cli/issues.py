@@ -25,7 +25,7 @@ from beflow.cli.common import (
     visible,
 )
 from beflow.errors import UsageError
-from beflow.ops import issues
+from beflow.ops import issues, questions
 from beflow.trackers.issue import DEFAULT_PRIORITY, IssueRow, ListingStream, Status, format_time
 from beflow.trackers.local_feedback import is_rework, shown
 
@@ -33,6 +33,7 @@ STATUS_STYLE = {
     Status.OPEN: "white",
     Status.READY: "green",
     Status.IN_PROGRESS: "cyan",
+    Status.BLOCKED: "yellow",
     Status.REVIEW: "magenta",
     Status.DONE: "blue",
     Status.FAILED: "red",
@@ -352,6 +353,27 @@ def comment_command(app: App, key: str, text: str, author: str | None, rework: b
         emit_json(result)
         return
     out.print(f"Commented on issue [bold]{escape(result.key)}[/] as {escape(result.comment.author)}.")
+
+
+@group.command("answer", epilog='Example:  beflow issues answer 7 "Keep the old API; deprecate it."')
+@click.argument("key")
+@click.argument("text")
+@click.option("--author", help="Who is answering (default: git's user.name).")
+@json_option
+@pass_app
+def answer_command(app: App, key: str, text: str, author: str | None, as_json: bool) -> None:
+    """Answer the question a blocked issue's agent asked (TEXT '-' reads it from standard input): `beflow watch`
+    resumes the agent's session with it."""
+    if text == "-":
+        text = sys.stdin.read()
+    result = call_operation(app.acting_as(author), questions.answer_question, questions.GiveAnswer, key=key, text=text)
+    if as_json:
+        emit_json(result)
+        return
+    out.print(
+        f"Answered the question on issue [bold]{escape(result.key)}[/] as {escape(result.comment.author)}: "
+        f"{escape(result.next)}."
+    )
 
 
 def _show_change(change: issues.StatusChange, as_json: bool) -> None:

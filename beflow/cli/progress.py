@@ -18,6 +18,7 @@ from beflow.events import Activity, AgentProgress, Finished, Notice, RunEvent, S
 OUTCOME_STYLE = {
     "succeeded": "green",
     "no_changes": "cyan",
+    "asked": "yellow",
     "failed": "red",
     "timeout": "red",
     "stalled": "red",

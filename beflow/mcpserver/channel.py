@@ -55,6 +55,7 @@ from beflow.mcpserver.failures import log_internal, without_input
 from beflow.mcpserver.schema import exposed, load_all
 from beflow.ops.operations import Context
 from beflow.paths import beflow_home
+from beflow.records.record import Question
 from beflow.system import threads
 from beflow.trackers.issue import normalize_key
 
@@ -141,6 +142,10 @@ class RunChannel:
     usage: Usage = field(default_factory=Usage)
     #: Why beflow's server failed the agent, when it did (:func:`beflow.mcp.own.own_failure`).
     failure: str | None = None
+    #: The question the agent asked (``issue.ask``), its last if it asked more than once: the run ends ``asked``.
+    question: Question | None = None
+    #: Whether the run takes its agent's questions (an unattended one); a person is with an attended one.
+    takes_questions: bool = True
     _live: Callable[[], guardrails.Usage | None] = field(default=lambda: None, init=False, repr=False)
     #: What names the channels in the directory :attr:`directory` is in: anything in beflow's own, ``beflow-UID-``
     #: in the system's temporary directory (which everyone's files share).
@@ -189,6 +194,7 @@ class RunChannel:
             # no variable holds (beflow.ops.agent_words).
             tracker=tracker,
             secrets=secrets,
+            asks=self._asked if self.takes_questions else None,
         )
         lock = anyio.Lock()  # one call at a time: the run's tracker is shared with the run itself
         slots = anyio.Semaphore(MAX_CONNECTIONS)
@@ -215,6 +221,9 @@ class RunChannel:
                     tasks.cancel_scope.cancel()
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _asked(self, question: Question) -> None:
+        self.question = question
 
     async def _connection(self, stream: anyio.abc.SocketStream, context: Context, lock: anyio.Lock) -> None:
         raw = stream.extra(anyio.abc.SocketAttribute.raw_socket)

@@ -23,6 +23,7 @@ from pydantic_core import PydanticCustomError
 from beflow.config import Project
 from beflow.errors import BeflowError, OutOfScopeError, UsageError, excerpt
 from beflow.guardrails import Usage
+from beflow.records.record import Question
 from beflow.trackers.base import Tracker
 from beflow.trackers.issue import normalize_key
 from beflow.validation import messages_of
@@ -81,6 +82,9 @@ class Context:
     #: The caller is on another machine (MCP over HTTP): what it is told names no file of this one, which it cannot
     #: read (the docs are topics of ``beflow docs TOPIC``).
     remote: bool = False
+    #: Where the bound run takes its agent's question (``issue.ask``): its channel hands it to the run's process,
+    #: which ends the run ``asked`` once the turn ends. None: no run waits for a question.
+    asks: Callable[[Question], None] | None = None
     #: What operations built once for this context (the run store, the masker of an agent's words).
     cache: dict[str, object] = field(default_factory=dict)
 

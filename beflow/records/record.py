@@ -22,7 +22,9 @@ from beflow.guardrails import Usage
 from beflow.paths import slug
 from beflow.system import liveness
 
-Outcome = Literal["running", "succeeded", "no_changes", "failed", "timeout", "stalled", "over_budget", "cancelled"]
+Outcome = Literal[
+    "running", "succeeded", "no_changes", "asked", "failed", "timeout", "stalled", "over_budget", "cancelled"
+]
 #: Outcomes of runs that did what they were asked (a finished run that changed nothing included).
 DONE_OUTCOMES = frozenset({"succeeded", "no_changes"})
 #: Outcomes a command reports with exit code 1.
@@ -64,6 +66,26 @@ class ProgressNote(BaseModel):
     time: dt.datetime
     text: str
     actor: str = "agent"
+
+
+class Question(BaseModel):
+    """What a run's agent asked a person (``issue.ask``): its turn ended there, the run ``asked`` and its issue
+    ``blocked`` until a trusted person answers (docs/questions.md). The words are the agent's, masked."""
+
+    text: str
+    choices: list[str] = Field(default_factory=list)
+    #: When it was put to people on the tracker: the answer is the first trusted comment from then on.
+    asked: dt.datetime | None = None
+
+
+class Answer(BaseModel):
+    """A person's answer to a run's question, that the next run of the issue resumes the agent's session with."""
+
+    text: str
+    author: str
+    given: dt.datetime
+    #: The run whose agent asked.
+    run: str
 
 
 class Consumed(BaseModel):
@@ -215,6 +237,10 @@ class RunRecord(BaseModel):
     #: ``sandbox.enabled``: the agent ran in the sandbox; the connections its proxy refused, by host.
     sandboxed: bool = False
     blocked: dict[str, int] = Field(default_factory=dict)
+    #: The question the agent asked, ending its turn (the run ended ``asked``).
+    question: Question | None = None
+    #: The person's answer this run resumed the agent's session with (to the question of the run it names).
+    answer: Answer | None = None
 
     @field_validator("*", mode="before")
     @classmethod

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from beflow.errors import BeflowError, LockedError
+from beflow.ops.questions import question_comment
 from beflow.records.record import DONE_OUTCOMES
 from beflow.records.store import RunStore
 from beflow.run.policy import status_after
@@ -74,9 +75,10 @@ def refuse_closed(issue: Issue) -> None:
 
 
 def settle_orphans(tracker: Tracker, store: RunStore) -> list[str]:
-    """Issues left ``in_progress`` by a run that finished its work but could not tell the tracker (the issue file
-    was unreadable at that moment): they get the status and comment the run would have given them, instead of
-    being run again. Runs that did not finish are left to :func:`requeue_orphans`."""
+    """Issues left ``in_progress`` by a run that finished its work (or asked a question) but could not tell the
+    tracker (the issue file was unreadable at that moment, beflow was killed): they get the status and comment the
+    run would have given them, instead of being run again. Runs that did not finish are left to
+    :func:`requeue_orphans`."""
     settled: list[str] = []
     orphaned = tracker.orphaned()
     if not orphaned:
@@ -84,14 +86,19 @@ def settle_orphans(tracker: Tracker, store: RunStore) -> list[str]:
     records = store.records([issue.key for issue in orphaned])
     for issue in orphaned:
         latest = next((r for r in records if r.issue == issue.key), None)
-        if latest is None or latest.outcome not in DONE_OUTCOMES:
+        asked = latest is not None and latest.outcome == "asked" and latest.question is not None
+        if latest is None or (latest.outcome not in DONE_OUTCOMES and not asked):
             continue
         try:
             claim = tracker.claim(issue.key, owner="beflow (settling a finished run)")
         except BeflowError:
             continue  # a run has it now
         with claim:
-            if leave_issue(tracker, issue.key, status_after(latest.outcome), summary(latest, inert=tracker.inert)):
+            note = summary(latest, inert=tracker.inert)
+            if asked:  # its agent's question, put as the run would have put it: the issue waits for the answer
+                assert latest.question is not None
+                note = question_comment(issue.key, latest.question, latest.id, tracker.inert)
+            if leave_issue(tracker, issue.key, status_after(latest.outcome), note):
                 settled.append(issue.key)
     return settled
 

@@ -30,6 +30,7 @@ from beflow.mcp.acp import AcpServer, server_names, shadowed_global_servers
 from beflow.mcp.inject import Injection, managed_acpxrc
 from beflow.mcp.own import secret_part
 from beflow.mcp.redact import Redactor
+from beflow.ops.questions import question_comment
 from beflow.paths import ACPXRC
 from beflow.records.record import DONE_OUTCOMES, WORDS_FIELDS, Outcome, RunRecord, masked_record, new_run_id
 from beflow.records.store import RunStore
@@ -44,7 +45,7 @@ from beflow.run.summary import summary
 from beflow.system import interrupts
 from beflow.system.journal import SAVED_DAYS
 from beflow.trackers import Issue, Status, Tracker
-from beflow.trackers.base import HostsAgentSessions, ShowsProgress
+from beflow.trackers.base import AsksQuestions, HostsAgentSessions, ShowsProgress
 from beflow.trackers.quoting import inert
 
 
@@ -311,6 +312,8 @@ class Session:
         if self._session is not None:
             self._session.close()  # (the activities queued are sent before the session's last word)
         record.close(outcome, reason)
+        if record.question is not None and record.outcome == "asked":
+            record.question.asked = record.finished_at  # its answer is a comment from here on
         self.mask_record()
         self.store.save(record)
         if self.claim_lost is not None or not self.reports:  # the issue is another run's: its status and comments too
@@ -324,10 +327,24 @@ class Session:
         )
         if status == Status.FAILED and self.request.mode == "watch":
             note = give_up_note(note, record.attempt, permanent=record.permanent)
+        asks = status == Status.BLOCKED and record.question is not None
+        if asks:  # the question is the run's one comment (or the tracker's own way of asking: after the move)
+            assert record.question is not None
+            note = (
+                None
+                if isinstance(self.tracker, AsksQuestions)
+                else question_comment(record.issue, record.question, record.id, self.tracker.inert)
+            )
         note = self.redact.text(note) if note is not None else None
         missing = issue_status.leave_finished(self.tracker, record.issue, status, note, run_id=record.id)
         if missing is not None:
             self._unreported(missing)
+        elif asks and isinstance(self.tracker, AsksQuestions):
+            assert record.question is not None
+            try:
+                self.tracker.ask(record.issue, record.question, record.id)
+            except BeflowError as error:
+                self._unreported(Unreported(f"the question could not be put to people: {error.message}"))
         self._end_session(record)
         self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
         return record

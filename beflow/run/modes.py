@@ -91,6 +91,8 @@ async def attend(
     issue = await threads.blocking(_workable, tracker, key)
     run_id = new_run_id(issue.key)
     servers, channel = with_own_server(project, resolve_servers(project), issue=issue.key, run_id=run_id)
+    if channel is not None:
+        channel.takes_questions = False  # a person is there: the agent asks them in its own words
     branch = await threads.blocking(refs.current_branch, checkout)
     text = render_prompt(project, issue, request, branch=branch, run_id=run_id)
     permissions = config.attend.permissions

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from beflow.agent import acpx, acpx_command, agents
 from beflow.config import Config, Watch
-from beflow.records.record import DONE_OUTCOMES, Outcome, RunRecord
+from beflow.records.record import DONE_OUTCOMES, Outcome, Question, RunRecord
 from beflow.system.proc import Completed
 from beflow.trackers import Status
 
@@ -66,6 +66,12 @@ def judge(
     return Verdict("failed", f"the agent stopped before finishing its turn (acpx {result.describe()}; {detail})")
 
 
+def asked(question: Question) -> Verdict:
+    """A turn that ended after its agent asked a question (``issue.ask``): it waits for a person's answer."""
+    first = agents.one_line(question.text)
+    return Verdict("asked", f"the agent asked a question and waits for a person's answer: {first}")
+
+
 def judge_attended(returncode: int | None, describe: str, config: Config) -> Verdict:
     """The outcome of an attended session: acpx's exit code alone (its output went to the terminal)."""
     if returncode == 0:
@@ -84,10 +90,12 @@ def judge_attended(returncode: int | None, describe: str, config: Config) -> Ver
 
 
 def status_after(outcome: Outcome, *, retry: bool = False) -> Status:
-    """Where an unattended run leaves its issue: ``review`` when it finished, ``ready`` when cancelled or to be
-    retried, else ``failed``."""
+    """Where an unattended run leaves its issue: ``review`` when it finished, ``blocked`` when its agent asked a
+    question, ``ready`` when cancelled or to be retried, else ``failed``."""
     if outcome in DONE_OUTCOMES:
         return Status.REVIEW
+    if outcome == "asked":
+        return Status.BLOCKED
     if outcome == "cancelled" or retry:
         return Status.READY
     return Status.FAILED

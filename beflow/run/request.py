@@ -12,8 +12,8 @@ from typing import Any
 
 from beflow.config import Project
 from beflow.feedback import Feedback, Ignored, strip_hidden
-from beflow.ops import rounds
-from beflow.records.record import Mode, RunRecord, now
+from beflow.ops import questions, rounds
+from beflow.records.record import Answer, Mode, Question, RunRecord, now
 from beflow.records.store import RunStore
 from beflow.run import prompt
 from beflow.trackers import Issue
@@ -45,6 +45,11 @@ class RunRequest:
     #: Best of N's reviewer: its prompt (the issue and the passing candidates' diffs, written by beflow, not the
     #: template); None: not a reviewer. A reviewer leaves the tracker to the judged run, and commits nothing.
     review: str | None = None
+    #: A person's answer to the question the agent asked (the run that asked, ``answer.run``): this run resumes the
+    #: agent's session with it, on the same branch (docs/questions.md).
+    answer: Answer | None = None
+    #: The question it answers.
+    question: Question | None = None
 
 
 def _prompt_variables(
@@ -87,7 +92,10 @@ def render_prompt(project: Project, issue: Issue, request: RunRequest, *, branch
     runs = RunStore(project.directory).records([issue.key], ids=[issue.id] if issue.id else ()) if request.round else []
     earlier = rounds.previous(runs, request.round) if request.round else []
     variables = _prompt_variables(issue, request, branch, run_id, earlier)
-    return prompt.render(project.config.prompt, project.directory, variables)
+    text = prompt.render(project.config.prompt, project.directory, variables)
+    if request.answer is not None:  # after the whole prompt: an agent that cannot resume its session starts cold
+        text += questions.answer_prompt(request.answer, request.question)
+    return text
 
 
 def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: str, branch: str | None) -> RunRecord:
@@ -108,6 +116,7 @@ def new_record(project: Project, issue: Issue, request: RunRequest, *, run_id: s
         feedback_ignored=rounds.left_out(request.ignored),
         branch=branch,
         started_at=now(),
+        answer=request.answer,
     )
 
 

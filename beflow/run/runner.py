@@ -88,6 +88,8 @@ class Run:
             issue = await threads.blocking(self.tracker.get, issue.key)
             # A review round starts from review (or from ready: put back in the queue, or retried).
             startable = (Status.READY, Status.REVIEW) if self.request.round else (Status.READY,)
+            if self.request.answer is not None:  # an answered question: the issue waits for this run
+                startable = (Status.BLOCKED,)
             if self.request.only_if_ready and issue.status not in startable:
                 raise NoLongerReady(f"issue {issue.key} is no longer ready (it is {issue.status.value})")
             refuse_closed(issue)

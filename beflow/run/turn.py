@@ -14,11 +14,12 @@ from beflow.agent.session import AgentSession
 from beflow.mcp.inject import Injection
 from beflow.mcp.own import follow_progress
 from beflow.mcpserver.channel import RunChannel, own_channel
+from beflow.ops.questions import answer_prompt
 from beflow.records.logs import LOG_NOTE, STDERR_LIMIT, TRANSCRIPT_LIMIT
 from beflow.records.record import Outcome, last_on_session
 from beflow.run.lifecycle import Session
 from beflow.run.limits import Limiter, UsageEvents
-from beflow.run.policy import judge
+from beflow.run.policy import asked, judge
 from beflow.run.workspace import Workspace
 from beflow.system import threads
 
@@ -74,11 +75,16 @@ class AgentTurn:
                     own_channel(self.channel, session.tracker, lambda: agent.transcript, self._notice, session.secrets),
                 ):
                     request = session.request
-                    resume = request.attempt > 1 or request.round > 0  # a retry, or a review round
+                    # a retry, a review round, or the answer to the agent's question
+                    resume = request.attempt > 1 or request.round > 0 or request.answer is not None
                     earlier = self.store.resumable_session(record) if resume else None
                     if earlier is not None:  # kept before the turn: a killed beflow's next command ends its owner
                         record.session = earlier
                         await threads.blocking(self.store.save, record)
+                    resumed = None
+                    if earlier is not None and request.answer is not None:  # the session asked: it is told the answer
+                        told = answer_prompt(request.answer, request.question)
+                        resumed = (told, await threads.blocking(self.store.write, record.id, "answer.md", told))
                     try:
                         result = await limiter.supervise(
                             lambda: agent.run(
@@ -90,6 +96,7 @@ class AgentTurn:
                                 on_stdout=on_stdout,
                                 on_stderr=stderr_file.lines,
                                 on_cold_start=self._started_cold,
+                                resumed=resumed,
                             )
                         )
                     finally:
@@ -123,6 +130,12 @@ class AgentTurn:
             reason = f"{reason}; {hint}" if hint else reason
         if self.channel is not None and self.channel.failure is not None:
             return verdict.outcome, f"{reason}; {self.channel.failure}"
+        question = self.channel.question if self.channel is not None else None
+        if question is not None and verdict.outcome == "succeeded":
+            # The agent asked and ended its turn: the issue waits for a person's answer (beflow.ops.questions).
+            record.question = question
+            waits = asked(question)
+            return waits.outcome, waits.reason
         return verdict.outcome, reason
 
     def _stderr(self) -> list[str]:

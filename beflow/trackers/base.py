@@ -12,6 +12,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import NamedTuple, Protocol, runtime_checkable
 
+from beflow.records.record import Answer, Question
 from beflow.trackers.blockers import Blocker
 from beflow.trackers.claims import Claim, ClaimInfo, ClaimStore
 from beflow.trackers.issue import DEFAULT_PRIORITY, Comment, Issue, Listing, ListingStream, Status
@@ -180,6 +181,21 @@ class ReadsPullRequests(Protocol):
     nothing for it, as they are made inert for the code host."""
 
     def pull_request_inert(self, text: str) -> str: ...
+
+
+@runtime_checkable
+class AsksQuestions(Protocol):
+    """A run's question is put to people the tracker's own way (Linear's elicitation), and their answer read from
+    there. Without it a question is a comment, and its answer the first trusted comment after it
+    (:mod:`beflow.ops.questions`)."""
+
+    def ask(self, key: str, question: Question, run_id: str) -> None:
+        """Put ``question`` (the agent's words, masked; the tracker makes them inert) to people on the issue."""
+        ...
+
+    def answer_of(self, key: str, question: Question, run_id: str) -> Answer | None:
+        """A trusted person's answer to ``question``, once there is one."""
+        ...
 
 
 @runtime_checkable

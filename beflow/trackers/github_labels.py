@@ -15,12 +15,13 @@ from beflow.trackers.issue import Status
 STATUS_LABELS: dict[Status, str] = {
     Status.READY: "ready",
     Status.IN_PROGRESS: "in-progress",
+    Status.BLOCKED: "blocked",
     Status.REVIEW: "review",
     Status.FAILED: "failed",
 }
 #: When an issue carries several status labels (two people edited it), the furthest along wins.
-_PRECEDENCE = [Status.IN_PROGRESS, Status.REVIEW, Status.FAILED, Status.READY]
-LABEL_COLORS = {"ready": "0e8a16", "in-progress": "fbca04", "review": "1d76db", "failed": "b60205"}
+_PRECEDENCE = [Status.IN_PROGRESS, Status.BLOCKED, Status.REVIEW, Status.FAILED, Status.READY]
+LABEL_COLORS = {"ready": "0e8a16", "in-progress": "fbca04", "blocked": "d93f0b", "review": "1d76db", "failed": "b60205"}
 
 
 class RepoLabels:

@@ -29,6 +29,7 @@ class Status(StrEnum):
     OPEN = "open"  # filed, not for agents yet
     READY = "ready"  # agents may pick it up
     IN_PROGRESS = "in_progress"  # a run is working on it
+    BLOCKED = "blocked"  # its run's agent asked a question: it waits for a person's answer (docs/questions.md)
     REVIEW = "review"  # a run finished; a person should look at the branch
     DONE = "done"  # the work is accepted
     FAILED = "failed"  # runs gave up on it (after `max_attempts`)
@@ -44,7 +45,9 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     S.OPEN: frozenset({S.READY, S.CLOSED}),
     S.READY: frozenset({S.OPEN, S.IN_PROGRESS, S.CLOSED}),
     # back to `ready`: a run was cancelled or its process died and the issue is put back in the queue.
-    S.IN_PROGRESS: frozenset({S.READY, S.REVIEW, S.DONE, S.FAILED, S.CLOSED}),
+    S.IN_PROGRESS: frozenset({S.READY, S.BLOCKED, S.REVIEW, S.DONE, S.FAILED, S.CLOSED}),
+    # to `in_progress`: answered, a run resumes the agent's session; `failed`: unanswered within `limits.wait`.
+    S.BLOCKED: frozenset({S.READY, S.IN_PROGRESS, S.FAILED, S.CLOSED}),
     # back to `in_progress`: changes were requested and another run continues the branch.
     S.REVIEW: frozenset({S.READY, S.IN_PROGRESS, S.DONE, S.FAILED, S.CLOSED}),
     S.DONE: frozenset({S.READY, S.CLOSED}),

@@ -31,8 +31,9 @@ STATUS_LABELS: dict[Status, str] = {
     Status.OPEN: "open",
     Status.REVIEW: "review",
     Status.FAILED: "failed",
+    Status.BLOCKED: "blocked",  # a started issue waiting for the answer to its agent's question
 }
-LABEL_COLORS = {"ready": "#4cb782", "open": "#bec2c8", "review": "#5e6ad2", "failed": "#eb5757"}
+LABEL_COLORS = {"ready": "#4cb782", "open": "#bec2c8", "review": "#5e6ad2", "failed": "#eb5757", "blocked": "#f2994a"}
 _NOT_STARTED = ("backlog", "unstarted", "triage")
 _REVIEW_NAMES = ("review", "in review")
 
@@ -166,6 +167,8 @@ class Workflow:
         if kind == "canceled":
             return Status.CLOSED
         if kind == "started":
+            if labelled(Status.BLOCKED):
+                return Status.BLOCKED
             review = self.review_state()
             on_review = review is not None and issue.state.id == review.id
             return Status.REVIEW if on_review or labelled(Status.REVIEW) else Status.IN_PROGRESS
@@ -193,6 +196,9 @@ class Workflow:
             else:
                 state = None if kind == "started" else self.first("started")
                 labels = [Status.REVIEW]
+        elif status == Status.BLOCKED:  # (started, labelled: still the team's work in hand, waiting on a person)
+            state = None if kind == "started" else self.first("started")
+            labels = [Status.BLOCKED]
         elif status == Status.DONE:
             state = None if kind == "completed" else self.first("completed")
         elif status == Status.CLOSED:

@@ -45,6 +45,7 @@ from beflow.watch.endings import Endings
 from beflow.watch.hearing import hear
 from beflow.watch.holds import Holds
 from beflow.watch.lanes import Running, Snapshot, lanes_asked, run_ids
+from beflow.watch.questions import WaitingQuestions
 from beflow.watch.reachability import TrackerLook
 from beflow.watch.reloading import ConfigReload
 from beflow.watch.retries import Retries
@@ -107,6 +108,8 @@ class Dispatcher:
         self.rounds = ReviewRounds(clock, self.emit)  # review rounds due, or waiting for feedback to settle
         #: Ready issues held back until the issues they wait for are done (beflow.watch.blocking).
         self.blockers = BlockerHolds(self.emit)
+        #: Blocked issues: their agent's question answered (a run resumes it) or waited on (beflow.watch.questions).
+        self.questions = WaitingQuestions(clock, self.emit)
         #: Whether the last look at the tracker succeeded (only the tracker's own failures count).
         self.tracker_look = TrackerLook()
 
@@ -272,6 +275,7 @@ class Dispatcher:
         self.retries.recall(self.store, [i.key for i in ready], self.project.config.watch)
         queue = [i for i in ready if not self.retries.backing_off(i.key, now)]
         queue += self.rounds.survey(self.project, self.tracker, self.code_host, self.running, queue)
+        queue += self.questions.survey(self.project, self.tracker, self.running)
         free = self.project.config.watch.concurrency - len(self.running)
         self.queue = self.blockers.sift(self.tracker, queue, free)
 
@@ -292,7 +296,7 @@ class Dispatcher:
             lanes = min(lanes_asked(self.project, issue), concurrency) if not round_ else 1
             if lanes > free:
                 break  # best of N waits for its lanes, ahead of the issues after it
-            attempt = self.retries.start(issue.key)
+            attempt = self.questions.attempt_of(issue.key) or self.retries.start(issue.key)
             scope = anyio.CancelScope()
             running = Running(issue.key, attempt, scope, self.tracker, round=round_, issue_id=issue.id, lanes=lanes)
             self.running[issue.key] = running
@@ -316,7 +320,8 @@ class Dispatcher:
             only_if_ready=True,
         )
         tracker, issue_id = running.tracker, running.issue_id
-        running.round = await self.rounds.shape(request, self.project, tracker, self.code_host, issue_id=issue_id)
+        if not self.questions.shape(request, self.project):  # (an answer resumes its session: no review round)
+            running.round = await self.rounds.shape(request, self.project, tracker, self.code_host, issue_id=issue_id)
 
         def candidate_event(event: RunEvent) -> None:
             running.heard_candidate(event)

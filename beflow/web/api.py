@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, create_model
 
 from beflow import guardrails
 from beflow.ops.issues import MAX_LABELS, MAX_TITLE, IssueView
-from beflow.records.record import RunRecord
+from beflow.records.record import Question, RunRecord
 from beflow.trackers.issue import DEFAULT_PRIORITY, MAX_TEXT
 
 API_VERSION = "v1"
@@ -241,6 +241,11 @@ class IssueDetail(BaseModel):
         description="The statuses a person may move the issue to from its own (the tracker's transitions; "
         "in_progress is a run's).",
     )
+    question: Question | None = Field(
+        default=None,
+        description="The question its agent asked, when the issue is blocked waiting for the answer "
+        "(POST /api/v1/issues/{key}/answer gives it).",
+    )
 
 
 #: Rows of a list page (``/api/v1/issues``, ``/api/v1/runs``) unless ``per_page`` says fewer; at most MAX_PER_PAGE.
@@ -357,6 +362,15 @@ class PriorityBody(BaseModel):
     model_config = {"extra": "forbid"}
 
     priority: int = Field(ge=0, le=1000, description="Lower runs first: 0 is the most urgent; 2 is the default.")
+
+
+class AnswerBody(BaseModel):
+    """``POST /api/v1/issues/{key}/answer``: the answer to the question a blocked issue's agent asked
+    (``issue.answer``); the watch resumes the agent's session with it."""
+
+    model_config = {"extra": "forbid"}
+
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
 
 
 class MissedNotice(BaseModel):

@@ -99,6 +99,7 @@ def api_routes(server: Server, views: Views) -> list[Route]:
         "status": functools.partial(actions.answer, kind="status"),
         "new": functools.partial(actions.answer, kind="new"),
         "priority": functools.partial(actions.answer, kind="priority"),
+        "answer": functools.partial(actions.answer, kind="answer"),
     }
     assert {e.name for e in endpoints.ENDPOINTS} == set(handlers), "an endpoint without its handler, or the reverse"
     routes = [Route(e.path, handlers[e.name], methods=[e.method]) for e in endpoints.ENDPOINTS]
@@ -112,15 +113,16 @@ def api_routes(server: Server, views: Views) -> list[Route]:
 
 class Actions:
     """What a person does from the page or a client (``http.actions``): file an issue, cancel a run, retry an
-    issue, set an issue's status or its priority — each an operation of the registry (``issue.new``,
-    ``issue.set_status``, ``issue.set_priority``), which the watch then acts on. Who may ask is the guard's to
-    decide (:mod:`beflow.web.middleware`), before any of this runs."""
+    issue, set an issue's status or its priority, answer its agent's question — each an operation of the registry
+    (``issue.new``, ``issue.set_status``, ``issue.set_priority``, ``issue.answer``), which the watch then acts on.
+    Who may ask is the guard's to decide (:mod:`beflow.web.middleware`), before any of this runs."""
 
     #: The body each action takes (none: an empty one, or none at all).
     BODIES: ClassVar[dict[str, type[BaseModel]]] = {
         "status": api.SetStatusBody,
         "new": api.NewIssueBody,
         "priority": api.PriorityBody,
+        "answer": api.AnswerBody,
     }
 
     def __init__(self, server: Server) -> None:
@@ -195,6 +197,9 @@ class Actions:
         elif kind == "new":
             assert isinstance(body, api.NewIssueBody)
             operation, arguments = "issue.new", body.model_dump()
+        elif kind == "answer":
+            assert isinstance(body, api.AnswerBody)
+            operation, arguments = "issue.answer", {"key": target, "text": body.text}
         elif kind == "priority":
             assert isinstance(body, api.PriorityBody)
             operation, arguments = "issue.set_priority", {"key": target, "priority": body.priority}

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from beflow.errors import BeflowError
 from beflow.ops.issues import person_choices
 from beflow.trackers.base import MetersRequests
+from beflow.trackers.issue import Status
 from beflow.web import api, lists
 from beflow.web.live import WatchData
 
@@ -170,7 +171,10 @@ class Views:
         issue = self.server.call("issue.show", {"key": key})
         runs = [api.RecentRun.of(r) for r in self.server.call("run.list", {"issue": issue.key, "limit": 20}).runs]
         choices = [s.value for s in person_choices(issue.status)]
-        return api.IssueDetail(issue=issue, runs=runs, choices=choices)
+        question = None
+        if issue.status == Status.BLOCKED and runs and runs[0].outcome == "asked":  # (its latest run asked)
+            question = self.server.call("run.show", {"id": runs[0].id}).question
+        return api.IssueDetail(issue=issue, runs=runs, choices=choices, question=question)
 
     def issues(self, status: str | None, page: int, per_page: int) -> api.IssuePage:
         return lists.issues(self.server.call, status, page, per_page)

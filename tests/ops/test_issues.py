@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import beflow.ops.issues  # noqa: F401 - registers the operations
+import beflow.ops.issues
+import beflow.ops.questions  # noqa: F401 - registers the operations
 from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.errors import ConfigError, NotFoundError, OutOfScopeError, UsageError
@@ -45,6 +46,8 @@ def test_the_operations_and_what_they_declare() -> None:
         "issue.reopen": ("action", False, "key"),
         "issue.rework": ("action", False, "key"),
         "issue.set_priority": ("action", False, "key"),
+        "issue.ask": ("action", True, "key"),
+        "issue.answer": ("action", False, "key"),
     }
     for name in declared:
         op = REGISTRY[name]
@@ -116,8 +119,8 @@ def test_invalid_input_is_a_usage_error_naming_the_operation_and_the_field(conte
 
     assert message("issue.new", title="") == 'issue.new: title: expected at least 1 character (got "")'
     assert message("issue.set_status", key="1", status="finished") == (
-        "issue.set_status: status: expected 'open', 'ready', 'in_progress', 'review', 'done', 'failed' or 'closed'"
-        ' (got "finished")'
+        "issue.set_status: status: expected 'open', 'ready', 'in_progress', 'blocked', 'review', 'done', 'failed' or "
+        """'closed' (got "finished")"""
     )
     # a long value is cut short, not echoed whole
     assert message("issue.comment", key="1", text="x" * 64_001) == (
@@ -213,6 +216,8 @@ WRITES = {
     "issue.close": {"key": "1"},
     "issue.reopen": {"key": "1"},
     "issue.set_priority": {"key": "1", "priority": 0},
+    "issue.ask": {"key": "1", "question": "x"},
+    "issue.answer": {"key": "1", "text": "x"},
 }
 
 

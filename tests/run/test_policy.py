@@ -9,11 +9,12 @@ import pytest
 
 from beflow.agent import acpx
 from beflow.config import Config, Watch
-from beflow.records.record import RunRecord
+from beflow.records.record import Question, RunRecord
 from beflow.run.policy import (
     Next,
     Recalled,
     after_run,
+    asked,
     backoff_delay,
     give_up_note,
     judge,
@@ -185,6 +186,8 @@ def test_judge_attended(code: int, outcome: str, reason: str) -> None:
         ("stalled", True, Status.READY),
         ("stalled", False, Status.FAILED),
         ("over_budget", False, Status.FAILED),
+        ("asked", False, Status.BLOCKED),  # its agent asked: it waits for a person's answer
+        ("asked", True, Status.BLOCKED),  # (not put back in the queue: a retry would ask again)
     ],
 )
 def test_status_after_an_unattended_run(outcome: str, retry: bool, status: Status) -> None:
@@ -235,6 +238,12 @@ def test_backoff_never_exceeds_a_ceiling_below_the_base() -> None:
     assert backoff_delay(0, base=10, ceiling=300) == 10.0  # no attempt yet: the base
 
 
+def test_a_question_ends_the_turn_as_asked_naming_it_on_one_line() -> None:
+    verdict = asked(Question(text="Keep the old API\n  or remove it?"))
+    assert (verdict.outcome, verdict.permanent) == ("asked", False)
+    assert verdict.reason.endswith("waits for a person's answer: Keep the old API or remove it?")
+
+
 @pytest.mark.parametrize(
     ("outcome", "attempt", "permanent", "expected"),
     [
@@ -249,6 +258,7 @@ def test_backoff_never_exceeds_a_ceiling_below_the_base() -> None:
         ("stalled", 1, False, Next("retry", 2, 10.0)),  # a stall is not permanent: retried like a failure
         ("stalled", 3, False, Next("give_up", reason="gave up after 3 attempts")),
         ("over_budget", 1, True, Next("give_up", reason="not retried: boom")),  # a budget is permanent
+        ("asked", 3, False, Next("nothing")),  # a question spends no attempt and is no failure: no retry
     ],
 )
 def test_after_run(outcome: str, attempt: int, permanent: bool, expected: Next) -> None:

@@ -36,6 +36,17 @@ def test_every_status_can_be_closed_and_closed_can_be_reopened() -> None:
     check_transition("7", Status.CLOSED, Status.READY)
 
 
+def test_a_question_blocks_a_running_issue_until_an_answer_resumes_it_or_it_fails() -> None:
+    check_transition("7", Status.IN_PROGRESS, Status.BLOCKED)
+    for target in (Status.IN_PROGRESS, Status.FAILED, Status.READY, Status.CLOSED):
+        check_transition("7", Status.BLOCKED, target)
+    for current in (Status.OPEN, Status.READY, Status.REVIEW, Status.DONE, Status.FAILED):
+        with pytest.raises(UsageError, match="cannot go from"):  # only a run's agent asks
+            check_transition("7", current, Status.BLOCKED)
+    with pytest.raises(UsageError, match="from blocked it can go to: ready, in_progress, failed, closed"):
+        check_transition("7", Status.BLOCKED, Status.REVIEW)
+
+
 def test_setting_the_same_status_is_not_a_transition() -> None:
     for status in Status:
         check_transition("7", status, status)

@@ -348,3 +348,29 @@ def test_an_issue_is_flagged_with_a_label_under_the_status_prefix_and_one_commen
     assert [c.text for c in flagged.comments] == ["the checks still fail."]
     again = opened.flag(str(number), "needs-human", "once more.")  # the label is not added twice
     assert github.issue_labels(number).count("beflow:needs-human") == 1 and len(again.comments) == 2
+
+
+def test_a_question_blocks_the_issue_with_its_label_and_only_a_trusted_comment_answers_it(
+    gh: AutoProject, github: FakeGitHub
+) -> None:
+    from beflow.ops import questions
+    from beflow.records.record import Question, RunRecord
+    from beflow.trackers.issue import utc_now
+
+    github.add_issue("One", labels=["beflow", "beflow:in-progress"])
+    mine = tracker(gh)
+    question = Question(text="Ping @octocat? closes #2", choices=["yes"], asked=utc_now())
+    mine.set_status("1", Status.BLOCKED, note=questions.question_comment("1", question, "r1", mine.inert))
+    labels = github.issue_labels(1)
+    assert "beflow:blocked" in labels and "beflow:in-progress" not in labels
+    assert mine.get("1").status == Status.BLOCKED and [i.key for i in mine.ready()] == []
+    posted = github.comments_of(1)[-1]["body"]
+    assert "@octocat" not in posted and "#2" not in posted.replace("#\u20602", "")  # the agent's words, inert
+    asking = RunRecord(id="r1", issue="1", mode="watch", agent="a", started_at=utc_now(), question=question)
+    github.add_comment(1, "red, do it", author="mallory", association="NONE")  # a stranger: no answer
+    assert questions.answer_of(mine, mine.get("1"), asking) is None
+    github.add_comment(1, "blue", author="alice")
+    answer = questions.answer_of(mine, mine.get("1"), asking)
+    assert answer is not None and (answer.text, answer.author) == ("blue", "alice")
+    mine.set_status("1", Status.IN_PROGRESS)  # the answer's run resumes it
+    assert "beflow:in-progress" in github.issue_labels(1)

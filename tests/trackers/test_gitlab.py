@@ -216,3 +216,24 @@ def test_an_issue_is_flagged_with_a_label_under_the_status_prefix_and_one_note(
     assert "beflow:needs-human" in labels_of(gitlab, iid) and flagged.status == Status.REVIEW
     assert "beflow:needs-human" in flagged.labels
     assert [c.text for c in flagged.comments] == ["the checks still fail."]
+
+
+def test_a_question_blocks_the_issue_with_its_label_and_only_a_members_note_answers_it(
+    gl: AutoProject, gitlab: FakeGitLab
+) -> None:
+    from beflow.ops import questions
+    from beflow.records.record import Question, RunRecord
+    from beflow.trackers.issue import utc_now
+
+    gitlab.add_issue("One", labels=["beflow", "beflow:in-progress"])
+    mine = tracker(gl)
+    question = Question(text="Ping @octocat? closes #2", asked=utc_now())
+    mine.set_status("1", Status.BLOCKED, note=questions.question_comment("1", question, "r1", mine.inert))
+    assert "beflow:blocked" in gitlab.issues[1]["labels"] and "beflow:in-progress" not in gitlab.issues[1]["labels"]
+    assert mine.get("1").status == Status.BLOCKED and [i.key for i in mine.ready()] == []
+    asking = RunRecord(id="r1", issue="1", mode="watch", agent="a", started_at=utc_now(), question=question)
+    gitlab.add_note("Issue", 1, "red, do it", author=gitlab.user("mallory"))  # no member: no answer
+    assert questions.answer_of(mine, mine.get("1"), asking) is None
+    gitlab.add_note("Issue", 1, "blue", author=gitlab.user("maria", access_level=30))
+    answer = questions.answer_of(mine, mine.get("1"), asking)
+    assert answer is not None and (answer.text, answer.author) == ("blue", "maria")

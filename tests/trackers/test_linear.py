@@ -168,6 +168,14 @@ def test_statuses_move_the_issue_through_the_teams_workflow(linear: FakeLinear, 
     issue = linear.add_issue("Work", labels=["beflow"])
     assert tracker.set_status("ENG-1", Status.IN_PROGRESS).status == Status.IN_PROGRESS
     assert issue["state"]["name"] == "In Progress"
+    # waiting for the answer to its agent's question: still started, labelled; answered, in progress again
+    assert tracker.set_status("ENG-1", Status.BLOCKED).status == Status.BLOCKED
+    assert (issue["state"]["name"], [lb["name"] for lb in issue["labels"]]) == (
+        "In Progress",
+        ["beflow", "beflow:blocked"],
+    )
+    assert tracker.set_status("ENG-1", Status.IN_PROGRESS).status == Status.IN_PROGRESS
+    assert [lb["name"] for lb in issue["labels"]] == ["beflow"]
     assert tracker.set_status("ENG-1", Status.REVIEW).status == Status.REVIEW
     assert issue["state"]["name"] == "In Review"
     assert tracker.set_status("ENG-1", Status.FAILED, "It broke").status == Status.FAILED

@@ -40,6 +40,7 @@ AGENT_SAFE = {
     "issue_new",
     "issue_comment",
     "issue_set_status",
+    "issue_ask",
     "run_show",
     "run_status",
     "run_progress",

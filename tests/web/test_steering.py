@@ -17,7 +17,8 @@ import pytest
 
 from beflow.app import open_tracker
 from beflow.config import load_project
-from beflow.records.record import RunRecord, new_run_id
+from beflow.ops import questions
+from beflow.records.record import Question, RunRecord, new_run_id
 from beflow.records.store import RunStore
 from beflow.trackers.issue import Status, utc_now
 from beflow.web.guard import COOKIE, TOKEN_ENV
@@ -277,3 +278,65 @@ def test_a_person_steers_a_running_watch_from_its_page_in_a_real_browser(  # typ
     assert auto_project.issue(long).status == Status.OPEN
     assert any(c.text == "Retried from beflow's dashboard." for c in auto_project.issue(failed).comments)
     assert any(r.issue == failed for r in auto_project.runs.records())
+
+
+def blocked(repo: Path) -> tuple[str, RunRecord]:
+    """Issue 4 of :func:`steered`'s project, blocked on its run's question; that run's record."""
+    steered(repo)
+    tracker = open_tracker(load_project(config_file(repo)))
+    key = tracker.create("Pick a colour", "").key
+    tracker.set_status(key, Status.IN_PROGRESS)
+    asking = RunRecord(id=new_run_id(key), issue=key, mode="watch", agent="a", started_at=utc_now(), title="Pick")
+    asking.question = Question(text="Red or <b>blue</b>?", choices=["red", "blue"], asked=utc_now())
+    asking.close("asked", "the agent asked a question")
+    RunStore(repo).create(asking, "prompt")
+    RunStore(repo).save(asking)
+    tracker.set_status(key, Status.BLOCKED, note="the question")
+    return key, asking
+
+
+def test_the_page_shows_a_blocked_issues_question_and_answering_it_resumes_through_the_registry(repo: Path) -> None:
+    key, asking = blocked(repo)
+    tracker = open_tracker(load_project(config_file(repo)))
+    with serving(repo) as (served, _), client(served) as http:
+        own = f"http://127.0.0.1:{served.bind.port}"
+        detail = http.get(f"/api/v1/issues/{key}", headers=BEARER).json()
+        assert detail["question"]["text"] == "Red or <b>blue</b>?" and detail["question"]["choices"] == ["red", "blue"]
+        page = http.get(f"/issues/{key}", headers=BEARER).text
+        assert 'id="answer"' in page and "Red or &lt;b&gt;blue&lt;/b&gt;?" in page and "<li>blue</li>" in page
+        path = f"/api/v1/issues/{key}/answer"
+        assert http.post(path, json={"text": "blue"}, headers={"Origin": own}).status_code == 401
+        assert (
+            http.post(path, json={"text": "blue"}, headers={"Origin": "http://evil.example", **BEARER}).status_code
+            == 403
+        )
+        assert http.post(path, json={"txt": "blue"}, headers=BEARER).status_code == 400
+        not_blocked = http.post("/api/v1/issues/3/answer", json={"text": "blue"}, headers=BEARER)
+        assert not_blocked.status_code == 400 and "waits for no answer" in not_blocked.json()["error"]["message"]
+        done = http.post(path, json={"text": "blue"}, headers={"Origin": own, **BEARER})
+        assert done.status_code == 200, done.text
+        assert (done.json()["operation"], done.json()["result"]["run"]) == ("issue.answer", asking.id)
+    issue = tracker.get(key)
+    answer = questions.answer_of(tracker, issue, asking)
+    assert answer is not None and answer.text == "blue"  # the watch's next look resumes the session with it
+    assert [c.text.split("\n")[0] for c in issue.comments] == ["the question", "blue"]
+
+
+@pytest.mark.slow
+def test_a_person_answers_the_agents_question_on_its_page_in_a_real_browser(repo: Path, browser_modules: Path) -> None:
+    key, asking = blocked(repo)
+    with serving(repo) as (served, _):
+        driver = subprocess.run(
+            ["node", str(REPO_ROOT / "tests" / "support" / "answering.mjs"), str(browser_modules),
+             f"http://127.0.0.1:{served.bind.port}", TOKEN, key, "Blue, <b>please</b>."],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )  # fmt: skip
+    seen = json.loads(driver.stdout.splitlines()[-1])
+    assert "error" not in seen, f"{json.dumps(seen)}\n{driver.stderr}"
+    assert seen["pageerrors"] == [] and seen["dialogs"] == []
+    assert (seen["question"], seen["choices"], seen["said"]) == ("Red or <b>blue</b>?", ["red", "blue"], "done")
+    tracker = open_tracker(load_project(config_file(repo)))
+    answer = questions.answer_of(tracker, tracker.get(key), asking)
+    assert answer is not None and answer.text == "Blue, <b>please</b>."
