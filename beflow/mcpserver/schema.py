@@ -42,6 +42,7 @@ def load_all() -> dict[str, Operation[Any, Any]]:
     knows none of them: they import it)."""
     import beflow.ops.docs
     import beflow.ops.issues
+    import beflow.ops.reviews
     import beflow.ops.runs  # noqa: F401 - each registers its operations
 
     return REGISTRY
