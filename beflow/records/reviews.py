@@ -20,7 +20,6 @@ from beflow.feedback import Feedback, Gathered
 from beflow.paths import slug, state_dir
 from beflow.system import startup
 from beflow.system.files import FileTooLarge, NotRegularError, atomic_write, make_directory, read_regular
-from beflow.trackers.issue import MAX_TEXT, utc_now
 
 if TYPE_CHECKING:
     import filelock
@@ -33,8 +32,14 @@ PREFIX = "page:"
 MAX_COMMENTS = 500
 #: The largest reviews file read (its comments and their answers).
 MAX_FILE = 8 << 20
+#: Characters of one comment, at most (as an issue's comment).
+MAX_TEXT = 64_000
 #: Seconds a writer waits for another one.
 WRITE_WAIT = 10.0
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC).replace(microsecond=0)
 
 
 class PageComment(BaseModel):
@@ -133,7 +138,7 @@ class PageReviews:
                 number=number,
                 author=author,
                 body=body,
-                created=utc_now(),
+                created=_now(),
                 path=path,
                 line=line,
                 hunk=hunk,
@@ -172,5 +177,5 @@ class PageReviews:
             review = self.read(key)
             for comment in review.comments:
                 if comment.id == piece.id:
-                    comment.answer, comment.answered = body, utc_now()
+                    comment.answer, comment.answered = body, _now()
             self._write(review)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from beflow.errors import BeflowError
 from beflow.ops.issues import person_choices
+from beflow.ops.reviews import ReviewView
 from beflow.trackers.base import MetersRequests
 from beflow.web import api, lists
 from beflow.web.live import WatchData
@@ -166,6 +167,14 @@ class Views:
         runs = [api.RecentRun.of(r) for r in self.server.call("run.list", {"issue": issue.key, "limit": 20}).runs]
         choices = [s.value for s in person_choices(issue.status)]
         return api.IssueDetail(issue=issue, runs=runs, choices=choices)
+
+    def review(self, key: str) -> tuple[ReviewView | None, str | None]:
+        """The issue's branch and the page's comments on it (``review.show``), or why they cannot be read: the
+        issue's page is shown either way."""
+        try:
+            return self.server.call("review.show", {"key": key}), None
+        except BeflowError as error:
+            return None, error.message
 
     def issues(self, status: str | None, page: int, per_page: int) -> api.IssuePage:
         return lists.issues(self.server.call, status, page, per_page)

@@ -148,6 +148,24 @@
     });
   });
 
+  // The review: a line's number picks where the comment goes (the form is outside the part of the page that is read
+  // again, so that what a person types survives an update); "whole change" picks the change itself.
+  document.addEventListener("click", function (event) {
+    var target = event.target;
+    var form = document.getElementById("review-form");
+    if (!form || !target || !target.closest) return;
+    var at = target.closest("button.at");
+    if (at) {
+      form.elements.path.value = at.dataset.path;
+      form.elements.line.value = at.dataset.line;
+      form.elements.body.focus();
+    } else if (target.id === "review-whole") {
+      form.elements.path.value = "";
+      form.elements.line.value = "";
+      form.elements.body.focus();
+    }
+  });
+
   // A lane's tail shows its newest lines (scrolled to its end) unless the reader scrolled up in it: then it stays
   // where they left it, across renders.
   function tailScrolls(box) {
