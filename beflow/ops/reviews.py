@@ -18,6 +18,8 @@ from beflow.repository import refs
 from beflow.repository.branch_diff import BranchDiff, FileChange, branch_diff
 from beflow.trackers.issue import MAX_TEXT, Status
 
+#: The statuses of an issue whose branch takes comments: in review, or running (a round: the next one answers it).
+REVIEWABLE = frozenset({Status.REVIEW, Status.IN_PROGRESS})
 #: Lines of the diff quoted with a line comment (those up to it in its hunk), as a GitHub review comment's hunk is.
 HUNK_LINES = 20
 
@@ -88,8 +90,8 @@ def show(context: Context, payload: ReviewKey) -> ReviewView:
 @operation(
     "review.comment",
     title="Comment on an issue's branch",
-    description="Review feedback on an issue in review: a comment on a line of a file its branch changed (path and "
-    "line, as the diff numbers it) or on the whole change. The next review round on the same branch answers it "
+    description="Review feedback on an issue in review (or in a round): a comment on a line of a file its branch "
+    "changed (path and line, as the diff numbers it) or on the whole change. The next review round on the same branch answers it "
     "(after feedback.settle), and the answer is kept beside the comment.",
     safety="action",
     category="review",
@@ -98,7 +100,7 @@ def show(context: Context, payload: ReviewKey) -> ReviewView:
 )
 def comment(context: Context, payload: ReviewComment) -> Commented:
     issue = tracker(context).get(payload.key)
-    if issue.status != Status.REVIEW:
+    if issue.status not in REVIEWABLE:
         raise ReviewConflict(
             f"issue {issue.key} is {issue.status.value}: a review round answers an issue in review only",
             fix="Comment once a run of it has finished and it is in review.",

@@ -133,7 +133,7 @@ def hunks(old: list[str], new: list[str]) -> tuple[list[Hunk], int, int]:
     matcher = difflib.SequenceMatcher(None, old, new)
     for group in matcher.get_grouped_opcodes(CONTEXT):
         first, last = group[0], group[-1]
-        header = f"@@ -{first[1] + 1},{last[2] - first[1]} +{first[3] + 1},{last[4] - first[3]} @@"
+        header = f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@"
         hunk = Hunk(header)
         for tag, i1, i2, j1, j2 in group:
             if tag == "equal":
@@ -150,3 +150,8 @@ def hunks(old: list[str], new: list[str]) -> tuple[list[Hunk], int, int]:
             shown += len(hunk.lines)
             found.append(hunk)
     return found, added, removed
+
+
+def _range(start: int, end: int) -> str:
+    """A hunk's range as unified diffs write it: an empty one starts at the line before it (``-0,0``: a new file)."""
+    return f"{start + 1 if end > start else start},{end - start}"

@@ -5,15 +5,20 @@ diff file by file, highlighted and escaped, each comment under its line and its 
 from __future__ import annotations
 
 import json
+import subprocess
+import threading
 from pathlib import Path
 
 import pytest
 
 from beflow.records.reviews import PageReviews
+from beflow.trackers import Status
 from beflow.web.guard import TOKEN_ENV
 from tests.conftest import git
 from tests.ops.test_reviews import in_review
-from tests.support.projects import config_file
+from tests.support.projects import AutoProject, config_file
+from tests.web.conftest import REPO_ROOT
+from tests.web.test_dashboard import Watch
 from tests.web.test_http import client, serving
 
 TOKEN = "r" * 20 + "-review-token"
@@ -117,3 +122,43 @@ def test_the_review_answers_in_the_shape_its_openapi_document_gives(repo: Path) 
         document = http.get("/api/v1/openapi.json").json()
         shown = http.get("/api/v1/issues/1/review").json()
         jsonschema.validate(shown, {"$ref": "#/components/schemas/ReviewView", "components": document["components"]})
+
+
+REVIEW = REPO_ROOT / "tests" / "support" / "review.mjs"
+
+
+@pytest.mark.slow
+def test_a_person_comments_a_line_on_the_page_a_round_runs_and_the_page_shows_it_answered(  # type: ignore[no-untyped-def]
+    auto_project: AutoProject, beflow, beflow_process, browser_modules: Path, tmp_path: Path
+) -> None:
+    auto_project.configure(watch={"interval": 0.2, "concurrency": 1}, http={"actions": True}, feedback={"settle": 0.1})
+    key = auto_project.new_issue("write hello.txt hi", title="the reviewed one")
+    assert beflow("--auto", key).exit_code == 0 and auto_project.issue(key).status == Status.REVIEW
+    process = beflow_process("watch", "--json", "--http", "0", cwd=auto_project.directory, env={TOKEN_ENV: TOKEN})
+    watching = Watch(process)
+    threading.Thread(target=lambda: watching.stderr.extend(process.stderr), daemon=True).start()  # type: ignore[arg-type]
+    threading.Thread(target=lambda: [None for _ in process.stdout], daemon=True).start()  # type: ignore[union-attr]
+    artifacts = tmp_path / "artifacts"
+    artifacts.mkdir()
+    body = "say bye instead\nacp-test: write hello.txt bye"
+    driver = subprocess.run(
+        ["node", str(REVIEW), str(browser_modules), watching.url, TOKEN, key, "hello.txt", "1", body, str(artifacts)],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+    seen = json.loads(driver.stdout.splitlines()[-1])
+    if "error" in seen:
+        pytest.fail(f"{json.dumps(seen)}\n{driver.stderr}\n{''.join(watching.stderr[-20:])}")
+    assert seen["pageerrors"] == [] and seen["dialogs"] == []
+    assert seen["files"] == ["hello.txt"] and seen["transcript"] > 0
+    assert seen["picked"] == ["hello.txt", "1"]
+    assert (seen["said"], seen["cleared"], seen["underItsLine"]) == ("done", "", True)
+    assert seen["waiting"] == "waiting for a review round"
+    # The round ran on the same branch, answered the page's comment, and the page said so in place.
+    first, second = reversed(auto_project.records(key))
+    assert second.round == 1 and [piece.id for piece in second.feedback] == ["page:1"]
+    assert auto_project.branch_files(first.branch or "")["hello.txt"] == "bye"
+    assert seen["answer"].startswith("beflow answered this in review round 1") and "hello.txt" in seen["answer"]
+    assert seen["layout"] == {"broken": [], "width": 390}
+    assert {"commented", "answered", "review-390"} <= {p.stem for p in artifacts.iterdir()}

@@ -148,8 +148,7 @@
     });
   });
 
-  // The review: a line's number picks where the comment goes (the form is outside the part of the page that is read
-  // again, so that what a person types survives an update); "whole change" picks the change itself.
+  // The review: a line's number picks where the comment goes; "whole change" picks the change itself.
   document.addEventListener("click", function (event) {
     var target = event.target;
     var form = document.getElementById("review-form");
@@ -318,6 +317,10 @@
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live");
         if (!fresh) return;
         var y = window.scrollY;
+        // The review's comment form is kept as it is (what a person typed, where they were): the fresh page's
+        // is only where it goes.
+        var form = live.querySelector("#review-comment"), slot = fresh.querySelector("#review-comment");
+        if (form && slot) slot.replaceWith(form);
         live.replaceWith(document.adoptNode(fresh));
         live = fresh;
         window.scrollTo(0, y);
