@@ -91,8 +91,8 @@ def show(context: Context, payload: ReviewKey) -> ReviewView:
     "review.comment",
     title="Comment on an issue's branch",
     description="Review feedback on an issue in review (or in a round): a comment on a line of a file its branch "
-    "changed (path and line, as the diff numbers it) or on the whole change. The next review round on the same branch answers it "
-    "(after feedback.settle), and the answer is kept beside the comment.",
+    "changed (path and line, as the diff numbers it) or on the whole change. The next review round on the same "
+    "branch answers it (after feedback.settle), and the answer is kept beside the comment.",
     safety="action",
     category="review",
     tags=("review", "write", "feedback"),
