@@ -10,6 +10,7 @@ shows it. Whoever reaches the page's actions holds the server's token: there is 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -79,8 +80,10 @@ class ReviewsDamaged(BeflowError):
 class PageReviews:
     """The page reviews of the project at ``directory``: a :class:`~beflow.feedback.FeedbackSource`."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, mirror: Callable[[Feedback, str], None] | None = None) -> None:
         self.directory = directory
+        #: Where the answer is said besides the page (the code host's pull request), if anywhere.
+        self.mirror = mirror
 
     def _path(self, key: str) -> Path:
         return self.directory / ".beflow" / "reviews" / f"{slug(key)}.json"
@@ -169,7 +172,8 @@ class PageReviews:
         return Gathered(pieces=pieces)
 
     def reply(self, piece: Feedback, body: str) -> None:
-        """Keep the round's answer beside the comment it answers (a piece another source gave is not ours)."""
+        """Keep the round's answer beside the comment it answers, then mirror it (a piece another source gave is not
+        ours). The page's answer is kept whether or not the mirror can be said."""
         if not piece.id.startswith(PREFIX) or piece.reply_to is None:
             return
         key = piece.reply_to
@@ -179,3 +183,5 @@ class PageReviews:
                 if comment.id == piece.id:
                     comment.answer, comment.answered = body, _now()
             self._write(review)
+        if self.mirror is not None:
+            self.mirror(piece, body)

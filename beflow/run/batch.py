@@ -19,7 +19,6 @@ from beflow.errors import BeflowError, LockedError
 from beflow.events import EventSink
 from beflow.ops import rounds
 from beflow.records.record import Mode, RunRecord
-from beflow.records.reviews import PageReviews
 from beflow.records.store import RunStore
 from beflow.run import preflight
 from beflow.run.issue_status import requeue_orphans, settle_orphans
@@ -44,7 +43,7 @@ async def run_many(
     project's code host is opened (:func:`beflow.app.open_code_host`)."""
     preflight.check(project)
     code_host = opens_code_host(project, tracker)  # before any agent runs: where to push is read now
-    found = rounds.sources(tracker, code_host, PageReviews(project.directory))
+    found = rounds.sources(tracker, code_host, rounds.page_reviews(project.directory, code_host))
     picked = not keys
     store = RunStore(project.directory)
     close_killed_runs(store)

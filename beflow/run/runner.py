@@ -31,7 +31,6 @@ from beflow.mcpserver.channel import RunChannel, with_own_server
 from beflow.ops import rounds
 from beflow.paths import ACPXRC
 from beflow.records.record import DONE_OUTCOMES, Outcome, RunRecord
-from beflow.records.reviews import PageReviews
 from beflow.repository import git, objectstore, refs, repoguard
 from beflow.run import delivery, prompt
 from beflow.run.issue_status import refuse_closed
@@ -298,7 +297,9 @@ class _InWorktree:
 
     def _reply(self, outcome: Outcome) -> None:
         """Answer each piece the round consumed where it was given: what changed, with the commit."""
-        found = rounds.sources(self.session.tracker, self.code_host, PageReviews(self.project.directory))
+        found = rounds.sources(
+            self.session.tracker, self.code_host, rounds.page_reviews(self.project.directory, self.code_host)
+        )
         body = self.session.redact.text(rounds.reply_text(self.record, outcome))
         for problem in rounds.reply_all(found, self.request.feedback, body):
             self.emit("notice", message=problem)

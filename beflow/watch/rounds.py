@@ -10,7 +10,6 @@ from beflow.config import Project
 from beflow.errors import BeflowError
 from beflow.feedback import FeedbackSource, LooksAgain
 from beflow.ops import rounds
-from beflow.records.reviews import PageReviews
 from beflow.records.store import RunStore
 from beflow.run.request import RunRequest
 from beflow.system import threads
@@ -46,7 +45,10 @@ class ReviewRounds:
         feedback; and the round each ready issue of the queue (``ready``: put back with rework, a round's retry)
         runs, if it is one (blocking: a tick's survey, in a worker thread). A merged pull request moves its issue to
         done; an issue whose rounds ended (closed, ``feedback.max_rounds``) is told so once."""
-        found, store = rounds.sources(tracker, code_host, PageReviews(project.directory)), RunStore(project.directory)
+        found, store = (
+            rounds.sources(tracker, code_host, rounds.page_reviews(project.directory, code_host)),
+            RunStore(project.directory),
+        )
         due = {key: planned for key, planned in list(self.due.items()) if key in running}  # (being dispatched)
         self.due, self.settling = due, {}
         if not found:
@@ -94,7 +96,7 @@ class ReviewRounds:
         key = request.key
         planned = self.due.pop(key, None)
         if planned is None:
-            found = rounds.sources(tracker, code_host, PageReviews(project.directory))
+            found = rounds.sources(tracker, code_host, rounds.page_reviews(project.directory, code_host))
             try:
                 planned = await threads.blocking(rounds.plan, project, found, key) if found else None
             except BeflowError as error:
