@@ -1259,7 +1259,7 @@ class Bench:
         self.add(
             Row(
                 "http efficiency",
-                f"watch, {s.watch_issues} issues, 5 page-like clients (events; the state on a run's start, end...) vs none",
+                f"watch, {s.watch_issues} issues, 5 page-like clients (events, state reads as the page) vs none",
                 "no clients",
                 median(alone),
                 median(attached),
