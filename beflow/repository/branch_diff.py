@@ -10,6 +10,7 @@ so many lines, blobs up to a size.
 from __future__ import annotations
 
 import difflib
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -80,6 +81,14 @@ def branch_diff(directory: Path, branch: str, base: str, tip: str | None = None)
         fork = git.run(directory, "merge-base", since, tip).strip() or since
     except git.CommandFailed:
         fork = since  # (no common history: the whole base is the other side)
+    return _between(directory, branch, fork, tip)
+
+
+@functools.lru_cache(maxsize=16)
+def _between(directory: Path, branch: str, fork: str, tip: str) -> BranchDiff:
+    """The change from ``fork`` to ``tip``, kept for the next reader: commits are named by their content, so the
+    same two ids are the same change (an issue's page, read again on each of its events, diffs it once). Callers
+    do not change what it returns."""
     fields = git.streamed(directory, "diff-tree", "-r", "--no-renames", "-z", fork, tip)
     files: list[FileChange] = []
     more = 0

@@ -36,3 +36,12 @@ def test_a_branch_diff_names_each_file_with_numbered_lines(tmp_path: Path) -> No
     lines = [(line.kind, line.old, line.new, line.text) for line in by_path["a.py"].hunks[0].lines]
     assert ("del", 2, None, "two") in lines and ("add", None, 2, "TWO") in lines
     assert branch_diff(repo, "beflow/none", "HEAD") is None
+
+    # The branch moved on: its new tip's change, not the one read before.
+    _git(repo, "checkout", "-q", "beflow/1")
+    (repo / "a.py").write_text("one\nTWO\nthree\nfour\n")
+    _git(repo, "commit", "-qam", "more")
+    _git(repo, "checkout", "-q", "main")
+    again = branch_diff(repo, "beflow/1", "HEAD")
+    assert again is not None and again.tip != diff.tip
+    assert {f.path: (f.added, f.removed) for f in again.files}["a.py"] == (2, 1)
