@@ -103,6 +103,17 @@ class LooksAgain(Protocol):
     def look_again(self) -> None: ...
 
 
+@runtime_checkable
+class MirrorsAnswers(Protocol):
+    """A code host that says, in a branch's pull request, beflow's answer to feedback given elsewhere (a review on
+    beflow's own page): the people reading the pull request see what the round answered, and to what."""
+
+    def mirror(self, branch: str, piece: Feedback, body: str) -> None:
+        """Post :func:`mirrored` ``piece`` and ``body`` once in the conversation of ``branch``'s open pull request,
+        masked, inert and marked as beflow's (never feedback itself); nothing when there is none."""
+        ...
+
+
 # -- the pure decisions ----------------------------------------------------------------------------------------------
 
 #: Characters a reader never sees: zero-width spaces and joiners, the bidirectional marks, embeddings, overrides and
@@ -366,6 +377,21 @@ def trusted(association: str | None, login: str, allow: list[str]) -> str | None
         return None
     said = (association or "none").lower().replace("_", " ")
     return f"{login} has no write access to the repository ({said}) and is not in feedback.allow"
+
+
+def mirrored(piece: Feedback, body: str) -> str:
+    """What a pull request is told of ``piece``, given on beflow's page, and beflow's answer ``body``: who said what,
+    where (quoted, what a reader never sees left out), then the answer."""
+    where = f" on `{piece.path}`" if piece.path else " on the whole change"
+    where += f" line {piece.line}" if piece.path and piece.line else ""
+    lines = strip_hidden(piece.body).splitlines() or [""]
+    quoted = "\n".join(f"> {line}" for line in lines[:MIRRORED_LINES])
+    more = f"\n> … ({len(lines) - MIRRORED_LINES} more lines)" if len(lines) > MIRRORED_LINES else ""
+    return f"{piece.author} commented on beflow's page{where}:\n\n{quoted}{more}\n\n{body}"
+
+
+#: Lines of a page comment quoted in the pull request, at most.
+MIRRORED_LINES = 20
 
 
 def unanswered(pieces: list[Feedback], consumed: set[str]) -> list[Feedback]:

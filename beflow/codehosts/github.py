@@ -213,6 +213,13 @@ class GitHubCodeHost:
         """Answer ``piece`` in its review thread, else in its conversation (a ``FeedbackSource``)."""
         self._call(self._feedback.reply, piece, body)
 
+    def mirror(self, branch: str, piece: Feedback, body: str) -> None:
+        """Say beflow's answer to a page review's ``piece`` in ``branch``'s open pull request (a ``MirrorsAnswers``);
+        nothing when there is none."""
+        pull = self._call(self._open_pull, branch)
+        if pull is not None:
+            self._call(self._feedback.replies.mirror, pull.number, piece, body)
+
     def look_again(self) -> None:
         """The next :meth:`gather` reads the repository's changes afresh (a refresh asked for by a person)."""
         self._feedback.look_again()

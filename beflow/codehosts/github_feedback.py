@@ -32,7 +32,7 @@ from typing import Any
 
 from beflow.codehosts.github_checks import failed_checks, when
 from beflow.config import Feedback as FeedbackSettings
-from beflow.feedback import Feedback, Gathered, Ignored, ThreadComment, mentions, strip_hidden
+from beflow.feedback import Feedback, Gathered, Ignored, ThreadComment, mentions, mirrored, strip_hidden
 from beflow.trackers import github_wire as wire
 from beflow.trackers.github_api import _NEXT, Api, GitHubError, RateLimited
 from beflow.trackers.github_comments import MARKER, Authors
@@ -157,6 +157,13 @@ class Replies(_Client):
             raise GitHubError(f"feedback {piece.id} names no pull request or issue to answer in")
         conversation = f"{self._base}/issues/{number}/comments"
         self._post_once(conversation, text, conversation, answer)
+
+    def mirror(self, number: int, piece: Feedback, body: str) -> None:
+        """Say in pull request ``number``'s conversation what beflow answered to ``piece``, given on beflow's page
+        (:func:`~beflow.feedback.mirrored`): once, masked, inert and marked, as every answer."""
+        token = f"<!-- beflow:answer {hashlib.sha256(piece.id.encode()).hexdigest()[:16]} -->"
+        conversation = f"{self._base}/issues/{number}/comments"
+        self._post_once(conversation, self._clean(mirrored(piece, body)), conversation, token)
 
     def _clean(self, body: str) -> str:
         from beflow.mcp.redact import Redactor

@@ -242,6 +242,13 @@ class GitLabCodeHost:
         """The feedback on the merge request of ``branch`` (a ``FeedbackSource``)."""
         return self._call(self._feedback.gather, key, branch)  # type: ignore[no-any-return]
 
+    def mirror(self, branch: str, piece: Feedback, body: str) -> None:
+        """Say beflow's answer to a page review's ``piece`` in ``branch``'s open merge request (a
+        ``MirrorsAnswers``); nothing when there is none."""
+        found = self._call(self._open_mr, branch)
+        if found is not None:
+            self._call(self._feedback.replies.mirror, found.iid, piece, body)
+
     def reply(self, piece: Feedback, body: str) -> None:
         """Answer ``piece`` in its own thread of the merge request (a ``FeedbackSource``)."""
         self._call(self._feedback.reply, piece, body)

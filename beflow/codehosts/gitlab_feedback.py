@@ -31,7 +31,7 @@ from typing import Any
 
 from beflow.codehosts.gitlab_pipelines import Pipelines
 from beflow.config import Feedback as FeedbackSettings
-from beflow.feedback import Feedback, Gathered, Ignored, ThreadComment, mentions, strip_hidden
+from beflow.feedback import Feedback, Gathered, Ignored, ThreadComment, mentions, mirrored, strip_hidden
 from beflow.trackers import gitlab_wire as wire
 from beflow.trackers.gitlab_api import Api, GitLabError, RateLimited
 from beflow.trackers.gitlab_notes import MARKER, Members
@@ -95,6 +95,15 @@ class Replies:
                 if error.status != 404:
                     raise
                 # The thread is gone (its note deleted): the answer goes into the merge request's own notes.
+        self._post(f"{self._base}/merge_requests/{mr}/notes", payload, mr, token)
+
+    def mirror(self, mr: int, piece: Feedback, body: str) -> None:
+        """Say in merge request ``mr``'s notes what beflow answered to ``piece``, given on beflow's page
+        (:func:`~beflow.feedback.mirrored`): once, masked, inert and marked, as every answer."""
+        token = f"<!-- beflow:answer {hashlib.sha256(piece.id.encode()).hexdigest()[:16]} -->"
+        if self._posted(mr, token):
+            return
+        payload = {"body": f"{self._clean(mirrored(piece, body)).rstrip()}\n\n{token}\n{MARKER}"}
         self._post(f"{self._base}/merge_requests/{mr}/notes", payload, mr, token)
 
     def _clean(self, body: str) -> str:

@@ -43,6 +43,7 @@ def load_all() -> dict[str, Operation[Any, Any]]:
     import beflow.ops.docs
     import beflow.ops.issues
     import beflow.ops.questions
+    import beflow.ops.reviews
     import beflow.ops.runs  # noqa: F401 - each registers its operations
 
     return REGISTRY

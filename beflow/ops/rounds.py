@@ -27,6 +27,7 @@ from beflow.feedback import (
     FeedbackSource,
     Gathered,
     Ignored,
+    MirrorsAnswers,
     due_at,
     merged,
     pending,
@@ -35,6 +36,7 @@ from beflow.feedback import (
 )
 from beflow.ops import fixes
 from beflow.records.record import CONSUMED_TEXT, DONE_OUTCOMES, Consumed, LeftOut, RunRecord
+from beflow.records.reviews import PageReviews
 from beflow.records.store import RunStore
 from beflow.repository import git, refs
 from beflow.trackers import Status, Tracker
@@ -51,6 +53,19 @@ def sources(*candidates: object) -> list[FeedbackSource]:
         if isinstance(candidate, FeedbackSource) and all(candidate is not other for other in found):
             found.append(candidate)
     return found
+
+
+def page_reviews(directory: Path, code_host: object) -> PageReviews:
+    """The reviews given on beflow's page as a feedback source, its answers mirrored in the branch's pull request
+    when the code host can say them (:class:`~beflow.feedback.MirrorsAnswers`)."""
+    if not isinstance(code_host, MirrorsAnswers):
+        return PageReviews(directory)
+    host = code_host
+
+    def mirror(piece: Feedback, body: str) -> None:
+        host.mirror(refs.branch_for(piece.reply_to or ""), piece, body)
+
+    return PageReviews(directory, mirror)
 
 
 def gather(found: Iterable[FeedbackSource], key: str, branch: str) -> Gathered:

@@ -45,7 +45,10 @@ class ReviewRounds:
         feedback; and the round each ready issue of the queue (``ready``: put back with rework, a round's retry)
         runs, if it is one (blocking: a tick's survey, in a worker thread). A merged pull request moves its issue to
         done; an issue whose rounds ended (closed, ``feedback.max_rounds``) is told so once."""
-        found, store = rounds.sources(tracker, code_host), RunStore(project.directory)
+        found, store = (
+            rounds.sources(tracker, code_host, rounds.page_reviews(project.directory, code_host)),
+            RunStore(project.directory),
+        )
         due = {key: planned for key, planned in list(self.due.items()) if key in running}  # (being dispatched)
         self.due, self.settling = due, {}
         if not found:
@@ -128,7 +131,7 @@ class ReviewRounds:
         key = request.key
         planned = self.due.pop(key, None)
         if planned is None:
-            found = rounds.sources(tracker, code_host)
+            found = rounds.sources(tracker, code_host, rounds.page_reviews(project.directory, code_host))
             try:
                 planned = (
                     await threads.blocking(rounds.plan, project, found, key, issue_id=issue_id, tracker=tracker)

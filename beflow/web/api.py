@@ -226,7 +226,8 @@ class State(BaseModel):
     totals: Totals
     health: Health
     actions: bool = Field(
-        description="Whether actions (new issue, cancel, retry, set status, set priority) are enabled (http.actions)."
+        description="Whether actions (new issue, cancel, retry, set status, set priority, review) are enabled "
+        "(http.actions)."
     )
     time: float
 
@@ -371,6 +372,17 @@ class AnswerBody(BaseModel):
     model_config = {"extra": "forbid"}
 
     text: str = Field(min_length=1, max_length=MAX_TEXT)
+
+
+class ReviewBody(BaseModel):
+    """``POST /api/v1/issues/{key}/review``: a comment on the issue's branch (``review.comment``) — on a line of a file
+    the diff shows, or, without ``path``, on the whole change. The next review round answers it."""
+
+    model_config = {"extra": "forbid"}
+
+    body: str = Field(min_length=1, max_length=MAX_TEXT)
+    path: str | None = Field(default=None, max_length=4096, description="A file the branch changed.")
+    line: int | None = Field(default=None, ge=1, description="Its line in the branch's version; needs path.")
 
 
 class MissedNotice(BaseModel):

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from beflow.ops.reviews import ReviewView
 from beflow.records.record import RunRecord
 from beflow.trackers.issue import Status
 from beflow.web.api import (
@@ -22,6 +23,7 @@ from beflow.web.api import (
     NewIssueBody,
     PriorityBody,
     ProtectedResource,
+    ReviewBody,
     RunPage,
     SetStatusBody,
     State,
@@ -165,6 +167,23 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ActionDone,
         (_KEY,),
         body=AnswerBody,
+    ),
+    Endpoint(
+        "review_show",
+        "GET",
+        "/api/v1/issues/{key}/review",
+        "An issue's branch against its base, file by file, and the page's comments on it (review.show)",
+        ReviewView,
+        (_KEY,),
+    ),
+    Endpoint(
+        "review",
+        "POST",
+        "/api/v1/issues/{key}/review",
+        "Comment on an issue's branch: review feedback the next round answers (review.comment; http.actions)",
+        ActionDone,
+        (_KEY,),
+        body=ReviewBody,
     ),
     Endpoint("resource", "GET", RESOURCE_METADATA, "How to authenticate to this server (RFC 9728)", ProtectedResource),
     Endpoint("resource_mcp", "GET", f"{RESOURCE_METADATA}/mcp", "How to authenticate to /mcp", ProtectedResource),

@@ -12,6 +12,8 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from beflow import guardrails
+from beflow.ops.reviews import ReviewView
+from beflow.records.reviews import PageComment
 from beflow.trackers.issue import Status
 from beflow.web import api
 from beflow.web.fields import record_fields
@@ -21,6 +23,29 @@ from beflow.web.lists import number, paging
 if TYPE_CHECKING:
     from beflow.web.server import Server
     from beflow.web.views import Views
+
+
+def placed(review: ReviewView) -> tuple[dict[tuple[str, int], list[PageComment]], list[PageComment]]:
+    """Where the page shows each comment: under the line it was given on — ``(path, line)``; ``(path, 0)``: atop its
+    file — when the diff still shows it; else (the branch moved on, the file is no longer changed), with those on the
+    whole change, so that none is lost from sight."""
+    shown: set[tuple[str, int]] = set()
+    for change in review.diff.files if review.diff is not None else []:
+        shown.add((change.path, 0))
+        for hunk in change.hunks:
+            for line in hunk.lines:
+                at = line.old if change.status == "deleted" else line.new
+                if at is not None:
+                    shown.add((change.path, at))
+    by_line: dict[tuple[str, int], list[PageComment]] = {}
+    elsewhere: list[PageComment] = []
+    for comment in review.comments:
+        where = (comment.path, comment.line or 0) if comment.path is not None else None
+        if where is not None and where in shown:
+            by_line.setdefault(where, []).append(comment)
+        else:
+            elsewhere.append(comment)
+    return by_line, elsewhere
 
 
 def page_routes(server: Server, views: Views) -> list[Route]:
@@ -57,7 +82,18 @@ def page_routes(server: Server, views: Views) -> list[Route]:
     async def issue_page(request: Request) -> Response:
         async def page() -> Response:
             detail = await server.off_loop(views.issue, request.path_params["key"])
-            return server.html("issue.html", detail=detail)
+            review, review_error = await server.off_loop(views.review, detail.issue.key)
+            latest = detail.runs[0].id if detail.runs else None
+            tail = await server.off_loop(views.transcripts.tail, latest) if latest and review is not None else []
+            return server.html(
+                "issue.html",
+                detail=detail,
+                review=review,
+                review_error=review_error,
+                latest=latest,
+                tail=tail,
+                placed=placed,
+            )
 
         return await server.answer(page)
 

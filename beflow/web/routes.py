@@ -58,6 +58,9 @@ def api_routes(server: Server, views: Views) -> list[Route]:
     async def run(request: Request) -> Response:
         return await json(server.call, "run.show", {"id": request.path_params["id"]})
 
+    async def review(request: Request) -> Response:
+        return await json(server.call, "review.show", {"key": request.path_params["key"]})
+
     async def transcript(request: Request) -> Response:
         offset = number(request.query_params.get("offset"), 0)
         limit = min(api.MAX_PAGE, max(1, number(request.query_params.get("limit"), api.MAX_PAGE)))
@@ -100,6 +103,8 @@ def api_routes(server: Server, views: Views) -> list[Route]:
         "new": functools.partial(actions.answer, kind="new"),
         "priority": functools.partial(actions.answer, kind="priority"),
         "answer": functools.partial(actions.answer, kind="answer"),
+        "review_show": review,
+        "review": functools.partial(actions.answer, kind="review"),
     }
     assert {e.name for e in endpoints.ENDPOINTS} == set(handlers), "an endpoint without its handler, or the reverse"
     routes = [Route(e.path, handlers[e.name], methods=[e.method]) for e in endpoints.ENDPOINTS]
@@ -113,8 +118,9 @@ def api_routes(server: Server, views: Views) -> list[Route]:
 
 class Actions:
     """What a person does from the page or a client (``http.actions``): file an issue, cancel a run, retry an
-    issue, set an issue's status or its priority, answer its agent's question — each an operation of the registry
-    (``issue.new``, ``issue.set_status``, ``issue.set_priority``, ``issue.answer``), which the watch then acts on.
+    issue, set an issue's status or its priority, answer its agent's question, comment on its branch — each an
+    operation of the registry (``issue.new``, ``issue.set_status``, ``issue.set_priority``, ``issue.answer``,
+    ``review.comment``), which the watch then acts on.
     Who may ask is the guard's to decide (:mod:`beflow.web.middleware`), before any of this runs."""
 
     #: The body each action takes (none: an empty one, or none at all).
@@ -123,6 +129,7 @@ class Actions:
         "new": api.NewIssueBody,
         "priority": api.PriorityBody,
         "answer": api.AnswerBody,
+        "review": api.ReviewBody,
     }
 
     def __init__(self, server: Server) -> None:
@@ -200,6 +207,9 @@ class Actions:
         elif kind == "answer":
             assert isinstance(body, api.AnswerBody)
             operation, arguments = "issue.answer", {"key": target, "text": body.text}
+        elif kind == "review":  # feedback: the watch's next survey finds it (after feedback.settle)
+            assert isinstance(body, api.ReviewBody)
+            operation, arguments = "review.comment", {"key": target, **body.model_dump(exclude_none=True)}
         elif kind == "priority":
             assert isinstance(body, api.PriorityBody)
             operation, arguments = "issue.set_priority", {"key": target, "priority": body.priority}

@@ -31,6 +31,7 @@ from beflow.mcpserver.results import for_remote
 from beflow.ops.operations import Context
 from beflow.web import api, filters
 from beflow.web.guard import Policy
+from beflow.web.highlight import highlight
 from beflow.web.live import Hub, WatchSource
 from beflow.web.webhooks import Replays, Tally
 
@@ -76,6 +77,7 @@ class Server:
         self._masking: tuple[Project, Redactor] | None = None
         assert self.redact is not None  # (the secrets read now, not at the first request)
         self.templates = filters.environment()
+        self.templates.globals["highlight"] = highlight  # (the review's diff: it builds on the filters' plain text)
         #: The forges' webhooks (``/hooks/*``, :mod:`beflow.web.hooks`): the deliveries seen, what came of them.
         self.hook_replays = Replays()
         self.hook_tally = Tally()

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from beflow.errors import BeflowError
 from beflow.ops.issues import person_choices
+from beflow.ops.reviews import ReviewView
 from beflow.trackers.base import MetersRequests
 from beflow.trackers.issue import Status
 from beflow.web import api, lists
@@ -175,6 +176,14 @@ class Views:
         if issue.status == Status.BLOCKED and runs and runs[0].outcome == "asked":  # (its latest run asked)
             question = self.server.call("run.show", {"id": runs[0].id}).question
         return api.IssueDetail(issue=issue, runs=runs, choices=choices, question=question)
+
+    def review(self, key: str) -> tuple[ReviewView | None, str | None]:
+        """The issue's branch and the page's comments on it (``review.show``), or why they cannot be read: the
+        issue's page is shown either way."""
+        try:
+            return self.server.call("review.show", {"key": key}), None
+        except BeflowError as error:
+            return None, error.message
 
     def issues(self, status: str | None, page: int, per_page: int) -> api.IssuePage:
         return lists.issues(self.server.call, status, page, per_page)

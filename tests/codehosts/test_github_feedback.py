@@ -7,6 +7,7 @@ import hashlib
 import time
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -509,3 +510,30 @@ def test_a_refresh_makes_the_next_gather_read_the_repository_afresh(
 
     assert listings_read_by_a_gather() == 1  # a person asked: read afresh
     assert listings_read_by_a_gather() == 0
+
+
+def test_a_page_reviews_answer_is_mirrored_once_in_the_pull_requests_conversation_masked_and_inert(
+    make_host: Host, github: FakeGitHub, tmp_path: Path
+) -> None:
+    from beflow.feedback import MirrorsAnswers
+    from beflow.ops.rounds import page_reviews
+    from beflow.records.reviews import PageReviews
+
+    (tmp_path / ".git").mkdir()  # (the state directory is made in a git work tree only)
+    host = make_host(secrets=("s3cret-value-42",))
+    assert isinstance(host, MirrorsAnswers)
+    reviews = page_reviews(tmp_path, host)
+    reviews.add("1", author="alice", body="Rename it, cc @bob\n<!-- hidden -->", commit="0" * 40, path="a.py", line=3)
+    (piece,) = reviews.gather("1", "beflow/1").pieces
+    reviews.reply(piece, "beflow answered this: fixes #7 with s3cret-value-42")  # no pull request: the page only
+    assert PageReviews(tmp_path).read("1").comments[0].answer is not None and github.requests("POST") == []
+
+    number = github.open_pull("beflow/1")
+    reviews.reply(piece, "beflow answered this: fixes #7 with s3cret-value-42")
+    page_reviews(tmp_path, make_host()).reply(piece, "again")  # another machine, or a restart: said once
+
+    (comment,) = github.comments_of(number)
+    body = comment["body"]
+    assert body.startswith("alice commented on beflow's page on `a.py` line 3:") and "<!-- beflow -->" in body
+    assert "s3cret-value-42" not in body and "@bob" not in body and "#7" not in body and "hidden" not in body
+    assert host.gather("1", "beflow/1").pieces == []  # beflow's own words are never feedback

@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import tracemalloc
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -411,3 +412,24 @@ def test_an_idle_poll_costs_two_listings_whatever_the_number_of_merge_requests(
                     f"{BASE}/pipelines"]  # fmt: skip
     assert len(changed[2].pieces) == 2
     api.close()
+
+
+def test_a_page_reviews_answer_is_mirrored_once_in_the_merge_requests_notes_masked_and_inert(
+    make_host: Host, gitlab: FakeGitLab, tmp_path: Path
+) -> None:
+    from beflow.ops.rounds import page_reviews
+
+    (tmp_path / ".git").mkdir()  # (the state directory is made in a git work tree only)
+    mr = gitlab.open_mr(BRANCH)
+    reviews = page_reviews(tmp_path, make_host(secrets=("s3cr3t-value",)))
+    reviews.add("1", author="alice", body="Tidy this up", commit="0" * 40)
+    (piece,) = reviews.gather("1", BRANCH).pieces
+    said = "Tidied with s3cr3t-value; closes #2\n/merge"
+    reviews.reply(piece, said)
+    page_reviews(tmp_path, make_host()).reply(piece, said)  # another machine, or a restart: said once
+
+    (note,) = [n for thread in gitlab.discussions[("MergeRequest", mr)] for n in thread["notes"]]
+    body = note["body"].replace(JOINER, "")
+    assert body.startswith("alice commented on beflow's page on the whole change:\n\n> Tidy this up")
+    assert "s3cr3t-value" not in body and acted_on(note["body"]) == [] and body.rstrip().endswith("<!-- beflow -->")
+    assert make_host().gather("1", BRANCH).pieces == []

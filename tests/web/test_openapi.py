@@ -92,9 +92,8 @@ def test_an_action_that_does_not_exist_is_told_which_do(served: Serving) -> None
     with httpx.Client(base_url=f"http://127.0.0.1:{served.bind.port}", timeout=10) as http:
         unknown = http.post("/api/v1/issues/1/close", headers=auth)
         assert unknown.status_code == 404
-        assert (
-            unknown.json()["error"]["message"] == "no action 'close' here; there are: retry, status, priority, answer"
-        )
+        said = unknown.json()["error"]["message"]
+        assert said == "no action 'close' here; there are: retry, status, priority, answer, review"
         assert "there are: cancel" in http.post("/api/v1/runs/r1/close", headers=auth).json()["error"]["message"]
         assert http.post("/api/v1/issues/1/retry", headers=auth).json()["operation"] == "issue.set_status"
         # A route of the document answers its own method only.

@@ -148,6 +148,23 @@
     });
   });
 
+  // The review: a line's number picks where the comment goes; "whole change" picks the change itself.
+  document.addEventListener("click", function (event) {
+    var target = event.target;
+    var form = document.getElementById("review-form");
+    if (!form || !target || !target.closest) return;
+    var at = target.closest("button.at");
+    if (at) {
+      form.elements.path.value = at.dataset.path;
+      form.elements.line.value = at.dataset.line;
+      form.elements.body.focus();
+    } else if (target.id === "review-whole") {
+      form.elements.path.value = "";
+      form.elements.line.value = "";
+      form.elements.body.focus();
+    }
+  });
+
   // A lane's tail shows its newest lines (scrolled to its end) unless the reader scrolled up in it: then it stays
   // where they left it, across renders.
   function tailScrolls(box) {
@@ -173,7 +190,8 @@
     if (!state.lanes.length) { box.appendChild(el("p", "empty", "Nothing running.")); }
     state.lanes.forEach(function (lane) {
       var art = el("article", "lane");
-      art.dataset.issue = lane.issue; art.dataset.started = lane.started;
+      art.dataset.issue = lane.issue; art.dataset.started = lane.started; art.dataset.run = lane.run || "";
+      art.usage = lane.usage || {};  // (a usage event carries the figures it sends: merged into these)
       var h = el("h3"); h.appendChild(link("/issues/" + encodeURIComponent(lane.issue), lane.issue));
       h.appendChild(document.createTextNode(" ")); var title = el("span", "title"); title.appendChild(elided(lane.title, 300)); h.appendChild(title);
       art.appendChild(h);
@@ -226,6 +244,7 @@
     h.errors.forEach(function (e) { errors.appendChild(el("li", null, e)); });
   }
   function render(state, seen) {
+    current = state;
     renderHealth(state);
     renderLanes(state);
     document.getElementById("queue-count").textContent = state.totals.queued;
@@ -259,8 +278,58 @@
       if (r.pull_request && /^https?:\/\//.test(r.pull_request)) { pr = link(r.pull_request, "PR"); pr.rel = "noreferrer noopener"; }
       cell(tr, pr || ""); cell(tr, seconds(r.duration), "token"); cell(tr, usageText(r.usage), "usage"); cell(tr, link("/runs/" + encodeURIComponent(r.id), r.id));
     });
-    if (seen !== null) document.body.dataset.lastEvent = seen;
+    if (seen !== null) {
+      // What lanes' events said since the read began is put back (the state may be older than the lane was).
+      patched = patched.filter(function (p) { return p.id > Number(seen); });
+      patched.forEach(function (p) { patch(p.event); });
+      if (structural !== null && Number(seen) >= structural) structural = null;
+      if (Number(seen) > Number(document.body.dataset.lastEvent || -1)) document.body.dataset.lastEvent = seen;
+    }
     document.body.dataset.rendered = String(Date.now());
+  }
+  // The home page reads its state incrementally: what an event says of one lane — the agent's latest activity, a
+  // progress line, its usage: nearly every event of busy lanes — goes into that lane at once, from the event itself;
+  // only the events that change something else (a run started or ended, the queue, the health) read /api/v1/state
+  // again. The lanes' transcript tails and the rest follow with one read every few seconds while agents talk.
+  var LANE_EVENTS = { activity: true, usage: true, progress: true };
+  var structural = null, patched = [], lazy = null, current = null;
+  function laneOf(event) {
+    var found = null;
+    document.querySelectorAll("#lanes .lane").forEach(function (lane) {  // (no selector is built from data)
+      if (lane.dataset.issue === event.issue && (!lane.dataset.run || lane.dataset.run === event.run)) found = lane;
+    });
+    return found;
+  }
+  function patch(event) {
+    if (!event || !LANE_EVENTS[event.event]) return false;
+    var lane = laneOf(event);
+    if (!lane) return false;
+    if (event.event === "activity") lane.querySelector(".latest").textContent = plain(event.latest);
+    else if (event.event === "progress") {
+      var list = lane.querySelector(".progress");  // (put back after a read: not twice when the read had it)
+      if (!list.lastElementChild || list.lastElementChild.textContent !== plain(event.text)) list.appendChild(el("li", null, event.text));
+    } else {
+      ["context_used", "context_size", "tokens", "input_tokens", "output_tokens", "cost", "currency"].forEach(function (k) {
+        if (event[k] !== undefined && event[k] !== null) lane.usage[k] = event[k];
+      });
+      var shown = lane.querySelector(".usage");
+      if (!shown) { shown = el("p", "usage"); lane.insertBefore(shown, lane.querySelector(".latest")); }
+      shown.textContent = usageText(lane.usage);
+      // The health line's "used" sums the lanes': it says what the lane says.
+      if (current) current.lanes.forEach(function (l) { if (l.issue === event.issue) l.usage = lane.usage; });
+      if (current) renderHealth(current);
+    }
+    return true;
+  }
+  function arrived(id, event) {
+    if (patch(event)) {
+      patched.push({ id: Number(id), event: event });
+      if (structural === null) document.body.dataset.lastEvent = id;
+      if (!lazy) lazy = setTimeout(function () { lazy = null; schedule(); }, 3000);
+      return;
+    }
+    if (structural === null) structural = Number(id);
+    schedule();
   }
   function refresh() {
     if (inFlight) { pending = true; return; }
@@ -279,11 +348,10 @@
   var live = document.getElementById("live");
   // A run's page follows every event of its run. An issue's page, the events that change what it shows (not the
   // agent's activity, usage and progress, which come many a minute: each read of the page asks the tracker).
-  var CHATTER = { activity: true, usage: true, progress: true };
   function concerns(event) {
     if (!live || !event) return false;
     if (live.dataset.kind === "run") return event.run === live.dataset.run;
-    return event.issue === live.dataset.issue && !CHATTER[event.event];
+    return event.issue === live.dataset.issue && !LANE_EVENTS[event.event];
   }
   // At most one read a second: a burst of events is one read.
   var lastRead = 0, later = null;
@@ -300,6 +368,10 @@
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live");
         if (!fresh) return;
         var y = window.scrollY;
+        // The review's comment form is kept as it is (what a person typed, where they were): the fresh page's
+        // is only where it goes.
+        var form = live.querySelector("#review-comment"), slot = fresh.querySelector("#review-comment");
+        if (form && slot) slot.replaceWith(form);
         live.replaceWith(document.adoptNode(fresh));
         live = fresh;
         window.scrollTo(0, y);
@@ -336,9 +408,9 @@
     };
     source.onmessage = function (message) {
       lastEvent = message.lastEventId;
-      if (!live) { schedule(); return; }
       var event = null;
       try { event = JSON.parse(message.data); } catch (e) { event = null; }
+      if (!live) { arrived(message.lastEventId, event); return; }
       if (concerns(event)) schedule();
     };
     source.onerror = function () {
