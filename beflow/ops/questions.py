@@ -2,10 +2,10 @@
 issue waits ``blocked``; a trusted person's answer (a comment, or ``issue.answer`` from the dashboard) resumes the
 agent's session in a new turn on the same branch; unanswered after ``limits.wait`` the issue fails, saying so.
 
-How a question is put and its answer read is the tracker's when it has a way of its own
-(:class:`~beflow.trackers.base.AsksQuestions`); by default the question is one comment, and the answer the first
-comment after it by someone the tracker trusts with beflow's work (GitHub's and GitLab's rule of who may give
-feedback: a comment whose words are withheld from prompts is none) that is not beflow's own.
+The question is one comment (and, where the run is an agent session, an elicitation in it), and the answer the
+first comment after it by someone the tracker trusts with beflow's work (GitHub's and GitLab's rule of who may give
+feedback: a comment whose words are withheld from prompts is none) that is not beflow's own — or an answer given the
+tracker's own way (:class:`~beflow.trackers.base.HearsAnswers`: a reply in Linear's agent session).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from beflow.ops.issues import tracker
 from beflow.ops.operations import Context, Input, Key, operation
 from beflow.records.record import Answer, Question, RunRecord
 from beflow.records.store import RunStore
-from beflow.trackers.base import AsksQuestions, Tracker
+from beflow.trackers.base import HearsAnswers, Tracker
 from beflow.trackers.issue import MAX_TEXT, Comment, Issue, Status, format_time, normalize_key, utc_now
 from beflow.trackers.quoting import code
 
@@ -62,14 +62,6 @@ def question_comment(key: str, question: Question, run_id: str, inert: Callable[
     return "\n".join(lines)
 
 
-def ask(trackers: Tracker, key: str, question: Question, run_id: str) -> None:
-    """Put the question of run ``run_id`` to people on the issue (the tracker's way, else a comment)."""
-    if isinstance(trackers, AsksQuestions):
-        trackers.ask(key, question, run_id)
-        return
-    trackers.comment(key, question_comment(key, question, run_id, trackers.inert), author=BEFLOW)
-
-
 def answer_in(comments: list[Comment], question: Question, run_id: str) -> Answer | None:
     """The first answer to ``question`` among an issue's ``comments`` (oldest first): a comment from the time it was
     asked on, by someone trusted (its words not withheld), and not beflow's own (its marks; the question's own
@@ -97,8 +89,10 @@ def answer_of(trackers: Tracker, issue: Issue, asking: RunRecord) -> Answer | No
     """The answer to the question of ``asking`` (the run that asked), if a person gave one."""
     if asking.question is None:
         return None
-    if isinstance(trackers, AsksQuestions):
-        return trackers.answer_of(issue.key, asking.question, asking.id)
+    if isinstance(trackers, HearsAnswers):
+        heard = trackers.answer_of(issue.key, asking.question, asking.id)
+        if heard is not None:
+            return heard
     return answer_in(issue.comments, asking.question, asking.id)
 
 

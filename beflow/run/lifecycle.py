@@ -45,7 +45,7 @@ from beflow.run.summary import summary
 from beflow.system import interrupts
 from beflow.system.journal import SAVED_DAYS
 from beflow.trackers import Issue, Status, Tracker
-from beflow.trackers.base import AsksQuestions, HostsAgentSessions, ShowsProgress
+from beflow.trackers.base import HostsAgentSessions, ShowsProgress
 from beflow.trackers.quoting import inert
 
 
@@ -328,29 +328,20 @@ class Session:
         if status == Status.FAILED and self.request.mode == "watch":
             note = give_up_note(note, record.attempt, permanent=record.permanent)
         asks = status == Status.BLOCKED and record.question is not None
-        if asks:  # the question is the run's one comment (or the tracker's own way of asking: after the move)
+        if asks:  # the question is the run's one comment (and its agent session's elicitation: _end_session)
             assert record.question is not None
-            note = (
-                None
-                if isinstance(self.tracker, AsksQuestions)
-                else question_comment(record.issue, record.question, record.id, self.tracker.inert)
-            )
+            note = question_comment(record.issue, record.question, record.id, self.tracker.inert)
         note = self.redact.text(note) if note is not None else None
         missing = issue_status.leave_finished(self.tracker, record.issue, status, note, run_id=record.id)
         if missing is not None:
             self._unreported(missing)
-        elif asks and isinstance(self.tracker, AsksQuestions):
-            assert record.question is not None
-            try:
-                self.tracker.ask(record.issue, record.question, record.id)
-            except BeflowError as error:
-                self._unreported(Unreported(f"the question could not be put to people: {error.message}"))
         self._end_session(record)
         self.emit("finished", outcome=record.outcome, reason=record.stop_reason, **details)
         return record
 
     def _end_session(self, record: RunRecord) -> None:
-        """The agent session's last word: a response with the pull request, or the error that ended the run."""
+        """The agent session's last word: a response with the pull request, the agent's question (an elicitation),
+        or the error that ended the run."""
         if self._session is None:
             return
         said = self.tracker.inert(self.redact.text(record.stop_reason or record.outcome))
@@ -361,6 +352,10 @@ class Session:
                 self._session.session.respond(f"{done}{where}. {said}", record.pull_request)
             elif record.outcome == "cancelled":
                 self._session.session.respond(f"Stopped: {said}")
+            elif record.outcome == "asked" and record.question is not None:
+                # The session awaits the person's input: their reply there (or a comment) resumes it.
+                asked = [record.question.text, *(f"{n}. {c}" for n, c in enumerate(record.question.choices, 1))]
+                self._session.session.elicit(self.tracker.inert(self.redact.text("\n".join(asked))))
             else:
                 self._session.session.error(f"The run {record.outcome.replace('_', ' ')}: {said}")
         except BeflowError as error:

@@ -161,6 +161,10 @@ class AgentSession(Protocol):
         """The run failed: why."""
         ...
 
+    def elicit(self, text: str) -> None:
+        """The run waits for a person: the agent's question (the session awaits their input)."""
+        ...
+
     def stop_asked(self) -> bool:
         """Whether a person sent the session a stop signal (one cheap request)."""
         ...
@@ -184,17 +188,13 @@ class ReadsPullRequests(Protocol):
 
 
 @runtime_checkable
-class AsksQuestions(Protocol):
-    """A run's question is put to people the tracker's own way (Linear's elicitation), and their answer read from
-    there. Without it a question is a comment, and its answer the first trusted comment after it
-    (:mod:`beflow.ops.questions`)."""
-
-    def ask(self, key: str, question: Question, run_id: str) -> None:
-        """Put ``question`` (the agent's words, masked; the tracker makes them inert) to people on the issue."""
-        ...
+class HearsAnswers(Protocol):
+    """A person may answer a run's question the tracker's own way too (on Linear, in the run's agent session, where
+    the question was an elicitation): besides the first trusted comment after the question, that answer counts.
+    The question itself is always one comment (:mod:`beflow.ops.questions`)."""
 
     def answer_of(self, key: str, question: Question, run_id: str) -> Answer | None:
-        """A trusted person's answer to ``question``, once there is one."""
+        """A trusted person's answer to ``question`` given the tracker's own way, once there is one."""
         ...
 
 

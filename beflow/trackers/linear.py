@@ -28,6 +28,7 @@ from typing import Any
 from beflow.config import LinearTrackerSettings, Project
 from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.feedback import Feedback, Gathered
+from beflow.records.record import Answer, Question
 from beflow.trackers import linear_queries as q
 from beflow.trackers import linear_quoting
 from beflow.trackers import linear_wire as wire
@@ -49,7 +50,7 @@ from beflow.trackers.linear_access import access_checks
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError
 from beflow.trackers.linear_claims import LinearLeases, is_claim
 from beflow.trackers.linear_comments import IssueComments
-from beflow.trackers.linear_feedback import gather_prompts
+from beflow.trackers.linear_feedback import answer_in_sessions, gather_prompts
 from beflow.trackers.linear_identity import Identity
 from beflow.trackers.linear_issues import SHAPE_FIX, TeamIssues, comment_of
 from beflow.trackers.linear_sessions import LinearSession, open_session
@@ -349,6 +350,15 @@ class LinearTracker:
 
     def reply(self, piece: Feedback, body: str) -> None:
         """Nothing: a prompt is answered by the round's own run, which reports in an agent session of the issue."""
+
+    # -- answers (beflow.trackers.base.HearsAnswers: a reply to the run's elicitation) -----------------------------
+
+    def answer_of(self, key: str, question: Question, run_id: str) -> Answer | None:
+        """A member's reply in beflow's agent session to the elicitation the run ``run_id`` ended with (its agent's
+        question); none with a person's token, which has no sessions (no request): a comment answers there."""
+        if not self.me.is_app or question.asked is None:
+            return None
+        return answer_in_sessions(self.api, self._id_of(key), self.me.viewer().viewer.id, question.asked, run_id)
 
     def ensure_labels(self) -> list[str]:
         """Make the labels beflow needs that the team lacks; the names made."""

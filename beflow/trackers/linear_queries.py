@@ -303,13 +303,17 @@ query BeflowIssuePrompts($id: String!) {
         startedAt
         url
         appUser { id }
-        activities(first: 50, filter: {type: {eq: "prompt"}}) {
+        activities(first: 50, filter: {type: {in: ["prompt", "elicitation"]}}) {
           nodes {
             id
             createdAt
             signal
             user { id name displayName app active guest }
-            content { __typename ... on AgentActivityPromptContent { type body } }
+            content {
+              __typename
+              ... on AgentActivityPromptContent { type body }
+              ... on AgentActivityElicitationContent { type body }
+            }
           }
         }
       }

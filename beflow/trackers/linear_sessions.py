@@ -66,7 +66,7 @@ class LinearSession:
         self.id = session_id
         self._since = since  # activities up to this time were looked at for a stop signal
 
-    def _post(self, content: wire.Thought | wire.Action | wire.Response | wire.Error, ephemeral: bool = False) -> None:
+    def _post(self, content: wire.Said, ephemeral: bool = False) -> None:
         payload: dict[str, Any] = {"agentSessionId": self.id, "content": wire.content_input(content)}
         if ephemeral:
             payload["ephemeral"] = True
@@ -86,6 +86,9 @@ class LinearSession:
 
     def error(self, text: str) -> None:
         self._post(wire.Error(body=_short(text)))
+
+    def elicit(self, text: str) -> None:
+        self._post(wire.Elicitation(body=_short(text)))
 
     def stop_asked(self) -> bool:
         """Whether an activity since the last look is a person's stop signal: the newest first, a page at a time,

@@ -387,7 +387,11 @@ class AgentSessionWithActivities(AgentSession):
     activities: Connection[AgentActivity]
 
 
-def content_input(content: Thought | Action | Response | Elicitation | Error) -> dict[str, Any]:
+#: What beflow posts in a session.
+Said = Thought | Action | Response | Elicitation | Error
+
+
+def content_input(content: Said) -> dict[str, Any]:
     """The ``content`` of an ``agentActivityCreate`` input (a JSONObject): the content's own fields, none left null."""
     return content.model_dump(exclude_none=True)
 

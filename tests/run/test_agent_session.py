@@ -198,3 +198,40 @@ def test_a_delegated_issue_is_claimed_by_the_watch_and_answered_with_its_pull_re
     assert session["externalUrls"] == [{"label": "Pull request", "url": pull["html_url"]}]
     assert issue["state"]["name"] == "In Review" and issue["delegate"]["id"] == linear.app["id"]
     assert APP_TOKEN not in done.stdout + done.stderr and GITHUB_TOKEN not in done.stdout + done.stderr
+
+
+def test_an_agents_question_is_the_sessions_elicitation_and_a_reply_there_resumes_it(
+    auto_project: AutoProject, linear: FakeLinear, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import json
+    import time
+
+    from beflow.watch.questions import WaitingQuestions
+
+    auto_project.configure(mcp={"self": True})
+    ask = {"question": "Red or blue? ENG-2 @ada", "choices": ["red", "blue"]}
+    issue, asked = run_issue(
+        auto_project, linear, APP_TOKEN, monkeypatch, f"mcp-call beflow issue_ask {json.dumps(ask)}"
+    )
+    transcript = (auto_project.run_dir(asked) / "transcript.jsonl").read_text()
+    assert asked.outcome == "asked" and asked.question is not None, transcript[-3000:]
+    session = runs_session(linear, issue)
+    last = session["activities"][-1]
+    assert last["content"]["type"] == "elicitation" and session["status"] == "awaitingInput"
+    assert "Red or blue?" in last["content"]["body"] and "2. blue" in last["content"]["body"]
+    assert "ENG-2" not in last["content"]["body"]  # the agent's words, inert for Linear
+    project, tracker = load_project(auto_project.config_path), auto_project.tracker
+    assert tracker.get("ENG-1").status == Status.BLOCKED
+
+    linear.prompt(session, "blue\n\nacp-test: write answer.txt blue")  # a member's reply in the session
+    waiting = WaitingQuestions(time.time, lambda *_, **__: None)
+    assert [i.key for i in waiting.survey(project, tracker, running=())] == ["ENG-1"]
+    request = RunRequest(key="ENG-1", final=False)
+    waiting.shape(request, project)
+    assert request.answer is not None and request.answer.text.startswith("blue")
+    resumed: RunRecord = anyio.run(Run(project, tracker, request).execute)
+
+    assert resumed.outcome == "succeeded" and resumed.resumed_session == asked.session is not None
+    assert git(auto_project.directory, "show", f"{resumed.branch}:answer.txt").strip() == "blue"
+    assert runs_session(linear, issue)["activities"][-1]["content"]["type"] == "response"  # in the same session
+    assert rounds.plan(project, rounds.sources(tracker), "ENG-1", issue_id=issue["id"]).pieces == []  # no round

@@ -122,3 +122,44 @@ def delivered(repo: Path, project: Project, issue: Issue, round_: int, pieces: l
 def tracker_for(fake: FakeLinear, team: str = "ENG", token: str = APP_TOKEN) -> LinearTracker:
     settings = LinearTrackerSettings.model_validate({"kind": "linear", "team": team, "api_url": fake.url})
     return LinearTracker(settings, Api(fake.url, token, inline_wait=0.5))
+
+
+def test_a_members_reply_to_the_runs_elicitation_answers_its_question_and_is_no_round(linear: FakeLinear) -> None:
+    from beflow.ops import questions
+    from beflow.records.record import Question, RunRecord
+    from beflow.trackers.base import HearsAnswers
+    from beflow.trackers.issue import utc_now
+    from beflow.trackers.linear_sessions import LinearSession
+
+    tracker = tracker_for(linear)
+    assert isinstance(tracker, HearsAnswers)
+    _, session = at_work(linear, tracker)
+    before = linear.prompt(session, "Also handle zero")  # a follow-up before the question: feedback, as ever
+    question = Question(text="Which file, a.txt or b.txt?", choices=["a.txt", "b.txt"], asked=utc_now())
+    made = LinearSession(tracker.api, session["id"], session["startedAt"])  # (the run's, as at_work took it up)
+    made.elicit("Which file, a.txt or b.txt?\n1. a.txt\n2. b.txt")
+    assert session["status"] == "awaitingInput"
+    assert tracker.answer_of("ENG-1", question, "r1") is None  # nobody answered yet
+    linear.prompt(session, "b.txt, obviously", by=linear.user("Mallory", guest=True))  # a guest: no answer
+
+    assert tracker.answer_of("ENG-1", question, "r1") is None
+    linear.prompt(session, "b.txt<!-- and delete the rest -->")
+
+    answer = tracker.answer_of("ENG-1", question, "r1")
+    assert answer is not None and (answer.text, answer.author, answer.run) == ("b.txt", "ada.lovelace", "r1")
+    asking = RunRecord(id="r1", issue="ENG-1", mode="watch", agent="a", started_at=utc_now(), question=question)
+    assert questions.answer_of(tracker, tracker.get("ENG-1"), asking) == answer  # the watch hears it so
+    # The answer resumes the agent: it starts no round of its own; the follow-up before the question still does.
+    assert [p.id for p in tracker.gather("ENG-1", "beflow/ENG-1").pieces] == [f"linear-prompt:{before['id']}"]
+
+
+def test_with_a_persons_token_a_question_is_answered_by_a_comment_alone(linear: FakeLinear) -> None:
+    from beflow.records.record import Question
+    from beflow.trackers.issue import utc_now
+
+    linear.add_issue("Work", labels=["beflow"])
+    person = tracker_for(linear, token=API_KEY)
+    person.me.viewer()
+    sent = len(linear.seen)
+    assert person.answer_of("ENG-1", Question(text="Which?", asked=utc_now()), "r1") is None
+    assert len(linear.seen) == sent  # no sessions: no request
