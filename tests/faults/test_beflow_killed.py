@@ -94,7 +94,14 @@ def _auto(project: AutoProject, key: str) -> subprocess.Popen[bytes]:
 
 
 def _agent_at_work(beflow: subprocess.Popen[bytes]) -> bool:
-    return any("acp_agent.py" in " ".join(p.cmdline()) for p in psutil.Process(beflow.pid).children(recursive=True))
+    return any("acp_agent.py" in " ".join(_cmdline(p)) for p in psutil.Process(beflow.pid).children(recursive=True))
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:  # gone, or a zombie not reaped yet (a git that just ended): no agent
+        return []
 
 
 def _worktree_of(project: AutoProject, key: str) -> Path:
