@@ -41,12 +41,13 @@ class _IssueSessions(Wire):
 
 def open_session(api: Api, issue_id: str, me: str) -> LinearSession:
     """The agent session of beflow's app user (``me``) on the issue ``issue_id`` for a run: the one a person's
-    delegation or mention opened and that waits for beflow, else the one a person wrote in after its run ended (a
+    delegation or mention opened and that waits for beflow, or the one whose run asked a question (awaiting input:
+    the answer's run goes on there), else the one a person wrote in after its run ended (a
     follow-up: the round that answers it goes on there), else a new one."""
     data = api.query(q.ISSUE_SESSIONS, {"id": issue_id})
     sessions = wire.parse(_IssueSessions, data, "BeflowIssueSessions").issue.agentSessions.nodes
     mine = [s for s in sessions if s.appUser.id == me]
-    waiting = [s for s in mine if s.status == "pending"] or [
+    waiting = [s for s in mine if s.status in ("pending", "awaitingInput")] or [
         s for s in mine if s.endedAt is not None and s.updatedAt > s.endedAt
     ]
     if waiting:

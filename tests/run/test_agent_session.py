@@ -211,7 +211,7 @@ def test_an_agents_question_is_the_sessions_elicitation_and_a_reply_there_resume
     auto_project.configure(mcp={"self": True})
     ask = {"question": "Red or blue? ENG-2 @ada", "choices": ["red", "blue"]}
     issue, asked = run_issue(
-        auto_project, linear, APP_TOKEN, monkeypatch, f"mcp-call beflow issue_ask {json.dumps(ask)}"
+        auto_project, linear, APP_TOKEN, monkeypatch, f"acp-test: mcp-call beflow issue_ask {json.dumps(ask)}"
     )
     transcript = (auto_project.run_dir(asked) / "transcript.jsonl").read_text()
     assert asked.outcome == "asked" and asked.question is not None, transcript[-3000:]
