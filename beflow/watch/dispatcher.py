@@ -44,7 +44,7 @@ from beflow.watch.blocking import BlockerHolds
 from beflow.watch.endings import Endings
 from beflow.watch.hearing import hear
 from beflow.watch.holds import Holds
-from beflow.watch.lanes import Running, Snapshot, lanes_asked, run_ids
+from beflow.watch.lanes import Running, Snapshot, lanes_asked, lanes_taken, run_ids
 from beflow.watch.questions import WaitingQuestions
 from beflow.watch.reachability import TrackerLook
 from beflow.watch.reloading import ConfigReload
@@ -168,7 +168,7 @@ class Dispatcher:
         async with anyio.create_task_group() as tasks:
             try:
                 if not once:
-                    tasks.start_soon(watch_directories, self._watched_directories, self.wakeup)
+                    tasks.start_soon(watch_directories, lambda: watched_directories(self.tracker), self.wakeup)
                 while True:
                     await self.tick(tasks, finished, once=once)  # type: ignore[arg-type]
                     if once:
@@ -191,10 +191,6 @@ class Dispatcher:
         now = self.clock()
         due = [self._polled + interval - time.monotonic()] + [b.due - now for b in self.retries.backoffs.values()]
         return max(0.0, min(due + [when - now for when in self.rounds.settling.values()]))  # (feedback settling)
-
-    def _watched_directories(self) -> list[Path]:
-        """The directories whose changes wake the dispatcher (the local tracker's issues and claims)."""
-        return self.tracker.watched_directories() if isinstance(self.tracker, WatchesDirectories) else []
 
     async def _drain(self) -> None:
         """``--once``: dispatch no more, wait for the runs, still reconciling every ``interval`` (a run whose issue is
@@ -249,7 +245,7 @@ class Dispatcher:
                 self.tracker_look.succeeded()
                 # The checks every run needs (git, acpx, the prompt, .mcp.json) only when a run is about to start:
                 # an idle watch does next to nothing per tick.
-                startable = self.queue and self.project.config.watch.concurrency > self._lanes_taken()
+                startable = self.queue and self.project.config.watch.concurrency > lanes_taken(self.running)
                 # `--once` with nothing to start still reports a configuration every run would fail on, from the
                 # checks that need no git process (a bad `worktrees.base` waits for a run to start).
                 idle = bool(once and not startable and self.holds.blocked is None)
@@ -283,7 +279,7 @@ class Dispatcher:
         if self.holds.budget_reached(self.ledger, self._day_budget()) or self.holds.currency_held(self.project):
             return  # (a run that ended while the tick looked at the tracker may have found the currency wrong)
         concurrency = self.project.config.watch.concurrency
-        free = concurrency - self._lanes_taken()
+        free = concurrency - lanes_taken(self.running)
         now = self.clock()
         for issue in list(self.queue):
             if free <= 0 or self.stopping:
@@ -304,9 +300,6 @@ class Dispatcher:
             free -= lanes
             self.emit("dispatched", issue.key, attempt=attempt, round=self.rounds.round_of(issue.key))
             tasks.start_soon(self._run, running, finished)
-
-    def _lanes_taken(self) -> int:
-        return sum(running.lanes for running in self.running.values())
 
     async def _run(self, running: Running, finished: list[RunRecord]) -> None:
         from beflow.run.attempts import run_issue  # (the run machinery: an idle `watch --once` never loads it)
@@ -364,3 +357,8 @@ class Dispatcher:
             return
         self.endings.finished(record, finished, self.project.config)
         self.endings.next_attempt(record, self.project.config.watch)
+
+
+def watched_directories(tracker: Tracker) -> list[Path]:
+    """The directories whose changes wake the dispatcher (the local tracker's issues and claims)."""
+    return tracker.watched_directories() if isinstance(tracker, WatchesDirectories) else []

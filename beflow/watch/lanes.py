@@ -8,6 +8,7 @@ the machinery that makes it.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import anyio
@@ -152,3 +153,8 @@ class Snapshot:
     tracker_reachable: bool | None = None
     #: Ready issues held back for their blockers, and why (beflow.watch.blocking).
     held: dict[str, str] = field(default_factory=dict)
+
+
+def lanes_taken(running: Mapping[str, Running]) -> int:
+    """The lanes the running issues take (a best-of-N issue one per candidate)."""
+    return sum(lane.lanes for lane in running.values())
