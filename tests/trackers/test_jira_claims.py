@@ -12,7 +12,8 @@ import pytest
 
 from beflow.config import JiraTrackerSettings
 from beflow.errors import LockedError
-from beflow.trackers.claims import Claim, ClaimLost, Lease
+from beflow.trackers.claims import Claim, ClaimLost
+from beflow.trackers.comment_leases import Lease
 from beflow.trackers.jira import JiraTracker
 from beflow.trackers.jira_api import Api
 from beflow.trackers.jira_claims import body_of
