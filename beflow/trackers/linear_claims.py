@@ -51,7 +51,8 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -61,7 +62,7 @@ from beflow.config import LinearTrackerSettings
 from beflow.errors import BeflowError, LockedError
 from beflow.trackers import linear_queries as q
 from beflow.trackers import linear_wire as wire
-from beflow.trackers.claims import Claim, ClaimInfo, ClaimLost
+from beflow.trackers.claims import LEASE_FIX, Claim, ClaimInfo, ClaimLost, lease_claim, lease_margin, proven
 from beflow.trackers.issue import as_utc, normalize_key, utc_now
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError, Unavailable
 from beflow.trackers.wire import Wire
@@ -246,9 +247,6 @@ class LinearLeases:
         by_clock = now + link.updated_at.timestamp() + self.settings.lease + CLOCK_MARGIN - self.api.now()
         return min(seen + self.settings.lease, by_clock, now + self.settings.lease / 3)
 
-    def _margin(self) -> float:
-        return min(2.0, self.settings.lease / 4)
-
     # -- claiming --------------------------------------------------------------------------------------------------
 
     def claim(self, key: str, owner: str) -> Claim:
@@ -262,7 +260,7 @@ class LinearLeases:
                 own = head.lease.nonce in self._written and key not in self._holding
                 if not own:
                     who = _who(head.lease)
-                    raise LockedError(f"issue {key} is claimed by {who}", fix=_LOCKED_FIX, holder=who)
+                    raise LockedError(f"issue {key} is claimed by {who}", fix=LEASE_FIX, holder=who)
             lease = Lease(
                 generation=1 if head is None else head.lease.generation + 1,
                 owner=owner,
@@ -276,12 +274,12 @@ class LinearLeases:
                 return self._held(key, issue_id, generation_id(issue_id, lease.generation), lease, started)
             if self._live(taken):
                 who = _who(taken.lease)
-                raise LockedError(f"issue {key} was claimed by {who} just now", fix=_LOCKED_FIX, holder=who)
+                raise LockedError(f"issue {key} was claimed by {who} just now", fix=LEASE_FIX, holder=who)
             # A generation the listing did not show (Linear's listing lags, or rewrote its words), holding nobody:
             # the next one is raced for. The ids alone decide who holds the issue; the listing only saves steps.
             head = taken
         raise LockedError(
-            f"issue {key}: more than {MAX_STEPS} claims of it were made while beflow looked", fix=_LOCKED_FIX
+            f"issue {key}: more than {MAX_STEPS} claims of it were made while beflow looked", fix=LEASE_FIX
         )
 
     def _create(self, key: str, issue_id: str, lease: Lease) -> Link | None:
@@ -303,12 +301,12 @@ class LinearLeases:
             if found is None:
                 if isinstance(error, Unavailable):
                     raise
-                raise LockedError(f"issue {key} is being claimed by another beflow", fix=_LOCKED_FIX) from None
+                raise LockedError(f"issue {key} is being claimed by another beflow", fix=LEASE_FIX) from None
             return None if found.lease.nonce == lease.nonce else found
 
     def _held(self, key: str, issue_id: str, cid: str, lease: Lease, started: float) -> Claim:
         # The lease runs from before the requests that wrote it, on this process's clock, less a margin.
-        state = _HeldLease(issue_id, cid, lease, started + self.settings.lease - self._margin())
+        state = _HeldLease(issue_id, cid, lease, started + self.settings.lease - lease_margin(self.settings.lease))
         info = ClaimInfo(key=key, owner=lease.owner, pid=lease.pid, host=lease.host, since=utc_now())
 
         def renew() -> None:
@@ -336,7 +334,7 @@ class LinearLeases:
                         raise ClaimLost(state.lost) from None
                     raise
                 state.lease = fresh
-                state.expires = begun + self.settings.lease - self._margin()
+                state.expires = begun + self.settings.lease - lease_margin(self.settings.lease)
 
         def release() -> None:
             with self._lock:
@@ -350,34 +348,14 @@ class LinearLeases:
         with self._lock:
             self._holding[key] = state
             self._known.pop(issue_id, None)
-        return Claim(
-            info,
-            release,
-            held=lambda: self.under_lease(key),
-            renew=renew,
-            renew_every=max(self.settings.lease / 3, 0.2),
-            expires=lambda: state.expires - time.monotonic(),
-        )
+        return lease_claim(info, state, release, held=lambda: self.under_lease(key), lease=self.settings.lease)
 
-    @contextlib.contextmanager
-    def under_lease(self, key: str, *, prove: bool = True) -> Iterator[None]:
-        """The writes of the block, on an issue this process holds, are this lease's: first the lease is proven
-        (renewed: it fails when another watcher took the issue over), then every request of the block ends before
-        the lease does. ``prove=False`` (progress edits) only checks that the lease was not lost and has time left.
-        An issue this process holds no lease on is written as it is."""
+    def under_lease(self, key: str, *, prove: bool = True) -> AbstractContextManager[None]:
+        """The writes of the block, on an issue this process holds, are this lease's (proven first: a renewal fails
+        when another watcher took the issue over; see :func:`~beflow.trackers.claims.proven`). An issue this process
+        holds no lease on is written as it is."""
         key = normalize_key(key)
-        state = self._holding.get(key)
-        if state is None:
-            yield
-            return
-        if state.lost:
-            raise ClaimLost(state.lost)
-        if prove:
-            state.renew()
-        elif state.expires - time.monotonic() <= 0:
-            raise ClaimLost(f"the claim on issue {key} could not be renewed in time")
-        with self.api.deadline(state.expires):
-            yield
+        return proven(self._holding.get(key), key, self.api.deadline, prove=prove)
 
     # -- who holds what ------------------------------------------------------------------------------------------
 
@@ -439,7 +417,6 @@ class _CommentAnswer(Wire):
 
 
 _NOBODY = Lease(generation=1, owner="unknown", host="unknown", pid=0, nonce="-" * 8, released=True)
-_LOCKED_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."
 
 
 def _link(issue_id: str, comment: wire.Comment) -> Link | None:
