@@ -14,12 +14,14 @@ import contextlib
 import datetime as dt
 import os
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.to_thread
@@ -30,6 +32,8 @@ from beflow.system.locks import NotedLock
 from beflow.trackers.issue import Issue, Status, format_time, normalize_key, utc_now
 
 _T = TypeVar("_T")
+_W = TypeVar("_W")
+_L = TypeVar("_L")
 
 #: How long a file claim waits for a lock someone else holds before reporting who holds it. A little more than
 #: zero, because ``holder()`` probes a lock by taking it for an instant.
@@ -277,14 +281,18 @@ async def while_held(
 LEASE_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."
 
 
-class HeldLease(Protocol):
-    """A lease this process holds, as its store keeps it: when it runs out (monotonic, with a margin), why it was lost
-    if it was, and how it is renewed."""
+@dataclass
+class HeldLease(Generic[_W, _L]):
+    """A lease this process holds: where it is kept (``at``: its claim comment's id, the commit its claim ref points
+    at), the lease written there, when it runs out (monotonic, with a margin), why it was lost if it was; renewals
+    one at a time (``lock``)."""
 
+    at: _W
+    lease: _L
     expires: float
-    lost: str | None
-
-    def renew(self) -> None: ...
+    lost: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    renew: Callable[[], None] = lambda: None
 
 
 def lease_margin(lease: float) -> float:
@@ -295,7 +303,7 @@ def lease_margin(lease: float) -> float:
 
 def lease_claim(
     info: ClaimInfo,
-    state: HeldLease,
+    state: HeldLease[Any, Any],
     release: Callable[[], object],
     *,
     held: Callable[[], AbstractContextManager[Any]],
@@ -314,7 +322,11 @@ def lease_claim(
 
 @contextlib.contextmanager
 def proven(
-    state: HeldLease | None, key: str, deadline: Callable[[float], AbstractContextManager[None]], *, prove: bool
+    state: HeldLease[Any, Any] | None,
+    key: str,
+    deadline: Callable[[float], AbstractContextManager[None]],
+    *,
+    prove: bool,
 ) -> Iterator[None]:
     """The block of a store's ``under_lease(key)``, given the lease it holds on ``key`` (None: none, and the block is
     written as it is): the lease is proven first (renewed: :class:`ClaimLost` when another machine took the issue

@@ -49,15 +49,15 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from beflow.errors import BeflowError, LockedError
-from beflow.trackers.claims import LEASE_FIX, Claim, ClaimInfo, ClaimLost, lease_claim, lease_margin, proven
+from beflow.trackers.claims import LEASE_FIX, Claim, ClaimInfo, ClaimLost, HeldLease, lease_claim, lease_margin, proven
 from beflow.trackers.issue import as_utc, normalize_key, utc_now
 
 #: How long a claimant waits between posting its claim and reading the chain back: a comment with a lower id whose
@@ -199,19 +199,6 @@ class _Look:
     live_until: float | None
 
 
-@dataclass
-class _HeldLease:
-    """A lease this process holds: its claim comment, the lease in it, when it runs out (monotonic, with a margin), why
-    it was lost if it was; renewals one at a time."""
-
-    comment_id: int
-    lease: Lease
-    expires: float
-    lost: str | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    renew: Callable[[], None] = lambda: None
-
-
 class CommentLeases:
     """The leases of one project's issues as chains of claim comments on ``chain``'s forge; ``lease``: seconds a lease
     lasts unrenewed; ``settle``: :data:`SETTLE` (shorter in unit tests, where the fakes commit at once)."""
@@ -221,7 +208,7 @@ class CommentLeases:
         self.chain = chain
         self.settle = settle
         self._nonces: set[str] = set()  # the claims this process wrote
-        self._holding: dict[str, _HeldLease] = {}  # issue key -> the lease this process holds on it
+        self._holding: dict[str, HeldLease[int, Lease]] = {}  # issue key -> the lease this process holds on it
         self._lock = threading.Lock()
         self._observed: dict[str, dt.datetime] = {}  # issue key -> its updated_at, as the last listing showed it
         self._looks: dict[str, _Look] = {}
@@ -358,7 +345,7 @@ class CommentLeases:
 
     def _held(self, key: str, owner: str, comment_id: int, lease: Lease, since: dt.datetime, started: float) -> Claim:
         # The lease runs from before the request that wrote it, on this process's clock, less a margin.
-        state = _HeldLease(comment_id, lease, started + self.lease - lease_margin(self.lease))
+        state = HeldLease(comment_id, lease, started + self.lease - lease_margin(self.lease))
         info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=as_utc(since))
 
         def renew() -> None:

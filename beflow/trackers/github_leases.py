@@ -13,11 +13,9 @@ import datetime as dt
 import json
 import os
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -25,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from beflow.config import GitHubTrackerSettings
 from beflow.errors import BeflowError, LockedError
 from beflow.trackers import github_wire as wire
-from beflow.trackers.claims import LEASE_FIX, Claim, ClaimInfo, ClaimLost, lease_claim, lease_margin, proven
+from beflow.trackers.claims import LEASE_FIX, Claim, ClaimInfo, ClaimLost, HeldLease, lease_claim, lease_margin, proven
 from beflow.trackers.github_api import Api, GitHubError
 from beflow.trackers.issue import as_utc, normalize_key, utc_now
 
@@ -64,7 +62,7 @@ class GitHubLeases:
         self._commits: dict[str, Lease] = {}  # lease commits are immutable: read each once
         self._seen: dict[str, float] = {}  # lease commit -> when this process first saw it (monotonic)
         self._written: set[str] = set()  # lease commits this process wrote
-        self._holding: dict[str, _HeldLease] = {}  # issue key -> the lease this process holds on it
+        self._holding: dict[str, HeldLease[str, dict[str, Any]]] = {}  # issue key -> the lease this process holds on it
 
     def _ref_path(self, key: str) -> str:
         return f"{self._base}/git/ref/{CLAIM_NAMESPACE}/{key}"
@@ -191,7 +189,7 @@ class GitHubLeases:
 
     def _held(self, key: str, owner: str, sha: str, lease: dict[str, Any], started: float) -> Claim:
         # The lease runs from before the requests that wrote it, on this process's clock, less a margin.
-        state = _HeldLease(sha, lease, started + self.settings.lease - lease_margin(self.settings.lease))
+        state = HeldLease(sha, lease, started + self.settings.lease - lease_margin(self.settings.lease))
         info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
 
         def renew() -> None:
@@ -200,13 +198,13 @@ class GitHubLeases:
             with state.lock, self.api.deadline(state.expires):
                 begun = time.monotonic()
                 fresh = self._new_lease(owner, since=state.lease["since"])
-                new = self._lease_commit(key, fresh, state.sha)
+                new = self._lease_commit(key, fresh, state.at)
                 if not self._move_ref(key, new):
                     holder = self._read_ref(key)
                     who = _who(self._lease(holder)) if holder else "nobody (the claim was deleted)"
                     state.lost = f"the claim on issue {key} was taken over by {who}"
                     raise ClaimLost(state.lost)
-                state.sha, state.lease = new, fresh
+                state.at, state.lease = new, fresh
                 state.expires = begun + self.settings.lease - lease_margin(self.settings.lease)
 
         state.renew = renew
@@ -215,7 +213,7 @@ class GitHubLeases:
             self._holding.pop(key, None)
             done = {**state.lease, "released": True, "expires": 0}
             try:
-                new = self._lease_commit(key, done, state.sha)
+                new = self._lease_commit(key, done, state.at)
                 self._move_ref(key, new)  # refused: taken over already, nothing of ours to release
             except BeflowError:
                 pass  # unreachable GitHub: the lease runs out by itself
@@ -267,19 +265,6 @@ class GitHubLeases:
         if sha is None:
             return None
         return self._info(normalize_key(key), self._lease(sha))
-
-
-@dataclass
-class _HeldLease:
-    """A lease this process holds: the commit the claim ref points at, its content, when it runs out (monotonic,
-    with a margin), why it was lost if it was; renewals one at a time (each is a compare-and-swap on the ref)."""
-
-    sha: str
-    lease: dict[str, Any]
-    expires: float
-    lost: str | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    renew: Any = None
 
 
 def _who(lease: Lease) -> str:

@@ -53,7 +53,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -62,7 +62,7 @@ from beflow.config import LinearTrackerSettings
 from beflow.errors import BeflowError, LockedError
 from beflow.trackers import linear_queries as q
 from beflow.trackers import linear_wire as wire
-from beflow.trackers.claims import LEASE_FIX, Claim, ClaimInfo, ClaimLost, lease_claim, lease_margin, proven
+from beflow.trackers.claims import LEASE_FIX, Claim, ClaimInfo, ClaimLost, HeldLease, lease_claim, lease_margin, proven
 from beflow.trackers.issue import as_utc, normalize_key, utc_now
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError, Unavailable
 from beflow.trackers.wire import Wire
@@ -155,20 +155,6 @@ class _Known:
     recheck: float | None
 
 
-@dataclass
-class _HeldLease:
-    """A generation this process holds: the issue, the comment, its lease, when it runs out (monotonic, with a
-    margin), why it was lost if it was; renewals one at a time."""
-
-    issue_id: str
-    comment_id: str
-    lease: Lease
-    expires: float
-    lost: str | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    renew: Callable[[], None] = lambda: None
-
-
 class LinearLeases:
     """The leases of one team's issues. ``resolve`` gives an issue's UUID for its key (the tracker's cache, else a
     read): claims are kept by the issue's stable id, so an issue moved to another team keeps its claim."""
@@ -179,7 +165,7 @@ class LinearLeases:
         self._resolve = resolve
         self._seen: dict[tuple[str, float], float] = {}  # (generation comment, its last edit) -> first seen
         self._written: set[str] = set()  # the nonces of this process's claims
-        self._holding: dict[str, _HeldLease] = {}  # issue key -> the generation this process holds
+        self._holding: dict[str, HeldLease[str, Lease]] = {}  # issue key -> the generation this process holds
         self._known: dict[str, _Known] = {}  # issue UUID -> what was last read of its claims
         self._observed: dict[str, tuple[str, dt.datetime]] = {}  # issue key -> (UUID, updatedAt) as last listed
         self._lock = threading.Lock()
@@ -306,7 +292,7 @@ class LinearLeases:
 
     def _held(self, key: str, issue_id: str, cid: str, lease: Lease, started: float) -> Claim:
         # The lease runs from before the requests that wrote it, on this process's clock, less a margin.
-        state = _HeldLease(issue_id, cid, lease, started + self.settings.lease - lease_margin(self.settings.lease))
+        state = HeldLease(cid, lease, started + self.settings.lease - lease_margin(self.settings.lease))
         info = ClaimInfo(key=key, owner=lease.owner, pid=lease.pid, host=lease.host, since=utc_now())
 
         def renew() -> None:
