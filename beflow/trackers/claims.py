@@ -14,22 +14,26 @@ import contextlib
 import datetime as dt
 import os
 import socket
-from collections.abc import Awaitable, Callable, Iterable
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Annotated, Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Generic, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from beflow.errors import BeflowError, LockedError
 from beflow.system.locks import NotedLock
 from beflow.trackers.issue import Issue, Status, format_time, normalize_key, utc_now
 
 _T = TypeVar("_T")
+_W = TypeVar("_W")
+_L = TypeVar("_L")
 
 #: How long a file claim waits for a lock someone else holds before reporting who holds it. A little more than
 #: zero, because ``holder()`` probes a lock by taking it for an instant.
@@ -271,48 +275,71 @@ async def while_held(
     return result
 
 
-# -- leases as a chain of comments (GitLab's notes, Jira's comments) ------------------------------------------------
-# Where a tracker has no compare-and-swap, a claim is a comment of beflow's own holding a lease that names the claim it
-# takes over; every reader orders them into one chain the same way (beflow.trackers.gitlab_claims says why it holds).
+# -- a lease this process holds, on any remote store (GitHub's refs, Linear's generations, chains of comments) -------
+
+#: What a refused claim on a leased issue tells the person.
+LEASE_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."
 
 
-class Lease(BaseModel):
-    """A lease as its claim comment holds it (beflow's own JSON, read back from the tracker: a comment whose JSON does
-    not read as one is no claim)."""
+@dataclass
+class HeldLease(Generic[_W, _L]):
+    """A lease this process holds: where it is kept (``at``: its claim comment's id, the commit its claim ref points
+    at), the lease written there, when it runs out (monotonic, with a margin), why it was lost if it was; renewals
+    one at a time (``lock``)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
-
-    owner: str
-    host: str
-    pid: int
-    #: Tells this process's claims from others' (a claim whose answer was lost is found by it).
-    nonce: Annotated[str, Field(min_length=8)]
-    #: The claim comment this one supersedes (the head when it was posted), or None for the first of a chain.
-    takes: Annotated[int, Field(ge=0)] | None
-    released: bool = False
-    #: Bumped by every renewal: a tracker moves a comment's last edit only when its body changes.
-    renewal: Annotated[int, Field(ge=0)] = 0
+    at: _W
+    lease: _L
+    expires: float
+    lost: str | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    renew: Callable[[], None] = lambda: None
 
 
-@dataclass(frozen=True)
-class Link:
-    """A claim comment: its id, its lease, when it was made and last edited."""
-
-    id: int
-    lease: Lease
-    created_at: dt.datetime
-    updated_at: dt.datetime
+def lease_margin(lease: float) -> float:
+    """How much sooner than the tracker this process takes its own lease to end: the requests that wrote the lease
+    took time, and the clocks of the tracker's answers show whole seconds."""
+    return min(2.0, lease / 4)
 
 
-def chain_of(links: Iterable[Link]) -> list[Link]:
-    """The chain of claims, first to head (empty: no claim): the lowest-id claim taking nothing starts it, and each
-    next link is the lowest-id claim taking the one before."""
-    first: dict[int | None, Link] = {}
-    for link in sorted(links, key=lambda link: link.id):
-        first.setdefault(link.lease.takes, link)
-    chain: list[Link] = []
-    head = first.get(None)
-    while head is not None:  # (ids grow along the chain: it ends)
-        chain.append(head)
-        head = first.get(head.id)
-    return chain
+def lease_claim(
+    info: ClaimInfo,
+    state: HeldLease[Any, Any],
+    release: Callable[[], object],
+    *,
+    held: Callable[[], AbstractContextManager[Any]],
+    lease: float,
+) -> Claim:
+    """The claim of a lease ``state`` holds (``lease``: seconds it lasts unrenewed), renewed three times a lease."""
+    return Claim(
+        info,
+        release,
+        held=held,
+        renew=state.renew,
+        renew_every=max(lease / 3, 0.2),
+        expires=lambda: state.expires - time.monotonic(),
+    )
+
+
+@contextlib.contextmanager
+def proven(
+    state: HeldLease[Any, Any] | None,
+    key: str,
+    deadline: Callable[[float], AbstractContextManager[None]],
+    *,
+    prove: bool,
+) -> Iterator[None]:
+    """The block of a store's ``under_lease(key)``, given the lease it holds on ``key`` (None: none, and the block is
+    written as it is): the lease is proven first (renewed: :class:`ClaimLost` when another machine took the issue
+    over), or with ``prove=False`` (progress edits, which are frequent) only checked not lost and not run out; then
+    every request of the block ends before the lease does (``deadline``)."""
+    if state is None:
+        yield
+        return
+    if state.lost:
+        raise ClaimLost(state.lost)
+    if prove:
+        state.renew()
+    elif state.expires - time.monotonic() <= 0:
+        raise ClaimLost(f"the claim on issue {key} could not be renewed in time")
+    with deadline(state.expires):
+        yield

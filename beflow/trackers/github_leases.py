@@ -9,15 +9,13 @@ never both hold one issue. A lease is renewed while its run lives, bounds the re
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import os
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -25,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from beflow.config import GitHubTrackerSettings
 from beflow.errors import BeflowError, LockedError
 from beflow.trackers import github_wire as wire
-from beflow.trackers.claims import Claim, ClaimInfo, ClaimLost
+from beflow.trackers.claims import LEASE_FIX, Claim, ClaimInfo, ClaimLost, HeldLease, lease_claim, lease_margin, proven
 from beflow.trackers.github_api import Api, GitHubError
 from beflow.trackers.issue import as_utc, normalize_key, utc_now
 
@@ -64,7 +62,7 @@ class GitHubLeases:
         self._commits: dict[str, Lease] = {}  # lease commits are immutable: read each once
         self._seen: dict[str, float] = {}  # lease commit -> when this process first saw it (monotonic)
         self._written: set[str] = set()  # lease commits this process wrote
-        self._holding: dict[str, _HeldLease] = {}  # issue key -> the lease this process holds on it
+        self._holding: dict[str, HeldLease[str, dict[str, Any]]] = {}  # issue key -> the lease this process holds on it
 
     def _ref_path(self, key: str) -> str:
         return f"{self._base}/git/ref/{CLAIM_NAMESPACE}/{key}"
@@ -127,11 +125,6 @@ class GitHubLeases:
         seen = self._seen.setdefault(sha, time.monotonic())
         return lease.expires > self.api.now() and time.monotonic() - seen < self.settings.lease
 
-    def _margin(self) -> float:
-        """How much sooner than GitHub this process takes its own lease to end: GitHub's clock shows whole seconds,
-        and the requests that wrote the lease took time."""
-        return min(2.0, self.settings.lease / 4)
-
     def _new_lease(self, owner: str, since: float | None = None) -> dict[str, Any]:
         now = self.api.now()
         return {
@@ -188,15 +181,15 @@ class GitHubLeases:
         # lost): taken over like a dead one, never reported as "claimed by" itself.
         own = current in self._written and key not in self._holding
         if self._live(current, held) and not own:
-            raise LockedError(f"issue {key} is claimed by {_who(held)}", fix=_LOCKED_FIX, holder=_who(held))
+            raise LockedError(f"issue {key} is claimed by {_who(held)}", fix=LEASE_FIX, holder=_who(held))
         sha = self._lease_commit(key, lease, current)
         if not self._move_ref(key, sha):
-            raise LockedError(f"issue {key} was claimed by another beflow just now", fix=_LOCKED_FIX)
+            raise LockedError(f"issue {key} was claimed by another beflow just now", fix=LEASE_FIX)
         return self._held(key, owner, sha, lease, started)
 
     def _held(self, key: str, owner: str, sha: str, lease: dict[str, Any], started: float) -> Claim:
         # The lease runs from before the requests that wrote it, on this process's clock, less a margin.
-        state = _HeldLease(sha, lease, started + self.settings.lease - self._margin())
+        state = HeldLease(sha, lease, started + self.settings.lease - lease_margin(self.settings.lease))
         info = ClaimInfo(key=key, owner=owner, pid=os.getpid(), host=socket.gethostname(), since=utc_now())
 
         def renew() -> None:
@@ -205,14 +198,14 @@ class GitHubLeases:
             with state.lock, self.api.deadline(state.expires):
                 begun = time.monotonic()
                 fresh = self._new_lease(owner, since=state.lease["since"])
-                new = self._lease_commit(key, fresh, state.sha)
+                new = self._lease_commit(key, fresh, state.at)
                 if not self._move_ref(key, new):
                     holder = self._read_ref(key)
                     who = _who(self._lease(holder)) if holder else "nobody (the claim was deleted)"
                     state.lost = f"the claim on issue {key} was taken over by {who}"
                     raise ClaimLost(state.lost)
-                state.sha, state.lease = new, fresh
-                state.expires = begun + self.settings.lease - self._margin()
+                state.at, state.lease = new, fresh
+                state.expires = begun + self.settings.lease - lease_margin(self.settings.lease)
 
         state.renew = renew
 
@@ -220,40 +213,21 @@ class GitHubLeases:
             self._holding.pop(key, None)
             done = {**state.lease, "released": True, "expires": 0}
             try:
-                new = self._lease_commit(key, done, state.sha)
+                new = self._lease_commit(key, done, state.at)
                 self._move_ref(key, new)  # refused: taken over already, nothing of ours to release
             except BeflowError:
                 pass  # unreachable GitHub: the lease runs out by itself
 
         self._holding[key] = state
-        return Claim(
-            info,
-            release,
-            held=lambda: self.under_lease(key),
-            renew=renew,
-            renew_every=max(self.settings.lease / 3, 0.2),
-            expires=lambda: state.expires - time.monotonic(),
-        )
+        return lease_claim(info, state, release, held=lambda: self.under_lease(key), lease=self.settings.lease)
 
-    @contextlib.contextmanager
-    def under_lease(self, key: str, *, prove: bool = True) -> Iterator[None]:
-        """The writes of the block, on an issue this process holds a lease on, are this lease's: first the lease is
-        proven (renewed: a compare-and-swap on the claim ref, which fails when another machine took the issue
-        over), then every request of the block ends before the lease does. ``prove=False`` (progress edits, which
-        are frequent) only checks that the lease was not lost and has time left. An issue this process holds no
-        lease on is written as it is (a person's command, a settling of an orphan under its own claim)."""
-        state = self._holding.get(normalize_key(key))
-        if state is None:
-            yield
-            return
-        if state.lost:
-            raise ClaimLost(state.lost)
-        if prove:
-            state.renew()
-        elif state.expires - time.monotonic() <= 0:
-            raise ClaimLost(f"the claim on issue {key} could not be renewed in time")
-        with self.api.deadline(state.expires):
-            yield
+    def under_lease(self, key: str, *, prove: bool = True) -> AbstractContextManager[None]:
+        """The writes of the block, on an issue this process holds a lease on, are this lease's (proven first: a
+        compare-and-swap on the claim ref, which fails when another machine took the issue over; see
+        :func:`~beflow.trackers.claims.proven`). An issue this process holds no lease on is written as it is (a
+        person's command, a settling of an orphan under its own claim)."""
+        key = normalize_key(key)
+        return proven(self._holding.get(key), key, self.api.deadline, prove=prove)
 
     def holder(self, key: str) -> ClaimInfo | None:
         key = normalize_key(key)
@@ -291,22 +265,6 @@ class GitHubLeases:
         if sha is None:
             return None
         return self._info(normalize_key(key), self._lease(sha))
-
-
-@dataclass
-class _HeldLease:
-    """A lease this process holds: the commit the claim ref points at, its content, when it runs out (monotonic,
-    with a margin), why it was lost if it was; renewals one at a time (each is a compare-and-swap on the ref)."""
-
-    sha: str
-    lease: dict[str, Any]
-    expires: float
-    lost: str | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    renew: Any = None
-
-
-_LOCKED_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."
 
 
 def _who(lease: Lease) -> str:

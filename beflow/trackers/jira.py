@@ -234,7 +234,7 @@ class JiraTracker:
 
     def get(self, key: str, *, mine: bool = True) -> Issue:
         raw = self._fetch(key, mine=mine)
-        comments, _ = self.leases.comments(raw.key)
+        comments, _ = self.leases.comments.listed(raw.key)
         read = [c for c in (self.comments.read(c) for c in comments if not is_claim(c)) if c is not None]
         return self.issue(raw, read)
 

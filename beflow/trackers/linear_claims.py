@@ -51,8 +51,9 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -61,7 +62,7 @@ from beflow.config import LinearTrackerSettings
 from beflow.errors import BeflowError, LockedError
 from beflow.trackers import linear_queries as q
 from beflow.trackers import linear_wire as wire
-from beflow.trackers.claims import Claim, ClaimInfo, ClaimLost
+from beflow.trackers.claims import LEASE_FIX, Claim, ClaimInfo, ClaimLost, HeldLease, lease_claim, lease_margin, proven
 from beflow.trackers.issue import as_utc, normalize_key, utc_now
 from beflow.trackers.linear_api import Api, LinearAuthError, LinearError, Unavailable
 from beflow.trackers.wire import Wire
@@ -154,20 +155,6 @@ class _Known:
     recheck: float | None
 
 
-@dataclass
-class _HeldLease:
-    """A generation this process holds: the issue, the comment, its lease, when it runs out (monotonic, with a
-    margin), why it was lost if it was; renewals one at a time."""
-
-    issue_id: str
-    comment_id: str
-    lease: Lease
-    expires: float
-    lost: str | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    renew: Callable[[], None] = lambda: None
-
-
 class LinearLeases:
     """The leases of one team's issues. ``resolve`` gives an issue's UUID for its key (the tracker's cache, else a
     read): claims are kept by the issue's stable id, so an issue moved to another team keeps its claim."""
@@ -178,7 +165,7 @@ class LinearLeases:
         self._resolve = resolve
         self._seen: dict[tuple[str, float], float] = {}  # (generation comment, its last edit) -> first seen
         self._written: set[str] = set()  # the nonces of this process's claims
-        self._holding: dict[str, _HeldLease] = {}  # issue key -> the generation this process holds
+        self._holding: dict[str, HeldLease[str, Lease]] = {}  # issue key -> the generation this process holds
         self._known: dict[str, _Known] = {}  # issue UUID -> what was last read of its claims
         self._observed: dict[str, tuple[str, dt.datetime]] = {}  # issue key -> (UUID, updatedAt) as last listed
         self._lock = threading.Lock()
@@ -246,9 +233,6 @@ class LinearLeases:
         by_clock = now + link.updated_at.timestamp() + self.settings.lease + CLOCK_MARGIN - self.api.now()
         return min(seen + self.settings.lease, by_clock, now + self.settings.lease / 3)
 
-    def _margin(self) -> float:
-        return min(2.0, self.settings.lease / 4)
-
     # -- claiming --------------------------------------------------------------------------------------------------
 
     def claim(self, key: str, owner: str) -> Claim:
@@ -262,7 +246,7 @@ class LinearLeases:
                 own = head.lease.nonce in self._written and key not in self._holding
                 if not own:
                     who = _who(head.lease)
-                    raise LockedError(f"issue {key} is claimed by {who}", fix=_LOCKED_FIX, holder=who)
+                    raise LockedError(f"issue {key} is claimed by {who}", fix=LEASE_FIX, holder=who)
             lease = Lease(
                 generation=1 if head is None else head.lease.generation + 1,
                 owner=owner,
@@ -276,12 +260,12 @@ class LinearLeases:
                 return self._held(key, issue_id, generation_id(issue_id, lease.generation), lease, started)
             if self._live(taken):
                 who = _who(taken.lease)
-                raise LockedError(f"issue {key} was claimed by {who} just now", fix=_LOCKED_FIX, holder=who)
+                raise LockedError(f"issue {key} was claimed by {who} just now", fix=LEASE_FIX, holder=who)
             # A generation the listing did not show (Linear's listing lags, or rewrote its words), holding nobody:
             # the next one is raced for. The ids alone decide who holds the issue; the listing only saves steps.
             head = taken
         raise LockedError(
-            f"issue {key}: more than {MAX_STEPS} claims of it were made while beflow looked", fix=_LOCKED_FIX
+            f"issue {key}: more than {MAX_STEPS} claims of it were made while beflow looked", fix=LEASE_FIX
         )
 
     def _create(self, key: str, issue_id: str, lease: Lease) -> Link | None:
@@ -303,12 +287,12 @@ class LinearLeases:
             if found is None:
                 if isinstance(error, Unavailable):
                     raise
-                raise LockedError(f"issue {key} is being claimed by another beflow", fix=_LOCKED_FIX) from None
+                raise LockedError(f"issue {key} is being claimed by another beflow", fix=LEASE_FIX) from None
             return None if found.lease.nonce == lease.nonce else found
 
     def _held(self, key: str, issue_id: str, cid: str, lease: Lease, started: float) -> Claim:
         # The lease runs from before the requests that wrote it, on this process's clock, less a margin.
-        state = _HeldLease(issue_id, cid, lease, started + self.settings.lease - self._margin())
+        state = HeldLease(cid, lease, started + self.settings.lease - lease_margin(self.settings.lease))
         info = ClaimInfo(key=key, owner=lease.owner, pid=lease.pid, host=lease.host, since=utc_now())
 
         def renew() -> None:
@@ -336,7 +320,7 @@ class LinearLeases:
                         raise ClaimLost(state.lost) from None
                     raise
                 state.lease = fresh
-                state.expires = begun + self.settings.lease - self._margin()
+                state.expires = begun + self.settings.lease - lease_margin(self.settings.lease)
 
         def release() -> None:
             with self._lock:
@@ -350,34 +334,14 @@ class LinearLeases:
         with self._lock:
             self._holding[key] = state
             self._known.pop(issue_id, None)
-        return Claim(
-            info,
-            release,
-            held=lambda: self.under_lease(key),
-            renew=renew,
-            renew_every=max(self.settings.lease / 3, 0.2),
-            expires=lambda: state.expires - time.monotonic(),
-        )
+        return lease_claim(info, state, release, held=lambda: self.under_lease(key), lease=self.settings.lease)
 
-    @contextlib.contextmanager
-    def under_lease(self, key: str, *, prove: bool = True) -> Iterator[None]:
-        """The writes of the block, on an issue this process holds, are this lease's: first the lease is proven
-        (renewed: it fails when another watcher took the issue over), then every request of the block ends before
-        the lease does. ``prove=False`` (progress edits) only checks that the lease was not lost and has time left.
-        An issue this process holds no lease on is written as it is."""
+    def under_lease(self, key: str, *, prove: bool = True) -> AbstractContextManager[None]:
+        """The writes of the block, on an issue this process holds, are this lease's (proven first: a renewal fails
+        when another watcher took the issue over; see :func:`~beflow.trackers.claims.proven`). An issue this process
+        holds no lease on is written as it is."""
         key = normalize_key(key)
-        state = self._holding.get(key)
-        if state is None:
-            yield
-            return
-        if state.lost:
-            raise ClaimLost(state.lost)
-        if prove:
-            state.renew()
-        elif state.expires - time.monotonic() <= 0:
-            raise ClaimLost(f"the claim on issue {key} could not be renewed in time")
-        with self.api.deadline(state.expires):
-            yield
+        return proven(self._holding.get(key), key, self.api.deadline, prove=prove)
 
     # -- who holds what ------------------------------------------------------------------------------------------
 
@@ -439,7 +403,6 @@ class _CommentAnswer(Wire):
 
 
 _NOBODY = Lease(generation=1, owner="unknown", host="unknown", pid=0, nonce="-" * 8, released=True)
-_LOCKED_FIX = "Wait for that run to finish or stop it; a claim ends by itself when its lease runs out."
 
 
 def _link(issue_id: str, comment: wire.Comment) -> Link | None:

@@ -22,16 +22,9 @@ from beflow.config import GitLabTrackerSettings
 from beflow.errors import BeflowError, LockedError
 from beflow.trackers import gitlab_claims
 from beflow.trackers.claims import Claim, ClaimLost, keep_renewed
+from beflow.trackers.comment_leases import Lease, Link, chain_of
 from beflow.trackers.gitlab_api import Api, api_base, project_id
-from beflow.trackers.gitlab_claims import (
-    VISIBLE,
-    GitLabLeases,
-    Lease,
-    Link,
-    body_of,
-    chain_of,
-    is_claim_note,
-)
+from beflow.trackers.gitlab_claims import VISIBLE, GitLabLeases, body_of, is_claim_note
 from tests.support.gitlab import PROJECT, TOKEN, FakeGitLab
 from tests.support.gitlab import gitlab as gitlab
 from tests.support.waiting import eventually

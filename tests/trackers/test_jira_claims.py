@@ -12,7 +12,8 @@ import pytest
 
 from beflow.config import JiraTrackerSettings
 from beflow.errors import LockedError
-from beflow.trackers.claims import Claim, ClaimLost, Lease
+from beflow.trackers.claims import Claim, ClaimLost
+from beflow.trackers.comment_leases import Lease
 from beflow.trackers.jira import JiraTracker
 from beflow.trackers.jira_api import Api
 from beflow.trackers.jira_claims import body_of
@@ -77,6 +78,19 @@ def test_a_strangers_imitation_of_a_claim_is_no_claim(jira: FakeJira) -> None:
     assert tracker.holder(key) is None
     with tracker.claim(key, "real"):
         assert tracker.get(key).comments == []  # (neither claim is conversation)
+
+
+def test_the_accounts_own_comments_that_take_a_later_claim_or_hold_no_lease_are_no_claims(jira: FakeJira) -> None:
+    key = jira.add_issue("Forged by a bug")
+    broken = body_of(Lease(owner="broken", host="h", pid=1, nonce="fedcba9876543210", takes=None))
+    broken["content"][1]["content"][0]["text"] = '{"owner": 5}'  # a lease that does not read
+    coming = int(jira.add_comment(key, broken, author=BOT)["id"]) + 2  # the id the claim below will get
+    ahead = Lease(owner="ahead", host="h", pid=1, nonce="0123456789abcdef", takes=coming)  # takes a later comment
+    jira.add_comment(key, body_of(ahead), author=BOT)
+    tracker = make(jira)
+    assert tracker.holder(key) is None and tracker.last_holder(key) is None
+    with tracker.claim(key, "real") as claim:
+        assert claim.info.owner == "real" and tracker.holder(key).owner == "real"  # type: ignore[union-attr]
 
 
 def test_a_renewal_finds_a_take_over_and_the_run_stops(jira: FakeJira) -> None:
