@@ -99,7 +99,7 @@ def race(machines: list[GitLabLeases], key: str) -> tuple[list[Claim], list[str]
 def test_racing_claimants_in_threads_exactly_one_wins_every_time(gitlab: FakeGitLab) -> None:
     machines = [store(gitlab) for _ in range(4)]
     raced = 0
-    for round_ in range(10):
+    for round_ in range(5):
         iid = gitlab.add_issue(f"Issue {round_}")["iid"]
         # Every claimant reads the notes before any claim note lands: they all post, and the chain picks one.
         gitlab.delay("POST", f"/api/v4{BASE}/issues/{iid}/notes", 0.5, times=len(machines))
@@ -109,7 +109,7 @@ def test_racing_claimants_in_threads_exactly_one_wins_every_time(gitlab: FakeGit
         (note,) = claim_notes(gitlab, iid)  # the losers deleted theirs
         assert lease_of(note)["owner"] == won[0].info.owner and note["internal"] is True
         assert all(m.holder(str(iid)).owner == won[0].info.owner for m in machines)  # type: ignore[union-attr]
-    assert raced >= 10  # the claims did race: losers posted theirs, saw another first, and withdrew
+    assert raced >= 5  # the claims did race: losers posted theirs, saw another first, and withdrew
 
 
 def test_a_lower_id_that_becomes_visible_late_wins_over_one_seen_first(gitlab: FakeGitLab, issue: Any) -> None:
