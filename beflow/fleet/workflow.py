@@ -80,6 +80,9 @@ class IssueWorkflow:
 
     @workflow.run
     async def run(self, start: IssueStart) -> IssueEnd:
+        # A signal sent as the run began (just after the previous one continued as new) is handled before this
+        # method starts: what it told is kept, not replaced.
+        early, early_due = self._state.seen, self._due
         state = self._state = IssueState(
             key=start.key,
             attempt=start.attempt,
@@ -88,8 +91,8 @@ class IssueWorkflow:
             outcome=start.outcome,
             worker=start.worker,
         )
-        state.seen = [*start.handled, *start.pending]
-        self._due = start.due
+        state.seen = list(dict.fromkeys([*start.handled, *start.pending, *early]))
+        self._due = max(start.due, early_due)
         handled = list(start.handled)
         number = start.round
         if start.review:
