@@ -150,6 +150,7 @@ class Dispatcher:
             blocked=self.holds.blocked,
             blocked_fix=self.holds.blocked_by.fix if self.holds.blocked_by is not None else None,
             held=dict(self.blockers.held),
+            unreadable=dict(self._unreadable),
             tracker_reachable=self.tracker_look.reachable,
         )
 

@@ -153,6 +153,9 @@ class Snapshot:
     tracker_reachable: bool | None = None
     #: Ready issues held back for their blockers, and why (beflow.watch.blocking).
     held: dict[str, str] = field(default_factory=dict)
+    #: Issues the tracker could not read at the tick's listing of ready ones, and why (the tracker's own attribute
+    #: says what its latest listing found: a listing of blocked or in-review issues comes after).
+    unreadable: dict[str, str] = field(default_factory=dict)
 
 
 def lanes_taken(running: Mapping[str, Running]) -> int:

@@ -265,7 +265,6 @@ class WatchSource:
         self.token = current_token()
 
     def _copy(self) -> WatchData:
-        from beflow.trackers.base import NamesUnreadable
 
         snapshot = self.dispatcher.snapshot()
         tracker = self.dispatcher.tracker
@@ -297,7 +296,7 @@ class WatchSource:
             used=snapshot.used,
             budget=snapshot.budget,
             budget_held=self.dispatcher.ledger.holding,
-            unreadable=dict(tracker.unreadable) if isinstance(tracker, NamesUnreadable) else {},
+            unreadable=dict(snapshot.unreadable),
             tracker_reachable=snapshot.tracker_reachable,
             surveyed=snapshot.surveyed,
             held=dict(snapshot.held),

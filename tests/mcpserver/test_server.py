@@ -40,6 +40,7 @@ pytestmark = [
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 AGENT_SAFE = {
     "docs_locate",
+    "issue_ask",
     "issue_show",
     "issue_new",
     "issue_comment",

@@ -277,8 +277,10 @@ def test_a_run_that_loses_its_lease_is_cancelled_and_leaves_the_issue_alone(
 def test_init_labels_creates_the_labels_once(gh: AutoProject, github: FakeGitHub, beflow) -> None:
     made = beflow("init", "--labels")
     assert made.exit_code == 0, made.stderr
-    assert "beflow, beflow:ready, beflow:in-progress, beflow:review, beflow:failed" in made.stdout
-    assert set(github.labels) == {"beflow", "beflow:ready", "beflow:in-progress", "beflow:review", "beflow:failed"}
+    assert "beflow, beflow:ready, beflow:in-progress, beflow:blocked, beflow:review, beflow:failed" in made.stdout
+    assert set(github.labels) == {
+        "beflow", "beflow:ready", "beflow:in-progress", "beflow:blocked", "beflow:review", "beflow:failed"
+    }  # fmt: skip
     assert beflow("init", "--labels").stdout == "Every label beflow needs is there already.\n"
     assert beflow("init", "--github").stdout == "Every label beflow needs is there already.\n"  # (its former name)
     assert "--github" not in beflow("init", "--help").stdout

@@ -149,7 +149,14 @@ def test_the_tracker_has_the_capabilities_of_a_forge(gl: AutoProject, gitlab: Fa
 
 def test_labels_are_made_once_where_missing(gl: AutoProject, gitlab: FakeGitLab) -> None:
     opened = tracker(gl)
-    statuses = ["beflow:ready", "beflow:in-progress", "beflow:review", "beflow:failed", "beflow:closed"]
+    statuses = [
+        "beflow:ready",
+        "beflow:in-progress",
+        "beflow:blocked",
+        "beflow:review",
+        "beflow:failed",
+        "beflow:closed",
+    ]
     assert opened.missing_labels() == ["beflow", *statuses]
     assert opened.ensure_labels() == ["beflow", *statuses]
     assert gitlab.labels["beflow:ready"]["color"] == "#0e8a16"

@@ -152,7 +152,8 @@ def test_doctor_shows_what_gitlab_allows_and_init_labels_makes_the_missing_label
     tracker = check_tracker(project)
     assert tracker.ok and tracker.warning
     assert tracker.detail.endswith(
-        "labels not created yet: beflow, beflow:ready, beflow:in-progress, beflow:review, beflow:failed, beflow:closed"
+        "labels not created yet: beflow, beflow:ready, beflow:in-progress, beflow:blocked, beflow:review, "
+        "beflow:failed, beflow:closed"
     )
     assert tracker.fix == "`beflow init --labels` creates them (or beflow does on its first write)."
     assert [(c.name, c.ok, c.detail) for c in check_access(project)] == [
