@@ -79,7 +79,7 @@ async def run_many(
         request = RunRequest(key=key, mode=mode, only_if_ready=picked)
         try:
             # Best of N: the candidates take a lane each (at least as many as they are), the judged run none.
-            count, notice = await threads.blocking(candidates_for, project, issues[key], attempts)
+            count, notice = counts[key]
             if count > 1:
                 limiter.total_tokens = max(limiter.total_tokens, count)
                 best = BestOf(project, tracker, request, count, events, code_host=code_host, lanes=limiter)
@@ -106,6 +106,8 @@ async def run_many(
         except BeflowError as error:  # closed, claimed by another run: the other issues still run
             refused.append(error)
 
+    # How many candidates each issue gets, before any starts: the runs then take their lanes in the queue's order.
+    counts = await threads.blocking(lambda: {key: candidates_for(project, issues[key], attempts) for key in keys})
     async with anyio.create_task_group() as tasks:
         for key in keys:
             tasks.start_soon(one, key)
