@@ -4,23 +4,13 @@
 //
 // The page is opened with its token link (the token becomes its cookie); on the page the question and its
 // choices are read, the answer typed into its box and sent. It prints one JSON line of what it saw.
-import { createRequire } from "node:module";
-import { join } from "node:path";
-import { pathToFileURL } from "node:url";
+import { launch } from "./browser.mjs";
 
 const [modules, url, token, key, answer] = process.argv.slice(2);
-const require = createRequire(join(modules, "package.json"));
-const load = async (name) => (await import(pathToFileURL(require.resolve(name)).href)).default;
-const chromium = await load("@sparticuz/chromium");
-const puppeteer = await load("puppeteer-core");
 
 const timeout = 60_000;
 const seen = { dialogs: [], pageerrors: [] };
-const browser = await puppeteer.launch({
-  executablePath: await chromium.executablePath(),
-  args: [...chromium.args, "--no-sandbox"],
-  headless: true,
-});
+const browser = await launch(modules);
 try {
   const page = await browser.newPage();
   await page.setViewport({ width: 1366, height: 900 });

@@ -6,21 +6,10 @@
 // It opens PAGE_URL (a page of another origin), and from it reads the server's state, opens its event stream,
 // sets issue ISSUE's status without the token and then with it (as a bearer token), and prints one JSON line of
 // what each gave: a status, or the error the browser raised when CORS did not let the page read.
-import { createRequire } from "node:module";
-import { join } from "node:path";
-import { pathToFileURL } from "node:url";
+import { launch } from "./browser.mjs";
 
 const [modules, pageUrl, server, token, issue] = process.argv.slice(2);
-const require = createRequire(join(modules, "package.json"));
-const load = async (name) => (await import(pathToFileURL(require.resolve(name)).href)).default;
-const chromium = await load("@sparticuz/chromium");
-const puppeteer = await load("puppeteer-core");
-const browser = await puppeteer.launch({
-  executablePath: await chromium.executablePath(),
-  // The same-origin policy on: @sparticuz/chromium's defaults turn it off (--disable-web-security), and CORS is it.
-  args: [...chromium.args.filter((arg) => arg !== "--disable-web-security"), "--no-sandbox"],
-  headless: true,
-});
+const browser = await launch(modules, { sameOrigin: true });
 let seen = {};
 try {
   const page = await browser.newPage();

@@ -6,23 +6,14 @@
 // It opens the page, says `ready` on stdout, then waits — for conditions, never for a duration — until the lane of
 // issue KEY appears, its progress lines and usage stream in, and its run shows in the recent runs with an outcome. It prints
 // one JSON line of what it saw, and saves a screenshot of each step in ARTIFACTS.
-import { createRequire } from "node:module";
 import { join } from "node:path";
-import { pathToFileURL } from "node:url";
+import { launch } from "./browser.mjs";
 
 const [modules, url, key, artifacts] = process.argv.slice(2);
-const require = createRequire(join(modules, "package.json"));
-const load = async (name) => (await import(pathToFileURL(require.resolve(name)).href)).default;
-const chromium = await load("@sparticuz/chromium");
-const puppeteer = await load("puppeteer-core");
 
 const timeout = 90_000;
 const seen = { steps: [], latency: [] };
-const browser = await puppeteer.launch({
-  executablePath: await chromium.executablePath(),
-  args: [...chromium.args, "--no-sandbox"],
-  headless: true,
-});
+const browser = await launch(modules);
 try {
   const page = await browser.newPage();
   await page.setViewport({ width: 390, height: 844 }); // a phone

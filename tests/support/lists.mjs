@@ -6,22 +6,13 @@
 // From the home page it follows the header's links to the issues and the runs, pages through each by their
 // links (5 issues, 4 runs a page), filters the issues by status, goes back, and prints one JSON line of what each
 // page showed; a screenshot of each list goes to ARTIFACTS.
-import { createRequire } from "node:module";
 import { join } from "node:path";
-import { pathToFileURL } from "node:url";
+import { launch } from "./browser.mjs";
 
 const [modules, url, artifacts] = process.argv.slice(2);
-const require = createRequire(join(modules, "package.json"));
-const load = async (name) => (await import(pathToFileURL(require.resolve(name)).href)).default;
-const chromium = await load("@sparticuz/chromium");
-const puppeteer = await load("puppeteer-core");
 
 const seen = {};
-const browser = await puppeteer.launch({
-  executablePath: await chromium.executablePath(),
-  args: [...chromium.args, "--no-sandbox"],
-  headless: true,
-});
+const browser = await launch(modules);
 const rows = (page, table, key) =>
   page.$$eval(`#${table} tbody tr[data-${key}]`, (trs, name) => trs.map((tr) => tr.dataset[name]), key);
 const follow = (page, selector) => Promise.all([page.waitForNavigation(), page.click(selector)]);

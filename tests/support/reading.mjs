@@ -9,16 +9,11 @@
 // stdin (what the test did meanwhile) — the page while a comment comes, the run's page while the run ends,
 // the home page while the server stops. It prints one JSON line of what it saw; a screenshot of each page goes to
 // ARTIFACTS.
-import { createRequire } from "node:module";
 import { join } from "node:path";
 import { createInterface } from "node:readline";
-import { pathToFileURL } from "node:url";
+import { brokenTokens, launch } from "./browser.mjs";
 
 const [modules, url, key, run, artifacts] = process.argv.slice(2);
-const require = createRequire(join(modules, "package.json"));
-const load = async (name) => (await import(pathToFileURL(require.resolve(name)).href)).default;
-const chromium = await load("@sparticuz/chromium");
-const puppeteer = await load("puppeteer-core");
 
 const timeout = 60_000;
 const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
@@ -29,24 +24,6 @@ const step = async (name) => {
 const seen = { dialogs: [], foreign: [], pageerrors: [], layout: {}, wide: {} };
 const origin = new URL(url).origin;
 
-// In the page: the short tokens of table cells whose glyphs are on more than one line.
-const brokenTokens = () => {
-  const broken = [];
-  for (const cell of document.querySelectorAll("table td, table th")) {
-    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
-    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-      for (const match of node.data.matchAll(/\S+/g)) {
-        if (match[0].length > 10) continue;
-        const range = document.createRange();
-        range.setStart(node, match.index);
-        range.setEnd(node, match.index + match[0].length);
-        const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
-        if (tops.size > 1) broken.push(match[0]);
-      }
-    }
-  }
-  return broken;
-};
 // In the page: what of a hostile text became live markup.
 const markup = () => ({
   pwned: window.__pwned ?? null,
@@ -58,11 +35,7 @@ const markup = () => ({
   scriptLinks: [...document.querySelectorAll("a[href]")].filter((a) => !/^(https?:|mailto:|\/|\?)/.test(a.getAttribute("href"))).map((a) => a.getAttribute("href")),
 });
 
-const browser = await puppeteer.launch({
-  executablePath: await chromium.executablePath(),
-  args: [...chromium.args, "--no-sandbox"],
-  headless: true,
-});
+const browser = await launch(modules);
 try {
   const page = await browser.newPage();
   page.on("dialog", async (dialog) => {

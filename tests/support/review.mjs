@@ -6,42 +6,15 @@
 // in the diff clicked), and the page shows it waiting, then — once the watch ran the review round — answered,
 // without a reload. The page is also measured at a phone's width (390 px): no short token of a table broken, nothing
 // wider than the window. It prints one JSON line of what it saw; a screenshot of each step goes to ARTIFACTS.
-import { createRequire } from "node:module";
 import { join } from "node:path";
-import { pathToFileURL } from "node:url";
+import { brokenTokens, launch } from "./browser.mjs";
 
 const [modules, url, token, key, path, line, body, artifacts] = process.argv.slice(2);
-const require = createRequire(join(modules, "package.json"));
-const load = async (name) => (await import(pathToFileURL(require.resolve(name)).href)).default;
-const chromium = await load("@sparticuz/chromium");
-const puppeteer = await load("puppeteer-core");
 
 const timeout = 60_000;
 const seen = { dialogs: [], pageerrors: [], steps: [] };
-// In the page: the short tokens of table cells whose glyphs are on more than one line (as reading.mjs measures).
-const brokenTokens = () => {
-  const broken = [];
-  for (const cell of document.querySelectorAll("table td, table th")) {
-    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
-    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-      for (const match of node.data.matchAll(/\S+/g)) {
-        if (match[0].length > 10) continue;
-        const range = document.createRange();
-        range.setStart(node, match.index);
-        range.setEnd(node, match.index + match[0].length);
-        const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
-        if (tops.size > 1) broken.push(match[0]);
-      }
-    }
-  }
-  return broken;
-};
 
-const browser = await puppeteer.launch({
-  executablePath: await chromium.executablePath(),
-  args: [...chromium.args, "--no-sandbox"],
-  headless: true,
-});
+const browser = await launch(modules);
 try {
   const page = await browser.newPage();
   await page.setViewport({ width: 1366, height: 900 });
