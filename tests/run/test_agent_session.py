@@ -209,7 +209,7 @@ def test_an_agents_question_is_the_sessions_elicitation_and_a_reply_there_resume
     from beflow.watch.questions import WaitingQuestions
 
     auto_project.configure(mcp={"self": True})
-    ask = {"question": "Red or blue? ENG-2 @ada", "choices": ["red", "blue"]}
+    ask = {"question": f"Red or blue? ENG-2 @ada {APP_TOKEN}", "choices": ["red", "blue"]}  # (a hostile agent)
     issue, asked = run_issue(
         auto_project, linear, APP_TOKEN, monkeypatch, f"acp-test: mcp-call beflow issue_ask {json.dumps(ask)}"
     )
@@ -220,6 +220,8 @@ def test_an_agents_question_is_the_sessions_elicitation_and_a_reply_there_resume
     assert last["content"]["type"] == "elicitation" and session["status"] == "awaitingInput"
     assert "Red or blue?" in last["content"]["body"] and "2. blue" in last["content"]["body"]
     assert "ENG-2" not in last["content"]["body"]  # the agent's words, inert for Linear
+    written = [json.dumps(s.variables) for s in linear.seen if s.query.lstrip().startswith("mutation")]
+    assert written and not any(APP_TOKEN in w for w in written)  # the token the agent put in its question: masked
     project, tracker = load_project(auto_project.config_path), auto_project.tracker
     assert tracker.get("ENG-1").status == Status.BLOCKED
 
