@@ -368,10 +368,12 @@
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live");
         if (!fresh) return;
         var y = window.scrollY;
-        // The review's comment form is kept as it is (what a person typed, where they were): the fresh page's
-        // is only where it goes.
-        var form = live.querySelector("#review-comment"), slot = fresh.querySelector("#review-comment");
-        if (form && slot) slot.replaceWith(form);
+        // A form a person works in (an answer, a review comment, a new issue) is kept as it is — what they typed,
+        // what it said back — while the fresh page still has it: the fresh page's copy is only where it goes.
+        live.querySelectorAll("#review-comment, form.act[id]").forEach(function (kept) {
+          var slot = fresh.querySelector("#" + kept.id);
+          if (slot && slot !== kept) slot.replaceWith(kept);
+        });
         live.replaceWith(document.adoptNode(fresh));
         live = fresh;
         window.scrollTo(0, y);
