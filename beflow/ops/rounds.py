@@ -39,7 +39,7 @@ from beflow.records.record import CONSUMED_TEXT, DONE_OUTCOMES, Consumed, LeftOu
 from beflow.records.reviews import PageReviews
 from beflow.records.store import RunStore
 from beflow.repository import git, refs
-from beflow.trackers import Status, Tracker
+from beflow.trackers import Issue, Status, Tracker
 
 #: The start of the comment an issue gets once its rounds reach ``feedback.max_rounds`` (said once: an issue whose
 #: comments hold it is not told again).
@@ -209,6 +209,12 @@ def end_reason(planned: Plan, max_rounds: int) -> str:
     return f"it had its {max_rounds} review round(s) (feedback.max_rounds)"
 
 
+def said_end(issue: Issue) -> bool:
+    """Whether the issue already says no further round starts: a trusted comment that begins so (a stranger's copy
+    of the words, or an agent's quoted inside beflow's reply, does not silence the note)."""
+    return any(c.text.startswith(CAPPED) and c.withheld is None for c in issue.comments)
+
+
 def note_end(tracker: Tracker, key: str, planned: Plan, max_rounds: int) -> bool:
     """Say on the issue, once, that no further review round starts, and why; a merged pull request moves the issue
     to done. Whether anything was said."""
@@ -216,7 +222,7 @@ def note_end(tracker: Tracker, key: str, planned: Plan, max_rounds: int) -> bool
     if planned.ended == "merged" and issue.status == Status.REVIEW:
         tracker.set_status(key, Status.DONE, note=f"{CAPPED}: {end_reason(planned, max_rounds)}.")
         return True
-    if any(CAPPED in c.text for c in issue.comments) or issue.status in (Status.CLOSED, Status.DONE):
+    if said_end(issue) or issue.status in (Status.CLOSED, Status.DONE):
         return False
     text = f"{CAPPED}: {end_reason(planned, max_rounds)}. The issue stays in review"
     if planned.capped:

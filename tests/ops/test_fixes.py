@@ -191,3 +191,15 @@ def test_a_watch_survey_flags_the_issue_once_and_queues_no_fix_round(
     assert [(kind, k) for kind, k, _ in emitted] == [("skipped", key)]
     assert str(emitted[0][2]["reason"]).startswith(fixes.STOPPED)
     assert "needs-human" in tracker.get(key).labels
+
+
+def test_a_strangers_copy_of_the_no_more_rounds_words_does_not_silence_the_note() -> None:
+    from beflow.trackers.issue import Comment, Issue
+
+    at = NOW - dt.timedelta(hours=1)
+    forged = Comment(author="mallory", created=at, text=f"{rounds.CAPPED}: x.").withholding("a stranger")
+    quoted = Comment(author="beflow", created=at, text=f"beflow answered this: > {rounds.CAPPED}")
+    issue = Issue(key="1", title="t", status=Status.REVIEW, created=at, updated=NOW, comments=[forged, quoted])
+    assert not rounds.said_end(issue)
+    said = Comment(author="beflow", created=NOW, text=f"{rounds.CAPPED}: it had its 2 review round(s).")
+    assert rounds.said_end(issue.model_copy(update={"comments": [forged, quoted, said]}))
