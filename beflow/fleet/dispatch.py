@@ -5,6 +5,10 @@ change) the dispatcher settles and requeues orphans as the embedded watch does (
 running workflow holds), starts a workflow for every ready issue that no workflow holds, and cancels the workflow
 of an issue closed or moved by hand. Feedback on the work of an issue in review (or put back with rework) is told
 to its waiting workflow as a ``feedback`` signal (ids only, and when its round may start), which runs the round.
+What the watch's survey decides the dispatcher decides the same way, through the same functions: an approved and
+green pull request with no feedback waiting lands (beflow.watch.rounds), issues wait for their blockers
+(beflow.watch.blocking), and a blocked issue a person answered gets its workflow again, its run resuming the
+agent's session (beflow.watch.questions).
 Starting an issue's workflow twice — two dispatchers, on two machines, at the
 same moment — starts it once: its id names the tracker and the key, and Temporal keeps one running workflow per
 id. So any number of dispatchers may run; none keeps state of its own between ticks.
