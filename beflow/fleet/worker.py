@@ -283,8 +283,8 @@ class FleetWorker:
             only_if_ready=not run.resumed,
             owner=f"beflow worker {self.name}",
         )
-        if run.answered and not run.resumed:
-            ended = await threads.blocking(self._answer, request)
+        if run.answered:
+            ended = await threads.blocking(self._answer, request, run.resumed)
             if ended is not None:
                 return ended
         fixing = flagged = False
@@ -361,9 +361,15 @@ class FleetWorker:
         request.round, request.feedback, request.ignored = planned.round, planned.pieces, planned.ignored
         return None, flagged
 
-    def _answer(self, request: RunRequest) -> RunEnd | None:
+    def _answer(self, request: RunRequest, resumed: bool = False) -> RunEnd | None:
         """The answer to the issue's question onto ``request`` (its session resumed with it), read here; or, when
-        there is none now (answered and resumed elsewhere, the issue moved on), the run that does not start."""
+        there is none now (answered and resumed elsewhere, the issue moved on), the run that does not start.
+        ``resumed``: the answered run's worker went silent; the run is taken up with the answer it had."""
+        if resumed:
+            again = questions.taken_up(self.project, request.key)
+            if again is not None:
+                questions.resume(request, self.project, *again)
+            return None  # (no answer left to resume with: a plain run takes the issue up, as any run's)
         due = questions.answered(self.project, self.tracker, request.key)
         if due is None:
             self._tell(WatchEvent.of("skipped", request.key, reason="its agent's question waits for no answer now"))

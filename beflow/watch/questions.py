@@ -84,3 +84,17 @@ def answered(project: Project, tracker: Tracker, key: str) -> tuple[Answer, RunR
     asking = questions.waiting(RunStore(project.directory), issue.key) if issue.status == Status.BLOCKED else None
     answer = questions.answer_of(tracker, issue, asking) if asking is not None else None
     return None if answer is None or asking is None else (answer, asking)
+
+
+def taken_up(project: Project, key: str) -> tuple[Answer, RunRecord] | None:
+    """The answer the latest run of issue ``key`` was resuming the agent's session with, and the run that asked,
+    when that run stopped unfinished (its worker killed: a fleet takes it up again with the same answer, the issue
+    no longer ``blocked``); None: it resumed no question."""
+    store = RunStore(project.directory)
+    latest = next(iter(store.records([key], limit=1)), None)
+    if latest is None or latest.answer is None or latest.outcome != "cancelled":
+        return None
+    try:
+        return latest.answer, store.get(latest.answer.run)
+    except BeflowError:
+        return None  # (the asking run's record is gone: a plain run takes the issue up)

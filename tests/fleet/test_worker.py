@@ -136,3 +136,34 @@ def test_a_run_resuming_an_answered_question_reads_the_answer_and_one_without_an
     assert fleet._answer(request) is None
     assert request.answer is not None and (request.answer.text, request.answer.run) == ("Blue, please.", asking.id)
     assert (request.attempt, request.final, request.question) == (2, True, asking.question)
+
+
+def test_an_answered_run_whose_worker_died_is_taken_up_with_the_same_answer(repo: Path, tracker: LocalTracker) -> None:
+    fleet = worker(repo, tracker, watch={"max_attempts": 3})
+    key, asking = _asked(repo, tracker)
+    tracker.comment(key, "Blue, please.", author="ada")
+    first = RunRequest(key=key, mode="watch")
+    assert fleet._answer(first) is None and first.answer is not None
+    # The answered run started (the issue in progress, its record written), then its worker was killed.
+    tracker.set_status(key, Status.IN_PROGRESS)
+    killed = RunRecord(
+        id=f"20260101-000009-{key}-beef",
+        issue=key,
+        mode="watch",
+        agent="test",
+        attempt=asking.attempt,
+        started_at=dt.datetime.now(dt.UTC),
+        answer=first.answer,
+    )
+    killed.close("cancelled", "beflow (pid 1) was killed before the run finished")
+    store = RunStore(repo)
+    store.create(killed, "prompt")
+    store.save(killed)
+
+    again = RunRequest(key=key, mode="watch")
+    assert fleet._answer(again, resumed=True) is None
+    assert again.answer == first.answer and again.question == asking.question and again.attempt == asking.attempt
+    plain = RunRequest(key=key, mode="watch")
+    killed.answer = None
+    store.save(killed)
+    assert fleet._answer(plain, resumed=True) is None and plain.answer is None  # (no answer: a plain run)
