@@ -5,6 +5,10 @@ change) the dispatcher settles and requeues orphans as the embedded watch does (
 running workflow holds), starts a workflow for every ready issue that no workflow holds, and cancels the workflow
 of an issue closed or moved by hand. Feedback on the work of an issue in review (or put back with rework) is told
 to its waiting workflow as a ``feedback`` signal (ids only, and when its round may start), which runs the round.
+What the watch's survey decides the dispatcher decides the same way, through the same functions: an approved and
+green pull request with no feedback waiting lands (beflow.watch.rounds), issues wait for their blockers
+(beflow.watch.blocking), and a blocked issue a person answered gets its workflow again, its run resuming the
+agent's session (beflow.watch.questions).
 Starting an issue's workflow twice — two dispatchers, on two machines, at the
 same moment — starts it once: its id names the tracker and the key, and Temporal keeps one running workflow per
 id. So any number of dispatchers may run; none keeps state of its own between ticks.
@@ -14,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +46,8 @@ from beflow.trackers import Issue, Status, reading_once
 from beflow.trackers.base import WatchesDirectories
 from beflow.watch.blocking import BlockerHolds
 from beflow.watch.hearing import hear
+from beflow.watch.questions import WaitingQuestions
+from beflow.watch.rounds import landed
 from beflow.watch.wake import Wakeup, watch_directories
 
 if TYPE_CHECKING:
@@ -53,6 +60,16 @@ Listener = Callable[[WatchEvent], None]
 LIVE = (Status.READY, Status.IN_PROGRESS, Status.REVIEW)
 #: Seconds an issue's workflow must be seen running with its issue moved on before it is cancelled.
 MOVED_GRACE = 2.0
+
+
+@dataclass
+class Survey:
+    """What one tick's look at the tracker found: the issues whose workflows start, and the feedback to tell."""
+
+    ready: list[Issue] = field(default_factory=list)
+    #: Blocked issues a person answered, each with its asking run's attempt (the one its resumed run is).
+    answered: list[tuple[Issue, int]] = field(default_factory=list)
+    feedback: dict[str, FeedbackSeen] = field(default_factory=dict)
 
 
 class FleetDispatcher:
@@ -74,6 +91,8 @@ class FleetDispatcher:
         self._told: dict[str, set[str]] = {}
         #: Ready issues held back until the issues they wait for are done (beflow.watch.blocking).
         self.blockers = BlockerHolds(self.emit)
+        #: Blocked issues: their agent's question answered (a workflow resumes it) or waited on past limits.wait.
+        self.questions = WaitingQuestions(time.time, self.emit)
 
     def emit(self, kind: WatchEventKind, issue: str | None = None, **data: Any) -> None:
         if self.listener is not None:
@@ -110,16 +129,19 @@ class FleetDispatcher:
         return self.tracker.watched_directories() if isinstance(self.tracker, WatchesDirectories) else []
 
     async def tick(self, client: Client) -> None:
-        ready, feedback = await threads.blocking(self._survey)
-        for issue in ready:  # (held by no workflow: one waiting in review runs its rounds itself)
-            await self.start(client, issue.key)
-        for key, seen in feedback.items():
+        survey = await threads.blocking(self._survey)
+        for issue in survey.ready:  # (held by no workflow: one waiting in review runs its rounds itself)
+            await self.start(client, issue.key, issue_id=issue.id)
+        for issue, attempt in survey.answered:
+            await self.start(client, issue.key, issue_id=issue.id, answered=attempt)
+        for key, seen in survey.feedback.items():
             await self._tell(client, key, seen)
         await self._reconcile(client)
 
-    def _survey(self) -> tuple[list[Issue], dict[str, FeedbackSeen]]:
-        """Settle and requeue orphans; the ready issues, and the unanswered feedback of those and of the issues in
-        review."""
+    def _survey(self) -> Survey:
+        """Settle and requeue orphans; the ready issues, the blocked ones a person answered (those past
+        ``limits.wait`` failed), and the unanswered feedback of the ready issues and of those in review (an
+        approved and green pull request landed instead)."""
         try:
             with reading_once(self.tracker):
                 store = RunStore(self.project.directory)
@@ -134,22 +156,24 @@ class FleetDispatcher:
                 # An issue put back with rework is ready but held: its workflow, waiting in review, runs its round.
                 queued = self.tracker.listing(status=Status.READY).issues
                 review = self.tracker.listing(status=Status.REVIEW).issues
-                return ready, self._feedback([*queued, *review])
+                # (each listed blocked issue's question is the watch's to read: beflow.watch.questions)
+                answered = self.questions.survey(self.project, self.tracker, ())
+                due = [(issue, self.questions.attempt_of(issue.key) or 1) for issue in answered]
+                return Survey(ready, due, self._feedback([*queued, *review]))
         except Unreachable:
             raise
         except BeflowError as error:
             self.emit("error", message=error.message)
         except OSError as error:
             self.emit("error", message=f"{type(error).__name__}: {error}")
-        return [], {}
+        return Survey()
 
     def _feedback(self, issues: list[Issue]) -> dict[str, FeedbackSeen]:
         """What each issue's workflow is to hear of: the feedback no round on its branch answered, due when
         ``feedback.settle`` has passed since the latest piece (at once for an issue put back with rework). A merged
-        pull request moves its issue to done (its workflow is then ended by :meth:`_reconcile`)."""
-        found = rounds.sources(self.tracker, self.code_host)
-        if not found:
-            return {}
+        pull request moves its issue to done, and so does landing one that is approved and green, when nothing on it
+        waits for an answer (its workflow is then ended by :meth:`_reconcile`)."""
+        found = rounds.sources_of(self.project.directory, self.tracker, self.code_host)
         config, told = self.project.config, dict[str, FeedbackSeen]()
         for issue in issues:
             branch = branch_of(self.project.directory, issue)
@@ -159,10 +183,14 @@ class FleetDispatcher:
                 if rounds.note_end(self.tracker, issue.key, planned, config.feedback.max_rounds):
                     self.emit("skipped", issue.key, reason=f"no more review rounds: {rounds.end_reason(planned, 0)}")
                 continue
-            if not gathered.pieces:
-                continue  # (nothing to hold against the branch: no git process for it)
-            done = rounds.answered(self.project.directory, issue.key, config.worktrees.base, issue_id=issue.id)
-            left = pending(gathered.pieces, done)
+            left = []  # (no feedback, nothing to hold against the branch: no git process for it)
+            if gathered.pieces:
+                done = rounds.answered(self.project.directory, issue.key, config.worktrees.base, issue_id=issue.id)
+                left = pending(gathered.pieces, done)
+            if not left:
+                if issue.status == Status.REVIEW:
+                    landed(self.project, self.tracker, self.code_host, issue.key, self.emit)
+                continue
             due = due_at(left, 0.0 if issue.status == Status.READY else config.feedback.settle)
             if due is not None:
                 told[issue.key] = FeedbackSeen(ids=[piece.id for piece in left], due=due.timestamp())
@@ -181,12 +209,22 @@ class FleetDispatcher:
         self._told.setdefault(key, set()).update(seen.ids)
         self.emit("feedback", key, pieces=len(seen.ids))
 
-    async def start(self, client: Client, key: str) -> bool:
-        """Start ``key``'s workflow; False: it runs already (this start joined it)."""
+    async def start(
+        self, client: Client, key: str, *, issue_id: str | None = None, answered: int | None = None
+    ) -> bool:
+        """Start ``key``'s workflow; False: it runs already (this start joined it). ``answered``: the issue is blocked
+        on its agent's question, answered: its run resumes that session, as the asking run's attempt."""
         from temporalio.common import WorkflowIDReusePolicy
         from temporalio.exceptions import WorkflowAlreadyStartedError
 
-        start = IssueStart(key=key, heartbeat=self.settings.heartbeat, run_timeout=run_timeout(self.project), attempt=1)
+        start = IssueStart(
+            key=key,
+            heartbeat=self.settings.heartbeat,
+            run_timeout=run_timeout(self.project),
+            attempt=answered or 1,
+            issue_id=issue_id,
+            answered=answered is not None,
+        )
         try:
             await client.start_workflow(
                 WORKFLOW,
@@ -199,7 +237,7 @@ class FleetDispatcher:
         except WorkflowAlreadyStartedError:
             return False
         self.started.append(key)
-        self.emit("dispatched", key, attempt=1, workflow=workflow_id(self.tracker_id, key))
+        self.emit("dispatched", key, attempt=start.attempt, workflow=workflow_id(self.tracker_id, key))
         return True
 
     async def _reconcile(self, client: Client) -> None:

@@ -50,6 +50,13 @@ class IssueStart:
     run_id: str | None = None
     outcome: str | None = None
     worker: str = ""
+    #: The tracker's stable id of the issue (its runs under an earlier key are found by it: a moved issue).
+    issue_id: str | None = None
+    #: The issue is blocked on its agent's question and a person answered: its first run resumes that session
+    #: (the worker reads the answer itself; it never crosses Temporal).
+    answered: bool = False
+    #: The review rounds that answered a failed check since the issue was last flagged (feedback.max_fix_rounds).
+    fix_rounds: int = 0
 
 
 @dataclass
@@ -85,6 +92,11 @@ class RunInput:
     resumed: bool = False
     #: The review round this run is (0: the issue's first run).
     round: int = 0
+    issue_id: str | None = None
+    #: The run resumes the session of the agent's answered question (IssueStart.answered).
+    answered: bool = False
+    #: The fix rounds the workflow counted (IssueStart.fix_rounds).
+    fix_rounds: int = 0
 
 
 @dataclass
@@ -99,6 +111,10 @@ class RunEnd:
     worker: str = ""
     #: The issue's work is in review, with a source of feedback: the workflow waits for feedback (review rounds).
     awaits_feedback: bool = False
+    #: The round answered a failed check (a fix round: counted against feedback.max_fix_rounds).
+    fix_round: bool = False
+    #: The round's plan flagged the issue needs-human (its fix rounds spent): the count starts again from here.
+    flagged: bool = False
 
 
 @dataclass

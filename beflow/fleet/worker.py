@@ -54,13 +54,14 @@ from beflow.fleet.shapes import (
     worker_queue,
 )
 from beflow.fleet.workflow import IssueWorkflow
-from beflow.ops import rounds
+from beflow.ops import fixes, rounds
 from beflow.records.record import RunRecord
 from beflow.records.store import RunStore
 from beflow.run.policy import after_run, is_final
 from beflow.run.request import RunRequest
 from beflow.system import threads
 from beflow.trackers import Status
+from beflow.watch import questions
 
 #: Seconds a claimed lane waits for its run before it is free again (the run was never taken: its workflow was
 #: cancelled, or timed the run out while waiting).
@@ -282,10 +283,16 @@ class FleetWorker:
             only_if_ready=not run.resumed,
             owner=f"beflow worker {self.name}",
         )
-        if run.round:
-            ended = await threads.blocking(self._round, request, run.round)
+        if run.answered:
+            ended = await threads.blocking(self._answer, request, run.resumed)
             if ended is not None:
                 return ended
+        fixing = flagged = False
+        if run.round:
+            ended, flagged = await threads.blocking(self._round, request, run)
+            if ended is not None:
+                return ended
+            fixing = any(fixes.is_check(piece) for piece in request.feedback)
         run_ids: list[str] = []
 
         def on_event(event: RunEvent) -> None:
@@ -313,7 +320,7 @@ class FleetWorker:
         if record is None:
             return RunEnd(action="nothing", worker=self.name)
         step = after_run(
-            record.outcome, run.attempt, permanent=record.permanent, reason=record.stop_reason or "", watch=watch
+            record.outcome, request.attempt, permanent=record.permanent, reason=record.stop_reason or "", watch=watch
         )
         return RunEnd(
             action=step.action,
@@ -322,27 +329,57 @@ class FleetWorker:
             delay=step.delay,
             worker=self.name,
             awaits_feedback=step.action == "done" and await self._awaits_feedback(run.key),
+            fix_round=fixing,
+            flagged=flagged,
         )
 
-    def _round(self, request: RunRequest, number: int) -> RunEnd | None:
-        """Review round ``number``'s feedback onto ``request``, read here (it never crosses Temporal); or how the
-        round ends before it starts: nothing left to answer, or no more rounds (the cap, a merged pull request)."""
-        found = rounds.sources(self.tracker, self.code_host)
-        planned = rounds.plan(self.project, found, request.key, number=number)
+    def _round(self, request: RunRequest, run: RunInput) -> tuple[RunEnd | None, bool]:
+        """Review round ``run.round``'s feedback onto ``request``, read here (it never crosses Temporal); or how the
+        round ends before it starts: nothing left to answer, or no more rounds (the cap, a merged pull request).
+        Failed checks start at most ``feedback.max_fix_rounds`` rounds (the workflow's count, and this machine's
+        records), then the issue is flagged: whether this plan flagged it comes second (the count starts again)."""
+        found = rounds.sources_of(self.project.directory, self.tracker, self.code_host)
+        planned = rounds.plan(
+            self.project,
+            found,
+            request.key,
+            number=run.round,
+            issue_id=run.issue_id,
+            tracker=self.tracker,
+            fix_rounds=run.fix_rounds,
+        )
+        flagged = planned is not None and planned.flagged is not None
+        if planned is not None and planned.flagged:
+            self._tell(WatchEvent.of("skipped", request.key, reason=planned.flagged))
         if planned is None or not planned.pieces:
-            return RunEnd(action="skipped", worker=self.name, awaits_feedback=True)
+            return RunEnd(action="skipped", worker=self.name, awaits_feedback=True, flagged=flagged), flagged
         if planned.capped or planned.ended is not None:
             most = self.project.config.feedback.max_rounds
             rounds.note_end(self.tracker, request.key, planned, most)
             self._tell(WatchEvent.of("skipped", request.key, reason=rounds.end_reason(planned, most)))
-            return RunEnd(action="done", worker=self.name)
+            return RunEnd(action="done", worker=self.name), flagged
         request.round, request.feedback, request.ignored = planned.round, planned.pieces, planned.ignored
+        return None, flagged
+
+    def _answer(self, request: RunRequest, resumed: bool = False) -> RunEnd | None:
+        """The answer to the issue's question onto ``request`` (its session resumed with it), read here; or, when
+        there is none now (answered and resumed elsewhere, the issue moved on), the run that does not start.
+        ``resumed``: the answered run's worker went silent; the run is taken up with the answer it had."""
+        if resumed:
+            again = questions.taken_up(self.project, request.key)
+            if again is not None:
+                questions.resume(request, self.project, *again)
+            return None  # (no answer left to resume with: a plain run takes the issue up, as any run's)
+        due = questions.answered(self.project, self.tracker, request.key)
+        if due is None:
+            self._tell(WatchEvent.of("skipped", request.key, reason="its agent's question waits for no answer now"))
+            return RunEnd(action="skipped", worker=self.name)
+        questions.resume(request, self.project, *due)
         return None
 
     async def _awaits_feedback(self, key: str) -> bool:
-        """Whether the issue's work is in review with a source of feedback: its workflow waits for rounds."""
-        if not rounds.sources(self.tracker, self.code_host):
-            return False
+        """Whether the issue's work is in review (beflow's page, a source of feedback, is always there): its
+        workflow waits for rounds."""
         try:
             return await threads.blocking(lambda: self.tracker.get(key).status == Status.REVIEW)
         except BeflowError:

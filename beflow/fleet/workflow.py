@@ -109,6 +109,8 @@ class IssueWorkflow:
             state.attempt = 1
             handled = list(state.seen)
         end = await self._runs(start, number)
+        # (counted here, not from run records: a round's record stays on the worker that ran it)
+        fix_rounds = 0 if end.flagged else start.fix_rounds + int(end.fix_round)
         if end.action == "skipped" and start.review:
             number = start.round  # the feedback was answered meanwhile (another machine's round): no round ran
         if end.action in ("done", "skipped") and end.awaits_feedback:
@@ -120,6 +122,8 @@ class IssueWorkflow:
                     attempt=1,
                     round=number,
                     review=True,
+                    answered=False,
+                    fix_rounds=fix_rounds,
                     handled=handled,
                     pending=[i for i in state.seen if i not in handled],
                     due=self._due,
@@ -163,6 +167,10 @@ class IssueWorkflow:
                         attempt=state.attempt,
                         resumed=resumed,
                         round=number,
+                        issue_id=start.issue_id,
+                        # (a retry of the resumed run is a run of its own, not the answer again)
+                        answered=start.answered and not number and state.attempt == start.attempt,
+                        fix_rounds=start.fix_rounds,
                     ),
                     result_type=RunEnd,
                     task_queue=lane.queue,

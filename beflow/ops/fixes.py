@@ -52,10 +52,11 @@ def is_flagged(tracker: Tracker, issue: Issue) -> bool:
 
 
 def hold(
-    tracker: Tracker, key: str, pieces: list[Feedback], records: list[RunRecord], most: int
+    tracker: Tracker, key: str, pieces: list[Feedback], records: list[RunRecord], most: int, counted: int = 0
 ) -> tuple[list[Feedback], list[Ignored], str | None]:
     """The pieces a round may answer, the failed checks held back and why, and what was said on the issue when this
-    call flagged it (blocking: the issue is read only when a failed check is among ``pieces``)."""
+    call flagged it (blocking: the issue is read only when a failed check is among ``pieces``). ``counted``: the
+    fix rounds spent since the flag as a fleet's workflow counted them (its records are spread over machines)."""
     checks = [piece for piece in pieces if is_check(piece)]
     if not checks:
         return pieces, [], None
@@ -63,7 +64,7 @@ def hold(
     said: str | None = None
     if is_flagged(tracker, issue):
         why = f"the issue is flagged {NEEDS_HUMAN}: a person removes the flag to let failed checks start rounds again"
-    elif spent(records, flagged_since(issue)) < most:
+    elif max(spent(records, flagged_since(issue)), counted) < most:
         return pieces, [], None
     else:
         why = f"the issue had its {most} fix round(s) for failed checks (feedback.max_fix_rounds)"

@@ -68,6 +68,12 @@ def page_reviews(directory: Path, code_host: object) -> PageReviews:
     return PageReviews(directory, mirror)
 
 
+def sources_of(directory: Path, tracker: Tracker, code_host: CodeHost | None) -> list[FeedbackSource]:
+    """Every source of feedback a project has: its tracker, its code host and the reviews on beflow's page (a watch
+    and a fleet's dispatcher and workers alike read these)."""
+    return sources(tracker, code_host, page_reviews(directory, code_host))
+
+
 def gather(found: Iterable[FeedbackSource], key: str, branch: str) -> Gathered:
     """What every source says of issue ``key`` and ``branch``, as one (blocking: call it in a worker thread)."""
     return merged([source.gather(key, branch) for source in found])
@@ -157,18 +163,21 @@ def plan(
     number: int | None = None,
     issue_id: str | None = None,
     tracker: Tracker | None = None,
+    fix_rounds: int = 0,
 ) -> Plan | None:
     """The round issue ``key`` is due for (blocking): None when it has no source of feedback or no run of it
     finished yet; else its unanswered feedback and the round that answers it. ``number``: the round is known
     (a fleet's workflow counts them; the runs' records are on other machines), so no record is read.
     ``issue_id``: the tracker's stable id, by which the runs of an issue whose key changed are found, and its
     branch. ``tracker``: failed checks start rounds at most ``feedback.max_fix_rounds`` times
-    (:mod:`beflow.ops.fixes`), the issue flagged once they are spent."""
+    (:mod:`beflow.ops.fixes`), the issue flagged once they are spent; ``fix_rounds``: those a fleet's workflow
+    counted since the flag (its rounds' records may be on other machines)."""
     if not found:
         return None
     store = store or RunStore(project.directory)
-    # (a round whose number is known reads the records for its branch alone: only a moved issue has another one)
-    records = history(store, key, issue_id) if number is None or issue_id else []
+    # (a round whose number is known reads the records for its branch alone, only a moved issue has another one,
+    # and for the fix rounds spent, counted only when a failed check is among the pieces)
+    records = history(store, key, issue_id) if number is None or issue_id or tracker is not None else []
     if number is None:
         if not first_run_done(records):
             return None
@@ -182,7 +191,7 @@ def plan(
     left = pending(gathered.pieces, done)
     ignored, flagged = list(gathered.ignored), None
     if tracker is not None and gathered.ended is None:
-        left, held, flagged = fixes.hold(tracker, key, left, records, config.max_fix_rounds)
+        left, held, flagged = fixes.hold(tracker, key, left, records, config.max_fix_rounds, fix_rounds)
         ignored += held
     return Plan(
         number,

@@ -52,7 +52,7 @@ async def run_many(
         raise UsageError(f"--attempts {attempts} is more than attempts.max ({project.config.attempts.max})")
     preflight.check(project)
     code_host = opens_code_host(project, tracker)  # before any agent runs: where to push is read now
-    found = rounds.sources(tracker, code_host, rounds.page_reviews(project.directory, code_host))
+    found = rounds.sources_of(project.directory, tracker, code_host)
     picked = not keys
     store = RunStore(project.directory)
     close_killed_runs(store)

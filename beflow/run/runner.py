@@ -337,9 +337,7 @@ class InWorktree:
 
     def _reply(self, outcome: Outcome) -> None:
         """Answer each piece the round consumed where it was given: what changed, with the commit."""
-        found = rounds.sources(
-            self.session.tracker, self.code_host, rounds.page_reviews(self.project.directory, self.code_host)
-        )
+        found = rounds.sources_of(self.project.directory, self.session.tracker, self.code_host)
         body = self.session.redact.text(rounds.reply_text(self.record, outcome))
         for problem in rounds.reply_all(found, self.request.feedback, body):
             self.emit("notice", message=problem)

@@ -65,7 +65,36 @@ class WaitingQuestions:
         due = self.due.pop(request.key, None)
         if due is None:
             return False
-        answer, asking = due
-        request.answer, request.question, request.attempt = answer, asking.question, asking.attempt
-        request.final = asking.attempt >= project.config.watch.max_attempts
+        resume(request, project, *due)
         return True
+
+
+def resume(request: RunRequest, project: Project, answer: Answer, asking: RunRecord) -> None:
+    """Make ``request`` the run that resumes the session of ``asking`` with ``answer``: the asking run's attempt
+    again (a question spends no attempt)."""
+    request.answer, request.question, request.attempt = answer, asking.question, asking.attempt
+    request.final = asking.attempt >= project.config.watch.max_attempts
+
+
+def answered(project: Project, tracker: Tracker, key: str) -> tuple[Answer, RunRecord] | None:
+    """The answer issue ``key``'s blocked question has now, and the run that asked (a fleet's worker reads it
+    itself when its run starts: answers never cross Temporal); None: it is not blocked on a question, or nobody
+    answered (blocking)."""
+    issue = tracker.get(key)
+    asking = questions.waiting(RunStore(project.directory), issue.key) if issue.status == Status.BLOCKED else None
+    answer = questions.answer_of(tracker, issue, asking) if asking is not None else None
+    return None if answer is None or asking is None else (answer, asking)
+
+
+def taken_up(project: Project, key: str) -> tuple[Answer, RunRecord] | None:
+    """The answer the latest run of issue ``key`` was resuming the agent's session with, and the run that asked,
+    when that run stopped unfinished (its worker killed: a fleet takes it up again with the same answer, the issue
+    no longer ``blocked``); None: it resumed no question."""
+    store = RunStore(project.directory)
+    latest = next(iter(store.records([key], limit=1)), None)
+    if latest is None or latest.answer is None or latest.outcome != "cancelled":
+        return None
+    try:
+        return latest.answer, store.get(latest.answer.run)
+    except BeflowError:
+        return None  # (the asking run's record is gone: a plain run takes the issue up)

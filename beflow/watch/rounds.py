@@ -8,6 +8,7 @@ from collections.abc import Callable, Collection
 from beflow.codehosts.base import CodeHost
 from beflow.config import Project
 from beflow.errors import BeflowError
+from beflow.events import WatchEmit
 from beflow.feedback import FeedbackSource, LooksAgain
 from beflow.ops import landing, rounds
 from beflow.records.store import RunStore
@@ -45,10 +46,7 @@ class ReviewRounds:
         feedback; and the round each ready issue of the queue (``ready``: put back with rework, a round's retry)
         runs, if it is one (blocking: a tick's survey, in a worker thread). A merged pull request moves its issue to
         done; an issue whose rounds ended (closed, ``feedback.max_rounds``) is told so once."""
-        found, store = (
-            rounds.sources(tracker, code_host, rounds.page_reviews(project.directory, code_host)),
-            RunStore(project.directory),
-        )
+        found, store = rounds.sources_of(project.directory, tracker, code_host), RunStore(project.directory)
         due = {key: planned for key, planned in list(self.due.items()) if key in running}  # (being dispatched)
         self.due, self.settling = due, {}
         if not found:
@@ -64,7 +62,7 @@ class ReviewRounds:
             planned = None if key in running else self._plan(project, tracker, found, key, store, issue.id)
             # Feedback nobody answered yet (a mention, a failed check) holds the landing back: its round comes first.
             quiet = planned is None or (planned.ended is None and not planned.pieces)
-            if key not in running and quiet and self._landed(project, tracker, code_host, key):
+            if key not in running and quiet and landed(project, tracker, code_host, key, self.emit):
                 continue
             if planned is None:
                 continue
@@ -81,18 +79,6 @@ class ReviewRounds:
             self.due[key] = planned
             queued.append(issue)
         return queued
-
-    def _landed(self, project: Project, tracker: Tracker, code_host: CodeHost | None, key: str) -> bool:
-        """Land the issue's pull request if ``after_review.merge`` asks and it is approved and green."""
-        try:
-            said = landing.land(tracker, code_host, key, project.config.after_review)
-        except BeflowError as error:
-            self.emit("error", key, message=f"landing the pull request of issue {key} failed: {error.message}")
-            return False
-        if said is None:
-            return False
-        self.emit("landed", key, reason=said)
-        return True
 
     def _plan(
         self,
@@ -131,7 +117,7 @@ class ReviewRounds:
         key = request.key
         planned = self.due.pop(key, None)
         if planned is None:
-            found = rounds.sources(tracker, code_host, rounds.page_reviews(project.directory, code_host))
+            found = rounds.sources_of(project.directory, tracker, code_host)
             try:
                 planned = (
                     await threads.blocking(rounds.plan, project, found, key, issue_id=issue_id, tracker=tracker)
@@ -145,3 +131,17 @@ class ReviewRounds:
             return 0
         request.round, request.feedback, request.ignored = planned.round, planned.pieces, planned.ignored
         return planned.round
+
+
+def landed(project: Project, tracker: Tracker, code_host: CodeHost | None, key: str, emit: WatchEmit) -> bool:
+    """Land the issue's pull request if ``after_review.merge`` asks and it is approved and green (a watch's survey
+    and a fleet's dispatcher alike: blocking), saying so through ``emit``; whether it landed."""
+    try:
+        said = landing.land(tracker, code_host, key, project.config.after_review)
+    except BeflowError as error:
+        emit("error", key, message=f"landing the pull request of issue {key} failed: {error.message}")
+        return False
+    if said is None:
+        return False
+    emit("landed", key, reason=said)
+    return True

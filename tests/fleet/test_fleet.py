@@ -372,3 +372,36 @@ def test_a_worker_at_start_sweeps_the_worktree_a_killed_run_left_and_keeps_one_w
     swept = {e["issue"]: e["reason"] for e in read_events(again) if e["event"] == "swept"}
     assert swept[clean] == f"removed {left[clean]}, left by an earlier run" and not Path(left[clean]).exists()
     assert swept[dirty].startswith(f"kept {left[dirty]}") and (Path(left[dirty]) / "work.txt").read_text() == "draft\n"
+
+
+def test_an_agents_question_waits_on_the_fleet_and_a_trusted_answer_resumes_its_session_as_the_same_attempt(
+    fleet: Fleet, temporal_database: Path
+) -> None:
+    import json
+
+    fleet.project.configure(mcp={"self": True}, watch={**fleet.project.config["watch"], "max_attempts": 1})
+    ask = {"question": "Red or blue-9f3e?", "choices": ["red", "blue"]}
+    key = fleet.project.new_issue("write first.txt before the question", f"mcp-call beflow issue_ask {json.dumps(ask)}")
+    worker = fleet.worker("w1")
+    watch = fleet.beflow("watch", "--json")
+    eventually(lambda: fleet.project.issue(key).status == Status.BLOCKED, "the agent's question", alive=watch)
+    # While the question waits no workflow holds the issue (nothing runs); the answer alone starts one.
+    eventually(lambda: fleet.status(key) == "COMPLETED", "the asking run's workflow ended", alive=watch)
+
+    fleet.project.tracker.comment(key, "teal-7c41\n\nacp-test: write answer.txt blue", author="ada")
+    eventually(lambda: fleet.in_review(key), "the answered session resumed to its end", alive=watch)
+    resumed, asked = fleet.project.records(key)
+    assert asked.outcome == "asked" and resumed.outcome == "succeeded"
+    assert resumed.answer is not None and resumed.answer.run == asked.id and resumed.answer.author == "ada"
+    assert resumed.attempt == asked.attempt == 1  # no attempt spent (max_attempts 1)
+    assert resumed.resumed_session == asked.session is not None
+    assert fleet.project.branch_files(f"beflow/{key}")["answer.txt"] == "blue"
+
+    watch.send_signal(signal.SIGTERM)
+    events = read_events(watch)
+    assert [e["attempt"] for e in events if e["event"] == "dispatched" and e["issue"] == key] == [1, 1]
+    # The workflow knows that an answer is due, never the question's nor the answer's words.
+    held = stored(temporal_database)
+    assert b"blue-9f3e" not in held and b"teal-7c41" not in held
+    worker.send_signal(signal.SIGTERM)
+    worker.wait(60)
