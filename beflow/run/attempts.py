@@ -31,6 +31,7 @@ from beflow.run.lifecycle import Session, unexpected
 from beflow.run.policy import status_after
 from beflow.run.request import RunRequest
 from beflow.run.runner import InWorktree, NoLongerReady, Run
+from beflow.run.set_budget import SetBudget
 from beflow.run.summary import pull_request_summary
 from beflow.system import threads
 from beflow.trackers import Issue, Status, Tracker
@@ -118,6 +119,8 @@ class _Judged:
         self.claim = claim
         self.config = best.project.config
         self._cancelled_because = cancelled_because
+        #: What the candidates and the reviewer cost together, against ``attempts.max_cost``.
+        self.budget = SetBudget(self.config.attempts.max_cost, self.config.limits.currency)
 
     async def run(self) -> RunRecord:
         session, record = self.session, self.record
@@ -164,7 +167,11 @@ class _Judged:
                     branch=refs.candidate_branch(issue.key, candidate),
                     code_host=best.code_host,  # (its secrets are masked in the candidate's record too)
                 )
+                session.budget = self.budget
                 done[candidate] = session.record
+                if self.budget.breach is not None:  # spent before its lane came: it never starts
+                    session.record.outcome, session.record.stop_reason = "over_budget", self.budget.breach.reason
+                    return
                 try:
                     done[candidate] = await InWorktree(session, self._cancelled_because, None, self.claim).run()
                 except Exception as error:  # recorded as failed by the run itself; the siblings go on
@@ -183,6 +190,8 @@ class _Judged:
         chosen = next((r for r in records if r.candidate == choice.chosen), None)
         record.candidates = [row.model_copy(update={"chosen": row.candidate == choice.chosen}) for row in rows]
         self.session.store.save(record)
+        if self.budget.breach is not None:  # judged among those that finished: the reason says why there were few
+            choice = judging.Choice(choice.chosen, f"{self.budget.breach.reason}; {choice.reason}")
         if chosen is None or chosen.commit is None:
             return "failed", f"{choice.reason}; every candidate's branch is kept"
         record.base_commit, record.changed_files = chosen.base_commit, chosen.changed_files
@@ -213,7 +222,7 @@ class _Judged:
         best, issue = self.best, self.session.issue
         reviewer = self.config.attempts.judge.reviewer
         passing = [row for row in rows if judging.passes(row)]
-        if reviewer is None or len(passing) < 2:
+        if reviewer is None or len(passing) < 2 or self.budget.breach is not None:
             return None
         text = await threads.blocking(review_prompt, best.project.directory, issue, passing)
         after_run = self.config.after_run.model_copy(update={"commit": False, "pull_request": False})
@@ -230,6 +239,7 @@ class _Judged:
             code_host=best.code_host,
         )
         session.record.reviewing = [row.candidate for row in passing]
+        session.budget = self.budget  # (its cost counts with the candidates')
         async with best.lanes:
             try:
                 await InWorktree(session, self._cancelled_because, None, self.claim).run()

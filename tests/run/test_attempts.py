@@ -134,3 +134,26 @@ def test_the_reviewers_prompt_has_the_issue_and_each_passing_diff_capped(repo: P
     assert "## Candidate 2 (0/0 checks passed, 9 lines changed)" in text and "## Candidate 3" in text
     assert "+" + "x" * 100 in text and "more bytes of the diff are left out]" in text
     assert "\x1b" not in text and len(text) < 3 * REVIEW_DIFF
+
+
+def test_the_sets_budget_stops_every_candidate_and_the_issue_fails_saying_why(
+    auto_project: AutoProject, beflow
+) -> None:
+    # Candidate 1 reports 2 USD at once and would go on for a minute; candidate 2 would too: both are stopped when
+    # the set reaches attempts.max_cost, whichever started first, and none is proposed.
+    auto_project.configure(
+        prompt="{% if candidate == 1 %}acp-test: usage 10 100 2 USD\n{% endif %}acp-test: sleep 60\n",
+        attempts={"count": 2, "max_cost": 1},
+    )
+    key = auto_project.new_issue("say hi", title="Spend")
+
+    result = beflow("--auto", key)
+
+    assert result.exit_code == 1, result.stderr
+    records = {r.candidate: r for r in auto_project.records(key)}
+    judged = records[0]
+    assert judged.outcome == "failed"
+    assert "reaching attempts.max_cost (1 USD)" in (judged.stop_reason or "")
+    assert [row.outcome for row in judged.candidates] == ["over_budget", "over_budget"]
+    assert all(r.duration is not None and r.duration < 30 for r in records.values())
+    assert "attempts.max_cost" in auto_project.issue(key).comments[-1].text
