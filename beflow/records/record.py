@@ -145,6 +145,10 @@ class CandidateRow(BaseModel):
     currency: str | None = None
     duration: float | None = None
     chosen: bool = False
+    #: Where people see its branch on the code host, once pushed beside the chosen one's pull request.
+    url: str | None = None
+    #: Its branch was deleted once another was chosen (``attempts.keep`` off): nothing links to it.
+    removed: bool = False
 
 
 class RunRecord(BaseModel):

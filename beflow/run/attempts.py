@@ -206,10 +206,14 @@ class _Judged:
         record.commit = chosen.commit
         self.session.store.save(record)
         reason = choice.reason
-        if self.config.after_run.pull_request and self.best.code_host is not None:
-            reason = await threads.blocking(self._propose, self.best.code_host, branch, reason)
-        if not self.config.attempts.keep:
+        if not self.config.attempts.keep:  # before the pull request, so that its table says they went
             await threads.blocking(self._remove_branches, records)
+        proposes = self.config.after_run.pull_request and self.best.code_host is not None
+        if proposes and self.config.attempts.keep:
+            await threads.blocking(self._publish_others, self.best.code_host, chosen.candidate)
+        if proposes and self.best.code_host is not None:
+            reason = await threads.blocking(self._propose, self.best.code_host, branch, reason)
+        self.session.store.save(record)
         return "succeeded", reason
 
     async def _reviewed(self, rows: Sequence[CandidateRow]) -> judging.Choice | None:
@@ -276,10 +280,38 @@ class _Judged:
 
     def _remove_branches(self, records: Sequence[RunRecord]) -> None:
         """``attempts.keep`` off: the candidates' branches go once one is ``beflow/<key>`` (each only if it is still
-        where its run left it)."""
+        where its run left it); the table says which went."""
+        directory, gone = self.best.project.directory, set()
         for candidate in records:
-            if candidate.branch and candidate.commit:
-                refs.delete_branch_at(self.best.project.directory, candidate.branch, candidate.commit)
+            if (
+                candidate.branch
+                and candidate.commit
+                and refs.delete_branch_at(directory, candidate.branch, candidate.commit)
+            ):
+                gone.add(candidate.candidate)
+        self.record.candidates = [
+            row.model_copy(update={"removed": row.candidate in gone}) for row in self.record.candidates
+        ]
+
+    def _publish_others(self, host: CodeHost | None, chosen: int) -> None:
+        """``attempts.keep`` on, a pull request to open: the other candidates' committed branches are pushed too, so
+        that its table links each (a branch that could not be pushed is named, not linked: no dead link). Each
+        commit was checked for leaks when its run committed it, as the chosen one's was."""
+        assert host is not None
+        rows = []
+        for row in self.record.candidates:
+            directory = self.best.project.directory
+            # (only as its run left it: whatever else moved it is not published)
+            if row.candidate != chosen and row.branch and row.commit == refs.branch_tip(directory, row.branch or ""):
+                try:
+                    with self.claim.held():
+                        host.push(directory, row.branch)
+                    row = row.model_copy(update={"url": host.branch_url(row.branch)})
+                except BeflowError as error:
+                    said = f"candidate {row.candidate}'s branch not pushed: {error.message}"
+                    self.session.emit("notice", message=said)
+            rows.append(row)
+        self.record.candidates = rows
 
 
 #: Bytes of each candidate's diff the reviewer is shown; beyond, a line says how much was left out.

@@ -75,19 +75,28 @@ def test_the_passing_candidate_with_the_smallest_diff_becomes_the_issues_branch_
     (pull,) = github.pulls.values()
     assert (pull["head"]["ref"], pull["title"]) == (f"beflow/{key}", "Make app ok")
     assert "| 3 (chosen) |" in pull["body"] and judged.pull_request == pull["html_url"]
+    # The others' branches are gone, and the table says so rather than link them.
+    assert f"`beflow-attempts/{key}/c1` (removed)" in pull["body"] and "/tree/" not in pull["body"]
+    assert [row.removed for row in judged.candidates] == [True, True, True]
     assert git(origin, "for-each-ref", "--format=%(refname)").split() == [f"refs/heads/beflow/{key}", "refs/heads/main"]
     assert pull["html_url"] in table
     runs = auto_project.directory / ".beflow" / "runs"
     assert [p for p in runs.rglob("*") if p.is_file() and TOKEN.encode() in p.read_bytes()] == []
 
 
-def test_a_reviewer_agents_answer_chooses_among_the_passing_candidates(auto_project: AutoProject, beflow) -> None:
+def test_a_reviewer_agents_answer_chooses_among_the_passing_candidates(
+    auto_project: AutoProject, beflow, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Both candidates pass; the smaller diff is candidate 2's, but the reviewer prefers 1 and says why. The issue's
     # body reaches the reviewer's prompt only (the candidates' template leaves it out).
+    monkeypatch.setenv("HOSTPAT", TOKEN)
+    origin = auto_project.add_origin()
     auto_project.configure(
         prompt="{% if candidate == 1 %}acp-test: write app.txt ok\\nthorough\\n\n"
         "{% else %}acp-test: write app.txt ok\\n\n{% endif %}",
         attempts={"count": 2, "judge": {"checks": ["grep -qx ok app.txt"], "reviewer": auto_project.config["agent"]}},
+        code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url, "token_env": "HOSTPAT"},
+        after_run={"pull_request": True},
     )
     reply = '{"candidate": 1, "reason": "candidate 1 is more thorough @someone"}'
     key = auto_project.new_issue(f"mcp-call beflow candidate_choose {reply}", title="Make app ok")
@@ -112,6 +121,12 @@ def test_a_reviewer_agents_answer_chooses_among_the_passing_candidates(auto_proj
     ]  # kept (the default); the reviewer's branch held nothing and went
     comment = auto_project.issue(key).comments[-1].text
     assert "The reviewer chose candidate 1:" in comment and "more thorough" in comment
+    # The pull request links the other candidate's branch, pushed beside it (kept: the default).
+    (pull,) = github.pulls.values()
+    link = f"[`beflow-attempts/{key}/c2`](https://127.0.0.1/octo/hello/tree/beflow-attempts/{key}/c2)"
+    assert link in pull["body"] and link in comment
+    pushed = git(origin, "for-each-ref", "--format=%(refname)").split()
+    assert pushed == [f"refs/heads/beflow-attempts/{key}/c2", f"refs/heads/beflow/{key}", "refs/heads/main"]
 
 
 def test_the_reviewers_prompt_has_the_issue_and_each_passing_diff_capped(repo: Path) -> None:
