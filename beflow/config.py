@@ -464,6 +464,9 @@ class Attempts(Model):
     keep: Flag = True
     #: The most candidates ``--attempts`` and the label ``attempts:N`` may ask for.
     max: Count = 4
+    #: After judging, wait (``blocked``, no lane held, at most ``limits.wait``) for a person to confirm or override
+    #: the choice before anything is proposed.
+    confirm: Flag = False
     #: The most all of one issue's candidates and its reviewer may cost together, in ``limits.currency``: reached,
     #: every one still running is stopped and no more start.
     max_cost: Money | None = None

@@ -47,8 +47,7 @@ def row_of(record: RunRecord, checks: int) -> CandidateRow:
 
 def passes(row: CandidateRow) -> bool:
     """Whether the candidate may be chosen: it succeeded, committed its work and passed a check (if there are any)."""
-    committed = row.outcome == "succeeded" and row.commit is not None and row.lines_changed is not None
-    return committed and (row.checks_total == 0 or row.checks_passed > 0)
+    return row.passes
 
 
 def _rank(row: CandidateRow) -> tuple[int, int, float, float, int]:

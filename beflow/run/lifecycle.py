@@ -333,7 +333,9 @@ class Session:
         asks = status == Status.BLOCKED and record.question is not None
         if asks:  # the question is the run's one comment (and its agent session's elicitation: _end_session)
             assert record.question is not None
-            note = question_comment(record.issue, record.question, record.id, self.tracker.inert)
+            note = question_comment(
+                record.issue, record.question, record.id, self.tracker.inert, judge=record.best_of > 0
+            )
         note = self.redact.text(note) if note is not None else None
         missing = issue_status.leave_finished(self.tracker, record.issue, status, note, run_id=record.id)
         if missing is not None:

@@ -374,6 +374,17 @@ class AnswerBody(BaseModel):
     text: str = Field(min_length=1, max_length=MAX_TEXT)
 
 
+class ConfirmBody(BaseModel):
+    """``POST /api/v1/issues/{key}/confirm``: a person's choice among a blocked issue's best-of-N candidates
+    (``candidate.confirm``); the watch proposes it."""
+
+    model_config = {"extra": "forbid"}
+
+    candidate: int | None = Field(default=None, ge=1, le=1000, description="None: the judge's choice, confirmed.")
+    anyway: bool = Field(default=False, description="Choose a candidate that did not pass the judge all the same.")
+    note: str | None = Field(default=None, max_length=2000)
+
+
 class ReviewBody(BaseModel):
     """``POST /api/v1/issues/{key}/review``: a comment on the issue's branch (``review.comment``) — on a line of a file
     the diff shows, or, without ``path``, on the whole change. The next review round answers it."""
