@@ -3,13 +3,20 @@ prompts differ by the ``candidate`` variable; the judge's check and the diff siz
 
 from __future__ import annotations
 
+import functools
+import time
 from pathlib import Path
 
+import anyio
 import pytest
 
+from beflow.app import open_project
+from beflow.config import load_project
 from beflow.records.record import CandidateRow, now
-from beflow.run.attempts import REVIEW_DIFF, review_prompt
+from beflow.run.attempts import REVIEW_DIFF, review_prompt, run_issue
+from beflow.run.request import RunRequest
 from beflow.trackers import Issue, Status
+from beflow.watch.questions import WaitingQuestions
 from tests.support.github import TOKEN, FakeGitHub
 from tests.support.projects import AutoProject, git
 
@@ -172,3 +179,67 @@ def test_the_sets_budget_stops_every_candidate_and_the_issue_fails_saying_why(
     assert [row.outcome for row in judged.candidates] == ["over_budget", "over_budget"]
     assert all(r.duration is not None and r.duration < 30 for r in records.values())
     assert "attempts.max_cost" in auto_project.issue(key).comments[-1].text
+
+
+def test_with_confirm_the_judged_issue_waits_blocked_and_a_persons_override_is_proposed_saying_who_chose(
+    auto_project: AutoProject, beflow, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOSTPAT", TOKEN)
+    auto_project.add_origin()
+    auto_project.configure(
+        prompt=PROMPT,
+        attempts={"count": 3, "judge": {"checks": ["grep -qx ok app.txt"]}, "confirm": True},
+        code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url, "token_env": "HOSTPAT"},
+        after_run={"pull_request": True},
+    )
+    key = auto_project.new_issue("mcp", title="Make app ok")
+
+    result = beflow("--auto", key)
+
+    # Judged, nothing proposed: the issue waits for a person, its question the table (no lane is held: no run).
+    (judged,) = [r for r in auto_project.records(key) if r.best_of]
+    assert judged.outcome == "asked", judged.stop_reason
+    assert result.exit_code == 0, result.stderr
+    assert judged.question is not None and judged.question.choices == ["c1", "c2", "c3"]
+    assert [row.chosen for row in judged.candidates] == [False, False, True]
+    assert auto_project.issue(key).status == Status.BLOCKED and github.pulls == {}
+    assert "beflow asks which candidate to propose" in auto_project.issue(key).comments[-1].text
+    assert [b for b in auto_project.branches() if b.startswith("beflow/")] == []
+    # A candidate that failed the check is refused unless the person says anyway; one that does not exist too.
+    refused = beflow("issues", "confirm", key, "2")
+    assert refused.exit_code == 2 and "candidate 2 did not pass" in refused.stderr
+    assert beflow("issues", "confirm", key, "9").exit_code == 2
+    chose = beflow("issues", "confirm", key, "1", "--author", "ada", "--note", "the longer one reads better")
+    assert chose.exit_code == 0, chose.stderr
+
+    # The watch's survey finds the answer (from the records and the tracker: nothing in memory) and proposes it.
+    project = load_project(auto_project.directory / ".beflow" / "config.json")
+    opened = open_project(project)
+    waiting = WaitingQuestions(time.time, lambda *a, **k: None)
+    assert [i.key for i in waiting.survey(project, opened.tracker, running=())] == [key]
+    request = RunRequest(key=key, mode="watch", only_if_ready=True)
+    assert waiting.shape(request, project)
+    record = anyio.run(
+        functools.partial(
+            run_issue,
+            project,
+            opened.tracker,
+            request,
+            lambda event: None,
+            code_host=opened.code_host,
+            lanes=3,
+            cancelled_because=lambda: None,
+            candidate_events=lambda event: None,
+        )
+    )
+
+    assert record.outcome == "succeeded", record.stop_reason
+    assert record.decided_by == "ada"
+    assert record.stop_reason == "candidate 1 chosen by ada, over the judge's candidate 3"
+    assert [row.chosen for row in record.candidates] == [True, False, False]
+    assert git(auto_project.directory, "rev-parse", f"beflow/{key}").strip() == judged.candidates[0].commit
+    (pull,) = github.pulls.values()
+    assert "Chosen by ada (attempts.confirm)." in pull["body"] and "| 1 (chosen) |" in pull["body"]
+    assert auto_project.issue(key).status == Status.REVIEW
+    assert [r.id for r in auto_project.records(key) if r.best_of] == [record.id, judged.id]  # no candidate ran again
+    assert len(auto_project.records(key)) == 5
