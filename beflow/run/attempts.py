@@ -127,6 +127,9 @@ class _Judged:
         self.claim = claim
         self.config = best.project.config
         self._cancelled_because = cancelled_because
+        #: Whether ``beflow/<key>`` did not exist when the candidates started: one there at promotion was planted
+        #: meanwhile (an unsandboxed agent can write any ref), and is set aside rather than followed.
+        self.started_without = False
         #: What the candidates and the reviewer cost together, against ``attempts.max_cost``.
         self.budget = SetBudget(self.config.attempts.max_cost, self.config.limits.currency)
 
@@ -154,6 +157,8 @@ class _Judged:
             if self.best.confirming is not None:
                 ending.set(*await self._confirmed(self.best.confirming))
             else:
+                directory, branch = self.best.project.directory, record.branch or refs.branch_for(record.issue)
+                self.started_without = await threads.blocking(refs.branch_tip, directory, branch) is None
                 ending.set(*await self._judge(await self._candidates()))
         return ending.finished
 
@@ -210,8 +215,28 @@ class _Judged:
         if choice.chosen is None:
             return "failed", f"{choice.reason}; every candidate's branch is kept"
         if self.config.attempts.confirm:
-            return self._ask(choice.chosen, choice.reason)
+            try:  # (the confirming run cannot tell a planted branch from a person's: it is set aside now)
+                said = await threads.blocking(self._set_aside_planted, None)
+            except BeflowError as error:
+                return "failed", f"{choice.reason}; {error.message}"
+            return self._ask(choice.chosen, choice.reason if said is None else f"{choice.reason}; {said}")
         return await self._promote(choice.chosen, choice.reason)
+
+    def _set_aside_planted(self, new: str | None) -> str | None:
+        """A ``beflow/<key>`` that appeared while the candidates ran (an unsandboxed agent can write any ref) is set
+        aside as ``beflow-attempts/<key>/planted`` — never followed, pushed or proposed — and the branch moved to
+        ``new`` (None: removed); what was done, or None when there was nothing to set aside."""
+        if not self.started_without:
+            return None
+        record = self.record
+        branch, aside = record.branch or refs.branch_for(record.issue), refs.planted_branch(record.issue)
+        planted = refs.set_aside(self.best.project.directory, branch, aside, new, f"beflow {record.id}")
+        self.started_without = new is None  # (set aside once: from here on the branch is beflow's)
+        if planted is None:
+            return None
+        said = f"{branch} appeared while the candidates ran (at {planted[:12]}): set aside as {aside}, not used"
+        self.session.emit("notice", message=said)
+        return said
 
     def _ask(self, chosen: int, reason: str, why: str | None = None) -> tuple[Outcome, str]:
         """``attempts.confirm``: the run ends ``asked``, its issue ``blocked`` with the question as its comment (the
@@ -264,11 +289,13 @@ class _Judged:
         except BeflowError:  # (its record is gone: the list of files is left out, nothing else needs it)
             record.changed_files = []
         record.base_commit, record.lines_changed = row.base_commit, row.lines_changed
-        branch = record.branch or refs.branch_for(record.issue)
+        branch, directory = record.branch or refs.branch_for(record.issue), self.best.project.directory
         try:
-            await threads.blocking(
-                refs.move_branch, self.best.project.directory, branch, row.commit, None, f"beflow {record.id}"
-            )
+            said = await threads.blocking(self._set_aside_planted, row.commit)
+            if said is None:
+                await threads.blocking(refs.move_branch, directory, branch, row.commit, None, f"beflow {record.id}")
+            else:
+                reason = f"{reason}; {said}"
         except BeflowError as error:
             return "failed", f"{reason}; {branch} could not be made: {error.message}"
         record.commit = row.commit

@@ -36,8 +36,14 @@ def test_the_passing_candidate_with_the_smallest_diff_becomes_the_issues_branch_
     monkeypatch.setenv("HOSTPAT", TOKEN)
     monkeypatch.delenv("GITHUB_TOKEN", raising=False)
     origin = auto_project.add_origin()
+    main = git(auto_project.directory, "rev-parse", "main").strip()
+    # Candidate 2, unsandboxed and hostile, plants beflow/<key> as a symbolic ref to main: it is set aside.
+    hostile = (
+        "{% if candidate == 2 %}acp-test: run git symbolic-ref refs/heads/beflow/{{ issue.key }} refs/heads/main\n"
+        "{% endif %}"
+    )
     auto_project.configure(
-        prompt=PROMPT,
+        prompt=hostile + PROMPT,
         attempts={"judge": {"checks": ["grep -qx ok app.txt"]}, "keep": False},
         code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url, "token_env": "HOSTPAT"},
         after_run={"pull_request": True},
@@ -53,7 +59,7 @@ def test_the_passing_candidate_with_the_smallest_diff_becomes_the_issues_branch_
     # Each candidate: its own branch and worktree (gone), the servers injected and put back, checks recorded.
     for n, record in enumerate(candidates, start=1):
         assert record.outcome == "succeeded" and record.branch == f"beflow-attempts/{key}/c{n}"
-        assert record.final_message == "mcp servers: docs, tools"
+        assert (record.final_message or "").endswith("mcp servers: docs, tools")
         assert record.restored, record
     assert [(r.lines_changed, [c.passed for c in r.checks]) for r in candidates] == [
         (4, [True]),
@@ -68,7 +74,11 @@ def test_the_passing_candidate_with_the_smallest_diff_becomes_the_issues_branch_
     tip = git(auto_project.directory, "rev-parse", f"beflow/{key}").strip()
     assert judged.commit == tip == records[3].commit
     assert auto_project.branch_files(f"beflow/{key}")["app.txt"] == "ok\n"
-    assert not [b for b in auto_project.branches() if b.startswith("beflow-attempts/")]
+    assert [b for b in auto_project.branches() if b.startswith("beflow-attempts/")] == [
+        f"beflow-attempts/{key}/planted"
+    ]
+    assert f"beflow/{key} appeared while the candidates ran" in (judged.stop_reason or "")
+    assert git(auto_project.directory, "rev-parse", "main").strip() == main
     assert auto_project.registered_worktrees() == []
     assert auto_project.secrets_in_records() == []
     # One comment on the issue, with the table; the issue is in review.
