@@ -315,6 +315,13 @@ def confirm_candidate(context: Context, payload: ConfirmCandidate) -> Confirmed:
             f"issue {issue.key} waits for no choice among candidates (it is {issue.status.value})",
             fix="attempts.confirm holds an issue after judging its candidates; this one is not held so.",
         )
+    given = answer_of(trackers, issue, asking)
+    if given is not None:  # (the first answer is the one proposed: a second would be silently passed over)
+        raise UsageError(
+            f"issue {issue.key}'s choice was answered already, by {given.author}: "
+            f"{code(given.text.splitlines()[0][:80])}",
+            fix="beflow watch proposes that answer; once proposed, review rounds continue its branch.",
+        )
     proposed = next((row.candidate for row in asking.candidates if row.chosen), None)
     said = f"c{payload.candidate}" if payload.candidate is not None else "yes"
     said += " anyway" if payload.anyway else ""

@@ -221,6 +221,8 @@ def test_with_confirm_the_judged_issue_waits_blocked_and_a_persons_override_is_p
     assert beflow("issues", "confirm", key, "9").exit_code == 2
     chose = beflow("issues", "confirm", key, "1", "--author", "ada", "--note", "the longer one reads better")
     assert chose.exit_code == 0, chose.stderr
+    again = beflow("issues", "confirm", key, "3", "--author", "bob")
+    assert again.exit_code == 2 and "answered already, by ada" in again.stderr
 
     # The watch's survey finds the answer (from the records and the tracker: nothing in memory) and proposes it.
     project = load_project(auto_project.directory / ".beflow" / "config.json")
