@@ -259,7 +259,9 @@ class _Judged:
         chooses none (or one that may not be) asks again, saying why."""
         record, answer = self.record, self.best.request.answer
         assert answer is not None
-        record.candidates = [row.model_copy(update={"chosen": False}) for row in asking.candidates]
+        # (links and removals are this run's to make: none is taken from the earlier record)
+        fresh = {"chosen": False, "url": None, "removed": False}
+        record.candidates = [row.model_copy(update=fresh) for row in asking.candidates]
         record.review = asking.review
         proposed = next((row.candidate for row in asking.candidates if row.chosen), None)
         decided = questions.decision(answer.text, record.candidates, proposed)
