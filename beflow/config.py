@@ -448,6 +448,10 @@ class Judge(Model):
         return [Hook(command=spec) if isinstance(spec, str) else spec for spec in self.checks]
 
 
+Currency = Annotated[str, Field(min_length=1)]
+Money = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
+
+
 class Attempts(Model):
     """Best of N: several candidates at one issue, judged, one pull request (docs/runs.md)."""
 
@@ -460,6 +464,12 @@ class Attempts(Model):
     keep: Flag = True
     #: The most candidates ``--attempts`` and the label ``attempts:N`` may ask for.
     max: Count = 4
+    #: After judging, wait (``blocked``, no lane held, at most ``limits.wait``) for a person to confirm or override
+    #: the choice before anything is proposed.
+    confirm: Flag = False
+    #: The most all of one issue's candidates and its reviewer may cost together, in ``limits.currency``: reached,
+    #: every one still running is stopped and no more start.
+    max_cost: Money | None = None
 
     @model_validator(mode="after")
     def _within_max(self) -> Attempts:
@@ -482,10 +492,6 @@ class Watch(Model):
     max_attempts: Count = 3
     backoff: Seconds = 10.0
     backoff_max: Seconds = 300.0
-
-
-Currency = Annotated[str, Field(min_length=1)]
-Money = Annotated[float, Field(strict=True, gt=0, allow_inf_nan=False)]
 
 
 class Limits(Model):

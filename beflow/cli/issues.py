@@ -376,6 +376,37 @@ def answer_command(app: App, key: str, text: str, author: str | None, as_json: b
     )
 
 
+@group.command("confirm", epilog="Examples:  beflow issues confirm 7      beflow issues confirm 7 2 --anyway")
+@click.argument("key")
+@click.argument("candidate", type=int, required=False)
+@click.option("--anyway", is_flag=True, help="Choose a candidate that did not pass the judge all the same.")
+@click.option("--note", help="Why, said with the choice.")
+@click.option("--author", help="Who is choosing (default: git's user.name).")
+@json_option
+@pass_app
+def confirm_command(
+    app: App, key: str, candidate: int | None, anyway: bool, note: str | None, author: str | None, as_json: bool
+) -> None:
+    """Confirm best of N's choice for an issue held by attempts.confirm, or choose CANDIDATE instead: `beflow
+    watch` then proposes it."""
+    result = call_operation(
+        app.acting_as(author),
+        questions.confirm_candidate,
+        questions.ConfirmCandidate,
+        key=key,
+        candidate=candidate,
+        anyway=anyway,
+        note=note,
+    )
+    if as_json:
+        emit_json(result)
+        return
+    out.print(
+        f"Chose candidate {result.candidate} for issue [bold]{escape(result.key)}[/] as "
+        f"{escape(result.comment.author)}: {escape(result.next)}."
+    )
+
+
 def _show_change(change: issues.StatusChange, as_json: bool) -> None:
     if as_json:
         emit_json(change)

@@ -57,6 +57,10 @@ class CodeHost(Protocol):
         """Values that must never reach the agent, a log or a record (its token, however it was found)."""
         ...
 
+    def branch_url(self, branch: str) -> str:
+        """Where people see ``branch`` on the host (a pull request's body links best of N's other candidates)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Landing:

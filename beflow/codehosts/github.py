@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import quote, urlparse
 
 from beflow.codehosts.base import Landing, PullRequest
 from beflow.codehosts.github_feedback import GitHubFeedback
@@ -106,6 +106,10 @@ class GitHubCodeHost:
             raise GitHubError(f"there is no branch {branch} to push")
         remote.push(directory, url, commit, branch, self.git_credentials(url))
         return commit
+
+    def branch_url(self, branch: str) -> str:
+        """``https://github.com/<repo>/tree/<branch>`` (the host of a GitHub Enterprise API's own)."""
+        return f"https://{web_host(self.api.base_url)}/{self.repo}/tree/{quote(branch, safe='/')}"
 
     def fetch(self, directory: Path, branch: str) -> str | None:
         """The commit of ``branch`` on ``origin`` (as the push's URL, with the same credential helper and from an

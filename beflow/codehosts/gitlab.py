@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from beflow.codehosts.base import Landing, PullRequest
 from beflow.codehosts.gitlab_feedback import GitLabFeedback
@@ -125,6 +125,10 @@ class GitLabCodeHost:
             raise GitLabError(f"there is no branch {branch} to push")
         remote.push(directory, url, commit, branch, self.git_credentials(url))
         return commit
+
+    def branch_url(self, branch: str) -> str:
+        """``<instance>/<project>/-/tree/<branch>``."""
+        return f"{self.settings.url.rstrip('/')}/{self.project}/-/tree/{quote(branch, safe='/')}"
 
     def fetch(self, directory: Path, branch: str) -> str | None:
         """The commit of ``branch`` on ``origin`` (as the push's URL, with the same credential helper and from an

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from pydantic import BaseModel, Field
 
@@ -21,7 +22,7 @@ from beflow.feedback import strip_hidden
 from beflow.ops.agent_words import agent_words
 from beflow.ops.issues import tracker
 from beflow.ops.operations import Context, Input, Key, operation
-from beflow.records.record import Answer, Question, RunRecord
+from beflow.records.record import Answer, CandidateRow, Question, RunRecord
 from beflow.records.store import RunStore
 from beflow.trackers.base import HearsAnswers, Tracker
 from beflow.trackers.issue import MAX_TEXT, Comment, Issue, Status, format_time, normalize_key, utc_now
@@ -46,18 +47,22 @@ BEFLOW = "beflow"
 # -- the question: put, found, answered ----------------------------------------------------------------------------
 
 
-def question_comment(key: str, question: Question, run_id: str, inert: Callable[[str], str] = str) -> str:
+def question_comment(
+    key: str, question: Question, run_id: str, inert: Callable[[str], str] = str, *, judge: bool = False
+) -> str:
     """The comment that puts ``question`` to people: the agent's words inert (``inert``: the tracker's), its choices
-    numbered, and how to answer."""
+    numbered, and how to answer; ``judge``: best of N's confirmation (beflow's question, not an agent's)."""
     say = inert
-    lines = [QUESTION_MARK.format(run=run_id), f"**The agent has a question** (run {code(run_id)}):", ""]
+    who = "**beflow asks which candidate to propose**" if judge else "**The agent has a question**"
+    lines = [QUESTION_MARK.format(run=run_id), f"{who} (run {code(run_id)}):", ""]
     lines += [f"> {line}" if line else ">" for line in say(question.text).splitlines()]
     if question.choices:
         lines += ["", "Choices:"] + [f"{n}. {say(choice)}" for n, choice in enumerate(question.choices, 1)]
+    goes_on = "its choice is proposed" if judge else "the agent's session goes on with your answer"
     lines += [
         "",
-        f"Answer with a comment on this issue (`beflow issues answer {key} TEXT`, or the dashboard): the agent's "
-        "session goes on with your answer. Until then the issue is `blocked`.",
+        f"Answer with a comment on this issue (`beflow issues answer {key} TEXT`, or the dashboard): {goes_on}. "
+        "Until then the issue is `blocked`.",
     ]
     return "\n".join(lines)
 
@@ -99,8 +104,8 @@ def answer_of(trackers: Tracker, issue: Issue, asking: RunRecord) -> Answer | No
 def waiting(store: RunStore, key: str) -> RunRecord | None:
     """The run whose question the issue waits on: its latest run, when that one asked."""
     for record in store.records([normalize_key(key)], limit=None):
-        if record.outcome == "running":
-            continue
+        if record.outcome == "running" or record.set_of is not None or record.candidate or record.reviewing:
+            continue  # (best of N's candidates and reviewer start after their judged run, and ask nothing)
         return record if record.outcome == "asked" and record.question is not None else None
     return None
 
@@ -224,4 +229,112 @@ def answer_question(context: Context, payload: GiveAnswer) -> Answered:
         run=asking.id,
         comment=comment,
         next=f"answered at {when}: beflow watch resumes the agent's session with it",
+    )
+
+
+#: A person's answer to best of N's confirmation (``attempts.confirm``): ``c2``, ``2``, ``candidate 2``, each with
+#: ``anyway`` to choose one that did not pass; or ``yes`` (``ok``, ``confirm``) for the judge's choice.
+_NAMED = re.compile(r"^(?:c|candidate\s*)?(\d{1,3})\b(.*)$", re.IGNORECASE)
+_YES = re.compile(r"^(?:yes|ok|okay|confirm(?:ed)?)\b", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a person's answer chose: a candidate (``anyway``: one that did not pass, said so), or why it chose none."""
+
+    chosen: int | None
+    why: str | None = None
+    anyway: bool = False
+
+
+def decision(text: str, rows: Sequence[CandidateRow], proposed: int | None) -> Decision:
+    """The candidate a person's answer ``text`` chooses among ``rows`` (``proposed``: the judge's choice), read from
+    its first line. Only a candidate that passed may be chosen, unless the answer says ``anyway``; one that
+    committed nothing never (there is nothing to propose)."""
+    line = next((each.strip() for each in text.splitlines() if each.strip()), "")
+    asked_for = "answer c<N> (or yes for the judge's choice)"
+    if _YES.match(line):
+        if proposed is None:
+            return Decision(None, f"the judge chose no candidate to confirm: {asked_for}")
+        return Decision(proposed)
+    named = _NAMED.match(line)
+    if named is None:
+        return Decision(None, f"the answer {code(line[:80])} names no candidate: {asked_for}")
+    number, anyway = int(named.group(1)), "anyway" in named.group(2).lower()
+    row = next((each for each in rows if each.candidate == number), None)
+    if row is None:
+        numbers = ", ".join(f"c{each.candidate}" for each in rows)
+        return Decision(None, f"there is no candidate {number} (there are {numbers})")
+    if row.commit is None:
+        return Decision(None, f"candidate {number} committed nothing: there is nothing of it to propose")
+    if not row.passes and not anyway:
+        return Decision(None, f"candidate {number} did not pass: answer `c{number} anyway` to choose it all the same")
+    return Decision(number, anyway=not row.passes)
+
+
+class ConfirmCandidate(Input):
+    key: Key = Field(min_length=1, max_length=100, description="The issue whose best-of-N choice waits (e.g. 7).")
+    candidate: int | None = Field(
+        default=None, ge=1, le=1000, description="The candidate to propose; none: the judge's choice, confirmed."
+    )
+    anyway: bool = Field(default=False, description="Choose a candidate that did not pass the judge all the same.")
+    note: str | None = Field(default=None, max_length=2000, description="Why, said with the choice.")
+
+
+class Confirmed(BaseModel):
+    key: str
+    #: The judged run whose choice is answered.
+    run: str
+    candidate: int
+    comment: Comment
+    #: What happens now: the watch proposes it.
+    next: str
+
+
+@operation(
+    "candidate.confirm",
+    title="Confirm or override best of N's choice",
+    description="A person's choice among an issue's best-of-N candidates, when attempts.confirm holds the issue "
+    "blocked after judging: confirm the judge's candidate, or choose another (one that did not pass only with "
+    "anyway). The choice is a comment on the issue; `beflow watch` then makes it beflow/<key> and opens its pull "
+    "request, saying who chose. Writes to the tracker.",
+    safety="action",
+    issue_field="key",
+    category="issues",
+    tags=("issues", "write", "question", "attempts"),
+    tracker=True,
+)
+def confirm_candidate(context: Context, payload: ConfirmCandidate) -> Confirmed:
+    if context.bound_issue is not None:  # (a candidate never chooses itself: the op is not agent-safe)
+        raise UsageError("candidate.confirm is a person's")
+    trackers = tracker(context, writes=True)
+    issue = trackers.get(payload.key)
+    asking = waiting(RunStore(context.project.directory), issue.key) if issue.status == Status.BLOCKED else None
+    if asking is None or not asking.best_of or not asking.candidates:
+        raise UsageError(
+            f"issue {issue.key} waits for no choice among candidates (it is {issue.status.value})",
+            fix="attempts.confirm holds an issue after judging its candidates; this one is not held so.",
+        )
+    given = answer_of(trackers, issue, asking)
+    if given is not None:  # (the first answer is the one proposed: a second would be silently passed over)
+        raise UsageError(
+            f"issue {issue.key}'s choice was answered already, by {given.author}: "
+            f"{code(given.text.splitlines()[0][:80])}",
+            fix="beflow watch proposes that answer; once proposed, review rounds continue its branch.",
+        )
+    proposed = next((row.candidate for row in asking.candidates if row.chosen), None)
+    said = f"c{payload.candidate}" if payload.candidate is not None else "yes"
+    said += " anyway" if payload.anyway else ""
+    decided = decision(said, asking.candidates, proposed)
+    if decided.chosen is None:
+        raise UsageError(f"candidate.confirm: candidate: {decided.why}", fix=f"beflow issues show {issue.key}")
+    said = f"c{decided.chosen}" + (" anyway" if decided.anyway else "")
+    text = said + (f"\n\n{payload.note}" if payload.note else "")
+    comment = trackers.comment(issue.key, f"{text}\n\n{ANSWER_MARK}", author=context.actor)
+    return Confirmed(
+        key=issue.key,
+        run=asking.id,
+        candidate=decided.chosen,
+        comment=comment,
+        next=f"beflow watch proposes candidate {decided.chosen} as {code(f'beflow/{issue.key}')}",
     )

@@ -145,6 +145,16 @@ class CandidateRow(BaseModel):
     currency: str | None = None
     duration: float | None = None
     chosen: bool = False
+    #: Where people see its branch on the code host, once pushed beside the chosen one's pull request.
+    url: str | None = None
+    #: Its branch was deleted once another was chosen (``attempts.keep`` off): nothing links to it.
+    removed: bool = False
+
+    @property
+    def passes(self) -> bool:
+        """Whether the judge may choose it: it succeeded, committed its work and passed a check (if there are any)."""
+        committed = self.outcome == "succeeded" and self.commit is not None and self.lines_changed is not None
+        return committed and (self.checks_total == 0 or self.checks_passed > 0)
 
 
 class RunRecord(BaseModel):
@@ -177,6 +187,12 @@ class RunRecord(BaseModel):
     reviewing: list[int] = Field(default_factory=list)
     #: The judged run: what its reviewer chose and why, when it answered (the agent's words, masked).
     review: ReviewerChoice | None = None
+    #: The judged run of a best-of-N issue: how many candidates it has (0: not a judged run).
+    best_of: int = 0
+    #: A candidate's or a reviewer's run: the judged run it belongs to.
+    set_of: str | None = None
+    #: The judged run that promoted a candidate a person chose (``attempts.confirm``): who chose it.
+    decided_by: str | None = None
     #: 0: the issue's first run (and its retries); 1, 2...: a review round, continuing the branch with feedback.
     round: int = 0
     #: The feedback the round answered (its ids are on the round's commit too, as ``Beflow-Feedback:`` trailers).

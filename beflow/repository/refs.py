@@ -38,6 +38,12 @@ def review_branch(key: str) -> str:
     return f"beflow-attempts/{slug(key)}/review"
 
 
+def planted_branch(key: str) -> str:
+    """``beflow-attempts/<key>/planted``: where a ``beflow/<key>`` that appeared while best of N's candidates ran
+    is set aside (an unsandboxed agent can write any ref): kept for a person to look at, never pushed."""
+    return f"beflow-attempts/{slug(key)}/planted"
+
+
 def branch_tip(where: At, branch: str) -> str | None:
     """The commit ``branch`` points to, None when there is no such branch."""
     try:
@@ -100,10 +106,33 @@ def move_branch(directory: Path, branch: str, new: str, expected: str | None, me
     update_branch(directory, branch, new, expected, message, "meanwhile")
 
 
+def set_aside(where: At, branch: str, aside: str, new: str | None, message: str) -> str | None:
+    """Move ``branch`` to ``new`` (None: delete it), keeping what it pointed to at ``aside`` (made new: refused if
+    it exists); the
+    commit set aside, or None when ``branch`` did not exist. The ref itself is replaced (``--no-deref``): a branch
+    planted as a symbolic ref moves nothing it names. Refused (a :class:`GitError`) when either changed meanwhile."""
+    planted = branch_tip(where, branch)
+    if planted is None:
+        return None
+    zero = "0" * len(planted)
+    try:
+        run(where, "update-ref", "--no-deref", "-m", message, f"refs/heads/{aside}", planted, zero)
+        if new is None:
+            run(where, "update-ref", "--no-deref", "-m", message, "-d", f"refs/heads/{branch}", planted)
+        else:
+            run(where, "update-ref", "--no-deref", "-m", message, f"refs/heads/{branch}", new, planted)
+    except CommandFailed as exc:
+        raise GitError(f"branch {branch} could not be set aside as {aside}: {exc.stderr}") from None
+    _moved(f"refs/heads/{aside}", planted)
+    _moved(f"refs/heads/{branch}", new)
+    return planted
+
+
 def delete_branch_at(where: At, branch: str, commit: str) -> bool:
     """Delete ``branch`` if it still points at ``commit`` (checked by git itself, atomically); whether it did."""
     try:
-        run(where, "update-ref", "-d", f"refs/heads/{branch}", commit)
+        # (--no-deref: a branch an agent made a symbolic ref deletes itself, never the ref it names)
+        run(where, "update-ref", "--no-deref", "-d", f"refs/heads/{branch}", commit)
     except CommandFailed:
         return False
     _moved(f"refs/heads/{branch}", None)

@@ -85,7 +85,8 @@ def settle_orphans(tracker: Tracker, store: RunStore) -> list[str]:
         return settled
     records = store.records([issue.key for issue in orphaned])
     for issue in orphaned:
-        latest = next((r for r in records if r.issue == issue.key), None)
+        # (best of N's candidates and reviewer are not the issue's word: their judged run is)
+        latest = next((r for r in records if r.issue == issue.key and not (r.set_of or r.candidate)), None)
         asked = latest is not None and latest.outcome == "asked" and latest.question is not None
         if latest is None or (latest.outcome not in DONE_OUTCOMES and not asked):
             continue
@@ -97,7 +98,7 @@ def settle_orphans(tracker: Tracker, store: RunStore) -> list[str]:
             note = summary(latest, inert=tracker.inert)
             if asked:  # its agent's question, put as the run would have put it: the issue waits for the answer
                 assert latest.question is not None
-                note = question_comment(issue.key, latest.question, latest.id, tracker.inert)
+                note = question_comment(issue.key, latest.question, latest.id, tracker.inert, judge=latest.best_of > 0)
             if leave_issue(tracker, issue.key, status_after(latest.outcome), note):
                 settled.append(issue.key)
     return settled

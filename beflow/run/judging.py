@@ -47,8 +47,7 @@ def row_of(record: RunRecord, checks: int) -> CandidateRow:
 
 def passes(row: CandidateRow) -> bool:
     """Whether the candidate may be chosen: it succeeded, committed its work and passed a check (if there are any)."""
-    committed = row.outcome == "succeeded" and row.commit is not None and row.lines_changed is not None
-    return committed and (row.checks_total == 0 or row.checks_passed > 0)
+    return row.passes
 
 
 def _rank(row: CandidateRow) -> tuple[int, int, float, float, int]:
@@ -70,9 +69,18 @@ def choose(rows: Sequence[CandidateRow]) -> Choice:
     )
 
 
+def branch_cell(row: CandidateRow) -> str:
+    """A candidate's branch in the table: a link once pushed, said removed once deleted (never a dead link)."""
+    if not row.branch:
+        return "none"
+    if row.removed:
+        return f"{code(row.branch)} (removed)"
+    return f"[{code(row.branch)}]({row.url})" if row.url else code(row.branch)
+
+
 def table(rows: Sequence[CandidateRow], *, link: Callable[[CandidateRow], str] | None = None) -> str:
     """The comparison table, in Markdown: one line per candidate; ``link``: how a candidate's branch is named."""
-    named = link or (lambda row: code(row.branch) if row.branch else "none")
+    named = link or branch_cell
     lines = [
         "| candidate | agent | outcome | checks passed | lines changed | cost | time | branch |",
         "|---|---|---|---|---|---|---|---|",

@@ -41,6 +41,7 @@ from beflow.run.policy import give_up_note
 from beflow.run.reporter import ProgressReporter
 from beflow.run.request import RunRequest, new_record
 from beflow.run.session_reporter import SessionReporter
+from beflow.run.set_budget import SetBudget
 from beflow.run.summary import summary
 from beflow.system import interrupts
 from beflow.system.journal import SAVED_DAYS
@@ -134,6 +135,8 @@ class Session:
         #: Why the run was stopped by a person in its agent session, if it was: its issue is held back (``open``),
         #: not put back in the queue, or a watch would run it again at once.
         self.stopped: str | None = None
+        #: Best of N: the set's budget this run's spending counts against (``attempts.max_cost``), if it is a candidate.
+        self.budget: SetBudget | None = None
 
     @property
     def run_id(self) -> str:
@@ -330,7 +333,9 @@ class Session:
         asks = status == Status.BLOCKED and record.question is not None
         if asks:  # the question is the run's one comment (and its agent session's elicitation: _end_session)
             assert record.question is not None
-            note = question_comment(record.issue, record.question, record.id, self.tracker.inert)
+            note = question_comment(
+                record.issue, record.question, record.id, self.tracker.inert, judge=record.best_of > 0
+            )
         note = self.redact.text(note) if note is not None else None
         missing = issue_status.leave_finished(self.tracker, record.issue, status, note, run_id=record.id)
         if missing is not None:

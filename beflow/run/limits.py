@@ -75,6 +75,11 @@ class Limiter:
             self._notice(said)
         return said
 
+    def stop(self, breach: Breach) -> None:
+        """Stop the session for a limit decided elsewhere (best of N's budget for the set), unless one already did."""
+        if self.breach is None:
+            self._trip(breach)
+
     def _trip(self, breach: Breach) -> None:
         self.breach = breach
         if self._scope is not None:

@@ -55,6 +55,8 @@ def summary(
         lines.append(f"- worktree kept at `{record.worktree}`")
     if record.candidates:  # best of N: the candidates side by side (beflow's figures, the agents' labels as code)
         lines += ["", table(record.candidates)]
+        if record.decided_by:  # attempts.confirm: a person's name, as the tracker gave it
+            lines += ["", f"Chosen by {inert(record.decided_by)} (attempts.confirm)."]
     if record.review is not None:  # the reviewer's words, quoted as the agent's last message is
         lines += ["", f"The reviewer chose candidate {record.review.candidate}:"]
         lines.append(fenced(unmarked(quoted(record.review.reason))[:FINAL_MESSAGE_SHOWN]))

@@ -53,6 +53,9 @@ class AgentTurn:
             # its stderr); what the agent reports it used is held to the budgets as it comes (beflow.run.limits).
             limiter = Limiter(self.config.limits, lambda: agent.transcript.latest, self._notice)
             usage = UsageEvents(self.emit)
+            budget = session.budget  # best of N: the set's budget stops every candidate at once
+            if budget is not None:
+                budget.join(record.id, limiter)
 
             def on_stdout(lines: bytes) -> None:  # the lines of one read: hundreds while acpx relays fast
                 limiter.alive()
@@ -65,6 +68,8 @@ class AgentTurn:
                     self.emit("activity", latest=transcript.latest)
                 if transcript.usage.updates != updates:  # (the turn's own counts come with its end)
                     limiter.check(transcript.usage)
+                    if budget is not None:
+                        budget.spent(record.id, transcript.usage)
                     usage.seen(transcript.usage)
 
             async with session.injected(cwd) as handle:
@@ -104,6 +109,8 @@ class AgentTurn:
                             record.blocked = dict(box.blocked)
                         # What the agent reported, however the turn ended: a cancelled run's cost counts too.
                         record.usage = None if agent.transcript.usage.empty else agent.transcript.usage
+                        if budget is not None:
+                            budget.leave(record.id)
                     record.resumed_session = agent.resumed_session
                 await workspace.hook("after_run", fatal=False)
         transcript = agent.transcript

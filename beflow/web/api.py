@@ -232,6 +232,43 @@ class State(BaseModel):
     time: float
 
 
+class CandidateView(BaseModel):
+    """One best-of-N candidate as the issue's page shows it: its run (``running``: in its lane) and its figures."""
+
+    candidate: int
+    run: str | None = Field(description="Its run's id; none: it waits for a lane.")
+    agent: str | None
+    outcome: str = Field(description="Its run's outcome (running: in its lane), or waiting for a lane.")
+    reason: str | None = None
+    branch: str | None = None
+    base_commit: str | None = None
+    commit: str | None = None
+    checks_passed: int = 0
+    checks_total: int = 0
+    lines_changed: int | None = None
+    cost: float | None = None
+    currency: str | None = None
+    duration: float | None = None
+    passes: bool = False
+    chosen: bool = False
+    url: str | None = Field(default=None, description="Its branch on the code host, once pushed.")
+    removed: bool = False
+
+
+class BestOf(BaseModel):
+    """The issue's latest best of N: its judged run, its candidates side by side and the verdict."""
+
+    run: str = Field(description="The judged run's id.")
+    outcome: str
+    reason: str | None
+    count: int
+    candidates: list[CandidateView]
+    reviewer: int | None = Field(default=None, description="The candidate the reviewer agent chose, if it answered.")
+    reviewer_reason: str | None = None
+    decided_by: str | None = Field(default=None, description="The person who chose (attempts.confirm).")
+    confirming: bool = Field(default=False, description="It waits for a person to confirm or override the choice.")
+
+
 class IssueDetail(BaseModel):
     """``GET /api/v1/issues/{key}``: the issue and its runs, newest first."""
 
@@ -246,6 +283,9 @@ class IssueDetail(BaseModel):
         default=None,
         description="The question its agent asked, when the issue is blocked waiting for the answer "
         "(POST /api/v1/issues/{key}/answer gives it).",
+    )
+    best_of: BestOf | None = Field(
+        default=None, description="Its latest best of N: the candidates side by side and the verdict."
     )
 
 
@@ -372,6 +412,17 @@ class AnswerBody(BaseModel):
     model_config = {"extra": "forbid"}
 
     text: str = Field(min_length=1, max_length=MAX_TEXT)
+
+
+class ConfirmBody(BaseModel):
+    """``POST /api/v1/issues/{key}/confirm``: a person's choice among a blocked issue's best-of-N candidates
+    (``candidate.confirm``); the watch proposes it."""
+
+    model_config = {"extra": "forbid"}
+
+    candidate: int | None = Field(default=None, ge=1, le=1000, description="None: the judge's choice, confirmed.")
+    anyway: bool = Field(default=False, description="Choose a candidate that did not pass the judge all the same.")
+    note: str | None = Field(default=None, max_length=2000)
 
 
 class ReviewBody(BaseModel):

@@ -18,6 +18,7 @@ from beflow.web.api import (
     Accepted,
     ActionDone,
     AnswerBody,
+    ConfirmBody,
     IssueDetail,
     IssuePage,
     NewIssueBody,
@@ -167,6 +168,16 @@ ENDPOINTS: tuple[Endpoint, ...] = (
         ActionDone,
         (_KEY,),
         body=AnswerBody,
+    ),
+    Endpoint(
+        "confirm",
+        "POST",
+        "/api/v1/issues/{key}/confirm",
+        "Confirm best of N's choice for an issue held by attempts.confirm, or choose another candidate: the watch "
+        "proposes it (candidate.confirm; http.actions)",
+        ActionDone,
+        (_KEY,),
+        body=ConfirmBody,
     ),
     Endpoint(
         "review_show",

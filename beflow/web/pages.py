@@ -15,7 +15,7 @@ from beflow import guardrails
 from beflow.ops.reviews import ReviewView
 from beflow.records.reviews import PageComment
 from beflow.trackers.issue import Status
-from beflow.web import api
+from beflow.web import api, candidates
 from beflow.web.fields import record_fields
 from beflow.web.guard import COOKIE
 from beflow.web.lists import number, paging
@@ -85,9 +85,12 @@ def page_routes(server: Server, views: Views) -> list[Route]:
             review, review_error = await server.off_loop(views.review, detail.issue.key)
             latest = detail.runs[0].id if detail.runs else None
             tail = await server.off_loop(views.transcripts.tail, latest) if latest and review is not None else []
+            shown = detail.best_of
+            sides = await server.off_loop(candidates.diffs, server.project.directory, shown) if shown else {}
             return server.html(
                 "issue.html",
                 detail=detail,
+                sides=sides,
                 review=review,
                 review_error=review_error,
                 latest=latest,

@@ -103,6 +103,7 @@ def api_routes(server: Server, views: Views) -> list[Route]:
         "new": functools.partial(actions.answer, kind="new"),
         "priority": functools.partial(actions.answer, kind="priority"),
         "answer": functools.partial(actions.answer, kind="answer"),
+        "confirm": functools.partial(actions.answer, kind="confirm"),
         "review_show": review,
         "review": functools.partial(actions.answer, kind="review"),
     }
@@ -118,9 +119,10 @@ def api_routes(server: Server, views: Views) -> list[Route]:
 
 class Actions:
     """What a person does from the page or a client (``http.actions``): file an issue, cancel a run, retry an
-    issue, set an issue's status or its priority, answer its agent's question, comment on its branch — each an
-    operation of the registry (``issue.new``, ``issue.set_status``, ``issue.set_priority``, ``issue.answer``,
-    ``review.comment``), which the watch then acts on.
+    issue, set an issue's status or its priority, answer its agent's question, choose among its best-of-N
+    candidates, comment on its branch — each an operation of the registry (``issue.new``, ``issue.set_status``,
+    ``issue.set_priority``, ``issue.answer``, ``candidate.confirm``, ``review.comment``), which the watch then acts
+    on.
     Who may ask is the guard's to decide (:mod:`beflow.web.middleware`), before any of this runs."""
 
     #: The body each action takes (none: an empty one, or none at all).
@@ -129,6 +131,7 @@ class Actions:
         "new": api.NewIssueBody,
         "priority": api.PriorityBody,
         "answer": api.AnswerBody,
+        "confirm": api.ConfirmBody,
         "review": api.ReviewBody,
     }
 
@@ -207,6 +210,9 @@ class Actions:
         elif kind == "answer":
             assert isinstance(body, api.AnswerBody)
             operation, arguments = "issue.answer", {"key": target, "text": body.text}
+        elif kind == "confirm":  # best of N's choice: the watch's next survey proposes it
+            assert isinstance(body, api.ConfirmBody)
+            operation, arguments = "candidate.confirm", {"key": target, **body.model_dump(exclude_none=True)}
         elif kind == "review":  # feedback: the watch's next survey finds it (after feedback.settle)
             assert isinstance(body, api.ReviewBody)
             operation, arguments = "review.comment", {"key": target, **body.model_dump(exclude_none=True)}

@@ -13,7 +13,7 @@ from beflow.ops.issues import person_choices
 from beflow.ops.reviews import ReviewView
 from beflow.trackers.base import MetersRequests
 from beflow.trackers.issue import Status
-from beflow.web import api, lists
+from beflow.web import api, candidates, lists
 from beflow.web.live import WatchData
 
 if TYPE_CHECKING:
@@ -170,12 +170,18 @@ class Views:
     def issue(self, key: str) -> api.IssueDetail:
         """An issue and its last 20 runs, newest first."""
         issue = self.server.call("issue.show", {"key": key})
-        runs = [api.RecentRun.of(r) for r in self.server.call("run.list", {"issue": issue.key, "limit": 20}).runs]
+        records = self.server.call("run.list", {"issue": issue.key, "limit": 20}).runs
+        runs = [api.RecentRun.of(r) for r in records]
         choices = [s.value for s in person_choices(issue.status)]
+        # (best of N's candidates and reviewer start after their judged run: the issue's word is the judged run's)
+        latest = next((r for r in records if not (r.set_of or r.candidate or r.reviewing)), None)
         question = None
-        if issue.status == Status.BLOCKED and runs and runs[0].outcome == "asked":  # (its latest run asked)
-            question = self.server.call("run.show", {"id": runs[0].id}).question
-        return api.IssueDetail(issue=issue, runs=runs, choices=choices, question=question)
+        if issue.status == Status.BLOCKED and latest is not None and latest.outcome == "asked":  # (it asked)
+            question = latest.question
+        checks = len(self.server.watched()[0].config.attempts.judge.checks)
+        return api.IssueDetail(
+            issue=issue, runs=runs, choices=choices, question=question, best_of=candidates.best_of(records, checks)
+        )
 
     def review(self, key: str) -> tuple[ReviewView | None, str | None]:
         """The issue's branch and the page's comments on it (``review.show``), or why they cannot be read: the

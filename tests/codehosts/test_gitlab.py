@@ -320,3 +320,7 @@ def test_with_the_gitlab_tracker_the_code_host_is_its_project_and_shares_its_cli
     project = load_project(auto_project.config_path)
     apart = open_code_host(project, open_tracker(project))
     assert isinstance(apart, GitLabCodeHost) and apart.api is not tracker.api  # another token: a client of its own
+
+
+def test_a_branch_is_linked_on_the_instance(host: GitLabCodeHost, gitlab: FakeGitLab) -> None:
+    assert host.branch_url("beflow-attempts/7 x/c2") == f"{gitlab.url}/{PROJECT}/-/tree/beflow-attempts/7%20x/c2"

@@ -13,7 +13,7 @@ from beflow.config import load_project
 from beflow.errors import NotBoundError, OutOfScopeError, UsageError
 from beflow.ops import questions
 from beflow.ops.operations import Context
-from beflow.records.record import Question, RunRecord
+from beflow.records.record import CandidateRow, Question, RunRecord
 from beflow.records.store import RunStore
 from beflow.trackers import Status
 from beflow.trackers.issue import Comment
@@ -136,3 +136,30 @@ def test_a_persons_answer_is_a_comment_the_watch_takes_for_the_answer(project_di
     assert found is not None and (found.text, found.author) == ("blue", "Ada")
     with pytest.raises(UsageError):  # never an agent's: not even through the registry's binding
         questions.answer_question.call(_agent([]), {"key": "1", "text": "blue"})
+
+
+def _row(candidate: int, **fields: object) -> CandidateRow:
+    values: dict[str, object] = {"run_id": f"r{candidate}", "agent": "codex", "outcome": "succeeded"}
+    values |= {"commit": "a" * 40, "lines_changed": 3, "checks_passed": 1, "checks_total": 1, **fields}
+    return CandidateRow.model_validate({"candidate": candidate, **values})
+
+
+def test_a_persons_answer_chooses_a_candidate_that_passed_or_says_anyway_for_one_that_did_not() -> None:
+    rows = [_row(1), _row(2, checks_passed=0), _row(3, commit=None, lines_changed=None, outcome="failed")]
+
+    assert questions.decision("yes, go", rows, 1) == questions.Decision(1)
+    assert questions.decision("\n  C1 \nlooks right", rows, 2) == questions.Decision(1)
+    assert questions.decision("candidate 2 anyway", rows, 1) == questions.Decision(2, anyway=True)
+    assert "did not pass: answer `c2 anyway`" in (questions.decision("c2", rows, 1).why or "")
+    assert "committed nothing" in (questions.decision("c3 anyway", rows, 1).why or "")
+    assert "no candidate 7 (there are c1, c2, c3)" in (questions.decision("7", rows, 1).why or "")
+    assert "names no candidate" in (questions.decision("@someone whichever", rows, 1).why or "")
+    assert "chose no candidate" in (questions.decision("ok", rows, None).why or "")
+
+
+def test_an_agent_bound_to_its_issue_may_not_choose_its_candidate(repo: Path) -> None:
+    project = load_project()
+    context = Context(project, bound_issue="1", bound_run="r", opens_tracker=open_tracker)
+    with pytest.raises(UsageError, match=r"candidate\.confirm is a person's"):
+        questions.confirm_candidate.call(context, {"key": "1", "candidate": 1})
+    assert not questions.confirm_candidate.agent

@@ -76,3 +76,17 @@ def test_the_table_marks_the_chosen_one_and_names_each_branch() -> None:
     lines = text.splitlines()
     assert lines[2] == "| 1 (chosen) | `codex` | succeeded | 1/1 | 10 | 0.25 USD | 2.0 s | `beflow-attempts/7/c1` |"
     assert lines[3] == "| 2 | `codex` | succeeded | not run | none | not reported |  | `beflow-attempts/7/c2` |"
+
+
+def test_a_branch_is_linked_once_pushed_said_removed_once_deleted_and_named_otherwise() -> None:
+    rows = [
+        row(1, branch="b/c1", url="https://h/tree/b/c1"),
+        row(2, branch="b/c2", removed=True, url="https://h/tree/b/c2"),
+        row(3, branch="b/c3"),
+    ]
+
+    text = table(rows)
+
+    assert "| [`b/c1`](https://h/tree/b/c1) |" in text
+    assert "| `b/c2` (removed) |" in text and "https://h/tree/b/c2" not in text
+    assert "| `b/c3` |" in text

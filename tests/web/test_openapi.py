@@ -93,7 +93,7 @@ def test_an_action_that_does_not_exist_is_told_which_do(served: Serving) -> None
         unknown = http.post("/api/v1/issues/1/close", headers=auth)
         assert unknown.status_code == 404
         said = unknown.json()["error"]["message"]
-        assert said == "no action 'close' here; there are: retry, status, priority, answer, review"
+        assert said == "no action 'close' here; there are: retry, status, priority, answer, confirm, review"
         assert "there are: cancel" in http.post("/api/v1/runs/r1/close", headers=auth).json()["error"]["message"]
         assert http.post("/api/v1/issues/1/retry", headers=auth).json()["operation"] == "issue.set_status"
         # A route of the document answers its own method only.

@@ -121,7 +121,8 @@
     return b;
   }
   // A form of the page (class "act", its data-path the action's): its fields as the action's JSON body — a
-  // number field as a number, "labels" split at commas, an empty optional field left out.
+  // number field as a number, a checkbox as true or false, "labels" split at commas, an empty optional field left
+  // out.
   function formBody(form) {
     var body = {};
     Array.prototype.forEach.call(form.elements, function (field) {
@@ -129,6 +130,7 @@
       var value = field.value;
       if (field.name === "labels") body.labels = value.split(",").map(function (l) { return l.trim(); }).filter(Boolean);
       else if (field.type === "number") { if (value !== "") body[field.name] = Number(value); }
+      else if (field.type === "checkbox") body[field.name] = field.checked;
       else if (value !== "" || field.required) body[field.name] = value;
     });
     return body;
