@@ -299,6 +299,10 @@ class JiraTracker:
         self.workflow.check_start(raw)
         return self.claims.claim(raw.key, owner)
 
+    def check_setup(self) -> None:
+        """Before any run: every configured transition in the project's workflows (:meth:`Workflow.check_setup`)."""
+        self.workflow.check_setup()
+
     def holder(self, key: str) -> ClaimInfo | None:
         return self.claims.holder(jira_key(key))
 

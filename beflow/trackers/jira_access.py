@@ -11,7 +11,7 @@ from beflow.trackers import jira_wire as wire
 from beflow.trackers.base import Finding
 from beflow.trackers.issue import Listing, Status
 from beflow.trackers.jira_api import Api
-from beflow.trackers.jira_workflow import Workflow
+from beflow.trackers.jira_workflow import READ_WORKFLOW, Workflow
 
 #: What beflow does in the project, as Jira's permission keys.
 NEEDED = (
@@ -49,23 +49,59 @@ def access_checks(
 
 
 def _transitions(settings: JiraTrackerSettings, listing: Callable[[], Listing], workflow: Workflow) -> Finding:
-    """The transitions, as the workflow of a ready issue of beflow's offers them (none: nothing to ask yet)."""
-    moves = settings.transitions
+    """The configured transitions against the project's workflows; when the account cannot read them, which could
+    not be verified, checked against what it can see: the project's statuses, and a ready issue's transitions."""
     try:
-        sample = next((i for i in listing().issues if i.status in (Status.READY, Status.OPEN)), None)
-        if sample is None:
-            return Finding("jira transitions", True, "no ready issue to ask the workflow with yet", warning=True)
-        offered = workflow.transitions(sample.key)
+        found = workflow.verify()
     except BeflowError as error:
         return Finding("jira transitions", False, error.message, error.fix)
-    names = {n.lower() for t in offered for n in (t.name, t.to.name)}
-    missing = [f"in_progress ({moves.in_progress})"] if moves.in_progress.lower() not in names else []
-    shown = ", ".join(t.name for t in offered) or "none"
-    if missing:
+    if found.missing:
         return Finding(
             "jira transitions",
             False,
-            f"{sample.key}'s workflow offers {shown}; missing: {', '.join(missing)}",
+            "; ".join(found.missing),
+            "Set tracker.transitions to the workflow's transition (or status) names, or add them to the workflow.",
+        )
+    if found.unread is None:
+        flows = ", ".join(f"{name} ({', '.join(kinds)})" for name, kinds in found.read.items())
+        names = ", ".join(f"{s} ({n})" for s, n in workflow.configured())
+        return Finding("jira transitions", True, f"{names} in every workflow of {settings.project}: {flows}")
+    return _as_seen(settings, listing, workflow, found.unread, found.unverified, found.statuses_seen)
+
+
+def _as_seen(
+    settings: JiraTrackerSettings,
+    listing: Callable[[], Listing],
+    workflow: Workflow,
+    why: str,
+    unverified: list[str],
+    statuses: list[str],
+) -> Finding:
+    """What an account that cannot read the workflows can check: a ready issue's transitions now."""
+    grant = (
+        f"Grant the account {READ_WORKFLOW} in {settings.project}'s permission scheme so that beflow can check the "
+        "workflow before any run (until then each claim asks the issue's own transitions before writing anything)."
+    )
+    try:
+        sample = next((i for i in listing().issues if i.status in (Status.READY, Status.OPEN)), None)
+        offered = workflow.transitions(sample.key) if sample is not None else []
+    except BeflowError as error:
+        return Finding("jira transitions", False, error.message, error.fix)
+    start = settings.transitions.in_progress
+    names = {n.lower() for t in offered for n in (t.name, t.to.name)}
+    if sample is not None and start.lower() not in names:
+        shown = ", ".join(t.name for t in offered) or "none"
+        return Finding(
+            "jira transitions",
+            False,
+            f"{sample.key}'s workflow offers {shown}; missing: in_progress ({start})",
             "Set tracker.transitions to the workflow's transition names, or add them in Jira.",
         )
-    return Finding("jira transitions", True, f"{sample.key}'s workflow offers {shown}")
+    said = [f"cannot read {settings.project}'s workflows ({why})"]
+    if unverified:
+        said.append(f"not verified: {', '.join(unverified)}")
+    if statuses:
+        said.append(f"statuses of the project (the transitions into them not verified): {', '.join(statuses)}")
+    if sample is not None:
+        said.append(f"{sample.key} offers in_progress ({start})")
+    return Finding("jira transitions", True, "; ".join(said), grant, warning=True)

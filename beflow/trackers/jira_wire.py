@@ -29,6 +29,7 @@ class MalformedAnswer(BeflowError):
 
 _answers = Answers("Jira", MalformedAnswer)
 parse = _answers.parse
+parse_list = _answers.parse_list
 
 
 class User(Wire):
@@ -125,6 +126,57 @@ class Project(Wire):
     id: str
     key: str
     name: str = ""
+
+
+class IssueTypeStatuses(Wire):
+    """An issue type of a project and the statuses its workflow has (``GET /project/{key}/statuses``)."""
+
+    id: str
+    name: str
+    subtask: bool = False
+    statuses: list[StatusDetails] = Field(default_factory=list)
+
+
+class IssueType(Wire):
+    id: str
+    name: str
+    subtask: bool = False
+
+
+class CreateMetaPage(Wire):
+    """A page of the issue types one may create in a project (``GET /issue/createmeta/{key}/issuetypes``)."""
+
+    issueTypes: list[IssueType] = Field(default_factory=list)
+    startAt: int = 0
+    total: int = 0
+
+
+class WorkflowStatus(Wire):
+    """A status of a workflow read (``POST /workflows``): ``statusReference`` is what its transitions name."""
+
+    statusReference: str
+    name: str = ""
+
+
+class WorkflowTransition(Wire):
+    id: str = ""
+    name: str
+    toStatusReference: str = ""
+    #: ``INITIAL`` (creates the issue), ``GLOBAL`` (from any status) or ``DIRECTED``.
+    type: str = ""
+
+
+class WorkflowDefinition(Wire):
+    id: str = ""
+    name: str = ""
+    transitions: list[WorkflowTransition] = Field(default_factory=list)
+
+
+class WorkflowRead(Wire):
+    """What ``POST /workflows`` answers for a project's issue type: its workflow(s) and their statuses."""
+
+    statuses: list[WorkflowStatus] = Field(default_factory=list)
+    workflows: list[WorkflowDefinition] = Field(default_factory=list)
 
 
 class ErrorBody(Wire):

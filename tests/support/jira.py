@@ -52,6 +52,8 @@ STATUSES = {
     "In Review": ("10001", "indeterminate"),
     "Done": ("10002", "done"),
 }
+#: The project's issue types: name -> (id, whether it is a sub-task); all share the one workflow.
+ISSUE_TYPES = {"Task": ("10001", False), "Bug": ("10004", False), "Sub-task": ("10003", True)}
 _CATEGORIES = {"new": (2, "To Do"), "indeterminate": (4, "In Progress"), "done": (3, "Done")}
 #: What the document of a comment or a description may hold; beflow writes none of ACTING.
 ACTING = {"mention", "inlineCard", "blockCard", "embedCard", "emoji", "status", "date", "media", "mediaSingle"}
@@ -156,6 +158,10 @@ class FakeJira:
                 "EDIT_OWN_COMMENTS", "DELETE_OWN_COMMENTS",
             )
         }  # fmt: skip
+        #: Whether the account may read the project's workflows (View (read-only) workflow): else a 403.
+        self.workflow_readable = True
+        #: The issue types the account may create (createmeta); a test takes one away.
+        self.creatable = {name for name, (_, subtask) in ISSUE_TYPES.items() if not subtask}
         self.frozen: dict[str, dict[str, Any]] | None = None
         self.faults: list[Fault] = []
         self.seen: list[Seen] = []
@@ -338,6 +344,51 @@ class FakeJira:
         found = [self.users[account]] if account in self.editors and account in self.users else []
         return Answer(200, found)
 
+    # the workflow and the issue types -------------------------------------------------------------------------------
+
+    def _type(self, name: str) -> dict[str, Any]:
+        tid, subtask = ISSUE_TYPES[name]
+        return {"id": tid, "name": name, "subtask": subtask, "self": f"http://jira/rest/api/3/issuetype/{tid}"}
+
+    def _getAllStatuses(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        if params["projectIdOrKey"] not in (PROJECT, PROJECT_ID):
+            return _error(404, "No project could be found with key.")
+        statuses = [self._status(name) for name in STATUSES]
+        return Answer(200, [{**self._type(name), "statuses": statuses} for name in ISSUE_TYPES])
+
+    def _readWorkflows(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        if not self.workflow_readable:
+            return _error(403, "You don't have permission to view these workflows.")
+        pairs = body.get("projectAndIssueTypes") or []
+        if any(p.get("projectId") != PROJECT_ID for p in pairs):
+            return _error(400, "The project does not exist.")
+        statuses = [
+            {"id": sid, "name": name, "statusReference": sid, "description": "", "scope": {"type": "GLOBAL"},
+             "statusCategory": {"new": "TODO", "indeterminate": "IN_PROGRESS", "done": "DONE"}[category]}
+            for name, (sid, category) in STATUSES.items()
+        ]  # fmt: skip
+        transitions = [{"id": "1", "name": "Create", "type": "INITIAL", "toStatusReference": STATUSES["To Do"][0],
+                        "links": [], "actions": [], "validators": [], "triggers": [], "properties": {}}]  # fmt: skip
+        transitions += [
+            {"id": str(11 + 10 * n), "name": name, "type": "GLOBAL", "toStatusReference": STATUSES[to][0],
+             "links": [], "actions": [], "validators": [], "triggers": [], "properties": {}, "description": ""}
+            for n, (name, to) in enumerate(self.transitions.items())
+        ]  # fmt: skip
+        workflow = {"id": "b9ff2384-d3b6-4d4e-9509-3ee19f607168", "name": "Widgets workflow", "description": "",
+                    "isEditable": True, "scope": {"type": "GLOBAL"}, "transitions": transitions,
+                    "statuses": [{"statusReference": s["statusReference"], "deprecated": False, "properties": {}}
+                                 for s in statuses],
+                    "version": {"id": "f010ac1b-3dd3-43a3-aa66-0ee8a447f76e", "versionNumber": 0}}  # fmt: skip
+        return Answer(200, {"statuses": statuses, "workflows": [workflow] if pairs else []})
+
+    def _getCreateIssueMetaIssueTypes(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        if params["projectIdOrKey"] not in (PROJECT, PROJECT_ID):
+            return _error(404, "No project could be found with key.")
+        types = [self._type(name) for name in ISSUE_TYPES if name in self.creatable]
+        start, size = int(query.get("startAt", "0")), int(query.get("maxResults", "50"))
+        page = types[start : start + size]
+        return Answer(200, {"issueTypes": page, "startAt": start, "maxResults": size, "total": len(types)})
+
     # issues ----------------------------------------------------------------------------------------------------------
 
     def _searchAndReconsileIssuesUsingJql(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
@@ -362,6 +413,8 @@ class FakeJira:
         fields = body["fields"]
         if fields.get("project", {}).get("key") != PROJECT:
             return Answer(400, {"errorMessages": [], "errors": {"project": "valid project is required"}})
+        if (fields.get("issuetype") or {}).get("name") not in self.creatable:
+            return Answer(400, {"errorMessages": [], "errors": {"issuetype": "Specify a valid issue type"}})
         key = self.add_issue(fields["summary"], labels=fields.get("labels", []), description=fields.get("description"),
                              priority=(fields.get("priority") or {}).get("id"))  # fmt: skip
         made = self.issues[key]
