@@ -264,6 +264,9 @@ class JiraTrackerSettings(_ServiceTracker, Model):
     #: More JQL the issues must match (``component = Backend``), and-ed with the project and the labels.
     jql: str | None = Field(default=None, min_length=1, max_length=1000)
     transitions: JiraTransitions = Field(default_factory=JiraTransitions)
+    #: The issue type of the issues beflow files (``beflow issues new``): one the account may create in the project
+    #: (``beflow doctor`` checks it).
+    issue_type: str = Field(default="Task", min_length=1, max_length=60, pattern=r"^[^\x00-\x1f\x7f]+$")
     #: Labels for the statuses Jira's workflow has no category for: ``beflow:failed``, ``beflow:review``, ...
     status_prefix: str = Field(default="beflow:", min_length=1, max_length=30, pattern=r"^\S+$")
     #: The environment variable holding the account's email, sent with the token (Jira Cloud's basic auth).

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -47,6 +48,7 @@ from beflow.trackers.jira_api import Api, JiraError, credentials
 from beflow.trackers.jira_claims import JiraLeases, is_claim
 from beflow.trackers.jira_comments import IssueComments
 from beflow.trackers.jira_workflow import JiraWorkflowError, Workflow
+from beflow.validation import place_of
 
 __all__ = ["JiraTracker", "JiraWorkflowError", "jira_key", "open_jira"]
 
@@ -69,7 +71,8 @@ def open_jira(project: Project, settings: JiraTrackerSettings, claims: ClaimsOve
     email, token = credentials(settings)
     api = Api(settings.site, email, token, token_name=settings.token_env)
     allow = project.config.feedback.allow if project is not None else []
-    return JiraTracker(settings, api, claims=claims, allow=allow)
+    where = project.config_path if project is not None else None
+    return JiraTracker(settings, api, claims=claims, allow=allow, config_path=where)
 
 
 class JiraTracker:
@@ -83,8 +86,11 @@ class JiraTracker:
         claims: ClaimsOver | None = None,
         allow: list[str] | None = None,
         settle: float | None = None,
+        config_path: Path | None = None,
     ) -> None:
         self.settings = settings
+        #: The configuration file, named by doctor's findings about a setting.
+        self.config_path = config_path
         self.api = api
         host = urlsplit(settings.site).hostname or settings.site
         labels = ", ".join(settings.labels) or "(any)"
@@ -255,7 +261,7 @@ class JiraTracker:
         fields: dict[str, Any] = {
             "project": {"key": self.settings.project},
             "summary": draft.title,
-            "issuetype": {"name": "Task"},
+            "issuetype": {"name": self.settings.issue_type},
             "labels": names,
         }
         if draft.body:
@@ -313,7 +319,8 @@ class JiraTracker:
 
     def access_checks(self) -> list[Finding]:
         """Whose token it is, the project, the account's permissions in it, and the transitions beflow takes."""
-        return access_checks(self.api, self.settings, self.listing, self.workflow)
+        where = place_of(self.config_path, "tracker", "issue_type")
+        return access_checks(self.api, self.settings, self.listing, self.workflow, where)
 
     def rate_budget(self) -> RateBudget:
         stats = self.api.stats

@@ -13,6 +13,8 @@ from beflow.trackers.issue import Listing, Status
 from beflow.trackers.jira_api import Api
 from beflow.trackers.jira_workflow import READ_WORKFLOW, Workflow
 
+#: Pages of issue types read at most (50 a page).
+MAX_TYPE_PAGES = 10
 #: What beflow does in the project, as Jira's permission keys.
 NEEDED = (
     "BROWSE_PROJECTS",
@@ -26,8 +28,9 @@ NEEDED = (
 
 
 def access_checks(
-    api: Api, settings: JiraTrackerSettings, listing: Callable[[], Listing], workflow: Workflow
+    api: Api, settings: JiraTrackerSettings, listing: Callable[[], Listing], workflow: Workflow, where: str = ""
 ) -> list[Finding]:
+    """``where``: the place of ``tracker.issue_type`` in the configuration file (``<file>:<line>: ``)."""
     try:
         me = wire.parse(wire.User, api.get("/myself"), "GET /myself")
         project = wire.parse(wire.Project, api.get(f"/project/{settings.project}"), "GET /project")
@@ -45,7 +48,35 @@ def access_checks(
         findings.append(Finding("jira permissions", False, f"missing in {settings.project}: {', '.join(missing)}", fix))
     else:
         findings.append(Finding("jira permissions", True, f"all beflow needs in {settings.project}"))
-    return [*findings, _transitions(settings, listing, workflow)]
+    return [*findings, _issue_type(api, settings, where), _transitions(settings, listing, workflow)]
+
+
+def _issue_type(api: Api, settings: JiraTrackerSettings, where: str) -> Finding:
+    """``tracker.issue_type`` against the issue types the account may create in the project (createmeta)."""
+    path = f"/issue/createmeta/{settings.project}/issuetypes"
+    found: list[wire.IssueType] = []
+    try:
+        for _ in range(MAX_TYPE_PAGES):
+            page = wire.parse(wire.CreateMetaPage, api.get(path, {"startAt": len(found), "maxResults": 50}), path)
+            found += page.issueTypes
+            if not page.issueTypes or len(found) >= page.total:
+                break
+    except BeflowError as error:
+        return Finding("jira issue type", False, error.message, error.fix)
+    names = [t.name for t in found if not t.subtask]
+    if settings.issue_type in names:
+        return Finding("jira issue type", True, f"beflow files {settings.issue_type} issues in {settings.project}")
+    close = [n for n in names if n.lower() == settings.issue_type.lower()]
+    offered = ", ".join(names) or "none"
+    return Finding(
+        "jira issue type",
+        False,
+        f"{where}tracker.issue_type: {settings.issue_type!r} is not an issue type the account may create in "
+        f"{settings.project} (it may create: {offered})",
+        f'Set tracker.issue_type to "{close[0]}" (Jira spells it so).'
+        if close
+        else "Set tracker.issue_type to one of them (its default is Task).",
+    )
 
 
 def _transitions(settings: JiraTrackerSettings, listing: Callable[[], Listing], workflow: Workflow) -> Finding:
