@@ -289,6 +289,13 @@ class JiraTrackerSettings(_ServiceTracker, Model):
         assert checked is not None
         return checked.removesuffix("/rest/api/3")
 
+    @field_validator("jql")
+    @classmethod
+    def _jql(cls, value: str | None) -> str | None:
+        if value is not None and re.search(r"(?i)\border\s+by\s*$", value):
+            raise ValueError("its ORDER BY names no field (say `ORDER BY Rank ASC`, or leave it out for beflow's)")
+        return value
+
 
 def _project_path(value: str | None) -> str | None:
     if value is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+", value):

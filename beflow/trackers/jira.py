@@ -53,6 +53,9 @@ from beflow.validation import place_of
 __all__ = ["JiraTracker", "JiraWorkflowError", "jira_key", "open_jira"]
 
 _KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,19}-[0-9]{1,12}$")
+#: beflow's order of a search: priority, then Jira's Rank (the board's order), then age.
+ORDER = "ORDER BY priority DESC, Rank ASC, created ASC"
+_ORDER_BY = re.compile(r"order\s+by\b\s*", re.IGNORECASE)
 #: The fields beflow reads of an issue.
 FIELDS = "summary,status,labels,priority,created,updated,description"
 #: Issues a search page asks for.
@@ -115,14 +118,19 @@ class JiraTracker:
     # -- reading -----------------------------------------------------------------------------------------------------
 
     def jql(self, *, finished: bool) -> str:
-        """The JQL of beflow's issues (``finished``: those in a Done status too)."""
+        """The JQL of beflow's issues (``finished``: those in a Done status too), in beflow's order — or in the
+        order of ``tracker.jql``'s own ``ORDER BY`` when it has one (priority still comes first: Issue.order)."""
         parts = [f"project = {_jql_string(self.settings.project)}"]
         parts += [f"labels = {_jql_string(label)}" for label in self.settings.labels]
+        order = ORDER
         if self.settings.jql:
-            parts.append(f"({self.settings.jql})")
+            where, own = split_order(self.settings.jql)
+            if where:
+                parts.append(f"({where})")
+            order = own or order
         if not finished:
             parts.append("statusCategory != Done")
-        return " AND ".join(parts) + " ORDER BY priority DESC, created ASC"
+        return " AND ".join(parts) + " " + order
 
     @contextlib.contextmanager
     def reading_once(self) -> Iterator[None]:
@@ -172,7 +180,7 @@ class JiraTracker:
         wanted = {label.lower() for label in self.settings.labels}
         return raw.key.startswith(self.settings.project + "-") and wanted <= {x.lower() for x in raw.fields.labels}
 
-    def issue(self, raw: wire.Issue, comments: list[Comment] | None = None) -> Issue:
+    def issue(self, raw: wire.Issue, comments: list[Comment] | None = None, rank: str | None = None) -> Issue:
         prefix = self.settings.status_prefix
         priority = raw.fields.priority
         return Issue(
@@ -187,13 +195,15 @@ class JiraTracker:
             body=adf.markdown(raw.fields.description),
             comments=comments or [],
             url=f"{self.settings.site}/browse/{raw.key}",
+            rank=rank,
         )
 
     def _readable(self, raws: list[wire.Issue]) -> list[Issue]:
+        """``raws`` as issues, each ranked by its place in the search (Jira's Rank, or the ``jql``'s own order)."""
         out = []
-        for raw in raws:
+        for place, raw in enumerate(raws):
             try:
-                out.append(self.issue(raw))
+                out.append(self.issue(raw, rank=f"{place:06d}"))
             except ValueError as error:
                 self.unreadable[raw.key] = str(error).splitlines()[0]
         return out
@@ -339,6 +349,25 @@ class JiraTracker:
     def held_secrets(self) -> list[str]:
         """The API token, and the basic auth header's value that holds it."""
         return [s for s in (self.api.token, self.api.basic) if s]
+
+
+def split_order(jql: str) -> tuple[str, str | None]:
+    """``jql`` as its condition and its own ``ORDER BY`` clause (None without one); an ``ORDER BY`` in a quoted string
+    is text, not a clause."""
+    quote: str | None = None
+    escaped = False
+    for at, char in enumerate(jql):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif quote is not None:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif (at == 0 or not jql[at - 1].isalnum()) and (found := _ORDER_BY.match(jql, at)):
+            return jql[:at].strip(), "ORDER BY " + jql[found.end() :].strip()
+    return jql.strip(), None
 
 
 def _jql_string(value: str) -> str:

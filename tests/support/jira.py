@@ -41,6 +41,8 @@ PROJECT_ID = "10000"
 EMAIL = "bot@example.com"
 TOKEN = "ATATT-fake-jira-token-beflow"
 BOT = "5b10ac8d82e05b22cc7d4ef5"
+#: The Rank field (Jira Software's LexoRank custom field: the board's order).
+RANK = "customfield_10019"
 #: Jira refuses a comment longer than this (its document, as JSON).
 MAX_COMMENT = 32_767
 DESCRIPTION = Path(__file__).parent / "jira" / "swagger-v3.v3.json.gz"
@@ -214,6 +216,7 @@ class FakeJira:
                 "updated": stamp,
                 "description": description,
             }
+            fields[RANK] = f"0|i{len(self.issues) + 1:05d}:"  # (a new issue goes to the bottom of the board)
             self.issues[key] = {"id": str(next(self.ids)), "key": key, "fields": fields}
             self.comments[key] = []
             return key
@@ -233,6 +236,11 @@ class FakeJira:
         with self.lock:
             self.issues[key]["fields"]["status"] = self._status(status)
             self._touch(key)
+
+    def rank_before(self, key: str, other: str) -> None:
+        """A person drags ``key`` above ``other`` on the board (Jira's Rank, a LexoRank string)."""
+        with self.lock:
+            self.issues[key]["fields"][RANK] = self.issues[other]["fields"][RANK][:-1] + "0:"  # (sorts just before)
 
     def status(self, key: str) -> str:
         return str(self.issues[key]["fields"]["status"]["name"])
@@ -394,7 +402,7 @@ class FakeJira:
     def _searchAndReconsileIssuesUsingJql(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         jql = query.get("jql", "")
         source = self.frozen if self.frozen is not None else self.issues
-        chosen = [copy.deepcopy(i) for i in source.values() if _matches(jql, i)]
+        chosen = _ordered(jql, [copy.deepcopy(i) for i in source.values() if _matches(jql, i)])
         size = int(query.get("maxResults", "50"))
         start = int(query["nextPageToken"].removeprefix("page-")) if "nextPageToken" in query else 0
         page = chosen[start : start + size]
@@ -548,6 +556,33 @@ def _matches(jql: str, issue: dict[str, Any]) -> bool:
         if name == "labels" and value not in fields["labels"]:
             return False
     return not ("statusCategory != Done" in jql and fields["status"]["statusCategory"]["key"] == "done")
+
+
+_TERM = re.compile(r"^\s*(priority|Rank|created|key)\s+(ASC|DESC)\s*$", re.IGNORECASE)
+
+
+def _ordered(jql: str, issues: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issues in the order of the JQL's ``ORDER BY`` (priority, Rank, created, key; ascending or descending), else
+    by key as Jira's default; a term the fake does not know is a violation of what beflow should send."""
+    _, _, order = jql.rpartition("ORDER BY ")
+    terms = [_TERM.match(term) for term in order.split(",")] if order else []
+    if any(t is None for t in terms):
+        raise ValueError(f"the fake does not order by {order!r}")
+    for term in reversed([t for t in terms if t is not None]):
+        field, way = term.group(1).lower(), term.group(2).upper()
+
+        def value(issue: dict[str, Any], field: str = field) -> Any:
+            fields = issue["fields"]
+            if field == "priority":  # (Highest is id 1: the highest first is DESC)
+                return -int(fields["priority"]["id"])
+            if field == "rank":
+                return fields[RANK]
+            if field == "created":
+                return fields["created"]
+            return int(issue["key"].rpartition("-")[2])
+
+        issues.sort(key=value, reverse=way == "DESC")
+    return issues
 
 
 def _priority(pid: str) -> dict[str, Any]:

@@ -290,3 +290,33 @@ def test_labels_are_quoted_in_jql_and_a_search_that_never_ends_is_cut(
     monkeypatch.setattr(jira, "_searchAndReconsileIssuesUsingJql", lambda *_: Answer(200, endless))
     assert make(jira).listing().issues == []
     assert len(jira.requests("GET", "/rest/api/3/search/jql")) == 2
+
+
+def test_issues_of_one_priority_come_in_the_boards_rank_then_by_age(jira: FakeJira) -> None:
+    old = jira.add_issue("Old", created="2024-01-01T00:00:00.000+0000")
+    new = jira.add_issue("New", created="2024-01-02T00:00:00.000+0000")
+    high = jira.add_issue("High", priority="2", created="2024-01-03T00:00:00.000+0000")
+    tracker = make(jira)
+    assert tracker.jql(finished=False).endswith("ORDER BY priority DESC, Rank ASC, created ASC")
+    assert [i.key for i in tracker.ready()] == [high, old, new]
+    jira.rank_before(new, old)  # a person drags the newer one up the board
+    assert [i.key for i in tracker.ready()] == [high, new, old]
+
+
+def test_a_users_jql_keeps_its_own_order_by_and_beflow_keeps_priority_first(jira: FakeJira) -> None:
+    old = jira.add_issue("Old", created="2024-01-01T00:00:00.000+0000")
+    new = jira.add_issue("New", created="2024-01-02T00:00:00.000+0000")
+    low = jira.add_issue("Low", priority="5", created="2024-01-03T00:00:00.000+0000")
+    tracker = make(jira, jql='summary !~ "order by" order  by created DESC')
+    assert tracker.jql(finished=False) == (
+        'project = "WID" AND labels = "beflow" AND (summary !~ "order by") AND statusCategory != Done '
+        "ORDER BY created DESC"
+    )
+    assert [i.key for i in tracker.ready()] == [new, old, low]
+    assert jira_module.split_order("ORDER BY Rank ASC") == ("", "ORDER BY Rank ASC")
+    assert jira_module.split_order("text ~ 'say \\' order by x'") == ("text ~ 'say \\' order by x'", None)
+    assert jira_module.split_order("reorder by = 1") == ("reorder by = 1", None)
+    with pytest.raises(ValueError, match="ORDER BY names no field"):
+        Config.model_validate(
+            {"tracker": {"kind": "jira", "site": "https://a.atlassian.net", "project": "WID", "jql": "x = 1 ORDER BY"}}
+        )
