@@ -252,7 +252,7 @@ class JiraTrackerSettings(_ServiceTracker, Model):
 
     kind: Literal["jira"]
     #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
-    forge: ClassVar[str | None] = None
+    forge: ClassVar[str | None] = "jira"
     #: The Jira Cloud site: ``https://acme.atlassian.net`` (its REST API is ``<site>/rest/api/3``).
     site: str
     #: The project's key (``WID``: the start of its issues' keys).
@@ -568,6 +568,7 @@ class WebhookSecrets(Model):
     github: EnvVar | None = None
     gitlab: EnvVar | None = None
     linear: EnvVar | None = None
+    jira: EnvVar | None = None
 
     def named(self) -> dict[str, str]:
         """Forge → variable, for the forges that name one."""
@@ -575,7 +576,7 @@ class WebhookSecrets(Model):
 
 
 class Webhooks(Model):
-    """``POST /hooks/{github,gitlab,linear}`` on ``beflow watch --http`` and ``beflow serve`` (docs/webhooks.md): a
+    """``POST /hooks/{github,gitlab,linear,jira}`` on ``beflow watch --http`` and ``beflow serve`` (docs/webhooks.md): a
     verified delivery of the configured tracker's or code host's forge wakes the watch at once."""
 
     secret_env: WebhookSecrets = Field(default_factory=WebhookSecrets)
