@@ -246,6 +246,15 @@ class JiraTransitions(Model):
     done: str = Field(default="Done", min_length=1, max_length=100)
 
 
+class JiraVisibility(Model):
+    """Who may see beflow's claim comments (Jira's comment visibility): Jira tells of a comment only those who may
+    see it, so a claim restricted to a role or group the account is in notifies no one else (docs/trackers.md)."""
+
+    type: Literal["role", "group"]
+    #: The project role's name (``Developers``) or the group's (``beflow-bots``).
+    value: str = Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")
+
+
 class JiraTrackerSettings(_ServiceTracker, Model):
     """Jira Cloud issues of one project (docs/trackers.md): which issues are beflow's, the workflow's transitions
     beflow takes, how claims are leased. The token is an Atlassian API token, sent with the account's email."""
@@ -275,6 +284,8 @@ class JiraTrackerSettings(_ServiceTracker, Model):
     token_env: str = Field(default="JIRA_API_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     #: Seconds a claim lasts without renewal: after that another watcher may take the issue over.
     lease: Seconds = 300.0
+    #: Who may see the claim comments (None: everyone who may see the issue, and its watchers are told of each).
+    claim_visibility: JiraVisibility | None = None
     #: Whether the agent's environment gets the token (it does not by default).
     agent_token: Flag = False
 

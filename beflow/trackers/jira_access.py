@@ -10,7 +10,7 @@ from beflow.errors import BeflowError
 from beflow.trackers import jira_wire as wire
 from beflow.trackers.base import Finding
 from beflow.trackers.issue import Listing, Status
-from beflow.trackers.jira_api import Api
+from beflow.trackers.jira_api import Api, JiraError
 from beflow.trackers.jira_workflow import READ_WORKFLOW, Workflow
 
 #: Pages of issue types read at most (50 a page).
@@ -48,7 +48,82 @@ def access_checks(
         findings.append(Finding("jira permissions", False, f"missing in {settings.project}: {', '.join(missing)}", fix))
     else:
         findings.append(Finding("jira permissions", True, f"all beflow needs in {settings.project}"))
-    return [*findings, _issue_type(api, settings, where), _transitions(settings, listing, workflow)]
+    checks = [_issue_type(api, settings, where), _claims(api, settings), _transitions(settings, listing, workflow)]
+    return [*findings, *checks]
+
+
+def _claims(api: Api, settings: JiraTrackerSettings) -> Finding:
+    """Who sees (and is told of) beflow's claim comments: everyone, or a role or group the account must be in (else
+    Jira refuses its claims, or hides them from it)."""
+    seen = settings.claim_visibility
+    if seen is None:
+        return Finding(
+            "jira claims",
+            True,
+            "claim comments are seen by everyone who may see the issue, and each notifies its watchers",
+            "Set tracker.claim_visibility to a project role or group the account is in (docs/trackers.md#jira).",
+            warning=True,
+        )
+    try:
+        me = wire.parse(wire.User, api.get("/myself", {"expand": "groups"}), "GET /myself")
+    except BeflowError as error:
+        return Finding("jira claims", False, error.message, error.fix)
+    mine = {g.name for g in (me.groups.items if me.groups else [])} | {
+        g.groupId for g in (me.groups.items if me.groups else []) if g.groupId
+    }
+    where = f"tracker.claim_visibility: {seen.type} {seen.value!r}"
+    if seen.type == "group":
+        if seen.value in mine:
+            return Finding("jira claims", True, f"claim comments are seen by (and notify) the group {seen.value} only")
+        return Finding(
+            "jira claims",
+            False,
+            f"{where}: the account is not in that group, so Jira would refuse its claims",
+            f"Add the account to the group {seen.value} in Atlassian administration, or name a group it is in.",
+        )
+    return _role(api, settings, seen.value, me.accountId, mine, where)
+
+
+def _role(api: Api, settings: JiraTrackerSettings, role: str, me: str, groups: set[str], where: str) -> Finding:
+    """Whether the account is in project role ``role`` (reading roles needs Administer projects: else unverified)."""
+    try:
+        roles = api.get(f"/project/{settings.project}/role")
+        found = roles.get(role) if isinstance(roles, dict) else None
+        if not isinstance(found, str):
+            named = ", ".join(sorted(roles)) if isinstance(roles, dict) else "none"
+            return Finding(
+                "jira claims",
+                False,
+                f"{where}: no such role in {settings.project} (it has: {named})",
+                "Set tracker.claim_visibility.value to one of them.",
+            )
+        path = f"/project/{settings.project}/role/{found.rstrip('/').rpartition('/')[2]}"
+        read = wire.parse(wire.ProjectRole, api.get(path), f"GET {path}")
+    except JiraError as error:
+        if error.status not in (401, 403):
+            return Finding("jira claims", False, error.message, error.fix)
+        return Finding(
+            "jira claims",
+            True,
+            f"{where}: cannot verify that the account is in the role (reading roles needs Administer projects); "
+            "if it is not, Jira refuses its first claim and no run starts",
+            f"Check that the account is in the role {role} of {settings.project}, or use a group "
+            '(`{"type": "group", ...}`), which beflow can check.',
+            warning=True,
+        )
+    member = any(
+        (a.actorUser is not None and a.actorUser.accountId == me)
+        or (a.actorGroup is not None and ({a.actorGroup.name, a.actorGroup.groupId} & groups))
+        for a in read.actors
+    )
+    if member:
+        return Finding("jira claims", True, f"claim comments are seen by (and notify) the role {role} only")
+    return Finding(
+        "jira claims",
+        False,
+        f"{where}: the account is not in that role of {settings.project}, so Jira would refuse its claims",
+        f"Add the account (or a group it is in) to the role {role} in {settings.project}'s people settings.",
+    )
 
 
 def _issue_type(api: Api, settings: JiraTrackerSettings, where: str) -> Finding:

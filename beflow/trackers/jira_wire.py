@@ -32,9 +32,31 @@ parse = _answers.parse
 parse_list = _answers.parse_list
 
 
+class GroupName(Wire):
+    name: str = ""
+    groupId: str | None = None
+
+
+class Groups(Wire):
+    items: list[GroupName] = Field(default_factory=list)
+
+
 class User(Wire):
     accountId: str = Field(min_length=1, max_length=128)
     displayName: str = ""
+    #: With ``expand=groups``: the groups the account is in.
+    groups: Groups | None = None
+
+
+class RoleActor(Wire):
+    actorUser: User | None = None
+    actorGroup: GroupName | None = None
+
+
+class ProjectRole(Wire):
+    id: int | None = None
+    name: str = ""
+    actors: list[RoleActor] = Field(default_factory=list)
 
 
 class StatusCategory(Wire):

@@ -160,6 +160,19 @@ class FakeJira:
                 "EDIT_OWN_COMMENTS", "DELETE_OWN_COMMENTS",
             )
         }  # fmt: skip
+        #: Groups by name -> their members; project roles by name -> (id, member accounts, member groups).
+        self.groups: dict[str, set[str]] = {"beflow-bots": {BOT}, "jira-users": {BOT}}
+        self.roles: dict[str, tuple[str, set[str], set[str]]] = {
+            "Administrators": ("10002", set(), set()),
+            "Developers": ("10000", set(), {"beflow-bots"}),
+            "Users": ("10001", set(), {"jira-users"}),
+        }
+        #: Whether the account administers the project (reading its roles needs it).
+        self.project_admin = False
+        #: Watchers of each issue, and who Jira told of each comment: (issue key, comment id, accounts told) — those
+        #: watchers who may see the comment, as Jira's notifications honour a comment's visibility.
+        self.watchers: dict[str, set[str]] = {}
+        self.notified: list[tuple[str, str, set[str]]] = []
         #: Whether the account may read the project's workflows (View (read-only) workflow): else a 403.
         self.workflow_readable = True
         #: The issue types the account may create (createmeta); a test takes one away.
@@ -221,15 +234,30 @@ class FakeJira:
             self.comments[key] = []
             return key
 
-    def add_comment(self, key: str, body: Any, *, author: str = BOT) -> dict[str, Any]:
+    def add_comment(
+        self, key: str, body: Any, *, author: str = BOT, visibility: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         with self.lock:
             number = next(self.comment_ids)
             stamp = _now()
             made = {"id": str(number), "author": self.users[author], "body": body, "created": stamp,
                     "updated": stamp, "self": f"http://jira/rest/api/3/issue/{key}/comment/{number}"}  # fmt: skip
+            if visibility is not None:
+                made["visibility"] = dict(visibility)
             self.comments[key].append(made)
+            told = {w for w in self.watchers.get(key, set()) if w != author and self.sees(w, visibility)}
+            self.notified.append((key, str(number), told))
             self._touch(key)
             return made
+
+    def sees(self, account: str, visibility: dict[str, str] | None) -> bool:
+        """Whether ``account`` may see a comment of that visibility (None: everyone who sees the issue)."""
+        if visibility is None:
+            return True
+        if visibility.get("type") == "group":
+            return account in self.groups.get(visibility.get("value", ""), set())
+        role = self.roles.get(visibility.get("value", ""))
+        return role is not None and (account in role[1] or any(account in self.groups.get(g, set()) for g in role[2]))
 
     def move(self, key: str, status: str) -> None:
         """A person moves the issue (no transition checks)."""
@@ -331,7 +359,33 @@ class FakeJira:
     # users, the project, permissions ---------------------------------------------------------------------------------
 
     def _getCurrentUser(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
-        return Answer(200, self.users[params["account"]])
+        user = dict(self.users[params["account"]])
+        if "groups" in query.get("expand", "").split(","):
+            mine = [{"name": g, "groupId": f"g-{g}", "self": f"http://jira/rest/api/3/group?groupId=g-{g}"}
+                    for g, members in sorted(self.groups.items()) if params["account"] in members]  # fmt: skip
+            user["groups"] = {"size": len(mine), "items": mine}
+        return Answer(200, user)
+
+    def _getProjectRoles(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        if not self.project_admin:
+            return _error(403, "You cannot view the roles of this project.")
+        return Answer(200, {name: f"http://jira/rest/api/3/project/{PROJECT}/role/{rid}"
+                            for name, (rid, _, _) in self.roles.items()})  # fmt: skip
+
+    def _getProjectRole(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        if not self.project_admin:
+            return _error(403, "You cannot view the roles of this project.")
+        found = next(((n, r) for n, r in self.roles.items() if r[0] == params["id"]), None)
+        if found is None:
+            return _error(404, "No project role with that id.")
+        name, (rid, users, groups) = found
+        actors = [{"id": n, "displayName": self.users[a]["displayName"], "type": "atlassian-user-role-actor",
+                   "actorUser": {"accountId": a}} for n, a in enumerate(sorted(users))]  # fmt: skip
+        actors += [{"id": 100 + n, "displayName": g, "name": g, "type": "atlassian-group-role-actor",
+                    "actorGroup": {"name": g, "displayName": g, "groupId": f"g-{g}"}}
+                   for n, g in enumerate(sorted(groups))]  # fmt: skip
+        return Answer(200, {"id": int(rid), "name": name, "self": f"http://jira/rest/api/3/project/{PROJECT}/role/{rid}",
+                            "actors": actors})  # fmt: skip
 
     def _getProject(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         if params["projectIdOrKey"] not in (PROJECT, PROJECT_ID):
@@ -476,7 +530,7 @@ class FakeJira:
         found = self._issue(params)
         if found is None:
             return _error(404, "Issue does not exist or you do not have permission to see it.")
-        comments = self.comments[found["key"]]
+        comments = [c for c in self.comments[found["key"]] if self.sees(params["account"], c.get("visibility"))]
         start, size = int(query.get("startAt", "0")), int(query.get("maxResults", "100"))
         page = copy.deepcopy(comments[start : start + size])
         return Answer(200, {"comments": page, "startAt": start, "maxResults": size, "total": len(comments)})
@@ -487,7 +541,12 @@ class FakeJira:
             return _error(404, "Issue does not exist or you do not have permission to see it.")
         if len(json.dumps(body["body"])) > MAX_COMMENT:
             return Answer(400, {"errorMessages": [], "errors": {"comment": "The entered text is too long."}})
-        return Answer(201, copy.deepcopy(self.add_comment(found["key"], body["body"], author=params["account"])))
+        visibility = body.get("visibility")
+        if visibility is not None and not self.sees(params["account"], visibility):
+            said = f"You are currently not a member of the {visibility.get('type')}: {visibility.get('value')}."
+            return Answer(400, {"errorMessages": [], "errors": {"commentLevel": said}})
+        made = self.add_comment(found["key"], body["body"], author=params["account"], visibility=visibility)
+        return Answer(201, copy.deepcopy(made))
 
     def _comment(self, params: dict[str, str]) -> dict[str, Any] | None:
         found = self._issue(params)
@@ -504,6 +563,8 @@ class FakeJira:
         if comment["author"]["accountId"] != params["account"]:
             return _error(403, "You do not have the permission to edit this comment.")
         comment["body"], comment["updated"] = body["body"], _now()
+        if body.get("visibility") is not None:
+            comment["visibility"] = dict(body["visibility"])
         return Answer(200, copy.deepcopy(comment))
 
     def _deleteComment(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
