@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -227,6 +228,15 @@ class RateHeaders(Wire):
     reset: int | None = None
     #: ``Retry-After``: seconds to wait (sent with a 429, and with some 503s).
     retry_after: int | None = None
+    #: ``RateLimit-Reason``: which of Jira's limits it is (``jira-burst-based``, ``jira-per-issue-on-write``,
+    #: ``jira-quota-tenant-based``, ...); None when absent or not such a word.
+    reason: str | None = None
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _word(cls, value: Any) -> str | None:
+        text = value.strip() if isinstance(value, str) else ""
+        return text if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,59}", text) else None
 
     @field_validator("remaining", "retry_after", mode="before")
     @classmethod
@@ -253,6 +263,7 @@ class RateHeaders(Wire):
                 "remaining": lower.get("x-ratelimit-remaining"),
                 "reset": lower.get("x-ratelimit-reset"),
                 "retry_after": lower.get("retry-after"),
+                "reason": lower.get("ratelimit-reason"),
             }
         )
 

@@ -178,6 +178,8 @@ class FakeJira:
         #: The issue types the account may create (createmeta); a test takes one away.
         self.creatable = {name for name, (_, subtask) in ISSUE_TYPES.items() if not subtask}
         self.frozen: dict[str, dict[str, Any]] | None = None
+        #: Keys of issues moved to another project -> their keys now (Jira still answers to the old key).
+        self.moved: dict[str, str] = {}
         self.faults: list[Fault] = []
         self.seen: list[Seen] = []
         self.violations: list[str] = []
@@ -264,6 +266,19 @@ class FakeJira:
         with self.lock:
             self.issues[key]["fields"]["status"] = self._status(status)
             self._touch(key)
+
+    def move_to_project(self, key: str, project: str) -> str:
+        """A person moves the issue to another project: a new key, the same id; the old key still finds it."""
+        with self.lock:
+            number = 1 + sum(1 for k in self.issues if k.startswith(project + "-"))
+            new = f"{project}-{number}"
+            issue = self.issues.pop(key)
+            issue["key"] = new
+            self.issues[new] = issue
+            self.comments[new] = self.comments.pop(key)
+            self.moved[key] = new
+            self._touch(new)
+            return new
 
     def rank_before(self, key: str, other: str) -> None:
         """A person drags ``key`` above ``other`` on the board (Jira's Rank, a LexoRank string)."""
@@ -353,7 +368,7 @@ class FakeJira:
         return answer
 
     def _issue(self, params: dict[str, str]) -> dict[str, Any] | None:
-        wanted = params["issueIdOrKey"]
+        wanted = self.moved.get(params["issueIdOrKey"], params["issueIdOrKey"])
         return self.issues.get(wanted) or next((i for i in self.issues.values() if i["id"] == wanted), None)
 
     # users, the project, permissions ---------------------------------------------------------------------------------
