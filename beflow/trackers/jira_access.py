@@ -61,7 +61,7 @@ def _claims(api: Api, settings: JiraTrackerSettings) -> Finding:
             "jira claims",
             True,
             "claim comments are seen by everyone who may see the issue, and each notifies its watchers",
-            "Set tracker.claim_visibility to a project role or group the account is in (docs/trackers.md#jira).",
+            "Set tracker.claim_visibility to a project role or group the account is in (`beflow docs trackers`).",
             warning=True,
         )
     try:
