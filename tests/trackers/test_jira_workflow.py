@@ -79,7 +79,7 @@ def test_an_account_that_cannot_read_workflows_is_told_what_stayed_unverified(ji
 
 
 def test_the_watch_holds_dispatching_and_auto_starts_nothing_on_a_workflow_without_the_transition(
-    auto_project: AutoProject, jira: FakeJira, monkeypatch: pytest.MonkeyPatch
+    auto_project: AutoProject, jira: FakeJira, monkeypatch: pytest.MonkeyPatch, beflow: Any
 ) -> None:
     monkeypatch.setenv("JIRA_EMAIL", EMAIL)
     monkeypatch.setenv("JIRA_API_TOKEN", TOKEN)
@@ -94,6 +94,10 @@ def test_the_watch_holds_dispatching_and_auto_starts_nothing_on_a_workflow_witho
     assert said[0][0] == "error" and "in_progress (In Progress)" in said[0][1]["message"]
     with pytest.raises(ConfigError, match=r"lacks in_progress"):
         anyio.run(lambda: batch.run_many(project, tracker, [], opens_code_host=lambda *_: None))
+    auto = beflow("--auto")
+    assert auto.exit_code == 2 and "lacks in_progress (In Progress)" in auto.stderr
+    doctor = beflow("doctor")
+    assert doctor.exit_code != 0 and "lacks in_progress (In Progress)" in doctor.stdout + doctor.stderr
     assert jira.comments[key] == [] and jira.status(key) == "To Do"
     jira.transitions["In Progress"] = "In Progress"
     assert holds.config_ready(project, tracker=tracker)
