@@ -72,12 +72,15 @@ class Workflow:
             pair = {"projectId": project.id, "issueTypeId": kind.id}
             try:
                 answer = self.api.request("POST", "/workflows", json={"projectAndIssueTypes": [pair]}, retry=True)
+                read = wire.parse(wire.WorkflowRead, answer.data, "POST /workflows")
+            except wire.MalformedAnswer as error:  # (an answer that does not read blocks no run: each claim checks)
+                found.unread = error.message
+                break
             except JiraError as error:
                 if error.status not in (400, 403, 404):
                     raise
                 found.unread = error.message
                 break
-            read = wire.parse(wire.WorkflowRead, answer.data, "POST /workflows")
             names = {s.statusReference: s.name for s in read.statuses}
             for flow in read.workflows:
                 found.read.setdefault(flow.name or flow.id, []).append(kind.name)
