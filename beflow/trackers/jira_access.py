@@ -48,11 +48,11 @@ def access_checks(
         findings.append(Finding("jira permissions", False, f"missing in {settings.project}: {', '.join(missing)}", fix))
     else:
         findings.append(Finding("jira permissions", True, f"all beflow needs in {settings.project}"))
-    checks = [_issue_type(api, settings, where), _claims(api, settings), _transitions(settings, listing, workflow)]
+    checks = [_issue_type(api, settings, where), claims_check(api, settings), _transitions(settings, listing, workflow)]
     return [*findings, *checks]
 
 
-def _claims(api: Api, settings: JiraTrackerSettings) -> Finding:
+def claims_check(api: Api, settings: JiraTrackerSettings) -> Finding:
     """Who sees (and is told of) beflow's claim comments: everyone, or a role or group the account must be in (else
     Jira refuses its claims, or hides them from it)."""
     seen = settings.claim_visibility

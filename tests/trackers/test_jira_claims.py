@@ -15,6 +15,7 @@ from beflow.errors import BeflowError, LockedError
 from beflow.trackers.claims import Claim, ClaimLost
 from beflow.trackers.comment_leases import Lease
 from beflow.trackers.jira import JiraTracker
+from beflow.trackers.jira_access import claims_check
 from beflow.trackers.jira_api import Api
 from beflow.trackers.jira_claims import body_of
 from tests.support.jira import BOT, EMAIL, TOKEN, FakeJira
@@ -196,9 +197,11 @@ def test_a_claim_for_a_role_the_account_is_not_in_is_refused_before_any_run(jira
 
 def test_doctor_says_who_sees_claims_and_whether_the_account_can_post_them(jira: FakeJira) -> None:
     def said(visibility: dict[str, str] | None) -> tuple[bool, bool, str, str]:
-        found = {f.name: f for f in restricted(jira, visibility).access_checks()}["jira claims"]
+        tracker = restricted(jira, visibility)
+        found = claims_check(tracker.api, tracker.settings)
         return found.ok, found.warning, found.detail, found.fix or ""
 
+    assert "jira claims" in {f.name for f in restricted(jira, None).access_checks()}
     ok, warning, detail, fix = said(None)
     assert ok and warning and "notifies its watchers" in detail and "tracker.claim_visibility" in fix
     assert said({"type": "group", "value": "beflow-bots"})[:2] == (True, False)
