@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from beflow.config import JiraTrackerSettings
-from beflow.errors import ConfigError
+from beflow.errors import BeflowError, ConfigError
 from beflow.trackers import jira_wire as wire
 from beflow.trackers.issue import Status
 from beflow.trackers.jira_api import Api, JiraError
@@ -110,7 +110,12 @@ class Workflow:
         run starts (a workflow that has them all is asked once; one that cannot be read is left to each claim)."""
         if self._verified is not None:
             return
-        found = self.verify()
+        try:
+            found = self.verify()
+        except ConfigError:
+            raise
+        except BeflowError:
+            return  # (Jira unreachable, or an odd answer: asked again before the next run; each claim checks too)
         if found.missing:
             raise JiraWorkflowError(
                 f"Jira project {self.settings.project}: {'; '.join(found.missing)}",

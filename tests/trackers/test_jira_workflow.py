@@ -54,6 +54,8 @@ def test_a_workflow_with_every_transition_passes_and_is_asked_once(jira: FakeJir
     tracker = make(jira, transitions={"review": "in review"})  # (names compare without regard to case)
     found = finding(tracker)
     assert found.ok and not found.warning and "review (in review)" in found.detail
+    jira.fail(404, prefix="/rest/api/3/project/WID/statuses")
+    tracker.check_setup()  # (an answer Jira should not give: no run is held back by it, and it is asked again)
     tracker.check_setup()
     tracker.check_setup()
     assert len(jira.requests("POST", "/rest/api/3/workflows")) == 2 + 2  # doctor's, then the start check's once
