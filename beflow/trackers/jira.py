@@ -7,13 +7,16 @@
   another project does not change.
 - **Status** is the status's category (To Do, In Progress, Done) and the workflow's transitions named in
   ``tracker.transitions``; what Jira has no category for (review, failed, open, closed) is a label under
-  ``tracker.status_prefix``. A workflow without the ``in_progress`` transition starts no run. **Priority** is Jira's
-  (Highest first, Lowest last), then age.
+  ``tracker.status_prefix``. The configured transitions are checked against the project's workflows before any run
+  (:meth:`JiraTracker.check_setup`), and a claim is refused when the issue's status offers no ``in_progress`` one.
+- **Order**: Jira's priority (Highest first, Lowest last), then Jira's Rank, then age — the search's own order,
+  kept as :attr:`Issue.rank`; a ``tracker.jql`` with its own ``ORDER BY`` orders the issues of one priority instead.
 - **Comments** are Atlassian Document Format both ways (:mod:`beflow.trackers.jira_adf`): written from Markdown,
   read as Markdown with hidden content left out; a comment by someone who may not edit the project's issues (and is
   not in ``feedback.allow``) stays out of prompts. A run keeps one progress comment that it edits in place. An agent's
   words are made inert (:mod:`beflow.trackers.jira_quoting`).
-- **Claims** are a chain of the account's own comments (:mod:`beflow.trackers.jira_claims`).
+- **Claims** are a chain of the account's own comments (:mod:`beflow.trackers.jira_claims`), seen only by
+  ``tracker.claim_visibility`` when set (so they notify no one else).
 """
 
 from __future__ import annotations
