@@ -246,13 +246,22 @@ class JiraTransitions(Model):
     done: str = Field(default="Done", min_length=1, max_length=100)
 
 
+class JiraVisibility(Model):
+    """Who may see beflow's claim comments (Jira's comment visibility): Jira tells of a comment only those who may
+    see it, so a claim restricted to a role or group the account is in notifies no one else (docs/trackers.md)."""
+
+    type: Literal["role", "group"]
+    #: The project role's name (``Developers``) or the group's (``beflow-bots``).
+    value: str = Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f]+$")
+
+
 class JiraTrackerSettings(_ServiceTracker, Model):
     """Jira Cloud issues of one project (docs/trackers.md): which issues are beflow's, the workflow's transitions
     beflow takes, how claims are leased. The token is an Atlassian API token, sent with the account's email."""
 
     kind: Literal["jira"]
     #: The forge whose webhooks concern it (``/hooks/<forge>``; None: none do).
-    forge: ClassVar[str | None] = None
+    forge: ClassVar[str | None] = "jira"
     #: The Jira Cloud site: ``https://acme.atlassian.net`` (its REST API is ``<site>/rest/api/3``).
     site: str
     #: The project's key (``WID``: the start of its issues' keys).
@@ -264,6 +273,9 @@ class JiraTrackerSettings(_ServiceTracker, Model):
     #: More JQL the issues must match (``component = Backend``), and-ed with the project and the labels.
     jql: str | None = Field(default=None, min_length=1, max_length=1000)
     transitions: JiraTransitions = Field(default_factory=JiraTransitions)
+    #: The issue type of the issues beflow files (``beflow issues new``): one the account may create in the project
+    #: (``beflow doctor`` checks it).
+    issue_type: str = Field(default="Task", min_length=1, max_length=60, pattern=r"^[^\x00-\x1f\x7f]+$")
     #: Labels for the statuses Jira's workflow has no category for: ``beflow:failed``, ``beflow:review``, ...
     status_prefix: str = Field(default="beflow:", min_length=1, max_length=30, pattern=r"^\S+$")
     #: The environment variable holding the account's email, sent with the token (Jira Cloud's basic auth).
@@ -272,6 +284,8 @@ class JiraTrackerSettings(_ServiceTracker, Model):
     token_env: str = Field(default="JIRA_API_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     #: Seconds a claim lasts without renewal: after that another watcher may take the issue over.
     lease: Seconds = 300.0
+    #: Who may see the claim comments (None: everyone who may see the issue, and its watchers are told of each).
+    claim_visibility: JiraVisibility | None = None
     #: Whether the agent's environment gets the token (it does not by default).
     agent_token: Flag = False
 
@@ -285,6 +299,13 @@ class JiraTrackerSettings(_ServiceTracker, Model):
         checked = _http_url(value)
         assert checked is not None
         return checked.removesuffix("/rest/api/3")
+
+    @field_validator("jql")
+    @classmethod
+    def _jql(cls, value: str | None) -> str | None:
+        if value is not None and re.search(r"(?i)\border\s+by\s*$", value):
+            raise ValueError("its ORDER BY names no field (say `ORDER BY Rank ASC`, or leave it out for beflow's)")
+        return value
 
 
 def _project_path(value: str | None) -> str | None:
@@ -564,6 +585,7 @@ class WebhookSecrets(Model):
     github: EnvVar | None = None
     gitlab: EnvVar | None = None
     linear: EnvVar | None = None
+    jira: EnvVar | None = None
 
     def named(self) -> dict[str, str]:
         """Forge → variable, for the forges that name one."""
@@ -571,7 +593,7 @@ class WebhookSecrets(Model):
 
 
 class Webhooks(Model):
-    """``POST /hooks/{github,gitlab,linear}`` on ``beflow watch --http`` and ``beflow serve`` (docs/webhooks.md): a
+    """``POST /hooks/{github,gitlab,linear,jira}`` on ``beflow watch --http`` and ``beflow serve`` (docs/webhooks.md): a
     verified delivery of the configured tracker's or code host's forge wakes the watch at once."""
 
     secret_env: WebhookSecrets = Field(default_factory=WebhookSecrets)

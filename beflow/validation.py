@@ -312,6 +312,22 @@ def _without_comments(text: str) -> str:
     return _STRINGS_AND_COMMENTS.sub(blank, text)
 
 
+def place_of(path: Path | None, *keys: str) -> str:
+    """``<config file>:<line>: `` of the first key that is in the file (``<config file>: `` when none is; nothing
+    without a file), for messages about a setting: the file in use, whatever its name, and where in it."""
+    if path is None:
+        return ""
+    try:
+        text = read_regular(path, limit=MAX_CONFIG_FILE).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return f"{path}: "
+    for depth in range(len(keys), 0, -1):
+        line = line_of(text, keys[:depth])
+        if line is not None:
+            return f"{path}:{line}: "
+    return f"{path}: "
+
+
 def line_of(text: str, keys: typing.Sequence[str | int]) -> int | None:
     """Line of a dotted key in JSON5 text; for a key that is not there (a missing one, an array element), the line of
     the nearest enclosing key that is; ``None`` when none is."""

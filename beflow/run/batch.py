@@ -29,7 +29,7 @@ from beflow.run.request import RunRequest
 from beflow.run.runner import NoLongerReady, Run
 from beflow.system import threads
 from beflow.trackers import Tracker, reading_once
-from beflow.trackers.base import KnowsBlockers
+from beflow.trackers.base import ChecksSetup, KnowsBlockers
 from beflow.trackers.blockers import held_by
 
 
@@ -51,6 +51,8 @@ async def run_many(
     if attempts is not None and attempts > project.config.attempts.max:  # before anything runs
         raise UsageError(f"--attempts {attempts} is more than attempts.max ({project.config.attempts.max})")
     preflight.check(project)
+    if isinstance(tracker, ChecksSetup):
+        tracker.check_setup()  # (a workflow without a transition beflow takes: no run starts)
     code_host = opens_code_host(project, tracker)  # before any agent runs: where to push is read now
     found = rounds.sources_of(project.directory, tracker, code_host)
     picked = not keys

@@ -24,7 +24,7 @@ from beflow.repository import git, refs
 from beflow.run import prompt
 from beflow.system import node
 from beflow.system.files import open_regular, read_regular
-from beflow.validation import MAX_CONFIG_FILE, line_of
+from beflow.validation import MAX_CONFIG_FILE, place_of
 
 #: The agents acpx 0.19.1 knows by name (``acpx --help``); acpx config files can add more (``agents``).
 ACPX_AGENTS = frozenset(
@@ -60,19 +60,8 @@ ACPX_AGENTS = frozenset(
 
 
 def _where(project: Project, *keys: str) -> str:
-    """``<config file>:<line>: `` of the first key that is in the file (``<config file>: `` when none is), for
-    messages about a setting: the file in use, whatever its name, and where in it."""
-    if project.config_path is None:
-        return ""
-    try:
-        text = read_regular(project.config_path, limit=MAX_CONFIG_FILE).decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return f"{project.config_path}: "
-    for depth in range(len(keys), 0, -1):
-        line = line_of(text, keys[:depth])
-        if line is not None:
-            return f"{project.config_path}:{line}: "
-    return f"{project.config_path}: "
+    """``<config file>:<line>: `` of the first key that is in the file (:func:`beflow.validation.place_of`)."""
+    return place_of(project.config_path, *keys)
 
 
 def check(project: Project, *, idle: bool = False) -> None:

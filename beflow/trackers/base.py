@@ -280,6 +280,15 @@ class ChecksAccess(Protocol):
     def access_checks(self) -> list[Finding]: ...
 
 
+@runtime_checkable
+class ChecksSetup(Protocol):
+    """Its service's setup can fail every run alike (a Jira workflow without a transition beflow takes): checked
+    before any run starts, as :mod:`beflow.run.preflight` checks the configuration; a problem is a
+    :class:`~beflow.errors.ConfigError` (the watch holds dispatching back and says so, ``--auto`` stops)."""
+
+    def check_setup(self) -> None: ...
+
+
 class RateBudget(NamedTuple):
     """What a rate-limited API last said of its limit."""
 

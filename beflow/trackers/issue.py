@@ -211,6 +211,9 @@ class Issue(BaseModel):
     #: The keys of the issues this one waits for, as its listing names them (the local tracker's ``blocked_by``
     #: front matter); empty where the tracker names them only when asked (:class:`~beflow.trackers.base.KnowsBlockers`).
     blocked_by: list[str] = Field(default_factory=list)
+    #: Where the tracker ranks it among issues of the same priority, as text that sorts in that order (Jira: its
+    #: place in a search ordered by Rank); None where age decides.
+    rank: str | None = None
 
     @field_validator("title")
     @classmethod
@@ -232,10 +235,11 @@ class Issue(BaseModel):
     def _body(cls, value: str) -> str:
         return normalize_text(value)
 
-    def order(self) -> tuple[int, dt.datetime, tuple[int, str], str]:
-        """The order runs pick issues in: priority (lower first), then age (older first), then key."""
+    def order(self) -> tuple[int, str, dt.datetime, tuple[int, str], str]:
+        """The order runs pick issues in: priority (lower first), then the tracker's rank where it has one, then age
+        (older first), then key."""
         number = (len(self.key), self.key) if _is_number(self.key) else (0, "")
-        return (self.priority, self.created, number, self.key)
+        return (self.priority, self.rank or "", self.created, number, self.key)
 
 
 def draft_issue(title: str, body: str, labels: list[str] | None, priority: int, status: Status) -> Issue:

@@ -7,13 +7,16 @@
   another project does not change.
 - **Status** is the status's category (To Do, In Progress, Done) and the workflow's transitions named in
   ``tracker.transitions``; what Jira has no category for (review, failed, open, closed) is a label under
-  ``tracker.status_prefix``. A workflow without the ``in_progress`` transition starts no run. **Priority** is Jira's
-  (Highest first, Lowest last), then age.
+  ``tracker.status_prefix``. The configured transitions are checked against the project's workflows before any run
+  (:meth:`JiraTracker.check_setup`), and a claim is refused when the issue's status offers no ``in_progress`` one.
+- **Order**: Jira's priority (Highest first, Lowest last), then Jira's Rank, then age — the search's own order,
+  kept as :attr:`Issue.rank`; a ``tracker.jql`` with its own ``ORDER BY`` orders the issues of one priority instead.
 - **Comments** are Atlassian Document Format both ways (:mod:`beflow.trackers.jira_adf`): written from Markdown,
   read as Markdown with hidden content left out; a comment by someone who may not edit the project's issues (and is
   not in ``feedback.allow``) stays out of prompts. A run keeps one progress comment that it edits in place. An agent's
   words are made inert (:mod:`beflow.trackers.jira_quoting`).
-- **Claims** are a chain of the account's own comments (:mod:`beflow.trackers.jira_claims`).
+- **Claims** are a chain of the account's own comments (:mod:`beflow.trackers.jira_claims`), seen only by
+  ``tracker.claim_visibility`` when set (so they notify no one else).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -47,10 +51,14 @@ from beflow.trackers.jira_api import Api, JiraError, credentials
 from beflow.trackers.jira_claims import JiraLeases, is_claim
 from beflow.trackers.jira_comments import IssueComments
 from beflow.trackers.jira_workflow import JiraWorkflowError, Workflow
+from beflow.validation import place_of
 
 __all__ = ["JiraTracker", "JiraWorkflowError", "jira_key", "open_jira"]
 
 _KEY = re.compile(r"^[A-Z][A-Z0-9_]{0,19}-[0-9]{1,12}$")
+#: beflow's order of a search: priority, then Jira's Rank (the board's order), then age.
+ORDER = "ORDER BY priority DESC, Rank ASC, created ASC"
+_ORDER_BY = re.compile(r"order\s+by\b\s*", re.IGNORECASE)
 #: The fields beflow reads of an issue.
 FIELDS = "summary,status,labels,priority,created,updated,description"
 #: Issues a search page asks for.
@@ -69,7 +77,8 @@ def open_jira(project: Project, settings: JiraTrackerSettings, claims: ClaimsOve
     email, token = credentials(settings)
     api = Api(settings.site, email, token, token_name=settings.token_env)
     allow = project.config.feedback.allow if project is not None else []
-    return JiraTracker(settings, api, claims=claims, allow=allow)
+    where = project.config_path if project is not None else None
+    return JiraTracker(settings, api, claims=claims, allow=allow, config_path=where)
 
 
 class JiraTracker:
@@ -83,8 +92,11 @@ class JiraTracker:
         claims: ClaimsOver | None = None,
         allow: list[str] | None = None,
         settle: float | None = None,
+        config_path: Path | None = None,
     ) -> None:
         self.settings = settings
+        #: The configuration file, named by doctor's findings about a setting.
+        self.config_path = config_path
         self.api = api
         host = urlsplit(settings.site).hostname or settings.site
         labels = ", ".join(settings.labels) or "(any)"
@@ -109,14 +121,19 @@ class JiraTracker:
     # -- reading -----------------------------------------------------------------------------------------------------
 
     def jql(self, *, finished: bool) -> str:
-        """The JQL of beflow's issues (``finished``: those in a Done status too)."""
+        """The JQL of beflow's issues (``finished``: those in a Done status too), in beflow's order — or in the
+        order of ``tracker.jql``'s own ``ORDER BY`` when it has one (priority still comes first: Issue.order)."""
         parts = [f"project = {_jql_string(self.settings.project)}"]
         parts += [f"labels = {_jql_string(label)}" for label in self.settings.labels]
+        order = ORDER
         if self.settings.jql:
-            parts.append(f"({self.settings.jql})")
+            where, own = split_order(self.settings.jql)
+            if where:
+                parts.append(f"({where})")
+            order = own or order
         if not finished:
             parts.append("statusCategory != Done")
-        return " AND ".join(parts) + " ORDER BY priority DESC, created ASC"
+        return " AND ".join(parts) + " " + order
 
     @contextlib.contextmanager
     def reading_once(self) -> Iterator[None]:
@@ -166,7 +183,7 @@ class JiraTracker:
         wanted = {label.lower() for label in self.settings.labels}
         return raw.key.startswith(self.settings.project + "-") and wanted <= {x.lower() for x in raw.fields.labels}
 
-    def issue(self, raw: wire.Issue, comments: list[Comment] | None = None) -> Issue:
+    def issue(self, raw: wire.Issue, comments: list[Comment] | None = None, rank: str | None = None) -> Issue:
         prefix = self.settings.status_prefix
         priority = raw.fields.priority
         return Issue(
@@ -181,13 +198,15 @@ class JiraTracker:
             body=adf.markdown(raw.fields.description),
             comments=comments or [],
             url=f"{self.settings.site}/browse/{raw.key}",
+            rank=rank,
         )
 
     def _readable(self, raws: list[wire.Issue]) -> list[Issue]:
+        """``raws`` as issues, each ranked by its place in the search (Jira's Rank, or the ``jql``'s own order)."""
         out = []
-        for raw in raws:
+        for place, raw in enumerate(raws):
             try:
-                out.append(self.issue(raw))
+                out.append(self.issue(raw, rank=f"{place:06d}"))
             except ValueError as error:
                 self.unreadable[raw.key] = str(error).splitlines()[0]
         return out
@@ -255,7 +274,7 @@ class JiraTracker:
         fields: dict[str, Any] = {
             "project": {"key": self.settings.project},
             "summary": draft.title,
-            "issuetype": {"name": "Task"},
+            "issuetype": {"name": self.settings.issue_type},
             "labels": names,
         }
         if draft.body:
@@ -299,6 +318,10 @@ class JiraTracker:
         self.workflow.check_start(raw)
         return self.claims.claim(raw.key, owner)
 
+    def check_setup(self) -> None:
+        """Before any run: every configured transition in the project's workflows (:meth:`Workflow.check_setup`)."""
+        self.workflow.check_setup()
+
     def holder(self, key: str) -> ClaimInfo | None:
         return self.claims.holder(jira_key(key))
 
@@ -309,7 +332,8 @@ class JiraTracker:
 
     def access_checks(self) -> list[Finding]:
         """Whose token it is, the project, the account's permissions in it, and the transitions beflow takes."""
-        return access_checks(self.api, self.settings, self.listing, self.workflow)
+        where = place_of(self.config_path, "tracker", "issue_type")
+        return access_checks(self.api, self.settings, self.listing, self.workflow, where)
 
     def rate_budget(self) -> RateBudget:
         stats = self.api.stats
@@ -328,6 +352,25 @@ class JiraTracker:
     def held_secrets(self) -> list[str]:
         """The API token, and the basic auth header's value that holds it."""
         return [s for s in (self.api.token, self.api.basic) if s]
+
+
+def split_order(jql: str) -> tuple[str, str | None]:
+    """``jql`` as its condition and its own ``ORDER BY`` clause (None without one); an ``ORDER BY`` in a quoted string
+    is text, not a clause."""
+    quote: str | None = None
+    escaped = False
+    for at, char in enumerate(jql):
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif quote is not None:
+            quote = None if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif (at == 0 or not jql[at - 1].isalnum()) and (found := _ORDER_BY.match(jql, at)):
+            return jql[:at].strip(), "ORDER BY " + jql[found.end() :].strip()
+    return jql.strip(), None
 
 
 def _jql_string(value: str) -> str:

@@ -85,14 +85,21 @@ class Api(ForgeApi):
         return {"Authorization": f"Basic {self.basic}", "Accept": "application/json"}
 
     def _asked_to_wait(self, answer: httpx.Response, rate: RateHeaders, now: float) -> tuple[float, str] | None:
-        """A 429: for ``Retry-After`` seconds, else until ``X-RateLimit-Reset``, else a minute."""
-        if answer.status_code != 429:
+        """A 429 (Jira's burst, per-issue and quota limits, named by ``RateLimit-Reason``): for ``Retry-After``
+        seconds, else until ``X-RateLimit-Reset``, else a minute; a 503 with a ``Retry-After`` (a resource limit
+        reached) waits it out the same way rather than being tried again at once."""
+        assert isinstance(rate, wire.RateHeaders)
+        busy = answer.status_code == 503 and rate.retry_after is not None
+        if answer.status_code != 429 and not busy:
             return None
+        kind = "its rate limit" if answer.status_code == 429 else "a resource limit (503)"
+        if rate.reason:
+            kind += f": {rate.reason}"
         if rate.retry_after is not None:
-            return now + float(rate.retry_after), "its rate limit"
+            return now + float(rate.retry_after), kind
         if rate.reset is not None:
-            return float(rate.reset) - self.clock_offset + 1, "its rate limit"
-        return now + 60.0, "its rate limit"
+            return float(rate.reset) - self.clock_offset + 1, kind
+        return now + 60.0, kind
 
     def _keeps(self, data: Any) -> bool:
         return False  # Jira's REST API answers no 304: nothing is worth keeping

@@ -9,6 +9,11 @@ has no compare-and-swap anywhere on an issue. What it has is comments with ids t
 comment by the token's own account holding the lease in a code block (language :data:`LANGUAGE`) under one visible
 line; a comment by anyone else, or one whose whole body is anything but that, is no claim. Renewals and releases edit
 it without notifying anyone.
+
+Posting a comment notifies the issue's watchers, and Jira's ``POST /comment`` has no ``notifyUsers``. Jira tells of a
+comment only those who may see it, so with ``tracker.claim_visibility`` each claim comment is restricted to a project
+role or group the account is in: the chain is the same (the account reads its own comments), the claim holds as
+before, and no one outside that role or group is notified — or sees it.
 """
 
 from __future__ import annotations
@@ -83,9 +88,17 @@ class IssueComments:
     noun = "comments"
     unavailable = Unavailable
 
-    def __init__(self, api: Api, me: Callable[[], str]) -> None:
+    def __init__(self, api: Api, me: Callable[[], str], visibility: dict[str, str] | None = None) -> None:
         self.api = api
         self._me = me
+        #: Jira's ``visibility`` of each claim comment (None: everyone's).
+        self.visibility = visibility
+
+    def _payload(self, lease: Lease) -> dict[str, Any]:
+        payload: dict[str, Any] = {"body": body_of(lease)}
+        if self.visibility is not None:
+            payload["visibility"] = self.visibility
+        return payload
 
     def _comments(self, key: str) -> str:
         return f"/issue/{key}/comment"
@@ -116,14 +129,14 @@ class IssueComments:
 
     def post(self, key: str, lease: Lease) -> tuple[int, dt.datetime]:
         path = self._comments(key)
-        made = self.api.request("POST", path, json={"body": body_of(lease)})
+        made = self.api.request("POST", path, json=self._payload(lease))
         comment = wire.parse(wire.Comment, made.data, f"POST {path}")
         return comment.number, comment.created
 
     def edit(self, key: str, comment_id: int, lease: Lease) -> bool:
         path = f"{self._comments(key)}/{comment_id}"
         try:
-            self.api.request("PUT", path, params={"notifyUsers": "false"}, json={"body": body_of(lease)})
+            self.api.request("PUT", path, params={"notifyUsers": "false"}, json=self._payload(lease))
         except JiraError as error:
             if error.status != 404:
                 raise
@@ -143,5 +156,6 @@ class JiraLeases(CommentLeases):
     def __init__(
         self, settings: JiraTrackerSettings, api: Api, me: Callable[[], str], *, settle: float = SETTLE
     ) -> None:
-        self.comments = IssueComments(api, me)
+        seen = settings.claim_visibility
+        self.comments = IssueComments(api, me, seen.model_dump() if seen is not None else None)
         super().__init__(settings.lease, self.comments, settle=settle)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,11 +30,34 @@ class MalformedAnswer(BeflowError):
 
 _answers = Answers("Jira", MalformedAnswer)
 parse = _answers.parse
+parse_list = _answers.parse_list
+
+
+class GroupName(Wire):
+    name: str = ""
+    groupId: str | None = None
+
+
+class Groups(Wire):
+    items: list[GroupName] = Field(default_factory=list)
 
 
 class User(Wire):
     accountId: str = Field(min_length=1, max_length=128)
     displayName: str = ""
+    #: With ``expand=groups``: the groups the account is in.
+    groups: Groups | None = None
+
+
+class RoleActor(Wire):
+    actorUser: User | None = None
+    actorGroup: GroupName | None = None
+
+
+class ProjectRole(Wire):
+    id: int | None = None
+    name: str = ""
+    actors: list[RoleActor] = Field(default_factory=list)
 
 
 class StatusCategory(Wire):
@@ -127,6 +151,57 @@ class Project(Wire):
     name: str = ""
 
 
+class IssueTypeStatuses(Wire):
+    """An issue type of a project and the statuses its workflow has (``GET /project/{key}/statuses``)."""
+
+    id: str
+    name: str
+    subtask: bool = False
+    statuses: list[StatusDetails] = Field(default_factory=list)
+
+
+class IssueType(Wire):
+    id: str
+    name: str
+    subtask: bool = False
+
+
+class CreateMetaPage(Wire):
+    """A page of the issue types one may create in a project (``GET /issue/createmeta/{key}/issuetypes``)."""
+
+    issueTypes: list[IssueType] = Field(default_factory=list)
+    startAt: int = 0
+    total: int = 0
+
+
+class WorkflowStatus(Wire):
+    """A status of a workflow read (``POST /workflows``): ``statusReference`` is what its transitions name."""
+
+    statusReference: str
+    name: str = ""
+
+
+class WorkflowTransition(Wire):
+    id: str = ""
+    name: str
+    toStatusReference: str = ""
+    #: ``INITIAL`` (creates the issue), ``GLOBAL`` (from any status) or ``DIRECTED``.
+    type: str = ""
+
+
+class WorkflowDefinition(Wire):
+    id: str = ""
+    name: str = ""
+    transitions: list[WorkflowTransition] = Field(default_factory=list)
+
+
+class WorkflowRead(Wire):
+    """What ``POST /workflows`` answers for a project's issue type: its workflow(s) and their statuses."""
+
+    statuses: list[WorkflowStatus] = Field(default_factory=list)
+    workflows: list[WorkflowDefinition] = Field(default_factory=list)
+
+
 class ErrorBody(Wire):
     errorMessages: list[str] = Field(default_factory=list)
     errors: dict[str, str] = Field(default_factory=dict)
@@ -153,6 +228,15 @@ class RateHeaders(Wire):
     reset: int | None = None
     #: ``Retry-After``: seconds to wait (sent with a 429, and with some 503s).
     retry_after: int | None = None
+    #: ``RateLimit-Reason``: which of Jira's limits it is (``jira-burst-based``, ``jira-per-issue-on-write``,
+    #: ``jira-quota-tenant-based``, ...); None when absent or not such a word.
+    reason: str | None = None
+
+    @field_validator("reason", mode="before")
+    @classmethod
+    def _word(cls, value: Any) -> str | None:
+        text = value.strip() if isinstance(value, str) else ""
+        return text if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,59}", text) else None
 
     @field_validator("remaining", "retry_after", mode="before")
     @classmethod
@@ -179,6 +263,7 @@ class RateHeaders(Wire):
                 "remaining": lower.get("x-ratelimit-remaining"),
                 "reset": lower.get("x-ratelimit-reset"),
                 "retry_after": lower.get("retry-after"),
+                "reason": lower.get("ratelimit-reason"),
             }
         )
 

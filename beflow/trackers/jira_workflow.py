@@ -1,15 +1,27 @@
 """beflow's statuses in a Jira project's workflow: a status's category (To Do, In Progress, Done) and beflow's labels
 under ``status_prefix`` for what Jira has no category for, read and written; moves take the workflow's transitions
 named in ``tracker.transitions`` (by the transition's name, or the name of the status it goes to), else any into the
-category a status needs."""
+category a status needs.
+
+The transitions are checked against the workflow itself before any run (:meth:`Workflow.verify`): the workflows of
+the project's issue types, read with ``POST /workflows`` — which needs the account to hold *View (read-only)
+workflow* or *Administer projects* in the project. An account without either is told which transitions could not be
+verified, and what it can see (the project's statuses) is checked instead; each claim still asks the issue's own
+transitions before anything is written.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from beflow.config import JiraTrackerSettings
-from beflow.errors import ConfigError
+from beflow.errors import BeflowError, ConfigError
 from beflow.trackers import jira_wire as wire
 from beflow.trackers.issue import Status
-from beflow.trackers.jira_api import Api
+from beflow.trackers.jira_api import Api, JiraError
+
+#: What the account needs to read the project's workflows, as people find it in a permission scheme.
+READ_WORKFLOW = "View (read-only) workflow (VIEW_READONLY_WORKFLOW) or Administer projects"
 
 #: The categories of Jira's statuses.
 NEW, STARTED, FINISHED = "new", "indeterminate", "done"
@@ -21,10 +33,96 @@ class JiraWorkflowError(ConfigError):
     code = "jira_workflow"
 
 
+@dataclass
+class Verified:
+    """The configured transitions against the project's workflows: ``missing`` (each ``setting (name)`` with the
+    workflow lacking it), and, when the workflows could not be read, why and which settings stayed unverified."""
+
+    missing: list[str] = field(default_factory=list)
+    #: The workflows read, by name, with the issue types that use them.
+    read: dict[str, list[str]] = field(default_factory=dict)
+    #: Why the workflows could not be read (None: they were).
+    unread: str | None = None
+    unverified: list[str] = field(default_factory=list)
+    #: Settings whose name is a status of the project (what an account that cannot read workflows sees).
+    statuses_seen: list[str] = field(default_factory=list)
+
+
 class Workflow:
     def __init__(self, api: Api, settings: JiraTrackerSettings) -> None:
         self.api = api
         self.settings = settings
+        self._verified: Verified | None = None
+
+    def configured(self) -> list[tuple[str, str]]:
+        """The transitions beflow takes by name: (setting, name)."""
+        moves = self.settings.transitions
+        named = [("in_progress", moves.in_progress), ("review", moves.review), ("done", moves.done)]
+        return [(setting, name) for setting, name in named if name is not None]
+
+    def verify(self) -> Verified:
+        """Every configured transition against the workflow of each issue type of the project (sub-tasks aside)."""
+        key = self.settings.project
+        project = wire.parse(wire.Project, self.api.get(f"/project/{key}"), "GET /project")
+        path = f"/project/{key}/statuses"
+        types = [t for t in wire.parse_list(wire.IssueTypeStatuses, self.api.get(path), f"GET {path}") if not t.subtask]
+        found = Verified()
+        offered: dict[str, set[str]] = {}
+        for kind in types:
+            pair = {"projectId": project.id, "issueTypeId": kind.id}
+            try:
+                answer = self.api.request("POST", "/workflows", json={"projectAndIssueTypes": [pair]}, retry=True)
+                read = wire.parse(wire.WorkflowRead, answer.data, "POST /workflows")
+            except wire.MalformedAnswer as error:  # (an answer that does not read blocks no run: each claim checks)
+                found.unread = error.message
+                break
+            except JiraError as error:
+                if error.status not in (400, 403, 404):
+                    raise
+                found.unread = error.message
+                break
+            names = {s.statusReference: s.name for s in read.statuses}
+            for flow in read.workflows:
+                found.read.setdefault(flow.name or flow.id, []).append(kind.name)
+                offered.setdefault(flow.name or flow.id, set()).update(
+                    n.lower()
+                    for t in flow.transitions
+                    if t.type != "INITIAL"
+                    for n in (t.name, names.get(t.toStatusReference, ""))
+                    if n
+                )
+        if found.unread is not None or not offered:
+            found.unread = found.unread or f"Jira showed no workflow of {key}'s issue types"
+            statuses = {s.name.lower() for t in types for s in t.statuses}
+            for setting, name in self.configured():
+                shown = f"{setting} ({name})"
+                (found.statuses_seen if name.lower() in statuses else found.unverified).append(shown)
+            return found
+        for name, taken in offered.items():
+            lacking = [f"{s} ({n})" for s, n in self.configured() if n.lower() not in taken]
+            if lacking:
+                kinds = ", ".join(found.read[name])
+                found.missing.append(f"workflow {name!r} ({kinds}) lacks {', '.join(lacking)}")
+        return found
+
+    def check_setup(self) -> None:
+        """:class:`JiraWorkflowError` naming every configured transition a workflow of the project lacks, before any
+        run starts (a workflow that has them all is asked once; one that cannot be read is left to each claim)."""
+        if self._verified is not None:
+            return
+        try:
+            found = self.verify()
+        except ConfigError:
+            raise
+        except BeflowError:
+            return  # (Jira unreachable, or an odd answer: asked again before the next run; each claim checks too)
+        if found.missing:
+            raise JiraWorkflowError(
+                f"Jira project {self.settings.project}: {'; '.join(found.missing)}",
+                fix="Set tracker.transitions to the workflow's transition (or status) names, or add the transitions "
+                "to the workflow in Jira; `beflow doctor` lists what is missing.",
+            )
+        self._verified = found
 
     def status_of(self, raw: wire.Issue) -> Status:
         """beflow's status of an issue: its status's category, and beflow's labels for what Jira has none for."""

@@ -251,7 +251,7 @@ class Dispatcher:
                 # checks that need no git process (a bad `worktrees.base` waits for a run to start).
                 idle = bool(once and not startable and self.holds.blocked is None)
                 looked = startable or self.holds.blocked is not None or self.holds.wrong_currency is not None or once
-                return bool(looked and self.holds.config_ready(self.project, idle=idle))
+                return bool(looked and self.holds.config_ready(self.project, idle=idle, tracker=self.tracker))
         except BeflowError as error:
             self.tracker_look.failed(error)
             self.emit("error", message=error.message)

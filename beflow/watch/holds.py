@@ -15,6 +15,8 @@ from beflow.events import WatchEmit, WatchEventKind
 from beflow.records.record import RunRecord
 from beflow.run import preflight
 from beflow.run.spending import Ledger
+from beflow.trackers import Tracker
+from beflow.trackers.base import ChecksSetup
 
 
 def currency_error(project: Project, records: Iterable[RunRecord]) -> ConfigError | None:
@@ -42,11 +44,14 @@ class Holds:
         #: every run would fail on it, so dispatching is held until the config is fixed (or the agent changed).
         self.wrong_currency: tuple[str, object] | None = None
 
-    def config_ready(self, project: Project, *, idle: bool = False) -> bool:
-        """Whether runs can start: a prompt or `.mcp.json` that would fail every run alike holds dispatching back
-        (reported once, and again when the problem changes) instead of failing the issues one by one."""
+    def config_ready(self, project: Project, *, idle: bool = False, tracker: Tracker | None = None) -> bool:
+        """Whether runs can start: a prompt or `.mcp.json` that would fail every run alike — or the tracker's setup
+        (:class:`~beflow.trackers.base.ChecksSetup`) — holds dispatching back (reported once, and again when the
+        problem changes) instead of failing the issues one by one."""
         try:
             preflight.check(project, idle=idle)
+            if isinstance(tracker, ChecksSetup):
+                tracker.check_setup()
             held = self.currency_held(project)
             if held is not None:
                 raise held

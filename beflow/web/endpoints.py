@@ -235,6 +235,13 @@ _SIGNED_BY: dict[str, tuple[str, tuple[Param, ...]]] = {
             Param("Linear-Event", "header"),
         ),
     ),
+    "jira": (
+        "Jira Cloud",
+        (
+            Param("X-Hub-Signature", "header", description="sha256=<hex HMAC-SHA256 of the body>"),
+            Param("X-Atlassian-Webhook-Identifier", "header", description="The delivery's id (a replay is refused)"),
+        ),
+    ),
 }
 
 #: The forges' webhooks (docs/webhooks.md): served by :mod:`beflow.web.hooks`, documented beside the API.

@@ -1,6 +1,6 @@
-"""``POST /hooks/{github,gitlab,linear}``: a forge's webhook deliveries, verified (:mod:`beflow.web.webhooks`), counted,
-and — for the forge of the project's tracker or code host, an event that may change what is ready — a wake-up of
-the watch: its next tick runs now instead of ``watch.interval`` later (docs/webhooks.md).
+"""``POST /hooks/{github,gitlab,linear,jira}``: a forge's webhook deliveries, verified (:mod:`beflow.web.webhooks`),
+counted, and — for the forge of the project's tracker or code host, an event that may change what is ready — a wake-up
+of the watch: its next tick runs now instead of ``watch.interval`` later (docs/webhooks.md).
 
 No token of beflow's is asked for (a forge cannot send it): the signature is the authentication, so a forge with
 no secret configured is refused. The body is read up to :data:`~beflow.web.webhooks.MAX_BODY` and no further.

@@ -1,4 +1,4 @@
-"""Webhook deliveries from GitHub, GitLab and Linear (docs/webhooks.md): each checked as its forge signs it, never
+"""Webhook deliveries from GitHub, GitLab, Linear and Jira (docs/webhooks.md): each checked as its forge signs it, never
 replayed, and read for one thing only — whether the event may change what is ready, so that the watch looks now.
 
 Pure: what a delivery is (its headers, its raw body, the secret, the clock) in, a :class:`Delivery` or a
@@ -12,6 +12,9 @@ a verified event only wakes the watch, which reads the tracker as it always does
 - Linear signs the raw body with HMAC-SHA256 (``Linear-Signature: <hex>``), says when it sent it in the body
   (``webhookTimestamp``, milliseconds), which must be within :data:`LINEAR_WINDOW` of now; ``Linear-Delivery``
   names the delivery (else its signature does: the body carries its own timestamp), ``Linear-Event`` the event.
+- Jira Cloud signs the raw body of an admin webhook registered with a secret with HMAC-SHA256 (``X-Hub-Signature:
+  sha256=<hex>``, WebSub's form); ``X-Atlassian-Webhook-Identifier`` names the delivery (the same across Jira's
+  retries), the body's ``webhookEvent`` the event (``jira:issue_updated``, ``comment_created``, ...).
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-Forge = Literal["github", "gitlab", "linear"]
-FORGES: tuple[Forge, ...] = ("github", "gitlab", "linear")
+Forge = Literal["github", "gitlab", "linear", "jira"]
+FORGES: tuple[Forge, ...] = ("github", "gitlab", "linear", "jira")
 
 #: The largest delivery taken (bytes): a forge's event is a few kilobytes, a push of many commits some hundreds.
 MAX_BODY = 1 << 20
@@ -125,6 +128,24 @@ _LINEAR_SESSION = "AgentSessionEvent"
 _LINEAR_WAKING = frozenset({"Issue", "Comment", "IssueLabel", "IssueRelation", _LINEAR_SESSION})
 
 
+class _JiraBody(_Loose):
+    webhookEvent: str
+
+
+#: Jira's events that may make an issue ready, bring feedback or change what blocks it.
+_JIRA_WAKING = frozenset(
+    {
+        "jira:issue_created",
+        "jira:issue_updated",
+        "jira:issue_deleted",
+        "comment_created",
+        "comment_updated",
+        "issuelink_created",
+        "issuelink_deleted",
+    }
+)
+
+
 def _header(headers: Mapping[str, str], name: str) -> str | None:
     value = headers.get(name.lower())
     return value.strip() if value is not None and value.strip() else None
@@ -196,14 +217,33 @@ def verify_linear(headers: Mapping[str, str], body: bytes, secret: str, now: flo
     return Delivery("linear", delivery, event, event in _LINEAR_WAKING, stops=event == _LINEAR_SESSION)
 
 
+def verify_jira(headers: Mapping[str, str], body: bytes, secret: str) -> Delivery:
+    signature = _header(headers, "X-Hub-Signature")
+    if signature is None:
+        raise Refused("unsigned", "no X-Hub-Signature (register the webhook in Jira with a secret)")
+    scheme, _, digest = signature.partition("=")
+    if scheme != "sha256" or not _same(digest.lower(), _hmac_hex(secret, body)):
+        raise Refused("bad_signature", "X-Hub-Signature does not match the body")
+    delivery = _header(headers, "X-Atlassian-Webhook-Identifier")
+    if delivery is None:
+        raise Refused("no_delivery_id", "no X-Atlassian-Webhook-Identifier")
+    event = _parsed(_JiraBody, body).webhookEvent
+    return Delivery("jira", delivery, event, event in _JIRA_WAKING)
+
+
+#: How each forge's delivery is verified: (headers by lowercase name, the raw body, the secret, now).
+VERIFIERS: dict[Forge, Callable[[Mapping[str, str], bytes, str, float], Delivery]] = {
+    "github": lambda headers, body, secret, now: verify_github(headers, body, secret),
+    "gitlab": lambda headers, body, secret, now: verify_gitlab(headers, body, secret),
+    "linear": verify_linear,
+    "jira": lambda headers, body, secret, now: verify_jira(headers, body, secret),
+}
+
+
 def verify(forge: Forge, headers: Mapping[str, str], body: bytes, secret: str, now: float) -> Delivery:
     """The delivery, verified as ``forge`` signs it; :class:`Refused` saying why not. ``headers`` by lowercase
     name (as an ASGI server gives them)."""
-    if forge == "github":
-        return verify_github(headers, body, secret)
-    if forge == "gitlab":
-        return verify_gitlab(headers, body, secret)
-    return verify_linear(headers, body, secret, now)
+    return VERIFIERS[forge](headers, body, secret, now)
 
 
 class Replays:

@@ -132,7 +132,7 @@ def test_list_in_a_new_project_says_how_to_start(repo: Path, beflow) -> None:
 def test_list_json_is_every_field(three: Path, beflow) -> None:
     [first, *_] = json.loads(beflow("issues", "list", "--json").stdout)["issues"]
     assert set(first) == {"key", "title", "status", "labels", "priority", "created", "updated", "body", "comments",
-                          "path", "url", "id", "blocked_by"}  # fmt: skip
+                          "path", "url", "id", "blocked_by", "rank"}  # fmt: skip
     assert first["created"].endswith("Z") and first["url"].startswith("file://")
 
 

@@ -41,6 +41,8 @@ PROJECT_ID = "10000"
 EMAIL = "bot@example.com"
 TOKEN = "ATATT-fake-jira-token-beflow"
 BOT = "5b10ac8d82e05b22cc7d4ef5"
+#: The Rank field (Jira Software's LexoRank custom field: the board's order).
+RANK = "customfield_10019"
 #: Jira refuses a comment longer than this (its document, as JSON).
 MAX_COMMENT = 32_767
 DESCRIPTION = Path(__file__).parent / "jira" / "swagger-v3.v3.json.gz"
@@ -52,6 +54,8 @@ STATUSES = {
     "In Review": ("10001", "indeterminate"),
     "Done": ("10002", "done"),
 }
+#: The project's issue types: name -> (id, whether it is a sub-task); all share the one workflow.
+ISSUE_TYPES = {"Task": ("10001", False), "Bug": ("10004", False), "Sub-task": ("10003", True)}
 _CATEGORIES = {"new": (2, "To Do"), "indeterminate": (4, "In Progress"), "done": (3, "Done")}
 #: What the document of a comment or a description may hold; beflow writes none of ACTING.
 ACTING = {"mention", "inlineCard", "blockCard", "embedCard", "emoji", "status", "date", "media", "mediaSingle"}
@@ -156,7 +160,26 @@ class FakeJira:
                 "EDIT_OWN_COMMENTS", "DELETE_OWN_COMMENTS",
             )
         }  # fmt: skip
+        #: Groups by name -> their members; project roles by name -> (id, member accounts, member groups).
+        self.groups: dict[str, set[str]] = {"beflow-bots": {BOT}, "jira-users": {BOT}}
+        self.roles: dict[str, tuple[str, set[str], set[str]]] = {
+            "Administrators": ("10002", set(), set()),
+            "Developers": ("10000", set(), {"beflow-bots"}),
+            "Users": ("10001", set(), {"jira-users"}),
+        }
+        #: Whether the account administers the project (reading its roles needs it).
+        self.project_admin = False
+        #: Watchers of each issue, and who Jira told of each comment: (issue key, comment id, accounts told) — those
+        #: watchers who may see the comment, as Jira's notifications honour a comment's visibility.
+        self.watchers: dict[str, set[str]] = {}
+        self.notified: list[tuple[str, str, set[str]]] = []
+        #: Whether the account may read the project's workflows (View (read-only) workflow): else a 403.
+        self.workflow_readable = True
+        #: The issue types the account may create (createmeta); a test takes one away.
+        self.creatable = {name for name, (_, subtask) in ISSUE_TYPES.items() if not subtask}
         self.frozen: dict[str, dict[str, Any]] | None = None
+        #: Keys of issues moved to another project -> their keys now (Jira still answers to the old key).
+        self.moved: dict[str, str] = {}
         self.faults: list[Fault] = []
         self.seen: list[Seen] = []
         self.violations: list[str] = []
@@ -208,25 +231,59 @@ class FakeJira:
                 "updated": stamp,
                 "description": description,
             }
+            fields[RANK] = f"0|i{len(self.issues) + 1:05d}:"  # (a new issue goes to the bottom of the board)
             self.issues[key] = {"id": str(next(self.ids)), "key": key, "fields": fields}
             self.comments[key] = []
             return key
 
-    def add_comment(self, key: str, body: Any, *, author: str = BOT) -> dict[str, Any]:
+    def add_comment(
+        self, key: str, body: Any, *, author: str = BOT, visibility: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         with self.lock:
             number = next(self.comment_ids)
             stamp = _now()
             made = {"id": str(number), "author": self.users[author], "body": body, "created": stamp,
                     "updated": stamp, "self": f"http://jira/rest/api/3/issue/{key}/comment/{number}"}  # fmt: skip
+            if visibility is not None:
+                made["visibility"] = dict(visibility)
             self.comments[key].append(made)
+            told = {w for w in self.watchers.get(key, set()) if w != author and self.sees(w, visibility)}
+            self.notified.append((key, str(number), told))
             self._touch(key)
             return made
+
+    def sees(self, account: str, visibility: dict[str, str] | None) -> bool:
+        """Whether ``account`` may see a comment of that visibility (None: everyone who sees the issue)."""
+        if visibility is None:
+            return True
+        if visibility.get("type") == "group":
+            return account in self.groups.get(visibility.get("value", ""), set())
+        role = self.roles.get(visibility.get("value", ""))
+        return role is not None and (account in role[1] or any(account in self.groups.get(g, set()) for g in role[2]))
 
     def move(self, key: str, status: str) -> None:
         """A person moves the issue (no transition checks)."""
         with self.lock:
             self.issues[key]["fields"]["status"] = self._status(status)
             self._touch(key)
+
+    def move_to_project(self, key: str, project: str) -> str:
+        """A person moves the issue to another project: a new key, the same id; the old key still finds it."""
+        with self.lock:
+            number = 1 + sum(1 for k in self.issues if k.startswith(project + "-"))
+            new = f"{project}-{number}"
+            issue = self.issues.pop(key)
+            issue["key"] = new
+            self.issues[new] = issue
+            self.comments[new] = self.comments.pop(key)
+            self.moved[key] = new
+            self._touch(new)
+            return new
+
+    def rank_before(self, key: str, other: str) -> None:
+        """A person drags ``key`` above ``other`` on the board (Jira's Rank, a LexoRank string)."""
+        with self.lock:
+            self.issues[key]["fields"][RANK] = self.issues[other]["fields"][RANK][:-1] + "0:"  # (sorts just before)
 
     def status(self, key: str) -> str:
         return str(self.issues[key]["fields"]["status"]["name"])
@@ -311,13 +368,39 @@ class FakeJira:
         return answer
 
     def _issue(self, params: dict[str, str]) -> dict[str, Any] | None:
-        wanted = params["issueIdOrKey"]
+        wanted = self.moved.get(params["issueIdOrKey"], params["issueIdOrKey"])
         return self.issues.get(wanted) or next((i for i in self.issues.values() if i["id"] == wanted), None)
 
     # users, the project, permissions ---------------------------------------------------------------------------------
 
     def _getCurrentUser(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
-        return Answer(200, self.users[params["account"]])
+        user = dict(self.users[params["account"]])
+        if "groups" in query.get("expand", "").split(","):
+            mine = [{"name": g, "groupId": f"g-{g}", "self": f"http://jira/rest/api/3/group?groupId=g-{g}"}
+                    for g, members in sorted(self.groups.items()) if params["account"] in members]  # fmt: skip
+            user["groups"] = {"size": len(mine), "items": mine}
+        return Answer(200, user)
+
+    def _getProjectRoles(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        if not self.project_admin:
+            return _error(403, "You cannot view the roles of this project.")
+        return Answer(200, {name: f"http://jira/rest/api/3/project/{PROJECT}/role/{rid}"
+                            for name, (rid, _, _) in self.roles.items()})  # fmt: skip
+
+    def _getProjectRole(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        if not self.project_admin:
+            return _error(403, "You cannot view the roles of this project.")
+        found = next(((n, r) for n, r in self.roles.items() if r[0] == params["id"]), None)
+        if found is None:
+            return _error(404, "No project role with that id.")
+        name, (rid, users, groups) = found
+        actors = [{"id": n, "displayName": self.users[a]["displayName"], "type": "atlassian-user-role-actor",
+                   "actorUser": {"accountId": a}} for n, a in enumerate(sorted(users))]  # fmt: skip
+        actors += [{"id": 100 + n, "displayName": g, "name": g, "type": "atlassian-group-role-actor",
+                    "actorGroup": {"name": g, "displayName": g, "groupId": f"g-{g}"}}
+                   for n, g in enumerate(sorted(groups))]  # fmt: skip
+        return Answer(200, {"id": int(rid), "name": name, "self": f"http://jira/rest/api/3/project/{PROJECT}/role/{rid}",
+                            "actors": actors})  # fmt: skip
 
     def _getProject(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         if params["projectIdOrKey"] not in (PROJECT, PROJECT_ID):
@@ -338,12 +421,57 @@ class FakeJira:
         found = [self.users[account]] if account in self.editors and account in self.users else []
         return Answer(200, found)
 
+    # the workflow and the issue types -------------------------------------------------------------------------------
+
+    def _type(self, name: str) -> dict[str, Any]:
+        tid, subtask = ISSUE_TYPES[name]
+        return {"id": tid, "name": name, "subtask": subtask, "self": f"http://jira/rest/api/3/issuetype/{tid}"}
+
+    def _getAllStatuses(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        if params["projectIdOrKey"] not in (PROJECT, PROJECT_ID):
+            return _error(404, "No project could be found with key.")
+        statuses = [self._status(name) for name in STATUSES]
+        return Answer(200, [{**self._type(name), "statuses": statuses} for name in ISSUE_TYPES])
+
+    def _readWorkflows(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        if not self.workflow_readable:
+            return _error(403, "You don't have permission to view these workflows.")
+        pairs = body.get("projectAndIssueTypes") or []
+        if any(p.get("projectId") != PROJECT_ID for p in pairs):
+            return _error(400, "The project does not exist.")
+        statuses = [
+            {"id": sid, "name": name, "statusReference": sid, "description": "", "scope": {"type": "GLOBAL"},
+             "statusCategory": {"new": "TODO", "indeterminate": "IN_PROGRESS", "done": "DONE"}[category]}
+            for name, (sid, category) in STATUSES.items()
+        ]  # fmt: skip
+        transitions = [{"id": "1", "name": "Create", "type": "INITIAL", "toStatusReference": STATUSES["To Do"][0],
+                        "links": [], "actions": [], "validators": [], "triggers": [], "properties": {}}]  # fmt: skip
+        transitions += [
+            {"id": str(11 + 10 * n), "name": name, "type": "GLOBAL", "toStatusReference": STATUSES[to][0],
+             "links": [], "actions": [], "validators": [], "triggers": [], "properties": {}, "description": ""}
+            for n, (name, to) in enumerate(self.transitions.items())
+        ]  # fmt: skip
+        workflow = {"id": "b9ff2384-d3b6-4d4e-9509-3ee19f607168", "name": "Widgets workflow", "description": "",
+                    "isEditable": True, "scope": {"type": "GLOBAL"}, "transitions": transitions,
+                    "statuses": [{"statusReference": s["statusReference"], "deprecated": False, "properties": {}}
+                                 for s in statuses],
+                    "version": {"id": "f010ac1b-3dd3-43a3-aa66-0ee8a447f76e", "versionNumber": 0}}  # fmt: skip
+        return Answer(200, {"statuses": statuses, "workflows": [workflow] if pairs else []})
+
+    def _getCreateIssueMetaIssueTypes(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
+        if params["projectIdOrKey"] not in (PROJECT, PROJECT_ID):
+            return _error(404, "No project could be found with key.")
+        types = [self._type(name) for name in ISSUE_TYPES if name in self.creatable]
+        start, size = int(query.get("startAt", "0")), int(query.get("maxResults", "50"))
+        page = types[start : start + size]
+        return Answer(200, {"issueTypes": page, "startAt": start, "maxResults": size, "total": len(types)})
+
     # issues ----------------------------------------------------------------------------------------------------------
 
     def _searchAndReconsileIssuesUsingJql(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
         jql = query.get("jql", "")
         source = self.frozen if self.frozen is not None else self.issues
-        chosen = [copy.deepcopy(i) for i in source.values() if _matches(jql, i)]
+        chosen = _ordered(jql, [copy.deepcopy(i) for i in source.values() if _matches(jql, i)])
         size = int(query.get("maxResults", "50"))
         start = int(query["nextPageToken"].removeprefix("page-")) if "nextPageToken" in query else 0
         page = chosen[start : start + size]
@@ -362,6 +490,8 @@ class FakeJira:
         fields = body["fields"]
         if fields.get("project", {}).get("key") != PROJECT:
             return Answer(400, {"errorMessages": [], "errors": {"project": "valid project is required"}})
+        if (fields.get("issuetype") or {}).get("name") not in self.creatable:
+            return Answer(400, {"errorMessages": [], "errors": {"issuetype": "Specify a valid issue type"}})
         key = self.add_issue(fields["summary"], labels=fields.get("labels", []), description=fields.get("description"),
                              priority=(fields.get("priority") or {}).get("id"))  # fmt: skip
         made = self.issues[key]
@@ -415,7 +545,7 @@ class FakeJira:
         found = self._issue(params)
         if found is None:
             return _error(404, "Issue does not exist or you do not have permission to see it.")
-        comments = self.comments[found["key"]]
+        comments = [c for c in self.comments[found["key"]] if self.sees(params["account"], c.get("visibility"))]
         start, size = int(query.get("startAt", "0")), int(query.get("maxResults", "100"))
         page = copy.deepcopy(comments[start : start + size])
         return Answer(200, {"comments": page, "startAt": start, "maxResults": size, "total": len(comments)})
@@ -426,7 +556,12 @@ class FakeJira:
             return _error(404, "Issue does not exist or you do not have permission to see it.")
         if len(json.dumps(body["body"])) > MAX_COMMENT:
             return Answer(400, {"errorMessages": [], "errors": {"comment": "The entered text is too long."}})
-        return Answer(201, copy.deepcopy(self.add_comment(found["key"], body["body"], author=params["account"])))
+        visibility = body.get("visibility")
+        if visibility is not None and not self.sees(params["account"], visibility):
+            said = f"You are currently not a member of the {visibility.get('type')}: {visibility.get('value')}."
+            return Answer(400, {"errorMessages": [], "errors": {"commentLevel": said}})
+        made = self.add_comment(found["key"], body["body"], author=params["account"], visibility=visibility)
+        return Answer(201, copy.deepcopy(made))
 
     def _comment(self, params: dict[str, str]) -> dict[str, Any] | None:
         found = self._issue(params)
@@ -443,6 +578,8 @@ class FakeJira:
         if comment["author"]["accountId"] != params["account"]:
             return _error(403, "You do not have the permission to edit this comment.")
         comment["body"], comment["updated"] = body["body"], _now()
+        if body.get("visibility") is not None:
+            comment["visibility"] = dict(body["visibility"])
         return Answer(200, copy.deepcopy(comment))
 
     def _deleteComment(self, params: dict[str, str], query: dict[str, str], body: Any) -> Answer:
@@ -495,6 +632,33 @@ def _matches(jql: str, issue: dict[str, Any]) -> bool:
         if name == "labels" and value not in fields["labels"]:
             return False
     return not ("statusCategory != Done" in jql and fields["status"]["statusCategory"]["key"] == "done")
+
+
+_TERM = re.compile(r"^\s*(priority|Rank|created|key)\s+(ASC|DESC)\s*$", re.IGNORECASE)
+
+
+def _ordered(jql: str, issues: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The issues in the order of the JQL's ``ORDER BY`` (priority, Rank, created, key; ascending or descending), else
+    by key as Jira's default; a term the fake does not know is a violation of what beflow should send."""
+    _, _, order = jql.rpartition("ORDER BY ")
+    terms = [_TERM.match(term) for term in order.split(",")] if order else []
+    if any(t is None for t in terms):
+        raise ValueError(f"the fake does not order by {order!r}")
+    for term in reversed([t for t in terms if t is not None]):
+        field, way = term.group(1).lower(), term.group(2).upper()
+
+        def value(issue: dict[str, Any], field: str = field) -> Any:
+            fields = issue["fields"]
+            if field == "priority":  # (Highest is id 1: the highest first is DESC)
+                return -int(fields["priority"]["id"])
+            if field == "rank":
+                return fields[RANK]
+            if field == "created":
+                return fields["created"]
+            return int(issue["key"].rpartition("-")[2])
+
+        issues.sort(key=value, reverse=way == "DESC")
+    return issues
 
 
 def _priority(pid: str) -> dict[str, Any]:

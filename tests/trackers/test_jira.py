@@ -5,6 +5,8 @@ out of prompts, the search's lag, the workflow a run cannot start in, rate limit
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -12,12 +14,16 @@ import pytest
 from beflow.config import Config, JiraTrackerSettings, load_project
 from beflow.doctor import check_access, check_tracker
 from beflow.errors import BeflowError, NotFoundError, TransitionError
+from beflow.records.record import RunRecord, new_run_id, now
+from beflow.records.store import RunStore
+from beflow.run.request import RunRequest, branch_of, new_record
+from beflow.run.summary import pull_request_summary
 from beflow.trackers import jira as jira_module
 from beflow.trackers import jira_adf as adf
 from beflow.trackers.base import ChecksAccess, ReadsPullRequests, ShowsProgress, Tracker
 from beflow.trackers.issue import DEFAULT_PRIORITY, Status
 from beflow.trackers.jira import JiraTracker, JiraWorkflowError
-from beflow.trackers.jira_api import Api, JiraAuthError, credentials
+from beflow.trackers.jira_api import Api, JiraAuthError, RateLimited, credentials
 from beflow.trackers.quoting import JOINER
 from tests.support.jira import BOT, EMAIL, TOKEN, Answer, FakeJira, doc
 from tests.support.jira import jira as jira
@@ -290,3 +296,82 @@ def test_labels_are_quoted_in_jql_and_a_search_that_never_ends_is_cut(
     monkeypatch.setattr(jira, "_searchAndReconsileIssuesUsingJql", lambda *_: Answer(200, endless))
     assert make(jira).listing().issues == []
     assert len(jira.requests("GET", "/rest/api/3/search/jql")) == 2
+
+
+def test_issues_of_one_priority_come_in_the_boards_rank_then_by_age(jira: FakeJira) -> None:
+    old = jira.add_issue("Old", created="2024-01-01T00:00:00.000+0000")
+    new = jira.add_issue("New", created="2024-01-02T00:00:00.000+0000")
+    high = jira.add_issue("High", priority="2", created="2024-01-03T00:00:00.000+0000")
+    tracker = make(jira)
+    assert tracker.jql(finished=False).endswith("ORDER BY priority DESC, Rank ASC, created ASC")
+    assert [i.key for i in tracker.ready()] == [high, old, new]
+    jira.rank_before(new, old)  # a person drags the newer one up the board
+    assert [i.key for i in tracker.ready()] == [high, new, old]
+
+
+def test_a_users_jql_keeps_its_own_order_by_and_beflow_keeps_priority_first(jira: FakeJira) -> None:
+    old = jira.add_issue("Old", created="2024-01-01T00:00:00.000+0000")
+    new = jira.add_issue("New", created="2024-01-02T00:00:00.000+0000")
+    low = jira.add_issue("Low", priority="5", created="2024-01-03T00:00:00.000+0000")
+    tracker = make(jira, jql='summary !~ "order by" order  by created DESC')
+    assert tracker.jql(finished=False) == (
+        'project = "WID" AND labels = "beflow" AND (summary !~ "order by") AND statusCategory != Done '
+        "ORDER BY created DESC"
+    )
+    assert [i.key for i in tracker.ready()] == [new, old, low]
+    assert jira_module.split_order("ORDER BY Rank ASC") == ("", "ORDER BY Rank ASC")
+    assert jira_module.split_order("text ~ 'say \\' order by x'") == ("text ~ 'say \\' order by x'", None)
+    assert jira_module.split_order("reorder by = 1") == ("reorder by = 1", None)
+    with pytest.raises(ValueError, match="ORDER BY names no field"):
+        Config.model_validate(
+            {"tracker": {"kind": "jira", "site": "https://a.atlassian.net", "project": "WID", "jql": "x = 1 ORDER BY"}}
+        )
+
+
+def test_an_issue_moved_to_another_project_keeps_its_branch_and_its_runs(jira: FakeJira, repo: Path) -> None:
+    key = jira.add_issue("Moved")
+    before = make(jira).get(key)
+    (repo / ".beflow").mkdir(exist_ok=True)
+    (repo / ".beflow" / "config.json").write_text(json.dumps({"agent": {"command": "true"}}))
+    project = load_project(repo / ".beflow" / "config.json")
+    request = RunRequest(key=before.key)
+    first = new_record(project, before, request, run_id=new_run_id(before.key), branch=branch_of(repo, before))
+    assert (first.issue_id, first.branch) == (before.id, f"beflow/{key}")
+    first.close("succeeded", "done")
+    store = RunStore(repo)
+    store.create(first, "prompt")
+
+    moved = jira.move_to_project(key, "OPS")
+    with pytest.raises(NotFoundError, match="not beflow's"):
+        make(jira).get(key)  # (Jira answers to the old key with the moved issue: no longer in WID)
+    after = make(jira, project="OPS").get(moved)
+    assert (after.key, after.id) == ("OPS-1", before.id)
+    assert [r.id for r in store.records([after.key], ids=[after.id or ""])] == [first.id]
+    assert branch_of(repo, after) == f"beflow/{key}"
+
+
+def test_smart_commit_words_in_a_pull_request_body_act_on_no_issue(jira: FakeJira) -> None:
+    tracker = make(jira)
+    said = "WID-1 #done. wid-2 #comment merged WID-3 #time 1w 2d #in-progress, see OPS-4 #close"
+    record = RunRecord(
+        id="20261206-093000-WID-1-abcd", issue="WID-1", mode="watch", agent="acp-test", started_at=now(),
+        outcome="succeeded", stop_reason=said, final_message=f"Done.\n{said}", branch="beflow/WID-1",
+    )  # fmt: skip
+    body = pull_request_summary(record, tracker)
+    assert "#done" in body.replace(JOINER, "") and "#time 1w" in body.replace(JOINER, "")  # (people read them)
+    words = body.replace("beflow/WID-1", "").replace(record.id, "")
+    assert re.findall(r"[A-Za-z][A-Za-z0-9_]*-\d", words) == []  # no key: a smart commit needs one to act
+
+
+def test_jiras_limits_are_named_and_a_503_with_retry_after_is_waited_out(jira: FakeJira) -> None:
+    key = jira.add_issue("Limited")
+    tracker = make(jira)
+    jira.fail(429, headers={"Retry-After": "30", "RateLimit-Reason": "jira-quota-tenant-based"}, prefix="/rest/api/3/")
+    with pytest.raises(RateLimited, match="jira-quota-tenant-based") as caught:
+        tracker.ready()
+    assert caught.value.until > tracker.api.now() + 20
+    fresh = make(jira)
+    jira.fail(503, headers={"Retry-After": "0", "RateLimit-Reason": "jira-per-issue-on-write"}, prefix="/rest/api/3/")
+    jira.fail(429, headers={"X-RateLimit-Reset": "2020-01-01T00:00Z", "RateLimit-Reason": "<b>odd</b>"})
+    assert [i.key for i in fresh.ready()] == [key]  # (both waits are over already: taken in line)
+    assert fresh.api.stats.rate_limited == 2

@@ -11,10 +11,11 @@ from collections.abc import Callable
 import pytest
 
 from beflow.config import JiraTrackerSettings
-from beflow.errors import LockedError
+from beflow.errors import BeflowError, LockedError
 from beflow.trackers.claims import Claim, ClaimLost
 from beflow.trackers.comment_leases import Lease
 from beflow.trackers.jira import JiraTracker
+from beflow.trackers.jira_access import claims_check
 from beflow.trackers.jira_api import Api
 from beflow.trackers.jira_claims import body_of
 from tests.support.jira import BOT, EMAIL, TOKEN, FakeJira
@@ -154,3 +155,63 @@ def test_a_watch_tick_answers_ready_and_orphaned_from_one_search(jira: FakeJira)
     assert len(jira.requests("GET", "/rest/api/3/search/jql")) == 1
     tracker.ready()
     assert len(jira.requests("GET", "/rest/api/3/search/jql")) == 2
+
+
+def restricted(fake: FakeJira, visibility: dict[str, str] | None) -> JiraTracker:
+    """A watcher whose claim comments only ``visibility`` sees (None: everyone)."""
+    settings = JiraTrackerSettings.model_validate(
+        {"kind": "jira", "site": fake.url, "project": "WID", "lease": 60, "claim_visibility": visibility}
+    )
+    return JiraTracker(settings, Api(fake.url, EMAIL, TOKEN), settle=0.0)
+
+
+def test_claims_seen_by_a_group_notify_no_watcher_outside_it_and_still_hold_against_a_race(jira: FakeJira) -> None:
+    key = jira.add_issue("Watched")
+    ann = jira.user("Ann Watcher")["accountId"]
+    bob = jira.user("Bob Bot-Keeper")["accountId"]
+    jira.groups["beflow-bots"].add(bob)
+    jira.watchers[key] = {ann, bob}
+    open_claim = restricted(jira, None).claim(key, "open")
+    assert jira.notified[-1][2] == {ann, bob}  # (without visibility every watcher is told of the claim)
+    open_claim.release()
+    group = {"type": "group", "value": "beflow-bots"}
+    won = race([restricted(jira, group) for _ in range(4)], lambda w: w.claim(key, f"watcher-{id(w)}"))
+    assert len(won) == 1
+    told = [who for (k, cid, who) in jira.notified[1:] if k == key]
+    assert told and all(who <= {bob} for who in told)  # Ann, outside the group, was told of none of them
+    latest = jira.comments[key][-1]
+    assert latest["visibility"] == group and latest["author"]["accountId"] == BOT
+    assert not jira.sees(ann, latest.get("visibility"))
+    with pytest.raises(LockedError):
+        restricted(jira, group).claim(key, "late")
+    won[0].renew()
+    won[0].release()
+
+
+def test_a_claim_for_a_role_the_account_is_not_in_is_refused_before_any_run(jira: FakeJira) -> None:
+    key = jira.add_issue("Admins only")
+    with pytest.raises(BeflowError, match="not a member"):
+        restricted(jira, {"type": "role", "value": "Administrators"}).claim(key, "runner")
+    assert claims_on(jira, key) == []
+
+
+def test_doctor_says_who_sees_claims_and_whether_the_account_can_post_them(jira: FakeJira) -> None:
+    def said(visibility: dict[str, str] | None) -> tuple[bool, bool, str, str]:
+        tracker = restricted(jira, visibility)
+        found = claims_check(tracker.api, tracker.settings)
+        return found.ok, found.warning, found.detail, found.fix or ""
+
+    assert "jira claims" in {f.name for f in restricted(jira, None).access_checks()}
+    ok, warning, detail, fix = said(None)
+    assert ok and warning and "notifies its watchers" in detail and "tracker.claim_visibility" in fix
+    assert said({"type": "group", "value": "beflow-bots"})[:2] == (True, False)
+    ok, _, detail, fix = said({"type": "group", "value": "site-admins"})
+    assert not ok and "not in that group" in detail and "site-admins" in fix
+    ok, warning, detail, _ = said({"type": "role", "value": "Developers"})
+    assert ok and warning and "cannot verify" in detail  # (reading roles needs Administer projects)
+    jira.project_admin = True
+    assert said({"type": "role", "value": "Developers"})[:2] == (True, False)  # (in it through beflow-bots)
+    ok, _, detail, _ = said({"type": "role", "value": "Administrators"})
+    assert not ok and "not in that role" in detail
+    ok, _, detail, _ = said({"type": "role", "value": "Testers"})
+    assert not ok and "no such role" in detail and "Developers" in detail

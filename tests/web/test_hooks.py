@@ -39,13 +39,20 @@ from tests.web.test_webhooks import (
     github_issue_labeled,
     gitlab_headers,
     gitlab_issue_hook,
+    jira_headers,
+    jira_issue_updated,
     linear_headers,
     linear_issue_update,
     linear_session_prompted,
 )
 
 TOKEN = "t" * 20 + "-secret-token"
-SECRET_ENV = {"github": "TEST_GITHUB_HOOK_SECRET", "gitlab": "TEST_GITLAB_HOOK_SECRET", "linear": "TEST_LINEAR_HOOK"}
+SECRET_ENV = {
+    "github": "TEST_GITHUB_HOOK_SECRET",
+    "gitlab": "TEST_GITLAB_HOOK_SECRET",
+    "linear": "TEST_LINEAR_HOOK",
+    "jira": "TEST_JIRA_HOOK",
+}
 
 
 class Woken(WatchSource):
@@ -274,6 +281,31 @@ def test_a_signed_linear_delivery_within_its_window_wakes_a_watch_on_linear(
 
         assert source.woken == ["linear"]
         assert webhooks_health(http) == {"woke": 1, "ignored": 0, "refused": {"stale": 1}}
+
+
+def test_a_signed_jira_delivery_wakes_a_watch_on_jira_once_and_a_replay_or_forgery_does_nothing(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JIRA_EMAIL", "bot@example.com")
+    monkeypatch.setenv("JIRA_API_TOKEN", "ATATT-test")
+    tracker = {"kind": "jira", "site": "http://127.0.0.1:9", "project": "WID"}  # (never asked here)
+    project = project_on(repo, {"jira": SECRET_ENV["jira"]}, tracker=tracker)
+    with serving(project) as (_, source, http):
+        body = jira_issue_updated()
+        assert http.post("/hooks/jira", content=body, headers=jira_headers(body)).status_code == 202
+        assert http.post("/hooks/jira", content=body, headers=jira_headers(body)).status_code == 409  # (Jira's retry)
+        forged = {**jira_headers(body, "another"), "x-hub-signature": "sha256=" + "0" * 64}
+        assert http.post("/hooks/jira", content=body, headers=forged).status_code == 401
+        quiet = jira_issue_updated("worklog_updated")
+        assert http.post("/hooks/jira", content=quiet, headers=jira_headers(quiet, "third")).status_code == 202
+        assert http.post("/hooks/jira", content=b"x" * ((1 << 20) + 1), headers=jira_headers(b"")).status_code == 413
+
+        assert source.woken == ["jira"]
+        assert webhooks_health(http) == {
+            "woke": 1,
+            "ignored": 1,
+            "refused": {"replayed": 1, "bad_signature": 1, "too_large": 1},
+        }
 
 
 def test_a_linear_session_prompted_has_the_running_runs_ask_their_sessions_for_a_stop_at_once(

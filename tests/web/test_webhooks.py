@@ -6,7 +6,9 @@ The forges' descriptions of their deliveries:
   and https://docs.github.com/en/webhooks/webhook-events-and-payloads (headers, ``issues``, ``check_run``);
 - GitLab: https://docs.gitlab.com/user/project/integrations/webhooks/ (``X-Gitlab-Token``, ``X-Gitlab-Event-UUID``)
   and https://docs.gitlab.com/user/project/integrations/webhook_events/ (``Issue Hook``, ``Pipeline Hook``);
-- Linear: https://linear.app/developers/webhooks (``Linear-Signature``, ``Linear-Delivery``, ``webhookTimestamp``).
+- Linear: https://linear.app/developers/webhooks (``Linear-Signature``, ``Linear-Delivery``, ``webhookTimestamp``);
+- Jira Cloud: https://developer.atlassian.com/cloud/jira/platform/webhooks/ (an admin webhook's secret signs the body:
+  ``X-Hub-Signature: sha256=<hex>``; ``X-Atlassian-Webhook-Identifier``, the same across retries; ``webhookEvent``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from beflow.web.webhooks import (
     verify,
     verify_github,
     verify_gitlab,
+    verify_jira,
     verify_linear,
 )
 
@@ -240,6 +243,72 @@ def test_linear_deliveries_are_refused_unsigned_mis_signed_stale_or_malformed() 
     assert refusal(lambda: verify_linear(linear_headers(ahead), ahead, SECRET, NOW)) == "stale"
     untimed = b'{"type": "Issue"}'
     assert refusal(lambda: verify_linear(linear_headers(untimed), untimed, SECRET, NOW)) == "malformed"
+
+
+# -- Jira --------------------------------------------------------------------------------------------------------------
+
+
+def jira_issue_updated(event: str = "jira:issue_updated") -> bytes:
+    return json.dumps(
+        {
+            "timestamp": int(NOW * 1000),
+            "webhookEvent": event,
+            "issue_event_type_name": "issue_generic",
+            "user": {"accountId": "5b10a2844c20165700ede21g", "displayName": "Ann"},
+            "issue": {"id": "10100", "key": "WID-1", "fields": {"summary": "Add notes", "labels": ["beflow"]}},
+            "changelog": {"items": [{"field": "labels", "fromString": "", "toString": "beflow"}]},
+        }
+    ).encode()
+
+
+def jira_headers(body: bytes, delivery: str = "a1b2c3d4-0000-4000-8000-webhook00001") -> dict[str, str]:
+    return {
+        "x-atlassian-webhook-identifier": delivery,
+        "x-atlassian-webhook-flow": "Primary",
+        "x-hub-signature": "sha256=" + signed(body),
+        "content-type": "application/json",
+    }
+
+
+def test_a_signed_jira_issue_update_wakes_and_is_named_by_its_identifier() -> None:
+    body = jira_issue_updated()
+    delivery = verify("jira", jira_headers(body), body, SECRET, NOW)
+    assert (delivery.forge, delivery.id, delivery.event, delivery.wakes) == (
+        "jira",
+        "a1b2c3d4-0000-4000-8000-webhook00001",
+        "jira:issue_updated",
+        True,
+    )
+
+
+@pytest.mark.parametrize(
+    ("event", "wakes"),
+    [
+        ("jira:issue_created", True),
+        ("comment_created", True),
+        ("issuelink_created", True),
+        ("comment_deleted", False),
+        ("worklog_updated", False),
+        ("sprint_started", False),
+    ],
+)
+def test_jira_events_wake_when_they_may_change_what_is_ready(event: str, wakes: bool) -> None:
+    body = jira_issue_updated(event)
+    assert verify_jira(jira_headers(body), body, SECRET).wakes is wakes
+
+
+def test_jira_deliveries_are_refused_unsigned_mis_signed_without_an_id_or_malformed() -> None:
+    body = jira_issue_updated()
+    headers = jira_headers(body)
+    assert refusal(lambda: verify_jira({**headers, "x-hub-signature": ""}, body, SECRET)) == "unsigned"
+    assert refusal(lambda: verify_jira(headers, body + b" ", SECRET)) == "bad_signature"
+    sha1 = {**headers, "x-hub-signature": "sha1=" + hmac.new(SECRET.encode(), body, "sha1").hexdigest()}
+    assert refusal(lambda: verify_jira(sha1, body, SECRET)) == "bad_signature"
+    assert refusal(lambda: verify_jira(headers, body, SECRET + "x")) == "bad_signature"
+    no_id = {k: v for k, v in headers.items() if k != "x-atlassian-webhook-identifier"}
+    assert refusal(lambda: verify_jira(no_id, body, SECRET)) == "no_delivery_id"
+    eventless = b'{"issue": {"key": "WID-1"}}'
+    assert refusal(lambda: verify_jira(jira_headers(eventless), eventless, SECRET)) == "malformed"
 
 
 # -- replays -----------------------------------------------------------------------------------------------------------
