@@ -61,6 +61,11 @@ class CodeHost(Protocol):
         """Where people see ``branch`` on the host (a pull request's body links best of N's other candidates)."""
         ...
 
+    def commit_inert(self, text: str) -> str:
+        """An agent's commit message made so that the host acts on nothing in it once the branch is pushed or merged
+        (a closing keyword closes an issue when the commit reaches the default branch)."""
+        ...
+
 
 @dataclass(frozen=True)
 class Landing:

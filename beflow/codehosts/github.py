@@ -29,6 +29,7 @@ from beflow.config import Feedback as FeedbackSettings
 from beflow.feedback import Feedback, Gathered
 from beflow.repository import git, refs, remote
 from beflow.trackers import github_wire as wire
+from beflow.trackers import quoting
 from beflow.trackers.base import Tracker
 from beflow.trackers.github import api_url, repo_from_remote, resolve_token, web_host
 from beflow.trackers.github_api import Api, GitHubAccessError, GitHubAuthError, GitHubError, RateLimited
@@ -110,6 +111,9 @@ class GitHubCodeHost:
     def branch_url(self, branch: str) -> str:
         """``https://github.com/<repo>/tree/<branch>`` (the host of a GitHub Enterprise API's own)."""
         return f"https://{web_host(self.api.base_url)}/{self.repo}/tree/{quote(branch, safe='/')}"
+
+    def commit_inert(self, text: str) -> str:
+        return quoting.inert(text)
 
     def fetch(self, directory: Path, branch: str) -> str | None:
         """The commit of ``branch`` on ``origin`` (as the push's URL, with the same credential helper and from an

@@ -130,6 +130,9 @@ class GitLabCodeHost:
         """``<instance>/<project>/-/tree/<branch>``."""
         return f"{self.settings.url.rstrip('/')}/{self.project}/-/tree/{quote(branch, safe='/')}"
 
+    def commit_inert(self, text: str) -> str:
+        return inert(text)
+
     def fetch(self, directory: Path, branch: str) -> str | None:
         """The commit of ``branch`` on ``origin`` (as the push's URL, with the same credential helper and from an
         empty repository of its own: :func:`beflow.repository.remote.fetch`), None when it has no such branch."""

@@ -10,6 +10,7 @@ moves only with ``update-ref refs/heads/beflow/<key> NEW OLD`` (:func:`publish`)
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from beflow.paths import ACPXRC
@@ -103,11 +104,70 @@ def _clean_message(message: str) -> str:
     return "\n".join(kept).strip("\n")
 
 
-def build(where: At, worktree: Worktree, message: str | None, *, empty: str | None = None) -> tuple[str, bool]:
+#: The most commits of an agent's whose messages are reworded one by one; a run that made more is refused (a person
+#: looks): each costs a git process, and no agent's honest work is that many commits.
+MOST_REWORDED = 1000
+
+
+def reworded(where: At, base: str, head: str, words: Callable[[str], str], env: dict[str, str] | None = None) -> str:
+    """The agent's commits ``base..head`` made again with their messages through ``words`` (made inert for what reads
+    commit messages: a forge closes ``Fixes #12`` when the branch merges, Jira runs ``WID-1 #done``), their trees,
+    authors, committers and dates kept, merges too; ``head`` itself when no message changes. A signature is dropped
+    with the message it signed."""
+    lines = run(where, "rev-list", "--reverse", "--topo-order", "--parents", f"{base}..{head}", env=env).splitlines()
+    if not lines:
+        return head
+    if len(lines) > MOST_REWORDED:
+        raise GitError(f"the agent made {len(lines):,} commits (beflow rewords at most {MOST_REWORDED:,})")
+    made: dict[str, str] = {}
+    for line in lines:
+        sha, *parents = line.split()
+        header, _, message = run(where, "cat-file", "commit", sha, env=env).partition("\n\n")
+        new_parents = [made.get(parent, parent) for parent in parents]
+        said = words(message)
+        if said == message and new_parents == parents:
+            made[sha] = sha
+            continue
+        fields = dict(_identity(header))
+        args = ["commit-tree", "--no-gpg-sign", fields["tree"]]
+        for parent in new_parents:
+            args += ["-p", parent]
+        people = {**(env or {}), **_person("AUTHOR", fields["author"]), **_person("COMMITTER", fields["committer"])}
+        try:
+            made[sha] = run(where, *args, env=people, stdin=said.encode("utf-8", "surrogateescape")).strip()
+        except CommandFailed as exc:
+            raise GitError(f"git commit-tree failed rewording the agent's commit {sha[:12]}: {exc.stderr}") from None
+    return made[lines[-1].split()[0]]
+
+
+def _identity(header: str) -> Iterator[tuple[str, str]]:
+    """A commit header's ``tree``, ``author`` and ``committer`` (the first of each; continuation lines skipped)."""
+    for line in header.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("tree", "author", "committer"):
+            yield name, value
+
+
+def _person(role: str, value: str) -> dict[str, str]:
+    """``Name <email> 1700000000 +0100`` as git's ``GIT_<role>_NAME``, ``_EMAIL`` and ``_DATE`` (kept as they were)."""
+    name, _, rest = value.partition(" <")
+    email, _, when = rest.rpartition("> ")
+    return {f"GIT_{role}_NAME": name, f"GIT_{role}_EMAIL": email, f"GIT_{role}_DATE": f"@{when}"}
+
+
+def build(
+    where: At,
+    worktree: Worktree,
+    message: str | None,
+    *,
+    empty: str | None = None,
+    words: Callable[[str], str] | None = None,
+) -> tuple[str, bool]:
     """The run's commit: what the agent's HEAD names, once it is known to descend from where the run started, with
     everything the agent left uncommitted committed on it (``message``; None: nothing is committed) — or, when
     nothing was left and ``empty`` is given, an empty commit with that message. HEAD is rewritten to it, detached.
-    The answer is that commit and whether beflow made it (else it is the agent's HEAD).
+    The answer is that commit and whether beflow made it (else it is the agent's HEAD). ``words``: the agent's own
+    commits are made again with their messages through it first (:func:`reworded`).
 
     A sandboxed agent wrote its objects into the run's own object directory: beflow's commit is written beside
     them, in a quarantine, and what the run's commit and the worktree's index need is then brought into the
@@ -119,6 +179,8 @@ def build(where: At, worktree: Worktree, message: str | None, *, empty: str | No
         named = head_named(where, env)
         parent = named[0]
         _check_descent(where, worktree, parent, env)
+        if words is not None and (again := reworded(where, worktree.base_commit, parent, words, env)) != parent:
+            parent, named = again, (again, named[1])  # (the same tree: only messages change)
         made = None
         if message is not None:
             made = commit_all(where, message, parent=named, env=env, move=False)

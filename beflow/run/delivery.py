@@ -75,6 +75,8 @@ class Job:
     #: answered): the round's commit on top of the branch, an empty one when the agent changed nothing.
     #: (the message, the message of an empty commit).
     answered: tuple[str, str] | None = None
+    #: The agent's own commit messages made inert for what reads them once pushed (None: kept as written).
+    words: Callable[[str], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -147,7 +149,7 @@ def _commit(job: Job, at: git.At) -> Verdict:
         message, empty = job.answered
     try:
         # Built by beflow on what the agent's HEAD names, if that descends from the run's start; no ref moves.
-        head, made = commits.build(at, worktree, message, empty=empty)
+        head, made = commits.build(at, worktree, message, empty=empty, words=job.words)
     except BeflowError as error:
         why = f"{reason}; {error.message}; the work is kept in {worktree.path}"
         return Verdict("failed", "failed", why, worktree_kept=True)

@@ -38,7 +38,7 @@ from beflow.run.issue_status import refuse_closed
 from beflow.run.lifecycle import Session, cancel_reason
 from beflow.run.policy import status_after
 from beflow.run.request import RunRequest, branch_of, render_prompt
-from beflow.run.summary import pull_request_summary
+from beflow.run.summary import commit_words, pull_request_summary
 from beflow.run.turn import AgentTurn
 from beflow.run.workspace import Workspace
 from beflow.system import interrupts, threads
@@ -303,6 +303,7 @@ class InWorktree:
             )
             if self.request.round and self.config.after_run.commit
             else None,
+            words=commit_words(self.session.tracker, self.code_host),
         )
         verdict = await threads.blocking(delivery.deliver, job)
         verdict.onto(record)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from beflow import guardrails
+from beflow.codehosts.base import CodeHost
 from beflow.guardrails import Totals
 from beflow.records.record import RunRecord
 from beflow.run.judging import table
@@ -77,6 +78,21 @@ def pull_request_summary(record: RunRecord, tracker: Tracker) -> str:
         return summary(record)
     words = tracker.pull_request_inert
     return summary(record, inert=lambda text: quoting.inert(words(text)), quoted=words)
+
+
+def commit_words(tracker: Tracker, code_host: CodeHost | None) -> Callable[[str], str]:
+    """What the agent's own commit messages go through before they are pushed: a forge closes an issue named after
+    ``Fixes`` in a commit that reaches its default branch, and a tracker's integration acts on them too (Jira's smart
+    commits, Linear's magic words). GitHub's references are broken in any case: a branch kept local may be pushed by
+    a person later."""
+    tracker_words = tracker.pull_request_inert if isinstance(tracker, ReadsPullRequests) else None
+
+    def words(text: str) -> str:
+        if tracker_words is not None:
+            text = tracker_words(text)
+        return code_host.commit_inert(text) if code_host is not None else quoting.inert(text)
+
+    return words
 
 
 #: Characters of the agent's final message a comment or pull request body quotes: GitHub refuses a body of more

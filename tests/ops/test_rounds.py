@@ -192,6 +192,9 @@ class ReviewSource:
     def branch_url(self, branch: str) -> str:
         return f"https://example.com/tree/{branch}"
 
+    def commit_inert(self, text: str) -> str:
+        return text
+
 
 def test_a_review_with_two_inline_comments_waits_to_settle_then_makes_one_round_with_both_in_its_prompt(
     auto_project: AutoProject, beflow, no_leftover_processes: None

@@ -15,7 +15,7 @@ from tests.support.github import TOKEN as GITHUB_TOKEN
 from tests.support.github import FakeGitHub
 from tests.support.jira import EMAIL, TOKEN, FakeJira, doc
 from tests.support.jira import jira as jira
-from tests.support.projects import AutoProject
+from tests.support.projects import AutoProject, git
 
 pytestmark = pytest.mark.slow
 
@@ -39,7 +39,9 @@ def test_a_ready_jira_issue_becomes_a_pull_request_and_waits_in_review_with_its_
         code_host={"kind": "github", "repo": "octo/hello", "api_url": github.url, "token_env": "HOSTPAT"},
         after_run={"pull_request": True},
     )
-    key = jira.add_issue("Add notes", description=doc("acp-test: write notes.txt hello"))
+    # The agent commits by itself, with words Jira's smart commits and GitHub's closing keywords would act on.
+    steps = "acp-test: write notes.txt hello\nacp-test: run git add -A && git commit -qm 'WID-1 #done, fixes #1'"
+    key = jira.add_issue("Add notes", description=doc(steps))
 
     done = beflow("--auto", key)
 
@@ -52,6 +54,9 @@ def test_a_ready_jira_issue_becomes_a_pull_request_and_waits_in_review_with_its_
     record = auto_project.only_record()
     assert record.outcome == "succeeded" and record.issue == key and record.issue_id == jira.issues[key]["id"]
     assert record.pull_request == pull["html_url"]
+    pushed = git(auto_project.directory, "log", "--format=%B", "-n", "2", f"{record.commit}")
+    assert "WID-1 #done" not in pushed and "fixes #1" not in pushed
+    assert "WID\u2060-1 #\u2060done, fixes #\u20601" in pushed
     seen = done.stdout + done.stderr
     roots = [auto_project.directory, Path(os.environ["BEFLOW_HOME"])]
     for secret in (TOKEN, GITHUB_TOKEN):
