@@ -177,7 +177,7 @@ def build(
     objects = run_objects_of(worktree)
     with quarantined(worktree, objects) as env:
         named = head_named(where, env)
-        parent = named[0]
+        parent = agents = named[0]
         _check_descent(where, worktree, parent, env)
         if words is not None and (again := reworded(where, worktree.base_commit, parent, words, env)) != parent:
             parent, named = again, (again, named[1])  # (the same tree: only messages change)
@@ -192,8 +192,8 @@ def build(
                 tips.append(_write_tree(where, env))  # what the agent staged and did not commit
             import_objects(worktree, env, tips)
             _check_descent(where, worktree, parent, None)  # asked again, of the objects as brought in
-    if made is not None:
-        move_head(where, made, "beflow: the run's commit")
+    if made is not None or parent != agents:
+        move_head(where, made or parent, "beflow: the run's commit")
     return made or parent, made is not None
 
 
