@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from beflow.paths import ACPXRC
 from beflow.repository.authors import FALLBACK_IDENTITY, has_identity
 from beflow.repository.git import CommandFailed, GitError, directory_of, run
+from beflow.repository.leaks import MAX_COMMIT
 from beflow.repository.refs import head_named, move_head, update_branch
 from beflow.repository.run_objects import import_objects, quarantined, run_objects_of
 from beflow.repository.status import is_tracked
@@ -119,6 +120,10 @@ def reworded(where: At, base: str, head: str, words: Callable[[str], str], env: 
         return head
     if len(lines) > MOST_REWORDED:
         raise GitError(f"the agent made {len(lines):,} commits (beflow rewords at most {MOST_REWORDED:,})")
+    shas = "".join(line.split()[0] + "\n" for line in lines)
+    sizes = run(where, "cat-file", "--batch-check=%(objectsize)", env=env, stdin=shas.encode()).split()
+    if any(int(size) > MAX_COMMIT for size in sizes):
+        return head  # (read whole by nobody: the leak check refuses such a commit unread)
     made: dict[str, str] = {}
     for line in lines:
         sha, *parents = line.split()
