@@ -33,6 +33,7 @@ from beflow.errors import BeflowError, LockedError
 from beflow.events import RunEvent, WatchEvent, WatchEventKind
 from beflow.records.record import RunRecord
 from beflow.records.store import RunStore
+from beflow.run.agent_choice import AgentRefused
 from beflow.run.issue_status import requeue_orphans, settle_orphans
 from beflow.run.policy import is_final
 from beflow.run.request import RunRequest
@@ -47,6 +48,7 @@ from beflow.watch.holds import Holds
 from beflow.watch.lanes import Running, Snapshot, lanes_asked, lanes_taken, run_ids
 from beflow.watch.questions import WaitingQuestions
 from beflow.watch.reachability import TrackerLook
+from beflow.watch.refusals import Refusals
 from beflow.watch.reloading import ConfigReload
 from beflow.watch.retries import Retries
 from beflow.watch.rounds import ReviewRounds
@@ -110,6 +112,8 @@ class Dispatcher:
         self.blockers = BlockerHolds(self.emit)
         #: Blocked issues: their agent's question answered (a run resumes it) or waited on (beflow.watch.questions).
         self.questions = WaitingQuestions(clock, self.emit)
+        #: Issues whose agent labels were refused: said once (beflow.watch.refusals).
+        self.refusals = Refusals(self.emit)
         #: Whether the last look at the tracker succeeded (only the tracker's own failures count).
         self.tracker_look = TrackerLook()
 
@@ -273,6 +277,7 @@ class Dispatcher:
         queue = [i for i in ready if not self.retries.backing_off(i.key, now)]
         queue += self.rounds.survey(self.project, self.tracker, self.code_host, self.running, queue)
         queue += self.questions.survey(self.project, self.tracker, self.running)
+        queue = self.refusals.sift(queue)
         free = self.project.config.watch.concurrency - len(self.running)
         self.queue = self.blockers.sift(self.tracker, queue, free)
 
@@ -339,6 +344,8 @@ class Dispatcher:
             taken = error.code == LockedError.code  # (not a NoLongerReady: that one may have been moved by a person)
             reason = f"taken by another watcher: {error.message}" if taken else error.message
             self.emit("skipped", key, reason=reason, **({"by": error.holder} if error.holder else {}))
+        except AgentRefused as refused:
+            self.refusals.refused(key, refused)
         except BeflowError as error:
             self.emit("error", key, message=error.message)
         except Exception as error:  # one run's unexpected failure (a full disk, say) must not stop the watcher
