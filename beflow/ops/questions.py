@@ -21,6 +21,7 @@ from beflow.feedback import strip_hidden
 from beflow.ops.agent_words import agent_words
 from beflow.ops.issues import tracker
 from beflow.ops.operations import Context, Input, Key, operation
+from beflow.ops.permission_asks import told
 from beflow.records.record import Answer, Question, RunRecord
 from beflow.records.store import RunStore
 from beflow.trackers.base import HearsAnswers, Tracker
@@ -120,6 +121,9 @@ def give_up_note(asking: RunRecord, wait: float) -> str:
 
 def answer_prompt(answer: Answer, question: Question | None) -> str:
     """What a resumed turn is told, after its prompt: the question it asked and the person's answer."""
+    if question is not None and question.permission is not None:
+        lines = ["", "## The answer to your permission request", "", *told(answer, question)]
+        return "\n".join([*lines, "", "Go on with the work from where you stopped."]) + "\n"
     lines = ["", "## The answer to your question", ""]
     if question is not None:
         lines += ["You asked:", "", *(f"> {line}" for line in question.text.splitlines()), ""]
