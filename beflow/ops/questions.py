@@ -20,7 +20,7 @@ from beflow.errors import NotBoundError, UsageError
 from beflow.feedback import strip_hidden
 from beflow.ops.agent_words import agent_words
 from beflow.ops.issues import tracker
-from beflow.ops.operations import Context, Input, Key, operation
+from beflow.ops.operations import AGENT_ACTOR, Context, Input, Key, operation
 from beflow.ops.permission_asks import told
 from beflow.records.record import Answer, Question, RunRecord
 from beflow.records.store import RunStore
@@ -65,13 +65,15 @@ def question_comment(key: str, question: Question, run_id: str, inert: Callable[
 
 def answer_in(comments: list[Comment], question: Question, run_id: str) -> Answer | None:
     """The first answer to ``question`` among an issue's ``comments`` (oldest first): a comment from the time it was
-    asked on, by someone trusted (its words not withheld), and not beflow's own (its marks; the question's own
-    comment is one) unless given through ``issue.answer``."""
+    asked on, by someone trusted (its words not withheld), not an agent's, and not beflow's own (its marks; the
+    question's own comment is one) unless given through ``issue.answer``."""
     if question.asked is None:
         return None
     asked = question.asked.replace(microsecond=0)
     for comment in comments:
         if _aware(comment.created) < asked or comment.withheld is not None:
+            continue
+        if comment.author == AGENT_ACTOR:  # (the agent's own words: in the second its turn ended, they look timely)
             continue
         given = ANSWER_MARK in comment.text
         if not given and (comment.author == BEFLOW or _OWN.search(comment.text)):
