@@ -33,7 +33,6 @@ from beflow.errors import BeflowError, LockedError
 from beflow.events import RunEvent, WatchEvent, WatchEventKind
 from beflow.records.record import RunRecord
 from beflow.records.store import RunStore
-from beflow.run.agent_choice import AgentRefused
 from beflow.run.issue_status import requeue_orphans, settle_orphans
 from beflow.run.policy import is_final
 from beflow.run.request import RunRequest
@@ -112,8 +111,7 @@ class Dispatcher:
         self.blockers = BlockerHolds(self.emit)
         #: Blocked issues: their agent's question answered (a run resumes it) or waited on (beflow.watch.questions).
         self.questions = WaitingQuestions(clock, self.emit)
-        #: Issues whose agent labels were refused: said once (beflow.watch.refusals).
-        self.refusals = Refusals(self.emit)
+        self.refusals = Refusals(self.emit)  # issues whose agent labels were refused: said once
         #: Whether the last look at the tracker succeeded (only the tracker's own failures count).
         self.tracker_look = TrackerLook()
 
@@ -277,9 +275,8 @@ class Dispatcher:
         queue = [i for i in ready if not self.retries.backing_off(i.key, now)]
         queue += self.rounds.survey(self.project, self.tracker, self.code_host, self.running, queue)
         queue += self.questions.survey(self.project, self.tracker, self.running)
-        queue = self.refusals.sift(queue)
         free = self.project.config.watch.concurrency - len(self.running)
-        self.queue = self.blockers.sift(self.tracker, queue, free)
+        self.queue = self.blockers.sift(self.tracker, self.refusals.sift(queue), free)
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         if self.holds.budget_reached(self.ledger, self._day_budget()) or self.holds.currency_held(self.project):
@@ -344,10 +341,8 @@ class Dispatcher:
             taken = error.code == LockedError.code  # (not a NoLongerReady: that one may have been moved by a person)
             reason = f"taken by another watcher: {error.message}" if taken else error.message
             self.emit("skipped", key, reason=reason, **({"by": error.holder} if error.holder else {}))
-        except AgentRefused as refused:
-            self.refusals.refused(key, refused)
         except BeflowError as error:
-            self.emit("error", key, message=error.message)
+            self.refusals.failed(key, error)  # (an `error` event; a refusal of the same labels again: none)
         except Exception as error:  # one run's unexpected failure (a full disk, say) must not stop the watcher
             self.emit("error", key, message=f"{type(error).__name__}: {error}")
         except anyio.get_cancelled_exc_class():

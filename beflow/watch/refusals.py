@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from beflow.errors import BeflowError
 from beflow.run.agent_choice import AgentRefused
 from beflow.trackers import Issue, Status
 
@@ -20,12 +21,14 @@ class Refusals:
         self.emit = emit
         self.said: dict[str, tuple[str, ...]] = {}
 
-    def refused(self, key: str, refused: AgentRefused) -> None:
-        """A run of ``key`` was refused: an ``error`` event, unless these very labels were refused before."""
-        if self.said.get(key) == refused.labels and refused.labels:
-            return
-        self.said[key] = refused.labels
-        self.emit("error", key, message=refused.message)
+    def failed(self, key: str, error: BeflowError) -> None:
+        """A run of ``key`` failed before it started: an ``error`` event — unless it was refused for the very labels
+        refused before."""
+        if isinstance(error, AgentRefused):
+            if self.said.get(key) == error.labels and error.labels:
+                return
+            self.said[key] = error.labels
+        self.emit("error", key, message=error.message)
 
     def sift(self, queue: list[Issue]) -> list[Issue]:
         """``queue`` without the issues in review whose labels were refused and did not change since. A ready issue

@@ -8,6 +8,7 @@ import datetime as dt
 
 import anyio
 
+from beflow.errors import BeflowError
 from beflow.records.record import RunRecord
 from beflow.records.reviews import PageReviews
 from beflow.records.store import RunStore
@@ -63,11 +64,12 @@ def test_a_ready_issue_refused_again_is_a_new_request_and_said_again() -> None:
     refused = AgentRefused("agent 'x' is not listed", labels=("agent:x",))
     in_review = issue("agent:x").model_copy(update={"status": Status.REVIEW})
 
-    refusals.refused("7", refused)
-    refusals.refused("7", refused)
-    assert emitted == ["error 7 agent 'x' is not listed"]
+    refusals.failed("7", refused)
+    refusals.failed("7", refused)
+    refusals.failed("7", BeflowError("the disk is full"))  # any other failure: said each time
+    assert emitted == ["error 7 agent 'x' is not listed", "error 7 the disk is full"]
     assert refusals.sift([in_review]) == []
     ready: Issue = issue("agent:x")
     assert refusals.sift([ready]) == [ready]
-    refusals.refused("7", refused)
-    assert len(emitted) == 2
+    refusals.failed("7", refused)
+    assert len(emitted) == 3
