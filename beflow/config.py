@@ -634,8 +634,9 @@ class Triggers(Model):
     def _labels_stay(cls, value: bool) -> bool:
         if not value:
             raise ValueError(
-                "false is not supported: beflow keeps an issue's status in labels, and a mention or an assignment "
-                "hands an issue over by labelling it ready (set mention or assign to true beside it)"
+                "false is not supported: beflow keeps an issue's status in labels, so a ready label a person adds "
+                "cannot be told from the one beflow adds when a mention or an assignment hands the issue over, or "
+                "when it retries it (set mention or assign to true beside it; see docs/config.md#triggers)"
             )
         return value
 
