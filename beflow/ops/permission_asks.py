@@ -50,11 +50,15 @@ def grant_of(title: str | None) -> str | None:
 def ask_of(tool: ToolCallUpdate, mask: Callable[[str], str]) -> PermissionAsk:
     """The request ``tool`` as a person is asked about it, the agent's words masked (``mask``)."""
     title = mask(" ".join(tool.title.split())) if tool.title else None
+    grant = grant_of(title)
+    if title is not None and len(title) > MAX_INPUT:  # (an agent's flood of a title: its start is shown)
+        title = title[:MAX_INPUT] + "…"
     shown = None
     if tool.raw_input is not None:
         shown = mask(json.dumps(tool.raw_input, ensure_ascii=False, sort_keys=True, default=str))
         shown = shown if len(shown) <= MAX_INPUT else shown[:MAX_INPUT] + "…"
-    return PermissionAsk(tool_call=tool.tool_call_id, title=title, kind=tool.kind, input=shown, grant=grant_of(title))
+    kind = tool.kind[:100] if tool.kind else None
+    return PermissionAsk(tool_call=tool.tool_call_id, title=title, kind=kind, input=shown, grant=grant)
 
 
 def question_of(ask: PermissionAsk) -> Question:

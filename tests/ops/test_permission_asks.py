@@ -76,6 +76,9 @@ def test_the_agents_words_are_masked_and_its_input_cut_short() -> None:
     assert ask.input is not None and len(ask.input) <= 501 and ask.input.endswith("…")
     question = question_of(ask)
     assert secret not in question.model_dump_json()
+    flood = ask_of(ToolCallUpdate(title="Write " + "x" * 100_000, kind="edit" * 1000), str)
+    assert flood.title is not None and len(flood.title) <= 501 and flood.grant is None
+    assert flood.kind is not None and len(flood.kind) <= 100
 
 
 def test_the_resumed_turn_is_told_what_was_allowed_or_denied_and_the_persons_words() -> None:
