@@ -636,7 +636,7 @@ class Triggers(Model):
             raise ValueError(
                 "false is not supported: beflow keeps an issue's status in labels, so a ready label a person adds "
                 "cannot be told from the one beflow adds when a mention or an assignment hands the issue over, or "
-                "when it retries it (set mention or assign to true beside it; see docs/config.md#triggers)"
+                "when it retries it (set mention or assign to true beside it; beflow docs config, #triggers)"
             )
         return value
 
