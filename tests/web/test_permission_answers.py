@@ -45,7 +45,8 @@ def test_answer_a_permission_on_the_page_and_the_turn_goes_on_with_that_request_
 
     async def scenario() -> None:
         async with watching(auto_project) as watch:
-            await watch.until(lambda: auto_project.issue(key).status == Status.BLOCKED)
+            await watch.until(lambda: bool(watch.of("finished", key)))  # (its lane given back: then said)
+            seen["status"] = auto_project.issue(key).status
             seen["running"] = [r.key for r in watch.dispatcher.snapshot().running]
             await anyio.to_thread.run_sync(answer_on_the_page)
             await watch.until(lambda: len([r for r in auto_project.records(key) if r.finished]) == 2)
@@ -56,7 +57,7 @@ def test_answer_a_permission_on_the_page_and_the_turn_goes_on_with_that_request_
     assert "error" not in said and said["pageerrors"] == [], said
     assert said["choices"] == ["allow once", "deny"] and said["said"] == "done"
     assert said["question"].startswith("The agent asks permission for: Write granted.txt (edit)")
-    assert seen["running"] == []  # while the question waits, no turn is live
+    assert seen["status"] == Status.BLOCKED and seen["running"] == []  # while the question waits, no turn is live
     resumed, asked = auto_project.records(key)
     assert asked.outcome == "asked" and asked.question is not None and asked.question.permission is not None
     assert asked.question.permission.grant == "Write granted.txt" and asked.attempt == resumed.attempt == 1
