@@ -65,7 +65,8 @@ def test_answer_a_permission_on_the_page_and_the_turn_goes_on_with_that_request_
     # The same session went on: the request allowed, once by its title; another one is the next question.
     assert resumed.answer is not None and resumed.answer.text.startswith("allow once")
     assert resumed.resumed_session == asked.session is not None
-    assert "A\tgranted.txt" in resumed.changed_files and not any("other" in f for f in resumed.changed_files)
+    assert "A\tgranted.txt" in resumed.changed_files, resumed.model_dump_json(indent=1)
+    assert not any("other" in f for f in resumed.changed_files)
     assert resumed.outcome == "asked" and resumed.question is not None and resumed.question.permission is not None
     assert resumed.question.permission.title == "Write other.txt"
     assert auto_project.issue(key).status == Status.BLOCKED
