@@ -298,6 +298,7 @@ def test_a_lone_surrogate_in_an_agents_message_is_read_as_python_reads_json() ->
     assert [line.text for line in acpx.readable([json.dumps(chunk("odd \ud800 text"))])] == ["odd \ud800 text"]
 
 
+@pytest.mark.slow
 def test_the_real_acpx_leaves_to_a_person_what_beflows_permissions_say_and_allows_the_one_request_granted(
     tmp_path: Path, acpx_bin: Path, test_agent_command: str
 ) -> None:
