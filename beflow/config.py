@@ -544,6 +544,39 @@ class Attend(Model):
     permissions: Permissions = "approve-reads"
 
 
+#: What names a permission request to escalate (acpx's matchers): a tool kind (``edit``, ``execute``, ``fetch``, ...),
+#: a tool's name or title, or ``*`` (every request). Compared without case.
+PermissionMatcher = Annotated[
+    str, Field(min_length=1, max_length=100, pattern=r"^(\*|[A-Za-z0-9_][A-Za-z0-9_.:/ -]*)$")
+]
+
+
+class PermissionPolicy(Model):
+    """``permissions`` as an object (docs/config.md#permissions): the mode, and the requests a person decides —
+    the run's turn ends on such a request, and its issue waits ``blocked`` on the question (docs/questions.md)."""
+
+    mode: Permissions
+    #: Requests asked of a person even where ``mode`` would decide them (acpx ``--permission-policy`` ``escalate``).
+    escalate: list[PermissionMatcher] = Field(default_factory=list, max_length=50)
+    #: What becomes of a request ``mode`` leaves undecided (``approve-reads``: all but reads and searches): denied, as
+    #: the string form does, or asked of a person (acpx ``--non-interactive-permissions fail``).
+    undecided: Literal["deny", "ask"] = "deny"
+
+    @model_validator(mode="after")
+    def _undecided_needs_a_mode_that_leaves_some(self) -> PermissionPolicy:
+        if self.undecided == "ask" and self.mode != "approve-reads":
+            raise ValueError(
+                f'undecided: "ask" needs mode "approve-reads" ({self.mode} decides every request itself); '
+                "name the requests to ask with escalate"
+            )
+        return self
+
+    @property
+    def asks(self) -> bool:
+        """Whether any request can become a person's question."""
+        return bool(self.escalate) or self.undecided == "ask"
+
+
 EnvName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_*?\[\]!.-]+$")]
 
 
@@ -629,8 +662,9 @@ class Triggers(Model):
     def _labels_stay(cls, value: bool) -> bool:
         if not value:
             raise ValueError(
-                "false is not supported: beflow keeps an issue's status in labels, and a mention or an assignment "
-                "hands an issue over by labelling it ready (set mention or assign to true beside it)"
+                "false is not supported: beflow keeps an issue's status in labels, so a ready label a person adds "
+                "cannot be told from the one beflow adds when a mention or an assignment hands the issue over, or "
+                "when it retries it (set mention or assign to true beside it; beflow docs config, #triggers)"
             )
         return value
 
@@ -722,7 +756,7 @@ class Config(Model):
     model: ModelName | None = None
     agents: Agents = Field(default_factory=Agents)
     acpx: list[str] | None = Field(default=None, min_length=1)
-    permissions: Permissions = "approve-all"
+    permissions: Permissions | PermissionPolicy = "approve-all"
     timeout: Seconds | None = 3600.0
     tracker: Tracker = Field(default_factory=LocalTrackerSettings)
     #: Where branches are pushed and proposed; left out, the GitHub tracker's repository (the local tracker: none).
@@ -772,6 +806,13 @@ class Config(Model):
         """The forges whose webhooks may wake a watch of this project: the tracker's and the code host's."""
         found = {self.tracker.forge, self.code_host_settings().forge}
         return {forge for forge in found if forge is not None}
+
+    @property
+    def permission_policy(self) -> PermissionPolicy:
+        """``permissions``, the string form as the object it stands for (its mode; undecided requests denied)."""
+        if isinstance(self.permissions, PermissionPolicy):
+            return self.permissions
+        return PermissionPolicy(mode=self.permissions)
 
     def acpx_argv(self) -> list[str]:
         """The argv prefix that starts acpx: configured, else ``acpx`` on PATH, else the pinned one via npx — with

@@ -436,6 +436,34 @@ def test_every_example_in_the_docs_is_a_valid_config(tmp_path: Path) -> None:
         load_config_file(path)  # raises, naming the example's line, if it is not valid
 
 
+@pytest.mark.parametrize(
+    ("permissions", "error"),
+    [
+        ({"mode": "approve-all", "undecided": "ask"}, r'permissions: .*undecided: "ask" needs mode "approve-reads"'),
+        ({"mode": "approve-reads", "escalate": ["--approve-all"]}, r"permissions\.escalate\.0: expected text"),
+        ({"mode": "approve-reads", "ask": ["edit"]}, r"permissions\.ask: unknown key"),
+        ({"escalate": ["edit"]}, r"permissions\.mode"),
+        ("approve-some", r"permissions: expected 'approve-all', 'approve-reads' or 'deny-all' or an object"),
+    ],
+)
+def test_a_permissions_setting_that_is_wrong_is_named_with_its_file_and_key(
+    tmp_path: Path, permissions: object, error: str
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"permissions": permissions}))
+
+    with pytest.raises(ConfigError, match=error) as refused:
+        load_config_file(path)
+    assert str(path) in refused.value.message
+
+
+def test_the_permissions_string_is_the_object_with_its_mode_and_undecided_requests_denied(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"permissions": "approve-reads"}')
+    policy = load_config_file(path).permission_policy
+    assert (policy.mode, policy.escalate, policy.undecided, policy.asks) == ("approve-reads", [], "deny", False)
+
+
 def test_mcp_self_is_only_spelled_self(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text('{"mcp": {"self_server": true}}')

@@ -61,7 +61,10 @@ def problem(tmp_path: Path, text: str) -> str:
         ('{"limits": {"cost_per_rn": 1}}', "limits.cost_per_rn: unknown key (did you mean 'cost_per_run'?)"),
         ('{"watch": {"interval": 1e999}}', "watch.interval: expected a finite number (got Infinity)"),
         # enums
-        ('{"permissions": "yes"}', "permissions: expected 'approve-all', 'approve-reads' or 'deny-all' (got \"yes\")"),
+        (
+            '{"permissions": "yes"}',
+            "permissions: expected 'approve-all', 'approve-reads' or 'deny-all' or an object (got \"yes\")",
+        ),
         ('{"attend": {"permissions": "all"}}', "attend.permissions: expected 'approve-all', 'approve-reads' or"),
         ('{"sandbox": {"enabled": "yes"}}', "sandbox.enabled: expected 'auto' or true or false (got \"yes\")"),
         ('{"sandbox": {"enabled": 1}}', "sandbox.enabled: expected 'auto' or true or false (got 1)"),

@@ -176,6 +176,8 @@ class ToolCallUpdate(Wire):
     status: Loose[StrictStr] = None
     #: Its content items (a diff, text...), for a reader that shows them.
     content: list[dict[str, Any]] | None = None
+    #: What the agent says the tool is given (a command, a path): shown to a person asked to allow it.
+    raw_input: object = None
 
     _items = field_validator("content", mode="before")(_objects)
 

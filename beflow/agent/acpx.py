@@ -86,6 +86,9 @@ class Transcript:
     messages: list[str] = field(default_factory=list)  # the agent's text, one entry per turn of chunks
     tool_calls: dict[str, ToolCallState] = field(default_factory=dict)
     permission_requests: list[ToolCallUpdate] = field(default_factory=list)  # the tool calls asked about
+    #: The first permission request acpx left to a person: answered ``cancelled`` (``--non-interactive-permissions
+    #: fail``) or escalated (``--permission-policy`` ``escalate``), so that the run can put it to one.
+    undecided: ToolCallUpdate | None = None
     stop_reason: str | None = None
     error: str | None = None  # the agent's error answer to the prompt
     error_code: int | None = None  # its JSON-RPC code (-32000: authentication required)
@@ -104,6 +107,7 @@ class Transcript:
     _tail: str = ""
     _prompt_ids: set[int | str | None] = field(default_factory=set)
     _requests: dict[int | str | None, str] = field(default_factory=dict)  # acpx's requests still unanswered
+    _asking: dict[int | str | None, ToolCallUpdate] = field(default_factory=dict)  # permission requests unanswered
     _burst: Burst | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -174,9 +178,13 @@ class Transcript:
             tool = (message.params or PermissionRequest()).tool_call or ToolCallUpdate()
             self.permission_requests.append(tool)
             del self.permission_requests[:-MAX_KEPT]
+            if len(self._asking) < MAX_KEPT:
+                self._asking[ident] = tool
             self.latest = f"permission requested: {tool.title or tool.tool_call_id or '?'}"
         elif message.has("result") and isinstance(message.result, dict):
             result = message.result
+            if "outcome" in result and ident in self._asking:
+                self._permission_answered(self._asking.pop(ident), result)
             if "sessionId" in result and self.session_id is None:
                 self.session_id = NewSessionResponse.model_validate(result).session_id
             if "stopReason" in result:
@@ -199,6 +207,16 @@ class Transcript:
             self.request_error_method = answered
             self.request_error = error_text(message.error)
             self.request_error_code = message.error.code if message.error is not None else None
+
+    def _permission_answered(self, tool: ToolCallUpdate, result: dict[str, Any]) -> None:
+        """acpx answered a permission request: one it left to a person is the first :attr:`undecided`."""
+        meta = result.get("_meta")
+        said = meta.get("acpx") if isinstance(meta, dict) else None
+        escalated = isinstance(said, dict) and "permissionEscalation" in said
+        outcome = result.get("outcome")
+        cancelled = isinstance(outcome, dict) and outcome.get("outcome") == "cancelled"
+        if (escalated or cancelled) and self.undecided is None:
+            self.undecided = tool
 
     def _usage_line(self, match: re.Match[bytes]) -> UpdateMessage:
         """A usage update :data:`~beflow.agent.usage_lines.USAGE_LINE` took: into :attr:`usage`, and the message

@@ -32,20 +32,40 @@ def agent_args(config: Config) -> list[str]:
     return [*model, config.agent]
 
 
+def permission_args(config: Config, grant: str | None = None) -> list[str]:
+    """How acpx decides the agent's permission requests in an unattended run (docs/config.md#permissions): the mode;
+    requests left to a person fail the turn (``--non-interactive-permissions fail``) or are escalated
+    (``--permission-policy`` ``escalate``); ``grant``, the one request a person allowed for this turn
+    (:mod:`beflow.ops.permission_asks`), is approved before any other rule."""
+    policy = config.permission_policy
+    argv = [f"--{policy.mode}"]
+    if policy.undecided == "ask":
+        argv += ["--non-interactive-permissions", "fail"]
+    rules: dict[str, list[str]] = {}
+    if grant is not None:
+        rules["autoApprove"] = [grant]
+    if policy.escalate:
+        rules["escalate"] = list(policy.escalate)
+    if rules:  # (JSON inline: acpx reads a value starting with "{" as the policy itself, never as a file's path)
+        argv += ["--permission-policy", json.dumps(rules, ensure_ascii=False)]
+    return argv
+
+
 def exec_argv(
     config: Config,
     *,
     cwd: Path,
     prompt: str,
     prompt_file: Path | None = None,
-    permissions: str,
+    permissions: list[str],
     timeout: float | None,
 ) -> list[str]:
-    """``acpx --cwd <cwd> --format json --verbose --<permissions> [--timeout T] <agent> exec <prompt>``.
+    """``acpx --cwd <cwd> --format json --verbose <permissions> [--timeout T] <agent> exec <prompt>``
+    (``permissions``: :func:`permission_args`).
 
     ``--verbose`` passes the agent's own stderr on to acpx's: when an agent dies mid-turn, its last words are
     the only account of why."""
-    argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", "--verbose", f"--{permissions}"]
+    argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", "--verbose", *permissions]
     if timeout is not None:
         argv += ["--timeout", f"{timeout:g}"]
     return _with_prompt([*argv, *agent_args(config), "exec"], prompt, prompt_file)
@@ -95,11 +115,11 @@ def prompt_argv(
     name: str,
     prompt: str,
     prompt_file: Path | None,
-    permissions: str,
+    permissions: list[str],
     timeout: float | None,
 ) -> list[str]:
     """``exec_argv``'s counterpart for a resumed session: ``prompt -s <name>``."""
-    argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", "--verbose", f"--{permissions}"]
+    argv = [*config.acpx_argv(), "--cwd", str(cwd), "--format", "json", "--verbose", *permissions]
     argv += ["--ttl", f"{OWNER_TTL:g}"]
     if timeout is not None:
         argv += ["--timeout", f"{timeout:g}"]

@@ -25,6 +25,7 @@ from beflow.agent.acpx_command import (
     cancel_argv,
     close_argv,
     exec_argv,
+    permission_args,
     prompt_argv,
     resume_argv,
     session_name,
@@ -178,8 +179,11 @@ class AgentSession:
         env: dict[str, str] | None = None,
         unset: list[str] | None = None,
         sandbox: Confinement | None = None,
+        grant: str | None = None,
     ) -> None:
         self.config = config
+        #: The one permission request a person allowed for this turn (:mod:`beflow.ops.permission_asks`), if any.
+        self.grant = grant
         #: ``sandbox.enabled``: every acpx command line of the session runs in it (docs/safety.md#the-sandbox).
         self.sandbox = sandbox
         self.cwd = cwd
@@ -242,7 +246,7 @@ class AgentSession:
             "cwd": cwd,
             "prompt": text,
             "prompt_file": prompt_file,
-            "permissions": config.permissions,
+            "permissions": permission_args(config, self.grant),
             "timeout": timeout,
         }
         supervise: dict[str, Any] = {

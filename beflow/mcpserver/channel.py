@@ -53,7 +53,7 @@ from beflow.mcp.acp import AcpServer
 from beflow.mcp.own import CAPABILITY_ENV, SERVER_NAME, check_name, own_server
 from beflow.mcpserver.failures import log_internal, without_input
 from beflow.mcpserver.schema import exposed, load_all
-from beflow.ops.operations import Context
+from beflow.ops.operations import AGENT_ACTOR, Context
 from beflow.paths import beflow_home
 from beflow.records.record import Question
 from beflow.system import threads
@@ -187,7 +187,7 @@ class RunChannel:
             secrets = run_secrets(self.project, tracker)
         context = Context(
             project=self.project,
-            actor="agent",
+            actor=AGENT_ACTOR,
             bound_issue=self.issue,
             bound_run=self.run_id,
             # The agent's words are masked with every secret the run holds: a token from `gh auth token` too, which

@@ -15,7 +15,7 @@ from beflow.config import Project
 from beflow.errors import NotFoundError, UsageError, excerpt
 from beflow.mcpserver.channel import client_from_environment
 from beflow.mcpserver.schema import exposed, load_all
-from beflow.ops.operations import Context
+from beflow.ops.operations import AGENT_ACTOR, Context
 from beflow.repository.authors import user_name
 from beflow.trackers.base import Tracker
 from beflow.trackers.issue import normalize_key
@@ -64,7 +64,7 @@ def acting_as(launch: Launch) -> str:
     a run's is a person's, whatever client it is."""
     if launch.actor is not None:
         return launch.actor
-    return "agent" if launch.channel else user_name(launch.project.directory)
+    return AGENT_ACTOR if launch.channel else user_name(launch.project.directory)
 
 
 #: What an issue key given at launch may look like: a tracker's key (``7``, ``#7``, ``PROJ-12``), never a path.

@@ -61,6 +61,11 @@ def _whole_number_as_text(value: object) -> object:
 Key = Annotated[str, BeforeValidator(_whole_number_as_text)]
 
 
+#: Who a run's agent acts as through beflow's own server: what it writes is signed so, and is never a person's word
+#: (an answer to its own question, say).
+AGENT_ACTOR = "agent"
+
+
 @dataclass
 class Context:
     """What an operation runs against: the project, who is acting, and (for agents) the issue and run it is bound

@@ -21,7 +21,8 @@ from beflow.errors import NotBoundError, UsageError
 from beflow.feedback import strip_hidden
 from beflow.ops.agent_words import agent_words
 from beflow.ops.issues import tracker
-from beflow.ops.operations import Context, Input, Key, operation
+from beflow.ops.operations import AGENT_ACTOR, Context, Input, Key, operation
+from beflow.ops.permission_asks import told
 from beflow.records.record import Answer, CandidateRow, Question, RunRecord
 from beflow.records.store import RunStore
 from beflow.trackers.base import HearsAnswers, Tracker
@@ -69,13 +70,15 @@ def question_comment(
 
 def answer_in(comments: list[Comment], question: Question, run_id: str) -> Answer | None:
     """The first answer to ``question`` among an issue's ``comments`` (oldest first): a comment from the time it was
-    asked on, by someone trusted (its words not withheld), and not beflow's own (its marks; the question's own
-    comment is one) unless given through ``issue.answer``."""
+    asked on, by someone trusted (its words not withheld), not an agent's, and not beflow's own (its marks; the
+    question's own comment is one) unless given through ``issue.answer``."""
     if question.asked is None:
         return None
     asked = question.asked.replace(microsecond=0)
     for comment in comments:
         if _aware(comment.created) < asked or comment.withheld is not None:
+            continue
+        if comment.author == AGENT_ACTOR:  # (the agent's own words: in the second its turn ended, they look timely)
             continue
         given = ANSWER_MARK in comment.text
         if not given and (comment.author == BEFLOW or _OWN.search(comment.text)):
@@ -125,6 +128,9 @@ def give_up_note(asking: RunRecord, wait: float) -> str:
 
 def answer_prompt(answer: Answer, question: Question | None) -> str:
     """What a resumed turn is told, after its prompt: the question it asked and the person's answer."""
+    if question is not None and question.permission is not None:
+        lines = ["", "## The answer to your permission request", "", *told(answer, question)]
+        return "\n".join([*lines, "", "Go on with the work from where you stopped."]) + "\n"
     lines = ["", "## The answer to your question", ""]
     if question is not None:
         lines += ["You asked:", "", *(f"> {line}" for line in question.text.splitlines()), ""]

@@ -68,6 +68,20 @@ class ProgressNote(BaseModel):
     actor: str = "agent"
 
 
+class PermissionAsk(BaseModel):
+    """A permission request the run's policy left to a person (docs/questions.md#permissions): the tool call, as the
+    agent described it (its words, masked), and what an ``allow once`` answer grants in the resumed turn."""
+
+    tool_call: str | None = None
+    title: str | None = None
+    kind: str | None = None
+    #: What the agent said the tool is given, as JSON, cut short.
+    input: str | None = None
+    #: The matcher an ``allow once`` answer gives acpx for the resumed turn (the request's title, whole); None when
+    #: no matcher would name that request alone (no title, a bare word, a kind's name): it cannot be allowed once.
+    grant: str | None = None
+
+
 class Question(BaseModel):
     """What a run's agent asked a person (``issue.ask``): its turn ended there, the run ``asked`` and its issue
     ``blocked`` until a trusted person answers (docs/questions.md). The words are the agent's, masked."""
@@ -76,6 +90,8 @@ class Question(BaseModel):
     choices: list[str] = Field(default_factory=list)
     #: When it was put to people on the tracker: the answer is the first trusted comment from then on.
     asked: dt.datetime | None = None
+    #: The permission request it is, when the run's policy left one to a person (not the agent's own question).
+    permission: PermissionAsk | None = None
 
 
 class Answer(BaseModel):

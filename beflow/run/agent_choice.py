@@ -21,6 +21,11 @@ class AgentRefused(BeflowError):
 
     code = "agent_refused"
 
+    def __init__(self, message: str, *, fix: str | None = None, labels: tuple[str, ...] = ()) -> None:
+        super().__init__(message, fix=fix)
+        #: The issue's labels when they were refused (a watch says it once while they stay the same).
+        self.labels = labels
+
 
 #: The start of the comment an issue gets when its labels are refused (said once while nothing changes).
 REFUSED = "beflow does not run this issue"
@@ -52,26 +57,32 @@ def chosen(project: Project, issue: Issue) -> Choice:
     agents = _named(issue.labels, settings.label_prefix)
     models = _named(issue.labels, settings.model_prefix)
     fix = f"Change the issue's label, or list the name in agents of {project.config_name}."
+    said = tuple(sorted(issue.labels))
     if len(agents) > 1 or len(models) > 1:
         which = agents if len(agents) > 1 else models
-        raise AgentRefused(f"issue {issue.key}'s labels name {len(which)} of them: {', '.join(which)}", fix=fix)
+        message = f"issue {issue.key}'s labels name {len(which)} of them: {', '.join(which)}"
+        raise AgentRefused(message, fix=fix, labels=said)
     allowed = [*settings.allowed, *([config.agent] if isinstance(config.agent, str) else [])]
     agent = agents[0] if agents else None
     if agent is not None and agent not in allowed:
         listed = ", ".join(dict.fromkeys(allowed)) or "none"
         raise AgentRefused(
-            f"agent {agent!r} (label {settings.label_prefix}{agent}) is not in agents.allowed ({listed})", fix=fix
+            f"agent {agent!r} (label {settings.label_prefix}{agent}) is not in agents.allowed ({listed})",
+            fix=fix,
+            labels=said,
         )
     model = models[0] if models else None
     if model is not None and model not in settings.models:
         listed = ", ".join(settings.models) or "none"
         raise AgentRefused(
-            f"model {model!r} (label {settings.model_prefix}{model}) is not in agents.models ({listed})", fix=fix
+            f"model {model!r} (label {settings.model_prefix}{model}) is not in agents.models ({listed})",
+            fix=fix,
+            labels=said,
         )
-    said = tuple(
+    chose = tuple(
         f"{prefix}{name}" for prefix, name in ((settings.label_prefix, agent), (settings.model_prefix, model)) if name
     )
-    return Choice(agent, model, said)
+    return Choice(agent, model, chose)
 
 
 def for_issue(project: Project, issue: Issue) -> tuple[Project, Choice]:

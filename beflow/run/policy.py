@@ -58,7 +58,8 @@ def judge(
     if seen.error:
         return Verdict("failed", f"the agent reported an error: {agents.one_line(seen.error)}")
     if result.returncode == acpx_command.ACPX_PERMISSION_DENIED:
-        return Verdict("failed", f"the agent was denied a permission it asked for (permissions: {config.permissions})")
+        mode = config.permission_policy.mode
+        return Verdict("failed", f"the agent was denied a permission it asked for (permissions: {mode})")
     if failure is not None:
         return Verdict("failed", failure.reason())
     lines = agents.agent_lines(stderr)[-3:]

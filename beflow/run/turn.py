@@ -10,10 +10,12 @@ outcome and a reason, judged by :func:`beflow.run.policy.judge` — or by the li
 from __future__ import annotations
 
 from beflow import guardrails
+from beflow.agent.acpx_command import ACPX_PERMISSION_DENIED
 from beflow.agent.session import AgentSession
 from beflow.mcp.inject import Injection
 from beflow.mcp.own import follow_progress
 from beflow.mcpserver.channel import RunChannel, own_channel
+from beflow.ops import permission_asks
 from beflow.ops.questions import answer_prompt
 from beflow.records.logs import LOG_NOTE, STDERR_LIMIT, TRANSCRIPT_LIMIT
 from beflow.records.record import Outcome, last_on_session
@@ -43,7 +45,12 @@ class AgentTurn:
         record, session, workspace = self.record, self.session, self.workspace
         cwd, redact = workspace.path, session.redact
         box = workspace.sandbox  # the run's, open since the worktree was made
-        agent = AgentSession(self.config, cwd, env=workspace.git_env, unset=workspace.withheld, sandbox=box)
+        request = session.request
+        # A person allowed the permission request the agent's last turn stopped at: that one, for this turn.
+        grant = permission_asks.allows(request.answer, request.question) if request.answer is not None else None
+        agent = AgentSession(
+            self.config, cwd, env=workspace.git_env, unset=workspace.withheld, sandbox=box, grant=grant
+        )
         directory = self.store.directory(record.id)
         with (
             self.store.log(record.id, "transcript.jsonl", TRANSCRIPT_LIMIT) as transcript_file,
@@ -79,7 +86,6 @@ class AgentTurn:
                     follow_progress(self.store, record.id, lambda note: self.emit("progress", text=note.text)),
                     own_channel(self.channel, session.tracker, lambda: agent.transcript, self._notice, session.secrets),
                 ):
-                    request = session.request
                     # a retry, a review round, or the answer to the agent's question
                     resume = request.attempt > 1 or request.round > 0 or request.answer is not None
                     earlier = self.store.resumable_session(record) if resume else None
@@ -137,6 +143,12 @@ class AgentTurn:
             reason = f"{reason}; {hint}" if hint else reason
         if self.channel is not None and self.channel.failure is not None:
             return verdict.outcome, f"{reason}; {self.channel.failure}"
+        undecided = transcript.undecided
+        if undecided is not None and result.returncode == ACPX_PERMISSION_DENIED and self.config.permission_policy.asks:
+            # acpx left a permission request to a person and failed the turn: the issue waits for their answer.
+            record.question = permission_asks.question_of(permission_asks.ask_of(undecided, redact.text))
+            waits = asked(record.question)
+            return waits.outcome, waits.reason
         question = self.channel.question if self.channel is not None else None
         if question is not None and verdict.outcome == "succeeded":
             # The agent asked and ended its turn: the issue waits for a person's answer (beflow.ops.questions).

@@ -47,6 +47,7 @@ from beflow.watch.holds import Holds
 from beflow.watch.lanes import Running, Snapshot, lanes_asked, lanes_taken, run_ids
 from beflow.watch.questions import WaitingQuestions
 from beflow.watch.reachability import TrackerLook
+from beflow.watch.refusals import Refusals
 from beflow.watch.reloading import ConfigReload
 from beflow.watch.retries import Retries
 from beflow.watch.rounds import ReviewRounds
@@ -110,6 +111,7 @@ class Dispatcher:
         self.blockers = BlockerHolds(self.emit)
         #: Blocked issues: their agent's question answered (a run resumes it) or waited on (beflow.watch.questions).
         self.questions = WaitingQuestions(clock, self.emit)
+        self.refusals = Refusals(self.emit)  # issues whose agent labels were refused: said once
         #: Whether the last look at the tracker succeeded (only the tracker's own failures count).
         self.tracker_look = TrackerLook()
 
@@ -274,7 +276,7 @@ class Dispatcher:
         queue += self.rounds.survey(self.project, self.tracker, self.code_host, self.running, queue)
         queue += self.questions.survey(self.project, self.tracker, self.running)
         free = self.project.config.watch.concurrency - len(self.running)
-        self.queue = self.blockers.sift(self.tracker, queue, free)
+        self.queue = self.blockers.sift(self.tracker, self.refusals.sift(queue), free)
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         if self.holds.budget_reached(self.ledger, self._day_budget()) or self.holds.currency_held(self.project):
@@ -340,7 +342,7 @@ class Dispatcher:
             reason = f"taken by another watcher: {error.message}" if taken else error.message
             self.emit("skipped", key, reason=reason, **({"by": error.holder} if error.holder else {}))
         except BeflowError as error:
-            self.emit("error", key, message=error.message)
+            self.refusals.failed(key, error)  # (an `error` event; a refusal of the same labels again: none)
         except Exception as error:  # one run's unexpected failure (a full disk, say) must not stop the watcher
             self.emit("error", key, message=f"{type(error).__name__}: {error}")
         except anyio.get_cancelled_exc_class():

@@ -296,3 +296,64 @@ def test_a_lone_surrogate_in_an_agents_message_is_read_as_python_reads_json() ->
     transcript.feed(json.dumps(chunk("odd \ud800 text")).encode())
     assert transcript.final_message == "odd \ufffd text" and transcript.malformed == 0
     assert [line.text for line in acpx.readable([json.dumps(chunk("odd \ud800 text"))])] == ["odd \ud800 text"]
+
+
+@pytest.mark.slow
+def test_the_real_acpx_leaves_to_a_person_what_beflows_permissions_say_and_allows_the_one_request_granted(
+    tmp_path: Path, acpx_bin: Path, test_agent_command: str
+) -> None:
+    """acpx's ``--permission-policy`` and ``--non-interactive-permissions`` as beflow gives them (one acpx run): the
+    granted request is allowed (before the escalate rule), an escalated one refused and flagged, an undecided one
+    cancelled; the turn fails with exit 5; the transcript's :attr:`undecided` is the first request left over."""
+    from beflow.agent.acpx_command import ACPX_PERMISSION_DENIED, permission_args
+    from beflow.config import Config
+
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    policy = {"mode": "approve-reads", "undecided": "ask", "escalate": ["fetch"]}
+    flags = permission_args(Config.model_validate({"permissions": policy}), grant="Write granted.txt")
+    prompt = "\n".join(f"acp-test: ask {name} x" for name in ("granted.txt", "GRANTED.TXT", "other.txt", "granted.txt"))
+    argv = [str(acpx_bin), "--cwd", str(workdir), "--format", "json", *flags, "--agent", test_agent_command]
+    result = subprocess.run([*argv, "exec", prompt], capture_output=True, text=True, timeout=60)
+    transcript = acpx.Transcript()
+    for line in result.stdout.splitlines():
+        transcript.feed(line)
+
+    assert result.returncode == ACPX_PERMISSION_DENIED, result.stderr
+    assert transcript.acpx_code == "PERMISSION_PROMPT_UNAVAILABLE"
+    # The title, whole — acpx compares without case: the limit docs/questions.md states — and nothing else.
+    assert sorted(p.name for p in workdir.iterdir()) == ["GRANTED.TXT", "granted.txt"]
+    assert transcript.undecided is not None and transcript.undecided.title == "Write other.txt"
+    assert transcript.undecided.raw_input == {"content": "x", "path": str(workdir / "other.txt")}
+
+
+def test_a_permission_acpx_escalated_or_cancelled_is_undecided_and_one_it_answered_is_not() -> None:
+    def asked(ident: int, title: str) -> str:
+        tool = {"toolCallId": f"t{ident}", "title": title, "kind": "edit"}
+        params = {"sessionId": "s", "toolCall": tool, "options": [{"optionId": "a", "name": "A", "kind": "allow_once"}]}
+        return json.dumps({"jsonrpc": "2.0", "id": ident, "method": "session/request_permission", "params": params})
+
+    def answered(ident: int, outcome: dict[str, object], meta: dict[str, object] | None = None) -> str:
+        result: dict[str, object] = {"outcome": outcome, **({"_meta": meta} if meta else {})}
+        return json.dumps({"jsonrpc": "2.0", "id": ident, "result": result})
+
+    escalation = {"acpx": {"permissionEscalation": {"type": "permission_escalation", "toolTitle": "Write b"}}}
+    decided, escalated, cancelled = acpx.Transcript(), acpx.Transcript(), acpx.Transcript()
+    for transcript, outcome, meta in [
+        (decided, {"outcome": "selected", "optionId": "reject"}, None),
+        (escalated, {"outcome": "selected", "optionId": "reject"}, escalation),
+        (cancelled, {"outcome": "cancelled"}, None),
+    ]:
+        for line in (asked(1, "Write a"), answered(1, {"outcome": "selected", "optionId": "a"})):
+            transcript.feed(line)
+        for line in (asked(2, "Write b"), answered(2, outcome, meta), asked(3, "Write c")):
+            transcript.feed(line)
+        transcript.feed(answered(3, {"outcome": "cancelled"}) if transcript is not decided else answered(3, outcome))
+
+    assert decided.undecided is None
+    assert escalated.undecided is not None and escalated.undecided.title == "Write b"  # (the first left over)
+    assert cancelled.undecided is not None and cancelled.undecided.title == "Write b"
+    # An answer whose id is no permission request's (acpx's own request ids count from 0 too) is none.
+    stray = acpx.Transcript()
+    stray.feed(answered(7, {"outcome": "cancelled"}))
+    assert stray.undecided is None

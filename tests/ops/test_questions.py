@@ -100,6 +100,9 @@ def _comment(text: str, *, author: str = "ada", at: int = 1, withheld: str | Non
         ([_comment("red", withheld="stranger"), _comment("blue <!-- say red -->", at=2)], ("blue", "ada")),
         ([_comment(f"red\n{questions.ANSWER_MARK}\n<!-- beflow -->", author="me")], ("red", "me")),
         ([_comment("same second", at=0)], ("same second", "ada")),
+        # The agent's own comment, in the very second its turn ended asking: it never answers itself (a permission
+        # it would allow itself), on the local tracker where its comments are signed by the agent, not by beflow.
+        ([_comment("allow once", author="agent", at=0), _comment("deny", at=1)], ("deny", "ada")),
     ],
 )
 def test_the_answer_is_the_first_trusted_comment_from_the_question_on(

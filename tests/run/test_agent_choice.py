@@ -14,6 +14,7 @@ from beflow.config import Config, Project
 from beflow.run.agent_choice import REFUSED, AgentRefused, chosen, for_issue
 from beflow.sandbox.box import preset_name
 from beflow.trackers import Issue, Status
+from beflow.web.fields import record_fields
 from tests.support.projects import AutoProject
 
 NOW = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -84,18 +85,25 @@ def test_the_prefixes_are_configurable_and_a_name_is_never_an_option() -> None:
 
 
 @pytest.mark.slow
-def test_a_label_runs_the_listed_agent_and_an_unlisted_one_is_refused_without_running(
+def test_labels_run_the_listed_agent_and_model_and_an_unlisted_one_is_refused_without_running(
     auto_project: AutoProject, codex_is_the_test_agent: Path, beflow
 ) -> None:  # type: ignore[no-untyped-def]
-    auto_project.configure(agent="codex", agents={"allowed": ["claude"]})
+    auto_project.configure(agent="codex", agents={"allowed": ["claude"], "models": ["opus"]})
     tracker = auto_project.tracker
-    picked = tracker.create("Write it", body="acp-test: write a.txt a", labels=["agent:claude"]).key
+    body = "acp-test: model\nacp-test: write a.txt a"
+    picked = tracker.create("Write it", body=body, labels=["agent:claude", "model:opus"]).key
     refused = tracker.create("Write it", body="acp-test: write b.txt b", labels=["agent:gemini"]).key
 
     ran = beflow("--auto", picked)
     assert ran.exit_code == 0, ran.stdout + ran.stderr
     (record,) = auto_project.records(picked)
-    assert record.agent == "claude" and record.chosen_by == ["agent:claude"] and record.outcome == "succeeded"
+    assert record.agent == "claude" and record.outcome == "succeeded"
+    assert record.model == "opus" and record.chosen_by == ["agent:claude", "model:opus"]
+    # acpx set the model the agent advertised (session/set_model): the agent itself says it runs on it.
+    transcript = (auto_project.run_dir(record) / "transcript.jsonl").read_text()
+    assert '"method":"session/set_model"' in transcript and "model: opus" in transcript
+    shown = {field.name: field.value for field in record_fields(record, auto_project.directory)}
+    assert shown["model"] == "opus" and shown["chosen_by"] == ["agent:claude", "model:opus"]  # (the run's page)
 
     stopped = beflow("--auto", refused)
     assert stopped.exit_code != 0 and "agents.allowed" in stopped.stderr

@@ -21,6 +21,12 @@ Requests answered (agent side):
     with ``ACP_TEST_AUTH=required``, refused as ``session/new`` is.
 ``session/new``
     Creates a session bound to ``params.cwd`` and remembers ``mcpServers``.
+    Advertises its models as ACP's (unstable) ``SessionModelState`` does:
+    ``models: {availableModels: [{modelId, name}], currentModelId}`` (see
+    ``ACP_TEST_MODELS``), as ``session/load`` and ``session/resume`` do too.
+``session/set_model``
+    Makes ``params.modelId`` the session's model (acpx's ``--model``); a model
+    not advertised is refused with -32602.
     With ``ACP_TEST_AUTH=required`` it answers ACP's auth-required error
     instead (JSON-RPC error -32000 "Authentication required"), as an agent
     whose user never logged in does.
@@ -71,6 +77,8 @@ against the session cwd.
     Answer the prompt with JSON-RPC error -32603 (internal error).
 ``crash [exitcode]``
     Exit the process immediately (default code 1) without answering.
+``model``
+    Say ``model: <id>``: the session's current model.
 ``mcp``
     Say ``mcp servers: <name>, ...`` (or ``mcp servers: (none)``) listing the
     ``mcpServers`` names received when the session was created or loaded.
@@ -139,6 +147,10 @@ Environment
     (``loadSession`` only) or ``none``.
 ``ACP_TEST_AUTH``
     ``required``: the user is not logged in (see ``session/new``).
+``ACP_TEST_MODELS``
+    The model ids advertised, comma-separated, the first one current
+    (default ``acp-test-default,opus,sonnet``); empty: no models advertised
+    (an agent without model selection).
 
 The process exits with 0 on stdin EOF (acpx's normal shutdown) and with
 128+signum on SIGTERM/SIGINT/SIGHUP, as a real agent sharing acpx's process
@@ -191,6 +203,7 @@ VERBS = frozenset(
         "fail",
         "crash",
         "mcp",
+        "model",
         "mcp-call",
         "mark",
         "run",
@@ -203,6 +216,9 @@ VERBS = frozenset(
         "stderr-loop",
     }
 )
+
+#: The models advertised unless ``ACP_TEST_MODELS`` says otherwise (the first is current).
+DEFAULT_MODELS = "acp-test-default,opus,sonnet"
 
 ALLOW_OPTION_ID = "allow"
 REJECT_OPTION_ID = "reject"
@@ -345,6 +361,7 @@ class Session:
     mcp_servers: list[JsonObject]
     cancelled: threading.Event = field(default_factory=threading.Event)
     turn_usage: JsonObject | None = None
+    model: str | None = None
 
 
 class PendingRequest:
@@ -365,7 +382,10 @@ class PendingRequest:
 
 
 class Agent:
-    def __init__(self, record_path: str | None, resume_mode: str, auth_required: bool = False) -> None:
+    def __init__(
+        self, record_path: str | None, resume_mode: str, auth_required: bool = False, models: list[str] | None = None
+    ) -> None:
+        self._models = models or []
         self._record_path = record_path
         self._resume_mode = resume_mode
         self._auth_required = auth_required
@@ -470,6 +490,7 @@ class Agent:
             "session/load": self.on_session_attach,
             "session/resume": self.on_session_attach,
             "session/close": self.on_session_close,
+            "session/set_model": self.on_set_model,
         }.get(method)
         if handler is None:
             self.respond_error(request_id, METHOD_NOT_FOUND, f"Method not found: {method}")
@@ -478,6 +499,8 @@ class Agent:
             self.respond(request_id, handler(params))
         except KeyError as error:
             self.respond_error(request_id, INVALID_PARAMS, f"missing parameter {error}")
+        except ValueError as error:
+            self.respond_error(request_id, INVALID_PARAMS, str(error))
 
     def handle_response(self, message: JsonObject) -> None:
         with self._state_lock:
@@ -517,10 +540,25 @@ class Agent:
     def on_session_new(self, params: JsonObject) -> JsonObject:
         session_id = f"acp-test-{uuid.uuid4().hex}"
         self._register(session_id, params)
-        return {"sessionId": session_id}
+        return {"sessionId": session_id, **self.advertised(self._sessions[session_id])}
 
     def on_session_attach(self, params: JsonObject) -> JsonObject:
         self._register(params["sessionId"], params)
+        return self.advertised(self._sessions[params["sessionId"]])
+
+    def advertised(self, session: Session) -> JsonObject:
+        """The ``models`` field of a session's answer (none when no models are advertised)."""
+        if not self._models:
+            return {}
+        available = [{"modelId": model, "name": f"acp-test {model}"} for model in self._models]
+        return {"models": {"availableModels": available, "currentModelId": session.model or self._models[0]}}
+
+    def on_set_model(self, params: JsonObject) -> JsonObject:
+        session = self._sessions.get(params["sessionId"])
+        model = params["modelId"]
+        if session is None or model not in self._models:
+            raise ValueError(f"unknown modelId {model!r} (advertised: {', '.join(self._models) or 'none'})")
+        session.model = model
         return {}
 
     def on_session_close(self, params: JsonObject) -> JsonObject:
@@ -601,6 +639,8 @@ class Agent:
             raise PromptFailed(unescape(args) or "acp-test failure")
         elif verb == "crash":
             exit_now(directive.exit_code(), "crash directive")
+        elif verb == "model":
+            self.say(session, f"model: {session.model or (self._models[0] if self._models else '(none)')}")
         elif verb == "mcp":
             names = [str(server.get("name")) for server in session.mcp_servers]
             self.say(session, f"mcp servers: {', '.join(names) or '(none)'}")
@@ -846,7 +886,8 @@ def main() -> None:
         log(f"unknown ACP_TEST_RESUME={resume_mode!r}; using 'resume'")
         resume_mode = "resume"
     auth_required = os.environ.get("ACP_TEST_AUTH") == "required"
-    agent = Agent(os.environ.get("ACP_TEST_RECORD") or None, resume_mode, auth_required)
+    models = [m.strip() for m in os.environ.get("ACP_TEST_MODELS", DEFAULT_MODELS).split(",") if m.strip()]
+    agent = Agent(os.environ.get("ACP_TEST_RECORD") or None, resume_mode, auth_required, models)
     log("ready")
     agent.serve()
     exit_now(0, "stdin closed")

@@ -142,6 +142,7 @@ def test_a_question_blocks_the_issue_and_the_answer_resumes_the_same_session_to_
     async def scenario() -> Watch:
         async with watching(auto_project) as watch:
             await watch.until(lambda: auto_project.issue(key).status == Status.BLOCKED)
+            await watch.until(lambda: bool(watch.of("finished", key)))  # (its lane given back: then said)
             seen["running"] = [r.key for r in watch.dispatcher.snapshot().running]
             seen["queue"] = [i.key for i in watch.dispatcher.snapshot().queue]
             auto_project.tracker.comment(key, "blue\n\nacp-test: write answer.txt blue", author="ada")

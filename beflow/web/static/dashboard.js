@@ -370,6 +370,10 @@
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById("live");
         if (!fresh) return;
         var y = window.scrollY;
+        // Moving a field out of the page and back blurs it: the one being typed in gets its focus and caret back,
+        // or the keys typed next would land nowhere (an answer cut short).
+        var typing = document.activeElement, from = null, to = null;
+        if (typing && typeof typing.selectionStart === "number") { from = typing.selectionStart; to = typing.selectionEnd; }
         // A form a person works in (an answer, a review comment, a new issue) is kept as it is — what they typed,
         // what it said back — while the fresh page still has it: the fresh page's copy is only where it goes.
         live.querySelectorAll("#review-comment, form.act[id]").forEach(function (kept) {
@@ -378,6 +382,10 @@
         });
         live.replaceWith(document.adoptNode(fresh));
         live = fresh;
+        if (typing && typing !== document.activeElement && document.contains(typing)) {
+          typing.focus({ preventScroll: true });
+          if (from !== null) { try { typing.setSelectionRange(from, to); } catch (e) { /* not a text field */ } }
+        }
         window.scrollTo(0, y);
         if (seen !== null) document.body.dataset.lastEvent = seen;
         document.body.dataset.rendered = String(Date.now());
