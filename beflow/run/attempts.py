@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import anyio
@@ -41,7 +42,8 @@ from beflow.trackers.quoting import code, fenced
 class BestOf:
     """The judged run of one issue: its candidates, the verdict and the one pull request. Build it, then ``await
     execute()``; the record it returns is the issue's (outcome, the chosen commit, the table); the candidates' are
-    in the store beside it. ``lanes``: what each candidate holds while it runs (a watch's or ``--auto``'s)."""
+    in the store beside it. ``lanes``: what each candidate holds while it runs (a watch's or ``--auto``'s limiter,
+    a fleet worker's lanes)."""
 
     def __init__(
         self,
@@ -52,7 +54,7 @@ class BestOf:
         events: EventSink | None = None,
         *,
         code_host: CodeHost | None = None,
-        lanes: anyio.CapacityLimiter | None = None,
+        lanes: AbstractAsyncContextManager[object] | None = None,
         cancelled_because: Callable[[], str | None] | None = None,
         candidate_events: EventSink | None = None,
     ) -> None:
