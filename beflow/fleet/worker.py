@@ -4,8 +4,10 @@ A worker polls two task queues: the fleet's (``engine.task_queue``: the issues' 
 lane) and its own (:func:`~beflow.fleet.shapes.worker_queue`: the runs of the lanes it claimed). A lane's claim
 succeeds only on a worker with a free lane, and names that worker's own queue; the run then goes there, so every
 step after the worktree is made runs on the machine that holds the worktree. The run is exactly a ``watch`` run
-(:class:`beflow.run.runner.Run`: record, tracker updates, delivery as today); it heartbeats while it lives, and the
-activity's cancellation (the workflow cancelled) becomes the run's own cancellation.
+(:class:`beflow.run.runner.Run`: record, tracker updates, delivery as today), or a best of N as a watch runs it
+(:class:`beflow.run.attempts.BestOf`), its candidates in this worker's lanes (:class:`RunLanes`) and judged here;
+it heartbeats while it lives, and the activity's cancellation (the workflow cancelled) becomes the run's own
+cancellation.
 """
 
 from __future__ import annotations
