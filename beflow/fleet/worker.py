@@ -473,35 +473,9 @@ class FleetWorker:
         because: Callable[[], str | None],
         workflow: str,
     ) -> RunRecord:
-        """The run of ``request``: best of N when the issue asks for candidates (the first run of it, not a round
-        nor an answer), else a plain run; ``workflow``: the id its lane is held under."""
-        from beflow.run.attempts import BestOf
-        from beflow.run.candidates import candidates_for
-        from beflow.run.runner import Run
-
-        count, notice = 1, None
-        if not request.round and request.answer is None:  # (a round, or an answer, continues one session)
-            issue = await threads.blocking(self.tracker.get, request.key)
-            count, notice = await threads.blocking(candidates_for, project, issue, None)
-        if count > 1:
-            # Best of N, as a watch runs it: the candidates in this worker's lanes, then the one judge.
-            lanes = RunLanes(self.lanes, workflow)
-            best = BestOf(
-                project,
-                self.tracker,
-                request,
-                count,
-                on_event,
-                code_host=self.code_host,
-                lanes=lanes,
-                cancelled_because=because,
-            )
-            try:
-                return await best.execute(notice)
-            finally:
-                lanes.release_all()
-        run = Run(project, self.tracker, request, on_event, cancelled_because=because, code_host=self.code_host)
-        return await run.execute()
+        """The run of ``request``; ``workflow``: the id its lane is held under."""
+        opened = Opened(self.tracker, self.code_host)
+        return await run_or_best_of(project, opened, request, on_event, because, RunLanes(self.lanes, workflow))
 
     def sweep(self) -> list[tuple[str, str]]:
         """The worktrees runs on this machine left behind (a worker killed mid-run: its run went on elsewhere),
@@ -573,3 +547,41 @@ class FleetWorker:
             with anyio.CancelScope(shield=True):
                 await asyncio.gather(own.shutdown(), shared.shutdown(), return_exceptions=True)
                 await asyncio.gather(*polling, return_exceptions=True)
+
+
+async def run_or_best_of(
+    project: Project,
+    opened: Opened,
+    request: RunRequest,
+    on_event: Callable[[RunEvent], None],
+    because: Callable[[], str | None],
+    lanes: RunLanes,
+) -> RunRecord:
+    """The run of ``request`` on this worker: a best of N when the issue asks for candidates (its first run, not a
+    round nor an answer, which continue one session), its candidates in ``lanes`` and judged here as a watch judges
+    them; else a plain run."""
+    from beflow.run.attempts import BestOf
+    from beflow.run.candidates import candidates_for
+    from beflow.run.runner import Run
+
+    count, notice = 1, None
+    if not request.round and request.answer is None:
+        issue = await threads.blocking(opened.tracker.get, request.key)
+        count, notice = await threads.blocking(candidates_for, project, issue, None)
+    if count == 1:
+        run = Run(project, opened.tracker, request, on_event, cancelled_because=because, code_host=opened.code_host)
+        return await run.execute()
+    best = BestOf(
+        project,
+        opened.tracker,
+        request,
+        count,
+        on_event,
+        code_host=opened.code_host,
+        lanes=lanes,
+        cancelled_because=because,
+    )
+    try:
+        return await best.execute(notice)
+    finally:
+        lanes.release_all()
