@@ -557,31 +557,21 @@ async def run_or_best_of(
     because: Callable[[], str | None],
     lanes: RunLanes,
 ) -> RunRecord:
-    """The run of ``request`` on this worker: a best of N when the issue asks for candidates (its first run, not a
-    round nor an answer, which continue one session), its candidates in ``lanes`` and judged here as a watch judges
-    them; else a plain run."""
-    from beflow.run.attempts import BestOf
-    from beflow.run.candidates import candidates_for
-    from beflow.run.runner import Run
+    """The run of ``request`` on this worker, chosen and run as a watch does
+    (:func:`beflow.run.attempts.run_issue`): a best of N when the issue asks for candidates, its candidates in
+    ``lanes`` and judged here; else a plain run."""
+    from beflow.run.attempts import run_issue
 
-    count, notice = 1, None
-    if not request.round and request.answer is None:
-        issue = await threads.blocking(opened.tracker.get, request.key)
-        count, notice = await threads.blocking(candidates_for, project, issue, None)
-    if count == 1:
-        run = Run(project, opened.tracker, request, on_event, cancelled_because=because, code_host=opened.code_host)
-        return await run.execute()
-    best = BestOf(
-        project,
-        opened.tracker,
-        request,
-        count,
-        on_event,
-        code_host=opened.code_host,
-        lanes=lanes,
-        cancelled_because=because,
-    )
     try:
-        return await best.execute(notice)
+        return await run_issue(
+            project,
+            opened.tracker,
+            request,
+            on_event,
+            code_host=opened.code_host,
+            lanes=lanes,
+            cancelled_because=because,
+            candidate_events=on_event,
+        )
     finally:
         lanes.release_all()

@@ -319,14 +319,15 @@ async def run_issue(
     events: EventSink,
     *,
     code_host: CodeHost | None,
-    lanes: int,
+    lanes: int | AbstractAsyncContextManager[object],
     cancelled_because: Callable[[], str | None],
     candidate_events: EventSink,
 ) -> RunRecord:
     """One issue's run as a watch starts it in its ``lanes``: best of N when it has lanes for more than one
-    candidate and still asks for them (:func:`~beflow.run.candidates.candidates_for`), else a plain run."""
+    candidate and still asks for them (:func:`~beflow.run.candidates.candidates_for`), else a plain run. ``lanes``:
+    how many (a watch's), or what each candidate takes (a fleet worker's, which runs any number in turn)."""
     count, notice = 1, None
-    if lanes > 1 and not request.round:
+    if (not isinstance(lanes, int) or lanes > 1) and not request.round:
         issue = await threads.blocking(tracker.get, request.key)
         count, notice = await threads.blocking(candidates_for, project, issue, None)
     if count > 1:
@@ -337,7 +338,7 @@ async def run_issue(
             count,
             events,
             code_host=code_host,
-            lanes=anyio.CapacityLimiter(lanes),
+            lanes=anyio.CapacityLimiter(lanes) if isinstance(lanes, int) else lanes,
             cancelled_because=cancelled_because,
             candidate_events=candidate_events,
         )
