@@ -168,5 +168,9 @@ def worker_queue(task_queue: str, worker: str) -> str:
 
 
 def run_timeout(project: Project) -> float:
-    """The longest one run activity may take: the agent's timeout, and time for the steps around it."""
-    return (project.config.timeout or 24 * 3600.0) + 600.0
+    """The longest one run activity may take: the agent's timeout, and time for the steps around it. A best of N is
+    one activity whose candidates (as many as ``attempts.max``) and reviewer may run in turn, on a worker with one
+    lane: each may take the agent's timeout (a ceiling only: a silent worker is found by its heartbeats)."""
+    attempts = project.config.attempts
+    runs = max(attempts.max, attempts.configured()) + (attempts.judge.reviewer is not None)
+    return (project.config.timeout or 24 * 3600.0) * runs + 600.0 * runs

@@ -4,8 +4,10 @@ A worker polls two task queues: the fleet's (``engine.task_queue``: the issues' 
 lane) and its own (:func:`~beflow.fleet.shapes.worker_queue`: the runs of the lanes it claimed). A lane's claim
 succeeds only on a worker with a free lane, and names that worker's own queue; the run then goes there, so every
 step after the worktree is made runs on the machine that holds the worktree. The run is exactly a ``watch`` run
-(:class:`beflow.run.runner.Run`: record, tracker updates, delivery as today); it heartbeats while it lives, and the
-activity's cancellation (the workflow cancelled) becomes the run's own cancellation.
+(:class:`beflow.run.runner.Run`: record, tracker updates, delivery as today), or a best of N as a watch runs it
+(:class:`beflow.run.attempts.BestOf`), its candidates in this worker's lanes (:class:`RunLanes`) and judged here;
+it heartbeats while it lives, and the activity's cancellation (the workflow cancelled) becomes the run's own
+cancellation.
 """
 
 from __future__ import annotations
@@ -86,6 +88,8 @@ class LaneHolds:
     _lock: threading.Lock = field(default_factory=threading.Lock)
     #: What to call when a lane may have become free (the slot supplier's waiters).
     on_free: Callable[[], None] = lambda: None
+    #: Others to tell when a lane may have become free (the candidates of a best of N waiting for one: RunLanes).
+    watchers: list[Callable[[], None]] = field(default_factory=list)
 
     def free_now(self, now: float) -> int:
         with self._lock:
@@ -105,15 +109,91 @@ class LaneHolds:
         with self._lock:
             self.held[workflow] = float("inf")
 
+    def watch(self, watcher: Callable[[], None]) -> None:
+        with self._lock:
+            self.watchers.append(watcher)
+
+    def unwatch(self, watcher: Callable[[], None]) -> None:
+        with self._lock:
+            self.watchers.remove(watcher)
+
     def free(self, workflow: str) -> None:
         with self._lock:
             self.held.pop(workflow, None)
+            watchers = list(self.watchers)
         self.on_free()
+        for watcher in watchers:
+            watcher()
 
     def _expire(self, now: float) -> None:
         for other, until in list(self.held.items()):
             if until < now:
                 del self.held[other]
+
+
+class RunLanes:
+    """The lanes one best-of-N run lends its candidates (and its reviewer) on this worker: first the lane its
+    workflow claimed, then any other lane free here, each held in :class:`LaneHolds` under an id of its own so that
+    the worker claims no lane a candidate runs in. Lanes are alike: whichever is given back, the next entry takes
+    it. Enter it as ``async with`` (:class:`beflow.run.attempts.BestOf`'s ``lanes``)."""
+
+    def __init__(self, lanes: LaneHolds, workflow: str) -> None:
+        self.lanes = lanes
+        self.workflow = workflow
+        self._own_free = True
+        self._extra: list[str] = []
+        self._made = 0
+        self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self._lock = threading.Lock()
+
+    def _wake(self) -> None:
+        with self._lock:
+            waiters, self._waiters = self._waiters, []
+        for loop, event in waiters:
+            loop.call_soon_threadsafe(event.set)
+
+    def _take(self) -> asyncio.Event | None:
+        """A lane now (None), or the event set when one may have freed."""
+        with self._lock:
+            if self._own_free:
+                self._own_free = False
+                return None
+            self._made += 1
+            extra = f"{self.workflow}#lane{self._made}"
+            if self.lanes.take(extra, time.monotonic()):
+                self.lanes.running(extra)
+                self._extra.append(extra)
+                return None
+            event = asyncio.Event()
+            self._waiters.append((asyncio.get_running_loop(), event))
+            return event
+
+    async def __aenter__(self) -> None:
+        self.lanes.watch(self._wake)
+        try:
+            while (event := self._take()) is not None:
+                # A lane held for a run that never came frees by time alone: look again now and then.
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), 1.0)
+        finally:
+            self.lanes.unwatch(self._wake)
+
+    async def __aexit__(self, *exc: object) -> None:
+        with self._lock:
+            extra = self._extra.pop() if self._extra else None
+            if extra is None:
+                self._own_free = True
+        if extra is not None:
+            self.lanes.free(extra)  # (tells the worker's slots and the waiters here)
+        else:
+            self._wake()
+
+    def release_all(self) -> None:
+        """Give back every lane still lent (a run that ended without giving them back)."""
+        with self._lock:
+            extras, self._extra = self._extra, []
+        for extra in extras:
+            self.lanes.free(extra)
 
 
 class LaneSlots(CustomSlotSupplier):
@@ -306,9 +386,9 @@ class FleetWorker:
             with scope:
                 if claims is not None:
                     with claims.holding(run.key, run.workflow_id, claims.proof_of(run.key, info)):
-                        record = await self._execute(project, request, on_event, because)
+                        record = await self._execute(project, request, on_event, because, run.workflow_id)
                 else:
-                    record = await self._execute(project, request, on_event, because)
+                    record = await self._execute(project, request, on_event, because, run.workflow_id)
         except (NoLongerReady, LockedError) as error:
             self._tell(WatchEvent.of("skipped", run.key, reason=error.message))
             return RunEnd(action="skipped", worker=self.name, awaits_feedback=await self._awaits_feedback(run.key))
@@ -391,11 +471,11 @@ class FleetWorker:
         request: RunRequest,
         on_event: Callable[[RunEvent], None],
         because: Callable[[], str | None],
+        workflow: str,
     ) -> RunRecord:
-        from beflow.run.runner import Run
-
-        run = Run(project, self.tracker, request, on_event, cancelled_because=because, code_host=self.code_host)
-        return await run.execute()
+        """The run of ``request``; ``workflow``: the id its lane is held under."""
+        opened = Opened(self.tracker, self.code_host)
+        return await run_or_best_of(project, opened, request, on_event, because, RunLanes(self.lanes, workflow))
 
     def sweep(self) -> list[tuple[str, str]]:
         """The worktrees runs on this machine left behind (a worker killed mid-run: its run went on elsewhere),
@@ -467,3 +547,31 @@ class FleetWorker:
             with anyio.CancelScope(shield=True):
                 await asyncio.gather(own.shutdown(), shared.shutdown(), return_exceptions=True)
                 await asyncio.gather(*polling, return_exceptions=True)
+
+
+async def run_or_best_of(
+    project: Project,
+    opened: Opened,
+    request: RunRequest,
+    on_event: Callable[[RunEvent], None],
+    because: Callable[[], str | None],
+    lanes: RunLanes,
+) -> RunRecord:
+    """The run of ``request`` on this worker, chosen and run as a watch does
+    (:func:`beflow.run.attempts.run_issue`): a best of N when the issue asks for candidates, its candidates in
+    ``lanes`` and judged here; else a plain run."""
+    from beflow.run.attempts import run_issue
+
+    try:
+        return await run_issue(
+            project,
+            opened.tracker,
+            request,
+            on_event,
+            code_host=opened.code_host,
+            lanes=lanes,
+            cancelled_because=because,
+            candidate_events=on_event,
+        )
+    finally:
+        lanes.release_all()

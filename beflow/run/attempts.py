@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import anyio
@@ -44,7 +45,8 @@ from beflow.trackers.quoting import code, fenced
 class BestOf:
     """The judged run of one issue: its candidates, the verdict and the one pull request. Build it, then ``await
     execute()``; the record it returns is the issue's (outcome, the chosen commit, the table); the candidates' are
-    in the store beside it. ``lanes``: what each candidate holds while it runs (a watch's or ``--auto``'s)."""
+    in the store beside it. ``lanes``: what each candidate holds while it runs (a watch's or ``--auto``'s limiter,
+    a fleet worker's lanes)."""
 
     def __init__(
         self,
@@ -55,7 +57,7 @@ class BestOf:
         events: EventSink | None = None,
         *,
         code_host: CodeHost | None = None,
-        lanes: anyio.CapacityLimiter | None = None,
+        lanes: AbstractAsyncContextManager[object] | None = None,
         cancelled_because: Callable[[], str | None] | None = None,
         candidate_events: EventSink | None = None,
         confirming: RunRecord | None = None,
@@ -451,16 +453,18 @@ async def run_issue(
     events: EventSink,
     *,
     code_host: CodeHost | None,
-    lanes: int,
+    lanes: int | AbstractAsyncContextManager[object],
     cancelled_because: Callable[[], str | None],
     candidate_events: EventSink,
 ) -> RunRecord:
     """One issue's run as a watch starts it in its ``lanes``: best of N when it has lanes for more than one
-    candidate and still asks for them (:func:`~beflow.run.candidates.candidates_for`), else a plain run."""
+    candidate and still asks for them (:func:`~beflow.run.candidates.candidates_for`), else a plain run. ``lanes``:
+    how many (a watch's), or what each candidate takes (a fleet worker's, which runs any number in turn). A round,
+    and an answer to an agent's question (which resumes the run that asked), is never a best of N."""
     count, notice, confirming = 1, None, await threads.blocking(_confirming, project, request)
     if confirming is not None:  # a person answered best of N's confirmation: what they chose is proposed
         count = confirming.best_of
-    elif lanes > 1 and not request.round:
+    elif (not isinstance(lanes, int) or lanes > 1) and not request.round and request.answer is None:
         issue = await threads.blocking(tracker.get, request.key)
         count, notice = await threads.blocking(candidates_for, project, issue, None)
     if count > 1:
@@ -471,7 +475,7 @@ async def run_issue(
             count,
             events,
             code_host=code_host,
-            lanes=anyio.CapacityLimiter(lanes),
+            lanes=anyio.CapacityLimiter(lanes) if isinstance(lanes, int) else lanes,
             cancelled_because=cancelled_because,
             candidate_events=candidate_events,
             confirming=confirming,

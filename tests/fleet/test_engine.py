@@ -129,6 +129,19 @@ def test_an_issues_workflow_id_names_its_tracker_and_key() -> None:
     assert workflow_id("github:octo/hello", "17") == "beflow/github:octo/hello/17"
 
 
+def test_a_runs_longest_time_on_a_fleet_holds_a_best_of_n_whose_candidates_and_reviewer_run_in_turn() -> None:
+    from beflow.config import Project
+    from beflow.fleet.shapes import run_timeout
+
+    def longest(**config: Any) -> float:
+        settings = Config.model_validate({"engine": TEMPORAL, "timeout": 100, **config})
+        return run_timeout(Project(config=settings, config_path=None, directory=Path()))
+
+    assert longest(attempts={"max": 1}) == 100 + 600  # (no best of N possible: one run)
+    assert longest(attempts={"max": 3}) == 3 * (100 + 600)  # (a label may ask for three, on a worker of one lane)
+    assert longest(attempts={"max": 3, "judge": {"reviewer": "claude"}}) == 4 * (100 + 600)
+
+
 def test_beflow_on_the_default_engine_never_loads_the_temporal_sdk() -> None:
     code = (
         "import sys, beflow.cli, beflow.cli.watch, beflow.run.runner, beflow.watch.dispatcher, beflow.trackers;"

@@ -405,3 +405,46 @@ def test_an_agents_question_waits_on_the_fleet_and_a_trusted_answer_resumes_its_
     assert b"blue-9f3e" not in held and b"teal-7c41" not in held
     worker.send_signal(signal.SIGTERM)
     worker.wait(60)
+
+
+def test_best_of_n_runs_its_candidates_in_a_workers_lanes_and_a_killed_worker_has_it_judged_once_on_another(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    mark = tmp_path / "first-run"
+    # Candidate 1 waits on the first worker until it is killed, then writes the work the judge's check passes;
+    # candidate 2's fails it.
+    fleet.project.configure(
+        prompt=(
+            "{% if candidate == 1 %}"
+            f"acp-test: run test -e {mark} && exit 0; echo $$ > {mark}; sleep 120\n"
+            "acp-test: write app.txt ok\\n\n"
+            "{% else %}acp-test: write app.txt broken\\n\n{% endif %}"
+        ),
+        attempts={"judge": {"checks": ["grep -qx ok app.txt"]}},
+    )
+    key = fleet.project.tracker.create(title="Make app ok", labels=["attempts:2"]).key
+    first = fleet.worker("w1", lanes=2)
+    assert fleet.beflow("watch", "--once").wait(60) == 0
+    eventually(mark.exists, "candidate 1's agent at work on the first worker", alive=first)
+    # The other lane of the worker: candidate 2 ran to its end while candidate 1 waited.
+    eventually(
+        lambda: any(r.candidate == 2 and r.outcome == "succeeded" for r in fleet.project.records(key)),
+        "candidate 2 done beside candidate 1",
+        alive=first,
+    )
+    second = fleet.worker("w2", lanes=2)
+    first.kill()  # SIGKILL: its candidates and its judged run die with it
+    first.wait()
+    eventually(lambda: fleet.in_review(key), "the best of 2 judged on the other worker", alive=second)
+    assert fleet.state(key)["worker"] == "w2"
+    records = fleet.project.records(key)
+    judged = [r for r in records if r.candidate == 0]
+    # The killed worker's judged run, closed; the one on w2 judged its own two candidates and chose the passing one.
+    assert sorted(r.outcome for r in judged) == ["cancelled", "succeeded"]
+    (done,) = [r for r in judged if r.outcome == "succeeded"]
+    assert [(row.candidate, row.chosen) for row in done.candidates] == [(1, True), (2, False)]
+    assert {r.id for r in records if r.candidate} >= {row.run_id for row in done.candidates}
+    assert fleet.project.branch_files(f"beflow/{key}")["app.txt"] == "ok\n"
+    assert fleet.project.issue(key).status == Status.REVIEW
+    second.send_signal(signal.SIGTERM)
+    second.wait(60)

@@ -10,14 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from beflow.codehosts.base import Opened
 from beflow.codehosts.github import GitHubCodeHost
-from beflow.config import Config, GitHubCodeHostSettings, Project
+from beflow.config import Config, GitHubCodeHostSettings, Project, load_project
 from beflow.config import Feedback as FeedbackSettings
+from beflow.events import RunEvent
 from beflow.fleet.shapes import RunEnd, RunInput
-from beflow.fleet.worker import FleetWorker
+from beflow.fleet.worker import FleetWorker, LaneHolds, RunLanes
 from beflow.records.record import Consumed, RunRecord
 from beflow.records.reviews import PageReviews
 from beflow.records.store import RunStore
@@ -25,7 +27,7 @@ from beflow.run.request import RunRequest
 from beflow.trackers import LocalTracker, Status
 from beflow.trackers.github_api import Api
 from tests.support.github import TOKEN, FakeGitHub
-from tests.support.projects import git
+from tests.support.projects import AutoProject, git
 from tests.watch.test_questions import _asked
 
 ENGINE = {"kind": "temporal", "address": "127.0.0.1:7233", "task_queue": "beflow"}
@@ -167,3 +169,73 @@ def test_an_answered_run_whose_worker_died_is_taken_up_with_the_same_answer(repo
     killed.answer = None
     store.save(killed)
     assert fleet._answer(plain, resumed=True) is None and plain.answer is None  # (no answer: a plain run)
+
+
+def test_a_best_of_n_lends_its_candidates_its_workflows_lane_then_the_workers_free_ones_and_no_claim_takes_them() -> (
+    None
+):
+    holds = LaneHolds(3)
+    assert holds.take("beflow/t/1", 0.0)
+    holds.running("beflow/t/1")  # (its run activity started: the lane its workflow claimed)
+    lanes = RunLanes(holds, "beflow/t/1")
+    inside: list[int] = []
+    entered, leave = [anyio.Event() for _ in range(4)], [anyio.Event() for _ in range(4)]
+
+    async def candidate(n: int) -> None:
+        async with lanes:
+            inside.append(n)
+            entered[n].set()
+            await leave[n].wait()
+            inside.remove(n)
+
+    async def lent() -> None:
+        async with anyio.create_task_group() as tasks:
+            for n in range(3):
+                tasks.start_soon(candidate, n)
+                await entered[n].wait()
+            # Three lanes in use (the workflow's and the two others): another workflow's claim finds none, and a
+            # fourth candidate waits.
+            assert holds.free_now(0.0) == 0 and not holds.take("beflow/t/2", 0.0)
+            tasks.start_soon(candidate, 3)
+            await anyio.wait_all_tasks_blocked()
+            assert sorted(inside) == [0, 1, 2]
+            leave[0].set()  # (the workflow's own lane: given back, the fourth takes the lane given back)
+            await entered[3].wait()
+            assert sorted(inside) == [1, 2, 3] and holds.free_now(0.0) == 0
+            for n in (1, 2, 3):
+                leave[n].set()
+        # Every lane lent is given back: the worker's two others are free for claims again; its workflow's is not.
+        assert holds.free_now(0.0) == 2 and list(holds.held) == ["beflow/t/1"]
+
+    anyio.run(lent)
+
+
+#: Candidate 1 fails the judge's check, candidate 2 passes it.
+PICKY = (
+    "{{ issue.body }}\n{% if candidate == 1 %}acp-test: write app.txt broken\\n\n"
+    "{% else %}acp-test: write app.txt ok\\n\n{% endif %}"
+)
+
+
+def test_a_worker_runs_an_issue_asking_for_candidates_as_best_of_n_in_its_lanes_and_judges_once(
+    auto_project: AutoProject,
+) -> None:
+    auto_project.configure(engine=ENGINE, prompt=PICKY, attempts={"judge": {"checks": ["grep -qx ok app.txt"]}})
+    project = load_project(auto_project.config_path)
+    tracker = LocalTracker(auto_project.directory / ".beflow" / "issues", auto_project.directory)
+    key = tracker.create(title="Make app ok", body="", labels=["attempts:2"]).key
+    fleet = FleetWorker(project, Opened(tracker, None), lanes=2, name="w1")
+    assert fleet.lanes.take(f"beflow/t/{key}", 0.0)
+    fleet.lanes.running(f"beflow/t/{key}")  # (as its run activity holds it)
+    request = RunRequest(key=key, mode="watch", only_if_ready=True, owner="beflow worker w1")
+    heard: list[RunEvent] = []
+
+    judged = anyio.run(fleet._execute, project, request, heard.append, lambda: None, f"beflow/t/{key}")
+
+    records = {r.candidate: r for r in auto_project.records(key)}
+    assert sorted(records) == [0, 1, 2] and records[0].id == judged.id
+    assert [records[n].branch for n in (1, 2)] == [f"beflow-attempts/{key}/c1", f"beflow-attempts/{key}/c2"]
+    assert judged.outcome == "succeeded" and [row.chosen for row in judged.candidates] == [False, True]
+    assert judged.commit == records[2].commit == git(auto_project.directory, "rev-parse", f"beflow/{key}").strip()
+    assert tracker.get(key).status == Status.REVIEW
+    assert fleet.lanes.free_now(0.0) == 1  # (the workflow's lane is its run activity's to free)
