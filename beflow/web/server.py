@@ -33,6 +33,7 @@ from beflow.web import api, filters
 from beflow.web.guard import Policy
 from beflow.web.highlight import highlight
 from beflow.web.live import Hub, WatchSource
+from beflow.web.sse import Said
 from beflow.web.webhooks import Replays, Tally
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class Server:
         #: The forges' webhooks (``/hooks/*``, :mod:`beflow.web.hooks`): the deliveries seen, what came of them.
         self.hook_replays = Replays()
         self.hook_tally = Tally()
+        self.said = Said()  # (each event's text, serialized once for every stream that sends it)
         self.mcp = None
         if mcp:
             from beflow.web.mcp_http import RemoteMcp

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from beflow.errors import BeflowError
 from beflow.ops.issues import person_choices
 from beflow.ops.reviews import ReviewView
+from beflow.system.threads import Batched
 from beflow.trackers.base import MetersRequests
 from beflow.trackers.issue import Status
 from beflow.web import api, lists
@@ -36,9 +37,15 @@ class Views:
         #: Titles of issues whose lane has no record yet (asked of the tracker once).
         self._titles: dict[str, str] = {}
         self._recent: tuple[int, float, list[api.RecentRun]] | None = None
+        # Pages open at once read the state after the same events: one reading serves all who asked meanwhile.
+        self._state = Batched(self._read_state)
 
     def state(self) -> api.State:
-        """The live state (a watch's), or what the records and the tracker say (``beflow serve``)."""
+        """The live state (a watch's), or what the records and the tracker say (``beflow serve``): a reading that
+        began after this call (shared with the other pages that asked meanwhile)."""
+        return self._state()
+
+    def _read_state(self) -> api.State:
         server = self.server
         data = server.source.data() if server.source is not None else None
         now = time.time()
