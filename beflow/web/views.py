@@ -87,13 +87,14 @@ class Views:
         lanes = []
         for lane in data.lanes:
             title, progress = self._titles.get(lane.key, ""), [lane.progress] if lane.progress else []
+            worktree = None
             if lane.run_id is None and not title:  # (dispatched, its record not written yet)
                 with contextlib.suppress(BeflowError, OSError):
                     title = self._titles[lane.key] = self.server.call("issue.show", {"key": lane.key}).title
             if lane.run_id is not None:
                 with contextlib.suppress(BeflowError, OSError, ValueError):
                     record = store.get(lane.run_id)
-                    title = record.title
+                    title, worktree = record.title, record.worktree
                     progress = [note.text for note in store.progress(lane.run_id)][-10:] or progress
             lanes.append(
                 api.Lane(
@@ -106,7 +107,7 @@ class Views:
                     elapsed=max(0.0, now - lane.started),
                     latest=lane.latest,
                     progress=progress,
-                    tail=self.transcripts.tail(lane.run_id) if lane.run_id else [],
+                    tail=self.transcripts.tail(lane.run_id, worktree or "") if lane.run_id else [],
                     cancelling=lane.cancelling,
                     reason=lane.reason,
                     usage=api.Usage.of(lane.usage),

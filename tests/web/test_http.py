@@ -947,3 +947,24 @@ def test_a_lanes_tail_is_the_transcripts_last_lines_read_from_its_end_and_not_ag
         file.write(said("y" * 20_000) + "\n")
     tail = transcripts.tail(record.id)
     assert tail[-1].text.startswith("yyy") and len(tail) == TAIL_LINES
+
+
+def test_a_lanes_tail_reads_paths_in_the_runs_worktree_and_the_repository_as_the_repositorys(project: Path) -> None:
+    from beflow.web.guard import Policy
+    from beflow.web.server import Server
+    from beflow.web.transcripts import Transcripts
+
+    store = RunStore(project)
+    worktree = project.parent / "worktrees" / "1"
+    record = RunRecord(id=new_run_id("1"), issue="1", mode="auto", agent="a", started_at=utc_now())
+    record.worktree = str(worktree)
+    store.create(record, "prompt")
+    text = f"edited {worktree}/src/app.py and {project}/README.md (the issue: file://{project}/.beflow/issues/1.md)"
+    update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+    line = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "update": update}}
+    store.write(record.id, "transcript.jsonl", json.dumps(line) + "\n")
+    server = Server(load_project(config_file(project)), Policy(Bind("127.0.0.1", 1), TOKEN), mcp=False)
+    transcripts = Transcripts(server.store, server.call)
+    said = f"edited src/app.py and README.md (the issue: file://{project}/.beflow/issues/1.md)"
+    assert [line.text for line in transcripts.tail(record.id)] == [said]  # (the run's page says the same)
+    assert [line.text for line in transcripts.page(record.id, 0, 10).lines] == [said]
