@@ -1274,6 +1274,8 @@ class Bench:
         s = self.sizes
         prompt = prompt_for(s.turn)
 
+        cpu: dict[int, list[float]] = {0: [], 5: []}  # the watch process's own CPU (its server thread's included)
+
         def drain(clients: int) -> float:
             repo = self.repo(concurrency=s.lanes, interval=s.interval)
             for index in range(s.watch_issues):
@@ -1293,6 +1295,7 @@ class Bench:
                     lambda ev: sum(e.get("event") == "finished" for e in ev) >= s.watch_issues,
                     timeout=max(600, 10 * s.watch_issues * (s.turn + 5)),
                 )
+                cpu[clients].append(watch.cpu())
                 stop.set()
             return done - started
 
@@ -1399,7 +1402,8 @@ class Bench:
                 {"none": alone, "5 clients": attached},
                 f"efficiency {efficiency:.2f} (ratio of medians over {len(alone)} interleaved pairs; per pair: "
                 + ", ".join(f"{a / b:.2f}" for a, b in zip(alone, attached, strict=True))
-                + ")",
+                + f"); the watch process's own CPU, median: {median(cpu[0]):.2f} s alone, {median(cpu[5]):.2f} s with "
+                f"the 5 clients (what they cost it, load aside)",
             )
         )
 
