@@ -968,3 +968,17 @@ def test_a_lanes_tail_reads_paths_in_the_runs_worktree_and_the_repository_as_the
     said = f"edited src/app.py and README.md (the issue: file://{project}/.beflow/issues/1.md)"
     assert [line.text for line in transcripts.tail(record.id)] == [said]  # (the run's page says the same)
     assert [line.text for line in transcripts.page(record.id, 0, 10).lines] == [said]
+
+
+def test_an_empty_list_or_transcript_says_so_in_a_line_not_an_empty_table(project: Path) -> None:
+    store = RunStore(project)
+    record = RunRecord(id=new_run_id("1"), issue="1", mode="attend", agent="a", started_at=utc_now())
+    store.create(record, "prompt")  # (an attended run keeps no transcript)
+    with serving(project) as (served, _), client(served) as http:
+        runs = http.get("/runs", params={"issue": "2"}).text
+        assert '<p class="empty" id="no-runs">No runs.</p>' in runs and '<div class="scroll" hidden>' in runs
+        issues = http.get("/issues", params={"status": "done"}).text
+        assert 'id="no-issues">No issues with status done.</p>' in issues and "<tr data-issue" not in issues
+        assert 'id="no-issues"' not in http.get("/issues").text
+        run = http.get(f"/runs/{record.id}").text
+        assert "Transcript" not in run and 'id="outcome"' in run
