@@ -339,8 +339,8 @@ def test_review_shows_the_branch_and_comments_a_line_or_the_whole_change_through
     assert (said.exit_code, said.stdout) == (0, "comment 1 on issue 1: the next review round answers it.\n")
     assert beflow("issues", "review", "1", "and the whole change", "--json").exit_code == 0
     view = json.loads(beflow("issues", "review", "1", "--json").stdout)
-    assert [(c["author"], c["path"], c["line"]) for c in view["comments"]][0] == ("ann", "app.py", 3)
-    assert [c["path"] for c in view["comments"]] == ["app.py", None]
+    first, whole = view["comments"]
+    assert (first["author"], first["path"], first["line"], whole["path"]) == ("ann", "app.py", 3, None)
     text = beflow("issues", "review", "1").stdout
     assert "ann · " in text and "on app.py:3" in text and "waiting for a review round" in text
     assert "\x1b" not in text  # (a terminal escape in a comment is shown, never acted on)
