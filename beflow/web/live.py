@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import threading
 import time
 from collections import deque
@@ -158,7 +159,11 @@ class Hub:
             if last >= self._next:
                 last = first - 1
             missed = max(0, first - 1 - last)
-            return missed, [{"id": i, **e} for i, e in self._ring if i > last]
+            # (ids run on without a gap: the newest ``wanted`` entries, read from the ring's end — a client that
+            # keeps up costs what it reads, not the whole ring, on every event)
+            wanted = min(len(self._ring), self._next - 1 - max(last, first - 1))
+            newest = list(itertools.islice(reversed(self._ring), wanted))
+            return missed, [{"id": i, **e} for i, e in reversed(newest)]
 
     def subscribe(self, last: int | None) -> Subscriber:
         if self.stopping:
