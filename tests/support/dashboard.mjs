@@ -54,7 +54,9 @@ try {
   await page.waitForFunction(
     (selector) => {
       const pre = document.querySelector(selector);
-      return pre && pre.scrollHeight > pre.clientHeight + 20 && pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      // (the tail follows the state's reads, a few seconds after the lane's own events: its newest line is awaited)
+      const newest = pre && pre.textContent.includes("line 30");
+      return newest && pre.scrollHeight > pre.clientHeight + 20 && pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
     },
     { timeout },
     tail,
