@@ -83,6 +83,8 @@ class Server:
         self.hook_replays = Replays()
         self.hook_tally = Tally()
         self.said = Said()  # (each event's text, serialized once for every stream that sends it)
+        #: Actions taken so far (a state read before one is not given again after it).
+        self.acted = 0
         self.mcp = None
         if mcp:
             from beflow.web.mcp_http import RemoteMcp

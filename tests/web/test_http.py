@@ -982,3 +982,46 @@ def test_an_empty_list_or_transcript_says_so_in_a_line_not_an_empty_table(projec
         assert 'id="no-issues"' not in http.get("/issues").text
         run = http.get(f"/runs/{record.id}").text
         assert "Transcript" not in run and 'id="outcome"' in run
+
+
+def test_pages_asking_for_a_watchs_state_while_nothing_happened_share_one_reading(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow.system import threads
+    from beflow.watch.dispatcher import Dispatcher
+    from beflow.web import views
+    from beflow.web.live import WatchSource
+
+    monkeypatch.setattr(views, "FRESH_FOR", 600.0)  # (0.5 s in use: no read of this test may outlast it)
+    loaded = load_project(project / ".beflow" / "config.json")
+    hub = Hub()
+    snapshots: list[int] = []
+
+    async def scenario() -> list[int]:
+        source = WatchSource(Dispatcher(loaded, opens=open_project), hub)
+        source.attach()
+        data = source.data
+        monkeypatch.setattr(source, "data", lambda: snapshots.append(1) or data())
+        monkeypatch.setattr(source, "looked", lambda: None)  # (no watch loop here looks at the tracker)
+        await threads.blocking(lambda: None)
+        with beside(loaded, Bind("127.0.0.1", 0), hub, source) as served:
+            base = f"http://127.0.0.1:{served.bind.port}"
+
+            def pages() -> list[int]:
+                counts = []
+                with httpx.Client(base_url=base, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+                    for _ in range(5):  # five pages after the same event: one reading
+                        http.get("/api/v1/state").raise_for_status()
+                    counts.append(len(snapshots))
+                    hub.publish({"event": "dispatched", "issue": "2", "attempt": 1, "time": 1.0})
+                    http.get("/api/v1/state").raise_for_status()  # an event since: read again
+                    http.get("/api/v1/state").raise_for_status()
+                    counts.append(len(snapshots))
+                    http.post("/api/v1/issues/2/priority", json={"priority": 0}).raise_for_status()
+                    assert http.get("/api/v1/state").json()["actions"] is True  # an action since: read again
+                    counts.append(len(snapshots))
+                return counts
+
+            return await anyio.to_thread.run_sync(pages)
+
+    assert anyio.run(scenario) == [1, 2, 3]
