@@ -996,6 +996,9 @@ def test_pages_asking_for_a_watchs_state_while_nothing_happened_share_one_readin
     loaded = load_project(project / ".beflow" / "config.json")
     hub = Hub()
     snapshots: list[int] = []
+    dumped: list[int] = []  # (the shared reading is serialized and masked once for all the pages too)
+    dump = api.State.model_dump_json
+    monkeypatch.setattr(api.State, "model_dump_json", lambda self, **k: dumped.append(1) or dump(self, **k))
 
     async def scenario() -> list[int]:
         source = WatchSource(Dispatcher(loaded, opens=open_project), hub)
@@ -1010,8 +1013,8 @@ def test_pages_asking_for_a_watchs_state_while_nothing_happened_share_one_readin
             def pages() -> list[int]:
                 counts = []
                 with httpx.Client(base_url=base, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
-                    for _ in range(5):  # five pages after the same event: one reading
-                        http.get("/api/v1/state").raise_for_status()
+                    bodies = {http.get("/api/v1/state").text for _ in range(5)}  # five pages, one event
+                    assert len(bodies) == 1 and dumped == [1]
                     counts.append(len(snapshots))
                     hub.publish({"event": "dispatched", "issue": "2", "attempt": 1, "time": 1.0})
                     http.get("/api/v1/state").raise_for_status()  # an event since: read again
