@@ -32,8 +32,7 @@ from beflow.ops.operations import Context
 from beflow.web import api, filters
 from beflow.web.guard import Policy
 from beflow.web.highlight import highlight
-from beflow.web.live import Hub, WatchSource
-from beflow.web.sse import Said
+from beflow.web.live import Hub, Said, WatchSource
 from beflow.web.webhooks import Replays, Tally
 
 if TYPE_CHECKING:

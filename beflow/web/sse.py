@@ -40,28 +40,6 @@ async def events(server: Server, request: Request) -> Response | EventStream:
     return EventStream(server, subscriber)
 
 
-class Said:
-    """Each event as the streams send it (serialized and masked), made once for every client that sends it: five
-    pages open are one serialization an event, not five. One a server (its hub numbers the events), used on its loop
-    only."""
-
-    def __init__(self, keep: int = 256) -> None:
-        self.keep = keep
-        self._texts: dict[int, tuple[object, str]] = {}
-
-    def text(self, server: Server, event: dict[str, Any]) -> str:
-        identifier, redact = event["id"], server.redact
-        kept = self._texts.get(identifier)
-        if kept is not None and kept[0] is redact:  # (a config reload's new secrets: masked again)
-            return kept[1]
-        body = {k: v for k, v in event.items() if k != "id"}
-        text = f"id: {identifier}\ndata: {redact.text(json.dumps(body, ensure_ascii=False, default=str))}\n\n"
-        self._texts[identifier] = (redact, text)
-        while len(self._texts) > self.keep:
-            del self._texts[next(iter(self._texts))]
-        return text
-
-
 class EventStream:
     """One client's stream. A write the client does not take within :data:`SEND_TIMEOUT`, or a client
     :data:`BEHIND` events behind, ends the stream (the client may reconnect and resume with ``Last-Event-ID``);
@@ -100,7 +78,7 @@ class EventStream:
                     notice["message"] = f"{missed} events are no longer kept: read /api/v1/state"
                     await write(f"data: {json.dumps(notice)}\n\n")
                 for event in batch:
-                    await write(self.server.said.text(self.server, event))
+                    await write(self.server.said.text(self.server.redact, event))
 
         try:
             async with anyio.create_task_group() as tasks:

@@ -24,12 +24,12 @@ def test_an_event_is_masked_once_for_every_stream_and_again_after_the_secrets_ch
     text = Redactor.text
     monkeypatch.setattr(Redactor, "text", lambda self, value: masked.append(value) or text(self, value))
     event = {"id": 7, "event": "activity", "issue": "1", "run": "r", "latest": "reading", "time": 1.0}
-    said = [server.said.text(server, dict(event)) for _ in range(5)]  # five pages' streams
+    said = [server.said.text(server.redact, dict(event)) for _ in range(5)]  # five pages' streams
     assert said == [f"id: 7\ndata: {json.dumps({k: v for k, v in event.items() if k != 'id'})}\n\n"] * 5
     assert len(masked) == 1
     server._masking = None  # (as a config reload that brings a secret: a new masking)
-    server.said.text(server, dict(event))
+    server.said.text(server.redact, dict(event))
     assert len(masked) == 2
     for n in range(300):  # the texts kept are bounded
-        server.said.text(server, {**event, "id": 100 + n})
+        server.said.text(server.redact, {**event, "id": 100 + n})
     assert len(server.said._texts) == server.said.keep
