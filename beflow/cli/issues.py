@@ -1,4 +1,5 @@
-"""``beflow issues list|show|new|comment|close|reopen|set-status``: parse, call the issue operations, render."""
+"""``beflow issues list|show|new|comment|review|close|reopen|set-status``: parse, call the issue operations,
+render."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from beflow.cli.common import (
     visible,
 )
 from beflow.errors import UsageError
-from beflow.ops import issues, questions
+from beflow.ops import issues, questions, reviews
 from beflow.trackers.issue import DEFAULT_PRIORITY, IssueRow, ListingStream, Status, format_time
 from beflow.trackers.local_feedback import is_rework, shown
 
@@ -405,6 +406,66 @@ def confirm_command(
         f"Chose candidate {result.candidate} for issue [bold]{escape(result.key)}[/] as "
         f"{escape(result.comment.author)}: {escape(result.next)}."
     )
+
+
+@group.command(
+    "review",
+    epilog="\b\nExamples:  beflow issues review 7\n"
+    '           beflow issues review 7 "Handle the empty list here." --path src/app.py --line 12',
+)
+@click.argument("key")
+@click.argument("text", required=False)
+@click.option("--path", help="With TEXT: the file the comment is on (one the branch changed).")
+@click.option("--line", type=click.IntRange(min=1), help="With TEXT and --path: its line in the branch's version.")
+@click.option("--author", help="Who is commenting (default: git's user.name).")
+@json_option
+@pass_app
+def review_command(
+    app: App, key: str, text: str | None, path: str | None, line: int | None, author: str | None, as_json: bool
+) -> None:
+    """Review an issue's branch as beflow's page does: without TEXT, its change against the base, file by file, and
+    the page's comments with their answers (review.show); with TEXT ('-' reads standard input), a comment on the
+    whole change, or on a line with --path and --line (review.comment), which the next review round answers."""
+    if text is None:
+        if path is not None or line is not None:
+            raise UsageError("--path and --line go with a comment's TEXT", fix="Give the comment's text after KEY.")
+        view = call_operation(app, reviews.show, reviews.ReviewKey, key=key)
+        if as_json:
+            emit_json(view)
+            return
+        _show_review(view)
+        return
+    if text == "-":
+        text = sys.stdin.read()
+    done = call_operation(
+        app.acting_as(author), reviews.comment, reviews.ReviewComment, key=key, body=text, path=path, line=line
+    )
+    if as_json:
+        emit_json(done)
+        return
+    out.print(f"{escape(done.message)}.")
+
+
+def _show_review(view: reviews.ReviewView) -> None:
+    out.print(f"[bold]{escape(view.key)} · {escape(view.title)}[/]   status: {escape(view.status)}")
+    diff = view.diff
+    if diff is None:
+        out.print(f"No branch {escape(view.branch)} yet: there is no change to review.")
+    else:
+        more = f" (and {diff.more} more not shown)" if diff.more else ""
+        out.print(f"{escape(view.branch)} at {diff.tip[:12]}, against {diff.base[:12]}: {len(diff.files)} files{more}")
+        for change in diff.files:
+            note = f"  {escape(change.note)}" if change.note else ""
+            out.print(f"  {escape(change.path)}  {change.status}  +{change.added} -{change.removed}{note}")
+    for comment in view.comments:
+        out.print()
+        where = f"{comment.path}:{comment.line}" if comment.line else comment.path or "the whole change"
+        out.print(f"[bold]{escape(comment.author)}[/] · {short_time(comment.created)} UTC · on {escape(where)}")
+        out.print(escape(comment.body))
+        if comment.answer is None:
+            out.print("waiting for a review round", style="yellow")
+        else:
+            out.print(escape(comment.answer), style="green")
 
 
 def _show_change(change: issues.StatusChange, as_json: bool) -> None:

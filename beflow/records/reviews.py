@@ -108,6 +108,26 @@ class PageReviews:
                 fix=f"Remove .beflow/reviews/{path.name} (its comments are lost).",
             ) from None
 
+    def waiting(self) -> set[str]:
+        """The issues with a page comment no round answered yet, from beflow's own files alone (no tracker asked): a
+        watch whose only feedback is the page's surveys these, not every issue in review, on each tick. A damaged
+        file names no issue: it is skipped here (the issue's page and a run of it say what is wrong with it)."""
+        waiting: set[str] = set()
+        folder = self.directory / ".beflow" / "reviews"
+        try:
+            files = sorted(folder.glob("*.json"))
+        except OSError:
+            return waiting
+        for path in files:
+            try:
+                data = read_regular(path, limit=MAX_FILE, below=self.directory)
+                review = PageReview.model_validate_json(data)
+            except (NotRegularError, FileTooLarge, OSError, ValidationError):
+                continue  # (not a file of beflow's: it names no issue to survey)
+            if any(comment.answer is None for comment in review.comments):
+                waiting.add(review.issue)
+        return waiting
+
     def _write(self, review: PageReview) -> None:
         atomic_write(self._path(review.issue), review.model_dump_json(indent=1) + "\n", below=self.directory)
 

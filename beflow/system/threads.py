@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -62,3 +62,49 @@ def looped(sink: Callable[[T], None]) -> Callable[[T], None]:
         on_the_loop(sink, value)
 
     return on_loop
+
+
+class Batched(Generic[T]):
+    """A blocking read many threads ask for at once (five pages reading the state after the same event), made once
+    for all who asked while the one before it ran: each asker gets a reading that began after it asked — never an
+    older one (an action's change is in it) — and a burst of askers costs two readings at most, not one each."""
+
+    def __init__(self, read: Callable[[], T]) -> None:
+        self._read = read
+        self._changed = threading.Condition()
+        self._begun = 0  # readings started
+        self._done = 0  # the latest reading finished
+        self._running = False
+        #: Askers waiting for a reading now (what a test waits on).
+        self.waiting = 0
+        self._result: tuple[T | None, BaseException | None] = (None, None)
+
+    def __call__(self) -> T:
+        with self._changed:
+            wanted = self._begun + 1  # the first reading that begins after this call
+            while self._done < wanted:
+                if not self._running:
+                    self._running, self._begun = True, self._begun + 1
+                    break
+                self.waiting += 1
+                self._changed.wait()
+                self.waiting -= 1
+            else:
+                return self._give(self._result)
+            mine = self._begun
+        result: tuple[T | None, BaseException | None]
+        try:
+            result = (self._read(), None)
+        except BaseException as error:  # (handed to every asker of this reading, as their own call would)
+            result = (None, error)
+        with self._changed:
+            self._result, self._done, self._running = result, mine, False
+            self._changed.notify_all()
+        return self._give(result)
+
+    @staticmethod
+    def _give(result: tuple[T | None, BaseException | None]) -> T:
+        value, error = result
+        if error is not None:
+            raise error
+        return value  # type: ignore[return-value]  # (None only with an error)

@@ -46,18 +46,25 @@ class ReviewRounds:
         feedback; and the round each ready issue of the queue (``ready``: put back with rework, a round's retry)
         runs, if it is one (blocking: a tick's survey, in a worker thread). A merged pull request moves its issue to
         done; an issue whose rounds ended (closed, ``feedback.max_rounds``) is told so once."""
-        found, store = rounds.sources_of(project.directory, tracker, code_host), RunStore(project.directory)
+        page = rounds.page_reviews(project.directory, code_host)
+        others = rounds.sources(tracker, code_host)
+        found, store = rounds.sources(*others, page), RunStore(project.directory)
         due = {key: planned for key, planned in list(self.due.items()) if key in running}  # (being dispatched)
         self.due, self.settling = due, {}
-        if not found:
+        # With the page's reviews the only source, beflow's own files say which issues have a comment waiting: those
+        # alone are surveyed (not every issue in review, asked of the tracker, on every tick).
+        only = None if others else page.waiting()
+        if not found or only == set():
             return []
         for issue in ready:
+            if only is not None and issue.key not in only:
+                continue
             planned = self._plan(project, tracker, found, issue.key, store, issue.id)
             if planned is not None and planned.startable:
                 self.due[issue.key] = planned  # queued already: no settle wait
         now, config = self.clock(), project.config.feedback
         queued: list[Issue] = []
-        for issue in tracker.listing(status=Status.REVIEW).issues:
+        for issue in tracker.listing(status=Status.REVIEW).issues if only is None else _in_review(tracker, only):
             key = issue.key
             planned = None if key in running else self._plan(project, tracker, found, key, store, issue.id)
             # Feedback nobody answered yet (a mention, a failed check) holds the landing back: its round comes first.
@@ -145,3 +152,16 @@ def landed(project: Project, tracker: Tracker, code_host: CodeHost | None, key: 
         return False
     emit("landed", key, reason=said)
     return True
+
+
+def _in_review(tracker: Tracker, keys: set[str]) -> list[Issue]:
+    """Those of the issues ``keys`` the tracker has in review (one gone since is left out)."""
+    found = []
+    for key in sorted(keys):
+        try:
+            issue = tracker.get(key)
+        except BeflowError:
+            continue
+        if issue.status == Status.REVIEW:
+            found.append(issue)
+    return found

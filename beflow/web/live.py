@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
+import json
 import threading
 import time
 from collections import deque
@@ -23,6 +25,7 @@ if TYPE_CHECKING:
 
     from beflow.config import Project
     from beflow.guardrails import DayBudget, Totals, Usage
+    from beflow.mcp.redact import Redactor
     from beflow.run.spending import Ledger
     from beflow.trackers import Tracker
     from beflow.watch.lanes import Snapshot
@@ -158,7 +161,11 @@ class Hub:
             if last >= self._next:
                 last = first - 1
             missed = max(0, first - 1 - last)
-            return missed, [{"id": i, **e} for i, e in self._ring if i > last]
+            # (ids run on without a gap: the newest ``wanted`` entries, read from the ring's end — a client that
+            # keeps up costs what it reads, not the whole ring, on every event)
+            wanted = min(len(self._ring), self._next - 1 - max(last, first - 1))
+            newest = list(itertools.islice(reversed(self._ring), wanted))
+            return missed, [{"id": i, **e} for i, e in reversed(newest)]
 
     def subscribe(self, last: int | None) -> Subscriber:
         if self.stopping:
@@ -190,6 +197,29 @@ class Hub:
                 return missed, events
             subscriber.wake.clear()
             await subscriber.wake.wait()
+
+
+class Said:
+    """Each event as the streams send it (serialized and masked), made once for every client that sends it: five
+    pages open are one serialization an event, not five. One a server (its hub numbers the events), used on its loop
+    only."""
+
+    def __init__(self, keep: int = 256) -> None:
+        self.keep = keep
+        self._texts: dict[int, tuple[object, str]] = {}
+
+    def text(self, redact: Redactor, event: dict[str, Any]) -> str:
+        """``event`` (with its ``id``) as an SSE message, masked by ``redact``."""
+        identifier = event["id"]
+        kept = self._texts.get(identifier)
+        if kept is not None and kept[0] is redact:  # (a config reload's new secrets: masked again)
+            return kept[1]
+        body = {k: v for k, v in event.items() if k != "id"}
+        text = f"id: {identifier}\ndata: {redact.text(json.dumps(body, ensure_ascii=False, default=str))}\n\n"
+        self._texts[identifier] = (redact, text)
+        while len(self._texts) > self.keep:
+            del self._texts[next(iter(self._texts))]
+        return text
 
 
 @dataclass(frozen=True)

@@ -179,7 +179,10 @@ class Actions:
         target = request.path_params.get("id" if kind == "cancel" else "key", "")
 
         async def done() -> Response:
-            return server.json(await server.off_loop(self.act, kind, target, body))
+            try:
+                return server.json(await server.off_loop(self.act, kind, target, body))
+            finally:  # (done or not, it may have changed something: the state is read afresh)
+                server.acted += 1
 
         return await server.answer(done)
 

@@ -32,7 +32,7 @@ from beflow.ops.operations import Context
 from beflow.web import api, filters
 from beflow.web.guard import Policy
 from beflow.web.highlight import highlight
-from beflow.web.live import Hub, WatchSource
+from beflow.web.live import Hub, Said, WatchSource
 from beflow.web.webhooks import Replays, Tally
 
 if TYPE_CHECKING:
@@ -81,6 +81,11 @@ class Server:
         #: The forges' webhooks (``/hooks/*``, :mod:`beflow.web.hooks`): the deliveries seen, what came of them.
         self.hook_replays = Replays()
         self.hook_tally = Tally()
+        self.said = Said()  # (each event's text, serialized once for every stream that sends it)
+        #: Actions taken so far (a state read before one is not given again after it).
+        self.acted = 0
+        #: The latest JSON answer's model, the masking it was said with, and its text.
+        self._said_last: tuple[BaseModel, Redactor, str] | None = None
         self.mcp = None
         if mcp:
             from beflow.web.mcp_http import RemoteMcp
@@ -132,7 +137,12 @@ class Server:
     # -- answers -----------------------------------------------------------------------------------------------------
 
     def json(self, model: BaseModel, status: int = 200) -> Response:
-        body = self.redact.text(model.model_dump_json())
+        redact, kept = self.redact, self._said_last
+        if kept is not None and kept[0] is model and kept[1] is redact:
+            body = kept[2]  # (the state reading pages share: serialized and masked once for all of them)
+        else:
+            body = redact.text(model.model_dump_json())
+            self._said_last = (model, redact, body)
         return Response(body, status_code=status, media_type="application/json")
 
     def problem(self, status: int, code: str, message: str, fix: str | None = None) -> Response:

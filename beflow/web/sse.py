@@ -78,9 +78,7 @@ class EventStream:
                     notice["message"] = f"{missed} events are no longer kept: read /api/v1/state"
                     await write(f"data: {json.dumps(notice)}\n\n")
                 for event in batch:
-                    identifier = event.pop("id")
-                    text = self.server.redact.text(json.dumps(event, ensure_ascii=False, default=str))
-                    await write(f"id: {identifier}\ndata: {text}\n\n")
+                    await write(self.server.said.text(self.server.redact, event))
 
         try:
             async with anyio.create_task_group() as tasks:

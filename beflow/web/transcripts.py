@@ -4,10 +4,13 @@ transcript (a run's page and ``/api/v1/runs/{id}/transcript``), file edits as un
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from beflow.agent import acpx
+from beflow.errors import BeflowError
 from beflow.system import files
 from beflow.web import api
 from beflow.web.lists import Call
@@ -32,11 +35,12 @@ class Transcripts:
         self.call = call
         self._tails: dict[str, tuple[tuple[int, int], list[api.TranscriptLine]]] = {}
 
-    def tail(self, run_id: str) -> list[api.TranscriptLine]:
+    def tail(self, run_id: str, worktree: str | None = None) -> list[api.TranscriptLine]:
         """The last readable lines of a run's transcript, read from its end only: its last few KiB first (its
         last lines are short messages and tool calls, most of the time), more only when they do not hold enough
         lines. A transcript that did not change since the last read is not read again (the live page reads the
-        state after every event, each lane's tail with it)."""
+        state after every event, each lane's tail with it). Paths in the run's ``worktree`` (read from its record
+        when not given) and in the repository read as the repository's, as on the run's page."""
         runs = self.store()
         path = runs.file(run_id, "transcript.jsonl")
         try:  # (through no symlink, never a FIFO: an agent without the sandbox can write the record)
@@ -56,7 +60,13 @@ class Transcripts:
                         break
         except OSError:
             return []
-        tail = [api.TranscriptLine(kind=line.kind, text=line.text) for line in shown]
+        if worktree is None:
+            try:
+                worktree = runs.get(run_id).worktree
+            except (BeflowError, OSError, ValueError):
+                worktree = None
+        prefixes = _prefixes(worktree, runs.project_dir)
+        tail = [api.TranscriptLine(kind=line.kind, text=_relative(line.text, prefixes)) for line in shown]
         if len(self._tails) >= TAILS_KEPT:
             self._tails.pop(next(iter(self._tails)))
         self._tails[run_id] = (stamp, tail)
@@ -69,10 +79,9 @@ class Transcripts:
 
         record = self.call("run.show", {"id": run_id})
         raw = self.store().log_text(record.id, "transcript.jsonl", TRANSCRIPT_LIMIT).splitlines()
-        # Paths in the run's worktree (its copy of the repository) read as paths of the repository: `src/app.py`.
-        inside = record.worktree.rstrip("/") + "/" if record.worktree else None
+        prefixes = _prefixes(record.worktree, self.store().project_dir)
         lines = [
-            api.TranscriptLine(kind=line.kind, text=line.text.replace(inside, "") if inside else line.text)
+            api.TranscriptLine(kind=line.kind, text=_relative(line.text, prefixes))
             for line in acpx.readable(raw, diffs.reader())
         ]
         page = lines[offset : offset + limit]
@@ -80,3 +89,16 @@ class Transcripts:
         return api.TranscriptPage(
             run=record.id, offset=offset, total=len(lines), lines=page, next=end if end < len(lines) else None
         )
+
+
+def _prefixes(worktree: str | None, project: Path) -> list[str]:
+    """What is cut from a path for it to read as the repository's: the run's worktree (its copy of the repository)
+    and the repository itself — `src/app.py`, not the machine's whole path."""
+    return [str(p).rstrip("/") + "/" for p in (worktree, project) if p]
+
+
+def _relative(text: str, prefixes: list[str]) -> str:
+    for prefix in prefixes:
+        if prefix in text:  # (a path standing alone, not one inside a URL such as file:///…)
+            text = re.sub(r"(?<![\w/:.~-])" + re.escape(prefix), "", text)
+    return text

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from beflow.errors import BeflowError
 from beflow.ops.issues import person_choices
 from beflow.ops.reviews import ReviewView
+from beflow.system.threads import Batched
 from beflow.trackers.base import MetersRequests
 from beflow.trackers.issue import Status
 from beflow.web import api, candidates, lists
@@ -22,6 +23,9 @@ if TYPE_CHECKING:
 
 #: Seconds the recent runs are kept between state reads when no run finished here meanwhile.
 RECENT_FOR = 2.0
+#: Seconds a watch's state is given again to a page that asks while nothing happened since it was read (no event,
+#: no action): five pages reading after the same event are one reading, even when their reads do not overlap.
+FRESH_FOR = 0.5
 _BLOCKED_FIX = "It starts once the issues it waits for are done or closed (or no longer block it)."
 _UNREADABLE_FIX = "Fix the issue as the message says (its labels, its text); the watch reads it again at its next look."
 
@@ -36,10 +40,28 @@ class Views:
         #: Titles of issues whose lane has no record yet (asked of the tracker once).
         self._titles: dict[str, str] = {}
         self._recent: tuple[int, float, list[api.RecentRun]] | None = None
+        # Pages open at once read the state after the same events: one reading serves all who asked meanwhile.
+        self._state = Batched(self._read_state)
+        #: The latest reading of a watch's state: (the newest event and the actions so far when it began, when).
+        self._fresh: tuple[tuple[int, int], float, api.State] | None = None
 
     def state(self) -> api.State:
-        """The live state (a watch's), or what the records and the tracker say (``beflow serve``)."""
+        """The live state (a watch's), or what the records and the tracker say (``beflow serve``): a reading that
+        began after this call (shared with the other pages that asked meanwhile) — or, of a watch, one that began at
+        most :data:`FRESH_FOR` seconds ago with no event and no action since."""
+        kept, server = self._fresh, self.server
+        if (
+            kept is not None
+            and server.source is not None
+            and kept[0] == (server.hub.newest, server.acted)
+            and time.monotonic() - kept[1] < FRESH_FOR
+        ):
+            return kept[2]
+        return self._state()
+
+    def _read_state(self) -> api.State:
         server = self.server
+        began = ((server.hub.newest, server.acted), time.monotonic())
         data = server.source.data() if server.source is not None else None
         now = time.time()
         lanes: list[api.Lane] = []
@@ -53,7 +75,7 @@ class Views:
             backoffs = [api.Backoff(issue=k, attempt=a, due=d, reason=r) for k, a, d, r in data.backoffs]
         else:
             queue = self._ready()
-        return api.State(
+        state = api.State(
             project=str(server.project.directory),
             lanes=lanes,
             queue=queue[: api.MAX_QUEUE],  # the state is read on every event: 10k ready issues must not go each time
@@ -74,19 +96,22 @@ class Views:
             actions=server.policy.actions,
             time=now,
         )
+        self._fresh = (*began, state)
+        return state
 
     def _lanes(self, data: WatchData, now: float) -> list[api.Lane]:
         store = self.server.store()
         lanes = []
         for lane in data.lanes:
             title, progress = self._titles.get(lane.key, ""), [lane.progress] if lane.progress else []
+            worktree = None
             if lane.run_id is None and not title:  # (dispatched, its record not written yet)
                 with contextlib.suppress(BeflowError, OSError):
                     title = self._titles[lane.key] = self.server.call("issue.show", {"key": lane.key}).title
             if lane.run_id is not None:
                 with contextlib.suppress(BeflowError, OSError, ValueError):
                     record = store.get(lane.run_id)
-                    title = record.title
+                    title, worktree = record.title, record.worktree
                     progress = [note.text for note in store.progress(lane.run_id)][-10:] or progress
             lanes.append(
                 api.Lane(
@@ -99,7 +124,7 @@ class Views:
                     elapsed=max(0.0, now - lane.started),
                     latest=lane.latest,
                     progress=progress,
-                    tail=self.transcripts.tail(lane.run_id) if lane.run_id else [],
+                    tail=self.transcripts.tail(lane.run_id, worktree or "") if lane.run_id else [],
                     cancelling=lane.cancelling,
                     reason=lane.reason,
                     usage=api.Usage.of(lane.usage),

@@ -324,3 +324,30 @@ def test_list_says_why_a_ready_issue_is_held_for_its_blockers(three: Path, beflo
     assert "blocked" not in lines[2] + lines[3]
     listed = json.loads(beflow("issues", "list", "--json").stdout)["issues"]
     assert [i["blocked_by"] for i in listed] == [[], [], ["1", "2"]]
+
+
+def test_review_shows_the_branch_and_comments_a_line_or_the_whole_change_through_the_registry(
+    repo: Path, beflow
+) -> None:
+    from tests.ops.test_reviews import in_review
+
+    in_review(repo)
+    shown = beflow("issues", "review", "1")
+    assert shown.exit_code == 0, shown.stderr
+    assert "beflow/1 at " in shown.stdout and "app.py  modified  +2 -1" in shown.stdout
+    said = beflow("issues", "review", "1", "rename \x1b[31mvalue", "--path", "app.py", "--line", "3", "--author", "ann")
+    assert (said.exit_code, said.stdout) == (0, "comment 1 on issue 1: the next review round answers it.\n")
+    assert beflow("issues", "review", "1", "and the whole change", "--json").exit_code == 0
+    view = json.loads(beflow("issues", "review", "1", "--json").stdout)
+    first, whole = view["comments"]
+    assert (first["author"], first["path"], first["line"], whole["path"]) == ("ann", "app.py", 3, None)
+    text = beflow("issues", "review", "1").stdout
+    assert "ann · " in text and "on app.py:3" in text and "waiting for a review round" in text
+    assert "\x1b" not in text  # (a terminal escape in a comment is shown, never acted on)
+    # Refused as the API refuses, nothing kept: a line the diff does not show, a line without its text, no such file.
+    assert beflow("issues", "review", "1", "x", "--path", "app.py", "--line", "99").exit_code == 2
+    assert beflow("issues", "review", "1", "--path", "app.py").exit_code == 2
+    missing = beflow("issues", "review", "1", "x", "--path", "nope.py")
+    assert missing.exit_code != 0 and "does not change 'nope.py'" in missing.stderr
+    assert beflow("issues", "review", "2", "not in review").exit_code != 0
+    assert len(json.loads(beflow("issues", "review", "1", "--json").stdout)["comments"]) == 2

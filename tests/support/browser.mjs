@@ -20,19 +20,23 @@ export async function launch(modules, { sameOrigin = false } = {}) {
   });
 }
 
-// In the page (page.evaluate): the short tokens of table cells whose glyphs are on more than one line.
+// In the page (page.evaluate): the short tokens (10 characters at most: "failed", "42s", "4/2") of any text the page
+// shows — a table's cells, a definition, a heading, a lane, a form — whose glyphs are on more than one line. A break
+// after a hyphen, after a closing bracket, or after a slash before a letter, is one between words ("acp-" / "test",
+// "}" / "</style>", "and/" / "or"), where a browser breaks a line anyway; "failed" and "4/2" must stay whole.
 export const brokenTokens = () => {
   const broken = [];
-  for (const cell of document.querySelectorAll("table td, table th")) {
-    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
-    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
-      for (const match of node.data.matchAll(/\S+/g)) {
-        if (match[0].length > 10) continue;
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest("script, style")) continue;
+    for (const word of node.data.matchAll(/\S+/g)) {
+      if (word[0].length > 10) continue; // (a long word breaks where it must)
+      for (const part of word[0].matchAll(/(?:[^\-/)\]}]|\/(?![A-Za-z]))+(?:-|\/(?=[A-Za-z])|[)\]}]+)?|[)\]}]+/g)) {
         const range = document.createRange();
-        range.setStart(node, match.index);
-        range.setEnd(node, match.index + match[0].length);
+        range.setStart(node, word.index + part.index);
+        range.setEnd(node, word.index + part.index + part[0].length);
         const tops = new Set([...range.getClientRects()].filter((r) => r.width > 0).map((r) => Math.round(r.top)));
-        if (tops.size > 1) broken.push(match[0]);
+        if (tops.size > 1) broken.push(word[0]);
       }
     }
   }

@@ -7,7 +7,7 @@
 // issue KEY appears, its progress lines and usage stream in, and its run shows in the recent runs with an outcome. It prints
 // one JSON line of what it saw, and saves a screenshot of each step in ARTIFACTS.
 import { join } from "node:path";
-import { launch } from "./browser.mjs";
+import { brokenTokens, launch } from "./browser.mjs";
 
 const [modules, url, key, artifacts] = process.argv.slice(2);
 
@@ -43,13 +43,20 @@ try {
   // The health line agrees with the lanes: what they reported so far.
   seen.healthUsed = await page.$$eval("#health-list dt", (dts) => dts.find((dt) => dt.textContent === "used")?.nextElementSibling.textContent ?? null);
   await page.screenshot({ path: join(artifacts, "2-progress.png"), fullPage: true });
+  // A busy lane breaks no short token (its elapsed time, its usage, the health's counts), on a phone or a laptop.
+  seen.layout = { 390: await page.evaluate(brokenTokens) };
+  await page.setViewport({ width: 1366, height: 844 });
+  seen.layout[1366] = await page.evaluate(brokenTokens);
+  await page.setViewport({ width: 390, height: 844 });
 
   // The tail shows its newest lines (scrolled to its end); a reader who scrolled up stays where they are.
   const tail = `${lane} pre.tail`;
   await page.waitForFunction(
     (selector) => {
       const pre = document.querySelector(selector);
-      return pre && pre.scrollHeight > pre.clientHeight + 20 && pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      // (the tail follows the state's reads, a few seconds after the lane's own events: its newest line is awaited)
+      const newest = pre && pre.textContent.includes("line 30");
+      return newest && pre.scrollHeight > pre.clientHeight + 20 && pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
     },
     { timeout },
     tail,

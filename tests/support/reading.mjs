@@ -1,10 +1,10 @@
 // Reads beflow's pages as a person would, in a real headless Chromium (as dashboard.mjs does the live page):
 //
-//   node reading.mjs MODULES URL KEY RUN ARTIFACTS
+//   node reading.mjs MODULES URL KEY RUN REVIEW ARTIFACTS
 //
-// At a phone's width (390 px) and a laptop's (1366 px) it opens the home page, the lists, issue KEY's page and run
-// RUN's page, and measures every table: a short token (10 characters at most: "failed", "42s") whose glyphs are
-// not on one line is broken. It records what of the hostile texts became markup, ran, or asked another origin
+// At a phone's width (390 px) and a laptop's (1366 px) it opens the home page, the lists, issue KEY's page, run
+// RUN's page and issue REVIEW's page (its branch's diff, its comments, the transcript beside it), and measures all
+// their text: a short token (10 characters at most: "failed", "42s") whose glyphs are not on one line is broken. It records what of the hostile texts became markup, ran, or asked another origin
 // for anything. Then it follows the test, step by step: it says a step's name on stdout and waits for a line on
 // stdin (what the test did meanwhile) — the issue's page while a comment comes, the run's page while the run ends,
 // the home page while the server stops. It prints one JSON line of what it saw; a screenshot of each page goes to
@@ -13,7 +13,7 @@ import { join } from "node:path";
 import { createInterface } from "node:readline";
 import { brokenTokens, launch } from "./browser.mjs";
 
-const [modules, url, key, run, artifacts] = process.argv.slice(2);
+const [modules, url, key, run, review, artifacts] = process.argv.slice(2);
 
 const timeout = 60_000;
 const lines = createInterface({ input: process.stdin })[Symbol.asyncIterator]();
@@ -47,7 +47,14 @@ try {
     if (!asked.startsWith("data:") && new URL(asked).origin !== origin) seen.foreign.push(asked);
   });
   page.on("pageerror", (error) => seen.pageerrors.push(String(error)));
-  const paths = { home: "/", issues: "/issues", runs: "/runs", issue: `/issues/${key}`, run: `/runs/${run}` };
+  const paths = {
+    home: "/",
+    issues: "/issues",
+    runs: "/runs",
+    issue: `/issues/${key}`,
+    run: `/runs/${run}`,
+    review: `/issues/${review}`,
+  };
   for (const width of [390, 1366]) {
     await page.setViewport({ width, height: 900 });
     for (const [name, path] of Object.entries(paths)) {
@@ -56,6 +63,14 @@ try {
       seen.layout[`${name}@${width}`] = await page.evaluate(brokenTokens);
       seen.wide[`${name}@${width}`] = await page.evaluate(() => document.documentElement.scrollWidth);
       seen[`markup:${name}@${width}`] = await page.evaluate(markup);
+      if (name === "review") {
+        // (its run kept no transcript: the section is left out, not shown empty)
+        seen.review = await page.evaluate(() => ({
+          files: document.querySelectorAll("details.file").length,
+          remarks: document.querySelectorAll(".remark").length,
+          transcript: document.getElementById("review-transcript") !== null,
+        }));
+      }
       await page.screenshot({ path: join(artifacts, `${name}-${width}.png`), fullPage: true });
     }
   }

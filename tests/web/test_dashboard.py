@@ -120,6 +120,7 @@ def test_the_live_page_follows_a_run_in_a_real_browser(
     assert seen["runPage"].startswith("succeeded") and seen["transcriptLines"] > 0
     assert seen["usage"] == "context 1,200/100,000 · 1,200 tokens · 0.05 USD"  # what the agent reported
     assert seen["healthUsed"] == "1,200 tokens so far in 1 running run"  # the health line agrees with the lane
+    assert seen["layout"] == {"390": [], "1366": []}
     # The lane's tail showed its newest line, and kept the reader's place once they scrolled up.
     assert seen["tailShows"] and seen["tailKept"] == 10, seen["tailText"]
     # The run's file edit is a unified diff, its markup text, on a phone's width too.

@@ -947,3 +947,84 @@ def test_a_lanes_tail_is_the_transcripts_last_lines_read_from_its_end_and_not_ag
         file.write(said("y" * 20_000) + "\n")
     tail = transcripts.tail(record.id)
     assert tail[-1].text.startswith("yyy") and len(tail) == TAIL_LINES
+
+
+def test_a_lanes_tail_reads_paths_in_the_runs_worktree_and_the_repository_as_the_repositorys(project: Path) -> None:
+    from beflow.web.guard import Policy
+    from beflow.web.server import Server
+    from beflow.web.transcripts import Transcripts
+
+    store = RunStore(project)
+    worktree = project.parent / "worktrees" / "1"
+    record = RunRecord(id=new_run_id("1"), issue="1", mode="auto", agent="a", started_at=utc_now())
+    record.worktree = str(worktree)
+    store.create(record, "prompt")
+    text = f"edited {worktree}/src/app.py and {project}/README.md (the issue: file://{project}/.beflow/issues/1.md)"
+    update = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+    line = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": "s", "update": update}}
+    store.write(record.id, "transcript.jsonl", json.dumps(line) + "\n")
+    server = Server(load_project(config_file(project)), Policy(Bind("127.0.0.1", 1), TOKEN), mcp=False)
+    transcripts = Transcripts(server.store, server.call)
+    said = f"edited src/app.py and README.md (the issue: file://{project}/.beflow/issues/1.md)"
+    assert [line.text for line in transcripts.tail(record.id)] == [said]  # (the run's page says the same)
+    assert [line.text for line in transcripts.page(record.id, 0, 10).lines] == [said]
+
+
+def test_an_empty_list_or_transcript_says_so_in_a_line_not_an_empty_table(project: Path) -> None:
+    store = RunStore(project)
+    record = RunRecord(id=new_run_id("1"), issue="1", mode="attend", agent="a", started_at=utc_now())
+    store.create(record, "prompt")  # (an attended run keeps no transcript)
+    with serving(project) as (served, _), client(served) as http:
+        runs = http.get("/runs", params={"issue": "2"}).text
+        assert '<p class="empty" id="no-runs">No runs.</p>' in runs and '<div class="scroll" hidden>' in runs
+        issues = http.get("/issues", params={"status": "done"}).text
+        assert 'id="no-issues">No issues with status done.</p>' in issues and "<tr data-issue" not in issues
+        assert 'id="no-issues"' not in http.get("/issues").text
+        run = http.get(f"/runs/{record.id}").text
+        assert "Transcript" not in run and 'id="outcome"' in run
+
+
+def test_pages_asking_for_a_watchs_state_while_nothing_happened_share_one_reading(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow.system import threads
+    from beflow.watch.dispatcher import Dispatcher
+    from beflow.web import views
+    from beflow.web.live import WatchSource
+
+    monkeypatch.setattr(views, "FRESH_FOR", 600.0)  # (0.5 s in use: no read of this test may outlast it)
+    loaded = load_project(project / ".beflow" / "config.json")
+    hub = Hub()
+    snapshots: list[int] = []
+    dumped: list[int] = []  # (the shared reading is serialized and masked once for all the pages too)
+    dump = api.State.model_dump_json
+    monkeypatch.setattr(api.State, "model_dump_json", lambda self, **k: dumped.append(1) or dump(self, **k))
+
+    async def scenario() -> list[int]:
+        source = WatchSource(Dispatcher(loaded, opens=open_project), hub)
+        source.attach()
+        data = source.data
+        monkeypatch.setattr(source, "data", lambda: snapshots.append(1) or data())
+        monkeypatch.setattr(source, "looked", lambda: None)  # (no watch loop here looks at the tracker)
+        await threads.blocking(lambda: None)
+        with beside(loaded, Bind("127.0.0.1", 0), hub, source) as served:
+            base = f"http://127.0.0.1:{served.bind.port}"
+
+            def pages() -> list[int]:
+                counts = []
+                with httpx.Client(base_url=base, timeout=30, headers={"Authorization": f"Bearer {TOKEN}"}) as http:
+                    bodies = {http.get("/api/v1/state").text for _ in range(5)}  # five pages, one event
+                    assert len(bodies) == 1 and dumped == [1]
+                    counts.append(len(snapshots))
+                    hub.publish({"event": "dispatched", "issue": "2", "attempt": 1, "time": 1.0})
+                    http.get("/api/v1/state").raise_for_status()  # an event since: read again
+                    http.get("/api/v1/state").raise_for_status()
+                    counts.append(len(snapshots))
+                    http.post("/api/v1/issues/2/priority", json={"priority": 0}).raise_for_status()
+                    assert http.get("/api/v1/state").json()["actions"] is True  # an action since: read again
+                    counts.append(len(snapshots))
+                return counts
+
+            return await anyio.to_thread.run_sync(pages)
+
+    assert anyio.run(scenario) == [1, 2, 3]

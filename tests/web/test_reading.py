@@ -15,9 +15,11 @@ import pytest
 from beflow.app import open_tracker
 from beflow.config import load_project
 from beflow.records.record import ProgressNote, RunRecord, new_run_id
+from beflow.records.reviews import PageReviews
 from beflow.records.store import RunStore
 from beflow.trackers.issue import Status, utc_now
 from beflow.web.guard import TOKEN_ENV
+from tests.conftest import git
 from tests.support.projects import config_file
 from tests.web.conftest import REPO_ROOT
 from tests.web.test_http import serving
@@ -48,15 +50,24 @@ TITLE = f"<img src={EVIL}/t.png onerror=alert('title')><script>alert('t')</scrip
 BRANCH = "beflow/<img src=x onerror=alert('branch')>"
 
 
-def hostile_project(repo: Path) -> tuple[str, str]:
+def hostile_project(repo: Path) -> tuple[str, str, str]:
     """An issue whose title, body and comment are hostile, with a failed run, another still running (hostile
-    branch, reason and agent line), and a few more for the tables."""
+    branch, reason and agent line), and a few more for the tables; and an issue in review whose branch changes a
+    file, with a page comment on one of its lines (the review's page)."""
     config_file(repo).parent.mkdir(parents=True, exist_ok=True)
     config_file(repo).write_text("{}\n")
     tracker = open_tracker(load_project(config_file(repo)))
     key = tracker.create(TITLE, BODY, status=Status.OPEN).key
     tracker.comment(key, COMMENT, "mallory")
-    tracker.create("A plain issue with a title long enough to wrap on a phone's narrow screen", status=Status.OPEN)
+    review = tracker.create("A plain issue with a title long enough to wrap on a phone's narrow screen").key
+    tracker.set_status(review, Status.IN_PROGRESS)
+    tracker.set_status(review, Status.REVIEW)
+    git(repo, "checkout", "-qb", f"beflow/{review}")
+    (repo / "app.py").write_text("def total(values):\n    return sum(values)  # an empty list: 0\n" + "x = 1\n" * 3)
+    git(repo, "add", "app.py")
+    git(repo, "commit", "-qm", "work")
+    git(repo, "checkout", "-q", "-")
+    PageReviews(repo).add(review, author="ann", body="and a **None**?", commit="0" * 40, path="app.py", line=2)
     store = RunStore(repo)
     for n in range(3):
         done = RunRecord(id=new_run_id(key), issue=key, mode="auto", agent="a", started_at=utc_now(), title=TITLE)
@@ -85,7 +96,7 @@ def hostile_project(repo: Path) -> tuple[str, str]:
         },
     }
     store.write(running.id, "transcript.jsonl", json.dumps(agent_line) + "\n")
-    return key, running.id
+    return key, running.id, review
 
 
 def test_pages_render_markdown_inert_keep_short_tokens_whole_follow_events_and_say_when_the_server_stopped(
@@ -95,7 +106,7 @@ def test_pages_render_markdown_inert_keep_short_tokens_whole_follow_events_and_s
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setenv(TOKEN_ENV, "r" * 24)
-    key, run = hostile_project(repo)
+    key, run, review = hostile_project(repo)
     artifacts = tmp_path / "artifacts"
     artifacts.mkdir()
     tracker = open_tracker(load_project(config_file(repo)))
@@ -103,7 +114,7 @@ def test_pages_render_markdown_inert_keep_short_tokens_whole_follow_events_and_s
     with serving(repo) as (served, hub):
         url = f"http://127.0.0.1:{served.bind.port}"
         driver = subprocess.Popen(
-            ["node", str(DRIVER), str(browser_modules), url, key, run, str(artifacts)],
+            ["node", str(DRIVER), str(browser_modules), url, key, run, review, str(artifacts)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -176,9 +187,13 @@ def test_pages_render_markdown_inert_keep_short_tokens_whole_follow_events_and_s
     assert len(values["pid_start"]) == len("2026-12-06 14:03:27")
     assert seen["run"]["elided"] == ["… (300 more characters: show all)"]
     assert seen["run"]["whole"] == "no earlier session: " + "x" * 400
-    # No short token is broken in any table, on a phone or a laptop; no page is wider than the window.
+    # No short token is broken anywhere on any page, on a phone or a laptop; no page is wider than the window.
+    assert {
+        f"{name}@{width}" for name in ("home", "issues", "runs", "issue", "run", "review") for width in (390, 1366)
+    } == set(seen["layout"])
     assert {page: broken for page, broken in seen["layout"].items() if broken} == {}
     assert all(width <= int(page.split("@")[1]) + 1 for page, width in seen["wide"].items()), seen["wide"]
+    assert seen["review"] == {"files": 1, "remarks": 1, "transcript": False}
     # Empty sections say nothing; a server with no watch says what it shows.
     assert seen["home"]["hidden"] == {"queue": False, "held": True, "backoffs": True, "recent": False}
     assert seen["home"]["watch"] == "none: this server shows the issues and the records"
@@ -189,4 +204,4 @@ def test_pages_render_markdown_inert_keep_short_tokens_whole_follow_events_and_s
     assert len(waits) >= 3 and all(later > earlier for earlier, later in itertools.pairwise(waits)), waits
     assert stopped["connection"].startswith("disconnected: trying again in ")
     shots = {path.name for path in artifacts.iterdir()}
-    assert {f"{name}-{width}.png" for name in ("home", "issue", "run") for width in (390, 1366)} <= shots
+    assert {f"{name}-{width}.png" for name in ("home", "issue", "run", "review") for width in (390, 1366)} <= shots
