@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from beflow.feedback import mentions
@@ -44,6 +45,8 @@ class GitHubTriggers:
         #: Where the next listing starts (GitHub's time, as it writes it); None until the first poll.
         self.since: str | None = None
         self._judged: OrderedDict[int, None] = OrderedDict()
+        #: Leaves the mark of a hand-over (``triggers.label: false``), before the label: the tracker's.
+        self.marks: Callable[[str, str], None] = lambda _key, _why: None
 
     def hear(self, mention: str | None, assign: bool) -> Heard:
         if self.since is None:
@@ -69,6 +72,7 @@ class GitHubTriggers:
                 if found is not None:
                     handed.append(Handed(key, "mention", found))
         for one in handed:
+            self.marks(one.key, one.reason(mention or ""))
             self._hand_over(one.key)
         self.since = latest  # (inclusive: the same answer next time, a 304)
         return Heard(handed, left)

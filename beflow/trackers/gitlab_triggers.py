@@ -10,6 +10,7 @@ over. Each note is judged once."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from beflow.feedback import mentions
@@ -50,6 +51,8 @@ class GitLabTriggers:
         self.start: float | None = None
         self._notes: OrderedDict[int, int] = OrderedDict()  # iid -> people's notes, as last seen
         self._judged: OrderedDict[int, None] = OrderedDict()
+        #: Leaves the mark of a hand-over (``triggers.label: false``), before the label: the tracker's.
+        self.marks: Callable[[str, str], None] = lambda _key, _why: None
 
     def hear(self, mention: str | None, assign: bool) -> Heard:
         self.issues.look()  # (the tick's own look, within reading_once: no request more)
@@ -74,6 +77,7 @@ class GitLabTriggers:
                 if found is not None:
                     handed.append(Handed(str(raw.iid), "mention", found))
         for one in handed:
+            self.marks(one.key, one.reason(mention or ""))
             self._hand_over(one.key)
         return Heard(handed, left)
 

@@ -42,6 +42,7 @@ from beflow.trackers import Issue, Tracker, reading_once
 from beflow.trackers.base import NamesUnreadable, WatchesDirectories
 from beflow.watch.blocking import BlockerHolds
 from beflow.watch.endings import Endings
+from beflow.watch.handovers import HandOverHolds
 from beflow.watch.hearing import hear
 from beflow.watch.holds import Holds
 from beflow.watch.lanes import Running, Snapshot, lanes_asked, lanes_taken, run_ids
@@ -109,6 +110,8 @@ class Dispatcher:
         self.rounds = ReviewRounds(clock, self.emit)  # review rounds due, or waiting for feedback to settle
         #: Ready issues held back until the issues they wait for are done (beflow.watch.blocking).
         self.blockers = BlockerHolds(self.emit)
+        #: Ready issues beflow did not hand over, with ``triggers.label: false`` (beflow.watch.handovers).
+        self.handovers = HandOverHolds(self.emit)
         #: Blocked issues: their agent's question answered (a run resumes it) or waited on (beflow.watch.questions).
         self.questions = WaitingQuestions(clock, self.emit)
         self.refusals = Refusals(self.emit)  # issues whose agent labels were refused: said once
@@ -276,7 +279,8 @@ class Dispatcher:
         queue += self.rounds.survey(self.project, self.tracker, self.code_host, self.running, queue)
         queue += self.questions.survey(self.project, self.tracker, self.running)
         free = self.project.config.watch.concurrency - len(self.running)
-        self.queue = self.blockers.sift(self.tracker, self.refusals.sift(queue), free)
+        handed = self.handovers.sift(self.project.config, self.tracker, self.refusals.sift(queue), free)
+        self.queue = self.blockers.sift(self.tracker, handed, free)
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         if self.holds.budget_reached(self.ledger, self._day_budget()) or self.holds.currency_held(self.project):
@@ -291,6 +295,8 @@ class Dispatcher:
                 continue  # its run ended, and a retry was scheduled, while the tick looked at the tracker
             if not self.blockers.may_start(self.tracker, issue):
                 continue  # a slot freed since the look: its blockers are looked at next tick
+            if not self.handovers.may_start(self.project.config, self.tracker, issue):
+                continue  # (the same: its hand-over is looked at next tick)
             round_ = self.rounds.round_of(issue.key)
             lanes = min(lanes_asked(self.project, issue), concurrency) if not round_ else 1
             if lanes > free:
