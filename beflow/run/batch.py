@@ -28,10 +28,9 @@ from beflow.run.issue_status import requeue_orphans, settle_orphans
 from beflow.run.request import RunRequest
 from beflow.run.runner import NoLongerReady, Run
 from beflow.system import threads
-from beflow.trackers import Tracker, reading_once
+from beflow.trackers import Tracker, handovers, reading_once
 from beflow.trackers.base import ChecksSetup, KnowsBlockers
 from beflow.trackers.blockers import held_by
-from beflow.watch import handovers
 
 
 async def run_many(

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import NamedTuple
 
+from beflow.config import Config
 from beflow.trackers.base import MarksHandOvers, Tracker
 
 #: The hidden marker that ends a hand-over's comment.
@@ -42,6 +43,11 @@ def unhanded(own: Iterable[Own], progress_marker: str) -> str | None:
     if handed < progress:
         return "beflow's hand-over was taken by an earlier run (triggers.label is false: hand it over again)"
     return None
+
+
+def marking(config: Config, tracker: Tracker) -> MarksHandOvers | None:
+    """``tracker`` when only what beflow handed over is ready (``triggers.label: false``); else None."""
+    return tracker if not config.triggers.label and isinstance(tracker, MarksHandOvers) else None
 
 
 def mark(tracker: Tracker, key: str, why: str) -> None:

@@ -108,10 +108,8 @@ class Dispatcher:
         #: What a run's end changes in the watch: its recent runs, its ledger, a currency hold, the next attempt.
         self.endings = Endings(self.ledger, self.holds, self.retries, self.emit)
         self.rounds = ReviewRounds(clock, self.emit)  # review rounds due, or waiting for feedback to settle
-        #: Ready issues held back until the issues they wait for are done (beflow.watch.blocking).
-        self.blockers = BlockerHolds(self.emit)
-        #: Ready issues beflow did not hand over, with ``triggers.label: false`` (beflow.watch.handovers).
-        self.handovers = HandOverHolds(self.emit)
+        #: Ready issues held back for their blockers (beflow.watch.blocking), or not handed over (.handovers).
+        self.blockers, self.handovers = BlockerHolds(self.emit), HandOverHolds(self.emit)
         #: Blocked issues: their agent's question answered (a run resumes it) or waited on (beflow.watch.questions).
         self.questions = WaitingQuestions(clock, self.emit)
         self.refusals = Refusals(self.emit)  # issues whose agent labels were refused: said once
@@ -293,10 +291,8 @@ class Dispatcher:
                 break
             if issue.key in self.running or self.retries.backing_off(issue.key, now):
                 continue  # its run ended, and a retry was scheduled, while the tick looked at the tracker
-            if not self.blockers.may_start(self.tracker, issue):
-                continue  # a slot freed since the look: its blockers are looked at next tick
-            if not self.handovers.may_start(self.project.config, self.tracker, issue):
-                continue  # (the same: its hand-over is looked at next tick)
+            if not (self.blockers.may_start(self.tracker, issue) and self.handovers.may_start(issue)):
+                continue  # a slot freed since the look: its blockers (its hand-over) are looked at next tick
             round_ = self.rounds.round_of(issue.key)
             lanes = min(lanes_asked(self.project, issue), concurrency) if not round_ else 1
             if lanes > free:

@@ -11,12 +11,7 @@ from beflow.config import Config
 from beflow.errors import BeflowError
 from beflow.events import WatchEmit
 from beflow.trackers import Issue, Status, Tracker
-from beflow.trackers.base import MarksHandOvers
-
-
-def marking(config: Config, tracker: Tracker) -> MarksHandOvers | None:
-    """``tracker`` when only what beflow handed over is ready (``triggers.label: false``); else None."""
-    return tracker if not config.triggers.label and isinstance(tracker, MarksHandOvers) else None
+from beflow.trackers.handovers import marking
 
 
 class HandOverHolds:
@@ -28,12 +23,15 @@ class HandOverHolds:
         self.left: dict[str, str] = {}
         #: The ready issues the last look found handed over: only these are dispatched.
         self.cleared: set[str] = set()
+        #: Whether the last look left out what beflow did not hand over (``triggers.label: false``).
+        self.marking = False
 
     def sift(self, config: Config, tracker: Tracker, queue: list[Issue], free: int) -> list[Issue]:
         """``queue`` without the ready issues beflow did not hand over: the first ``free`` ready ones are looked at,
         those left out at an earlier look stay out unlooked-at until their turn."""
         self.cleared = set()
         marks = marking(config, tracker)
+        self.marking = marks is not None
         if marks is None:
             self.left = {}
             return queue
@@ -61,6 +59,6 @@ class HandOverHolds:
         self.left = left
         return kept
 
-    def may_start(self, config: Config, tracker: Tracker, issue: Issue) -> bool:
+    def may_start(self, issue: Issue) -> bool:
         """Whether ``issue`` was looked at and found handed over (every issue, unless ``triggers.label`` is false)."""
-        return marking(config, tracker) is None or issue.status != Status.READY or issue.key in self.cleared
+        return not self.marking or issue.status != Status.READY or issue.key in self.cleared

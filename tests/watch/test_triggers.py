@@ -70,4 +70,4 @@ def test_with_label_false_a_ready_label_added_by_hand_is_said_once_and_left_out(
     assert [issue.key for issue in watch.queue] == [str(assigned)]
     said = [(e.type, e.issue) for e in events if e.type in ("triggered", "ignored")]
     assert said == [("ignored", str(by_hand)), ("triggered", str(assigned))]
-    assert watch.handovers.may_start(watch.project.config, watch.tracker, watch.queue[0])
+    assert watch.handovers.may_start(watch.queue[0])
