@@ -5,6 +5,7 @@ hand nothing over. The tracker and the operations on the fake GitHub, in-process
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
 import beflow.ops.issues  # noqa: F401 - registers the operations
@@ -85,3 +86,13 @@ def test_with_the_label_a_trigger_no_mark_is_written(gh: AutoProject, github: Fa
     number = github.add_issue("ready", labels=READY)
     github_.mark_handed(str(number), "a retry")
     assert not github_.marks_hand_overs and github.comments_of(number) == []
+
+
+def test_auto_without_keys_starts_no_issue_labelled_ready_by_hand(marked: AutoProject, github: FakeGitHub) -> None:
+    from beflow.run import batch
+
+    github.add_issue("labelled by hand", labels=READY)
+    github_ = tracker(marked)
+    project = load_project(marked.config_path)
+    assert anyio.run(lambda: batch.run_many(project, github_, [], opens_code_host=lambda *_: None)) == []
+    assert github.requests("POST") == [] and github.requests("PATCH") == []  # nothing written, no run
