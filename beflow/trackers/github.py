@@ -148,6 +148,8 @@ class GitHubTracker:
         #: ``triggers.label: false``: beflow's hand-overs leave a mark (beflow.trackers.handovers).
         self.marks_hand_overs = project is not None and not project.config.triggers.label
         self.triggers.marks = self.mark_handed
+        if self.marks_hand_overs:
+            self.triggers.handed = lambda key: self._unhanded(key) is None
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -242,7 +244,10 @@ class GitHubTracker:
             self.comments.post(int(normalize_key(key)), text, HANDED_MARKER)
 
     def unhanded(self, issue: Issue) -> str | None:
-        path = f"{self._base}/issues/{normalize_key(issue.key)}/comments"
+        return self._unhanded(issue.key)
+
+    def _unhanded(self, key: str) -> str | None:
+        path = f"{self._base}/issues/{normalize_key(key)}/comments"
         comments, _ = wire.read_each(wire.Comment, self._call(self.api.paginate, path), f"GET {path}")
         return unhanded((Own(c.id, c.text) for c in comments if self.authors.own(c)), PROGRESS_MARKER)
 

@@ -119,6 +119,8 @@ class GitLabTracker:
         #: ``triggers.label: false``: beflow's hand-overs leave a mark (beflow.trackers.handovers).
         self.marks_hand_overs = home is not None and not home.config.triggers.label
         self.triggers.marks = self.mark_handed
+        if self.marks_hand_overs:
+            self.triggers.handed = lambda key: self._unhanded(key) is None
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -202,7 +204,10 @@ class GitLabTracker:
             self.notes.post(int(normalize_key(key)), text, HANDED_MARKER)
 
     def unhanded(self, issue: Issue) -> str | None:
-        path = f"{self.base}/issues/{normalize_key(issue.key)}/notes"
+        return self._unhanded(issue.key)
+
+    def _unhanded(self, key: str) -> str | None:
+        path = f"{self.base}/issues/{normalize_key(key)}/notes"
         data = self._call(self.api.paginate, path, {"sort": "asc", "order_by": "created_at"})
         notes, _ = wire.read_each(wire.Note, data, f"GET {path}")
         own = (Own(n.id, n.text) for n in notes if not n.system and self.members.own(n))

@@ -96,3 +96,14 @@ def test_auto_without_keys_starts_no_issue_labelled_ready_by_hand(marked: AutoPr
     project = load_project(marked.config_path)
     assert anyio.run(lambda: batch.run_many(project, github_, [], opens_code_host=lambda *_: None)) == []
     assert github.requests("POST") == [] and github.requests("PATCH") == []  # nothing written, no run
+
+
+def test_a_trigger_hands_over_an_issue_labelled_ready_by_hand_once(marked: AutoProject, github: FakeGitHub) -> None:
+    github_ = tracker(marked)
+    number = github.add_issue("labelled by hand", labels=READY)
+    github_.hear(None, assign=True)  # (the first look: from now on)
+    github.assign(number, "octocat")
+    assert [one.key for one in github_.hear(None, assign=True).handed] == [str(number)]
+    assert github_.unhanded(github_.get(str(number))) is None
+    assert github_.hear(None, assign=True).handed == []  # its mark changed it: seen again, handed over already
+    assert len(github.comments_of(number)) == 1

@@ -1,6 +1,7 @@
 """``triggers.label: false`` on GitLab (docs/config.md#triggers): beflow's hand-overs leave a note of its token ending
 in the hand-over mark, the newest of which must be newer than the issue's last run (its progress note); a member's
-copy of the mark hands nothing over, and a trigger marks before it labels. The tracker on the fake GitLab."""
+copy of the mark hands nothing over, and a trigger (even of an issue labelled ready by hand) marks before it
+labels. The tracker on the fake GitLab."""
 
 from __future__ import annotations
 
@@ -43,7 +44,7 @@ def test_a_mark_of_beflows_token_hands_over_until_a_run_takes_it_and_a_trigger_m
     gitlab.issues[iid]["labels"] = ["beflow", "beflow:ready"]  # a person puts the label back by hand
     assert "earlier run" in (gitlab_.unhanded(gitlab_.get(key)) or "")
 
-    assigned = gitlab.add_issue("assigned")["iid"]
+    assigned = gitlab.add_issue("labelled by hand, then assigned", labels=["beflow", "beflow:ready"])["iid"]
     gitlab_.hear(None, assign=True)  # (the first poll: from now on)
     gitlab.assign(assigned, gitlab.bot)
     before = len(gitlab.requests())
@@ -51,3 +52,4 @@ def test_a_mark_of_beflows_token_hands_over_until_a_run_takes_it_and_a_trigger_m
     writes = [r.method for r in gitlab.requests()[before:] if r.method != "GET"]
     assert writes[:2] == ["POST", "PUT"]  # the mark's note, then the labels
     assert gitlab_.unhanded(gitlab_.get(str(assigned))) is None
+    assert gitlab_.hear(None, assign=True).handed == []  # handed over already: once
