@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING
 
 from beflow.codehosts.base import CodeHost, Opened
 from beflow.config import CodeHostSettings, Project
+from beflow.errors import ConfigError
 from beflow.system import hardening
-from beflow.trackers.base import Tracker
+from beflow.trackers.base import MarksHandOvers, Tracker
 from beflow.trackers.claims import ClaimsOver
+from beflow.validation import place_of
 
 if TYPE_CHECKING:  # (a fleet's modules load with the Temporal SDK, for fleet projects only)
     from beflow.fleet.shapes import IssueState
@@ -178,7 +180,15 @@ def open_tracker(project: Project) -> Tracker:
     if kind.holds_token:
         hardening.keep_private()  # the process holds a token from here on: no other process reads it
         _withhold_from_git(project)
-    return kind.open(project, engine(project).claims(project))
+    tracker = kind.open(project, engine(project).claims(project))
+    if not project.config.triggers.label and not isinstance(tracker, MarksHandOvers):
+        raise ConfigError(
+            f"{place_of(project.config_path, 'triggers', 'label')}triggers.label: false is not supported by the "
+            f"{project.config.tracker.kind} tracker: only what beflow hands over would be ready, and it cannot mark "
+            "its hand-overs there (GitHub and GitLab can)",
+            fix=f'Remove "label" from "triggers" in {project.config_name} (the ready label stays a trigger).',
+        )
+    return tracker
 
 
 def open_code_host(project: Project, tracker: Tracker | None = None) -> CodeHost | None:

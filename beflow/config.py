@@ -651,22 +651,13 @@ class Feedback(Model):
 class Triggers(Model):
     """What hands an issue to beflow (docs/config.md#triggers): the ready label (``label``, the way it always was), a
     mention of ``feedback.trigger`` in a comment by a person who may give beflow work (``mention``), an assignment to
-    the user of beflow's token (``assign``). A mention or an assignment labels the issue ready (GitHub, GitLab)."""
+    the user of beflow's token (``assign``). A mention or an assignment labels the issue ready (GitHub, GitLab). With
+    ``label: false`` only what beflow itself handed over is ready (beflow.trackers.handovers): a tracker that cannot
+    mark its hand-overs refuses it (beflow.app)."""
 
     label: Flag = True
     mention: Flag = False
     assign: Flag = False
-
-    @field_validator("label")
-    @classmethod
-    def _labels_stay(cls, value: bool) -> bool:
-        if not value:
-            raise ValueError(
-                "false is not supported: beflow keeps an issue's status in labels, so a ready label a person adds "
-                "cannot be told from the one beflow adds when a mention or an assignment hands the issue over, or "
-                "when it retries it (set mention or assign to true beside it; beflow docs config, #triggers)"
-            )
-        return value
 
 
 SandboxPath = Annotated[str, Field(min_length=1, max_length=4096, pattern=r"^[^\x00]+$")]

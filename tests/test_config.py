@@ -504,15 +504,24 @@ def test_webhooks_act_for_the_forges_of_the_tracker_and_the_code_host(tmp_path: 
         assert load_config_file(path).webhook_forges() == expected, text
 
 
-def test_triggers_default_to_the_label_alone_and_label_false_is_refused_naming_the_field(tmp_path: Path) -> None:
-    from beflow.config import Config
+def test_triggers_default_to_the_label_alone_and_label_false_is_refused_by_a_tracker_that_marks_nothing(
+    tmp_path: Path,
+) -> None:
+    from beflow.app import open_tracker
+    from beflow.config import Config, Project
 
     assert Config().triggers.model_dump() == {"label": True, "mention": False, "assign": False}
     path = tmp_path / "config.json"
-    path.write_text('{"triggers": {"label": false, "mention": true}}')
+    path.write_text('{\n  "triggers": {\n    "label": false,\n    "mention": true\n  }\n}\n')
+    config = load_config_file(path)
+    assert config.triggers.label is False  # (the config says what it wants; the tracker decides whether it can)
+    before = sorted(p.name for p in tmp_path.iterdir())
     with pytest.raises(ConfigError) as caught:
-        load_config_file(path)
-    assert "triggers.label" in caught.value.message and "false is not supported" in caught.value.message
+        open_tracker(Project(config=config, config_path=path, directory=tmp_path))  # the local tracker
+    message = caught.value.message
+    assert message.startswith(f"{path}:3: triggers.label: false") and "local tracker" in message, message
+    assert "triggers" in (caught.value.fix or "") and caught.value.exit_code == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing changed
 
 
 def test_attempts_count_defaults_to_the_agents_and_may_not_pass_max() -> None:

@@ -45,6 +45,7 @@ from beflow.system import threads
 from beflow.trackers import Issue, Status, reading_once
 from beflow.trackers.base import WatchesDirectories
 from beflow.watch.blocking import BlockerHolds
+from beflow.watch.handovers import HandOverHolds
 from beflow.watch.hearing import hear
 from beflow.watch.questions import WaitingQuestions
 from beflow.watch.rounds import landed
@@ -91,6 +92,8 @@ class FleetDispatcher:
         self._told: dict[str, set[str]] = {}
         #: Ready issues held back until the issues they wait for are done (beflow.watch.blocking).
         self.blockers = BlockerHolds(self.emit)
+        #: Ready issues beflow did not hand over, with ``triggers.label: false`` (beflow.watch.handovers).
+        self.handovers = HandOverHolds(self.emit)
         #: Blocked issues: their agent's question answered (a workflow resumes it) or waited on past limits.wait.
         self.questions = WaitingQuestions(time.time, self.emit)
 
@@ -152,7 +155,8 @@ class FleetDispatcher:
                 # An issue waiting for others starts no workflow until they are done (a `held` event says why).
                 hear(self.project, self.tracker, self.emit)  # (mentions, assignments: labelled ready now)
                 candidates = self.tracker.ready()
-                ready = self.blockers.sift(self.tracker, candidates, free=len(candidates))
+                handed = self.handovers.sift(self.project.config, self.tracker, candidates, free=len(candidates))
+                ready = self.blockers.sift(self.tracker, handed, free=len(handed))
                 # An issue put back with rework is ready but held: its workflow, waiting in review, runs its round.
                 queued = self.tracker.listing(status=Status.READY).issues
                 review = self.tracker.listing(status=Status.REVIEW).issues

@@ -17,6 +17,7 @@ from beflow.ops import rounds
 from beflow.ops.agent_words import agent_follow_up, agent_words, posted_words
 from beflow.ops.operations import Context, Input, Key, operation
 from beflow.records.store import RunStore
+from beflow.trackers import handovers
 from beflow.trackers.base import SetsPriority, StreamsListings, TakesRework, Tracker, WritesIntoProject
 from beflow.trackers.claims import ClaimInfo
 from beflow.trackers.issue import (
@@ -28,6 +29,7 @@ from beflow.trackers.issue import (
     Listing,
     ListingStream,
     Status,
+    check_transition,
     normalize_key,
 )
 
@@ -199,6 +201,8 @@ def new_issue(context: Context, payload: NewIssue) -> Issue:
     trackers = tracker(context, writes=True)
     title, body = posted_words(context, payload.title), posted_words(context, body)
     issue = trackers.create(title, body, labels, priority, status)
+    if status == Status.READY:  # (a person's, never an agent's: theirs are open)
+        handovers.mark(trackers, issue.key, f"{context.actor} filed it ready")
     if context.bound_issue is not None:
         # The link back: whoever reads the bound issue sees what was split off it.
         trackers.comment(context.bound_issue, f"Follow-up filed: issue {issue.key} — {issue.title}", context.actor)
@@ -287,6 +291,9 @@ def _change(context: Context, key: str, status: Status, note: str | None) -> Sta
     trackers = tracker(context, writes=True)
     before = trackers.get(key)
     note = posted_words(context, note) if note is not None else None  # an agent's note is a comment, as its own
+    if status == Status.READY:  # a person's hand-over, even of an issue labelled ready by hand (an agent sets none)
+        check_transition(before.key, before.status, status)  # (no mark for a move that is refused)
+        handovers.mark(trackers, before.key, f"{context.actor} moved it to ready")
     after = trackers.set_status(before.key, status, note=note, author=context.actor)
     return StatusChange(key=after.key, title=after.title, previous=before.status, status=after.status)
 

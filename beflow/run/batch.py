@@ -28,7 +28,7 @@ from beflow.run.issue_status import requeue_orphans, settle_orphans
 from beflow.run.request import RunRequest
 from beflow.run.runner import NoLongerReady, Run
 from beflow.system import threads
-from beflow.trackers import Tracker, reading_once
+from beflow.trackers import Tracker, handovers, reading_once
 from beflow.trackers.base import ChecksSetup, KnowsBlockers
 from beflow.trackers.blockers import held_by
 
@@ -64,6 +64,8 @@ async def run_many(
             requeue_orphans(tracker)
             # An issue waiting for others is left for later (`beflow issues list` says why); one named runs.
             ready = tracker.ready()
+            if (marks := handovers.marking(project.config, tracker)) is not None:  # (only what beflow handed over)
+                ready = [issue for issue in ready if marks.unhanded(issue) is None]
             if isinstance(tracker, KnowsBlockers):
                 ready = [issue for issue in ready if held_by(tracker.blockers(issue)) is None]
             issues = {issue.key: issue for issue in ready}

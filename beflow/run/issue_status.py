@@ -12,7 +12,7 @@ from beflow.records.record import DONE_OUTCOMES
 from beflow.records.store import RunStore
 from beflow.run.policy import status_after
 from beflow.run.summary import summary
-from beflow.trackers import Issue, Status, Tracker
+from beflow.trackers import Issue, Status, Tracker, handovers
 
 
 def move_to_in_progress(tracker: Tracker, issue: Issue, note: str | None = None) -> None:
@@ -22,13 +22,16 @@ def move_to_in_progress(tracker: Tracker, issue: Issue, note: str | None = None)
     tracker.set_status(issue.key, Status.IN_PROGRESS, note=note, author="beflow")
 
 
-def leave_issue(tracker: Tracker, key: str, status: Status, note: str | None) -> bool:
+def leave_issue(tracker: Tracker, key: str, status: Status, note: str | None, handing: str | None = None) -> bool:
     """Move the issue on from ``in_progress`` with ``note`` as a comment; False (nothing done) when someone moved it
     by hand during the run (closed it, say) — theirs is the last word — or it cannot be read any more (deleted,
-    broken by a hand edit): the run record still says how the run ended."""
+    broken by a hand edit): the run record still says how the run ended. ``handing``: the issue goes back to
+    ``ready`` for a run to take again, handed over by beflow for that reason (its mark, before the label)."""
     try:
         if tracker.get(key).status != Status.IN_PROGRESS:
             return False
+        if handing is not None:
+            handovers.mark(tracker, key, handing)
         tracker.set_status(key, status, note=note, author="beflow")
     except BeflowError:  # moved between the look and the write, or unreadable
         return False
@@ -51,7 +54,8 @@ def leave_finished(tracker: Tracker, key: str, status: Status, note: str | None,
         if left:
             tracker.set_status(key, Status.OPEN, author="beflow")
     else:
-        left = leave_issue(tracker, key, status, note)
+        again = "its run is to be tried again" if status == Status.READY else None
+        left = leave_issue(tracker, key, status, note, handing=again)
     if left:
         return None
     try:
@@ -123,5 +127,6 @@ def requeue_orphans(tracker: Tracker, author: str = "beflow") -> list[Issue]:
                 f"The run working on this issue stopped without finishing{who}: no process holds its claim "
                 "any more. Back to ready, so that a run picks it up again."
             )
+            handovers.mark(tracker, issue.key, "its run stopped without finishing")
             requeued.append(tracker.set_status(issue.key, Status.READY, note=note, author=author))
     return requeued

@@ -122,6 +122,25 @@ class HearsTriggers(Protocol):
 
 
 @runtime_checkable
+class MarksHandOvers(Protocol):
+    """beflow's own hand-overs leave a mark on the issue only beflow's token writes, so that with ``triggers.label:
+    false`` a ready label a person adds by hand starts nothing (docs/config.md#triggers, beflow.trackers.handovers).
+    A tracker without it refuses ``triggers.label: false`` (beflow.app)."""
+
+    #: Whether the config asks for marks (``triggers.label: false``): without, :meth:`mark_handed` does nothing.
+    marks_hand_overs: bool
+
+    def mark_handed(self, key: str, why: str) -> None:
+        """Leave the mark that beflow handed ``key`` over, for ``why`` (shown to people, made inert)."""
+        ...
+
+    def unhanded(self, issue: Issue) -> str | None:
+        """None when beflow handed ``issue`` over since its last run started; else why not. One request, asked only
+        of an issue about to be dispatched."""
+        ...
+
+
+@runtime_checkable
 class ReadsOnce(Protocol):
     """Within :meth:`reading_once`, every question is answered from one look at the issues (a watch tick)."""
 

@@ -33,11 +33,12 @@ from beflow.trackers.github_api import (
     GitHubAuthError,
     GitHubError,
 )
-from beflow.trackers.github_comments import Authors, IssueComments
+from beflow.trackers.github_comments import PROGRESS_MARKER, Authors, IssueComments
 from beflow.trackers.github_issues import IssueReader
 from beflow.trackers.github_labels import RepoLabels
 from beflow.trackers.github_leases import GitHubLeases
 from beflow.trackers.github_triggers import GitHubTriggers
+from beflow.trackers.handovers import HANDED_MARKER, Own, unhanded
 from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
     Comment,
@@ -144,6 +145,11 @@ class GitHubTracker:
         self.triggers = GitHubTriggers(api, self._base, self._call, self.labels, self.authors, settings.labels)
         #: The issues the last listing could not read (a hostile label) and why: they are skipped until fixed.
         self.unreadable: dict[str, str] = {}
+        #: ``triggers.label: false``: beflow's hand-overs leave a mark (beflow.trackers.handovers).
+        self.marks_hand_overs = project is not None and not project.config.triggers.label
+        self.triggers.marks = self.mark_handed
+        if self.marks_hand_overs:
+            self.triggers.handed = lambda key: self._unhanded(key) is None
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -231,6 +237,19 @@ class GitHubTracker:
 
     def hear(self, mention: str | None, assign: bool) -> Heard:
         return self.triggers.hear(mention, assign)
+
+    def mark_handed(self, key: str, why: str) -> None:
+        if self.marks_hand_overs:
+            text = f"Handed over to beflow: {self.inert(quoting.unmarked(why))}."
+            self.comments.post(int(normalize_key(key)), text, HANDED_MARKER)
+
+    def unhanded(self, issue: Issue) -> str | None:
+        return self._unhanded(issue.key)
+
+    def _unhanded(self, key: str) -> str | None:
+        path = f"{self._base}/issues/{normalize_key(key)}/comments"
+        comments, _ = wire.read_each(wire.Comment, self._call(self.api.paginate, path), f"GET {path}")
+        return unhanded((Own(c.id, c.text) for c in comments if self.authors.own(c)), PROGRESS_MARKER)
 
     def _blocker_key(self, raw: wire.Issue) -> str:
         """``5`` in this repository, ``owner/name#5`` in another."""

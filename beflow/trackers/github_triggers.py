@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from beflow.feedback import mentions
@@ -44,6 +45,11 @@ class GitHubTriggers:
         #: Where the next listing starts (GitHub's time, as it writes it); None until the first poll.
         self.since: str | None = None
         self._judged: OrderedDict[int, None] = OrderedDict()
+        #: Leaves the mark of a hand-over (``triggers.label: false``), before the label: the tracker's.
+        self.marks: Callable[[str, str], None] = lambda _key, _why: None
+        #: With marks (``triggers.label: false``), whether a ready issue is handed over already: one labelled ready by
+        #: hand is not, so a trigger hands it over. None: a ready issue is beflow's already.
+        self.handed: Callable[[str], bool] | None = None
 
     def hear(self, mention: str | None, assign: bool) -> Heard:
         if self.since is None:
@@ -56,11 +62,15 @@ class GitHubTriggers:
         handed: list[Handed] = []
         left: list[Left] = []
         latest = since
+        ready: set[str] = set()  # (labelled ready: handed over only if it bears no mark, asked last)
         for raw in raws[: MAX_PAGES * 100]:
             latest = max(latest, raw.updated_at.strftime("%Y-%m-%dT%H:%M:%SZ"))
-            if raw.is_pull or self.labels.status_of(raw, raw.label_names) != Status.OPEN:
+            status = self.labels.status_of(raw, raw.label_names)
+            if raw.is_pull or status not in (Status.OPEN, *([Status.READY] if self.handed else [])):
                 continue  # beflow's already (ready, running, in review...), or done
             key = str(raw.number)
+            if status == Status.READY:
+                ready.add(key)
             me = self.authors.me()
             if assign and any((user.login or "").lower() == me.lower() for user in raw.assignees or []):
                 handed.append(Handed(key, "assign", me))
@@ -68,7 +78,9 @@ class GitHubTriggers:
                 found = self._mentioned(raw, mention, since, left)
                 if found is not None:
                     handed.append(Handed(key, "mention", found))
+        handed = [one for one in handed if one.key not in ready or (self.handed and not self.handed(one.key))]
         for one in handed:
+            self.marks(one.key, one.reason(mention or ""))
             self._hand_over(one.key)
         self.since = latest  # (inclusive: the same answer next time, a 304)
         return Heard(handed, left)

@@ -43,8 +43,9 @@ from beflow.trackers.gitlab_claims import GitLabLeases
 from beflow.trackers.gitlab_issues import IssueReader
 from beflow.trackers.gitlab_labels import ProjectLabels
 from beflow.trackers.gitlab_listing import Look, ProjectIssues
-from beflow.trackers.gitlab_notes import IssueNotes, Members
+from beflow.trackers.gitlab_notes import PROGRESS_MARKER, IssueNotes, Members
 from beflow.trackers.gitlab_triggers import GitLabTriggers
+from beflow.trackers.handovers import HANDED_MARKER, Own, unhanded
 from beflow.trackers.issue import (
     DEFAULT_PRIORITY,
     Comment,
@@ -57,6 +58,7 @@ from beflow.trackers.issue import (
     labels_of_new,
     normalize_key,
 )
+from beflow.trackers.quoting import unmarked
 from beflow.trackers.triggers import Heard
 
 
@@ -114,6 +116,11 @@ class GitLabTracker:
         self.triggers = GitLabTriggers(api, self.base, self._call, self.labels, self.members, self.reader, self.issues)
         #: The issues the last look skipped (they cannot be read, or are confidential) and why.
         self.unreadable: dict[str, str] = {}
+        #: ``triggers.label: false``: beflow's hand-overs leave a mark (beflow.trackers.handovers).
+        self.marks_hand_overs = home is not None and not home.config.triggers.label
+        self.triggers.marks = self.mark_handed
+        if self.marks_hand_overs:
+            self.triggers.handed = lambda key: self._unhanded(key) is None
 
     # -- reading ---------------------------------------------------------------------------------------------------
 
@@ -190,6 +197,21 @@ class GitLabTracker:
 
     def hear(self, mention: str | None, assign: bool) -> Heard:
         return self.triggers.hear(mention, assign)
+
+    def mark_handed(self, key: str, why: str) -> None:
+        if self.marks_hand_overs:
+            text = f"Handed over to beflow: {self.inert(unmarked(why))}."
+            self.notes.post(int(normalize_key(key)), text, HANDED_MARKER)
+
+    def unhanded(self, issue: Issue) -> str | None:
+        return self._unhanded(issue.key)
+
+    def _unhanded(self, key: str) -> str | None:
+        path = f"{self.base}/issues/{normalize_key(key)}/notes"
+        data = self._call(self.api.paginate, path, {"sort": "asc", "order_by": "created_at"})
+        notes, _ = wire.read_each(wire.Note, data, f"GET {path}")
+        own = (Own(n.id, n.text) for n in notes if not n.system and self.members.own(n))
+        return unhanded(own, PROGRESS_MARKER)
 
     def _linked_key(self, link: wire.IssueLink) -> str:
         """``5`` in this project, ``group/other#5`` in another (read from its page's address)."""

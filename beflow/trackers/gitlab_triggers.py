@@ -10,6 +10,7 @@ over. Each note is judged once."""
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from beflow.feedback import mentions
@@ -50,6 +51,11 @@ class GitLabTriggers:
         self.start: float | None = None
         self._notes: OrderedDict[int, int] = OrderedDict()  # iid -> people's notes, as last seen
         self._judged: OrderedDict[int, None] = OrderedDict()
+        #: Leaves the mark of a hand-over (``triggers.label: false``), before the label: the tracker's.
+        self.marks: Callable[[str, str], None] = lambda _key, _why: None
+        #: With marks (``triggers.label: false``), whether a ready issue is handed over already: one labelled ready by
+        #: hand is not, so a trigger hands it over. None: a ready issue is beflow's already.
+        self.handed: Callable[[str], bool] | None = None
 
     def hear(self, mention: str | None, assign: bool) -> Heard:
         self.issues.look()  # (the tick's own look, within reading_once: no request more)
@@ -59,13 +65,19 @@ class GitLabTriggers:
             return NOTHING
         handed: list[Handed] = []
         left: list[Left] = []
+        ready: set[str] = set()  # (labelled ready: handed over only if it bears no mark, asked last)
         for raw in self.issues.changes():
             notes, self._notes[raw.iid] = self._notes.get(raw.iid, 0), raw.user_notes_count or 0
             _trim(self._notes)
             if raw.state != "opened" or raw.updated_at.timestamp() < self.start:
                 continue
-            if self.labels.status_of(raw) != Status.OPEN or self.reader.withheld(raw) is not None:
-                continue  # beflow's already (ready, running, in review...), or confidential and left alone
+            status = self.labels.status_of(raw)
+            if status not in (Status.OPEN, *([Status.READY] if self.handed else [])):
+                continue  # beflow's already (ready, running, in review...)
+            if self.reader.withheld(raw) is not None:
+                continue  # confidential, and left alone
+            if status == Status.READY:
+                ready.add(str(raw.iid))
             me = self.members.me()
             if assign and any(user.id == me.id for user in raw.assignees or []):
                 handed.append(Handed(str(raw.iid), "assign", me.username))
@@ -73,7 +85,9 @@ class GitLabTriggers:
                 found = self._mentioned(raw, mention, left)
                 if found is not None:
                     handed.append(Handed(str(raw.iid), "mention", found))
+        handed = [one for one in handed if one.key not in ready or (self.handed and not self.handed(one.key))]
         for one in handed:
+            self.marks(one.key, one.reason(mention or ""))
             self._hand_over(one.key)
         return Heard(handed, left)
 

@@ -42,6 +42,7 @@ from beflow.trackers import Issue, Tracker, reading_once
 from beflow.trackers.base import NamesUnreadable, WatchesDirectories
 from beflow.watch.blocking import BlockerHolds
 from beflow.watch.endings import Endings
+from beflow.watch.handovers import HandOverHolds
 from beflow.watch.hearing import hear
 from beflow.watch.holds import Holds
 from beflow.watch.lanes import Running, Snapshot, lanes_asked, lanes_taken, run_ids
@@ -107,8 +108,8 @@ class Dispatcher:
         #: What a run's end changes in the watch: its recent runs, its ledger, a currency hold, the next attempt.
         self.endings = Endings(self.ledger, self.holds, self.retries, self.emit)
         self.rounds = ReviewRounds(clock, self.emit)  # review rounds due, or waiting for feedback to settle
-        #: Ready issues held back until the issues they wait for are done (beflow.watch.blocking).
-        self.blockers = BlockerHolds(self.emit)
+        #: Ready issues held back for their blockers (beflow.watch.blocking), or not handed over (.handovers).
+        self.blockers, self.handovers = BlockerHolds(self.emit), HandOverHolds(self.emit)
         #: Blocked issues: their agent's question answered (a run resumes it) or waited on (beflow.watch.questions).
         self.questions = WaitingQuestions(clock, self.emit)
         self.refusals = Refusals(self.emit)  # issues whose agent labels were refused: said once
@@ -276,7 +277,8 @@ class Dispatcher:
         queue += self.rounds.survey(self.project, self.tracker, self.code_host, self.running, queue)
         queue += self.questions.survey(self.project, self.tracker, self.running)
         free = self.project.config.watch.concurrency - len(self.running)
-        self.queue = self.blockers.sift(self.tracker, self.refusals.sift(queue), free)
+        handed = self.handovers.sift(self.project.config, self.tracker, self.refusals.sift(queue), free)
+        self.queue = self.blockers.sift(self.tracker, handed, free)
 
     def _dispatch(self, tasks: anyio.abc.TaskGroup, finished: list[RunRecord]) -> None:
         if self.holds.budget_reached(self.ledger, self._day_budget()) or self.holds.currency_held(self.project):
@@ -289,8 +291,8 @@ class Dispatcher:
                 break
             if issue.key in self.running or self.retries.backing_off(issue.key, now):
                 continue  # its run ended, and a retry was scheduled, while the tick looked at the tracker
-            if not self.blockers.may_start(self.tracker, issue):
-                continue  # a slot freed since the look: its blockers are looked at next tick
+            if not (self.blockers.may_start(self.tracker, issue) and self.handovers.may_start(issue)):
+                continue  # a slot freed since the look: its blockers (its hand-over) are looked at next tick
             round_ = self.rounds.round_of(issue.key)
             lanes = min(lanes_asked(self.project, issue), concurrency) if not round_ else 1
             if lanes > free:

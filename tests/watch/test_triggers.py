@@ -46,3 +46,28 @@ def test_an_assignment_and_a_mention_are_queued_and_a_strangers_mention_is_said_
     )
     ((kind, issue, reason),) = said[2:]
     assert (kind, issue) == ("ignored", str(strange)) and reason.startswith("mallory wrote @beflow: ")
+
+
+def test_with_label_false_a_ready_label_added_by_hand_is_said_once_and_left_out(
+    auto_project: AutoProject, github: FakeGitHub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", TOKEN)
+    auto_project.configure(
+        tracker={"kind": "github", "repo": "octo/hello", "api_url": github.url, "lease": 30},
+        triggers={"label": False, "assign": True},
+        watch={"interval": 60, "concurrency": 1},
+    )
+    watch = Dispatcher(load_project(auto_project.config_path), opens=open_project)
+    events: list[WatchEvent] = []
+    watch.listener = lambda event: events.append(event) if isinstance(event, WatchEvent) else None
+    by_hand = github.add_issue("labelled by hand", labels=["beflow", "beflow:ready"])
+    assigned = github.add_issue("assigned")
+    watch._survey(False)  # the first look: from now on
+    assert watch.queue == []
+    github.assign(assigned, "octocat")
+    watch._survey(False)
+    watch._survey(False)
+    assert [issue.key for issue in watch.queue] == [str(assigned)]
+    said = [(e.type, e.issue) for e in events if e.type in ("triggered", "ignored")]
+    assert said == [("ignored", str(by_hand)), ("triggered", str(assigned))]
+    assert watch.handovers.may_start(watch.queue[0])
