@@ -184,7 +184,12 @@ def build(
         named = head_named(where, env)
         parent = agents = named[0]
         _check_descent(where, worktree, parent, env)
-        if words is not None and (again := reworded(where, worktree.base_commit, parent, words, env)) != parent:
+        # (an agent that made no commit of its own costs no git process here)
+        if (
+            words is not None
+            and parent != worktree.base_commit
+            and (again := reworded(where, worktree.base_commit, parent, words, env)) != parent
+        ):
             parent, named = again, (again, named[1])  # (the same tree: only messages change)
         made = None
         if message is not None:
