@@ -280,7 +280,9 @@ class InWorktree:
         elif guard is not None and guard.found is not None and not record.sandboxed:
             # Unsandboxed, the agent could write the object store and the refs (in the sandbox, only others can).
             refuse, for_good = objectstore.describe(guard.found), bool(guard.found.objects)
-        title = prompt.without_controls(record.title or record.issue)
+        words = commit_words(self.session.tracker, self.code_host)
+        # The title is whoever filed the issue's words: in a commit message it closes or moves nothing either.
+        title = words(prompt.without_controls(record.title or record.issue))
         job = delivery.Job(
             worktree=worktree,
             directory=self.project.directory,
@@ -303,7 +305,7 @@ class InWorktree:
             )
             if self.request.round and self.config.after_run.commit
             else None,
-            words=commit_words(self.session.tracker, self.code_host),
+            words=words,
         )
         verdict = await threads.blocking(delivery.deliver, job)
         verdict.onto(record)

@@ -696,7 +696,7 @@ def test_control_characters_in_an_issue_reach_the_agent_replaced_and_the_run_suc
     requests = tmp_path / "agent-requests.jsonl"
     monkeypatch.setenv("ACP_TEST_RECORD", str(requests))
     body = "acp-test: write hello.txt hi\nA NUL \x00 here and an escape \x1b[2J there."
-    key = auto_project.tracker.create(title="Say\x00 hello", body=body, status=Status.READY).key
+    key = auto_project.tracker.create(title="Say\x00 hello, fixes #3", body=body, status=Status.READY).key
 
     result = beflow("--auto", key)
 
@@ -707,7 +707,7 @@ def test_control_characters_in_an_issue_reach_the_agent_replaced_and_the_run_suc
     text = "".join(part["text"] for part in prompts[0]["params"]["prompt"])
     assert "A NUL \ufffd here and an escape \ufffd[2J there." in text
     subject = git(auto_project.directory, "log", "-1", "--format=%s", "beflow/1").strip()
-    assert subject == "Say\ufffd hello"
+    assert subject == "Say\ufffd hello, fixes #\u20603"  # (a title's closing keyword closes nothing once merged)
 
 
 def _gone(pid: int, within: float = 15.0) -> bool:
