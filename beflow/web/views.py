@@ -42,21 +42,23 @@ class Views:
         self._recent: tuple[int, float, list[api.RecentRun]] | None = None
         # Pages open at once read the state after the same events: one reading serves all who asked meanwhile.
         self._state = Batched(self._read_state)
-        #: The latest reading of a watch's state: (the newest event and the actions so far when it began, when).
-        self._fresh: tuple[tuple[int, int], float, api.State] | None = None
+        #: The latest reading of a watch's state: (the newest event and the actions so far when it began, when, the
+        #: watch's data it read, the state).
+        self._fresh: tuple[tuple[int, int], float, WatchData | None, api.State] | None = None
 
     def state(self) -> api.State:
         """The live state (a watch's), or what the records and the tracker say (``beflow serve``): a reading that
         began after this call (shared with the other pages that asked meanwhile) — or, of a watch, one that began at
-        most :data:`FRESH_FOR` seconds ago with no event and no action since."""
+        most :data:`FRESH_FOR` seconds ago with no event, no action and no change of the watch's data since."""
         kept, server = self._fresh, self.server
         if (
             kept is not None
             and server.source is not None
             and kept[0] == (server.hub.newest, server.acted)
             and time.monotonic() - kept[1] < FRESH_FOR
+            and server.source.data() == kept[2]  # (a look that changed no lane says no event: its health, its queue)
         ):
-            return kept[2]
+            return kept[3]
         return self._state()
 
     def _read_state(self) -> api.State:
@@ -96,7 +98,7 @@ class Views:
             actions=server.policy.actions,
             time=now,
         )
-        self._fresh = (*began, state)
+        self._fresh = (*began, data, state)
         return state
 
     def _lanes(self, data: WatchData, now: float) -> list[api.Lane]:

@@ -389,8 +389,8 @@ def test_a_run_that_moved_its_issue_on_as_it_finished_is_not_cancelled_by_a_look
     leave, moved_on = issue_status.leave_issue, Running.moved_on
     waited: list[bool] = []
 
-    def leave_then_let_a_look_in(*args: Any) -> bool:
-        left = leave(*args)
+    def leave_then_let_a_look_in(*args: Any, **kwargs: Any) -> bool:
+        left = leave(*args, **kwargs)
         moved.set()
         waited.append(looked_since.wait(60))  # the run says it finished only after a reconciliation looked
         return left
