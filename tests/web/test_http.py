@@ -995,7 +995,9 @@ def test_pages_asking_for_a_watchs_state_while_nothing_happened_share_one_readin
     monkeypatch.setattr(views, "FRESH_FOR", 600.0)  # (0.5 s in use: no read of this test may outlast it)
     loaded = load_project(project / ".beflow" / "config.json")
     hub = Hub()
-    snapshots: list[int] = []
+    snapshots: list[int] = []  # (whole readings; a look at whether the watch's data changed is cheap, and not one)
+    read = views.Views._read_state
+    monkeypatch.setattr(views.Views, "_read_state", lambda self: snapshots.append(1) or read(self))
     dumped: list[int] = []  # (the shared reading is serialized and masked once for all the pages too)
     dump = api.State.model_dump_json
     monkeypatch.setattr(api.State, "model_dump_json", lambda self, **k: dumped.append(1) or dump(self, **k))
@@ -1003,8 +1005,6 @@ def test_pages_asking_for_a_watchs_state_while_nothing_happened_share_one_readin
     async def scenario() -> list[int]:
         source = WatchSource(Dispatcher(loaded, opens=open_project), hub)
         source.attach()
-        data = source.data
-        monkeypatch.setattr(source, "data", lambda: snapshots.append(1) or data())
         monkeypatch.setattr(source, "looked", lambda: None)  # (no watch loop here looks at the tracker)
         await threads.blocking(lambda: None)
         with beside(loaded, Bind("127.0.0.1", 0), hub, source) as served:
