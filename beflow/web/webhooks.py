@@ -166,13 +166,18 @@ def _parsed(model: type[M], body: bytes) -> M:
         raise Refused("malformed", "the body is not the JSON this forge sends") from None
 
 
-def verify_github(headers: Mapping[str, str], body: bytes, secret: str) -> Delivery:
-    signature = _header(headers, "X-Hub-Signature-256")
+def _hub_signed(headers: Mapping[str, str], body: bytes, secret: str, name: str, missing: str) -> None:
+    """Check header ``name``, ``sha256=<HMAC of the body>`` (GitHub's way, which Jira Cloud took up)."""
+    signature = _header(headers, name)
     if signature is None:
-        raise Refused("unsigned", "no X-Hub-Signature-256")
+        raise Refused("unsigned", missing)
     scheme, _, digest = signature.partition("=")
     if scheme != "sha256" or not _same(digest.lower(), _hmac_hex(secret, body)):
-        raise Refused("bad_signature", "X-Hub-Signature-256 does not match the body")
+        raise Refused("bad_signature", f"{name} does not match the body")
+
+
+def verify_github(headers: Mapping[str, str], body: bytes, secret: str) -> Delivery:
+    _hub_signed(headers, body, secret, "X-Hub-Signature-256", "no X-Hub-Signature-256")
     delivery = _header(headers, "X-GitHub-Delivery")
     if delivery is None:
         raise Refused("no_delivery_id", "no X-GitHub-Delivery")
@@ -218,12 +223,8 @@ def verify_linear(headers: Mapping[str, str], body: bytes, secret: str, now: flo
 
 
 def verify_jira(headers: Mapping[str, str], body: bytes, secret: str) -> Delivery:
-    signature = _header(headers, "X-Hub-Signature")
-    if signature is None:
-        raise Refused("unsigned", "no X-Hub-Signature (register the webhook in Jira with a secret)")
-    scheme, _, digest = signature.partition("=")
-    if scheme != "sha256" or not _same(digest.lower(), _hmac_hex(secret, body)):
-        raise Refused("bad_signature", "X-Hub-Signature does not match the body")
+    missing = "no X-Hub-Signature (register the webhook in Jira with a secret)"
+    _hub_signed(headers, body, secret, "X-Hub-Signature", missing)
     delivery = _header(headers, "X-Atlassian-Webhook-Identifier")
     if delivery is None:
         raise Refused("no_delivery_id", "no X-Atlassian-Webhook-Identifier")

@@ -4,7 +4,7 @@
 //
 // The page is opened with its token link (the token becomes its cookie); on the issue's page the question and its
 // choices are read, the answer typed into its box and sent. It prints one JSON line of what it saw.
-import { launch } from "./browser.mjs";
+import { launch, watchedPage } from "./browser.mjs";
 
 const [modules, url, token, key, answer] = process.argv.slice(2);
 
@@ -12,13 +12,7 @@ const timeout = 60_000;
 const seen = { dialogs: [], pageerrors: [] };
 const browser = await launch(modules);
 try {
-  const page = await browser.newPage();
-  await page.setViewport({ width: 1366, height: 900 });
-  page.on("dialog", async (dialog) => {
-    seen.dialogs.push(dialog.message());
-    await dialog.dismiss();
-  });
-  page.on("pageerror", (error) => seen.pageerrors.push(String(error)));
+  const page = await watchedPage(browser, seen);
   await page.goto(`${url}/?token=${token}`, { waitUntil: "load" });
   await page.goto(`${url}/issues/${encodeURIComponent(key)}`, { waitUntil: "load" });
   await page.waitForSelector("#question #answer textarea", { timeout });

@@ -20,6 +20,19 @@ export async function launch(modules, { sameOrigin = false } = {}) {
   });
 }
 
+// A new page at a laptop's width as a person has it open: its dialogs dismissed and its script errors noted, each in
+// `seen` (`dialogs`, `pageerrors`).
+export async function watchedPage(browser, seen) {
+  const page = await browser.newPage();
+  await page.setViewport({ width: 1366, height: 900 });
+  page.on("dialog", async (dialog) => {
+    seen.dialogs.push(dialog.message());
+    await dialog.dismiss();
+  });
+  page.on("pageerror", (error) => seen.pageerrors.push(String(error)));
+  return page;
+}
+
 // In the page (page.evaluate): the short tokens (10 characters at most: "failed", "42s", "4/2") of any text the page
 // shows — a table's cells, a definition, a heading, a lane, a form — whose glyphs are on more than one line. A break
 // after a hyphen, after a closing bracket, or after a slash before a letter, is one between words ("acp-" / "test",

@@ -5,7 +5,7 @@
 // The page is opened with its token link (the token becomes its cookie); on the issue's page the candidates' columns
 // are read (number and checks), a file of a diff opened, the candidate picked with "anyway" ticked and sent. It
 // prints one JSON line of what it saw.
-import { launch } from "./browser.mjs";
+import { launch, watchedPage } from "./browser.mjs";
 
 const [modules, url, token, key, candidate] = process.argv.slice(2);
 
@@ -13,13 +13,7 @@ const timeout = 60_000;
 const seen = { dialogs: [], pageerrors: [] };
 const browser = await launch(modules);
 try {
-  const page = await browser.newPage();
-  await page.setViewport({ width: 1366, height: 900 });
-  page.on("dialog", async (dialog) => {
-    seen.dialogs.push(dialog.message());
-    await dialog.dismiss();
-  });
-  page.on("pageerror", (error) => seen.pageerrors.push(String(error)));
+  const page = await watchedPage(browser, seen);
   await page.goto(`${url}/?token=${token}`, { waitUntil: "load" });
   await page.goto(`${url}/issues/${encodeURIComponent(key)}`, { waitUntil: "load" });
   await page.waitForSelector("#candidates #confirm select", { timeout });

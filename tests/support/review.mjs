@@ -7,7 +7,7 @@
 // without a reload. The page is also measured at a phone's width (390 px): no short token of a table broken, nothing
 // wider than the window. It prints one JSON line of what it saw; a screenshot of each step goes to ARTIFACTS.
 import { join } from "node:path";
-import { brokenTokens, launch } from "./browser.mjs";
+import { brokenTokens, launch, watchedPage } from "./browser.mjs";
 
 const [modules, url, token, key, path, line, body, artifacts] = process.argv.slice(2);
 
@@ -16,13 +16,7 @@ const seen = { dialogs: [], pageerrors: [], steps: [] };
 
 const browser = await launch(modules);
 try {
-  const page = await browser.newPage();
-  await page.setViewport({ width: 1366, height: 900 });
-  page.on("dialog", async (dialog) => {
-    seen.dialogs.push(dialog.message());
-    await dialog.dismiss();
-  });
-  page.on("pageerror", (error) => seen.pageerrors.push(String(error)));
+  const page = await watchedPage(browser, seen);
   const shot = async (name) => {
     seen.steps.push(name);
     await page.screenshot({ path: join(artifacts, `${name}.png`), fullPage: true });

@@ -9,7 +9,7 @@
 // its lane — after which the watch starts the issues left, the retried one among them (its page shows its run).
 // It prints one JSON line of what it saw; a screenshot of each step goes to ARTIFACTS.
 import { join } from "node:path";
-import { brokenTokens, launch } from "./browser.mjs";
+import { brokenTokens, launch, watchedPage } from "./browser.mjs";
 
 const [modules, url, token, keysJson, artifacts] = process.argv.slice(2);
 const keys = JSON.parse(keysJson);
@@ -20,13 +20,7 @@ const queue = () => [...document.querySelectorAll("#queue tbody tr")].map((tr) =
 
 const browser = await launch(modules);
 try {
-  const page = await browser.newPage();
-  await page.setViewport({ width: 1366, height: 900 });
-  page.on("dialog", async (dialog) => {
-    seen.dialogs.push(dialog.message());
-    await dialog.dismiss();
-  });
-  page.on("pageerror", (error) => seen.pageerrors.push(String(error)));
+  const page = await watchedPage(browser, seen);
   const shot = async (name) => {
     seen.steps.push(name);
     await page.screenshot({ path: join(artifacts, `${name}.png`), fullPage: true });
