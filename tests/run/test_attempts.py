@@ -255,3 +255,42 @@ def test_with_confirm_the_judged_issue_waits_blocked_and_a_persons_override_is_p
     assert auto_project.issue(key).status == Status.REVIEW
     assert [r.id for r in auto_project.records(key) if r.best_of] == [record.id, judged.id]  # no candidate ran again
     assert len(auto_project.records(key)) == 5
+
+
+def test_an_answer_to_an_agents_question_resumes_the_run_that_asked_never_a_best_of_n(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from beflow.records.record import Answer
+    from beflow.run import attempts
+
+    (repo / ".beflow").mkdir(exist_ok=True)
+    (repo / ".beflow" / "config.json").write_text('{"attempts": {"count": 3}}')
+    project = load_project(repo / ".beflow" / "config.json")
+    asked: list[str] = []
+    monkeypatch.setattr(attempts, "candidates_for", lambda *args: asked.append("candidates") or (3, None))
+
+    class Plain:
+        def __init__(self, project: object, tracker: object, request: RunRequest, events: object, **_: object) -> None:
+            asked.append(f"plain run of {request.key}, resuming {request.answer.run if request.answer else None}")
+
+        async def execute(self) -> None:
+            return None
+
+    monkeypatch.setattr(attempts, "Run", Plain)
+    answer = Answer(text="yes", author="ada", given=now(), run="20261206-1")
+    request = RunRequest(key="1", answer=answer)
+
+    async def run() -> None:
+        await run_issue(
+            project,
+            None,  # type: ignore[arg-type]  # (read only to count candidates, which an answer never is)
+            request,
+            lambda event: None,  # type: ignore[arg-type,return-value]
+            code_host=None,
+            lanes=3,
+            cancelled_because=lambda: None,
+            candidate_events=lambda event: None,  # type: ignore[arg-type,return-value]
+        )
+
+    anyio.run(run)
+    assert asked == ["plain run of 1, resuming 20261206-1"]
