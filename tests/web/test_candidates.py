@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from beflow.trackers.issue import Status, utc_now
 from beflow.web.guard import TOKEN_ENV
 from tests.conftest import git
 from tests.support.projects import config_file
-from tests.web.conftest import REPO_ROOT
+from tests.web.conftest import drive
 from tests.web.test_http import client, serving
 
 TOKEN = "b" * 20 + "-best-of-token"
@@ -194,16 +193,8 @@ def test_while_the_candidates_run_each_shows_its_lane_and_those_without_one_wait
 def test_a_person_chooses_a_candidate_on_its_page_in_a_real_browser(repo: Path, browser_modules: Path) -> None:
     key, judge = judged(repo, confirming=True)
     with serving(repo) as (served, _):
-        driver = subprocess.run(
-            ["node", str(REPO_ROOT / "tests" / "support" / "choosing.mjs"), str(browser_modules),
-             f"http://127.0.0.1:{served.bind.port}", TOKEN, key, "2"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )  # fmt: skip
-    seen = json.loads(driver.stdout.splitlines()[-1])
-    assert "error" not in seen, f"{json.dumps(seen)}\n{driver.stderr}"
-    assert seen["pageerrors"] == [] and seen["dialogs"] == []
+        url = f"http://127.0.0.1:{served.bind.port}"
+        seen = drive(browser_modules, "choosing.mjs", url, TOKEN, key, "2")
     assert seen["columns"] == [["c1", "1/1"], ["c2", "0/1"], ["c3", "not run"]]
     assert seen["files"] == 2 and seen["said"] == "done"
     tracker = open_tracker(load_project(config_file(repo)))

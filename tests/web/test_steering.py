@@ -24,7 +24,7 @@ from beflow.trackers.issue import Status, utc_now
 from beflow.web.guard import COOKIE, TOKEN_ENV
 from tests.support.projects import AutoProject, config_file
 from tests.support.waiting import eventually
-from tests.web.conftest import REPO_ROOT
+from tests.web.conftest import REPO_ROOT, drive
 from tests.web.test_dashboard import Watch
 from tests.web.test_http import client, serving
 
@@ -326,16 +326,8 @@ def test_the_page_shows_a_blocked_issues_question_and_answering_it_resumes_throu
 def test_a_person_answers_the_agents_question_on_its_page_in_a_real_browser(repo: Path, browser_modules: Path) -> None:
     key, asking = blocked(repo)
     with serving(repo) as (served, _):
-        driver = subprocess.run(
-            ["node", str(REPO_ROOT / "tests" / "support" / "answering.mjs"), str(browser_modules),
-             f"http://127.0.0.1:{served.bind.port}", TOKEN, key, "Blue, <b>please</b>."],
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )  # fmt: skip
-    seen = json.loads(driver.stdout.splitlines()[-1])
-    assert "error" not in seen, f"{json.dumps(seen)}\n{driver.stderr}"
-    assert seen["pageerrors"] == [] and seen["dialogs"] == []
+        url = f"http://127.0.0.1:{served.bind.port}"
+        seen = drive(browser_modules, "answering.mjs", url, TOKEN, key, "Blue, <b>please</b>.")
     assert (seen["question"], seen["choices"], seen["said"]) == ("Red or <b>blue</b>?", ["red", "blue"], "done")
     tracker = open_tracker(load_project(config_file(repo)))
     answer = questions.answer_of(tracker, tracker.get(key), asking)
