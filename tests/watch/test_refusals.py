@@ -47,8 +47,11 @@ def test_a_refused_round_is_said_once_over_many_ticks_and_again_when_its_labels_
             await watch.ticks(4)
             seen = [len(watch.of("error", key)), len(watch.of("dispatched", key))]
             for path in (auto_project.directory / ".beflow" / "issues").glob("*.md"):  # (a person relabels it)
-                path.write_text(path.read_text().replace("agent:gemini", "agent:claude"))
-            await watch.until(lambda: len(watch.of("error", key)) == 2)
+                # (whole at once, as an editor saves: a half-written file would be an error of its own)
+                edited = path.with_name(f".{path.name}.edited")
+                edited.write_text(path.read_text().replace("agent:gemini", "agent:claude"))
+                edited.replace(path)
+            await watch.until(lambda: any("'claude'" in str(e.data) for e in watch.of("error", key)))
             return seen
 
     errors, dispatched = anyio.run(scenario)
